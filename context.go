@@ -1,0 +1,75 @@
+package sluice
+
+import "context"
+
+type ctxKey uint8
+
+const (
+	keyKey ctxKey = iota
+	resourceKey
+	costKey
+	priorityKey
+)
+
+// WithKey returns a context whose requests are limited under key: a client
+// IP, a user, a header value. Keyed policies read it with KeyFrom. Adapters
+// set it from their key extractor.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyKey, key)
+}
+
+// KeyFrom returns the key set by WithKey, and whether one was set.
+func KeyFrom(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(keyKey).(string)
+	return k, ok
+}
+
+// WithResource returns a context naming the resource a request is for: an
+// HTTP route pattern, a gRPC full method, a dependency's host.
+func WithResource(ctx context.Context, resource string) context.Context {
+	return context.WithValue(ctx, resourceKey, resource)
+}
+
+// ResourceFrom returns the resource set by WithResource, and whether one was
+// set.
+func ResourceFrom(ctx context.Context) (string, bool) {
+	r, ok := ctx.Value(resourceKey).(string)
+	return r, ok
+}
+
+// WithCost returns a context whose requests cost n units of a rate limit's
+// quota instead of 1. A cost below 1 is taken as 1.
+func WithCost(ctx context.Context, n int64) context.Context {
+	return context.WithValue(ctx, costKey, n)
+}
+
+// CostFrom returns the cost set by WithCost, or 1.
+func CostFrom(ctx context.Context) int64 {
+	if n, ok := ctx.Value(costKey).(int64); ok && n > 0 {
+		return n
+	}
+	return 1
+}
+
+// Priority orders requests for load shedding: under overload the guard sheds
+// PriorityNormal requests first and PriorityCritical ones only at a higher
+// threshold.
+type Priority uint8
+
+const (
+	// PriorityNormal is the priority of a request that sets none.
+	PriorityNormal Priority = iota
+	// PriorityCritical marks health checks and core routes, shed last.
+	PriorityCritical
+)
+
+// WithPriority returns a context whose requests carry priority p.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey, p)
+}
+
+// PriorityFrom returns the priority set by WithPriority, or PriorityNormal.
+func PriorityFrom(ctx context.Context) Priority {
+	p, _ := ctx.Value(priorityKey).(Priority)
+	return p
+}

@@ -1,0 +1,30 @@
+// Package sluice keeps a Go service standing when traffic surges or a
+// dependency slows down.
+//
+// The cascade it prevents: a dependency turns slow, every call to it holds a
+// goroutine (and a connection, and memory) for the whole slow response, the
+// callers pile up, and the service that depended on it falls over too, then its
+// own callers. sluice answers with the three classic tools, limit, break and
+// degrade, composed into one chain:
+//
+//   - rate limiters (package ratelimit, and ratelimit/redis for a fleet),
+//   - circuit breakers and adaptive client-side throttling (package breaker),
+//   - fallbacks, stale answers, timeouts and switches (package degrade),
+//   - a system-load guard and adaptive concurrency limits (package adaptive).
+//
+// Each of them is a [Policy]. A [Guard] runs a request through its policies,
+// outer to inner, reading the monotonic clock once when the request arrives and
+// once when it ends; the policies never read the clock themselves. When an inner
+// policy rejects, the outer ones that already admitted are released, so no
+// token, concurrency slot or half-open probe leaks.
+//
+// Every rejection is a [*RejectedError] carrying the [Decision] that rejected:
+// it matches errors.Is(err, ErrRejected) and exactly one of ErrRateLimited,
+// ErrCircuitOpen, ErrOverloaded or ErrConcurrencyLimited. The adapters in
+// middleware/http, middleware/echo and middleware/grpc turn the cause (never
+// an error string) into the wire answer: 429 or 503 with Retry-After, gRPC
+// ResourceExhausted or Unavailable with RetryInfo.
+//
+// The root package and the policy packages import nothing but the standard
+// library; transports and Redis live in their own packages.
+package sluice

@@ -1,0 +1,155 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+)
+
+// The causes of a rejection. A *RejectedError matches ErrRejected and exactly
+// one of the others with errors.Is.
+var (
+	// ErrRejected matches every rejection by a sluice policy.
+	ErrRejected = errors.New("sluice: rejected")
+	// ErrRateLimited: a rate limit's quota is spent (HTTP 429, gRPC
+	// ResourceExhausted).
+	ErrRateLimited = errors.New("sluice: rate limited")
+	// ErrCircuitOpen: a circuit breaker is open, or is half-open with all its
+	// probes taken (HTTP 503, gRPC Unavailable).
+	ErrCircuitOpen = errors.New("sluice: circuit open")
+	// ErrOverloaded: the system-load guard is shedding (HTTP 503, gRPC
+	// Unavailable).
+	ErrOverloaded = errors.New("sluice: overloaded")
+	// ErrConcurrencyLimited: a concurrency limit is reached and its queue, if
+	// any, is full or its wait ran out (HTTP 503, gRPC Unavailable).
+	ErrConcurrencyLimited = errors.New("sluice: concurrency limited")
+	// ErrTimeout: a call ran past its timeout policy's deadline. It is a
+	// failure, not a rejection: breakers count it, fallbacks can catch it. A
+	// timeout error also matches context.DeadlineExceeded.
+	ErrTimeout = errors.New("sluice: timeout")
+)
+
+// RejectedError is the error of every rejection. It carries the Decision of
+// the policy that rejected.
+type RejectedError struct {
+	Decision Decision
+}
+
+// Error names the policy and the cause; it never carries an error text from
+// the protected call.
+func (e *RejectedError) Error() string {
+	var b strings.Builder
+	b.WriteString("sluice: ")
+	b.WriteString(causeText(e.Decision.Cause))
+	if e.Decision.Policy != "" {
+		b.WriteString(" by ")
+		b.WriteString(e.Decision.Policy)
+	}
+	if e.Decision.RetryAfter > 0 {
+		b.WriteString("; retry after ")
+		b.WriteString(e.Decision.RetryAfter.String())
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrRejected.
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Unwrap returns the cause, so errors.Is(err, ErrRateLimited) and the like
+// work.
+func (e *RejectedError) Unwrap() error { return e.Decision.Cause }
+
+// RetryAfter returns how long the caller should wait before trying again.
+func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.RetryAfter }
+
+func causeText(cause error) string {
+	switch {
+	case cause == nil:
+		return "rejected"
+	case errors.Is(cause, ErrRateLimited):
+		return "rate limited"
+	case errors.Is(cause, ErrCircuitOpen):
+		return "circuit open"
+	case errors.Is(cause, ErrOverloaded):
+		return "overloaded"
+	case errors.Is(cause, ErrConcurrencyLimited):
+		return "concurrency limited"
+	case errors.Is(cause, ErrTimeout):
+		return "timeout"
+	}
+	return "rejected"
+}
+
+// Cause is the cause of a rejection, for adapters that map it to the wire.
+type Cause uint8
+
+const (
+	// CauseNone: no rejection, or not a sluice error.
+	CauseNone Cause = iota
+	// CauseRateLimited: ErrRateLimited.
+	CauseRateLimited
+	// CauseCircuitOpen: ErrCircuitOpen.
+	CauseCircuitOpen
+	// CauseOverloaded: ErrOverloaded.
+	CauseOverloaded
+	// CauseConcurrencyLimited: ErrConcurrencyLimited.
+	CauseConcurrencyLimited
+	// CauseTimeout: ErrTimeout.
+	CauseTimeout
+)
+
+// String returns the cause in lower case with dashes: "rate-limited".
+func (c Cause) String() string {
+	switch c {
+	case CauseRateLimited:
+		return "rate-limited"
+	case CauseCircuitOpen:
+		return "circuit-open"
+	case CauseOverloaded:
+		return "overloaded"
+	case CauseConcurrencyLimited:
+		return "concurrency-limited"
+	case CauseTimeout:
+		return "timeout"
+	}
+	return "none"
+}
+
+// CauseOf classifies err by the sentinel it matches; CauseNone when it
+// matches none.
+func CauseOf(err error) Cause {
+	switch {
+	case err == nil:
+		return CauseNone
+	case errors.Is(err, ErrRateLimited):
+		return CauseRateLimited
+	case errors.Is(err, ErrCircuitOpen):
+		return CauseCircuitOpen
+	case errors.Is(err, ErrOverloaded):
+		return CauseOverloaded
+	case errors.Is(err, ErrConcurrencyLimited):
+		return CauseConcurrencyLimited
+	case errors.Is(err, ErrTimeout):
+		return CauseTimeout
+	}
+	return CauseNone
+}
+
+// Classifier decides what an error returned by a protected call says about
+// the health of what it called.
+type Classifier func(err error) Outcome
+
+// DefaultClassifier is the Classifier a Guard uses unless told otherwise:
+// nil is Success; a sluice rejection (from this Guard's policies or a nested
+// one) and context.Canceled are Ignored; every other error, a timeout
+// included, is Failure.
+func DefaultClassifier(err error) Outcome {
+	switch {
+	case err == nil:
+		return Success
+	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
+		return Ignored
+	}
+	return Failure
+}

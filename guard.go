@@ -1,0 +1,304 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Guard runs requests through a chain of policies, listed outer to inner.
+//
+// For each request it reads its Clock once when the request arrives and hands
+// that instant to every policy's Admit; when the request ends it reads the
+// clock once more and hands the end instant and the latency to every policy
+// that admitted. When a policy rejects, the policies before it in the chain,
+// which had admitted, are given Done with Released, so they give back what they
+// took.
+//
+// A Guard is safe for concurrent use. A nil *Guard lets every request through
+// unguarded, so an adapter's route table can map unguarded routes to nil.
+type Guard struct {
+	policies   []Policy
+	clock      Clock // nil: SystemClock, read without an interface call
+	classify   Classifier
+	onDecision []func(context.Context, Decision)
+	onState    []func(StateChange)
+	unsubs     []func()
+}
+
+// Option configures a Guard.
+type Option func(*Guard) error
+
+// With appends policies to the Guard's chain, outer to inner: the first one
+// decides first and, when the request ends, hears of it last.
+func With(policies ...Policy) Option {
+	return func(g *Guard) error {
+		for i, p := range policies {
+			if p == nil {
+				return fmt.Errorf("sluice: policy %d is nil", len(g.policies)+i)
+			}
+		}
+		g.policies = append(g.policies, policies...)
+		return nil
+	}
+}
+
+// WithClock makes the Guard read c instead of SystemClock. Every policy of the
+// chain must measure time on the same clock.
+func WithClock(c Clock) Option {
+	return func(g *Guard) error {
+		if c == nil {
+			return errors.New("sluice: WithClock: nil clock")
+		}
+		if _, ok := c.(systemClock); ok {
+			c = nil
+		}
+		g.clock = c
+		return nil
+	}
+}
+
+// WithClassifier makes the Guard classify the errors of protected calls with
+// c instead of DefaultClassifier.
+func WithClassifier(c Classifier) Option {
+	return func(g *Guard) error {
+		if c == nil {
+			return errors.New("sluice: WithClassifier: nil classifier")
+		}
+		g.classify = c
+		return nil
+	}
+}
+
+// OnDecision registers fn, called once per request with the Guard's decision:
+// the rejecting policy's Decision, or, when all admitted, the one whose quota
+// is tightest. It runs on the request's goroutine, outside every lock; keep it
+// short.
+func OnDecision(fn func(ctx context.Context, d Decision)) Option {
+	return func(g *Guard) error {
+		if fn == nil {
+			return errors.New("sluice: OnDecision: nil function")
+		}
+		g.onDecision = append(g.onDecision, fn)
+		return nil
+	}
+}
+
+// OnStateChange registers fn, called after each state change of any policy in
+// the chain that implements StateSource (breakers, load guards), outside the
+// policy's locks.
+func OnStateChange(fn func(StateChange)) Option {
+	return func(g *Guard) error {
+		if fn == nil {
+			return errors.New("sluice: OnStateChange: nil function")
+		}
+		g.onState = append(g.onState, fn)
+		return nil
+	}
+}
+
+// New builds a Guard. A Guard with no policies lets everything through.
+func New(opts ...Option) (*Guard, error) {
+	g := &Guard{classify: DefaultClassifier}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(g); err != nil {
+			return nil, err
+		}
+	}
+	if len(g.onState) > 0 {
+		for _, p := range g.policies {
+			if s, ok := p.(StateSource); ok {
+				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
+			}
+		}
+	}
+	return g, nil
+}
+
+func (g *Guard) stateChanged(c StateChange) {
+	for _, fn := range g.onState {
+		fn(c)
+	}
+}
+
+// Policies returns the Guard's chain, outer to inner.
+func (g *Guard) Policies() []Policy {
+	if g == nil {
+		return nil
+	}
+	return append([]Policy(nil), g.policies...)
+}
+
+// Classify classifies err with the Guard's Classifier.
+func (g *Guard) Classify(err error) Outcome {
+	if g == nil {
+		return DefaultClassifier(err)
+	}
+	return g.classify(err)
+}
+
+// Now reads the Guard's clock.
+func (g *Guard) Now() time.Duration {
+	if g == nil || g.clock == nil {
+		return time.Since(processStart)
+	}
+	return g.clock.Now()
+}
+
+// Close removes the Guard's state-change subscriptions and closes every policy
+// of its chain that implements io.Closer (a janitor, a CPU sampler's share).
+// Closing twice is harmless.
+func (g *Guard) Close() error {
+	if g == nil {
+		return nil
+	}
+	for _, u := range g.unsubs {
+		u()
+	}
+	g.unsubs = nil
+	var errs []error
+	for _, p := range g.policies {
+		if c, ok := p.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Do runs fn if every policy admits it, and reports how it ended. It returns
+// a *RejectedError when a policy rejects, and fn's error otherwise.
+//
+// If fn panics, every policy that admitted it hears of a Failure, and the panic
+// goes on up the stack.
+func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
+	_, done, err := g.Admit(ctx)
+	if err != nil {
+		return err
+	}
+	defer done.failOnPanic()
+	err = fn(ctx)
+	done.Finish(err)
+	return err
+}
+
+// Execute runs fn under g as Do does, and returns fn's value.
+func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
+	_, done, err := g.Admit(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer done.failOnPanic()
+	v, err := fn(ctx)
+	done.Finish(err)
+	return v, err
+}
+
+// Admit is the first half of Do, for adapters and streams that run the
+// request themselves: it asks every policy, outer to inner. When all admit, it
+// returns the tightest Decision and a Done that must be finished exactly once
+// when the request ends. When one rejects, it returns that Decision, a
+// *RejectedError, and a Done on which Finish does nothing.
+func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
+	if g == nil {
+		return allowAll, Done{}, nil
+	}
+	now := g.Now()
+	done := Done{g: g, start: now}
+	if len(g.policies) > len(done.tickets) {
+		done.more = make([]Ticket, len(g.policies))
+	}
+	best := allowAll
+	for i, p := range g.policies {
+		d, t := p.Admit(ctx, now)
+		if !d.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				g.policies[j].Done(done.ticket(j), Released, now, 0)
+			}
+			g.decided(ctx, d)
+			return d, Done{}, &RejectedError{Decision: d}
+		}
+		if done.more != nil {
+			done.more[i] = t
+		} else {
+			done.tickets[i] = t
+		}
+		if d.Limit >= 0 && (best.Limit < 0 || d.Remaining < best.Remaining) {
+			best = d
+		}
+	}
+	g.decided(ctx, best)
+	return best, done, nil
+}
+
+var allowAll = Decision{Allowed: true, Limit: -1}
+
+func (g *Guard) decided(ctx context.Context, d Decision) {
+	for _, fn := range g.onDecision {
+		fn(ctx, d)
+	}
+}
+
+// Done is the second half of Admit: it carries the tickets of the policies
+// that admitted a request until the request ends. Its zero value does nothing.
+// A Done is used by one goroutine at a time.
+type Done struct {
+	g       *Guard
+	start   time.Duration
+	tickets [6]Ticket
+	more    []Ticket
+}
+
+func (d *Done) ticket(i int) Ticket {
+	if d.more != nil {
+		return d.more[i]
+	}
+	return d.tickets[i]
+}
+
+// Finish reports the end of the request with err classified by the Guard's
+// Classifier. Only the first Finish or Record counts.
+func (d *Done) Finish(err error) {
+	if d.g == nil {
+		return
+	}
+	d.Record(d.g.classify(err))
+}
+
+// Record reports the end of the request with outcome o, reading the clock
+// once for the end instant and latency. Only the first Finish or Record
+// counts.
+func (d *Done) Record(o Outcome) {
+	g := d.g
+	if g == nil {
+		return
+	}
+	d.g = nil
+	now := g.Now()
+	lat := now - d.start
+	if lat < 0 {
+		lat = 0
+	}
+	for i := len(g.policies) - 1; i >= 0; i-- {
+		g.policies[i].Done(d.ticket(i), o, now, lat)
+	}
+}
+
+// Start returns the instant the request was admitted, on the Guard's clock.
+func (d *Done) Start() time.Duration { return d.start }
+
+// Active reports whether the Done still waits for its Finish or Record.
+func (d *Done) Active() bool { return d.g != nil }
+
+func (d *Done) failOnPanic() {
+	if d.g != nil {
+		d.Record(Failure)
+	}
+}

@@ -1,0 +1,294 @@
+// Package policytest is the conformance suite every sluice.Policy runs: the
+// contract of Decision fields, Done once per admit, Released giving back what
+// Admit took, and safety under -race with many goroutines.
+//
+//	func TestConformance(t *testing.T) {
+//		policytest.Run(t, policytest.Config{
+//			New: func(t *testing.T) sluice.Policy { return mustNewLimiter(t) },
+//		})
+//	}
+package policytest
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Config describes the policy under test.
+type Config struct {
+	// New returns a fresh policy. Required. Policies that block in Admit are
+	// driven with a context whose deadline is already near, so they must not
+	// wait past it.
+	New func(t *testing.T) sluice.Policy
+	// Step is how far the instant advances between two Admits in the
+	// sequential checks; default 1 ms.
+	Step time.Duration
+	// Start is the first instant; default 0.
+	Start time.Duration
+	// NoRetryAfter marks policies that cannot know when to retry (a
+	// probabilistic throttle): their rejections may carry RetryAfter 0.
+	NoRetryAfter bool
+	// Random marks policies whose decisions are random: Released is not
+	// checked for restoring the decision exactly.
+	Random bool
+	// Causes lists the causes the policy rejects with; default all of
+	// sluice's. Each rejection must match one of them.
+	Causes []error
+	// Outcome picks the outcome reported for the i-th admitted call in the
+	// sequential and concurrent runs; default: a Failure every 7th call, the
+	// rest Success.
+	Outcome func(i int) sluice.Outcome
+	// Latency is the latency reported to Done; default 1 ms.
+	Latency time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Step <= 0 {
+		c.Step = time.Millisecond
+	}
+	if len(c.Causes) == 0 {
+		c.Causes = []error{sluice.ErrRateLimited, sluice.ErrCircuitOpen, sluice.ErrOverloaded,
+			sluice.ErrConcurrencyLimited, sluice.ErrTimeout}
+	}
+	if c.Outcome == nil {
+		c.Outcome = func(i int) sluice.Outcome {
+			if i%7 == 6 {
+				return sluice.Failure
+			}
+			return sluice.Success
+		}
+	}
+	if c.Latency <= 0 {
+		c.Latency = time.Millisecond
+	}
+}
+
+// Run runs the conformance suite as subtests of t.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.New == nil {
+		t.Fatal("policytest: Config.New is required")
+	}
+	cfg.defaults()
+	t.Run("Name", func(t *testing.T) {
+		if cfg.New(t).Name() == "" {
+			t.Fatal("Name() is empty")
+		}
+	})
+	t.Run("DecisionFields", func(t *testing.T) { sequential(t, cfg) })
+	t.Run("ReleasedRestores", func(t *testing.T) { released(t, cfg) })
+	t.Run("Concurrent", func(t *testing.T) { concurrent(t, cfg) })
+	t.Run("ThroughGuard", func(t *testing.T) { throughGuard(t, cfg) })
+}
+
+func admitCtx(t *testing.T) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), 50*time.Millisecond)
+}
+
+// CheckDecision fails t when d breaks the Decision contract for policy p.
+func CheckDecision(t testing.TB, cfg Config, p sluice.Policy, d sluice.Decision) {
+	t.Helper()
+	if d.Policy != p.Name() {
+		t.Fatalf("Decision.Policy = %q, want the policy's Name %q", d.Policy, p.Name())
+	}
+	if d.Remaining < 0 {
+		t.Fatalf("Decision.Remaining = %d, must not be negative: %+v", d.Remaining, d)
+	}
+	if d.Limit < -1 {
+		t.Fatalf("Decision.Limit = %d, must be -1 or a quota: %+v", d.Limit, d)
+	}
+	if d.Limit >= 0 && d.Remaining > d.Limit {
+		t.Fatalf("Decision.Remaining %d > Limit %d: %+v", d.Remaining, d.Limit, d)
+	}
+	if d.Limit == -1 && d.Remaining != 0 {
+		t.Fatalf("Decision.Remaining = %d with Limit -1, want 0: %+v", d.Remaining, d)
+	}
+	if d.Reset < 0 || d.RetryAfter < 0 {
+		t.Fatalf("negative Reset or RetryAfter: %+v", d)
+	}
+	if d.Allowed {
+		if d.RetryAfter != 0 {
+			t.Fatalf("allowed with RetryAfter %v: %+v", d.RetryAfter, d)
+		}
+		if d.Cause != nil {
+			t.Fatalf("allowed with Cause %v: %+v", d.Cause, d)
+		}
+		return
+	}
+	if d.Cause == nil {
+		t.Fatalf("rejected without a Cause: %+v", d)
+	}
+	matched := false
+	for _, c := range cfg.Causes {
+		if errors.Is(d.Cause, c) {
+			matched = true
+		}
+	}
+	if !matched {
+		t.Fatalf("rejection Cause %v matches none of %v", d.Cause, cfg.Causes)
+	}
+	if !cfg.NoRetryAfter && d.RetryAfter <= 0 {
+		t.Fatalf("rejected with RetryAfter %v, want > 0: %+v", d.RetryAfter, d)
+	}
+}
+
+func sequential(t *testing.T, cfg Config) {
+	p := cfg.New(t)
+	ctx, cancel := admitCtx(t)
+	defer cancel()
+	now := cfg.Start
+	admitted, rejected := 0, 0
+	for i := range 2000 {
+		// Bursts of 20 at one instant, then a step: both sides of every quota.
+		if i%20 == 0 {
+			now += 20 * cfg.Step
+		}
+		d, tk := p.Admit(ctx, now)
+		CheckDecision(t, cfg, p, d)
+		if d.Allowed {
+			p.Done(tk, cfg.Outcome(admitted), now+cfg.Latency, cfg.Latency)
+			admitted++
+		} else {
+			rejected++
+		}
+	}
+	if admitted == 0 {
+		t.Fatalf("2000 calls over %v admitted none", now-cfg.Start)
+	}
+	t.Logf("admitted %d, rejected %d", admitted, rejected)
+}
+
+func released(t *testing.T, cfg Config) {
+	p := cfg.New(t)
+	ctx, cancel := admitCtx(t)
+	defer cancel()
+	now := cfg.Start
+	for i := range 200 {
+		if i%10 == 0 {
+			now += cfg.Step
+		}
+		d1, t1 := p.Admit(ctx, now)
+		if !d1.Allowed {
+			continue
+		}
+		p.Done(t1, sluice.Released, now, 0)
+		d2, t2 := p.Admit(ctx, now)
+		if !d2.Allowed {
+			if cfg.Random {
+				continue
+			}
+			t.Fatalf("call %d: admitted, released, then rejected at the same instant: %+v then %+v", i, d1, d2)
+		}
+		if !cfg.Random && d2.Remaining != d1.Remaining {
+			t.Fatalf("call %d: Remaining %d after a release, want %d as before", i, d2.Remaining, d1.Remaining)
+		}
+		p.Done(t2, cfg.Outcome(i), now+cfg.Latency, cfg.Latency)
+	}
+}
+
+func concurrent(t *testing.T, cfg Config) {
+	p := cfg.New(t)
+	var clock atomic.Int64
+	clock.Store(int64(cfg.Start))
+	const workers, calls = 32, 400
+	var wg sync.WaitGroup
+	var admits, dones atomic.Int64
+	errc := make(chan string, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			ctx, cancel := admitCtx(t)
+			defer cancel()
+			for i := range calls {
+				now := time.Duration(clock.Add(int64(cfg.Step / 8)))
+				d, tk := p.Admit(ctx, now)
+				if d.Policy != p.Name() || d.Remaining < 0 || (d.Allowed && (d.RetryAfter != 0 || d.Cause != nil)) || (!d.Allowed && d.Cause == nil) {
+					errc <- "inconsistent decision under concurrency"
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				admits.Add(1)
+				o := cfg.Outcome(i)
+				if r.IntN(10) == 0 {
+					o = sluice.Released
+				}
+				lat := time.Duration(r.Int64N(int64(cfg.Latency)*2 + 1))
+				p.Done(tk, o, time.Duration(clock.Load())+lat, lat)
+				dones.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for e := range errc {
+		t.Fatal(e)
+	}
+	if admits.Load() != dones.Load() {
+		t.Fatalf("admits %d != dones %d", admits.Load(), dones.Load())
+	}
+}
+
+// countingPolicy wraps a policy and counts Admits that allowed and Dones.
+type countingPolicy struct {
+	sluice.Policy
+	allowed, done atomic.Int64
+}
+
+func (c *countingPolicy) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	d, t := c.Policy.Admit(ctx, now)
+	if d.Allowed {
+		c.allowed.Add(1)
+	}
+	return d, t
+}
+
+func (c *countingPolicy) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
+	c.done.Add(1)
+	c.Policy.Done(t, o, now, lat)
+}
+
+func throughGuard(t *testing.T, cfg Config) {
+	inner := &countingPolicy{Policy: cfg.New(t)}
+	clk := sluice.NewManualClock(cfg.Start)
+	g, err := sluice.New(sluice.With(inner), sluice.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx, cancel := admitCtx(t)
+	defer cancel()
+	ran := 0
+	for i := range 500 {
+		if i%10 == 0 {
+			clk.Advance(cfg.Step * 10)
+		}
+		err := g.Do(ctx, func(context.Context) error {
+			ran++
+			if cfg.Outcome(i) == sluice.Failure {
+				return errors.New("dependency failed")
+			}
+			return nil
+		})
+		var rej *sluice.RejectedError
+		if errors.As(err, &rej) {
+			if !errors.Is(err, sluice.ErrRejected) {
+				t.Fatalf("rejection %v does not match ErrRejected", err)
+			}
+			CheckDecision(t, cfg, inner, rej.Decision)
+		}
+	}
+	if got := inner.allowed.Load(); got != int64(ran) || inner.done.Load() != got {
+		t.Fatalf("fn ran %d times, policy allowed %d and heard Done %d", ran, got, inner.done.Load())
+	}
+}

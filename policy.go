@@ -1,0 +1,137 @@
+package sluice
+
+import (
+	"context"
+	"time"
+)
+
+// Decision is what every policy answers for one request, and what the
+// adapters turn into response headers.
+//
+// The zero Decision rejects with no reason given; policies always fill it in.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Policy names the policy that decided, as its Name returns it:
+	// "ratelimit/per-ip", "breaker/payments".
+	Policy string
+	// Limit is the quota of the window or bucket, in cost units; -1 where a
+	// quota has no meaning (a breaker, a load guard).
+	Limit int64
+	// Remaining is what is left of Limit after this decision; never negative.
+	// It is 0 where Limit is -1.
+	Remaining int64
+	// Reset is the time until the quota is whole again; 0 if unknown.
+	Reset time.Duration
+	// RetryAfter is how long the caller should wait before trying again; 0 when
+	// Allowed, and > 0 on a rejection whenever the policy can know it.
+	RetryAfter time.Duration
+	// Cause is nil when Allowed. On a rejection it is, or wraps, exactly one of
+	// ErrRateLimited, ErrCircuitOpen, ErrOverloaded, ErrConcurrencyLimited, or
+	// ErrTimeout.
+	Cause error
+}
+
+// Policy is one link of a Guard's chain.
+//
+// A Guard calls Admit once per request with the monotonic instant it read when
+// the request arrived, and, for every Admit that allowed, Done exactly once
+// when the request has ended, with the Ticket that Admit returned, the outcome,
+// the instant the request ended and its latency. A policy never reads the clock
+// itself on this path.
+//
+// Implementations must be safe for concurrent use. A policy may block in Admit
+// (a shaper waiting for its slot, a queue for a concurrency slot); it must then
+// honour ctx.
+type Policy interface {
+	// Name identifies the policy in decisions, errors and observers.
+	Name() string
+	// Admit decides on one request at the monotonic instant now.
+	Admit(ctx context.Context, now time.Duration) (Decision, Ticket)
+	// Done reports how an admitted request ended. It is called exactly once for
+	// every Admit that allowed, and never for one that rejected.
+	Done(t Ticket, o Outcome, now, latency time.Duration)
+}
+
+// Ticket carries per-call state from a policy's Admit to its Done without
+// allocating: a generation, a slot, a cost. Its meaning is private to the
+// policy that issued it.
+type Ticket uint64
+
+// Outcome is how an admitted call ended, as far as the policies are concerned.
+type Outcome uint8
+
+const (
+	// Success: the call did its work.
+	Success Outcome = iota
+	// Failure: the call failed in a way that says something about the health
+	// of what it called (an error, a 5xx, a gRPC Unavailable, a timeout).
+	Failure
+	// Ignored: the call ended in a way that says nothing about the dependency's
+	// health: the caller cancelled, a client error (4xx), another sluice
+	// policy's rejection. Breakers and load guards do not count it.
+	Ignored
+	// Released: the call never ran, because a policy further in the chain
+	// rejected it. A policy gives back what its Admit took (a token, a
+	// concurrency slot, a half-open probe), as if the request had not come.
+	Released
+)
+
+// String returns "success", "failure", "ignored" or "released".
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	case Ignored:
+		return "ignored"
+	case Released:
+		return "released"
+	}
+	return "outcome(" + itoa(int64(o)) + ")"
+}
+
+// StateChange is a change of a policy's state: a breaker going from closed
+// to open, a load guard starting to shed, a degradation switch flipping.
+type StateChange struct {
+	// Policy is the Name of the policy whose state changed.
+	Policy string
+	// From and To are the states, as the policy names them ("closed", "open",
+	// "half-open"; "normal", "shedding"; "off", "on").
+	From, To string
+	// At is the monotonic instant of the change.
+	At time.Duration
+}
+
+// StateSource is implemented by policies whose state changes (breakers, load
+// guards). A Guard built with [OnStateChange] subscribes to every policy of its
+// chain that implements it, and unsubscribes on Close.
+//
+// Subscribe registers fn, called outside the policy's locks after each change,
+// in the order the changes happened; the returned function removes it.
+type StateSource interface {
+	Subscribe(fn func(StateChange)) (unsubscribe func())
+}
+
+func itoa(v int64) string {
+	if v == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	for v > 0 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
