@@ -95,3 +95,60 @@ func never(name string, limit, remaining int64, reset time.Duration) sluice.Deci
 	d.Cause = ErrNeverSatisfiable
 	return d
 }
+
+// Rate is Count events per Period: PerSecond(100), PerMinute(10), Every(50*time.Millisecond).
+// Its zero value is invalid; constructors reject it.
+type Rate struct {
+	Count  int64
+	Period time.Duration
+}
+
+// PerSecond returns a Rate of n per second.
+func PerSecond(n int64) Rate { return Rate{Count: n, Period: time.Second} }
+
+// PerMinute returns a Rate of n per minute.
+func PerMinute(n int64) Rate { return Rate{Count: n, Period: time.Minute} }
+
+// PerHour returns a Rate of n per hour.
+func PerHour(n int64) Rate { return Rate{Count: n, Period: time.Hour} }
+
+// Every returns a Rate of one event every interval.
+func Every(interval time.Duration) Rate { return Rate{Count: 1, Period: interval} }
+
+// Interval returns the time between two events at this rate, Period/Count,
+// rounded down to the nanosecond and never below 1ns.
+func (r Rate) Interval() time.Duration {
+	if r.Count <= 0 {
+		return 0
+	}
+	iv := r.Period / time.Duration(r.Count)
+	if iv < 1 {
+		iv = 1
+	}
+	return iv
+}
+
+// PerSec returns the rate in events per second.
+func (r Rate) PerSec() float64 {
+	if r.Period <= 0 {
+		return 0
+	}
+	return float64(r.Count) / r.Period.Seconds()
+}
+
+// String returns "100/1s".
+func (r Rate) String() string { return fmt.Sprintf("%d/%v", r.Count, r.Period) }
+
+// Validate reports why r cannot be used: a Count or Period of zero or less,
+// or more events per Period than it has nanoseconds.
+func (r Rate) Validate() error {
+	switch {
+	case r.Count <= 0:
+		return fmt.Errorf("ratelimit: rate %v: count must be positive", r)
+	case r.Period <= 0:
+		return fmt.Errorf("ratelimit: rate %v: period must be positive", r)
+	case int64(r.Period) < r.Count:
+		return fmt.Errorf("ratelimit: rate %v: more than one event per nanosecond", r)
+	}
+	return nil
+}
