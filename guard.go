@@ -178,20 +178,26 @@ func (g *Guard) Close() error {
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
-	_, done, err := g.Admit(ctx)
-	if err != nil {
+	if g == nil {
+		return fn(ctx)
+	}
+	var done Done
+	if _, err := g.admit(ctx, &done); err != nil {
 		return err
 	}
 	defer done.failOnPanic()
-	err = fn(ctx)
+	err := fn(ctx)
 	done.Finish(err)
 	return err
 }
 
 // Execute runs fn under g as Do does, and returns fn's value.
 func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
-	_, done, err := g.Admit(ctx)
-	if err != nil {
+	if g == nil {
+		return fn(ctx)
+	}
+	var done Done
+	if _, err := g.admit(ctx, &done); err != nil {
 		var zero T
 		return zero, err
 	}
@@ -210,8 +216,15 @@ func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
 	if g == nil {
 		return allowAll, Done{}, nil
 	}
+	var done Done
+	d, err := g.admit(ctx, &done)
+	return d, done, err
+}
+
+// admit runs the chain and fills done with the tickets of the policies that
+// admitted; on a rejection done stays inactive.
+func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 	now := g.Now()
-	done := Done{g: g, start: now}
 	if len(g.policies) > len(done.tickets) {
 		done.more = make([]Ticket, len(g.policies))
 	}
@@ -222,8 +235,9 @@ func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
 			for j := i - 1; j >= 0; j-- {
 				g.policies[j].Done(done.ticket(j), Released, now, 0)
 			}
+			done.more = nil
 			g.decided(ctx, d)
-			return d, Done{}, &RejectedError{Decision: d}
+			return d, &RejectedError{Decision: d}
 		}
 		if done.more != nil {
 			done.more[i] = t
@@ -234,8 +248,9 @@ func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
 			best = d
 		}
 	}
+	done.g, done.start = g, now
 	g.decided(ctx, best)
-	return best, done, nil
+	return best, nil
 }
 
 var allowAll = Decision{Allowed: true, Limit: -1}
@@ -252,7 +267,7 @@ func (g *Guard) decided(ctx context.Context, d Decision) {
 type Done struct {
 	g       *Guard
 	start   time.Duration
-	tickets [6]Ticket
+	tickets [4]Ticket
 	more    []Ticket
 }
 
