@@ -1,0 +1,191 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// FixedWindow admits at most limit cost units in each window of time
+// [k·window, (k+1)·window), counted from instant 0 of the limiter's clock.
+//
+// It is the simplest limiter and the cheapest: one atomic word holds the
+// window's index and what it has used, updated with compare-and-swap. Its
+// known weakness is the window boundary: up to 2·limit can pass within a
+// short time around the end of one window and the start of the next (see
+// SlidingWindow and SlidingLog for the remedies).
+//
+// An instant older than the window the limiter has already moved to (a clock
+// stepping backwards, or a late caller) is counted against the newer window,
+// so it never admits extra. Make one with NewFixedWindow; the zero value is
+// not usable.
+type FixedWindow struct {
+	// state packs the index of the current window (high bits, modulo
+	// 2^(64-cb)) and the units used in it (low cb bits). The count field set
+	// to all ones (more than limit) marks the pristine limiter.
+	state atomic.Uint64
+	_     [56]byte // keeps state alone on its cache line
+
+	limit  int64
+	window time.Duration
+	cb     uint   // bits of the count field
+	cmask  uint64 // 1<<cb - 1
+	name   string
+	clock  sluice.Clock
+}
+
+// NewFixedWindow returns a limiter that admits limit cost units per window.
+//
+// It fails when limit < 1, window <= 0, or window is too short to count limit
+// units in it exactly (window must be at least 4·2^bits(limit) nanoseconds:
+// 512ns for a limit of 100, 4.2ms for a limit of a million).
+func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWindow, error) {
+	o, err := buildOptions("fixed-window", opts)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("ratelimit: fixed window: limit %d must be at least 1", limit)
+	}
+	if window <= 0 {
+		return nil, fmt.Errorf("ratelimit: fixed window: window %v must be positive", window)
+	}
+	cb := uint(bits.Len64(uint64(limit) + 1))
+	if err := checkGranularity("fixed window", limit, window, cb); err != nil {
+		return nil, err
+	}
+	w := &FixedWindow{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock}
+	w.state.Store(w.cmask) // pristine
+	return w, nil
+}
+
+// checkGranularity reports an error when a counter of cb bits per slot of
+// length slot cannot tell slots apart over the whole range of instants:
+// slot indexes are kept modulo 2^(64-cb) and compared as signed numbers.
+func checkGranularity(what string, limit int64, slot time.Duration, cb uint) error {
+	if cb > 40 {
+		return fmt.Errorf("ratelimit: %s: limit %d is too large (at most 2^40-2)", what, limit)
+	}
+	minSlot := time.Duration(1) << (cb + 2)
+	if slot < minSlot {
+		return fmt.Errorf("ratelimit: %s: %v is too short to count a limit of %d exactly (at least %v)", what, slot, limit, minSlot)
+	}
+	return nil
+}
+
+// floorDivDur returns ⌊a/b⌋ for b > 0, also for negative a.
+func floorDivDur(a, b time.Duration) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return int64(q)
+}
+
+// slotDiff returns a - b for two slot indexes kept modulo 2^(64-cb) in the
+// high bits of their words (low cb bits ignored), as a signed number.
+func slotDiff(a, b uint64, cb uint) int64 {
+	mask := ^uint64(0) << cb
+	return int64((a&mask)-(b&mask)) >> cb
+}
+
+// Name returns the limiter's name, "ratelimit/fixed-window" unless set with
+// WithName.
+func (w *FixedWindow) Name() string { return w.name }
+
+// Limit returns the limit per window.
+func (w *FixedWindow) Limit() int64 { return w.limit }
+
+// Window returns the length of a window.
+func (w *FixedWindow) Window() time.Duration { return w.window }
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return w.decide(now, sluice.CostFrom(ctx))
+}
+
+// Done gives back what the admitted request took when o is sluice.Released
+// and the window it was counted in is still the current one; other outcomes
+// change nothing.
+func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	if o != sluice.Released {
+		return
+	}
+	n := uint64(t) & w.cmask
+	for {
+		s := w.state.Load()
+		used := s & w.cmask
+		if used == w.cmask || slotDiff(s, uint64(t), w.cb) != 0 {
+			return // pristine, or the window has moved on
+		}
+		give := min(n, used)
+		if give == 0 || w.state.CompareAndSwap(s, s-give) {
+			return
+		}
+	}
+}
+
+// Allow is AllowNAt(clock.Now(), 1).
+func (w *FixedWindow) Allow() bool { return w.AllowNAt(w.clock.Now(), 1) }
+
+// AllowN is AllowNAt(clock.Now(), n).
+func (w *FixedWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.Now(), n) }
+
+// AllowAt is AllowNAt(now, 1).
+func (w *FixedWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
+
+// AllowNAt reports whether n units may pass at instant now, and takes them if
+// so.
+func (w *FixedWindow) AllowNAt(now time.Duration, n int64) bool {
+	d, _ := w.decide(now, n)
+	return d.Allowed
+}
+
+// DecideAt decides on a request of cost n (taken as 1 when below 1) at
+// instant now, and takes the units when it admits. Limit is the window's
+// limit, Remaining what is left of it, Reset the time until the window ends
+// (0 when nothing of it is used) and RetryAfter the same on a rejection. A
+// cost above the limit is rejected with ErrNeverSatisfiable.
+func (w *FixedWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
+	d, _ := w.decide(now, n)
+	return d
+}
+
+func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+	n = max(n, 1)
+	cur := floorDivDur(now, w.window)
+	for {
+		s := w.state.Load()
+		idx, used := cur, int64(s&w.cmask)
+		if uint64(used) == w.cmask {
+			used = 0 // pristine: adopt the current window
+		} else if diff := slotDiff(uint64(cur)<<w.cb, s, w.cb); diff <= 0 {
+			idx = cur - diff // same window, or now lies before it: count there
+		} else {
+			used = 0 // a later window starts afresh
+		}
+		reset := time.Duration(idx+1)*w.window - now
+		if n > w.limit {
+			return never(w.name, w.limit, w.limit-used, resetIf(used > 0, reset)), 0
+		}
+		if used+n > w.limit {
+			return reject(w.name, w.limit, w.limit-used, reset, reset), 0
+		}
+		next := uint64(idx)<<w.cb | uint64(used+n)
+		if w.state.CompareAndSwap(s, next) {
+			return allow(w.name, w.limit, w.limit-used-n, reset), sluice.Ticket(uint64(idx)<<w.cb | uint64(n))
+		}
+	}
+}
+
+// resetIf returns d when cond holds and 0 otherwise.
+func resetIf(cond bool, d time.Duration) time.Duration {
+	if cond {
+		return d
+	}
+	return 0
+}
