@@ -1,0 +1,52 @@
+package middleware
+
+import "github.com/sluice-go/sluice"
+
+// StatusClassifier decides what an HTTP response status says about the
+// health of the handler or dependency that produced it.
+type StatusClassifier func(status int) sluice.Outcome
+
+// ClassifyHTTPStatus is the default StatusClassifier: 5xx is a Failure; 1xx,
+// 2xx and 3xx are a Success; 4xx and anything else is Ignored (the client's
+// fault says nothing about the server's health). 0, a handler that wrote
+// nothing, is taken as 200.
+func ClassifyHTTPStatus(status int) sluice.Outcome {
+	switch {
+	case status == 0:
+		return sluice.Success
+	case status >= 500 && status <= 599:
+		return sluice.Failure
+	case status >= 100 && status < 400:
+		return sluice.Success
+	}
+	return sluice.Ignored
+}
+
+// The gRPC status codes, numbered as google.golang.org/grpc/codes numbers
+// them, so that this package need not import gRPC.
+const (
+	codeOK               = 0
+	codeUnknown          = 2
+	codeDeadlineExceeded = 4
+	codeInternal         = 13
+	codeUnavailable      = 14
+	codeDataLoss         = 15
+)
+
+// CodeClassifier decides what a gRPC status code (codes.Code as a uint32)
+// says about the health of the handler or dependency that returned it.
+type CodeClassifier func(code uint32) sluice.Outcome
+
+// ClassifyGRPCCode is the default CodeClassifier: OK is a Success;
+// Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are a Failure;
+// every other code (Canceled, InvalidArgument, NotFound, ResourceExhausted,
+// ...) is Ignored.
+func ClassifyGRPCCode(code uint32) sluice.Outcome {
+	switch code {
+	case codeOK:
+		return sluice.Success
+	case codeUnavailable, codeDeadlineExceeded, codeInternal, codeUnknown, codeDataLoss:
+		return sluice.Failure
+	}
+	return sluice.Ignored
+}

@@ -1,0 +1,33 @@
+// Package middleware is the transport-neutral core shared by sluice's
+// adapters (middleware/http, middleware/echo, middleware/grpc): the route
+// table that maps a route to a *sluice.Guard, client IP and key extraction,
+// outcome classification of HTTP statuses and gRPC codes, and the rendering of
+// a rejection into status, header fields and an RFC 9457 problem body.
+//
+// The adapters stay small: each turns its transport's request into a
+// [Request], looks up the route's [Route] in a [Routes] table, asks the
+// route's Guard, and renders the Decision with the helpers of this package, so
+// that every transport answers the same request the same way.
+//
+// # Header fields
+//
+// A rejection for a rate limit is answered with 429 Too Many Requests, one for
+// an open circuit, an overloaded service or a full concurrency limit with 503
+// Service Unavailable ([HTTPStatus]). Every rejection carries Retry-After in
+// whole seconds, rounded up. Decisions that carry a quota (Limit ≥ 0) are
+// also described with the IETF draft fields (draft-ietf-httpapi-ratelimit-headers):
+//
+//	RateLimit-Policy: "ratelimit/per-ip";q=100;w=60
+//	RateLimit: "ratelimit/per-ip";r=0;t=7
+//
+// and, on request, the older X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset fields. On a rejection t equals Retry-After.
+//
+// # Client IP
+//
+// [IPExtractor] takes the client's address from the direct peer. It reads
+// Forwarded, X-Forwarded-For and X-Real-IP only when the direct peer is a
+// trusted proxy, and then takes the right-most address that is not itself a
+// trusted proxy, so a client cannot choose its own address by sending the
+// header itself.
+package middleware

@@ -1,0 +1,298 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// HeaderGetter returns every value of a request header or metadata field,
+// in the order received; nil when it is absent. http.Header's Values method
+// and gRPC metadata.MD's Get method are HeaderGetters.
+type HeaderGetter func(name string) []string
+
+// The proxy header fields an IPExtractor can read.
+const (
+	// HeaderForwarded is the RFC 7239 field: for=192.0.2.60;proto=https.
+	HeaderForwarded = "Forwarded"
+	// HeaderXForwardedFor is the de facto field: client, proxy1, proxy2.
+	HeaderXForwardedFor = "X-Forwarded-For"
+	// HeaderXRealIP holds one address, set by the proxy in front.
+	HeaderXRealIP = "X-Real-IP"
+)
+
+// IPExtractor finds a request's client address. By default it is the direct
+// peer's address. When the peer is within a trusted proxy prefix, the proxy
+// headers are read (the first of them that the request carries, in the
+// configured order) and the client is the right-most address of the chain
+// that is not itself a trusted proxy.
+//
+// Addresses are normalised: IPv4-mapped IPv6 addresses become IPv4, zones are
+// dropped, and, when configured, addresses are masked to a prefix (an IPv6
+// /64 is one subscriber's network).
+//
+// The zero value is not usable; build one with NewIPExtractor. An IPExtractor
+// is immutable and safe for concurrent use.
+type IPExtractor struct {
+	trusted []netip.Prefix
+	headers []string
+	v4bits  int
+	v6bits  int
+}
+
+// IPOption configures an IPExtractor.
+type IPOption func(*IPExtractor) error
+
+// TrustedProxies lists the prefixes ("10.0.0.0/8", "fd00::/8", "192.0.2.7")
+// of the proxies whose headers are believed. Default: none, so the headers are
+// never read.
+func TrustedProxies(cidrs ...string) IPOption {
+	return func(e *IPExtractor) error {
+		for _, c := range cidrs {
+			var p netip.Prefix
+			var err error
+			if strings.Contains(c, "/") {
+				p, err = netip.ParsePrefix(c)
+			} else {
+				var a netip.Addr
+				a, err = netip.ParseAddr(c)
+				if err == nil {
+					a = a.Unmap().WithZone("")
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("middleware: TrustedProxies: %q: %w", c, err)
+			}
+			if p.Addr().Is4In6() {
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+				if p.Bits() < 0 {
+					return fmt.Errorf("middleware: TrustedProxies: %q: mapped prefix shorter than /96", c)
+				}
+			}
+			e.trusted = append(e.trusted, p.Masked())
+		}
+		return nil
+	}
+}
+
+// ProxyHeaders sets which proxy header fields are read, in order of
+// preference; the first one a request carries is used. Default: Forwarded,
+// X-Forwarded-For, X-Real-IP. Only the three fields of this package are
+// understood.
+func ProxyHeaders(names ...string) IPOption {
+	return func(e *IPExtractor) error {
+		if len(names) == 0 {
+			return errors.New("middleware: ProxyHeaders: no header")
+		}
+		e.headers = e.headers[:0]
+		for _, n := range names {
+			switch {
+			case strings.EqualFold(n, HeaderForwarded):
+				e.headers = append(e.headers, HeaderForwarded)
+			case strings.EqualFold(n, HeaderXForwardedFor):
+				e.headers = append(e.headers, HeaderXForwardedFor)
+			case strings.EqualFold(n, HeaderXRealIP):
+				e.headers = append(e.headers, HeaderXRealIP)
+			default:
+				return fmt.Errorf("middleware: ProxyHeaders: unknown header %q", n)
+			}
+		}
+		return nil
+	}
+}
+
+// IPv6Prefix masks IPv6 client addresses to their first bits bits (64 makes
+// one key per /64 network). Default 128: no masking.
+func IPv6Prefix(bits int) IPOption {
+	return func(e *IPExtractor) error {
+		if bits < 1 || bits > 128 {
+			return fmt.Errorf("middleware: IPv6Prefix: %d is not in [1, 128]", bits)
+		}
+		e.v6bits = bits
+		return nil
+	}
+}
+
+// IPv4Prefix masks IPv4 client addresses to their first bits bits. Default
+// 32: no masking.
+func IPv4Prefix(bits int) IPOption {
+	return func(e *IPExtractor) error {
+		if bits < 1 || bits > 32 {
+			return fmt.Errorf("middleware: IPv4Prefix: %d is not in [1, 32]", bits)
+		}
+		e.v4bits = bits
+		return nil
+	}
+}
+
+// NewIPExtractor builds an IPExtractor.
+func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
+	e := &IPExtractor{
+		headers: []string{HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP},
+		v4bits:  32,
+		v6bits:  128,
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(e); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// ParseAddr parses a peer address as net/http's RemoteAddr and gRPC's peer
+// give it ("192.0.2.1:1234", "[2001:db8::1]:443", or a bare address), and
+// normalises it: IPv4-mapped addresses become IPv4, zones are dropped.
+func ParseAddr(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return normal(ap.Addr()), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		s = s[1 : len(s)-1]
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return normal(a), true
+	}
+	return netip.Addr{}, false
+}
+
+func normal(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
+
+// Trusted reports whether a is within a trusted proxy prefix.
+func (e *IPExtractor) Trusted(a netip.Addr) bool {
+	for _, p := range e.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientIP returns the client's address for a request whose direct peer is
+// remoteAddr and whose header fields get returns (nil: none), masked to the
+// configured prefix. It reports false when remoteAddr is not an address (a
+// Unix socket, an in-memory pipe).
+func (e *IPExtractor) ClientIP(remoteAddr string, get HeaderGetter) (netip.Addr, bool) {
+	peer, ok := ParseAddr(remoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	client := peer
+	if get != nil && len(e.trusted) > 0 && e.Trusted(peer) {
+		client = e.fromHeaders(peer, get)
+	}
+	return e.mask(client), true
+}
+
+func (e *IPExtractor) mask(a netip.Addr) netip.Addr {
+	bits := e.v6bits
+	if a.Is4() {
+		bits = e.v4bits
+	}
+	if bits >= a.BitLen() {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
+}
+
+// fromHeaders walks the first proxy header present from right to left.
+// last is the nearest address known so far (the peer, then each trusted hop);
+// it is the answer when the chain ends in garbage or holds only trusted hops.
+func (e *IPExtractor) fromHeaders(peer netip.Addr, get HeaderGetter) netip.Addr {
+	for _, h := range e.headers {
+		vals := get(h)
+		if len(vals) == 0 {
+			continue
+		}
+		last := peer
+		if h == HeaderXRealIP {
+			a, ok := ParseAddr(vals[len(vals)-1])
+			if !ok {
+				return last
+			}
+			return a
+		}
+		for i := len(vals) - 1; i >= 0; i-- {
+			v := vals[i]
+			for end := len(v); end > 0; {
+				start := lastComma(v[:end])
+				elem := v[start:end]
+				end = start - 1
+				if start == 0 {
+					end = 0
+				}
+				if strings.TrimSpace(elem) == "" {
+					continue
+				}
+				var a netip.Addr
+				var ok bool
+				if h == HeaderForwarded {
+					a, ok = forwardedFor(elem)
+				} else {
+					a, ok = ParseAddr(elem)
+				}
+				if !ok {
+					return last
+				}
+				if !e.Trusted(a) {
+					return a
+				}
+				last = a
+			}
+		}
+		return last
+	}
+	return peer
+}
+
+// lastComma returns the index just after the last comma of s that is not
+// inside a quoted string, or 0.
+func lastComma(s string) int {
+	quoted := false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case '"':
+			if i == 0 || s[i-1] != '\\' {
+				quoted = !quoted
+			}
+		case ',':
+			if !quoted {
+				return i + 1
+			}
+		}
+	}
+	return 0
+}
+
+// forwardedFor returns the address of the for= parameter of one
+// forwarded-element ("for=192.0.2.60;proto=http;by=203.0.113.43"). An
+// element without for=, or whose node is "unknown" or obfuscated, has none.
+func forwardedFor(elem string) (netip.Addr, bool) {
+	for elem != "" {
+		var pair string
+		pair, elem, _ = strings.Cut(elem, ";")
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+			v = v[1 : len(v)-1]
+		}
+		return ParseAddr(v)
+	}
+	return netip.Addr{}, false
+}

@@ -1,0 +1,165 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
+
+// Request is what the adapters show of a request to key functions and
+// skippers, whatever its transport.
+type Request interface {
+	// Context is the request's context.
+	Context() context.Context
+	// Route is the route the request matched ("" when unknown): the HTTP
+	// pattern, the gRPC full method.
+	Route() string
+	// RemoteAddr is the direct peer's address, "host:port" or bare.
+	RemoteAddr() string
+	// Header returns every value of a header or metadata field; nil when
+	// absent.
+	Header(name string) []string
+	// Cookie returns the value of the named cookie; false when absent or
+	// when the transport has no cookies.
+	Cookie(name string) (string, bool)
+}
+
+// KeyFunc returns the key a request is limited under, and false when the
+// request carries none.
+type KeyFunc func(r Request) (key string, ok bool)
+
+// KeyByIP keys requests by their client address as e finds it, masked to
+// e's prefixes.
+func KeyByIP(e *IPExtractor) KeyFunc {
+	return func(r Request) (string, bool) {
+		a, ok := e.ClientIP(r.RemoteAddr(), r.Header)
+		if !ok {
+			return "", false
+		}
+		return addrKey(a), true
+	}
+}
+
+func addrKey(a netip.Addr) string {
+	var buf [48]byte
+	return string(a.AppendTo(buf[:0]))
+}
+
+// KeyByHeader keys requests by the first value of a header (an API key, a
+// tenant id); requests without it, or with an empty one, have no key.
+func KeyByHeader(name string) KeyFunc {
+	return func(r Request) (string, bool) {
+		v := r.Header(name)
+		if len(v) == 0 || v[0] == "" {
+			return "", false
+		}
+		return v[0], true
+	}
+}
+
+// KeyByCookie keys requests by a cookie's value.
+func KeyByCookie(name string) KeyFunc {
+	return func(r Request) (string, bool) {
+		v, ok := r.Cookie(name)
+		if !ok || v == "" {
+			return "", false
+		}
+		return v, true
+	}
+}
+
+// KeyByContext keys requests by a value an earlier middleware put in the
+// context, typically the authenticated user: fn returns it, and false when
+// there is none.
+func KeyByContext(fn func(ctx context.Context) (string, bool)) KeyFunc {
+	return func(r Request) (string, bool) {
+		k, ok := fn(r.Context())
+		if !ok || k == "" {
+			return "", false
+		}
+		return k, true
+	}
+}
+
+// KeyByRoute keys requests by their route, so that each route has its own
+// quota within one Guard.
+func KeyByRoute() KeyFunc {
+	return func(r Request) (string, bool) {
+		rt := r.Route()
+		return rt, rt != ""
+	}
+}
+
+// ErrMissingKey is returned by a Keyer built with RejectMissingKey for a
+// request that carries no key. Adapters answer it with 400 Bad Request (gRPC
+// InvalidArgument).
+var ErrMissingKey = errors.New("middleware: the request carries no key to limit it by")
+
+// MissingKey is what a Keyer does with a request none of its KeyFuncs keys.
+// The zero value puts such requests in one shared bucket keyed "unknown".
+type MissingKey struct {
+	reject bool
+	key    string
+}
+
+// RejectMissingKey makes a Keyer reject requests without a key with
+// ErrMissingKey.
+func RejectMissingKey() MissingKey { return MissingKey{reject: true} }
+
+// SharedKey makes a Keyer put requests without a key in one bucket, keyed
+// key, that they share.
+func SharedKey(key string) MissingKey { return MissingKey{key: key} }
+
+// Keyer finds the key of a request: the first of its KeyFuncs that returns
+// one, else what its MissingKey says. A Keyer is immutable and safe for
+// concurrent use; a nil *Keyer keys nothing.
+type Keyer struct {
+	fns     []KeyFunc
+	missing MissingKey
+}
+
+// NewKeyer builds a Keyer that tries fns in order.
+func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
+	if len(fns) == 0 {
+		return nil, errors.New("middleware: NewKeyer: no key function")
+	}
+	for i, f := range fns {
+		if f == nil {
+			return nil, errors.New("middleware: NewKeyer: key function " + itoa(int64(i)) + " is nil")
+		}
+	}
+	if !missing.reject && missing.key == "" {
+		missing.key = "unknown"
+	}
+	return &Keyer{fns: append([]KeyFunc(nil), fns...), missing: missing}, nil
+}
+
+// Key returns r's key, or ErrMissingKey when r has none and the Keyer
+// rejects such requests.
+func (k *Keyer) Key(r Request) (string, error) {
+	for _, f := range k.fns {
+		if key, ok := f(r); ok {
+			return key, nil
+		}
+	}
+	if k.missing.reject {
+		return "", ErrMissingKey
+	}
+	return k.missing.key, nil
+}
+
+// Skipper reports whether a request bypasses the guard entirely (health
+// checks, metrics). A nil Skipper skips nothing.
+type Skipper func(r Request) bool
+
+// SkipRoutes returns a Skipper for requests whose route is one of routes.
+func SkipRoutes(routes ...string) Skipper {
+	set := make(map[string]struct{}, len(routes))
+	for _, r := range routes {
+		set[r] = struct{}{}
+	}
+	return func(r Request) bool {
+		_, ok := set[r.Route()]
+		return ok
+	}
+}

@@ -1,0 +1,166 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Windowed is implemented by rate limiters that know the length of their
+// window (a fixed or sliding window's size, a token bucket's time to refill
+// its burst). The route table reads it once per policy to fill the w
+// parameter of the RateLimit-Policy field; a policy without it gets no w.
+type Windowed interface {
+	Window() time.Duration
+}
+
+// Route is one entry of a [Routes] table: the Guard that protects the route
+// and what the table learnt about the Guard's policies when it was built.
+// A nil *Route lets every request through.
+type Route struct {
+	// Pattern is the route as it was registered: an HTTP pattern, a gRPC full
+	// method; "" for the default route.
+	Pattern string
+	// Guard protects the route; nil lets every request through.
+	Guard   *sluice.Guard
+	windows []policyWindow
+}
+
+type policyWindow struct {
+	name   string
+	window time.Duration
+}
+
+func newRoute(pattern string, g *sluice.Guard) *Route {
+	r := &Route{Pattern: pattern, Guard: g}
+	for _, p := range g.Policies() {
+		if w, ok := p.(Windowed); ok && w.Window() > 0 {
+			r.windows = append(r.windows, policyWindow{name: p.Name(), window: w.Window()})
+		}
+	}
+	return r
+}
+
+// Window returns the window of the route's policy named policy, as its
+// Windowed method reports it, or 0 when it has none.
+func (r *Route) Window(policy string) time.Duration {
+	if r == nil {
+		return 0
+	}
+	for i := range r.windows {
+		if r.windows[i].name == policy {
+			return r.windows[i].window
+		}
+	}
+	return 0
+}
+
+// Routes maps routes to Guards, with a default for routes it does not list.
+// A route mapped to a nil Guard, or an unlisted route when there is no
+// default, passes through unguarded. The zero value, and a nil *Routes, guard
+// nothing. A Routes is immutable once built and safe for concurrent use.
+type Routes struct {
+	byPattern map[string]*Route
+	def       *Route
+}
+
+// RoutesOption configures a Routes table.
+type RoutesOption func(*Routes) error
+
+// RouteTo maps pattern (an HTTP pattern such as "GET /items/{id}", a gRPC full
+// method such as "/pkg.Service/Method") to g. A nil g makes the route pass
+// through even when the table has a default.
+func RouteTo(pattern string, g *sluice.Guard) RoutesOption {
+	return func(rs *Routes) error {
+		if pattern == "" {
+			return errors.New("middleware: RouteTo: empty pattern (use DefaultRoute for the default)")
+		}
+		if _, dup := rs.byPattern[pattern]; dup {
+			return fmt.Errorf("middleware: RouteTo: route %q given twice", pattern)
+		}
+		rs.byPattern[pattern] = newRoute(pattern, g)
+		return nil
+	}
+}
+
+// DefaultRoute makes g guard every route the table does not list. Without it,
+// unlisted routes pass through.
+func DefaultRoute(g *sluice.Guard) RoutesOption {
+	return func(rs *Routes) error {
+		if rs.def != nil {
+			return errors.New("middleware: DefaultRoute given twice")
+		}
+		rs.def = newRoute("", g)
+		return nil
+	}
+}
+
+// NewRoutes builds a route table.
+func NewRoutes(opts ...RoutesOption) (*Routes, error) {
+	rs := &Routes{byPattern: make(map[string]*Route)}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(rs); err != nil {
+			return nil, err
+		}
+	}
+	if rs.def != nil && rs.def.Guard == nil {
+		rs.def = nil
+	}
+	return rs, nil
+}
+
+// Match returns the Route for pattern: its own entry, else the default, else
+// nil (pass through).
+func (rs *Routes) Match(pattern string) *Route {
+	if rs == nil {
+		return nil
+	}
+	if len(rs.byPattern) > 0 {
+		if r, ok := rs.byPattern[pattern]; ok {
+			if r.Guard == nil {
+				return nil
+			}
+			return r
+		}
+	}
+	return rs.def
+}
+
+// Default returns the default Route, or nil when there is none.
+func (rs *Routes) Default() *Route {
+	if rs == nil {
+		return nil
+	}
+	return rs.def
+}
+
+// NeedsPattern reports whether the table lists any route, that is whether
+// an adapter must work out a request's route before calling Match. When it
+// reports false, Match answers the default for every route.
+func (rs *Routes) NeedsPattern() bool { return rs != nil && len(rs.byPattern) > 0 }
+
+// Guards returns every distinct non-nil Guard of the table, the default
+// first; for closing them together.
+func (rs *Routes) Guards() []*sluice.Guard {
+	if rs == nil {
+		return nil
+	}
+	seen := make(map[*sluice.Guard]bool)
+	var out []*sluice.Guard
+	add := func(r *Route) {
+		if r != nil && r.Guard != nil && !seen[r.Guard] {
+			seen[r.Guard] = true
+			out = append(out, r.Guard)
+		}
+	}
+	add(rs.def)
+	for _, r := range rs.byPattern {
+		add(r)
+	}
+	return out
+}
