@@ -153,16 +153,21 @@ func ParseAddr(s string) (netip.Addr, bool) {
 	if s == "" {
 		return netip.Addr{}, false
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
+	switch {
+	case s[0] == '[' && s[len(s)-1] == ']':
+		s = s[1 : len(s)-1]
+	case s[0] == '[' || strings.Count(s, ":") == 1:
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
 		return normal(ap.Addr()), true
 	}
-	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		s = s[1 : len(s)-1]
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return normal(a), true
-	}
-	return netip.Addr{}, false
+	return normal(a), true
 }
 
 func normal(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }

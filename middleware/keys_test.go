@@ -1,0 +1,112 @@
+package middleware
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+type userKey struct{}
+
+func TestKeyer(t *testing.T) {
+	ipx, err := NewIPExtractor(IPv6Prefix(64))
+	require.NoError(t, err)
+	byUser := KeyByContext(func(ctx context.Context) (string, bool) {
+		u, ok := ctx.Value(userKey{}).(string)
+		return u, ok
+	})
+	full := fakeRequest{
+		ctx:     context.WithValue(context.Background(), userKey{}, "alice"),
+		route:   "GET /items/{id}",
+		remote:  "[2001:db8::1:2]:443",
+		header:  map[string][]string{"X-Api-Key": {"k1"}},
+		cookies: map[string]string{"session": "s1"},
+	}
+	empty := fakeRequest{remote: "pipe"}
+	tests := []struct {
+		name    string
+		fn      KeyFunc
+		r       fakeRequest
+		want    string
+		missing bool
+	}{
+		{"ip", KeyByIP(ipx), full, "2001:db8::", false},
+		{"ip missing", KeyByIP(ipx), empty, "", true},
+		{"header", KeyByHeader("X-Api-Key"), full, "k1", false},
+		{"header missing", KeyByHeader("X-Api-Key"), empty, "", true},
+		{"cookie", KeyByCookie("session"), full, "s1", false},
+		{"cookie missing", KeyByCookie("session"), empty, "", true},
+		{"context", byUser, full, "alice", false},
+		{"context missing", byUser, empty, "", true},
+		{"route", KeyByRoute(), full, "GET /items/{id}", false},
+		{"route missing", KeyByRoute(), empty, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shared, err := NewKeyer(MissingKey{}, tt.fn)
+			require.NoError(t, err)
+			k, err := shared.Key(tt.r)
+			require.NoError(t, err)
+			if tt.missing {
+				assert.Equal(t, "unknown", k)
+			} else {
+				assert.Equal(t, tt.want, k)
+			}
+
+			strict, err := NewKeyer(RejectMissingKey(), tt.fn)
+			require.NoError(t, err)
+			k, err = strict.Key(tt.r)
+			if tt.missing {
+				assert.ErrorIs(t, err, ErrMissingKey)
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, k)
+			}
+		})
+	}
+}
+
+func TestKeyerFallsThroughInOrder(t *testing.T) {
+	k, err := NewKeyer(SharedKey("anon"), KeyByHeader("X-Api-Key"), KeyByCookie("session"))
+	require.NoError(t, err)
+	got, err := k.Key(fakeRequest{cookies: map[string]string{"session": "s9"}})
+	require.NoError(t, err)
+	assert.Equal(t, "s9", got)
+	got, err = k.Key(fakeRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, "anon", got)
+
+	_, err = NewKeyer(RejectMissingKey())
+	assert.Error(t, err)
+	_, err = NewKeyer(RejectMissingKey(), nil)
+	assert.Error(t, err)
+}
+
+func TestSkipRoutes(t *testing.T) {
+	s := SkipRoutes("GET /healthz", "/grpc.health.v1.Health/Check")
+	assert.True(t, s(fakeRequest{route: "GET /healthz"}))
+	assert.True(t, s(fakeRequest{route: "/grpc.health.v1.Health/Check"}))
+	assert.False(t, s(fakeRequest{route: "GET /items"}))
+}
+
+func TestClassifiers(t *testing.T) {
+	for status, want := range map[int]sluice.Outcome{
+		0: sluice.Success, 101: sluice.Success, 200: sluice.Success, 204: sluice.Success, 304: sluice.Success,
+		400: sluice.Ignored, 404: sluice.Ignored, 429: sluice.Ignored, 499: sluice.Ignored,
+		500: sluice.Failure, 502: sluice.Failure, 503: sluice.Failure, 599: sluice.Failure, 600: sluice.Ignored,
+	} {
+		assert.Equal(t, want, ClassifyHTTPStatus(status), status)
+	}
+	// google.golang.org/grpc/codes numbering.
+	for code, want := range map[uint32]sluice.Outcome{
+		0: sluice.Success, 1: sluice.Ignored, 2: sluice.Failure, 3: sluice.Ignored, 4: sluice.Failure,
+		5: sluice.Ignored, 7: sluice.Ignored, 8: sluice.Ignored, 12: sluice.Ignored, 13: sluice.Failure,
+		14: sluice.Failure, 15: sluice.Failure, 16: sluice.Ignored,
+	} {
+		assert.Equal(t, want, ClassifyGRPCCode(code), code)
+	}
+}

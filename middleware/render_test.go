@@ -1,0 +1,157 @@
+package middleware
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/sfv"
+)
+
+func TestRejectedFieldsPerCause(t *testing.T) {
+	tests := []struct {
+		name       string
+		d          sluice.Decision
+		status     int
+		retryAfter string
+		quota      bool
+	}{
+		{
+			name:   "rate limited",
+			d:      sluice.Decision{Policy: "ratelimit/per-ip", Limit: 100, Remaining: 0, Reset: 40 * time.Second, RetryAfter: 6200 * time.Millisecond, Cause: sluice.ErrRateLimited},
+			status: 429, retryAfter: "7", quota: true,
+		},
+		{
+			name:   "circuit open",
+			d:      sluice.Decision{Policy: "breaker/payments", Limit: -1, RetryAfter: 30 * time.Second, Cause: sluice.ErrCircuitOpen},
+			status: 503, retryAfter: "30",
+		},
+		{
+			name:   "overloaded, retry unknown",
+			d:      sluice.Decision{Policy: "adaptive/bbr", Limit: -1, Cause: sluice.ErrOverloaded},
+			status: 503, retryAfter: "1",
+		},
+		{
+			name:   "concurrency limited",
+			d:      sluice.Decision{Policy: "adaptive/concurrency", Limit: -1, RetryAfter: time.Nanosecond, Cause: sluice.ErrConcurrencyLimited},
+			status: 503, retryAfter: "1",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := newRoute("GET /x", mustGuard(t, windowed{name: "ratelimit/per-ip", w: time.Minute}))
+			h := map[string][]string{}
+			var r Renderer
+			status := r.Rejected(h, rt, tt.d)
+			assert.Equal(t, tt.status, status)
+			assert.Equal(t, []string{tt.retryAfter}, h[FieldRetryAfter])
+			assert.Equal(t, []string{ProblemContentType}, h["Content-Type"])
+			assert.Equal(t, []string{"no-store"}, h["Cache-Control"])
+			if !tt.quota {
+				assert.NotContains(t, h, FieldRateLimit)
+				assert.NotContains(t, h, FieldRateLimitPolicy)
+				return
+			}
+			pol, err := sfv.ParseList(h[FieldRateLimitPolicy][0])
+			require.NoError(t, err)
+			require.Len(t, pol, 1)
+			assert.Equal(t, tt.d.Policy, pol[0].Value)
+			q, _ := pol[0].Int("q")
+			w, _ := pol[0].Int("w")
+			assert.EqualValues(t, 100, q)
+			assert.EqualValues(t, 60, w)
+			rl, err := sfv.ParseList(h[FieldRateLimit][0])
+			require.NoError(t, err)
+			require.Len(t, rl, 1)
+			r0, _ := rl[0].Int("r")
+			tp, _ := rl[0].Int("t")
+			assert.EqualValues(t, 0, r0)
+			ra, err := strconv.ParseInt(h[FieldRetryAfter][0], 10, 64)
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, ra, tp)
+			assert.EqualValues(t, 7, tp)
+		})
+	}
+}
+
+func TestAdmittedFields(t *testing.T) {
+	d := sluice.Decision{Allowed: true, Policy: `odd"name\`, Limit: 10, Remaining: 3, Reset: 1500 * time.Millisecond}
+	h := map[string][]string{}
+	r := Renderer{Legacy: true}
+	r.Admitted(h, nil, d)
+	assert.Equal(t, []string{`"odd\"name\\";q=10`}, h[FieldRateLimitPolicy])
+	assert.Equal(t, []string{`"odd\"name\\";r=3;t=2`}, h[FieldRateLimit])
+	assert.Equal(t, []string{"10"}, h[FieldXRateLimitLimit])
+	assert.Equal(t, []string{"3"}, h[FieldXRateLimitRemaining])
+	assert.Equal(t, []string{"2"}, h[FieldXRateLimitReset])
+	assert.NotContains(t, h, FieldRetryAfter)
+	items, err := sfv.ParseList(h[FieldRateLimit][0])
+	require.NoError(t, err)
+	assert.Equal(t, `odd"name\`, items[0].Value)
+
+	h = map[string][]string{}
+	(&Renderer{QuietAdmitted: true}).Admitted(h, nil, d)
+	assert.Empty(t, h)
+	(&Renderer{}).Admitted(h, nil, sluice.Decision{Allowed: true, Limit: -1})
+	assert.Empty(t, h)
+}
+
+func TestAdmittedFieldsCostOneAllocation(t *testing.T) {
+	d := sluice.Decision{Allowed: true, Policy: "ratelimit/token-bucket", Limit: 1000, Remaining: 999, Reset: time.Second}
+	h := map[string][]string{FieldRateLimit: nil, FieldRateLimitPolicy: nil}
+	var r Renderer
+	allocs := testing.AllocsPerRun(200, func() { r.Admitted(h, nil, d) })
+	assert.Equal(t, 1.0, allocs)
+}
+
+func TestFieldsClampToStructuredIntegers(t *testing.T) {
+	h := map[string][]string{}
+	(&Renderer{}).Admitted(h, nil, sluice.Decision{Allowed: true, Policy: "p", Limit: 1 << 62, Remaining: 1 << 61})
+	assert.Equal(t, []string{`"p";r=999999999999999;t=0`}, h[FieldRateLimit])
+}
+
+func TestProblemBody(t *testing.T) {
+	causes := map[error]string{
+		sluice.ErrRateLimited:        "rate-limited",
+		sluice.ErrCircuitOpen:        "circuit-open",
+		sluice.ErrOverloaded:         "overloaded",
+		sluice.ErrConcurrencyLimited: "concurrency-limited",
+	}
+	for cause, typ := range causes {
+		d := sluice.Decision{Policy: "secret-policy", Limit: -1, RetryAfter: 2500 * time.Millisecond, Cause: cause}
+		body := (&Renderer{}).AppendProblem(nil, d)
+		var p struct {
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Status     int    `json:"status"`
+			Detail     string `json:"detail"`
+			RetryAfter int64  `json:"retryAfter"`
+		}
+		require.NoError(t, json.Unmarshal(body, &p), string(body))
+		assert.Equal(t, DefaultProblemTypeBase+typ, p.Type)
+		assert.Equal(t, HTTPStatus(sluice.CauseOf(cause)), p.Status)
+		assert.NotEmpty(t, p.Title)
+		assert.NotEmpty(t, p.Detail)
+		assert.EqualValues(t, 3, p.RetryAfter)
+		assert.NotContains(t, string(body), "secret-policy")
+		assert.NotContains(t, string(body), cause.Error())
+	}
+	body := (&Renderer{ProblemTypeBase: "https://example.com/p/"}).AppendMissingKeyProblem(nil)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(body, &p))
+	assert.Equal(t, "https://example.com/p/missing-key", p["type"])
+	assert.EqualValues(t, 400, p["status"])
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]int64{
+		-time.Second: 0, 0: 0, 1: 1, time.Second: 1, time.Second + 1: 2, 59500 * time.Millisecond: 60,
+	} {
+		assert.Equal(t, want, RetryAfterSeconds(d), d)
+	}
+}

@@ -1,0 +1,47 @@
+package middleware
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRoutes(t *testing.T) {
+	def := mustGuard(t)
+	items := mustGuard(t, windowed{name: "ratelimit/items", w: 90 * time.Second})
+	rs, err := NewRoutes(DefaultRoute(def), RouteTo("GET /items", items), RouteTo("GET /healthz", nil))
+	require.NoError(t, err)
+	assert.True(t, rs.NeedsPattern())
+	assert.Same(t, items, rs.Match("GET /items").Guard)
+	assert.Equal(t, "GET /items", rs.Match("GET /items").Pattern)
+	assert.Equal(t, 90*time.Second, rs.Match("GET /items").Window("ratelimit/items"))
+	assert.Zero(t, rs.Match("GET /items").Window("other"))
+	assert.Nil(t, rs.Match("GET /healthz"), "a route mapped to nil passes through")
+	assert.Same(t, def, rs.Match("POST /other").Guard)
+	assert.Same(t, def, rs.Default().Guard)
+	assert.ElementsMatch(t, rs.Guards(), rs.Guards())
+	assert.Len(t, rs.Guards(), 2)
+
+	noDefault, err := NewRoutes(RouteTo("GET /items", items))
+	require.NoError(t, err)
+	assert.Nil(t, noDefault.Match("GET /other"), "an unmatched route passes through")
+
+	var nilRoutes *Routes
+	assert.Nil(t, nilRoutes.Match("x"))
+	assert.False(t, nilRoutes.NeedsPattern())
+	var nilRoute *Route
+	assert.Zero(t, nilRoute.Window("x"))
+
+	only, err := NewRoutes(DefaultRoute(def))
+	require.NoError(t, err)
+	assert.False(t, only.NeedsPattern())
+
+	_, err = NewRoutes(RouteTo("", def))
+	assert.Error(t, err)
+	_, err = NewRoutes(RouteTo("a", def), RouteTo("a", def))
+	assert.Error(t, err)
+	_, err = NewRoutes(DefaultRoute(def), DefaultRoute(def))
+	assert.Error(t, err)
+}
