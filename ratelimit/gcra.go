@@ -1,0 +1,255 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// cacheLine is the padding that keeps a hot state word alone on its cache
+// line, so that neighbouring data does not bounce between cores with it.
+const cacheLine = 64
+
+// maxTolerance bounds burst × interval, so that an instant plus the tolerance
+// never overflows int64 (2^62 ns is about 146 years).
+const maxTolerance = int64(1) << 62
+
+// emptyTAT is the theoretical arrival time of a limiter that has seen no
+// request: earlier than any instant, so the bucket reads full. Instants may be
+// 0 or negative, so 0 cannot mean "unset".
+const emptyTAT = math.MinInt64
+
+// paddedTAT is one theoretical arrival time, alone on its cache line.
+type paddedTAT struct {
+	_ [cacheLine]byte
+	v atomic.Int64
+	_ [cacheLine - 8]byte
+}
+
+// interval returns the time between two events at r, Period/Count rounded up
+// to the nanosecond, so a limiter never admits faster than r.
+func interval(r Rate) int64 {
+	iv := int64(r.Period) / r.Count
+	if int64(r.Period)%r.Count != 0 {
+		iv++
+	}
+	return iv
+}
+
+// tolerance validates r and burst and returns the interval T and the
+// tolerance burst × T.
+func tolerance(algorithm string, r Rate, burst int64) (iv, tau int64, err error) {
+	if err := r.Validate(); err != nil {
+		return 0, 0, fmt.Errorf("ratelimit: %s: %w", algorithm, err)
+	}
+	if burst < 1 {
+		return 0, 0, fmt.Errorf("ratelimit: %s: burst %d must be at least 1", algorithm, burst)
+	}
+	iv = interval(r)
+	if burst > maxTolerance/iv {
+		return 0, 0, fmt.Errorf("ratelimit: %s: burst %d at rate %v spans more than 2^62ns", algorithm, burst, r)
+	}
+	return iv, burst * iv, nil
+}
+
+// The answers of tatTake.
+const (
+	tatRejected = iota
+	tatAllowed
+	tatMoved // the state word was frozen by a reconfiguration: reload and retry
+)
+
+// tatFrozen marks a state word whose state has moved to a new configuration
+// (see TokenBucket.SetRate); no instant reaches it.
+const tatFrozen = math.MaxInt64
+
+// tatTake is the heart of GCRA and of the token bucket. The state word holds
+// the theoretical arrival time tat: the instant at which the bucket is full
+// again. A request of cost (n × interval) at now is admitted when
+// max(tat, now) + cost - now <= tau, and then moves tat to max(tat, now) + cost.
+// It returns max(tat, now) as base and the tat the request would leave.
+func tatTake(state *atomic.Int64, now, cost, tau int64) (base, next int64, res int) {
+	for {
+		tat := state.Load()
+		if tat == tatFrozen {
+			return 0, 0, tatMoved
+		}
+		base = max(tat, now)
+		next = base + cost
+		if next-now > tau {
+			return base, next, tatRejected
+		}
+		if state.CompareAndSwap(tat, next) {
+			return base, next, tatAllowed
+		}
+	}
+}
+
+// tatRefund gives back refund nanoseconds of the state word, for a request
+// released after Admit took them. It never moves the word below floor.
+func tatRefund(state *atomic.Int64, refund, floor int64) {
+	if refund <= 0 {
+		return
+	}
+	for {
+		tat := state.Load()
+		if tat == tatFrozen || tat == emptyTAT {
+			return
+		}
+		next := max(tat-refund, floor)
+		if next >= tat || state.CompareAndSwap(tat, next) {
+			return
+		}
+	}
+}
+
+// releaseRefund is what a Released outcome gives back of a request of cost n
+// admitted latency before now: n × iv, less the part that has regenerated
+// since. Measured from the admission instant it is exact; it never gives back
+// more than the request took.
+func releaseRefund(n, iv int64, latency time.Duration) int64 {
+	return n*iv - max(int64(latency), 0)
+}
+
+// tatDecision builds the Decision for a tatTake answer.
+func tatDecision(name string, burst, iv, tau, now, base, next int64, res int) sluice.Decision {
+	if res == tatAllowed {
+		return allow(name, burst, floorDiv(now+tau-next, iv), time.Duration(next-now))
+	}
+	return reject(name, burst, floorDiv(now+tau-base, iv), time.Duration(base-now), time.Duration(next-tau-now))
+}
+
+// floorDiv divides rounding towards negative infinity; b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// GCRA is the generic cell rate algorithm: a token bucket expressed as one
+// theoretical arrival time (TAT), the instant at which the bucket would be
+// full again.
+//
+// With interval T = Period/Count (rounded up to the nanosecond) and tolerance
+// τ = burst × T, a request of cost n at instant now is admitted when
+//
+//	max(TAT, now) + n×T - now <= τ
+//
+// and then sets TAT to max(TAT, now) + n×T. Remaining is
+// ⌊(now + τ - TAT)/T⌋, Reset is TAT - now, and a rejection's RetryAfter is
+// max(TAT, now) + n×T - τ - now. All arithmetic is in integer nanoseconds;
+// the Redis tier keeps the same TAT in Redis.
+//
+// The state is one atomic int64, updated with compare-and-swap on its own
+// cache line: a decision takes no lock and allocates nothing. A clock that
+// jumps backwards never admits extra: TAT stays where it was, so the limiter
+// rejects until the clock has caught up.
+//
+// Create one with NewGCRA; the zero value is not usable. A GCRA is safe for
+// concurrent use.
+type GCRA struct {
+	tat      paddedTAT
+	iv, tau  int64
+	burst    int64
+	rate     Rate
+	name     string
+	clock    sluice.Clock
+	sysClock bool // clock is sluice.SystemClock: read it without an interface call
+}
+
+// NewGCRA returns a GCRA admitting r on average with bursts of up to burst
+// requests at once. It starts full. It returns an error when r is invalid,
+// burst < 1, or burst × interval exceeds 2^62ns.
+func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
+	iv, tau, err := tolerance("gcra", r, burst)
+	if err != nil {
+		return nil, err
+	}
+	o, err := buildOptions("gcra", opts)
+	if err != nil {
+		return nil, err
+	}
+	g := &GCRA{iv: iv, tau: tau, burst: burst, rate: r, name: o.name, clock: o.clock,
+		sysClock: o.clock == sluice.SystemClock}
+	g.tat.v.Store(emptyTAT)
+	return g, nil
+}
+
+func (g *GCRA) now() time.Duration {
+	if g.sysClock {
+		return sluice.Now()
+	}
+	return g.clock.Now()
+}
+
+// Name returns the name given with WithName; default "ratelimit/gcra".
+func (g *GCRA) Name() string { return g.name }
+
+// Rate returns the rate the limiter was built with.
+func (g *GCRA) Rate() Rate { return g.rate }
+
+// Burst returns the largest cost admitted at once.
+func (g *GCRA) Burst() int64 { return g.burst }
+
+// Allow reports whether one request may proceed now, reading the limiter's
+// clock; shorthand for AllowNAt(clock.Now(), 1).
+func (g *GCRA) Allow() bool { return g.AllowNAt(g.now(), 1) }
+
+// AllowN reports whether a request of cost n may proceed now; shorthand for
+// AllowNAt(clock.Now(), n).
+func (g *GCRA) AllowN(n int64) bool { return g.AllowNAt(g.now(), n) }
+
+// AllowAt reports whether one request may proceed at instant now, and takes
+// its quota if so.
+func (g *GCRA) AllowAt(now time.Duration) bool { return g.AllowNAt(now, 1) }
+
+// AllowNAt reports whether a request of cost n (below 1 counts as 1) may
+// proceed at instant now, and takes its quota if so. A cost above the burst
+// is never admitted.
+func (g *GCRA) AllowNAt(now time.Duration, n int64) bool {
+	if n <= 1 {
+		_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)
+		return res == tatAllowed
+	}
+	if n > g.burst {
+		return false
+	}
+	_, _, res := tatTake(&g.tat.v, int64(now), n*g.iv, g.tau)
+	return res == tatAllowed
+}
+
+// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
+// now, taking its quota when it is allowed. A cost above the burst is
+// rejected with ErrNeverSatisfiable.
+func (g *GCRA) DecideAt(now time.Duration, n int64) sluice.Decision {
+	n = max(n, 1)
+	if n > g.burst {
+		base := max(g.tat.v.Load(), int64(now))
+		return never(g.name, g.burst, floorDiv(int64(now)+g.tau-base, g.iv), time.Duration(base-int64(now)))
+	}
+	base, next, res := tatTake(&g.tat.v, int64(now), n*g.iv, g.tau)
+	return tatDecision(g.name, g.burst, g.iv, g.tau, int64(now), base, next, res)
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks.
+func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	n := sluice.CostFrom(ctx)
+	d := g.DecideAt(now, n)
+	return d, sluice.Ticket(n)
+}
+
+// Done gives back, on sluice.Released, the quota that Admit took, less what
+// has regenerated in the latency since; other outcomes change nothing.
+func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+	if o != sluice.Released || t == 0 || int64(t) > g.burst {
+		return
+	}
+	tatRefund(&g.tat.v, releaseRefund(int64(t), g.iv, latency), math.MinInt64)
+}
