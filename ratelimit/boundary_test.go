@@ -1,0 +1,116 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// TestBoundaryBurst is the boundary case from the literature: a limit of 100
+// per second, 100 requests at 0.99s and 100 more at 1.01s. The fixed window
+// lets all 200 through within 20ms; the sliding log holds the line at 100;
+// the sliding window allows what its buckets can tell apart.
+func TestBoundaryBurst(t *testing.T) {
+	burst := func(p sluice.Policy) int {
+		admitted := 0
+		for _, at := range []time.Duration{990 * ms, 1010 * ms} {
+			for range 100 {
+				if d, tk := p.Admit(context.Background(), at); d.Allowed {
+					admitted++
+					p.Done(tk, sluice.Success, at, 0)
+				}
+			}
+		}
+		return admitted
+	}
+	fw, err := NewFixedWindow(100, time.Second)
+	require.NoError(t, err)
+	sl, err := NewSlidingLog(100, time.Second)
+	require.NoError(t, err)
+	sw10, err := NewSlidingWindow(100, time.Second, 10)
+	require.NoError(t, err)
+	sw1, err := NewSlidingWindow(100, time.Second, 1)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		p    sluice.Policy
+		want int
+	}{
+		{"fixed window", fw, 200},
+		{"sliding log", sl, 100},
+		// The bucket holding 0.99s, [0.9s, 1s), counts until 1.9s.
+		{"sliding window of 10 buckets", sw10, 100},
+		// One bucket is a fixed window.
+		{"sliding window of 1 bucket", sw1, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, burst(tc.p))
+		})
+	}
+}
+
+// TestBoundarySlidingWindowGranularity shows the sliding window's own
+// boundary: with 100ms buckets, 100 requests at 0.95s leave the window at
+// 1.9s, so 100 more pass at 1.91s: 200 within 0.96s, never more.
+func TestBoundarySlidingWindowGranularity(t *testing.T) {
+	sw, err := NewSlidingWindow(100, time.Second, 10)
+	require.NoError(t, err)
+	sl, err := NewSlidingLog(100, time.Second)
+	require.NoError(t, err)
+	count := func(allow func(time.Duration) bool, at time.Duration) int {
+		n := 0
+		for range 150 {
+			if allow(at) {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 100, count(sw.AllowAt, 950*ms))
+	assert.Equal(t, 0, count(sw.AllowAt, 1899*ms))
+	assert.Equal(t, 100, count(sw.AllowAt, 1910*ms))
+	assert.Equal(t, 100, count(sl.AllowAt, 950*ms))
+	assert.Equal(t, 0, count(sl.AllowAt, 1910*ms), "the sliding log is exact")
+	assert.Equal(t, 100, count(sl.AllowAt, 1950*ms))
+}
+
+// hammer runs 64 goroutines of 500 Admits each against p on one shared
+// instant that advances by step on every call, so goroutines often present
+// instants out of order. About one admitted call in eight is released. It
+// returns the first and last instants and the admitted units that were not
+// released.
+func hammer(t *testing.T, p sluice.Policy, step time.Duration) (start, end time.Duration, admitted int64) {
+	t.Helper()
+	const workers, calls = 64, 500
+	var clock, kept atomic.Int64
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				now := time.Duration(clock.Add(int64(step)))
+				d, tk := p.Admit(ctx, now)
+				if !d.Allowed {
+					continue
+				}
+				if (w+i)%8 == 0 {
+					p.Done(tk, sluice.Released, now, 0)
+					continue
+				}
+				kept.Add(1)
+				p.Done(tk, sluice.Success, now, 0)
+			}
+		}()
+	}
+	wg.Wait()
+	return step, time.Duration(clock.Load()), kept.Load()
+}

@@ -1,0 +1,526 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// ErrMissingKey is the cause of a Keyed rejection of a request that carries
+// no key (see sluice.WithKey) when the Keyed was built with
+// WithMissingKey(MissingKeyReject). It wraps sluice.ErrRateLimited; waiting
+// does not help, so such rejections carry no RetryAfter.
+var ErrMissingKey = fmt.Errorf("%w: the request carries no key", sluice.ErrRateLimited)
+
+// MissingKey says what a Keyed does with a request that carries no key.
+type MissingKey uint8
+
+const (
+	// MissingKeyShared limits every request without a key under the empty key
+	// "": they share one limiter. It is the default.
+	MissingKeyShared MissingKey = iota
+	// MissingKeyReject rejects every request without a key with ErrMissingKey.
+	MissingKeyReject
+)
+
+// KeyedOption configures a Keyed.
+type KeyedOption func(*keyedOptions) error
+
+type keyedOptions struct {
+	name    string
+	maxKeys int
+	idleTTL time.Duration
+	janitor time.Duration
+	missing MissingKey
+	clock   sluice.Clock
+}
+
+// DefaultMaxKeys is the number of keys a Keyed holds unless set with
+// WithMaxKeys.
+const DefaultMaxKeys = 100_000
+
+// WithKeyedName sets the name a Keyed reports in its decisions; the default
+// is "ratelimit/keyed".
+func WithKeyedName(name string) KeyedOption {
+	return func(o *keyedOptions) error {
+		if name == "" {
+			return errors.New("ratelimit: WithKeyedName: empty name")
+		}
+		o.name = name
+		return nil
+	}
+}
+
+// WithMaxKeys caps the number of keys held at once; when a new key comes to
+// a full Keyed, the least recently used key of its shard is evicted (its
+// limiter is forgotten, so that key starts afresh if it comes back). The
+// default is DefaultMaxKeys.
+func WithMaxKeys(n int) KeyedOption {
+	return func(o *keyedOptions) error {
+		if n < 1 {
+			return fmt.Errorf("ratelimit: WithMaxKeys(%d): want at least 1", n)
+		}
+		o.maxKeys = n
+		return nil
+	}
+}
+
+// WithIdleTTL forgets a key that has seen no request for ttl: the next
+// request with that key gets a fresh limiter. Choose ttl no shorter than the
+// time the key's limiter takes to become whole again (its window, or its
+// burst's refill), or forgetting it hands out quota early. Expired keys are
+// dropped lazily, when met on the request path, when a new key needs room,
+// and by the janitor if one runs (WithJanitor). The default, 0, never
+// forgets an idle key; WithMaxKeys still bounds memory.
+func WithIdleTTL(ttl time.Duration) KeyedOption {
+	return func(o *keyedOptions) error {
+		if ttl < 0 {
+			return fmt.Errorf("ratelimit: WithIdleTTL(%v): negative", ttl)
+		}
+		o.idleTTL = ttl
+		return nil
+	}
+}
+
+// WithJanitor starts a goroutine that drops the keys idle for the idle TTL
+// every interval, reading the Keyed's clock (WithKeyedClock); Close stops it.
+// It needs WithIdleTTL. The default is no janitor: idle keys are dropped on
+// the request path only, one or two at a time, never by a sweep.
+func WithJanitor(interval time.Duration) KeyedOption {
+	return func(o *keyedOptions) error {
+		if interval <= 0 {
+			return fmt.Errorf("ratelimit: WithJanitor(%v): interval must be positive", interval)
+		}
+		o.janitor = interval
+		return nil
+	}
+}
+
+// WithMissingKey sets what happens to a request without a key; the default
+// is MissingKeyShared.
+func WithMissingKey(m MissingKey) KeyedOption {
+	return func(o *keyedOptions) error {
+		if m != MissingKeyShared && m != MissingKeyReject {
+			return fmt.Errorf("ratelimit: WithMissingKey(%d): unknown behaviour", m)
+		}
+		o.missing = m
+		return nil
+	}
+}
+
+// WithKeyedClock sets the clock read by AllowKey and by the janitor; the
+// default is sluice.SystemClock. It must be the clock of the instants passed
+// to Admit (the Guard's clock).
+func WithKeyedClock(c sluice.Clock) KeyedOption {
+	return func(o *keyedOptions) error {
+		if c == nil {
+			return errors.New("ratelimit: WithKeyedClock: nil clock")
+		}
+		o.clock = c
+		return nil
+	}
+}
+
+// Keyed keeps one limiter per key, the key read from the request's context
+// (sluice.KeyFrom, set by the adapters from a client IP, a user, a header),
+// and decides each request with its key's limiter.
+//
+// Keys are spread over up to 64 shards, each with its own lock, map and
+// least-recently-used list, so no lock is global. Memory is bounded: at most
+// WithMaxKeys keys are held (each shard holds its share and evicts its least
+// recently used key), and keys idle for WithIdleTTL are forgotten. Nothing
+// on the request path walks the keys: an expired key is dropped when met, and
+// a new key drops at most two expired ones on its way in. No goroutine runs
+// unless WithJanitor asks for one.
+//
+// Done always reaches the limiter that admitted, even if its key was evicted
+// in between. The limiters made by newLimiter must not need closing.
+type Keyed struct {
+	newLimiter func(key string) (sluice.Policy, error)
+	shards     []keyedShard
+	mask       uint64
+	seed       maphash.Seed
+	ttl        time.Duration
+	missing    MissingKey
+	name       string
+	clock      sluice.Clock
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	stopped   chan struct{}
+}
+
+// keyDecider is what every limiter of this package offers beyond Policy: a
+// decision that needs no ticket.
+type keyDecider interface {
+	DecideAt(now time.Duration, n int64) sluice.Decision
+}
+
+type keyedEntry struct {
+	key        string
+	lim        sluice.Policy
+	dec        keyDecider // lim, when it is one; else nil
+	last       time.Duration
+	prev, next *keyedEntry // LRU list; prev is more recent
+}
+
+// keyedCall carries an admitted call's entry and inner ticket to its Done.
+type keyedCall struct {
+	e     *keyedEntry
+	inner sluice.Ticket
+	gen   uint32 // 24 bits; a ticket with another gen is stale
+	next  int32  // free list
+}
+
+type keyedShard struct {
+	mu         sync.Mutex
+	m          map[string]*keyedEntry
+	head, tail *keyedEntry // most and least recently used
+	cap        int
+	calls      []*[keyedChunk]keyedCall // chunks never move once made
+	ncalls     int32
+	free       int32 // first free call, -1 when none
+	gen        uint32
+	_          [64]byte
+}
+
+const keyedChunk = 64
+
+const (
+	keyedGenBits   = 24
+	keyedShardBits = 8
+)
+
+// NewKeyed returns a Keyed that makes each key's limiter with newLimiter,
+// for example:
+//
+//	ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+//		return ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
+//	}, ratelimit.WithMaxKeys(50_000), ratelimit.WithIdleTTL(10*time.Minute))
+//
+// newLimiter is called once at construction with the key "" to check it, and
+// then whenever a key without a limiter comes; it must return a new limiter
+// each time. A newLimiter error at request time rejects that request.
+func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedOption) (*Keyed, error) {
+	o := keyedOptions{name: "ratelimit/keyed", maxKeys: DefaultMaxKeys, clock: sluice.SystemClock}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if newLimiter == nil {
+		return nil, errors.New("ratelimit: NewKeyed: nil newLimiter")
+	}
+	if o.janitor > 0 && o.idleTTL == 0 {
+		return nil, errors.New("ratelimit: NewKeyed: WithJanitor needs WithIdleTTL")
+	}
+	if p, err := newLimiter(""); err != nil {
+		return nil, fmt.Errorf("ratelimit: NewKeyed: newLimiter: %w", err)
+	} else if p == nil {
+		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
+	}
+	n := 1 << min(6, bits.Len(uint(o.maxKeys))-1) // a power of two, at most maxKeys
+	k := &Keyed{
+		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
+		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: o.clock,
+	}
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.cap = o.maxKeys / n
+		if i < o.maxKeys%n {
+			s.cap++
+		}
+		s.m = make(map[string]*keyedEntry)
+		s.free = -1
+	}
+	if o.janitor > 0 {
+		k.stop, k.stopped = make(chan struct{}), make(chan struct{})
+		go k.janitor(o.janitor)
+	}
+	return k, nil
+}
+
+// Name returns the Keyed's name, "ratelimit/keyed" unless set with
+// WithKeyedName. Its decisions carry this name, whichever key's limiter
+// decided.
+func (k *Keyed) Name() string { return k.name }
+
+// Len returns the number of keys held.
+func (k *Keyed) Len() int {
+	n := 0
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Admit decides on the request with the limiter of its key
+// (sluice.KeyFrom(ctx)) at instant now.
+func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	key, ok := sluice.KeyFrom(ctx)
+	if !ok && k.missing == MissingKeyReject {
+		return k.missingKey(), 0
+	}
+	h := maphash.String(k.seed, key)
+	si := int(h & k.mask)
+	s := &k.shards[si]
+	e, c, slot, err := k.lookup(s, key, now, true)
+	if err != nil {
+		return k.failed(err), 0
+	}
+	d, inner := e.lim.Admit(ctx, now)
+	d.Policy = k.name
+	if !d.Allowed {
+		s.mu.Lock()
+		s.freeCall(slot)
+		s.mu.Unlock()
+		return d, 0
+	}
+	// The record is this call's alone until its Done, which the caller orders
+	// after this return; its chunk never moves.
+	c.inner = inner
+	return d, sluice.Ticket(uint64(c.gen)<<(32+keyedShardBits) | uint64(si)<<32 | uint64(slot))
+}
+
+// Done passes the outcome on to the limiter that admitted the call.
+func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	si := int(uint64(t)>>32) & (1<<keyedShardBits - 1)
+	slot := int32(uint32(t))
+	gen := uint32(uint64(t) >> (32 + keyedShardBits))
+	if si >= len(k.shards) {
+		return
+	}
+	s := &k.shards[si]
+	s.mu.Lock()
+	if slot < 0 || slot >= s.ncalls || s.call(slot).gen != gen || s.call(slot).e == nil {
+		s.mu.Unlock()
+		return // not a ticket of this Keyed, or already done
+	}
+	c := *s.call(slot)
+	s.freeCall(slot)
+	s.mu.Unlock()
+	c.e.lim.Done(c.inner, o, now, latency)
+}
+
+// AllowKey is AllowKeyAt(clock.Now(), key).
+func (k *Keyed) AllowKey(key string) bool { return k.DecideKeyAt(k.clock.Now(), key, 1).Allowed }
+
+// AllowKeyAt reports whether a request of cost 1 with key may pass at
+// instant now, and takes the quota if so.
+func (k *Keyed) AllowKeyAt(now time.Duration, key string) bool {
+	return k.DecideKeyAt(now, key, 1).Allowed
+}
+
+// DecideKeyAt decides on a request of cost n with key at instant now, for
+// callers outside a Guard; the quota taken is never given back. A key's
+// limiter that is not one of this package's is asked through Admit, and told
+// the call succeeded at once.
+func (k *Keyed) DecideKeyAt(now time.Duration, key string, n int64) sluice.Decision {
+	s := &k.shards[maphash.String(k.seed, key)&k.mask]
+	e, _, _, err := k.lookup(s, key, now, false)
+	if err != nil {
+		return k.failed(err)
+	}
+	var d sluice.Decision
+	if e.dec != nil {
+		d = e.dec.DecideAt(now, n)
+	} else {
+		ctx := context.Background()
+		if n > 1 {
+			ctx = sluice.WithCost(ctx, n)
+		}
+		var t sluice.Ticket
+		if d, t = e.lim.Admit(ctx, now); d.Allowed {
+			e.lim.Done(t, sluice.Success, now, 0)
+		}
+	}
+	d.Policy = k.name
+	return d
+}
+
+// ExpireAt drops every key that has been idle for the idle TTL at instant
+// now, and returns how many it dropped; the janitor calls it. It does nothing
+// without WithIdleTTL.
+func (k *Keyed) ExpireAt(now time.Duration) int {
+	if k.ttl <= 0 {
+		return 0
+	}
+	n := 0
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.mu.Lock()
+		for s.tail != nil && k.expired(s.tail, now) {
+			s.remove(s.tail)
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Close stops the janitor, if one runs, and waits for it to end. Closing
+// twice is harmless; the Keyed keeps deciding after Close.
+func (k *Keyed) Close() error {
+	k.closeOnce.Do(func() {
+		if k.stop != nil {
+			close(k.stop)
+			<-k.stopped
+		}
+	})
+	return nil
+}
+
+func (k *Keyed) janitor(interval time.Duration) {
+	defer close(k.stopped)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			k.ExpireAt(k.clock.Now())
+		}
+	}
+}
+
+func (k *Keyed) missingKey() sluice.Decision {
+	return sluice.Decision{Policy: k.name, Limit: -1, Cause: ErrMissingKey}
+}
+
+func (k *Keyed) failed(err error) sluice.Decision {
+	return sluice.Decision{Policy: k.name, Limit: -1, RetryAfter: time.Second,
+		Cause: fmt.Errorf("%w: ratelimit: keyed: making the key's limiter: %w", sluice.ErrRateLimited, err)}
+}
+
+func (k *Keyed) expired(e *keyedEntry, now time.Duration) bool {
+	return k.ttl > 0 && now-e.last >= k.ttl
+}
+
+// lookup returns key's entry, making it if needed, marked as used at now;
+// with call set it also reserves a call record for it, and returns the record
+// and its index.
+func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) (*keyedEntry, *keyedCall, int32, error) {
+	s.mu.Lock()
+	if e := s.m[key]; e != nil && !k.expired(e, now) {
+		s.touch(e, now)
+		c, slot := s.reserve(e, call)
+		s.mu.Unlock()
+		return e, c, slot, nil
+	}
+	s.mu.Unlock()
+
+	lim, err := k.newLimiter(key)
+	if err == nil && lim == nil {
+		err = errors.New("nil policy")
+	}
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	fresh := &keyedEntry{key: key, lim: lim, last: now}
+	fresh.dec, _ = lim.(keyDecider)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.m[key]; e != nil {
+		if !k.expired(e, now) { // made by another request meanwhile
+			s.touch(e, now)
+			c, slot := s.reserve(e, call)
+			return e, c, slot, nil
+		}
+		s.remove(e)
+	}
+	for i := 0; i < 2 && s.tail != nil && k.expired(s.tail, now); i++ {
+		s.remove(s.tail)
+	}
+	for len(s.m) >= s.cap {
+		s.remove(s.tail)
+	}
+	s.m[key] = fresh
+	s.pushFront(fresh)
+	c, slot := s.reserve(fresh, call)
+	return fresh, c, slot, nil
+}
+
+func (s *keyedShard) call(i int32) *keyedCall {
+	return &s.calls[i/keyedChunk][i%keyedChunk]
+}
+
+// reserve takes a call record for e when call is set; nil and -1 otherwise.
+func (s *keyedShard) reserve(e *keyedEntry, call bool) (*keyedCall, int32) {
+	if !call {
+		return nil, -1
+	}
+	var i int32
+	if s.free >= 0 {
+		i = s.free
+		s.free = s.call(i).next
+	} else {
+		i = s.ncalls
+		if int(i/keyedChunk) == len(s.calls) {
+			s.calls = append(s.calls, new([keyedChunk]keyedCall))
+		}
+		s.ncalls++
+	}
+	s.gen = (s.gen + 1) & (1<<keyedGenBits - 1)
+	c := s.call(i)
+	*c = keyedCall{e: e, gen: s.gen, next: -1}
+	return c, i
+}
+
+func (s *keyedShard) freeCall(i int32) {
+	c := s.call(i)
+	*c = keyedCall{gen: c.gen, next: s.free}
+	s.free = i
+}
+
+func (s *keyedShard) touch(e *keyedEntry, now time.Duration) {
+	e.last = max(e.last, now)
+	if s.head == e {
+		return
+	}
+	s.unlink(e)
+	s.pushFront(e)
+}
+
+func (s *keyedShard) pushFront(e *keyedEntry) {
+	e.prev, e.next = nil, s.head
+	if s.head != nil {
+		s.head.prev = e
+	}
+	s.head = e
+	if s.tail == nil {
+		s.tail = e
+	}
+}
+
+func (s *keyedShard) unlink(e *keyedEntry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		s.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		s.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func (s *keyedShard) remove(e *keyedEntry) {
+	s.unlink(e)
+	delete(s.m, e.key)
+}

@@ -1,0 +1,230 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// SlidingLog admits at most limit cost units in any window of length window,
+// exactly: it remembers when each admitted request came and admits a new one
+// only if the units admitted in (now-window, now] leave room for it.
+//
+// The log is a ring of (instant, cost) entries, one per admitted request, so
+// it holds at most limit live entries; it starts small and grows up to twice
+// limit entries (16 bytes each), reusing them in place. A decision is O(1)
+// amortized under a mutex; a rejection walks the oldest entries until enough
+// units would have left to compute RetryAfter.
+//
+// An instant older than the newest entry (a clock stepping backwards, or a
+// late caller) is logged at the newest entry's instant, so it never admits
+// extra. Make one with NewSlidingLog; the zero value is not usable.
+type SlidingLog struct {
+	mu    sync.Mutex
+	ring  []logEntry // entries ring[(head+i) % len], i < size, oldest first
+	head  int
+	size  int
+	total int64         // units of the live entries
+	last  time.Duration // newest instant logged
+	seq   uint64        // sequence number of the newest entry ever logged
+
+	limit  int64
+	window time.Duration
+	name   string
+	clock  sluice.Clock
+}
+
+type logEntry struct {
+	at  time.Duration
+	n   int64 // 0 once released
+	seq uint64
+}
+
+// NewSlidingLog returns a limiter that admits at most limit cost units in any
+// window of length window.
+//
+// It fails when limit < 1 or window <= 0, or when limit is above 2^26 (the
+// log would reach a gigabyte; use a SlidingWindow).
+func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingLog, error) {
+	o, err := buildOptions("sliding-log", opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case limit < 1:
+		return nil, fmt.Errorf("ratelimit: sliding log: limit %d must be at least 1", limit)
+	case limit > 1<<26:
+		return nil, fmt.Errorf("ratelimit: sliding log: limit %d is above 2^26; use a sliding window", limit)
+	case window <= 0:
+		return nil, fmt.Errorf("ratelimit: sliding log: window %v must be positive", window)
+	}
+	return &SlidingLog{
+		ring:  make([]logEntry, min(limit, 16)),
+		limit: limit, window: window, name: o.name, clock: o.clock,
+	}, nil
+}
+
+// Name returns the limiter's name, "ratelimit/sliding-log" unless set with
+// WithName.
+func (l *SlidingLog) Name() string { return l.name }
+
+// Limit returns the limit per window.
+func (l *SlidingLog) Limit() int64 { return l.limit }
+
+// Window returns the window's length.
+func (l *SlidingLog) Window() time.Duration { return l.window }
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return l.decide(now, sluice.CostFrom(ctx))
+}
+
+// Done removes the admitted request from the log when o is sluice.Released
+// and it is still in the window; other outcomes change nothing.
+func (l *SlidingLog) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	if o != sluice.Released || t == 0 {
+		return
+	}
+	seq := uint64(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Entries are in sequence order: binary search among the live ones.
+	lo, hi := 0, l.size
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if l.at(m).seq < seq {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == l.size || l.at(lo).seq != seq {
+		return // already left the window
+	}
+	e := l.at(lo)
+	l.total -= e.n
+	e.n = 0
+	// Trim released entries at both ends so they take no room.
+	for l.size > 0 && l.at(l.size-1).n == 0 {
+		l.size--
+	}
+	for l.size > 0 && l.at(0).n == 0 {
+		l.popFront()
+	}
+}
+
+// Allow is AllowNAt(clock.Now(), 1).
+func (l *SlidingLog) Allow() bool { return l.AllowNAt(l.clock.Now(), 1) }
+
+// AllowN is AllowNAt(clock.Now(), n).
+func (l *SlidingLog) AllowN(n int64) bool { return l.AllowNAt(l.clock.Now(), n) }
+
+// AllowAt is AllowNAt(now, 1).
+func (l *SlidingLog) AllowAt(now time.Duration) bool { return l.AllowNAt(now, 1) }
+
+// AllowNAt reports whether n units may pass at instant now, and logs them if
+// so.
+func (l *SlidingLog) AllowNAt(now time.Duration, n int64) bool {
+	d, _ := l.decide(now, n)
+	return d.Allowed
+}
+
+// DecideAt decides on a request of cost n (taken as 1 when below 1) at
+// instant now, and logs it when it admits. Limit is the window's limit,
+// Remaining what is left of it, Reset the time until every logged unit has
+// left the window, and RetryAfter the time until enough have left for n
+// more. A cost above the limit is rejected with ErrNeverSatisfiable.
+func (l *SlidingLog) DecideAt(now time.Duration, n int64) sluice.Decision {
+	d, _ := l.decide(now, n)
+	return d
+}
+
+// at returns the i-th live entry, oldest first.
+func (l *SlidingLog) at(i int) *logEntry {
+	j := l.head + i
+	if j >= len(l.ring) {
+		j -= len(l.ring)
+	}
+	return &l.ring[j]
+}
+
+func (l *SlidingLog) popFront() {
+	l.total -= l.ring[l.head].n
+	l.head++
+	if l.head == len(l.ring) {
+		l.head = 0
+	}
+	l.size--
+}
+
+// push appends an entry. A full ring grows (doubling) up to twice the limit;
+// once there, the released entries are squeezed out in place: the live ones
+// hold at most limit units of at least 1 each, so that frees half the ring.
+func (l *SlidingLog) push(e logEntry) {
+	if l.size == len(l.ring) {
+		if c := min(2*len(l.ring), 2*int(l.limit)); c > len(l.ring) {
+			ring := make([]logEntry, c)
+			for i := range l.size {
+				ring[i] = *l.at(i)
+			}
+			l.ring, l.head = ring, 0
+		} else {
+			k := 0
+			for i := range l.size {
+				if e := *l.at(i); e.n > 0 {
+					*l.at(k) = e
+					k++
+				}
+			}
+			l.size = k
+		}
+	}
+	*l.at(l.size) = e
+	l.size++
+}
+
+// resetLocked returns the time from now until every logged unit has left.
+func (l *SlidingLog) resetLocked(now time.Duration) time.Duration {
+	for i := l.size - 1; i >= 0; i-- {
+		if e := l.at(i); e.n > 0 {
+			return e.at + l.window - now
+		}
+	}
+	return 0
+}
+
+func (l *SlidingLog) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+	n = max(n, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := now
+	if l.seq > 0 && at < l.last {
+		at = l.last // never log before the newest entry
+	}
+	for l.size > 0 && l.at(0).at+l.window <= at {
+		l.popFront()
+	}
+	if n > l.limit {
+		return never(l.name, l.limit, l.limit-l.total, l.resetLocked(now)), 0
+	}
+	if l.total+n > l.limit {
+		need, freed := l.total+n-l.limit, int64(0)
+		retry := time.Duration(0)
+		for i := range l.size {
+			e := l.at(i)
+			if freed += e.n; freed >= need {
+				retry = e.at + l.window - now
+				break
+			}
+		}
+		return reject(l.name, l.limit, l.limit-l.total, l.resetLocked(now), retry), 0
+	}
+	l.seq++
+	l.last = at
+	l.push(logEntry{at: at, n: n, seq: l.seq})
+	l.total += n
+	return allow(l.name, l.limit, l.limit-l.total, at+l.window-now), sluice.Ticket(l.seq)
+}

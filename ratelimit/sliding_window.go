@@ -1,0 +1,216 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// SlidingWindow admits at most limit cost units in any run of buckets
+// consecutive buckets of length window/buckets: a window that slides one
+// bucket at a time, kept as a ring of counters reused in place.
+//
+// A unit counted at instant t leaves the window at the end of its bucket plus
+// window, between window-window/buckets and window after t; so any span
+// shorter than window-window/buckets holds at most limit, and more buckets
+// track the exact sliding window (SlidingLog) more closely. With one bucket it
+// is a FixedWindow. Memory is one int64 per bucket; a decision is O(1) under a
+// short lock, and a rejection scans the buckets once to compute RetryAfter.
+//
+// An instant older than the newest bucket seen (a clock stepping backwards,
+// or a late caller) is counted in the newest bucket, so it never admits
+// extra. Make one with NewSlidingWindow; the zero value is not usable.
+type SlidingWindow struct {
+	mu      sync.Mutex
+	counts  []int64 // ring: bucket k lives at counts[k mod len]
+	head    int64   // index of the newest bucket seen
+	started bool    // head is meaningful
+	total   int64   // sum of counts
+
+	limit  int64
+	window time.Duration
+	bucket time.Duration // window / buckets
+	nb     int64
+	cb     uint
+	cmask  uint64
+	name   string
+	clock  sluice.Clock
+}
+
+// NewSlidingWindow returns a limiter that admits limit cost units in any
+// window of length window, tracked in buckets buckets of window/buckets each.
+//
+// It fails when limit < 1, window <= 0, buckets < 1, buckets does not divide
+// window into whole nanoseconds, or a bucket is too short to count limit
+// units exactly (at least 4·2^bits(limit) nanoseconds).
+func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
+	o, err := buildOptions("sliding-window", opts)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case limit < 1:
+		return nil, fmt.Errorf("ratelimit: sliding window: limit %d must be at least 1", limit)
+	case window <= 0:
+		return nil, fmt.Errorf("ratelimit: sliding window: window %v must be positive", window)
+	case buckets < 1:
+		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets, want at least 1", buckets)
+	case window%time.Duration(buckets) != 0:
+		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets do not divide the window %v", buckets, window)
+	}
+	bucket := window / time.Duration(buckets)
+	cb := uint(bits.Len64(uint64(limit)))
+	if err := checkGranularity("sliding window bucket", limit, bucket, cb); err != nil {
+		return nil, err
+	}
+	return &SlidingWindow{
+		counts: make([]int64, buckets), limit: limit, window: window, bucket: bucket,
+		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock,
+	}, nil
+}
+
+// Name returns the limiter's name, "ratelimit/sliding-window" unless set with
+// WithName.
+func (w *SlidingWindow) Name() string { return w.name }
+
+// Limit returns the limit per window.
+func (w *SlidingWindow) Limit() int64 { return w.limit }
+
+// Window returns the window's length.
+func (w *SlidingWindow) Window() time.Duration { return w.window }
+
+// Buckets returns the number of buckets of the window.
+func (w *SlidingWindow) Buckets() int { return int(w.nb) }
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return w.decide(now, sluice.CostFrom(ctx))
+}
+
+// Done gives back what the admitted request took when o is sluice.Released
+// and its bucket is still in the window; other outcomes change nothing.
+func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	if o != sluice.Released {
+		return
+	}
+	n := int64(uint64(t) & w.cmask)
+	w.mu.Lock()
+	if w.started {
+		if back := slotDiff(uint64(w.head)<<w.cb, uint64(t), w.cb); back >= 0 && back < w.nb {
+			i := w.slot(w.head - back)
+			give := min(n, w.counts[i])
+			w.counts[i] -= give
+			w.total -= give
+		}
+	}
+	w.mu.Unlock()
+}
+
+// Allow is AllowNAt(clock.Now(), 1).
+func (w *SlidingWindow) Allow() bool { return w.AllowNAt(w.clock.Now(), 1) }
+
+// AllowN is AllowNAt(clock.Now(), n).
+func (w *SlidingWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.Now(), n) }
+
+// AllowAt is AllowNAt(now, 1).
+func (w *SlidingWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
+
+// AllowNAt reports whether n units may pass at instant now, and takes them if
+// so.
+func (w *SlidingWindow) AllowNAt(now time.Duration, n int64) bool {
+	d, _ := w.decide(now, n)
+	return d.Allowed
+}
+
+// DecideAt decides on a request of cost n (taken as 1 when below 1) at
+// instant now, and takes the units when it admits. Limit is the window's
+// limit, Remaining what is left of it, Reset the time until every counted
+// unit has left the window, and RetryAfter the time until enough have left
+// for n more. A cost above the limit is rejected with ErrNeverSatisfiable.
+func (w *SlidingWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
+	d, _ := w.decide(now, n)
+	return d
+}
+
+func (w *SlidingWindow) slot(k int64) int {
+	i := k % w.nb
+	if i < 0 {
+		i += w.nb
+	}
+	return int(i)
+}
+
+// leaves returns the instant bucket k leaves the window.
+func (w *SlidingWindow) leaves(k int64) time.Duration {
+	return time.Duration(k+w.nb) * w.bucket
+}
+
+// advance moves the ring forward to bucket cur, emptying the buckets that
+// left the window. It never moves backwards.
+func (w *SlidingWindow) advance(cur int64) {
+	if !w.started {
+		w.head, w.started = cur, true
+		return
+	}
+	if cur <= w.head {
+		return
+	}
+	if cur-w.head >= w.nb {
+		clear(w.counts)
+		w.total = 0
+	} else {
+		for k := w.head + 1; k <= cur; k++ {
+			i := w.slot(k)
+			w.total -= w.counts[i]
+			w.counts[i] = 0
+		}
+	}
+	w.head = cur
+}
+
+// resetLocked returns the time from now until every counted unit has left.
+func (w *SlidingWindow) resetLocked(now time.Duration) time.Duration {
+	if w.total == 0 {
+		return 0
+	}
+	for k := w.head; k > w.head-w.nb; k-- {
+		if w.counts[w.slot(k)] > 0 {
+			return w.leaves(k) - now
+		}
+	}
+	return 0
+}
+
+func (w *SlidingWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+	n = max(n, 1)
+	w.mu.Lock()
+	w.advance(floorDivDur(now, w.bucket))
+	if n > w.limit {
+		d := never(w.name, w.limit, w.limit-w.total, w.resetLocked(now))
+		w.mu.Unlock()
+		return d, 0
+	}
+	if w.total+n > w.limit {
+		need := w.total + n - w.limit
+		retry := time.Duration(0)
+		for k, freed := w.head-w.nb+1, int64(0); k <= w.head; k++ {
+			if freed += w.counts[w.slot(k)]; freed >= need {
+				retry = w.leaves(k) - now
+				break
+			}
+		}
+		d := reject(w.name, w.limit, w.limit-w.total, w.resetLocked(now), retry)
+		w.mu.Unlock()
+		return d, 0
+	}
+	w.counts[w.slot(w.head)] += n
+	w.total += n
+	d := allow(w.name, w.limit, w.limit-w.total, w.leaves(w.head)-now)
+	tk := sluice.Ticket(uint64(w.head)<<w.cb | uint64(n))
+	w.mu.Unlock()
+	return d, tk
+}
