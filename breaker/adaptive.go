@@ -1,0 +1,136 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Adaptive is client-side adaptive throttling, as described in Google's Site
+// Reliability Engineering book ("Handling Overload"): over a rolling window
+// it counts the requests it saw and those the dependency accepted
+// (Success), and rejects each new request with probability
+//
+//	max(0, (requests − K·accepts) / (requests + 1))
+//
+// So while the dependency accepts most requests nothing is rejected; as it
+// fails, the throttle sheds a growing share locally, yet always lets some
+// through to notice the recovery, with no open or half-open state. Rejected
+// requests count as requests, so sustained rejections keep the pressure on.
+//
+// Failures and rejections count as requests not accepted; Ignored and
+// Released calls are not counted at all. Rejections match
+// sluice.ErrCircuitOpen, with a RetryAfter of one bucket of the window, when
+// the probability is next recomputed over a different span.
+//
+// An Adaptive is a sluice.Policy, safe for concurrent use; make one with
+// NewAdaptive.
+type Adaptive struct {
+	name     string
+	k        float64
+	minReq   int64
+	random   func() float64
+	clock    sluice.Clock
+	classify sluice.Classifier
+	win      *timeWindow // requests (total), accepts (lo)
+}
+
+// NewAdaptive returns an adaptive throttle named "breaker/" + name. The
+// defaults are K = 2 and a window of 10s in 10 buckets; the options that
+// apply are WithMultiplier, WithRollingWindow, WithRandom,
+// WithMinThrottleRequests, WithClock and WithClassifier.
+func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
+	if name == "" {
+		return nil, errors.New("breaker: NewAdaptive: empty name")
+	}
+	cfg, err := buildConfig(forAdaptive, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Adaptive{
+		name:     "breaker/" + name,
+		k:        cfg.k,
+		minReq:   cfg.minThrottle,
+		random:   cfg.random,
+		clock:    cfg.clock,
+		classify: cfg.classify,
+		win:      newTimeWindow(cfg.clock.Now(), cfg.length, cfg.buckets),
+	}, nil
+}
+
+// Name returns "breaker/" followed by the name given to NewAdaptive.
+func (a *Adaptive) Name() string { return a.name }
+
+// RejectProbability returns the probability with which a request arriving at
+// instant now would be rejected.
+func (a *Adaptive) RejectProbability(now time.Duration) float64 {
+	return a.probability(a.win.readAt(now))
+}
+
+func (a *Adaptive) probability(t tally) float64 {
+	if t.total < a.minReq || t.total <= 0 {
+		return 0
+	}
+	p := (float64(t.total) - a.k*float64(max(t.lo, 0))) / float64(t.total+1)
+	return max(p, 0)
+}
+
+// Requests returns the requests and accepts counted in the window ending at
+// now.
+func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
+	t := a.win.readAt(now)
+	return max(t.total, 0), max(t.lo, 0)
+}
+
+// Admit decides on a request at the monotonic instant now. It is the
+// sluice.Policy method.
+func (a *Adaptive) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	e := a.win.epoch(now)
+	a.win.advance(e)
+	if p := a.probability(a.win.read()); p > 0 && a.random() < p {
+		a.win.add(e, 1, 0, 0)
+		return sluice.Decision{Policy: a.name, Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}, 0
+	}
+	d := allowedClosed
+	d.Policy = a.name
+	return d, 0
+}
+
+// Done counts an admitted request when it ends: a Success as a request the
+// dependency accepted, a Failure as one it did not. Ignored and Released
+// requests are not counted. It is the sluice.Policy method.
+func (a *Adaptive) Done(_ sluice.Ticket, o sluice.Outcome, now, _ time.Duration) {
+	switch o {
+	case sluice.Success:
+		a.win.add(a.win.epoch(now), 1, 1, 0)
+	case sluice.Failure:
+		a.win.add(a.win.epoch(now), 1, 0, 0)
+	}
+}
+
+// Allow asks whether a request may go through now, reading the throttle's
+// clock. When it may, it returns a Permit on which the request's end must be
+// reported once; otherwise a *sluice.RejectedError matching
+// sluice.ErrCircuitOpen.
+func (a *Adaptive) Allow() (Permit, error) {
+	now := a.clock.Now()
+	d, t := a.Admit(context.Background(), now)
+	if !d.Allowed {
+		return Permit{}, &sluice.RejectedError{Decision: d}
+	}
+	return Permit{p: a, clock: a.clock, classify: a.classify, t: t, start: now, timed: true, started: true}, nil
+}
+
+// Execute runs fn if the throttle lets it through, and reports how it ended,
+// as Breaker.Execute does.
+func (a *Adaptive) Execute(fn func() error) error {
+	pm, err := a.Allow()
+	if err != nil {
+		return err
+	}
+	return run(pm, fn)
+}
+
+var _ sluice.Policy = (*Adaptive)(nil)

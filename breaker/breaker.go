@@ -1,0 +1,462 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Breaker is a circuit breaker: closed, it lets calls through and counts
+// their outcomes in a window; when a trip strategy's condition holds it opens
+// and rejects calls at once with sluice.ErrCircuitOpen; after its open
+// duration it turns half-open and lets a few probes through, whose outcomes
+// close it or open it again.
+//
+// Every state change starts a new generation; outcomes of calls admitted in
+// an earlier generation are dropped, so a slow call that was let through
+// before the breaker opened cannot close or reopen it later.
+//
+// A Breaker is a sluice.Policy and a sluice.StateSource: put it in a Guard's
+// chain, or use Allow, Decide or Execute on their own. The closed state's
+// paths take no lock. A Breaker is safe for concurrent use; make one with
+// New.
+type Breaker struct {
+	name     string
+	cfg      *config
+	slow     time.Duration // slow-call threshold; 0 when off
+	needNow  bool          // Done needs the end instant (rolling window or slow calls)
+	need     int64         // probe successes that close the breaker
+	cur      atomic.Pointer[phase]
+	notifier notifier
+
+	mu    sync.Mutex    // guards transitions and the fields below
+	gen   uint64        // last generation handed out
+	trips int           // opens since the breaker last closed, for the backoff
+	halfs halfOpenCount // probe outcomes of the current half-open phase
+}
+
+type halfOpenCount struct{ succ, fail int64 }
+
+// phase is one generation of the breaker. Only the atomics change after it
+// is published.
+type phase struct {
+	gen       uint64
+	state     State
+	forced    bool          // ForceOpen or ForceClose: no automatic transition
+	openUntil time.Duration // StateOpen
+	cw        *countWindow  // the window of the closed phase; kept, read-only, while open
+	tw        *timeWindow
+	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
+	taken     atomic.Int64  // half-open probes admitted and not released
+}
+
+const genMask = 1<<31 - 1
+
+// ticket returns the ticket of a call admitted in p: the generation in bits
+// 1..31, and bit 0 set for a half-open probe. Tickets fit in 32 bits so a
+// Group can add its own.
+func (p *phase) ticket(probe bool) sluice.Ticket {
+	t := sluice.Ticket(p.gen&genMask) << 1
+	if probe {
+		t |= 1
+	}
+	return t
+}
+
+func (p *phase) owns(t sluice.Ticket) bool { return uint64(t>>1)&genMask == p.gen&genMask }
+
+// New returns a closed Breaker named "breaker/" + name.
+//
+// Without options it trips at 5 consecutive failures, counts on a window of
+// the last 100 calls, stays open 60s, and closes after one successful probe.
+func New(name string, opts ...Option) (*Breaker, error) {
+	if name == "" {
+		return nil, errors.New("breaker: New: empty name")
+	}
+	cfg, err := buildConfig(forBreaker, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newBreaker("breaker/"+name, cfg, 0), nil
+}
+
+func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
+	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
+	b.needNow = cfg.count == 0 || cfg.slowThreshold > 0
+	b.need = int64(math.Ceil(float64(cfg.probeRatio) * float64(cfg.probes) / ppm))
+	if b.need < 1 {
+		b.need = 1
+	}
+	for _, fn := range cfg.listeners {
+		b.notifier.add(subscriber{typed: fn})
+	}
+	p := &phase{gen: genBase, state: StateClosed}
+	b.newWindow(p, cfg.clock.Now())
+	b.cur.Store(p)
+	return b
+}
+
+func (b *Breaker) newWindow(p *phase, now time.Duration) {
+	if b.cfg.count > 0 {
+		p.cw = newCountWindow(b.cfg.count)
+	} else {
+		p.tw = newTimeWindow(now, b.cfg.length, b.cfg.buckets)
+	}
+}
+
+// Name returns "breaker/" followed by the name given to New.
+func (b *Breaker) Name() string { return b.name }
+
+// State returns the breaker's state. An open breaker whose open duration is
+// over reports StateOpen until a call arrives and turns it half-open.
+func (b *Breaker) State() State { return b.cur.Load().state }
+
+// Counts returns a snapshot of the breaker's counters. While the breaker is
+// open or half-open, the window is the one that tripped it.
+func (b *Breaker) Counts() Counts {
+	p := b.cur.Load()
+	var t tally
+	if p.cw != nil {
+		t = p.cw.read()
+	} else {
+		now := b.cfg.clock.Now()
+		if p.state == StateClosed {
+			t = p.tw.readAt(now)
+		} else {
+			t = p.tw.read()
+		}
+	}
+	c := Counts{
+		Requests:            max(t.total, 0),
+		Failures:            max(t.lo, 0),
+		SlowCalls:           max(t.hi, 0),
+		ConsecutiveFailures: int64(uint32(p.consec.Load())),
+	}
+	c.Successes = max(c.Requests-c.Failures, 0)
+	if p.state == StateHalfOpen {
+		c.ProbesAdmitted = p.taken.Load()
+		b.mu.Lock()
+		if b.cur.Load() == p {
+			c.ProbeSuccesses, c.ProbeFailures = b.halfs.succ, b.halfs.fail
+		}
+		b.mu.Unlock()
+	}
+	return c
+}
+
+var allowedClosed = sluice.Decision{Allowed: true, Limit: -1}
+
+// Admit decides on a call at the monotonic instant now: a closed breaker
+// admits it, an open one rejects it with sluice.ErrCircuitOpen and a
+// RetryAfter until its half-open probes, and a half-open one admits it as a
+// probe while probes remain. It is the sluice.Policy method; outside a Guard,
+// Allow and Decide read the clock for you.
+func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	p := b.cur.Load()
+	if p.state == StateClosed {
+		d := allowedClosed
+		d.Policy = b.name
+		return d, p.ticket(false)
+	}
+	return b.admitSlow(p, now)
+}
+
+func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	for {
+		switch p.state {
+		case StateClosed:
+			d := allowedClosed
+			d.Policy = b.name
+			return d, p.ticket(false)
+		case StateOpen:
+			if p.forced {
+				return b.reject(b.cfg.openBase), 0
+			}
+			if now < p.openUntil {
+				return b.reject(p.openUntil - now), 0
+			}
+			b.mu.Lock()
+			if b.cur.Load() == p {
+				b.setPhase(p, StateHalfOpen, now, 0, false)
+			}
+			b.mu.Unlock()
+			b.notifier.dispatch()
+		case StateHalfOpen:
+			for {
+				n := p.taken.Load()
+				if n >= b.cfg.probes {
+					return b.reject(b.cfg.openBase), 0
+				}
+				if p.taken.CompareAndSwap(n, n+1) {
+					d := allowedClosed
+					d.Policy = b.name
+					return d, p.ticket(true)
+				}
+			}
+		}
+		p = b.cur.Load()
+	}
+}
+
+func (b *Breaker) reject(retryAfter time.Duration) sluice.Decision {
+	if retryAfter <= 0 {
+		retryAfter = 1
+	}
+	return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: retryAfter, Cause: sluice.ErrCircuitOpen}
+}
+
+// Done reports how a call admitted with ticket t ended, at instant now after
+// latency. Success and Failure are counted; Ignored is not; Released gives a
+// half-open probe's slot back. Outcomes of calls admitted before the last
+// state change are dropped. It is the sluice.Policy method; outside a Guard,
+// use the Permit that Allow returned.
+func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	p := b.cur.Load()
+	if !p.owns(t) {
+		return
+	}
+	switch {
+	case p.state == StateClosed:
+		b.doneClosed(p, o, now, latency)
+	case p.state == StateHalfOpen && t&1 != 0:
+		b.doneProbe(p, o, now, latency)
+	}
+}
+
+func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Duration) {
+	var code uint32
+	switch o {
+	case sluice.Success:
+		code = codePresent
+	case sluice.Failure:
+		code = codePresent | codeFailure
+	default:
+		return
+	}
+	if b.slow > 0 && latency > b.slow {
+		code |= codeSlow
+	}
+	var run int64
+	var t tally
+	if p.cw != nil {
+		if o == sluice.Failure {
+			run = b.failRun(p, 0)
+		} else if p.consec.Load() != 0 {
+			p.consec.Store(0)
+		}
+		if !p.cw.record(code) && run == 0 {
+			return
+		}
+		t = p.cw.read()
+	} else {
+		e := p.tw.epoch(now)
+		if o == sluice.Failure {
+			run = b.failRun(p, e)
+		} else if p.consec.Load() != 0 {
+			p.consec.Store(0)
+		}
+		var f, s int64
+		if code&codeFailure != 0 {
+			f = 1
+		}
+		if code&codeSlow != 0 {
+			s = 1
+		}
+		p.tw.add(e, 1, f, s)
+		t = p.tw.read()
+	}
+	if p.forced || !b.tripped(t, run) {
+		return
+	}
+	b.mu.Lock()
+	if b.cur.Load() == p {
+		b.trips++
+		b.setPhase(p, StateOpen, now, b.openDuration(), false)
+	}
+	b.mu.Unlock()
+	b.notifier.dispatch()
+}
+
+// failRun adds a failure at epoch e to p's run of failures and returns the
+// run's length. On a rolling window, a run whose first failure has left the
+// window starts again.
+func (b *Breaker) failRun(p *phase, e int64) int64 {
+	for {
+		v := p.consec.Load()
+		n, start := uint32(v), int64(v>>32)
+		var nv uint64
+		switch {
+		case n == 0 || (p.tw != nil && e-start >= p.tw.n):
+			nv = uint64(e)<<32 | 1
+		case n == math.MaxUint32:
+			return int64(n)
+		default:
+			nv = v + 1
+		}
+		if p.consec.CompareAndSwap(v, nv) {
+			return int64(uint32(nv))
+		}
+	}
+}
+
+// tripped reports whether a trip strategy's condition holds.
+func (b *Breaker) tripped(t tally, run int64) bool {
+	c := b.cfg
+	if c.consecutive > 0 && run >= c.consecutive {
+		return true
+	}
+	if t.lo <= 0 && t.hi <= 0 {
+		return false
+	}
+	switch {
+	case c.errRatio > 0 && t.total >= c.errRatioMin && t.lo*ppm >= c.errRatio*t.total:
+		return true
+	case c.errCount > 0 && t.total >= c.errCountMin && t.lo >= c.errCount:
+		return true
+	case c.slowRatio > 0 && t.total >= c.slowMin && t.hi*ppm >= c.slowRatio*t.total:
+		return true
+	}
+	return false
+}
+
+func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Duration) {
+	if o == sluice.Released || o == sluice.Ignored {
+		p.taken.Add(-1)
+		return
+	}
+	ok := o == sluice.Success && (b.slow == 0 || latency <= b.slow)
+	b.mu.Lock()
+	if b.cur.Load() == p {
+		if ok {
+			b.halfs.succ++
+		} else {
+			b.halfs.fail++
+		}
+		switch {
+		case b.halfs.succ >= b.need:
+			b.trips = 0
+			b.setPhase(p, StateClosed, now, 0, false)
+		case b.halfs.fail > b.cfg.probes-b.need:
+			b.trips++
+			b.setPhase(p, StateOpen, now, b.openDuration(), false)
+		}
+	}
+	b.mu.Unlock()
+	b.notifier.dispatch()
+}
+
+// openDuration returns how long the breaker stays open after its b.trips-th
+// opening in a row. Called with b.mu held.
+func (b *Breaker) openDuration() time.Duration {
+	d := b.cfg.openBase
+	for i := 1; i < b.trips && d < b.cfg.openMax; i++ {
+		d *= 2
+	}
+	return min(d, b.cfg.openMax)
+}
+
+// setPhase starts a new generation in state to, replacing old, and queues
+// the state change for the listeners. Called with b.mu held.
+func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, forced bool) {
+	b.gen++
+	np := &phase{gen: b.gen, state: to, forced: forced}
+	switch to {
+	case StateClosed:
+		b.newWindow(np, now)
+	case StateOpen:
+		np.openUntil = now + openFor
+		if np.openUntil < now {
+			np.openUntil = math.MaxInt64
+		}
+		fallthrough
+	default:
+		np.cw, np.tw = old.cw, old.tw
+		np.consec.Store(old.consec.Load())
+	}
+	b.halfs = halfOpenCount{}
+	b.cur.Store(np)
+	if old.state != to {
+		b.notifier.queue(sluice.StateChange{Policy: b.name, From: old.state.String(), To: to.String(), At: now}, old.state, to)
+	}
+}
+
+// transition runs fn with the lock held, then calls the listeners.
+func (b *Breaker) transition(fn func(p *phase, now time.Duration)) {
+	now := b.cfg.clock.Now()
+	b.mu.Lock()
+	fn(b.cur.Load(), now)
+	b.mu.Unlock()
+	b.notifier.dispatch()
+}
+
+// ForceOpen opens the breaker and holds it open, with no probes, until
+// ForceClose or Reset. Its rejections carry the base open duration as
+// RetryAfter.
+func (b *Breaker) ForceOpen() {
+	b.transition(func(p *phase, now time.Duration) {
+		b.setPhase(p, StateOpen, now, 0, true)
+	})
+}
+
+// ForceClose closes the breaker with an empty window and holds it closed
+// until ForceOpen or Reset: outcomes are still counted, but nothing trips
+// it, and OpenFor has no effect.
+func (b *Breaker) ForceClose() {
+	b.transition(func(p *phase, now time.Duration) {
+		b.setPhase(p, StateClosed, now, 0, true)
+	})
+}
+
+// Reset brings the breaker back to how New made it: closed, with an empty
+// window, the backoff at its base, and any ForceOpen or ForceClose lifted.
+func (b *Breaker) Reset() {
+	b.transition(func(p *phase, now time.Duration) {
+		b.trips = 0
+		b.setPhase(p, StateClosed, now, 0, false)
+	})
+}
+
+// OpenFor opens the breaker at instant now for at least d, as when the
+// dependency answered with a Retry-After: an open breaker whose open period
+// ends sooner is extended, a closed or half-open one opens. It does not count
+// as a trip for the backoff, and does nothing on a breaker held by
+// ForceOpen or ForceClose, or when d ≤ 0.
+func (b *Breaker) OpenFor(now, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b.mu.Lock()
+	p := b.cur.Load()
+	if !p.forced && (p.state != StateOpen || p.openUntil-now < d) {
+		b.setPhase(p, StateOpen, now, d, false)
+	}
+	b.mu.Unlock()
+	b.notifier.dispatch()
+}
+
+// Subscribe registers fn, called after every state change of the breaker
+// with its name, the two states and the instant. It implements
+// sluice.StateSource, so a Guard's sluice.OnStateChange hears the breaker.
+//
+// Listeners run outside the breaker's lock, one change at a time, in the
+// order the changes happened, each change once: a listener may call back into
+// the breaker (State, Counts, Reset...) without deadlock, and a change it
+// causes is delivered after it returns. The listeners of a change run on the
+// goroutine that made it, or, when another goroutine is already delivering
+// changes, on that one. The returned function removes fn.
+func (b *Breaker) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	return b.notifier.add(subscriber{fn: fn})
+}
+
+var (
+	_ sluice.Policy      = (*Breaker)(nil)
+	_ sluice.StateSource = (*Breaker)(nil)
+)

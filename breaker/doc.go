@@ -1,0 +1,53 @@
+// Package breaker stops calling a dependency that is failing, so the caller
+// fails fast instead of piling up on it, and lets a few calls through now
+// and then to notice its recovery.
+//
+// Three policies, all sluice.Policy values for a Guard's chain and all usable
+// on their own:
+//
+//   - Breaker: the circuit breaker state machine (closed, open, half-open)
+//     with a generation counter. Its trip strategies (consecutive failures,
+//     error ratio, error count, slow-call ratio, any combination) look at a
+//     window of the last N calls (WithCountWindow) or of the last stretch of
+//     time (WithRollingWindow), each with a minimum volume. It stays open
+//     for a fixed duration or a capped exponential backoff, then admits a set
+//     number of probes. ForceOpen, ForceClose, Reset and OpenFor steer it by
+//     hand; listeners hear every state change, outside its lock.
+//   - Adaptive: Google SRE client-side throttling, rejecting a growing share
+//     of requests as the dependency accepts fewer of them, with no open
+//     state.
+//   - Group: one Breaker per resource or key, made on demand, capped in
+//     number.
+//
+// A rejection is a *sluice.RejectedError matching sluice.ErrCircuitOpen, with
+// RetryAfter the time until the breaker lets a probe through.
+//
+// # What counts
+//
+// Inside a Guard, a call's outcome comes from the Guard's sluice.Classifier:
+// by default any error is a failure except a sluice rejection and the
+// caller's context.Canceled, which are ignored and never push a breaker open.
+// A call that another policy of the chain rejected after the breaker admitted
+// it is Released: the breaker gives its probe slot back and counts nothing.
+// So a rate limiter behind the breaker that rejects most calls, while the
+// dependency is healthy, never opens it.
+//
+// # Speed
+//
+// A closed Breaker takes no lock: Admit loads one pointer, Done updates its
+// window with atomic adds, and Allow reads the clock only when a strategy
+// needs the time (a rolling window or a slow-call threshold). Open, it fails
+// fast on one clock read and two loads.
+//
+// # Which engine
+//
+// Pick this package's Breaker for new code: it is several times faster than
+// gobreaker on the success path and allocates nothing, takes an injected
+// clock, offers the ratio, count and slow-call strategies, backoff and
+// several probes, drops late outcomes by generation, and calls its listeners
+// outside its lock. Pick package gobreakeradapter when a team already runs
+// sony/gobreaker with tuned Settings (a custom ReadyToTrip, IsSuccessful, or
+// gobreaker's distributed state) and wants the Guard and middleware without
+// changing how the breaker behaves; it costs gobreaker's mutex, clock reads
+// and one allocation per call.
+package breaker

@@ -1,0 +1,296 @@
+// Package gobreakeradapter runs a sony/gobreaker v2 circuit breaker as a
+// sluice.Policy, so a Guard, and every sluice middleware, can use a breaker
+// that a team has already tuned with gobreaker's Settings.
+//
+// Prefer NewFromSettings: it builds the gobreaker.TwoStepCircuitBreaker
+// itself, so it can exclude the calls that say nothing about the dependency
+// (Ignored and Released outcomes), tell a rejected caller when the breaker
+// will let a probe through, and report state changes outside gobreaker's
+// lock. New wraps a breaker made elsewhere, with the caveats written on it.
+//
+// This package lives apart from package breaker so that the core packages
+// depend on the standard library only. See package breaker's documentation
+// for when to pick which engine.
+package gobreakeradapter
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrExcluded is the error the Policy hands gobreaker for an Ignored or
+// Released outcome. A breaker built by NewFromSettings excludes it from its
+// counts; one given to New must exclude it too, with IsExcluded.
+var ErrExcluded = errors.New("gobreakeradapter: outcome not counted")
+
+// ErrFailure is the error the Policy hands gobreaker for a Failure outcome.
+// gobreaker's default IsSuccessful counts it as a failure.
+var ErrFailure = errors.New("gobreakeradapter: call failed")
+
+// IsExcluded returns a gobreaker Settings.IsExcluded function that excludes
+// ErrExcluded and whatever next excludes; next may be nil.
+func IsExcluded(next func(error) bool) func(error) bool {
+	return func(err error) bool {
+		return errors.Is(err, ErrExcluded) || (next != nil && next(err))
+	}
+}
+
+// Policy is a sluice.Policy backed by a gobreaker.TwoStepCircuitBreaker. Its
+// rejections match sluice.ErrCircuitOpen, for gobreaker's ErrOpenState and
+// ErrTooManyRequests alike. It is safe for concurrent use.
+type Policy struct {
+	name    string
+	cb      *gobreaker.TwoStepCircuitBreaker[any]
+	timeout time.Duration // 0: unknown
+
+	openedAt atomic.Pointer[time.Time] // when the breaker last opened; nil if unknown
+
+	mu      sync.Mutex
+	pending map[sluice.Ticket]func(error)
+	next    sluice.Ticket
+
+	events events
+}
+
+// Option configures a Policy made by New.
+type Option func(*Policy) error
+
+// WithTimeout tells a Policy made by New the open duration its breaker was
+// configured with (gobreaker's Settings.Timeout), so its rejections carry it
+// as RetryAfter, an upper bound of the wait. Without it a Policy made by New
+// rejects with RetryAfter 0: unknown.
+func WithTimeout(d time.Duration) Option {
+	return func(p *Policy) error {
+		if d <= 0 {
+			return errors.New("gobreakeradapter: WithTimeout: duration must be positive")
+		}
+		p.timeout = d
+		return nil
+	}
+}
+
+// New wraps a breaker built elsewhere. Its Settings.IsExcluded must exclude
+// ErrExcluded (see IsExcluded): otherwise Ignored and Released calls count
+// as failures. The Policy cannot hear its state changes, so it is no
+// source of state changes, and it knows RetryAfter only as
+// WithTimeout tells it.
+func New(cb *gobreaker.TwoStepCircuitBreaker[any], opts ...Option) (*Policy, error) {
+	if cb == nil {
+		return nil, errors.New("gobreakeradapter: New: nil breaker")
+	}
+	p := newPolicy(cb.Name())
+	p.cb = cb
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// NewFromSettings builds a gobreaker.TwoStepCircuitBreaker from st and wraps
+// it. It adds ErrExcluded to st.IsExcluded, and chains st.OnStateChange so
+// the Policy learns when the breaker opens (for RetryAfter) and reports its
+// state changes to Subscribe's listeners, outside gobreaker's lock. A
+// Timeout of 0 means gobreaker's default of 60s.
+func NewFromSettings(st gobreaker.Settings) (*Policy, error) {
+	if st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0 {
+		return nil, errors.New("gobreakeradapter: NewFromSettings: negative Timeout, Interval or BucketPeriod")
+	}
+	p := newPolicy(st.Name)
+	p.timeout = st.Timeout
+	if p.timeout == 0 {
+		p.timeout = 60 * time.Second
+	}
+	user := st.OnStateChange
+	st.OnStateChange = func(name string, from, to gobreaker.State) {
+		if to == gobreaker.StateOpen {
+			t := time.Now()
+			p.openedAt.Store(&t)
+		}
+		p.events.queue(sluice.StateChange{Policy: p.name, From: from.String(), To: to.String(), At: sluice.Now()})
+		if user != nil {
+			user(name, from, to)
+		}
+	}
+	st.IsExcluded = IsExcluded(st.IsExcluded)
+	p.cb = gobreaker.NewTwoStepCircuitBreaker[any](st)
+	return p, nil
+}
+
+func newPolicy(name string) *Policy {
+	if name == "" {
+		name = "gobreaker"
+	}
+	return &Policy{name: "breaker/" + name, pending: make(map[sluice.Ticket]func(error))}
+}
+
+// Name returns "breaker/" followed by the gobreaker breaker's name, or
+// "breaker/gobreaker" when it has none.
+func (p *Policy) Name() string { return p.name }
+
+// Breaker returns the wrapped gobreaker breaker, for its State and Counts.
+func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
+
+// Admit asks the gobreaker breaker. It is the sluice.Policy method; gobreaker
+// reads its own wall clock, so now is not used.
+func (p *Policy) Admit(_ context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+	done, err := p.cb.Allow()
+	p.events.dispatch()
+	if err != nil {
+		return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}, 0
+	}
+	p.mu.Lock()
+	p.next++
+	t := p.next
+	p.pending[t] = done
+	p.mu.Unlock()
+	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, t
+}
+
+func (p *Policy) retryAfter(err error) time.Duration {
+	if p.timeout == 0 {
+		return 0
+	}
+	if errors.Is(err, gobreaker.ErrOpenState) {
+		if at := p.openedAt.Load(); at != nil {
+			if left := p.timeout - time.Since(*at); left > 0 {
+				return left
+			}
+			return time.Millisecond
+		}
+	}
+	// Half-open with every probe taken, or opened before we could know:
+	// the open duration bounds the wait.
+	return p.timeout
+}
+
+// Done reports the outcome to gobreaker: Success as a nil error, Failure as
+// ErrFailure, Ignored and Released as ErrExcluded. It is the sluice.Policy
+// method.
+func (p *Policy) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	p.mu.Lock()
+	done := p.pending[t]
+	delete(p.pending, t)
+	p.mu.Unlock()
+	if done == nil {
+		return
+	}
+	switch o {
+	case sluice.Success:
+		done(nil)
+	case sluice.Failure:
+		done(ErrFailure)
+	default:
+		done(ErrExcluded)
+	}
+	p.events.dispatch()
+}
+
+// Subscribe registers fn, called after each state change of a breaker built
+// by NewFromSettings, outside gobreaker's lock, in order; a Policy made by
+// New never calls it. It implements sluice.StateSource.
+func (p *Policy) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	return p.events.add(fn)
+}
+
+var (
+	_ sluice.Policy      = (*Policy)(nil)
+	_ sluice.StateSource = (*Policy)(nil)
+)
+
+// events queues state changes heard under gobreaker's lock and delivers them
+// once the Policy's call into gobreaker has returned, one at a time and in
+// order.
+type events struct {
+	mu         sync.Mutex
+	pending    []sluice.StateChange
+	delivering bool
+	subs       map[int]func(sluice.StateChange)
+	order      []int
+	nextID     int
+}
+
+func (e *events) queue(c sluice.StateChange) {
+	e.mu.Lock()
+	e.pending = append(e.pending, c)
+	e.mu.Unlock()
+}
+
+func (e *events) add(fn func(sluice.StateChange)) func() {
+	e.mu.Lock()
+	if e.subs == nil {
+		e.subs = make(map[int]func(sluice.StateChange))
+	}
+	e.nextID++
+	id := e.nextID
+	e.subs[id] = fn
+	e.order = append(e.order, id)
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if _, ok := e.subs[id]; !ok {
+			return
+		}
+		delete(e.subs, id)
+		for i, x := range e.order {
+			if x == id {
+				e.order = append(e.order[:i:i], e.order[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+func (e *events) dispatch() {
+	e.mu.Lock()
+	if e.delivering || len(e.pending) == 0 {
+		e.mu.Unlock()
+		return
+	}
+	e.delivering = true
+	e.mu.Unlock()
+	finished := false
+	defer func() {
+		if !finished {
+			e.mu.Lock()
+			e.delivering = false
+			e.mu.Unlock()
+		}
+	}()
+	for {
+		e.mu.Lock()
+		if len(e.pending) == 0 {
+			e.pending = nil
+			e.delivering = false
+			finished = true
+			e.mu.Unlock()
+			return
+		}
+		c := e.pending[0]
+		e.pending = e.pending[1:]
+		fns := make([]func(sluice.StateChange), 0, len(e.subs))
+		for _, id := range e.order {
+			if fn, ok := e.subs[id]; ok {
+				fns = append(fns, fn)
+			}
+		}
+		e.mu.Unlock()
+		for _, fn := range fns {
+			fn(c)
+		}
+	}
+}

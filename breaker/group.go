@@ -1,0 +1,218 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Group is a sluice.Policy keeping one Breaker per resource (an HTTP route,
+// a gRPC method, a dependency's host), so one failing dependency does not
+// open the circuit of the others. A request's key comes from
+// sluice.ResourceFrom, or from the WithKeyFunc option; its breaker is made on
+// first use from the Group's options, named after the Group followed by "/"
+// and the key.
+//
+// A Group holds at most WithMaxBreakers breakers (1024 by default). When a
+// new key arrives at a full Group, the closed breaker used least recently is
+// dropped (finding it scans the Group); open and half-open breakers are kept,
+// since forgetting them would let traffic through to a failing dependency.
+// When every breaker is open or half-open, new keys share one overflow
+// breaker until a slot frees up.
+//
+// Decisions carry the Group's name. A Group is a sluice.StateSource: its
+// subscribers hear the changes of every member, under the member's name. It
+// is safe for concurrent use; make one with NewGroup.
+type Group struct {
+	name string
+	cfg  *config
+	max  int
+
+	members sync.Map // key → *member
+	chunks  []atomic.Pointer[chunk]
+	gens    atomic.Uint64
+	subs    notifier // Subscribe's listeners; only its subscriber list is used
+
+	mu       sync.Mutex // guards creation, eviction and the fields below
+	all      []*member
+	free     []uint32
+	next     uint32
+	overflow *member
+}
+
+const chunkSize = 1024
+
+type chunk [chunkSize]atomic.Pointer[member]
+
+type member struct {
+	key   string
+	slot  uint32
+	b     *Breaker
+	last  atomic.Int64 // instant of the last Admit
+	unsub func()
+	idx   int // position in Group.all
+}
+
+// NewGroup returns a Group named "breaker/" + name. It takes every option of
+// New, applied to each member, and WithKeyFunc and WithMaxBreakers.
+func NewGroup(name string, opts ...Option) (*Group, error) {
+	if name == "" {
+		return nil, errors.New("breaker: NewGroup: empty name")
+	}
+	cfg, err := buildConfig(forGroup, opts)
+	if err != nil {
+		return nil, err
+	}
+	g := &Group{name: "breaker/" + name, cfg: cfg, max: cfg.maxBreakers}
+	// One more slot than members, for the overflow breaker.
+	g.chunks = make([]atomic.Pointer[chunk], (g.max+1+chunkSize-1)/chunkSize)
+	return g, nil
+}
+
+// Name returns "breaker/" followed by the name given to NewGroup.
+func (g *Group) Name() string { return g.name }
+
+// Len returns the number of breakers the Group holds, the overflow breaker
+// not included.
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.all)
+}
+
+// Get returns the breaker of key, if the Group holds one.
+func (g *Group) Get(key string) (*Breaker, bool) {
+	if m, ok := g.members.Load(key); ok {
+		return m.(*member).b, true
+	}
+	return nil, false
+}
+
+// Admit decides on a request at instant now with the breaker of its key,
+// made on first use. It is the sluice.Policy method.
+func (g *Group) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	m := g.member(g.cfg.key(ctx), now)
+	if last := m.last.Load(); now-time.Duration(last) >= time.Millisecond || time.Duration(last) > now {
+		m.last.Store(int64(now))
+	}
+	d, t := m.b.Admit(ctx, now)
+	d.Policy = g.name
+	if !d.Allowed {
+		return d, 0
+	}
+	return d, sluice.Ticket(m.slot)<<32 | t&math.MaxUint32
+}
+
+// Done reports how a request ended to the breaker that admitted it; a
+// breaker dropped from the Group since then ignores it. It is the
+// sluice.Policy method.
+func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	slot := uint32(t >> 32)
+	c := g.chunks[slot/chunkSize].Load()
+	if c == nil {
+		return
+	}
+	if m := c[slot%chunkSize].Load(); m != nil {
+		m.b.Done(t&math.MaxUint32, o, now, latency)
+	}
+}
+
+// Subscribe registers fn, called after every state change of every member,
+// with the member's name; see Breaker.Subscribe for the guarantees. It
+// implements sluice.StateSource.
+func (g *Group) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	return g.subs.add(subscriber{fn: fn})
+}
+
+func (g *Group) forward(c sluice.StateChange) {
+	g.subs.mu.Lock()
+	subs := g.subs.subs
+	g.subs.mu.Unlock()
+	for _, s := range subs {
+		s.fn(c)
+	}
+}
+
+func (g *Group) member(key string, now time.Duration) *member {
+	if m, ok := g.members.Load(key); ok {
+		return m.(*member)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.members.Load(key); ok {
+		return m.(*member)
+	}
+	if len(g.all) >= g.max && !g.evict() {
+		if g.overflow == nil {
+			g.overflow = g.newMember("(overflow)", now)
+		}
+		return g.overflow
+	}
+	m := g.newMember(key, now)
+	m.idx = len(g.all)
+	g.all = append(g.all, m)
+	g.members.Store(key, m)
+	return m
+}
+
+// newMember makes a breaker in a free slot. Called with g.mu held.
+func (g *Group) newMember(key string, now time.Duration) *member {
+	var slot uint32
+	if n := len(g.free); n > 0 {
+		slot, g.free = g.free[n-1], g.free[:n-1]
+	} else {
+		slot = g.next
+		g.next++
+	}
+	// Each breaker starts at a generation far from its slot's previous ones,
+	// so a ticket of a dropped breaker is not taken for one of its successor.
+	base := g.gens.Add(0x9E3779B97F4A7C15)
+	m := &member{key: key, slot: slot, b: newBreaker(g.name+"/"+key, g.cfg, base)}
+	m.last.Store(int64(now))
+	m.unsub = m.b.Subscribe(g.forward)
+	c := g.chunks[slot/chunkSize].Load()
+	if c == nil {
+		c = new(chunk)
+		g.chunks[slot/chunkSize].Store(c)
+	}
+	c[slot%chunkSize].Store(m)
+	return m
+}
+
+// evict drops the closed breaker used least recently and reports whether it
+// found one. Called with g.mu held.
+func (g *Group) evict() bool {
+	var victim *member
+	for _, m := range g.all {
+		if p := m.b.cur.Load(); p.state != StateClosed || p.forced {
+			continue
+		}
+		if victim == nil || m.last.Load() < victim.last.Load() {
+			victim = m
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	g.members.Delete(victim.key)
+	g.chunks[victim.slot/chunkSize].Load()[victim.slot%chunkSize].Store(nil)
+	g.free = append(g.free, victim.slot)
+	victim.unsub()
+	last := g.all[len(g.all)-1]
+	g.all[victim.idx], last.idx = last, victim.idx
+	g.all = g.all[:len(g.all)-1]
+	return true
+}
+
+var (
+	_ sluice.Policy      = (*Group)(nil)
+	_ sluice.StateSource = (*Group)(nil)
+)

@@ -1,0 +1,435 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Option configures a Breaker, an Adaptive throttle or a Group. Each option
+// says which of them it applies to; a constructor given an option that does
+// not apply to it returns an error naming the option.
+type Option func(*config) error
+
+// scope is the set of constructors an option applies to.
+type scope uint8
+
+const (
+	forBreaker scope = 1 << iota
+	forAdaptive
+	forGroup
+)
+
+func (s scope) String() string {
+	switch s {
+	case forBreaker:
+		return "breaker.New"
+	case forAdaptive:
+		return "breaker.NewAdaptive"
+	}
+	return "breaker.NewGroup"
+}
+
+type used struct {
+	name  string
+	scope scope
+}
+
+const (
+	defaultConsecutive = 5
+	defaultCountWindow = 100
+	defaultOpen        = 60 * time.Second
+	defaultK           = 2.0
+	defaultWindow      = 10 * time.Second
+	defaultBuckets     = 10
+	maxCountWindow     = 1 << 24
+	maxBuckets         = 1 << 16
+	ppm                = 1_000_000
+	defaultMaxGroup    = 1024
+	maxGroup           = 1 << 24
+)
+
+type config struct {
+	used []used
+
+	// Trip strategies; zero means off.
+	consecutive           int64
+	errRatio, errRatioMin int64 // ratio in ppm
+	errCount, errCountMin int64
+	slowThreshold         time.Duration
+	slowRatio, slowMin    int64 // ratio in ppm
+
+	// Window: count > 0 for a count window, else a rolling time window.
+	count   int
+	length  time.Duration
+	buckets int
+
+	openBase, openMax time.Duration
+	probes            int64
+	probeRatio        int64 // ppm
+
+	clock     sluice.Clock
+	classify  sluice.Classifier
+	listeners []func(name string, from, to State)
+
+	// Adaptive.
+	k           float64
+	random      func() float64
+	minThrottle int64
+
+	// Group.
+	key         func(context.Context) string
+	maxBreakers int
+}
+
+func (c *config) use(name string, s scope) { c.used = append(c.used, used{name, s}) }
+
+func buildConfig(target scope, opts []Option) (*config, error) {
+	c := &config{
+		openBase:    defaultOpen,
+		openMax:     defaultOpen,
+		probes:      1,
+		probeRatio:  ppm,
+		clock:       sluice.SystemClock,
+		classify:    sluice.DefaultClassifier,
+		k:           defaultK,
+		random:      randFloat,
+		key:         resourceKey,
+		maxBreakers: defaultMaxGroup,
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range c.used {
+		if u.scope&target == 0 {
+			return nil, fmt.Errorf("breaker: %s does not apply to %v", u.name, target)
+		}
+	}
+	if c.count == 0 && c.length == 0 {
+		if target == forAdaptive {
+			c.length, c.buckets = defaultWindow, defaultBuckets
+		} else {
+			c.count = defaultCountWindow
+		}
+	}
+	if target != forAdaptive {
+		if c.consecutive == 0 && c.errRatio == 0 && c.errCount == 0 && c.slowRatio == 0 {
+			c.consecutive = defaultConsecutive
+		}
+		if c.count > 0 {
+			for _, m := range []struct {
+				name string
+				v    int64
+			}{{"WithErrorRatio minimum", c.errRatioMin}, {"WithErrorCount", c.errCount},
+				{"WithErrorCount minimum", c.errCountMin}, {"WithSlowCallRatio minimum", c.slowMin}} {
+				if m.v > int64(c.count) {
+					return nil, fmt.Errorf("breaker: %s %d exceeds the count window of %d calls: the breaker could never trip", m.name, m.v, c.count)
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+func resourceKey(ctx context.Context) string {
+	r, _ := sluice.ResourceFrom(ctx)
+	return r
+}
+
+func checkMin(opt string, minRequests int) error {
+	if minRequests < 1 {
+		return fmt.Errorf("breaker: %s: minimum requests %d must be at least 1", opt, minRequests)
+	}
+	return nil
+}
+
+func checkRatio(opt string, ratio float64) (int64, error) {
+	if !(ratio > 0 && ratio <= 1) {
+		return 0, fmt.Errorf("breaker: %s: ratio %v must be in (0, 1]", opt, ratio)
+	}
+	return int64(math.Round(ratio * ppm)), nil
+}
+
+// WithConsecutiveFailures trips the breaker at the n-th failure in a row; a
+// success ends the run. On a rolling time window, failures older than the
+// window no longer belong to the run. A run of n failures is its own minimum
+// volume. When no trip strategy is given, the breaker trips at 5 consecutive
+// failures. Applies to New and NewGroup.
+func WithConsecutiveFailures(n int) Option {
+	return func(c *config) error {
+		c.use("WithConsecutiveFailures", forBreaker|forGroup)
+		if n < 1 {
+			return fmt.Errorf("breaker: WithConsecutiveFailures: %d must be at least 1", n)
+		}
+		c.consecutive = int64(n)
+		return nil
+	}
+}
+
+// WithErrorRatio trips the breaker when failures make up at least ratio
+// (0 < ratio ≤ 1) of the calls in the window, once the window holds at least
+// minRequests calls. Off by default. Applies to New and NewGroup.
+func WithErrorRatio(ratio float64, minRequests int) Option {
+	return func(c *config) error {
+		c.use("WithErrorRatio", forBreaker|forGroup)
+		r, err := checkRatio("WithErrorRatio", ratio)
+		if err != nil {
+			return err
+		}
+		if err := checkMin("WithErrorRatio", minRequests); err != nil {
+			return err
+		}
+		c.errRatio, c.errRatioMin = r, int64(minRequests)
+		return nil
+	}
+}
+
+// WithErrorCount trips the breaker when the window holds at least n failures
+// among at least minRequests calls. Off by default. Applies to New and
+// NewGroup.
+func WithErrorCount(n, minRequests int) Option {
+	return func(c *config) error {
+		c.use("WithErrorCount", forBreaker|forGroup)
+		if n < 1 {
+			return fmt.Errorf("breaker: WithErrorCount: %d must be at least 1", n)
+		}
+		if err := checkMin("WithErrorCount", minRequests); err != nil {
+			return err
+		}
+		c.errCount, c.errCountMin = int64(n), int64(minRequests)
+		return nil
+	}
+}
+
+// WithSlowCallRatio trips the breaker when calls slower than threshold,
+// whether they succeeded or failed, make up at least ratio (0 < ratio ≤ 1) of
+// the calls in the window, once it holds at least minRequests calls. A
+// half-open probe slower than threshold counts as a failed probe. Off by
+// default. Applies to New and NewGroup.
+func WithSlowCallRatio(threshold time.Duration, ratio float64, minRequests int) Option {
+	return func(c *config) error {
+		c.use("WithSlowCallRatio", forBreaker|forGroup)
+		if threshold <= 0 {
+			return fmt.Errorf("breaker: WithSlowCallRatio: threshold %v must be positive", threshold)
+		}
+		r, err := checkRatio("WithSlowCallRatio", ratio)
+		if err != nil {
+			return err
+		}
+		if err := checkMin("WithSlowCallRatio", minRequests); err != nil {
+			return err
+		}
+		c.slowThreshold, c.slowRatio, c.slowMin = threshold, r, int64(minRequests)
+		return nil
+	}
+}
+
+// WithCountWindow makes the trip strategies look at the last n counted calls
+// (1 ≤ n ≤ 16777216). This is the default for New and NewGroup, with n = 100.
+// Applies to New and NewGroup.
+func WithCountWindow(n int) Option {
+	return func(c *config) error {
+		c.use("WithCountWindow", forBreaker|forGroup)
+		if n < 1 || n > maxCountWindow {
+			return fmt.Errorf("breaker: WithCountWindow: %d must be in [1, %d]", n, maxCountWindow)
+		}
+		c.count, c.length, c.buckets = n, 0, 0
+		return nil
+	}
+}
+
+// WithRollingWindow makes the strategies look at the calls that ended in the
+// last length of time, kept in buckets slices (1 ≤ buckets ≤ 65536, each at
+// least 1µs long): a bucket leaves the window as a whole. The default for
+// NewAdaptive is 10s in 10 buckets. Applies to New, NewAdaptive and NewGroup.
+func WithRollingWindow(length time.Duration, buckets int) Option {
+	return func(c *config) error {
+		c.use("WithRollingWindow", forBreaker|forAdaptive|forGroup)
+		if buckets < 1 || buckets > maxBuckets {
+			return fmt.Errorf("breaker: WithRollingWindow: %d buckets must be in [1, %d]", buckets, maxBuckets)
+		}
+		if length <= 0 || length/time.Duration(buckets) < time.Microsecond {
+			return fmt.Errorf("breaker: WithRollingWindow: %v in %d buckets: each bucket must last at least 1µs", length, buckets)
+		}
+		c.count, c.length, c.buckets = 0, length, buckets
+		return nil
+	}
+}
+
+// WithOpenDuration keeps a tripped breaker open for d before it lets probes
+// through; the default is 60s. Applies to New and NewGroup.
+func WithOpenDuration(d time.Duration) Option {
+	return func(c *config) error {
+		c.use("WithOpenDuration", forBreaker|forGroup)
+		if d <= 0 {
+			return fmt.Errorf("breaker: WithOpenDuration: %v must be positive", d)
+		}
+		c.openBase, c.openMax = d, d
+		return nil
+	}
+}
+
+// WithBackoff keeps a tripped breaker open for base the first time, and
+// doubles that each time a probe fails and the breaker reopens, up to max.
+// Closing the breaker brings the next open duration back to base. Applies to
+// New and NewGroup.
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *config) error {
+		c.use("WithBackoff", forBreaker|forGroup)
+		if base <= 0 || max < base {
+			return fmt.Errorf("breaker: WithBackoff: base %v must be positive and max %v at least base", base, max)
+		}
+		c.openBase, c.openMax = base, max
+		return nil
+	}
+}
+
+// WithHalfOpenProbes lets n probe calls through once the open duration is
+// over (the others are rejected at once), and closes the breaker when
+// successes make up at least successRatio (0 < successRatio ≤ 1) of the n
+// probes; it reopens as soon as that ratio can no longer be reached. The
+// default is one probe and a ratio of 1: the first failed probe reopens.
+// Applies to New and NewGroup.
+func WithHalfOpenProbes(n int, successRatio float64) Option {
+	return func(c *config) error {
+		c.use("WithHalfOpenProbes", forBreaker|forGroup)
+		if n < 1 {
+			return fmt.Errorf("breaker: WithHalfOpenProbes: %d probes must be at least 1", n)
+		}
+		r, err := checkRatio("WithHalfOpenProbes", successRatio)
+		if err != nil {
+			return err
+		}
+		c.probes, c.probeRatio = int64(n), r
+		return nil
+	}
+}
+
+// WithClock sets the clock read by the methods that take no instant (Allow,
+// Execute, ForceOpen, Counts...); the default is sluice.SystemClock. Inside a
+// Guard the Guard's clock is used: give both the same one. Applies to New,
+// NewAdaptive and NewGroup.
+func WithClock(clk sluice.Clock) Option {
+	return func(c *config) error {
+		c.use("WithClock", forBreaker|forAdaptive|forGroup)
+		if clk == nil {
+			return errors.New("breaker: WithClock: nil clock")
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithClassifier sets how Execute and Permit.Finish classify a call's error;
+// the default is sluice.DefaultClassifier. Inside a Guard, the Guard's
+// classifier decides. Applies to New, NewAdaptive and NewGroup.
+func WithClassifier(fn sluice.Classifier) Option {
+	return func(c *config) error {
+		c.use("WithClassifier", forBreaker|forAdaptive|forGroup)
+		if fn == nil {
+			return errors.New("breaker: WithClassifier: nil classifier")
+		}
+		c.classify = fn
+		return nil
+	}
+}
+
+// OnStateChange registers fn, called after every state change with the
+// breaker's name and the two states; see Breaker.Subscribe for the order and
+// locking guarantees. In a Group, fn hears every member. Applies to New and
+// NewGroup.
+func OnStateChange(fn func(name string, from, to State)) Option {
+	return func(c *config) error {
+		c.use("OnStateChange", forBreaker|forGroup)
+		if fn == nil {
+			return errors.New("breaker: OnStateChange: nil function")
+		}
+		c.listeners = append(c.listeners, fn)
+		return nil
+	}
+}
+
+// WithMultiplier sets K of the adaptive throttle: it lets requests through
+// freely while they are fewer than K times the accepted ones. Lower is more
+// aggressive; the default is 2. K must be at least 1. Applies to NewAdaptive.
+func WithMultiplier(k float64) Option {
+	return func(c *config) error {
+		c.use("WithMultiplier", forAdaptive)
+		if !(k >= 1) || math.IsInf(k, 1) {
+			return fmt.Errorf("breaker: WithMultiplier: K %v must be a finite number of at least 1", k)
+		}
+		c.k = k
+		return nil
+	}
+}
+
+// WithRandom sets the source of the adaptive throttle's random draws, a
+// function returning numbers in [0, 1), called once per request while the
+// throttle may reject; the default is math/rand/v2's Float64. Applies to
+// NewAdaptive.
+func WithRandom(fn func() float64) Option {
+	return func(c *config) error {
+		c.use("WithRandom", forAdaptive)
+		if fn == nil {
+			return errors.New("breaker: WithRandom: nil function")
+		}
+		c.random = fn
+		return nil
+	}
+}
+
+// WithMinThrottleRequests keeps the adaptive throttle from rejecting while its
+// window holds fewer than n requests, so a handful of failures on a quiet
+// service do not reject half of it. The default is 0: the formula alone
+// decides. Applies to NewAdaptive.
+func WithMinThrottleRequests(n int) Option {
+	return func(c *config) error {
+		c.use("WithMinThrottleRequests", forAdaptive)
+		if n < 0 {
+			return fmt.Errorf("breaker: WithMinThrottleRequests: %d must not be negative", n)
+		}
+		c.minThrottle = int64(n)
+		return nil
+	}
+}
+
+// WithKeyFunc sets how a Group names the breaker of a request; the default
+// is sluice.ResourceFrom (requests without a resource share the breaker of
+// the empty key). Applies to NewGroup.
+func WithKeyFunc(fn func(context.Context) string) Option {
+	return func(c *config) error {
+		c.use("WithKeyFunc", forGroup)
+		if fn == nil {
+			return errors.New("breaker: WithKeyFunc: nil function")
+		}
+		c.key = fn
+		return nil
+	}
+}
+
+// WithMaxBreakers caps how many breakers a Group holds; the default is 1024.
+// When a new key arrives at a full Group, the breaker used least recently is
+// dropped, unless it is open or half-open: open breakers are never forgotten
+// while they protect a failing dependency. When every breaker is open or
+// half-open, the new key's requests are let through by a shared breaker for
+// the overflow, named after the Group with the key "(overflow)". Applies to
+// NewGroup.
+func WithMaxBreakers(n int) Option {
+	return func(c *config) error {
+		c.use("WithMaxBreakers", forGroup)
+		if n < 1 || n > maxGroup {
+			return fmt.Errorf("breaker: WithMaxBreakers: %d must be in [1, %d]", n, maxGroup)
+		}
+		c.maxBreakers = n
+		return nil
+	}
+}

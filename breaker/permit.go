@@ -1,0 +1,115 @@
+package breaker
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+func randFloat() float64 { return rand.Float64() }
+
+// Permit is a call let through by Allow or Decide, outside a Guard. Report
+// how the call ended exactly once, with Finish or Record. The zero Permit, as
+// returned with a rejection, does nothing.
+type Permit struct {
+	p        sluice.Policy
+	clock    sluice.Clock
+	classify sluice.Classifier
+	t        sluice.Ticket
+	start    time.Duration
+	timed    bool // Done needs the end instant
+	started  bool // start was read
+}
+
+// Finish reports the end of the call, its error classified by the
+// WithClassifier option (sluice.DefaultClassifier by default): nil is a
+// success, a sluice rejection or context.Canceled is ignored, any other error
+// is a failure.
+func (p Permit) Finish(err error) {
+	if p.p == nil {
+		return
+	}
+	p.Record(p.classify(err))
+}
+
+// Record reports the end of the call with outcome o. The clock is read only
+// when the policy needs the end instant or the latency.
+func (p Permit) Record(o sluice.Outcome) {
+	if p.p == nil {
+		return
+	}
+	var now, lat time.Duration
+	if p.timed {
+		now = p.clock.Now()
+		if p.started {
+			lat = max(now-p.start, 0)
+		}
+	}
+	p.p.Done(p.t, o, now, lat)
+}
+
+// Allowed reports whether the Permit lets a call through.
+func (p Permit) Allowed() bool { return p.p != nil }
+
+// Allow asks whether a call may go through now. When it may, it returns a
+// Permit on which the call's end must be reported once; otherwise a
+// *sluice.RejectedError matching sluice.ErrCircuitOpen. It reads the
+// breaker's clock only when it needs the time: a closed breaker without a
+// slow-call strategy does not.
+func (b *Breaker) Allow() (Permit, error) {
+	d, pm := b.Decide()
+	if !d.Allowed {
+		return pm, &sluice.RejectedError{Decision: d}
+	}
+	return pm, nil
+}
+
+// Decide is Allow returning the Decision instead of an error: it allocates
+// nothing, even when it rejects.
+func (b *Breaker) Decide() (sluice.Decision, Permit) {
+	p := b.cur.Load()
+	var now time.Duration
+	timed := p.state != StateClosed || b.slow > 0
+	if timed {
+		now = b.cfg.clock.Now()
+	}
+	var d sluice.Decision
+	var t sluice.Ticket
+	if p.state == StateClosed {
+		d = allowedClosed
+		d.Policy = b.name
+		t = p.ticket(false)
+	} else {
+		d, t = b.admitSlow(p, now)
+	}
+	if !d.Allowed {
+		return d, Permit{}
+	}
+	return d, Permit{p: b, clock: b.cfg.clock, classify: b.cfg.classify, t: t, start: now, timed: b.needNow, started: timed}
+}
+
+// Execute runs fn if the breaker lets it through, and reports how it ended.
+// It returns a *sluice.RejectedError when the breaker rejects, and fn's error
+// otherwise. If fn panics, the call counts as a failure and the panic goes
+// on.
+func (b *Breaker) Execute(fn func() error) error {
+	pm, err := b.Allow()
+	if err != nil {
+		return err
+	}
+	return run(pm, fn)
+}
+
+func run(pm Permit, fn func() error) error {
+	finished := false
+	defer func() {
+		if !finished {
+			pm.Record(sluice.Failure)
+		}
+	}()
+	err := fn()
+	finished = true
+	pm.Finish(err)
+	return err
+}

@@ -1,0 +1,215 @@
+package breaker
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// The windows below are updated with atomic adds and swaps only, so the
+// closed breaker's path takes no lock.
+//
+// Each window keeps two aggregate words: a plain count of calls, and a packed
+// word holding two signed 32-bit fields (failures and slow calls, or accepts).
+// Fields are added and subtracted in one atomic operation on the packed word;
+// reading it back as signed digits gives the exact fields as long as each
+// stays within ±2³¹, even while an addition and a subtraction from two
+// goroutines cross. Additions add the call count before the packed word, and
+// removals subtract the packed word before the call count, so a reader that
+// loads the packed word first never sees more failures than calls.
+
+// pack returns the packed word of fields lo and hi.
+func pack(lo, hi int64) uint64 { return uint64(lo) + uint64(hi)<<32 }
+
+// unpack returns the two signed fields of a packed word.
+func unpack(v uint64) (lo, hi int64) {
+	lo = int64(int32(uint32(v)))
+	hi = int64(v-uint64(lo)) >> 32
+	return lo, hi
+}
+
+// tally is a snapshot of a window: calls, and the two packed fields.
+type tally struct {
+	total, lo, hi int64
+}
+
+// Slot codes of the count window: a call is present, failed, and/or slow.
+const (
+	codePresent uint32 = 1 << iota
+	codeFailure
+	codeSlow
+)
+
+func codeDelta(newCode, oldCode uint32) (total, fail, slow int64) {
+	bit := func(c, b uint32) int64 {
+		if c&b != 0 {
+			return 1
+		}
+		return 0
+	}
+	return bit(newCode, codePresent) - bit(oldCode, codePresent),
+		bit(newCode, codeFailure) - bit(oldCode, codeFailure),
+		bit(newCode, codeSlow) - bit(oldCode, codeSlow)
+}
+
+// fastMod computes a mod d for d ≥ 1 with one multiplication, m being
+// fastModMagic(d) (Lemire, Kaser, Kurz: "Faster remainder by direct
+// computation").
+func fastMod(a uint32, m uint64, d uint32) uint32 {
+	hi, _ := bits.Mul64(m*uint64(a), uint64(d))
+	return uint32(hi)
+}
+
+func fastModMagic(d uint32) uint64 { return ^uint64(0)/uint64(d) + 1 }
+
+// countWindow holds the outcomes of the last size counted calls in a ring.
+type countWindow struct {
+	size  uint32
+	magic uint64
+	pos   atomic.Uint32
+	total atomic.Int64
+	fs    atomic.Uint64 // failures (lo), slow calls (hi)
+	slots []atomic.Uint32
+}
+
+func newCountWindow(size int) *countWindow {
+	return &countWindow{size: uint32(size), magic: fastModMagic(uint32(size)), slots: make([]atomic.Uint32, size)}
+}
+
+// record puts a call's code in the ring, replacing the oldest one, and
+// reports whether the aggregates changed.
+func (w *countWindow) record(code uint32) bool {
+	p := w.pos.Add(1) - 1
+	slot := &w.slots[fastMod(p, w.magic, w.size)]
+	if slot.Load() == code {
+		// The ring's content and aggregates stay as they are: the call
+		// replaces an identical one.
+		return false
+	}
+	old := slot.Swap(code)
+	if old == code {
+		return false
+	}
+	dt, df, ds := codeDelta(code, old)
+	if dt != 0 {
+		w.total.Add(dt)
+	}
+	if df != 0 || ds != 0 {
+		w.fs.Add(pack(df, ds))
+	}
+	return true
+}
+
+func (w *countWindow) read() tally {
+	f, s := unpack(w.fs.Load())
+	return tally{total: w.total.Load(), lo: f, hi: s}
+}
+
+// bucket is one slice of time of a timeWindow.
+type bucket struct {
+	total atomic.Int64
+	fs    atomic.Uint64
+}
+
+// timeWindow counts calls over the last n buckets of width each. head is the
+// newest bucket's epoch, counted in widths since origin; the aggregates are
+// the sum of the buckets, kept exact by subtracting from them whatever a
+// bucket held when it is recycled for a new epoch.
+type timeWindow struct {
+	origin time.Duration
+	width  time.Duration
+	n      int64
+	magic  uint64
+	head   atomic.Int64
+	total  atomic.Int64
+	fs     atomic.Uint64
+	bkts   []bucket
+}
+
+func newTimeWindow(now, length time.Duration, buckets int) *timeWindow {
+	return &timeWindow{
+		origin: now,
+		width:  length / time.Duration(buckets),
+		n:      int64(buckets),
+		magic:  fastModMagic(uint32(buckets)),
+		bkts:   make([]bucket, buckets),
+	}
+}
+
+// epoch returns the epoch of instant now; instants before the window began
+// fall in epoch 0.
+func (w *timeWindow) epoch(now time.Duration) int64 {
+	d := now - w.origin
+	h := w.head.Load()
+	if off := d - time.Duration(h)*w.width; off >= 0 && off < w.width {
+		return h
+	}
+	if d < 0 {
+		return 0
+	}
+	return int64(d / w.width)
+}
+
+func (w *timeWindow) bucketOf(e int64) *bucket {
+	return &w.bkts[fastMod(uint32(uint64(e)), w.magic, uint32(w.n))]
+}
+
+// advance moves the head to epoch e, emptying the buckets it passes.
+func (w *timeWindow) advance(e int64) {
+	for {
+		h := w.head.Load()
+		if e <= h {
+			return
+		}
+		if !w.head.CompareAndSwap(h, e) {
+			continue
+		}
+		from := h + 1
+		if e-h > w.n {
+			from = e - w.n + 1
+		}
+		for ep := from; ep <= e; ep++ {
+			b := w.bucketOf(ep)
+			fs := b.fs.Swap(0)
+			t := b.total.Swap(0)
+			if fs != 0 {
+				w.fs.Add(-fs)
+			}
+			if t != 0 {
+				w.total.Add(-t)
+			}
+		}
+		return
+	}
+}
+
+// add counts total calls and the packed fields lo, hi in epoch e's bucket;
+// an epoch older than the window goes to the newest bucket.
+func (w *timeWindow) add(e int64, total, lo, hi int64) {
+	w.advance(e)
+	if h := w.head.Load(); e <= h-w.n {
+		e = h
+	}
+	b := w.bucketOf(e)
+	if total != 0 {
+		b.total.Add(total)
+		w.total.Add(total)
+	}
+	if lo != 0 || hi != 0 {
+		p := pack(lo, hi)
+		b.fs.Add(p)
+		w.fs.Add(p)
+	}
+}
+
+// read returns the aggregates as of the last advance.
+func (w *timeWindow) read() tally {
+	lo, hi := unpack(w.fs.Load())
+	return tally{total: w.total.Load(), lo: lo, hi: hi}
+}
+
+// readAt returns the aggregates of the window ending at now.
+func (w *timeWindow) readAt(now time.Duration) tally {
+	w.advance(w.epoch(now))
+	return w.read()
+}
