@@ -1,0 +1,443 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// ErrWouldExceedDeadline is the cause of a rejection by a waiting method
+// (TokenBucket.WaitN, Shaper.Admit, Shaper.WaitN) when the wait for the
+// request's turn would outlast the context's deadline. It wraps
+// sluice.ErrRateLimited. The limiter rejects at once instead of waiting in
+// vain, and takes nothing.
+var ErrWouldExceedDeadline = fmt.Errorf("%w: the wait would outlast the context's deadline", sluice.ErrRateLimited)
+
+// bucketConfig is one configuration of a TokenBucket with its own state word.
+// A change of rate or burst moves the state to a new bucketConfig; the old
+// word is frozen, so a decision racing with the change retries on the new one.
+type bucketConfig struct {
+	tat   paddedTAT
+	iv    int64 // interval between two tokens, ns
+	tau   int64 // burst × iv
+	burst int64
+	rate  Rate
+	// edge is the highest TAT left by a reservation that had to wait. A
+	// release never moves TAT below it, so a waiting reservation's turn is
+	// never shared with a newcomer.
+	edge atomic.Int64
+}
+
+// TokenBucket is a token bucket of burst tokens refilled at a Rate: a request
+// of cost n takes n tokens, and is admitted when the bucket holds them.
+//
+// The bucket is kept as the instant TAT at which it will be full again, the
+// same state as GCRA, in one atomic word on its own cache line: Allow takes no
+// lock and allocates nothing. Unlike GCRA, a token bucket also reserves tokens
+// ahead of time (Reserve, Wait: the bucket may then run into debt, repaid by
+// the refill), and its rate and burst can change at runtime (SetRate,
+// SetBurst), keeping the tokens it holds.
+//
+// Most callers want Allow (drop what exceeds the rate) or Wait (delay it).
+// Every method that reads the clock has an …At form taking the monotonic
+// instant. A clock that jumps backwards never admits extra: the bucket waits
+// until the clock has caught up.
+//
+// Create one with NewTokenBucket; the zero value is not usable. A TokenBucket
+// is safe for concurrent use.
+type TokenBucket struct {
+	cfg      atomic.Pointer[bucketConfig]
+	mu       sync.Mutex // serialises SetRate and SetBurst
+	name     string
+	clock    sluice.Clock
+	sysClock bool
+}
+
+// NewTokenBucket returns a full token bucket of burst tokens refilled at r.
+// It returns an error when r is invalid, burst < 1, or burst × interval
+// exceeds 2^62ns.
+func NewTokenBucket(r Rate, burst int64, opts ...Option) (*TokenBucket, error) {
+	c, err := newBucketConfig(r, burst)
+	if err != nil {
+		return nil, err
+	}
+	o, err := buildOptions("token-bucket", opts)
+	if err != nil {
+		return nil, err
+	}
+	c.tat.v.Store(emptyTAT)
+	c.edge.Store(emptyTAT)
+	tb := &TokenBucket{name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	tb.cfg.Store(c)
+	return tb, nil
+}
+
+func newBucketConfig(r Rate, burst int64) (*bucketConfig, error) {
+	iv, tau, err := tolerance("token bucket", r, burst)
+	if err != nil {
+		return nil, err
+	}
+	return &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}, nil
+}
+
+func (tb *TokenBucket) now() time.Duration {
+	if tb.sysClock {
+		return sluice.Now()
+	}
+	return tb.clock.Now()
+}
+
+// Name returns the name given with WithName; default "ratelimit/token-bucket".
+func (tb *TokenBucket) Name() string { return tb.name }
+
+// Rate returns the current refill rate.
+func (tb *TokenBucket) Rate() Rate { return tb.cfg.Load().rate }
+
+// Burst returns the current capacity of the bucket.
+func (tb *TokenBucket) Burst() int64 { return tb.cfg.Load().burst }
+
+// TokensAt returns the tokens the bucket holds at instant now: at most the
+// burst, negative while reservations keep it in debt.
+func (tb *TokenBucket) TokensAt(now time.Duration) float64 {
+	c, base := tb.state(int64(now))
+	return float64(int64(now)+c.tau-base) / float64(c.iv)
+}
+
+// state returns the current configuration and max(TAT, now).
+func (tb *TokenBucket) state(now int64) (*bucketConfig, int64) {
+	for {
+		c := tb.cfg.Load()
+		if tat := c.tat.v.Load(); tat != tatFrozen {
+			return c, max(tat, now)
+		}
+		runtime.Gosched()
+	}
+}
+
+// Allow reports whether one token is available now, and takes it if so;
+// shorthand for AllowNAt(clock.Now(), 1).
+func (tb *TokenBucket) Allow() bool { return tb.AllowNAt(tb.now(), 1) }
+
+// AllowN reports whether n tokens are available now, and takes them if so;
+// shorthand for AllowNAt(clock.Now(), n).
+func (tb *TokenBucket) AllowN(n int64) bool { return tb.AllowNAt(tb.now(), n) }
+
+// AllowAt reports whether one token is available at instant now, and takes it
+// if so.
+func (tb *TokenBucket) AllowAt(now time.Duration) bool { return tb.AllowNAt(now, 1) }
+
+// AllowNAt reports whether n tokens (below 1 counts as 1) are available at
+// instant now, and takes them if so. More than the burst is never available.
+func (tb *TokenBucket) AllowNAt(now time.Duration, n int64) bool {
+	n = max(n, 1)
+	for {
+		c := tb.cfg.Load()
+		if n > c.burst {
+			return false
+		}
+		_, _, res := tatTake(&c.tat.v, int64(now), n*c.iv, c.tau)
+		if res != tatMoved {
+			return res == tatAllowed
+		}
+		runtime.Gosched()
+	}
+}
+
+// DecideAt decides on a request of n tokens (below 1 counts as 1) at instant
+// now, taking them when it is allowed. More than the burst is rejected with
+// ErrNeverSatisfiable.
+func (tb *TokenBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
+	n = max(n, 1)
+	for {
+		c := tb.cfg.Load()
+		if n > c.burst {
+			c, base := tb.state(int64(now))
+			if n <= c.burst {
+				continue // the burst grew meanwhile
+			}
+			return never(tb.name, c.burst, floorDiv(int64(now)+c.tau-base, c.iv), time.Duration(base-int64(now)))
+		}
+		base, next, res := tatTake(&c.tat.v, int64(now), n*c.iv, c.tau)
+		if res != tatMoved {
+			return tatDecision(tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+		}
+		runtime.Gosched()
+	}
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks: a Guard that should delay requests
+// instead of rejecting them uses a Shaper.
+func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	n := sluice.CostFrom(ctx)
+	return tb.DecideAt(now, n), sluice.Ticket(n)
+}
+
+// Done gives back, on sluice.Released, the tokens that Admit took, less what
+// has refilled in the latency since; other outcomes change nothing.
+func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+	if o != sluice.Released || t == 0 || t > math.MaxInt64 {
+		return
+	}
+	for {
+		c := tb.cfg.Load()
+		if int64(t) > c.burst {
+			return
+		}
+		if c.tat.v.Load() == tatFrozen {
+			runtime.Gosched()
+			continue
+		}
+		tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), c.edge.Load())
+		return
+	}
+}
+
+// Reservation is a promise of tokens at a future instant, returned by
+// TokenBucket.Reserve and its variants. It is a value: keep it in a variable
+// and call Cancel on that variable if the action will not happen.
+// Its zero value is a reservation that was not granted.
+type Reservation struct {
+	tb   *TokenBucket
+	cfg  *bucketConfig
+	n    int64
+	tat  int64 // the bucket's TAT right after this reservation
+	act  int64 // the instant the tokens are there
+	ok   bool
+	done bool // cancelled
+}
+
+// OK reports whether the tokens were reserved. A request for more tokens than
+// the burst is never granted.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Delay returns how long to wait from now, on the bucket's clock, before the
+// reserved tokens are there; 0 when they already are. It returns
+// math.MaxInt64 for a reservation that was not granted.
+func (r *Reservation) Delay() time.Duration {
+	if !r.ok {
+		return math.MaxInt64
+	}
+	return r.DelayFrom(r.tb.now())
+}
+
+// DelayFrom returns how long to wait from instant now before the reserved
+// tokens are there; 0 when they already are, math.MaxInt64 when the
+// reservation was not granted.
+func (r *Reservation) DelayFrom(now time.Duration) time.Duration {
+	if !r.ok {
+		return math.MaxInt64
+	}
+	return time.Duration(max(r.act-int64(now), 0))
+}
+
+// Cancel gives the reservation back now, on the bucket's clock; shorthand for
+// CancelAt(clock.Now()).
+func (r *Reservation) Cancel() {
+	if r.ok {
+		r.CancelAt(r.tb.now())
+	}
+}
+
+// CancelAt gives back, at instant now, what the reservation still owes the
+// bucket: its tokens, less those that reservations made after it were
+// counted on, and less what has refilled since. A reservation made before a
+// SetRate or SetBurst gives nothing back. Cancelling twice does nothing.
+func (r *Reservation) CancelAt(now time.Duration) {
+	if !r.ok || r.done {
+		return
+	}
+	r.done = true
+	c := r.cfg
+	for {
+		tat := c.tat.v.Load()
+		if tat == tatFrozen || tat == emptyTAT {
+			return
+		}
+		// Tokens taken after this reservation are counted on it; what has
+		// refilled by now is not owed any more.
+		refund := min(r.n*c.iv-max(tat-r.tat, 0), r.tat-int64(now))
+		if refund <= 0 {
+			return
+		}
+		if c.tat.v.CompareAndSwap(tat, tat-refund) {
+			if tat == r.tat {
+				// The reservation was the last: its own edge goes with it.
+				c.edge.CompareAndSwap(r.tat, tat-refund)
+			}
+			return
+		}
+	}
+}
+
+// Reserve reserves one token now; shorthand for ReserveNAt(clock.Now(), 1).
+func (tb *TokenBucket) Reserve() Reservation { return tb.ReserveNAt(tb.now(), 1) }
+
+// ReserveN reserves n tokens now; shorthand for ReserveNAt(clock.Now(), n).
+func (tb *TokenBucket) ReserveN(n int64) Reservation { return tb.ReserveNAt(tb.now(), n) }
+
+// ReserveNAt reserves n tokens (below 1 counts as 1) at instant now, however
+// long the wait for them; the Reservation says how long (DelayFrom). It is
+// granted unless n exceeds the burst.
+func (tb *TokenBucket) ReserveNAt(now time.Duration, n int64) Reservation {
+	r, _ := tb.reserve(int64(now), max(n, 1), math.MaxInt64)
+	return r
+}
+
+// reserve takes n tokens at now when they are there within maxDelay, and
+// returns the reservation, or, when it is not granted, the delay that was
+// needed (0 when n exceeds the burst).
+func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
+	for {
+		c := tb.cfg.Load()
+		if n > c.burst {
+			return Reservation{}, 0
+		}
+		tat := c.tat.v.Load()
+		if tat == tatFrozen {
+			runtime.Gosched()
+			continue
+		}
+		base := max(tat, now)
+		next := base + n*c.iv
+		act := max(next-c.tau, now)
+		if act-now > maxDelay {
+			return Reservation{}, act - now
+		}
+		if !c.tat.v.CompareAndSwap(tat, next) {
+			continue
+		}
+		if act > now {
+			for {
+				e := c.edge.Load()
+				if e >= next || c.edge.CompareAndSwap(e, next) {
+					break
+				}
+			}
+		}
+		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, ok: true}, 0
+	}
+}
+
+// Wait waits for one token; shorthand for WaitN(ctx, 1).
+func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1) }
+
+// WaitN waits until n tokens (below 1 counts as 1) are there and takes them.
+// It returns at once a *sluice.RejectedError matching ErrNeverSatisfiable
+// when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
+// tokens would come after ctx's deadline; in both cases it takes nothing.
+// When ctx ends during the wait, it gives the tokens back and returns
+// ctx.Err(). It waits with a timer, so inside a testing/synctest bubble it
+// follows the bubble's time (give the bucket a clock made in the bubble).
+func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
+	n = max(n, 1)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := int64(tb.now())
+	maxDelay := int64(math.MaxInt64)
+	if dl, ok := ctx.Deadline(); ok {
+		maxDelay = int64(time.Until(dl))
+	}
+	r, need := tb.reserve(now, n, maxDelay)
+	if !r.ok {
+		c, base := tb.state(now)
+		remaining, reset := floorDiv(now+c.tau-base, c.iv), time.Duration(base-now)
+		if n > c.burst {
+			return &sluice.RejectedError{Decision: never(tb.name, c.burst, remaining, reset)}
+		}
+		d := reject(tb.name, c.burst, remaining, reset, time.Duration(need))
+		d.Cause = ErrWouldExceedDeadline
+		return &sluice.RejectedError{Decision: d}
+	}
+	delay := r.act - now
+	if delay <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(time.Duration(delay))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		r.CancelAt(tb.now())
+		return ctx.Err()
+	}
+}
+
+// SetRate changes the refill rate now; shorthand for SetRateAt(clock.Now(), r).
+func (tb *TokenBucket) SetRate(r Rate) error { return tb.SetRateAt(tb.now(), r) }
+
+// SetRateAt changes the refill rate at instant now. The bucket keeps the
+// tokens it holds at now (its debt, if reservations made one), rounded
+// towards fewer; reservations already granted keep their instants. It
+// returns an error, and changes nothing, when r is invalid or burst × its
+// interval exceeds 2^62ns.
+func (tb *TokenBucket) SetRateAt(now time.Duration, r Rate) error {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	old := tb.cfg.Load()
+	c, err := newBucketConfig(r, old.burst)
+	if err != nil {
+		return err
+	}
+	tb.moveTo(old, c, int64(now))
+	return nil
+}
+
+// SetBurst changes the capacity now; shorthand for SetBurstAt(clock.Now(), burst).
+func (tb *TokenBucket) SetBurst(burst int64) error { return tb.SetBurstAt(tb.now(), burst) }
+
+// SetBurstAt changes the capacity at instant now. The tokens missing from a
+// full bucket stay missing: a bucket that was full is full at its new size,
+// and one that lacked 3 tokens still lacks 3. It returns an error, and
+// changes nothing, when burst < 1 or burst × interval exceeds 2^62ns.
+func (tb *TokenBucket) SetBurstAt(now time.Duration, burst int64) error {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	old := tb.cfg.Load()
+	c, err := newBucketConfig(old.rate, burst)
+	if err != nil {
+		return err
+	}
+	tb.moveTo(old, c, int64(now))
+	return nil
+}
+
+// moveTo freezes old's state word, converts its TAT to c's interval at now,
+// and publishes c. Decisions that see the frozen word reload the
+// configuration; they spin only for the few instructions between the freeze
+// and the publication.
+func (tb *TokenBucket) moveTo(old, c *bucketConfig, now int64) {
+	tat := old.tat.v.Swap(tatFrozen)
+	c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
+	c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	tb.cfg.Store(c)
+}
+
+// convertTAT rescales the debt tat - now from interval from to interval to,
+// rounding up so that the bucket never gains a token by the change.
+func convertTAT(tat, now, from, to int64) int64 {
+	if tat <= now || from == to {
+		return tat
+	}
+	hi, lo := bits.Mul64(uint64(tat-now), uint64(to))
+	if hi >= uint64(from) {
+		return maxTolerance + now
+	}
+	q, rem := bits.Div64(hi, lo, uint64(from))
+	if rem != 0 {
+		q++
+	}
+	if q > uint64(maxTolerance) {
+		q = uint64(maxTolerance)
+	}
+	return now + int64(q)
+}

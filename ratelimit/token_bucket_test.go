@@ -1,0 +1,343 @@
+package ratelimit
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func mustTokenBucket(t testing.TB, r Rate, burst int64, opts ...Option) *TokenBucket {
+	t.Helper()
+	tb, err := NewTokenBucket(r, burst, opts...)
+	require.NoError(t, err)
+	return tb
+}
+
+func TestTokenBucketSteps(t *testing.T) {
+	const m = time.Millisecond
+	// 10/s: a token every 100ms; 3 tokens at most.
+	tb := mustTokenBucket(t, PerSecond(10), 3)
+	runSteps(t, tb, []step{
+		{at: 0, allowed: true, remaining: 2, reset: 100 * m},
+		{at: 0, n: 2, allowed: true, remaining: 0, reset: 300 * m},
+		{at: 0, allowed: false, remaining: 0, reset: 300 * m, retryAfter: 100 * m},
+		{at: 150 * m, allowed: true, remaining: 0, reset: 250 * m},
+		{at: 150 * m, allowed: false, remaining: 0, reset: 250 * m, retryAfter: 50 * m},
+		{at: 300 * m, n: 2, allowed: true, remaining: 0, reset: 300 * m},
+		{at: 300 * m, allowed: false, remaining: 0, reset: 300 * m, retryAfter: 100 * m},
+		// Released at once gives the token back.
+		{at: 400 * m, allowed: true, remaining: 0, reset: 300 * m, release: true},
+		{at: 400 * m, allowed: true, remaining: 0, reset: 300 * m},
+		{at: 400 * m, n: 4, allowed: false, remaining: 0, reset: 300 * m, retryAfter: 0},
+		{at: 2 * time.Second, n: 3, allowed: true, remaining: 0, reset: 300 * m},
+		// The clock jumps back: nothing extra.
+		{at: time.Second, allowed: false, remaining: 0, reset: 1300 * m, retryAfter: 1100 * m},
+		{at: 2100 * m, allowed: true, remaining: 0, reset: 300 * m},
+	})
+	d := tb.DecideAt(0, 4)
+	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
+	assert.Equal(t, int64(3), d.Limit)
+	assert.Equal(t, "ratelimit/token-bucket", d.Policy)
+}
+
+func TestTokenBucketValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		r     Rate
+		burst int64
+		opts  []Option
+	}{
+		{"zero rate", Rate{}, 1, nil},
+		{"negative period", Rate{Count: 1, Period: -time.Second}, 1, nil},
+		{"zero burst", PerSecond(1), 0, nil},
+		{"burst overflows", PerHour(1), math.MaxInt64 / 4, nil},
+		{"nil clock", PerSecond(1), 1, []Option{WithClock(nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, err := NewTokenBucket(tc.r, tc.burst, tc.opts...)
+			require.Error(t, err)
+			assert.Nil(t, tb)
+		})
+	}
+}
+
+func TestTokenBucketClock(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	tb := mustTokenBucket(t, PerSecond(2), 2, WithClock(clk), WithName("ratelimit/api"))
+	assert.Equal(t, "ratelimit/api", tb.Name())
+	assert.True(t, tb.AllowN(2))
+	assert.False(t, tb.Allow())
+	clk.Advance(500 * time.Millisecond)
+	assert.True(t, tb.Allow())
+	assert.False(t, tb.AllowN(3))
+	assert.Equal(t, PerSecond(2), tb.Rate())
+	assert.Equal(t, int64(2), tb.Burst())
+	// The system clock works without an injected one.
+	s := mustTokenBucket(t, PerHour(1), 1)
+	assert.True(t, s.Allow())
+	assert.False(t, s.Allow())
+}
+
+func TestTokenBucketReserve(t *testing.T) {
+	const m = time.Millisecond
+	tb := mustTokenBucket(t, PerSecond(10), 2)
+	r1 := tb.ReserveNAt(0, 2)
+	require.True(t, r1.OK())
+	assert.Zero(t, r1.DelayFrom(0))
+	r2 := tb.ReserveNAt(0, 1)
+	require.True(t, r2.OK())
+	assert.Equal(t, 100*m, r2.DelayFrom(0))
+	assert.Equal(t, 60*m, r2.DelayFrom(40*m))
+	assert.InDelta(t, -1, tb.TokensAt(0), 1e-9)
+	big := tb.ReserveNAt(0, 3)
+	assert.False(t, big.OK())
+	assert.Equal(t, time.Duration(math.MaxInt64), big.DelayFrom(0))
+	assert.Equal(t, time.Duration(math.MaxInt64), big.Delay())
+	big.Cancel() // a reservation that was not granted gives nothing back
+
+	// Cancelling the last reservation gives its token back.
+	r2.CancelAt(0)
+	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+	r2.CancelAt(0) // twice: nothing more
+	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+	assert.True(t, tb.AllowAt(100*m))
+}
+
+func TestTokenBucketCancelOwesOnlyWhatIsLeft(t *testing.T) {
+	const m = time.Millisecond
+	t.Run("partly refilled", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(10), 2)
+		require.True(t, tb.AllowNAt(0, 2))
+		r := tb.ReserveNAt(0, 1) // its token comes at 100ms; the bucket is whole at 300ms
+		// Cancelled at 250ms: without r the bucket would be whole since 200ms.
+		r.CancelAt(250 * m)
+		assert.InDelta(t, 2, tb.TokensAt(250*m), 1e-9)
+	})
+	t.Run("after the bucket refilled", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(10), 2)
+		r := tb.ReserveNAt(0, 1)
+		require.True(t, tb.AllowAt(0))
+		r.CancelAt(time.Second)
+		assert.False(t, tb.AllowNAt(0, 2))
+		assert.True(t, tb.AllowAt(0+100*m))
+	})
+	t.Run("later reservations count on it", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(1), 1)
+		require.True(t, tb.AllowAt(0))
+		a := tb.ReserveNAt(0, 1) // at 1s
+		b := tb.ReserveNAt(0, 1) // at 2s
+		assert.Equal(t, 2*time.Second, b.DelayFrom(0))
+		a.CancelAt(0)
+		// b keeps its turn at 2s; nobody else may take a turn at 2s.
+		c := tb.ReserveNAt(0, 1)
+		assert.Equal(t, 3*time.Second, c.DelayFrom(0))
+	})
+	t.Run("after a reconfiguration", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(1), 1)
+		require.True(t, tb.AllowAt(0))
+		a := tb.ReserveNAt(0, 1)
+		require.NoError(t, tb.SetBurstAt(0, 2)) // still 2 short of full
+		a.CancelAt(0)
+		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+	})
+}
+
+// TestTokenBucketReleaseKeepsWaitingTurns pins that a released admission does
+// not hand a turn that a waiting reservation was promised to a newcomer.
+func TestTokenBucketReleaseKeepsWaitingTurns(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(1), 1)
+	d, tk := tb.Admit(context.Background(), 0)
+	require.True(t, d.Allowed)
+	r := tb.ReserveNAt(0, 1)
+	require.Equal(t, time.Second, r.DelayFrom(0))
+	tb.Done(tk, sluice.Released, 0, 0)
+	assert.False(t, tb.AllowAt(time.Second), "the turn at 1s belongs to the reservation")
+	assert.True(t, tb.AllowAt(2*time.Second))
+}
+
+func TestTokenBucketSetRate(t *testing.T) {
+	const m = time.Millisecond
+	tb := mustTokenBucket(t, PerSecond(10), 10)
+	require.True(t, tb.AllowNAt(0, 10))
+	require.NoError(t, tb.SetRateAt(0, PerSecond(20)))
+	assert.Equal(t, PerSecond(20), tb.Rate())
+	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+	assert.InDelta(t, 5, tb.TokensAt(250*m), 1e-9)
+	// Down again: the 5 missing tokens stay missing at the slower rate.
+	require.NoError(t, tb.SetRateAt(250*m, PerSecond(10)))
+	assert.InDelta(t, 5, tb.TokensAt(250*m), 1e-9)
+	assert.InDelta(t, 10, tb.TokensAt(750*m), 1e-9)
+
+	require.Error(t, tb.SetRateAt(0, Rate{}))
+	require.Error(t, tb.SetRate(Rate{Count: 5}))
+	assert.Equal(t, PerSecond(10), tb.Rate())
+}
+
+func TestTokenBucketSetBurst(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(10), 10)
+	require.True(t, tb.AllowNAt(0, 3))
+	require.NoError(t, tb.SetBurstAt(0, 20))
+	assert.Equal(t, int64(20), tb.Burst())
+	assert.InDelta(t, 17, tb.TokensAt(0), 1e-9)
+	assert.True(t, tb.AllowNAt(0, 17))
+	assert.False(t, tb.AllowAt(0))
+	require.NoError(t, tb.SetBurstAt(0, 5))
+	assert.InDelta(t, -15, tb.TokensAt(0), 1e-9)
+	assert.InDelta(t, 5, tb.TokensAt(2*time.Second), 1e-9)
+
+	require.Error(t, tb.SetBurstAt(0, 0))
+	require.Error(t, tb.SetBurst(math.MaxInt64))
+	assert.Equal(t, int64(5), tb.Burst())
+	require.NoError(t, tb.SetBurst(6))
+	require.NoError(t, tb.SetRate(PerSecond(12)))
+}
+
+func TestTokenBucketWait(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		tb := mustTokenBucket(t, PerSecond(10), 2, WithClock(clk))
+		ctx := context.Background()
+		start := clk.Now()
+		require.NoError(t, tb.WaitN(ctx, 2))
+		assert.Equal(t, start, clk.Now(), "tokens there: no wait")
+		require.NoError(t, tb.Wait(ctx))
+		assert.Equal(t, 100*time.Millisecond, clk.Now()-start)
+		require.NoError(t, tb.WaitN(ctx, 2))
+		assert.Equal(t, 300*time.Millisecond, clk.Now()-start)
+	})
+}
+
+func TestTokenBucketWaitRejectsUpFront(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		tb := mustTokenBucket(t, PerSecond(10), 2, WithClock(clk))
+		require.True(t, tb.AllowN(2))
+
+		// More than the burst: never, at once.
+		err := tb.WaitN(context.Background(), 3)
+		require.ErrorIs(t, err, ErrNeverSatisfiable)
+		require.ErrorIs(t, err, sluice.ErrRejected)
+		assert.Zero(t, clk.Now())
+
+		// The token comes at 100ms, the deadline is at 50ms: reject now,
+		// take nothing.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		err = tb.Wait(ctx)
+		require.ErrorIs(t, err, ErrWouldExceedDeadline)
+		require.ErrorIs(t, err, sluice.ErrRateLimited)
+		var rej *sluice.RejectedError
+		require.ErrorAs(t, err, &rej)
+		assert.Equal(t, 100*time.Millisecond, rej.RetryAfter())
+		assert.Zero(t, clk.Now())
+		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+
+		// A context that has ended already.
+		done, cancelDone := context.WithCancel(context.Background())
+		cancelDone()
+		require.ErrorIs(t, tb.Wait(done), context.Canceled)
+	})
+}
+
+func TestTokenBucketWaitCancelGivesBack(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
+		require.True(t, tb.Allow())
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error)
+		go func() { errc <- tb.WaitN(ctx, 1) }()
+		time.Sleep(30 * time.Millisecond)
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+		assert.Equal(t, 30*time.Millisecond, clk.Now())
+		// As if the waiter had never come: the token is back at 100ms.
+		assert.InDelta(t, 0.3, tb.TokensAt(clk.Now()), 1e-9)
+		time.Sleep(70 * time.Millisecond)
+		assert.True(t, tb.Allow())
+	})
+}
+
+func TestTokenBucketConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New:    func(t *testing.T) sluice.Policy { return mustTokenBucket(t, PerSecond(1000), 10) },
+		Causes: []error{sluice.ErrRateLimited},
+	})
+}
+
+func TestTokenBucketBoundary(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(100), 100)
+	admitted := 0
+	for _, at := range []time.Duration{990 * time.Millisecond, 1010 * time.Millisecond} {
+		for range 100 {
+			if tb.AllowAt(at) {
+				admitted++
+			}
+		}
+	}
+	assert.Equal(t, 102, admitted)
+}
+
+func TestTokenBucketConcurrentNeverOver(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(1000), 20)
+	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, tb.AllowAt)
+	t.Logf("admitted %d", n)
+}
+
+// TestTokenBucketConcurrentReconfigure changes the rate back and forth while
+// 64 goroutines decide: the bound of the faster rate holds throughout.
+func TestTokenBucketConcurrentReconfigure(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(1000), 20)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; !stop.Load(); i++ {
+			r := PerSecond(1000)
+			if i%2 == 1 {
+				r = PerSecond(400)
+			}
+			if err := tb.SetRateAt(tb.now(), r); err != nil {
+				panic(err)
+			}
+			if err := tb.SetBurstAt(0, 10+int64(i%11)); err != nil {
+				panic(err)
+			}
+		}
+	})
+	bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, tb.AllowAt)
+	stop.Store(true)
+	wg.Wait()
+}
+
+func TestTokenBucketAllocatesNothing(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(1_000_000), 1000)
+	ctx := context.Background()
+	var now time.Duration
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += time.Microsecond
+		tb.AllowAt(now)
+		tb.Allow()
+		d, tk := tb.Admit(ctx, now)
+		if d.Allowed {
+			tb.Done(tk, sluice.Released, now, 0)
+		}
+		_ = tb.DecideAt(now, 5000)
+		r := tb.ReserveNAt(now, 2)
+		r.CancelAt(now)
+	})
+	assert.Zero(t, allocs)
+}
