@@ -1,0 +1,62 @@
+package redistest
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestServerStartPingStopRestart(t *testing.T) {
+	s := Start(t)
+	reply, err := s.Do("PING")
+	if err != nil || reply != "PONG" {
+		t.Fatalf("PING = %q, %v", reply, err)
+	}
+	if _, err := s.Do("SET", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Do("GET", "k"); got != "v" {
+		t.Fatalf("GET k = %q, want v", got)
+	}
+	s.Stop()
+	if _, err := s.Do("PING"); err == nil {
+		t.Fatal("PING answered after Stop")
+	}
+	s.Stop() // twice is harmless
+	s.Restart(t)
+	if reply, err := s.Do("PING"); err != nil || reply != "PONG" {
+		t.Fatalf("PING after Restart = %q, %v", reply, err)
+	}
+	if got, _ := s.Do("GET", "k"); got != "" {
+		t.Fatalf("GET k after a restart without persistence = %q, want nothing", got)
+	}
+}
+
+func TestServerPauseResume(t *testing.T) {
+	s := Start(t)
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := s.Do("PING"); err != nil || reply != "PONG" {
+		t.Fatalf("PING after Resume = %q, %v", reply, err)
+	}
+}
+
+func TestClusterServesAllSlots(t *testing.T) {
+	c := StartCluster(t, 3)
+	if len(c.Addrs()) != 3 {
+		t.Fatalf("Addrs = %v", c.Addrs())
+	}
+	for _, s := range c.Servers {
+		info, err := s.Do("CLUSTER", "INFO")
+		if err != nil || !strings.Contains(info, "cluster_slots_assigned:16384") {
+			t.Fatalf("node %s: %q %v", s.Addr, info, err)
+		}
+	}
+	// A tagged key's slot is its tag's slot.
+	if a, b := c.KeySlot(t, "x:{user42}:y"), c.KeySlot(t, "user42"); a != b {
+		t.Fatalf("slot of tagged key %d != slot of its tag %d", a, b)
+	}
+}
