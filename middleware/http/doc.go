@@ -1,0 +1,24 @@
+// Package sluicehttp serves sluice Guards as net/http middleware, and guards
+// outgoing calls with an http.RoundTripper.
+//
+// On the server side, [Middleware] runs each request through the Guard its
+// route maps to (a middleware.Routes table keyed by http.ServeMux pattern, or
+// by a route function for other routers). An admitted request gets the IETF
+// draft RateLimit and RateLimit-Policy fields of its Decision, runs, and its
+// final status is classified (5xx a failure, 4xx ignored) for the Guard's
+// breakers and load guards. A rejected request is answered, in order of
+// preference, by a [Fallback] for its route and cause (a static response, a
+// handler, or the stale copy of the last good response with Age), by the
+// deny handler, or by 429 / 503 with Retry-After and an RFC 9457 problem
+// body that names the cause and never an internal error.
+//
+// The response writer it hands to the handler records the status without
+// allocating, and keeps http.Flusher, http.Hijacker and io.ReaderFrom;
+// http.ResponseController reaches the server's writer through its Unwrap.
+//
+// On the client side, [Transport] guards each outgoing call with the Guard of
+// its host (typically a breaker, a limiter and a timeout), classifies the
+// answer by status, opens the host's breaker for as long as a dependency's
+// Retry-After asks on 429 and 503, and returns a *sluice.RejectedError
+// without calling the dependency when the Guard rejects.
+package sluicehttp

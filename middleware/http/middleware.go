@@ -1,0 +1,327 @@
+package sluicehttp
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// Option configures Middleware. A nil argument to an option leaves its
+// default in place.
+type Option func(*config)
+
+type config struct {
+	routes    *middleware.Routes
+	routeFunc func(*http.Request) string
+	keyer     *middleware.Keyer
+	skip      func(*http.Request) bool
+	deny      func(http.ResponseWriter, *http.Request, sluice.Decision)
+	classify  middleware.StatusClassifier
+	render    middleware.Renderer
+	fallbacks map[fallbackKey]Fallback
+	maxBody   int
+}
+
+// WithRoutes guards requests with the Guard their route maps to in rs.
+// Without it (and without WithGuard) every request passes through.
+func WithRoutes(rs *middleware.Routes) Option {
+	return func(c *config) {
+		if rs != nil {
+			c.routes = rs
+		}
+	}
+}
+
+// WithGuard guards every request with g: shorthand for WithRoutes with g as
+// the only, default, route.
+func WithGuard(g *sluice.Guard) Option {
+	return func(c *config) {
+		if g == nil {
+			return
+		}
+		rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
+		if err == nil {
+			c.routes = rs
+		}
+	}
+}
+
+// WithRouteFunc names a request's route with fn, for routers other than
+// http.ServeMux. By default the route is the http.ServeMux pattern: the
+// request's Pattern when the middleware wraps a handler registered on a mux,
+// or the pattern the mux would pick when the middleware wraps the mux itself.
+func WithRouteFunc(fn func(*http.Request) string) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.routeFunc = fn
+		}
+	}
+}
+
+// WithKeyer puts the key k finds for each request in its context
+// (sluice.WithKey), with the route as its resource (sluice.WithResource), for
+// the keyed policies of the Guard. A request without a key is handled as k's
+// MissingKey says: rejected with 400 Bad Request, or put in a shared bucket.
+// Default: no key.
+func WithKeyer(k *middleware.Keyer) Option {
+	return func(c *config) {
+		if k != nil {
+			c.keyer = k
+		}
+	}
+}
+
+// WithSkipper lets the requests for which fn reports true bypass the guard
+// (health checks, metrics). Default: none bypass it.
+func WithSkipper(fn func(*http.Request) bool) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.skip = fn
+		}
+	}
+}
+
+// WithDenyHandler answers rejections that no fallback answers with fn
+// instead of the default problem response. fn gets the rejecting Decision.
+func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.Decision)) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.deny = fn
+		}
+	}
+}
+
+// WithClassifier decides from a response's status what it says about the
+// handler's health. Default: middleware.ClassifyHTTPStatus (5xx Failure, 4xx
+// Ignored).
+func WithClassifier(fn middleware.StatusClassifier) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.classify = fn
+		}
+	}
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset to the IETF draft fields. Default: off.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.render.Legacy = true }
+}
+
+// WithRenderer replaces the whole rendering configuration (legacy fields,
+// quiet admitted responses, problem type base). Default: the zero
+// middleware.Renderer.
+func WithRenderer(r middleware.Renderer) Option {
+	return func(c *config) { c.render = r }
+}
+
+// WithFallback answers the requests of route rejected for cause with fb
+// instead of a rejection. route "" stands for every route and cause
+// sluice.CauseNone for every cause; the most specific fallback wins: route
+// and cause, route, cause, then neither.
+func WithFallback(route string, cause sluice.Cause, fb Fallback) Option {
+	return func(c *config) {
+		if fb.static == nil && fb.handler == nil && fb.stale == nil {
+			return
+		}
+		if c.fallbacks == nil {
+			c.fallbacks = make(map[fallbackKey]Fallback)
+		}
+		c.fallbacks[fallbackKey{route, cause}] = fb
+	}
+}
+
+// Middleware returns net/http middleware that runs each request through the
+// Guard of its route. An admitted request gets the RateLimit fields of its
+// Decision and runs; its outcome, classified from the final status, is
+// reported to the Guard when the handler returns. A rejected request is
+// answered by a fallback, the deny handler, or a problem response: 429 or
+// 503 with Retry-After, the RateLimit fields and an RFC 9457 body.
+func Middleware(opts ...Option) func(http.Handler) http.Handler {
+	c := config{classify: middleware.ClassifyHTTPStatus}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	for _, fb := range c.fallbacks {
+		if fb.stale != nil && fb.stale.maxBody > c.maxBody {
+			c.maxBody = fb.stale.maxBody
+		}
+	}
+	return func(next http.Handler) http.Handler {
+		h := &handler{config: c, next: next}
+		h.mux, _ = next.(*http.ServeMux)
+		h.needPattern = c.routes.NeedsPattern() || c.keyer != nil || len(c.fallbacks) > 0
+		return h
+	}
+}
+
+type handler struct {
+	config
+	next        http.Handler
+	mux         *http.ServeMux
+	needPattern bool
+}
+
+func (h *handler) pattern(r *http.Request) string {
+	if h.routeFunc != nil {
+		return h.routeFunc(r)
+	}
+	if r.Pattern != "" || h.mux == nil {
+		return r.Pattern
+	}
+	_, p := h.mux.Handler(r)
+	return p
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.skip != nil && h.skip(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	var pattern string
+	var rt *middleware.Route
+	if h.needPattern {
+		pattern = h.pattern(r)
+		rt = h.routes.Match(pattern)
+	} else {
+		rt = h.routes.Default()
+	}
+	if rt == nil {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	var key string
+	if h.keyer != nil {
+		var err error
+		key, err = h.keyer.Key(&request{r: r, pattern: pattern})
+		if err != nil {
+			h.missingKey(w, r)
+			return
+		}
+		ctx := sluice.WithKey(r.Context(), key)
+		if pattern != "" {
+			ctx = sluice.WithResource(ctx, pattern)
+		}
+		r = r.WithContext(ctx)
+	}
+	d, done, err := rt.Guard.Admit(r.Context())
+	if err != nil {
+		h.rejected(w, r, rt, pattern, key, d)
+		return
+	}
+	h.render.Admitted(w.Header(), rt, d)
+	rw := getWriter(w)
+	var stale *StaleCache
+	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
+		if stale = h.staleFor(pattern); stale != nil {
+			rw.capturing = true
+			rw.maxCapture = stale.maxBody
+		}
+	}
+	defer h.finish(rw, &done, stale, r, pattern, key, rt)
+	h.next.ServeHTTP(rw, r)
+}
+
+// finish reports the request's outcome; it runs deferred so that a panic in
+// the handler is reported as a Failure (http.ErrAbortHandler, the client
+// going away, as Ignored) before it goes on up.
+func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *StaleCache, r *http.Request, pattern, key string, rt *middleware.Route) {
+	if p := recover(); p != nil {
+		if p == http.ErrAbortHandler {
+			done.Record(sluice.Ignored)
+		} else {
+			done.Record(sluice.Failure)
+		}
+		putWriter(rw)
+		panic(p)
+	}
+	var o sluice.Outcome
+	switch {
+	case rw.rejected:
+		o = sluice.Ignored
+	case rw.hijacked && rw.status == 0:
+		o = sluice.Success
+	default:
+		o = h.classify(rw.status)
+	}
+	done.Record(o)
+	if stale != nil && rw.capturing && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
+		stale.store(staleKey(pattern, key, r), http.StatusOK, rw.Header(), rw.capture, rt.Guard.Now())
+	}
+	putWriter(rw)
+}
+
+func (h *handler) staleFor(pattern string) *StaleCache {
+	for _, k := range [...]fallbackKey{{pattern, sluice.CauseNone}, {"", sluice.CauseNone}} {
+		if fb, ok := h.fallbacks[k]; ok && fb.stale != nil {
+			return fb.stale
+		}
+	}
+	for k, fb := range h.fallbacks {
+		if fb.stale != nil && (k.route == pattern || k.route == "") {
+			return fb.stale
+		}
+	}
+	return nil
+}
+
+func (h *handler) fallback(pattern string, cause sluice.Cause) (Fallback, bool) {
+	for _, k := range [...]fallbackKey{{pattern, cause}, {pattern, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
+		if fb, ok := h.fallbacks[k]; ok {
+			return fb, true
+		}
+	}
+	return Fallback{}, false
+}
+
+type rejectionKey struct{}
+
+// RejectionFrom returns the Decision that rejected r, for fallback and deny
+// handlers, and false when r was not rejected.
+func RejectionFrom(r *http.Request) (sluice.Decision, bool) {
+	d, ok := r.Context().Value(rejectionKey{}).(sluice.Decision)
+	return d, ok
+}
+
+func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision) {
+	markRejected(w)
+	if len(h.fallbacks) > 0 {
+		if fb, ok := h.fallback(pattern, sluice.CauseOf(d.Cause)); ok {
+			fr := r
+			if fb.handler != nil {
+				fr = r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d))
+			}
+			if fb.serve(w, fr, staleKey(pattern, key, r), rt.Guard.Now()) {
+				return
+			}
+		}
+	}
+	if h.deny != nil {
+		h.deny(w, r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d)), d)
+		return
+	}
+	status := h.render.Rejected(w.Header(), rt, d)
+	body := h.render.AppendProblem(make([]byte, 0, 256), d)
+	writeProblem(w, r, status, body)
+}
+
+func (h *handler) missingKey(w http.ResponseWriter, r *http.Request) {
+	markRejected(w)
+	hd := w.Header()
+	hd.Set("Content-Type", middleware.ProblemContentType)
+	hd.Set("Cache-Control", "no-store")
+	writeProblem(w, r, http.StatusBadRequest, h.render.AppendMissingKeyProblem(make([]byte, 0, 256)))
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, status int, body []byte) {
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}

@@ -1,0 +1,347 @@
+package sluicehttp
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// GuardFactory returns the Guard for the calls to one host ("api.example.com:443"
+// as the request's URL gives it). A nil Guard lets the host's calls through
+// unguarded; an error fails the call without sending it.
+type GuardFactory func(host string) (*sluice.Guard, error)
+
+// TransportOption configures Transport.
+type TransportOption func(*transportConfig) error
+
+type transportConfig struct {
+	maxHosts      int
+	hostOf        func(*http.Request) string
+	classify      func(*http.Response, error) sluice.Outcome
+	maxRetryAfter time.Duration
+	wallNow       func() time.Time
+}
+
+// WithMaxHosts bounds the number of hosts whose Guards are kept; the least
+// recently used one is closed and forgotten beyond it. Default 1024.
+func WithMaxHosts(n int) TransportOption {
+	return func(c *transportConfig) error {
+		if n < 1 {
+			return fmt.Errorf("sluicehttp: WithMaxHosts: %d < 1", n)
+		}
+		c.maxHosts = n
+		return nil
+	}
+}
+
+// WithHostFunc names the host a request is guarded under. Default: the
+// request URL's Host.
+func WithHostFunc(fn func(*http.Request) string) TransportOption {
+	return func(c *transportConfig) error {
+		if fn == nil {
+			return errors.New("sluicehttp: WithHostFunc: nil function")
+		}
+		c.hostOf = fn
+		return nil
+	}
+}
+
+// WithResponseClassifier decides what a call's response, or its error when
+// there is no response, says about the host's health. Default: by status as
+// middleware.ClassifyHTTPStatus does, and errors as the Guard's Classifier
+// does (a cancelled call is ignored, any other error is a failure).
+func WithResponseClassifier(fn func(resp *http.Response, err error) sluice.Outcome) TransportOption {
+	return func(c *transportConfig) error {
+		if fn == nil {
+			return errors.New("sluicehttp: WithResponseClassifier: nil function")
+		}
+		c.classify = fn
+		return nil
+	}
+}
+
+// WithMaxRetryAfter caps how long a dependency's Retry-After may hold its
+// breaker open. Default 10 minutes.
+func WithMaxRetryAfter(d time.Duration) TransportOption {
+	return func(c *transportConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("sluicehttp: WithMaxRetryAfter: %v <= 0", d)
+		}
+		c.maxRetryAfter = d
+		return nil
+	}
+}
+
+// opener is implemented by breakers that can be held open for a time
+// (breaker.Breaker's OpenFor).
+type opener interface {
+	OpenFor(now, d time.Duration)
+}
+
+// RoundTripper is an http.RoundTripper that guards each call with its host's
+// Guard. Build it with Transport.
+type RoundTripper struct {
+	next    http.RoundTripper
+	factory GuardFactory
+	cfg     transportConfig
+
+	mu    sync.Mutex
+	hosts map[string]*list.Element
+	lru   list.List // front: most recently used; values *hostGuard
+}
+
+type hostGuard struct {
+	host string
+	g    *sluice.Guard
+}
+
+// Transport returns a RoundTripper that guards the calls next makes, per
+// host, with the Guards guards returns (made once per host and kept).
+//
+// A call its host's Guard rejects is not sent: RoundTrip returns the
+// *sluice.RejectedError (and closes the request's body, as the RoundTripper
+// contract asks). A call that is sent is classified by its response's status
+// (5xx a failure, 4xx ignored) when the caller closes the response's body or
+// reads it to the end, so that a concurrency limit counts the call until then.
+// A 429 or 503 with a Retry-After opens every policy of the host's Guard
+// that can be held open (a breaker's OpenFor) for that long, capped by
+// WithMaxRetryAfter. next nil means http.DefaultTransport.
+func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOption) (*RoundTripper, error) {
+	if guards == nil {
+		return nil, errors.New("sluicehttp: Transport: nil GuardFactory")
+	}
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	t := &RoundTripper{
+		next:    next,
+		factory: guards,
+		cfg: transportConfig{
+			maxHosts:      1024,
+			hostOf:        func(r *http.Request) string { return r.URL.Host },
+			maxRetryAfter: 10 * time.Minute,
+			wallNow:       time.Now,
+		},
+		hosts: make(map[string]*list.Element),
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&t.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// guard returns host's Guard, making it on first use. The factory runs
+// outside the lock.
+func (t *RoundTripper) guard(host string) (*sluice.Guard, error) {
+	t.mu.Lock()
+	if el, ok := t.hosts[host]; ok {
+		t.lru.MoveToFront(el)
+		g := el.Value.(*hostGuard).g
+		t.mu.Unlock()
+		return g, nil
+	}
+	t.mu.Unlock()
+	g, err := t.factory(host)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if el, ok := t.hosts[host]; ok {
+		t.lru.MoveToFront(el)
+		kept := el.Value.(*hostGuard).g
+		t.mu.Unlock()
+		_ = g.Close()
+		return kept, nil
+	}
+	t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: g})
+	var evicted []*sluice.Guard
+	for t.lru.Len() > t.cfg.maxHosts {
+		last := t.lru.Back()
+		t.lru.Remove(last)
+		hg := last.Value.(*hostGuard)
+		delete(t.hosts, hg.host)
+		evicted = append(evicted, hg.g)
+	}
+	t.mu.Unlock()
+	for _, e := range evicted {
+		_ = e.Close()
+	}
+	return g, nil
+}
+
+// Hosts returns the number of hosts whose Guards are kept.
+func (t *RoundTripper) Hosts() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lru.Len()
+}
+
+// Close closes every kept Guard and forgets them.
+func (t *RoundTripper) Close() error {
+	t.mu.Lock()
+	var gs []*sluice.Guard
+	for el := t.lru.Front(); el != nil; el = el.Next() {
+		gs = append(gs, el.Value.(*hostGuard).g)
+	}
+	t.lru.Init()
+	t.hosts = make(map[string]*list.Element)
+	t.mu.Unlock()
+	var errs []error
+	for _, g := range gs {
+		if err := g.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CloseIdleConnections closes the idle connections of the RoundTripper
+// beneath, when it can.
+func (t *RoundTripper) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// RoundTrip sends req through its host's Guard.
+func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	host := t.cfg.hostOf(req)
+	g, err := t.guard(host)
+	if err != nil {
+		closeRequestBody(req)
+		return nil, fmt.Errorf("sluicehttp: guard for host %q: %w", host, err)
+	}
+	if g == nil {
+		return t.next.RoundTrip(req)
+	}
+	_, done, err := g.Admit(sluice.WithResource(req.Context(), host))
+	if err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		if resp != nil && resp.Body != nil {
+			discard(resp.Body)
+		}
+		o := g.Classify(err)
+		if t.cfg.classify != nil {
+			o = t.cfg.classify(nil, err)
+		}
+		done.Record(o)
+		return nil, err
+	}
+	o := middleware.ClassifyHTTPStatus(resp.StatusCode)
+	if t.cfg.classify != nil {
+		o = t.cfg.classify(resp, nil)
+	}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
+			done.Record(o)
+			now := g.Now()
+			for _, p := range g.Policies() {
+				if op, ok := p.(opener); ok {
+					op.OpenFor(now, ra)
+				}
+			}
+			return resp, nil
+		}
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
+		done.Record(o)
+		return resp, nil
+	}
+	resp.Body = &guardedBody{ReadCloser: resp.Body, done: done, outcome: o}
+	return resp, nil
+}
+
+// retryAfter parses a Retry-After field: delay-seconds or an HTTP-date.
+func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	var d time.Duration
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0, false
+		}
+		if s > int64(t.cfg.maxRetryAfter/time.Second) {
+			return t.cfg.maxRetryAfter, true
+		}
+		d = time.Duration(s) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(t.cfg.wallNow())
+		if d <= 0 {
+			return 0, false
+		}
+	} else {
+		return 0, false
+	}
+	return min(d, t.cfg.maxRetryAfter), true
+}
+
+// discard drains a little of a body nobody will read, so its connection can
+// be reused, and closes it.
+func discard(b io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, b, 4<<10)
+	_ = b.Close()
+}
+
+// guardedBody reports the call's outcome when its body is read to the end,
+// fails to read, or is closed, whichever comes first.
+type guardedBody struct {
+	io.ReadCloser
+	ended   atomic.Bool
+	done    sluice.Done
+	outcome sluice.Outcome
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		o := b.outcome
+		if err != io.EOF && o == sluice.Success {
+			o = sluice.Failure
+			if errors.Is(err, context.Canceled) {
+				o = sluice.Ignored
+			}
+		}
+		b.finish(o)
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.finish(b.outcome)
+	return err
+}
+
+func (b *guardedBody) finish(o sluice.Outcome) {
+	if b.ended.CompareAndSwap(false, true) {
+		b.done.Record(o)
+	}
+}

@@ -1,0 +1,133 @@
+package sluicehttp
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// responseWriter records the status a handler answers with, and whether an
+// inner sluice middleware rejected the request (its own rejections never
+// count as failures). It keeps http.Flusher, http.Hijacker and io.ReaderFrom,
+// and Unwrap lets http.ResponseController reach the writer beneath. Writers
+// are pooled: the hot path allocates none.
+type responseWriter struct {
+	w        http.ResponseWriter
+	status   int
+	rejected bool
+	hijacked bool
+	// capture, when non-nil, collects the body of a response that may be kept
+	// as a stale copy; it is dropped when the body outgrows maxCapture.
+	capture    []byte
+	maxCapture int
+	capturing  bool
+}
+
+var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
+
+func getWriter(w http.ResponseWriter) *responseWriter {
+	rw := writerPool.Get().(*responseWriter)
+	rw.w = w
+	return rw
+}
+
+func putWriter(rw *responseWriter) {
+	capture := rw.capture[:0]
+	if cap(capture) > 64<<10 {
+		capture = nil
+	}
+	*rw = responseWriter{capture: capture}
+	writerPool.Put(rw)
+}
+
+// Header returns the header map of the writer beneath.
+func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
+
+// WriteHeader records the first final status and passes it on.
+func (rw *responseWriter) WriteHeader(code int) {
+	if rw.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		rw.status = code
+	}
+	rw.w.WriteHeader(code)
+}
+
+// Write records an implicit 200 and passes the bytes on.
+func (rw *responseWriter) Write(b []byte) (int, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	if rw.capturing {
+		rw.keep(b)
+	}
+	return rw.w.Write(b)
+}
+
+func (rw *responseWriter) keep(b []byte) {
+	if len(rw.capture)+len(b) > rw.maxCapture {
+		rw.capturing = false
+		rw.capture = rw.capture[:0]
+		return
+	}
+	rw.capture = append(rw.capture, b...)
+}
+
+// Flush sends buffered data to the client, as http.Flusher does.
+func (rw *responseWriter) Flush() { _ = rw.FlushError() }
+
+// FlushError flushes and reports the writer beneath's error; it is what
+// http.ResponseController calls.
+func (rw *responseWriter) FlushError() error {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	return http.NewResponseController(rw.w).Flush()
+}
+
+// Hijack hands the connection over, as http.Hijacker does. After it, the
+// request counts as a success: what happens on the connection is no longer
+// HTTP.
+func (rw *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(rw.w).Hijack()
+	if err == nil {
+		rw.hijacked = true
+	}
+	return c, brw, err
+}
+
+// ReadFrom copies from src with the writer beneath's io.ReaderFrom when it
+// has one (sendfile on a TCP connection).
+func (rw *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	if rf, ok := rw.w.(io.ReaderFrom); ok && !rw.capturing {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{rw}, src)
+}
+
+// writerOnly hides ReadFrom, so io.Copy does not call it back.
+type writerOnly struct{ io.Writer }
+
+// Unwrap returns the writer beneath, for http.ResponseController.
+func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
+
+// markRejected tells the nearest sluice writer around w, if any, that the
+// request was rejected by a sluice middleware, so it does not count the
+// answer as the handler's failure.
+func markRejected(w http.ResponseWriter) {
+	for i := 0; i < 16 && w != nil; i++ {
+		if rw, ok := w.(*responseWriter); ok {
+			rw.rejected = true
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
