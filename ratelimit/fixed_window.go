@@ -28,7 +28,7 @@ type FixedWindow struct {
 	// 2^(64-cb)) and the units used in it (low cb bits). The count field set
 	// to all ones (more than limit) marks the pristine limiter.
 	state atomic.Uint64
-	_     [56]byte // keeps state alone on its cache line
+	_     [cacheLine - 8]byte // keeps state alone on its cache line
 
 	limit  int64
 	window time.Duration
@@ -75,15 +75,6 @@ func checkGranularity(what string, limit int64, slot time.Duration, cb uint) err
 		return fmt.Errorf("ratelimit: %s: %v is too short to count a limit of %d exactly (at least %v)", what, slot, limit, minSlot)
 	}
 	return nil
-}
-
-// floorDivDur returns ⌊a/b⌋ for b > 0, also for negative a.
-func floorDivDur(a, b time.Duration) int64 {
-	q := a / b
-	if a%b < 0 {
-		q--
-	}
-	return int64(q)
 }
 
 // slotDiff returns a - b for two slot indexes kept modulo 2^(64-cb) in the
@@ -157,7 +148,7 @@ func (w *FixedWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
 
 func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
-	cur := floorDivDur(now, w.window)
+	cur := floorDiv(int64(now), int64(w.window))
 	for {
 		s := w.state.Load()
 		idx, used := cur, int64(s&w.cmask)

@@ -129,7 +129,7 @@ func TestFixedWindowAllocs(t *testing.T) {
 func TestFixedWindowConcurrentNeverOver(t *testing.T) {
 	w := mustFixedWindow(t, 50, 10*ms)
 	start, end, admitted := hammer(t, w, 20*time.Microsecond)
-	windows := floorDivDur(end, 10*ms) - floorDivDur(start, 10*ms) + 1
+	windows := floorDiv(int64(end), int64(10*ms)) - floorDiv(int64(start), int64(10*ms)) + 1
 	bound := 50 * windows
 	t.Logf("admitted %d over %d windows, bound %d", admitted, windows, bound)
 	assert.LessOrEqual(t, admitted, bound)

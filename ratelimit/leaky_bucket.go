@@ -3,9 +3,9 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"math"
+
 	"math/bits"
-	"sync/atomic"
+
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -17,30 +17,34 @@ import (
 // and, sustained, the rate. (NewShaper is the leaky bucket as a queue, which
 // delays requests instead of rejecting them.)
 //
-// The bucket is kept as one atomic instant, the moment it will be empty,
-// updated with compare-and-swap: one unit takes the interval Period/Count,
-// rounded up to the nanosecond, to leak, so the limiter never admits faster
-// than the rate.
+// The meter is the same arithmetic as GCRA, seen from the other side: the
+// bucket is kept as one atomic instant, the moment it will be empty (GCRA's
+// theoretical arrival time), updated with compare-and-swap on its own cache
+// line. One unit takes the interval Period/Count, rounded up to the
+// nanosecond, to leak, so the limiter never admits faster than the rate.
+// Where they differ is Released: a LeakyBucket's ticket remembers where the
+// request's cost sits in the bucket, so a release takes out exactly what of
+// it has not leaked yet, even behind earlier content.
 //
 // An instant older than one already seen (a clock stepping backwards, or a
 // late caller) sees the bucket fuller than it was, so it never admits extra.
 // Make one with NewLeakyBucket; the zero value is not usable.
 type LeakyBucket struct {
-	emptyAt atomic.Int64 // instant the bucket is empty; MinInt64 at first
-	_       [56]byte     // keeps emptyAt alone on its cache line
+	emptyAt paddedTAT // instant the bucket is empty; emptyTAT at first
 
 	rate     Rate
 	capacity int64
-	unit     time.Duration // time one unit takes to leak
-	full     time.Duration // capacity · unit
-	cb       uint          // bits of the cost in a ticket
+	unit     int64 // nanoseconds one unit takes to leak
+	full     int64 // capacity · unit
+	cb       uint  // bits of the cost in a ticket
 	cmask    uint64
 	name     string
 	clock    sluice.Clock
+	sysClock bool
 }
 
 // NewLeakyBucket returns a meter that holds capacity cost units and leaks
-// them at rate r.
+// them at rate r. It starts empty.
 //
 // It fails when r is invalid (see Rate.Validate), capacity < 1, or the
 // bucket would take too long to drain to track to the nanosecond
@@ -52,21 +56,28 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 		return nil, err
 	}
 	if err := r.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ratelimit: leaky bucket: %w", err)
 	}
 	if capacity < 1 {
 		return nil, fmt.Errorf("ratelimit: leaky bucket: capacity %d must be at least 1", capacity)
 	}
-	unit := (r.Period + time.Duration(r.Count) - 1) / time.Duration(r.Count)
+	unit := interval(r)
 	cb := uint(bits.Len64(uint64(capacity)))
 	hi, full := bits.Mul64(uint64(capacity), uint64(unit))
 	if hi != 0 || full >= 1<<(63-cb) {
 		return nil, fmt.Errorf("ratelimit: leaky bucket: capacity %d at %v takes too long to drain", capacity, r)
 	}
-	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: time.Duration(full),
-		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock}
-	b.emptyAt.Store(math.MinInt64)
+	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: int64(full),
+		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	b.emptyAt.v.Store(emptyTAT)
 	return b, nil
+}
+
+func (b *LeakyBucket) now() time.Duration {
+	if b.sysClock {
+		return sluice.Now()
+	}
+	return b.clock.Now()
 }
 
 // Name returns the limiter's name, "ratelimit/leaky-bucket" unless set with
@@ -88,43 +99,41 @@ func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Deci
 // sluice.Released, as far as it has not leaked yet (the admit instant is
 // now-latency, as a Guard reports it); other outcomes change nothing.
 func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
-	if o != sluice.Released {
+	if o != sluice.Released || t == 0 {
 		return
 	}
-	cost := time.Duration(uint64(t)&b.cmask) * b.unit
-	// The request's last unit leaks out at its admit instant plus offset.
-	end := now - max(latency, 0) + time.Duration(uint64(t)>>b.cb)
-	give := min(end-now, cost)
-	for give > 0 {
-		e := b.emptyAt.Load()
-		g := min(give, time.Duration(e)-now)
-		if g <= 0 || b.emptyAt.CompareAndSwap(e, e-int64(g)) {
-			return
-		}
-	}
+	cost := int64(uint64(t)&b.cmask) * b.unit
+	// The request's last unit leaks out at its admit instant plus the offset
+	// kept in the ticket.
+	end := int64(now-max(latency, 0)) + int64(uint64(t)>>b.cb)
+	tatRefund(&b.emptyAt.v, min(end-int64(now), cost), int64(now))
 }
 
 // Allow is AllowNAt(clock.Now(), 1).
-func (b *LeakyBucket) Allow() bool { return b.AllowNAt(b.clock.Now(), 1) }
+func (b *LeakyBucket) Allow() bool { return b.AllowNAt(b.now(), 1) }
 
 // AllowN is AllowNAt(clock.Now(), n).
-func (b *LeakyBucket) AllowN(n int64) bool { return b.AllowNAt(b.clock.Now(), n) }
+func (b *LeakyBucket) AllowN(n int64) bool { return b.AllowNAt(b.now(), n) }
 
 // AllowAt is AllowNAt(now, 1).
 func (b *LeakyBucket) AllowAt(now time.Duration) bool { return b.AllowNAt(now, 1) }
 
-// AllowNAt reports whether n units fit in the bucket at instant now, and
-// pours them in if so.
+// AllowNAt reports whether n units (below 1 counts as 1) fit in the bucket
+// at instant now, and pours them in if so.
 func (b *LeakyBucket) AllowNAt(now time.Duration, n int64) bool {
-	d, _ := b.decide(now, n)
-	return d.Allowed
+	n = max(n, 1)
+	if n > b.capacity {
+		return false
+	}
+	_, _, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
+	return res == tatAllowed
 }
 
-// DecideAt decides on a request of cost n (taken as 1 when below 1) at
-// instant now, and pours it in when it admits. Limit is the capacity,
-// Remaining the whole units that still fit, Reset the time until the bucket
-// is empty, and RetryAfter the time until n units fit. A cost above the
-// capacity is rejected with ErrNeverSatisfiable.
+// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
+// now, and pours it in when it admits. Limit is the capacity, Remaining the
+// whole units that still fit, Reset the time until the bucket is empty, and
+// RetryAfter the time until n units fit. A cost above the capacity is
+// rejected with ErrNeverSatisfiable.
 func (b *LeakyBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
 	d, _ := b.decide(now, n)
 	return d
@@ -132,19 +141,14 @@ func (b *LeakyBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
 
 func (b *LeakyBucket) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
-	for {
-		e := time.Duration(b.emptyAt.Load())
-		level := max(e-now, 0) // time the current content takes to leak
-		if n > b.capacity {
-			return never(b.name, b.capacity, int64((b.full-level)/b.unit), level), 0
-		}
-		after := level + time.Duration(n)*b.unit
-		if after > b.full {
-			return reject(b.name, b.capacity, int64(max(b.full-level, 0)/b.unit), level, after-b.full), 0
-		}
-		if b.emptyAt.CompareAndSwap(int64(e), int64(now+after)) {
-			return allow(b.name, b.capacity, int64((b.full-after)/b.unit), after),
-				sluice.Ticket(uint64(after)<<b.cb | uint64(n))
-		}
+	if n > b.capacity {
+		base := max(b.emptyAt.v.Load(), int64(now))
+		return never(b.name, b.capacity, floorDiv(int64(now)+b.full-base, b.unit), time.Duration(base-int64(now))), 0
 	}
+	base, next, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
+	d := tatDecision(b.name, b.capacity, b.unit, b.full, int64(now), base, next, res)
+	if res != tatAllowed {
+		return d, 0
+	}
+	return d, sluice.Ticket(uint64(next-int64(now))<<b.cb | uint64(n))
 }

@@ -188,7 +188,7 @@ func (w *SlidingWindow) resetLocked(now time.Duration) time.Duration {
 func (w *SlidingWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
 	w.mu.Lock()
-	w.advance(floorDivDur(now, w.bucket))
+	w.advance(floorDiv(int64(now), int64(w.bucket)))
 	if n > w.limit {
 		d := never(w.name, w.limit, w.limit-w.total, w.resetLocked(now))
 		w.mu.Unlock()

@@ -1,0 +1,150 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func mustLeakyBucket(t testing.TB, r Rate, capacity int64, opts ...Option) *LeakyBucket {
+	t.Helper()
+	b, err := NewLeakyBucket(r, capacity, opts...)
+	require.NoError(t, err)
+	return b
+}
+
+func TestLeakyBucketSteps(t *testing.T) {
+	// Leaks 10/s: a unit takes 100ms; holds 3.
+	b := mustLeakyBucket(t, PerSecond(10), 3)
+	runSteps(t, b, []step{
+		{at: 0, allowed: true, remaining: 2, reset: 100 * ms},
+		{at: 0, n: 2, allowed: true, remaining: 0, reset: 300 * ms},
+		// Full: 50ms later half a unit has leaked, one fits in 50ms more.
+		{at: 50 * ms, allowed: false, remaining: 0, reset: 250 * ms, retryAfter: 50 * ms},
+		{at: 100 * ms, allowed: true, remaining: 0, reset: 300 * ms},
+		// The clock steps back: the bucket reads fuller, nothing extra.
+		{at: 50 * ms, allowed: false, remaining: 0, reset: 350 * ms, retryAfter: 150 * ms},
+		// Empty at 400ms; a released request takes its unit back out.
+		{at: 400 * ms, allowed: true, remaining: 2, reset: 100 * ms, release: true},
+		{at: 400 * ms, allowed: true, remaining: 2, reset: 100 * ms},
+		{at: 450 * ms, n: 4, allowed: false, remaining: 2, reset: 50 * ms, retryAfter: 0},
+		{at: 450 * ms, n: 3, allowed: false, remaining: 2, reset: 50 * ms, retryAfter: 50 * ms},
+	})
+	require.ErrorIs(t, b.DecideAt(450*ms, 4).Cause, ErrNeverSatisfiable)
+}
+
+func TestLeakyBucketIntervalRoundsUp(t *testing.T) {
+	// 3 per second: a unit takes 333,333,334ns, so never faster than the rate.
+	b := mustLeakyBucket(t, PerSecond(3), 1)
+	require.True(t, b.AllowAt(0))
+	assert.False(t, b.AllowAt(333_333_333))
+	assert.True(t, b.AllowAt(333_333_334))
+}
+
+// TestLeakyBucketReleaseTakesOutWhatHasNotLeaked releases a request queued
+// behind earlier content after some latency: the bucket ends as if the
+// request had never come.
+func TestLeakyBucketReleaseTakesOutWhatHasNotLeaked(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		before  int64         // units in the bucket at 0, before the request
+		latency time.Duration // from the request's admission to its release
+	}{
+		{"empty bucket, released at once", 0, 0},
+		{"empty bucket, released after half its unit leaked", 0, 50 * ms},
+		{"empty bucket, released after it leaked", 0, 250 * ms},
+		{"behind two units, released at once", 2, 0},
+		{"behind two units, released before they leaked", 2, 150 * ms},
+		{"behind two units, released while its own leak", 2, 250 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			with := mustLeakyBucket(t, PerSecond(10), 5)
+			without := mustLeakyBucket(t, PerSecond(10), 5)
+			if tc.before > 0 {
+				require.True(t, with.AllowNAt(0, tc.before))
+				require.True(t, without.AllowNAt(0, tc.before))
+			}
+			d, tk := with.Admit(sluice.WithCost(context.Background(), 2), 0)
+			require.True(t, d.Allowed)
+			with.Done(tk, sluice.Released, tc.latency, tc.latency)
+			assert.Equal(t, without.emptyAt.v.Load() < int64(tc.latency), with.emptyAt.v.Load() <= int64(tc.latency), "both empty, or neither")
+			if without.emptyAt.v.Load() > int64(tc.latency) {
+				assert.Equal(t, without.emptyAt.v.Load(), with.emptyAt.v.Load())
+			}
+			assert.Equal(t, without.DecideAt(tc.latency, 1), with.DecideAt(tc.latency, 1))
+		})
+	}
+}
+
+func TestLeakyBucketValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rate     Rate
+		capacity int64
+	}{
+		{"zero rate", Rate{}, 10},
+		{"negative count", Rate{Count: -1, Period: time.Second}, 10},
+		{"zero period", Rate{Count: 1}, 10},
+		{"zero capacity", PerSecond(10), 0},
+		{"negative capacity", PerSecond(10), -3},
+		{"drains too slowly to track", PerHour(1), 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := NewLeakyBucket(tc.rate, tc.capacity)
+			require.Error(t, err)
+			require.Nil(t, b)
+		})
+	}
+}
+
+func TestLeakyBucketClockAndName(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustLeakyBucket(t, Every(100*ms), 2, WithClock(clk), WithName("ratelimit/upload"))
+	assert.Equal(t, "ratelimit/upload", b.Name())
+	assert.Equal(t, int64(2), b.Capacity())
+	assert.Equal(t, Every(100*ms), b.Rate())
+	assert.True(t, b.AllowN(2))
+	assert.False(t, b.Allow())
+	clk.Advance(100 * ms)
+	assert.True(t, b.Allow())
+	assert.False(t, b.AllowN(1))
+	assert.False(t, b.AllowN(3))
+}
+
+func TestLeakyBucketConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New:    func(t *testing.T) sluice.Policy { return mustLeakyBucket(t, Every(5*ms), 10) },
+		Causes: []error{sluice.ErrRateLimited},
+	})
+}
+
+func TestLeakyBucketAllocs(t *testing.T) {
+	b := mustLeakyBucket(t, PerSecond(1000), 100)
+	ctx := context.Background()
+	var now time.Duration
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += ms
+		if d, tk := b.Admit(ctx, now); d.Allowed {
+			b.Done(tk, sluice.Released, now, 0)
+		}
+		b.AllowAt(now)
+		b.DecideAt(now, 2)
+	})
+	assert.Zero(t, allocs)
+}
+
+func TestLeakyBucketConcurrentNeverOver(t *testing.T) {
+	const capacity = 20
+	b := mustLeakyBucket(t, PerSecond(1000), capacity)
+	start, end, admitted := hammer(t, b, 10*time.Microsecond)
+	bound := capacity + int64(end-start)/int64(ms)
+	t.Logf("admitted %d, bound %d", admitted, bound)
+	assert.LessOrEqual(t, admitted, bound)
+	assert.Positive(t, admitted)
+}
