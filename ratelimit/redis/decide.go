@@ -1,0 +1,323 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// call is the per-request scratch of one decision, pooled: the keys and
+// arguments of the script, and what Done needs to give quota back.
+type call struct {
+	keys     []string
+	args     []any
+	tags     []uint64
+	local    []localTicket
+	ds       []sluice.Decision
+	viaRedis bool
+}
+
+type localTicket struct {
+	p  sluice.Policy
+	tk sluice.Ticket
+}
+
+// Script modes, pre-boxed.
+var (
+	modeAdmit  any = "a"
+	modeRefund any = "r"
+)
+
+// Admit decides on one request at the monotonic instant now: its key from the
+// context (sluice.KeyFrom unless WithKeyFunc), its cost sluice.CostFrom(ctx).
+// It makes one round trip to Redis, bounded by the limiter's timeout (not by
+// ctx's deadline: a decision is owed either way), unless the negative cache
+// or the open breaker answers first.
+func (l *Limiter) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return l.admit(ctx, now, true)
+}
+
+// Decide decides on one request like Admit, at sluice.Now(), for use outside
+// a Guard: an admitted request's quota is kept (it cannot be released).
+func (l *Limiter) Decide(ctx context.Context) sluice.Decision {
+	d, _ := l.admit(ctx, sluice.Now(), false)
+	return d
+}
+
+// Done gives back, on sluice.Released, the quota that Admit took: one more
+// round trip to Redis (skipped while the breaker is open), or the local
+// limiter's refund when the failure policy decided. Other outcomes only end
+// the ticket.
+func (l *Limiter) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	if t == 0 {
+		return
+	}
+	l.pendMu.Lock()
+	c := l.pending[t]
+	delete(l.pending, t)
+	l.pendMu.Unlock()
+	if c == nil {
+		return
+	}
+	if c.viaRedis {
+		if o == sluice.Released {
+			l.refund(c, now)
+		}
+	} else {
+		for i := range c.local {
+			if lt := c.local[i]; lt.p != nil {
+				lt.p.Done(lt.tk, o, now, latency)
+			}
+		}
+	}
+	l.putCall(c)
+}
+
+func (l *Limiter) getCall() *call { return l.calls.Get().(*call) }
+
+func (l *Limiter) putCall(c *call) {
+	for i := range c.keys {
+		c.keys[i] = ""
+		c.local[i] = localTicket{}
+		c.ds[i] = sluice.Decision{}
+	}
+	c.viaRedis = false
+	l.calls.Put(c)
+}
+
+func (l *Limiter) track(c *call) sluice.Ticket {
+	l.pendMu.Lock()
+	l.nextID++
+	if l.nextID == 0 {
+		l.nextID++
+	}
+	t := l.nextID
+	l.pending[t] = c
+	l.pendMu.Unlock()
+	return t
+}
+
+func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+	cost := sluice.CostFrom(ctx)
+	for _, m := range l.limits {
+		if cost > m.quota {
+			return sluice.Decision{Policy: l.name, Limit: m.quota, Cause: ratelimit.ErrNeverSatisfiable}, 0
+		}
+	}
+	c := l.getCall()
+	same := true
+	for i, m := range l.limits {
+		c.keys[i], c.tags[i] = m.key(ctx)
+		if c.tags[i] != c.tags[0] {
+			same = false
+		}
+	}
+	if l.neg != nil {
+		for _, k := range c.keys {
+			if d, ok := l.neg.get(k, now); ok {
+				l.putCall(c)
+				return d, 0
+			}
+		}
+	}
+	if !same && l.cluster {
+		if l.observer != nil {
+			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: ErrCrossSlot})
+		}
+		return l.fallback(ctx, c, now, track)
+	}
+	ok, probe, tr := l.br.acquire(now)
+	l.notify(tr, now)
+	if !ok {
+		return l.fallback(ctx, c, now, track)
+	}
+	c.args[0] = modeAdmit
+	boxed := any(cost)
+	for i, m := range l.limits {
+		j := 1 + 4*i
+		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
+	}
+	// The request's own deadline and cancellation do not cut the call short:
+	// a decision is owed either way, and the limiter's timeout bounds it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	reply, err := decideScript.Run(rctx, l.client, c.keys, c.args...).Text()
+	cancel()
+	if err == nil {
+		err = parseReply(reply, c.ds)
+	}
+	if err != nil {
+		l.notify(l.br.failure(now, probe), now)
+		if l.observer != nil {
+			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
+		}
+		return l.fallback(ctx, c, now, track)
+	}
+	l.notify(l.br.success(probe), now)
+	d := l.compose(c.ds)
+	if !d.Allowed {
+		if l.neg != nil && d.RetryAfter > 0 {
+			for i := range c.ds {
+				if !c.ds[i].Allowed {
+					l.neg.put(c.keys[i], now, d)
+				}
+			}
+		}
+		l.putCall(c)
+		return d, 0
+	}
+	if !track {
+		l.putCall(c)
+		return d, 0
+	}
+	c.viaRedis = true
+	return d, l.track(c)
+}
+
+// compose turns the limits' decisions into the request's: the rejection with
+// the longest RetryAfter, or, when all admit, the one with the least
+// Remaining.
+func (l *Limiter) compose(ds []sluice.Decision) sluice.Decision {
+	best := -1
+	for i := range ds {
+		ds[i].Limit = l.limits[i].quota
+		if !ds[i].Allowed {
+			if best < 0 || ds[best].Allowed || ds[i].RetryAfter > ds[best].RetryAfter {
+				best = i
+			}
+			continue
+		}
+		if best < 0 || (ds[best].Allowed && ds[i].Remaining < ds[best].Remaining) {
+			best = i
+		}
+	}
+	d := ds[best]
+	d.Policy = l.name
+	if !d.Allowed {
+		// All or nothing: a limit that would have admitted was not charged.
+		d.Cause = sluice.ErrRateLimited
+		if d.RetryAfter <= 0 {
+			d.RetryAfter = time.Microsecond
+		}
+	}
+	return d
+}
+
+// fallback decides by the limits' failure policies, in order, stopping at
+// the first rejection and giving back what the local limiters before it took.
+func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+	var d sluice.Decision
+	anyLocal := false
+	for i, m := range l.limits {
+		var di sluice.Decision
+		switch m.failure {
+		case FailOpen:
+			di = sluice.Decision{Allowed: true, Policy: m.name + ":open", Limit: -1}
+		case FailClosed:
+			di = sluice.Decision{Policy: m.name + ":closed", Limit: -1, Cause: ErrUnavailable,
+				RetryAfter: l.br.openLeft(now)}
+		default:
+			p, err := m.local.get(c.keys[i])
+			if err != nil { // validated at construction: cannot happen
+				di = sluice.Decision{Allowed: true, Policy: m.name + ":open", Limit: -1}
+				break
+			}
+			var tk sluice.Ticket
+			di, tk = p.Admit(ctx, now)
+			if di.Allowed {
+				c.local[i] = localTicket{p, tk}
+				anyLocal = true
+			}
+		}
+		if !di.Allowed {
+			for j := range i {
+				if lt := c.local[j]; lt.p != nil {
+					lt.p.Done(lt.tk, sluice.Released, now, 0)
+				}
+			}
+			d = di
+			anyLocal = false
+			break
+		}
+		if i == 0 || (d.Limit == -1 && di.Limit != -1) || (di.Limit != -1 && di.Remaining < d.Remaining) {
+			d = di
+		}
+	}
+	if l.observer != nil {
+		l.observer(Event{Kind: EventFallback, Policy: l.name, At: now, Decision: d})
+	}
+	if !anyLocal || !track {
+		l.putCall(c)
+		return d, 0
+	}
+	return d, l.track(c)
+}
+
+// refund gives back in Redis what c's admission took.
+func (l *Limiter) refund(c *call, now time.Duration) {
+	ok, probe, tr := l.br.acquire(now)
+	l.notify(tr, now)
+	if !ok {
+		return
+	}
+	c.args[0] = modeRefund
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	err := decideScript.Run(ctx, l.client, c.keys, c.args...).Err()
+	cancel()
+	if err != nil {
+		l.notify(l.br.failure(now, probe), now)
+		if l.observer != nil {
+			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
+		}
+		return
+	}
+	l.notify(l.br.success(probe), now)
+}
+
+var errReply = errors.New("redislimit: malformed script reply")
+
+// parseReply reads four integers per limit from the script's reply.
+func parseReply(s string, ds []sluice.Decision) error {
+	pos := 0
+	next := func() (int64, bool) {
+		for pos < len(s) && s[pos] == ' ' {
+			pos++
+		}
+		start := pos
+		neg := false
+		if pos < len(s) && s[pos] == '-' {
+			neg = true
+			pos++
+		}
+		var v int64
+		for pos < len(s) && s[pos] >= '0' && s[pos] <= '9' {
+			v = v*10 + int64(s[pos]-'0')
+			pos++
+		}
+		if pos == start || (neg && pos == start+1) {
+			return 0, false
+		}
+		if neg {
+			v = -v
+		}
+		return v, true
+	}
+	for i := range ds {
+		a, ok1 := next()
+		rem, ok2 := next()
+		reset, ok3 := next()
+		retry, ok4 := next()
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return errReply
+		}
+		d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: max(time.Duration(reset)*time.Microsecond, 0)}
+		if !d.Allowed {
+			d.RetryAfter = max(time.Duration(retry)*time.Microsecond, time.Microsecond)
+			d.Cause = sluice.ErrRateLimited
+		}
+		ds[i] = d
+	}
+	return nil
+}

@@ -1,0 +1,320 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// maxExact bounds every product the script computes: Lua numbers are doubles,
+// exact for integers up to 2^53.
+const maxExact = int64(1) << 52
+
+// limit is one quota a Limiter decides: its algorithm, parameters, key layout
+// and failure policy.
+type limit struct {
+	name        string
+	keyPre      string // "<prefix>:<name>:<alg>:"
+	algArg      any    // pre-boxed script arguments
+	periodArg   any
+	quotaArg    any
+	quota       int64
+	keyFunc     func(context.Context) string
+	perResource bool
+	failure     FailurePolicy
+	local       *localShare
+}
+
+// Limiter is a rate limit whose state lives in Redis, shared by every
+// instance of a service that uses the same Redis and name. It is a
+// sluice.Policy; Admit runs one Lua script (one round trip) per request.
+//
+// A Limiter built by All decides several limits for one request in that one
+// round trip, all or nothing: when one rejects, none is charged.
+//
+// A Limiter is safe for concurrent use. It does not own its Redis client:
+// close the client when done.
+type Limiter struct {
+	name     string
+	client   redis.UniversalClient
+	limits   []*limit
+	timeout  time.Duration
+	br       *redisBreaker
+	observer func(Event)
+	neg      *negCache
+	cluster  bool
+
+	subMu sync.Mutex
+	subs  map[int]func(sluice.StateChange)
+	subID int
+
+	pendMu  sync.Mutex
+	pending map[sluice.Ticket]*call
+	nextID  sluice.Ticket
+	calls   sync.Pool
+}
+
+// NewGCRA returns a limiter that admits requests at rate r with bursts of up
+// to burst, by the generic cell rate algorithm: one stored instant per key,
+// the theoretical arrival time. It is the default algorithm: the smallest
+// state and the cheapest script. Decisions match ratelimit.GCRA's.
+//
+// The emission interval r.Period/r.Count is rounded up to the microsecond, so
+// the limiter never admits faster than r; it must be at least 1µs.
+func NewGCRA(client redis.UniversalClient, r ratelimit.Rate, burst int64, opts ...Option) (*Limiter, error) {
+	return newRated(client, "gcra", 'g', r, burst, opts, func(r ratelimit.Rate, b int64, name string) (sluice.Policy, error) {
+		return ratelimit.NewGCRA(r, b, ratelimit.WithName(name))
+	})
+}
+
+// NewTokenBucket returns a limiter holding up to burst tokens per key, one
+// added every r.Period/r.Count (rounded up to the microsecond); a request
+// takes its cost in tokens. Decisions match ratelimit.TokenBucket's: Remaining
+// is the tokens left, Reset the time until the bucket is full.
+func NewTokenBucket(client redis.UniversalClient, r ratelimit.Rate, burst int64, opts ...Option) (*Limiter, error) {
+	return newRated(client, "token-bucket", 't', r, burst, opts, func(r ratelimit.Rate, b int64, name string) (sluice.Policy, error) {
+		return ratelimit.NewTokenBucket(r, b, ratelimit.WithName(name))
+	})
+}
+
+// NewFixedWindow returns a limiter admitting up to limit cost units per key
+// in each window, windows aligned on Redis time (a multiple of window since
+// the Unix epoch). Reset and RetryAfter are the time to the window's end.
+// window is counted in whole microseconds.
+func NewFixedWindow(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
+	return newWindowed(client, "fixed-window", 'f', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
+		return ratelimit.NewFixedWindow(l, w, ratelimit.WithName(name))
+	})
+}
+
+// NewSlidingWindow returns a sliding window counter: per key, the counts of
+// the current and the previous window, the previous one weighted by the part
+// of it still inside the sliding window. It admits a request when
+// previous×(window−elapsed)/window + current + cost ≤ limit, in integers.
+// Reset is the time until both counts have slid out; RetryAfter the time
+// until the weighted sum leaves room for the cost.
+func NewSlidingWindow(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
+	return newWindowed(client, "sliding-window", 's', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
+		return ratelimit.NewSlidingWindow(l, w, bucketsFor(w), ratelimit.WithName(name))
+	})
+}
+
+// bucketsFor picks the local sliding window's ring size: the largest of a few
+// that divides the window.
+func bucketsFor(w time.Duration) int {
+	for _, b := range []int{10, 8, 6, 5, 4, 3, 2} {
+		if w%time.Duration(b) == 0 {
+			return b
+		}
+	}
+	return 1
+}
+
+func newRated(client redis.UniversalClient, algorithm string, alg byte, r ratelimit.Rate, burst int64, opts []Option,
+	local func(ratelimit.Rate, int64, string) (sluice.Policy, error)) (*Limiter, error) {
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("redislimit: %s: %w", algorithm, err)
+	}
+	if burst < 1 {
+		return nil, fmt.Errorf("redislimit: %s: burst %d must be at least 1", algorithm, burst)
+	}
+	ivNS := int64(r.Period) / r.Count
+	if int64(r.Period)%r.Count != 0 {
+		ivNS++
+	}
+	iv := (ivNS + 999) / 1000
+	if ivNS < 1000 {
+		return nil, fmt.Errorf("redislimit: %s: rate %v is faster than one event per microsecond", algorithm, r)
+	}
+	if burst > maxExact/iv {
+		return nil, fmt.Errorf("redislimit: %s: burst %d at rate %v spans more than 2^52µs", algorithm, burst, r)
+	}
+	cfg := defaultConfig(algorithm)
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	share := func() (sluice.Policy, error) {
+		n := cfg.instances
+		if int64(r.Period) > int64(1<<62)/n {
+			return nil, fmt.Errorf("redislimit: %s: rate %v divided by %d instances is too slow", algorithm, r, n)
+		}
+		return local(ratelimit.Rate{Count: r.Count, Period: r.Period * time.Duration(n)}, max(burst/n, 1), cfg.name+":local")
+	}
+	return build(client, cfg, alg, iv, burst, share)
+}
+
+func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim int64, window time.Duration, opts []Option,
+	local func(int64, time.Duration, string) (sluice.Policy, error)) (*Limiter, error) {
+	if lim < 1 {
+		return nil, fmt.Errorf("redislimit: %s: limit %d must be at least 1", algorithm, lim)
+	}
+	if window < time.Microsecond || window%time.Microsecond != 0 {
+		return nil, fmt.Errorf("redislimit: %s: window %v must be a positive whole number of microseconds", algorithm, window)
+	}
+	w := int64(window / time.Microsecond)
+	if lim > maxExact/w/4 {
+		return nil, fmt.Errorf("redislimit: %s: limit %d × window %v exceeds 2^50", algorithm, lim, window)
+	}
+	cfg := defaultConfig(algorithm)
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	share := func() (sluice.Policy, error) {
+		return local(max(lim/cfg.instances, 1), window, cfg.name+":local")
+	}
+	return build(client, cfg, alg, w, lim, share)
+}
+
+func build(client redis.UniversalClient, cfg config, alg byte, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
+	if client == nil {
+		return nil, errors.New("redislimit: nil Redis client")
+	}
+	l := &limit{
+		name:        cfg.name,
+		keyPre:      cfg.prefix + ":" + cfg.name + ":" + string(alg) + ":",
+		algArg:      string(alg),
+		periodArg:   strconv.FormatInt(period, 10),
+		quotaArg:    strconv.FormatInt(quota, 10),
+		quota:       quota,
+		keyFunc:     cfg.keyFunc,
+		perResource: cfg.perResource,
+		failure:     cfg.failure,
+	}
+	if cfg.failure == FailLocal {
+		if _, err := share(); err != nil {
+			return nil, fmt.Errorf("redislimit: local fallback: %w", err)
+		}
+		l.local = &localShare{m: make(map[string]sluice.Policy), max: cfg.localCapacity, make: share}
+	}
+	br := &redisBreaker{threshold: int64(cfg.failures), openFor: cfg.openFor}
+	return newLimiter(client, cfg, []*limit{l}, br), nil
+}
+
+func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *redisBreaker) *Limiter {
+	lim := &Limiter{
+		name:     cfg.name,
+		client:   client,
+		limits:   limits,
+		timeout:  cfg.timeout,
+		br:       br,
+		observer: cfg.observer,
+		pending:  make(map[sluice.Ticket]*call),
+	}
+	_, lim.cluster = client.(*redis.ClusterClient)
+	if cfg.negCache > 0 {
+		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache}
+	}
+	n := len(limits)
+	lim.calls.New = func() any {
+		c := &call{keys: make([]string, n), args: make([]any, 1+4*n), tags: make([]uint64, n),
+			local: make([]localTicket, n), ds: make([]sluice.Decision, n)}
+		return c
+	}
+	return lim
+}
+
+// All returns a Limiter that decides every one of limiters for each request
+// in one script call, all or nothing: a request is admitted only when every
+// limit admits it, and a rejected request charges none of them. Its decision
+// is the rejecting limit's (the one with the longest RetryAfter) or, when all
+// admit, the tightest one's (the least Remaining), under All's name.
+//
+// Each limit keeps its own keys, key function and failure policy; All takes
+// WithName (default "ratelimit/redis/all"), WithTimeout, WithBreaker,
+// WithObserver and WithNegativeCache, and otherwise the timeout and the
+// breaker of the first limiter. All the limiters must use the same client.
+//
+// In a Redis Cluster the limits' keys must share one slot for each request:
+// the hash tag is the hash of the request's key, so limits keyed by the same
+// key function (per user at different rates; per user and per user and route
+// with WithPerResource) always do. A request whose keys would land in
+// different slots is decided by the failure policies and reported to the
+// observer with ErrCrossSlot.
+func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
+	if len(limiters) == 0 {
+		return nil, errors.New("redislimit: All: no limiters")
+	}
+	if len(limiters) > 64 {
+		return nil, fmt.Errorf("redislimit: All: %d limiters, at most 64", len(limiters))
+	}
+	cfg := defaultConfig("all")
+	if err := cfg.apply(opts); err != nil {
+		return nil, err
+	}
+	if len(cfg.memberOnly) > 0 {
+		return nil, fmt.Errorf("redislimit: All: %s configures one limit: set it on that limiter", cfg.memberOnly[0])
+	}
+	first := limiters[0]
+	if first == nil {
+		return nil, errors.New("redislimit: All: limiter 0 is nil")
+	}
+	var limits []*limit
+	for i, l := range limiters {
+		if l == nil {
+			return nil, fmt.Errorf("redislimit: All: limiter %d is nil", i)
+		}
+		if l.client != first.client {
+			return nil, fmt.Errorf("redislimit: All: limiter %d (%s) uses another Redis client", i, l.name)
+		}
+		limits = append(limits, l.limits...)
+	}
+	if !cfg.timeoutSet {
+		cfg.timeout = first.timeout
+	}
+	br := first.br
+	if cfg.breakerSet {
+		br = &redisBreaker{threshold: int64(cfg.failures), openFor: cfg.openFor}
+	}
+	return newLimiter(first.client, cfg, limits, br), nil
+}
+
+// Name returns the limiter's name, as given by WithName.
+func (l *Limiter) Name() string { return l.name }
+
+// Subscribe registers fn, called after each change of the state of the
+// breaker around Redis ("closed", "open", "half-open"), outside every lock.
+// It makes a Limiter a sluice.StateSource.
+func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	if l.subs == nil {
+		l.subs = make(map[int]func(sluice.StateChange))
+	}
+	id := l.subID
+	l.subID++
+	l.subs[id] = fn
+	return func() {
+		l.subMu.Lock()
+		delete(l.subs, id)
+		l.subMu.Unlock()
+	}
+}
+
+func (l *Limiter) notify(tr transition, now time.Duration) {
+	if !tr.changed() {
+		return
+	}
+	from, to := stateName(tr.from), stateName(tr.to)
+	if l.observer != nil {
+		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: now, From: from, To: to})
+	}
+	l.subMu.Lock()
+	fns := make([]func(sluice.StateChange), 0, len(l.subs))
+	for _, fn := range l.subs {
+		fns = append(fns, fn)
+	}
+	l.subMu.Unlock()
+	for _, fn := range fns {
+		fn(sluice.StateChange{Policy: l.name, From: from, To: to, At: now})
+	}
+}
+
+var _ sluice.Policy = (*Limiter)(nil)
+var _ sluice.StateSource = (*Limiter)(nil)

@@ -1,0 +1,316 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// FailurePolicy is what a limiter does when Redis cannot decide: it is
+// unreachable, too slow (past the limiter's timeout), or the breaker around it
+// is open. The default is FailOpen.
+type FailurePolicy uint8
+
+const (
+	// FailOpen admits every request while Redis cannot decide. The decision
+	// names the policy with the suffix ":open", has Limit -1 and Remaining 0.
+	FailOpen FailurePolicy = iota
+	// FailClosed rejects every request while Redis cannot decide, with a cause
+	// wrapping ErrUnavailable (and so sluice.ErrCircuitOpen: HTTP 503) and the
+	// suffix ":closed" on the policy's name.
+	FailClosed
+	// FailLocal decides with a local limiter of the same algorithm, per key,
+	// holding this instance's share of the limit (the limit divided by the
+	// expected number of instances, see WithLocalFallback). Its decisions name
+	// the policy with the suffix ":local".
+	FailLocal
+)
+
+// String returns "open", "closed" or "local".
+func (f FailurePolicy) String() string {
+	switch f {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return fmt.Sprintf("FailurePolicy(%d)", uint8(f))
+}
+
+// ErrUnavailable is the cause of a FailClosed rejection: Redis could not
+// decide. It wraps sluice.ErrCircuitOpen, so adapters answer 503, not 429.
+var ErrUnavailable = fmt.Errorf("%w: redis limiter unavailable", sluice.ErrCircuitOpen)
+
+// ErrCrossSlot is reported to the observer when the limits combined by All
+// would be stored in different Redis Cluster slots for one request; the
+// request is then decided by the failure policies.
+var ErrCrossSlot = errors.New("redislimit: the combined limits' keys hash to different cluster slots")
+
+// DefaultTimeout is the time a decision waits for Redis before the failure
+// policy decides instead.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultPrefix is the first part of every key the limiters write.
+const DefaultPrefix = "sluice"
+
+// Option configures a limiter built by NewGCRA, NewTokenBucket,
+// NewFixedWindow, NewSlidingWindow or All.
+type Option func(*config) error
+
+type config struct {
+	name          string
+	prefix        string
+	keyFunc       func(context.Context) string
+	perResource   bool
+	failure       FailurePolicy
+	instances     int64
+	timeout       time.Duration
+	failures      int
+	openFor       time.Duration
+	observer      func(Event)
+	negCache      int
+	memberOnly    []string // options set that All does not take
+	breakerSet    bool
+	timeoutSet    bool
+	localCapacity int
+}
+
+func defaultConfig(algorithm string) config {
+	return config{
+		name:          "ratelimit/redis/" + algorithm,
+		prefix:        DefaultPrefix,
+		keyFunc:       keyFromContext,
+		failure:       FailOpen,
+		instances:     1,
+		timeout:       DefaultTimeout,
+		failures:      DefaultBreakerFailures,
+		openFor:       DefaultBreakerOpen,
+		localCapacity: 65536,
+	}
+}
+
+func keyFromContext(ctx context.Context) string {
+	k, _ := sluice.KeyFrom(ctx)
+	return k
+}
+
+func (c *config) apply(opts []Option) error {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithName sets the limiter's name, reported in its decisions and part of its
+// Redis keys; the default is "ratelimit/redis/" and the algorithm
+// ("ratelimit/redis/gcra"). Two limiters sharing a Redis must have different
+// names unless they are meant to share their state. The name must not
+// contain '{' or '}'.
+func WithName(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return errors.New("redislimit: WithName: empty name")
+		}
+		if strings.ContainsAny(name, "{}") {
+			return fmt.Errorf("redislimit: WithName(%q): a name must not contain '{' or '}'", name)
+		}
+		c.name = name
+		return nil
+	}
+}
+
+// WithPrefix sets the first part of the limiter's keys; the default is
+// DefaultPrefix, "sluice". It must not contain '{' or '}'.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		if prefix == "" || strings.ContainsAny(prefix, "{}") {
+			return fmt.Errorf("redislimit: WithPrefix(%q): want a non-empty prefix without '{' or '}'", prefix)
+		}
+		c.prefix = prefix
+		c.memberOnly = append(c.memberOnly, "WithPrefix")
+		return nil
+	}
+}
+
+// WithKeyFunc sets how a request's key (a user, a client IP) is read from its
+// context; the default is sluice.KeyFrom, and a request without a key shares
+// the one key "". The key is hashed before it becomes part of a Redis key.
+func WithKeyFunc(fn func(ctx context.Context) string) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errors.New("redislimit: WithKeyFunc: nil function")
+		}
+		c.keyFunc = fn
+		c.memberOnly = append(c.memberOnly, "WithKeyFunc")
+		return nil
+	}
+}
+
+// WithPerResource makes the limit count per key and resource (sluice.ResourceFrom:
+// a route, a method) instead of per key alone. The resource's hash is placed
+// outside the key's hash tag, so the limit still shares its Cluster slot with
+// the key's other limits.
+func WithPerResource() Option {
+	return func(c *config) error {
+		c.perResource = true
+		c.memberOnly = append(c.memberOnly, "WithPerResource")
+		return nil
+	}
+}
+
+// WithFailOpen makes the limiter admit every request while Redis cannot
+// decide. It is the default.
+func WithFailOpen() Option {
+	return func(c *config) error {
+		c.failure = FailOpen
+		c.memberOnly = append(c.memberOnly, "WithFailOpen")
+		return nil
+	}
+}
+
+// WithFailClosed makes the limiter reject every request while Redis cannot
+// decide.
+func WithFailClosed() Option {
+	return func(c *config) error {
+		c.failure = FailClosed
+		c.memberOnly = append(c.memberOnly, "WithFailClosed")
+		return nil
+	}
+}
+
+// WithLocalFallback makes the limiter decide locally while Redis cannot, with
+// this instance's share of the limit: the rate, burst or window limit divided
+// by instances, the number of instances expected to share the limit (at least
+// 1 unit each). At most 65536 keys are tracked locally; beyond that an
+// arbitrary key's local state is dropped.
+func WithLocalFallback(instances int) Option {
+	return func(c *config) error {
+		if instances < 1 {
+			return fmt.Errorf("redislimit: WithLocalFallback(%d): want at least 1 instance", instances)
+		}
+		c.failure = FailLocal
+		c.instances = int64(instances)
+		c.memberOnly = append(c.memberOnly, "WithLocalFallback")
+		return nil
+	}
+}
+
+// WithTimeout sets how long one decision waits for Redis before its failure
+// policy decides instead; the default is DefaultTimeout, 50 ms. A request
+// context with an earlier deadline is honoured.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("redislimit: WithTimeout(%v): want a positive duration", d)
+		}
+		c.timeout = d
+		c.timeoutSet = true
+		return nil
+	}
+}
+
+// DefaultBreakerFailures is the number of consecutive Redis failures that
+// open the breaker around Redis.
+const DefaultBreakerFailures = 5
+
+// DefaultBreakerOpen is how long the breaker around Redis stays open before
+// one half-open probe tries Redis again.
+const DefaultBreakerOpen = time.Second
+
+// WithBreaker sets the breaker around Redis: it opens after failures
+// consecutive failed calls (default DefaultBreakerFailures, 5); while open,
+// decisions go to the failure policy without touching Redis; after openFor
+// (default DefaultBreakerOpen, 1 s) one request probes Redis, and its success
+// closes the breaker.
+func WithBreaker(failures int, openFor time.Duration) Option {
+	return func(c *config) error {
+		if failures < 1 || openFor <= 0 {
+			return fmt.Errorf("redislimit: WithBreaker(%d, %v): want failures >= 1 and a positive open time", failures, openFor)
+		}
+		c.failures = failures
+		c.openFor = openFor
+		c.breakerSet = true
+		return nil
+	}
+}
+
+// WithObserver registers fn, called for every decision the failure policy
+// made instead of Redis, every failed Redis call and every change of the
+// breaker's state. It runs on the request's goroutine, outside every lock;
+// keep it short. The default is none.
+func WithObserver(fn func(Event)) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errors.New("redislimit: WithObserver: nil function")
+		}
+		c.observer = fn
+		return nil
+	}
+}
+
+// WithNegativeCache makes the limiter remember, for up to maxKeys keys, a
+// rejection's RetryAfter and reject the key locally, without a round trip to
+// Redis, until it has passed. The default is no cache. Requests rejected
+// locally are not seen by Redis, so they never extend the wait.
+func WithNegativeCache(maxKeys int) Option {
+	return func(c *config) error {
+		if maxKeys < 1 {
+			return fmt.Errorf("redislimit: WithNegativeCache(%d): want at least 1 key", maxKeys)
+		}
+		c.negCache = maxKeys
+		return nil
+	}
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// EventFallback: a decision was made by the failure policy, not Redis.
+	EventFallback EventKind = iota
+	// EventRedisError: a call to Redis failed or timed out.
+	EventRedisError
+	// EventStateChange: the breaker around Redis changed state.
+	EventStateChange
+)
+
+// String returns "fallback", "redis-error" or "state-change".
+func (k EventKind) String() string {
+	switch k {
+	case EventFallback:
+		return "fallback"
+	case EventRedisError:
+		return "redis-error"
+	case EventStateChange:
+		return "state-change"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is what an observer hears.
+type Event struct {
+	// Kind says what happened.
+	Kind EventKind
+	// Policy is the limiter's name.
+	Policy string
+	// At is the monotonic instant of the decision.
+	At time.Duration
+	// Decision is the failure policy's decision (EventFallback).
+	Decision sluice.Decision
+	// Err is Redis's error (EventRedisError).
+	Err error
+	// From and To are the breaker's states: "closed", "open", "half-open"
+	// (EventStateChange).
+	From, To string
+}

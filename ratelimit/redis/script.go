@@ -1,0 +1,190 @@
+package redislimit
+
+import "github.com/redis/go-redis/v9"
+
+// decideSrc is the one script every decision runs: it reads Redis TIME, decides
+// every limit of the request, and writes only when all of them admit.
+//
+// KEYS[i] is the state of limit i. ARGV[1] is the mode: "a" to admit, "r" to
+// refund what an earlier admission took. Then four arguments per limit: the
+// algorithm (g: GCRA, t: token bucket, f: fixed window, s: sliding window
+// counter), its period parameter in microseconds (the emission interval, or
+// the window), its quota (burst or limit) and the cost.
+//
+// The reply is one string of four integers per limit: allowed (0 or 1),
+// remaining, reset and retry-after in microseconds. Numbers are Lua doubles
+// holding integers below 2^53 (the constructors keep them there), divided with
+// math.floor only, so the arithmetic is exact.
+//
+// State layout, one key per limit and user key:
+//
+//	g: string, the theoretical arrival time (µs)
+//	t: hash k (tokens) and l (time of the last whole refill, µs)
+//	f: hash w (window index) and n (count)
+//	s: hash w (current window index), c (its count) and p (the previous one's)
+//
+// Stored instants and window indexes only move forward: when TIME is behind
+// them (a failover to a host whose clock lags), the stored value is kept.
+const decideSrc = `
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local floor = math.floor
+local mode = ARGV[1]
+local n = #KEYS
+local out = {}
+local writes = {}
+local ok = true
+
+local function ms(us)
+  local m = floor((us + 999) / 1000)
+  if m < 1 then m = 1 end
+  return m
+end
+
+for i = 1, n do
+  local j = 2 + (i - 1) * 4
+  local alg, a, b, cost = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+  local key = KEYS[i]
+  local allowed, remaining, reset, retry = 0, 0, 0, 0
+  if alg == 'g' then
+    local tat = tonumber(redis.call('GET', key) or 0)
+    if mode == 'r' then
+      if tat > now then
+        local nt = tat - cost * a
+        if nt > now then
+          writes[#writes + 1] = {'SET', key, string.format('%d', nt), 'PX', ms(nt - now)}
+        else
+          writes[#writes + 1] = {'DEL', key}
+        end
+      end
+    else
+      if tat < now then tat = now end
+      local nt = tat + cost * a
+      local cap = b * a
+      if nt - cap > now then
+        remaining = floor((cap - (tat - now)) / a)
+        reset = tat - now
+        retry = nt - cap - now
+      else
+        allowed = 1
+        remaining = floor((cap - (nt - now)) / a)
+        reset = nt - now
+        writes[#writes + 1] = {'SET', key, string.format('%d', nt), 'PX', ms(reset)}
+      end
+    end
+  elseif alg == 't' then
+    local v = redis.call('HMGET', key, 'k', 'l')
+    local tokens, last = b, now
+    if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
+    if now > last then
+      local add = floor((now - last) / a)
+      if add > 0 then tokens = tokens + add; last = last + add * a end
+      if tokens >= b then tokens = b; last = now end
+    end
+    local el = now - last
+    if el < 0 then el = 0 end
+    if mode == 'r' then
+      if v[1] then
+        tokens = tokens + cost
+        if tokens > b then tokens = b end
+        local full = (b - tokens) * a - el
+        if full > 0 then
+          writes[#writes + 1] = {'HSET', key, 'k', string.format('%d', tokens), 'l', string.format('%d', last)}
+          writes[#writes + 1] = {'PEXPIRE', key, ms(full)}
+        else
+          writes[#writes + 1] = {'DEL', key}
+        end
+      end
+    elseif tokens >= cost then
+      allowed = 1
+      tokens = tokens - cost
+      remaining = tokens
+      reset = (b - tokens) * a - el
+      writes[#writes + 1] = {'HSET', key, 'k', string.format('%d', tokens), 'l', string.format('%d', last)}
+      writes[#writes + 1] = {'PEXPIRE', key, ms(reset)}
+    else
+      remaining = tokens
+      reset = (b - tokens) * a - el
+      retry = (cost - tokens) * a - el
+    end
+  elseif alg == 'f' then
+    local v = redis.call('HMGET', key, 'w', 'n')
+    local idx = floor(now / a)
+    local cnt = 0
+    if v[1] then
+      local sw = tonumber(v[1])
+      if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
+    end
+    local left = (idx + 1) * a - now
+    if mode == 'r' then
+      if cnt > 0 then
+        cnt = cnt - cost
+        if cnt < 0 then cnt = 0 end
+        writes[#writes + 1] = {'HSET', key, 'n', string.format('%d', cnt)}
+      end
+    elseif cnt + cost <= b then
+      allowed = 1
+      cnt = cnt + cost
+      remaining = b - cnt
+      reset = left
+      writes[#writes + 1] = {'HSET', key, 'w', string.format('%d', idx), 'n', string.format('%d', cnt)}
+      writes[#writes + 1] = {'PEXPIRE', key, ms(left)}
+    else
+      remaining = b - cnt
+      reset = left
+      retry = left
+    end
+  else
+    local v = redis.call('HMGET', key, 'w', 'c', 'p')
+    local idx = floor(now / a)
+    local c, p = 0, 0
+    if v[1] then
+      local sw = tonumber(v[1])
+      if sw >= idx then
+        idx = sw; c = tonumber(v[2]); p = tonumber(v[3])
+      elseif sw == idx - 1 then
+        p = tonumber(v[2])
+      end
+    end
+    local e = now - idx * a
+    if e < 0 then e = 0 end
+    local used = p * (a - e) + c * a
+    local cap = b * a
+    if mode == 'r' then
+      if v[1] and tonumber(v[1]) >= idx - 1 then
+        local sc = tonumber(v[2]) - cost
+        if sc < 0 then sc = 0 end
+        writes[#writes + 1] = {'HSET', key, 'c', string.format('%d', sc)}
+      end
+    elseif used + cost * a <= cap then
+      allowed = 1
+      c = c + cost
+      used = used + cost * a
+      remaining = floor((cap - used) / a)
+      reset = 2 * a - e
+      writes[#writes + 1] = {'HSET', key, 'w', string.format('%d', idx), 'c', string.format('%d', c), 'p', string.format('%d', p)}
+      writes[#writes + 1] = {'PEXPIRE', key, ms(reset)}
+    else
+      if cap > used then remaining = floor((cap - used) / a) end
+      if c > 0 then reset = 2 * a - e else reset = a - e end
+      if c + cost <= b then
+        retry = a - floor((b - c - cost) * a / p) - e
+      else
+        retry = (a - e) + a - floor((b - cost) * a / c)
+      end
+    end
+  end
+  if mode ~= 'r' and allowed == 0 then ok = false end
+  out[#out + 1] = string.format('%d %d %d %d', allowed, remaining, reset, retry)
+end
+
+if ok then
+  for i = 1, #writes do redis.call(unpack(writes[i])) end
+end
+return table.concat(out, ' ')
+`
+
+// decideScript is decideSrc as a go-redis Script: EVALSHA, with EVAL when
+// the server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
+var decideScript = redis.NewScript(decideSrc)
