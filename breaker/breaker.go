@@ -88,7 +88,8 @@ func New(name string, opts ...Option) (*Breaker, error) {
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
 	b.needNow = cfg.count == 0 || cfg.slowThreshold > 0
-	b.need = int64(math.Ceil(float64(cfg.probeRatio) * float64(cfg.probes) / ppm))
+	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
+	b.need = int64(math.Ceil(cfg.probeRatio*float64(cfg.probes) - 1e-9))
 	if b.need < 1 {
 		b.need = 1
 	}

@@ -70,7 +70,7 @@ type config struct {
 
 	openBase, openMax time.Duration
 	probes            int64
-	probeRatio        int64 // ppm
+	probeRatio        float64
 
 	clock     sluice.Clock
 	classify  sluice.Classifier
@@ -93,7 +93,7 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 		openBase:    defaultOpen,
 		openMax:     defaultOpen,
 		probes:      1,
-		probeRatio:  ppm,
+		probeRatio:  1,
 		clock:       sluice.SystemClock,
 		classify:    sluice.DefaultClassifier,
 		k:           defaultK,
@@ -305,11 +305,10 @@ func WithHalfOpenProbes(n int, successRatio float64) Option {
 		if n < 1 {
 			return fmt.Errorf("breaker: WithHalfOpenProbes: %d probes must be at least 1", n)
 		}
-		r, err := checkRatio("WithHalfOpenProbes", successRatio)
-		if err != nil {
+		if _, err := checkRatio("WithHalfOpenProbes", successRatio); err != nil {
 			return err
 		}
-		c.probes, c.probeRatio = int64(n), r
+		c.probes, c.probeRatio = int64(n), successRatio
 		return nil
 	}
 }

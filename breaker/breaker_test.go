@@ -1,0 +1,660 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+const (
+	ms  = time.Millisecond
+	sec = time.Second
+)
+
+var (
+	S = sluice.Success
+	F = sluice.Failure
+	I = sluice.Ignored
+	R = sluice.Released
+)
+
+// step is one call of a state-machine table: it arrives at instant at, ends
+// latency later with outcome o, and the breaker is then in state want.
+type step struct {
+	at      time.Duration
+	o       sluice.Outcome
+	latency time.Duration
+	want    breaker.State
+	reject  bool // the call must be rejected (o and latency unused)
+}
+
+func runSteps(t *testing.T, b *breaker.Breaker, steps []step) {
+	t.Helper()
+	ctx := context.Background()
+	for i, st := range steps {
+		d, tk := b.Admit(ctx, st.at)
+		if st.reject {
+			require.False(t, d.Allowed, "step %d at %v: want a rejection", i, st.at)
+			require.ErrorIs(t, d.Cause, sluice.ErrCircuitOpen)
+			require.Positive(t, d.RetryAfter)
+		} else {
+			require.True(t, d.Allowed, "step %d at %v: want the call admitted, got %+v", i, st.at, d)
+			b.Done(tk, st.o, st.at+st.latency, st.latency)
+		}
+		require.Equal(t, st.want, b.State(), "step %d at %v", i, st.at)
+	}
+}
+
+// seq builds steps one millisecond apart from outcomes, all expected closed
+// except the last, expected in state last.
+func seq(outcomes []sluice.Outcome, last breaker.State) []step {
+	steps := make([]step, len(outcomes))
+	for i, o := range outcomes {
+		steps[i] = step{at: time.Duration(i) * ms, o: o, want: breaker.StateClosed}
+	}
+	steps[len(steps)-1].want = last
+	return steps
+}
+
+func repeat(o sluice.Outcome, n int) []sluice.Outcome {
+	out := make([]sluice.Outcome, n)
+	for i := range out {
+		out[i] = o
+	}
+	return out
+}
+
+func cat(parts ...[]sluice.Outcome) []sluice.Outcome {
+	var out []sluice.Outcome
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func mustNew(t testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	t.Helper()
+	b, err := breaker.New("test", opts...)
+	require.NoError(t, err)
+	return b
+}
+
+func TestStrategiesTripExactlyAtThreshold(t *testing.T) {
+	slow := func(n int) []step { // n slow successes, 1ms apart, latency 150ms
+		s := make([]step, n)
+		for i := range s {
+			s[i] = step{at: time.Duration(i) * ms, o: S, latency: 150 * ms}
+		}
+		return s
+	}
+	fast := func(from, n int) []step {
+		s := make([]step, n)
+		for i := range s {
+			s[i] = step{at: time.Duration(from+i) * ms, o: S, latency: 100 * ms}
+		}
+		return s
+	}
+	lastOpen := func(s []step) []step { s[len(s)-1].want = breaker.StateOpen; return s }
+
+	tests := []struct {
+		name  string
+		opts  []breaker.Option
+		steps []step
+	}{
+		{"default: 5 consecutive failures", nil,
+			seq(cat(repeat(F, 4), repeat(S, 1), repeat(F, 5)), breaker.StateOpen)},
+		{"consecutive: a success ends the run", []breaker.Option{breaker.WithConsecutiveFailures(3)},
+			seq(cat(repeat(F, 2), repeat(S, 1), repeat(F, 2), repeat(I, 3), repeat(R, 3), repeat(F, 1)), breaker.StateOpen)},
+		{"consecutive 1", []breaker.Option{breaker.WithConsecutiveFailures(1)},
+			seq(cat(repeat(S, 10), repeat(F, 1)), breaker.StateOpen)},
+		{"error ratio: not before the minimum volume", []breaker.Option{breaker.WithErrorRatio(0.5, 4)},
+			seq(cat(repeat(F, 3), repeat(S, 1)), breaker.StateOpen)},
+		{"error ratio: exactly at the ratio", []breaker.Option{breaker.WithErrorRatio(0.5, 4)},
+			// 1/4, 2/5 stay closed; 3/6 = 50% trips.
+			seq(cat(repeat(S, 3), repeat(F, 3)), breaker.StateOpen)},
+		{"error ratio 0.1 of 30 with float-unfriendly numbers", []breaker.Option{breaker.WithErrorRatio(0.1, 30), breaker.WithCountWindow(30)},
+			seq(cat(repeat(S, 27), repeat(F, 3)), breaker.StateOpen)},
+		{"error ratio: ignored and released do not count", []breaker.Option{breaker.WithErrorRatio(0.5, 4)},
+			seq(cat(repeat(F, 3), repeat(I, 5), repeat(R, 5), repeat(F, 1)), breaker.StateOpen)},
+		{"error count: not before the minimum volume", []breaker.Option{breaker.WithErrorCount(3, 5)},
+			seq(cat(repeat(F, 3), repeat(S, 2)), breaker.StateOpen)},
+		{"error count: exactly at the count", []breaker.Option{breaker.WithErrorCount(3, 1)},
+			seq(cat(repeat(S, 5), repeat(F, 1), repeat(S, 5), repeat(F, 2)), breaker.StateOpen)},
+		{"error count: failures slide out of a count window", []breaker.Option{breaker.WithErrorCount(2, 4), breaker.WithCountWindow(4)},
+			// F S S S S: the F leaves; then F F within the last 4 trips.
+			seq(cat(repeat(F, 1), repeat(S, 4), repeat(F, 2)), breaker.StateOpen)},
+		{"slow-call ratio: slow successes count", []breaker.Option{breaker.WithSlowCallRatio(100*ms, 0.5, 4)},
+			// 3 slow (volume 3 < 4) then one fast: 3/4 ≥ 50%.
+			lastOpen(append(slow(3), fast(3, 1)...))},
+		{"slow-call ratio: exactly at the ratio, threshold exclusive", []breaker.Option{breaker.WithSlowCallRatio(100*ms, 0.5, 4)},
+			// 100ms is not slower than 100ms: 4 fast, then slow ones: 2/6 closed... 4/8 trips.
+			lastOpen(append(fast(0, 4), []step{
+				{at: 10 * ms, o: F, latency: 101 * ms}, {at: 11 * ms, o: S, latency: 101 * ms},
+				{at: 12 * ms, o: S, latency: 101 * ms}, {at: 13 * ms, o: S, latency: time.Hour},
+			}...))},
+		{"combination: whichever holds first", []breaker.Option{breaker.WithConsecutiveFailures(3), breaker.WithErrorRatio(0.5, 6)},
+			seq(cat(repeat(F, 2), repeat(S, 1), repeat(F, 2), repeat(S, 1)), breaker.StateOpen)},
+		{"combination: consecutive first", []breaker.Option{breaker.WithConsecutiveFailures(3), breaker.WithErrorRatio(0.9, 100)},
+			seq(cat(repeat(S, 5), repeat(F, 3)), breaker.StateOpen)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustNew(t, tt.opts...)
+			runSteps(t, b, tt.steps)
+			// One step less would have stayed closed: the table pins that
+			// every step but the last left the breaker closed.
+		})
+	}
+}
+
+func TestRollingWindowStrategies(t *testing.T) {
+	t.Run("error count over 10s in 10 buckets", func(t *testing.T) {
+		b := mustNew(t, breaker.WithRollingWindow(10*sec, 10), breaker.WithErrorCount(3, 3))
+		runSteps(t, b, []step{
+			{at: 0, o: F},
+			{at: 5 * sec, o: F},
+			{at: 10*sec + 500*ms, o: F}, // the failure at 0 has left the window
+			{at: 11 * sec, o: F, want: breaker.StateOpen},
+		})
+	})
+	t.Run("error ratio minimum volume counts the window only", func(t *testing.T) {
+		b := mustNew(t, breaker.WithRollingWindow(time.Second, 4), breaker.WithErrorRatio(0.5, 3))
+		runSteps(t, b, []step{
+			{at: 0, o: F},
+			{at: 100 * ms, o: F},
+			{at: 2 * sec, o: F},        // both earlier left: volume 1
+			{at: 2*sec + 100*ms, o: S}, // 1/2
+			{at: 2*sec + 200*ms, o: S}, // 1/3 with volume 3
+			{at: 2*sec + 300*ms, o: F, want: breaker.StateOpen}, // 2/4
+		})
+	})
+	t.Run("consecutive failures expire with the window", func(t *testing.T) {
+		b := mustNew(t, breaker.WithRollingWindow(10*sec, 10), breaker.WithConsecutiveFailures(3))
+		runSteps(t, b, []step{
+			{at: 0, o: F},
+			{at: 1 * sec, o: F},
+			{at: 12 * sec, o: F}, // the run began 12s ago: it starts again
+			{at: 13 * sec, o: F},
+			{at: 14 * sec, o: F, want: breaker.StateOpen},
+		})
+	})
+	t.Run("slow calls on a rolling window", func(t *testing.T) {
+		b := mustNew(t, breaker.WithRollingWindow(10*sec, 5), breaker.WithSlowCallRatio(time.Second, 1, 2))
+		runSteps(t, b, []step{
+			{at: 0, o: S, latency: 2 * sec},
+			{at: 20 * sec, o: F, latency: 3 * sec},
+			{at: 21 * sec, o: S, latency: 2 * sec, want: breaker.StateOpen},
+		})
+	})
+}
+
+func TestOpenRejectsUntilProbeThenProbesDecide(t *testing.T) {
+	t.Run("one probe closes", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		runSteps(t, b, []step{
+			{at: 0, o: F, want: breaker.StateOpen},
+			{at: 500 * ms, reject: true, want: breaker.StateOpen},
+			{at: sec - 1, reject: true, want: breaker.StateOpen},
+			{at: sec, o: S, want: breaker.StateClosed},
+			{at: sec + ms, o: S, want: breaker.StateClosed},
+		})
+	})
+	t.Run("a failed probe reopens", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		runSteps(t, b, []step{
+			{at: 0, o: F, want: breaker.StateOpen},
+			{at: sec, o: F, want: breaker.StateOpen},
+			{at: 2*sec - 1, reject: true, want: breaker.StateOpen},
+			{at: 2 * sec, o: S, want: breaker.StateClosed},
+		})
+	})
+	t.Run("retry after counts down to the probe", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		_, tk := b.Admit(context.Background(), 0)
+		b.Done(tk, F, 0, 0)
+		d, _ := b.Admit(context.Background(), 300*ms)
+		assert.Equal(t, 700*ms, d.RetryAfter)
+		assert.Equal(t, int64(-1), d.Limit)
+		assert.Equal(t, "breaker/test", d.Policy)
+		var rej *sluice.RejectedError
+		_, err := mustAllowAt(b, 300*ms)
+		require.ErrorAs(t, err, &rej)
+		assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	})
+}
+
+// mustAllowAt makes a Permit at instant now through Decide on a breaker
+// whose clock reads now.
+func mustAllowAt(b *breaker.Breaker, now time.Duration) (sluice.Decision, error) {
+	d, _ := b.Admit(context.Background(), now)
+	if !d.Allowed {
+		return d, &sluice.RejectedError{Decision: d}
+	}
+	return d, nil
+}
+
+func TestHalfOpenProbeRatio(t *testing.T) {
+	tests := []struct {
+		name     string
+		probes   int
+		ratio    float64
+		outcomes []sluice.Outcome
+		want     breaker.State
+	}{
+		{"3 of 3 succeed", 3, 1, []sluice.Outcome{S, S, S}, breaker.StateClosed},
+		{"ratio 1: first failure reopens", 3, 1, []sluice.Outcome{S, F}, breaker.StateOpen},
+		{"2/3: one failure tolerated", 3, 2.0 / 3, []sluice.Outcome{F, S, S}, breaker.StateClosed},
+		{"2/3: two failures reopen", 3, 2.0 / 3, []sluice.Outcome{S, F, F}, breaker.StateOpen},
+		{"0.5 of 4: two successes close", 4, 0.5, []sluice.Outcome{F, S, F, S}, breaker.StateClosed},
+		{"0.5 of 4: three failures reopen", 4, 0.5, []sluice.Outcome{F, F, S, F}, breaker.StateOpen},
+		{"released and ignored probes give their slot back", 2, 1, []sluice.Outcome{R, I, R, S, S}, breaker.StateClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+				breaker.WithHalfOpenProbes(tt.probes, tt.ratio))
+			ctx := context.Background()
+			_, tk := b.Admit(ctx, 0)
+			b.Done(tk, F, 0, 0)
+			now := sec
+			for i, o := range tt.outcomes {
+				require.NotEqual(t, breaker.StateClosed, b.State(), "outcome %d", i)
+				d, tk := b.Admit(ctx, now)
+				require.True(t, d.Allowed, "probe %d", i)
+				b.Done(tk, o, now, 0)
+			}
+			assert.Equal(t, tt.want, b.State())
+		})
+	}
+}
+
+func TestHalfOpenAdmitsExactlyItsProbesUnderConcurrency(t *testing.T) {
+	for _, probes := range []int{1, 3, 10} {
+		t.Run(fmt.Sprint(probes), func(t *testing.T) {
+			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+				breaker.WithHalfOpenProbes(probes, 1))
+			ctx := context.Background()
+			_, tk := b.Admit(ctx, 0)
+			b.Done(tk, F, 0, 0)
+			var admitted, rejected atomic.Int64
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			tickets := make(chan sluice.Ticket, 64)
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					start.Wait()
+					d, tk := b.Admit(ctx, sec)
+					if d.Allowed {
+						admitted.Add(1)
+						tickets <- tk
+					} else {
+						rejected.Add(1)
+					}
+				}()
+			}
+			start.Done()
+			wg.Wait()
+			close(tickets)
+			assert.Equal(t, int64(probes), admitted.Load())
+			assert.Equal(t, int64(64-probes), rejected.Load())
+			assert.Equal(t, breaker.StateHalfOpen, b.State())
+			c := b.Counts()
+			assert.Equal(t, int64(probes), c.ProbesAdmitted)
+			for tk := range tickets {
+				b.Done(tk, S, sec, 0)
+			}
+			assert.Equal(t, breaker.StateClosed, b.State())
+		})
+	}
+}
+
+func TestBackoffGrowsAndCaps(t *testing.T) {
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(sec, 5*sec))
+	ctx := context.Background()
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	now := time.Duration(0)
+	for i, want := range []time.Duration{sec, 2 * sec, 4 * sec, 5 * sec, 5 * sec} {
+		d, _ := b.Admit(ctx, now)
+		require.False(t, d.Allowed, "open %d", i)
+		require.Equal(t, want, d.RetryAfter, "open %d", i)
+		now += want
+		d, tk := b.Admit(ctx, now) // the probe
+		require.True(t, d.Allowed)
+		b.Done(tk, F, now, 0)
+	}
+	// A successful probe closes; the next trip starts at the base again.
+	d, _ := b.Admit(ctx, now)
+	require.Equal(t, 5*sec, d.RetryAfter)
+	now += 5 * sec
+	_, tk = b.Admit(ctx, now)
+	b.Done(tk, S, now, 0)
+	require.Equal(t, breaker.StateClosed, b.State())
+	_, tk = b.Admit(ctx, now)
+	b.Done(tk, F, now, 0)
+	d, _ = b.Admit(ctx, now)
+	assert.Equal(t, sec, d.RetryAfter)
+}
+
+func TestStaleOutcomesAreDropped(t *testing.T) {
+	t.Run("closed ticket after a reset", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1))
+		ctx := context.Background()
+		_, old := b.Admit(ctx, 0)
+		b.ForceOpen()
+		b.Reset()
+		b.Done(old, F, ms, ms)
+		assert.Equal(t, breaker.StateClosed, b.State())
+		assert.Zero(t, b.Counts().Requests)
+	})
+	t.Run("call admitted before the trip ends after it", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		ctx := context.Background()
+		_, slow := b.Admit(ctx, 0)
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0) // trips
+		_, probe := b.Admit(ctx, sec)
+		require.Equal(t, breaker.StateHalfOpen, b.State())
+		b.Done(slow, S, sec, sec) // from the closed generation: no effect on the probe
+		assert.Equal(t, breaker.StateHalfOpen, b.State())
+		b.Done(probe, S, sec, 0)
+		assert.Equal(t, breaker.StateClosed, b.State())
+	})
+	t.Run("probe of an earlier half-open phase", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec), breaker.WithHalfOpenProbes(2, 1))
+		ctx := context.Background()
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0)
+		_, p1 := b.Admit(ctx, sec)
+		_, p2 := b.Admit(ctx, sec)
+		b.Done(p1, F, sec, 0) // reopens
+		_, q1 := b.Admit(ctx, 3*sec)
+		_, q2 := b.Admit(ctx, 3*sec)
+		b.Done(p2, R, 3*sec, 0) // stale: must not free a slot of the new phase
+		d, _ := b.Admit(ctx, 3*sec)
+		assert.False(t, d.Allowed)
+		b.Done(q1, S, 3*sec, 0)
+		b.Done(q2, S, 3*sec, 0)
+		assert.Equal(t, breaker.StateClosed, b.State())
+	})
+}
+
+func TestForceOpenForceCloseReset(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	ctx := context.Background()
+
+	b.ForceOpen()
+	assert.Equal(t, breaker.StateOpen, b.State())
+	d, _ := b.Admit(ctx, time.Hour) // held open: no probe however late
+	assert.False(t, d.Allowed)
+	assert.Equal(t, sec, d.RetryAfter)
+
+	b.ForceClose()
+	assert.Equal(t, breaker.StateClosed, b.State())
+	for range 10 {
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0)
+	}
+	assert.Equal(t, breaker.StateClosed, b.State(), "held closed: failures never trip")
+	assert.Equal(t, int64(10), b.Counts().Failures)
+	b.OpenFor(0, time.Minute)
+	assert.Equal(t, breaker.StateClosed, b.State(), "OpenFor yields to ForceClose")
+
+	b.Reset()
+	assert.Zero(t, b.Counts())
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	assert.Equal(t, breaker.StateOpen, b.State(), "Reset lifts the hold")
+}
+
+func TestOpenFor(t *testing.T) {
+	b := mustNew(t, breaker.WithOpenDuration(sec))
+	ctx := context.Background()
+	b.OpenFor(10*sec, 30*sec)
+	d, _ := b.Admit(ctx, 10*sec)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 30*sec, d.RetryAfter)
+	b.OpenFor(20*sec, 5*sec) // ends sooner than the current period: no change
+	d, _ = b.Admit(ctx, 20*sec)
+	assert.Equal(t, 20*sec, d.RetryAfter)
+	b.OpenFor(20*sec, time.Minute) // extends
+	d, _ = b.Admit(ctx, 20*sec)
+	assert.Equal(t, time.Minute, d.RetryAfter)
+	b.OpenFor(20*sec, 0)
+	d, tk := b.Admit(ctx, 80*sec)
+	require.True(t, d.Allowed, "a probe after the period")
+	b.Done(tk, S, 80*sec, 0)
+	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
+func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
+	type tr struct{ from, to breaker.State }
+	var got []tr
+	var b *breaker.Breaker
+	b = mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+		breaker.OnStateChange(func(name string, from, to breaker.State) {
+			assert.Equal(t, "breaker/test", name)
+			got = append(got, tr{from, to})
+			// Calling back in must not deadlock.
+			_ = b.State()
+			_ = b.Counts()
+			if to == breaker.StateHalfOpen {
+				b.ForceClose() // a change caused by a listener comes after it
+			}
+		}))
+	var changes []sluice.StateChange
+	unsub := b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })
+	ctx := context.Background()
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	d, _ := b.Admit(ctx, sec) // open → half-open, whose listener closes it
+	assert.True(t, d.Allowed)
+	assert.Equal(t, []tr{
+		{breaker.StateClosed, breaker.StateOpen},
+		{breaker.StateOpen, breaker.StateHalfOpen},
+		{breaker.StateHalfOpen, breaker.StateClosed},
+	}, got)
+	require.Len(t, changes, 3)
+	assert.Equal(t, sluice.StateChange{Policy: "breaker/test", From: "closed", To: "open", At: 0}, changes[0])
+	assert.Equal(t, "half-open", changes[1].To)
+	assert.Equal(t, sec, changes[1].At)
+	unsub()
+	unsub()
+	b.ForceOpen()
+	assert.Len(t, changes, 3, "unsubscribed")
+	assert.Len(t, got, 4)
+}
+
+func TestListenersOrderUnderConcurrentTransitions(t *testing.T) {
+	b := mustNew(t)
+	var mu sync.Mutex
+	var seen []sluice.StateChange
+	b.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		seen = append(seen, c)
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				switch (g + i) % 3 {
+				case 0:
+					b.ForceOpen()
+				case 1:
+					b.ForceClose()
+				default:
+					b.Reset()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, seen)
+	require.Equal(t, "closed", seen[0].From)
+	for i := 1; i < len(seen); i++ {
+		require.Equal(t, seen[i-1].To, seen[i].From, "change %d does not follow change %d", i, i-1)
+		require.NotEqual(t, seen[i].From, seen[i].To)
+	}
+	assert.Equal(t, b.State().String(), seen[len(seen)-1].To)
+}
+
+func TestListenerPanicDoesNotStopLaterDeliveries(t *testing.T) {
+	var n int
+	b := mustNew(t, breaker.OnStateChange(func(_ string, _, to breaker.State) {
+		n++
+		if n == 1 {
+			panic("listener failed")
+		}
+	}))
+	assert.Panics(t, b.ForceOpen)
+	b.ForceClose()
+	assert.Equal(t, 2, n)
+}
+
+func TestCounts(t *testing.T) {
+	b := mustNew(t, breaker.WithSlowCallRatio(sec, 1, 100), breaker.WithConsecutiveFailures(10))
+	ctx := context.Background()
+	for i, o := range []sluice.Outcome{S, F, S, I, R, F, F} {
+		_, tk := b.Admit(ctx, 0)
+		lat := ms
+		if i < 2 {
+			lat = 2 * sec
+		}
+		b.Done(tk, o, lat, lat)
+	}
+	assert.Equal(t, breaker.Counts{Requests: 5, Successes: 2, Failures: 3, SlowCalls: 2, ConsecutiveFailures: 2}, b.Counts())
+}
+
+func TestStateString(t *testing.T) {
+	assert.Equal(t, "closed", breaker.StateClosed.String())
+	assert.Equal(t, "open", breaker.StateOpen.String())
+	assert.Equal(t, "half-open", breaker.StateHalfOpen.String())
+	assert.Equal(t, "state(9)", breaker.State(9).String())
+}
+
+func TestOptionsValidation(t *testing.T) {
+	bad := map[string][]breaker.Option{
+		"consecutive 0":            {breaker.WithConsecutiveFailures(0)},
+		"ratio 0":                  {breaker.WithErrorRatio(0, 10)},
+		"ratio above 1":            {breaker.WithErrorRatio(1.5, 10)},
+		"ratio NaN":                {breaker.WithErrorRatio(nanF(), 10)},
+		"ratio min 0":              {breaker.WithErrorRatio(0.5, 0)},
+		"count 0":                  {breaker.WithErrorCount(0, 1)},
+		"count min 0":              {breaker.WithErrorCount(1, 0)},
+		"slow threshold 0":         {breaker.WithSlowCallRatio(0, 0.5, 1)},
+		"slow ratio 0":             {breaker.WithSlowCallRatio(sec, 0, 1)},
+		"count window 0":           {breaker.WithCountWindow(0)},
+		"count window huge":        {breaker.WithCountWindow(1 << 25)},
+		"min above count window":   {breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 11)},
+		"count above count window": {breaker.WithCountWindow(10), breaker.WithErrorCount(11, 1)},
+		"buckets 0":                {breaker.WithRollingWindow(sec, 0)},
+		"bucket too short":         {breaker.WithRollingWindow(time.Microsecond, 2)},
+		"open 0":                   {breaker.WithOpenDuration(0)},
+		"backoff max below base":   {breaker.WithBackoff(sec, ms)},
+		"probes 0":                 {breaker.WithHalfOpenProbes(0, 1)},
+		"probe ratio 0":            {breaker.WithHalfOpenProbes(1, 0)},
+		"nil clock":                {breaker.WithClock(nil)},
+		"nil classifier":           {breaker.WithClassifier(nil)},
+		"nil listener":             {breaker.OnStateChange(nil)},
+		"adaptive option":          {breaker.WithMultiplier(2)},
+		"group option":             {breaker.WithMaxBreakers(3)},
+	}
+	for name, opts := range bad {
+		t.Run(name, func(t *testing.T) {
+			b, err := breaker.New("x", opts...)
+			assert.Error(t, err)
+			assert.Nil(t, b)
+		})
+	}
+	_, err := breaker.New("")
+	assert.Error(t, err)
+	_, err = breaker.New("x", breaker.WithMaxBreakers(3))
+	assert.ErrorContains(t, err, "WithMaxBreakers does not apply to breaker.New")
+	_, err = breaker.New("x", nil, breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 10))
+	assert.NoError(t, err)
+}
+
+func nanF() float64 { z := 0.0; return z / z }
+
+func TestAllowDecideExecute(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec),
+		breaker.WithSlowCallRatio(100*ms, 1, 1))
+	boom := errors.New("boom")
+	require.NoError(t, b.Execute(func() error { return nil }))
+	assert.Equal(t, int64(1), b.Counts().Successes)
+
+	require.ErrorIs(t, b.Execute(func() error { return context.Canceled }), context.Canceled)
+	assert.Equal(t, int64(1), b.Counts().Requests, "context.Canceled is ignored")
+
+	pm, err := b.Allow()
+	require.NoError(t, err)
+	clk.Advance(50 * ms)
+	pm.Finish(boom)
+	assert.Equal(t, breaker.StateClosed, b.State())
+	assert.Panics(t, func() { _ = b.Execute(func() error { panic("boom") }) })
+	assert.Equal(t, breaker.StateOpen, b.State(), "a panic counts as a failure")
+
+	err = b.Execute(func() error { t.Fatal("must not run"); return nil })
+	var rej *sluice.RejectedError
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, sec, rej.RetryAfter())
+	d, pm := b.Decide()
+	assert.False(t, d.Allowed)
+	assert.False(t, pm.Allowed())
+	pm.Record(F) // the zero Permit does nothing
+
+	clk.Advance(sec)
+	pm, err = b.Allow()
+	require.NoError(t, err)
+	clk.Advance(150 * ms) // a slow probe fails
+	pm.Record(S)
+	assert.Equal(t, breaker.StateOpen, b.State())
+}
+
+func TestHotPathsDoNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	for _, opts := range [][]breaker.Option{nil, {breaker.WithRollingWindow(10*sec, 10), breaker.WithErrorRatio(0.5, 20)}} {
+		b := mustNew(t, opts...)
+		now := time.Duration(0)
+		assert.Zero(t, testing.AllocsPerRun(1000, func() {
+			now += ms
+			d, tk := b.Admit(ctx, now)
+			b.Done(tk, S, now, ms)
+			_ = d
+		}), "closed Admit+Done")
+		assert.Zero(t, testing.AllocsPerRun(1000, func() {
+			d, pm := b.Decide()
+			pm.Record(S)
+			_ = d
+		}), "closed Decide+Record")
+	}
+	b := mustNew(t)
+	b.ForceOpen()
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		d, _ := b.Admit(ctx, 0)
+		_ = d
+	}), "open Admit")
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		d, _ := b.Decide()
+		_ = d
+	}), "open Decide")
+}

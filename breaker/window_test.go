@@ -1,0 +1,133 @@
+package breaker
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPackUnpackSignedFields(t *testing.T) {
+	for _, c := range []struct{ lo, hi int64 }{
+		{0, 0}, {1, 0}, {0, 1}, {-1, 0}, {0, -1}, {-1, -1}, {5, -3},
+		{math.MaxInt32, math.MaxInt32}, {math.MinInt32, math.MinInt32}, {math.MinInt32, math.MaxInt32},
+	} {
+		lo, hi := unpack(pack(c.lo, c.hi))
+		assert.Equal(t, c, struct{ lo, hi int64 }{lo, hi})
+	}
+	// Sums of packed words are packed sums, even across a transient negative.
+	v := pack(3, 2) + pack(-5, 1) + pack(4, -3)
+	lo, hi := unpack(v)
+	assert.Equal(t, int64(2), lo)
+	assert.Equal(t, int64(0), hi)
+}
+
+func TestFastModMatchesModulo(t *testing.T) {
+	for _, d := range []uint32{1, 2, 3, 7, 10, 100, 1000, 65536, 1 << 24} {
+		m := fastModMagic(d)
+		for _, a := range []uint32{0, 1, 2, d - 1, d, d + 1, 12345, 1<<31 + 7, math.MaxUint32} {
+			require.Equal(t, a%d, fastMod(a, m, d), "%d mod %d", a, d)
+		}
+	}
+}
+
+func TestCountWindowKeepsLastN(t *testing.T) {
+	w := newCountWindow(3)
+	s, f := codePresent, codePresent|codeFailure
+	steps := []struct {
+		code          uint32
+		changed       bool
+		total, failed int64
+	}{
+		{s, true, 1, 0},
+		{f, true, 2, 1},
+		{f, true, 3, 2},
+		{s, false, 3, 2}, // replaces the first success
+		{s, true, 3, 1},  // replaces a failure
+		{s, true, 3, 0},
+		{s, false, 3, 0},
+	}
+	for i, st := range steps {
+		assert.Equal(t, st.changed, w.record(st.code), "step %d", i)
+		got := w.read()
+		assert.Equal(t, tally{total: st.total, lo: st.failed}, got, "step %d", i)
+	}
+}
+
+func TestCountWindowConcurrentAggregatesMatchRing(t *testing.T) {
+	w := newCountWindow(37)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				code := codePresent
+				if (i+g)%3 == 0 {
+					code |= codeFailure
+				}
+				if (i+g)%5 == 0 {
+					code |= codeSlow
+				}
+				w.record(code)
+			}
+		}()
+	}
+	wg.Wait()
+	var want tally
+	for i := range w.slots {
+		c := w.slots[i].Load()
+		dt, df, ds := codeDelta(c, 0)
+		want.total += dt
+		want.lo += df
+		want.hi += ds
+	}
+	assert.Equal(t, want, w.read())
+	assert.Equal(t, int64(37), want.total)
+}
+
+func TestTimeWindowRollsBuckets(t *testing.T) {
+	const sec = time.Second
+	w := newTimeWindow(100*sec, 10*sec, 10) // buckets of 1s from instant 100s
+	add := func(at time.Duration, fail int64) { w.add(w.epoch(at), 1, fail, 0) }
+	add(100*sec, 1)
+	add(100*sec+999*time.Millisecond, 0)
+	add(105*sec, 1)
+	assert.Equal(t, tally{total: 3, lo: 2}, w.readAt(109*sec+999*time.Millisecond))
+	// At 110s the bucket of [100s, 101s) leaves the window.
+	assert.Equal(t, tally{total: 1, lo: 1}, w.readAt(110*sec))
+	add(110*sec, 0)
+	assert.Equal(t, tally{total: 2, lo: 1}, w.readAt(114*sec))
+	// Idle for longer than the window: everything has left.
+	assert.Equal(t, tally{}, w.readAt(200*sec))
+	// An instant before the window began counts in the newest bucket.
+	add(50*sec, 1)
+	assert.Equal(t, tally{total: 1, lo: 1}, w.readAt(200*sec))
+}
+
+func TestTimeWindowConcurrentAggregatesMatchBuckets(t *testing.T) {
+	w := newTimeWindow(0, 80*time.Millisecond, 8)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 4000 {
+				at := time.Duration(i*50+g) * time.Microsecond
+				w.add(w.epoch(at), 1, int64(i%2), int64((i+g)%3%2))
+			}
+		}()
+	}
+	wg.Wait()
+	var sum tally
+	for i := range w.bkts {
+		lo, hi := unpack(w.bkts[i].fs.Load())
+		sum.total += w.bkts[i].total.Load()
+		sum.lo += lo
+		sum.hi += hi
+	}
+	assert.Equal(t, sum, w.read(), "aggregates must equal the sum of the buckets")
+}
