@@ -133,8 +133,10 @@ func WithKeyedClock(c sluice.Clock) KeyedOption {
 //
 // Keys are spread over up to 64 shards, each with its own lock, map and
 // least-recently-used list, so no lock is global. Memory is bounded: at most
-// WithMaxKeys keys are held (each shard holds its share and evicts its least
-// recently used key), and keys idle for WithIdleTTL are forgotten. Nothing
+// WithMaxKeys keys are held (each shard holds its share, at least 128 keys,
+// and evicts its own least recently used key, so eviction may start a little
+// before the cap when keys hash unevenly), and keys idle for WithIdleTTL are
+// forgotten. Nothing
 // on the request path walks the keys: an expired key is dropped when met, and
 // a new key drops at most two expired ones on its way in. No goroutine runs
 // unless WithJanitor asks for one.
@@ -228,7 +230,9 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	} else if p == nil {
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
-	n := 1 << min(6, bits.Len(uint(o.maxKeys))-1) // a power of two, at most maxKeys
+	// A power of two, at most 64, leaving each shard at least 128 keys so that
+	// uneven hashing hardly evicts before maxKeys keys are held.
+	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
 		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: o.clock,

@@ -107,7 +107,7 @@ func TestSlidingLogMatchesItsDefinition(t *testing.T) {
 		}
 		var pending []held
 		now := time.Duration(0)
-		for i := range 20000 {
+		for i := range 8000 {
 			switch r.IntN(10) {
 			case 0:
 				now -= time.Duration(r.IntN(30)) * ms

@@ -1,0 +1,417 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func mustKeyed(t testing.TB, newLimiter func(string) (sluice.Policy, error), opts ...KeyedOption) *Keyed {
+	t.Helper()
+	k, err := NewKeyed(newLimiter, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = k.Close() })
+	return k
+}
+
+// fixedPer returns a newLimiter making fixed windows of limit per window,
+// counting how many it made.
+func fixedPer(limit int64, window time.Duration, made *atomic.Int64) func(string) (sluice.Policy, error) {
+	return func(string) (sluice.Policy, error) {
+		if made != nil {
+			made.Add(1)
+		}
+		return NewFixedWindow(limit, window)
+	}
+}
+
+func keyCtx(key string) context.Context { return sluice.WithKey(context.Background(), key) }
+
+// sameShard returns n distinct keys that land in the same shard of k.
+func sameShard(k *Keyed, n int) []string {
+	var keys []string
+	want := maphash.String(k.seed, "k0") & k.mask
+	for i := 0; len(keys) < n; i++ {
+		key := "k" + strconv.Itoa(i)
+		if maphash.String(k.seed, key)&k.mask == want {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+func TestKeyedLimitsEachKeyOnItsOwn(t *testing.T) {
+	k := mustKeyed(t, fixedPer(2, time.Second, nil), WithKeyedName("ratelimit/per-ip"))
+	runSteps(t, keyedAs(k, "10.0.0.1"), []step{
+		{at: 0, allowed: true, remaining: 1, reset: time.Second},
+		{at: 0, allowed: true, remaining: 0, reset: time.Second},
+		{at: 10 * ms, allowed: false, remaining: 0, reset: 990 * ms, retryAfter: 990 * ms},
+	})
+	runSteps(t, keyedAs(k, "10.0.0.2"), []step{
+		{at: 10 * ms, allowed: true, remaining: 1, reset: 990 * ms, release: true},
+		{at: 10 * ms, n: 2, allowed: true, remaining: 0, reset: 990 * ms},
+	})
+	d := k.DecideKeyAt(20*ms, "10.0.0.1", 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "ratelimit/per-ip", d.Policy)
+	assert.True(t, k.AllowKeyAt(20*ms, "10.0.0.3"))
+	assert.Equal(t, 3, k.Len())
+}
+
+// keyedAs is k with every request carrying key.
+func keyedAs(k *Keyed, key string) sluice.Policy { return keyedWith{k, func(time.Duration) string { return key }} }
+
+type keyedWith struct {
+	*Keyed
+	key func(now time.Duration) string
+}
+
+func (p keyedWith) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return p.Keyed.Admit(sluice.WithKey(ctx, p.key(now)), now)
+}
+
+func TestKeyedEvictsTheLeastRecentlyUsedKey(t *testing.T) {
+	var made atomic.Int64
+	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithMaxKeys(4))
+	keys := sameShard(k, 5)
+	s := &k.shards[maphash.String(k.seed, keys[0])&k.mask]
+	require.Equal(t, 4, s.cap, "one shard")
+	made.Store(0)
+	for _, key := range keys[:4] {
+		require.True(t, k.AllowKeyAt(0, key))
+	}
+	require.False(t, k.AllowKeyAt(0, keys[0]), "keys[0] is now the most recent")
+	require.True(t, k.AllowKeyAt(0, keys[4]), "a fifth key evicts keys[1]")
+	assert.Equal(t, int64(5), made.Load())
+	assert.False(t, k.AllowKeyAt(0, keys[0]), "keys[0] kept its limiter")
+	assert.True(t, k.AllowKeyAt(0, keys[1]), "keys[1] was evicted and starts afresh")
+	assert.Equal(t, int64(6), made.Load())
+	assert.Equal(t, 4, len(s.m))
+}
+
+// spy is a policy that records the Dones it hears.
+type spy struct {
+	name  string
+	mu    sync.Mutex
+	dones []sluice.Ticket
+	next  sluice.Ticket
+}
+
+func (s *spy) Name() string { return s.name }
+func (s *spy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	return sluice.Decision{Allowed: true, Policy: s.name, Limit: -1}, s.next
+}
+func (s *spy) Done(t sluice.Ticket, _ sluice.Outcome, _, _ time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dones = append(s.dones, t)
+}
+
+func TestKeyedDoneReachesTheAdmittingLimiterAfterEviction(t *testing.T) {
+	spies := map[string]*spy{}
+	var mu sync.Mutex
+	k := mustKeyed(t, func(key string) (sluice.Policy, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		s := &spy{name: key, next: 100}
+		if key != "" {
+			spies[key] = s
+		}
+		return s, nil
+	}, WithMaxKeys(1))
+	d, ta := k.Admit(keyCtx("a"), 0)
+	require.True(t, d.Allowed)
+	assert.Equal(t, "ratelimit/keyed", d.Policy)
+	_, tb := k.Admit(keyCtx("b"), 0) // evicts "a"
+	require.Equal(t, 1, k.Len())
+	first := spies["a"]
+	k.Done(ta, sluice.Success, ms, ms)
+	k.Done(ta, sluice.Success, ms, ms) // a second Done of one ticket is ignored
+	k.Done(tb, sluice.Released, ms, ms)
+	assert.Equal(t, []sluice.Ticket{101}, first.dones)
+	assert.Equal(t, []sluice.Ticket{101}, spies["b"].dones)
+	_, ta2 := k.Admit(keyCtx("a"), ms) // a fresh limiter for "a"
+	k.Done(ta2, sluice.Success, ms, 0)
+	assert.Equal(t, []sluice.Ticket{101}, first.dones)
+	assert.Equal(t, []sluice.Ticket{101}, spies["a"].dones)
+}
+
+func TestKeyedReleasedRefundsTheKey(t *testing.T) {
+	k := mustKeyed(t, fixedPer(1, time.Second, nil))
+	d, tk := k.Admit(keyCtx("u1"), 0)
+	require.True(t, d.Allowed)
+	require.False(t, k.AllowKeyAt(0, "u1"))
+	k.Done(tk, sluice.Released, 0, 0)
+	assert.True(t, k.AllowKeyAt(0, "u1"))
+}
+
+func TestKeyedIdleKeysExpire(t *testing.T) {
+	var made atomic.Int64
+	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithIdleTTL(time.Minute), WithMaxKeys(1000))
+	made.Store(0)
+	require.True(t, k.AllowKeyAt(0, "a"))
+	require.False(t, k.AllowKeyAt(59*time.Second, "a"), "still held, last used at 59s")
+	require.False(t, k.AllowKeyAt(118*time.Second, "a"), "idle 59s only: still held")
+	require.True(t, k.AllowKeyAt(178*time.Second, "a"), "idle a minute: a fresh limiter")
+	assert.Equal(t, int64(2), made.Load())
+
+	// A new key drops at most two expired keys of its shard on its way in.
+	k = mustKeyed(t, fixedPer(1, time.Hour, nil), WithIdleTTL(time.Minute), WithMaxKeys(1000))
+	keys := sameShard(k, 4)
+	for _, key := range keys[:3] {
+		k.AllowKeyAt(time.Hour, key)
+	}
+	before := k.Len()
+	k.AllowKeyAt(time.Hour+time.Minute, keys[3])
+	assert.Equal(t, before+1-2, k.Len())
+	assert.Equal(t, 1, k.ExpireAt(time.Hour+time.Minute), "ExpireAt drops the third")
+	assert.Equal(t, 0, k.ExpireAt(time.Hour+time.Minute))
+	assert.Equal(t, 1, k.ExpireAt(2*time.Hour))
+}
+
+func TestKeyedJanitorDropsIdleKeysAndStopsOnClose(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		k, err := NewKeyed(fixedPer(5, time.Second, nil), WithKeyedClock(clk),
+			WithIdleTTL(time.Minute), WithJanitor(10*time.Second))
+		require.NoError(t, err)
+		for i := range 100 {
+			require.True(t, k.AllowKey("key"+strconv.Itoa(i)))
+		}
+		time.Sleep(30 * time.Second)
+		require.True(t, k.AllowKey("key0"))
+		assert.Equal(t, 100, k.Len())
+		time.Sleep(41 * time.Second) // the janitor ran at 70s
+		synctest.Wait()
+		assert.Equal(t, 1, k.Len(), "key0, idle for 40s only, is kept")
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 0, k.Len())
+		require.NoError(t, k.Close())
+		require.NoError(t, k.Close())
+		assert.True(t, k.AllowKey("after-close"), "a closed Keyed still decides")
+	})
+}
+
+func TestKeyedNoGoroutineWithoutJanitor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	k, err := NewKeyed(fixedPer(5, time.Second, nil), WithIdleTTL(time.Minute))
+	require.NoError(t, err)
+	assert.True(t, k.AllowKey("a"))
+	require.NoError(t, k.Close())
+}
+
+func TestKeyedMissingKey(t *testing.T) {
+	t.Run("shared by default", func(t *testing.T) {
+		k := mustKeyed(t, fixedPer(2, time.Second, nil))
+		d1, _ := k.Admit(context.Background(), 0)
+		d2, _ := k.Admit(context.Background(), 0)
+		d3, _ := k.Admit(context.Background(), 0)
+		assert.True(t, d1.Allowed)
+		assert.True(t, d2.Allowed)
+		assert.False(t, d3.Allowed, "keyless requests share one limiter")
+		assert.True(t, k.AllowKeyAt(0, "someone"))
+	})
+	t.Run("rejected", func(t *testing.T) {
+		k := mustKeyed(t, fixedPer(2, time.Second, nil), WithMissingKey(MissingKeyReject))
+		d, tk := k.Admit(context.Background(), 0)
+		assert.False(t, d.Allowed)
+		assert.Zero(t, tk)
+		assert.ErrorIs(t, d.Cause, ErrMissingKey)
+		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+		assert.Equal(t, int64(-1), d.Limit)
+		assert.Equal(t, "ratelimit/keyed", d.Policy)
+		d, _ = k.Admit(keyCtx(""), 0)
+		assert.True(t, d.Allowed, "an empty key is a key")
+	})
+}
+
+func TestKeyedLimiterErrors(t *testing.T) {
+	boom := errors.New("boom")
+	k := mustKeyed(t, func(key string) (sluice.Policy, error) {
+		if key == "bad" {
+			return nil, boom
+		}
+		if key == "nil" {
+			return nil, nil
+		}
+		return NewFixedWindow(1, time.Second)
+	})
+	for _, key := range []string{"bad", "nil"} {
+		d, tk := k.Admit(keyCtx(key), 0)
+		assert.False(t, d.Allowed)
+		assert.Zero(t, tk)
+		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+		assert.Positive(t, d.RetryAfter)
+		assert.False(t, k.AllowKeyAt(0, key))
+	}
+	assert.ErrorIs(t, k.DecideKeyAt(0, "bad", 1).Cause, boom)
+	assert.Equal(t, 0, k.Len())
+}
+
+func TestKeyedValidation(t *testing.T) {
+	good := fixedPer(1, time.Second, nil)
+	for _, tc := range []struct {
+		name string
+		f    func(string) (sluice.Policy, error)
+		opts []KeyedOption
+	}{
+		{"nil newLimiter", nil, nil},
+		{"newLimiter fails", func(string) (sluice.Policy, error) { return NewFixedWindow(0, time.Second) }, nil},
+		{"newLimiter returns nil", func(string) (sluice.Policy, error) { return nil, nil }, nil},
+		{"zero max keys", good, []KeyedOption{WithMaxKeys(0)}},
+		{"negative idle TTL", good, []KeyedOption{WithIdleTTL(-time.Second)}},
+		{"zero janitor interval", good, []KeyedOption{WithIdleTTL(time.Second), WithJanitor(0)}},
+		{"janitor without idle TTL", good, []KeyedOption{WithJanitor(time.Second)}},
+		{"unknown missing-key behaviour", good, []KeyedOption{WithMissingKey(7)}},
+		{"empty name", good, []KeyedOption{WithKeyedName("")}},
+		{"nil clock", good, []KeyedOption{WithKeyedClock(nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := NewKeyed(tc.f, tc.opts...)
+			require.Error(t, err)
+			require.Nil(t, k)
+		})
+	}
+}
+
+func TestKeyedSpreadsMaxKeysExactly(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 127, 128, 255, 256, 1000, 8191, 8192, 100_000} {
+		k := mustKeyed(t, fixedPer(1, time.Second, nil), WithMaxKeys(n))
+		total := 0
+		require.LessOrEqual(t, len(k.shards), 64)
+		for i := range k.shards {
+			require.GreaterOrEqual(t, k.shards[i].cap, min(n, 128))
+			total += k.shards[i].cap
+		}
+		assert.Equal(t, n, total, "max keys %d", n)
+	}
+}
+
+func TestKeyedConformance(t *testing.T) {
+	t.Run("keyless", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				return mustKeyed(t, func(string) (sluice.Policy, error) { return NewSlidingLog(10, 50*ms) })
+			},
+			Causes: []error{sluice.ErrRateLimited},
+		})
+	})
+	t.Run("keys by instant", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				k := mustKeyed(t, func(string) (sluice.Policy, error) { return NewLeakyBucket(Every(5*ms), 4) }, WithMaxKeys(3))
+				return keyedWith{k, func(now time.Duration) string { return strconv.Itoa(int(now/ms) % 5) }}
+			},
+			Causes: []error{sluice.ErrRateLimited},
+		})
+	})
+}
+
+func TestKeyedAllocs(t *testing.T) {
+	k := mustKeyed(t, fixedPer(1000, time.Second, nil))
+	ctx := keyCtx("203.0.113.7")
+	require.True(t, k.AllowKeyAt(0, "203.0.113.7"))
+	var now time.Duration
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += ms
+		if d, tk := k.Admit(ctx, now); d.Allowed {
+			k.Done(tk, sluice.Success, now, 0)
+		}
+		k.AllowKeyAt(now, "203.0.113.7")
+	})
+	assert.Zero(t, allocs)
+}
+
+func TestKeyedConcurrentNeverOverPerKey(t *testing.T) {
+	k := mustKeyed(t, fixedPer(20, 10*ms, nil))
+	const keys = 8
+	var counts [keys]atomic.Int64
+	var clock atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 500 {
+				key := (w + i) % keys
+				now := time.Duration(clock.Add(int64(20 * time.Microsecond)))
+				d, tk := k.Admit(keyCtx("k"+strconv.Itoa(key)), now)
+				if !d.Allowed {
+					continue
+				}
+				if i%8 == 0 {
+					k.Done(tk, sluice.Released, now, 0)
+					continue
+				}
+				counts[key].Add(1)
+				k.Done(tk, sluice.Success, now, 0)
+			}
+		})
+	}
+	wg.Wait()
+	windows := clock.Load()/int64(10*ms) + 1
+	for i := range counts {
+		assert.LessOrEqual(t, counts[i].Load(), 20*windows, "key %d", i)
+		assert.Positive(t, counts[i].Load())
+	}
+	// No call record is left behind.
+	for i := range k.shards {
+		s := &k.shards[i]
+		free := 0
+		for j := s.free; j >= 0; j = s.call(j).next {
+			free++
+		}
+		assert.Equal(t, int(s.ncalls), free)
+	}
+}
+
+// TestKeyedFloodKeepsMemoryBounded sends a million distinct keys at a Keyed
+// capped at 100,000 and measures the live heap after GC: it stays at what
+// the cap holds, not what the flood brought. (A tenth of both under the race
+// detector, which makes each key cost twenty times as much.)
+func TestKeyedFloodKeepsMemoryBounded(t *testing.T) {
+	capKeys, flood := 100_000, 1_000_000
+	if raceEnabled {
+		capKeys, flood = 10_000, 100_000
+	}
+	k := mustKeyed(t, fixedPer(10, time.Second, nil), WithMaxKeys(capKeys))
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	base := heap()
+	key := make([]byte, 0, 16)
+	for i := range flood {
+		key = strconv.AppendInt(key[:0], int64(i), 10)
+		k.AllowKeyAt(time.Duration(i), string(key))
+		if i == capKeys-1 {
+			atCap := heap() - base
+			t.Logf("heap held by %d keys: %.1f MB", capKeys, float64(atCap)/1e6)
+		}
+	}
+	after := heap() - base
+	t.Logf("heap held after %d distinct keys, capped at %d: %.1f MB (%d bytes a key)",
+		flood, capKeys, float64(after)/1e6, after/uint64(capKeys))
+	assert.Equal(t, capKeys, k.Len())
+	assert.Less(t, after, uint64(capKeys)*640, "a capped Keyed must not hold the flood")
+	runtime.KeepAlive(k)
+}
