@@ -73,7 +73,9 @@ func TestKeyedLimitsEachKeyOnItsOwn(t *testing.T) {
 }
 
 // keyedAs is k with every request carrying key.
-func keyedAs(k *Keyed, key string) sluice.Policy { return keyedWith{k, func(time.Duration) string { return key }} }
+func keyedAs(k *Keyed, key string) sluice.Policy {
+	return keyedWith{k, func(time.Duration) string { return key }}
+}
 
 type keyedWith struct {
 	*Keyed
