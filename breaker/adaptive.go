@@ -56,7 +56,7 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 		random:   cfg.random,
 		clock:    cfg.clock,
 		classify: cfg.classify,
-		win:      newTimeWindow(cfg.clock.Now(), cfg.length, cfg.buckets),
+		win:      newTimeWindow(cfg.length, cfg.buckets),
 	}, nil
 }
 

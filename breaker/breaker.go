@@ -97,16 +97,16 @@ func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 		b.notifier.add(subscriber{typed: fn})
 	}
 	p := &phase{gen: genBase, state: StateClosed}
-	b.newWindow(p, cfg.clock.Now())
+	b.newWindow(p)
 	b.cur.Store(p)
 	return b
 }
 
-func (b *Breaker) newWindow(p *phase, now time.Duration) {
+func (b *Breaker) newWindow(p *phase) {
 	if b.cfg.count > 0 {
 		p.cw = newCountWindow(b.cfg.count)
 	} else {
-		p.tw = newTimeWindow(now, b.cfg.length, b.cfg.buckets)
+		p.tw = newTimeWindow(b.cfg.length, b.cfg.buckets)
 	}
 }
 
@@ -289,11 +289,13 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 func (b *Breaker) failRun(p *phase, e int64) int64 {
 	for {
 		v := p.consec.Load()
-		n, start := uint32(v), int64(v>>32)
+		n, start := uint32(v), uint32(v>>32)
 		var nv uint64
 		switch {
-		case n == 0 || (p.tw != nil && e-start >= p.tw.n):
-			nv = uint64(e)<<32 | 1
+		// Epochs are kept modulo 2³²: the difference holds as long as runs
+		// last less than 2³² buckets.
+		case n == 0 || (p.tw != nil && int64(uint32(e)-start) >= p.tw.n):
+			nv = uint64(uint32(e))<<32 | 1
 		case n == math.MaxUint32:
 			return int64(n)
 		default:
@@ -368,7 +370,7 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 	np := &phase{gen: b.gen, state: to, forced: forced}
 	switch to {
 	case StateClosed:
-		b.newWindow(np, now)
+		b.newWindow(np)
 	case StateOpen:
 		np.openUntil = now + openFor
 		if np.openUntil < now {

@@ -373,7 +373,8 @@ func WithMultiplier(k float64) Option {
 
 // WithRandom sets the source of the adaptive throttle's random draws, a
 // function returning numbers in [0, 1), called once per request while the
-// throttle may reject; the default is math/rand/v2's Float64. Applies to
+// throttle may reject, from many goroutines at once: it must be safe for
+// concurrent use. The default is math/rand/v2's Float64. Applies to
 // NewAdaptive.
 func WithRandom(fn func() float64) Option {
 	return func(c *config) error {

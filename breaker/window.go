@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -111,47 +112,53 @@ type bucket struct {
 	fs    atomic.Uint64
 }
 
-// timeWindow counts calls over the last n buckets of width each. head is the
-// newest bucket's epoch, counted in widths since origin; the aggregates are
-// the sum of the buckets, kept exact by subtracting from them whatever a
-// bucket held when it is recycled for a new epoch.
+// timeWindow counts calls over the last n buckets of width each. Epoch e is
+// the span [e·width, (e+1)·width) of the clock's instants; head is the newest
+// epoch seen. The aggregates are the sum of the buckets, kept exact by
+// subtracting from them whatever a bucket held when it is recycled for a new
+// epoch.
 type timeWindow struct {
-	origin time.Duration
-	width  time.Duration
-	n      int64
-	magic  uint64
-	head   atomic.Int64
-	total  atomic.Int64
-	fs     atomic.Uint64
-	bkts   []bucket
+	width time.Duration
+	n     int64
+	magic uint64
+	head  atomic.Int64 // noEpoch until the first call
+	total atomic.Int64
+	fs    atomic.Uint64
+	bkts  []bucket
 }
 
-func newTimeWindow(now, length time.Duration, buckets int) *timeWindow {
-	return &timeWindow{
-		origin: now,
-		width:  length / time.Duration(buckets),
-		n:      int64(buckets),
-		magic:  fastModMagic(uint32(buckets)),
-		bkts:   make([]bucket, buckets),
+const noEpoch = math.MinInt64
+
+func newTimeWindow(length time.Duration, buckets int) *timeWindow {
+	w := &timeWindow{
+		width: length / time.Duration(buckets),
+		n:     int64(buckets),
+		magic: fastModMagic(uint32(buckets)),
+		bkts:  make([]bucket, buckets),
 	}
+	w.head.Store(noEpoch)
+	return w
 }
 
-// epoch returns the epoch of instant now; instants before the window began
-// fall in epoch 0.
+// epoch returns the epoch of instant now.
 func (w *timeWindow) epoch(now time.Duration) int64 {
-	d := now - w.origin
-	h := w.head.Load()
-	if off := d - time.Duration(h)*w.width; off >= 0 && off < w.width {
-		return h
+	if h := w.head.Load(); h != noEpoch {
+		if off := now - time.Duration(h)*w.width; off >= 0 && off < w.width {
+			return h
+		}
 	}
-	if d < 0 {
-		return 0
+	e := int64(now / w.width)
+	if now < 0 && now%w.width != 0 {
+		e-- // floor
 	}
-	return int64(d / w.width)
+	return e
 }
 
 func (w *timeWindow) bucketOf(e int64) *bucket {
-	return &w.bkts[fastMod(uint32(uint64(e)), w.magic, uint32(w.n))]
+	if e >= 0 && e <= math.MaxUint32 {
+		return &w.bkts[fastMod(uint32(e), w.magic, uint32(w.n))]
+	}
+	return &w.bkts[(e%w.n+w.n)%w.n]
 }
 
 // advance moves the head to epoch e, emptying the buckets it passes.
@@ -165,7 +172,7 @@ func (w *timeWindow) advance(e int64) {
 			continue
 		}
 		from := h + 1
-		if e-h > w.n {
+		if h == noEpoch || e-h > w.n {
 			from = e - w.n + 1
 		}
 		for ep := from; ep <= e; ep++ {

@@ -1,0 +1,160 @@
+package breaker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+func mustGroup(t *testing.T, opts ...breaker.Option) *breaker.Group {
+	t.Helper()
+	g, err := breaker.NewGroup("deps", opts...)
+	require.NoError(t, err)
+	return g
+}
+
+func res(r string) context.Context { return sluice.WithResource(context.Background(), r) }
+
+func fail(t *testing.T, g *breaker.Group, ctx context.Context, now time.Duration) {
+	t.Helper()
+	d, tk := g.Admit(ctx, now)
+	require.True(t, d.Allowed)
+	g.Done(tk, F, now, 0)
+}
+
+func TestGroupOneBreakerPerResource(t *testing.T) {
+	var mu sync.Mutex
+	var changes []sluice.StateChange
+	var typed []string
+	g := mustGroup(t, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec),
+		breaker.OnStateChange(func(name string, from, to breaker.State) { typed = append(typed, name+" "+to.String()) }))
+	g.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		changes = append(changes, c)
+		mu.Unlock()
+	})
+	fail(t, g, res("payments"), 0)
+	fail(t, g, res("search"), 0)
+	fail(t, g, res("payments"), 0)
+	d, _ := g.Admit(res("payments"), ms)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "breaker/deps", d.Policy)
+	assert.Equal(t, sec-ms, d.RetryAfter)
+	d, tk := g.Admit(res("search"), ms)
+	assert.True(t, d.Allowed, "search is another breaker")
+	g.Done(tk, S, ms, 0)
+	assert.Equal(t, 2, g.Len())
+	pb, ok := g.Get("payments")
+	require.True(t, ok)
+	assert.Equal(t, breaker.StateOpen, pb.State())
+	assert.Equal(t, "breaker/deps/payments", pb.Name())
+	_, ok = g.Get("nope")
+	assert.False(t, ok)
+	require.Len(t, changes, 1)
+	assert.Equal(t, sluice.StateChange{Policy: "breaker/deps/payments", From: "closed", To: "open", At: 0}, changes[0])
+	assert.Equal(t, []string{"breaker/deps/payments open"}, typed)
+}
+
+func TestGroupKeyFunc(t *testing.T) {
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1),
+		breaker.WithKeyFunc(func(ctx context.Context) string { k, _ := sluice.KeyFrom(ctx); return "host:" + k }))
+	fail(t, g, sluice.WithKey(context.Background(), "a"), 0)
+	b, ok := g.Get("host:a")
+	require.True(t, ok)
+	assert.Equal(t, breaker.StateOpen, b.State())
+}
+
+func TestGroupEvictsLeastRecentlyUsedClosedBreaker(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(3), breaker.WithConsecutiveFailures(1))
+	ctx := context.Background()
+	use := func(key string, now time.Duration) {
+		d, tk := g.Admit(res(key), now)
+		require.True(t, d.Allowed, key)
+		g.Done(tk, S, now, 0)
+	}
+	use("a", 0)
+	use("b", 10*ms)
+	fail(t, g, res("c"), 20*ms) // c opens: never evicted while open
+	use("a", 30*ms)
+	use("d", 40*ms) // full: b is the closed one used least recently
+	_, ok := g.Get("b")
+	assert.False(t, ok, "b evicted")
+	for _, k := range []string{"a", "c", "d"} {
+		_, ok := g.Get(k)
+		assert.True(t, ok, k)
+	}
+	assert.Equal(t, 3, g.Len())
+	_ = ctx
+}
+
+func TestGroupOverflowWhenEveryBreakerIsOpen(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(2), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	fail(t, g, res("a"), 0)
+	fail(t, g, res("b"), 0)
+	d, tk := g.Admit(res("c"), ms)
+	require.True(t, d.Allowed, "c goes to the overflow breaker")
+	g.Done(tk, S, ms, 0)
+	_, ok := g.Get("c")
+	assert.False(t, ok)
+	assert.Equal(t, 2, g.Len())
+	// a and b stay open and remembered.
+	d, _ = g.Admit(res("a"), ms)
+	assert.False(t, d.Allowed)
+}
+
+func TestGroupTicketOfAnEvictedBreakerIsDropped(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1))
+	d, old := g.Admit(res("a"), 0)
+	require.True(t, d.Allowed)
+	d, tk := g.Admit(res("b"), ms) // evicts a; b takes its slot
+	require.True(t, d.Allowed)
+	g.Done(old, F, ms, 0) // a's late failure must not reach b
+	b, ok := g.Get("b")
+	require.True(t, ok)
+	assert.Equal(t, breaker.StateClosed, b.State())
+	g.Done(tk, S, ms, 0)
+	assert.Equal(t, int64(1), b.Counts().Requests)
+}
+
+func TestGroupConcurrentKeys(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(16), breaker.WithErrorRatio(0.5, 10))
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				ctx := res(fmt.Sprint((i * (w + 1)) % 40))
+				now := time.Duration(i) * ms
+				d, tk := g.Admit(ctx, now)
+				if d.Allowed {
+					g.Done(tk, []sluice.Outcome{S, S, F}[i%3], now, ms)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, g.Len(), 16)
+}
+
+func TestGroupOptionsValidation(t *testing.T) {
+	for name, opts := range map[string][]breaker.Option{
+		"max 0":           {breaker.WithMaxBreakers(0)},
+		"nil key func":    {breaker.WithKeyFunc(nil)},
+		"adaptive option": {breaker.WithRandom(func() float64 { return 0 })},
+		"bad member":      {breaker.WithErrorRatio(2, 1)},
+	} {
+		_, err := breaker.NewGroup("g", opts...)
+		assert.Error(t, err, name)
+	}
+	_, err := breaker.NewGroup("")
+	assert.Error(t, err)
+}

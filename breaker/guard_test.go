@@ -1,0 +1,160 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+// rejectMost is a test policy standing in for a rate limiter: it rejects
+// every call but one in ten.
+type rejectMost struct{ n atomic.Int64 }
+
+func (*rejectMost) Name() string { return "test/reject-most" }
+
+func (r *rejectMost) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	if r.n.Add(1)%10 != 0 {
+		return sluice.Decision{Policy: "test/reject-most", Limit: 10, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+	}
+	return sluice.Decision{Allowed: true, Policy: "test/reject-most", Limit: 10, Remaining: 1}, 0
+}
+
+func (*rejectMost) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+func TestGuardInnerRejectionsNeverTrip(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	// The most sensitive breaker: one failure opens it.
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithErrorRatio(0.01, 1))
+	var changes []sluice.StateChange
+	g, err := sluice.New(sluice.With(b, &rejectMost{}), sluice.WithClock(clk),
+		sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c) }))
+	require.NoError(t, err)
+	defer g.Close()
+	ctx := context.Background()
+	ran, limited := 0, 0
+	for range 1000 {
+		clk.Advance(ms)
+		err := g.Do(ctx, func(context.Context) error { ran++; return nil })
+		if errors.Is(err, sluice.ErrRateLimited) {
+			limited++
+		} else {
+			require.NoError(t, err)
+		}
+	}
+	assert.Equal(t, 100, ran)
+	assert.Equal(t, 900, limited)
+	assert.Equal(t, breaker.StateClosed, b.State())
+	assert.Equal(t, breaker.Counts{Requests: 100, Successes: 100}, b.Counts())
+	assert.Empty(t, changes)
+}
+
+func TestGuardIgnoresCancellationAndRejections(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1))
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk))
+	require.NoError(t, err)
+	ctx := context.Background()
+	nested := &sluice.RejectedError{Decision: sluice.Decision{Policy: "other", Limit: -1, RetryAfter: sec, Cause: sluice.ErrOverloaded}}
+	for _, e := range []error{context.Canceled, nested, errors.Join(errors.New("wrapped"), context.Canceled)} {
+		for range 5 {
+			require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return e }), e)
+		}
+	}
+	assert.Equal(t, breaker.StateClosed, b.State())
+	assert.Zero(t, b.Counts().Requests)
+	require.Error(t, g.Do(ctx, func(context.Context) error { return errors.New("dependency down") }))
+	assert.Equal(t, breaker.StateOpen, b.State())
+	err = g.Do(ctx, func(context.Context) error { return nil })
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	assert.Equal(t, sluice.CauseCircuitOpen, sluice.CauseOf(err))
+}
+
+func TestGuardReleasedProbeFreesItsSlot(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	inner := &rejectMost{}
+	g, err := sluice.New(sluice.With(b, inner), sluice.WithClock(clk))
+	require.NoError(t, err)
+	ctx := context.Background()
+	inner.n.Store(9) // the next call passes the inner policy
+	require.Error(t, g.Do(ctx, func(context.Context) error { return errors.New("down") }))
+	require.Equal(t, breaker.StateOpen, b.State())
+	clk.Advance(sec)
+	// Nine half-open probes in a row are rejected further in: each gives its
+	// slot back, so the tenth still probes, and closes the breaker.
+	for range 9 {
+		require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return nil }), sluice.ErrRateLimited)
+		require.Equal(t, breaker.StateHalfOpen, b.State())
+	}
+	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
+	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("Breaker", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				return mustNew(t, breaker.WithErrorRatio(0.1, 10), breaker.WithCountWindow(20),
+					breaker.WithOpenDuration(5*ms), breaker.WithHalfOpenProbes(3, 0.6))
+			},
+			Causes: []error{sluice.ErrCircuitOpen},
+		})
+	})
+	t.Run("BreakerRolling", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				return mustNew(t, breaker.WithRollingWindow(50*ms, 5), breaker.WithConsecutiveFailures(2),
+					breaker.WithSlowCallRatio(ms, 0.5, 5), breaker.WithBackoff(2*ms, 20*ms))
+			},
+			Causes:  []error{sluice.ErrCircuitOpen},
+			Latency: 2 * ms,
+		})
+	})
+	t.Run("Adaptive", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				a, err := breaker.NewAdaptive("adaptive", breaker.WithMultiplier(1.5),
+					breaker.WithRollingWindow(100*ms, 10), breaker.WithRandom(lockedRandom(1)))
+				require.NoError(t, err)
+				return a
+			},
+			Causes:  []error{sluice.ErrCircuitOpen},
+			Random:  true,
+			Outcome: func(i int) sluice.Outcome { return []sluice.Outcome{F, F, S, F}[i%4] },
+		})
+	})
+	t.Run("Group", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				g, err := breaker.NewGroup("group", breaker.WithMaxBreakers(3),
+					breaker.WithErrorRatio(0.1, 5), breaker.WithOpenDuration(3*ms))
+				require.NoError(t, err)
+				return g
+			},
+			Causes: []error{sluice.ErrCircuitOpen},
+		})
+	})
+}
+
+// lockedRandom returns a seeded source of floats in [0, 1), safe for
+// concurrent use.
+func lockedRandom(seed uint64) func() float64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 2))
+	return func() float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Float64()
+	}
+}
