@@ -199,14 +199,8 @@ const (
 	keyedShardBits = 8
 )
 
-// NewKeyed returns a Keyed that makes each key's limiter with newLimiter,
-// for example:
-//
-//	ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-//		return ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 20)
-//	}, ratelimit.WithMaxKeys(50_000), ratelimit.WithIdleTTL(10*time.Minute))
-//
-// newLimiter is called once at construction with the key "" to check it, and
+// NewKeyed returns a Keyed that makes each key's limiter with newLimiter
+// (see the example). newLimiter is called once at construction with the key "" to check it, and
 // then whenever a key without a limiter comes; it must return a new limiter
 // each time. A newLimiter error at request time rejects that request.
 func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedOption) (*Keyed, error) {
