@@ -1,0 +1,44 @@
+package sluicegrpc
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"google.golang.org/grpc/status"
+)
+
+// Classify is the default classifier of the interceptors. nil (codes.OK) is a
+// Success. A sluice rejection and a cancelled context are Ignored. Any other
+// error is classified by its gRPC code with middleware.ClassifyGRPCCode:
+// Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are failures,
+// every other code is Ignored. An error that carries no status (a plain Go
+// error from a handler, which gRPC sends as Unknown) is a Failure, and so is
+// context.DeadlineExceeded.
+func Classify(err error) sluice.Outcome {
+	switch {
+	case err == nil:
+		return sluice.Success
+	case errors.Is(err, sluice.ErrRejected), errors.Is(err, context.Canceled):
+		return sluice.Ignored
+	case errors.Is(err, context.DeadlineExceeded):
+		return sluice.Failure
+	}
+	return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+}
+
+// outcome classifies err with the configured classifier; sluice's own
+// rejections are Ignored whatever it says.
+func (c *config) outcome(err error) sluice.Outcome {
+	if err == nil && c.classify == nil {
+		return sluice.Success
+	}
+	if c.classify == nil {
+		return Classify(err)
+	}
+	if err != nil && errors.Is(err, sluice.ErrRejected) {
+		return sluice.Ignored
+	}
+	return c.classify(err)
+}

@@ -1,0 +1,206 @@
+package sluicegrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"google.golang.org/grpc"
+)
+
+// UnaryClientInterceptor returns an interceptor (install it with
+// grpc.WithUnaryInterceptor) that guards outgoing unary calls: the Guard of
+// the method (WithMethodGuard), else of the connection's target
+// (WithTargetGuard), else the default (WithGuard); calls with none pass
+// through. A rejection, an open breaker for one, fails the call at once,
+// without calling the server, with [RejectionStatus] as its error (it also
+// matches sluice.ErrRejected and its cause with errors.Is). An admitted
+// call's outcome is the error it returned, classified by WithClassifier
+// (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
+// DataLoss are failures). WithTimeout bounds each guarded call.
+//
+// Key functions see the method as the request's Route and the outgoing
+// metadata as its headers.
+func UnaryClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
+	c, err := build(clientSide, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.unaryClient, nil
+}
+
+func target(cc *grpc.ClientConn) string {
+	if cc == nil {
+		return ""
+	}
+	return cc.Target()
+}
+
+func (c *config) unaryClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	rt := c.clientRoute(method, target(cc))
+	if rt == nil {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	ctx, skip, err := c.identifyClient(ctx, method)
+	if err != nil {
+		return err
+	}
+	if skip {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	d, done, err := rt.Guard.Admit(ctx)
+	if err != nil {
+		return newRejection(d)
+	}
+	return c.invoke(ctx, method, req, reply, cc, invoker, opts, &done)
+}
+
+func (c *config) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, done *sluice.Done) (err error) {
+	defer func() {
+		if done.Active() {
+			done.Record(sluice.Failure)
+		}
+	}()
+	if c.timeout > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.timeout {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+		}
+	}
+	err = invoker(ctx, method, req, reply, cc, opts...)
+	done.Record(c.outcome(err))
+	return err
+}
+
+// identifyClient is identify for outgoing calls.
+func (c *config) identifyClient(ctx context.Context, method string) (context.Context, bool, error) {
+	if c.skip == nil && c.keyer == nil {
+		return ctx, false, nil
+	}
+	r := getRequest(ctx, method, nil)
+	r.outgoing = true
+	defer putRequest(r)
+	if c.skip != nil && c.skip(r) {
+		return ctx, true, nil
+	}
+	if c.keyer != nil {
+		k, err := c.keyer.Key(r)
+		if err != nil {
+			return ctx, false, errMissingKey
+		}
+		ctx = sluice.WithKey(ctx, k)
+	}
+	return ctx, false, nil
+}
+
+// StreamClientInterceptor returns an interceptor (install it with
+// grpc.WithStreamInterceptor) that guards outgoing streams as
+// UnaryClientInterceptor guards calls: the stream is admitted when it opens
+// (a rejection fails NewStream without calling the server), and its outcome
+// is recorded when it ends: when RecvMsg returns io.EOF (a success) or an
+// error (classified), when SendMsg fails with other than io.EOF, or when the
+// stream's context ends first (its error classified: a cancellation is
+// Ignored). WithTimeout does not apply to streams.
+func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
+	c, err := build(clientSide, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.streamClient, nil
+}
+
+func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	rt := c.clientRoute(method, target(cc))
+	if rt == nil {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	ctx, skip, err := c.identifyClient(ctx, method)
+	if err != nil {
+		return nil, err
+	}
+	if skip {
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	d, done, err := rt.Guard.Admit(ctx)
+	if err != nil {
+		return nil, newRejection(d)
+	}
+	return c.openStream(ctx, desc, cc, method, streamer, opts, &done)
+}
+
+func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, done *sluice.Done) (grpc.ClientStream, error) {
+	defer func() {
+		if done.Active() {
+			done.Record(sluice.Failure)
+		}
+	}()
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		done.Record(c.outcome(err))
+		return nil, err
+	}
+	s := &clientStream{ClientStream: cs, c: c, done: *done, serverStreams: desc.ServerStreams}
+	*done = sluice.Done{} // the stream owns the admission now
+	s.stop = context.AfterFunc(ctx, func() { s.end(ctx.Err()) })
+	return s, nil
+}
+
+// clientStream records a guarded stream's outcome once, when it ends.
+type clientStream struct {
+	grpc.ClientStream
+	c             *config
+	done          sluice.Done
+	ended         atomic.Bool
+	stop          func() bool
+	serverStreams bool
+}
+
+// end records the outcome of the stream, once: from RecvMsg or SendMsg, or
+// from the context's end, whichever comes first.
+func (s *clientStream) end(err error) bool {
+	if !s.ended.CompareAndSwap(false, true) {
+		return false
+	}
+	s.done.Record(s.c.outcome(err))
+	return true
+}
+
+// finish ends the stream from one of its methods and forgets the context.
+func (s *clientStream) finish(err error) {
+	if s.end(err) {
+		s.stop()
+	}
+}
+
+// RecvMsg receives a message; the stream has ended when it returns an error
+// (io.EOF: success), or, for a stream whose server sends one message, after
+// that message.
+func (s *clientStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	switch {
+	case errors.Is(err, io.EOF):
+		s.finish(nil)
+	case err != nil:
+		s.finish(err)
+	case !s.serverStreams:
+		s.finish(nil)
+	}
+	return err
+}
+
+// SendMsg sends a message; an error other than io.EOF (whose status RecvMsg
+// tells) ends the stream.
+func (s *clientStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.finish(err)
+	}
+	return err
+}
+
+var _ middleware.Request = (*request)(nil)

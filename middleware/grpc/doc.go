@@ -1,0 +1,54 @@
+// Package sluicegrpc guards gRPC servers and clients with sluice Guards:
+// rate limits, circuit breakers, load shedding and concurrency limits, per
+// method, answered on the wire the way gRPC clients understand.
+//
+// Like every interceptor package of the gRPC ecosystem it offers four
+// constructors, [UnaryServerInterceptor], [StreamServerInterceptor],
+// [UnaryClientInterceptor] and [StreamClientInterceptor], configured with the
+// same [Option]s, and one more, [ServerInHandle], that turns calls away
+// before gRPC reads them.
+//
+// # Routes
+//
+// Each call is guarded by its method's Guard ([WithMethodGuard], keyed by the
+// full method "/pkg.Service/Method"), else by the default one ([WithGuard]);
+// a method with neither passes through untouched. Client interceptors can
+// also keep a Guard per connection target ([WithTargetGuard]), so one
+// interceptor keeps a breaker per dependency. [WithRoutes] shares a
+// middleware.Routes table with the HTTP adapters.
+//
+// # Rejections
+//
+// A rejected call never reaches its handler (or, on a client, the server).
+// It ends with:
+//
+//   - codes.ResourceExhausted for a rate limit; codes.Unavailable for an
+//     open circuit, an overloaded server or a full concurrency limit;
+//   - a message that names the cause and the delay ("sluice: rate limited;
+//     retry after 1.5s"), never an error text of the service;
+//   - an errdetails.RetryInfo with the delay, and an errdetails.ErrorInfo
+//     whose reason is the cause ("RATE_LIMITED") in the domain "sluice", with
+//     the rejecting policy's name in its metadata under "policy";
+//   - when the rejecting policy has a quota, the draft RateLimit fields as
+//     response header metadata: ratelimit-policy ("name";q=100;w=60) and
+//     ratelimit ("name";r=0;t=7).
+//
+// [RejectionOf] reads such a status back into a sluice.Decision on the
+// client; [Error] converts a rejection of a Guard run inside a handler.
+//
+// # Outcomes
+//
+// An admitted call's returned error is classified for the breakers and load
+// guards ([Classify]): OK is a success; Unavailable, DeadlineExceeded,
+// Internal, Unknown and DataLoss are failures; every other code is ignored,
+// and so are the guard's own rejections, whatever the classifier
+// ([WithClassifier]). A stream is admitted once and its outcome is its final
+// status; [WithMessageGuard] limits the messages it receives as well.
+//
+// # Keys
+//
+// Per-key policies read the call's key from its context. [WithKey] sets it
+// from the peer's address ([KeyByPeer], honouring x-forwarded-for metadata
+// only from trusted proxies), a metadata field ([KeyByMetadata]), a context
+// value ([KeyByContext]) or the method ([KeyByMethod]).
+package sluicegrpc

@@ -1,0 +1,340 @@
+package sluicegrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	methodCheck = healthpb.Health_Check_FullMethodName
+	methodWatch = healthpb.Health_Watch_FullMethodName
+	methodChat  = "/sluice.test.Chat/Chat"
+	// mdCode makes the test handlers end with the code it holds.
+	mdCode = "x-test-code"
+	// plainError in x-test-code makes a handler return a plain Go error,
+	// which gRPC sends as Unknown.
+	plainError codes.Code = 1000
+	// mdSends makes Watch send that many messages before it ends.
+	mdSends = "x-test-sends"
+)
+
+// health is the unary (Check) and server-streaming (Watch) service of the
+// tests: it ends with the code of the x-test-code metadata, OK by default,
+// and counts the calls that reached it.
+type health struct {
+	healthpb.UnimplementedHealthServer
+	calls atomic.Int64
+	keys  chan string // when set, receives each call's sluice key
+}
+
+func codeFrom(ctx context.Context) error {
+	v := metadata.ValueFromIncomingContext(ctx, mdCode)
+	if len(v) == 0 {
+		return nil
+	}
+	n, _ := strconv.Atoi(v[0])
+	if n == 0 {
+		return nil
+	}
+	if codes.Code(n) == plainError {
+		return errors.New("plain handler error with an internal text")
+	}
+	return status.Error(codes.Code(n), "handler says "+codes.Code(n).String())
+}
+
+func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.calls.Add(1)
+	if err := codeFrom(ctx); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (h *health) Watch(_ *healthpb.HealthCheckRequest, ss grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	h.calls.Add(1)
+	sends := 1
+	if v := metadata.ValueFromIncomingContext(ss.Context(), mdSends); len(v) > 0 {
+		sends, _ = strconv.Atoi(v[0])
+	}
+	for range sends {
+		if err := ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
+			return err
+		}
+	}
+	return codeFrom(ss.Context())
+}
+
+// chatDesc is a bidirectional stream registered by hand: it echoes every
+// message, and ends with the x-test-code code when the client closes.
+var chatDesc = grpc.ServiceDesc{
+	ServiceName: "sluice.test.Chat",
+	HandlerType: (*any)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Chat",
+		Handler:       chatHandler,
+		ServerStreams: true,
+		ClientStreams: true,
+	}},
+}
+
+// chatSwallows makes the chat handler ignore receive errors other than EOF
+// and end with OK, to show that a message rejection still ends the stream.
+const mdSwallow = "x-test-swallow"
+
+func chatHandler(_ any, ss grpc.ServerStream) error {
+	swallow := len(metadata.ValueFromIncomingContext(ss.Context(), mdSwallow)) > 0
+	for {
+		var m wrapperspb.StringValue
+		err := ss.RecvMsg(&m)
+		if errors.Is(err, io.EOF) {
+			return codeFrom(ss.Context())
+		}
+		if err != nil {
+			if swallow {
+				return nil
+			}
+			return err
+		}
+		if err := ss.SendMsg(&m); err != nil {
+			return err
+		}
+	}
+}
+
+var chatStreamDesc = &grpc.StreamDesc{StreamName: "Chat", ServerStreams: true, ClientStreams: true}
+
+// transport is how a test server is reached: bufconn or loopback TCP.
+type transport struct {
+	name   string
+	listen func(t *testing.T) (net.Listener, []grpc.DialOption, string)
+}
+
+var transports = []transport{
+	{"bufconn", func(t *testing.T) (net.Listener, []grpc.DialOption, string) {
+		l := bufconn.Listen(1 << 20)
+		dial := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) })
+		return l, []grpc.DialOption{dial}, "passthrough:///bufnet"
+	}},
+	{"tcp", func(t *testing.T) (net.Listener, []grpc.DialOption, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		return l, nil, "passthrough:///" + l.Addr().String()
+	}},
+}
+
+// forEachTransport runs fn as a subtest over bufconn and over TCP.
+func forEachTransport(t *testing.T, fn func(t *testing.T, tr transport)) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { fn(t, tr) })
+	}
+}
+
+// server is a running test server and a connection to it.
+type server struct {
+	health *health
+	conn   *grpc.ClientConn
+	target string
+}
+
+// start serves the test services with sopts over tr, and dials it with
+// copts; both are stopped when the test ends.
+func start(t *testing.T, tr transport, sopts []grpc.ServerOption, copts ...grpc.DialOption) *server {
+	t.Helper()
+	l, dial, target := tr.listen(t)
+	s := grpc.NewServer(sopts...)
+	h := &health{}
+	healthpb.RegisterHealthServer(s, h)
+	s.RegisterService(&chatDesc, nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Serve(l) })
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)
+	cc, err := grpc.NewClient(target, append(opts, copts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = cc.Close()
+		s.Stop()
+		wg.Wait()
+	})
+	return &server{health: h, conn: cc, target: target}
+}
+
+func withCode(ctx context.Context, c codes.Code) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, mdCode, strconv.Itoa(int(c)))
+}
+
+func (s *server) check(ctx context.Context, opts ...grpc.CallOption) error {
+	_, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	return err
+}
+
+// watch opens a Watch stream and reads it to its end; it returns the
+// messages received and the stream's final error (nil for OK).
+func (s *server) watch(ctx context.Context, opts ...grpc.CallOption) (int, error) {
+	st, err := healthpb.NewHealthClient(s.conn).Watch(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for {
+		_, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// chat sends msgs on a Chat stream, reading each echo, then closes and
+// returns the echoes and the final error.
+func (s *server) chat(ctx context.Context, msgs int) (int, error) {
+	st, err := s.conn.NewStream(ctx, chatStreamDesc, methodChat)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range msgs {
+		if err := st.SendMsg(wrapperspb.String("m" + strconv.Itoa(i))); err != nil {
+			break // the status comes from RecvMsg
+		}
+		var m wrapperspb.StringValue
+		if err := st.RecvMsg(&m); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := st.CloseSend(); err != nil {
+		return n, err
+	}
+	for {
+		var m wrapperspb.StringValue
+		err := st.RecvMsg(&m)
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+}
+
+// withTimeout is a context that gives up when a test is broken rather than
+// making it hang.
+func withTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recorder is a policy that admits everything and records the keys it saw
+// and the outcomes it was told, in order.
+type recorder struct {
+	name     string
+	mu       sync.Mutex
+	keys     []string
+	outcomes []sluice.Outcome
+	ended    chan sluice.Outcome // when set, receives every outcome
+}
+
+func (r *recorder) Name() string { return r.name }
+
+func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+	k, _ := sluice.KeyFrom(ctx)
+	r.mu.Lock()
+	r.keys = append(r.keys, k)
+	r.mu.Unlock()
+	return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
+}
+
+func (r *recorder) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	r.mu.Lock()
+	r.outcomes = append(r.outcomes, o)
+	r.mu.Unlock()
+	if r.ended != nil {
+		r.ended <- o
+	}
+}
+
+func (r *recorder) Keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keys...)
+}
+
+func (r *recorder) Outcomes() []sluice.Outcome {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sluice.Outcome(nil), r.outcomes...)
+}
+
+// refuser is a policy that rejects every request with its cause and delay
+// while on, and admits otherwise: it stands for the load guard and the
+// concurrency limit.
+type refuser struct {
+	name  string
+	cause error
+	retry time.Duration
+	off   atomic.Bool
+}
+
+func (r *refuser) Name() string { return r.name }
+
+func (r *refuser) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	if r.off.Load() {
+		return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
+	}
+	return sluice.Decision{Policy: r.name, Limit: -1, RetryAfter: r.retry, Cause: r.cause}, 0
+}
+
+func (r *refuser) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+func mustGuard(t testing.TB, opts ...sluice.Option) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+func unary(t testing.TB, opts ...Option) grpc.UnaryServerInterceptor {
+	t.Helper()
+	i, err := UnaryServerInterceptor(opts...)
+	require.NoError(t, err)
+	return i
+}
+
+func stream(t testing.TB, opts ...Option) grpc.StreamServerInterceptor {
+	t.Helper()
+	i, err := StreamServerInterceptor(opts...)
+	require.NoError(t, err)
+	return i
+}
+
+func serverOpts(t testing.TB, opts ...Option) []grpc.ServerOption {
+	t.Helper()
+	return []grpc.ServerOption{grpc.UnaryInterceptor(unary(t, opts...)), grpc.StreamInterceptor(stream(t, opts...))}
+}

@@ -1,0 +1,331 @@
+package sluicegrpc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// Option configures an interceptor or a ServerInHandle. Options that make no
+// sense for a constructor (a per-target guard on a server interceptor, a
+// message guard on a client) make it return an error.
+type Option func(*options)
+
+type options struct {
+	routes     []middleware.RoutesOption
+	methods    []string
+	table      *middleware.Routes
+	targets    []middleware.RoutesOption
+	keyFns     []middleware.KeyFunc
+	missing    middleware.MissingKey
+	skip       middleware.Skipper
+	classify   sluice.Classifier
+	quotaMD    bool
+	msgGuard   *sluice.Guard
+	msgMethods []string
+	timeout    time.Duration
+	errs       []error
+	serverOnly []string
+	clientOnly []string
+}
+
+// WithGuard makes g guard every method that no WithMethodGuard names (and,
+// on a client, that no WithTargetGuard's target matches). Without it, such
+// methods pass through unguarded.
+func WithGuard(g *sluice.Guard) Option {
+	return func(o *options) {
+		if g == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithGuard: nil guard"))
+			return
+		}
+		o.routes = append(o.routes, middleware.DefaultRoute(g))
+	}
+}
+
+// WithMethodGuard makes g guard the method fullMethod ("/pkg.Service/Method",
+// as grpc.UnaryServerInfo.FullMethod gives it). A nil g makes the method pass
+// through unguarded even when there is a default guard.
+func WithMethodGuard(fullMethod string, g *sluice.Guard) Option {
+	return func(o *options) {
+		if err := checkMethod(fullMethod); err != nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMethodGuard: %w", err))
+			return
+		}
+		o.routes = append(o.routes, middleware.RouteTo(fullMethod, g))
+		o.methods = append(o.methods, fullMethod)
+	}
+}
+
+func checkMethod(m string) error {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	if !strings.HasPrefix(m, "/") || !ok || svc == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("%q is not a full method name (/package.Service/Method)", m)
+	}
+	return nil
+}
+
+// WithRoutes uses rs, a table built with middleware.NewRoutes whose patterns
+// are full method names, instead of WithGuard and WithMethodGuard (which it
+// excludes). It lets several adapters share one table.
+func WithRoutes(rs *middleware.Routes) Option {
+	return func(o *options) {
+		if rs == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithRoutes: nil table"))
+			return
+		}
+		o.table = rs
+	}
+}
+
+// WithTargetGuard makes g guard the client calls made on a connection whose
+// target (grpc.ClientConn.Target, the string given to grpc.NewClient) is
+// target, unless a WithMethodGuard names the method. For client interceptors
+// only: one interceptor shared by several connections then keeps a breaker
+// per dependency.
+func WithTargetGuard(target string, g *sluice.Guard) Option {
+	return func(o *options) {
+		o.clientOnly = append(o.clientOnly, "WithTargetGuard")
+		if target == "" {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithTargetGuard: empty target"))
+			return
+		}
+		o.targets = append(o.targets, middleware.RouteTo(target, g))
+	}
+}
+
+// WithKey sets how a call's key for per-key limits is found: the first of
+// fns that returns one (see [KeyByPeer], [KeyByMetadata], [KeyByContext],
+// [KeyByMethod]; the KeyFuncs of package middleware work as well). The key is
+// put in the call's context with sluice.WithKey. Without WithKey no key is
+// set, and calls cost no allocation for it.
+func WithKey(fns ...middleware.KeyFunc) Option {
+	return func(o *options) {
+		if len(fns) == 0 {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithKey: no key function"))
+			return
+		}
+		o.keyFns = append(o.keyFns, fns...)
+	}
+}
+
+// WithMissingKey sets what happens to a call for which no key function of
+// WithKey finds a key: middleware.RejectMissingKey() answers it with
+// InvalidArgument, middleware.SharedKey(k) limits it under k. Default: the
+// shared key "unknown".
+func WithMissingKey(m middleware.MissingKey) Option {
+	return func(o *options) { o.missing = m }
+}
+
+// WithSkipper lets the calls for which s reports true bypass the guard
+// (health checks, reflection). The request s sees has the full method as its
+// Route, the peer's address as its RemoteAddr and the incoming metadata as
+// its headers. Default: none skipped.
+func WithSkipper(s middleware.Skipper) Option {
+	return func(o *options) {
+		if s == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithSkipper: nil skipper"))
+			return
+		}
+		o.skip = s
+	}
+}
+
+// WithClassifier sets how the error a handler (server) or a call (client)
+// returned is turned into an Outcome for breakers and load guards. Default:
+// [Classify], by gRPC code. Whatever the classifier, a sluice rejection
+// (one matching sluice.ErrRejected) is always Ignored: the guard's own
+// rejections never count as failures.
+func WithClassifier(c sluice.Classifier) Option {
+	return func(o *options) {
+		if c == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithClassifier: nil classifier"))
+			return
+		}
+		o.classify = c
+	}
+}
+
+// WithQuotaMetadata makes server interceptors send the draft RateLimit and
+// RateLimit-Policy fields as response header metadata on admitted calls too,
+// for clients that pace themselves. Rejections always carry them when the
+// rejecting policy has a quota. Off by default: the metadata costs a few
+// allocations per call.
+func WithQuotaMetadata() Option {
+	return func(o *options) {
+		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")
+		o.quotaMD = true
+	}
+}
+
+// WithMessageGuard makes StreamServerInterceptor ask g for every message a
+// stream receives, after the stream itself was admitted, on the stream's
+// context (with its key). A message g rejects ends the stream with
+// ResourceExhausted: RecvMsg returns the rejection, and so does the stream
+// whatever its handler returns. With methods, only those streams are
+// limited; without, every stream. For server stream interceptors only.
+func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
+	return func(o *options) {
+		o.serverOnly = append(o.serverOnly, "WithMessageGuard")
+		if g == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithMessageGuard: nil guard"))
+			return
+		}
+		for _, m := range methods {
+			if err := checkMethod(m); err != nil {
+				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMessageGuard: %w", err))
+				return
+			}
+		}
+		o.msgGuard = g
+		o.msgMethods = append(o.msgMethods, methods...)
+	}
+}
+
+// WithTimeout bounds every guarded unary client call to d, unless its
+// context already ends sooner. A call that runs out ends with
+// DeadlineExceeded, a failure for the guard's breakers. Streams are not
+// bounded: they live as long as their context. For client interceptors only.
+// Default: no timeout.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) {
+		o.clientOnly = append(o.clientOnly, "WithTimeout")
+		if d <= 0 {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithTimeout: %v is not positive", d))
+			return
+		}
+		o.timeout = d
+	}
+}
+
+// config is what the constructors build from the options: immutable, shared
+// by every call.
+type config struct {
+	routes     *middleware.Routes
+	methods    map[string]struct{} // the methods WithMethodGuard names
+	targets    *middleware.Routes
+	keyer      *middleware.Keyer
+	skip       middleware.Skipper
+	classify   sluice.Classifier
+	quotaMD    bool
+	msgGuard   *sluice.Guard
+	msgRoute   *middleware.Route // msgGuard's, for the window of its quota
+	msgMethods map[string]struct{}
+	timeout    time.Duration
+}
+
+type side uint8
+
+const (
+	serverSide side = iota
+	clientSide
+	tapSide
+)
+
+func build(s side, opts []Option) (*config, error) {
+	var o options
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	if len(o.errs) > 0 {
+		return nil, errors.Join(o.errs...)
+	}
+	if s != clientSide && len(o.clientOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s is for client interceptors only", o.clientOnly[0])
+	}
+	if s == clientSide && len(o.serverOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s is for server interceptors only", o.serverOnly[0])
+	}
+	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
+	}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout}
+	switch {
+	case o.table != nil && len(o.routes) > 0:
+		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")
+	case o.table != nil:
+		c.routes = o.table
+	default:
+		rs, err := middleware.NewRoutes(o.routes...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.routes = rs
+	}
+	if len(o.targets) > 0 {
+		if o.table != nil {
+			return nil, errors.New("sluicegrpc: WithRoutes excludes WithTargetGuard")
+		}
+		c.methods = make(map[string]struct{}, len(o.methods))
+		for _, m := range o.methods {
+			c.methods[m] = struct{}{}
+		}
+		rs, err := middleware.NewRoutes(o.targets...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.targets = rs
+	}
+	if len(o.keyFns) > 0 {
+		k, err := middleware.NewKeyer(o.missing, o.keyFns...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.keyer = k
+	}
+	if o.msgGuard != nil {
+		rs, err := middleware.NewRoutes(middleware.DefaultRoute(o.msgGuard))
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.msgRoute = rs.Default()
+	}
+	if len(o.msgMethods) > 0 {
+		c.msgMethods = make(map[string]struct{}, len(o.msgMethods))
+		for _, m := range o.msgMethods {
+			c.msgMethods[m] = struct{}{}
+		}
+	}
+	return c, nil
+}
+
+// route returns the route guarding method, nil when it passes through.
+func (c *config) route(method string) *middleware.Route {
+	r := c.routes.Match(method)
+	if r == nil || r.Guard == nil {
+		return nil
+	}
+	return r
+}
+
+// clientRoute returns the route guarding a client call: the method's own
+// entry, else the target's, else the default.
+func (c *config) clientRoute(method, target string) *middleware.Route {
+	if c.targets == nil {
+		return c.route(method)
+	}
+	if _, ok := c.methods[method]; ok {
+		return c.route(method)
+	}
+	if r := c.targets.Match(target); r != nil {
+		return r
+	}
+	return c.route(method)
+}
+
+func (c *config) messageRoute(method string) *middleware.Route {
+	if c.msgRoute == nil {
+		return nil
+	}
+	if c.msgMethods != nil {
+		if _, ok := c.msgMethods[method]; !ok {
+			return nil
+		}
+	}
+	return c.msgRoute
+}

@@ -1,0 +1,177 @@
+package sluicegrpc
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// The metadata keys of the IETF draft RateLimit fields, lower case as gRPC
+// metadata keys are.
+const (
+	// MetadataRateLimit carries "name";r=R;t=T: the quota units left and
+	// the seconds until the quota is whole again (on a rejection, until a
+	// retry may succeed).
+	MetadataRateLimit = "ratelimit"
+	// MetadataRateLimitPolicy carries "name";q=Q;w=W: the quota and its
+	// window in seconds (w left out when unknown).
+	MetadataRateLimitPolicy = "ratelimit-policy"
+)
+
+// errMissingKey answers a call that carries no key when WithMissingKey
+// rejects such calls.
+var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carries no key to limit it by")
+
+// UnaryServerInterceptor returns an interceptor that guards unary calls with
+// their method's Guard (WithMethodGuard, else WithGuard; methods with
+// neither pass through). A rejection answers the call, without running the
+// handler, with [RejectionStatus] and, when the rejecting policy has a quota,
+// the RateLimit header metadata. An admitted call's outcome is the handler's
+// returned error, classified by WithClassifier (default [Classify]); a
+// handler that panics is a Failure, and the panic goes on.
+//
+// With no key function and no skipper, an admitted call costs no
+// allocation.
+func UnaryServerInterceptor(opts ...Option) (grpc.UnaryServerInterceptor, error) {
+	c, err := build(serverSide, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.unaryServer, nil
+}
+
+func (c *config) unaryServer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if tapsLive.Load() > 0 {
+		if a := tapAdmissionFrom(ctx); a != nil && a.claim() {
+			return c.unaryTapped(ctx, req, info, handler, a)
+		}
+	}
+	return c.serveUnary(ctx, req, info, handler)
+}
+
+func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	rt := c.route(info.FullMethod)
+	if rt == nil {
+		return handler(ctx, req)
+	}
+	ctx, skip, err := c.identify(ctx, info.FullMethod, nil)
+	if err != nil {
+		return nil, err
+	}
+	if skip {
+		return handler(ctx, req)
+	}
+	d, done, err := rt.Guard.Admit(ctx)
+	if err != nil {
+		return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
+	}
+	if c.quotaMD {
+		setQuota(ctx, rt, d, grpc.SetHeader)
+	}
+	return c.runUnary(ctx, req, handler, &done)
+}
+
+func (c *config) runUnary(ctx context.Context, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
+	defer func() {
+		if done.Active() {
+			done.Record(sluice.Failure)
+		}
+	}()
+	resp, err = handler(ctx, req)
+	done.Record(c.outcome(err))
+	return resp, err
+}
+
+// unaryTapped serves a call that a ServerInHandle admitted, whose admission
+// a holds: it ends with the call. When this interceptor's route has another
+// Guard than the tap's, that Guard decides too, as the inner one.
+func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, err error) {
+	defer a.failOnPanic()
+	rt := c.route(info.FullMethod)
+	if rt != nil && rt.Guard != a.guard {
+		var skip bool
+		ctx, skip, err = c.identify(ctx, info.FullMethod, nil)
+		if err != nil {
+			a.record(sluice.Released)
+			return nil, err
+		}
+		if !skip {
+			d, done, err := rt.Guard.Admit(ctx)
+			if err != nil {
+				a.record(sluice.Released)
+				return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
+			}
+			if c.quotaMD {
+				setQuota(ctx, rt, d, grpc.SetHeader)
+			}
+			resp, err = c.runUnary(ctx, req, handler, &done)
+			a.record(c.outcome(err))
+			return resp, err
+		}
+	}
+	resp, err = handler(ctx, req)
+	a.record(c.outcome(err))
+	return resp, err
+}
+
+// identify applies the skipper and the key functions. md is the tap's
+// header metadata, nil in interceptors. It returns ctx with the call's key,
+// whether the call skips the guard, and the error that answers a call
+// without a key when such calls are rejected.
+func (c *config) identify(ctx context.Context, method string, md metadata.MD) (context.Context, bool, error) {
+	if c.skip == nil && c.keyer == nil {
+		return ctx, false, nil
+	}
+	r := getRequest(ctx, method, md)
+	defer putRequest(r)
+	if c.skip != nil && c.skip(r) {
+		return ctx, true, nil
+	}
+	if c.keyer != nil {
+		k, err := c.keyer.Key(r)
+		if err != nil {
+			return ctx, false, errMissingKey
+		}
+		ctx = sluice.WithKey(ctx, k)
+	}
+	return ctx, false, nil
+}
+
+// rejectCall returns the error that answers a rejection, after setting the
+// RateLimit header metadata with set (grpc.SetHeader, a stream's SetHeader)
+// when the rejecting policy has a quota.
+func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) error {
+	if d.Limit >= 0 && d.Policy != "" && set != nil {
+		_ = set(ctx, quotaMetadata(rt, d, retryDelay(d)))
+	}
+	return newRejection(d)
+}
+
+func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
+	if d.Limit >= 0 && d.Policy != "" {
+		_ = set(ctx, quotaMetadata(rt, d, d.Reset))
+	}
+}
+
+// retryDelay is the delay a rejection announces: its RetryAfter, or one
+// second when the policy cannot know it, as the HTTP adapters' Retry-After.
+func retryDelay(d sluice.Decision) time.Duration {
+	if d.RetryAfter > 0 {
+		return d.RetryAfter
+	}
+	return time.Second
+}
+
+// quotaMetadata renders d's quota as the draft RateLimit fields.
+func quotaMetadata(rt *middleware.Route, d sluice.Decision, reset time.Duration) metadata.MD {
+	var buf [128]byte
+	pol := string(middleware.AppendRateLimitPolicy(buf[:0], d.Policy, d.Limit, rt.Window(d.Policy)))
+	lim := string(middleware.AppendRateLimit(buf[:0], d.Policy, d.Remaining, reset))
+	return metadata.MD{MetadataRateLimitPolicy: {pol}, MetadataRateLimit: {lim}}
+}
