@@ -1,0 +1,186 @@
+package adaptive_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+)
+
+func TestBulkheadRejectsOverLimit(t *testing.T) {
+	b, err := adaptive.NewBulkhead(2)
+	require.NoError(t, err)
+	assert.Equal(t, "adaptive/bulkhead", b.Name())
+	ctx := context.Background()
+	d1, t1 := b.Admit(ctx, 0)
+	require.True(t, d1.Allowed)
+	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "adaptive/bulkhead", Limit: 2, Remaining: 1}, d1)
+	d2, t2 := b.Admit(ctx, 0)
+	require.True(t, d2.Allowed)
+	assert.Equal(t, int64(0), d2.Remaining)
+	d3, _ := b.Admit(ctx, 0)
+	require.False(t, d3.Allowed)
+	require.ErrorIs(t, d3.Cause, sluice.ErrConcurrencyLimited)
+	assert.Equal(t, int64(2), d3.Limit)
+	assert.Equal(t, time.Millisecond, d3.RetryAfter, "no latency measured yet: 1 ms")
+
+	b.Done(t1, sluice.Ignored, 0, 0)
+	d4, t4 := b.Admit(ctx, 0)
+	require.True(t, d4.Allowed, "an Ignored outcome frees the slot")
+	b.Done(t2, sluice.Released, 0, 0)
+	b.Done(t4, sluice.Success, 0, 5*ms)
+	assert.Equal(t, adaptive.LimitStats{Limit: 2}, b.Stats())
+}
+
+func TestConcurrencyLimitValidation(t *testing.T) {
+	bad := [][]adaptive.Option{
+		{adaptive.WithAlgorithm(nil)},
+		{adaptive.WithQueue(-1, 0)},
+		{adaptive.WithQueue(1, -time.Second)},
+		{adaptive.WithCPUThreshold(0.5)},
+		{adaptive.WithAlgorithm(adaptive.Gradient{Tolerance: 0.5})},
+		{adaptive.WithAlgorithm(adaptive.Gradient{MinLimit: 10, InitialLimit: 5})},
+		{adaptive.WithAlgorithm(adaptive.Gradient{MaxLimit: 5, MinLimit: 10})},
+		{adaptive.WithAlgorithm(adaptive.Gradient{ProbeEvery: 1})},
+		{adaptive.WithAlgorithm(adaptive.Gradient{Window: -1})},
+		{adaptive.WithAlgorithm(adaptive.AIMD{BackoffRatio: 1})},
+		{adaptive.WithAlgorithm(adaptive.AIMD{Timeout: -1})},
+		{adaptive.WithAlgorithm(adaptive.AIMD{MinSamples: -1})},
+		{adaptive.WithAlgorithm(adaptive.Fixed{})},
+	}
+	for i, opts := range bad {
+		_, err := adaptive.NewConcurrencyLimit(opts...)
+		require.Error(t, err, "case %d", i)
+	}
+	_, err := adaptive.NewBulkhead(0)
+	require.Error(t, err)
+	_, err = adaptive.NewBulkhead(3, adaptive.WithAlgorithm(adaptive.AIMD{}))
+	require.Error(t, err)
+	l, err := adaptive.NewConcurrencyLimit()
+	require.NoError(t, err)
+	assert.Equal(t, int64(20), l.Stats().Limit)
+	assert.Equal(t, "adaptive/concurrency", l.Name())
+}
+
+// TestConcurrencyLimitWindows checks that Done ends a window once it is
+// long enough and has enough samples, and applies the algorithm's answer:
+// AIMD grows after a fast window in use, and backs off after a slow one.
+func TestConcurrencyLimitWindows(t *testing.T) {
+	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{
+		InitialLimit: 10, Window: 100 * ms, MinSamples: 4, Timeout: 50 * ms,
+	}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	// batch admits n requests at once and ends them at at with latency rt.
+	batch := func(at time.Duration, n int, rt time.Duration, o sluice.Outcome) {
+		tks := make([]sluice.Ticket, n)
+		for i := range n {
+			d, tk := l.Admit(ctx, at)
+			require.True(t, d.Allowed, "%+v", d)
+			tks[i] = tk
+		}
+		for _, tk := range tks {
+			l.Done(tk, o, at, rt)
+		}
+	}
+	batch(0, 6, 10*ms, sluice.Success) // window [0, 100ms): 6 in use of 10, fast
+	assert.Equal(t, int64(10), l.Stats().Limit, "the window is not over")
+	batch(50*ms, 6, 10*ms, sluice.Ignored)  // ignored: no samples
+	batch(100*ms, 1, 10*ms, sluice.Success) // ends it: grow
+	assert.Equal(t, int64(11), l.Stats().Limit)
+	assert.Equal(t, 10*ms, l.Stats().AvgRT)
+	batch(150*ms, 6, 60*ms, sluice.Success) // slow
+	batch(200*ms, 1, 10*ms, sluice.Success) // ends it: 11 × 0.9
+	assert.Equal(t, int64(9), l.Stats().Limit)
+	batch(250*ms, 2, 10*ms, sluice.Success) // only 3 samples: the window stays open
+	batch(300*ms, 1, 10*ms, sluice.Success)
+	assert.Equal(t, int64(9), l.Stats().Limit)
+	batch(350*ms, 1, 10*ms, sluice.Failure) // ends [200ms, 350ms): 2 of 9 in use, no growth
+	assert.Equal(t, int64(9), l.Stats().Limit)
+	batch(400*ms, 3, 10*ms, sluice.Success)
+	batch(450*ms, 1, 10*ms, sluice.Success) // ends a window with a failure: 9.9 × 0.9
+	assert.Equal(t, int64(8), l.Stats().Limit)
+}
+
+func TestConcurrencyLimitQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(2, 50*ms))
+		require.NoError(t, err)
+		ctx := context.Background()
+		d, first := b.Admit(ctx, 0)
+		require.True(t, d.Allowed)
+
+		type result struct {
+			d  sluice.Decision
+			tk sluice.Ticket
+			at time.Time
+		}
+		start := time.Now()
+		wait := func(ctx context.Context) chan result {
+			ch := make(chan result, 1)
+			go func() {
+				d, tk := b.Admit(ctx, 0)
+				ch <- result{d, tk, time.Now()}
+			}()
+			synctest.Wait() // queued
+			return ch
+		}
+		w1 := wait(ctx)
+		short, cancel := context.WithTimeout(ctx, 20*ms)
+		defer cancel()
+		w2 := wait(short)
+		assert.Equal(t, int64(2), b.Stats().Waiting)
+		d, _ = b.Admit(ctx, 0)
+		require.ErrorIs(t, d.Cause, sluice.ErrConcurrencyLimited, "queue full")
+
+		// w2's context runs out after 20 ms; it leaves the queue.
+		r2 := <-w2
+		require.False(t, r2.d.Allowed)
+		require.ErrorIs(t, r2.d.Cause, sluice.ErrConcurrencyLimited)
+		assert.Equal(t, 20*ms, r2.at.Sub(start))
+		assert.Equal(t, int64(1), b.Stats().Waiting)
+
+		// The holder ends at 30 ms: w1 gets the slot.
+		time.Sleep(10 * ms)
+		b.Done(first, sluice.Success, 0, 30*ms)
+		r1 := <-w1
+		require.True(t, r1.d.Allowed, "%+v", r1.d)
+		assert.Equal(t, 30*ms, r1.at.Sub(start))
+
+		// A third waiter gives up after the 50 ms maximum wait.
+		w3 := wait(ctx)
+		r3 := <-w3
+		require.False(t, r3.d.Allowed)
+		assert.Equal(t, 80*ms, r3.at.Sub(start))
+
+		// A context already done is rejected without queueing.
+		done, cancelDone := context.WithCancel(ctx)
+		cancelDone()
+		d, _ = b.Admit(done, 0)
+		require.False(t, d.Allowed)
+
+		b.Done(r1.tk, sluice.Success, 0, ms)
+		assert.Equal(t, adaptive.LimitStats{Limit: 1, AvgRT: 0}, adaptive.LimitStats{Limit: b.Stats().Limit, Inflight: b.Stats().Inflight, Waiting: b.Stats().Waiting})
+	})
+}
+
+func TestConcurrencyLimitAllocs(t *testing.T) {
+	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.Gradient{Window: 10 * ms}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Duration(0)
+	allocs := testing.AllocsPerRun(2000, func() {
+		now += 100 * time.Microsecond
+		d, tk := l.Admit(ctx, now)
+		if d.Allowed {
+			l.Done(tk, sluice.Success, now, ms)
+		}
+	})
+	assert.Zero(t, allocs)
+}

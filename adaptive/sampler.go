@@ -1,0 +1,248 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sampler reports the load of the machine or container the process runs in.
+// A Guard reads it on every request, so both methods must be cheap and safe
+// for concurrent use: an atomic load, never a file read.
+type Sampler interface {
+	// CPU returns the smoothed CPU usage as a fraction of the CPU the process
+	// may use: 0 idle, 1 all of it.
+	CPU() float64
+	// Load1 returns the one-minute load average, or 0 where it is unknown.
+	Load1() float64
+}
+
+// ManualSampler is a Sampler that reports what it is told: for tests,
+// examples, and services that measure load themselves. Its zero value
+// reports 0 for both. It is safe for concurrent use.
+type ManualSampler struct {
+	cpu, load atomic.Uint64
+}
+
+// NewManualSampler returns a ManualSampler reporting cpu and load1.
+func NewManualSampler(cpu, load1 float64) *ManualSampler {
+	s := &ManualSampler{}
+	s.SetCPU(cpu)
+	s.SetLoad1(load1)
+	return s
+}
+
+// CPU returns the last value given to SetCPU.
+func (s *ManualSampler) CPU() float64 { return math.Float64frombits(s.cpu.Load()) }
+
+// Load1 returns the last value given to SetLoad1.
+func (s *ManualSampler) Load1() float64 { return math.Float64frombits(s.load.Load()) }
+
+// SetCPU sets the CPU usage reported, as a fraction.
+func (s *ManualSampler) SetCPU(f float64) { s.cpu.Store(math.Float64bits(f)) }
+
+// SetLoad1 sets the one-minute load average reported.
+func (s *ManualSampler) SetLoad1(l float64) { s.load.Store(math.Float64bits(l)) }
+
+// SamplerConfig configures a SystemSampler. The zero value reads the real
+// machine every 250 ms with a decay of 0.8.
+type SamplerConfig struct {
+	// Root is the directory the sampler takes as "/" when it looks for
+	// /sys/fs/cgroup, /proc/stat and /proc/loadavg; default "/". Tests point
+	// it at fixtures.
+	Root string
+	// Interval is the time between two readings; default 250 ms, at least
+	// 10 ms.
+	Interval time.Duration
+	// Decay is the weight the smoothed usage keeps at each reading; the new
+	// reading weighs 1-Decay. Default 0.8, which follows a step change to 90%
+	// in about ten readings (2.5 s at the default interval). It must be in
+	// [0, 1).
+	Decay float64
+}
+
+// SystemSampler reads the CPU usage of the container the process runs in,
+// as a fraction of the CPU it may use: from cgroup v2 (cpu.stat usage_usec
+// against cpu.max), else cgroup v1 (cpuacct.usage against
+// cpu.cfs_quota_us / cpu.cfs_period_us), else the whole machine's /proc/stat.
+// Without a quota, the cores it may use are those of its cpuset, else every
+// online core. It also reads the one-minute load average from /proc/loadavg
+// where that exists.
+//
+// The readings are taken by one goroutine, started by the first Start and
+// stopped when every Start has been matched by a Stop; readers only load an
+// atomic. Guards do the Start and Stop themselves.
+type SystemSampler struct {
+	cfg     SamplerConfig
+	src     cpuSource
+	loadavg string
+
+	cpu, load atomic.Uint64
+
+	mu       sync.Mutex
+	refs     int
+	stop     chan struct{}
+	done     chan struct{}
+	origin   time.Time
+	prevBusy float64
+	prevCap  float64
+	primed   bool
+}
+
+// NewSystemSampler finds the CPU usage source under cfg.Root and takes a
+// first reading. It returns an error when the configuration is invalid or no
+// source is readable, so that a Guard never silently runs without CPU
+// readings. It starts no goroutine.
+func NewSystemSampler(cfg SamplerConfig) (*SystemSampler, error) {
+	if cfg.Root == "" {
+		cfg.Root = "/"
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 250 * time.Millisecond
+	}
+	if cfg.Interval < 10*time.Millisecond {
+		return nil, fmt.Errorf("adaptive: SamplerConfig.Interval %v is shorter than 10ms", cfg.Interval)
+	}
+	if cfg.Decay == 0 {
+		cfg.Decay = 0.8
+	}
+	if math.IsNaN(cfg.Decay) || cfg.Decay < 0 || cfg.Decay >= 1 {
+		return nil, fmt.Errorf("adaptive: SamplerConfig.Decay %v is not in [0, 1)", cfg.Decay)
+	}
+	src, err := detectCPUSource(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	s := &SystemSampler{cfg: cfg, src: src, origin: time.Now()}
+	if p := filepath.Join(cfg.Root, "proc/loadavg"); exists(p) {
+		s.loadavg = p
+	}
+	if err := s.sample(time.Now()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Source names where the CPU usage is read: "cgroup2", "cgroup1" or
+// "procstat".
+func (s *SystemSampler) Source() string { return s.src.kind() }
+
+// CPU returns the smoothed CPU usage as a fraction of the CPU the process may
+// use; 0 until two readings have been taken.
+func (s *SystemSampler) CPU() float64 { return math.Float64frombits(s.cpu.Load()) }
+
+// Load1 returns the one-minute load average at the last reading, or 0 where
+// /proc/loadavg does not exist.
+func (s *SystemSampler) Load1() float64 { return math.Float64frombits(s.load.Load()) }
+
+// sample takes one reading at wall instant at and folds it into the
+// smoothed usage.
+func (s *SystemSampler) sample(at time.Time) error {
+	busy, capacity, wall, err := s.src.read()
+	if err != nil {
+		return fmt.Errorf("adaptive: reading %s: %w", s.src.kind(), err)
+	}
+	if wall {
+		cores := capacity
+		if cores <= 0 {
+			return fmt.Errorf("adaptive: %s allows %v cores", s.src.kind(), cores)
+		}
+		capacity = float64(at.Sub(s.origin)) * cores
+	}
+	var load float64
+	if s.loadavg != "" {
+		if b, err := os.ReadFile(s.loadavg); err == nil {
+			if l, err := parseLoadavg(b); err == nil {
+				load = l
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.load.Store(math.Float64bits(load))
+	if s.primed {
+		dBusy, dCap := busy-s.prevBusy, capacity-s.prevCap
+		if dCap > 0 && dBusy >= 0 {
+			u := min(dBusy/dCap, 1)
+			prev := math.Float64frombits(s.cpu.Load())
+			s.cpu.Store(math.Float64bits(prev*s.cfg.Decay + u*(1-s.cfg.Decay)))
+		}
+	}
+	s.prevBusy, s.prevCap, s.primed = busy, capacity, true
+	return nil
+}
+
+// Start counts one user of the sampler and starts its goroutine if it is
+// not running.
+func (s *SystemSampler) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refs++
+	if s.refs > 1 {
+		return
+	}
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go s.run(s.stop, s.done)
+}
+
+// Stop undoes one Start; the last one stops the goroutine and waits for it
+// to end. A Stop without a matching Start does nothing.
+func (s *SystemSampler) Stop() {
+	s.mu.Lock()
+	if s.refs == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.refs--
+	if s.refs > 0 {
+		s.mu.Unlock()
+		return
+	}
+	stop, done := s.stop, s.done
+	s.stop, s.done = nil, nil
+	s.mu.Unlock()
+	close(stop)
+	<-done
+}
+
+func (s *SystemSampler) run(stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case at := <-t.C:
+			// A failed reading (a file briefly missing) keeps the last value.
+			_ = s.sample(at)
+		}
+	}
+}
+
+var (
+	sharedMu  sync.Mutex
+	shared    *SystemSampler
+	sharedCfg SamplerConfig // tests point it at fixtures
+)
+
+// sharedSampler returns the process-wide SystemSampler, making it on first
+// use. A failure is not remembered: the next call tries again.
+func sharedSampler() (*SystemSampler, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared != nil {
+		return shared, nil
+	}
+	s, err := NewSystemSampler(sharedCfg)
+	if err != nil {
+		return nil, errors.Join(errors.New("adaptive: the process-wide CPU sampler cannot start; pass WithSampler to use another"), err)
+	}
+	shared = s
+	return s, nil
+}
