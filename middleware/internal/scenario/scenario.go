@@ -148,7 +148,7 @@ func All() []Scenario {
 		{
 			Name: "server errors trip the breaker, client errors do not",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
-				b, err := breaker.New("breaker/a", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
+				b, err := breaker.New("a", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
 				if err != nil {
 					return Setup{}, err
 				}
@@ -239,7 +239,7 @@ func All() []Scenario {
 		{
 			Name: "skipped route bypasses an open breaker",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
-				b, err := breaker.New("breaker/all", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(5*time.Second))
+				b, err := breaker.New("all", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(5*time.Second))
 				if err != nil {
 					return Setup{}, err
 				}

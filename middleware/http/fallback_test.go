@@ -1,0 +1,156 @@
+package sluicehttp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// switchable rejects with d while on, and admits otherwise.
+type switchable struct {
+	on bool
+	d  sluice.Decision
+}
+
+func (*switchable) Name() string { return "switch" }
+func (s *switchable) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	if s.on {
+		return s.d, 0
+	}
+	return sluice.Decision{Allowed: true, Policy: "switch", Limit: -1}, 0
+}
+func (*switchable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrCircuitOpen}}
+	g := newGuard(t, clock, sw)
+	cache, err := NewStaleCache(2, time.Minute, 1024)
+	require.NoError(t, err)
+	stale, err := StaleFallback(cache)
+	require.NoError(t, err)
+	n := 0
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		n++
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Set-Cookie", "s=1")
+		_, _ = io.WriteString(w, r.PathValue("id")+"#"+strconv.Itoa(n))
+	})
+	mux.HandleFunc("GET /private", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = io.WriteString(w, "secret")
+	})
+	mux.HandleFunc("GET /big", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(make([]byte, 2048))
+	})
+	mux.HandleFunc("GET /fails", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseCircuitOpen, stale))(mux)
+
+	assert.Equal(t, "1#1", serve(h, http.MethodGet, "/items/1").Body.String())
+	assert.Equal(t, "2#2", serve(h, http.MethodGet, "/items/2").Body.String())
+	assert.Equal(t, "1#3", serve(h, http.MethodGet, "/items/1").Body.String())
+	serve(h, http.MethodGet, "/private")
+	serve(h, http.MethodGet, "/big")
+	serve(h, http.MethodGet, "/fails")
+	assert.Equal(t, 2, cache.Len())
+
+	sw.on = true
+	clock.Advance(42 * time.Second)
+	rec := serve(h, http.MethodGet, "/items/1")
+	assert.Equal(t, 200, rec.Code)
+	assert.Equal(t, "1#3", rec.Body.String())
+	assert.Equal(t, "42", rec.Header().Get("Age"))
+	assert.Equal(t, "text/plain", rec.Header().Get("Content-Type"))
+	assert.Empty(t, rec.Header().Get("Set-Cookie"))
+	assert.Equal(t, "2#2", serve(h, http.MethodGet, "/items/2").Body.String())
+	for _, path := range []string{"/items/3", "/private", "/big", "/fails"} {
+		assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, path).Code, path)
+	}
+	clock.Advance(time.Minute)
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/items/1").Code, "too old")
+	assert.Equal(t, 3, n)
+}
+
+func TestStaleCacheIsBounded(t *testing.T) {
+	c, err := NewStaleCache(3, time.Hour, 10)
+	require.NoError(t, err)
+	for i := range 10 {
+		c.store("k"+strconv.Itoa(i), 200, http.Header{}, []byte("x"), 0)
+	}
+	assert.Equal(t, 3, c.Len())
+	_, _, ok := c.load("k9", 0)
+	assert.True(t, ok)
+	_, _, ok = c.load("k0", 0)
+	assert.False(t, ok)
+}
+
+func TestStaticAndHandlerFallbacks(t *testing.T) {
+	limited := sluice.Decision{Policy: "p", Limit: 1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
+	open := sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
+	static, err := StaticFallback(http.StatusOK, http.Header{"Content-Type": {"text/plain"}}, []byte("cached menu"))
+	require.NoError(t, err)
+	handler, err := HandlerFallback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := RejectionFrom(r)
+		require.True(t, ok)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, "degraded:"+sluice.CauseOf(d.Cause).String())
+	}))
+	require.NoError(t, err)
+
+	for _, tt := range []struct {
+		name   string
+		d      sluice.Decision
+		route  string
+		opts   []Option
+		status int
+		body   string
+	}{
+		{"static for any route and cause", limited, "/a", []Option{WithFallback("", sluice.CauseNone, static)}, 200, "cached menu"},
+		{"cause-specific wins", open, "/a", []Option{WithFallback("", sluice.CauseNone, static), WithFallback("", sluice.CauseCircuitOpen, handler)}, 202, "degraded:circuit-open"},
+		{"route-specific wins", limited, "/a", []Option{WithFallback("", sluice.CauseRateLimited, handler), WithFallback("GET /a", sluice.CauseNone, static)}, 200, "cached menu"},
+		{"other route gets none", limited, "/b", []Option{WithFallback("GET /a", sluice.CauseNone, static)}, 429, ""},
+		{"other cause gets none", limited, "/a", []Option{WithFallback("", sluice.CauseCircuitOpen, static)}, 429, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGuard(t, sluice.NewManualClock(0), rejecter{tt.d})
+			mux := http.NewServeMux()
+			mux.Handle("GET /a", statusHandler(200))
+			mux.Handle("GET /b", statusHandler(200))
+			h := Middleware(append([]Option{WithGuard(g)}, tt.opts...)...)(mux)
+			rec := serve(h, http.MethodGet, tt.route)
+			assert.Equal(t, tt.status, rec.Code)
+			if tt.body != "" {
+				assert.Equal(t, tt.body, rec.Body.String())
+			} else {
+				assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+			}
+		})
+	}
+}
+
+func TestFallbackConstructorsValidate(t *testing.T) {
+	_, err := StaticFallback(99, nil, nil)
+	assert.Error(t, err)
+	_, err = StaticFallback(600, nil, nil)
+	assert.Error(t, err)
+	_, err = HandlerFallback(nil)
+	assert.Error(t, err)
+	_, err = StaleFallback(nil)
+	assert.Error(t, err)
+	for _, args := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 1, 0}} {
+		_, err = NewStaleCache(args[0], time.Duration(args[1])*time.Second, args[2])
+		assert.Error(t, err)
+	}
+}

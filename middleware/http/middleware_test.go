@@ -1,0 +1,254 @@
+package sluicehttp
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/sfv"
+)
+
+func TestRejectionFieldsPerCause(t *testing.T) {
+	tests := []struct {
+		name   string
+		d      sluice.Decision
+		status int
+		retry  int64
+		quota  bool
+	}{
+		{"rate limited", sluice.Decision{Policy: "ratelimit/test", Limit: 100, Remaining: 0, Reset: 50 * time.Second, RetryAfter: 6100 * time.Millisecond, Cause: sluice.ErrRateLimited}, 429, 7, true},
+		{"circuit open", sluice.Decision{Policy: "breaker/x", Limit: -1, RetryAfter: 12 * time.Second, Cause: sluice.ErrCircuitOpen}, 503, 12, false},
+		{"overloaded", sluice.Decision{Policy: "adaptive/x", Limit: -1, RetryAfter: 300 * time.Millisecond, Cause: sluice.ErrOverloaded}, 503, 1, false},
+		{"concurrency limited", sluice.Decision{Policy: "adaptive/c", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrConcurrencyLimited}, 503, 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewManualClock(0)
+			g := newGuard(t, clock, windowed{rejecter{tt.d}, time.Minute})
+			ran := false
+			h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+			rec := serve(h, http.MethodGet, "/x")
+			assert.False(t, ran)
+			assert.Equal(t, tt.status, rec.Code)
+			assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+			ra, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+			require.NoError(t, err)
+			assert.Equal(t, tt.retry, ra)
+
+			var p map[string]any
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+			assert.Equal(t, middleware.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
+			assert.EqualValues(t, tt.status, p["status"])
+			assert.NotContains(t, rec.Body.String(), tt.d.Cause.Error())
+			assert.Equal(t, strconv.Itoa(rec.Body.Len()), rec.Header().Get("Content-Length"))
+
+			if !tt.quota {
+				assert.Empty(t, rec.Header().Get("RateLimit"))
+				return
+			}
+			pol, err := sfv.ParseList(rec.Header().Get("RateLimit-Policy"))
+			require.NoError(t, err)
+			require.Len(t, pol, 1)
+			assert.Equal(t, "ratelimit/test", pol[0].Value)
+			q, _ := pol[0].Int("q")
+			w, _ := pol[0].Int("w")
+			assert.EqualValues(t, 100, q)
+			assert.EqualValues(t, 60, w)
+			rl, err := sfv.ParseList(rec.Header().Get("RateLimit"))
+			require.NoError(t, err)
+			require.Len(t, rl, 1)
+			r, _ := rl[0].Int("r")
+			tp, ok := rl[0].Int("t")
+			require.True(t, ok)
+			assert.EqualValues(t, 0, r)
+			assert.GreaterOrEqual(t, ra, tp)
+		})
+	}
+}
+
+// windowed gives a policy a Window.
+type windowed struct {
+	sluice.Policy
+	w time.Duration
+}
+
+func (p windowed) Window() time.Duration { return p.w }
+
+func TestAdmittedFieldsFromRealLimiter(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	g := newGuard(t, clock, newWindow(t, 3, 10*time.Second))
+	h := Middleware(WithGuard(g), WithLegacyHeaders())(statusHandler(200))
+	for want := int64(2); want >= 0; want-- {
+		rec := serve(h, http.MethodGet, "/")
+		require.Equal(t, 200, rec.Code)
+		rl, err := sfv.ParseList(rec.Header().Get("RateLimit"))
+		require.NoError(t, err)
+		r, _ := rl[0].Int("r")
+		assert.Equal(t, want, r)
+		assert.Equal(t, strconv.FormatInt(want, 10), rec.Header().Get("X-RateLimit-Remaining"))
+		assert.Equal(t, "3", rec.Header().Get("X-RateLimit-Limit"))
+		assert.Equal(t, `"ratelimit/test";q=3;w=10`, rec.Header().Get("RateLimit-Policy"))
+	}
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	ra, _ := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+	rl, err := sfv.ParseList(rec.Header().Get("RateLimit"))
+	require.NoError(t, err)
+	tp, _ := rl[0].Int("t")
+	assert.EqualValues(t, 10, ra)
+	assert.GreaterOrEqual(t, ra, tp)
+}
+
+func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	b := newBreaker(t, 3, time.Minute)
+	g := newGuard(t, clock, b)
+	status := http.StatusNotFound
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	for range 10 {
+		assert.Equal(t, http.StatusNotFound, serve(h, http.MethodGet, "/").Code)
+	}
+	status = http.StatusBadGateway
+	for range 3 {
+		assert.Equal(t, http.StatusBadGateway, serve(h, http.MethodGet, "/").Code)
+	}
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "60", rec.Header().Get("Retry-After"))
+}
+
+func TestClassifierOverride(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.NewManualClock(0), c)
+	h := Middleware(WithGuard(g), WithClassifier(func(status int) sluice.Outcome {
+		if status == http.StatusTooManyRequests {
+			return sluice.Failure
+		}
+		return middleware.ClassifyHTTPStatus(status)
+	}))(statusHandler(http.StatusTooManyRequests))
+	serve(h, http.MethodGet, "/")
+	assert.Equal(t, 1, c.outcomes[sluice.Failure])
+}
+
+func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
+	outer := newCounter()
+	og := newGuard(t, sluice.NewManualClock(0), outer)
+	ig := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "breaker/inner", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
+	// Something between the two that wraps the writer, as logging middleware does.
+	between := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(struct{ unwrapper }{unwrapper{w}}, r)
+		})
+	}
+	h := Middleware(WithGuard(og))(between(Middleware(WithGuard(ig))(statusHandler(200))))
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.outcomes)
+}
+
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+func TestPanicCountsAsFailureAndGoesOn(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.NewManualClock(0), c)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	assert.PanicsWithValue(t, "boom", func() { serve(h, http.MethodGet, "/") })
+	h = Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	assert.Panics(t, func() { serve(h, http.MethodGet, "/") })
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Ignored: 1}, c.outcomes)
+}
+
+func TestSkipperAndUnguardedRoutes(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /guarded", g))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("GET /guarded", statusHandler(200))
+	mux.Handle("GET /open", statusHandler(200))
+	mux.Handle("GET /healthz", statusHandler(200))
+	h := Middleware(WithRoutes(rs), WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(mux)
+	assert.Equal(t, 503, serve(h, http.MethodGet, "/guarded").Code)
+	assert.Equal(t, 200, serve(h, http.MethodGet, "/open").Code)
+	assert.Equal(t, 200, serve(h, http.MethodGet, "/healthz").Code)
+
+	skipAll := Middleware(WithGuard(g), WithSkipper(func(*http.Request) bool { return true }))(statusHandler(200))
+	assert.Equal(t, 200, serve(skipAll, http.MethodGet, "/guarded").Code)
+	none := Middleware()(statusHandler(200))
+	assert.Equal(t, 200, serve(none, http.MethodGet, "/").Code)
+}
+
+func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /items/{id}", g))
+	require.NoError(t, err)
+	mw := Middleware(WithRoutes(rs))
+	mux := http.NewServeMux()
+	mux.Handle("GET /items/{id}", mw(statusHandler(200)))
+	mux.Handle("GET /other", mw(statusHandler(200)))
+	assert.Equal(t, 503, serve(mux, http.MethodGet, "/items/7").Code)
+	assert.Equal(t, 200, serve(mux, http.MethodGet, "/other").Code)
+
+	byFunc := Middleware(WithRoutes(rs), WithRouteFunc(func(r *http.Request) string {
+		if len(r.URL.Path) > 7 && r.URL.Path[:7] == "/items/" {
+			return "GET /items/{id}"
+		}
+		return ""
+	}))(statusHandler(200))
+	assert.Equal(t, 503, serve(byFunc, http.MethodGet, "/items/9").Code)
+	assert.Equal(t, 200, serve(byFunc, http.MethodGet, "/x").Code)
+}
+
+func TestMissingKeyIsRejected(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.NewManualClock(0), c)
+	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Api-Key"))
+	require.NoError(t, err)
+	var gotKey string
+	h := Middleware(WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotKey, _ = sluice.KeyFrom(r.Context())
+	}))
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, http.StatusBadRequest, rec.Code)
+	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+	assert.Empty(t, c.outcomes)
+
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("X-Api-Key", "tenant-1")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, 200, rec.Code)
+	assert.Equal(t, "tenant-1", gotKey)
+}
+
+func TestDenyHandler(t *testing.T) {
+	d := sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
+	g := newGuard(t, sluice.NewManualClock(0), rejecter{d})
+	var seen sluice.Decision
+	h := Middleware(WithGuard(g), WithDenyHandler(func(w http.ResponseWriter, r *http.Request, got sluice.Decision) {
+		seen = got
+		fromCtx, ok := RejectionFrom(r)
+		assert.True(t, ok)
+		assert.Equal(t, got, fromCtx)
+		w.WriteHeader(http.StatusTeapot)
+	}))(statusHandler(200))
+	assert.Equal(t, http.StatusTeapot, serve(h, http.MethodGet, "/").Code)
+	assert.True(t, errors.Is(seen.Cause, sluice.ErrOverloaded))
+}
+
+func TestHeadRejectionHasNoBody(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	rec := serve(Middleware(WithGuard(g))(statusHandler(200)), http.MethodHead, "/")
+	assert.Equal(t, 503, rec.Code)
+	assert.Zero(t, rec.Body.Len())
+}

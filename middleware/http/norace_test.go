@@ -1,0 +1,5 @@
+//go:build !race
+
+package sluicehttp
+
+const raceEnabled = false

@@ -1,0 +1,70 @@
+package sluicehttp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/scenario"
+)
+
+// httpTarget serves the shared scenarios through Middleware wrapping an
+// http.ServeMux with one route per scenario route name.
+func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Result {
+	rs, err := s.Routes(func(name string) string { return "GET /" + name })
+	require.NoError(t, err)
+	skip := map[string]bool{}
+	for _, n := range s.Skip {
+		skip["/"+n] = true
+	}
+	var ran bool
+	var next scenario.Handler
+	mux := http.NewServeMux()
+	for _, name := range []string{"a", "b", "health"} {
+		mux.HandleFunc("GET /"+name, func(w http.ResponseWriter, _ *http.Request) {
+			ran = true
+			switch next {
+			case scenario.ClientError:
+				w.WriteHeader(http.StatusBadRequest)
+			case scenario.ServerError:
+				w.WriteHeader(http.StatusInternalServerError)
+			default:
+				w.WriteHeader(http.StatusOK)
+			}
+		})
+	}
+	h := Middleware(WithRoutes(rs), WithKeyer(s.Keyer),
+		WithSkipper(func(r *http.Request) bool { return skip[r.URL.Path] }))(mux)
+	return func(st scenario.Step) scenario.Result {
+		ran, next = false, st.Handler
+		req := httptest.NewRequest(http.MethodGet, "/"+st.Route, nil)
+		req.RemoteAddr = st.Peer
+		for k, v := range st.Header {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		res := scenario.Result{Ran: ran}
+		switch rec.Code {
+		case http.StatusTooManyRequests:
+			res.Cause = sluice.CauseRateLimited
+		case http.StatusServiceUnavailable:
+			if !ran {
+				res.Cause = sluice.CauseCircuitOpen
+			}
+		case http.StatusBadRequest:
+			res.MissingKey = !ran
+		}
+		if res.Cause != sluice.CauseNone {
+			res.RetryAfter, err = strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+			require.NoError(t, err)
+		}
+		return res
+	}
+}
+
+func TestScenarios(t *testing.T) { scenario.Run(t, httpTarget) }

@@ -1,0 +1,234 @@
+package sluicehttp
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+// fakeDependency answers every call with the status and header it is set to.
+type fakeDependency struct {
+	status int
+	header http.Header
+	calls  atomic.Int32
+	err    error
+}
+
+func (f *fakeDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	f.calls.Add(1)
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	h := f.header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	return &http.Response{StatusCode: f.status, Header: h, Body: io.NopCloser(strings.NewReader("payload")), Request: r}, nil
+}
+
+// trackedBody records whether it was closed.
+type trackedBody struct {
+	io.Reader
+	closed bool
+}
+
+func (b *trackedBody) Close() error { b.closed = true; return nil }
+
+func newTransport(t *testing.T, dep http.RoundTripper, clock sluice.Clock, opts ...TransportOption) (*RoundTripper, map[string]*breaker.Breaker) {
+	t.Helper()
+	breakers := map[string]*breaker.Breaker{}
+	rt, err := Transport(dep, func(host string) (*sluice.Guard, error) {
+		if host == "unguarded.test" {
+			return nil, nil
+		}
+		if host == "broken.test" {
+			return nil, errors.New("no config")
+		}
+		b, err := breaker.New(host, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(10*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		breakers[host] = b
+		return sluice.New(sluice.With(b), sluice.WithClock(clock))
+	}, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt, breakers
+}
+
+func get(t *testing.T, rt http.RoundTripper, url string, body io.ReadCloser) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	require.NoError(t, err)
+	req.Body = body
+	return rt.RoundTrip(req)
+}
+
+func TestTransportBreakerPerHostByStatus(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: http.StatusNotFound}
+	rt, _ := newTransport(t, dep, clock)
+	for range 5 {
+		resp, err := get(t, rt, "http://a.test/x", nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+	}
+	dep.status = http.StatusInternalServerError
+	for range 2 {
+		resp, err := get(t, rt, "http://a.test/x", nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	calls := dep.calls.Load()
+	body := &trackedBody{Reader: strings.NewReader("request")}
+	resp, err := get(t, rt, "http://a.test/x", body)
+	assert.Nil(t, resp)
+	var rej *sluice.RejectedError
+	require.ErrorAs(t, err, &rej)
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	assert.Equal(t, 10*time.Second, rej.RetryAfter())
+	assert.True(t, body.closed, "a rejected call's request body is closed")
+	assert.Equal(t, calls, dep.calls.Load(), "a rejected call is not sent")
+
+	dep.status = http.StatusOK
+	resp, err = get(t, rt, "http://b.test/x", nil)
+	require.NoError(t, err, "another host has its own breaker")
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, 2, rt.Hosts())
+}
+
+func TestTransportOutcomeWaitsForTheBody(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: http.StatusBadGateway}
+	rt, breakers := newTransport(t, dep, clock)
+	r1, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err)
+	r2, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err)
+	assert.Equal(t, breaker.StateClosed, breakers["a.test"].State(), "nothing counted before the bodies end")
+	_, _ = io.ReadAll(r1.Body)
+	require.NoError(t, r2.Body.Close())
+	require.NoError(t, r1.Body.Close())
+	assert.Equal(t, breaker.StateOpen, breakers["a.test"].State())
+}
+
+func TestTransportHonoursRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		status int
+		value  string
+		want   time.Duration
+	}{
+		{"seconds on 503", http.StatusServiceUnavailable, "120", 120 * time.Second},
+		{"seconds on 429", http.StatusTooManyRequests, "30", 30 * time.Second},
+		{"capped", http.StatusTooManyRequests, "999999", 5 * time.Minute},
+		{"http date", http.StatusServiceUnavailable, "Sun, 22 Nov 2026 05:01:40 GMT", 100 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewManualClock(time.Hour)
+			dep := &fakeDependency{status: tt.status, header: http.Header{"Retry-After": {tt.value}}}
+			rt, _ := newTransport(t, dep, clock, WithMaxRetryAfter(5*time.Minute))
+			rt.cfg.wallNow = func() time.Time { return time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC) }
+			resp, err := get(t, rt, "http://a.test/", nil)
+			require.NoError(t, err)
+			assert.Equal(t, tt.status, resp.StatusCode, "the dependency's answer is returned")
+			require.NoError(t, resp.Body.Close())
+			_, err = get(t, rt, "http://a.test/", nil)
+			var rej *sluice.RejectedError
+			require.ErrorAs(t, err, &rej)
+			assert.Equal(t, tt.want, rej.RetryAfter())
+		})
+	}
+}
+
+func TestTransportIgnoresUselessRetryAfter(t *testing.T) {
+	for _, v := range []string{"", "0", "-5", "soon", "Sun, 22 Nov 2026 04:00:00 GMT"} {
+		clock := sluice.NewManualClock(0)
+		dep := &fakeDependency{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {v}}}
+		rt, breakers := newTransport(t, dep, clock)
+		rt.cfg.wallNow = func() time.Time { return time.Date(2026, 11, 22, 5, 0, 0, 0, time.UTC) }
+		for range 3 {
+			resp, err := get(t, rt, "http://a.test/", nil)
+			require.NoError(t, err, v)
+			require.NoError(t, resp.Body.Close())
+		}
+		assert.Equal(t, breaker.StateClosed, breakers["a.test"].State(), v)
+	}
+}
+
+func TestTransportErrorsAndUnguardedHosts(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: 200}
+	rt, breakers := newTransport(t, dep, clock)
+
+	body := &trackedBody{Reader: strings.NewReader("x")}
+	_, err := get(t, rt, "http://broken.test/", body)
+	assert.ErrorContains(t, err, "no config")
+	assert.True(t, body.closed)
+	assert.Zero(t, dep.calls.Load())
+
+	resp, err := get(t, rt, "http://unguarded.test/", nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+
+	dep.err = errors.New("connection refused")
+	for range 2 {
+		_, err = get(t, rt, "http://a.test/", nil)
+		assert.ErrorContains(t, err, "refused")
+	}
+	assert.Equal(t, breaker.StateOpen, breakers["a.test"].State())
+}
+
+func TestTransportBoundsHosts(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	rt, _ := newTransport(t, &fakeDependency{status: 200}, clock, WithMaxHosts(2))
+	for _, h := range []string{"a.test", "b.test", "c.test", "a.test"} {
+		resp, err := get(t, rt, "http://"+h+"/", nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	assert.Equal(t, 2, rt.Hosts())
+}
+
+func TestTransportValidates(t *testing.T) {
+	_, err := Transport(nil, nil)
+	assert.Error(t, err)
+	f := func(string) (*sluice.Guard, error) { return nil, nil }
+	for _, o := range []TransportOption{WithMaxHosts(0), WithHostFunc(nil), WithResponseClassifier(nil), WithMaxRetryAfter(0)} {
+		_, err = Transport(nil, f, o)
+		assert.Error(t, err)
+	}
+}
+
+func TestTransportWithClient(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	rt, _ := newTransport(t, &fakeDependency{status: 200}, clock,
+		WithHostFunc(func(r *http.Request) string { return "svc:" + r.URL.Hostname() }),
+		WithResponseClassifier(func(resp *http.Response, err error) sluice.Outcome {
+			if err != nil || resp.StatusCode != 200 {
+				return sluice.Failure
+			}
+			return sluice.Success
+		}))
+	client := &http.Client{Transport: rt}
+	resp, err := client.Get("http://a.test/")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, "payload", string(b))
+	assert.Equal(t, 1, rt.Hosts())
+}

@@ -1,0 +1,169 @@
+package sluicehttp
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+func TestHijackedConnectionWorksThroughMiddleware(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.SystemClock, c)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, err.Error(), 500)
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		line, _ := brw.ReadString('\n')
+		_, _ = brw.WriteString("echo:" + line)
+		_ = brw.Flush()
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	_, err = io.WriteString(conn, "hello\n")
+	require.NoError(t, err)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "echo:hello\n", line)
+}
+
+func TestHijackerInterfaceKept(t *testing.T) {
+	g := newGuard(t, sluice.SystemClock, newCounter())
+	var isHijacker, isFlusher, isReaderFrom bool
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, isHijacker = w.(http.Hijacker)
+		_, isFlusher = w.(http.Flusher)
+		_, isReaderFrom = w.(io.ReaderFrom)
+	}))
+	serve(h, http.MethodGet, "/")
+	assert.True(t, isHijacker)
+	assert.True(t, isFlusher)
+	assert.True(t, isReaderFrom)
+}
+
+func TestFlushedStreamReachesClientBeforeHandlerEnds(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.SystemClock, c)
+	release := make(chan struct{})
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		<-release
+		_, _ = io.WriteString(w, "second\n")
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "first\n", line)
+	close(release)
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err)
+	assert.Equal(t, "second\n", string(rest))
+}
+
+func TestResponseControllerReachesServerWriter(t *testing.T) {
+	g := newGuard(t, sluice.SystemClock, newCounter())
+	errc := make(chan error, 1)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		rc := http.NewResponseController(w)
+		errc <- rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		_ = rc.Flush()
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.NoError(t, <-errc)
+}
+
+func TestReadFromRecordsStatus(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.SystemClock, c)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.(io.ReaderFrom).ReadFrom(strings.NewReader("payload"))
+	}))
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, "payload", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+
+	// Over a real connection the server's writer has its own ReadFrom.
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, "payload", string(body))
+}
+
+func TestInformationalStatusIsNotFinal(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.SystemClock, c)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	serve(h, http.MethodGet, "/")
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.outcomes)
+}
+
+func TestHotPathAllocations(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	g := newGuard(t, clock, newWindow(t, 1<<30, time.Hour), newBreaker(t, 5, time.Minute))
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &nopWriter{h: http.Header{}}
+	// The race detector makes sync.Pool drop a share of what it is given.
+	slack := 0.0
+	if raceEnabled {
+		slack = 1
+	}
+	allocs := testing.AllocsPerRun(200, func() { h.ServeHTTP(w, req) })
+	assert.LessOrEqual(t, allocs, 1.0+slack)
+
+	quiet := Middleware(WithGuard(g), WithRenderer(middlewareQuiet()))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	allocs = testing.AllocsPerRun(200, func() { quiet.ServeHTTP(w, req) })
+	assert.LessOrEqual(t, allocs, slack)
+}
+
+// nopWriter is a ResponseWriter that keeps nothing, so that allocation
+// counts see only the middleware's.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
