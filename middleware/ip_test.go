@@ -30,7 +30,7 @@ func TestClientIP(t *testing.T) {
 			want: "203.0.113.9", ok: true,
 		},
 		{
-			name: "XFF without trusted proxies configured ignored",
+			name:   "XFF without trusted proxies configured ignored",
 			remote: "10.0.0.1:5000", header: http.Header{"X-Forwarded-For": {"1.2.3.4"}},
 			want: "10.0.0.1", ok: true,
 		},
@@ -67,19 +67,19 @@ func TestClientIP(t *testing.T) {
 			name: "Forwarded skips trusted hops", opts: trusted,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, For="10.9.9.9:80"`}},
-			want: "198.51.100.7", ok: true,
+			want:   "198.51.100.7", ok: true,
 		},
 		{
 			name: "Forwarded unknown node stops", opts: trusted,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, for=unknown`}},
-			want: "10.0.0.1", ok: true,
+			want:   "10.0.0.1", ok: true,
 		},
 		{
 			name: "Forwarded quoted comma", opts: trusted,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7;ext="a,b"`}},
-			want: "198.51.100.7", ok: true,
+			want:   "198.51.100.7", ok: true,
 		},
 		{
 			name: "X-Real-IP from trusted peer", opts: trusted,

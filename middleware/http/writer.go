@@ -130,4 +130,3 @@ func markRejected(w http.ResponseWriter) {
 		w = u.Unwrap()
 	}
 }
-
