@@ -1,0 +1,144 @@
+package breaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+// A breaker on its own: Execute runs the call and counts its outcome.
+func ExampleBreaker_Execute() {
+	clk := sluice.NewManualClock(0)
+	b, err := breaker.New("payments",
+		breaker.WithClock(clk),
+		breaker.WithConsecutiveFailures(3),
+		breaker.WithOpenDuration(10*time.Second),
+		breaker.OnStateChange(func(name string, from, to breaker.State) {
+			fmt.Printf("%s: %v -> %v\n", name, from, to)
+		}),
+	)
+	if err != nil {
+		panic(err)
+	}
+	down := errors.New("connection refused")
+	for range 3 {
+		_ = b.Execute(func() error { return down })
+	}
+	err = b.Execute(func() error { return nil })
+	var rej *sluice.RejectedError
+	if errors.As(err, &rej) {
+		fmt.Println("rejected:", errors.Is(err, sluice.ErrCircuitOpen), "retry after", rej.RetryAfter())
+	}
+	clk.Advance(10 * time.Second)
+	fmt.Println("probe:", b.Execute(func() error { return nil }))
+	// Output:
+	// breaker/payments: closed -> open
+	// rejected: true retry after 10s
+	// breaker/payments: open -> half-open
+	// breaker/payments: half-open -> closed
+	// probe: <nil>
+}
+
+// A breaker in a Guard's chain: the Guard hands it the time and classifies
+// errors; a Guard observer hears its state changes.
+func ExampleNew_guard() {
+	clk := sluice.NewManualClock(0)
+	b, _ := breaker.New("search",
+		breaker.WithErrorRatio(0.5, 4),
+		breaker.WithCountWindow(10),
+		breaker.WithBackoff(time.Second, 8*time.Second),
+	)
+	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clk),
+		sluice.OnStateChange(func(c sluice.StateChange) { fmt.Println(c.Policy, c.From, "->", c.To) }))
+	defer g.Close()
+	ctx := context.Background()
+	for i := range 4 {
+		_ = g.Do(ctx, func(context.Context) error {
+			if i%2 == 0 {
+				return errors.New("timeout")
+			}
+			return nil
+		})
+	}
+	c := b.Counts()
+	fmt.Println(b.State(), c.Requests, c.Failures)
+	// Output:
+	// breaker/search closed -> open
+	// open 4 2
+}
+
+// The standalone two-step form, for code outside a Guard.
+func ExampleBreaker_Allow() {
+	b, _ := breaker.New("inventory")
+	permit, err := b.Allow()
+	if err != nil {
+		fmt.Println("rejected:", err)
+		return
+	}
+	permit.Finish(nil) // report the call's error, exactly once
+	fmt.Println(b.Counts().Successes)
+	// Output:
+	// 1
+}
+
+// Adaptive throttling rejects a share of the calls that grows as the
+// dependency accepts fewer of them.
+func ExampleNewAdaptive() {
+	draw := 0.99 // fixed draws, for the example
+	a, _ := breaker.NewAdaptive("backend",
+		breaker.WithMultiplier(2),
+		breaker.WithRandom(func() float64 { return draw }),
+	)
+	ctx := context.Background()
+	for i := range 10 {
+		_, t := a.Admit(ctx, 0)
+		o := sluice.Failure
+		if i < 2 {
+			o = sluice.Success
+		}
+		a.Done(t, o, 0, 0)
+	}
+	fmt.Printf("p = %.3f\n", a.RejectProbability(0)) // (10 − 2·2)/(10+1)
+	draw = 0.3
+	d, _ := a.Admit(ctx, 0)
+	fmt.Println(d.Allowed, d.Cause)
+	// Output:
+	// p = 0.545
+	// false sluice: circuit open
+}
+
+// A Group keeps one breaker per resource.
+func ExampleGroup() {
+	g, _ := breaker.NewGroup("hosts", breaker.WithConsecutiveFailures(1))
+	for _, host := range []string{"a.example", "b.example"} {
+		ctx := sluice.WithResource(context.Background(), host)
+		_, t := g.Admit(ctx, 0)
+		o := sluice.Success
+		if host == "a.example" {
+			o = sluice.Failure
+		}
+		g.Done(t, o, 0, 0)
+	}
+	a, _ := g.Get("a.example")
+	b, _ := g.Get("b.example")
+	fmt.Println(a.Name(), a.State())
+	fmt.Println(b.Name(), b.State())
+	// Output:
+	// breaker/hosts/a.example open
+	// breaker/hosts/b.example closed
+}
+
+// OpenFor honours a dependency's Retry-After.
+func ExampleBreaker_OpenFor() {
+	b, _ := breaker.New("api")
+	now := 5 * time.Second
+	b.OpenFor(now, 30*time.Second) // the dependency answered 503, Retry-After: 30
+	d, _ := b.Admit(context.Background(), now+10*time.Second)
+	fmt.Println(d.Allowed, d.RetryAfter)
+	// Output:
+	// false 20s
+}

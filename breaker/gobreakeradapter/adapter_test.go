@@ -1,0 +1,161 @@
+package gobreakeradapter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker/gobreakeradapter"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func consecutive(n uint32) func(gobreaker.Counts) bool {
+	return func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n }
+}
+
+func TestConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New: func(t *testing.T) sluice.Policy {
+			p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+				Name: "conf", MaxRequests: 2, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
+			})
+			require.NoError(t, err)
+			return p
+		},
+		Causes: []error{sluice.ErrCircuitOpen},
+	})
+}
+
+func TestRejectionsAndRetryAfter(t *testing.T) {
+	var heard []string
+	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+		Name: "pay", Timeout: time.Hour, ReadyToTrip: consecutive(2),
+		OnStateChange: func(name string, from, to gobreaker.State) { heard = append(heard, name+" "+to.String()) },
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "breaker/pay", p.Name())
+	var changes []sluice.StateChange
+	g, err := sluice.New(sluice.With(p), sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c) }))
+	require.NoError(t, err)
+	defer g.Close()
+	ctx := context.Background()
+	boom := errors.New("boom")
+	for range 5 {
+		require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return context.Canceled }), context.Canceled)
+	}
+	assert.Equal(t, gobreaker.StateClosed, p.Breaker().State(), "ignored calls are excluded")
+	assert.Zero(t, p.Breaker().Counts().TotalFailures)
+	for range 2 {
+		require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return boom }), boom)
+	}
+	assert.Equal(t, gobreaker.StateOpen, p.Breaker().State())
+	err = g.Do(ctx, func(context.Context) error { return nil })
+	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	var rej *sluice.RejectedError
+	require.ErrorAs(t, err, &rej)
+	assert.Greater(t, rej.RetryAfter(), 59*time.Minute)
+	assert.LessOrEqual(t, rej.RetryAfter(), time.Hour)
+	assert.Equal(t, []string{"pay open"}, heard)
+	require.Len(t, changes, 1)
+	assert.Equal(t, "breaker/pay", changes[0].Policy)
+	assert.Equal(t, [2]string{"closed", "open"}, [2]string{changes[0].From, changes[0].To})
+}
+
+func TestReleasedProbeFreesItsSlot(t *testing.T) {
+	// gobreaker reads the wall clock: the bubble's fake time moves it.
+	synctest.Test(t, releasedProbe)
+}
+
+func releasedProbe(t *testing.T) {
+	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+		MaxRequests: 1, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	d, tk := p.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	p.Done(tk, sluice.Failure, 0, 0)
+	time.Sleep(2 * time.Millisecond)
+	require.Equal(t, gobreaker.StateHalfOpen, p.Breaker().State())
+	d, tk = p.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	d2, _ := p.Admit(ctx, 0)
+	assert.False(t, d2.Allowed, "one probe only")
+	assert.Positive(t, d2.RetryAfter)
+	p.Done(tk, sluice.Released, 0, 0)
+	d, tk = p.Admit(ctx, 0)
+	require.True(t, d.Allowed, "the released probe's slot is free again")
+	p.Done(tk, sluice.Success, 0, 0)
+	assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())
+}
+
+func TestNewWrapsAnExistingBreaker(t *testing.T) {
+	cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+		Name: "legacy", Timeout: time.Minute, ReadyToTrip: consecutive(1),
+		IsExcluded: gobreakeradapter.IsExcluded(nil),
+	})
+	p, err := gobreakeradapter.New(cb, gobreakeradapter.WithTimeout(time.Minute))
+	require.NoError(t, err)
+	ctx := context.Background()
+	d, tk := p.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	p.Done(tk, sluice.Ignored, 0, 0)
+	assert.Equal(t, gobreaker.StateClosed, cb.State())
+	d, tk = p.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	p.Done(tk, sluice.Failure, 0, 0)
+	p.Done(tk, sluice.Failure, 0, 0) // a second Done for one ticket is ignored
+	d, _ = p.Admit(ctx, 0)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, time.Minute, d.RetryAfter)
+
+	unknown, err := gobreakeradapter.New(cb)
+	require.NoError(t, err)
+	d, _ = unknown.Admit(ctx, 0)
+	assert.Zero(t, d.RetryAfter, "unknown without WithTimeout")
+
+	_, err = gobreakeradapter.New(nil)
+	assert.Error(t, err)
+	_, err = gobreakeradapter.New(cb, gobreakeradapter.WithTimeout(0))
+	assert.Error(t, err)
+	_, err = gobreakeradapter.NewFromSettings(gobreaker.Settings{Timeout: -1})
+	assert.Error(t, err)
+}
+
+func TestIsExcluded(t *testing.T) {
+	other := errors.New("other")
+	f := gobreakeradapter.IsExcluded(func(err error) bool { return errors.Is(err, other) })
+	assert.True(t, f(gobreakeradapter.ErrExcluded))
+	assert.True(t, f(fmt.Errorf("wrapped: %w", other)))
+	assert.False(t, f(errors.New("x")))
+	assert.False(t, gobreakeradapter.IsExcluded(nil)(nil))
+}
+
+// A team's tuned gobreaker settings, behind a Guard.
+func ExampleNewFromSettings() {
+	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+		Name:        "payments",
+		MaxRequests: 3,
+		Timeout:     30 * time.Second,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 2 },
+	})
+	if err != nil {
+		panic(err)
+	}
+	g, _ := sluice.New(sluice.With(p))
+	defer g.Close()
+	for range 3 {
+		err = g.Do(context.Background(), func(context.Context) error { return errors.New("down") })
+	}
+	fmt.Println(errors.Is(err, sluice.ErrCircuitOpen), p.Breaker().State())
+	// Output:
+	// true open
+}
