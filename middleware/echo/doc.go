@@ -1,0 +1,11 @@
+// Package sluiceecho serves sluice Guards as Echo middleware.
+//
+// [Middleware] runs each request through the Guard its route maps to in a
+// middleware.Routes table keyed by Echo's route path (c.Path(): "/items/:id").
+// It answers exactly as the net/http adapter does: admitted requests get the
+// IETF draft RateLimit fields of their Decision; rejected ones get 429 or 503
+// with Retry-After and an RFC 9457 problem body, unless a deny handler
+// answers. The outcome is classified from the final status, including an
+// error the handler returns (an *echo.HTTPError's code, 500 for any other
+// error) that Echo's error handler renders later.
+package sluiceecho

@@ -1,0 +1,248 @@
+package sluiceecho
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// Option configures Middleware. A nil argument to an option leaves its
+// default in place.
+type Option func(*config)
+
+type config struct {
+	routes   *middleware.Routes
+	keyer    *middleware.Keyer
+	skip     echomw.Skipper
+	deny     func(c echo.Context, d sluice.Decision) error
+	classify middleware.StatusClassifier
+	render   middleware.Renderer
+}
+
+// WithRoutes guards requests with the Guard their route path (c.Path())
+// maps to in rs. Without it (and without WithGuard) every request passes
+// through.
+func WithRoutes(rs *middleware.Routes) Option {
+	return func(c *config) {
+		if rs != nil {
+			c.routes = rs
+		}
+	}
+}
+
+// WithGuard guards every request with g: shorthand for WithRoutes with g as
+// the only, default, route.
+func WithGuard(g *sluice.Guard) Option {
+	return func(c *config) {
+		if g == nil {
+			return
+		}
+		if rs, err := middleware.NewRoutes(middleware.DefaultRoute(g)); err == nil {
+			c.routes = rs
+		}
+	}
+}
+
+// WithKeyer puts the key k finds for each request in its context
+// (sluice.WithKey), with the route path as its resource, for the keyed
+// policies of the Guard. A request without a key is handled as k's
+// MissingKey says: rejected with 400 Bad Request, or put in a shared bucket.
+// Default: no key.
+func WithKeyer(k *middleware.Keyer) Option {
+	return func(c *config) {
+		if k != nil {
+			c.keyer = k
+		}
+	}
+}
+
+// WithSkipper lets the requests for which s reports true bypass the guard.
+// Default: echo's DefaultSkipper (none bypass it).
+func WithSkipper(s echomw.Skipper) Option {
+	return func(c *config) {
+		if s != nil {
+			c.skip = s
+		}
+	}
+}
+
+// WithDenyHandler answers rejections with fn instead of the default problem
+// response; what fn returns is returned to Echo.
+func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.deny = fn
+		}
+	}
+}
+
+// WithClassifier decides from the final status what a response says about
+// the handler's health. Default: middleware.ClassifyHTTPStatus (5xx Failure,
+// 4xx Ignored).
+func WithClassifier(fn middleware.StatusClassifier) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.classify = fn
+		}
+	}
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset to the IETF draft fields. Default: off.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.render.Legacy = true }
+}
+
+// WithRenderer replaces the whole rendering configuration. Default: the zero
+// middleware.Renderer.
+func WithRenderer(r middleware.Renderer) Option {
+	return func(c *config) { c.render = r }
+}
+
+// rejectedKey marks, in the echo.Context, a request that a sluice
+// middleware rejected, so that an outer one does not count the answer as a
+// failure.
+const rejectedKey = "sluice.rejected"
+
+// Middleware returns Echo middleware that runs each request through the
+// Guard of its route path.
+func Middleware(opts ...Option) echo.MiddlewareFunc {
+	cfg := config{skip: echomw.DefaultSkipper, classify: middleware.ClassifyHTTPStatus}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	needPattern := cfg.routes.NeedsPattern()
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if cfg.skip(c) {
+				return next(c)
+			}
+			var rt *middleware.Route
+			if needPattern {
+				rt = cfg.routes.Match(c.Path())
+			} else {
+				rt = cfg.routes.Default()
+			}
+			if rt == nil {
+				return next(c)
+			}
+			if cfg.keyer != nil {
+				key, err := cfg.keyer.Key(&request{c: c})
+				if err != nil {
+					return cfg.missingKey(c)
+				}
+				ctx := sluice.WithKey(c.Request().Context(), key)
+				if p := c.Path(); p != "" {
+					ctx = sluice.WithResource(ctx, p)
+				}
+				c.SetRequest(c.Request().WithContext(ctx))
+			}
+			d, done, err := rt.Guard.Admit(c.Request().Context())
+			if err != nil {
+				return cfg.rejected(c, rt, d)
+			}
+			cfg.render.Admitted(c.Response().Header(), rt, d)
+			defer cfg.failOnPanic(&done)
+			err = next(c)
+			o := sluice.Ignored
+			if c.Get(rejectedKey) == nil {
+				o = cfg.classify(statusOf(c, err))
+			}
+			done.Record(o)
+			return err
+		}
+	}
+}
+
+func (cfg *config) failOnPanic(done *sluice.Done) {
+	if done.Active() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				done.Record(sluice.Ignored)
+			} else {
+				done.Record(sluice.Failure)
+			}
+			panic(p)
+		}
+	}
+}
+
+// statusOf returns the status the client gets: the one written when the
+// response is committed, else the code of the *echo.HTTPError the handler
+// returned, 500 for any other error, and 200 when there was none.
+func statusOf(c echo.Context, err error) int {
+	res := c.Response()
+	if res.Committed {
+		return res.Status
+	}
+	if err == nil {
+		return http.StatusOK
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		return he.Code
+	}
+	return http.StatusInternalServerError
+}
+
+func (cfg *config) rejected(c echo.Context, rt *middleware.Route, d sluice.Decision) error {
+	c.Set(rejectedKey, true)
+	if cfg.deny != nil {
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
+		return cfg.deny(c, d)
+	}
+	status := cfg.render.Rejected(c.Response().Header(), rt, d)
+	return writeProblem(c, status, cfg.render.AppendProblem(make([]byte, 0, 256), d))
+}
+
+func (cfg *config) missingKey(c echo.Context) error {
+	c.Set(rejectedKey, true)
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, middleware.ProblemContentType)
+	h.Set(echo.HeaderCacheControl, "no-store")
+	return writeProblem(c, http.StatusBadRequest, cfg.render.AppendMissingKeyProblem(make([]byte, 0, 256)))
+}
+
+func writeProblem(c echo.Context, status int, body []byte) error {
+	res := c.Response()
+	res.Header().Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
+	res.WriteHeader(status)
+	if c.Request().Method == http.MethodHead {
+		return nil
+	}
+	_, err := res.Write(body)
+	return err
+}
+
+type rejectionKey struct{}
+
+// RejectionFrom returns the Decision that rejected the request, for deny
+// handlers, and false when it was not rejected.
+func RejectionFrom(c echo.Context) (sluice.Decision, bool) {
+	d, ok := c.Request().Context().Value(rejectionKey{}).(sluice.Decision)
+	return d, ok
+}
+
+// request shows an echo.Context as a middleware.Request.
+type request struct{ c echo.Context }
+
+func (q *request) Context() context.Context    { return q.c.Request().Context() }
+func (q *request) Route() string               { return q.c.Path() }
+func (q *request) RemoteAddr() string          { return q.c.Request().RemoteAddr }
+func (q *request) Header(name string) []string { return q.c.Request().Header.Values(name) }
+func (q *request) Cookie(name string) (string, bool) {
+	ck, err := q.c.Cookie(name)
+	if err != nil {
+		return "", false
+	}
+	return ck.Value, true
+}
