@@ -58,7 +58,6 @@ type waiter struct {
 	granted bool
 }
 
-
 // NewConcurrencyLimit returns a ConcurrencyLimit whose limit is learned by
 // the Algorithm set WithAlgorithm (default Gradient{}). Its name defaults to
 // "adaptive/concurrency".
