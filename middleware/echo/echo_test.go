@@ -1,0 +1,333 @@
+package sluiceecho
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/scenario"
+	"github.com/sluice-go/sluice/middleware/internal/sfv"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type rejecter struct{ d sluice.Decision }
+
+func (p rejecter) Name() string { return p.d.Policy }
+func (p rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return p.d, 0
+}
+func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+type counter struct{ outcomes map[sluice.Outcome]int }
+
+func (*counter) Name() string { return "count" }
+func (*counter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return sluice.Decision{Allowed: true, Policy: "count", Limit: -1}, 0
+}
+func (c *counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) { c.outcomes[o]++ }
+
+func newGuard(t *testing.T, ps ...sluice.Policy) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(sluice.With(ps...), sluice.WithClock(sluice.NewManualClock(0)))
+	require.NoError(t, err)
+	return g
+}
+
+func do(e *echo.Echo, method, target string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(method, target, nil))
+	return rec
+}
+
+// echoTarget serves the shared scenarios through Middleware on an Echo with
+// one route per scenario route name.
+func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Result {
+	rs, err := s.Routes(func(name string) string { return "/" + name })
+	require.NoError(t, err)
+	skip := map[string]bool{}
+	for _, n := range s.Skip {
+		skip["/"+n] = true
+	}
+	var ran bool
+	var next scenario.Handler
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })))
+	for _, name := range []string{"a", "b", "health"} {
+		e.GET("/"+name, func(c echo.Context) error {
+			ran = true
+			switch next {
+			case scenario.ClientError:
+				return echo.NewHTTPError(http.StatusBadRequest, "bad")
+			case scenario.ServerError:
+				return errors.New("database down")
+			}
+			return c.String(http.StatusOK, "ok")
+		})
+	}
+	return func(st scenario.Step) scenario.Result {
+		ran, next = false, st.Handler
+		req := httptest.NewRequest(http.MethodGet, "/"+st.Route, nil)
+		req.RemoteAddr = st.Peer
+		for k, v := range st.Header {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		res := scenario.Result{Ran: ran}
+		switch rec.Code {
+		case http.StatusTooManyRequests:
+			res.Cause = sluice.CauseRateLimited
+		case http.StatusServiceUnavailable:
+			if !ran {
+				res.Cause = sluice.CauseCircuitOpen
+			}
+		case http.StatusBadRequest:
+			res.MissingKey = !ran
+		}
+		if res.Cause != sluice.CauseNone {
+			res.RetryAfter, err = strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+			require.NoError(t, err)
+		}
+		return res
+	}
+}
+
+func TestScenarios(t *testing.T) { scenario.Run(t, echoTarget) }
+
+func TestRejectionFieldsPerCause(t *testing.T) {
+	for _, tt := range []struct {
+		d      sluice.Decision
+		status int
+		retry  string
+	}{
+		{sluice.Decision{Policy: "ratelimit/x", Limit: 10, RetryAfter: 1500 * time.Millisecond, Reset: 9 * time.Second, Cause: sluice.ErrRateLimited}, 429, "2"},
+		{sluice.Decision{Policy: "breaker/x", Limit: -1, RetryAfter: 20 * time.Second, Cause: sluice.ErrCircuitOpen}, 503, "20"},
+		{sluice.Decision{Policy: "adaptive/x", Limit: -1, Cause: sluice.ErrOverloaded}, 503, "1"},
+		{sluice.Decision{Policy: "adaptive/c", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrConcurrencyLimited}, 503, "1"},
+	} {
+		e := echo.New()
+		e.Use(Middleware(WithGuard(newGuard(t, rejecter{tt.d}))))
+		e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
+		rec := do(e, http.MethodGet, "/")
+		assert.Equal(t, tt.status, rec.Code)
+		assert.Equal(t, tt.retry, rec.Header().Get("Retry-After"))
+		assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+		var p map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
+		assert.Equal(t, middleware.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
+		assert.NotContains(t, rec.Body.String(), tt.d.Cause.Error())
+		if tt.d.Limit < 0 {
+			assert.Empty(t, rec.Header().Get("RateLimit"))
+			continue
+		}
+		rl, err := sfv.ParseList(rec.Header().Get("RateLimit"))
+		require.NoError(t, err)
+		tp, _ := rl[0].Int("t")
+		ra, _ := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
+		assert.GreaterOrEqual(t, ra, tp)
+		pol, err := sfv.ParseList(rec.Header().Get("RateLimit-Policy"))
+		require.NoError(t, err)
+		q, _ := pol[0].Int("q")
+		assert.EqualValues(t, 10, q)
+	}
+}
+
+func TestAdmittedFields(t *testing.T) {
+	fw, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("ratelimit/api"))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, fw)), WithLegacyHeaders()))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
+	rec := do(e, http.MethodGet, "/")
+	assert.Equal(t, `"ratelimit/api";q=5;w=60`, rec.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"ratelimit/api";r=4;t=60`, rec.Header().Get("RateLimit"))
+	assert.Equal(t, "4", rec.Header().Get("X-RateLimit-Remaining"))
+}
+
+func TestClassificationFromFinalStatus(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		handler echo.HandlerFunc
+		want    sluice.Outcome
+	}{
+		{"ok", func(c echo.Context) error { return c.NoContent(200) }, sluice.Success},
+		{"nothing written", func(echo.Context) error { return nil }, sluice.Success},
+		{"written 503", func(c echo.Context) error { return c.NoContent(503) }, sluice.Failure},
+		{"HTTPError 404", func(echo.Context) error { return echo.ErrNotFound }, sluice.Ignored},
+		{"HTTPError 502", func(echo.Context) error { return echo.NewHTTPError(502) }, sluice.Failure},
+		{"wrapped HTTPError 429", func(echo.Context) error {
+			return errors.Join(errors.New("x"), echo.ErrTooManyRequests)
+		}, sluice.Ignored},
+		{"plain error", func(echo.Context) error { return errors.New("boom") }, sluice.Failure},
+		{"committed 200 then error", func(c echo.Context) error {
+			_ = c.String(200, "partial")
+			return errors.New("late")
+		}, sluice.Success},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &counter{outcomes: map[sluice.Outcome]int{}}
+			e := echo.New()
+			e.Use(Middleware(WithGuard(newGuard(t, c))))
+			e.GET("/", tt.handler)
+			do(e, http.MethodGet, "/")
+			assert.Equal(t, map[sluice.Outcome]int{tt.want: 1}, c.outcomes)
+		})
+	}
+}
+
+func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
+	b, err := breaker.New("api", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, b))))
+	code := http.StatusForbidden
+	e.GET("/", func(echo.Context) error { return echo.NewHTTPError(code) })
+	for range 5 {
+		assert.Equal(t, http.StatusForbidden, do(e, http.MethodGet, "/").Code)
+	}
+	code = http.StatusInternalServerError
+	for range 2 {
+		assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/").Code)
+	}
+	rec := do(e, http.MethodGet, "/")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "60", rec.Header().Get("Retry-After"))
+}
+
+func TestRoutesByPathAndPassThrough(t *testing.T) {
+	g := newGuard(t, rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	rs, err := middleware.NewRoutes(middleware.RouteTo("/items/:id", g))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(rs)))
+	e.GET("/items/:id", func(c echo.Context) error { return c.NoContent(200) })
+	e.GET("/other", func(c echo.Context) error { return c.NoContent(200) })
+	assert.Equal(t, 503, do(e, http.MethodGet, "/items/3").Code)
+	assert.Equal(t, 200, do(e, http.MethodGet, "/other").Code)
+
+	e2 := echo.New()
+	e2.Use(Middleware())
+	e2.GET("/", func(c echo.Context) error { return c.NoContent(200) })
+	assert.Equal(t, 200, do(e2, http.MethodGet, "/").Code)
+}
+
+func TestDenyHandlerAndMissingKey(t *testing.T) {
+	g := newGuard(t, rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	e := echo.New()
+	e.Use(Middleware(WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
+		got, ok := RejectionFrom(c)
+		require.True(t, ok)
+		assert.Equal(t, d, got)
+		return c.String(http.StatusTeapot, "later")
+	})))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
+	rec := do(e, http.MethodGet, "/")
+	assert.Equal(t, http.StatusTeapot, rec.Code)
+
+	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByCookie("session"))
+	require.NoError(t, err)
+	c := &counter{outcomes: map[sluice.Outcome]int{}}
+	e = echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, c)), WithKeyer(k)))
+	var key, resource string
+	e.GET("/r/:id", func(c echo.Context) error {
+		key, _ = sluice.KeyFrom(c.Request().Context())
+		resource, _ = sluice.ResourceFrom(c.Request().Context())
+		return c.NoContent(200)
+	})
+	assert.Equal(t, http.StatusBadRequest, do(e, http.MethodGet, "/r/1").Code)
+	req := httptest.NewRequest(http.MethodGet, "/r/1", nil)
+	req.AddCookie(&http.Cookie{Name: "session", Value: "s-42"})
+	rec = httptest.NewRecorder()
+	e.ServeHTTP(rec, req)
+	assert.Equal(t, 200, rec.Code)
+	assert.Equal(t, "s-42", key)
+	assert.Equal(t, "/r/:id", resource)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+}
+
+func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
+	outer := &counter{outcomes: map[sluice.Outcome]int{}}
+	inner := newGuard(t, rejecter{sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, outer))))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(200) }, Middleware(WithGuard(inner)))
+	assert.Equal(t, 503, do(e, http.MethodGet, "/").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.outcomes)
+}
+
+func TestPanicIsAFailure(t *testing.T) {
+	c := &counter{outcomes: map[sluice.Outcome]int{}}
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.GET("/", func(echo.Context) error { panic("boom") })
+	assert.PanicsWithValue(t, "boom", func() { do(e, http.MethodGet, "/") })
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.outcomes)
+}
+
+func TestHijackAndFlushThroughMiddleware(t *testing.T) {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(Middleware(WithGuard(newGuard(t, &counter{outcomes: map[sluice.Outcome]int{}}))))
+	release := make(chan struct{})
+	e.GET("/stream", func(c echo.Context) error {
+		c.Response().WriteHeader(200)
+		_, _ = io.WriteString(c.Response(), "first\n")
+		c.Response().Flush()
+		<-release
+		_, _ = io.WriteString(c.Response(), "second\n")
+		return nil
+	})
+	e.GET("/hijack", func(c echo.Context) error {
+		conn, brw, err := http.NewResponseController(c.Response()).Hijack()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nhi\n")
+		return brw.Flush()
+	})
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+
+	resp, err := srv.Client().Get(srv.URL + "/stream")
+	require.NoError(t, err)
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "first\n", line)
+	close(release)
+	rest, _ := io.ReadAll(br)
+	assert.Equal(t, "second\n", string(rest))
+	_ = resp.Body.Close()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /hijack HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+	cr := bufio.NewReader(conn)
+	hr, err := http.ReadResponse(cr, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 101, hr.StatusCode)
+	line, err = cr.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "hi\n", line)
+}
