@@ -1,0 +1,45 @@
+package sluiceecho_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
+)
+
+func ExampleMiddleware() {
+	clock := sluice.NewManualClock(0)
+	b, _ := breaker.New("orders", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
+	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clock))
+
+	e := echo.New()
+	e.Use(sluiceecho.Middleware(sluiceecho.WithGuard(g)))
+	e.GET("/orders/:id", func(c echo.Context) error {
+		if c.Param("id") == "0" {
+			return echo.ErrNotFound // a client error: the breaker does not count it
+		}
+		return echo.NewHTTPError(http.StatusBadGateway) // a failure
+	})
+	get := func(path string) {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		fmt.Println(path, rec.Code, "Retry-After:", rec.Header().Get("Retry-After") != "")
+	}
+	get("/orders/0")
+	get("/orders/0")
+	get("/orders/1")
+	get("/orders/1")
+	get("/orders/1")
+	// Output:
+	// /orders/0 404 Retry-After: false
+	// /orders/0 404 Retry-After: false
+	// /orders/1 502 Retry-After: false
+	// /orders/1 502 Retry-After: false
+	// /orders/1 503 Retry-After: true
+}

@@ -1,0 +1,120 @@
+package sluicehttp_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+func ExampleMiddleware() {
+	clock := sluice.NewManualClock(0)
+	limit, _ := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("ratelimit/items"))
+	items, _ := sluice.New(sluice.With(limit), sluice.WithClock(clock))
+	routes, _ := middleware.NewRoutes(middleware.RouteTo("GET /items", items))
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "[]") })
+	h := sluicehttp.Middleware(sluicehttp.WithRoutes(routes))(mux)
+
+	for range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/items", nil))
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
+		if ra := rec.Header().Get("Retry-After"); ra != "" {
+			fmt.Println("Retry-After:", ra)
+		}
+	}
+	// Output:
+	// 200 "ratelimit/items";r=1;t=60
+	// 200 "ratelimit/items";r=0;t=60
+	// 429 "ratelimit/items";r=0;t=60
+	// Retry-After: 60
+}
+
+// dependency is a RoundTripper standing for a remote service that is
+// overloaded and asks its callers to come back in two minutes.
+type dependency struct{ calls int }
+
+func (d *dependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	d.calls++
+	return &http.Response{
+		StatusCode: http.StatusServiceUnavailable,
+		Header:     http.Header{"Retry-After": {"120"}},
+		Body:       io.NopCloser(strings.NewReader("busy")),
+		Request:    r,
+	}, nil
+}
+
+func ExampleTransport() {
+	clock := sluice.NewManualClock(0)
+	dep := &dependency{}
+	rt, err := sluicehttp.Transport(dep, func(host string) (*sluice.Guard, error) {
+		b, err := breaker.New(host, breaker.WithConsecutiveFailures(5))
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b), sluice.WithClock(clock))
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer rt.Close()
+	client := &http.Client{Transport: rt}
+
+	resp, _ := client.Get("http://payments.internal/charge")
+	resp.Body.Close()
+	fmt.Println(resp.StatusCode)
+
+	// The dependency's Retry-After opened its breaker: the next call is not sent.
+	_, err = client.Get("http://payments.internal/charge")
+	var rej *sluice.RejectedError
+	fmt.Println(errors.As(err, &rej), rej.RetryAfter(), dep.calls)
+	// Output:
+	// 503
+	// true 2m0s 1
+}
+
+func ExampleStaleFallback() {
+	clock := sluice.NewManualClock(0)
+	b, _ := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
+	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clock))
+	stale, _ := sluicehttp.NewStaleCache(1000, 10*time.Minute, 64<<10)
+	fb, _ := sluicehttp.StaleFallback(stale)
+
+	fail := false
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /catalog", func(w http.ResponseWriter, _ *http.Request) {
+		if fail {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "catalog v1")
+	})
+	h := sluicehttp.Middleware(sluicehttp.WithGuard(g),
+		sluicehttp.WithFallback("", sluice.CauseCircuitOpen, fb))(mux)
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/catalog", nil))
+		return rec
+	}
+
+	get() // a good answer is kept
+	fail = true
+	fmt.Println(get().Code) // the failure opens the breaker
+	clock.Advance(30 * time.Second)
+	rec := get() // the breaker is open: the stale copy answers
+	fmt.Println(rec.Code, rec.Body.String(), "Age:", rec.Header().Get("Age"))
+	// Output:
+	// 500
+	// 200 catalog v1 Age: 30
+}
