@@ -102,7 +102,8 @@ var chatDesc = grpc.ServiceDesc{
 // and end with OK, to show that a message rejection still ends the stream.
 const mdSwallow = "x-test-swallow"
 
-func chatHandler(_ any, ss grpc.ServerStream) error {
+func chatHandler(srv any, ss grpc.ServerStream) error {
+	srv.(*health).calls.Add(1)
 	swallow := len(metadata.ValueFromIncomingContext(ss.Context(), mdSwallow)) > 0
 	for {
 		var m wrapperspb.StringValue
@@ -130,11 +131,13 @@ type transport struct {
 	listen func(t *testing.T) (net.Listener, []grpc.DialOption, string)
 }
 
+var bufnets atomic.Int64
+
 var transports = []transport{
 	{"bufconn", func(t *testing.T) (net.Listener, []grpc.DialOption, string) {
 		l := bufconn.Listen(1 << 20)
 		dial := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) })
-		return l, []grpc.DialOption{dial}, "passthrough:///bufnet"
+		return l, []grpc.DialOption{dial}, "passthrough:///bufnet-" + strconv.FormatInt(bufnets.Add(1), 10)
 	}},
 	{"tcp", func(t *testing.T) (net.Listener, []grpc.DialOption, string) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -157,26 +160,44 @@ type server struct {
 	target string
 }
 
+// endpoint is a listener not yet served, and how to dial it.
+type endpoint struct {
+	l      net.Listener
+	dial   []grpc.DialOption
+	target string
+}
+
+func listen(t *testing.T, tr transport) endpoint {
+	t.Helper()
+	l, dial, target := tr.listen(t)
+	return endpoint{l: l, dial: dial, target: target}
+}
+
 // start serves the test services with sopts over tr, and dials it with
 // copts; both are stopped when the test ends.
 func start(t *testing.T, tr transport, sopts []grpc.ServerOption, copts ...grpc.DialOption) *server {
 	t.Helper()
-	l, dial, target := tr.listen(t)
+	return serve(t, listen(t, tr), sopts, copts...)
+}
+
+// serve serves the test services with sopts on e, and dials it with copts.
+func serve(t *testing.T, e endpoint, sopts []grpc.ServerOption, copts ...grpc.DialOption) *server {
+	t.Helper()
 	s := grpc.NewServer(sopts...)
 	h := &health{}
 	healthpb.RegisterHealthServer(s, h)
-	s.RegisterService(&chatDesc, nil)
+	s.RegisterService(&chatDesc, h)
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = s.Serve(l) })
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)
-	cc, err := grpc.NewClient(target, append(opts, copts...)...)
+	wg.Go(func() { _ = s.Serve(e.l) })
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, e.dial...)
+	cc, err := grpc.NewClient(e.target, append(opts, copts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = cc.Close()
 		s.Stop()
 		wg.Wait()
 	})
-	return &server{health: h, conn: cc, target: target}
+	return &server{health: h, conn: cc, target: cc.Target()}
 }
 
 func withCode(ctx context.Context, c codes.Code) context.Context {

@@ -21,7 +21,9 @@ type options struct {
 	table      *middleware.Routes
 	targets    []middleware.RoutesOption
 	keyFns     []middleware.KeyFunc
+	keyer      *middleware.Keyer
 	missing    middleware.MissingKey
+	missingSet bool
 	skip       middleware.Skipper
 	classify   sluice.Classifier
 	quotaMD    bool
@@ -112,12 +114,24 @@ func WithKey(fns ...middleware.KeyFunc) Option {
 	}
 }
 
+// WithKeyer finds each call's key with k, a middleware.Keyer shared with
+// other adapters, instead of WithKey and WithMissingKey (which it excludes).
+func WithKeyer(k *middleware.Keyer) Option {
+	return func(o *options) {
+		if k == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithKeyer: nil keyer"))
+			return
+		}
+		o.keyer = k
+	}
+}
+
 // WithMissingKey sets what happens to a call for which no key function of
 // WithKey finds a key: middleware.RejectMissingKey() answers it with
 // InvalidArgument, middleware.SharedKey(k) limits it under k. Default: the
 // shared key "unknown".
 func WithMissingKey(m middleware.MissingKey) Option {
-	return func(o *options) { o.missing = m }
+	return func(o *options) { o.missing, o.missingSet = m, true }
 }
 
 // WithSkipper lets the calls for which s reports true bypass the guard
@@ -270,6 +284,15 @@ func build(s side, opts []Option) (*config, error) {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
 		c.targets = rs
+	}
+	if o.keyer != nil {
+		if len(o.keyFns) > 0 || o.missingSet {
+			return nil, errors.New("sluicegrpc: WithKeyer excludes WithKey and WithMissingKey")
+		}
+		c.keyer = o.keyer
+	}
+	if o.missingSet && len(o.keyFns) == 0 && o.keyer == nil {
+		return nil, errors.New("sluicegrpc: WithMissingKey without WithKey")
 	}
 	if len(o.keyFns) > 0 {
 		k, err := middleware.NewKeyer(o.missing, o.keyFns...)

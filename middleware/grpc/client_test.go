@@ -1,0 +1,198 @@
+package sluicegrpc
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func clientOpts(t testing.TB, opts ...Option) []grpc.DialOption {
+	t.Helper()
+	u, err := UnaryClientInterceptor(opts...)
+	require.NoError(t, err)
+	s, err := StreamClientInterceptor(opts...)
+	require.NoError(t, err)
+	return []grpc.DialOption{grpc.WithUnaryInterceptor(u), grpc.WithStreamInterceptor(s)}
+}
+
+func TestClientFailureCodesTripTheBreakerAndItFailsFast(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		b := newBreaker(t, "dependency", clk, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+		s := start(t, tr, nil, clientOpts(t, WithGuard(g))...)
+		for _, call := range calls {
+			t.Run(call.name, func(t *testing.T) {
+				for _, code := range append([]codes.Code{plainError}, everyErrorCode...) {
+					t.Run(strconv.Itoa(int(code)), func(t *testing.T) {
+						b.Reset()
+						ctx := withTimeout(t)
+						for range 2 {
+							require.Error(t, call.do(withCode(ctx, code), s))
+						}
+						before := s.health.calls.Load()
+						err := call.do(ctx, s)
+						if code == plainError || failureCodes[code] {
+							got := readWire(t, err)
+							assert.Equal(t, codes.Unavailable, got.code)
+							assert.Equal(t, ReasonCircuitOpen, got.reason)
+							assert.Equal(t, "breaker/dependency", got.policy)
+							assert.Equal(t, time.Minute, got.delay)
+							assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+							assert.Equal(t, before, s.health.calls.Load(), "an open breaker called the server")
+						} else {
+							assert.NoError(t, err, "%v tripped the breaker", code)
+						}
+					})
+				}
+			})
+		}
+	})
+}
+
+func TestClientRateLimitFailsWithoutCallingTheServer(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/out", 1, time.Second, clk)))
+		s := start(t, tr, nil, clientOpts(t, WithGuard(g))...)
+		ctx := withTimeout(t)
+		for _, call := range calls {
+			clk.Advance(time.Second)
+			require.NoError(t, call.do(ctx, s), call.name)
+			err := call.do(ctx, s)
+			got := readWire(t, err)
+			assert.Equal(t, codes.ResourceExhausted, got.code, call.name)
+			assert.Equal(t, ReasonRateLimited, got.reason, call.name)
+			assert.ErrorIs(t, err, sluice.ErrRejected)
+		}
+		assert.Equal(t, int64(len(calls)), s.health.calls.Load())
+	})
+}
+
+// TestClientServerRejectionIsAFailureOnlyWhenUnavailable pins how a client
+// breaker counts a sluice server's own rejections: a peer that sheds load
+// (Unavailable) is failing, a peer that rate-limits this client is not.
+func TestClientCountsServerRejectionsByCode(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		shed := &refuser{name: "adaptive/cpu", cause: sluice.ErrOverloaded, retry: time.Second}
+		limit := &refuser{name: "ratelimit/x", cause: sluice.ErrRateLimited, retry: time.Second}
+		rec := &recorder{name: "rec"}
+		s := start(t, tr, serverOpts(t, WithMethodGuard(methodCheck, mustGuard(t, sluice.With(shed))), WithMethodGuard(methodWatch, mustGuard(t, sluice.With(limit)))),
+			clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))))...)
+		ctx := withTimeout(t)
+		err := s.check(ctx)
+		d, ok := RejectionOf(err)
+		require.True(t, ok)
+		assert.ErrorIs(t, d.Cause, sluice.ErrOverloaded)
+		_, err = s.watch(ctx)
+		d, ok = RejectionOf(err)
+		require.True(t, ok)
+		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+		assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Ignored}, rec.Outcomes())
+	})
+}
+
+func TestClientGuardPerTarget(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		ea, eb := listen(t, tr), listen(t, tr)
+		ba := newBreaker(t, "a", clk, breaker.WithConsecutiveFailures(1))
+		bdef := newBreaker(t, "default", clk, breaker.WithConsecutiveFailures(1))
+		// One interceptor pair for both connections; a's target has its own
+		// breaker, b's calls go to the default one.
+		opts := clientOpts(t, WithTargetGuard(ea.target, mustGuard(t, sluice.WithClock(clk), sluice.With(ba))),
+			WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(bdef))))
+		sa, sb := serve(t, ea, nil, opts...), serve(t, eb, nil, opts...)
+		ctx := withTimeout(t)
+
+		require.Error(t, sa.check(withCode(ctx, codes.Unavailable)))
+		got := readWire(t, sa.check(ctx))
+		assert.Equal(t, "breaker/a", got.policy)
+		assert.Equal(t, breaker.StateClosed, bdef.State())
+		require.NoError(t, sb.check(ctx), "the other target's calls go on")
+
+		require.Error(t, sb.check(withCode(ctx, codes.Internal)))
+		got = readWire(t, sb.check(ctx))
+		assert.Equal(t, "breaker/default", got.policy)
+	})
+}
+
+func TestClientMethodGuardWinsOverTarget(t *testing.T) {
+	e := listen(t, transports[0])
+	shut := &refuser{name: "m", cause: sluice.ErrCircuitOpen}
+	s := serve(t, e, nil, clientOpts(t,
+		WithTargetGuard(e.target, mustGuard(t, sluice.With(shut))),
+		WithMethodGuard(methodCheck, nil))...)
+	ctx := withTimeout(t)
+	require.NoError(t, s.check(ctx), "a nil method guard passes through")
+	_, err := s.watch(ctx)
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+}
+
+func TestClientStreamOutcomes(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 8)}
+		s := start(t, tr, nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))))...)
+		ctx := withTimeout(t)
+
+		_, err := s.watch(withCode(ctx, codes.DataLoss))
+		assert.Equal(t, codes.DataLoss, status.Code(err))
+		assert.Equal(t, sluice.Failure, <-rec.ended)
+
+		_, err = s.chat(ctx, 3)
+		require.NoError(t, err)
+		assert.Equal(t, sluice.Success, <-rec.ended)
+
+		// A stream its caller abandons by cancelling ends when the context
+		// does: a cancellation says nothing of the server's health.
+		cctx, cancel := context.WithCancel(ctx)
+		st, err := s.conn.NewStream(cctx, chatStreamDesc, methodChat)
+		require.NoError(t, err)
+		require.NoError(t, st.SendMsg(wrapperspb.String("hi")))
+		var m wrapperspb.StringValue
+		require.NoError(t, st.RecvMsg(&m))
+		cancel()
+		assert.Equal(t, sluice.Ignored, <-rec.ended)
+		assert.Len(t, rec.Outcomes(), 3)
+	})
+}
+
+func TestClientTimeoutIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		b := newBreaker(t, "slow", clk, breaker.WithConsecutiveFailures(1))
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+		i, err := UnaryClientInterceptor(WithGuard(g), WithTimeout(300*time.Millisecond))
+		require.NoError(t, err)
+		var waited time.Duration
+		slow := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			start := time.Now()
+			<-ctx.Done()
+			waited = time.Since(start)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		err = i(context.Background(), methodCheck, nil, nil, nil, slow)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Equal(t, 300*time.Millisecond, waited)
+		assert.Equal(t, breaker.StateOpen, b.State())
+
+		// A caller's own shorter deadline stands.
+		b.Reset()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err = i(ctx, methodCheck, nil, nil, nil, slow)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Equal(t, 100*time.Millisecond, waited)
+	})
+}

@@ -1,0 +1,124 @@
+package sluicegrpc
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func ipExtractor(t *testing.T, opts ...middleware.IPOption) *middleware.IPExtractor {
+	t.Helper()
+	e, err := middleware.NewIPExtractor(opts...)
+	require.NoError(t, err)
+	return e
+}
+
+func TestKeyByPeerHonoursForwardedForOnlyFromTrustedPeers(t *testing.T) {
+	tcp := transports[1]
+	tests := []struct {
+		name    string
+		trusted []string
+		xff     []string
+		want    string
+	}{
+		{name: "no header", want: "127.0.0.1"},
+		{name: "spoofed header from an untrusted peer", xff: []string{"203.0.113.9"}, want: "127.0.0.1"},
+		{name: "trusted peer", trusted: []string{"127.0.0.1"}, xff: []string{"203.0.113.9"}, want: "203.0.113.9"},
+		{name: "right-most untrusted hop", trusted: []string{"127.0.0.0/8", "10.0.0.0/8"},
+			xff: []string{"198.51.100.7, 203.0.113.9, 10.0.0.5"}, want: "203.0.113.9"},
+		{name: "only trusted hops", trusted: []string{"127.0.0.1", "10.0.0.0/8"}, xff: []string{"10.1.2.3"}, want: "10.1.2.3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{name: "rec"}
+			e := ipExtractor(t, middleware.TrustedProxies(tc.trusted...))
+			g := mustGuard(t, sluice.With(rec))
+			sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g), WithKey(KeyByPeer(e)))},
+				serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(KeyByPeer(e)))...)
+			s := start(t, tcp, sopts)
+			ctx := withTimeout(t)
+			for _, v := range tc.xff {
+				ctx = metadata.AppendToOutgoingContext(ctx, "x-forwarded-for", v)
+			}
+			require.NoError(t, s.check(ctx))
+			_, err := s.chat(ctx, 1)
+			require.NoError(t, err)
+			// The tap and the interceptor each asked their own Guard.
+			assert.Equal(t, []string{tc.want, tc.want, tc.want, tc.want}, rec.Keys())
+		})
+	}
+}
+
+type userKey struct{}
+
+func TestKeyFunctions(t *testing.T) {
+	// setUser stands for an authentication interceptor that runs first.
+	setUser := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if v := metadata.ValueFromIncomingContext(ctx, "x-user"); len(v) > 0 {
+			ctx = context.WithValue(ctx, userKey{}, v[0])
+		}
+		return h(ctx, req)
+	}
+	user := KeyByContext(func(ctx context.Context) (string, bool) {
+		u, ok := ctx.Value(userKey{}).(string)
+		return u, ok
+	})
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		tests := []struct {
+			name    string
+			opts    []Option
+			md      []string
+			want    string
+			wantErr codes.Code
+		}{
+			{name: "metadata", opts: []Option{WithKey(KeyByMetadata("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
+			{name: "context value", opts: []Option{WithKey(user)}, md: []string{"x-user", "ada"}, want: "ada"},
+			{name: "method", opts: []Option{WithKey(KeyByMethod())}, want: methodCheck},
+			{name: "first that finds one", opts: []Option{WithKey(KeyByMetadata("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
+			{name: "missing: shared key", opts: []Option{WithKey(KeyByMetadata("x-api-key")), WithMissingKey(middleware.SharedKey("anonymous"))}, want: "anonymous"},
+			{name: "missing: default shared key", opts: []Option{WithKey(KeyByMetadata("x-api-key"))}, want: "unknown"},
+			{name: "missing: rejected", opts: []Option{WithKey(KeyByMetadata("x-api-key")), WithMissingKey(middleware.RejectMissingKey())}, wantErr: codes.InvalidArgument},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				rec := &recorder{name: "rec"}
+				i := unary(t, append([]Option{WithGuard(mustGuard(t, sluice.With(rec)))}, tc.opts...)...)
+				s := start(t, tr, []grpc.ServerOption{grpc.ChainUnaryInterceptor(setUser, i)})
+				ctx := withTimeout(t)
+				if len(tc.md) > 0 {
+					ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
+				}
+				err := s.check(ctx)
+				if tc.wantErr != codes.OK {
+					assert.Equal(t, tc.wantErr, status.Code(err))
+					assert.Empty(t, rec.Keys())
+					assert.Zero(t, s.health.calls.Load())
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, []string{tc.want}, rec.Keys())
+			})
+		}
+	})
+}
+
+func TestSkipperBypassesTheGuard(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		shut := &refuser{name: "adaptive/cpu", cause: sluice.ErrOverloaded}
+		g := mustGuard(t, sluice.With(shut))
+		skip := WithSkipper(middleware.SkipRoutes(methodCheck))
+		s := start(t, tr, append([]grpc.ServerOption{tapHandle(t, WithGuard(g), skip)}, serverOpts(t, WithGuard(g), skip)...))
+		ctx := withTimeout(t)
+		require.NoError(t, s.check(ctx))
+		_, err := s.watch(ctx)
+		assert.Equal(t, codes.Unavailable, status.Code(err))
+	})
+}

@@ -1,0 +1,107 @@
+package sluicegrpc
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func tapHandle(t *testing.T, opts ...Option) grpc.ServerOption {
+	t.Helper()
+	h, err := ServerInHandle(opts...)
+	require.NoError(t, err)
+	return grpc.InTapHandle(h)
+}
+
+func TestTapRejectsBeforeTheHandler(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, call := range calls {
+			t.Run(call.name, func(t *testing.T) {
+				clk := sluice.NewManualClock(0)
+				rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 4)}
+				g := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/tap", 1, 5*time.Second, clk), rec))
+				sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g))}, serverOpts(t, WithGuard(g))...)
+				s := start(t, tr, sopts)
+				ctx := withTimeout(t)
+
+				require.NoError(t, call.do(ctx, s))
+				assert.Equal(t, sluice.Success, <-rec.ended, "the interceptor ends the tap's admission")
+
+				err := call.do(ctx, s)
+				got := readWire(t, err)
+				assert.Equal(t, codes.ResourceExhausted, got.code)
+				assert.Equal(t, ReasonRateLimited, got.reason)
+				assert.Equal(t, "ratelimit/tap", got.policy)
+				assert.Equal(t, 5*time.Second, got.delay)
+				assert.Equal(t, int64(1), s.health.calls.Load())
+
+				clk.Advance(5 * time.Second)
+				err = call.do(withCode(ctx, codes.Internal), s)
+				assert.Equal(t, codes.Internal, status.Code(err))
+				assert.Equal(t, sluice.Failure, <-rec.ended)
+				assert.Equal(t, []sluice.Outcome{sluice.Success, sluice.Failure}, rec.Outcomes(),
+					"the interceptor asked the tap's Guard again")
+			})
+		}
+	})
+}
+
+func TestTapAndInterceptorWithTheirOwnGuards(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		outer := &recorder{name: "tap", ended: make(chan sluice.Outcome, 4)}
+		inner := &refuser{name: "breaker/inner", cause: sluice.ErrCircuitOpen, retry: time.Second}
+		tapGuard := mustGuard(t, sluice.With(outer))
+		s := start(t, tr, append([]grpc.ServerOption{tapHandle(t, WithGuard(tapGuard))},
+			serverOpts(t, WithGuard(mustGuard(t, sluice.With(inner))))...))
+		ctx := withTimeout(t)
+		for _, call := range calls {
+			inner.off.Store(false)
+			got := readWire(t, call.do(ctx, s))
+			assert.Equal(t, ReasonCircuitOpen, got.reason, call.name)
+			assert.Equal(t, sluice.Released, <-outer.ended, "%s: an inner rejection releases the tap's admission", call.name)
+
+			inner.off.Store(true)
+			require.NoError(t, call.do(ctx, s), call.name)
+			assert.Equal(t, sluice.Success, <-outer.ended, call.name)
+		}
+	})
+}
+
+func TestTapAloneEndsItsAdmissionWithTheCall(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 4)}
+		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))))})
+		ctx := withTimeout(t)
+		require.NoError(t, s.check(ctx))
+		assert.Equal(t, sluice.Ignored, <-rec.ended, "without an interceptor the outcome is unknown")
+		_, err := s.chat(ctx, 3)
+		require.NoError(t, err)
+		assert.Equal(t, sluice.Ignored, <-rec.ended)
+	})
+}
+
+func TestTapKeysFromHeaderMetadata(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec"}
+		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(KeyByMetadata("X-Api-Key")))})
+		ctx := withTimeout(t)
+		require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-api-key", "tenant-7")))
+		require.NoError(t, s.check(ctx))
+		assert.Equal(t, []string{"tenant-7", "unknown"}, rec.Keys())
+	})
+}
+
+func TestTapRefusesOptionsItCannotHonour(t *testing.T) {
+	g := mustGuard(t)
+	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(time.Second), WithTargetGuard("x", g)} {
+		_, err := ServerInHandle(WithGuard(g), o)
+		assert.Error(t, err)
+	}
+}

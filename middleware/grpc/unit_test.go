@@ -1,0 +1,243 @@
+package sluicegrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func TestClassify(t *testing.T) {
+	rejected := newRejection(sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrCircuitOpen})
+	tests := []struct {
+		name string
+		err  error
+		want sluice.Outcome
+	}{
+		{"nil", nil, sluice.Success},
+		{"OK status", status.Error(codes.OK, ""), sluice.Success},
+		{"Unavailable", status.Error(codes.Unavailable, "x"), sluice.Failure},
+		{"DeadlineExceeded", status.Error(codes.DeadlineExceeded, "x"), sluice.Failure},
+		{"Internal", status.Error(codes.Internal, "x"), sluice.Failure},
+		{"Unknown", status.Error(codes.Unknown, "x"), sluice.Failure},
+		{"DataLoss", status.Error(codes.DataLoss, "x"), sluice.Failure},
+		{"InvalidArgument", status.Error(codes.InvalidArgument, "x"), sluice.Ignored},
+		{"NotFound", status.Error(codes.NotFound, "x"), sluice.Ignored},
+		{"ResourceExhausted", status.Error(codes.ResourceExhausted, "x"), sluice.Ignored},
+		{"Canceled", status.Error(codes.Canceled, "x"), sluice.Ignored},
+		{"plain error", errors.New("boom"), sluice.Failure},
+		{"context canceled", context.Canceled, sluice.Ignored},
+		{"context deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), sluice.Failure},
+		{"own rejection (Unavailable)", rejected, sluice.Ignored},
+		{"sluice.RejectedError", &sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrOverloaded}}, sluice.Ignored},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Classify(tc.err)) })
+	}
+}
+
+func TestWithClassifierOverridesButNeverCountsOwnRejections(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	g := mustGuard(t, sluice.With(rec))
+	// Count NotFound as a failure, and everything else as a success.
+	c := func(err error) sluice.Outcome {
+		if status.Code(err) == codes.NotFound {
+			return sluice.Failure
+		}
+		return sluice.Success
+	}
+	i := unary(t, WithGuard(g), WithClassifier(c))
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	for _, err := range []error{
+		status.Error(codes.NotFound, "x"),
+		status.Error(codes.Unavailable, "x"),
+		Error(&sluice.RejectedError{Decision: sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited}}),
+	} {
+		_, got := i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, err })
+		assert.Equal(t, err, got, "the interceptor changed the handler's error")
+	}
+	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Success, sluice.Ignored}, rec.Outcomes())
+}
+
+func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := newBreaker(t, "outer", clk, breaker.WithConsecutiveFailures(1))
+	i := unary(t, WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(b))))
+	inner := mustGuard(t, sluice.With(&refuser{name: "adaptive/inner", cause: sluice.ErrOverloaded, retry: time.Second}))
+	handler := func(ctx context.Context, _ any) (any, error) {
+		return nil, Error(inner.Do(ctx, func(context.Context) error { return nil }))
+	}
+	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
+	got := readWire(t, err)
+	assert.Equal(t, codes.Unavailable, got.code)
+	assert.Equal(t, "adaptive/inner", got.policy)
+	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
+func TestErrorConverts(t *testing.T) {
+	assert.NoError(t, Error(nil))
+	plain := errors.New("x")
+	assert.Same(t, plain, Error(plain))
+	re := &sluice.RejectedError{Decision: sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited}}
+	err := Error(fmt.Errorf("wrapped: %w", re))
+	assert.ErrorIs(t, err, sluice.ErrRejected)
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Same(t, err, Error(err), "converting twice")
+	d, ok := RejectionOf(err)
+	require.True(t, ok)
+	assert.Equal(t, 3*time.Second, d.RetryAfter)
+	_, ok = RejectionOf(status.Error(codes.Unavailable, "not ours"))
+	assert.False(t, ok)
+	_, ok = RejectionOf(plain)
+	assert.False(t, ok)
+}
+
+func TestCodesAndReasons(t *testing.T) {
+	tests := []struct {
+		cause  sluice.Cause
+		code   codes.Code
+		reason string
+	}{
+		{sluice.CauseRateLimited, codes.ResourceExhausted, ReasonRateLimited},
+		{sluice.CauseCircuitOpen, codes.Unavailable, ReasonCircuitOpen},
+		{sluice.CauseOverloaded, codes.Unavailable, ReasonOverloaded},
+		{sluice.CauseConcurrencyLimited, codes.Unavailable, ReasonConcurrencyLimited},
+		{sluice.CauseTimeout, codes.DeadlineExceeded, ReasonTimeout},
+		{sluice.CauseNone, codes.Unavailable, ReasonRejected},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.code, Code(tc.cause), tc.cause.String())
+		assert.Equal(t, tc.reason, Reason(tc.cause), tc.cause.String())
+		cause, c := causeOfReason(tc.reason)
+		assert.Equal(t, tc.cause, c)
+		assert.Equal(t, tc.cause, sluice.CauseOf(cause))
+	}
+}
+
+func TestHandlerPanicIsAFailureAndGoesOn(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	g := mustGuard(t, sluice.With(rec))
+	i := unary(t, WithGuard(g))
+	assert.Panics(t, func() {
+		_, _ = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { panic("boom") })
+	})
+	s := stream(t, WithGuard(g))
+	assert.Panics(t, func() {
+		_ = s(nil, fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error { panic("boom") })
+	})
+	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Failure}, rec.Outcomes())
+}
+
+// fakeStream is a grpc.ServerStream with nothing behind it, for calling the
+// stream interceptor directly.
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (f fakeStream) Context() context.Context    { return f.ctx }
+func (f fakeStream) SetHeader(metadata.MD) error { return nil }
+
+func TestUnguardedMethodsPassThrough(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	i := unary(t, WithMethodGuard(methodWatch, mustGuard(t, sluice.With(rec))))
+	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	assert.Empty(t, rec.Outcomes())
+	i = unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithMethodGuard(methodCheck, nil))
+	_, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	assert.Empty(t, rec.Outcomes(), "a nil method guard overrides the default")
+}
+
+func TestOptionsAreValidated(t *testing.T) {
+	g := mustGuard(t)
+	tests := []struct {
+		name string
+		opts []Option
+	}{
+		{"nil guard", []Option{WithGuard(nil)}},
+		{"default twice", []Option{WithGuard(g), WithGuard(g)}},
+		{"method without slash", []Option{WithMethodGuard("pkg.Svc/M", g)}},
+		{"method without name", []Option{WithMethodGuard("/pkg.Svc/", g)}},
+		{"method twice", []Option{WithMethodGuard(methodCheck, g), WithMethodGuard(methodCheck, g)}},
+		{"nil routes", []Option{WithRoutes(nil)}},
+		{"no key function", []Option{WithKey()}},
+		{"nil key function", []Option{WithKey(nil)}},
+		{"nil keyer", []Option{WithKeyer(nil)}},
+		{"missing key without a key", []Option{WithMissingKey(middleware.RejectMissingKey())}},
+		{"nil skipper", []Option{WithSkipper(nil)}},
+		{"nil classifier", []Option{WithClassifier(nil)}},
+		{"nil message guard", []Option{WithMessageGuard(nil)}},
+		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
+		{"client only: timeout", []Option{WithTimeout(time.Second)}},
+		{"client only: target", []Option{WithTargetGuard("dns:///x", g)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := UnaryServerInterceptor(tc.opts...)
+			assert.Error(t, err)
+			_, err = StreamServerInterceptor(tc.opts...)
+			assert.Error(t, err)
+		})
+	}
+	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g)} {
+		_, err := UnaryClientInterceptor(o)
+		assert.Error(t, err)
+		_, err = StreamClientInterceptor(o)
+		assert.Error(t, err)
+	}
+	_, err := UnaryServerInterceptor()
+	assert.NoError(t, err, "no options: everything passes through")
+}
+
+func TestQuotaMetadataOnAdmittedCalls(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/q", 5, time.Minute, clk)))
+		s := start(t, tr, serverOpts(t, WithGuard(g), WithQuotaMetadata()))
+		clk.Advance(15 * time.Second)
+		var hdr metadata.MD
+		require.NoError(t, s.check(withTimeout(t), grpc.Header(&hdr)))
+		p, l, ok := quota(t, hdr)
+		require.True(t, ok)
+		q, _ := p.Int("q")
+		w, _ := p.Int("w")
+		r, _ := l.Int("r")
+		tt, _ := l.Int("t")
+		assert.Equal(t, []int64{5, 60, 4, 45}, []int64{q, w, r, tt})
+	})
+}
+
+func TestAdmittedCallAllocatesNothing(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	lim := fixedWindow(t, "ratelimit/hot", 1<<30, time.Hour, clk)
+	b := newBreaker(t, "hot", clk, breaker.WithConsecutiveFailures(5))
+	g := mustGuard(t, sluice.WithClock(clk), sluice.With(lim, b))
+	ctx := context.Background()
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+
+	i := unary(t, WithGuard(g))
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = i(ctx, nil, info, ok) }), "unary server")
+
+	i = unary(t, WithGuard(g), WithMethodGuard(methodWatch, g))
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = i(ctx, nil, info, ok) }), "unary server with a method table")
+
+	c, err := UnaryClientInterceptor(WithGuard(g))
+	require.NoError(t, err)
+	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = c(ctx, methodCheck, nil, nil, nil, invoke) }), "unary client")
+}
