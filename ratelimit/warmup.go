@@ -1,0 +1,228 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// WarmUp is a token bucket with a cold start: after the limiter has been idle,
+// the rate it admits starts at rate/coldFactor and climbs to rate over the
+// warm-up period, so that a service whose caches and connections have gone
+// cold is not hit with its full rate at once.
+//
+// It follows the model of Guava's SmoothWarmingUp, also used by Sentinel's
+// warm-up controller. With the stable interval T = Period/Count and the cold
+// interval C×T (C the cold factor), the limiter keeps a store of "cold"
+// permits between 0 and max. Idle time fills the store (it goes from empty to
+// max in one warm-up period); each admitted request takes its permits from it.
+// A permit taken while the store holds more than the threshold costs more
+// than T, rising linearly to C×T at max; a permit taken below the threshold,
+// or not from the store, costs T. The threshold is W/(2T) permits and max is
+// threshold + 2W/((1+C)×T), so that under full load the store runs from max
+// down to the threshold in exactly the warm-up period W.
+//
+// The cost of each request, in time, moves a theoretical arrival time (TAT)
+// as in GCRA: a request of cost n is admitted when max(TAT, now) + n×T - now
+// <= burst×T, and then moves TAT by its warm-up cost. A warm limiter is
+// therefore exactly a token bucket of burst tokens at the rate; a cold one
+// admits bursts and a rate C times smaller. It starts cold.
+//
+// Decisions take a short lock and allocate nothing. A clock that jumps
+// backwards never admits extra. Create one with NewWarmUp; the zero value is
+// not usable. A WarmUp is safe for concurrent use.
+type WarmUp struct {
+	mu     sync.Mutex
+	tat    int64   // the instant the bucket is full again; emptyTAT at start
+	stored float64 // cold permits in the store, 0..maxStored
+	gen    uint64  // admissions so far
+	last   warmUpAdmission
+
+	iv, tau, burst int64
+	rate           Rate
+	warmUp         time.Duration
+	coldFactor     int64
+	threshold      float64 // permits below which a permit costs iv
+	maxStored      float64
+	slope          float64 // extra ns per permit above threshold, per permit
+	coolDown       float64 // idle ns that add one permit to the store
+
+	name     string
+	clock    sluice.Clock
+	sysClock bool
+}
+
+// warmUpAdmission is the state before the latest admission, so that releasing
+// it restores the limiter exactly.
+type warmUpAdmission struct {
+	valid     bool // not undone yet
+	gen       uint64
+	tatAfter  int64
+	tatBefore int64
+	stored    float64
+}
+
+// Tickets of WarmUp carry the admission's generation in the high bits and its
+// cost in the low ones.
+const (
+	warmUpCostBits = 24
+	warmUpCostMask = 1<<warmUpCostBits - 1
+	warmUpGenMask  = 1<<(64-warmUpCostBits) - 1
+)
+
+// NewWarmUp returns a cold WarmUp limiter of r with bursts of up to burst
+// requests once warm, warming up over warmUp from r/coldFactor to r. It
+// returns an error when r is invalid, burst < 1, warmUp <= 0,
+// coldFactor < 2, or the cold interval or burst × interval exceeds 2^62ns.
+func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts ...Option) (*WarmUp, error) {
+	iv, tau, err := tolerance("warm-up", r, burst)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case warmUp <= 0:
+		return nil, fmt.Errorf("ratelimit: warm-up: period %v must be positive", warmUp)
+	case coldFactor < 2:
+		return nil, fmt.Errorf("ratelimit: warm-up: cold factor %d must be at least 2", coldFactor)
+	case coldFactor > maxTolerance/iv:
+		return nil, errors.New("ratelimit: warm-up: cold interval spans more than 2^62ns")
+	}
+	o, err := buildOptions("warm-up", opts)
+	if err != nil {
+		return nil, err
+	}
+	w := &WarmUp{tat: emptyTAT, iv: iv, tau: tau, burst: burst, rate: r, warmUp: warmUp,
+		coldFactor: coldFactor, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	stable, cold, period := float64(iv), float64(coldFactor*iv), float64(warmUp)
+	w.threshold = 0.5 * period / stable
+	w.maxStored = w.threshold + 2*period/(stable+cold)
+	w.slope = (cold - stable) / (w.maxStored - w.threshold)
+	w.coolDown = period / w.maxStored
+	w.stored = w.maxStored
+	return w, nil
+}
+
+func (w *WarmUp) now() time.Duration {
+	if w.sysClock {
+		return sluice.Now()
+	}
+	return w.clock.Now()
+}
+
+// Name returns the name given with WithName; default "ratelimit/warm-up".
+func (w *WarmUp) Name() string { return w.name }
+
+// Rate returns the stable rate, reached once warm.
+func (w *WarmUp) Rate() Rate { return w.rate }
+
+// Burst returns the largest cost admitted at once.
+func (w *WarmUp) Burst() int64 { return w.burst }
+
+// Allow reports whether one request may proceed now, and takes its quota if
+// so; shorthand for AllowNAt(clock.Now(), 1).
+func (w *WarmUp) Allow() bool { return w.AllowNAt(w.now(), 1) }
+
+// AllowN reports whether a request of cost n may proceed now; shorthand for
+// AllowNAt(clock.Now(), n).
+func (w *WarmUp) AllowN(n int64) bool { return w.AllowNAt(w.now(), n) }
+
+// AllowAt reports whether one request may proceed at instant now, and takes
+// its quota if so.
+func (w *WarmUp) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
+
+// AllowNAt reports whether a request of cost n (below 1 counts as 1) may
+// proceed at instant now, and takes its quota if so.
+func (w *WarmUp) AllowNAt(now time.Duration, n int64) bool {
+	d, _ := w.decide(int64(now), max(n, 1))
+	return d.Allowed
+}
+
+// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
+// now, taking its quota when it is allowed. More than the burst is rejected
+// with ErrNeverSatisfiable.
+func (w *WarmUp) DecideAt(now time.Duration, n int64) sluice.Decision {
+	d, _ := w.decide(int64(now), max(n, 1))
+	return d
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks.
+func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	return w.decide(int64(now), sluice.CostFrom(ctx))
+}
+
+func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
+	w.mu.Lock()
+	tat := w.tat
+	base := max(tat, now)
+	if n > w.burst {
+		w.mu.Unlock()
+		return never(w.name, w.burst, floorDiv(now+w.tau-base, w.iv), time.Duration(base-now)), 0
+	}
+	if next := base + n*w.iv; next-now > w.tau {
+		w.mu.Unlock()
+		return reject(w.name, w.burst, floorDiv(now+w.tau-base, w.iv), time.Duration(base-now),
+			time.Duration(next-w.tau-now)), 0
+	}
+	stored := w.stored
+	if tat != emptyTAT && now > tat {
+		stored = min(w.maxStored, stored+float64(now-tat)/w.coolDown)
+	}
+	taken := min(float64(n), stored)
+	next := base + w.cost(stored, taken, n)
+	w.last = warmUpAdmission{valid: true, gen: w.gen, tatAfter: next, tatBefore: tat, stored: w.stored}
+	t := sluice.Ticket((w.gen&warmUpGenMask)<<warmUpCostBits | uint64(n&warmUpCostMask))
+	if n > warmUpCostMask {
+		t &^= warmUpCostMask
+	}
+	w.gen++
+	w.tat = next
+	w.stored = stored - taken
+	w.mu.Unlock()
+	return allow(w.name, w.burst, floorDiv(now+w.tau-next, w.iv), time.Duration(next-now)), t
+}
+
+// cost returns, in ns rounded up, what n permits cost when taken of them come
+// from a store holding stored: the area under the interval, which is T below
+// the threshold and rises by slope per permit above it.
+func (w *WarmUp) cost(stored, taken float64, n int64) int64 {
+	stable := float64(w.iv)
+	c := 0.0
+	if above := stored - w.threshold; above > 0 {
+		k := min(above, taken)
+		c = k * (2*stable + w.slope*(2*above-k)) / 2
+		taken -= k
+	}
+	c += stable * (taken + float64(n) - min(float64(n), stored))
+	return max(int64(math.Ceil(c)), int64(n)*w.iv)
+}
+
+// Done gives back, on sluice.Released, what Admit took: the latest admission
+// is undone exactly, TAT and store alike; an earlier one gives back its
+// stable cost less what has refilled in the latency since. Other outcomes
+// change nothing.
+func (w *WarmUp) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+	if o != sluice.Released {
+		return
+	}
+	n := int64(t & warmUpCostMask)
+	gen := uint64(t) >> warmUpCostBits
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.valid && gen == w.last.gen&warmUpGenMask && w.tat == w.last.tatAfter {
+		w.tat, w.stored = w.last.tatBefore, w.last.stored
+		w.last.valid = false
+		return
+	}
+	if n == 0 || n > w.burst || w.tat == emptyTAT {
+		return
+	}
+	if refund := releaseRefund(n, w.iv, latency); refund > 0 {
+		w.tat -= refund
+	}
+}

@@ -1,0 +1,212 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func mustWarmUp(t testing.TB, r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts ...Option) *WarmUp {
+	t.Helper()
+	w, err := NewWarmUp(r, burst, warmUp, coldFactor, opts...)
+	require.NoError(t, err)
+	return w
+}
+
+// With 10/s (T = 100ms), a warm-up of 2s and a cold factor of 3, the store
+// holds 20 permits at most, its threshold is 10, a permit above it costs
+// 20ms more per permit, and 100ms of idle time adds one permit.
+
+func TestWarmUpSteps(t *testing.T) {
+	const m = time.Millisecond
+	w := mustWarmUp(t, PerSecond(10), 1, 2*time.Second, 3)
+	runSteps(t, w, []step{
+		// Cold: the first permit costs (300ms + 280ms)/2.
+		{at: 0, allowed: true, remaining: 0, reset: 290 * m},
+		{at: 0, allowed: false, remaining: 0, reset: 290 * m, retryAfter: 290 * m},
+		{at: 290 * m, allowed: true, remaining: 0, reset: 270 * m},
+		// Released at once: undone exactly, the store included.
+		{at: 560 * m, allowed: true, remaining: 0, reset: 250 * m, release: true},
+		{at: 560 * m, allowed: true, remaining: 0, reset: 250 * m},
+		{at: 700 * m, allowed: false, remaining: 0, reset: 110 * m, retryAfter: 110 * m},
+		// The clock jumps back: nothing extra.
+		{at: 100 * m, allowed: false, remaining: 0, reset: 710 * m, retryAfter: 710 * m},
+	})
+	d := w.DecideAt(time.Hour, 2)
+	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
+	assert.Equal(t, int64(1), d.Limit)
+	assert.Equal(t, "ratelimit/warm-up", d.Policy)
+}
+
+// admitSaturated admits count requests at the earliest instant each one is
+// allowed, starting at start, and returns the gaps between them and the
+// instant after the last one.
+func admitSaturated(t *testing.T, w *WarmUp, start time.Duration, count int) ([]time.Duration, time.Duration) {
+	t.Helper()
+	now, gaps := start, make([]time.Duration, 0, count)
+	last := now
+	for i := range count {
+		d := w.DecideAt(now, 1)
+		if !d.Allowed {
+			require.Positive(t, d.RetryAfter)
+			now += d.RetryAfter
+			d = w.DecideAt(now, 1)
+			require.True(t, d.Allowed, "admitted at the instant RetryAfter named")
+		}
+		if i > 0 {
+			gaps = append(gaps, now-last)
+		}
+		last = now
+	}
+	return gaps, now
+}
+
+func TestWarmUpRateClimbs(t *testing.T) {
+	const m = time.Millisecond
+	w := mustWarmUp(t, PerSecond(10), 1, 2*time.Second, 3)
+	gaps, end := admitSaturated(t, w, 0, 31)
+	// Ten permits above the threshold: 290ms, 270ms, … 110ms, two seconds in
+	// all; then the stable 100ms.
+	var warm time.Duration
+	for i := range 10 {
+		assert.Equal(t, time.Duration(290-20*i)*m, gaps[i], "gap %d", i)
+		warm += gaps[i]
+	}
+	assert.Equal(t, 2*time.Second, warm, "the rate reaches the stable rate over the warm-up period")
+	for i := 10; i < len(gaps); i++ {
+		assert.Equal(t, 100*m, gaps[i], "gap %d", i)
+	}
+
+	// Warm now (the store is empty). One second idle refills half the
+	// store: back at the threshold, the next permit costs the stable 100ms.
+	gaps, end = admitSaturated(t, w, end+100*m+time.Second, 2)
+	assert.Equal(t, 100*m, gaps[0])
+	// Two more seconds idle: the store is full, cold again.
+	gaps, _ = admitSaturated(t, w, end+100*m+2*time.Second, 3)
+	assert.Equal(t, []time.Duration{290 * m, 270 * m}, gaps)
+}
+
+func TestWarmUpColdBurst(t *testing.T) {
+	const m = time.Millisecond
+	w := mustWarmUp(t, PerSecond(10), 10, 2*time.Second, 3)
+	admitted := 0
+	for w.AllowAt(0) {
+		admitted++
+	}
+	// Cold permits cost 290, 270, 250ms: the TAT passes 900ms after 4.
+	assert.Equal(t, 4, admitted)
+
+	// Saturate until the store is empty, then come back exactly when the
+	// bucket is full again, before any idle time cools it: a warm bucket
+	// admits its whole burst at once.
+	_, end := admitSaturated(t, w, 0, 30)
+	d := w.DecideAt(end, 1)
+	require.False(t, d.Allowed)
+	full := end + d.Reset
+	burst := 0
+	for w.AllowAt(full) {
+		burst++
+	}
+	assert.Equal(t, 10, burst)
+	_ = m
+}
+
+func TestWarmUpValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		r          Rate
+		burst      int64
+		warmUp     time.Duration
+		coldFactor int64
+		opts       []Option
+	}{
+		{"zero rate", Rate{}, 1, time.Second, 3, nil},
+		{"zero burst", PerSecond(1), 0, time.Second, 3, nil},
+		{"zero warm-up", PerSecond(1), 1, 0, 3, nil},
+		{"negative warm-up", PerSecond(1), 1, -time.Second, 3, nil},
+		{"cold factor 1", PerSecond(1), 1, time.Second, 1, nil},
+		{"cold factor 0", PerSecond(1), 1, time.Second, 0, nil},
+		{"cold interval overflows", PerHour(1), 1, time.Second, 1 << 50, nil},
+		{"empty name", PerSecond(1), 1, time.Second, 3, []Option{WithName("")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := NewWarmUp(tc.r, tc.burst, tc.warmUp, tc.coldFactor, tc.opts...)
+			require.Error(t, err)
+			assert.Nil(t, w)
+		})
+	}
+	clk := sluice.NewManualClock(0)
+	w := mustWarmUp(t, PerSecond(10), 2, time.Second, 3, WithClock(clk), WithName("ratelimit/cold"))
+	assert.Equal(t, "ratelimit/cold", w.Name())
+	assert.Equal(t, PerSecond(10), w.Rate())
+	assert.Equal(t, int64(2), w.Burst())
+	assert.True(t, w.Allow())
+	assert.False(t, w.AllowN(2))
+	clk.Advance(time.Second)
+	assert.True(t, w.AllowN(2))
+	s := mustWarmUp(t, PerHour(1), 1, time.Second, 3)
+	assert.True(t, s.Allow())
+	assert.False(t, s.Allow())
+}
+
+// TestWarmUpReleaseOfAnEarlierAdmission pins that releasing an admission
+// that is not the latest gives back its stable cost, no more.
+func TestWarmUpReleaseOfAnEarlierAdmission(t *testing.T) {
+	const m = time.Millisecond
+	w := mustWarmUp(t, PerSecond(10), 5, 2*time.Second, 3)
+	ctx := context.Background()
+	_, first := w.Admit(ctx, 0) // costs 290ms
+	d, second := w.Admit(ctx, 0)
+	require.True(t, d.Allowed) // costs 270ms
+	assert.Equal(t, 560*m, d.Reset)
+	w.Done(first, sluice.Released, 0, 0) // not the latest: its stable 100ms
+	assert.Equal(t, 460*m, w.DecideAt(0, 3).Reset)
+	// The latest, but the state has moved since it was admitted: its stable
+	// 100ms too.
+	w.Done(second, sluice.Released, 0, 0)
+	d = w.DecideAt(0, 2)
+	require.False(t, d.Allowed)
+	assert.Equal(t, 360*m, d.Reset)
+	// Success and Failure give nothing back.
+	w.Done(first, sluice.Success, 0, 0)
+	w.Done(first, sluice.Failure, 0, 0)
+	assert.Equal(t, 360*m, w.DecideAt(0, 2).Reset)
+}
+
+func TestWarmUpConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New: func(t *testing.T) sluice.Policy {
+			return mustWarmUp(t, PerSecond(1000), 10, 100*time.Millisecond, 3)
+		},
+		Causes: []error{sluice.ErrRateLimited},
+	})
+}
+
+func TestWarmUpConcurrentNeverOver(t *testing.T) {
+	w := mustWarmUp(t, PerSecond(1000), 20, 50*time.Millisecond, 3)
+	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, w.AllowAt)
+	t.Logf("admitted %d", n)
+}
+
+func TestWarmUpAllocatesNothing(t *testing.T) {
+	w := mustWarmUp(t, PerSecond(1_000_000), 1000, time.Second, 3)
+	ctx := context.Background()
+	var now time.Duration
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += time.Microsecond
+		w.AllowAt(now)
+		w.Allow()
+		d, tk := w.Admit(ctx, now)
+		if d.Allowed {
+			w.Done(tk, sluice.Released, now, 0)
+		}
+		_ = w.DecideAt(now, 5000)
+	})
+	assert.Zero(t, allocs)
+}
