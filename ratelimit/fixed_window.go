@@ -35,7 +35,25 @@ type FixedWindow struct {
 	cb     uint   // bits of the count field
 	cmask  uint64 // 1<<cb - 1
 	name   string
-	clock  sluice.Clock
+	clock  limiterClock
+}
+
+// limiterClock reads a limiter's clock for the methods that take no instant,
+// calling sluice.Now directly, not through the interface, for SystemClock.
+type limiterClock struct {
+	c   sluice.Clock
+	sys bool
+}
+
+func newLimiterClock(c sluice.Clock) limiterClock {
+	return limiterClock{c: c, sys: c == sluice.SystemClock}
+}
+
+func (c limiterClock) now() time.Duration {
+	if c.sys {
+		return sluice.Now()
+	}
+	return c.c.Now()
 }
 
 // NewFixedWindow returns a limiter that admits limit cost units per window.
@@ -58,7 +76,7 @@ func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWi
 	if err := checkGranularity("fixed window", limit, window, cb); err != nil {
 		return nil, err
 	}
-	w := &FixedWindow{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock}
+	w := &FixedWindow{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
 	w.state.Store(w.cmask) // pristine
 	return w, nil
 }
@@ -121,10 +139,10 @@ func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration
 }
 
 // Allow is AllowNAt(clock.Now(), 1).
-func (w *FixedWindow) Allow() bool { return w.AllowNAt(w.clock.Now(), 1) }
+func (w *FixedWindow) Allow() bool { return w.AllowNAt(w.clock.now(), 1) }
 
 // AllowN is AllowNAt(clock.Now(), n).
-func (w *FixedWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.Now(), n) }
+func (w *FixedWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.now(), n) }
 
 // AllowAt is AllowNAt(now, 1).
 func (w *FixedWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
@@ -132,8 +150,8 @@ func (w *FixedWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1
 // AllowNAt reports whether n units may pass at instant now, and takes them if
 // so.
 func (w *FixedWindow) AllowNAt(now time.Duration, n int64) bool {
-	d, _ := w.decide(now, n)
-	return d.Allowed
+	res, _, _ := w.take(now, max(n, 1))
+	return res == windowAllowed
 }
 
 // DecideAt decides on a request of cost n (taken as 1 when below 1) at
@@ -146,12 +164,21 @@ func (w *FixedWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
 	return d
 }
 
-func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
-	n = max(n, 1)
+// The answers of the window limiters' take.
+const (
+	windowRejected = iota
+	windowAllowed
+	windowNever // the cost exceeds the limit
+)
+
+// take decides on n >= 1 units at now and takes them when it admits. It
+// returns its answer, the window they are counted in and the units used in
+// it before them.
+func (w *FixedWindow) take(now time.Duration, n int64) (res int, idx, used int64) {
 	cur := floorDiv(int64(now), int64(w.window))
 	for {
 		s := w.state.Load()
-		idx, used := cur, int64(s&w.cmask)
+		idx, used = cur, int64(s&w.cmask)
 		if uint64(used) == w.cmask {
 			used = 0 // pristine: adopt the current window
 		} else if diff := slotDiff(uint64(cur)<<w.cb, s, w.cb); diff <= 0 {
@@ -159,18 +186,28 @@ func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluic
 		} else {
 			used = 0 // a later window starts afresh
 		}
-		reset := time.Duration(idx+1)*w.window - now
-		if n > w.limit {
-			return never(w.name, w.limit, w.limit-used, resetIf(used > 0, reset)), 0
-		}
-		if used+n > w.limit {
-			return reject(w.name, w.limit, w.limit-used, reset, reset), 0
-		}
-		next := uint64(idx)<<w.cb | uint64(used+n)
-		if w.state.CompareAndSwap(s, next) {
-			return allow(w.name, w.limit, w.limit-used-n, reset), sluice.Ticket(uint64(idx)<<w.cb | uint64(n))
+		switch {
+		case n > w.limit:
+			return windowNever, idx, used
+		case used+n > w.limit:
+			return windowRejected, idx, used
+		case w.state.CompareAndSwap(s, uint64(idx)<<w.cb|uint64(used+n)):
+			return windowAllowed, idx, used
 		}
 	}
+}
+
+func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+	n = max(n, 1)
+	res, idx, used := w.take(now, n)
+	reset := time.Duration(idx+1)*w.window - now
+	switch res {
+	case windowAllowed:
+		return allow(w.name, w.limit, w.limit-used-n, reset), sluice.Ticket(uint64(idx)<<w.cb | uint64(n))
+	case windowRejected:
+		return reject(w.name, w.limit, w.limit-used, reset, reset), 0
+	}
+	return never(w.name, w.limit, w.limit-used, resetIf(used > 0, reset)), 0
 }
 
 // resetIf returns d when cond holds and 0 otherwise.

@@ -151,7 +151,7 @@ type Keyed struct {
 	ttl        time.Duration
 	missing    MissingKey
 	name       string
-	clock      sluice.Clock
+	clock      limiterClock
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -159,9 +159,10 @@ type Keyed struct {
 }
 
 // keyDecider is what every limiter of this package offers beyond Policy: a
-// decision that needs no ticket.
+// decision that needs no ticket, and a bare answer.
 type keyDecider interface {
 	DecideAt(now time.Duration, n int64) sluice.Decision
+	AllowNAt(now time.Duration, n int64) bool
 }
 
 type keyedEntry struct {
@@ -229,7 +230,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
-		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: o.clock,
+		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: newLimiterClock(o.clock),
 	}
 	for i := range k.shards {
 		s := &k.shards[i]
@@ -313,12 +314,20 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 }
 
 // AllowKey is AllowKeyAt(clock.Now(), key).
-func (k *Keyed) AllowKey(key string) bool { return k.DecideKeyAt(k.clock.Now(), key, 1).Allowed }
+func (k *Keyed) AllowKey(key string) bool { return k.AllowKeyAt(k.clock.now(), key) }
 
 // AllowKeyAt reports whether a request of cost 1 with key may pass at
 // instant now, and takes the quota if so.
 func (k *Keyed) AllowKeyAt(now time.Duration, key string) bool {
-	return k.DecideKeyAt(now, key, 1).Allowed
+	s := &k.shards[maphash.String(k.seed, key)&k.mask]
+	e, _, _, err := k.lookup(s, key, now, false)
+	switch {
+	case err != nil:
+		return false
+	case e.dec != nil:
+		return e.dec.AllowNAt(now, 1)
+	}
+	return decideEntry(e, now, 1).Allowed
 }
 
 // DecideKeyAt decides on a request of cost n with key at instant now, for
@@ -331,20 +340,25 @@ func (k *Keyed) DecideKeyAt(now time.Duration, key string, n int64) sluice.Decis
 	if err != nil {
 		return k.failed(err)
 	}
-	var d sluice.Decision
-	if e.dec != nil {
-		d = e.dec.DecideAt(now, n)
-	} else {
-		ctx := context.Background()
-		if n > 1 {
-			ctx = sluice.WithCost(ctx, n)
-		}
-		var t sluice.Ticket
-		if d, t = e.lim.Admit(ctx, now); d.Allowed {
-			e.lim.Done(t, sluice.Success, now, 0)
-		}
-	}
+	d := decideEntry(e, now, n)
 	d.Policy = k.name
+	return d
+}
+
+// decideEntry decides on a request of cost n at now with e's limiter, with
+// no ticket to keep.
+func decideEntry(e *keyedEntry, now time.Duration, n int64) sluice.Decision {
+	if e.dec != nil {
+		return e.dec.DecideAt(now, n)
+	}
+	ctx := context.Background()
+	if n > 1 {
+		ctx = sluice.WithCost(ctx, n)
+	}
+	d, t := e.lim.Admit(ctx, now)
+	if d.Allowed {
+		e.lim.Done(t, sluice.Success, now, 0)
+	}
 	return d
 }
 
@@ -389,7 +403,7 @@ func (k *Keyed) janitor(interval time.Duration) {
 		case <-k.stop:
 			return
 		case <-t.C:
-			k.ExpireAt(k.clock.Now())
+			k.ExpireAt(k.clock.now())
 		}
 	}
 }

@@ -417,3 +417,19 @@ func TestKeyedFloodKeepsMemoryBounded(t *testing.T) {
 	assert.Less(t, after, uint64(capKeys)*640, "a capped Keyed must not hold the flood")
 	runtime.KeepAlive(k)
 }
+
+func TestKeyedDecideKeyWithAnyPolicy(t *testing.T) {
+	var s *spy
+	k := mustKeyed(t, func(key string) (sluice.Policy, error) {
+		p := &spy{name: key}
+		if key == "a" {
+			s = p
+		}
+		return p, nil
+	})
+	assert.True(t, k.AllowKeyAt(0, "a"))
+	d := k.DecideKeyAt(0, "a", 3)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, "ratelimit/keyed", d.Policy)
+	assert.Equal(t, []sluice.Ticket{1, 2}, s.dones, "each decision is told it ended")
+}

@@ -39,8 +39,7 @@ type LeakyBucket struct {
 	cb       uint  // bits of the cost in a ticket
 	cmask    uint64
 	name     string
-	clock    sluice.Clock
-	sysClock bool
+	clock    limiterClock
 }
 
 // NewLeakyBucket returns a meter that holds capacity cost units and leaks
@@ -68,16 +67,9 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 		return nil, fmt.Errorf("ratelimit: leaky bucket: capacity %d at %v takes too long to drain", capacity, r)
 	}
 	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: int64(full),
-		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
 	b.emptyAt.v.Store(emptyTAT)
 	return b, nil
-}
-
-func (b *LeakyBucket) now() time.Duration {
-	if b.sysClock {
-		return sluice.Now()
-	}
-	return b.clock.Now()
 }
 
 // Name returns the limiter's name, "ratelimit/leaky-bucket" unless set with
@@ -110,10 +102,10 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 }
 
 // Allow is AllowNAt(clock.Now(), 1).
-func (b *LeakyBucket) Allow() bool { return b.AllowNAt(b.now(), 1) }
+func (b *LeakyBucket) Allow() bool { return b.AllowNAt(b.clock.now(), 1) }
 
 // AllowN is AllowNAt(clock.Now(), n).
-func (b *LeakyBucket) AllowN(n int64) bool { return b.AllowNAt(b.now(), n) }
+func (b *LeakyBucket) AllowN(n int64) bool { return b.AllowNAt(b.clock.now(), n) }
 
 // AllowAt is AllowNAt(now, 1).
 func (b *LeakyBucket) AllowAt(now time.Duration) bool { return b.AllowNAt(now, 1) }

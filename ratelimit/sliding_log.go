@@ -34,7 +34,7 @@ type SlidingLog struct {
 	limit  int64
 	window time.Duration
 	name   string
-	clock  sluice.Clock
+	clock  limiterClock
 }
 
 type logEntry struct {
@@ -63,7 +63,7 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	}
 	return &SlidingLog{
 		ring:  make([]logEntry, min(limit, 16)),
-		limit: limit, window: window, name: o.name, clock: o.clock,
+		limit: limit, window: window, name: o.name, clock: newLimiterClock(o.clock),
 	}, nil
 }
 
@@ -79,7 +79,7 @@ func (l *SlidingLog) Window() time.Duration { return l.window }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
 func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	return l.decide(now, sluice.CostFrom(ctx))
+	return l.decide(now, sluice.CostFrom(ctx), true)
 }
 
 // Done removes the admitted request from the log when o is sluice.Released
@@ -117,10 +117,10 @@ func (l *SlidingLog) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration)
 }
 
 // Allow is AllowNAt(clock.Now(), 1).
-func (l *SlidingLog) Allow() bool { return l.AllowNAt(l.clock.Now(), 1) }
+func (l *SlidingLog) Allow() bool { return l.AllowNAt(l.clock.now(), 1) }
 
 // AllowN is AllowNAt(clock.Now(), n).
-func (l *SlidingLog) AllowN(n int64) bool { return l.AllowNAt(l.clock.Now(), n) }
+func (l *SlidingLog) AllowN(n int64) bool { return l.AllowNAt(l.clock.now(), n) }
 
 // AllowAt is AllowNAt(now, 1).
 func (l *SlidingLog) AllowAt(now time.Duration) bool { return l.AllowNAt(now, 1) }
@@ -128,8 +128,8 @@ func (l *SlidingLog) AllowAt(now time.Duration) bool { return l.AllowNAt(now, 1)
 // AllowNAt reports whether n units may pass at instant now, and logs them if
 // so.
 func (l *SlidingLog) AllowNAt(now time.Duration, n int64) bool {
-	d, _ := l.decide(now, n)
-	return d.Allowed
+	_, tk := l.decide(now, n, false)
+	return tk != 0
 }
 
 // DecideAt decides on a request of cost n (taken as 1 when below 1) at
@@ -138,7 +138,7 @@ func (l *SlidingLog) AllowNAt(now time.Duration, n int64) bool {
 // left the window, and RetryAfter the time until enough have left for n
 // more. A cost above the limit is rejected with ErrNeverSatisfiable.
 func (l *SlidingLog) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := l.decide(now, n)
+	d, _ := l.decide(now, n, true)
 	return d
 }
 
@@ -196,7 +196,10 @@ func (l *SlidingLog) resetLocked(now time.Duration) time.Duration {
 	return 0
 }
 
-func (l *SlidingLog) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+// decide decides on a request of cost n at now and logs it when it admits.
+// It returns a ticket, never 0, when it admits; and the Decision only when
+// full is set.
+func (l *SlidingLog) decide(now time.Duration, n int64, full bool) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -206,6 +209,9 @@ func (l *SlidingLog) decide(now time.Duration, n int64) (sluice.Decision, sluice
 	}
 	for l.size > 0 && l.at(0).at+l.window <= at {
 		l.popFront()
+	}
+	if !full && l.total+n > l.limit {
+		return sluice.Decision{}, 0
 	}
 	if n > l.limit {
 		return never(l.name, l.limit, l.limit-l.total, l.resetLocked(now)), 0
@@ -226,5 +232,8 @@ func (l *SlidingLog) decide(now time.Duration, n int64) (sluice.Decision, sluice
 	l.last = at
 	l.push(logEntry{at: at, n: n, seq: l.seq})
 	l.total += n
+	if !full {
+		return sluice.Decision{}, sluice.Ticket(l.seq)
+	}
 	return allow(l.name, l.limit, l.limit-l.total, at+l.window-now), sluice.Ticket(l.seq)
 }

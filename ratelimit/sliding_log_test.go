@@ -115,7 +115,7 @@ func TestSlidingLogMatchesItsDefinition(t *testing.T) {
 				now += time.Duration(r.IntN(int(20*ms)/int(limit) + 1))
 			}
 			n := 1 + r.Int64N(min(limit, 4)+1)
-			d, tk := l.decide(now, n)
+			d, tk := l.decide(now, n, true)
 			want, seq := m.decide(now, n)
 			want.Policy = d.Policy
 			require.Equal(t, want, d, "call %d at %v, n=%d", i, now, n)

@@ -38,7 +38,7 @@ type SlidingWindow struct {
 	cb     uint
 	cmask  uint64
 	name   string
-	clock  sluice.Clock
+	clock  limiterClock
 }
 
 // NewSlidingWindow returns a limiter that admits limit cost units in any
@@ -69,7 +69,7 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 	}
 	return &SlidingWindow{
 		counts: make([]int64, buckets), limit: limit, window: window, bucket: bucket,
-		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name, clock: o.clock,
+		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock),
 	}, nil
 }
 
@@ -88,7 +88,7 @@ func (w *SlidingWindow) Buckets() int { return int(w.nb) }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
 func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	return w.decide(now, sluice.CostFrom(ctx))
+	return w.decide(now, sluice.CostFrom(ctx), true)
 }
 
 // Done gives back what the admitted request took when o is sluice.Released
@@ -111,10 +111,10 @@ func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Durati
 }
 
 // Allow is AllowNAt(clock.Now(), 1).
-func (w *SlidingWindow) Allow() bool { return w.AllowNAt(w.clock.Now(), 1) }
+func (w *SlidingWindow) Allow() bool { return w.AllowNAt(w.clock.now(), 1) }
 
 // AllowN is AllowNAt(clock.Now(), n).
-func (w *SlidingWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.Now(), n) }
+func (w *SlidingWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.now(), n) }
 
 // AllowAt is AllowNAt(now, 1).
 func (w *SlidingWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
@@ -122,8 +122,8 @@ func (w *SlidingWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now,
 // AllowNAt reports whether n units may pass at instant now, and takes them if
 // so.
 func (w *SlidingWindow) AllowNAt(now time.Duration, n int64) bool {
-	d, _ := w.decide(now, n)
-	return d.Allowed
+	_, tk := w.decide(now, n, false)
+	return tk != 0
 }
 
 // DecideAt decides on a request of cost n (taken as 1 when below 1) at
@@ -132,7 +132,7 @@ func (w *SlidingWindow) AllowNAt(now time.Duration, n int64) bool {
 // unit has left the window, and RetryAfter the time until enough have left
 // for n more. A cost above the limit is rejected with ErrNeverSatisfiable.
 func (w *SlidingWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := w.decide(now, n)
+	d, _ := w.decide(now, n, true)
 	return d
 }
 
@@ -185,16 +185,24 @@ func (w *SlidingWindow) resetLocked(now time.Duration) time.Duration {
 	return 0
 }
 
-func (w *SlidingWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+// decide decides on a request of cost n at now and takes it when it admits.
+// It returns a ticket, never 0, when it admits; and the Decision only when
+// full is set.
+func (w *SlidingWindow) decide(now time.Duration, n int64, full bool) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.advance(floorDiv(int64(now), int64(w.bucket)))
 	if n > w.limit {
-		d := never(w.name, w.limit, w.limit-w.total, w.resetLocked(now))
-		w.mu.Unlock()
-		return d, 0
+		if !full {
+			return sluice.Decision{}, 0
+		}
+		return never(w.name, w.limit, w.limit-w.total, w.resetLocked(now)), 0
 	}
 	if w.total+n > w.limit {
+		if !full {
+			return sluice.Decision{}, 0
+		}
 		need := w.total + n - w.limit
 		retry := time.Duration(0)
 		for k, freed := w.head-w.nb+1, int64(0); k <= w.head; k++ {
@@ -203,14 +211,13 @@ func (w *SlidingWindow) decide(now time.Duration, n int64) (sluice.Decision, slu
 				break
 			}
 		}
-		d := reject(w.name, w.limit, w.limit-w.total, w.resetLocked(now), retry)
-		w.mu.Unlock()
-		return d, 0
+		return reject(w.name, w.limit, w.limit-w.total, w.resetLocked(now), retry), 0
 	}
 	w.counts[w.slot(w.head)] += n
 	w.total += n
-	d := allow(w.name, w.limit, w.limit-w.total, w.leaves(w.head)-now)
 	tk := sluice.Ticket(uint64(w.head)<<w.cb | uint64(n))
-	w.mu.Unlock()
-	return d, tk
+	if !full {
+		return sluice.Decision{}, tk
+	}
+	return allow(w.name, w.limit, w.limit-w.total, w.leaves(w.head)-now), tk
 }
