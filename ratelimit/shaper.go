@@ -1,0 +1,288 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
+// context ended while it waited for its turn. It wraps sluice.ErrRateLimited;
+// the Decision's Cause also matches the context's error (context.Canceled or
+// context.DeadlineExceeded).
+var ErrWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
+
+var (
+	errAbandonedCanceled = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.Canceled)
+	errAbandonedDeadline = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.DeadlineExceeded)
+)
+
+// Tickets of Shaper carry the end of the request's turn, relative to the
+// instant of its Admit, in the high bits and its cost in the low ones.
+const (
+	shaperCostBits = 20
+	shaperCostMask = 1<<shaperCostBits - 1
+	shaperMaxSpan  = 1<<(64-shaperCostBits-1) - 1
+)
+
+// Shaper is the leaky bucket as a queue: it spaces requests evenly at its
+// Rate, one every interval T = Period/Count (rounded up), and makes each
+// request wait for its turn instead of rejecting it, up to a maximum wait.
+// It smooths bursts into a steady flow, as Sentinel's throttling controller
+// and nginx's limit_req with a queue do.
+//
+// A request of cost n takes the turn at max(next, now) and moves next by n×T.
+// It is rejected at once, taking nothing, when its turn lies further than the
+// maximum wait or beyond its context's deadline. A request whose context ends
+// while it waits gives its turn back when no later request queued behind it;
+// a turn in the middle of the queue stays empty, since the requests behind it
+// were promised their instants.
+//
+// As a sluice.Policy, Admit blocks until the turn, on a timer that follows
+// fake time inside a testing/synctest bubble. The Allow forms never wait:
+// they admit only a request whose turn is now.
+//
+// Decision.Limit is the queue's length in unit requests, maxWait/T + 1;
+// Remaining is how many more unit requests would be admitted at the instant
+// of the decision; Reset is the time until the queue is empty.
+//
+// The state is one atomic int64 on its own cache line. Create one with
+// NewShaper; the zero value is not usable. A Shaper is safe for concurrent
+// use.
+type Shaper struct {
+	next     paddedTAT // the instant the next turn is free
+	iv       int64
+	maxWait  int64
+	limit    int64
+	rate     Rate
+	name     string
+	clock    sluice.Clock
+	sysClock bool
+}
+
+// NewShaper returns a Shaper spacing requests at r, each waiting at most
+// maxWait for its turn (0: never wait, only admit a request whose turn is
+// now). It returns an error when r is invalid or maxWait is negative.
+func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("ratelimit: shaper: %w", err)
+	}
+	if maxWait < 0 {
+		return nil, fmt.Errorf("ratelimit: shaper: maximum wait %v must not be negative", maxWait)
+	}
+	if int64(maxWait) > maxTolerance {
+		return nil, errors.New("ratelimit: shaper: maximum wait exceeds 2^62ns")
+	}
+	o, err := buildOptions("shaper", opts)
+	if err != nil {
+		return nil, err
+	}
+	iv := interval(r)
+	s := &Shaper{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, rate: r,
+		name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	s.next.v.Store(emptyTAT)
+	return s, nil
+}
+
+func (s *Shaper) now() time.Duration {
+	if s.sysClock {
+		return sluice.Now()
+	}
+	return s.clock.Now()
+}
+
+// Name returns the name given with WithName; default "ratelimit/shaper".
+func (s *Shaper) Name() string { return s.name }
+
+// Rate returns the rate requests are spaced at.
+func (s *Shaper) Rate() Rate { return s.rate }
+
+// MaxWait returns the longest a request waits for its turn.
+func (s *Shaper) MaxWait() time.Duration { return time.Duration(s.maxWait) }
+
+// take claims the turn at max(next, now) for cost n when it starts within
+// maxDelay of now. It returns the turn's start and end, or, when it does not,
+// the start it would have had.
+func (s *Shaper) take(now, n, maxDelay int64) (start, end int64, ok bool) {
+	for {
+		next := s.next.v.Load()
+		start = max(next, now)
+		if start-now > maxDelay {
+			return start, 0, false
+		}
+		end = start + n*s.iv
+		if s.next.v.CompareAndSwap(next, end) {
+			return start, end, true
+		}
+	}
+}
+
+// giveBack returns the turn [start, end) when it is still the last one.
+func (s *Shaper) giveBack(start, end int64) {
+	s.next.v.CompareAndSwap(end, start)
+}
+
+// remaining is how many unit requests would still be admitted at instant at
+// when the queue ends at end.
+func (s *Shaper) remaining(at, end int64) int64 {
+	if end-at > s.maxWait {
+		return 0
+	}
+	return floorDiv(at+s.maxWait-end, s.iv) + 1
+}
+
+// tooCostly reports whether n × T would overflow: such a cost is never
+// satisfiable.
+func (s *Shaper) tooCostly(n int64) bool { return n > maxTolerance/s.iv }
+
+func (s *Shaper) never(now int64) sluice.Decision {
+	end := max(s.next.v.Load(), now)
+	return never(s.name, s.limit, s.remaining(now, end), time.Duration(end-now))
+}
+
+// Allow reports whether one request's turn is now, and takes it if so;
+// shorthand for AllowNAt(clock.Now(), 1).
+func (s *Shaper) Allow() bool { return s.AllowNAt(s.now(), 1) }
+
+// AllowN reports whether the turn of a request of cost n is now; shorthand
+// for AllowNAt(clock.Now(), n).
+func (s *Shaper) AllowN(n int64) bool { return s.AllowNAt(s.now(), n) }
+
+// AllowAt reports whether one request's turn is at instant now, and takes it
+// if so.
+func (s *Shaper) AllowAt(now time.Duration) bool { return s.AllowNAt(now, 1) }
+
+// AllowNAt reports whether the turn of a request of cost n (below 1 counts as
+// 1) is at instant now, and takes it if so. It never waits.
+func (s *Shaper) AllowNAt(now time.Duration, n int64) bool {
+	n = max(n, 1)
+	if s.tooCostly(n) {
+		return false
+	}
+	_, _, ok := s.take(int64(now), n, 0)
+	return ok
+}
+
+// DecideAt decides without waiting on a request of cost n (below 1 counts as
+// 1) at instant now: it is allowed, and takes its turn, only when the turn is
+// now. Use Admit or WaitN to wait for a later turn.
+func (s *Shaper) DecideAt(now time.Duration, n int64) sluice.Decision {
+	n = max(n, 1)
+	if s.tooCostly(n) {
+		return s.never(int64(now))
+	}
+	d, _ := s.decideWithin(int64(now), n, 0, nil)
+	return d
+}
+
+// decideWithin takes a turn starting within maxDelay of now and builds the
+// Decision as of the turn's start. A rejection's cause is cause, or
+// ErrRateLimited when nil.
+func (s *Shaper) decideWithin(now, n, maxDelay int64, cause error) (sluice.Decision, [2]int64) {
+	start, end, ok := s.take(now, n, maxDelay)
+	if !ok {
+		d := reject(s.name, s.limit, s.remaining(now, start), time.Duration(start-now), time.Duration(start-now-maxDelay))
+		if cause != nil {
+			d.Cause = cause
+		}
+		return d, [2]int64{}
+	}
+	return allow(s.name, s.limit, s.remaining(start, end), time.Duration(end-start)), [2]int64{start, end}
+}
+
+// Admit waits for the turn of one request arriving at instant now, whose
+// cost is sluice.CostFrom(ctx). It rejects at once, taking nothing, when the
+// turn lies beyond the maximum wait (ErrRateLimited) or beyond ctx's deadline
+// (ErrWouldExceedDeadline); when ctx ends during the wait, it gives the turn
+// back and rejects with ErrWaitAbandoned.
+func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	n := sluice.CostFrom(ctx)
+	if s.tooCostly(n) {
+		return s.never(int64(now)), 0
+	}
+	d, turn := s.wait(ctx, int64(now), n)
+	if !d.Allowed {
+		return d, 0
+	}
+	span := turn[1] - int64(now)
+	if span > shaperMaxSpan || n > shaperCostMask {
+		return d, 0 // too large to carry: a release gives nothing back
+	}
+	return d, sluice.Ticket(uint64(span)<<shaperCostBits | uint64(n))
+}
+
+// wait takes a turn for cost n arriving at now and sleeps until it.
+func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]int64) {
+	budget := s.maxWait
+	var cause error
+	if dl, ok := ctx.Deadline(); ok {
+		if left := int64(time.Until(dl)); left < budget {
+			budget, cause = left, ErrWouldExceedDeadline
+		}
+	}
+	d, turn := s.decideWithin(now, n, max(budget, -1), cause)
+	if !d.Allowed {
+		return d, turn
+	}
+	delay := turn[0] - now
+	if delay <= 0 {
+		return d, turn
+	}
+	timer := time.NewTimer(time.Duration(delay))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return d, turn
+	case <-ctx.Done():
+		s.giveBack(turn[0], turn[1])
+		cause := errAbandonedCanceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cause = errAbandonedDeadline
+		}
+		d = reject(s.name, s.limit, d.Remaining, d.Reset, time.Duration(delay))
+		d.Cause = cause
+		return d, [2]int64{}
+	}
+}
+
+// Wait waits for the turn of one request; shorthand for WaitN(ctx, 1).
+func (s *Shaper) Wait(ctx context.Context) error { return s.WaitN(ctx, 1) }
+
+// WaitN waits for the turn of a request of cost n (below 1 counts as 1),
+// reading the limiter's clock. It returns at once a *sluice.RejectedError
+// when the turn lies beyond the maximum wait (ErrRateLimited) or ctx's
+// deadline (ErrWouldExceedDeadline), taking nothing; when ctx ends during
+// the wait it gives the turn back and returns ctx.Err().
+func (s *Shaper) WaitN(ctx context.Context, n int64) error {
+	n = max(n, 1)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := int64(s.now())
+	if s.tooCostly(n) {
+		return &sluice.RejectedError{Decision: s.never(now)}
+	}
+	d, _ := s.wait(ctx, now, n)
+	switch {
+	case d.Allowed:
+		return nil
+	case errors.Is(d.Cause, ErrWaitAbandoned):
+		return ctx.Err()
+	}
+	return &sluice.RejectedError{Decision: d}
+}
+
+// Done gives back, on sluice.Released, the turn that Admit took, when no
+// later request has queued behind it; other outcomes change nothing. now -
+// latency must be the instant given to Admit, as a Guard passes it.
+func (s *Shaper) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	if o != sluice.Released || t == 0 {
+		return
+	}
+	n := int64(t & shaperCostMask)
+	end := int64(now-latency) + int64(t>>shaperCostBits)
+	s.giveBack(end-n*s.iv, end)
+}

@@ -1,0 +1,301 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func mustShaper(t testing.TB, r Rate, maxWait time.Duration, opts ...Option) *Shaper {
+	t.Helper()
+	s, err := NewShaper(r, maxWait, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// TestShaperSteps walks a shaper that never waits (maxWait 0) through its
+// turns: one request every 100ms, a request of cost n taking n turns.
+func TestShaperSteps(t *testing.T) {
+	const m = time.Millisecond
+	s := mustShaper(t, PerSecond(10), 0)
+	runSteps(t, s, []step{
+		{at: 0, allowed: true, remaining: 0, reset: 100 * m},
+		{at: 50 * m, allowed: false, remaining: 0, reset: 50 * m, retryAfter: 50 * m},
+		{at: 100 * m, allowed: true, remaining: 0, reset: 100 * m},
+		{at: 200 * m, n: 3, allowed: true, remaining: 0, reset: 300 * m},
+		{at: 300 * m, allowed: false, remaining: 0, reset: 200 * m, retryAfter: 200 * m},
+		// Released: the turn comes back.
+		{at: 500 * m, allowed: true, remaining: 0, reset: 100 * m, release: true},
+		{at: 500 * m, allowed: true, remaining: 0, reset: 100 * m},
+		// The clock jumps back: nothing extra.
+		{at: 100 * m, allowed: false, remaining: 0, reset: 500 * m, retryAfter: 500 * m},
+		{at: time.Second, allowed: true, remaining: 0, reset: 100 * m},
+	})
+	d := s.DecideAt(0, 1<<62)
+	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
+	assert.Equal(t, int64(1), d.Limit)
+	assert.Equal(t, "ratelimit/shaper", d.Policy)
+}
+
+// TestShaperQueueFields pins Limit and Remaining of a shaper with a queue:
+// maxWait 250ms at 100ms a turn holds 3 unit requests.
+func TestShaperQueueFields(t *testing.T) {
+	const m = time.Millisecond
+	s := mustShaper(t, PerSecond(10), 250*m)
+	d := s.DecideAt(0, 1)
+	require.True(t, d.Allowed)
+	assert.Equal(t, int64(3), d.Limit)
+	assert.Equal(t, int64(2), d.Remaining) // turns at 100ms and 200ms are left
+	assert.Equal(t, 100*m, d.Reset)
+	d = s.DecideAt(0, 1) // its turn is at 100ms: DecideAt never waits
+	require.False(t, d.Allowed)
+	assert.Equal(t, int64(2), d.Remaining)
+	assert.Equal(t, 100*m, d.Reset)
+	assert.Equal(t, 100*m, d.RetryAfter, "a caller that does not wait retries at its turn")
+	assert.False(t, s.AllowAt(0))
+	assert.True(t, s.AllowAt(100*m))
+	assert.False(t, s.AllowNAt(150*m, 2))
+	assert.True(t, s.AllowNAt(200*m, 2))
+	assert.Equal(t, 250*m, s.MaxWait())
+	assert.Equal(t, PerSecond(10), s.Rate())
+}
+
+func TestShaperValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		r       Rate
+		maxWait time.Duration
+		opts    []Option
+	}{
+		{"zero rate", Rate{}, 0, nil},
+		{"zero period", Rate{Count: 3}, 0, nil},
+		{"negative wait", PerSecond(1), -time.Millisecond, nil},
+		{"huge wait", PerSecond(1), 1 << 63 - 1, nil},
+		{"nil clock", PerSecond(1), 0, []Option{WithClock(nil)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewShaper(tc.r, tc.maxWait, tc.opts...)
+			require.Error(t, err)
+			assert.Nil(t, s)
+		})
+	}
+	clk := sluice.NewManualClock(0)
+	s := mustShaper(t, PerSecond(10), 0, WithClock(clk), WithName("ratelimit/smooth"))
+	assert.Equal(t, "ratelimit/smooth", s.Name())
+	assert.True(t, s.Allow())
+	assert.False(t, s.Allow())
+	clk.Advance(100 * time.Millisecond)
+	assert.True(t, s.AllowN(2))
+	assert.False(t, s.AllowN(1<<62))
+	sys := mustShaper(t, PerHour(1), 0)
+	assert.True(t, sys.Allow())
+	assert.False(t, sys.Allow())
+}
+
+// TestShaperAdmitSpacesRequests has five requests arrive at once at a shaper
+// of 10/s with a queue of 250ms: three go through 100ms apart, two are
+// rejected at once, saying when their turn would be within reach.
+func TestShaperAdmitSpacesRequests(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		const m = time.Millisecond
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), 250*m, WithClock(clk))
+		type result struct {
+			d  sluice.Decision
+			at time.Duration
+		}
+		results := make([]result, 5)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() {
+				d, _ := s.Admit(context.Background(), 0)
+				results[i] = result{d, clk.Now()}
+			})
+			synctest.Wait() // in order: each takes the next turn
+		}
+		wg.Wait()
+		for i, want := range []time.Duration{0, 100 * m, 200 * m} {
+			assert.True(t, results[i].d.Allowed, "request %d", i)
+			assert.Equal(t, want, results[i].at, "request %d proceeds at its turn", i)
+		}
+		for i, retry := range []time.Duration{50 * m, 50 * m} {
+			r := results[3+i]
+			assert.False(t, r.d.Allowed)
+			assert.ErrorIs(t, r.d.Cause, sluice.ErrRateLimited)
+			assert.Equal(t, retry, r.d.RetryAfter)
+			assert.Zero(t, r.at, "rejected at once")
+		}
+	})
+}
+
+func TestShaperRejectsBeyondDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const m = time.Millisecond
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		require.True(t, s.Allow())
+		ctx, cancel := context.WithTimeout(context.Background(), 150*m)
+		defer cancel()
+		require.NoError(t, s.Wait(ctx)) // turn at 100ms
+		assert.Equal(t, 100*m, clk.Now())
+		// The next turn is at 200ms, past the deadline at 150ms: at once.
+		d, _ := s.Admit(ctx, clk.Now())
+		require.False(t, d.Allowed)
+		require.ErrorIs(t, d.Cause, ErrWouldExceedDeadline)
+		assert.Equal(t, 50*m, d.RetryAfter)
+		err := s.Wait(ctx)
+		require.ErrorIs(t, err, ErrWouldExceedDeadline)
+		require.ErrorIs(t, err, sluice.ErrRejected)
+		assert.Equal(t, 100*m, clk.Now())
+		// Nothing was taken: the turn at 200ms is free.
+		assert.True(t, s.AllowAt(200*m))
+		// Beyond the maximum wait.
+		require.True(t, s.AllowNAt(300*m, 20)) // next turn at 2.3s
+		err = s.WaitN(context.Background(), 1)
+		require.ErrorIs(t, err, sluice.ErrRateLimited)
+		require.NotErrorIs(t, err, ErrWouldExceedDeadline)
+		require.ErrorIs(t, s.WaitN(context.Background(), 1<<62), ErrNeverSatisfiable)
+		dead, cancelDead := context.WithCancel(context.Background())
+		cancelDead()
+		require.ErrorIs(t, s.Wait(dead), context.Canceled)
+	})
+}
+
+// TestShaperCancelledWaiterGivesTurnBack cancels the last waiter: its turn
+// goes to the next arrival. A waiter in the middle of the queue leaves its
+// turn empty: the requests behind it keep theirs.
+func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		const m = time.Millisecond
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		require.True(t, s.Allow()) // turn 0; next at 100ms
+		ctx, cancel := context.WithCancel(context.Background())
+		var d sluice.Decision
+		done := make(chan struct{})
+		go func() {
+			d, _ = s.Admit(ctx, clk.Now())
+			close(done)
+		}()
+		time.Sleep(30 * m)
+		cancel()
+		<-done
+		require.False(t, d.Allowed)
+		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		require.ErrorIs(t, d.Cause, context.Canceled)
+		require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+		// As if it had never come: the turn at 100ms is free.
+		require.NoError(t, s.Wait(context.Background()))
+		assert.Equal(t, 100*m, clk.Now())
+
+		// Middle of the queue: a waits for 200ms, b for 300ms; a gives up.
+		ctxA, cancelA := context.WithCancel(context.Background())
+		errA := make(chan error)
+		go func() { errA <- s.Wait(ctxA) }()
+		synctest.Wait()
+		errB := make(chan error)
+		go func() { errB <- s.Wait(context.Background()) }()
+		synctest.Wait()
+		cancelA()
+		require.ErrorIs(t, <-errA, context.Canceled)
+		require.NoError(t, <-errB)
+		assert.Equal(t, 300*m, clk.Now(), "b keeps its turn")
+		require.NoError(t, s.Wait(context.Background()))
+		assert.Equal(t, 400*m, clk.Now())
+	})
+}
+
+func TestShaperWaitAbandonedByDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		require.True(t, s.Allow())
+		// The deadline is far when the wait starts, then moves closer: a
+		// parent context that ends first.
+		parent, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
+		defer cancel()
+		ctx, cancel2 := context.WithTimeout(parent, time.Hour)
+		defer cancel2()
+		d, _ := s.Admit(ctx, clk.Now())
+		// The parent's deadline is seen up front.
+		require.ErrorIs(t, d.Cause, ErrWouldExceedDeadline)
+
+		ctx3, cancel3 := context.WithCancelCause(context.Background())
+		go func() {
+			time.Sleep(10 * time.Millisecond)
+			cancel3(context.DeadlineExceeded)
+		}()
+		d, _ = s.Admit(ctx3, clk.Now())
+		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		assert.True(t, errors.Is(d.Cause, context.Canceled))
+	})
+}
+
+func TestShaperReleasedThroughGuard(t *testing.T) {
+	s := mustShaper(t, PerSecond(10), 0)
+	deny := denyPolicy{}
+	clk := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(s, deny), sluice.WithClock(clk))
+	require.NoError(t, err)
+	defer g.Close()
+	for range 3 {
+		err := g.Do(context.Background(), func(context.Context) error { return nil })
+		require.ErrorIs(t, err, sluice.ErrOverloaded, "the inner policy rejects; the shaper's turn comes back each time")
+	}
+	assert.True(t, s.AllowAt(0))
+}
+
+// denyPolicy rejects every request.
+type denyPolicy struct{}
+
+func (denyPolicy) Name() string { return "deny" }
+func (denyPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return sluice.Decision{Policy: "deny", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}, 0
+}
+func (denyPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// TestShaperConformance runs the suite on a shaper that does not wait: the
+// suite's instants are not the wall clock a waiting Admit sleeps on. The
+// waiting paths are checked in fake time above.
+func TestShaperConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New:    func(t *testing.T) sluice.Policy { return mustShaper(t, Every(100*time.Microsecond), 0) },
+		Causes: []error{sluice.ErrRateLimited},
+	})
+}
+
+func TestShaperConcurrentNeverOver(t *testing.T) {
+	s := mustShaper(t, PerSecond(1000), 0)
+	n := bucketHammer(t, 1, time.Millisecond, 10*time.Microsecond, s.AllowAt)
+	t.Logf("admitted %d", n)
+}
+
+func TestShaperAllocatesNothing(t *testing.T) {
+	s := mustShaper(t, PerSecond(1_000_000), 0)
+	ctx := context.Background()
+	var now time.Duration
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += 10 * time.Microsecond
+		s.AllowAt(now)
+		now += 10 * time.Microsecond
+		d, tk := s.Admit(ctx, now)
+		if d.Allowed {
+			s.Done(tk, sluice.Released, now, 0)
+		}
+		_ = s.DecideAt(now, 1<<62)
+		s.Allow()
+	})
+	assert.Zero(t, allocs)
+}
