@@ -80,7 +80,7 @@ func TestShaperValidation(t *testing.T) {
 		{"zero rate", Rate{}, 0, nil},
 		{"zero period", Rate{Count: 3}, 0, nil},
 		{"negative wait", PerSecond(1), -time.Millisecond, nil},
-		{"huge wait", PerSecond(1), 1 << 63 - 1, nil},
+		{"huge wait", PerSecond(1), 1<<63 - 1, nil},
 		{"nil clock", PerSecond(1), 0, []Option{WithClock(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
