@@ -57,8 +57,11 @@ type Guard struct {
 	maxLoad1     float64
 	rules        bool
 
-	w        *window
+	w *window
+
+	_        [64]byte // inflight is written by every request: a line of its own
 	inflight atomic.Int64
+	_        [56]byte
 	shedding atomic.Bool
 	lastShed atomic.Int64
 

@@ -25,10 +25,12 @@ import (
 type ConcurrencyLimit struct {
 	name string
 
+	_        [64]byte // inflight is written by every request: a line of its own
 	inflight atomic.Int64
+	_        [56]byte
 	limit    atomic.Int64
 	waiting  atomic.Int64
-	_        [40]byte
+	_        [48]byte
 
 	// Current sampling window, reset when it ends.
 	winStart   atomic.Int64
