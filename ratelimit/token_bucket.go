@@ -123,7 +123,7 @@ func (tb *TokenBucket) state(now int64) (*bucketConfig, int64) {
 
 // Allow reports whether one token is available now, and takes it if so;
 // shorthand for AllowNAt(clock.Now(), 1).
-func (tb *TokenBucket) Allow() bool { return tb.AllowNAt(tb.now(), 1) }
+func (tb *TokenBucket) Allow() bool { return tb.allowOne(int64(tb.now())) }
 
 // AllowN reports whether n tokens are available now, and takes them if so;
 // shorthand for AllowNAt(clock.Now(), n).
@@ -131,7 +131,19 @@ func (tb *TokenBucket) AllowN(n int64) bool { return tb.AllowNAt(tb.now(), n) }
 
 // AllowAt reports whether one token is available at instant now, and takes it
 // if so.
-func (tb *TokenBucket) AllowAt(now time.Duration) bool { return tb.AllowNAt(now, 1) }
+func (tb *TokenBucket) AllowAt(now time.Duration) bool { return tb.allowOne(int64(now)) }
+
+// allowOne is AllowNAt for one token, the common case, kept small.
+func (tb *TokenBucket) allowOne(now int64) bool {
+	for {
+		c := tb.cfg.Load()
+		_, _, res := tatTake(&c.tat.v, now, c.iv, c.tau)
+		if res != tatMoved {
+			return res == tatAllowed
+		}
+		runtime.Gosched()
+	}
+}
 
 // AllowNAt reports whether n tokens (below 1 counts as 1) are available at
 // instant now, and takes them if so. More than the burst is never available.
@@ -216,12 +228,12 @@ type Reservation struct {
 
 // OK reports whether the tokens were reserved. A request for more tokens than
 // the burst is never granted.
-func (r *Reservation) OK() bool { return r.ok }
+func (r Reservation) OK() bool { return r.ok }
 
 // Delay returns how long to wait from now, on the bucket's clock, before the
 // reserved tokens are there; 0 when they already are. It returns
 // math.MaxInt64 for a reservation that was not granted.
-func (r *Reservation) Delay() time.Duration {
+func (r Reservation) Delay() time.Duration {
 	if !r.ok {
 		return math.MaxInt64
 	}
@@ -231,7 +243,7 @@ func (r *Reservation) Delay() time.Duration {
 // DelayFrom returns how long to wait from instant now before the reserved
 // tokens are there; 0 when they already are, math.MaxInt64 when the
 // reservation was not granted.
-func (r *Reservation) DelayFrom(now time.Duration) time.Duration {
+func (r Reservation) DelayFrom(now time.Duration) time.Duration {
 	if !r.ok {
 		return math.MaxInt64
 	}

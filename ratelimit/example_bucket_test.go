@@ -1,0 +1,144 @@
+package ratelimit_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// A token bucket of 3 tokens refilled at 10 per second: a burst of 3, then
+// one request every 100ms.
+func ExampleNewTokenBucket() {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 3)
+	if err != nil {
+		panic(err)
+	}
+	for _, at := range []time.Duration{0, 0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond} {
+		d := tb.DecideAt(at, 1)
+		fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", at, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// at 0s: allowed=true remaining=2 retry-after=0s
+	// at 0s: allowed=true remaining=1 retry-after=0s
+	// at 0s: allowed=true remaining=0 retry-after=0s
+	// at 0s: allowed=false remaining=0 retry-after=100ms
+	// at 50ms: allowed=false remaining=0 retry-after=50ms
+	// at 100ms: allowed=true remaining=0 retry-after=0s
+}
+
+// Reserving tokens ahead of time: the reservation says how long to wait, and
+// a cancelled one gives its tokens back.
+func ExampleTokenBucket_ReserveNAt() {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 2)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Duration(0)
+	first := tb.ReserveNAt(now, 2)
+	second := tb.ReserveNAt(now, 1)
+	fmt.Println("first waits", first.DelayFrom(now), "second waits", second.DelayFrom(now))
+	fmt.Println("more than the burst:", tb.ReserveNAt(now, 3).OK())
+	second.CancelAt(now)
+	fmt.Println("after cancelling, a token at", tb.ReserveNAt(now, 1).DelayFrom(now))
+	// Output:
+	// first waits 0s second waits 100ms
+	// more than the burst: false
+	// after cancelling, a token at 100ms
+}
+
+// Changing the rate at runtime keeps the tokens the bucket holds.
+func ExampleTokenBucket_SetRateAt() {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	if err != nil {
+		panic(err)
+	}
+	tb.AllowNAt(0, 10) // empty
+	if err := tb.SetRateAt(0, ratelimit.PerSecond(100)); err != nil {
+		panic(err)
+	}
+	fmt.Printf("%.0f tokens after 50ms at the new rate\n", tb.TokensAt(50*time.Millisecond))
+	fmt.Println(tb.SetRateAt(0, ratelimit.Rate{}) != nil)
+	// Output:
+	// 5 tokens after 50ms at the new rate
+	// true
+}
+
+// GCRA keeps one theoretical arrival time: 100 per second with a burst of
+// 100 admits 100 requests at 0.99s and, 20ms later, the 2 that have refilled.
+func ExampleNewGCRA() {
+	g, err := ratelimit.NewGCRA(ratelimit.PerSecond(100), 100)
+	if err != nil {
+		panic(err)
+	}
+	count := func(at time.Duration) (n int) {
+		for range 100 {
+			if g.AllowAt(at) {
+				n++
+			}
+		}
+		return n
+	}
+	fmt.Println("at 0.99s:", count(990*time.Millisecond))
+	fmt.Println("at 1.01s:", count(1010*time.Millisecond))
+	d := g.DecideAt(1010*time.Millisecond, 1)
+	fmt.Println("retry after", d.RetryAfter, "reset", d.Reset)
+	// Output:
+	// at 0.99s: 100
+	// at 1.01s: 2
+	// retry after 10ms reset 1s
+}
+
+// A warm-up limiter starts cold at a third of its rate and reaches its full
+// rate over the warm-up period.
+func ExampleNewWarmUp() {
+	w, err := ratelimit.NewWarmUp(ratelimit.PerSecond(10), 1, 2*time.Second, 3)
+	if err != nil {
+		panic(err)
+	}
+	now, last := time.Duration(0), time.Duration(0)
+	for i := range 13 {
+		d := w.DecideAt(now, 1)
+		if !d.Allowed {
+			now += d.RetryAfter
+			w.DecideAt(now, 1)
+		}
+		if i > 0 && i%3 == 0 {
+			fmt.Printf("request %d: %v after the one before\n", i, now-last)
+		}
+		last = now
+	}
+	// Output:
+	// request 3: 250ms after the one before
+	// request 6: 190ms after the one before
+	// request 9: 130ms after the one before
+	// request 12: 100ms after the one before
+}
+
+// A shaper spaces requests evenly: through a Guard, Admit waits for each
+// request's turn, up to the maximum wait. DecideAt never waits.
+func ExampleNewShaper() {
+	s, err := ratelimit.NewShaper(ratelimit.PerSecond(10), 250*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	for _, at := range []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond} {
+		d := s.DecideAt(at, 1)
+		fmt.Printf("at %v: allowed=%v retry-after=%v queue=%d/%d\n", at, d.Allowed, d.RetryAfter, d.Remaining, d.Limit)
+	}
+	clk := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(s), sluice.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	clk.Set(200 * time.Millisecond) // the next turn is now: no wait
+	err = g.Do(context.Background(), func(context.Context) error { return nil })
+	fmt.Println("through the guard:", err)
+	// Output:
+	// at 0s: allowed=true retry-after=0s queue=2/3
+	// at 50ms: allowed=false retry-after=50ms queue=3/3
+	// at 100ms: allowed=true retry-after=0s queue=2/3
+	// through the guard: <nil>
+}
