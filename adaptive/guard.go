@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"io"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,13 @@ const (
 	StateNormal = "normal"
 	// StateShedding: the Guard shed a request less than a cool-off ago.
 	StateShedding = "shedding"
+)
+
+var (
+	_ sluice.Policy      = (*Guard)(nil)
+	_ sluice.StateSource = (*Guard)(nil)
+	_ io.Closer          = (*Guard)(nil)
+	_ sluice.Policy      = (*ConcurrencyLimit)(nil)
 )
 
 // Guard is a system-load guard in the BBR style, a sluice.Policy.

@@ -344,3 +344,29 @@ func TestGuardAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestGuardInSluiceGuard runs the load guard in a sluice.Guard chain: the
+// chain's observer hears its state changes, and its rejection reaches the
+// caller as a *sluice.RejectedError with cause ErrOverloaded.
+func TestGuardInSluiceGuard(t *testing.T) {
+	s := adaptive.NewManualSampler(0, 0)
+	lg := newTestGuard(t, s, adaptive.WithMaxInflight(1))
+	var changes []string
+	clk := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(lg), sluice.WithClock(clk),
+		sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c.From+"->"+c.To) }))
+	require.NoError(t, err)
+	defer g.Close()
+	ctx := context.Background()
+	_, held, err := g.Admit(ctx)
+	require.NoError(t, err)
+	err = g.Do(ctx, func(context.Context) error { return nil })
+	require.ErrorIs(t, err, sluice.ErrRejected)
+	require.ErrorIs(t, err, sluice.ErrOverloaded)
+	require.ErrorIs(t, err, adaptive.ErrMaxInflight)
+	assert.Equal(t, sluice.CauseOverloaded, sluice.CauseOf(err))
+	held.Finish(nil)
+	clk.Advance(2 * time.Second)
+	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
+	assert.Equal(t, []string{"normal->shedding", "shedding->normal"}, changes)
+}

@@ -2,6 +2,9 @@ package adaptive_test
 
 import (
 	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -183,4 +186,50 @@ func TestConcurrencyLimitAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs)
+}
+
+// TestConcurrencyLimitQueueNoLeak runs many callers through a small queued
+// limit with short waits and cancellations racing against releases: every
+// slot comes back and the limit is never exceeded.
+func TestConcurrencyLimitQueueNoLeak(t *testing.T) {
+	b, err := adaptive.NewBulkhead(3, adaptive.WithQueue(4, 200*time.Microsecond))
+	require.NoError(t, err)
+	var inside, peak atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 300 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (w+i)%5 == 0 {
+					go cancel() // races with the wait
+				}
+				d, tk := b.Admit(ctx, 0)
+				if d.Allowed {
+					n := inside.Add(1)
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					runtime.Gosched()
+					inside.Add(-1)
+					b.Done(tk, sluice.Success, 0, ms)
+				} else {
+					require.ErrorIs(t, d.Cause, sluice.ErrConcurrencyLimited)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	st := b.Stats()
+	assert.Equal(t, int64(0), st.Inflight, "every slot came back")
+	assert.Equal(t, int64(0), st.Waiting)
+	assert.LessOrEqual(t, peak.Load(), int64(3))
+	// The limit still admits up to 3.
+	for range 3 {
+		d, _ := b.Admit(context.Background(), 0)
+		require.True(t, d.Allowed)
+	}
 }

@@ -125,3 +125,25 @@ func TestGradientConvergesRejecting(t *testing.T) {
 	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 5*time.Millisecond)
 	checkConverged(t, ws, 16)
 }
+
+// TestAIMDOnSimulatedServer: AIMD needs to be told what "slow" is; with a
+// Timeout of 1.5× the unloaded latency it backs off as soon as requests queue
+// for a worker, and keeps admitted latency within 2×.
+func TestAIMDOnSimulatedServer(t *testing.T) {
+	lim, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(64, 0),
+		adaptive.WithAlgorithm(adaptive.AIMD{Timeout: 15 * time.Millisecond}))
+	require.NoError(t, err)
+	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0)
+	var limSum, latSum int64
+	for i, w := range ws {
+		t.Logf("window %2d: limit %3d calls %4d avg latency %v", i, w.limit, w.calls, w.avgLat)
+		if i >= 16 {
+			assert.InDelta(t, 8, float64(w.limit), 8*0.3, "window %d: limit %d", i, w.limit)
+			assert.LessOrEqual(t, w.avgLat, 20*time.Millisecond, "window %d", i)
+			assert.GreaterOrEqual(t, w.calls, int64(300), "window %d: throughput", i)
+			limSum += w.limit
+			latSum += int64(w.avgLat)
+		}
+	}
+	t.Logf("AIMD from window 16: mean limit %.2f, mean admitted latency %v", float64(limSum)/24, time.Duration(latSum/24))
+}
