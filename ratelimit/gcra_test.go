@@ -75,7 +75,9 @@ func TestGCRAIntervalRoundsUp(t *testing.T) {
 	assert.Equal(t, time.Duration(333333334), d.RetryAfter)
 }
 
-func TestGCRAValidation(t *testing.T) {
+// TestBucketValidation checks the constructors that take a rate and a burst
+// against the same bad input.
+func TestBucketValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		r     Rate
@@ -96,6 +98,12 @@ func TestGCRAValidation(t *testing.T) {
 			g, err := NewGCRA(tc.r, tc.burst, tc.opts...)
 			require.Error(t, err)
 			assert.Nil(t, g)
+			tb, err := NewTokenBucket(tc.r, tc.burst, tc.opts...)
+			require.Error(t, err)
+			assert.Nil(t, tb)
+			w, err := NewWarmUp(tc.r, tc.burst, time.Second, 3, tc.opts...)
+			require.Error(t, err)
+			assert.Nil(t, w)
 		})
 	}
 	g := mustGCRA(t, PerSecond(1), 1, WithName("ratelimit/api"))

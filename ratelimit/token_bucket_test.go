@@ -51,27 +51,6 @@ func TestTokenBucketSteps(t *testing.T) {
 	assert.Equal(t, "ratelimit/token-bucket", d.Policy)
 }
 
-func TestTokenBucketValidation(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		r     Rate
-		burst int64
-		opts  []Option
-	}{
-		{"zero rate", Rate{}, 1, nil},
-		{"negative period", Rate{Count: 1, Period: -time.Second}, 1, nil},
-		{"zero burst", PerSecond(1), 0, nil},
-		{"burst overflows", PerHour(1), math.MaxInt64 / 4, nil},
-		{"nil clock", PerSecond(1), 1, []Option{WithClock(nil)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tb, err := NewTokenBucket(tc.r, tc.burst, tc.opts...)
-			require.Error(t, err)
-			assert.Nil(t, tb)
-		})
-	}
-}
-
 func TestTokenBucketClock(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	tb := mustTokenBucket(t, PerSecond(2), 2, WithClock(clk), WithName("ratelimit/api"))

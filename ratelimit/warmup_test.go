@@ -126,14 +126,11 @@ func TestWarmUpValidation(t *testing.T) {
 		coldFactor int64
 		opts       []Option
 	}{
-		{"zero rate", Rate{}, 1, time.Second, 3, nil},
-		{"zero burst", PerSecond(1), 0, time.Second, 3, nil},
 		{"zero warm-up", PerSecond(1), 1, 0, 3, nil},
 		{"negative warm-up", PerSecond(1), 1, -time.Second, 3, nil},
 		{"cold factor 1", PerSecond(1), 1, time.Second, 1, nil},
 		{"cold factor 0", PerSecond(1), 1, time.Second, 0, nil},
 		{"cold interval overflows", PerHour(1), 1, time.Second, 1 << 50, nil},
-		{"empty name", PerSecond(1), 1, time.Second, 3, []Option{WithName("")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, err := NewWarmUp(tc.r, tc.burst, tc.warmUp, tc.coldFactor, tc.opts...)
