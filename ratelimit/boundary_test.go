@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // TestBoundaryBurst is the boundary case from the literature: a limit of 100
@@ -113,4 +114,42 @@ func hammer(t *testing.T, p sluice.Policy, step time.Duration) (start, end time.
 	}
 	wg.Wait()
 	return step, time.Duration(clock.Load()), kept.Load()
+}
+
+// limiter is what every limiter of this package offers besides Policy.
+type limiter interface {
+	sluice.Policy
+	AllowAt(now time.Duration) bool
+	DecideAt(now time.Duration, n int64) sluice.Decision
+}
+
+// assertAllocFree checks that l decides without allocating, through each of
+// its paths, once warm calls have grown it to its working size. Every third
+// admitted call is released.
+func assertAllocFree(t *testing.T, l limiter, step time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var now time.Duration
+	i := 0
+	call := func() {
+		now += step
+		if d, tk := l.Admit(ctx, now); d.Allowed {
+			o := sluice.Success
+			if i++; i%3 == 0 {
+				o = sluice.Released
+			}
+			l.Done(tk, o, now, 0)
+		}
+		l.AllowAt(now)
+		l.DecideAt(now, 2)
+	}
+	for range 5000 {
+		call()
+	}
+	assert.Zero(t, testing.AllocsPerRun(1000, call))
+}
+
+// conformance runs the policy conformance suite on the limiters of newL.
+func conformance(t *testing.T, newL func(t *testing.T) sluice.Policy) {
+	policytest.Run(t, policytest.Config{New: newL, Causes: []error{sluice.ErrRateLimited}})
 }

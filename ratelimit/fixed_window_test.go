@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 const ms = time.Millisecond
@@ -105,25 +104,11 @@ func TestFixedWindowClockAndName(t *testing.T) {
 }
 
 func TestFixedWindowConformance(t *testing.T) {
-	policytest.Run(t, policytest.Config{
-		New:    func(t *testing.T) sluice.Policy { return mustFixedWindow(t, 10, 50*ms) },
-		Causes: []error{sluice.ErrRateLimited},
-	})
+	conformance(t, func(t *testing.T) sluice.Policy { return mustFixedWindow(t, 10, 50*ms) })
 }
 
-func TestFixedWindowAllocs(t *testing.T) {
-	w := mustFixedWindow(t, 1000, time.Second)
-	ctx := context.Background()
-	var now time.Duration
-	allocs := testing.AllocsPerRun(1000, func() {
-		now += ms
-		d, tk := w.Admit(ctx, now)
-		if d.Allowed {
-			w.Done(tk, sluice.Released, now, 0)
-		}
-		w.AllowAt(now)
-	})
-	assert.Zero(t, allocs)
+func TestFixedWindowAllocatesNothing(t *testing.T) {
+	assertAllocFree(t, mustFixedWindow(t, 1000, time.Second), ms)
 }
 
 func TestFixedWindowConcurrentNeverOver(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func mustLeakyBucket(t testing.TB, r Rate, capacity int64, opts ...Option) *LeakyBucket {
@@ -118,25 +117,11 @@ func TestLeakyBucketClockAndName(t *testing.T) {
 }
 
 func TestLeakyBucketConformance(t *testing.T) {
-	policytest.Run(t, policytest.Config{
-		New:    func(t *testing.T) sluice.Policy { return mustLeakyBucket(t, Every(5*ms), 10) },
-		Causes: []error{sluice.ErrRateLimited},
-	})
+	conformance(t, func(t *testing.T) sluice.Policy { return mustLeakyBucket(t, Every(5*ms), 10) })
 }
 
-func TestLeakyBucketAllocs(t *testing.T) {
-	b := mustLeakyBucket(t, PerSecond(1000), 100)
-	ctx := context.Background()
-	var now time.Duration
-	allocs := testing.AllocsPerRun(1000, func() {
-		now += ms
-		if d, tk := b.Admit(ctx, now); d.Allowed {
-			b.Done(tk, sluice.Released, now, 0)
-		}
-		b.AllowAt(now)
-		b.DecideAt(now, 2)
-	})
-	assert.Zero(t, allocs)
+func TestLeakyBucketAllocatesNothing(t *testing.T) {
+	assertAllocFree(t, mustLeakyBucket(t, PerSecond(1000), 100), ms)
 }
 
 func TestLeakyBucketConcurrentNeverOver(t *testing.T) {

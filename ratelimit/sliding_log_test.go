@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func mustSlidingLog(t testing.TB, limit int64, window time.Duration, opts ...Option) *SlidingLog {
@@ -167,27 +165,11 @@ func TestSlidingLogClockAndName(t *testing.T) {
 }
 
 func TestSlidingLogConformance(t *testing.T) {
-	policytest.Run(t, policytest.Config{
-		New:    func(t *testing.T) sluice.Policy { return mustSlidingLog(t, 10, 50*ms) },
-		Causes: []error{sluice.ErrRateLimited},
-	})
+	conformance(t, func(t *testing.T) sluice.Policy { return mustSlidingLog(t, 10, 50*ms) })
 }
 
-func TestSlidingLogAllocs(t *testing.T) {
-	l := mustSlidingLog(t, 100, 10*ms)
-	ctx := context.Background()
-	var now time.Duration
-	warm := func() {
-		now += 10 * time.Microsecond
-		if d, tk := l.Admit(ctx, now); d.Allowed && now%(30*time.Microsecond) == 0 {
-			l.Done(tk, sluice.Released, now, 0)
-		}
-		l.AllowAt(now)
-	}
-	for range 5000 { // grow the ring to its size
-		warm()
-	}
-	assert.Zero(t, testing.AllocsPerRun(1000, warm))
+func TestSlidingLogAllocatesNothing(t *testing.T) {
+	assertAllocFree(t, mustSlidingLog(t, 100, 10*ms), 10*time.Microsecond)
 }
 
 func TestSlidingLogConcurrentNeverOver(t *testing.T) {

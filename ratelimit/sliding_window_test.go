@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func mustSlidingWindow(t testing.TB, limit int64, window time.Duration, buckets int, opts ...Option) *SlidingWindow {
@@ -94,24 +93,11 @@ func TestSlidingWindowClockAndName(t *testing.T) {
 }
 
 func TestSlidingWindowConformance(t *testing.T) {
-	policytest.Run(t, policytest.Config{
-		New:    func(t *testing.T) sluice.Policy { return mustSlidingWindow(t, 10, 50*ms, 5) },
-		Causes: []error{sluice.ErrRateLimited},
-	})
+	conformance(t, func(t *testing.T) sluice.Policy { return mustSlidingWindow(t, 10, 50*ms, 5) })
 }
 
-func TestSlidingWindowAllocs(t *testing.T) {
-	w := mustSlidingWindow(t, 1000, time.Second, 10)
-	ctx := context.Background()
-	var now time.Duration
-	allocs := testing.AllocsPerRun(1000, func() {
-		now += ms
-		if d, tk := w.Admit(ctx, now); d.Allowed {
-			w.Done(tk, sluice.Released, now, 0)
-		}
-		w.AllowAt(now)
-	})
-	assert.Zero(t, allocs)
+func TestSlidingWindowAllocatesNothing(t *testing.T) {
+	assertAllocFree(t, mustSlidingWindow(t, 1000, time.Second, 10), ms)
 }
 
 func TestSlidingWindowConcurrentNeverOver(t *testing.T) {
