@@ -60,12 +60,16 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if rt == nil {
 		return handler(ctx, req)
 	}
-	ctx, skip, err := c.identify(ctx, info.FullMethod, nil)
-	if err != nil {
-		return nil, err
-	}
-	if skip {
-		return handler(ctx, req)
+	if c.skip != nil || c.keyer != nil {
+		var skip bool
+		var err error
+		ctx, skip, err = c.identify(ctx, info.FullMethod, nil)
+		if err != nil {
+			return nil, err
+		}
+		if skip {
+			return handler(ctx, req)
+		}
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
@@ -84,7 +88,11 @@ func (c *config) runUnary(ctx context.Context, req any, handler grpc.UnaryHandle
 		}
 	}()
 	resp, err = handler(ctx, req)
-	done.Record(c.outcome(err))
+	o := sluice.Success
+	if err != nil || c.classify != nil {
+		o = c.outcome(err)
+	}
+	done.Record(o)
 	return resp, err
 }
 
