@@ -45,7 +45,7 @@ var windowRows = []windowRow{
 	{"sliding-log", func() (windowLimiter, error) {
 		// Entries leave after 1ms: the ring stays at the calls of one
 		// millisecond (at most 20,000 with the …At rows' 50ns steps).
-		return ratelimit.NewSlidingLog(1<<21, time.Millisecond)
+		return ratelimit.NewSlidingLog(1<<20, time.Millisecond)
 	}},
 	{"leaky-bucket", func() (windowLimiter, error) {
 		return ratelimit.NewLeakyBucket(ratelimit.Rate{Count: windowHuge, Period: time.Second}, windowHuge)

@@ -142,7 +142,9 @@ func WithKeyedClock(c sluice.Clock) KeyedOption {
 // unless WithJanitor asks for one.
 //
 // Done always reaches the limiter that admitted, even if its key was evicted
-// in between. The limiters made by newLimiter must not need closing.
+// in between. The limiters made by newLimiter must not need closing. A Keyed
+// is an io.Closer (a Guard closes it) only to stop its janitor. Make one with
+// NewKeyed; the zero value is not usable.
 type Keyed struct {
 	newLimiter func(key string) (sluice.Policy, error)
 	shards     []keyedShard
@@ -174,6 +176,11 @@ type keyedEntry struct {
 }
 
 // keyedCall carries an admitted call's entry and inner ticket to its Done.
+// A Keyed's Ticket names its record: generation (24 bits) | shard (8 bits) |
+// record index (32 bits). The record holds the entry itself, not its key, so
+// the Done reaches the limiter that admitted even if the key was evicted or
+// expired meanwhile; a shard keeps as many records as it has seen calls in
+// flight at once, and reuses them.
 type keyedCall struct {
 	e     *keyedEntry
 	inner sluice.Ticket
@@ -201,9 +208,11 @@ const (
 )
 
 // NewKeyed returns a Keyed that makes each key's limiter with newLimiter
-// (see the example). newLimiter is called once at construction with the key "" to check it, and
-// then whenever a key without a limiter comes; it must return a new limiter
-// each time. A newLimiter error at request time rejects that request.
+// (see the example). newLimiter is called once at construction with the key
+// "" to check it, and then whenever a key without a limiter comes; it must
+// return a new limiter each time. A newLimiter error at request time rejects that request, with
+// a Cause wrapping both sluice.ErrRateLimited and the error, and a
+// RetryAfter of 1s.
 func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedOption) (*Keyed, error) {
 	o := keyedOptions{name: "ratelimit/keyed", maxKeys: DefaultMaxKeys, clock: sluice.SystemClock}
 	for _, opt := range opts {
@@ -486,7 +495,9 @@ func (s *keyedShard) reserve(e *keyedEntry, call bool) (*keyedCall, int32) {
 		}
 		s.ncalls++
 	}
-	s.gen = (s.gen + 1) & (1<<keyedGenBits - 1)
+	if s.gen = (s.gen + 1) & (1<<keyedGenBits - 1); s.gen == 0 {
+		s.gen = 1 // a zero ticket never names a call
+	}
 	c := s.call(i)
 	*c = keyedCall{e: e, gen: s.gen, next: -1}
 	return c, i

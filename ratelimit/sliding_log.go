@@ -15,7 +15,7 @@ import (
 //
 // The log is a ring of (instant, cost) entries, one per admitted request, so
 // it holds at most limit live entries; it starts small and grows up to twice
-// limit entries (16 bytes each), reusing them in place. A decision is O(1)
+// limit entries (24 bytes each), reusing them in place. A decision is O(1)
 // amortized under a mutex; a rejection walks the oldest entries until enough
 // units would have left to compute RetryAfter.
 //
@@ -46,8 +46,9 @@ type logEntry struct {
 // NewSlidingLog returns a limiter that admits at most limit cost units in any
 // window of length window.
 //
-// It fails when limit < 1 or window <= 0, or when limit is above 2^26 (the
-// log would reach a gigabyte; use a SlidingWindow).
+// It fails when limit < 1, window <= 0, or limit is above 2^20 (the log
+// would grow to tens of megabytes; a SlidingWindow counts any limit in a few
+// words).
 func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingLog, error) {
 	o, err := buildOptions("sliding-log", opts)
 	if err != nil {
@@ -56,8 +57,8 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	switch {
 	case limit < 1:
 		return nil, fmt.Errorf("ratelimit: sliding log: limit %d must be at least 1", limit)
-	case limit > 1<<26:
-		return nil, fmt.Errorf("ratelimit: sliding log: limit %d is above 2^26; use a sliding window", limit)
+	case limit > 1<<20:
+		return nil, fmt.Errorf("ratelimit: sliding log: limit %d is above 2^20; use a sliding window", limit)
 	case window <= 0:
 		return nil, fmt.Errorf("ratelimit: sliding log: window %v must be positive", window)
 	}
