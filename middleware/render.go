@@ -134,7 +134,7 @@ type Renderer struct {
 // so that one allocation carries every field a Decision needs.
 type fieldBlock struct {
 	strs [6]string
-	buf  [208]byte
+	buf  [160]byte
 }
 
 // Admitted sets on h the fields that describe an admitted request's

@@ -64,6 +64,21 @@ func (rw *responseWriter) Write(b []byte) (int, error) {
 	return rw.w.Write(b)
 }
 
+// WriteString writes s without copying it to a byte slice when the writer
+// beneath takes strings, as io.WriteString would on that writer.
+func (rw *responseWriter) WriteString(s string) (int, error) {
+	if rw.status == 0 {
+		rw.status = http.StatusOK
+	}
+	if rw.capturing {
+		rw.keep([]byte(s))
+	}
+	if sw, ok := rw.w.(io.StringWriter); ok {
+		return sw.WriteString(s)
+	}
+	return rw.w.Write([]byte(s))
+}
+
 func (rw *responseWriter) keep(b []byte) {
 	if len(rw.capture)+len(b) > rw.maxCapture {
 		rw.capturing = false

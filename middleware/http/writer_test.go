@@ -167,3 +167,18 @@ type nopWriter struct{ h http.Header }
 func (w *nopWriter) Header() http.Header         { return w.h }
 func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
+
+func TestWriteStringRecordsStatusAndKeepsStaleCopy(t *testing.T) {
+	c := newCounter()
+	g := newGuard(t, sluice.NewManualClock(0), c)
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.(io.StringWriter).WriteString("text")
+	}))
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, "text", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+	// A writer without WriteString gets the bytes.
+	w := &nopWriter{h: http.Header{}}
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, 2, c.outcomes[sluice.Success])
+}

@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
+	"golang.org/x/time/rate"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// echoServers returns an Echo per contender, each serving GET / with the
+// same handler: bare, behind sluice's middleware (a token bucket and a
+// breaker; quiet: without the RateLimit fields on admitted responses;
+// keyed-ip: a token bucket per client address), and behind Echo's own
+// RateLimiter (a token bucket per client address in its memory store).
+func echoServers(tb testing.TB) []struct {
+	name string
+	e    *echo.Echo
+} {
+	handler := func(c echo.Context) error { return c.JSONBlob(http.StatusOK, []byte(`{"ok":true}`)) }
+	newEcho := func(mw ...echo.MiddlewareFunc) *echo.Echo {
+		e := echo.New()
+		e.Use(mw...)
+		e.GET("/", handler)
+		return e
+	}
+	g := limiterBreakerGuard(tb)
+	ipx, err := middleware.NewIPExtractor()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(ipx))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br, err := breaker.New("api-keyed")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kg, err := sluice.New(sluice.With(keyed, br))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store := echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
+		Rate: rate.Limit(1_000_000_000), Burst: 1_000_000_000, ExpiresIn: 3 * time.Minute,
+	})
+	return []struct {
+		name string
+		e    *echo.Echo
+	}{
+		{"bare", newEcho()},
+		{"sluice", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(g)))},
+		{"sluice-quiet", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(g),
+			sluiceecho.WithRenderer(middleware.Renderer{QuietAdmitted: true})))},
+		{"sluice-keyed-ip", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(kg), sluiceecho.WithKeyer(keyer)))},
+		{"echo-ratelimiter", newEcho(echomw.RateLimiter(store))},
+	}
+}
+
+// BenchmarkEcho measures one GET through each Echo under httptest, a fresh
+// ResponseRecorder per request.
+func BenchmarkEcho(b *testing.B) {
+	for _, c := range echoServers(b) {
+		b.Run(c.name, func(b *testing.B) {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				c.e.ServeHTTP(httptest.NewRecorder(), req)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				for pb.Next() {
+					c.e.ServeHTTP(httptest.NewRecorder(), req)
+				}
+			})
+		})
+	}
+}
+
+// TestEchoServersAnswer keeps the benchmark's set-up honest: every Echo
+// admits and answers 200.
+func TestEchoServersAnswer(t *testing.T) {
+	for _, c := range echoServers(t) {
+		rec := httptest.NewRecorder()
+		c.e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if rec.Code != http.StatusOK || rec.Body.String() != `{"ok":true}` {
+			t.Errorf("%s: %d %q", c.name, rec.Code, rec.Body.String())
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	fsratelimiter "github.com/failsafe-go/failsafe-go/ratelimiter"
+	zerobreaker "github.com/zeromicro/go-zero/core/breaker"
+	"github.com/zeromicro/go-zero/core/load"
+	"github.com/zeromicro/go-zero/core/logx"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// okHandler is the protected handler: it sets a content type and writes a
+// short body, as a small JSON endpoint does.
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ok":true}`)
+})
+
+// limiterBreakerGuard is the Guard of the HTTP benchmarks: a token bucket far
+// above the request rate of the run, then a breaker, so that both policies
+// decide on every request and neither rejects.
+func limiterBreakerGuard(tb testing.TB) *sluice.Guard {
+	tb.Helper()
+	tbk, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000, ratelimit.WithName("ratelimit/api"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br, err := breaker.New("api")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(tbk, br))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
+}
+
+// httpHandlers returns the handlers compared: the bare handler and the same
+// handler behind each library's middleware with a rate limiter and a breaker
+// (go-zero: its breaker and load-shedding handlers, as rest.Server chains
+// them).
+func httpHandlers(tb testing.TB) []struct {
+	name string
+	h    http.Handler
+} {
+	g := limiterBreakerGuard(tb)
+	ipx, err := middleware.NewIPExtractor()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(ipx))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br, err := breaker.New("api-keyed")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	kg, err := sluice.New(sluice.With(keyed, br))
+	if err != nil {
+		tb.Fatal(err)
+	}
+
+	logx.Disable()
+	zero := zeroBreakerShedding(zerobreaker.NewBreaker(), load.NewAdaptiveShedder(), okHandler)
+
+	fs := failsafehttp.NewHandler(okHandler,
+		fsratelimiter.NewSmooth[*http.Response](1_000_000_000, time.Second),
+		circuitbreaker.NewWithDefaults[*http.Response]())
+
+	return []struct {
+		name string
+		h    http.Handler
+	}{
+		{"bare", okHandler},
+		{"sluice", sluicehttp.Middleware(sluicehttp.WithGuard(g))(okHandler)},
+		{"sluice-quiet", sluicehttp.Middleware(sluicehttp.WithGuard(g),
+			sluicehttp.WithRenderer(middleware.Renderer{QuietAdmitted: true}))(okHandler)},
+		{"sluice-keyed-ip", sluicehttp.Middleware(sluicehttp.WithGuard(kg), sluicehttp.WithKeyer(keyer))(okHandler)},
+		{"go-zero", zero},
+		{"failsafehttp", fs},
+	}
+}
+
+// zeroBreakerShedding guards next with go-zero's breaker and adaptive load
+// shedder the way go-zero's rest BreakerHandler and SheddingHandler do: ask
+// both, run the handler behind a status-recording writer, and report 5xx to
+// the breaker and 503 to the shedder. (go-zero's rest/handler package itself
+// pulls OpenTelemetry exporters and grpc-gateway into the build, which this
+// module does not carry; its core primitives are what those handlers cost.)
+func zeroBreakerShedding(brk zerobreaker.Breaker, shedder load.Shedder, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bp, err := brk.Allow()
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		sp, err := shedder.Allow()
+		if err != nil {
+			bp.Accept()
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		cw := &codeWriter{ResponseWriter: w, code: http.StatusOK}
+		defer func() {
+			if cw.code == http.StatusServiceUnavailable {
+				sp.Fail()
+			} else {
+				sp.Pass()
+			}
+			if cw.code >= http.StatusInternalServerError {
+				bp.Reject("status " + http.StatusText(cw.code))
+			} else {
+				bp.Accept()
+			}
+		}()
+		next.ServeHTTP(cw, r)
+	})
+}
+
+type codeWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *codeWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// BenchmarkHTTP measures one GET through each middleware under httptest, a
+// fresh ResponseRecorder per request. "sluice" sends the RateLimit fields on
+// every response; "sluice-quiet" leaves them to rejections; "sluice-keyed-ip"
+// limits per client address.
+func BenchmarkHTTP(b *testing.B) {
+	for _, c := range httpHandlers(b) {
+		b.Run(c.name, func(b *testing.B) {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				c.h.ServeHTTP(httptest.NewRecorder(), req)
+			}
+		})
+		b.Run(c.name+"/parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := httptest.NewRequest(http.MethodGet, "/", nil)
+				for pb.Next() {
+					c.h.ServeHTTP(httptest.NewRecorder(), req)
+				}
+			})
+		})
+	}
+}
+
+// TestHTTPHandlersAnswer keeps the benchmark's set-up honest: every handler
+// admits and answers 200.
+func TestHTTPHandlersAnswer(t *testing.T) {
+	for _, c := range httpHandlers(t) {
+		rec := httptest.NewRecorder()
+		c.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if rec.Code != http.StatusOK || rec.Body.String() != `{"ok":true}` {
+			t.Errorf("%s: %d %q", c.name, rec.Code, rec.Body.String())
+		}
+	}
+}
