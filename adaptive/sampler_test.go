@@ -12,6 +12,12 @@ import (
 	"go.uber.org/goleak"
 )
 
+// TestMain fails the run if any goroutine outlives the tests: nothing starts
+// on import, and every sampler goroutine stops with its last Guard.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
 // useSharedConfig points the process-wide sampler at cfg for one test.
 func useSharedConfig(t *testing.T, cfg SamplerConfig) {
 	t.Helper()

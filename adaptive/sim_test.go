@@ -3,6 +3,7 @@ package adaptive_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,14 +19,25 @@ import (
 
 // simServer has a fixed capacity: workers requests are served at once, each
 // for service; more concurrency only queues (FIFO) for a worker.
+// With jitter j, each service time is drawn uniformly from
+// service × [1-j, 1+j].
 type simServer struct {
 	sem     chan struct{}
 	service time.Duration
+	jitter  float64
+	mu      sync.Mutex
+	rnd     *rand.Rand
 }
 
 func (s *simServer) serve() {
 	s.sem <- struct{}{}
-	time.Sleep(s.service)
+	d := s.service
+	if s.jitter > 0 {
+		s.mu.Lock()
+		d = time.Duration(float64(d) * (1 - s.jitter + 2*s.jitter*s.rnd.Float64()))
+		s.mu.Unlock()
+	}
+	time.Sleep(d)
 	<-s.sem
 }
 
@@ -40,11 +52,12 @@ type simWindow struct {
 // workers × service for windows windows of length every, inside a synctest
 // bubble, and returns what each window saw. Callers over the limit either
 // wait in the limit's queue or, when rejected, back off for backoff.
-func runSim(t *testing.T, lim *adaptive.ConcurrencyLimit, callers, windows int, every, backoff time.Duration) []simWindow {
+func runSim(t *testing.T, lim *adaptive.ConcurrencyLimit, callers, windows int, every, backoff time.Duration, jitter float64) []simWindow {
 	t.Helper()
 	var out []simWindow
 	synctest.Test(t, func(t *testing.T) {
-		srv := &simServer{sem: make(chan struct{}, 8), service: 10 * time.Millisecond}
+		srv := &simServer{sem: make(chan struct{}, 8), service: 10 * time.Millisecond,
+			jitter: jitter, rnd: rand.New(rand.NewPCG(1, 2))}
 		g, err := sluice.New(sluice.With(lim), sluice.WithClock(sluice.NewMonotonicClock()))
 		require.NoError(t, err)
 		defer g.Close()
@@ -113,7 +126,7 @@ func checkConverged(t *testing.T, ws []simWindow, from int) {
 func TestGradientConvergesQueued(t *testing.T) {
 	lim, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(64, 0))
 	require.NoError(t, err)
-	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0)
+	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0, 0)
 	checkConverged(t, ws, 16)
 }
 
@@ -122,7 +135,16 @@ func TestGradientConvergesQueued(t *testing.T) {
 func TestGradientConvergesRejecting(t *testing.T) {
 	lim, err := adaptive.NewConcurrencyLimit()
 	require.NoError(t, err)
-	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 5*time.Millisecond)
+	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 5*time.Millisecond, 0)
+	checkConverged(t, ws, 16)
+}
+
+// TestGradientConvergesJittered: service times spread uniformly over
+// 4 ms to 16 ms (mean 10 ms) do not keep the limit from the capacity.
+func TestGradientConvergesJittered(t *testing.T) {
+	lim, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(64, 0))
+	require.NoError(t, err)
+	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0, 0.6)
 	checkConverged(t, ws, 16)
 }
 
@@ -133,7 +155,7 @@ func TestAIMDOnSimulatedServer(t *testing.T) {
 	lim, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(64, 0),
 		adaptive.WithAlgorithm(adaptive.AIMD{Timeout: 15 * time.Millisecond}))
 	require.NoError(t, err)
-	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0)
+	ws := runSim(t, lim, 64, 40, 500*time.Millisecond, 0, 0)
 	var limSum, latSum int64
 	for i, w := range ws {
 		t.Logf("window %2d: limit %3d calls %4d avg latency %v", i, w.limit, w.calls, w.avgLat)
