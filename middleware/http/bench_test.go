@@ -1,0 +1,47 @@
+package sluicehttp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// BenchmarkMiddleware measures the middleware alone: a writer that keeps
+// nothing, a handler that does nothing, and a Guard with a token bucket that
+// never runs dry and a closed breaker.
+func BenchmarkMiddleware(b *testing.B) {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	br, err := breaker.New("bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(tb, br))
+	if err != nil {
+		b.Fatal(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	for _, c := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"bare", next},
+		{"sluice", Middleware(WithGuard(g))(next)},
+		{"sluice-quiet", Middleware(WithGuard(g), WithRenderer(middlewareQuiet()))(next)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			w := &nopWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				c.h.ServeHTTP(w, req)
+			}
+		})
+	}
+}
