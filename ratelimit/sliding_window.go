@@ -41,11 +41,14 @@ type SlidingWindow struct {
 	clock  limiterClock
 }
 
+// maxBuckets bounds the ring, which a rejection may scan whole.
+const maxBuckets = 1 << 16
+
 // NewSlidingWindow returns a limiter that admits limit cost units in any
 // window of length window, tracked in buckets buckets of window/buckets each.
 //
-// It fails when limit < 1, window <= 0, buckets < 1, buckets does not divide
-// window into whole nanoseconds, or a bucket is too short to count limit
+// It fails when limit < 1, window <= 0, buckets is not within 1 to 65536,
+// buckets does not divide window into whole nanoseconds, or a bucket is too short to count limit
 // units exactly (at least 4·2^bits(limit) nanoseconds).
 func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
 	o, err := buildOptions("sliding-window", opts)
@@ -57,8 +60,8 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 		return nil, fmt.Errorf("ratelimit: sliding window: limit %d must be at least 1", limit)
 	case window <= 0:
 		return nil, fmt.Errorf("ratelimit: sliding window: window %v must be positive", window)
-	case buckets < 1:
-		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets, want at least 1", buckets)
+	case buckets < 1 || buckets > maxBuckets:
+		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets, want 1 to %d", buckets, maxBuckets)
 	case window%time.Duration(buckets) != 0:
 		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets do not divide the window %v", buckets, window)
 	}

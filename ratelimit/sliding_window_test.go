@@ -67,6 +67,7 @@ func TestSlidingWindowValidation(t *testing.T) {
 		{"negative window", 10, -time.Second, 10},
 		{"zero buckets", 10, time.Second, 0},
 		{"negative buckets", 10, time.Second, -1},
+		{"too many buckets", 10, time.Hour, 1 << 17},
 		{"buckets not dividing the window", 10, time.Second, 7},
 		{"bucket too short for the limit", 1_000_000, time.Second, 1000},
 	} {
