@@ -28,13 +28,13 @@ import (
 // An Adaptive is a sluice.Policy, safe for concurrent use; make one with
 // NewAdaptive.
 type Adaptive struct {
-	name     string
-	k        float64
-	minReq   int64
-	random   func() float64
-	clock    sluice.Clock
-	classify sluice.Classifier
-	win      *timeWindow // requests (total), accepts (lo)
+	name   string
+	k      float64
+	minReq int64
+	random func() float64
+	clock  sluice.Clock
+	env    permitEnv
+	win    *timeWindow // requests (total), accepts (lo)
 }
 
 // NewAdaptive returns an adaptive throttle named "breaker/" + name. The
@@ -50,13 +50,13 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 		return nil, err
 	}
 	return &Adaptive{
-		name:     "breaker/" + name,
-		k:        cfg.k,
-		minReq:   cfg.minThrottle,
-		random:   cfg.random,
-		clock:    cfg.clock,
-		classify: cfg.classify,
-		win:      newTimeWindow(cfg.length, cfg.buckets),
+		name:   "breaker/" + name,
+		k:      cfg.k,
+		minReq: cfg.minThrottle,
+		random: cfg.random,
+		clock:  cfg.clock,
+		env:    permitEnv{clock: cfg.clock, classify: cfg.classify, timed: true},
+		win:    newTimeWindow(cfg.length, cfg.buckets, true),
 	}, nil
 }
 
@@ -115,12 +115,12 @@ func (a *Adaptive) Done(_ sluice.Ticket, o sluice.Outcome, now, _ time.Duration)
 // reported once; otherwise a *sluice.RejectedError matching
 // sluice.ErrCircuitOpen.
 func (a *Adaptive) Allow() (Permit, error) {
-	now := a.clock.Now()
+	now := a.env.now()
 	d, t := a.Admit(context.Background(), now)
 	if !d.Allowed {
 		return Permit{}, &sluice.RejectedError{Decision: d}
 	}
-	return Permit{p: a, clock: a.clock, classify: a.classify, t: t, start: now, timed: true, started: true}, nil
+	return Permit{p: a, env: &a.env, t: t, start: now, started: true}, nil
 }
 
 // Execute runs fn if the throttle lets it through, and reports how it ended,

@@ -29,7 +29,7 @@ type Breaker struct {
 	name     string
 	cfg      *config
 	slow     time.Duration // slow-call threshold; 0 when off
-	needNow  bool          // Done needs the end instant (rolling window or slow calls)
+	env      permitEnv     // shared by the Permits of Allow and Decide
 	need     int64         // probe successes that close the breaker
 	cur      atomic.Pointer[phase]
 	notifier notifier
@@ -87,7 +87,7 @@ func New(name string, opts ...Option) (*Breaker, error) {
 
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
-	b.needNow = cfg.count == 0 || cfg.slowThreshold > 0
+	b.env = newPermitEnv(cfg.clock, cfg.classify, cfg.count == 0 || cfg.slowThreshold > 0)
 	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
 	b.need = int64(math.Ceil(cfg.probeRatio*float64(cfg.probes) - 1e-9))
 	if b.need < 1 {
@@ -106,7 +106,7 @@ func (b *Breaker) newWindow(p *phase) {
 	if b.cfg.count > 0 {
 		p.cw = newCountWindow(b.cfg.count)
 	} else {
-		p.tw = newTimeWindow(b.cfg.length, b.cfg.buckets)
+		p.tw = newTimeWindow(b.cfg.length, b.cfg.buckets, false)
 	}
 }
 
@@ -125,7 +125,7 @@ func (b *Breaker) Counts() Counts {
 	if p.cw != nil {
 		t = p.cw.read()
 	} else {
-		now := b.cfg.clock.Now()
+		now := b.env.now()
 		if p.state == StateClosed {
 			t = p.tw.readAt(now)
 		} else {
@@ -269,6 +269,9 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 			s = 1
 		}
 		p.tw.add(e, 1, f, s)
+		if f == 0 && s == 0 && run == 0 && !p.tw.failing() {
+			return // nothing in the window can trip the breaker
+		}
 		t = p.tw.read()
 	}
 	if p.forced || !b.tripped(t, run) {
@@ -390,7 +393,7 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 
 // transition runs fn with the lock held, then calls the listeners.
 func (b *Breaker) transition(fn func(p *phase, now time.Duration)) {
-	now := b.cfg.clock.Now()
+	now := b.env.now()
 	b.mu.Lock()
 	fn(b.cur.Load(), now)
 	b.mu.Unlock()

@@ -13,13 +13,30 @@ func randFloat() float64 { return rand.Float64() }
 // how the call ended exactly once, with Finish or Record. The zero Permit, as
 // returned with a rejection, does nothing.
 type Permit struct {
-	p        sluice.Policy
+	p       sluice.Policy
+	env     *permitEnv
+	t       sluice.Ticket
+	start   time.Duration
+	started bool // start was read
+}
+
+// permitEnv is what every Permit of one policy shares.
+type permitEnv struct {
 	clock    sluice.Clock
 	classify sluice.Classifier
-	t        sluice.Ticket
-	start    time.Duration
 	timed    bool // Done needs the end instant
-	started  bool // start was read
+	system   bool // clock is sluice.SystemClock: read it without an interface call
+}
+
+func newPermitEnv(clock sluice.Clock, classify sluice.Classifier, timed bool) permitEnv {
+	return permitEnv{clock: clock, classify: classify, timed: timed, system: clock == sluice.SystemClock}
+}
+
+func (e *permitEnv) now() time.Duration {
+	if e.system {
+		return sluice.Now()
+	}
+	return e.clock.Now()
 }
 
 // Finish reports the end of the call, its error classified by the
@@ -30,7 +47,7 @@ func (p Permit) Finish(err error) {
 	if p.p == nil {
 		return
 	}
-	p.Record(p.classify(err))
+	p.Record(p.env.classify(err))
 }
 
 // Record reports the end of the call with outcome o. The clock is read only
@@ -40,8 +57,8 @@ func (p Permit) Record(o sluice.Outcome) {
 		return
 	}
 	var now, lat time.Duration
-	if p.timed {
-		now = p.clock.Now()
+	if p.env.timed {
+		now = p.env.now()
 		if p.started {
 			lat = max(now-p.start, 0)
 		}
@@ -58,7 +75,10 @@ func (p Permit) Allowed() bool { return p.p != nil }
 // breaker's clock only when it needs the time: a closed breaker without a
 // slow-call strategy does not.
 func (b *Breaker) Allow() (Permit, error) {
-	d, pm := b.Decide()
+	if p := b.cur.Load(); p.state == StateClosed && b.slow == 0 {
+		return Permit{p: b, env: &b.env, t: p.ticket(false)}, nil
+	}
+	d, pm := b.decideSlow()
 	if !d.Allowed {
 		return pm, &sluice.RejectedError{Decision: d}
 	}
@@ -68,25 +88,25 @@ func (b *Breaker) Allow() (Permit, error) {
 // Decide is Allow returning the Decision instead of an error: it allocates
 // nothing, even when it rejects.
 func (b *Breaker) Decide() (sluice.Decision, Permit) {
-	p := b.cur.Load()
-	var now time.Duration
-	timed := p.state != StateClosed || b.slow > 0
-	if timed {
-		now = b.cfg.clock.Now()
-	}
-	var d sluice.Decision
-	var t sluice.Ticket
-	if p.state == StateClosed {
-		d = allowedClosed
+	if p := b.cur.Load(); p.state == StateClosed && b.slow == 0 {
+		d := allowedClosed
 		d.Policy = b.name
-		t = p.ticket(false)
-	} else {
-		d, t = b.admitSlow(p, now)
+		return d, Permit{p: b, env: &b.env, t: p.ticket(false)}
 	}
+	return b.decideSlow()
+}
+
+func (b *Breaker) decideSlow() (sluice.Decision, Permit) {
+	p := b.cur.Load()
+	if p.forced && p.state == StateOpen {
+		return b.reject(b.cfg.openBase), Permit{} // no need of the time
+	}
+	now := b.env.now()
+	d, t := b.admitSlow(p, now)
 	if !d.Allowed {
 		return d, Permit{}
 	}
-	return d, Permit{p: b, clock: b.cfg.clock, classify: b.cfg.classify, t: t, start: now, timed: b.needNow, started: timed}
+	return d, Permit{p: b, env: &b.env, t: t, start: now, started: true}
 }
 
 // Execute runs fn if the breaker lets it through, and reports how it ended.

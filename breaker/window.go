@@ -3,6 +3,7 @@ package breaker
 import (
 	"math"
 	"math/bits"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -80,6 +81,12 @@ func newCountWindow(size int) *countWindow {
 // record puts a call's code in the ring, replacing the oldest one, and
 // reports whether the aggregates changed.
 func (w *countWindow) record(code uint32) bool {
+	if code == codePresent && w.fs.Load() == 0 && w.total.Load() == int64(w.size) {
+		// The ring is full of plain successes, and so it stays: whichever
+		// slot this success replaced, the content would not change. No
+		// write, so concurrent successes do not contend.
+		return false
+	}
 	p := w.pos.Add(1) - 1
 	slot := &w.slots[fastMod(p, w.magic, w.size)]
 	if slot.Load() == code {
@@ -116,25 +123,31 @@ type bucket struct {
 // the span [e·width, (e+1)·width) of the clock's instants; head is the newest
 // epoch seen. The aggregates are the sum of the buckets, kept exact by
 // subtracting from them whatever a bucket held when it is recycled for a new
-// epoch.
+// epoch. Without aggTotal the call count has no aggregate, and read sums the
+// buckets' counts instead: a call that adds only to the count then costs one
+// atomic add, not two.
 type timeWindow struct {
-	width time.Duration
-	n     int64
-	magic uint64
-	head  atomic.Int64 // noEpoch until the first call
-	total atomic.Int64
-	fs    atomic.Uint64
-	bkts  []bucket
+	width    time.Duration
+	n        int64
+	magic    uint64
+	aggTotal bool
+	head     atomic.Int64  // noEpoch until the first call
+	cleaning atomic.Uint64 // bucket recyclings started...
+	cleaned  atomic.Uint64 // ...and finished
+	total    atomic.Int64  // with aggTotal
+	fs       atomic.Uint64
+	bkts     []bucket
 }
 
 const noEpoch = math.MinInt64
 
-func newTimeWindow(length time.Duration, buckets int) *timeWindow {
+func newTimeWindow(length time.Duration, buckets int, aggTotal bool) *timeWindow {
 	w := &timeWindow{
-		width: length / time.Duration(buckets),
-		n:     int64(buckets),
-		magic: fastModMagic(uint32(buckets)),
-		bkts:  make([]bucket, buckets),
+		width:    length / time.Duration(buckets),
+		n:        int64(buckets),
+		magic:    fastModMagic(uint32(buckets)),
+		aggTotal: aggTotal,
+		bkts:     make([]bucket, buckets),
 	}
 	w.head.Store(noEpoch)
 	return w
@@ -175,6 +188,8 @@ func (w *timeWindow) advance(e int64) {
 		if h == noEpoch || e-h > w.n {
 			from = e - w.n + 1
 		}
+		w.cleaning.Add(1)
+		defer w.cleaned.Add(1)
 		for ep := from; ep <= e; ep++ {
 			b := w.bucketOf(ep)
 			fs := b.fs.Swap(0)
@@ -182,7 +197,7 @@ func (w *timeWindow) advance(e int64) {
 			if fs != 0 {
 				w.fs.Add(-fs)
 			}
-			if t != 0 {
+			if t != 0 && w.aggTotal {
 				w.total.Add(-t)
 			}
 		}
@@ -200,7 +215,9 @@ func (w *timeWindow) add(e int64, total, lo, hi int64) {
 	b := w.bucketOf(e)
 	if total != 0 {
 		b.total.Add(total)
-		w.total.Add(total)
+		if w.aggTotal {
+			w.total.Add(total)
+		}
 	}
 	if lo != 0 || hi != 0 {
 		p := pack(lo, hi)
@@ -209,10 +226,36 @@ func (w *timeWindow) add(e int64, total, lo, hi int64) {
 	}
 }
 
-// read returns the aggregates as of the last advance.
+// read returns the aggregates as of the last advance. A read that overlaps
+// the recycling of a bucket could see the bucket's failures but not its
+// calls, and trip a breaker on a ratio above the real one: such a read is
+// done again (a few times at most; recycling happens once a bucket).
 func (w *timeWindow) read() tally {
-	lo, hi := unpack(w.fs.Load())
-	return tally{total: w.total.Load(), lo: lo, hi: hi}
+	for i := 0; ; i++ {
+		started := w.cleaning.Load()
+		finished := w.cleaned.Load()
+		lo, hi := unpack(w.fs.Load())
+		t := tally{total: w.calls(), lo: lo, hi: hi}
+		if (started == finished && w.cleaning.Load() == started) || i == 8 {
+			return t
+		}
+		runtime.Gosched()
+	}
+}
+
+// failing reports whether the window holds any failure or slow call (any
+// accept, for the adaptive throttle).
+func (w *timeWindow) failing() bool { return w.fs.Load() != 0 }
+
+func (w *timeWindow) calls() int64 {
+	if w.aggTotal {
+		return w.total.Load()
+	}
+	var t int64
+	for i := range w.bkts {
+		t += w.bkts[i].total.Load()
+	}
+	return t
 }
 
 // readAt returns the aggregates of the window ending at now.

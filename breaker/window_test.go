@@ -91,7 +91,7 @@ func TestCountWindowConcurrentAggregatesMatchRing(t *testing.T) {
 
 func TestTimeWindowRollsBuckets(t *testing.T) {
 	const sec = time.Second
-	w := newTimeWindow(10*sec, 10) // buckets of 1s
+	w := newTimeWindow(10*sec, 10, true) // buckets of 1s
 	add := func(at time.Duration, fail int64) { w.add(w.epoch(at), 1, fail, 0) }
 	add(100*sec, 1)
 	add(100*sec+999*time.Millisecond, 0)
@@ -107,7 +107,7 @@ func TestTimeWindowRollsBuckets(t *testing.T) {
 	add(50*sec, 1)
 	assert.Equal(t, tally{total: 1, lo: 1}, w.readAt(200*sec))
 	// Negative instants are instants like any other.
-	n := newTimeWindow(10*sec, 10)
+	n := newTimeWindow(10*sec, 10, true)
 	n.add(n.epoch(-15*sec), 1, 1, 0)
 	n.add(n.epoch(-5500*time.Millisecond), 1, 0, 0)
 	assert.Equal(t, tally{total: 2, lo: 1}, n.readAt(-5*sec-1))
@@ -116,7 +116,7 @@ func TestTimeWindowRollsBuckets(t *testing.T) {
 }
 
 func TestTimeWindowConcurrentAggregatesMatchBuckets(t *testing.T) {
-	w := newTimeWindow(80*time.Millisecond, 8)
+	w := newTimeWindow(80*time.Millisecond, 8, true)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
