@@ -73,11 +73,15 @@ func sampling(name string, window time.Duration, minSamples int) (time.Duration,
 // the limit allows stays short.
 //
 // The baseline is the lowest window average seen since the last probe.
-// After the second window, and every ProbeEvery windows after that, one
-// window runs at half the limit to re-measure it (the initial limit may
-// already be past capacity, so the first probe comes early). The baseline
-// thus follows a dependency that became lastingly slower or faster, instead
-// of drifting with the load as a long moving average does.
+// After the second window, and every ProbeEvery windows after that, it is
+// measured again: when the limit bound in the last window, the next window
+// runs at half the limit (a probe; the initial limit may already be past
+// capacity, so the first one comes early); when it did not, that window's
+// average already is an unqueued latency and becomes the baseline. The
+// baseline thus follows a dependency that became lastingly slower or faster,
+// instead of drifting with the load as a long moving average does. While
+// the limit does not bind, a rise in latency brings it down to what was in
+// use, not below.
 //
 // Growth is 1, or 10% of the limit when larger, per window in which at least
 // half the limit was in use; a shrink is at most by half per window. A probe
@@ -161,15 +165,26 @@ func (g *gradient) update(s windowSample) float64 {
 	if s.avg <= 0 {
 		s.avg = 1
 	}
+	// The limit binds when the window filled it; otherwise the latency is
+	// not inflated by a queue this limit let in.
+	binding := float64(s.maxInflight) >= math.Floor(g.limit)
 	if g.probe {
 		// The probe window ran at half the limit: its average is the new
 		// baseline. The limit resumes from where it was, judged by the
-		// latency it had then against the new baseline.
+		// latency it had then (when it bound) against the new baseline.
 		g.probe = false
 		g.base = s.avg
 		g.limit = g.prevLimit
 		s.avg, s.maxInflight = g.prevAvg, g.prevInflight
+		binding = true
 	} else if g.base == 0 || s.avg < g.base {
+		g.base = s.avg
+	}
+	g.windows++
+	due := g.windows%g.probeEvery == 2%g.probeEvery
+	if due && !binding {
+		// No need to probe: this window already ran without a queue of
+		// ours, so its average is the baseline.
 		g.base = s.avg
 	}
 	ratio := float64(s.avg) / float64(g.base)
@@ -178,11 +193,16 @@ func (g *gradient) update(s windowSample) float64 {
 			g.limit += max(1, g.limit*0.1)
 		}
 	} else {
-		g.limit *= max(0.5, g.tol/ratio)
+		next := g.limit * max(0.5, g.tol/ratio)
+		if !binding {
+			// Latency rose although the limit did not bind: come down to
+			// what was in use, not below it, until a probe tells more.
+			next = max(next, float64(s.maxInflight))
+		}
+		g.limit = next
 	}
 	g.limit = min(max(g.limit, g.lo), g.hi)
-	g.windows++
-	if g.windows%g.probeEvery == 2%g.probeEvery {
+	if due && binding {
 		g.probe = true
 		g.prevLimit, g.prevAvg, g.prevInflight = g.limit, s.avg, s.maxInflight
 		return max(g.lo, math.Ceil(g.limit/2))

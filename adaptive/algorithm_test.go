@@ -39,6 +39,26 @@ func TestGradientUpdate(t *testing.T) {
 	}
 }
 
+// TestGradientNotBinding: when the limit is not filled, a scheduled probe is
+// replaced by taking the window's average as the baseline, and a rise in
+// latency brings the limit down to what was in use, not below.
+func TestGradientNotBinding(t *testing.T) {
+	e, err := Gradient{InitialLimit: 40, ProbeEvery: 5}.newEstimator()
+	require.NoError(t, err)
+	g := e.(*gradient)
+	assert.InDelta(t, 44.0, g.update(windowSample{avg: 10 * ms, maxInflight: 30}), 1e-9)
+	// The dependency got slower: 20 ms at 15 in flight, far from binding.
+	// Second window: due for a probe, but the limit did not bind.
+	assert.InDelta(t, 44.0, g.update(windowSample{avg: 20 * ms, maxInflight: 15}), 1e-9, "re-baselined: no cut, no growth")
+	assert.False(t, g.probing())
+	assert.Equal(t, 20*ms, g.baseline())
+	// Latency rises at 15 in flight: cut by the gradient, then at most to 15.
+	assert.InDelta(t, 44*0.55, g.update(windowSample{avg: 40 * ms, maxInflight: 15}), 1e-9)
+	assert.InDelta(t, 15.0, g.update(windowSample{avg: 80 * ms, maxInflight: 15}), 1e-9, "not below what was in use")
+	// Now binding: a rise cuts below it, by the gradient.
+	assert.InDelta(t, 15*1.1/1.5, g.update(windowSample{avg: 30 * ms, maxInflight: 15}), 1e-9)
+}
+
 func TestGradientBounds(t *testing.T) {
 	e, err := Gradient{InitialLimit: 4, MinLimit: 2, MaxLimit: 5, ProbeEvery: 50}.newEstimator()
 	require.NoError(t, err)
