@@ -9,7 +9,10 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // UnaryClientInterceptor returns an interceptor (install it with
@@ -22,6 +25,12 @@ import (
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
 // DataLoss are failures). WithTimeout bounds each guarded call.
+//
+// A server that answers Unavailable or ResourceExhausted with an
+// errdetails.RetryInfo (a sluice server's rejection, or any server that
+// follows the gRPC error model) holds every policy of the call's Guard that
+// can be held open (breaker.Breaker's OpenFor) open for that delay, capped by
+// WithMaxRetryDelay: the client stops calling a server that asked it to wait.
 //
 // Key functions see the method as the request's Route and the outgoing
 // metadata as its headers.
@@ -56,7 +65,48 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if err != nil {
 		return newRejection(d)
 	}
-	return c.invoke(ctx, method, req, reply, cc, invoker, opts, &done)
+	err = c.invoke(ctx, method, req, reply, cc, invoker, opts, &done)
+	if err != nil {
+		c.holdOpen(rt.Guard, err)
+	}
+	return err
+}
+
+// opener is implemented by the policies that can be held open for a time,
+// as breaker.Breaker is.
+type opener interface {
+	OpenFor(now, d time.Duration)
+}
+
+// holdOpen holds g's breakers open for the delay of err's RetryInfo when err
+// is a peer's Unavailable or ResourceExhausted that carries one. The
+// client's own rejections never do.
+func (c *config) holdOpen(g *sluice.Guard, err error) {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted:
+	default:
+		return
+	}
+	if errors.Is(err, sluice.ErrRejected) {
+		return
+	}
+	st, _ := status.FromError(err)
+	var delay time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			delay = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	if delay <= 0 {
+		return
+	}
+	delay = min(delay, c.maxRetry)
+	now := g.Now()
+	for _, p := range g.Policies() {
+		if o, ok := p.(opener); ok {
+			o.OpenFor(now, delay)
+		}
+	}
 }
 
 func (c *config) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, done *sluice.Done) (err error) {
@@ -105,7 +155,8 @@ func (c *config) identifyClient(ctx context.Context, method string) (context.Con
 // is recorded when it ends: when RecvMsg returns io.EOF (a success) or an
 // error (classified), when SendMsg fails with other than io.EOF, or when the
 // stream's context ends first (its error classified: a cancellation is
-// Ignored). WithTimeout does not apply to streams.
+// Ignored). A final status with a RetryInfo holds the breakers open as for a
+// unary call. WithTimeout does not apply to streams.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
 	if err != nil {
@@ -130,10 +181,10 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if err != nil {
 		return nil, newRejection(d)
 	}
-	return c.openStream(ctx, desc, cc, method, streamer, opts, &done)
+	return c.openStream(ctx, desc, cc, method, streamer, opts, rt.Guard, &done)
 }
 
-func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, done *sluice.Done) (grpc.ClientStream, error) {
+func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, g *sluice.Guard, done *sluice.Done) (grpc.ClientStream, error) {
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
@@ -142,9 +193,10 @@ func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
 		done.Record(c.outcome(err))
+		c.holdOpen(g, err)
 		return nil, err
 	}
-	s := &clientStream{ClientStream: cs, c: c, done: *done, serverStreams: desc.ServerStreams}
+	s := &clientStream{ClientStream: cs, c: c, g: g, done: *done, serverStreams: desc.ServerStreams}
 	*done = sluice.Done{} // the stream owns the admission now
 	s.stop = context.AfterFunc(ctx, func() { s.end(ctx.Err()) })
 	return s, nil
@@ -154,6 +206,7 @@ func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 type clientStream struct {
 	grpc.ClientStream
 	c             *config
+	g             *sluice.Guard
 	done          sluice.Done
 	ended         atomic.Bool
 	stop          func() bool
@@ -167,6 +220,9 @@ func (s *clientStream) end(err error) bool {
 		return false
 	}
 	s.done.Record(s.c.outcome(err))
+	if err != nil {
+		s.c.holdOpen(s.g, err)
+	}
 	return true
 }
 

@@ -196,3 +196,53 @@ func TestClientTimeoutIsAFailure(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, waited)
 	})
 }
+
+func TestClientHoldsTheBreakerOpenForTheServersRetryInfo(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		tests := []struct {
+			name     string
+			cause    error
+			opts     []Option
+			wantHold time.Duration
+		}{
+			{name: "overloaded server", cause: sluice.ErrOverloaded, wantHold: 20 * time.Second},
+			{name: "rate-limited client", cause: sluice.ErrRateLimited, wantHold: 20 * time.Second},
+			{name: "capped", cause: sluice.ErrCircuitOpen, opts: []Option{WithMaxRetryDelay(5 * time.Second)}, wantHold: 5 * time.Second},
+		}
+		for _, tc := range tests {
+			for _, call := range calls {
+				t.Run(tc.name+"/"+call.name, func(t *testing.T) {
+					clk := sluice.NewManualClock(0)
+					seen := &recorder{name: "seen"}
+					shed := &refuser{name: "remote", cause: tc.cause, retry: 20 * time.Second}
+					b := newBreaker(t, "dep", clk, breaker.WithConsecutiveFailures(100))
+					g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+					s := start(t, tr, serverOpts(t, WithGuard(mustGuard(t, sluice.With(seen, shed)))),
+						clientOpts(t, append([]Option{WithGuard(g)}, tc.opts...)...)...)
+					ctx := withTimeout(t)
+
+					got := readWire(t, call.do(ctx, s))
+					assert.Equal(t, "remote", got.policy)
+					got = readWire(t, call.do(ctx, s))
+					assert.Equal(t, "breaker/dep", got.policy, "the client's breaker did not hold")
+					assert.Equal(t, tc.wantHold, got.delay)
+					assert.Len(t, seen.Keys(), 1, "the held breaker let a call through")
+
+					shed.off.Store(true)
+					clk.Advance(tc.wantHold)
+					require.NoError(t, call.do(ctx, s))
+				})
+			}
+		}
+	})
+}
+
+func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := newBreaker(t, "dep", clk, breaker.WithConsecutiveFailures(100))
+	g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+	s := start(t, transports[0], nil, clientOpts(t, WithGuard(g))...)
+	ctx := withTimeout(t)
+	require.Error(t, s.check(withCode(ctx, codes.Unavailable)))
+	assert.Equal(t, breaker.StateClosed, b.State())
+}

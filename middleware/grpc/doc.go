@@ -34,7 +34,9 @@
 //     ratelimit ("name";r=0;t=7).
 //
 // [RejectionOf] reads such a status back into a sluice.Decision on the
-// client; [Error] converts a rejection of a Guard run inside a handler.
+// client; [Error] converts a rejection of a Guard run inside a handler. A
+// client interceptor whose server answers Unavailable or ResourceExhausted
+// with a RetryInfo holds its Guard's breakers open for that delay.
 //
 // # Outcomes
 //

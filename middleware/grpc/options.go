@@ -30,6 +30,7 @@ type options struct {
 	msgGuard   *sluice.Guard
 	msgMethods []string
 	timeout    time.Duration
+	maxRetry   time.Duration
 	errs       []error
 	serverOnly []string
 	clientOnly []string
@@ -215,6 +216,20 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithMaxRetryDelay caps how long a server's RetryInfo may hold a client
+// Guard's breakers open (see UnaryClientInterceptor). Default 10 minutes.
+// For client interceptors only.
+func WithMaxRetryDelay(d time.Duration) Option {
+	return func(o *options) {
+		o.clientOnly = append(o.clientOnly, "WithMaxRetryDelay")
+		if d <= 0 {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMaxRetryDelay: %v is not positive", d))
+			return
+		}
+		o.maxRetry = d
+	}
+}
+
 // config is what the constructors build from the options: immutable, shared
 // by every call.
 type config struct {
@@ -229,6 +244,7 @@ type config struct {
 	msgRoute   *middleware.Route // msgGuard's, for the window of its quota
 	msgMethods map[string]struct{}
 	timeout    time.Duration
+	maxRetry   time.Duration
 }
 
 type side uint8
@@ -258,7 +274,10 @@ func build(s side, opts []Option) (*config, error) {
 	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
-	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry}
+	if c.maxRetry == 0 {
+		c.maxRetry = 10 * time.Minute
+	}
 	switch {
 	case o.table != nil && len(o.routes) > 0:
 		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")

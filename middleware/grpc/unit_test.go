@@ -184,6 +184,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
 		{"client only: timeout", []Option{WithTimeout(time.Second)}},
 		{"client only: target", []Option{WithTargetGuard("dns:///x", g)}},
+		{"client only: max retry delay", []Option{WithMaxRetryDelay(time.Minute)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,7 +194,7 @@ func TestOptionsAreValidated(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
-	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g)} {
+	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g), WithMaxRetryDelay(0)} {
 		_, err := UnaryClientInterceptor(o)
 		assert.Error(t, err)
 		_, err = StreamClientInterceptor(o)
