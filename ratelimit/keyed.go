@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -181,11 +182,16 @@ type keyedEntry struct {
 // the Done reaches the limiter that admitted even if the key was evicted or
 // expired meanwhile; a shard keeps as many records as it has seen calls in
 // flight at once, and reuses them.
+//
+// A record belongs to its call from reserve to Done, so its fields need no
+// lock. Free records form a stack: Done pushes with compare-and-swap, without
+// the shard's lock; reserve pops under the lock, so there is one popper at a
+// time and the stack cannot suffer ABA.
 type keyedCall struct {
 	e     *keyedEntry
 	inner sluice.Ticket
 	gen   uint32 // 24 bits; a ticket with another gen is stale
-	next  int32  // free list
+	next  int32  // next free record, while free
 }
 
 type keyedShard struct {
@@ -193,9 +199,9 @@ type keyedShard struct {
 	m          map[string]*keyedEntry
 	head, tail *keyedEntry // most and least recently used
 	cap        int
-	calls      []*[keyedChunk]keyedCall // chunks never move once made
-	ncalls     int32
-	free       int32 // first free call, -1 when none
+	chunks     atomic.Pointer[[]*[keyedChunk]keyedCall] // copied to grow; chunks never move
+	ncalls     int32                                    // records made
+	free       atomic.Int32                             // first free record, -1 when none
 	gen        uint32
 	_          [64]byte
 }
@@ -248,7 +254,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 			s.cap++
 		}
 		s.m = make(map[string]*keyedEntry)
-		s.free = -1
+		s.free.Store(-1)
 	}
 	if o.janitor > 0 {
 		k.stop, k.stopped = make(chan struct{}), make(chan struct{})
@@ -291,9 +297,7 @@ func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Decision, 
 	d, inner := e.lim.Admit(ctx, now)
 	d.Policy = k.name
 	if !d.Allowed {
-		s.mu.Lock()
 		s.freeCall(slot)
-		s.mu.Unlock()
 		return d, 0
 	}
 	// The record is this call's alone until its Done, which the caller orders
@@ -311,15 +315,17 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 		return
 	}
 	s := &k.shards[si]
-	s.mu.Lock()
-	if slot < 0 || slot >= s.ncalls || s.call(slot).gen != gen || s.call(slot).e == nil {
-		s.mu.Unlock()
-		return // not a ticket of this Keyed, or already done
+	dir := s.chunks.Load()
+	if dir == nil || slot < 0 || int(slot) >= len(*dir)*keyedChunk {
+		return // not a ticket of this Keyed
 	}
-	c := *s.call(slot)
+	c := &(*dir)[slot/keyedChunk][slot%keyedChunk]
+	if c.gen != gen || c.e == nil {
+		return // already done
+	}
+	e, inner := c.e, c.inner
 	s.freeCall(slot)
-	s.mu.Unlock()
-	c.e.lim.Done(c.inner, o, now, latency)
+	e.lim.Done(inner, o, now, latency)
 }
 
 // AllowKey is AllowKeyAt(clock.Now(), key).
@@ -476,7 +482,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 }
 
 func (s *keyedShard) call(i int32) *keyedCall {
-	return &s.calls[i/keyedChunk][i%keyedChunk]
+	return &(*s.chunks.Load())[i/keyedChunk][i%keyedChunk]
 }
 
 // reserve takes a call record for e when call is set; nil and -1 otherwise.
@@ -484,14 +490,19 @@ func (s *keyedShard) reserve(e *keyedEntry, call bool) (*keyedCall, int32) {
 	if !call {
 		return nil, -1
 	}
-	var i int32
-	if s.free >= 0 {
-		i = s.free
-		s.free = s.call(i).next
-	} else {
+	i := s.free.Load()
+	for i >= 0 && !s.free.CompareAndSwap(i, s.call(i).next) {
+		i = s.free.Load()
+	}
+	if i < 0 {
 		i = s.ncalls
-		if int(i/keyedChunk) == len(s.calls) {
-			s.calls = append(s.calls, new([keyedChunk]keyedCall))
+		var dir []*[keyedChunk]keyedCall
+		if p := s.chunks.Load(); p != nil {
+			dir = *p
+		}
+		if int(i/keyedChunk) == len(dir) {
+			grown := append(dir[:len(dir):len(dir)], new([keyedChunk]keyedCall))
+			s.chunks.Store(&grown)
 		}
 		s.ncalls++
 	}
@@ -503,10 +514,17 @@ func (s *keyedShard) reserve(e *keyedEntry, call bool) (*keyedCall, int32) {
 	return c, i
 }
 
+// freeCall pushes record i on the free stack; it takes no lock.
 func (s *keyedShard) freeCall(i int32) {
 	c := s.call(i)
-	*c = keyedCall{gen: c.gen, next: s.free}
-	s.free = i
+	c.e, c.inner = nil, 0
+	for {
+		h := s.free.Load()
+		c.next = h
+		if s.free.CompareAndSwap(h, i) {
+			return
+		}
+	}
 }
 
 func (s *keyedShard) touch(e *keyedEntry, now time.Duration) {

@@ -377,7 +377,7 @@ func TestKeyedConcurrentNeverOverPerKey(t *testing.T) {
 	for i := range k.shards {
 		s := &k.shards[i]
 		free := 0
-		for j := s.free; j >= 0; j = s.call(j).next {
+		for j := s.free.Load(); j >= 0; j = s.call(j).next {
 			free++
 		}
 		assert.Equal(t, int(s.ncalls), free)
