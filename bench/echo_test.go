@@ -10,11 +10,8 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 	"golang.org/x/time/rate"
 
-	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
-	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // echoServers returns an Echo per contender, each serving GET / with the
@@ -34,28 +31,7 @@ func echoServers(tb testing.TB) []struct {
 		return e
 	}
 	g := limiterBreakerGuard(tb)
-	ipx, err := middleware.NewIPExtractor()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(ipx))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	br, err := breaker.New("api-keyed")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kg, err := sluice.New(sluice.With(keyed, br))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	kg, keyer := keyedByIP(tb)
 	store := echomw.NewRateLimiterMemoryStoreWithConfig(echomw.RateLimiterMemoryStoreConfig{
 		Rate: rate.Limit(1_000_000_000), Burst: 1_000_000_000, ExpiresIn: 3 * time.Minute,
 	})

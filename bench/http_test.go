@@ -48,15 +48,11 @@ func limiterBreakerGuard(tb testing.TB) *sluice.Guard {
 	return g
 }
 
-// httpHandlers returns the handlers compared: the bare handler and the same
-// handler behind each library's middleware with a rate limiter and a breaker
-// (go-zero: its breaker and load-shedding handlers, as rest.Server chains
-// them).
-func httpHandlers(tb testing.TB) []struct {
-	name string
-	h    http.Handler
-} {
-	g := limiterBreakerGuard(tb)
+// keyedByIP returns a Guard with a token bucket per client address (far
+// above the run's rate) and a breaker, and the Keyer that keys requests by
+// their peer address.
+func keyedByIP(tb testing.TB) (*sluice.Guard, *middleware.Keyer) {
+	tb.Helper()
 	ipx, err := middleware.NewIPExtractor()
 	if err != nil {
 		tb.Fatal(err)
@@ -75,10 +71,23 @@ func httpHandlers(tb testing.TB) []struct {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kg, err := sluice.New(sluice.With(keyed, br))
+	g, err := sluice.New(sluice.With(keyed, br))
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return g, keyer
+}
+
+// httpHandlers returns the handlers compared: the bare handler and the same
+// handler behind each library's middleware with a rate limiter and a breaker
+// (go-zero: its breaker and load-shedding handlers, as rest.Server chains
+// them).
+func httpHandlers(tb testing.TB) []struct {
+	name string
+	h    http.Handler
+} {
+	g := limiterBreakerGuard(tb)
+	kg, keyer := keyedByIP(tb)
 
 	logx.Disable()
 	zero := zeroBreakerShedding(zerobreaker.NewBreaker(), load.NewAdaptiveShedder(), okHandler)

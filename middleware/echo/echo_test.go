@@ -2,7 +2,6 @@ package sluiceecho
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -23,26 +22,11 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type rejecter struct{ d sluice.Decision }
-
-func (p rejecter) Name() string { return p.d.Policy }
-func (p rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return p.d, 0
-}
-func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
-
-type counter struct{ outcomes map[sluice.Outcome]int }
-
-func (*counter) Name() string { return "count" }
-func (*counter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "count", Limit: -1}, 0
-}
-func (c *counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) { c.outcomes[o]++ }
 
 func newGuard(t *testing.T, ps ...sluice.Policy) *sluice.Guard {
 	t.Helper()
@@ -91,21 +75,8 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 		}
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, req)
-		res := scenario.Result{Ran: ran}
-		switch rec.Code {
-		case http.StatusTooManyRequests:
-			res.Cause = sluice.CauseRateLimited
-		case http.StatusServiceUnavailable:
-			if !ran {
-				res.Cause = sluice.CauseCircuitOpen
-			}
-		case http.StatusBadRequest:
-			res.MissingKey = !ran
-		}
-		if res.Cause != sluice.CauseNone {
-			res.RetryAfter, err = strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
-			require.NoError(t, err)
-		}
+		res, err := scenario.FromHTTP(ran, rec.Code, rec.Header())
+		require.NoError(t, err)
 		return res
 	}
 }
@@ -124,7 +95,7 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 		{sluice.Decision{Policy: "adaptive/c", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrConcurrencyLimited}, 503, "1"},
 	} {
 		e := echo.New()
-		e.Use(Middleware(WithGuard(newGuard(t, rejecter{tt.d}))))
+		e.Use(Middleware(WithGuard(newGuard(t, testpolicy.Rejecter{D: tt.d}))))
 		e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
 		rec := do(e, http.MethodGet, "/")
 		assert.Equal(t, tt.status, rec.Code)
@@ -183,12 +154,12 @@ func TestClassificationFromFinalStatus(t *testing.T) {
 		}, sluice.Success},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &counter{outcomes: map[sluice.Outcome]int{}}
+			c := testpolicy.NewCounter()
 			e := echo.New()
 			e.Use(Middleware(WithGuard(newGuard(t, c))))
 			e.GET("/", tt.handler)
 			do(e, http.MethodGet, "/")
-			assert.Equal(t, map[sluice.Outcome]int{tt.want: 1}, c.outcomes)
+			assert.Equal(t, map[sluice.Outcome]int{tt.want: 1}, c.Outcomes())
 		})
 	}
 }
@@ -213,7 +184,7 @@ func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
 }
 
 func TestRoutesByPathAndPassThrough(t *testing.T) {
-	g := newGuard(t, rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	g := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	rs, err := middleware.NewRoutes(middleware.RouteTo("/items/:id", g))
 	require.NoError(t, err)
 	e := echo.New()
@@ -230,7 +201,7 @@ func TestRoutesByPathAndPassThrough(t *testing.T) {
 }
 
 func TestDenyHandlerAndMissingKey(t *testing.T) {
-	g := newGuard(t, rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	g := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	e := echo.New()
 	e.Use(Middleware(WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
 		got, ok := RejectionFrom(c)
@@ -244,7 +215,7 @@ func TestDenyHandlerAndMissingKey(t *testing.T) {
 
 	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByCookie("session"))
 	require.NoError(t, err)
-	c := &counter{outcomes: map[sluice.Outcome]int{}}
+	c := testpolicy.NewCounter()
 	e = echo.New()
 	e.Use(Middleware(WithGuard(newGuard(t, c)), WithKeyer(k)))
 	var key, resource string
@@ -261,32 +232,32 @@ func TestDenyHandlerAndMissingKey(t *testing.T) {
 	assert.Equal(t, 200, rec.Code)
 	assert.Equal(t, "s-42", key)
 	assert.Equal(t, "/r/:id", resource)
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.Outcomes())
 }
 
 func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
-	outer := &counter{outcomes: map[sluice.Outcome]int{}}
-	inner := newGuard(t, rejecter{sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
+	outer := testpolicy.NewCounter()
+	inner := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
 	e := echo.New()
 	e.Use(Middleware(WithGuard(newGuard(t, outer))))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(200) }, Middleware(WithGuard(inner)))
 	assert.Equal(t, 503, do(e, http.MethodGet, "/").Code)
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
 }
 
 func TestPanicIsAFailure(t *testing.T) {
-	c := &counter{outcomes: map[sluice.Outcome]int{}}
+	c := testpolicy.NewCounter()
 	e := echo.New()
 	e.Use(Middleware(WithGuard(newGuard(t, c))))
 	e.GET("/", func(echo.Context) error { panic("boom") })
 	assert.PanicsWithValue(t, "boom", func() { do(e, http.MethodGet, "/") })
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
 }
 
 func TestHijackAndFlushThroughMiddleware(t *testing.T) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(Middleware(WithGuard(newGuard(t, &counter{outcomes: map[sluice.Outcome]int{}}))))
+	e.Use(Middleware(WithGuard(newGuard(t, testpolicy.NewCounter()))))
 	release := make(chan struct{})
 	e.GET("/stream", func(c echo.Context) error {
 		c.Response().WriteHeader(200)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // switchable rejects with d while on, and admits otherwise.
@@ -124,7 +125,7 @@ func TestStaticAndHandlerFallbacks(t *testing.T) {
 		{"other cause gets none", limited, "/a", []Option{WithFallback("", sluice.CauseCircuitOpen, static)}, 429, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			g := newGuard(t, sluice.NewManualClock(0), rejecter{tt.d})
+			g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: tt.d})
 			mux := http.NewServeMux()
 			mux.Handle("GET /a", statusHandler(200))
 			mux.Handle("GET /b", statusHandler(200))

@@ -1,7 +1,6 @@
 package sluicehttp
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,28 +17,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// rejecter rejects every request with a fixed Decision.
-type rejecter struct{ d sluice.Decision }
-
-func (p rejecter) Name() string { return p.d.Policy }
-func (p rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return p.d, 0
-}
-func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
-
-// counter admits everything and counts the outcomes it hears of.
-type counter struct {
-	outcomes map[sluice.Outcome]int
-}
-
-func newCounter() *counter { return &counter{outcomes: map[sluice.Outcome]int{}} }
-
-func (*counter) Name() string { return "count" }
-func (*counter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "count", Limit: -1}, 0
-}
-func (c *counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) { c.outcomes[o]++ }
 
 func newGuard(t testing.TB, clock sluice.Clock, ps ...sluice.Policy) *sluice.Guard {
 	t.Helper()

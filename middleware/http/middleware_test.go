@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 func TestRejectionFieldsPerCause(t *testing.T) {
@@ -33,7 +34,7 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := sluice.NewManualClock(0)
-			g := newGuard(t, clock, windowed{rejecter{tt.d}, time.Minute})
+			g := newGuard(t, clock, testpolicy.Windowed{Policy: testpolicy.Rejecter{D: tt.d}, W: time.Minute})
 			ran := false
 			h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
 			rec := serve(h, http.MethodGet, "/x")
@@ -74,14 +75,6 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 		})
 	}
 }
-
-// windowed gives a policy a Window.
-type windowed struct {
-	sluice.Policy
-	w time.Duration
-}
-
-func (p windowed) Window() time.Duration { return p.w }
 
 func TestAdmittedFieldsFromRealLimiter(t *testing.T) {
 	clock := sluice.NewManualClock(0)
@@ -127,7 +120,7 @@ func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
 }
 
 func TestClassifierOverride(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
 	h := Middleware(WithGuard(g), WithClassifier(func(status int) sluice.Outcome {
 		if status == http.StatusTooManyRequests {
@@ -136,13 +129,13 @@ func TestClassifierOverride(t *testing.T) {
 		return middleware.ClassifyHTTPStatus(status)
 	}))(statusHandler(http.StatusTooManyRequests))
 	serve(h, http.MethodGet, "/")
-	assert.Equal(t, 1, c.outcomes[sluice.Failure])
+	assert.Equal(t, 1, c.Outcomes()[sluice.Failure])
 }
 
 func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
-	outer := newCounter()
+	outer := testpolicy.NewCounter()
 	og := newGuard(t, sluice.NewManualClock(0), outer)
-	ig := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "breaker/inner", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
+	ig := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/inner", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
 	// Something between the two that wraps the writer, as logging middleware does.
 	between := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +145,7 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 	h := Middleware(WithGuard(og))(between(Middleware(WithGuard(ig))(statusHandler(200))))
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
 }
 
 type unwrapper struct{ http.ResponseWriter }
@@ -160,17 +153,17 @@ type unwrapper struct{ http.ResponseWriter }
 func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 
 func TestPanicCountsAsFailureAndGoesOn(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	assert.PanicsWithValue(t, "boom", func() { serve(h, http.MethodGet, "/") })
 	h = Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
 	assert.Panics(t, func() { serve(h, http.MethodGet, "/") })
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Ignored: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Ignored: 1}, c.Outcomes())
 }
 
 func TestSkipperAndUnguardedRoutes(t *testing.T) {
-	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /guarded", g))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -189,7 +182,7 @@ func TestSkipperAndUnguardedRoutes(t *testing.T) {
 }
 
 func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
-	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /items/{id}", g))
 	require.NoError(t, err)
 	mw := Middleware(WithRoutes(rs))
@@ -210,7 +203,7 @@ func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
 }
 
 func TestMissingKeyIsRejected(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
 	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Api-Key"))
 	require.NoError(t, err)
@@ -221,7 +214,7 @@ func TestMissingKeyIsRejected(t *testing.T) {
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, http.StatusBadRequest, rec.Code)
 	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
-	assert.Empty(t, c.outcomes)
+	assert.Empty(t, c.Outcomes())
 
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.Header.Set("X-Api-Key", "tenant-1")
@@ -233,7 +226,7 @@ func TestMissingKeyIsRejected(t *testing.T) {
 
 func TestDenyHandler(t *testing.T) {
 	d := sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
-	g := newGuard(t, sluice.NewManualClock(0), rejecter{d})
+	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: d})
 	var seen sluice.Decision
 	h := Middleware(WithGuard(g), WithDenyHandler(func(w http.ResponseWriter, r *http.Request, got sluice.Decision) {
 		seen = got
@@ -247,7 +240,7 @@ func TestDenyHandler(t *testing.T) {
 }
 
 func TestHeadRejectionHasNoBody(t *testing.T) {
-	g := newGuard(t, sluice.NewManualClock(0), rejecter{sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
+	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	rec := serve(Middleware(WithGuard(g))(statusHandler(200)), http.MethodHead, "/")
 	assert.Equal(t, 503, rec.Code)
 	assert.Zero(t, rec.Body.Len())

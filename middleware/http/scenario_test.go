@@ -3,12 +3,10 @@ package sluicehttp
 import (
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 )
 
@@ -48,21 +46,8 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 		}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		res := scenario.Result{Ran: ran}
-		switch rec.Code {
-		case http.StatusTooManyRequests:
-			res.Cause = sluice.CauseRateLimited
-		case http.StatusServiceUnavailable:
-			if !ran {
-				res.Cause = sluice.CauseCircuitOpen
-			}
-		case http.StatusBadRequest:
-			res.MissingKey = !ran
-		}
-		if res.Cause != sluice.CauseNone {
-			res.RetryAfter, err = strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
-			require.NoError(t, err)
-		}
+		res, err := scenario.FromHTTP(ran, rec.Code, rec.Header())
+		require.NoError(t, err)
 		return res
 	}
 }

@@ -14,10 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 func TestHijackedConnectionWorksThroughMiddleware(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
@@ -52,7 +53,7 @@ func TestHijackedConnectionWorksThroughMiddleware(t *testing.T) {
 }
 
 func TestHijackerInterfaceKept(t *testing.T) {
-	g := newGuard(t, sluice.SystemClock, newCounter())
+	g := newGuard(t, sluice.SystemClock, testpolicy.NewCounter())
 	var isHijacker, isFlusher, isReaderFrom bool
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, isHijacker = w.(http.Hijacker)
@@ -66,7 +67,7 @@ func TestHijackerInterfaceKept(t *testing.T) {
 }
 
 func TestFlushedStreamReachesClientBeforeHandlerEnds(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
 	release := make(chan struct{})
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -91,7 +92,7 @@ func TestFlushedStreamReachesClientBeforeHandlerEnds(t *testing.T) {
 }
 
 func TestResponseControllerReachesServerWriter(t *testing.T) {
-	g := newGuard(t, sluice.SystemClock, newCounter())
+	g := newGuard(t, sluice.SystemClock, testpolicy.NewCounter())
 	errc := make(chan error, 1)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		rc := http.NewResponseController(w)
@@ -107,14 +108,14 @@ func TestResponseControllerReachesServerWriter(t *testing.T) {
 }
 
 func TestReadFromRecordsStatus(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.(io.ReaderFrom).ReadFrom(strings.NewReader("payload"))
 	}))
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, "payload", rec.Body.String())
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.Outcomes())
 
 	// Over a real connection the server's writer has its own ReadFrom.
 	srv := httptest.NewServer(h)
@@ -127,14 +128,14 @@ func TestReadFromRecordsStatus(t *testing.T) {
 }
 
 func TestInformationalStatusIsNotFinal(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	serve(h, http.MethodGet, "/")
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
 }
 
 func TestHotPathAllocations(t *testing.T) {
@@ -169,16 +170,16 @@ func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
 
 func TestWriteStringRecordsStatusAndKeepsStaleCopy(t *testing.T) {
-	c := newCounter()
+	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
 	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.(io.StringWriter).WriteString("text")
 	}))
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, "text", rec.Body.String())
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.outcomes)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.Outcomes())
 	// A writer without WriteString gets the bytes.
 	w := &nopWriter{h: http.Header{}}
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	assert.Equal(t, 2, c.outcomes[sluice.Success])
+	assert.Equal(t, 2, c.Outcomes()[sluice.Success])
 }

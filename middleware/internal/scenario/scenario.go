@@ -9,6 +9,9 @@
 package scenario
 
 import (
+	"fmt"
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -86,6 +89,30 @@ type Scenario struct {
 	Steps []Step
 }
 
+// FromHTTP reads the Result of an HTTP answer: 429 is a rate limit, 503
+// without the handler having run an open circuit, 400 without it a missing
+// key; the delay comes from Retry-After.
+func FromHTTP(ran bool, status int, header http.Header) (Result, error) {
+	res := Result{Ran: ran}
+	switch {
+	case ran:
+	case status == http.StatusTooManyRequests:
+		res.Cause = sluice.CauseRateLimited
+	case status == http.StatusServiceUnavailable:
+		res.Cause = sluice.CauseCircuitOpen
+	case status == http.StatusBadRequest:
+		res.MissingKey = true
+	}
+	if res.Cause != sluice.CauseNone {
+		s, err := strconv.ParseInt(header.Get("Retry-After"), 10, 64)
+		if err != nil {
+			return res, fmt.Errorf("scenario: Retry-After %q: %w", header.Get("Retry-After"), err)
+		}
+		res.RetryAfter = s
+	}
+	return res, nil
+}
+
 // DefaultPeer is the peer of steps that name none.
 const DefaultPeer = "192.0.2.1:1234"
 
@@ -115,8 +142,26 @@ var (
 	open     = func(s int64) Result { return Result{Cause: sluice.CauseCircuitOpen, RetryAfter: s} }
 )
 
-func guard(clock sluice.Clock, ps ...sluice.Policy) (*sluice.Guard, error) {
-	return sluice.New(sluice.With(ps...), sluice.WithClock(clock))
+// everywhere returns a Setup that guards every route with one Guard of
+// policy p on clock, keyed by keyer (nil: not keyed).
+func everywhere(clock *sluice.ManualClock, p sluice.Policy, keyer *middleware.Keyer, err error) (Setup, error) {
+	if err != nil {
+		return Setup{}, err
+	}
+	g, err := sluice.New(sluice.With(p), sluice.WithClock(clock))
+	if err != nil {
+		return Setup{}, err
+	}
+	return Setup{Clock: clock, Keyer: keyer, Routes: func(func(string) string) (*middleware.Routes, error) {
+		return middleware.NewRoutes(middleware.DefaultRoute(g))
+	}}, nil
+}
+
+// perKeyWindow is a keyed limiter: one request per key per minute.
+func perKeyWindow() (*ratelimit.Keyed, error) {
+	return ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewFixedWindow(1, time.Minute)
+	})
 }
 
 // All returns the scenarios.
@@ -129,7 +174,7 @@ func All() []Scenario {
 				if err != nil {
 					return Setup{}, err
 				}
-				g, err := guard(clock, fw)
+				g, err := sluice.New(sluice.With(fw), sluice.WithClock(clock))
 				if err != nil {
 					return Setup{}, err
 				}
@@ -149,16 +194,7 @@ func All() []Scenario {
 			Name: "server errors trip the breaker, client errors do not",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
 				b, err := breaker.New("a", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
-				if err != nil {
-					return Setup{}, err
-				}
-				g, err := guard(clock, b)
-				if err != nil {
-					return Setup{}, err
-				}
-				return Setup{Clock: clock, Routes: func(p func(string) string) (*middleware.Routes, error) {
-					return middleware.NewRoutes(middleware.DefaultRoute(g))
-				}}, nil
+				return everywhere(clock, b, nil, err)
 			},
 			Steps: []Step{
 				{Route: "a", Handler: ClientError, Want: admitted},
@@ -175,16 +211,6 @@ func All() []Scenario {
 		{
 			Name: "per-client limit ignores a spoofed X-Forwarded-For",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
-				k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-					return ratelimit.NewFixedWindow(1, time.Minute)
-				})
-				if err != nil {
-					return Setup{}, err
-				}
-				g, err := guard(clock, k)
-				if err != nil {
-					return Setup{}, err
-				}
 				ipx, err := middleware.NewIPExtractor(middleware.TrustedProxies("10.0.0.0/8"))
 				if err != nil {
 					return Setup{}, err
@@ -193,9 +219,8 @@ func All() []Scenario {
 				if err != nil {
 					return Setup{}, err
 				}
-				return Setup{Clock: clock, Keyer: keyer, Routes: func(p func(string) string) (*middleware.Routes, error) {
-					return middleware.NewRoutes(middleware.DefaultRoute(g))
-				}}, nil
+				k, err := perKeyWindow()
+				return everywhere(clock, k, keyer, err)
 			},
 			Steps: []Step{
 				{Route: "a", Peer: "203.0.113.1:1000", Want: admitted},
@@ -211,23 +236,12 @@ func All() []Scenario {
 		{
 			Name: "a missing key is rejected when configured so",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
-				k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-					return ratelimit.NewFixedWindow(1, time.Minute)
-				})
-				if err != nil {
-					return Setup{}, err
-				}
-				g, err := guard(clock, k)
-				if err != nil {
-					return Setup{}, err
-				}
 				keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("x-api-key"))
 				if err != nil {
 					return Setup{}, err
 				}
-				return Setup{Clock: clock, Keyer: keyer, Routes: func(p func(string) string) (*middleware.Routes, error) {
-					return middleware.NewRoutes(middleware.DefaultRoute(g))
-				}}, nil
+				k, err := perKeyWindow()
+				return everywhere(clock, k, keyer, err)
 			},
 			Steps: []Step{
 				{Route: "a", Want: Result{MissingKey: true}},
@@ -240,16 +254,9 @@ func All() []Scenario {
 			Name: "skipped route bypasses an open breaker",
 			Setup: func(clock *sluice.ManualClock) (Setup, error) {
 				b, err := breaker.New("all", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(5*time.Second))
-				if err != nil {
-					return Setup{}, err
-				}
-				g, err := guard(clock, b)
-				if err != nil {
-					return Setup{}, err
-				}
-				return Setup{Clock: clock, Skip: []string{"health"}, Routes: func(p func(string) string) (*middleware.Routes, error) {
-					return middleware.NewRoutes(middleware.DefaultRoute(g))
-				}}, nil
+				s, err := everywhere(clock, b, nil, err)
+				s.Skip = []string{"health"}
+				return s, err
 			},
 			Steps: []Step{
 				{Route: "a", Handler: ServerError, Want: admitted},
