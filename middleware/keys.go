@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+
+	"github.com/sluice-go/sluice"
 )
 
 // Request is what the adapters show of a request to key functions and
@@ -146,6 +148,21 @@ func (k *Keyer) Key(r Request) (string, error) {
 		return "", ErrMissingKey
 	}
 	return k.missing.key, nil
+}
+
+// Context returns ctx carrying r's key (sluice.WithKey) and, when r has a
+// route, the route as its resource (sluice.WithResource), for the keyed
+// policies of a Guard. It returns ErrMissingKey as Key does.
+func (k *Keyer) Context(ctx context.Context, r Request) (context.Context, error) {
+	key, err := k.Key(r)
+	if err != nil {
+		return ctx, err
+	}
+	ctx = sluice.WithKey(ctx, key)
+	if rt := r.Route(); rt != "" {
+		ctx = sluice.WithResource(ctx, rt)
+	}
+	return ctx, nil
 }
 
 // Skipper reports whether a request bypasses the guard entirely (health

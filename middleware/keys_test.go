@@ -86,6 +86,25 @@ func TestKeyerFallsThroughInOrder(t *testing.T) {
 	assert.Error(t, err)
 }
 
+func TestKeyerContext(t *testing.T) {
+	k, err := NewKeyer(RejectMissingKey(), KeyByHeader("X-Api-Key"))
+	require.NoError(t, err)
+	ctx, err := k.Context(context.Background(), fakeRequest{route: "GET /x", header: map[string][]string{"X-Api-Key": {"k7"}}})
+	require.NoError(t, err)
+	key, _ := sluice.KeyFrom(ctx)
+	res, _ := sluice.ResourceFrom(ctx)
+	assert.Equal(t, "k7", key)
+	assert.Equal(t, "GET /x", res)
+
+	ctx, err = k.Context(context.Background(), fakeRequest{header: map[string][]string{"X-Api-Key": {"k8"}}})
+	require.NoError(t, err)
+	_, ok := sluice.ResourceFrom(ctx)
+	assert.False(t, ok, "no route, no resource")
+
+	_, err = k.Context(context.Background(), fakeRequest{})
+	assert.ErrorIs(t, err, ErrMissingKey)
+}
+
 func TestSkipRoutes(t *testing.T) {
 	s := SkipRoutes("GET /healthz", "/grpc.health.v1.Health/Check")
 	assert.True(t, s(fakeRequest{route: "GET /healthz"}))

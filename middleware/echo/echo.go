@@ -136,13 +136,9 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				return next(c)
 			}
 			if cfg.keyer != nil {
-				key, err := cfg.keyer.Key(&request{c: c})
+				ctx, err := cfg.keyer.Context(c.Request().Context(), &request{c: c})
 				if err != nil {
 					return cfg.missingKey(c)
-				}
-				ctx := sluice.WithKey(c.Request().Context(), key)
-				if p := c.Path(); p != "" {
-					ctx = sluice.WithResource(ctx, p)
 				}
 				c.SetRequest(c.Request().WithContext(ctx))
 			}

@@ -197,16 +197,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var key string
 	if h.keyer != nil {
-		var err error
-		key, err = h.keyer.Key(&request{r: r, pattern: pattern})
+		ctx, err := h.keyer.Context(r.Context(), &request{r: r, pattern: pattern})
 		if err != nil {
 			h.missingKey(w, r)
 			return
 		}
-		ctx := sluice.WithKey(r.Context(), key)
-		if pattern != "" {
-			ctx = sluice.WithResource(ctx, pattern)
-		}
+		key, _ = sluice.KeyFrom(ctx)
 		r = r.WithContext(ctx)
 	}
 	d, done, err := rt.Guard.Admit(r.Context())
