@@ -212,8 +212,8 @@ func (b *Breaker) reject(retryAfter time.Duration) sluice.Decision {
 }
 
 // Done reports how a call admitted with ticket t ended, at instant now after
-// latency. Success and Failure are counted; Ignored is not; Released gives a
-// half-open probe's slot back. Outcomes of calls admitted before the last
+// latency. Success and Failure are counted; Ignored and Released are not,
+// and give a half-open probe's slot back for another probe. Outcomes of calls admitted before the last
 // state change are dropped. It is the sluice.Policy method; outside a Guard,
 // use the Permit that Allow returned.
 func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {

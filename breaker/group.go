@@ -113,6 +113,9 @@ func (g *Group) Admit(ctx context.Context, now time.Duration) (sluice.Decision, 
 // sluice.Policy method.
 func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	slot := uint32(t >> 32)
+	if int(slot/chunkSize) >= len(g.chunks) {
+		return
+	}
 	c := g.chunks[slot/chunkSize].Load()
 	if c == nil {
 		return

@@ -298,7 +298,8 @@ func WithBackoff(base, max time.Duration) Option {
 // successes make up at least successRatio (0 < successRatio ≤ 1) of the n
 // probes; it reopens as soon as that ratio can no longer be reached. The
 // default is one probe and a ratio of 1: the first failed probe reopens.
-// Applies to New and NewGroup.
+// A probe keeps its slot until its end is reported (a Guard always reports
+// it; outside one, finish every Permit). Applies to New and NewGroup.
 func WithHalfOpenProbes(n int, successRatio float64) Option {
 	return func(c *config) error {
 		c.use("WithHalfOpenProbes", forBreaker|forGroup)
