@@ -137,10 +137,15 @@ func WithKeyedClock(c sluice.Clock) KeyedOption {
 // WithMaxKeys keys are held (each shard holds its share, at least 128 keys,
 // and evicts its own least recently used key, so eviction may start a little
 // before the cap when keys hash unevenly), and keys idle for WithIdleTTL are
-// forgotten. Nothing
-// on the request path walks the keys: an expired key is dropped when met, and
-// a new key drops at most two expired ones on its way in. No goroutine runs
-// unless WithJanitor asks for one.
+// forgotten. Nothing on the request path walks the keys: an expired key is
+// dropped when met, and a new key drops at most two expired ones from the end
+// of its shard's list on its way in; the janitor, if one runs (WithJanitor),
+// walks them all. No goroutine runs unless WithJanitor asks for one.
+//
+// The list is kept in least-recently-used order loosely: a key used again
+// moves to the front only once a quarter of its shard's capacity of other
+// keys has moved there since it did, so a busy key costs no writes to its
+// neighbours. The key evicted has not been used since then.
 //
 // Done always reaches the limiter that admitted, even if its key was evicted
 // in between. The limiters made by newLimiter must not need closing. A Keyed
@@ -173,6 +178,7 @@ type keyedEntry struct {
 	lim        sluice.Policy
 	dec        keyDecider // lim, when it is one; else nil
 	last       time.Duration
+	tick       uint64      // the shard's tick when e last moved to the front
 	prev, next *keyedEntry // LRU list; prev is more recent
 }
 
@@ -195,15 +201,17 @@ type keyedCall struct {
 }
 
 type keyedShard struct {
-	mu         sync.Mutex
-	m          map[string]*keyedEntry
-	head, tail *keyedEntry // most and least recently used
-	cap        int
-	chunks     atomic.Pointer[[]*[keyedChunk]keyedCall] // copied to grow; chunks never move
-	ncalls     int32                                    // records made
-	free       atomic.Int32                             // first free record, -1 when none
-	gen        uint32
-	_          [64]byte
+	mu           sync.Mutex
+	m            map[string]*keyedEntry
+	head, tail   *keyedEntry // most and least recently used
+	cap          int
+	tick         uint64                                   // moves to the front so far
+	promoteAfter uint64                                   // cap/4, at least 1
+	chunks       atomic.Pointer[[]*[keyedChunk]keyedCall] // copied to grow; chunks never move
+	ncalls       int32                                    // records made
+	free         atomic.Int32                             // first free record, -1 when none
+	gen          uint32
+	_            [64]byte
 }
 
 const keyedChunk = 64
@@ -253,6 +261,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 		if i < o.maxKeys%n {
 			s.cap++
 		}
+		s.promoteAfter = uint64(max(1, s.cap/4))
 		s.m = make(map[string]*keyedEntry)
 		s.free.Store(-1)
 	}
@@ -378,8 +387,9 @@ func decideEntry(e *keyedEntry, now time.Duration, n int64) sluice.Decision {
 }
 
 // ExpireAt drops every key that has been idle for the idle TTL at instant
-// now, and returns how many it dropped; the janitor calls it. It does nothing
-// without WithIdleTTL.
+// now, and returns how many it dropped; the janitor calls it. It walks every
+// key, one shard at a time under that shard's lock. It does nothing without
+// WithIdleTTL.
 func (k *Keyed) ExpireAt(now time.Duration) int {
 	if k.ttl <= 0 {
 		return 0
@@ -388,9 +398,13 @@ func (k *Keyed) ExpireAt(now time.Duration) int {
 	for i := range k.shards {
 		s := &k.shards[i]
 		s.mu.Lock()
-		for s.tail != nil && k.expired(s.tail, now) {
-			s.remove(s.tail)
-			n++
+		for e := s.tail; e != nil; {
+			prev := e.prev
+			if k.expired(e, now) {
+				s.remove(e)
+				n++
+			}
+			e = prev
 		}
 		s.mu.Unlock()
 	}
@@ -527,9 +541,13 @@ func (s *keyedShard) freeCall(i int32) {
 	}
 }
 
+// touch marks e used at now. It moves e to the front of the list only when
+// a quarter of the shard's capacity of other keys has been moved there since
+// e was: a busy key then costs no writes to its neighbours, and the key
+// evicted has not been used since a quarter of the list went past it.
 func (s *keyedShard) touch(e *keyedEntry, now time.Duration) {
 	e.last = max(e.last, now)
-	if s.head == e {
+	if s.tick-e.tick < s.promoteAfter {
 		return
 	}
 	s.unlink(e)
@@ -537,6 +555,8 @@ func (s *keyedShard) touch(e *keyedEntry, now time.Duration) {
 }
 
 func (s *keyedShard) pushFront(e *keyedEntry) {
+	s.tick++
+	e.tick = s.tick
 	e.prev, e.next = nil, s.head
 	if s.head != nil {
 		s.head.prev = e

@@ -433,3 +433,33 @@ func TestKeyedDecideKeyWithAnyPolicy(t *testing.T) {
 	assert.Equal(t, "ratelimit/keyed", d.Policy)
 	assert.Equal(t, []sluice.Ticket{1, 2}, s.dones, "each decision is told it ended")
 }
+
+// TestKeyedKeepsABusyKeyThroughAFlood checks the loose LRU order: a key used
+// every few requests survives a flood of new keys, although it moves to the
+// front of its list only now and then.
+func TestKeyedKeepsABusyKeyThroughAFlood(t *testing.T) {
+	var hotMade atomic.Int64
+	k := mustKeyed(t, func(key string) (sluice.Policy, error) {
+		if key == "hot" {
+			hotMade.Add(1)
+		}
+		return NewFixedWindow(1_000_000, time.Hour)
+	}, WithMaxKeys(128))
+	require.Len(t, k.shards, 1)
+	s := &k.shards[0]
+	moves := 0
+	for i := range 10_000 {
+		if i%10 == 0 {
+			before := s.tick
+			require.True(t, k.AllowKeyAt(0, "hot"))
+			if s.tick != before {
+				moves++
+			}
+		}
+		require.True(t, k.AllowKeyAt(0, "cold"+strconv.Itoa(i)))
+	}
+	assert.Equal(t, int64(1), hotMade.Load(), "the busy key was never evicted")
+	assert.Equal(t, 128, k.Len())
+	assert.Less(t, moves, 1000/3, "the busy key moved on a few of its uses only")
+	t.Logf("the busy key moved to the front on %d of its 1000 uses", moves)
+}
