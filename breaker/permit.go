@@ -78,7 +78,7 @@ func (b *Breaker) Allow() (Permit, error) {
 	if p := b.cur.Load(); p.state == StateClosed && b.slow == 0 {
 		return Permit{p: b, env: &b.env, t: p.ticket(false)}, nil
 	}
-	d, pm := b.decideSlow()
+	d, pm := b.Decide()
 	if !d.Allowed {
 		return pm, &sluice.RejectedError{Decision: d}
 	}
@@ -88,19 +88,24 @@ func (b *Breaker) Allow() (Permit, error) {
 // Decide is Allow returning the Decision instead of an error: it allocates
 // nothing, even when it rejects.
 func (b *Breaker) Decide() (sluice.Decision, Permit) {
-	if p := b.cur.Load(); p.state == StateClosed && b.slow == 0 {
+	p := b.cur.Load()
+	if p.state == StateClosed && b.slow == 0 {
 		d := allowedClosed
 		d.Policy = b.name
 		return d, Permit{p: b, env: &b.env, t: p.ticket(false)}
 	}
-	return b.decideSlow()
+	if p.state == StateOpen {
+		if p.forced {
+			return b.reject(b.cfg.openBase), Permit{} // no need of the time
+		}
+		if now := b.env.now(); now < p.openUntil {
+			return b.reject(p.openUntil - now), Permit{}
+		}
+	}
+	return b.decideSlow(p)
 }
 
-func (b *Breaker) decideSlow() (sluice.Decision, Permit) {
-	p := b.cur.Load()
-	if p.forced && p.state == StateOpen {
-		return b.reject(b.cfg.openBase), Permit{} // no need of the time
-	}
+func (b *Breaker) decideSlow(p *phase) (sluice.Decision, Permit) {
 	now := b.env.now()
 	d, t := b.admitSlow(p, now)
 	if !d.Allowed {
