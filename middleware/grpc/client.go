@@ -54,12 +54,16 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if rt == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	ctx, skip, err := c.identifyClient(ctx, method)
-	if err != nil {
-		return err
-	}
-	if skip {
-		return invoker(ctx, method, req, reply, cc, opts...)
+	if c.skip != nil || c.keyer != nil {
+		var skip bool
+		var err error
+		ctx, skip, err = c.identify(ctx, method, nil, true)
+		if err != nil {
+			return err
+		}
+		if skip {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
@@ -127,27 +131,6 @@ func (c *config) invoke(ctx context.Context, method string, req, reply any, cc *
 	return err
 }
 
-// identifyClient is identify for outgoing calls.
-func (c *config) identifyClient(ctx context.Context, method string) (context.Context, bool, error) {
-	if c.skip == nil && c.keyer == nil {
-		return ctx, false, nil
-	}
-	r := getRequest(ctx, method, nil)
-	r.outgoing = true
-	defer putRequest(r)
-	if c.skip != nil && c.skip(r) {
-		return ctx, true, nil
-	}
-	if c.keyer != nil {
-		k, err := c.keyer.Key(r)
-		if err != nil {
-			return ctx, false, errMissingKey
-		}
-		ctx = sluice.WithKey(ctx, k)
-	}
-	return ctx, false, nil
-}
-
 // StreamClientInterceptor returns an interceptor (install it with
 // grpc.WithStreamInterceptor) that guards outgoing streams as
 // UnaryClientInterceptor guards calls: the stream is admitted when it opens
@@ -170,7 +153,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if rt == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	ctx, skip, err := c.identifyClient(ctx, method)
+	ctx, skip, err := c.identify(ctx, method, nil, true)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package sluicegrpc
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -31,33 +31,7 @@ func TestClientFailureCodesTripTheBreakerAndItFailsFast(t *testing.T) {
 		clk := sluice.NewManualClock(0)
 		b := newBreaker(t, "dependency", clk, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
-		s := start(t, tr, nil, clientOpts(t, WithGuard(g))...)
-		for _, call := range calls {
-			t.Run(call.name, func(t *testing.T) {
-				for _, code := range append([]codes.Code{plainError}, everyErrorCode...) {
-					t.Run(strconv.Itoa(int(code)), func(t *testing.T) {
-						b.Reset()
-						ctx := withTimeout(t)
-						for range 2 {
-							require.Error(t, call.do(withCode(ctx, code), s))
-						}
-						before := s.health.calls.Load()
-						err := call.do(ctx, s)
-						if code == plainError || failureCodes[code] {
-							got := readWire(t, err)
-							assert.Equal(t, codes.Unavailable, got.code)
-							assert.Equal(t, ReasonCircuitOpen, got.reason)
-							assert.Equal(t, "breaker/dependency", got.policy)
-							assert.Equal(t, time.Minute, got.delay)
-							assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
-							assert.Equal(t, before, s.health.calls.Load(), "an open breaker called the server")
-						} else {
-							assert.NoError(t, err, "%v tripped the breaker", code)
-						}
-					})
-				}
-			})
-		}
+		tripTable(t, start(t, tr, nil, clientOpts(t, WithGuard(g))...), b)
 	})
 }
 
@@ -245,4 +219,15 @@ func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
 	ctx := withTimeout(t)
 	require.Error(t, s.check(withCode(ctx, codes.Unavailable)))
 	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
+func TestClientKeysFromOutgoingMetadata(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	s := start(t, transports[0], nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))),
+		WithKey(KeyByMetadata("x-tenant"), KeyByMethod()))...)
+	ctx := withTimeout(t)
+	require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme")))
+	_, err := s.watch(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme", methodWatch}, rec.Keys())
 }

@@ -206,27 +206,26 @@ func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 // bounded: they live as long as their context. For client interceptors only.
 // Default: no timeout.
 func WithTimeout(d time.Duration) Option {
-	return func(o *options) {
-		o.clientOnly = append(o.clientOnly, "WithTimeout")
-		if d <= 0 {
-			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithTimeout: %v is not positive", d))
-			return
-		}
-		o.timeout = d
-	}
+	return clientDuration("WithTimeout", d, func(o *options) { o.timeout = d })
 }
 
 // WithMaxRetryDelay caps how long a server's RetryInfo may hold a client
 // Guard's breakers open (see UnaryClientInterceptor). Default 10 minutes.
 // For client interceptors only.
 func WithMaxRetryDelay(d time.Duration) Option {
+	return clientDuration("WithMaxRetryDelay", d, func(o *options) { o.maxRetry = d })
+}
+
+// clientDuration is a client option named name that sets a positive
+// duration d with set.
+func clientDuration(name string, d time.Duration, set func(*options)) Option {
 	return func(o *options) {
-		o.clientOnly = append(o.clientOnly, "WithMaxRetryDelay")
+		o.clientOnly = append(o.clientOnly, name)
 		if d <= 0 {
-			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMaxRetryDelay: %v is not positive", d))
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: %s: %v is not positive", name, d))
 			return
 		}
-		o.maxRetry = d
+		set(o)
 	}
 }
 

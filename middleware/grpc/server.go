@@ -63,7 +63,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.skip != nil || c.keyer != nil {
 		var skip bool
 		var err error
-		ctx, skip, err = c.identify(ctx, info.FullMethod, nil)
+		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 	rt := c.route(info.FullMethod)
 	if rt != nil && rt.Guard != a.guard {
 		var skip bool
-		ctx, skip, err = c.identify(ctx, info.FullMethod, nil)
+		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
 		if err != nil {
 			a.record(sluice.Released)
 			return nil, err
@@ -129,14 +129,16 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 }
 
 // identify applies the skipper and the key functions. md is the tap's
-// header metadata, nil in interceptors. It returns ctx with the call's key,
+// header metadata, nil in interceptors; outgoing marks a client call, whose
+// headers are its outgoing metadata. It returns ctx with the call's key,
 // whether the call skips the guard, and the error that answers a call
 // without a key when such calls are rejected.
-func (c *config) identify(ctx context.Context, method string, md metadata.MD) (context.Context, bool, error) {
+func (c *config) identify(ctx context.Context, method string, md metadata.MD, outgoing bool) (context.Context, bool, error) {
 	if c.skip == nil && c.keyer == nil {
 		return ctx, false, nil
 	}
 	r := getRequest(ctx, method, md)
+	r.outgoing = outgoing
 	defer putRequest(r)
 	if c.skip != nil && c.skip(r) {
 		return ctx, true, nil

@@ -228,43 +228,53 @@ var everyErrorCode = []codes.Code{
 	codes.Internal, codes.Unavailable, codes.DataLoss, codes.Unauthenticated,
 }
 
+// tripTable makes every kind of call end twice with each error code, and
+// checks that the failure codes, and only they, trip b (two consecutive
+// failures, open for a minute): the next call is then rejected without
+// reaching the server.
+func tripTable(t *testing.T, s *server, b *breaker.Breaker) {
+	for _, call := range calls {
+		t.Run(call.name, func(t *testing.T) {
+			for _, code := range append([]codes.Code{plainError}, everyErrorCode...) {
+				t.Run(strconv.Itoa(int(code)), func(t *testing.T) {
+					b.Reset()
+					ctx := withTimeout(t)
+					for range 2 {
+						err := call.do(withCode(ctx, code), s)
+						if code == plainError {
+							require.Equal(t, codes.Unknown, status.Code(err))
+							require.NotContains(t, err.Error(), "sluice")
+						} else {
+							require.Equal(t, code, status.Code(err))
+						}
+					}
+					before := s.health.calls.Load()
+					err := call.do(ctx, s)
+					if code != plainError && !failureCodes[code] {
+						assert.NoError(t, err, "%v tripped the breaker", code)
+						return
+					}
+					got := readWire(t, err)
+					assert.Equal(t, codes.Unavailable, got.code)
+					assert.Equal(t, ReasonCircuitOpen, got.reason)
+					assert.Equal(t, b.Name(), got.policy)
+					assert.Equal(t, time.Minute, got.delay)
+					d, ok := RejectionOf(err)
+					require.True(t, ok)
+					assert.ErrorIs(t, d.Cause, sluice.ErrCircuitOpen)
+					assert.Equal(t, before, s.health.calls.Load(), "an open breaker let the call through")
+				})
+			}
+		})
+	}
+}
+
 func TestServerFailureCodesTripTheBreaker(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		clk := sluice.NewManualClock(0)
 		b := newBreaker(t, "handler", clk, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
-		s := start(t, tr, serverOpts(t, WithGuard(g)))
-		for _, call := range calls {
-			t.Run(call.name, func(t *testing.T) {
-				codesToTry := append([]codes.Code{plainError}, everyErrorCode...)
-				for _, code := range codesToTry {
-					t.Run(strconv.Itoa(int(code)), func(t *testing.T) {
-						b.Reset()
-						ctx := withTimeout(t)
-						for range 2 {
-							err := call.do(withCode(ctx, code), s)
-							require.Error(t, err)
-							if code != plainError {
-								require.Equal(t, code, status.Code(err))
-							} else {
-								require.Equal(t, codes.Unknown, status.Code(err))
-								require.NotContains(t, err.Error(), "sluice")
-							}
-						}
-						before := s.health.calls.Load()
-						err := call.do(ctx, s)
-						if code == plainError || failureCodes[code] {
-							got := readWire(t, err)
-							assert.Equal(t, codes.Unavailable, got.code)
-							assert.Equal(t, ReasonCircuitOpen, got.reason)
-							assert.Equal(t, before, s.health.calls.Load(), "an open breaker let the call reach the handler")
-						} else {
-							assert.NoError(t, err, "%v tripped the breaker", code)
-						}
-					})
-				}
-			})
-		}
+		tripTable(t, start(t, tr, serverOpts(t, WithGuard(g))), b)
 	})
 }
 

@@ -47,7 +47,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		a.record(c.outcome(err))
 		return err
 	}
-	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil)
+	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
 	if err != nil {
 		a.record(sluice.Released)
 		return err

@@ -83,7 +83,7 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if rt == nil {
 		return ctx, nil
 	}
-	kctx, skip, err := c.identify(ctx, info.FullMethodName, info.Header)
+	kctx, skip, err := c.identify(ctx, info.FullMethodName, info.Header, false)
 	if err != nil {
 		return ctx, err
 	}
