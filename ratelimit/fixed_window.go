@@ -28,7 +28,7 @@ type FixedWindow struct {
 	// 2^(64-cb)) and the units used in it (low cb bits). The count field set
 	// to all ones (more than limit) marks the pristine limiter.
 	state atomic.Uint64
-	_     [cacheLine - 8]byte // keeps state alone on its cache line
+	_     [cacheLine - 8]byte // keeps the fields below, read by every decision, off the line state's writes move between cores
 
 	limit  int64
 	window time.Duration
