@@ -245,3 +245,19 @@ func TestHeadRejectionHasNoBody(t *testing.T) {
 	assert.Equal(t, 503, rec.Code)
 	assert.Zero(t, rec.Body.Len())
 }
+
+func TestKeyByCookieThroughMiddleware(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0), testpolicy.NewCounter())
+	k, err := middleware.NewKeyer(middleware.SharedKey("anonymous"), middleware.KeyByCookie("session"))
+	require.NoError(t, err)
+	var key string
+	h := Middleware(WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		key, _ = sluice.KeyFrom(r.Context())
+	}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.AddCookie(&http.Cookie{Name: "session", Value: "abc"})
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, "abc", key)
+	serve(h, http.MethodGet, "/")
+	assert.Equal(t, "anonymous", key)
+}

@@ -1,6 +1,7 @@
 package sluicehttp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // fakeDependency answers every call with the status and header it is set to.
@@ -231,4 +233,73 @@ func TestTransportWithClient(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, "payload", string(b))
 	assert.Equal(t, 1, rt.Hosts())
+}
+
+// failingBody fails its reads with err.
+type failingBody struct{ err error }
+
+func (b failingBody) Read([]byte) (int, error) { return 0, b.err }
+func (failingBody) Close() error               { return nil }
+
+// bodyDependency answers 200 with a body that fails with err.
+type bodyDependency struct{ err error }
+
+func (d bodyDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: failingBody{d.err}, Request: r}, nil
+}
+
+func TestTransportBodyReadErrors(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want sluice.Outcome
+	}{
+		{errors.New("connection reset"), sluice.Failure},
+		{context.Canceled, sluice.Ignored},
+		{io.EOF, sluice.Success},
+	} {
+		c := testpolicy.NewCounter()
+		rt, err := Transport(bodyDependency{tt.err}, func(string) (*sluice.Guard, error) {
+			return sluice.New(sluice.With(c))
+		})
+		require.NoError(t, err)
+		resp, err := get(t, rt, "http://a.test/", nil)
+		require.NoError(t, err)
+		_, _ = io.ReadAll(resp.Body)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, map[sluice.Outcome]int{tt.want: 1}, c.Outcomes(), tt.err)
+		require.NoError(t, rt.Close())
+	}
+}
+
+// idleCloser counts CloseIdleConnections calls.
+type idleCloser struct {
+	fakeDependency
+	closed int
+}
+
+func (d *idleCloser) CloseIdleConnections() { d.closed++ }
+
+func TestTransportCloseIdleConnections(t *testing.T) {
+	dep := &idleCloser{}
+	rt, err := Transport(dep, func(string) (*sluice.Guard, error) { return nil, nil })
+	require.NoError(t, err)
+	rt.CloseIdleConnections()
+	assert.Equal(t, 1, dep.closed)
+}
+
+// halfBroken returns a response together with an error, which a
+// RoundTripper must not do; the response's body is drained and closed.
+type halfBroken struct{ body *trackedBody }
+
+func (d halfBroken) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: d.body}, errors.New("broken")
+}
+
+func TestTransportClosesBodyItDiscards(t *testing.T) {
+	body := &trackedBody{Reader: strings.NewReader("left over")}
+	rt, err := Transport(halfBroken{body}, func(string) (*sluice.Guard, error) { return sluice.New() })
+	require.NoError(t, err)
+	_, err = get(t, rt, "http://a.test/", nil)
+	assert.ErrorContains(t, err, "broken")
+	assert.True(t, body.closed)
 }
