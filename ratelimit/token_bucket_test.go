@@ -277,29 +277,40 @@ func TestTokenBucketConcurrentNeverOver(t *testing.T) {
 	t.Logf("admitted %d", n)
 }
 
-// TestTokenBucketConcurrentReconfigure changes the rate back and forth while
-// 64 goroutines decide: the bound of the faster rate holds throughout.
+// TestTokenBucketConcurrentReconfigure changes the rate and the burst back
+// and forth, at the instants the deciding goroutines use, while 64 goroutines
+// decide: the bound of the faster rate and the larger burst holds
+// throughout.
 func TestTokenBucketConcurrentReconfigure(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(1000), 20)
-	var stop atomic.Bool
+	var latest atomic.Int64
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
 	wg.Go(func() {
-		for i := 0; !stop.Load(); i++ {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
 			r := PerSecond(1000)
 			if i%2 == 1 {
 				r = PerSecond(400)
 			}
-			if err := tb.SetRateAt(tb.now(), r); err != nil {
+			now := time.Duration(latest.Load())
+			if err := tb.SetRateAt(now, r); err != nil {
 				panic(err)
 			}
-			if err := tb.SetBurstAt(0, 10+int64(i%11)); err != nil {
+			if err := tb.SetBurstAt(now, 10+int64(i%11)); err != nil {
 				panic(err)
 			}
 		}
 	})
-	bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, tb.AllowAt)
-	stop.Store(true)
-	wg.Wait()
+	bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, func(now time.Duration) bool {
+		latest.Store(int64(now))
+		return tb.AllowAt(now)
+	})
 }
 
 func TestTokenBucketAllocatesNothing(t *testing.T) {
