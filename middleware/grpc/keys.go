@@ -17,8 +17,9 @@ import (
 // an in-memory listener) have no key.
 func KeyByPeer(e *middleware.IPExtractor) middleware.KeyFunc { return middleware.KeyByIP(e) }
 
-// KeyByMetadata keys calls by the first value of the incoming metadata field
-// name (an API key, a tenant id); calls without it have no key.
+// KeyByMetadata keys calls by the first value of the metadata field name
+// (an API key, a tenant id): the incoming metadata on a server, the outgoing
+// metadata on a client. Calls without it have no key.
 func KeyByMetadata(name string) middleware.KeyFunc { return middleware.KeyByHeader(name) }
 
 // KeyByContext keys calls by a value an earlier interceptor put in the

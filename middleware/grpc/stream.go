@@ -74,10 +74,14 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			done.Record(sluice.Failure)
 		}
 	}()
-	w := &serverStream{ServerStream: ss, ctx: ctx, msg: msg}
-	err = handler(srv, w)
-	if r := w.rejected.Load(); r != nil {
-		err = r
+	if ctx == ss.Context() && msg == nil {
+		err = handler(srv, ss)
+	} else {
+		w := &serverStream{ServerStream: ss, ctx: ctx, msg: msg}
+		err = handler(srv, w)
+		if r := w.rejected.Load(); r != nil {
+			err = r
+		}
 	}
 	o := c.outcome(err)
 	done.Record(o)
