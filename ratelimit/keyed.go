@@ -386,6 +386,20 @@ func decideEntry(e *keyedEntry, now time.Duration, n int64) sluice.Decision {
 	return d
 }
 
+// Forget drops key's limiter, if held, so that its next request starts
+// afresh (after a successful login, say), and reports whether it was held.
+// Calls in flight still end on the old limiter.
+func (k *Keyed) Forget(key string) bool {
+	s := &k.shards[maphash.String(k.seed, key)&k.mask]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e != nil {
+		s.remove(e)
+	}
+	return e != nil
+}
+
 // ExpireAt drops every key that has been idle for the idle TTL at instant
 // now, and returns how many it dropped; the janitor calls it. It walks every
 // key, one shard at a time under that shard's lock. It does nothing without

@@ -463,3 +463,16 @@ func TestKeyedKeepsABusyKeyThroughAFlood(t *testing.T) {
 	assert.Less(t, moves, 1000/3, "the busy key moved on a few of its uses only")
 	t.Logf("the busy key moved to the front on %d of its 1000 uses", moves)
 }
+
+func TestKeyedForget(t *testing.T) {
+	k := mustKeyed(t, fixedPer(1, time.Hour, nil))
+	d, tk := k.Admit(keyCtx("mallory"), 0)
+	require.True(t, d.Allowed)
+	require.False(t, k.AllowKeyAt(0, "mallory"))
+	assert.True(t, k.Forget("mallory"))
+	assert.False(t, k.Forget("mallory"))
+	assert.False(t, k.Forget("nobody"))
+	k.Done(tk, sluice.Released, 0, 0) // ends on the forgotten limiter
+	assert.True(t, k.AllowKeyAt(0, "mallory"), "a forgotten key starts afresh")
+	assert.False(t, k.AllowKeyAt(0, "mallory"))
+}
