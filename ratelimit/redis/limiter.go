@@ -173,8 +173,8 @@ func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim i
 }
 
 func build(client redis.UniversalClient, cfg config, alg byte, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
-	if client == nil {
-		return nil, errors.New("redislimit: nil Redis client")
+	if err := checkClient(client); err != nil {
+		return nil, err
 	}
 	l := &limit{
 		name:        cfg.name,
@@ -314,6 +314,26 @@ func (l *Limiter) notify(tr transition, now time.Duration) {
 	for _, fn := range fns {
 		fn(sluice.StateChange{Policy: l.name, From: from, To: to, At: now})
 	}
+}
+
+// checkClient rejects a client whose calls would not honour the limiter's
+// timeout: go-redis applies a context's deadline to its socket reads and
+// writes only with ContextTimeoutEnabled.
+func checkClient(client redis.UniversalClient) error {
+	if client == nil {
+		return errors.New("redislimit: nil Redis client")
+	}
+	enabled := true
+	switch c := client.(type) {
+	case *redis.Client:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	}
+	if !enabled {
+		return errors.New("redislimit: the Redis client's ContextTimeoutEnabled is off, so a call could outlast the limiter's timeout: set ContextTimeoutEnabled: true (and MaxRetries: -1) in its options")
+	}
+	return nil
 }
 
 var _ sluice.Policy = (*Limiter)(nil)

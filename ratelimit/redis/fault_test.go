@@ -1,0 +1,239 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// eventLog records a limiter's events.
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (e *eventLog) observe(ev Event) {
+	e.mu.Lock()
+	e.events = append(e.events, ev)
+	e.mu.Unlock()
+}
+
+func (e *eventLog) count(kind EventKind) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ev := range e.events {
+		if ev.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *eventLog) transitions() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, ev := range e.events {
+		if ev.Kind == EventStateChange {
+			out = append(out, ev.From+">"+ev.To)
+		}
+	}
+	return out
+}
+
+type fault struct {
+	name          string
+	inject, clear func(t *testing.T, s *redistest.Server)
+}
+
+var faults = []fault{
+	{"killed",
+		func(t *testing.T, s *redistest.Server) { s.Stop() },
+		func(t *testing.T, s *redistest.Server) { s.Restart(t) }},
+	{"paused",
+		func(t *testing.T, s *redistest.Server) { require.NoError(t, s.Pause()) },
+		func(t *testing.T, s *redistest.Server) { require.NoError(t, s.Resume()) }},
+}
+
+// TestFailurePolicies takes Redis away (killed, then paused) under each
+// failure policy and checks what the policy promises, the latency of the
+// decisions during the outage, and that Redis decides again within one
+// half-open interval of its return.
+func TestFailurePolicies(t *testing.T) {
+	const (
+		timeout   = 50 * time.Millisecond
+		openFor   = 250 * time.Millisecond
+		threshold = 3
+		burst     = 10
+		instances = 2
+	)
+	policies := []struct {
+		name   string
+		opt    Option
+		suffix string
+		check  func(t *testing.T, ds []sluice.Decision)
+	}{
+		{"open", WithFailOpen(), ":open", func(t *testing.T, ds []sluice.Decision) {
+			for _, d := range ds {
+				require.True(t, d.Allowed, "%+v", d)
+				require.EqualValues(t, -1, d.Limit)
+			}
+		}},
+		{"closed", WithFailClosed(), ":closed", func(t *testing.T, ds []sluice.Decision) {
+			for _, d := range ds {
+				require.False(t, d.Allowed, "%+v", d)
+				require.ErrorIs(t, d.Cause, ErrUnavailable)
+				require.ErrorIs(t, d.Cause, sluice.ErrCircuitOpen)
+				require.Positive(t, d.RetryAfter)
+			}
+		}},
+		{"local", WithLocalFallback(instances), ":local", func(t *testing.T, ds []sluice.Decision) {
+			admitted := 0
+			for _, d := range ds {
+				if d.Allowed {
+					admitted++
+				} else {
+					require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+				}
+				require.EqualValues(t, burst/instances, d.Limit)
+			}
+			// This instance's share of the burst, and not one more.
+			require.Equal(t, burst/instances, admitted)
+		}},
+	}
+	for _, fp := range policies {
+		for _, f := range faults {
+			t.Run(fp.name+"/"+f.name, func(t *testing.T) {
+				s := newServer(t)
+				c := newClient(t, s.Addr)
+				var log eventLog
+				l, err := NewGCRA(c, ratelimit.PerHour(burst), burst, fp.opt, WithName(uniqueName("fault")),
+					WithTimeout(timeout), WithBreaker(threshold, openFor), WithObserver(log.observe))
+				require.NoError(t, err)
+				var changes []sluice.StateChange
+				var chMu sync.Mutex
+				unsub := l.Subscribe(func(ch sluice.StateChange) { chMu.Lock(); changes = append(changes, ch); chMu.Unlock() })
+				defer unsub()
+				ctx := sluice.WithKey(context.Background(), "frank")
+
+				d, tk := l.Admit(ctx, sluice.Now())
+				require.True(t, d.Allowed)
+				require.Equal(t, l.Name(), d.Policy)
+				l.Done(tk, sluice.Success, sluice.Now(), 0)
+
+				f.inject(t, s)
+				var ds []sluice.Decision
+				var lat []time.Duration
+				for range 400 {
+					start := time.Now()
+					d, tk := l.Admit(ctx, sluice.Now())
+					lat = append(lat, time.Since(start))
+					require.Equal(t, l.Name()+fp.suffix, d.Policy)
+					if d.Allowed {
+						l.Done(tk, sluice.Success, sluice.Now(), 0)
+					}
+					ds = append(ds, d)
+				}
+				fp.check(t, ds)
+				slices.Sort(lat)
+				p99 := lat[len(lat)*99/100]
+				assert.LessOrEqual(t, p99, timeout, "p99 latency during the outage")
+				assert.LessOrEqual(t, lat[len(lat)-1], timeout+50*time.Millisecond, "slowest decision during the outage")
+				assert.Equal(t, len(ds), log.count(EventFallback))
+				assert.GreaterOrEqual(t, log.count(EventRedisError), threshold)
+				assert.Contains(t, log.transitions(), "closed>open")
+
+				f.clear(t, s)
+				back := time.Now()
+				for {
+					d, tk := l.Admit(ctx, sluice.Now())
+					if d.Allowed {
+						l.Done(tk, sluice.Success, sluice.Now(), 0)
+					}
+					if d.Policy == l.Name() {
+						break
+					}
+					require.Less(t, time.Since(back), openFor+timeout+200*time.Millisecond,
+						"Redis has not decided again within one half-open interval of its return")
+					time.Sleep(5 * time.Millisecond)
+				}
+				assert.Equal(t, "half-open>closed", log.transitions()[len(log.transitions())-1])
+				chMu.Lock()
+				assert.Equal(t, "closed", changes[len(changes)-1].To)
+				chMu.Unlock()
+			})
+		}
+	}
+}
+
+// TestScriptFlushMidRun flushes the script cache while decisions run: the
+// next call answers NOSCRIPT and is sent again with EVAL, so Redis keeps
+// deciding and the failure policy never does.
+func TestScriptFlushMidRun(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	var log eventLog
+	l, err := NewGCRA(c, ratelimit.PerSecond(100000), 100000, WithName(uniqueName("flush")),
+		WithFailClosed(), WithObserver(log.observe))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				d, tk := l.Admit(context.Background(), sluice.Now())
+				if d.Policy != l.Name() || !d.Allowed {
+					errs <- errors.New("a decision not made by Redis: " + d.Policy)
+					return
+				}
+				l.Done(tk, sluice.Success, sluice.Now(), 0)
+			}
+		})
+	}
+	for range 5 {
+		time.Sleep(20 * time.Millisecond)
+		_, err := s.Do("SCRIPT", "FLUSH")
+		require.NoError(t, err)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	assert.Zero(t, log.count(EventRedisError))
+}
+
+// TestCallerCancellationIsNotAnOutage pins that a request whose context is
+// already cancelled is still decided by Redis and does not count against
+// Redis's health.
+func TestCallerCancellationIsNotAnOutage(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	l, err := NewGCRA(c, ratelimit.PerSecond(10), 10, WithName(uniqueName("cancel")), WithBreaker(1, time.Hour))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		d, tk := l.Admit(ctx, 0)
+		require.Equal(t, l.Name(), d.Policy)
+		l.Done(tk, sluice.Success, 0, 0)
+	}
+}
