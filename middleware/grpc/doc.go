@@ -33,6 +33,9 @@
 //     response header metadata: ratelimit-policy ("name";q=100;w=60) and
 //     ratelimit ("name";r=0;t=7).
 //
+// A unary call can be answered by a [Fallback] instead ([WithFallback]), per
+// method and cause, as the HTTP adapters answer with a fallback response.
+//
 // [RejectionOf] reads such a status back into a sluice.Decision on the
 // client; [Error] converts a rejection of a Guard run inside a handler. A
 // client interceptor whose server answers Unavailable or ResourceExhausted

@@ -1,6 +1,7 @@
 package sluicegrpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,6 +32,7 @@ type options struct {
 	msgMethods []string
 	timeout    time.Duration
 	maxRetry   time.Duration
+	fallbacks  map[fallbackKey]Fallback
 	errs       []error
 	serverOnly []string
 	clientOnly []string
@@ -200,6 +202,48 @@ func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 	}
 }
 
+// Fallback answers a unary call its Guard rejected, in place of the
+// rejection status: it returns the response (a cached or default answer, a
+// degraded one) or an error of its own. d is the rejecting Decision. The call
+// counts as rejected: the Guard hears nothing of it.
+type Fallback func(ctx context.Context, req any, d sluice.Decision) (resp any, err error)
+
+type fallbackKey struct {
+	method string
+	cause  sluice.Cause
+}
+
+// WithFallback answers the unary calls of fullMethod rejected for cause
+// with fb instead of a rejection status. fullMethod "" stands for every
+// method and cause sluice.CauseNone for every cause; the most specific
+// fallback wins: method and cause, method, cause, then neither. Streams have
+// no fallback: they are answered with the rejection. For server interceptors
+// only.
+func WithFallback(fullMethod string, cause sluice.Cause, fb Fallback) Option {
+	return func(o *options) {
+		o.serverOnly = append(o.serverOnly, "WithFallback")
+		if fb == nil {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithFallback: nil fallback"))
+			return
+		}
+		if fullMethod != "" {
+			if err := checkMethod(fullMethod); err != nil {
+				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %w", err))
+				return
+			}
+		}
+		k := fallbackKey{fullMethod, cause}
+		if _, dup := o.fallbacks[k]; dup {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %q, %v given twice", fullMethod, cause))
+			return
+		}
+		if o.fallbacks == nil {
+			o.fallbacks = make(map[fallbackKey]Fallback)
+		}
+		o.fallbacks[k] = fb
+	}
+}
+
 // WithTimeout bounds every guarded unary client call to d, unless its
 // context already ends sooner. A call that runs out ends with
 // DeadlineExceeded, a failure for the guard's breakers. Streams are not
@@ -244,6 +288,7 @@ type config struct {
 	msgMethods map[string]struct{}
 	timeout    time.Duration
 	maxRetry   time.Duration
+	fallbacks  map[fallbackKey]Fallback
 }
 
 type side uint8
@@ -273,7 +318,7 @@ func build(s side, opts []Option) (*config, error) {
 	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
-	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks}
 	if c.maxRetry == 0 {
 		c.maxRetry = 10 * time.Minute
 	}
@@ -357,6 +402,20 @@ func (c *config) clientRoute(method, target string) *middleware.Route {
 		return r
 	}
 	return c.route(method)
+}
+
+// fallback returns the most specific fallback for a call of method
+// rejected for cause, nil when there is none.
+func (c *config) fallback(method string, cause sluice.Cause) Fallback {
+	if c.fallbacks == nil {
+		return nil
+	}
+	for _, k := range [...]fallbackKey{{method, cause}, {method, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
+		if fb, ok := c.fallbacks[k]; ok {
+			return fb
+		}
+	}
+	return nil
 }
 
 func (c *config) messageRoute(method string) *middleware.Route {

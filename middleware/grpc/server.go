@@ -73,7 +73,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
-		return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
+		return c.rejectUnary(ctx, req, info.FullMethod, rt, d)
 	}
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
@@ -113,7 +113,7 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 			d, done, err := rt.Guard.Admit(ctx)
 			if err != nil {
 				a.record(sluice.Released)
-				return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
+				return c.rejectUnary(ctx, req, info.FullMethod, rt, d)
 			}
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
@@ -151,6 +151,15 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 		ctx = sluice.WithKey(ctx, k)
 	}
 	return ctx, false, nil
+}
+
+// rejectUnary answers a rejected unary call: with its fallback when one is
+// set for its method and cause, else with the rejection.
+func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *middleware.Route, d sluice.Decision) (any, error) {
+	if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
+		return fb(ctx, req, d)
+	}
+	return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
 }
 
 // rejectCall returns the error that answers a rejection, after setting the
