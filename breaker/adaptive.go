@@ -93,8 +93,7 @@ func (a *Adaptive) Admit(_ context.Context, now time.Duration) (sluice.Decision,
 		a.win.add(e, 1, 0, 0)
 		return sluice.Decision{Policy: a.name, Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}, 0
 	}
-	d := allowedClosed
-	d.Policy = a.name
+	d := sluice.Decision{Allowed: true, Policy: a.name, Limit: -1}
 	return d, 0
 }
 

@@ -150,8 +150,6 @@ func (b *Breaker) Counts() Counts {
 	return c
 }
 
-var allowedClosed = sluice.Decision{Allowed: true, Limit: -1}
-
 // Admit decides on a call at the monotonic instant now: a closed breaker
 // admits it, an open one rejects it with sluice.ErrCircuitOpen and a
 // RetryAfter until its half-open probes, and a half-open one admits it as a
@@ -160,9 +158,7 @@ var allowedClosed = sluice.Decision{Allowed: true, Limit: -1}
 func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	p := b.cur.Load()
 	if p.state == StateClosed {
-		d := allowedClosed
-		d.Policy = b.name
-		return d, p.ticket(false)
+		return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(false)
 	}
 	return b.admitSlow(p, now)
 }
@@ -171,8 +167,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 	for {
 		switch p.state {
 		case StateClosed:
-			d := allowedClosed
-			d.Policy = b.name
+			d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
 			return d, p.ticket(false)
 		case StateOpen:
 			if p.forced {
@@ -194,8 +189,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 					return b.reject(b.cfg.openBase), 0
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
-					d := allowedClosed
-					d.Policy = b.name
+					d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
 					return d, p.ticket(true)
 				}
 			}

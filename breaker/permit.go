@@ -90,8 +90,7 @@ func (b *Breaker) Allow() (Permit, error) {
 func (b *Breaker) Decide() (sluice.Decision, Permit) {
 	p := b.cur.Load()
 	if p.state == StateClosed && b.slow == 0 {
-		d := allowedClosed
-		d.Policy = b.name
+		d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
 		return d, Permit{p: b, env: &b.env, t: p.ticket(false)}
 	}
 	if p.state == StateOpen {

@@ -189,7 +189,6 @@ func (w *timeWindow) advance(e int64) {
 			from = e - w.n + 1
 		}
 		w.cleaning.Add(1)
-		defer w.cleaned.Add(1)
 		for ep := from; ep <= e; ep++ {
 			b := w.bucketOf(ep)
 			fs := b.fs.Swap(0)
@@ -201,6 +200,7 @@ func (w *timeWindow) advance(e int64) {
 				w.total.Add(-t)
 			}
 		}
+		w.cleaned.Add(1)
 		return
 	}
 }
@@ -208,8 +208,12 @@ func (w *timeWindow) advance(e int64) {
 // add counts total calls and the packed fields lo, hi in epoch e's bucket;
 // an epoch older than the window goes to the newest bucket.
 func (w *timeWindow) add(e int64, total, lo, hi int64) {
-	w.advance(e)
-	if h := w.head.Load(); e <= h-w.n {
+	h := w.head.Load()
+	if e > h {
+		w.advance(e)
+		h = w.head.Load()
+	}
+	if e <= h-w.n {
 		e = h
 	}
 	b := w.bucketOf(e)
