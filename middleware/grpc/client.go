@@ -54,7 +54,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if rt == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if c.skip != nil || c.keyer != nil {
+	if c.identifies() {
 		var skip bool
 		var err error
 		ctx, skip, err = c.identify(ctx, method, nil, true)

@@ -277,6 +277,7 @@ type recorder struct {
 	name     string
 	mu       sync.Mutex
 	keys     []string
+	prios    []sluice.Priority
 	outcomes []sluice.Outcome
 	ended    chan sluice.Outcome // when set, receives every outcome
 }
@@ -287,6 +288,7 @@ func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision,
 	k, _ := sluice.KeyFrom(ctx)
 	r.mu.Lock()
 	r.keys = append(r.keys, k)
+	r.prios = append(r.prios, sluice.PriorityFrom(ctx))
 	r.mu.Unlock()
 	return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
 }
@@ -304,6 +306,12 @@ func (r *recorder) Keys() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.keys...)
+}
+
+func (r *recorder) Priorities() []sluice.Priority {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sluice.Priority(nil), r.prios...)
 }
 
 func (r *recorder) Outcomes() []sluice.Outcome {

@@ -122,3 +122,20 @@ func TestSkipperBypassesTheGuard(t *testing.T) {
 		assert.Equal(t, codes.Unavailable, status.Code(err))
 	})
 }
+
+func TestCriticalMethodsCarryTheirPriority(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec"}
+		g := mustGuard(t, sluice.With(rec))
+		crit := WithCriticalMethods(methodCheck)
+		s := start(t, tr, append([]grpc.ServerOption{tapHandle(t, WithGuard(g), crit)}, serverOpts(t, WithGuard(g), crit)...),
+			clientOpts(t, WithGuard(g), crit)...)
+		ctx := withTimeout(t)
+		require.NoError(t, s.check(ctx))
+		_, err := s.watch(ctx)
+		require.NoError(t, err)
+		// The client's, then the tap's (the interceptor shares its Guard).
+		c, n := sluice.PriorityCritical, sluice.PriorityNormal
+		assert.Equal(t, []sluice.Priority{c, c, n, n}, rec.Priorities())
+	})
+}

@@ -33,6 +33,7 @@ type options struct {
 	timeout    time.Duration
 	maxRetry   time.Duration
 	fallbacks  map[fallbackKey]Fallback
+	critical   []string
 	errs       []error
 	serverOnly []string
 	clientOnly []string
@@ -148,6 +149,26 @@ func WithSkipper(s middleware.Skipper) Option {
 			return
 		}
 		o.skip = s
+	}
+}
+
+// WithCriticalMethods marks the calls of methods (health checks, the
+// service's core calls) with sluice.PriorityCritical in their context, so
+// that a load guard sheds them last. Default: every call has
+// sluice.PriorityNormal.
+func WithCriticalMethods(methods ...string) Option {
+	return func(o *options) {
+		if len(methods) == 0 {
+			o.errs = append(o.errs, errors.New("sluicegrpc: WithCriticalMethods: no method"))
+			return
+		}
+		for _, m := range methods {
+			if err := checkMethod(m); err != nil {
+				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithCriticalMethods: %w", err))
+				return
+			}
+		}
+		o.critical = append(o.critical, methods...)
 	}
 }
 
@@ -289,6 +310,7 @@ type config struct {
 	timeout    time.Duration
 	maxRetry   time.Duration
 	fallbacks  map[fallbackKey]Fallback
+	critical   map[string]struct{}
 }
 
 type side uint8
@@ -363,6 +385,12 @@ func build(s side, opts []Option) (*config, error) {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
 		c.keyer = k
+	}
+	if len(o.critical) > 0 {
+		c.critical = make(map[string]struct{}, len(o.critical))
+		for _, m := range o.critical {
+			c.critical[m] = struct{}{}
+		}
 	}
 	if o.msgGuard != nil {
 		rs, err := middleware.NewRoutes(middleware.DefaultRoute(o.msgGuard))

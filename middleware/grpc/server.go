@@ -60,7 +60,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if rt == nil {
 		return handler(ctx, req)
 	}
-	if c.skip != nil || c.keyer != nil {
+	if c.identifies() {
 		var skip bool
 		var err error
 		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
@@ -128,12 +128,24 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 	return resp, err
 }
 
-// identify applies the skipper and the key functions. md is the tap's
+// identifies reports whether calls need identify: a skipper, a key or a
+// priority to find.
+func (c *config) identifies() bool { return c.skip != nil || c.keyer != nil || c.critical != nil }
+
+// identify applies the skipper, the key functions and the priority. md is the tap's
 // header metadata, nil in interceptors; outgoing marks a client call, whose
 // headers are its outgoing metadata. It returns ctx with the call's key,
 // whether the call skips the guard, and the error that answers a call
 // without a key when such calls are rejected.
 func (c *config) identify(ctx context.Context, method string, md metadata.MD, outgoing bool) (context.Context, bool, error) {
+	if !c.identifies() {
+		return ctx, false, nil
+	}
+	if c.critical != nil {
+		if _, ok := c.critical[method]; ok {
+			ctx = sluice.WithPriority(ctx, sluice.PriorityCritical)
+		}
+	}
 	if c.skip == nil && c.keyer == nil {
 		return ctx, false, nil
 	}

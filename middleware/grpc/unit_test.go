@@ -180,6 +180,8 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"missing key without a key", []Option{WithMissingKey(middleware.RejectMissingKey())}},
 		{"nil skipper", []Option{WithSkipper(nil)}},
 		{"nil classifier", []Option{WithClassifier(nil)}},
+		{"no critical method", []Option{WithCriticalMethods()}},
+		{"bad critical method", []Option{WithCriticalMethods("Check")}},
 		{"nil message guard", []Option{WithMessageGuard(nil)}},
 		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
 		{"client only: timeout", []Option{WithTimeout(time.Second)}},
