@@ -21,6 +21,7 @@ import (
 // unguarded, so an adapter's route table can map unguarded routes to nil.
 type Guard struct {
 	policies   []Policy
+	mayWait    []bool // per policy: its Admit may block; nil when none may
 	clock      Clock // nil: SystemClock, read without an interface call
 	classify   Classifier
 	onDecision []func(context.Context, Decision)
@@ -108,6 +109,14 @@ func New(opts ...Option) (*Guard, error) {
 		}
 		if err := o(g); err != nil {
 			return nil, err
+		}
+	}
+	for i, p := range g.policies {
+		if w, ok := p.(Waiter); ok && w.MayWait() {
+			if g.mayWait == nil {
+				g.mayWait = make([]bool, len(g.policies))
+			}
+			g.mayWait[i] = true
 		}
 	}
 	if len(g.onState) > 0 {
@@ -244,6 +253,11 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 		} else {
 			done.tickets[i] = t
 		}
+		if g.mayWait != nil && g.mayWait[i] {
+			// It may have waited: the policies after it decide, and the
+			// call's latency starts, at the instant the wait ended.
+			now = g.Now()
+		}
 		if d.Limit >= 0 && (best.Limit < 0 || d.Remaining < best.Remaining) {
 			best = d
 		}
@@ -259,6 +273,15 @@ func (g *Guard) decided(ctx context.Context, d Decision) {
 	for _, fn := range g.onDecision {
 		fn(ctx, d)
 	}
+}
+
+// Waiter is implemented by policies whose Admit may block: a shaper waiting
+// for its slot, a concurrency limit with a queue. A Guard reads its clock
+// again after such a policy admits, so the policies after it decide at the
+// instant the wait ended, and the latency every policy hears in Done is the
+// call's own, without the time spent waiting to be admitted.
+type Waiter interface {
+	MayWait() bool
 }
 
 // Done is the second half of Admit: it carries the tickets of the policies

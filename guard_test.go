@@ -450,3 +450,38 @@ func TestOutcomeString(t *testing.T) {
 	assert.Equal(t, "success failure ignored released outcome(9)",
 		fmt.Sprint(sluice.Success, " ", sluice.Failure, " ", sluice.Ignored, " ", sluice.Released, " ", sluice.Outcome(9)))
 }
+
+// waiting is a policy whose Admit blocks: it moves the manual clock forward,
+// as a queue wait would.
+type waiting struct {
+	*recorder
+	clk  *sluice.ManualClock
+	wait time.Duration
+}
+
+func (w *waiting) MayWait() bool { return true }
+
+func (w *waiting) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	w.clk.Advance(w.wait)
+	return w.recorder.Admit(ctx, now)
+}
+
+func TestGuardAfterAWaitDecidesAndMeasuresFromTheWaitsEnd(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", -1)
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 300 * time.Millisecond}
+	inner := newRecorder("inner", -1)
+	g := mustGuard(t, sluice.With(outer, queue, inner), sluice.WithClock(clk))
+
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error {
+		clk.Advance(50 * time.Millisecond)
+		return nil
+	}))
+	assert.Equal(t, []time.Duration{time.Second}, outer.admits)
+	assert.Equal(t, []time.Duration{time.Second}, queue.admits, "the waiting policy decides at arrival")
+	assert.Equal(t, []time.Duration{1300 * time.Millisecond}, inner.admits, "the next one at the wait's end")
+	for _, r := range []*recorder{outer, queue.recorder, inner} {
+		assert.Equal(t, []call{{1, sluice.Success, 1350 * time.Millisecond, 50 * time.Millisecond}}, r.doneCalls(),
+			"%s hears the call's own latency", r.name)
+	}
+}

@@ -37,12 +37,13 @@ type Decision struct {
 // A Guard calls Admit once per request with the monotonic instant it read when
 // the request arrived, and, for every Admit that allowed, Done exactly once
 // when the request has ended, with the Ticket that Admit returned, the outcome,
-// the instant the request ended and its latency. A policy never reads the clock
+// the instant the request ended and its latency: how long the call itself ran,
+// from the end of its admission to its end. A policy never reads the clock
 // itself on this path.
 //
 // Implementations must be safe for concurrent use. A policy may block in Admit
 // (a shaper waiting for its slot, a queue for a concurrency slot); it must then
-// honour ctx.
+// honour ctx, and implement Waiter.
 type Policy interface {
 	// Name identifies the policy in decisions, errors and observers.
 	Name() string

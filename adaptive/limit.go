@@ -186,14 +186,10 @@ func (l *ConcurrencyLimit) admitSlow(ctx context.Context) (sluice.Decision, slui
 		defer t.Stop()
 		timeout = t.C
 	}
-	queued := time.Now()
 	select {
 	case <-w.ch:
 		l.waiters.Put(w)
-		// The Guard measures latency from before Admit; the ticket carries
-		// the time spent in this queue, which Done takes off, so that the
-		// algorithm learns the latency of the work and not of its own queue.
-		return l.granted(), sluice.Ticket(max(time.Since(queued), 0))
+		return l.granted(), 0
 	case <-ctx.Done():
 	case <-timeout:
 	}
@@ -259,15 +255,21 @@ func (l *ConcurrencyLimit) release() {
 	}
 }
 
-// Done frees the request's slot. A Success or Failure also feeds its latency,
-// less the time it waited in the queue, to the algorithm; when the sampling
-// window is over, the limit is updated.
-func (l *ConcurrencyLimit) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+// Done frees the request's slot. A Success or Failure also feeds its latency
+// to the algorithm (a Guard hands the call's own latency, without the time it
+// waited in this queue); when the sampling window is over, the limit is
+// updated.
+func (l *ConcurrencyLimit) Done(_ sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o == sluice.Success || o == sluice.Failure {
-		l.sample(o, now, max(latency-time.Duration(t), 0))
+		l.sample(o, now, latency)
 	}
 	l.release()
 }
+
+// MayWait reports whether Admit may block: when the limit has a queue. It
+// makes the limit a sluice.Waiter, so a Guard measures the latency of calls
+// from the end of their wait.
+func (l *ConcurrencyLimit) MayWait() bool { return l.qcap > 0 }
 
 func (l *ConcurrencyLimit) sample(o sluice.Outcome, now, latency time.Duration) {
 	start := l.winStart.Load()
