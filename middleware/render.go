@@ -130,11 +130,12 @@ type Renderer struct {
 	ProblemTypeBase string
 }
 
-// fieldBlock holds up to six header values and the bytes they point into,
-// so that one allocation carries every field a Decision needs.
+// fieldBlock holds the header values that change with every Decision and
+// the bytes they point into, so that one small allocation carries them all.
+// The values that depend only on the policy are made once per Route.
 type fieldBlock struct {
-	strs [6]string
-	buf  [160]byte
+	strs [4]string
+	buf  [64]byte
 }
 
 // Admitted sets on h the fields that describe an admitted request's
@@ -170,37 +171,42 @@ var (
 )
 
 func (r *Renderer) setFields(h map[string][]string, rt *Route, d sluice.Decision, reset time.Duration, rejected bool) {
+	quota := d.Limit >= 0 && d.Policy != ""
+	var pf *policyFields
+	if quota {
+		pf = rt.fields(&d)
+		h[FieldRateLimitPolicy] = pf.policy
+		if r.Legacy {
+			h[FieldXRateLimitLimit] = pf.limitV
+		}
+	} else if !rejected {
+		return
+	}
 	fb := new(fieldBlock)
 	b := fb.buf[:0]
-	var ends [6]int
-	var names [6]string
+	var ends [4]int
+	var names [4]string
 	n := 0
-	mark := func(name string) {
-		names[n] = name
-		ends[n] = len(b)
-		n++
-	}
 	if rejected {
 		b = strconv.AppendInt(b, RetryAfterSeconds(reset), 10)
-		mark(FieldRetryAfter)
+		names[n], ends[n] = FieldRetryAfter, len(b)
+		n++
 	}
-	quota := d.Limit >= 0 && d.Policy != ""
 	if quota {
-		b = AppendRateLimitPolicy(b, d.Policy, d.Limit, rt.Window(d.Policy))
-		mark(FieldRateLimitPolicy)
-		b = AppendRateLimit(b, d.Policy, d.Remaining, reset)
-		mark(FieldRateLimit)
+		b = append(b, pf.prefix...)
+		b = strconv.AppendInt(b, sfInt(d.Remaining), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, sfInt(RetryAfterSeconds(reset)), 10)
+		names[n], ends[n] = FieldRateLimit, len(b)
+		n++
 		if r.Legacy {
-			b = strconv.AppendInt(b, sfInt(d.Limit), 10)
-			mark(FieldXRateLimitLimit)
 			b = strconv.AppendInt(b, sfInt(d.Remaining), 10)
-			mark(FieldXRateLimitRemaining)
+			names[n], ends[n] = FieldXRateLimitRemaining, len(b)
+			n++
 			b = strconv.AppendInt(b, RetryAfterSeconds(reset), 10)
-			mark(FieldXRateLimitReset)
+			names[n], ends[n] = FieldXRateLimitReset, len(b)
+			n++
 		}
-	}
-	if n == 0 {
-		return
 	}
 	// b is never written again, so the strings may share its bytes.
 	all := unsafe.String(unsafe.SliceData(b), len(b))

@@ -103,10 +103,24 @@ func TestAdmittedFields(t *testing.T) {
 
 func TestAdmittedFieldsCostOneAllocation(t *testing.T) {
 	d := sluice.Decision{Allowed: true, Policy: "ratelimit/token-bucket", Limit: 1000, Remaining: 999, Reset: time.Second}
+	rt := newRoute("", mustGuard(t, windowed{name: d.Policy, w: time.Second}))
 	h := map[string][]string{FieldRateLimit: nil, FieldRateLimitPolicy: nil}
-	var r Renderer
-	allocs := testing.AllocsPerRun(200, func() { r.Admitted(h, nil, d) })
+	for _, r := range []Renderer{{}, {Legacy: true}} {
+		allocs := testing.AllocsPerRun(200, func() { r.Admitted(h, rt, d) })
+		assert.Equal(t, 1.0, allocs)
+	}
+	assert.Equal(t, []string{`"ratelimit/token-bucket";q=1000;w=1`}, h[FieldRateLimitPolicy])
+	assert.Equal(t, []string{`"ratelimit/token-bucket";r=999;t=1`}, h[FieldRateLimit])
+
+	// A policy outside the route's chain (a nested Guard's) is cached too.
+	other := sluice.Decision{Allowed: true, Policy: "nested", Limit: 5, Remaining: 4}
+	allocs := testing.AllocsPerRun(200, func() { (&Renderer{}).Admitted(h, rt, other) })
 	assert.Equal(t, 1.0, allocs)
+	assert.Equal(t, []string{`"nested";q=5`}, h[FieldRateLimitPolicy])
+	// A new quota makes new policy fields.
+	other.Limit = 6
+	(&Renderer{}).Admitted(h, rt, other)
+	assert.Equal(t, []string{`"nested";q=6`}, h[FieldRateLimitPolicy])
 }
 
 func TestFieldsClampToStructuredIntegers(t *testing.T) {

@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -24,20 +25,50 @@ type Route struct {
 	// method; "" for the default route.
 	Pattern string
 	// Guard protects the route; nil lets every request through.
-	Guard   *sluice.Guard
-	windows []policyWindow
+	Guard    *sluice.Guard
+	policies []policySlot
+	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
 }
 
-type policyWindow struct {
+// policySlot is what a Route knows of one policy of its Guard: its window,
+// and the header values that depend only on the policy's name, quota and
+// window, made once and shared by every response.
+type policySlot struct {
 	name   string
 	window time.Duration
+	fields atomic.Pointer[policyFields]
+}
+
+// policyFields are the header values of one policy's quota. They are
+// immutable once made; the slices have no spare capacity, so a handler that
+// appends to them copies.
+type policyFields struct {
+	name   string
+	limit  int64
+	window time.Duration
+	policy []string // RateLimit-Policy
+	limitV []string // X-RateLimit-Limit
+	prefix string   // RateLimit up to r's value: "name";r=
+}
+
+func newPolicyFields(name string, limit int64, window time.Duration) *policyFields {
+	b := AppendRateLimitPolicy(nil, name, limit, window)
+	pol := string(b)
+	pre := string(append(appendSFString(nil, name), ";r="...))
+	lim := itoa(sfInt(limit))
+	return &policyFields{
+		name: name, limit: limit, window: window,
+		policy: []string{pol}, limitV: []string{lim}, prefix: pre,
+	}
 }
 
 func newRoute(pattern string, g *sluice.Guard) *Route {
-	r := &Route{Pattern: pattern, Guard: g}
-	for _, p := range g.Policies() {
+	ps := g.Policies()
+	r := &Route{Pattern: pattern, Guard: g, policies: make([]policySlot, len(ps))}
+	for i, p := range ps {
+		r.policies[i].name = p.Name()
 		if w, ok := p.(Windowed); ok && w.Window() > 0 {
-			r.windows = append(r.windows, policyWindow{name: p.Name(), window: w.Window()})
+			r.policies[i].window = w.Window()
 		}
 	}
 	return r
@@ -49,12 +80,34 @@ func (r *Route) Window(policy string) time.Duration {
 	if r == nil {
 		return 0
 	}
-	for i := range r.windows {
-		if r.windows[i].name == policy {
-			return r.windows[i].window
+	for i := range r.policies {
+		if r.policies[i].name == policy {
+			return r.policies[i].window
 		}
 	}
 	return 0
+}
+
+// fields returns the quota fields of d's policy, made once per policy and
+// quota and shared after.
+func (r *Route) fields(d *sluice.Decision) *policyFields {
+	if r == nil {
+		return newPolicyFields(d.Policy, d.Limit, 0)
+	}
+	slot := &r.other
+	var window time.Duration
+	for i := range r.policies {
+		if r.policies[i].name == d.Policy {
+			slot, window = &r.policies[i].fields, r.policies[i].window
+			break
+		}
+	}
+	if f := slot.Load(); f != nil && f.name == d.Policy && f.limit == d.Limit {
+		return f
+	}
+	f := newPolicyFields(d.Policy, d.Limit, window)
+	slot.Store(f)
+	return f
 }
 
 // Routes maps routes to Guards, with a default for routes it does not list.
