@@ -74,7 +74,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			done.Record(sluice.Failure)
 		}
 	}()
-	if ctx == ss.Context() && msg == nil {
+	if !c.identifies() && msg == nil { // the handler's stream needs nothing more
 		err = handler(srv, ss)
 	} else {
 		w := &serverStream{ServerStream: ss, ctx: ctx, msg: msg}
