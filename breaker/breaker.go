@@ -167,8 +167,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 	for {
 		switch p.state {
 		case StateClosed:
-			d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
-			return d, p.ticket(false)
+			return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(false)
 		case StateOpen:
 			if p.forced {
 				return b.reject(b.cfg.openBase), 0
@@ -189,8 +188,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 					return b.reject(b.cfg.openBase), 0
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
-					d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
-					return d, p.ticket(true)
+					return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(true)
 				}
 			}
 		}
@@ -207,9 +205,9 @@ func (b *Breaker) reject(retryAfter time.Duration) sluice.Decision {
 
 // Done reports how a call admitted with ticket t ended, at instant now after
 // latency. Success and Failure are counted; Ignored and Released are not,
-// and give a half-open probe's slot back for another probe. Outcomes of calls admitted before the last
-// state change are dropped. It is the sluice.Policy method; outside a Guard,
-// use the Permit that Allow returned.
+// and give a half-open probe's slot back for another probe. Outcomes of calls
+// admitted before the last state change are dropped. It is the sluice.Policy
+// method; outside a Guard, use the Permit that Allow returned.
 func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	p := b.cur.Load()
 	if !p.owns(t) {
