@@ -2,12 +2,14 @@ package sluicegrpc
 
 import (
 	"context"
+	"io"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -230,4 +232,48 @@ func TestClientKeysFromOutgoingMetadata(t *testing.T) {
 	_, err := s.watch(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acme", methodWatch}, rec.Keys())
+}
+
+// failingStream is a client stream whose SendMsg fails with its error.
+type failingStream struct {
+	grpc.ClientStream
+	err error
+}
+
+func (f failingStream) SendMsg(any) error { return f.err }
+
+func TestClientStreamEndsOnOpenAndSendErrors(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	i, err := StreamClientInterceptor(WithGuard(mustGuard(t, sluice.With(rec))),
+		WithSkipper(middleware.SkipRoutes(methodWatch)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+	unavailable := status.Error(codes.Unavailable, "no connection")
+	_, err = i(ctx, desc, nil, methodChat, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return nil, unavailable
+	})
+	assert.Equal(t, unavailable, err)
+
+	marshal := status.Error(codes.Internal, "cannot marshal")
+	st, err := i(ctx, desc, nil, methodChat, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return failingStream{err: marshal}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, marshal, st.SendMsg(nil))
+	assert.Equal(t, marshal, st.SendMsg(nil), "a second error is not counted again")
+
+	st, err = i(ctx, desc, nil, methodChat, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return failingStream{err: io.EOF}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, io.EOF, st.SendMsg(nil), "io.EOF leaves the status to RecvMsg")
+
+	_, err = i(ctx, desc, nil, methodWatch, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return failingStream{}, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Failure}, rec.Outcomes())
+	assert.Len(t, rec.Keys(), 3, "the skipped stream was admitted")
 }

@@ -94,6 +94,7 @@ func TestErrorConverts(t *testing.T) {
 	assert.ErrorIs(t, err, sluice.ErrRejected)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, "rpc error: code = ResourceExhausted desc = sluice: rate limited; retry after 3s", err.Error())
 	assert.Same(t, err, Error(err), "converting twice")
 	d, ok := RejectionOf(err)
 	require.True(t, ok)
