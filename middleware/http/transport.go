@@ -269,7 +269,9 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 	}
-	if resp.Body == nil || resp.Body == http.NoBody {
+	// A body that is a whole connection (101 Switching Protocols) is handed
+	// over as it is: it must stay an io.ReadWriteCloser.
+	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
 		done.Record(o)
 		return resp, nil
 	}

@@ -245,7 +245,7 @@ func (failingBody) Close() error               { return nil }
 type bodyDependency struct{ err error }
 
 func (d bodyDependency) RoundTrip(r *http.Request) (*http.Response, error) {
-	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: failingBody{d.err}, Request: r}, nil
+	return &http.Response{StatusCode: 200, Header: http.Header{}, Body: failingBody(d), Request: r}, nil
 }
 
 func TestTransportBodyReadErrors(t *testing.T) {
@@ -302,4 +302,30 @@ func TestTransportClosesBodyItDiscards(t *testing.T) {
 	_, err = get(t, rt, "http://a.test/", nil)
 	assert.ErrorContains(t, err, "broken")
 	assert.True(t, body.closed)
+}
+
+// upgrader answers 101 with a body that is a connection.
+type upgrader struct{}
+
+type rwc struct {
+	io.Reader
+	io.Writer
+}
+
+func (rwc) Close() error { return nil }
+
+func (upgrader) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: http.Header{},
+		Body: rwc{strings.NewReader(""), io.Discard}, Request: r}, nil
+}
+
+func TestTransportKeepsUpgradedConnection(t *testing.T) {
+	c := testpolicy.NewCounter()
+	rt, err := Transport(upgrader{}, func(string) (*sluice.Guard, error) { return sluice.New(sluice.With(c)) })
+	require.NoError(t, err)
+	resp, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err)
+	_, ok := resp.Body.(io.ReadWriteCloser)
+	assert.True(t, ok)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.Outcomes())
 }
