@@ -199,7 +199,10 @@ func (g *GCRA) Burst() int64 { return g.burst }
 
 // Allow reports whether one request may proceed now, reading the limiter's
 // clock; shorthand for AllowNAt(clock.Now(), 1).
-func (g *GCRA) Allow() bool { return g.AllowNAt(g.now(), 1) }
+func (g *GCRA) Allow() bool {
+	_, _, res := tatTake(&g.tat.v, int64(g.now()), g.iv, g.tau)
+	return res == tatAllowed
+}
 
 // AllowN reports whether a request of cost n may proceed now; shorthand for
 // AllowNAt(clock.Now(), n).
@@ -207,7 +210,10 @@ func (g *GCRA) AllowN(n int64) bool { return g.AllowNAt(g.now(), n) }
 
 // AllowAt reports whether one request may proceed at instant now, and takes
 // its quota if so.
-func (g *GCRA) AllowAt(now time.Duration) bool { return g.AllowNAt(now, 1) }
+func (g *GCRA) AllowAt(now time.Duration) bool {
+	_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)
+	return res == tatAllowed
+}
 
 // AllowNAt reports whether a request of cost n (below 1 counts as 1) may
 // proceed at instant now, and takes its quota if so. A cost above the burst
