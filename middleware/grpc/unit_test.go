@@ -185,6 +185,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"bad critical method", []Option{WithCriticalMethods("Check")}},
 		{"nil message guard", []Option{WithMessageGuard(nil)}},
 		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
+		{"message guard twice", []Option{WithMessageGuard(g), WithMessageGuard(g)}},
 		{"client only: timeout", []Option{WithTimeout(time.Second)}},
 		{"client only: target", []Option{WithTargetGuard("dns:///x", g)}},
 		{"client only: max retry delay", []Option{WithMaxRetryDelay(time.Minute)}},

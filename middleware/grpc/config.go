@@ -1,0 +1,173 @@
+package sluicegrpc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+)
+
+// config is what the constructors build from the options: immutable, shared
+// by every call.
+type config struct {
+	routes     *middleware.Routes
+	methods    map[string]struct{} // the methods WithMethodGuard names
+	targets    *middleware.Routes
+	keyer      *middleware.Keyer
+	skip       middleware.Skipper
+	classify   sluice.Classifier
+	quotaMD    bool
+	msgGuard   *sluice.Guard
+	msgRoute   *middleware.Route // msgGuard's, for the window of its quota
+	msgMethods map[string]struct{}
+	timeout    time.Duration
+	maxRetry   time.Duration
+	fallbacks  map[fallbackKey]Fallback
+	critical   map[string]struct{}
+}
+
+type side uint8
+
+const (
+	serverSide side = iota
+	clientSide
+	tapSide
+)
+
+func build(s side, opts []Option) (*config, error) {
+	var o options
+	for _, fn := range opts {
+		if fn != nil {
+			fn(&o)
+		}
+	}
+	if len(o.errs) > 0 {
+		return nil, errors.Join(o.errs...)
+	}
+	if s != clientSide && len(o.clientOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s is for client interceptors only", o.clientOnly[0])
+	}
+	if s == clientSide && len(o.serverOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s is for server interceptors only", o.serverOnly[0])
+	}
+	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
+		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
+	}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks}
+	if c.maxRetry == 0 {
+		c.maxRetry = 10 * time.Minute
+	}
+	switch {
+	case o.table != nil && len(o.routes) > 0:
+		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")
+	case o.table != nil:
+		c.routes = o.table
+	default:
+		rs, err := middleware.NewRoutes(o.routes...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.routes = rs
+	}
+	if len(o.targets) > 0 {
+		if o.table != nil {
+			return nil, errors.New("sluicegrpc: WithRoutes excludes WithTargetGuard")
+		}
+		c.methods = setOf(o.methods)
+		rs, err := middleware.NewRoutes(o.targets...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.targets = rs
+	}
+	if o.keyer != nil {
+		if len(o.keyFns) > 0 || o.missingSet {
+			return nil, errors.New("sluicegrpc: WithKeyer excludes WithKey and WithMissingKey")
+		}
+		c.keyer = o.keyer
+	}
+	if o.missingSet && len(o.keyFns) == 0 && o.keyer == nil {
+		return nil, errors.New("sluicegrpc: WithMissingKey without WithKey")
+	}
+	if len(o.keyFns) > 0 {
+		k, err := middleware.NewKeyer(o.missing, o.keyFns...)
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.keyer = k
+	}
+	c.critical = setOf(o.critical)
+	if o.msgGuard != nil {
+		rs, err := middleware.NewRoutes(middleware.DefaultRoute(o.msgGuard))
+		if err != nil {
+			return nil, fmt.Errorf("sluicegrpc: %w", err)
+		}
+		c.msgRoute = rs.Default()
+	}
+	c.msgMethods = setOf(o.msgMethods)
+	return c, nil
+}
+
+// setOf returns the set of names, nil when there are none.
+func setOf(names []string) map[string]struct{} {
+	if len(names) == 0 {
+		return nil
+	}
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[n] = struct{}{}
+	}
+	return set
+}
+
+// route returns the route guarding method, nil when it passes through.
+func (c *config) route(method string) *middleware.Route {
+	r := c.routes.Match(method)
+	if r == nil || r.Guard == nil {
+		return nil
+	}
+	return r
+}
+
+// clientRoute returns the route guarding a client call: the method's own
+// entry, else the target's, else the default.
+func (c *config) clientRoute(method, target string) *middleware.Route {
+	if c.targets == nil {
+		return c.route(method)
+	}
+	if _, ok := c.methods[method]; ok {
+		return c.route(method)
+	}
+	if r := c.targets.Match(target); r != nil {
+		return r
+	}
+	return c.route(method)
+}
+
+// fallback returns the most specific fallback for a call of method
+// rejected for cause, nil when there is none.
+func (c *config) fallback(method string, cause sluice.Cause) Fallback {
+	if c.fallbacks == nil {
+		return nil
+	}
+	for _, k := range [...]fallbackKey{{method, cause}, {method, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
+		if fb, ok := c.fallbacks[k]; ok {
+			return fb
+		}
+	}
+	return nil
+}
+
+func (c *config) messageRoute(method string) *middleware.Route {
+	if c.msgRoute == nil {
+		return nil
+	}
+	if c.msgMethods != nil {
+		if _, ok := c.msgMethods[method]; !ok {
+			return nil
+		}
+	}
+	return c.msgRoute
+}
