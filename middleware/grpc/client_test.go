@@ -124,11 +124,11 @@ func TestClientStreamOutcomes(t *testing.T) {
 
 		_, err := s.watch(withCode(ctx, codes.DataLoss))
 		assert.Equal(t, codes.DataLoss, status.Code(err))
-		assert.Equal(t, sluice.Failure, <-rec.ended)
+		assert.Equal(t, sluice.Failure, rec.next(t))
 
 		_, err = s.chat(ctx, 3)
 		require.NoError(t, err)
-		assert.Equal(t, sluice.Success, <-rec.ended)
+		assert.Equal(t, sluice.Success, rec.next(t))
 
 		// A stream its caller abandons by cancelling ends when the context
 		// does: a cancellation says nothing of the server's health.
@@ -139,7 +139,7 @@ func TestClientStreamOutcomes(t *testing.T) {
 		var m wrapperspb.StringValue
 		require.NoError(t, st.RecvMsg(&m))
 		cancel()
-		assert.Equal(t, sluice.Ignored, <-rec.ended)
+		assert.Equal(t, sluice.Ignored, rec.next(t))
 		assert.Len(t, rec.Outcomes(), 3)
 	})
 }

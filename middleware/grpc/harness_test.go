@@ -302,6 +302,19 @@ func (r *recorder) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	}
 }
 
+// next waits for the next outcome sent on r.ended, and fails the test when
+// none comes in time.
+func (r *recorder) next(t *testing.T) sluice.Outcome {
+	t.Helper()
+	select {
+	case o := <-r.ended:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome was recorded")
+		return 0
+	}
+}
+
 func (r *recorder) Keys() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -289,16 +289,16 @@ func TestServerStreamOutcomeIsRecordedWhenTheStreamEnds(t *testing.T) {
 		n, err := s.watch(ctx5)
 		assert.Equal(t, 5, n)
 		assert.Equal(t, codes.Internal, status.Code(err))
-		assert.Equal(t, sluice.Failure, <-rec.ended)
+		assert.Equal(t, sluice.Failure, rec.next(t))
 
 		n, err = s.chat(ctx, 4)
 		require.NoError(t, err)
 		assert.Equal(t, 4, n)
-		assert.Equal(t, sluice.Success, <-rec.ended)
+		assert.Equal(t, sluice.Success, rec.next(t))
 
 		_, err = s.chat(withCode(ctx, codes.NotFound), 1)
 		assert.Equal(t, codes.NotFound, status.Code(err))
-		assert.Equal(t, sluice.Ignored, <-rec.ended)
+		assert.Equal(t, sluice.Ignored, rec.next(t))
 		assert.Len(t, rec.Outcomes(), 3, "one outcome per stream")
 	})
 }
@@ -323,13 +323,13 @@ func TestServerMessageGuardEndsTheStream(t *testing.T) {
 				assert.Equal(t, ReasonRateLimited, got.reason)
 				assert.Equal(t, "ratelimit/messages", got.policy)
 				assert.Equal(t, 10*time.Second, got.delay)
-				assert.Equal(t, sluice.Ignored, <-rec.ended, "the guard's own rejection counted")
+				assert.Equal(t, sluice.Ignored, rec.next(t), "the guard's own rejection counted")
 
 				// Watch is not limited per message.
 				clk.Advance(time.Hour)
 				_, err = s.watch(metadata.AppendToOutgoingContext(ctx, mdSends, "9"))
 				require.NoError(t, err)
-				<-rec.ended
+				rec.next(t)
 			})
 		}
 	})

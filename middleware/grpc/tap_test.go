@@ -32,7 +32,7 @@ func TestTapRejectsBeforeTheHandler(t *testing.T) {
 				ctx := withTimeout(t)
 
 				require.NoError(t, call.do(ctx, s))
-				assert.Equal(t, sluice.Success, <-rec.ended, "the interceptor ends the tap's admission")
+				assert.Equal(t, sluice.Success, rec.next(t), "the interceptor ends the tap's admission")
 
 				err := call.do(ctx, s)
 				got := readWire(t, err)
@@ -45,7 +45,7 @@ func TestTapRejectsBeforeTheHandler(t *testing.T) {
 				clk.Advance(5 * time.Second)
 				err = call.do(withCode(ctx, codes.Internal), s)
 				assert.Equal(t, codes.Internal, status.Code(err))
-				assert.Equal(t, sluice.Failure, <-rec.ended)
+				assert.Equal(t, sluice.Failure, rec.next(t))
 				assert.Equal(t, []sluice.Outcome{sluice.Success, sluice.Failure}, rec.Outcomes(),
 					"the interceptor asked the tap's Guard again")
 			})
@@ -65,11 +65,11 @@ func TestTapAndInterceptorWithTheirOwnGuards(t *testing.T) {
 			inner.off.Store(false)
 			got := readWire(t, call.do(ctx, s))
 			assert.Equal(t, ReasonCircuitOpen, got.reason, call.name)
-			assert.Equal(t, sluice.Released, <-outer.ended, "%s: an inner rejection releases the tap's admission", call.name)
+			assert.Equal(t, sluice.Released, outer.next(t), "%s: an inner rejection releases the tap's admission", call.name)
 
 			inner.off.Store(true)
 			require.NoError(t, call.do(ctx, s), call.name)
-			assert.Equal(t, sluice.Success, <-outer.ended, call.name)
+			assert.Equal(t, sluice.Success, outer.next(t), call.name)
 		}
 	})
 }
@@ -80,10 +80,10 @@ func TestTapAloneEndsItsAdmissionWithTheCall(t *testing.T) {
 		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))))})
 		ctx := withTimeout(t)
 		require.NoError(t, s.check(ctx))
-		assert.Equal(t, sluice.Ignored, <-rec.ended, "without an interceptor the outcome is unknown")
+		assert.Equal(t, sluice.Ignored, rec.next(t), "without an interceptor the outcome is unknown")
 		_, err := s.chat(ctx, 3)
 		require.NoError(t, err)
-		assert.Equal(t, sluice.Ignored, <-rec.ended)
+		assert.Equal(t, sluice.Ignored, rec.next(t))
 	})
 }
 
