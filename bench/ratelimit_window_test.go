@@ -218,8 +218,8 @@ func BenchmarkLimiterKeyed(b *testing.B) {
 }
 
 // BenchmarkLimiterKeyedParallel is BenchmarkLimiterKeyed with the goroutines
-// of RunParallel each on their own key (sluice's shards and Echo's one lock)
-// or all on one key.
+// of RunParallel all on one key, or each walking the 10,000 known keys
+// (where sluice's shards meet Echo's one lock).
 func BenchmarkLimiterKeyedParallel(b *testing.B) {
 	b.Run("sluice/one-key", func(b *testing.B) {
 		k := keyedLimiter(b, false)
@@ -241,6 +241,9 @@ func BenchmarkLimiterKeyedParallel(b *testing.B) {
 	})
 	b.Run("sluice/10k-keys", func(b *testing.B) {
 		k := keyedLimiter(b, false)
+		for _, key := range manyKeys {
+			k.AllowKey(key)
+		}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
@@ -254,6 +257,9 @@ func BenchmarkLimiterKeyedParallel(b *testing.B) {
 	})
 	b.Run("echo-memory-store/10k-keys", func(b *testing.B) {
 		s := echoStore()
+		for _, key := range manyKeys {
+			_, _ = s.Allow(key)
+		}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
