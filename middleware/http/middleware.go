@@ -195,10 +195,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	rw := getWriter(w)
 	var key string
 	if h.keyer != nil {
-		ctx, err := h.keyer.Context(r.Context(), &request{r: r, pattern: pattern})
+		// The pooled writer carries the request's view, so the key
+		// functions see it without an allocation of its own.
+		rw.view = request{r: r, pattern: pattern}
+		ctx, err := h.keyer.Context(r.Context(), &rw.view)
+		rw.view = request{}
 		if err != nil {
+			putWriter(rw)
 			h.missingKey(w, r)
 			return
 		}
@@ -207,11 +213,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d, done, err := rt.Guard.Admit(r.Context())
 	if err != nil {
+		putWriter(rw)
 		h.rejected(w, r, rt, pattern, key, d)
 		return
 	}
 	h.render.Admitted(w.Header(), rt, d)
-	rw := getWriter(w)
 	var stale *StaleCache
 	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
 		if stale = h.staleFor(pattern); stale != nil {

@@ -23,6 +23,8 @@ type responseWriter struct {
 	capture    []byte
 	maxCapture int
 	capturing  bool
+	// view shows the request to the key functions while they run.
+	view request
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
