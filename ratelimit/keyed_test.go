@@ -476,3 +476,70 @@ func TestKeyedForget(t *testing.T) {
 	assert.True(t, k.AllowKeyAt(0, "mallory"), "a forgotten key starts afresh")
 	assert.False(t, k.AllowKeyAt(0, "mallory"))
 }
+
+// countingLimiter counts the Admits that allowed and the Dones it hears.
+type countingLimiter struct {
+	sluice.Policy
+	allowed, done *atomic.Int64
+}
+
+func (c countingLimiter) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	d, t := c.Policy.Admit(ctx, now)
+	if d.Allowed {
+		c.allowed.Add(1)
+	}
+	return d, t
+}
+
+func (c countingLimiter) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
+	c.done.Add(1)
+	c.Policy.Done(t, o, now, lat)
+}
+
+// TestKeyedConcurrentChurn admits and ends calls over more keys than the
+// Keyed holds while idle keys expire and keys are forgotten on another
+// goroutine: every Done still reaches the limiter that admitted its call.
+func TestKeyedConcurrentChurn(t *testing.T) {
+	var allowed, done atomic.Int64
+	k := mustKeyed(t, func(string) (sluice.Policy, error) {
+		w, err := NewSlidingWindow(5, 10*ms, 5)
+		return countingLimiter{w, &allowed, &done}, err
+	}, WithMaxKeys(256), WithIdleTTL(2*ms))
+	var clock atomic.Int64
+	stop := make(chan struct{})
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k.ExpireAt(time.Duration(clock.Load()))
+			k.Forget("k" + strconv.Itoa(i%600))
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 2000 {
+				now := time.Duration(clock.Add(int64(time.Microsecond)))
+				ctx := keyCtx("k" + strconv.Itoa((w*7919+i*31)%600))
+				d, tk := k.Admit(ctx, now)
+				if d.Allowed {
+					o := sluice.Success
+					if i%5 == 0 {
+						o = sluice.Released
+					}
+					k.Done(tk, o, now, 0)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	sweeper.Wait()
+	assert.Positive(t, allowed.Load())
+	assert.Equal(t, allowed.Load(), done.Load(), "every admitted call's Done reached its limiter")
+	assert.LessOrEqual(t, k.Len(), 256)
+}
