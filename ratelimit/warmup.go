@@ -160,18 +160,18 @@ func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
 	w.mu.Lock()
 	tat := w.tat
 	base := max(tat, now)
-	if n > w.burst {
-		w.mu.Unlock()
-		return never(w.name, w.burst, floorDiv(now+w.tau-base, w.iv), time.Duration(base-now)), 0
-	}
-	if next := base + n*w.iv; next-now > w.tau {
-		w.mu.Unlock()
-		return reject(w.name, w.burst, floorDiv(now+w.tau-base, w.iv), time.Duration(base-now),
-			time.Duration(next-w.tau-now)), 0
-	}
+	// Idle time since the bucket was last full cools the limiter down.
 	stored := w.stored
 	if tat != emptyTAT && now > tat {
 		stored = min(w.maxStored, stored+float64(now-tat)/w.coolDown)
+	}
+	if next := base + n*w.iv; n > w.burst || next-now > w.tau {
+		w.mu.Unlock()
+		remaining, reset := w.remaining(stored, now+w.tau-w.iv-base), time.Duration(base-now)
+		if n > w.burst {
+			return never(w.name, w.burst, remaining, reset), 0
+		}
+		return reject(w.name, w.burst, remaining, reset, time.Duration(next-w.tau-now)), 0
 	}
 	taken := min(float64(n), stored)
 	next := base + w.cost(stored, taken, n)
@@ -184,7 +184,32 @@ func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
 	w.tat = next
 	w.stored = stored - taken
 	w.mu.Unlock()
-	return allow(w.name, w.burst, floorDiv(now+w.tau-next, w.iv), time.Duration(next-now)), t
+	return allow(w.name, w.burst, w.remaining(stored-taken, now+w.tau-w.iv-next), time.Duration(next-now)), t
+}
+
+// remaining counts the unit requests that would still be admitted at once
+// when the store holds stored and budget = now + τ - T - TAT: the first needs
+// budget >= 0, each further one its warm-up cost more. Once warm every
+// request costs T and the count is 1 + budget/T; while cold the costs grow,
+// and the count is found by bisection.
+func (w *WarmUp) remaining(stored float64, budget int64) int64 {
+	if budget < 0 {
+		return 0
+	}
+	most := budget / w.iv // further requests cost at least T each
+	if stored <= w.threshold || most == 0 {
+		return most + 1
+	}
+	lo, hi := int64(0), most // cost of lo further requests fits the budget
+	for lo < hi {
+		mid := hi - (hi-lo)/2
+		if w.cost(stored, min(float64(mid), stored), mid) <= budget {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo + 1
 }
 
 // cost returns, in ns rounded up, what n permits cost when taken of them come

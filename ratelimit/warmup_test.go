@@ -95,26 +95,31 @@ func TestWarmUpRateClimbs(t *testing.T) {
 func TestWarmUpColdBurst(t *testing.T) {
 	const m = time.Millisecond
 	w := mustWarmUp(t, PerSecond(10), 10, 2*time.Second, 3)
-	admitted := 0
-	for w.AllowAt(0) {
-		admitted++
+	// Cold permits cost 290, 270, 250, 230ms: the TAT passes 900ms after 4.
+	// Remaining counts what the cold costs leave, not burst - 1.
+	for want := int64(3); want >= 0; want-- {
+		d := w.DecideAt(0, 1)
+		require.True(t, d.Allowed)
+		assert.Equal(t, want, d.Remaining)
 	}
-	// Cold permits cost 290, 270, 250ms: the TAT passes 900ms after 4.
-	assert.Equal(t, 4, admitted)
+	d := w.DecideAt(0, 1)
+	require.False(t, d.Allowed)
+	assert.Zero(t, d.Remaining)
+	assert.Equal(t, 1040*m-900*m, d.RetryAfter)
 
 	// Saturate until the store is empty, then come back exactly when the
 	// bucket is full again, before any idle time cools it: a warm bucket
 	// admits its whole burst at once.
 	_, end := admitSaturated(t, w, 0, 30)
-	d := w.DecideAt(end, 1)
+	d = w.DecideAt(end, 1)
 	require.False(t, d.Allowed)
 	full := end + d.Reset
-	burst := 0
+	assert.Equal(t, int64(10), w.DecideAt(full, 1).Remaining+1, "warm: the whole burst")
+	burst := 1
 	for w.AllowAt(full) {
 		burst++
 	}
 	assert.Equal(t, 10, burst)
-	_ = m
 }
 
 func TestWarmUpValidation(t *testing.T) {
