@@ -31,9 +31,10 @@ type Server struct {
 	// Dir is the server's working directory, removed with the test.
 	Dir string
 
-	cmd  *exec.Cmd
-	args []string
-	exit chan struct{}
+	cmd    *exec.Cmd
+	args   []string
+	exit   chan struct{}
+	ownDir bool // made by StartProcess: removed by Stop
 }
 
 // Required reports whether a missing redis-server must fail a test instead of
@@ -63,7 +64,7 @@ func Start(t testing.TB, args ...string) *Server {
 	bin := Binary(t)
 	var lastErr error
 	for range 5 {
-		s, err := start(t, bin, args)
+		s, err := start(t.TempDir(), bin, args)
 		if err == nil {
 			t.Cleanup(s.Stop)
 			return s
@@ -83,12 +84,43 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func start(t testing.TB, bin string, extra []string) (*Server, error) {
+// StartProcess starts a redis-server outside any test, for a TestMain that
+// shares one server with a package's Example functions, which have no
+// testing.T. The caller stops it with Stop, which also removes its directory.
+// It fails when redis-server is not installed (see Installed).
+func StartProcess(args ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		dir, err := os.MkdirTemp("", "redistest-")
+		if err != nil {
+			return nil, err
+		}
+		s, err := start(dir, bin, args)
+		if err == nil {
+			s.ownDir = true
+			return s, nil
+		}
+		_ = os.RemoveAll(dir)
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// Installed reports whether redis-server is in PATH.
+func Installed() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil
+}
+
+func start(dir, bin string, extra []string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	dir := t.TempDir()
 	args := append([]string{
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
@@ -139,11 +171,13 @@ func (s *Server) Stop() {
 	}
 	select {
 	case <-s.exit:
-		return
 	default:
+		_ = s.cmd.Process.Kill()
+		<-s.exit
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.exit
+	if s.ownDir {
+		_ = os.RemoveAll(s.Dir)
+	}
 }
 
 // Pause stops the server's process (SIGSTOP) without closing its sockets:

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,23 @@ func TestServerStartPingStopRestart(t *testing.T) {
 	}
 	if got, _ := s.Do("GET", "k"); got != "" {
 		t.Fatalf("GET k after a restart without persistence = %q, want nothing", got)
+	}
+}
+
+func TestStartProcess(t *testing.T) {
+	if !Installed() {
+		Binary(t) // fails under CI, skips elsewhere
+	}
+	s, err := StartProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := s.Do("PING"); err != nil || reply != "PONG" {
+		t.Fatalf("PING = %q, %v", reply, err)
+	}
+	s.Stop()
+	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
+		t.Fatalf("directory %s left behind: %v", s.Dir, err)
 	}
 }
 

@@ -10,12 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice/internal/redistest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // newServer starts a private redis-server for t and, when t ends and before
 // the server stops, checks that every key the limiters wrote has a TTL.

@@ -1,0 +1,66 @@
+// Package redislimit keeps rate limits in Redis, so that a fleet of instances
+// shares one limit instead of each granting its own: the algorithms of package
+// ratelimit (GCRA, the default; token bucket; fixed window; sliding window
+// counter), each a sluice.Policy with the same Decision (Limit, Remaining,
+// Reset, RetryAfter) as its local twin.
+//
+// # One script, Redis time, integers
+//
+// Every decision is one Lua script, run with EVALSHA and sent again with EVAL
+// when the server answers NOSCRIPT (after a restart or SCRIPT FLUSH). The
+// script reads the time from Redis TIME, in integer microseconds, so the
+// clocks of the instances never matter, and stored instants never move
+// backwards: a Redis whose clock steps back keeps the later state. All its
+// arithmetic is on integers: 10 per second leaves Remaining 9 after the first
+// request. A rejected request writes nothing; every write sets a TTL just long
+// enough for the state it keeps, so idle keys disappear.
+//
+// # Keys and Redis Cluster
+//
+// A limit's key for a request is
+//
+//	<prefix>:<name>:<algorithm>:{<hash of the request's key>}
+//
+// with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
+// letter for the algorithm, and the 64-bit FNV-1a hash of the request's key
+// (sluice.KeyFrom, or WithKeyFunc) in hex as the Cluster hash tag. The user's
+// key is hashed, so braces in it cannot steer keys to a slot; and the hash tag
+// holds the user's key alone, not the limiter's name, so all the limits keyed
+// by one user share a slot, which lets All decide them in one script.
+// WithPerResource adds the hash of the request's resource (a route) outside
+// the braces: a per-user-and-route limit stays in the user's slot.
+//
+// # Several limits in one round trip
+//
+// All combines limiters into one: every limit is decided by the same script
+// call and the request is admitted only if all admit; a rejection charges none
+// of them.
+//
+// # When Redis fails
+//
+// Each call to Redis has its own timeout (WithTimeout, 50 ms by default: a
+// limiter must not add the client's seconds to a request), and a breaker
+// around Redis opens after consecutive failures (WithBreaker), so an outage
+// costs nothing per request once it has tripped; after its open interval one
+// half-open probe tries Redis, and its success restores normal service.
+// While Redis cannot decide, each limiter's failure policy does: WithFailOpen
+// (the default) admits, WithFailClosed rejects with ErrUnavailable (HTTP 503),
+// WithLocalFallback(n) decides with a local limiter of the same algorithm
+// holding 1/n of the limit, n being the number of instances. Such decisions
+// name the policy with a suffix (":open", ":closed", ":local"), and the
+// observer (WithObserver) hears of each of them, of every Redis error and of
+// every change of the breaker's state, which a Guard's OnStateChange also
+// receives.
+//
+// WithNegativeCache keeps a rejected key's RetryAfter in memory and rejects
+// the key locally until it has passed, without a round trip.
+//
+// # The client
+//
+// Give the limiters a go-redis client (redis.UniversalClient: standalone,
+// Sentinel or Cluster) of their own, configured with MaxRetries: -1, because a
+// script sent again after a timeout may charge twice, and
+// ContextTimeoutEnabled: true, without which go-redis ignores the deadline of
+// the limiter's timeout (the constructors reject such a *redis.Client or
+// *redis.ClusterClient). The limiters never close the client.
+package redislimit
