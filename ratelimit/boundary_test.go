@@ -116,8 +116,8 @@ func hammer(t *testing.T, p sluice.Policy, step time.Duration) (start, end time.
 	return step, time.Duration(clock.Load()), kept.Load()
 }
 
-// limiter is what every limiter of this package offers besides Policy.
-type limiter interface {
+// decidingLimiter is what every limiter of this package offers besides Policy.
+type decidingLimiter interface {
 	sluice.Policy
 	AllowAt(now time.Duration) bool
 	DecideAt(now time.Duration, n int64) sluice.Decision
@@ -126,7 +126,7 @@ type limiter interface {
 // assertAllocFree checks that l decides without allocating, through each of
 // its paths, once warm calls have grown it to its working size. Every third
 // admitted call is released.
-func assertAllocFree(t *testing.T, l limiter, step time.Duration) {
+func assertAllocFree(t *testing.T, l decidingLimiter, step time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	var now time.Duration
@@ -149,7 +149,7 @@ func assertAllocFree(t *testing.T, l limiter, step time.Duration) {
 	assert.Zero(t, testing.AllocsPerRun(1000, call))
 }
 
-// conformance runs the policy conformance suite on the limiters of newL.
-func conformance(t *testing.T, newL func(t *testing.T) sluice.Policy) {
+// rateConformance runs the policy conformance suite on the limiters of newL.
+func rateConformance(t *testing.T, newL func(t *testing.T) sluice.Policy) {
 	policytest.Run(t, policytest.Config{New: newL, Causes: []error{sluice.ErrRateLimited}})
 }

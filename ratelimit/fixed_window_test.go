@@ -104,7 +104,7 @@ func TestFixedWindowClockAndName(t *testing.T) {
 }
 
 func TestFixedWindowConformance(t *testing.T) {
-	conformance(t, func(t *testing.T) sluice.Policy { return mustFixedWindow(t, 10, 50*ms) })
+	rateConformance(t, func(t *testing.T) sluice.Policy { return mustFixedWindow(t, 10, 50*ms) })
 }
 
 func TestFixedWindowAllocatesNothing(t *testing.T) {

@@ -117,7 +117,7 @@ func TestLeakyBucketClockAndName(t *testing.T) {
 }
 
 func TestLeakyBucketConformance(t *testing.T) {
-	conformance(t, func(t *testing.T) sluice.Policy { return mustLeakyBucket(t, Every(5*ms), 10) })
+	rateConformance(t, func(t *testing.T) sluice.Policy { return mustLeakyBucket(t, Every(5*ms), 10) })
 }
 
 func TestLeakyBucketAllocatesNothing(t *testing.T) {

@@ -165,7 +165,7 @@ func TestSlidingLogClockAndName(t *testing.T) {
 }
 
 func TestSlidingLogConformance(t *testing.T) {
-	conformance(t, func(t *testing.T) sluice.Policy { return mustSlidingLog(t, 10, 50*ms) })
+	rateConformance(t, func(t *testing.T) sluice.Policy { return mustSlidingLog(t, 10, 50*ms) })
 }
 
 func TestSlidingLogAllocatesNothing(t *testing.T) {

@@ -94,7 +94,7 @@ func TestSlidingWindowClockAndName(t *testing.T) {
 }
 
 func TestSlidingWindowConformance(t *testing.T) {
-	conformance(t, func(t *testing.T) sluice.Policy { return mustSlidingWindow(t, 10, 50*ms, 5) })
+	rateConformance(t, func(t *testing.T) sluice.Policy { return mustSlidingWindow(t, 10, 50*ms, 5) })
 }
 
 func TestSlidingWindowAllocatesNothing(t *testing.T) {
