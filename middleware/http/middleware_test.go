@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,4 +262,33 @@ func TestKeyByCookieThroughMiddleware(t *testing.T) {
 	assert.Equal(t, "abc", key)
 	serve(h, http.MethodGet, "/")
 	assert.Equal(t, "anonymous", key)
+}
+
+func TestConcurrentRequestsNeverExceedTheLimit(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	g := newGuard(t, clock, newWindow(t, 50, time.Minute), newBreaker(t, 1000, time.Minute))
+	var ok, limited atomic.Int64
+	h := Middleware(WithGuard(g))(statusHandler(200))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				rec := serve(h, http.MethodGet, "/")
+				switch rec.Code {
+				case 200:
+					ok.Add(1)
+					assert.NotEmpty(t, rec.Header().Get("RateLimit"))
+				case 429:
+					limited.Add(1)
+				default:
+					t.Errorf("status %d", rec.Code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 50, ok.Load())
+	assert.EqualValues(t, 150, limited.Load())
 }
