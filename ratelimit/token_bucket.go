@@ -323,16 +323,19 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if act-now > maxDelay {
 			return Reservation{}, act - now
 		}
-		if !c.tat.v.CompareAndSwap(tat, next) {
-			continue
-		}
 		if act > now {
+			// Raised before the TAT moves, so that no release slips below
+			// this turn in between. A failed CAS leaves it high: releases
+			// then give back less, never more.
 			for {
 				e := c.edge.Load()
 				if e >= next || c.edge.CompareAndSwap(e, next) {
 					break
 				}
 			}
+		}
+		if !c.tat.v.CompareAndSwap(tat, next) {
+			continue
 		}
 		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, ok: true}, 0
 	}
