@@ -331,3 +331,55 @@ func TestTokenBucketAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestTokenBucketConcurrentMixedNeverOver has 64 goroutines mix every way of
+// taking and giving back tokens: Allow, Admit then Released, reservations
+// kept or cancelled. The tokens used (admissions kept, reservations kept, at
+// their instants) never exceed burst + elapsed × rate.
+func TestTokenBucketConcurrentMixedNeverOver(t *testing.T) {
+	const burst, workers, calls = 10, 64, 300
+	iv := time.Millisecond
+	tb := mustTokenBucket(t, PerSecond(1000), burst)
+	var clock, used, latest atomic.Int64
+	observe := func(at int64) {
+		for {
+			l := latest.Load()
+			if at <= l || latest.CompareAndSwap(l, at) {
+				return
+			}
+		}
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				now := clock.Add(int64(10 * time.Microsecond))
+				switch (w + i) % 4 {
+				case 0:
+					if tb.AllowAt(time.Duration(now)) {
+						used.Add(1)
+						observe(now)
+					}
+				case 1:
+					if d, tk := tb.Admit(ctx, time.Duration(now)); d.Allowed {
+						tb.Done(tk, sluice.Released, time.Duration(now), 0)
+					}
+				case 2:
+					r := tb.ReserveNAt(time.Duration(now), 2)
+					r.CancelAt(time.Duration(now))
+				case 3:
+					if r := tb.ReserveNAt(time.Duration(now), 1); r.DelayFrom(time.Duration(now)) <= 2*iv {
+						used.Add(1)
+						observe(now + int64(r.DelayFrom(time.Duration(now))))
+					} else {
+						r.CancelAt(time.Duration(now))
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, used.Load(), burst+latest.Load()/int64(iv))
+	assert.Positive(t, used.Load())
+}
