@@ -82,6 +82,23 @@ func TestClientIP(t *testing.T) {
 			want:   "198.51.100.7", ok: true,
 		},
 		{
+			name: "XFF with bracketed IPv6 and port, and IPv4 with port", opts: trusted,
+			remote: "10.0.0.1:5000", header: http.Header{"X-Forwarded-For": {"[2001:db8::9]:4000, 198.51.100.3:81, 10.0.0.5"}},
+			want: "198.51.100.3", ok: true,
+		},
+		{
+			name: "Forwarded obfuscated node stops at the nearest trusted hop", opts: trusted,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for=198.51.100.7, for=_hidden, for=10.3.3.3`}},
+			want: "10.3.3.3", ok: true,
+		},
+		{
+			name: "Forwarded element without for= stops", opts: trusted,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for=198.51.100.7, proto=https`}},
+			want: "10.0.0.1", ok: true,
+		},
+		{
 			name: "X-Real-IP from trusted peer", opts: trusted,
 			remote: "[fd00::5]:5000", header: http.Header{"X-Real-Ip": {"198.51.100.8"}},
 			want: "198.51.100.8", ok: true,
