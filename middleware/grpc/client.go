@@ -67,7 +67,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
-		return newRejection(d)
+		return newRejection(err, d)
 	}
 	err = c.invoke(ctx, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {
@@ -162,7 +162,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
-		return nil, newRejection(d)
+		return nil, newRejection(err, d)
 	}
 	return c.openStream(ctx, desc, cc, method, streamer, opts, rt.Guard, &done)
 }

@@ -73,7 +73,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
-		return c.rejectUnary(ctx, req, info.FullMethod, rt, d)
+		return c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
 	}
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
@@ -113,7 +113,7 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 			d, done, err := rt.Guard.Admit(ctx)
 			if err != nil {
 				a.record(sluice.Released)
-				return c.rejectUnary(ctx, req, info.FullMethod, rt, d)
+				return c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
 			}
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
@@ -167,21 +167,21 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 
 // rejectUnary answers a rejected unary call: with its fallback when one is
 // set for its method and cause, else with the rejection.
-func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *middleware.Route, d sluice.Decision) (any, error) {
+func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
 	if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
 		return fb(ctx, req, d)
 	}
-	return nil, rejectCall(ctx, rt, d, grpc.SetHeader)
+	return nil, rejectCall(ctx, rt, d, err, grpc.SetHeader)
 }
 
 // rejectCall returns the error that answers a rejection, after setting the
 // RateLimit header metadata with set (grpc.SetHeader, a stream's SetHeader)
 // when the rejecting policy has a quota.
-func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) error {
+func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error, set func(context.Context, metadata.MD) error) error {
 	if d.Limit >= 0 && d.Policy != "" && set != nil {
 		_ = set(ctx, quotaMetadata(rt, d, retryDelay(d)))
 	}
-	return newRejection(d)
+	return newRejection(err, d)
 }
 
 func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {

@@ -3,6 +3,8 @@ package sluicegrpc
 import (
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -10,8 +12,8 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // ErrorDomain is the domain of the errdetails.ErrorInfo that every sluice
@@ -84,18 +86,31 @@ func causeOfReason(reason string) (error, sluice.Cause) {
 
 // message names the cause and, when known, the delay; never an error text.
 func message(c sluice.Cause, retryAfter time.Duration) string {
-	var b strings.Builder
-	b.WriteString("sluice: ")
-	if c == sluice.CauseNone {
-		b.WriteString("rejected")
-	} else {
-		b.WriteString(strings.ReplaceAll(c.String(), "-", " "))
-	}
+	var buf [80]byte
+	b := append(buf[:0], "sluice: "...)
+	b = append(b, causeText(c)...)
 	if retryAfter > 0 {
-		b.WriteString("; retry after ")
-		b.WriteString(retryAfter.String())
+		b = append(b, "; retry after "...)
+		b = append(b, retryAfter.String()...)
 	}
-	return b.String()
+	return string(b)
+}
+
+// causeText is cause c in words: "rate limited", "circuit open".
+func causeText(c sluice.Cause) string {
+	switch c {
+	case sluice.CauseRateLimited:
+		return "rate limited"
+	case sluice.CauseCircuitOpen:
+		return "circuit open"
+	case sluice.CauseOverloaded:
+		return "overloaded"
+	case sluice.CauseConcurrencyLimited:
+		return "concurrency limited"
+	case sluice.CauseTimeout:
+		return "timeout"
+	}
+	return "rejected"
 }
 
 // RejectionStatus returns the gRPC status that answers the rejection d: the
@@ -112,18 +127,70 @@ func RejectionStatus(d sluice.Decision) *status.Status {
 func rejectionStatus(d sluice.Decision, code codes.Code) *status.Status {
 	c := sluice.CauseOf(d.Cause)
 	delay := retryDelay(d)
-	p := &spb.Status{Code: int32(code), Message: message(c, delay)}
-	if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)}); err == nil {
-		p.Details = append(p.Details, a)
-	}
-	info := &errdetails.ErrorInfo{Reason: Reason(c), Domain: ErrorDomain}
-	if d.Policy != "" {
-		info.Metadata = map[string]string{MetadataPolicy: d.Policy}
-	}
-	if a, err := anypb.New(info); err == nil {
-		p.Details = append(p.Details, a)
+	p := &spb.Status{Code: int32(code), Message: message(c, delay), Details: []*anypb.Any{retryInfo(delay)}}
+	if info := errorInfo(Reason(c), d.Policy); info != nil {
+		p.Details = append(p.Details, info)
 	}
 	return status.FromProto(p)
+}
+
+const retryInfoURL = "type.googleapis.com/google.rpc.RetryInfo"
+
+// retryInfo returns an errdetails.RetryInfo of delay as an Any, encoded by
+// hand: RetryInfo{retry_delay: Duration{seconds, nanos}} is two varints in
+// one nested message, and the rejection path stays cheap.
+func retryInfo(delay time.Duration) *anypb.Any {
+	var dur [24]byte
+	b := dur[:0]
+	if s := int64(delay / time.Second); s != 0 {
+		b = protowire.AppendTag(b, 1, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(s))
+	}
+	if n := int32(delay % time.Second); n != 0 {
+		b = protowire.AppendTag(b, 2, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(n))
+	}
+	v := make([]byte, 0, len(b)+4)
+	v = protowire.AppendTag(v, 1, protowire.BytesType)
+	v = protowire.AppendBytes(v, b)
+	return &anypb.Any{TypeUrl: retryInfoURL, Value: v}
+}
+
+// errorInfos caches the encoded ErrorInfo of each reason and policy: they
+// are few (one per configured policy and cause) and never change. Past
+// maxErrorInfos entries, new ones are encoded for each rejection.
+var (
+	errorInfos     sync.Map // errorInfoKey → *anypb.Any
+	errorInfoCount atomic.Int64
+)
+
+const maxErrorInfos = 4096
+
+type errorInfoKey struct{ reason, policy string }
+
+// errorInfo returns the errdetails.ErrorInfo of reason and policy as an Any,
+// nil if it cannot be encoded. The Any is shared: status.FromProto copies it
+// into each status. A policy name that is not valid UTF-8 (which a protobuf
+// string cannot carry) has its invalid bytes replaced.
+func errorInfo(reason, policy string) *anypb.Any {
+	k := errorInfoKey{reason, policy}
+	if a, ok := errorInfos.Load(k); ok {
+		return a.(*anypb.Any)
+	}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	if policy != "" {
+		info.Metadata = map[string]string{MetadataPolicy: strings.ToValidUTF8(policy, "\uFFFD")}
+	}
+	a, err := anypb.New(info)
+	if err != nil {
+		return nil
+	}
+	if errorInfoCount.Load() < maxErrorInfos {
+		if _, loaded := errorInfos.LoadOrStore(k, a); !loaded {
+			errorInfoCount.Add(1)
+		}
+	}
+	return a
 }
 
 // rejection is the error the interceptors return for their own rejections:
@@ -137,12 +204,22 @@ type rejection struct {
 func (e *rejection) Error() string              { return e.st.Err().Error() }
 func (e *rejection) GRPCStatus() *status.Status { return e.st }
 func (e *rejection) Unwrap() error              { return e.rej }
-func newRejection(d sluice.Decision) *rejection {
-	return newRejectionCode(d, Code(sluice.CauseOf(d.Cause)))
+func (e *rejection) Is(target error) bool       { return target == sluice.ErrRejected }
+
+// newRejection returns the rejection of err, a Guard's *sluice.RejectedError
+// for d (made anew when err is not one), answered with the code of its
+// cause.
+func newRejection(err error, d sluice.Decision) *rejection {
+	return newRejectionCode(err, d, Code(sluice.CauseOf(d.Cause)))
 }
-func (e *rejection) Is(target error) bool { return target == sluice.ErrRejected }
-func newRejectionCode(d sluice.Decision, code codes.Code) *rejection {
-	return &rejection{rej: &sluice.RejectedError{Decision: d}, st: rejectionStatus(d, code)}
+
+// newRejectionCode is newRejection answered with code.
+func newRejectionCode(err error, d sluice.Decision, code codes.Code) *rejection {
+	re, ok := err.(*sluice.RejectedError)
+	if !ok {
+		re = &sluice.RejectedError{Decision: d}
+	}
+	return &rejection{rej: re, st: rejectionStatus(d, code)}
 }
 
 // Error converts a sluice rejection (an error matching sluice.ErrRejected and
@@ -160,7 +237,7 @@ func Error(err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	return newRejection(re.Decision)
+	return newRejection(re, re.Decision)
 }
 
 // RejectionOf reads back a rejection from a sluice server out of err, a

@@ -62,7 +62,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		d, dn, err := rt.Guard.Admit(ctx)
 		if err != nil {
 			a.record(sluice.Released)
-			return rejectCall(ctx, rt, d, streamHeader(ss))
+			return rejectCall(ctx, rt, d, err, streamHeader(ss))
 		}
 		done = dn
 		if c.quotaMD {
@@ -119,7 +119,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	}
 	d, done, err := s.msg.Guard.Admit(s.ctx)
 	if err != nil {
-		r := newRejectionCode(d, codes.ResourceExhausted)
+		r := newRejectionCode(err, d, codes.ResourceExhausted)
 		if d.Limit >= 0 && d.Policy != "" {
 			s.ServerStream.SetTrailer(quotaMetadata(s.msg, d, retryDelay(d)))
 		}

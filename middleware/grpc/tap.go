@@ -92,7 +92,7 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	d, done, err := rt.Guard.Admit(kctx)
 	if err != nil {
-		return ctx, newRejection(d)
+		return ctx, newRejection(err, d)
 	}
 	a := &tapAdmission{guard: rt.Guard, done: done}
 	a.stop = context.AfterFunc(ctx, a.abandon)

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -19,7 +20,7 @@ import (
 )
 
 func TestClassify(t *testing.T) {
-	rejected := newRejection(sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrCircuitOpen})
+	rejected := newRejection(nil, sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrCircuitOpen})
 	tests := []struct {
 		name string
 		err  error
@@ -245,4 +246,23 @@ func TestAdmittedCallAllocatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = c(ctx, methodCheck, nil, nil, nil, invoke) }), "unary client")
+}
+
+func TestRetryInfoEncoding(t *testing.T) {
+	for _, d := range []time.Duration{time.Nanosecond, 999 * time.Millisecond, time.Second, 2500 * time.Millisecond,
+		time.Hour + 7*time.Nanosecond, 10 * 365 * 24 * time.Hour} {
+		m, err := retryInfo(d).UnmarshalNew()
+		require.NoError(t, err, d)
+		ri, ok := m.(*errdetails.RetryInfo)
+		require.True(t, ok)
+		assert.Equal(t, d, ri.GetRetryDelay().AsDuration())
+	}
+}
+
+func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
+	st := RejectionStatus(sluice.Decision{Policy: "bad\xffname", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen})
+	d, ok := RejectionOf(st.Err())
+	require.True(t, ok)
+	assert.Equal(t, "bad\uFFFDname", d.Policy)
+	assert.Equal(t, time.Second, d.RetryAfter)
 }
