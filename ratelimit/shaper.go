@@ -42,8 +42,10 @@ const (
 // were promised their instants.
 //
 // As a sluice.Policy, Admit blocks until the turn, on a timer that follows
-// fake time inside a testing/synctest bubble. The Allow forms never wait:
-// they admit only a request whose turn is now.
+// fake time inside a testing/synctest bubble; a turn due exactly at the
+// context's deadline is kept. The Allow forms never wait: they admit only a
+// request whose turn is now. A decision allocates nothing, except the timer
+// of a request that has to wait.
 //
 // Decision.Limit is the queue's length in unit requests, maxWait/T + 1;
 // Remaining is how many more unit requests would be admitted at the instant
@@ -237,6 +239,9 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 	case <-timer.C:
 		return d, turn
 	case <-ctx.Done():
+		if !timer.Stop() {
+			return d, turn // the turn came as ctx ended: it is taken
+		}
 		s.giveBack(turn[0], turn[1])
 		cause := errAbandonedCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

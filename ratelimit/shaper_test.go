@@ -299,3 +299,44 @@ func TestShaperAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestShaperTurnAtTheDeadline pins that a turn due exactly at the context's
+// deadline is kept.
+func TestShaperTurnAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		require.True(t, s.Allow())
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		d, _ := s.Admit(ctx, clk.Now())
+		require.True(t, d.Allowed)
+		assert.Equal(t, 100*time.Millisecond, clk.Now())
+		assert.False(t, s.AllowAt(clk.Now()), "the turn was taken")
+	})
+}
+
+// TestShaperThroughGuardWaits runs a shaper in a Guard: three calls arriving
+// together run 100ms apart, and every one is reported done.
+func TestShaperThroughGuardWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		g, err := sluice.New(sluice.With(s), sluice.WithClock(clk))
+		require.NoError(t, err)
+		defer g.Close()
+		ran := make([]time.Duration, 3)
+		var wg sync.WaitGroup
+		for i := range ran {
+			wg.Go(func() {
+				require.NoError(t, g.Do(context.Background(), func(context.Context) error {
+					ran[i] = clk.Now()
+					return nil
+				}))
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, ran)
+	})
+}

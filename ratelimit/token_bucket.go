@@ -349,7 +349,8 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
 // tokens would come after ctx's deadline; in both cases it takes nothing.
 // When ctx ends during the wait, it gives the tokens back and returns
-// ctx.Err(). It waits with a timer, so inside a testing/synctest bubble it
+// ctx.Err(); tokens due exactly at the deadline are taken, and WaitN
+// returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	n = max(n, 1)
@@ -382,6 +383,9 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
+		if !timer.Stop() {
+			return nil // the tokens came as ctx ended: they are taken
+		}
 		r.CancelAt(tb.now())
 		return ctx.Err()
 	}

@@ -383,3 +383,19 @@ func TestTokenBucketConcurrentMixedNeverOver(t *testing.T) {
 	assert.LessOrEqual(t, used.Load(), burst+latest.Load()/int64(iv))
 	assert.Positive(t, used.Load())
 }
+
+// TestTokenBucketWaitTokensAtTheDeadline pins that tokens due exactly at the
+// context's deadline are taken: the wait neither rejects up front nor loses
+// the race with the deadline.
+func TestTokenBucketWaitTokensAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
+		require.True(t, tb.Allow())
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		require.NoError(t, tb.Wait(ctx))
+		assert.Equal(t, 100*time.Millisecond, clk.Now())
+		assert.False(t, tb.Allow(), "the token was taken")
+	})
+}
