@@ -45,7 +45,6 @@ const (
 type health struct {
 	healthpb.UnimplementedHealthServer
 	calls atomic.Int64
-	keys  chan string // when set, receives each call's sluice key
 }
 
 func codeFrom(ctx context.Context) error {

@@ -68,20 +68,22 @@ func Reason(c sluice.Cause) string {
 	return ReasonRejected
 }
 
-func causeOfReason(reason string) (error, sluice.Cause) {
+// causeOfReason returns the sluice error of an ErrorInfo reason, nil for an
+// unknown one.
+func causeOfReason(reason string) error {
 	switch reason {
 	case ReasonRateLimited:
-		return sluice.ErrRateLimited, sluice.CauseRateLimited
+		return sluice.ErrRateLimited
 	case ReasonCircuitOpen:
-		return sluice.ErrCircuitOpen, sluice.CauseCircuitOpen
+		return sluice.ErrCircuitOpen
 	case ReasonOverloaded:
-		return sluice.ErrOverloaded, sluice.CauseOverloaded
+		return sluice.ErrOverloaded
 	case ReasonConcurrencyLimited:
-		return sluice.ErrConcurrencyLimited, sluice.CauseConcurrencyLimited
+		return sluice.ErrConcurrencyLimited
 	case ReasonTimeout:
-		return sluice.ErrTimeout, sluice.CauseTimeout
+		return sluice.ErrTimeout
 	}
-	return nil, sluice.CauseNone
+	return nil
 }
 
 // message names the cause and, when known, the delay; never an error text.
@@ -270,7 +272,7 @@ func RejectionOf(err error) (sluice.Decision, bool) {
 			}
 			found = true
 			d.Policy = v.GetMetadata()[MetadataPolicy]
-			cause, _ := causeOfReason(v.GetReason())
+			cause := causeOfReason(v.GetReason())
 			if cause == nil {
 				cause = sluice.ErrRejected
 			}

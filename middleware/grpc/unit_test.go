@@ -122,9 +122,7 @@ func TestCodesAndReasons(t *testing.T) {
 	for _, tc := range tests {
 		assert.Equal(t, tc.code, Code(tc.cause), tc.cause.String())
 		assert.Equal(t, tc.reason, Reason(tc.cause), tc.cause.String())
-		cause, c := causeOfReason(tc.reason)
-		assert.Equal(t, tc.cause, c)
-		assert.Equal(t, tc.cause, sluice.CauseOf(cause))
+		assert.Equal(t, tc.cause, sluice.CauseOf(causeOfReason(tc.reason)))
 	}
 }
 
