@@ -103,6 +103,10 @@ func (tb *TokenBucket) Rate() Rate { return tb.cfg.Load().rate }
 // Burst returns the current capacity of the bucket.
 func (tb *TokenBucket) Burst() int64 { return tb.cfg.Load().burst }
 
+// Tokens returns the tokens the bucket holds now, reading its clock;
+// shorthand for TokensAt(clock.Now()).
+func (tb *TokenBucket) Tokens() float64 { return tb.TokensAt(tb.now()) }
+
 // TokensAt returns the tokens the bucket holds at instant now: at most the
 // burst, negative while reservations keep it in debt.
 func (tb *TokenBucket) TokensAt(now time.Duration) float64 {

@@ -60,6 +60,7 @@ func TestTokenBucketClock(t *testing.T) {
 	clk.Advance(500 * time.Millisecond)
 	assert.True(t, tb.Allow())
 	assert.False(t, tb.AllowN(3))
+	assert.InDelta(t, 0, tb.Tokens(), 1e-9)
 	assert.Equal(t, PerSecond(2), tb.Rate())
 	assert.Equal(t, int64(2), tb.Burst())
 	// The system clock works without an injected one.
