@@ -36,8 +36,9 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // returned error, classified by WithClassifier (default [Classify]); a
 // handler that panics is a Failure, and the panic goes on.
 //
-// With no key function and no skipper, an admitted call costs no
-// allocation.
+// An admitted call costs no allocation unless the interceptor has to find a
+// key (WithKey), consult a skipper, mark a critical method or send quota
+// metadata (WithQuotaMetadata).
 func UnaryServerInterceptor(opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	c, err := build(serverSide, opts)
 	if err != nil {
