@@ -12,6 +12,7 @@ import (
 // call is the per-request scratch of one decision, pooled: the keys and
 // arguments of the script, and what Done needs to give quota back.
 type call struct {
+	ctx      callCtx
 	keys     []string
 	args     []any
 	tags     []uint64
@@ -23,6 +24,28 @@ type call struct {
 type localTicket struct {
 	p  sluice.Policy
 	tk sluice.Ticket
+}
+
+// callCtx is the context of one call to Redis: the request's values, and the
+// limiter's deadline instead of the request's deadline and cancellation (a
+// decision is owed either way; the timeout bounds it). go-redis, with
+// ContextTimeoutEnabled, sets the deadline on the connection's reads and
+// writes. Its Done channel is nil: a call waiting for a free connection of a
+// full pool is bounded by the client's PoolTimeout instead. It lives in the
+// pooled call, so a decision allocates no context, timer or channel.
+type callCtx struct {
+	parent   context.Context
+	deadline time.Time
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *callCtx) Done() <-chan struct{}       { return nil }
+func (c *callCtx) Value(key any) any           { return c.parent.Value(key) }
+func (c *callCtx) Err() error {
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // Script modes, pre-boxed.
@@ -140,11 +163,9 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		j := 1 + 4*i
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
 	}
-	// The request's own deadline and cancellation do not cut the call short:
-	// a decision is owed either way, and the limiter's timeout bounds it.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
-	reply, err := decideScript.Run(rctx, l.client, c.keys, c.args...).Text()
-	cancel()
+	c.ctx = callCtx{parent: ctx, deadline: time.Now().Add(l.timeout)}
+	reply, err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Text()
+	c.ctx.parent = nil
 	if err == nil {
 		err = parseReply(reply, c.ds)
 	}
@@ -214,14 +235,14 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, trac
 		var di sluice.Decision
 		switch m.failure {
 		case FailOpen:
-			di = sluice.Decision{Allowed: true, Policy: m.name + ":open", Limit: -1}
+			di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
 		case FailClosed:
-			di = sluice.Decision{Policy: m.name + ":closed", Limit: -1, Cause: ErrUnavailable,
+			di = sluice.Decision{Policy: m.closedName, Limit: -1, Cause: ErrUnavailable,
 				RetryAfter: l.br.openLeft(now)}
 		default:
 			p, err := m.local.get(c.keys[i])
 			if err != nil { // validated at construction: cannot happen
-				di = sluice.Decision{Allowed: true, Policy: m.name + ":open", Limit: -1}
+				di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
 				break
 			}
 			var tk sluice.Ticket
@@ -263,9 +284,9 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 		return
 	}
 	c.args[0] = modeRefund
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	err := decideScript.Run(ctx, l.client, c.keys, c.args...).Err()
-	cancel()
+	c.ctx = callCtx{parent: context.Background(), deadline: time.Now().Add(l.timeout)}
+	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
+	c.ctx.parent = nil
 	if err != nil {
 		l.notify(l.br.failure(now, probe), now)
 		if l.observer != nil {

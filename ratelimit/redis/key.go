@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"sync"
 
 	"github.com/sluice-go/sluice"
 )
@@ -39,7 +40,15 @@ func appendHex(b []byte, h uint64) []byte {
 // The user key is hashed, so braces in it cannot choose the slot, and every
 // limit keyed by the same user key lands in the same slot.
 func (m *limit) key(ctx context.Context) (string, uint64) {
-	h := fnv64(m.keyFunc(ctx))
+	user := m.keyFunc(ctx)
+	if m.perResource {
+		return m.buildKey(ctx, user)
+	}
+	return m.keys.get(user, func() (string, uint64) { return m.buildKey(ctx, user) })
+}
+
+func (m *limit) buildKey(ctx context.Context, user string) (string, uint64) {
+	h := fnv64(user)
 	var buf [160]byte
 	b := append(buf[:0], m.keyPre...)
 	if m.perResource {
@@ -51,4 +60,37 @@ func (m *limit) key(ctx context.Context) (string, uint64) {
 	b = appendHex(b, h)
 	b = append(b, '}')
 	return string(b), h
+}
+
+// keyCacheSize bounds a limit's cache of Redis keys by user key.
+const keyCacheSize = 4096
+
+// keyCache remembers the Redis keys of recent user keys, so a returning user
+// costs a map lookup instead of a hash and an allocation. When full it starts
+// afresh.
+type keyCache struct {
+	mu sync.RWMutex
+	m  map[string]keyEntry
+}
+
+type keyEntry struct {
+	key string
+	tag uint64
+}
+
+func (c *keyCache) get(user string, build func() (string, uint64)) (string, uint64) {
+	c.mu.RLock()
+	e, ok := c.m[user]
+	c.mu.RUnlock()
+	if ok {
+		return e.key, e.tag
+	}
+	k, h := build()
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= keyCacheSize {
+		c.m = make(map[string]keyEntry)
+	}
+	c.m[user] = keyEntry{k, h}
+	c.mu.Unlock()
+	return k, h
 }

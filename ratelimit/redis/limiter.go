@@ -30,6 +30,9 @@ type limit struct {
 	perResource bool
 	failure     FailurePolicy
 	local       *localShare
+	keys        keyCache
+	openName    string // name + ":open"
+	closedName  string // name + ":closed"
 }
 
 // Limiter is a rate limit whose state lives in Redis, shared by every
@@ -186,6 +189,8 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		keyFunc:     cfg.keyFunc,
 		perResource: cfg.perResource,
 		failure:     cfg.failure,
+		openName:    cfg.name + ":open",
+		closedName:  cfg.name + ":closed",
 	}
 	if cfg.failure == FailLocal {
 		if _, err := share(); err != nil {
