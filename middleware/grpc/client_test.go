@@ -56,7 +56,7 @@ func TestClientRateLimitFailsWithoutCallingTheServer(t *testing.T) {
 	})
 }
 
-// TestClientServerRejectionIsAFailureOnlyWhenUnavailable pins how a client
+// TestClientCountsServerRejectionsByCode pins how a client
 // breaker counts a sluice server's own rejections: a peer that sheds load
 // (Unavailable) is failing, a peer that rate-limits this client is not.
 func TestClientCountsServerRejectionsByCode(t *testing.T) {

@@ -204,7 +204,7 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 	})
 }
 
-// TestServerHandlerErrorTextNeverLeaks pins that a rejection's message is
+// TestServerRejectionMessageNamesOnlyTheCause pins that a rejection's message is
 // the guard's own, whatever the handlers return.
 func TestServerRejectionMessageNamesOnlyTheCause(t *testing.T) {
 	st := RejectionStatus(sluice.Decision{Policy: "ratelimit/x", Limit: 5, RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited})
