@@ -27,9 +27,49 @@ import (
 
 var errDown = errors.New("dependency down")
 
-// BenchmarkBreakerClosed compares one call through a closed breaker that
-// succeeds: admit, then report the success, clock reads included, as each
-// library is meant to be used on its own. The sluice rows:
+// breakerRow is one row of the breaker benchmarks: setup builds the breaker
+// and returns one call through it, which reports whether the call was let
+// through. setup runs only when its row is selected.
+type breakerRow struct {
+	name  string
+	setup func(tb testing.TB) func() bool
+	// probabilistic rows (throttles with no open state) reject most calls,
+	// not all, once the dependency fails.
+	probabilistic bool
+}
+
+func allowFinish(br *breaker.Breaker) func() bool {
+	return func() bool {
+		pm, err := br.Allow()
+		if err != nil {
+			return false
+		}
+		pm.Finish(nil)
+		return true
+	}
+}
+
+// benchBreaker makes a breaker for a row, failing tb on a set-up error.
+func benchBreaker(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	br, err := breaker.New("bench", opts...)
+	setupErr(tb, err)
+	return br
+}
+
+func rolling(tb testing.TB, opts ...breaker.Option) *breaker.Breaker {
+	return benchBreaker(tb, append([]breaker.Option{breaker.WithRollingWindow(10*time.Second, 10)}, opts...)...)
+}
+
+func setupErr(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// closedRows: one call through a closed breaker that succeeds, admit and
+// report, clock reads included, as each library is meant to be used on its
+// own. The sluice rows:
 //
 //   - sluice: Allow + Finish with the defaults (5 consecutive failures, a
 //     count window): no clock read at all;
@@ -39,221 +79,265 @@ var errDown = errors.New("dependency down")
 //   - sluice-guard and guard-nop: a Guard holding the breaker, and the same
 //     Guard with a no-op policy; their difference is the breaker's share;
 //   - sluice-gobreaker-adapter: gobreaker v2 as the Guard's engine.
-func BenchmarkBreakerClosed(b *testing.B) {
-	ctx := context.Background()
-	allowFinish := func(br *breaker.Breaker) func() {
-		return func() {
-			if pm, err := br.Allow(); err == nil {
-				pm.Finish(nil)
-			}
-		}
-	}
-	row(b, "sluice", func() func() { return allowFinish(mustBreaker(breaker.New("bench"))) })
-	row(b, "sluice-rolling", func() func() {
-		return allowFinish(mustBreaker(breaker.New("bench", breaker.WithRollingWindow(10*time.Second, 10),
-			breaker.WithErrorRatio(0.5, 20))))
-	})
-	row(b, "sluice-slow", func() func() {
-		return allowFinish(mustBreaker(breaker.New("bench", breaker.WithRollingWindow(10*time.Second, 10),
-			breaker.WithSlowCallRatio(time.Second, 0.5, 20))))
-	})
-	row(b, "sluice-policy", func() func() {
-		br := mustBreaker(breaker.New("bench", breaker.WithRollingWindow(10*time.Second, 10), breaker.WithErrorRatio(0.5, 20)))
-		now := time.Second // the Guard's instant; one per call in real use
-		return func() {
-			if d, t := br.Admit(ctx, now); d.Allowed {
+var closedRows = []breakerRow{
+	{name: "sluice", setup: func(tb testing.TB) func() bool {
+		return allowFinish(benchBreaker(tb))
+	}},
+	{name: "sluice-rolling", setup: func(tb testing.TB) func() bool {
+		return allowFinish(rolling(tb, breaker.WithErrorRatio(0.5, 20)))
+	}},
+	{name: "sluice-slow", setup: func(tb testing.TB) func() bool {
+		return allowFinish(rolling(tb, breaker.WithSlowCallRatio(time.Second, 0.5, 20)))
+	}},
+	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
+		br := rolling(tb, breaker.WithErrorRatio(0.5, 20))
+		ctx, now := context.Background(), time.Second // the Guard's instant
+		return func() bool {
+			d, t := br.Admit(ctx, now)
+			if d.Allowed {
 				br.Done(t, sluice.Success, now, time.Microsecond)
 			}
+			return d.Allowed
 		}
-	})
-	ok := func(context.Context) error { return nil }
-	row(b, "sluice-guard", func() func() {
-		br := mustBreaker(breaker.New("bench", breaker.WithRollingWindow(10*time.Second, 10), breaker.WithErrorRatio(0.5, 20)))
-		g := mustBreaker(sluice.New(sluice.With(br)))
-		return func() { _ = g.Do(ctx, ok) }
-	})
-	row(b, "guard-nop", func() func() {
-		g := mustBreaker(sluice.New(sluice.With(nopPolicy{})))
-		return func() { _ = g.Do(ctx, ok) }
-	})
-	row(b, "sluice-gobreaker-adapter", func() func() {
-		ad := mustBreaker(gobreakeradapter.NewFromSettings(gobreakerv2.Settings{Name: "bench"}))
-		return func() {
-			if d, t := ad.Admit(ctx, 0); d.Allowed {
+	}},
+	{name: "sluice-guard", setup: func(tb testing.TB) func() bool {
+		return guardDo(tb, rolling(tb, breaker.WithErrorRatio(0.5, 20)))
+	}},
+	{name: "guard-nop", setup: func(tb testing.TB) func() bool {
+		return guardDo(tb, nopPolicy{})
+	}},
+	{name: "sluice-gobreaker-adapter", setup: func(tb testing.TB) func() bool {
+		ad, err := gobreakeradapter.NewFromSettings(gobreakerv2.Settings{Name: "bench"})
+		setupErr(tb, err)
+		ctx := context.Background()
+		return func() bool {
+			d, t := ad.Admit(ctx, 0)
+			if d.Allowed {
 				ad.Done(t, sluice.Success, 0, 0)
 			}
+			return d.Allowed
 		}
-	})
-	row(b, "gobreaker-v1", func() func() {
+	}},
+	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
 		cb := gobreakerv1.NewTwoStepCircuitBreaker(gobreakerv1.Settings{Name: "bench"})
-		return func() {
-			if done, err := cb.Allow(); err == nil {
+		return func() bool {
+			done, err := cb.Allow()
+			if err == nil {
 				done(true)
 			}
+			return err == nil
 		}
-	})
-	row(b, "gobreaker-v2", func() func() {
+	}},
+	{name: "gobreaker-v2", setup: func(testing.TB) func() bool {
 		cb := gobreakerv2.NewTwoStepCircuitBreaker[any](gobreakerv2.Settings{Name: "bench"})
-		return func() {
-			if done, err := cb.Allow(); err == nil {
+		return func() bool {
+			done, err := cb.Allow()
+			if err == nil {
 				done(nil)
 			}
+			return err == nil
 		}
-	})
-	row(b, "failsafe-go", func() func() {
+	}},
+	{name: "failsafe-go", setup: func(testing.TB) func() bool {
 		ex := failsafe.With[any](fscb.NewWithDefaults[any]())
 		fn := func() error { return nil }
-		return func() { _ = ex.Run(fn) }
-	})
-	row(b, "sentinel", func() func() {
-		res := sentinelBreaker(b, "bench-breaker-closed", 1e9)
-		return func() {
-			if e, blocked := sentinel.Entry(res); blocked == nil {
-				e.Exit()
-			}
-		}
-	})
-	row(b, "hystrix", func() func() {
-		hystrix.ConfigureCommand("bench-closed", hystrix.CommandConfig{Timeout: 10_000, MaxConcurrentRequests: 1 << 20})
+		return func() bool { return ex.Run(fn) == nil }
+	}},
+	{name: "sentinel", setup: func(tb testing.TB) func() bool {
+		return sentinelCall(sentinelBreaker(tb, "bench-breaker-closed", 1e9))
+	}},
+	{name: "hystrix", setup: func(testing.TB) func() bool {
+		hystrix.ConfigureCommand("bench-closed", hystrix.CommandConfig{Timeout: 10_000, MaxConcurrentRequests: 1024})
 		fn := func() error { return nil }
-		return func() { _ = hystrix.Do("bench-closed", fn, nil) }
-	})
-	row(b, "go-zero", func() func() {
+		return func() bool { return hystrix.Do("bench-closed", fn, nil) == nil }
+	}},
+	{name: "go-zero", setup: func(testing.TB) func() bool {
 		logx.Disable()
 		cb := zerobreaker.NewBreaker()
-		return func() {
-			if p, err := cb.Allow(); err == nil {
+		return func() bool {
+			p, err := cb.Allow()
+			if err == nil {
 				p.Accept()
 			}
+			return err == nil
 		}
-	})
-	row(b, "kratos-sre", func() func() {
+	}},
+	{name: "kratos-sre", setup: func(testing.TB) func() bool {
 		cb := sre.NewBreaker()
-		return func() {
-			if cb.Allow() == nil {
-				cb.MarkSuccess()
+		return func() bool {
+			if cb.Allow() != nil {
+				return false
 			}
+			cb.MarkSuccess()
+			return true
 		}
-	})
+	}},
 }
 
-// BenchmarkBreakerOpen compares the rejection of a call by an open breaker,
-// clock reads included. go-zero's and Kratos' breakers are probabilistic
-// throttles with no open state: their rows measure them after a run of
-// failures, where they reject nearly every call.
-func BenchmarkBreakerOpen(b *testing.B) {
-	ctx := context.Background()
-	row(b, "sluice", func() func() {
-		br := mustBreaker(breaker.New("bench", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour)))
+// openRows: the rejection of a call by an open breaker, clock reads
+// included. go-zero's and Kratos' breakers are probabilistic throttles with
+// no open state: their rows measure them after a run of failures, where they
+// reject nearly every call.
+var openRows = []breakerRow{
+	{name: "sluice", setup: func(tb testing.TB) func() bool {
+		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
 		pm, _ := br.Allow()
 		pm.Record(sluice.Failure)
-		return func() { _, _ = br.Decide() }
-	})
-	row(b, "sluice-forced", func() func() {
-		br := mustBreaker(breaker.New("bench"))
+		return func() bool { d, _ := br.Decide(); return d.Allowed }
+	}},
+	{name: "sluice-forced", setup: func(tb testing.TB) func() bool {
+		br := benchBreaker(tb)
 		br.ForceOpen()
-		return func() { _, _ = br.Decide() }
-	})
-	row(b, "sluice-policy", func() func() {
-		br := mustBreaker(breaker.New("bench"))
+		return func() bool { d, _ := br.Decide(); return d.Allowed }
+	}},
+	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
+		br := benchBreaker(tb)
 		br.OpenFor(sluice.Now(), time.Hour)
-		return func() { _, _ = br.Admit(ctx, sluice.Now()) }
-	})
-	row(b, "gobreaker-v1", func() func() {
+		ctx := context.Background()
+		return func() bool { d, _ := br.Admit(ctx, sluice.Now()); return d.Allowed }
+	}},
+	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
 		cb := gobreakerv1.NewTwoStepCircuitBreaker(gobreakerv1.Settings{Name: "bench", Timeout: time.Hour})
 		for range 6 {
 			if done, err := cb.Allow(); err == nil {
 				done(false)
 			}
 		}
-		return func() { _, _ = cb.Allow() }
-	})
-	row(b, "gobreaker-v2", func() func() {
+		return func() bool { _, err := cb.Allow(); return err == nil }
+	}},
+	{name: "gobreaker-v2", setup: func(testing.TB) func() bool {
 		cb := gobreakerv2.NewTwoStepCircuitBreaker[any](gobreakerv2.Settings{Name: "bench", Timeout: time.Hour})
 		for range 6 {
 			if done, err := cb.Allow(); err == nil {
 				done(errDown)
 			}
 		}
-		return func() { _, _ = cb.Allow() }
-	})
-	row(b, "failsafe-go", func() func() {
+		return func() bool { _, err := cb.Allow(); return err == nil }
+	}},
+	{name: "failsafe-go", setup: func(testing.TB) func() bool {
 		cb := fscb.NewWithDefaults[any]()
 		cb.Open()
 		ex := failsafe.With[any](cb)
 		fn := func() error { return nil }
-		return func() { _ = ex.Run(fn) }
-	})
-	row(b, "sentinel", func() func() {
-		res := sentinelBreaker(b, "bench-breaker-open", 1)
+		return func() bool { return ex.Run(fn) == nil }
+	}},
+	{name: "sentinel", setup: func(tb testing.TB) func() bool {
+		res := sentinelBreaker(tb, "bench-breaker-open", 1)
 		for range 5 {
 			if e, blocked := sentinel.Entry(res); blocked == nil {
 				sentinel.TraceError(e, errDown)
 				e.Exit()
 			}
 		}
-		if e, blocked := sentinel.Entry(res); blocked == nil {
-			e.Exit()
-			b.Fatal("sentinel breaker did not open")
-		}
-		return func() {
-			if e, blocked := sentinel.Entry(res); blocked == nil {
-				e.Exit()
-			}
-		}
-	})
-	row(b, "hystrix", func() func() {
-		hystrixOpen(b, "bench-open")
+		return sentinelCall(res)
+	}},
+	{name: "hystrix", setup: func(tb testing.TB) func() bool {
+		hystrixOpen(tb, "bench-open")
 		fn := func() error { return nil }
-		return func() { _ = hystrix.Do("bench-open", fn, nil) }
-	})
-	row(b, "go-zero", func() func() {
+		return func() bool { return hystrix.Do("bench-open", fn, nil) == nil }
+	}},
+	{name: "go-zero", probabilistic: true, setup: func(testing.TB) func() bool {
 		logx.Disable()
 		cb := zerobreaker.NewBreaker()
 		for range 1000 {
 			_ = cb.Do(func() error { return errDown })
 		}
-		return func() {
-			if p, err := cb.Allow(); err == nil {
+		return func() bool {
+			p, err := cb.Allow()
+			if err == nil {
 				p.Reject("down")
 			}
+			return err == nil
 		}
-	})
-	row(b, "kratos-sre", func() func() {
+	}},
+	{name: "kratos-sre", probabilistic: true, setup: func(testing.TB) func() bool {
 		cb := sre.NewBreaker()
 		for range 1000 {
 			if cb.Allow() == nil {
 				cb.MarkFailed()
 			}
 		}
-		return func() {
-			if cb.Allow() == nil {
-				cb.MarkFailed()
+		return func() bool {
+			if cb.Allow() != nil {
+				return false
 			}
+			cb.MarkFailed()
+			return true
 		}
-	})
+	}},
 }
 
-// row benchmarks the operation that setup returns, serially and in
-// parallel, with allocations reported; setup runs only when the row is
-// selected.
-func row(b *testing.B, name string, setup func() func()) {
-	b.Run(name, func(b *testing.B) {
-		op := setup()
-		b.ReportAllocs()
-		for b.Loop() {
-			op()
-		}
-	})
-	b.Run(name+"/parallel", func(b *testing.B) {
-		op := setup()
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+// BenchmarkBreakerClosed runs closedRows, serially and in parallel.
+func BenchmarkBreakerClosed(b *testing.B) { benchRows(b, closedRows) }
+
+// BenchmarkBreakerOpen runs openRows, serially and in parallel.
+func BenchmarkBreakerOpen(b *testing.B) { benchRows(b, openRows) }
+
+func benchRows(b *testing.B, rows []breakerRow) {
+	for _, r := range rows {
+		b.Run(r.name, func(b *testing.B) {
+			op := r.setup(b)
+			b.ReportAllocs()
+			for b.Loop() {
 				op()
 			}
 		})
-	})
+		b.Run(r.name+"/parallel", func(b *testing.B) {
+			op := r.setup(b)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op()
+				}
+			})
+		})
+	}
+}
+
+// TestBreakerBenchRows keeps the rows honest: every closed row lets its
+// calls through, and every open row rejects them.
+func TestBreakerBenchRows(t *testing.T) {
+	check := func(t *testing.T, rows []breakerRow, want bool) {
+		for _, r := range rows {
+			t.Run(r.name, func(t *testing.T) {
+				op := r.setup(t)
+				same := 0
+				for range 100 {
+					if op() == want {
+						same++
+					}
+				}
+				if r.probabilistic {
+					if same < 80 {
+						t.Fatalf("%d of 100 calls answered %v", same, want)
+					}
+				} else if same != 100 {
+					t.Fatalf("%d of 100 calls answered %v", same, want)
+				}
+			})
+		}
+	}
+	t.Run("closed", func(t *testing.T) { check(t, closedRows, true) })
+	t.Run("open", func(t *testing.T) { check(t, openRows, false) })
+}
+
+func guardDo(tb testing.TB, p sluice.Policy) func() bool {
+	g, err := sluice.New(sluice.With(p))
+	setupErr(tb, err)
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	return func() bool { return g.Do(ctx, fn) == nil }
+}
+
+func sentinelCall(resource string) func() bool {
+	return func() bool {
+		e, blocked := sentinel.Entry(resource)
+		if blocked != nil {
+			return false
+		}
+		e.Exit()
+		return true
+	}
 }
 
 var sentinelBreakerOnce sync.Once
@@ -262,12 +346,12 @@ var sentinelBreakerOnce sync.Once
 // directory, and loads an error-count breaker rule of threshold on a
 // resource. Sentinel's state is global: when the limiter rows started it
 // first, a second start is refused and the one running serves.
-func sentinelBreaker(b *testing.B, resource string, threshold float64) string {
+func sentinelBreaker(tb testing.TB, resource string, threshold float64) string {
 	sentinelBreakerOnce.Do(func() {
 		conf := sentinelconfig.NewDefaultConfig()
 		conf.Sentinel.Log.Dir = os.TempDir() + "/sluice-bench-sentinel"
 		if err := sentinel.InitWithConfig(conf); err != nil {
-			b.Logf("sentinel: %v", err)
+			tb.Logf("sentinel: %v", err)
 		}
 	})
 	if _, err := sentinelcb.LoadRulesOfResource(resource, []*sentinelcb.Rule{{
@@ -278,7 +362,7 @@ func sentinelBreaker(b *testing.B, resource string, threshold float64) string {
 		StatIntervalMs:   10_000,
 		Threshold:        threshold,
 	}}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return resource
 }
@@ -286,29 +370,21 @@ func sentinelBreaker(b *testing.B, resource string, threshold float64) string {
 // hystrixOpen configures a hystrix command and fails it until its circuit
 // opens; hystrix updates its health from a metrics goroutine, so this waits
 // for it, a second at most.
-func hystrixOpen(b *testing.B, name string) {
+func hystrixOpen(tb testing.TB, name string) {
 	hystrix.ConfigureCommand(name, hystrix.CommandConfig{
-		Timeout: 10_000, MaxConcurrentRequests: 1 << 20,
+		Timeout: 10_000, MaxConcurrentRequests: 1024,
 		RequestVolumeThreshold: 1, ErrorPercentThreshold: 1, SleepWindow: 3_600_000,
 	})
 	c, _, err := hystrix.GetCircuit(name)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Second)
 	for !c.IsOpen() {
 		if time.Now().After(deadline) {
-			b.Fatal("hystrix circuit did not open")
+			tb.Fatal("hystrix circuit did not open")
 		}
 		_ = hystrix.Do(name, func() error { return errDown }, nil)
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// mustBreaker returns v, and panics on a set-up error.
-func mustBreaker[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
