@@ -117,6 +117,7 @@ func (w *countWindow) read() tally {
 type bucket struct {
 	total atomic.Int64
 	fs    atomic.Uint64
+	epoch atomic.Int64 // the epoch the bucket holds since it was last recycled
 }
 
 // timeWindow counts calls over the last n buckets of width each. Epoch e is
@@ -150,6 +151,9 @@ func newTimeWindow(length time.Duration, buckets int, aggTotal bool) *timeWindow
 		bkts:     make([]bucket, buckets),
 	}
 	w.head.Store(noEpoch)
+	for i := range w.bkts {
+		w.bkts[i].epoch.Store(noEpoch)
+	}
 	return w
 }
 
@@ -199,6 +203,7 @@ func (w *timeWindow) advance(e int64) {
 			if t != 0 && w.aggTotal {
 				w.total.Add(-t)
 			}
+			b.epoch.Store(ep)
 		}
 		w.cleaned.Add(1)
 		return
@@ -262,8 +267,28 @@ func (w *timeWindow) calls() int64 {
 	return t
 }
 
-// readAt returns the aggregates of the window ending at now.
+// readAt returns the counts of the window ending at instant now, without
+// moving the window: it sums the buckets whose epoch lies in it, so a reader
+// on another clock than the calls' can do no harm.
 func (w *timeWindow) readAt(now time.Duration) tally {
-	w.advance(w.epoch(now))
-	return w.read()
+	e := w.epoch(now)
+	for i := 0; ; i++ {
+		started := w.cleaning.Load()
+		finished := w.cleaned.Load()
+		var t tally
+		for j := range w.bkts {
+			b := &w.bkts[j]
+			if ep := b.epoch.Load(); ep <= e-w.n || ep > e {
+				continue
+			}
+			lo, hi := unpack(b.fs.Load())
+			t.total += b.total.Load()
+			t.lo += lo
+			t.hi += hi
+		}
+		if (started == finished && w.cleaning.Load() == started) || i == 8 {
+			return t
+		}
+		runtime.Gosched()
+	}
 }

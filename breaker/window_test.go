@@ -101,11 +101,13 @@ func TestTimeWindowRollsBuckets(t *testing.T) {
 	assert.Equal(t, tally{total: 1, lo: 1}, w.readAt(110*sec))
 	add(110*sec, 0)
 	assert.Equal(t, tally{total: 2, lo: 1}, w.readAt(114*sec))
-	// Idle for longer than the window: everything has left.
+	// Idle for longer than the window: everything has left. Reading does not
+	// move the window.
 	assert.Equal(t, tally{}, w.readAt(200*sec))
+	assert.Equal(t, tally{total: 2, lo: 1}, w.read())
 	// An instant older than the window counts in the newest bucket.
 	add(50*sec, 1)
-	assert.Equal(t, tally{total: 1, lo: 1}, w.readAt(200*sec))
+	assert.Equal(t, tally{total: 3, lo: 2}, w.readAt(114*sec))
 	// Negative instants are instants like any other.
 	n := newTimeWindow(10*sec, 10, true)
 	n.add(n.epoch(-15*sec), 1, 1, 0)
