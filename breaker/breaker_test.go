@@ -658,3 +658,22 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		_ = d
 	}), "open Decide")
 }
+
+func TestCountsOnRollingWindowFollowTheClock(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithRollingWindow(10*sec, 10), breaker.WithErrorRatio(0.9, 100))
+	for range 3 {
+		pm, err := b.Allow()
+		require.NoError(t, err)
+		pm.Record(F)
+	}
+	clk.Advance(5 * sec)
+	pm, err := b.Allow()
+	require.NoError(t, err)
+	pm.Record(S)
+	assert.Equal(t, breaker.Counts{Requests: 4, Successes: 1, Failures: 3, ConsecutiveFailures: 0}, b.Counts())
+	clk.Advance(5 * sec) // the first three leave the window
+	assert.Equal(t, breaker.Counts{Requests: 1, Successes: 1}, b.Counts())
+	clk.Advance(time.Hour)
+	assert.Zero(t, b.Counts())
+}
