@@ -153,8 +153,10 @@ func (b *Breaker) Counts() Counts {
 // Admit decides on a call at the monotonic instant now: a closed breaker
 // admits it, an open one rejects it with sluice.ErrCircuitOpen and a
 // RetryAfter until its half-open probes, and a half-open one admits it as a
-// probe while probes remain. It is the sluice.Policy method; outside a Guard,
-// Allow and Decide read the clock for you.
+// probe while probes remain, then rejects with the base open duration as
+// RetryAfter, the wait after which its probes have decided. It is the
+// sluice.Policy method; outside a Guard, Allow and Decide read the clock for
+// you.
 func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	p := b.cur.Load()
 	if p.state == StateClosed {
