@@ -290,8 +290,9 @@ func (b *Breaker) failRun(p *phase, e int64) int64 {
 		var nv uint64
 		switch {
 		// Epochs are kept modulo 2³²: the difference holds as long as runs
-		// last less than 2³² buckets.
-		case n == 0 || (p.tw != nil && int64(uint32(e)-start) >= p.tw.n):
+		// last less than 2³¹ buckets. A late failure from before the run
+		// began (a negative difference) joins it.
+		case n == 0 || (p.tw != nil && int64(int32(uint32(e)-start)) >= p.tw.n):
 			nv = uint64(uint32(e))<<32 | 1
 		case n == math.MaxUint32:
 			return int64(n)
