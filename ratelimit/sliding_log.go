@@ -47,8 +47,8 @@ type logEntry struct {
 // window of length window.
 //
 // It fails when limit < 1, window <= 0, or limit is above 2^20 (the log
-// would grow to tens of megabytes; a SlidingWindow counts any limit in a few
-// words).
+// would grow to tens of megabytes; a SlidingWindow counts any limit in one
+// word per bucket).
 func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingLog, error) {
 	o, err := buildOptions("sliding-log", opts)
 	if err != nil {
