@@ -62,9 +62,5 @@
 // script sent again after a timeout may charge twice, and
 // ContextTimeoutEnabled: true, without which go-redis ignores the deadline of
 // the limiter's timeout (the constructors reject such a *redis.Client or
-// *redis.ClusterClient). The timeout bounds the call's reads and writes; a
-// call that must first wait for a free connection of a full pool waits up to
-// the client's PoolTimeout, so give the limiters' client a PoolTimeout no
-// longer than their timeout, or a pool large enough for the traffic. The
-// limiters never close the client.
+// *redis.ClusterClient). The limiters never close the client.
 package redislimit

@@ -45,14 +45,15 @@ type limit struct {
 // A Limiter is safe for concurrent use. It does not own its Redis client:
 // close the client when done.
 type Limiter struct {
-	name     string
-	client   redis.UniversalClient
-	limits   []*limit
-	timeout  time.Duration
-	br       *redisBreaker
-	observer func(Event)
-	neg      *negCache
-	cluster  bool
+	name      string
+	client    redis.UniversalClient
+	limits    []*limit
+	timeout   time.Duration
+	deadlines *epochs
+	br        *redisBreaker
+	observer  func(Event)
+	neg       *negCache
+	cluster   bool
 
 	subMu sync.Mutex
 	subs  map[int]func(sluice.StateChange)
@@ -204,13 +205,14 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 
 func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *redisBreaker) *Limiter {
 	lim := &Limiter{
-		name:     cfg.name,
-		client:   client,
-		limits:   limits,
-		timeout:  cfg.timeout,
-		br:       br,
-		observer: cfg.observer,
-		pending:  make(map[sluice.Ticket]*call),
+		name:      cfg.name,
+		client:    client,
+		limits:    limits,
+		timeout:   cfg.timeout,
+		deadlines: newEpochs(cfg.timeout),
+		br:        br,
+		observer:  cfg.observer,
+		pending:   make(map[sluice.Ticket]*call),
 	}
 	_, lim.cluster = client.(*redis.ClusterClient)
 	if cfg.negCache > 0 {
