@@ -138,25 +138,29 @@ func (w *WarmUp) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
 // AllowNAt reports whether a request of cost n (below 1 counts as 1) may
 // proceed at instant now, and takes its quota if so.
 func (w *WarmUp) AllowNAt(now time.Duration, n int64) bool {
-	d, _ := w.decide(int64(now), max(n, 1))
-	return d.Allowed
+	_, _, ok := w.decide(int64(now), max(n, 1), false)
+	return ok
 }
 
 // DecideAt decides on a request of cost n (below 1 counts as 1) at instant
 // now, taking its quota when it is allowed. More than the burst is rejected
 // with ErrNeverSatisfiable.
 func (w *WarmUp) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := w.decide(int64(now), max(n, 1))
+	d, _, _ := w.decide(int64(now), max(n, 1), true)
 	return d
 }
 
 // Admit decides on one request at instant now; its cost is
 // sluice.CostFrom(ctx). It never blocks.
 func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	return w.decide(int64(now), sluice.CostFrom(ctx))
+	d, t, _ := w.decide(int64(now), sluice.CostFrom(ctx), true)
+	return d, t
 }
 
-func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
+// decide takes the quota of a request of cost n at now when it is allowed,
+// and returns its Ticket and whether it was allowed. The Decision is filled
+// in only when full is set.
+func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket, bool) {
 	w.mu.Lock()
 	tat := w.tat
 	base := max(tat, now)
@@ -167,11 +171,14 @@ func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
 	}
 	if next := base + n*w.iv; n > w.burst || next-now > w.tau {
 		w.mu.Unlock()
+		if !full {
+			return sluice.Decision{}, 0, false
+		}
 		remaining, reset := w.remaining(stored, now+w.tau-w.iv-base), time.Duration(base-now)
 		if n > w.burst {
-			return never(w.name, w.burst, remaining, reset), 0
+			return never(w.name, w.burst, remaining, reset), 0, false
 		}
-		return reject(w.name, w.burst, remaining, reset, time.Duration(next-w.tau-now)), 0
+		return reject(w.name, w.burst, remaining, reset, time.Duration(next-w.tau-now)), 0, false
 	}
 	taken := min(float64(n), stored)
 	next := base + w.cost(stored, taken, n)
@@ -184,14 +191,19 @@ func (w *WarmUp) decide(now, n int64) (sluice.Decision, sluice.Ticket) {
 	w.tat = next
 	w.stored = stored - taken
 	w.mu.Unlock()
-	return allow(w.name, w.burst, w.remaining(stored-taken, now+w.tau-w.iv-next), time.Duration(next-now)), t
+	if !full {
+		return sluice.Decision{}, t, true
+	}
+	return allow(w.name, w.burst, w.remaining(stored-taken, now+w.tau-w.iv-next), time.Duration(next-now)), t, true
 }
 
 // remaining counts the unit requests that would still be admitted at once
 // when the store holds stored and budget = now + τ - T - TAT: the first needs
 // budget >= 0, each further one its warm-up cost more. Once warm every
-// request costs T and the count is 1 + budget/T; while cold the costs grow,
-// and the count is found by bisection.
+// request costs T and the count is 1 + budget/T. While cold, the cost of j
+// permits above the threshold is jT + slope×(a×j - j²/2), a the permits
+// above it: the count is the smaller root of that quadratic, then exact
+// costs settle the rounding.
 func (w *WarmUp) remaining(stored float64, budget int64) int64 {
 	if budget < 0 {
 		return 0
@@ -200,16 +212,23 @@ func (w *WarmUp) remaining(stored float64, budget int64) int64 {
 	if stored <= w.threshold || most == 0 {
 		return most + 1
 	}
-	lo, hi := int64(0), most // cost of lo further requests fits the budget
-	for lo < hi {
-		mid := hi - (hi-lo)/2
-		if w.cost(stored, min(float64(mid), stored), mid) <= budget {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
+	stable, b, a := float64(w.iv), float64(budget), stored-w.threshold
+	var j float64
+	if above := a*stable + w.slope*a*a/2; b >= above {
+		j = a + (b-above)/stable
+	} else {
+		p := stable + w.slope*a
+		j = (p - math.Sqrt(max(p*p-2*w.slope*b, 0))) / w.slope
 	}
-	return lo + 1
+	fits := func(k int64) bool { return w.cost(stored, min(float64(k), stored), k) <= budget }
+	k := min(max(int64(j), 0), most)
+	for k < most && fits(k+1) {
+		k++
+	}
+	for k > 0 && !fits(k) {
+		k--
+	}
+	return k + 1
 }
 
 // cost returns, in ns rounded up, what n permits cost when taken of them come

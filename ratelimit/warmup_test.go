@@ -212,3 +212,24 @@ func TestWarmUpAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestWarmUpRemainingMatchesCounting checks the closed form of Remaining
+// against counting the requests one by one, over cold and warm stores.
+func TestWarmUpRemainingMatchesCounting(t *testing.T) {
+	w := mustWarmUp(t, PerSecond(10), 50, 2*time.Second, 4)
+	count := func(stored float64, budget int64) int64 {
+		if budget < 0 {
+			return 0
+		}
+		k := int64(0)
+		for w.cost(stored, min(float64(k+1), stored), k+1) <= budget {
+			k++
+		}
+		return k + 1
+	}
+	for stored := 0.0; stored <= w.maxStored; stored += w.maxStored / 37 {
+		for budget := int64(-1); budget < w.tau; budget += w.tau/53 + 1 {
+			require.Equal(t, count(stored, budget), w.remaining(stored, budget), "stored %v budget %v", stored, budget)
+		}
+	}
+}
