@@ -106,7 +106,7 @@ func TestShaperValidation(t *testing.T) {
 // of 10/s with a queue of 250ms: three go through 100ms apart, two are
 // rejected at once, saying when their turn would be within reach.
 func TestShaperAdmitSpacesRequests(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
 		clk := sluice.NewMonotonicClock()
@@ -176,7 +176,7 @@ func TestShaperRejectsBeyondDeadline(t *testing.T) {
 // goes to the next arrival. A waiter in the middle of the queue leaves its
 // turn empty: the requests behind it keep theirs.
 func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
 		clk := sluice.NewMonotonicClock()

@@ -184,7 +184,7 @@ func TestTokenBucketSetBurst(t *testing.T) {
 }
 
 func TestTokenBucketWait(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
 		tb := mustTokenBucket(t, PerSecond(10), 2, WithClock(clk))
@@ -232,7 +232,7 @@ func TestTokenBucketWaitRejectsUpFront(t *testing.T) {
 }
 
 func TestTokenBucketWaitCancelGivesBack(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
 		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
