@@ -158,3 +158,17 @@ func TestGroupOptionsValidation(t *testing.T) {
 	_, err := breaker.NewGroup("")
 	assert.Error(t, err)
 }
+
+func TestGroupHotPathDoesNotAllocate(t *testing.T) {
+	g := mustGroup(t)
+	ctx := res("payments")
+	d, tk := g.Admit(ctx, 0) // made on first use
+	require.True(t, d.Allowed)
+	g.Done(tk, S, 0, 0)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		d, tk := g.Admit(ctx, ms)
+		if d.Allowed {
+			g.Done(tk, S, ms, ms)
+		}
+	}))
+}

@@ -198,3 +198,59 @@ func TestConcurrentFailuresTripOnce(t *testing.T) {
 		assert.Equal(t, int64(1), changes.Load())
 	}
 }
+
+func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var seen []sluice.StateChange
+	b := mustNew(t, breaker.WithRollingWindow(50*ms, 5), breaker.WithErrorRatio(0.3, 5),
+		breaker.WithOpenDuration(2*ms), breaker.WithHalfOpenProbes(3, 0.6))
+	b.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		seen = append(seen, c)
+		mu.Unlock()
+	})
+	var clock atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 2000 {
+				now := time.Duration(clock.Add(int64(50 * time.Microsecond)))
+				d, tk := b.Admit(context.Background(), now)
+				if !d.Allowed {
+					continue
+				}
+				b.Done(tk, []sluice.Outcome{S, S, F, I, R}[r.IntN(5)], now, time.Millisecond)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 300 {
+			switch i % 4 {
+			case 0:
+				b.ForceOpen()
+			case 1:
+				b.Reset()
+			case 2:
+				b.OpenFor(time.Duration(clock.Load()), ms)
+			default:
+				_ = b.Counts()
+			}
+		}
+	}()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, seen)
+	assert.Equal(t, "closed", seen[0].From)
+	for i := 1; i < len(seen); i++ {
+		require.Equal(t, seen[i-1].To, seen[i].From, "change %d", i)
+	}
+	assert.Equal(t, b.State().String(), seen[len(seen)-1].To)
+	c := b.Counts()
+	assert.LessOrEqual(t, c.ProbesAdmitted, int64(3), "never more probes than configured")
+}
