@@ -1,0 +1,347 @@
+package breaker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+func TestOpenRejectsUntilProbeThenProbesDecide(t *testing.T) {
+	t.Run("one probe closes", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		runSteps(t, b, []step{
+			{at: 0, o: F, want: breaker.StateOpen},
+			{at: 500 * ms, reject: true, want: breaker.StateOpen},
+			{at: sec - 1, reject: true, want: breaker.StateOpen},
+			{at: sec, o: S, want: breaker.StateClosed},
+			{at: sec + ms, o: S, want: breaker.StateClosed},
+		})
+	})
+	t.Run("a failed probe reopens", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		runSteps(t, b, []step{
+			{at: 0, o: F, want: breaker.StateOpen},
+			{at: sec, o: F, want: breaker.StateOpen},
+			{at: 2*sec - 1, reject: true, want: breaker.StateOpen},
+			{at: 2 * sec, o: S, want: breaker.StateClosed},
+		})
+	})
+	t.Run("retry after counts down to the probe", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		_, tk := b.Admit(context.Background(), 0)
+		b.Done(tk, F, 0, 0)
+		d, _ := b.Admit(context.Background(), 300*ms)
+		assert.Equal(t, 700*ms, d.RetryAfter)
+		assert.Equal(t, int64(-1), d.Limit)
+		assert.Equal(t, "breaker/test", d.Policy)
+		var rej *sluice.RejectedError
+		_, err := mustAllowAt(b, 300*ms)
+		require.ErrorAs(t, err, &rej)
+		assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	})
+}
+
+// mustAllowAt makes a Permit at instant now through Decide on a breaker
+// whose clock reads now.
+func mustAllowAt(b *breaker.Breaker, now time.Duration) (sluice.Decision, error) {
+	d, _ := b.Admit(context.Background(), now)
+	if !d.Allowed {
+		return d, &sluice.RejectedError{Decision: d}
+	}
+	return d, nil
+}
+
+func TestHalfOpenProbeRatio(t *testing.T) {
+	tests := []struct {
+		name     string
+		probes   int
+		ratio    float64
+		outcomes []sluice.Outcome
+		want     breaker.State
+	}{
+		{"3 of 3 succeed", 3, 1, []sluice.Outcome{S, S, S}, breaker.StateClosed},
+		{"ratio 1: first failure reopens", 3, 1, []sluice.Outcome{S, F}, breaker.StateOpen},
+		{"2/3: one failure tolerated", 3, 2.0 / 3, []sluice.Outcome{F, S, S}, breaker.StateClosed},
+		{"2/3: two failures reopen", 3, 2.0 / 3, []sluice.Outcome{S, F, F}, breaker.StateOpen},
+		{"0.5 of 4: two successes close", 4, 0.5, []sluice.Outcome{F, S, F, S}, breaker.StateClosed},
+		{"0.5 of 4: three failures reopen", 4, 0.5, []sluice.Outcome{F, F, S, F}, breaker.StateOpen},
+		{"released and ignored probes give their slot back", 2, 1, []sluice.Outcome{R, I, R, S, S}, breaker.StateClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+				breaker.WithHalfOpenProbes(tt.probes, tt.ratio))
+			ctx := context.Background()
+			_, tk := b.Admit(ctx, 0)
+			b.Done(tk, F, 0, 0)
+			now := sec
+			for i, o := range tt.outcomes {
+				require.NotEqual(t, breaker.StateClosed, b.State(), "outcome %d", i)
+				d, tk := b.Admit(ctx, now)
+				require.True(t, d.Allowed, "probe %d", i)
+				b.Done(tk, o, now, 0)
+			}
+			assert.Equal(t, tt.want, b.State())
+		})
+	}
+}
+
+func TestHalfOpenAdmitsExactlyItsProbesUnderConcurrency(t *testing.T) {
+	for _, probes := range []int{1, 3, 10} {
+		t.Run(fmt.Sprint(probes), func(t *testing.T) {
+			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+				breaker.WithHalfOpenProbes(probes, 1))
+			ctx := context.Background()
+			_, tk := b.Admit(ctx, 0)
+			b.Done(tk, F, 0, 0)
+			var admitted, rejected atomic.Int64
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			tickets := make(chan sluice.Ticket, 64)
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					start.Wait()
+					d, tk := b.Admit(ctx, sec)
+					if d.Allowed {
+						admitted.Add(1)
+						tickets <- tk
+					} else {
+						rejected.Add(1)
+					}
+				}()
+			}
+			start.Done()
+			wg.Wait()
+			close(tickets)
+			assert.Equal(t, int64(probes), admitted.Load())
+			assert.Equal(t, int64(64-probes), rejected.Load())
+			assert.Equal(t, breaker.StateHalfOpen, b.State())
+			c := b.Counts()
+			assert.Equal(t, int64(probes), c.ProbesAdmitted)
+			for tk := range tickets {
+				b.Done(tk, S, sec, 0)
+			}
+			assert.Equal(t, breaker.StateClosed, b.State())
+		})
+	}
+}
+
+func TestBackoffGrowsAndCaps(t *testing.T) {
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(sec, 5*sec))
+	ctx := context.Background()
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	now := time.Duration(0)
+	for i, want := range []time.Duration{sec, 2 * sec, 4 * sec, 5 * sec, 5 * sec} {
+		d, _ := b.Admit(ctx, now)
+		require.False(t, d.Allowed, "open %d", i)
+		require.Equal(t, want, d.RetryAfter, "open %d", i)
+		now += want
+		d, tk := b.Admit(ctx, now) // the probe
+		require.True(t, d.Allowed)
+		b.Done(tk, F, now, 0)
+	}
+	// A successful probe closes; the next trip starts at the base again.
+	d, _ := b.Admit(ctx, now)
+	require.Equal(t, 5*sec, d.RetryAfter)
+	now += 5 * sec
+	_, tk = b.Admit(ctx, now)
+	b.Done(tk, S, now, 0)
+	require.Equal(t, breaker.StateClosed, b.State())
+	_, tk = b.Admit(ctx, now)
+	b.Done(tk, F, now, 0)
+	d, _ = b.Admit(ctx, now)
+	assert.Equal(t, sec, d.RetryAfter)
+}
+
+func TestStaleOutcomesAreDropped(t *testing.T) {
+	t.Run("closed ticket after a reset", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1))
+		ctx := context.Background()
+		_, old := b.Admit(ctx, 0)
+		b.ForceOpen()
+		b.Reset()
+		b.Done(old, F, ms, ms)
+		assert.Equal(t, breaker.StateClosed, b.State())
+		assert.Zero(t, b.Counts().Requests)
+	})
+	t.Run("call admitted before the trip ends after it", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+		ctx := context.Background()
+		_, slow := b.Admit(ctx, 0)
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0) // trips
+		_, probe := b.Admit(ctx, sec)
+		require.Equal(t, breaker.StateHalfOpen, b.State())
+		b.Done(slow, S, sec, sec) // from the closed generation: no effect on the probe
+		assert.Equal(t, breaker.StateHalfOpen, b.State())
+		b.Done(probe, S, sec, 0)
+		assert.Equal(t, breaker.StateClosed, b.State())
+	})
+	t.Run("probe of an earlier half-open phase", func(t *testing.T) {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec), breaker.WithHalfOpenProbes(2, 1))
+		ctx := context.Background()
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0)
+		_, p1 := b.Admit(ctx, sec)
+		_, p2 := b.Admit(ctx, sec)
+		b.Done(p1, F, sec, 0) // reopens
+		_, q1 := b.Admit(ctx, 3*sec)
+		_, q2 := b.Admit(ctx, 3*sec)
+		b.Done(p2, R, 3*sec, 0) // stale: must not free a slot of the new phase
+		d, _ := b.Admit(ctx, 3*sec)
+		assert.False(t, d.Allowed)
+		b.Done(q1, S, 3*sec, 0)
+		b.Done(q2, S, 3*sec, 0)
+		assert.Equal(t, breaker.StateClosed, b.State())
+	})
+}
+
+func TestForceOpenForceCloseReset(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	ctx := context.Background()
+
+	b.ForceOpen()
+	assert.Equal(t, breaker.StateOpen, b.State())
+	d, _ := b.Admit(ctx, time.Hour) // held open: no probe however late
+	assert.False(t, d.Allowed)
+	assert.Equal(t, sec, d.RetryAfter)
+
+	b.ForceClose()
+	assert.Equal(t, breaker.StateClosed, b.State())
+	for range 10 {
+		_, tk := b.Admit(ctx, 0)
+		b.Done(tk, F, 0, 0)
+	}
+	assert.Equal(t, breaker.StateClosed, b.State(), "held closed: failures never trip")
+	assert.Equal(t, int64(10), b.Counts().Failures)
+	b.OpenFor(0, time.Minute)
+	assert.Equal(t, breaker.StateClosed, b.State(), "OpenFor yields to ForceClose")
+
+	b.Reset()
+	assert.Zero(t, b.Counts())
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	assert.Equal(t, breaker.StateOpen, b.State(), "Reset lifts the hold")
+}
+
+func TestOpenFor(t *testing.T) {
+	b := mustNew(t, breaker.WithOpenDuration(sec))
+	ctx := context.Background()
+	b.OpenFor(10*sec, 30*sec)
+	d, _ := b.Admit(ctx, 10*sec)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 30*sec, d.RetryAfter)
+	b.OpenFor(20*sec, 5*sec) // ends sooner than the current period: no change
+	d, _ = b.Admit(ctx, 20*sec)
+	assert.Equal(t, 20*sec, d.RetryAfter)
+	b.OpenFor(20*sec, time.Minute) // extends
+	d, _ = b.Admit(ctx, 20*sec)
+	assert.Equal(t, time.Minute, d.RetryAfter)
+	b.OpenFor(20*sec, 0)
+	d, tk := b.Admit(ctx, 80*sec)
+	require.True(t, d.Allowed, "a probe after the period")
+	b.Done(tk, S, 80*sec, 0)
+	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
+func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
+	type tr struct{ from, to breaker.State }
+	var got []tr
+	var b *breaker.Breaker
+	b = mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+		breaker.OnStateChange(func(name string, from, to breaker.State) {
+			assert.Equal(t, "breaker/test", name)
+			got = append(got, tr{from, to})
+			// Calling back in must not deadlock.
+			_ = b.State()
+			_ = b.Counts()
+			if to == breaker.StateHalfOpen {
+				b.ForceClose() // a change caused by a listener comes after it
+			}
+		}))
+	var changes []sluice.StateChange
+	unsub := b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })
+	ctx := context.Background()
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	d, _ := b.Admit(ctx, sec) // open → half-open, whose listener closes it
+	assert.True(t, d.Allowed)
+	assert.Equal(t, []tr{
+		{breaker.StateClosed, breaker.StateOpen},
+		{breaker.StateOpen, breaker.StateHalfOpen},
+		{breaker.StateHalfOpen, breaker.StateClosed},
+	}, got)
+	require.Len(t, changes, 3)
+	assert.Equal(t, sluice.StateChange{Policy: "breaker/test", From: "closed", To: "open", At: 0}, changes[0])
+	assert.Equal(t, "half-open", changes[1].To)
+	assert.Equal(t, sec, changes[1].At)
+	unsub()
+	unsub()
+	b.ForceOpen()
+	assert.Len(t, changes, 3, "unsubscribed")
+	assert.Len(t, got, 4)
+}
+
+func TestListenersOrderUnderConcurrentTransitions(t *testing.T) {
+	b := mustNew(t)
+	var mu sync.Mutex
+	var seen []sluice.StateChange
+	b.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		seen = append(seen, c)
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				switch (g + i) % 3 {
+				case 0:
+					b.ForceOpen()
+				case 1:
+					b.ForceClose()
+				default:
+					b.Reset()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, seen)
+	require.Equal(t, "closed", seen[0].From)
+	for i := 1; i < len(seen); i++ {
+		require.Equal(t, seen[i-1].To, seen[i].From, "change %d does not follow change %d", i, i-1)
+		require.NotEqual(t, seen[i].From, seen[i].To)
+	}
+	assert.Equal(t, b.State().String(), seen[len(seen)-1].To)
+}
+
+func TestListenerPanicDoesNotStopLaterDeliveries(t *testing.T) {
+	var n int
+	b := mustNew(t, breaker.OnStateChange(func(_ string, _, to breaker.State) {
+		n++
+		if n == 1 {
+			panic("listener failed")
+		}
+	}))
+	assert.Panics(t, b.ForceOpen)
+	b.ForceClose()
+	assert.Equal(t, 2, n)
+}
