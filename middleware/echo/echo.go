@@ -18,12 +18,13 @@ import (
 type Option func(*config)
 
 type config struct {
-	routes   *middleware.Routes
-	keyer    *middleware.Keyer
-	skip     echomw.Skipper
-	deny     func(c echo.Context, d sluice.Decision) error
-	classify middleware.StatusClassifier
-	render   middleware.Renderer
+	routes    *middleware.Routes
+	keyer     *middleware.Keyer
+	skip      echomw.Skipper
+	deny      func(c echo.Context, d sluice.Decision) error
+	classify  middleware.StatusClassifier
+	render    middleware.Renderer
+	resources bool
 }
 
 // WithRoutes guards requests with the Guard their route path (c.Path())
@@ -61,6 +62,15 @@ func WithKeyer(k *middleware.Keyer) Option {
 			c.keyer = k
 		}
 	}
+}
+
+// WithRouteResource puts each request's route path in its context as its
+// resource (sluice.WithResource), for policies that keep state per resource,
+// such as a breaker.Group giving each route its own breaker under one Guard.
+// It costs the request a new context. WithKeyer does it as well. Default:
+// off.
+func WithRouteResource() Option {
+	return func(c *config) { c.resources = true }
 }
 
 // WithSkipper lets the requests for which s reports true bypass the guard.
@@ -141,6 +151,10 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 					return cfg.missingKey(c)
 				}
 				c.SetRequest(c.Request().WithContext(ctx))
+			} else if cfg.resources {
+				if p := c.Path(); p != "" {
+					c.SetRequest(c.Request().WithContext(sluice.WithResource(c.Request().Context(), p)))
+				}
 			}
 			d, done, err := rt.Guard.Admit(c.Request().Context())
 			if err != nil {

@@ -337,3 +337,22 @@ type nopWriter struct{ h http.Header }
 func (w *nopWriter) Header() http.Header         { return w.h }
 func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *nopWriter) WriteHeader(int)             {}
+
+func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
+	group, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, group)), WithRouteResource()))
+	var resource string
+	e.GET("/flaky/:id", func(c echo.Context) error {
+		resource, _ = sluice.ResourceFrom(c.Request().Context())
+		return echo.NewHTTPError(http.StatusBadGateway)
+	})
+	e.GET("/fine", func(c echo.Context) error { return c.NoContent(200) })
+	for range 2 {
+		assert.Equal(t, http.StatusBadGateway, do(e, http.MethodGet, "/flaky/1").Code)
+	}
+	assert.Equal(t, "/flaky/:id", resource)
+	assert.Equal(t, http.StatusServiceUnavailable, do(e, http.MethodGet, "/flaky/2").Code)
+	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/fine").Code)
+}

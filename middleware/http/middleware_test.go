@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -291,4 +292,33 @@ func TestConcurrentRequestsNeverExceedTheLimit(t *testing.T) {
 	wg.Wait()
 	assert.EqualValues(t, 50, ok.Load())
 	assert.EqualValues(t, 150, limited.Load())
+}
+
+func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
+	group, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	g := newGuard(t, sluice.NewManualClock(0), group)
+	var resource string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /flaky", func(w http.ResponseWriter, r *http.Request) {
+		resource, _ = sluice.ResourceFrom(r.Context())
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	mux.Handle("GET /fine", statusHandler(200))
+	h := Middleware(WithGuard(g), WithRouteResource())(mux)
+	for range 2 {
+		assert.Equal(t, http.StatusBadGateway, serve(h, http.MethodGet, "/flaky").Code)
+	}
+	assert.Equal(t, "GET /flaky", resource)
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/flaky").Code)
+	assert.Equal(t, http.StatusOK, serve(h, http.MethodGet, "/fine").Code, "another route has its own breaker")
+
+	// Without the resource, both routes share one breaker.
+	shared, err := breaker.NewGroup("shared", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	h = Middleware(WithGuard(newGuard(t, sluice.NewManualClock(0), shared)))(mux)
+	for range 2 {
+		serve(h, http.MethodGet, "/flaky")
+	}
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/fine").Code)
 }
