@@ -21,9 +21,9 @@ import (
 // A Group holds at most WithMaxBreakers breakers (1024 by default). When a
 // new key arrives at a full Group, the closed breaker used least recently is
 // dropped (finding it scans the Group); open and half-open breakers are kept,
-// since forgetting them would let traffic through to a failing dependency.
-// When every breaker is open or half-open, new keys share one overflow
-// breaker until a slot frees up.
+// since forgetting them would let traffic through to a failing dependency,
+// and so are those held by ForceClose. When none can be dropped, new keys
+// share one overflow breaker until a slot frees up.
 //
 // Decisions carry the Group's name. A Group is a sluice.StateSource: its
 // subscribers hear the changes of every member, under the member's name. It

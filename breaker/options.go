@@ -419,11 +419,11 @@ func WithKeyFunc(fn func(context.Context) string) Option {
 
 // WithMaxBreakers caps how many breakers a Group holds; the default is 1024.
 // When a new key arrives at a full Group, the breaker used least recently is
-// dropped, unless it is open or half-open: open breakers are never forgotten
-// while they protect a failing dependency. When every breaker is open or
-// half-open, the new key's requests are let through by a shared breaker for
-// the overflow, named after the Group with the key "(overflow)". Applies to
-// NewGroup.
+// dropped, unless it is open, half-open or held by ForceClose: open breakers
+// are never forgotten while they protect a failing dependency. When no
+// breaker can be dropped, the new key's requests go through a shared breaker
+// for the overflow, named after the Group with the key "(overflow)". Applies
+// to NewGroup.
 func WithMaxBreakers(n int) Option {
 	return func(c *config) error {
 		c.use("WithMaxBreakers", forGroup)
