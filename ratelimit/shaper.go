@@ -105,6 +105,12 @@ func (s *Shaper) Rate() Rate { return s.rate }
 // MaxWait returns the longest a request waits for its turn.
 func (s *Shaper) MaxWait() time.Duration { return time.Duration(s.maxWait) }
 
+// MayWait reports whether Admit may block for its slot: whenever maxWait is
+// above 0. It makes the shaper a sluice.Waiter, so a Guard decides the
+// policies after it, and measures the call's latency, from the end of the
+// wait.
+func (s *Shaper) MayWait() bool { return s.maxWait > 0 }
+
 // take claims the turn at max(next, now) for cost n when it starts within
 // maxDelay of now. It returns the turn's start and end, or, when it does not,
 // the start it would have had.

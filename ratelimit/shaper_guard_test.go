@@ -1,0 +1,67 @@
+package ratelimit
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// instants is a policy that admits everything and notes the instants and
+// latencies it is handed.
+type instants struct {
+	mu        sync.Mutex
+	admits    []time.Duration
+	latencies []time.Duration
+}
+
+func (p *instants) Name() string { return "instants" }
+
+func (p *instants) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	p.mu.Lock()
+	p.admits = append(p.admits, now)
+	p.mu.Unlock()
+	return sluice.Decision{Allowed: true, Policy: p.Name(), Limit: -1}, 0
+}
+
+func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Duration) {
+	p.mu.Lock()
+	p.latencies = append(p.latencies, latency)
+	p.mu.Unlock()
+}
+
+// A shaper is a sluice.Waiter: in a Guard, the policies after it decide at
+// the end of its wait, and the latency they hear is the call's own.
+func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		assert.True(t, s.MayWait())
+		inner := &instants{}
+		g, err := sluice.New(sluice.With(s, inner), sluice.WithClock(clk))
+		require.NoError(t, err)
+		defer g.Close()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				require.NoError(t, g.Do(context.Background(), func(context.Context) error {
+					time.Sleep(10 * time.Millisecond) // fake time: the call's own work
+					return nil
+				}))
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, inner.admits)
+		assert.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}, inner.latencies)
+	})
+	never, err := NewShaper(PerSecond(10), 0)
+	require.NoError(t, err)
+	assert.False(t, never.MayWait(), "a shaper that never waits is not a Waiter")
+}
