@@ -14,7 +14,12 @@ import "github.com/redis/go-redis/v9"
 // The reply is one string of four integers per limit: allowed (0 or 1),
 // remaining, reset and retry-after in microseconds. Numbers are Lua doubles
 // holding integers below 2^53 (the constructors keep them there), divided with
-// math.floor only, so the arithmetic is exact.
+// math.floor only, so the arithmetic is exact; Redis writes a number argument
+// of redis.call with 17 significant digits, so they are stored exactly.
+//
+// Redis 5 and later replicate scripts by their effects, which lets a script
+// write after reading TIME; on older servers the script asks for it with
+// redis.replicate_commands.
 //
 // State layout, one key per limit and user key:
 //
@@ -26,36 +31,35 @@ import "github.com/redis/go-redis/v9"
 // Stored instants and window indexes only move forward: when TIME is behind
 // them (a failover to a host whose clock lags), the stored value is kept.
 const decideSrc = `
-if redis.replicate_commands then redis.replicate_commands() end
+if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local floor = math.floor
-local mode = ARGV[1]
+local floor, fmt = math.floor, string.format
+local refund = ARGV[1] == 'r'
 local n = #KEYS
-local out = {}
-local writes = {}
+local out, w1, w2, w3, wt = {}, {}, {}, {}, {}
 local ok = true
 
 local function ms(us)
   local m = floor((us + 999) / 1000)
-  if m < 1 then m = 1 end
+  if m < 1 then return 1 end
   return m
 end
 
 for i = 1, n do
-  local j = 2 + (i - 1) * 4
+  local j = i * 4 - 2
   local alg, a, b, cost = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
   local key = KEYS[i]
   local allowed, remaining, reset, retry = 0, 0, 0, 0
   if alg == 'g' then
-    local tat = tonumber(redis.call('GET', key) or 0)
-    if mode == 'r' then
+    local tat = tonumber(redis.call('GET', key)) or now
+    if refund then
       if tat > now then
         local nt = tat - cost * a
         if nt > now then
-          writes[#writes + 1] = {'SET', key, string.format('%d', nt), 'PX', ms(nt - now)}
+          redis.call('SET', key, nt, 'PX', ms(nt - now))
         else
-          writes[#writes + 1] = {'DEL', key}
+          redis.call('DEL', key)
         end
       end
     else
@@ -63,14 +67,15 @@ for i = 1, n do
       local nt = tat + cost * a
       local cap = b * a
       if nt - cap > now then
-        remaining = floor((cap - (tat - now)) / a)
+        remaining = floor((cap - tat + now) / a)
         reset = tat - now
         retry = nt - cap - now
       else
         allowed = 1
-        remaining = floor((cap - (nt - now)) / a)
+        remaining = floor((cap - nt + now) / a)
         reset = nt - now
-        writes[#writes + 1] = {'SET', key, string.format('%d', nt), 'PX', ms(reset)}
+        w1[i] = nt
+        wt[i] = reset
       end
     end
   elseif alg == 't' then
@@ -84,16 +89,16 @@ for i = 1, n do
     end
     local el = now - last
     if el < 0 then el = 0 end
-    if mode == 'r' then
+    if refund then
       if v[1] then
         tokens = tokens + cost
         if tokens > b then tokens = b end
         local full = (b - tokens) * a - el
         if full > 0 then
-          writes[#writes + 1] = {'HSET', key, 'k', string.format('%d', tokens), 'l', string.format('%d', last)}
-          writes[#writes + 1] = {'PEXPIRE', key, ms(full)}
+          redis.call('HSET', key, 'k', tokens, 'l', last)
+          redis.call('PEXPIRE', key, ms(full))
         else
-          writes[#writes + 1] = {'DEL', key}
+          redis.call('DEL', key)
         end
       end
     elseif tokens >= cost then
@@ -101,8 +106,9 @@ for i = 1, n do
       tokens = tokens - cost
       remaining = tokens
       reset = (b - tokens) * a - el
-      writes[#writes + 1] = {'HSET', key, 'k', string.format('%d', tokens), 'l', string.format('%d', last)}
-      writes[#writes + 1] = {'PEXPIRE', key, ms(reset)}
+      w1[i] = tokens
+      w2[i] = last
+      wt[i] = reset
     else
       remaining = tokens
       reset = (b - tokens) * a - el
@@ -117,19 +123,20 @@ for i = 1, n do
       if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
     end
     local left = (idx + 1) * a - now
-    if mode == 'r' then
+    if refund then
       if cnt > 0 then
         cnt = cnt - cost
         if cnt < 0 then cnt = 0 end
-        writes[#writes + 1] = {'HSET', key, 'n', string.format('%d', cnt)}
+        redis.call('HSET', key, 'n', cnt)
       end
     elseif cnt + cost <= b then
       allowed = 1
       cnt = cnt + cost
       remaining = b - cnt
       reset = left
-      writes[#writes + 1] = {'HSET', key, 'w', string.format('%d', idx), 'n', string.format('%d', cnt)}
-      writes[#writes + 1] = {'PEXPIRE', key, ms(left)}
+      w1[i] = idx
+      w2[i] = cnt
+      wt[i] = left
     else
       remaining = b - cnt
       reset = left
@@ -151,11 +158,11 @@ for i = 1, n do
     if e < 0 then e = 0 end
     local used = p * (a - e) + c * a
     local cap = b * a
-    if mode == 'r' then
+    if refund then
       if v[1] and tonumber(v[1]) >= idx - 1 then
         local sc = tonumber(v[2]) - cost
         if sc < 0 then sc = 0 end
-        writes[#writes + 1] = {'HSET', key, 'c', string.format('%d', sc)}
+        redis.call('HSET', key, 'c', sc)
       end
     elseif used + cost * a <= cap then
       allowed = 1
@@ -163,8 +170,10 @@ for i = 1, n do
       used = used + cost * a
       remaining = floor((cap - used) / a)
       reset = 2 * a - e
-      writes[#writes + 1] = {'HSET', key, 'w', string.format('%d', idx), 'c', string.format('%d', c), 'p', string.format('%d', p)}
-      writes[#writes + 1] = {'PEXPIRE', key, ms(reset)}
+      w1[i] = idx
+      w2[i] = c
+      w3[i] = p
+      wt[i] = reset
     else
       if cap > used then remaining = floor((cap - used) / a) end
       if c > 0 then reset = 2 * a - e else reset = a - e end
@@ -175,13 +184,29 @@ for i = 1, n do
       end
     end
   end
-  if mode ~= 'r' and allowed == 0 then ok = false end
-  out[#out + 1] = string.format('%d %d %d %d', allowed, remaining, reset, retry)
+  if allowed == 0 then ok = false end
+  out[i] = fmt('%d %d %d %d', allowed, remaining, reset, retry)
 end
 
+if refund then return '' end
 if ok then
-  for i = 1, #writes do redis.call(unpack(writes[i])) end
+  for i = 1, n do
+    local alg, key = ARGV[i * 4 - 2], KEYS[i]
+    if alg == 'g' then
+      redis.call('SET', key, w1[i], 'PX', ms(wt[i]))
+    elseif alg == 't' then
+      redis.call('HSET', key, 'k', w1[i], 'l', w2[i])
+      redis.call('PEXPIRE', key, ms(wt[i]))
+    elseif alg == 'f' then
+      redis.call('HSET', key, 'w', w1[i], 'n', w2[i])
+      redis.call('PEXPIRE', key, ms(wt[i]))
+    else
+      redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
+      redis.call('PEXPIRE', key, ms(wt[i]))
+    end
+  end
 end
+if n == 1 then return out[1] end
 return table.concat(out, ' ')
 `
 

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,6 +141,19 @@ func TestIntegerArithmetic(t *testing.T) {
 		require.True(t, d.Allowed, alg.name)
 		assert.EqualValues(t, 10, d.Limit, alg.name)
 		assert.EqualValues(t, 9, d.Remaining, alg.name)
+		// Stored instants are whole microseconds in plain digits, never in
+		// a float's exponent form.
+		key, _ := l.limits[0].key(t.Context())
+		var stored string
+		if alg.name == "gcra" {
+			stored, err = c.Get(t.Context(), key).Result()
+		} else {
+			field := map[string]string{"token-bucket": "l", "fixed-window": "w", "sliding-window": "w"}[alg.name]
+			stored, err = c.HGet(t.Context(), key, field).Result()
+		}
+		require.NoError(t, err)
+		_, err = strconv.ParseInt(stored, 10, 64)
+		assert.NoError(t, err, "%s stored %q", alg.name, stored)
 	}
 }
 
