@@ -90,13 +90,13 @@ func TestClientIP(t *testing.T) {
 			name: "Forwarded obfuscated node stops at the nearest trusted hop", opts: trusted,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, for=_hidden, for=10.3.3.3`}},
-			want: "10.3.3.3", ok: true,
+			want:   "10.3.3.3", ok: true,
 		},
 		{
 			name: "Forwarded element without for= stops", opts: trusted,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, proto=https`}},
-			want: "10.0.0.1", ok: true,
+			want:   "10.0.0.1", ok: true,
 		},
 		{
 			name: "X-Real-IP from trusted peer", opts: trusted,

@@ -3,6 +3,7 @@ package middleware
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -130,13 +131,26 @@ type Renderer struct {
 	ProblemTypeBase string
 }
 
-// fieldBlock holds the header values that change with every Decision and
-// the bytes they point into, so that one small allocation carries them all.
-// The values that depend only on the policy are made once per Route.
-type fieldBlock struct {
-	strs [4]string
-	buf  [64]byte
+// fieldSlab is where the header values that change with every Decision are
+// made: the values' one-element slices and the bytes their strings point
+// into are carved from it, front to back, and never written again once
+// carved, so that a value stays valid for as long as a header map holds it.
+// A slab serves a few dozen responses and is then left to the collector, so
+// the cost of an allocation is shared among them. (The values that depend
+// only on the policy are made once per Route.)
+type fieldSlab struct {
+	strs   [64]string
+	buf    [3072]byte
+	ns, nb int
 }
+
+// slabs holds the slabs that have room left; each is used by one goroutine
+// at a time, between Get and Put.
+var slabs = sync.Pool{New: func() any { return new(fieldSlab) }}
+
+// maxFieldBytes bounds the bytes one Decision's values take when the
+// policy's name is of a sensible length; longer ones spill to the heap.
+const maxFieldBytes = 160
 
 // Admitted sets on h the fields that describe an admitted request's
 // Decision: RateLimit-Policy and RateLimit (and the older fields when
@@ -182,8 +196,11 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d sluice.Decision
 	} else if !rejected {
 		return
 	}
-	fb := new(fieldBlock)
-	b := fb.buf[:0]
+	sl := slabs.Get().(*fieldSlab)
+	if sl.ns+4 > len(sl.strs) || sl.nb+maxFieldBytes > len(sl.buf) {
+		sl = new(fieldSlab)
+	}
+	b := sl.buf[sl.nb:sl.nb]
 	var ends [4]int
 	var names [4]string
 	n := 0
@@ -208,14 +225,20 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d sluice.Decision
 			n++
 		}
 	}
-	// b is never written again, so the strings may share its bytes.
+	// The bytes of b are never written again (the slab moves past them), so
+	// the strings may share them.
 	all := unsafe.String(unsafe.SliceData(b), len(b))
+	if len(b) > 0 && unsafe.SliceData(b) == &sl.buf[sl.nb] {
+		sl.nb += len(b)
+	}
 	start := 0
 	for i := 0; i < n; i++ {
-		fb.strs[i] = all[start:ends[i]]
+		sl.strs[sl.ns] = all[start:ends[i]]
 		start = ends[i]
-		h[names[i]] = fb.strs[i : i+1 : i+1]
+		h[names[i]] = sl.strs[sl.ns : sl.ns+1 : sl.ns+1]
+		sl.ns++
 	}
+	slabs.Put(sl)
 }
 
 // ProblemTitle returns the title of the problem body for cause c: "Too Many

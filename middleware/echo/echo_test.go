@@ -326,9 +326,13 @@ func TestHotPathAllocations(t *testing.T) {
 		w := &nopWriter{h: http.Header{}}
 		return testing.AllocsPerRun(200, func() { e.ServeHTTP(w, req) })
 	}
+	slack := 0.0
+	if raceEnabled {
+		slack = 1
+	}
 	base := measure(bare, "/")
-	assert.LessOrEqual(t, measure(e, "/")-base, 1.0)
-	assert.LessOrEqual(t, measure(e, "/quiet")-base, 0.0)
+	assert.LessOrEqual(t, measure(e, "/")-base, slack)
+	assert.LessOrEqual(t, measure(e, "/quiet")-base, slack)
 }
 
 // nopWriter is a ResponseWriter that keeps nothing.

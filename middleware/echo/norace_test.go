@@ -1,0 +1,5 @@
+//go:build !race
+
+package sluiceecho
+
+const raceEnabled = false
