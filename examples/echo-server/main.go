@@ -1,0 +1,346 @@
+// Command echo-server is an Echo service guarded by sluice:
+//
+//   - every route is limited per client IP (a token bucket per address, the
+//     address read from X-Forwarded-For only when the peer is a trusted proxy);
+//   - GET /orders/:id and GET /recommendations call an upstream that can fail,
+//     each behind its own circuit breaker;
+//   - a deny handler answers /recommendations from a fixed degraded list while
+//     its breaker is open, and every other rejection with the standard answer:
+//     429 or 503, Retry-After, the RateLimit fields and a problem+json body.
+//
+// Run the scripted demonstration:
+//
+//	go run ./examples/echo-server
+//
+// Or keep the server up and try it by hand:
+//
+//	go run ./examples/echo-server -serve -addr 127.0.0.1:8080
+//	curl -i localhost:8080/hello
+//	curl -X POST localhost:8080/upstream/down; curl -i localhost:8080/orders/7
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/middleware"
+	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// openFor is how long a breaker stays open before it lets a probe through:
+// short, so the demonstration sees it recover.
+const openFor = 200 * time.Millisecond
+
+func main() {
+	serve := flag.Bool("serve", false, "keep serving on -addr until Ctrl-C instead of running the demonstration")
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address with -serve")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if *serve {
+		err = serveUntil(ctx, *addr, os.Stdout)
+	} else {
+		err = run(ctx, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo-server:", err)
+		os.Exit(1)
+	}
+}
+
+// degraded is what /recommendations answers while its upstream cannot.
+var degraded = map[string]any{"items": []string{"bestseller-1", "bestseller-2"}, "degraded": true}
+
+// app is the service: its Echo instance and what must be closed with it.
+type app struct {
+	echo         *echo.Echo
+	routes       *middleware.Routes
+	upstreamDown atomic.Bool // flipped by POST /upstream/:state to play an outage
+}
+
+// newApp builds the service; every breaker state change is reported to
+// logf.
+func newApp(logf func(format string, args ...any)) (*app, error) {
+	a := &app{}
+
+	// One token bucket per client address (bursts of 4, refilled at 1 a
+	// second), shared by every route's Guard: one budget per client.
+	perIP, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 4, ratelimit.WithName("ratelimit/per-ip"))
+	}, ratelimit.WithKeyedName("ratelimit/per-ip"), ratelimit.WithMaxKeys(10_000))
+	if err != nil {
+		return nil, err
+	}
+	guardWithBreaker := func(name string) (*sluice.Guard, error) {
+		b, err := breaker.New(name, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(openFor))
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
+			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+		}))
+	}
+	plain, err := sluice.New(sluice.With(perIP))
+	if err != nil {
+		return nil, err
+	}
+	orders, err := guardWithBreaker("orders")
+	if err != nil {
+		return nil, err
+	}
+	recs, err := guardWithBreaker("recommendations")
+	if err != nil {
+		return nil, err
+	}
+	// Echo routes are matched by their registered path (c.Path()), so
+	// "/orders/:id" is one route whatever the id.
+	a.routes, err = middleware.NewRoutes(
+		middleware.DefaultRoute(plain),
+		middleware.RouteTo("/orders/:id", orders),
+		middleware.RouteTo("/recommendations", recs),
+		middleware.RouteTo("/upstream/:state", nil), // the demo's switch is not guarded
+	)
+	if err != nil {
+		return nil, err
+	}
+	// Loopback stands for the load balancer in front: its X-Forwarded-For is
+	// believed, anyone else's is ignored.
+	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("127.0.0.1/32", "::1/128"))
+	if err != nil {
+		return nil, err
+	}
+	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByIP(ips))
+	if err != nil {
+		return nil, err
+	}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(sluiceecho.Middleware(
+		sluiceecho.WithRoutes(a.routes),
+		sluiceecho.WithKeyer(keyer),
+		sluiceecho.WithDenyHandler(a.deny),
+	))
+	e.GET("/hello", func(c echo.Context) error {
+		key, _ := sluice.KeyFrom(c.Request().Context())
+		return c.String(http.StatusOK, "hello, "+key+"\n")
+	})
+	e.GET("/orders/:id", func(c echo.Context) error {
+		if a.upstreamDown.Load() {
+			// An error Echo renders as 502: the breaker counts it as a failure.
+			return echo.NewHTTPError(http.StatusBadGateway, "upstream unavailable")
+		}
+		return c.JSON(http.StatusOK, map[string]string{"order": c.Param("id"), "status": "shipped"})
+	})
+	e.GET("/recommendations", func(c echo.Context) error {
+		if a.upstreamDown.Load() {
+			return echo.NewHTTPError(http.StatusBadGateway, "upstream unavailable")
+		}
+		return c.JSON(http.StatusOK, map[string]any{"items": []string{"for-you-1", "for-you-2"}})
+	})
+	e.POST("/upstream/:state", func(c echo.Context) error {
+		a.upstreamDown.Store(c.Param("state") == "down")
+		return c.String(http.StatusOK, "upstream "+c.Param("state")+"\n")
+	})
+	a.echo = e
+	return a, nil
+}
+
+// deny answers the rejections: /recommendations degrades to a fixed list
+// while its breaker is open; every other rejection gets the standard answer,
+// rendered as the middleware would.
+func (a *app) deny(c echo.Context, d sluice.Decision) error {
+	if c.Path() == "/recommendations" && sluice.CauseOf(d.Cause) == sluice.CauseCircuitOpen {
+		c.Response().Header().Set("X-Degraded", sluice.CauseOf(d.Cause).String())
+		return c.JSON(http.StatusOK, degraded)
+	}
+	var r middleware.Renderer
+	status := r.Rejected(c.Response().Header(), a.routes.Match(c.Path()), d)
+	return c.Blob(status, middleware.ProblemContentType, r.AppendProblem(nil, d))
+}
+
+// close closes every Guard of the route table.
+func (a *app) close() {
+	for _, g := range a.routes.Guards() {
+		g.Close()
+	}
+}
+
+// start serves a on ln until shutdown is called.
+func start(a *app, ln net.Listener) (shutdown func() error) {
+	a.echo.Listener = ln
+	errc := make(chan error, 1)
+	go func() { errc <- a.echo.Start("") }()
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := a.echo.Shutdown(ctx)
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+}
+
+func serveUntil(ctx context.Context, addr string, out io.Writer) error {
+	a, err := newApp(func(format string, args ...any) { fmt.Fprintf(out, format, args...) })
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	shutdown := start(a, ln)
+	fmt.Fprintf(out, "listening on http://%s (Ctrl-C to stop)\n", ln.Addr())
+	<-ctx.Done()
+	return shutdown()
+}
+
+// run starts the server on a free loopback port and plays the demonstration
+// against it, printing what a client sees.
+func run(ctx context.Context, out io.Writer) error {
+	// The server's goroutines report state changes; the client prints them
+	// under the answer of the request that caused them.
+	var ev events
+	a, err := newApp(ev.add)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	shutdown := start(a, ln)
+	c := &client{base: "http://" + ln.Addr().String(), out: out, events: &ev,
+		http: &http.Client{Timeout: 5 * time.Second}}
+	defer c.http.CloseIdleConnections()
+	err = errors.Join(demo(ctx, c), shutdown())
+	for _, line := range ev.take() {
+		fmt.Fprint(out, line)
+	}
+	return err
+}
+
+func demo(ctx context.Context, c *client) error {
+	c.say("1. per-IP limit: bursts of 4, then 429 until a token comes back")
+	for range 5 {
+		if err := c.do(ctx, "GET", "/hello", "203.0.113.7"); err != nil {
+			return err
+		}
+	}
+
+	c.say("\n2. the upstream fails: two 502s open each route's breaker")
+	steps := []struct{ method, path, client string }{
+		{"POST", "/upstream/down", ""},
+		{"GET", "/orders/7", "192.0.2.10"},
+		{"GET", "/orders/8", "192.0.2.10"},
+		{"GET", "/orders/9", "192.0.2.10"}, // open: 503, Retry-After, problem+json
+		{"GET", "/recommendations", "192.0.2.11"},
+		{"GET", "/recommendations", "192.0.2.11"},
+		{"GET", "/recommendations", "192.0.2.11"}, // open: the degraded list
+	}
+	for _, s := range steps {
+		if err := c.do(ctx, s.method, s.path, s.client); err != nil {
+			return err
+		}
+	}
+
+	c.say("\n3. the upstream heals; after %v a probe goes through and the breakers close", openFor)
+	if err := c.do(ctx, "POST", "/upstream/up", ""); err != nil {
+		return err
+	}
+	select { // the only wait: the breakers' open duration
+	case <-time.After(openFor + 50*time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for _, path := range []string{"/orders/9", "/recommendations"} {
+		if err := c.do(ctx, "GET", path, "192.0.2.12"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// events collects the lines the server logs until the client prints them.
+type events struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (e *events) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lines = append(e.lines, fmt.Sprintf(format, args...))
+}
+
+func (e *events) take() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lines := e.lines
+	e.lines = nil
+	return lines
+}
+
+// client sends the demonstration's requests and prints their answers.
+type client struct {
+	base   string
+	out    io.Writer
+	events *events
+	http   *http.Client
+}
+
+func (c *client) say(format string, args ...any) { fmt.Fprintf(c.out, format+"\n", args...) }
+
+// do sends one request as the client forwardedFor (through the trusted
+// proxy) and prints the status, the fields sluice sets and the body.
+func (c *client) do(ctx context.Context, method, path, forwardedFor string) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	if forwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", forwardedFor)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%-4s %-16s %-13s -> %d", method, path, forwardedFor, resp.StatusCode)
+	for _, f := range []string{"Retry-After", "RateLimit", "X-Degraded"} {
+		if v := resp.Header.Get(f); v != "" {
+			fmt.Fprintf(c.out, "  %s: %s", f, v)
+		}
+	}
+	fmt.Fprintf(c.out, "\n     %s\n", strings.TrimSpace(string(body)))
+	for _, line := range c.events.take() {
+		fmt.Fprint(c.out, line)
+	}
+	return nil
+}
