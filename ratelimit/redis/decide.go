@@ -99,6 +99,9 @@ var (
 // It makes one round trip to Redis, bounded by the limiter's timeout (not by
 // ctx's deadline: a decision is owed either way), unless the negative cache
 // or the open breaker answers first.
+//
+// Every Admit that allows must be followed by exactly one Done with its
+// Ticket, as a Guard does; outside a Guard, use Decide.
 func (l *Limiter) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	return l.admit(ctx, now, true)
 }

@@ -3,6 +3,7 @@ package redislimit_test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -29,6 +30,12 @@ func TestMain(m *testing.M) {
 	}
 	redisAddr = s.Addr
 	code := m.Run()
+	if code == 0 {
+		if err := keysWithoutTTL(s); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	s.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -37,4 +44,28 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// keysWithoutTTL reports a key of the examples' server that has no TTL.
+func keysWithoutTTL(s *redistest.Server) error {
+	cursor := "0"
+	for {
+		reply, err := s.Do("SCAN", cursor, "COUNT", "1000")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(reply, "\n")
+		cursor = lines[0]
+		for _, k := range lines[1:] {
+			if k == "" {
+				continue
+			}
+			if pttl, err := s.Do("PTTL", k); err != nil || pttl == "-1" {
+				return fmt.Errorf("key %q has no TTL (PTTL %s, %v)", k, pttl, err)
+			}
+		}
+		if cursor == "0" {
+			return nil
+		}
+	}
 }
