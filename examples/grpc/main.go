@@ -1,0 +1,356 @@
+// Command grpc guards a gRPC server and its client with sluice, using the
+// standard health service (grpc.health.v1.Health: unary Check, streaming
+// Watch), so it needs no generated code of its own.
+//
+// The server's interceptors limit Check to a token bucket and shed calls and
+// streams with the adaptive load guard (here: more than 2 in flight). The
+// client's interceptors keep a circuit breaker for the server's target and
+// give each unary call 100 ms; they honour the RetryInfo a rejection carries,
+// so the client stops calling for as long as the server asked.
+//
+// Run the scripted demonstration:
+//
+//	go run ./examples/grpc
+//
+// Or keep the server up and call it by hand (reflection is on):
+//
+//	go run ./examples/grpc -serve -addr 127.0.0.1:50051
+//	grpcurl -plaintext 127.0.0.1:50051 grpc.health.v1.Health/Check
+//	grpcurl -plaintext 127.0.0.1:50051 grpc.health.v1.Health/Watch
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/breaker"
+	sluicegrpc "github.com/sluice-go/sluice/middleware/grpc"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+const (
+	// callTimeout bounds each unary call of the client.
+	callTimeout = 100 * time.Millisecond
+	// openFor is how long the client's breaker stays open after it trips:
+	// short, so the demonstration sees it recover.
+	openFor = 200 * time.Millisecond
+)
+
+func main() {
+	serve := flag.Bool("serve", false, "keep serving on -addr until Ctrl-C instead of running the demonstration")
+	addr := flag.String("addr", "127.0.0.1:50051", "listen address with -serve")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if *serve {
+		err = serveUntil(ctx, *addr, os.Stdout)
+	} else {
+		err = run(ctx, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "grpc:", err)
+		os.Exit(1)
+	}
+}
+
+// server is the gRPC server with its guards.
+type server struct {
+	grpc   *grpc.Server
+	health *health.Server
+	guards []*sluice.Guard
+	slow   atomic.Bool  // set to play a dependency of Check turning slow
+	calls  atomic.Int64 // Check calls that reached the server
+}
+
+func newServer() (*server, error) {
+	s := &server{health: health.NewServer()}
+	// The load guard sheds when the CPU is saturated and inflight outgrows
+	// what the server was seen to carry; the inflight cap makes it visible
+	// in a demonstration. Check and Watch share it: a stream in flight
+	// counts as much as a call.
+	load, err := adaptive.NewGuard(adaptive.WithName("adaptive/server"), adaptive.WithMaxInflight(2))
+	if err != nil {
+		return nil, err
+	}
+	// Check may be called 10 times a second, in bursts of 3.
+	limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 3, ratelimit.WithName("ratelimit/check"))
+	if err != nil {
+		return nil, err
+	}
+	check, err := sluice.New(sluice.With(limit, load))
+	if err != nil {
+		return nil, err
+	}
+	watch, err := sluice.New(sluice.With(load))
+	if err != nil {
+		return nil, err
+	}
+	s.guards = []*sluice.Guard{check, watch}
+
+	opts := []sluicegrpc.Option{
+		sluicegrpc.WithMethodGuard(healthpb.Health_Check_FullMethodName, check),
+		sluicegrpc.WithMethodGuard(healthpb.Health_Watch_FullMethodName, watch),
+	}
+	unary, err := sluicegrpc.UnaryServerInterceptor(opts...)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := sluicegrpc.StreamServerInterceptor(opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.count, unary, s.latency),
+		grpc.ChainStreamInterceptor(stream),
+	)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	return s, nil
+}
+
+// count counts the calls that reach the server, to show that the client's
+// open breaker spares it.
+func (s *server) count(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	s.calls.Add(1)
+	return next(ctx, req)
+}
+
+// latency stands for a dependency of the handler turning slow: while s.slow
+// is set, each call takes 300 ms, or until its caller gives up.
+func (s *server) latency(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if s.slow.Load() {
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return next(ctx, req)
+}
+
+func (s *server) close() {
+	for _, g := range s.guards {
+		g.Close()
+	}
+}
+
+func serveUntil(ctx context.Context, addr string, out io.Writer) error {
+	s, err := newServer()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(ln) }()
+	fmt.Fprintf(out, "serving grpc.health.v1.Health on %s (Ctrl-C to stop)\n", ln.Addr())
+	select {
+	case err = <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.health.Shutdown() // watchers hear NOT_SERVING before the server goes
+	s.grpc.GracefulStop()
+	return served(<-errc)
+}
+
+// served filters out of Serve's error the one that says the server was
+// stopped before it began serving.
+func served(err error) error {
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// newClient connects to target with the client interceptors: a breaker for
+// the target, a timeout per unary call.
+func newClient(target string, logf func(format string, args ...any)) (*grpc.ClientConn, *sluice.Guard, error) {
+	b, err := breaker.New("backend", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(openFor))
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := sluice.New(sluice.With(b), sluice.OnStateChange(func(c sluice.StateChange) {
+		logf("    [client %s: %s -> %s]\n", c.Policy, c.From, c.To)
+	}))
+	if err != nil {
+		return nil, nil, err
+	}
+	// One guard per target: a client of several services keeps a breaker
+	// for each, so one failing backend does not stop calls to the others.
+	opts := []sluicegrpc.Option{sluicegrpc.WithTargetGuard(target, g), sluicegrpc.WithTimeout(callTimeout)}
+	unary, err := sluicegrpc.UnaryClientInterceptor(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	stream, err := sluicegrpc.StreamClientInterceptor(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(unary),
+		grpc.WithStreamInterceptor(stream))
+	if err != nil {
+		g.Close()
+		return nil, nil, err
+	}
+	return cc, g, nil
+}
+
+// run starts the server on a free loopback port and plays the demonstration
+// with a guarded client.
+func run(ctx context.Context, out io.Writer) (err error) {
+	s, err := newServer()
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(ln) }()
+	defer func() {
+		s.grpc.Stop() // ends the streams still open, if the demonstration failed
+		err = errors.Join(err, served(<-errc))
+	}()
+
+	cc, g, err := newClient(ln.Addr().String(), func(format string, args ...any) { fmt.Fprintf(out, format, args...) })
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	defer cc.Close()
+	return demo(ctx, out, s, healthpb.NewHealthClient(cc))
+}
+
+func demo(ctx context.Context, out io.Writer, s *server, hc healthpb.HealthClient) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	check := func() {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			say("Check -> OK %v   (server saw %d calls)", resp.GetStatus(), s.calls.Load())
+			return
+		}
+		say("Check -> %s   (server saw %d calls)", describe(err), s.calls.Load())
+	}
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	say("1. the server limits Check to bursts of 3; the 4th call is told when to retry,")
+	say("   and the client's breaker holds back the next one for that long without sending it")
+	for range 5 {
+		check()
+	}
+	// Past the RetryInfo, and long enough for the bucket to hold two tokens
+	// again for what follows.
+	if err := wait(200 * time.Millisecond); err != nil {
+		return err
+	}
+	check()
+
+	say("\n2. Check turns slow: the client gives up after %v; two timeouts open its breaker", callTimeout)
+	s.slow.Store(true)
+	for range 3 {
+		check()
+	}
+	s.slow.Store(false)
+	say("   ...Check heals; after %v the breaker lets a probe through", openFor)
+	if err := wait(openFor + 50*time.Millisecond); err != nil {
+		return err
+	}
+	check()
+
+	say("\n3. Watch streams the server's status; two streams fill the server's inflight cap of 2")
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first, err := hc.Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	if err := recvStatus(out, "#1", first); err != nil {
+		return err
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	if err := recvStatus(out, "#1", first); err != nil {
+		return err
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	if err := recvStatus(out, "#1", first); err != nil {
+		return err
+	}
+	second, err := hc.Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	if err := recvStatus(out, "#2", second); err != nil {
+		return err
+	}
+	// A stream is admitted when it opens, so the third one learns of the
+	// load at its first receive.
+	third, err := hc.Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		say("Watch#3 -> %s", describe(err))
+	} else if _, err := third.Recv(); err != nil {
+		say("Watch#3 -> %s", describe(err))
+	}
+	cancel() // the streams end; the server's load falls back
+	return nil
+}
+
+// recvStatus receives one status from a Watch stream and prints it.
+func recvStatus(out io.Writer, name string, stream grpc.ServerStreamingClient[healthpb.HealthCheckResponse]) error {
+	resp, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Watch%s <- %v\n", name, resp.GetStatus())
+	return nil
+}
+
+// describe prints what a client can read from a gRPC error: its code, and
+// the RetryInfo and ErrorInfo details of a sluice rejection.
+func describe(err error) string {
+	st := status.Convert(err)
+	s := st.Code().String()
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			s += "  RetryInfo: " + d.GetRetryDelay().AsDuration().Round(time.Millisecond).String()
+		case *errdetails.ErrorInfo:
+			s += "  ErrorInfo: " + d.GetReason() + " by " + d.GetMetadata()[sluicegrpc.MetadataPolicy]
+		}
+	}
+	return s
+}
