@@ -271,10 +271,11 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	if p.forced || !b.tripped(t, run) {
 		return
 	}
+	draw := b.jitterDraw()
 	b.mu.Lock()
 	if b.cur.Load() == p {
 		b.trips++
-		b.setPhase(p, StateOpen, now, b.openDuration(), false)
+		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
 	}
 	b.mu.Unlock()
 	b.notifier.dispatch()
@@ -331,6 +332,10 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		return
 	}
 	ok := o == sluice.Success && (b.slow == 0 || latency <= b.slow)
+	var draw float64
+	if !ok {
+		draw = b.jitterDraw()
+	}
 	b.mu.Lock()
 	if b.cur.Load() == p {
 		if ok {
@@ -344,7 +349,7 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 			b.setPhase(p, StateClosed, now, 0, false)
 		case b.halfs.fail > b.cfg.probes-b.need:
 			b.trips++
-			b.setPhase(p, StateOpen, now, b.openDuration(), false)
+			b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
 		}
 	}
 	b.mu.Unlock()
@@ -352,13 +357,25 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 }
 
 // openDuration returns how long the breaker stays open after its b.trips-th
-// opening in a row. Called with b.mu held.
-func (b *Breaker) openDuration() time.Duration {
+// opening in a row, shortened by the jitter's share draw. Called with b.mu
+// held.
+func (b *Breaker) openDuration(draw float64) time.Duration {
 	d := b.cfg.openBase
 	for i := 1; i < b.trips && d < b.cfg.openMax; i++ {
 		d *= 2
 	}
-	return min(d, b.cfg.openMax)
+	d = min(d, b.cfg.openMax)
+	d -= time.Duration(float64(d) * b.cfg.jitter * draw)
+	return max(d, 1)
+}
+
+// jitterDraw draws the random number of the next open duration's jitter,
+// before the lock is taken: the user's random source never runs under it.
+func (b *Breaker) jitterDraw() float64 {
+	if b.cfg.jitter == 0 {
+		return 0
+	}
+	return min(max(b.cfg.random(), 0), 1)
 }
 
 // setPhase starts a new generation in state to, replacing old, and queues

@@ -149,7 +149,8 @@ func TestGroupOptionsValidation(t *testing.T) {
 	for name, opts := range map[string][]breaker.Option{
 		"max 0":           {breaker.WithMaxBreakers(0)},
 		"nil key func":    {breaker.WithKeyFunc(nil)},
-		"adaptive option": {breaker.WithRandom(func() float64 { return 0 })},
+		"adaptive option": {breaker.WithMultiplier(3)},
+		"bad jitter":      {breaker.WithJitter(1)},
 		"bad member":      {breaker.WithErrorRatio(2, 1)},
 	} {
 		_, err := breaker.NewGroup("g", opts...)

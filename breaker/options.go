@@ -69,6 +69,7 @@ type config struct {
 	buckets int
 
 	openBase, openMax time.Duration
+	jitter            float64
 	probes            int64
 	probeRatio        float64
 
@@ -293,6 +294,22 @@ func WithBackoff(base, max time.Duration) Option {
 	}
 }
 
+// WithJitter shortens each open duration by a random share of up to
+// fraction (0 ≤ fraction < 1) of it, so that breakers of many instances
+// opened by one outage do not all probe the dependency at the same instant.
+// The rejections' RetryAfter is the jittered duration. The default is 0: no
+// jitter. Applies to New and NewGroup.
+func WithJitter(fraction float64) Option {
+	return func(c *config) error {
+		c.use("WithJitter", forBreaker|forGroup)
+		if !(fraction >= 0 && fraction < 1) {
+			return fmt.Errorf("breaker: WithJitter: fraction %v must be in [0, 1)", fraction)
+		}
+		c.jitter = fraction
+		return nil
+	}
+}
+
 // WithHalfOpenProbes lets n probe calls through once the open duration is
 // over (the others are rejected at once), and closes the breaker when
 // successes make up at least successRatio (0 < successRatio ≤ 1) of the n
@@ -372,14 +389,15 @@ func WithMultiplier(k float64) Option {
 	}
 }
 
-// WithRandom sets the source of the adaptive throttle's random draws, a
-// function returning numbers in [0, 1), called once per request while the
-// throttle may reject, from many goroutines at once: it must be safe for
-// concurrent use. The default is math/rand/v2's Float64. Applies to
-// NewAdaptive.
+// WithRandom sets the source of random draws: the adaptive throttle's, once
+// per request while it may reject, and a breaker's open-duration jitter (see
+// WithJitter), once per opening. fn returns numbers in [0, 1) and is called
+// from many goroutines at once: it must be safe for concurrent use. The
+// default is math/rand/v2's Float64. Applies to New, NewAdaptive and
+// NewGroup.
 func WithRandom(fn func() float64) Option {
 	return func(c *config) error {
-		c.use("WithRandom", forAdaptive)
+		c.use("WithRandom", forBreaker|forAdaptive|forGroup)
 		if fn == nil {
 			return errors.New("breaker: WithRandom: nil function")
 		}

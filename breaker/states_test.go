@@ -345,3 +345,37 @@ func TestListenerPanicDoesNotStopLaterDeliveries(t *testing.T) {
 	b.ForceClose()
 	assert.Equal(t, 2, n)
 }
+
+func TestJitterShortensOpenDurations(t *testing.T) {
+	draws := []float64{0.5, 0, 0.999999}
+	var calls int
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(sec, 4*sec), breaker.WithJitter(0.5),
+		breaker.WithRandom(func() float64 { d := draws[calls%len(draws)]; calls++; return d }))
+	ctx := context.Background()
+	_, tk := b.Admit(ctx, 0)
+	b.Done(tk, F, 0, 0)
+	now := time.Duration(0)
+	// 1s less 0.5·0.5 of it, 2s less nothing, 4s less almost half.
+	for i, want := range []time.Duration{750 * ms, 2 * sec, 2*sec + 2*time.Microsecond} {
+		d, _ := b.Admit(ctx, now)
+		require.False(t, d.Allowed, "open %d", i)
+		require.InDelta(t, float64(want), float64(d.RetryAfter), float64(5*time.Microsecond), "open %d", i)
+		now += d.RetryAfter
+		d, tk := b.Admit(ctx, now)
+		require.True(t, d.Allowed, "probe %d", i)
+		b.Done(tk, F, now, 0)
+	}
+	assert.Equal(t, 4, calls, "one draw per opening: the trip and three failed probes")
+
+	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+		breaker.WithRandom(func() float64 { t.Fatal("no jitter, no draw"); return 0 }))
+	_, tk = plain.Admit(ctx, 0)
+	plain.Done(tk, F, 0, 0)
+	d, _ := plain.Admit(ctx, 0)
+	assert.Equal(t, sec, d.RetryAfter)
+
+	for _, bad := range []float64{-0.1, 1, nanF()} {
+		_, err := breaker.New("x", breaker.WithJitter(bad))
+		assert.Error(t, err, "%v", bad)
+	}
+}
