@@ -10,8 +10,8 @@
 //     error ratio, error count, slow-call ratio, any combination) look at a
 //     window of the last N calls (WithCountWindow) or of the last stretch of
 //     time (WithRollingWindow), each with a minimum volume. It stays open
-//     for a fixed duration or a capped exponential backoff, then admits a set
-//     number of probes. ForceOpen, ForceClose, Reset and OpenFor steer it by
+//     for a fixed duration or a capped exponential backoff, optionally
+//     jittered, then admits a set number of probes. ForceOpen, ForceClose, Reset and OpenFor steer it by
 //     hand; listeners hear every state change, outside its lock.
 //   - Adaptive: Google SRE client-side throttling, rejecting a growing share
 //     of requests as the dependency accepts fewer of them, with no open
