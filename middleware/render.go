@@ -139,8 +139,8 @@ type Renderer struct {
 // the cost of an allocation is shared among them. (The values that depend
 // only on the policy are made once per Route.)
 type fieldSlab struct {
-	strs   [64]string
-	buf    [3072]byte
+	strs   [32]string
+	buf    [1536]byte
 	ns, nb int
 }
 
