@@ -22,6 +22,21 @@ func consecutive(n uint32) func(gobreaker.Counts) bool {
 }
 
 func TestConformance(t *testing.T) {
+	t.Run("New", func(t *testing.T) {
+		policytest.Run(t, policytest.Config{
+			New: func(t *testing.T) sluice.Policy {
+				cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+					Name: "wrapped", MaxRequests: 2, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
+					IsExcluded: gobreakeradapter.IsExcluded(nil),
+				})
+				p, err := gobreakeradapter.New(cb)
+				require.NoError(t, err)
+				return p
+			},
+			Causes:       []error{sluice.ErrCircuitOpen},
+			NoRetryAfter: true, // New without WithTimeout cannot know
+		})
+	})
 	policytest.Run(t, policytest.Config{
 		New: func(t *testing.T) sluice.Policy {
 			p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
