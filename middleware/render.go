@@ -155,8 +155,11 @@ const maxFieldBytes = 160
 // Admitted sets on h the fields that describe an admitted request's
 // Decision: RateLimit-Policy and RateLimit (and the older fields when
 // Legacy), when d has a quota (Limit ≥ 0) and QuietAdmitted is not set. rt
-// supplies the policy's window; it may be nil. It costs one allocation when
-// it sets anything.
+// supplies the policy's window and keeps the values that depend only on the
+// policy, so that they are made once; it may be nil, and then they are made
+// afresh. The values that change per response are carved from a pooled slab
+// that a few dozen responses share, so a response allocates nothing of its
+// own.
 func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision) {
 	if r.QuietAdmitted || d.Limit < 0 || d.Policy == "" {
 		return
