@@ -1,0 +1,342 @@
+// Command client-transport protects a service from a dependency that turns
+// slow or fails, on the client side: an http.Client whose transport
+// (sluicehttp.Transport) guards every host it calls with
+//
+//   - a circuit breaker: two failures in a row stop the calls for 200 ms, then
+//     one probe tells whether the host is back;
+//   - a concurrency limit of 2 calls in flight, so a slow host ties up at most
+//     two goroutines and connections, however much traffic comes;
+//   - the client's timeout of 100 ms, whose expiry counts as a failure;
+//
+// and that honours a dependency's own 429 or 503 Retry-After by sending it
+// nothing until then.
+//
+// Run the scripted demonstration (a stand-in dependency on a loopback port,
+// reached under the name inventory.internal):
+//
+//	go run ./examples/client-transport
+//
+// Or serve a small frontend that calls the dependency, and steer both by hand:
+//
+//	go run ./examples/client-transport -serve -addr 127.0.0.1:8080
+//	curl localhost:8080/stock
+//	curl -X POST localhost:8080/dependency/slow   # or failing, busy, healthy
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/breaker"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+)
+
+const (
+	// timeout bounds every call to the dependency.
+	timeout = 100 * time.Millisecond
+	// openFor is how long a breaker stays open before it lets a probe through.
+	openFor = 200 * time.Millisecond
+	// url is where the service finds its dependency.
+	url = "http://inventory.internal/stock"
+)
+
+func main() {
+	serve := flag.Bool("serve", false, "serve a frontend on -addr until Ctrl-C instead of running the demonstration")
+	addr := flag.String("addr", "127.0.0.1:8080", "frontend listen address with -serve")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if *serve {
+		err = serveUntil(ctx, *addr, os.Stdout)
+	} else {
+		err = run(ctx, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client-transport:", err)
+		os.Exit(1)
+	}
+}
+
+// newClient returns an http.Client whose calls are guarded per host, and its
+// transport, to close when done. dependencyAddr is where the demonstration's
+// dependency really listens; every host name is dialled there.
+func newClient(dependencyAddr string, logf func(format string, args ...any)) (*http.Client, *sluicehttp.RoundTripper, error) {
+	var dialer net.Dialer
+	base := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, network, dependencyAddr)
+		},
+		MaxIdleConnsPerHost: 4,
+	}
+	// The Transport calls this once per host and keeps the Guard: each host
+	// has its own breaker and its own share of goroutines.
+	perHost := func(host string) (*sluice.Guard, error) {
+		b, err := breaker.New(host, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(openFor))
+		if err != nil {
+			return nil, err
+		}
+		limit, err := adaptive.NewBulkhead(2, adaptive.WithName("bulkhead/"+host))
+		if err != nil {
+			return nil, err
+		}
+		// Outer to inner: an open breaker answers before the bulkhead is
+		// asked; a call the bulkhead turns away gives the breaker its probe
+		// back.
+		return sluice.New(sluice.With(b, limit), sluice.OnStateChange(func(c sluice.StateChange) {
+			logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+		}))
+	}
+	rt, err := sluicehttp.Transport(base, perHost, sluicehttp.WithMaxRetryAfter(time.Minute))
+	if err != nil {
+		return nil, nil, err
+	}
+	// The timeout is the client's: when it expires the call's context ends,
+	// and the Transport counts the call as a failure of its host.
+	return &http.Client{Transport: rt, Timeout: timeout}, rt, nil
+}
+
+// describe makes one call and says how it went, as the calling code sees it.
+func describe(ctx context.Context, c *http.Client) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := c.Do(req)
+	var rej *sluice.RejectedError
+	var nerr net.Error
+	switch {
+	case errors.As(err, &rej):
+		// Not sent: the Guard answered at once.
+		s := fmt.Sprintf("not sent: %s by %s", sluice.CauseOf(rej), rej.Decision.Policy)
+		if ra := rej.RetryAfter(); ra > 0 {
+			s += fmt.Sprintf(", retry after %v", ra.Round(time.Millisecond))
+		}
+		return s
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return fmt.Sprintf("timed out after %v", timeout)
+	case err != nil:
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close() // closing the body ends the call for the Guard
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	s := fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		s += "  Retry-After: " + ra
+	}
+	return s
+}
+
+// run starts the dependency on a free loopback port and plays the
+// demonstration against it through the guarded client.
+func run(ctx context.Context, out io.Writer) error {
+	dep := &dependency{}
+	stop, addr, err := dep.start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	var ev events
+	client, rt, err := newClient(addr, ev.add)
+	if err != nil {
+		return errors.Join(err, stop())
+	}
+	err = demo(ctx, out, dep, client, &ev)
+	rt.CloseIdleConnections()
+	return errors.Join(err, rt.Close(), stop())
+}
+
+func demo(ctx context.Context, out io.Writer, dep *dependency, client *http.Client, ev *events) error {
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	// The breakers' state changes are printed under what caused them.
+	flush := func() {
+		for _, line := range ev.take() {
+			fmt.Fprint(out, line)
+		}
+	}
+	call := func() {
+		say("GET %s -> %s   (dependency saw %d calls)", url, describe(ctx, client), dep.calls.Load())
+		flush()
+	}
+	wait := func(d time.Duration) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	say("1. the dependency is healthy")
+	call()
+
+	say("\n2. it turns slow: of 4 concurrent calls, 2 wait their %v and time out, 2 are turned away at once", timeout)
+	dep.setMode("slow")
+	results := make([]string, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = describe(ctx, client) })
+	}
+	wg.Wait()
+	tally := map[string]int{} // by outcome, whatever the retry delay
+	for _, r := range results {
+		r, _, _ = strings.Cut(r, ", retry after")
+		tally[r]++
+	}
+	for _, r := range []string{fmt.Sprintf("timed out after %v", timeout),
+		"not sent: concurrency-limited by bulkhead/inventory.internal"} {
+		say("  %d × %s", tally[r], r)
+		delete(tally, r)
+	}
+	for r, n := range tally { // anything else a loaded machine produced
+		say("  %d × %s", n, r)
+	}
+	flush()
+	say("   the two timeouts opened the breaker: the next call fails fast, unsent")
+	call()
+
+	say("\n3. the dependency heals; after %v a probe goes through and the breaker closes", openFor)
+	dep.setMode("healthy")
+	if err := wait(openFor + 50*time.Millisecond); err != nil {
+		return err
+	}
+	call()
+
+	say("\n4. it is overloaded and says so: 503 with Retry-After: 1 holds the breaker open for 1s")
+	dep.setMode("busy")
+	call()
+	dep.setMode("healthy")
+	call()
+	if err := wait(time.Second + 50*time.Millisecond); err != nil {
+		return err
+	}
+	say("   one second later:")
+	call()
+	return nil
+}
+
+// dependency stands for the remote service: healthy, slow (300 ms a call),
+// failing (500) or busy (503 with Retry-After: 1).
+type dependency struct {
+	mode  atomic.Value // string
+	calls atomic.Int64
+}
+
+func (d *dependency) setMode(m string) { d.mode.Store(m) }
+
+func (d *dependency) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d.calls.Add(1)
+	mode, _ := d.mode.Load().(string)
+	switch mode {
+	case "slow":
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+	case "failing":
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	case "busy":
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "stock=12\n")
+}
+
+// start serves d on addr until stop is called.
+func (d *dependency) start(addr string) (stop func() error, bound string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}, ln.Addr().String(), nil
+}
+
+// serveUntil serves a frontend on addr whose GET /stock calls the dependency
+// through the guarded client, and whose POST /dependency/{mode} steers it.
+func serveUntil(ctx context.Context, addr string, out io.Writer) error {
+	dep := &dependency{}
+	stopDep, depAddr, err := dep.start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	client, rt, err := newClient(depAddr, func(format string, args ...any) { fmt.Fprintf(out, format, args...) })
+	if err != nil {
+		return errors.Join(err, stopDep())
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stock", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, describe(r.Context(), client))
+	})
+	mux.HandleFunc("POST /dependency/{mode}", func(w http.ResponseWriter, r *http.Request) {
+		dep.setMode(r.PathValue("mode"))
+		fmt.Fprintf(w, "dependency %s\n", r.PathValue("mode"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errors.Join(err, rt.Close(), stopDep())
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	fmt.Fprintf(out, "frontend on http://%s (Ctrl-C to stop)\n", ln.Addr())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	rt.CloseIdleConnections()
+	return errors.Join(err, rt.Close(), stopDep())
+}
+
+// events collects the lines the breakers log until the demonstration prints
+// them.
+type events struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (e *events) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lines = append(e.lines, fmt.Sprintf(format, args...))
+}
+
+func (e *events) take() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lines := e.lines
+	e.lines = nil
+	return lines
+}
