@@ -1,0 +1,285 @@
+// Command per-route gives each route of a net/http service its own guard
+// with a middleware.Routes table:
+//
+//   - GET /search: 5 requests per 10 s per caller (a sliding window): cheap,
+//     but scraped;
+//   - POST /checkout: 2 per minute per caller (GCRA): expensive, and a
+//     retry storm there costs real money;
+//   - every other route: one shared ceiling of 100 requests a second;
+//   - GET /healthz: never limited, so the load balancer keeps seeing the
+//     instance even when its callers are turned away.
+//
+// A caller is its API key when it sends one (X-Api-Key), else its IP address.
+//
+// Run the scripted demonstration:
+//
+//	go run ./examples/per-route
+//
+// Or keep the server up and try it by hand:
+//
+//	go run ./examples/per-route -serve -addr 127.0.0.1:8080
+//	curl -i -H 'X-Api-Key: alice' localhost:8080/search?q=kettle
+//	curl -i -X POST -H 'X-Api-Key: alice' localhost:8080/checkout
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+func main() {
+	serve := flag.Bool("serve", false, "keep serving on -addr until Ctrl-C instead of running the demonstration")
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address with -serve")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if *serve {
+		err = serveUntil(ctx, *addr, os.Stdout)
+	} else {
+		err = run(ctx, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "per-route:", err)
+		os.Exit(1)
+	}
+}
+
+// perCaller returns a Guard keeping one limiter per caller, each made by
+// newLimiter.
+func perCaller(name string, newLimiter func() (sluice.Policy, error)) (*sluice.Guard, error) {
+	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return newLimiter() },
+		ratelimit.WithKeyedName(name), ratelimit.WithMaxKeys(10_000))
+	if err != nil {
+		return nil, err
+	}
+	return sluice.New(sluice.With(keyed))
+}
+
+// newHandler returns the service with its per-route guards, and the route
+// table, whose Guards must be closed when done.
+func newHandler() (http.Handler, *middleware.Routes, error) {
+	search, err := perCaller("ratelimit/search", func() (sluice.Policy, error) {
+		return ratelimit.NewSlidingWindow(5, 10*time.Second, 10, ratelimit.WithName("ratelimit/search"))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	checkout, err := perCaller("ratelimit/checkout", func() (sluice.Policy, error) {
+		return ratelimit.NewGCRA(ratelimit.PerMinute(2), 2, ratelimit.WithName("ratelimit/checkout"))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	// Not keyed: a ceiling for the whole instance.
+	ceiling, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(100), 100, ratelimit.WithName("ratelimit/instance"))
+	if err != nil {
+		return nil, nil, err
+	}
+	rest, err := sluice.New(sluice.With(ceiling))
+	if err != nil {
+		return nil, nil, err
+	}
+	// Patterns are the http.ServeMux patterns the handlers are registered
+	// under: the middleware finds a request's route as the mux would.
+	routes, err := middleware.NewRoutes(
+		middleware.RouteTo("GET /search", search),
+		middleware.RouteTo("POST /checkout", checkout),
+		middleware.DefaultRoute(rest),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	ips, err := middleware.NewIPExtractor() // no proxy in front: the peer is the client
+	if err != nil {
+		return nil, nil, err
+	}
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"),
+		middleware.KeyByHeader("X-Api-Key"), middleware.KeyByIP(ips))
+	if err != nil {
+		return nil, nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /search", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "results for %q\n", r.URL.Query().Get("q"))
+	})
+	mux.HandleFunc("POST /checkout", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "order placed\n")
+	})
+	mux.HandleFunc("GET /about", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "a shop\n")
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+
+	h := sluicehttp.Middleware(
+		sluicehttp.WithRoutes(routes),
+		sluicehttp.WithKeyer(keyer),
+		// The health check bypasses every guard, the default one included.
+		sluicehttp.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
+	)(mux)
+	return h, routes, nil
+}
+
+// start serves h on ln until shutdown is called.
+func start(h http.Handler, ln net.Listener) (shutdown func() error) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+}
+
+func closeAll(routes *middleware.Routes) {
+	for _, g := range routes.Guards() {
+		g.Close()
+	}
+}
+
+func serveUntil(ctx context.Context, addr string, out io.Writer) error {
+	h, routes, err := newHandler()
+	if err != nil {
+		return err
+	}
+	defer closeAll(routes)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	shutdown := start(h, ln)
+	fmt.Fprintf(out, "listening on http://%s (Ctrl-C to stop)\n", ln.Addr())
+	<-ctx.Done()
+	return shutdown()
+}
+
+// run starts the server on a free loopback port and plays the demonstration
+// against it.
+func run(ctx context.Context, out io.Writer) error {
+	h, routes, err := newHandler()
+	if err != nil {
+		return err
+	}
+	defer closeAll(routes)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	shutdown := start(h, ln)
+	c := &client{base: "http://" + ln.Addr().String(), out: out, http: &http.Client{Timeout: 5 * time.Second}}
+	defer c.http.CloseIdleConnections()
+	return errors.Join(demo(ctx, c), shutdown())
+}
+
+func demo(ctx context.Context, c *client) error {
+	say := func(format string, args ...any) { fmt.Fprintf(c.out, format+"\n", args...) }
+
+	say("1. /search allows alice 5 requests per 10 s")
+	for range 6 {
+		if err := c.show(ctx, "GET", "/search?q=kettle", "alice"); err != nil {
+			return err
+		}
+	}
+	say("\n2. /checkout has its own, tighter limit: 2 per minute")
+	for range 3 {
+		if err := c.show(ctx, "POST", "/checkout", "alice"); err != nil {
+			return err
+		}
+	}
+	say("\n3. bob has budgets of his own")
+	if err := c.show(ctx, "GET", "/search?q=kettle", "bob"); err != nil {
+		return err
+	}
+	say("\n4. other routes share the instance's ceiling")
+	if err := c.show(ctx, "GET", "/about", ""); err != nil {
+		return err
+	}
+	say("\n5. the health check is never limited, and carries no RateLimit fields")
+	statuses := map[int]int{}
+	limited := 0
+	for range 20 {
+		resp, _, err := c.do(ctx, "GET", "/healthz", "alice")
+		if err != nil {
+			return err
+		}
+		statuses[resp.StatusCode]++
+		if resp.Header.Get("RateLimit") != "" {
+			limited++
+		}
+	}
+	say("GET  /healthz ×20 -> %d × 200, %d with RateLimit fields", statuses[http.StatusOK], limited)
+	return nil
+}
+
+// client sends the demonstration's requests and prints their answers.
+type client struct {
+	base string
+	out  io.Writer
+	http *http.Client
+}
+
+func (c *client) do(ctx context.Context, method, path, apiKey string) (*http.Response, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	if apiKey != "" {
+		req.Header.Set("X-Api-Key", apiKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, strings.TrimSpace(string(body)), err
+}
+
+// show sends one request as apiKey and prints the status, the fields the
+// route's guard set, and, on a rejection, the problem body.
+func (c *client) show(ctx context.Context, method, path, apiKey string) error {
+	resp, body, err := c.do(ctx, method, path, apiKey)
+	if err != nil {
+		return err
+	}
+	who := apiKey
+	if who == "" {
+		who = "(no key)"
+	}
+	fmt.Fprintf(c.out, "%-4s %-17s %-8s -> %d", method, path, who, resp.StatusCode)
+	for _, f := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+		if v := resp.Header.Get(f); v != "" {
+			fmt.Fprintf(c.out, "  %s: %s", f, v)
+		}
+	}
+	fmt.Fprintln(c.out)
+	if resp.Header.Get("Content-Type") == middleware.ProblemContentType {
+		fmt.Fprintf(c.out, "     %s\n", body)
+	}
+	return nil
+}
