@@ -49,15 +49,16 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Adaptive{
+	a := &Adaptive{
 		name:   "breaker/" + name,
 		k:      cfg.k,
 		minReq: cfg.minThrottle,
 		random: cfg.random,
 		clock:  cfg.clock,
-		env:    permitEnv{clock: cfg.clock, classify: cfg.classify, timed: true},
 		win:    newTimeWindow(cfg.length, cfg.buckets, true),
-	}, nil
+	}
+	a.env = newPermitEnv(a, cfg.clock, cfg.classify, true)
+	return a, nil
 }
 
 // Name returns "breaker/" followed by the name given to NewAdaptive.
@@ -119,7 +120,7 @@ func (a *Adaptive) Allow() (Permit, error) {
 	if !d.Allowed {
 		return Permit{}, &sluice.RejectedError{Decision: d}
 	}
-	return Permit{p: a, env: &a.env, t: t, start: now, started: true}, nil
+	return Permit{env: &a.env, t: t, start: now}, nil
 }
 
 // Execute runs fn if the throttle lets it through, and reports how it ended,

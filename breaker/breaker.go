@@ -87,7 +87,7 @@ func New(name string, opts ...Option) (*Breaker, error) {
 
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
-	b.env = newPermitEnv(cfg.clock, cfg.classify, cfg.count == 0 || cfg.slowThreshold > 0)
+	b.env = newPermitEnv(b, cfg.clock, cfg.classify, cfg.count == 0 || cfg.slowThreshold > 0)
 	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
 	b.need = int64(math.Ceil(cfg.probeRatio*float64(cfg.probes) - 1e-9))
 	if b.need < 1 {
@@ -161,6 +161,11 @@ func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, 
 	p := b.cur.Load()
 	if p.state == StateClosed {
 		return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(false)
+	}
+	if p.state == StateOpen && !p.forced && now < p.openUntil {
+		// Built in place: a Decision is returned in memory, and every copy
+		// on this path costs more than the check itself.
+		return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: p.openUntil - now, Cause: sluice.ErrCircuitOpen}, 0
 	}
 	return b.admitSlow(p, now)
 }

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -13,23 +14,26 @@ func randFloat() float64 { return rand.Float64() }
 // how the call ended exactly once, with Finish or Record. The zero Permit, as
 // returned with a rejection, does nothing.
 type Permit struct {
-	p       sluice.Policy
-	env     *permitEnv
-	t       sluice.Ticket
-	start   time.Duration
-	started bool // start was read
+	env   *permitEnv // nil: the zero Permit
+	t     sluice.Ticket
+	start time.Duration // noStart when the clock was not read
 }
+
+// noStart marks a Permit whose start instant was not read. Three words keep
+// Allow's and Decide's results small.
+const noStart = time.Duration(math.MinInt64)
 
 // permitEnv is what every Permit of one policy shares.
 type permitEnv struct {
+	p        sluice.Policy
 	clock    sluice.Clock
 	classify sluice.Classifier
 	timed    bool // Done needs the end instant
 	system   bool // clock is sluice.SystemClock: read it without an interface call
 }
 
-func newPermitEnv(clock sluice.Clock, classify sluice.Classifier, timed bool) permitEnv {
-	return permitEnv{clock: clock, classify: classify, timed: timed, system: clock == sluice.SystemClock}
+func newPermitEnv(p sluice.Policy, clock sluice.Clock, classify sluice.Classifier, timed bool) permitEnv {
+	return permitEnv{p: p, clock: clock, classify: classify, timed: timed, system: clock == sluice.SystemClock}
 }
 
 func (e *permitEnv) now() time.Duration {
@@ -44,7 +48,7 @@ func (e *permitEnv) now() time.Duration {
 // success, a sluice rejection or context.Canceled is ignored, any other error
 // is a failure.
 func (p Permit) Finish(err error) {
-	if p.p == nil {
+	if p.env == nil {
 		return
 	}
 	p.Record(p.env.classify(err))
@@ -53,21 +57,21 @@ func (p Permit) Finish(err error) {
 // Record reports the end of the call with outcome o. The clock is read only
 // when the policy needs the end instant or the latency.
 func (p Permit) Record(o sluice.Outcome) {
-	if p.p == nil {
+	if p.env == nil {
 		return
 	}
 	var now, lat time.Duration
 	if p.env.timed {
 		now = p.env.now()
-		if p.started {
+		if p.start != noStart {
 			lat = max(now-p.start, 0)
 		}
 	}
-	p.p.Done(p.t, o, now, lat)
+	p.env.p.Done(p.t, o, now, lat)
 }
 
 // Allowed reports whether the Permit lets a call through.
-func (p Permit) Allowed() bool { return p.p != nil }
+func (p Permit) Allowed() bool { return p.env != nil }
 
 // Allow asks whether a call may go through now. When it may, it returns a
 // Permit on which the call's end must be reported once; otherwise a
@@ -76,7 +80,7 @@ func (p Permit) Allowed() bool { return p.p != nil }
 // slow-call strategy does not.
 func (b *Breaker) Allow() (Permit, error) {
 	if p := b.cur.Load(); p.state == StateClosed && b.slow == 0 {
-		return Permit{p: b, env: &b.env, t: p.ticket(false)}, nil
+		return Permit{env: &b.env, t: p.ticket(false), start: noStart}, nil
 	}
 	d, pm := b.Decide()
 	if !d.Allowed {
@@ -91,14 +95,15 @@ func (b *Breaker) Decide() (sluice.Decision, Permit) {
 	p := b.cur.Load()
 	if p.state == StateClosed && b.slow == 0 {
 		d := sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}
-		return d, Permit{p: b, env: &b.env, t: p.ticket(false)}
+		return d, Permit{env: &b.env, t: p.ticket(false), start: noStart}
 	}
 	if p.state == StateOpen {
-		if p.forced {
-			return b.reject(b.cfg.openBase), Permit{} // no need of the time
+		ra := b.cfg.openBase // held open: no need of the time
+		if !p.forced {
+			ra = p.openUntil - b.env.now()
 		}
-		if now := b.env.now(); now < p.openUntil {
-			return b.reject(p.openUntil - now), Permit{}
+		if ra > 0 {
+			return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: ra, Cause: sluice.ErrCircuitOpen}, Permit{}
 		}
 	}
 	return b.decideSlow(p)
@@ -110,7 +115,7 @@ func (b *Breaker) decideSlow(p *phase) (sluice.Decision, Permit) {
 	if !d.Allowed {
 		return d, Permit{}
 	}
-	return d, Permit{p: b, env: &b.env, t: t, start: now, started: true}
+	return d, Permit{env: &b.env, t: t, start: now}
 }
 
 // Execute runs fn if the breaker lets it through, and reports how it ended.
