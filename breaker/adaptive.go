@@ -32,7 +32,6 @@ type Adaptive struct {
 	k      float64
 	minReq int64
 	random func() float64
-	clock  sluice.Clock
 	env    permitEnv
 	win    *timeWindow // requests (total), accepts (lo)
 }
@@ -54,7 +53,6 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 		k:      cfg.k,
 		minReq: cfg.minThrottle,
 		random: cfg.random,
-		clock:  cfg.clock,
 		win:    newTimeWindow(cfg.length, cfg.buckets, true),
 	}
 	a.env = newPermitEnv(a, cfg.clock, cfg.classify, true)
