@@ -237,12 +237,36 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 	if len(g.policies) > len(done.tickets) {
 		done.more = make([]Ticket, len(g.policies))
 	}
+	// After a policy that may wait, the instant moves on; the instant each
+	// policy decided at is kept, so a release tells each how long ago it
+	// admitted.
+	var at []time.Duration
+	var atBuf [8]time.Duration
+	if g.mayWait != nil {
+		if len(g.policies) <= len(atBuf) {
+			at = atBuf[:len(g.policies)]
+		} else {
+			at = make([]time.Duration, len(g.policies))
+		}
+	}
 	best := allowAll
 	for i, p := range g.policies {
+		if at != nil {
+			at[i] = now
+		}
 		d, t := p.Admit(ctx, now)
 		if !d.Allowed {
-			for j := i - 1; j >= 0; j-- {
-				g.policies[j].Done(done.ticket(j), Released, now, 0)
+			if at != nil {
+				if g.mayWait[i] {
+					now = g.Now() // it may have waited before it gave up
+				}
+				for j := i - 1; j >= 0; j-- {
+					g.policies[j].Done(done.ticket(j), Released, now, now-at[j])
+				}
+			} else {
+				for j := i - 1; j >= 0; j-- {
+					g.policies[j].Done(done.ticket(j), Released, now, 0)
+				}
 			}
 			done.more = nil
 			g.decided(ctx, d)
@@ -253,7 +277,7 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 		} else {
 			done.tickets[i] = t
 		}
-		if g.mayWait != nil && g.mayWait[i] {
+		if at != nil && g.mayWait[i] {
 			// It may have waited: the policies after it decide, and the
 			// call's latency starts, at the instant the wait ended.
 			now = g.Now()

@@ -485,3 +485,23 @@ func TestGuardAfterAWaitDecidesAndMeasuresFromTheWaitsEnd(t *testing.T) {
 			"%s hears the call's own latency", r.name)
 	}
 }
+
+// A release after a wait tells each outer policy how long ago it admitted, so
+// now - latency is the instant its own Admit was given.
+func TestGuardReleaseAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", 5)
+	queue := &waiting{recorder: newRecorder("queue", 5), clk: clk, wait: 300 * time.Millisecond}
+	middle := newRecorder("middle", 5)
+	giveUp := &waiting{recorder: newRecorder("gives-up", 0), clk: clk, wait: 200 * time.Millisecond}
+	g := mustGuard(t, sluice.With(outer, queue, middle, giveUp), sluice.WithClock(clk))
+
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, sluice.ErrRateLimited)
+	end := 1500 * time.Millisecond // both waits are over
+	assert.Equal(t, []call{{1, sluice.Released, end, 500 * time.Millisecond}}, outer.doneCalls())
+	assert.Equal(t, []call{{1, sluice.Released, end, 500 * time.Millisecond}}, queue.doneCalls(),
+		"the waiting policy admitted at arrival")
+	assert.Equal(t, []call{{1, sluice.Released, end, 200 * time.Millisecond}}, middle.doneCalls(),
+		"the one after the wait admitted at its end")
+}

@@ -50,7 +50,9 @@ type Policy interface {
 	// Admit decides on one request at the monotonic instant now.
 	Admit(ctx context.Context, now time.Duration) (Decision, Ticket)
 	// Done reports how an admitted request ended. It is called exactly once for
-	// every Admit that allowed, and never for one that rejected.
+	// every Admit that allowed, and never for one that rejected. For Released,
+	// latency is the time since this policy's own Admit, so now - latency is
+	// the instant Admit was given.
 	Done(t Ticket, o Outcome, now, latency time.Duration)
 }
 

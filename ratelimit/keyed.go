@@ -160,11 +160,18 @@ type Keyed struct {
 	missing    MissingKey
 	name       string
 	clock      limiterClock
+	mayWait    bool // the limiters newLimiter makes may block in Admit
 
 	closeOnce sync.Once
 	stop      chan struct{}
 	stopped   chan struct{}
 }
+
+// MayWait reports whether Admit may block: when the limiters newLimiter makes
+// do (shapers, queued concurrency limits), as the one it made for the empty
+// key at construction shows; newLimiter must make limiters of one kind. It
+// makes Keyed a sluice.Waiter when they are.
+func (k *Keyed) MayWait() bool { return k.mayWait }
 
 // keyDecider is what every limiter of this package offers beyond Policy: a
 // decision that needs no ticket, and a bare answer.
@@ -243,17 +250,21 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	if o.janitor > 0 && o.idleTTL == 0 {
 		return nil, errors.New("ratelimit: NewKeyed: WithJanitor needs WithIdleTTL")
 	}
-	if p, err := newLimiter(""); err != nil {
+	probe, err := newLimiter("")
+	if err != nil {
 		return nil, fmt.Errorf("ratelimit: NewKeyed: newLimiter: %w", err)
-	} else if p == nil {
+	} else if probe == nil {
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
+	w, ok := probe.(sluice.Waiter)
+	mayWait := ok && w.MayWait()
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
 		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: newLimiterClock(o.clock),
+		mayWait: mayWait,
 	}
 	for i := range k.shards {
 		s := &k.shards[i]

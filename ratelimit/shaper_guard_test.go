@@ -65,3 +65,35 @@ func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, never.MayWait(), "a shaper that never waits is not a Waiter")
 }
+
+// Keyed is a Waiter exactly when the limiters it makes are.
+func TestKeyedOfShapersIsAWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		k, err := NewKeyed(func(string) (sluice.Policy, error) {
+			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
+		}, WithKeyedClock(clk))
+		require.NoError(t, err)
+		assert.True(t, k.MayWait())
+		inner := &instants{}
+		g, err := sluice.New(sluice.With(k, inner), sluice.WithClock(clk))
+		require.NoError(t, err)
+		defer g.Close()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				require.NoError(t, g.Do(sluice.WithKey(context.Background(), "a"), func(context.Context) error {
+					time.Sleep(10 * time.Millisecond)
+					return nil
+				}))
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, inner.admits)
+		assert.Equal(t, []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}, inner.latencies)
+	})
+	buckets, err := NewKeyed(func(string) (sluice.Policy, error) { return NewTokenBucket(PerSecond(10), 5) })
+	require.NoError(t, err)
+	assert.False(t, buckets.MayWait())
+}

@@ -1,0 +1,70 @@
+package ratelimit
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// rejecter rejects every request.
+type rejecter struct{}
+
+func (rejecter) Name() string { return "rejecter" }
+func (rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return sluice.Decision{Policy: "rejecter", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+}
+func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// A leaky bucket before a shaper: a request that waited in the shaper and was
+// then rejected further in gives back only what had not leaked yet.
+func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		bucket, err := NewLeakyBucket(PerSecond(1), 3, WithClock(clk))
+		require.NoError(t, err)
+		shaper := mustShaper(t, PerSecond(1), 2*time.Second, WithClock(clk))
+		require.True(t, shaper.AllowAt(0), "the shaper's turn at 0 is taken: the next waits 1s")
+		g, err := sluice.New(sluice.With(bucket, shaper, rejecter{}), sluice.WithClock(clk))
+		require.NoError(t, err)
+		defer g.Close()
+
+		done := make(chan error, 1)
+		go func() { done <- g.Do(context.Background(), func(context.Context) error { return nil }) }()
+		time.Sleep(400 * time.Millisecond)
+		require.True(t, bucket.AllowAt(clk.Now()), "B pours in at 400ms")
+		require.ErrorIs(t, <-done, sluice.ErrRateLimited)
+		require.Equal(t, time.Second, clk.Now())
+
+		// At 1s the first unit has leaked away and B's has 0.4 left: room for
+		// two more units, not three.
+		admitted := 0
+		for range 5 {
+			if bucket.AllowAt(clk.Now()) {
+				admitted++
+			}
+		}
+		assert.Equal(t, 2, admitted)
+	})
+}
+
+// A shaper that a policy after it rejects gives its turn back, so the next
+// caller does not wait behind an empty turn.
+func TestShaperReleasedInGuardGivesItsTurnBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		shaper := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		g, err := sluice.New(sluice.With(shaper, rejecter{}), sluice.WithClock(clk))
+		require.NoError(t, err)
+		defer g.Close()
+		time.Sleep(50 * time.Millisecond) // not at instant 0: the release must find its turn anyway
+		require.ErrorIs(t, g.Do(context.Background(), func(context.Context) error { return nil }), sluice.ErrRateLimited)
+		d := shaper.DecideAt(clk.Now(), 1)
+		assert.True(t, d.Allowed, "the released turn is free again: %+v", d)
+	})
+}
