@@ -97,7 +97,7 @@ type Gradient struct {
 	// MinLimit and MaxLimit bound the limit; defaults 1 and 1000.
 	MinLimit, MaxLimit int
 	// Tolerance is how far above the baseline the window's average latency
-	// may be without the limit shrinking; default 1.2 (20% above). It must be
+	// may be without the limit shrinking; default 1.1 (10% above). It must be
 	// at least 1.
 	Tolerance float64
 	// ProbeEvery is the number of windows between two probes of the

@@ -234,3 +234,19 @@ func TestSystemSamplerRealMachine(t *testing.T) {
 	assert.GreaterOrEqual(t, s.CPU(), 0.0)
 	assert.LessOrEqual(t, s.CPU(), 1.0)
 }
+
+// A quota changed in place between two readings moves only the interval
+// after the change: the reading is the share of the new quota used.
+func TestSamplerQuotaChangedInPlace(t *testing.T) {
+	root := copyTree(t, filepath.Join("testdata", "cgroup2-max"))
+	write(t, root, "sys/fs/cgroup/cpu.max", "200000 100000\n") // 2 cores
+	s, err := NewSystemSampler(SamplerConfig{Root: root, Decay: 0.5})
+	require.NoError(t, err)
+	t0 := s.origin.Add(time.Hour)
+	require.NoError(t, s.sample(t0))
+	write(t, root, "sys/fs/cgroup/cpu.max", "100000 100000\n") // resized to 1 core
+	write(t, root, "sys/fs/cgroup/cpu.stat", "usage_usec 1500000\n")
+	require.NoError(t, s.sample(t0.Add(time.Second)))
+	// 0.5 s of CPU in 1 s against 1 core: 50%, smoothed by half from 0.
+	assert.InDelta(t, 0.25, s.CPU(), 1e-9)
+}

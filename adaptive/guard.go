@@ -72,6 +72,10 @@ type Guard struct {
 	_        [56]byte
 	shedding atomic.Bool
 	lastShed atomic.Int64
+	// lastCPUShed is the instant of the last shed for CPU (noCPUShed before
+	// the first): only those start the cool-off during which CPU below the
+	// threshold still sheds.
+	lastCPUShed atomic.Int64
 
 	mu         sync.Mutex
 	subs       map[uint64]func(sluice.StateChange)
@@ -119,6 +123,7 @@ func NewGuard(opts ...Option) (*Guard, error) {
 		g.qpsCap = max(int64(math.Floor(o.maxQPS*span)), 1)
 	}
 	g.rules = g.maxInflight > 0 || g.maxAvgRT > 0 || g.qpsCap > 0 || g.maxLoad1 > 0
+	g.lastCPUShed.Store(noCPUShed)
 	g.sampler = o.sampler
 	if g.sampler == nil {
 		s, err := sharedSampler()
@@ -146,21 +151,24 @@ func (g *Guard) Admit(ctx context.Context, now time.Duration) (sluice.Decision, 
 	if g.shedding.Load() && now-time.Duration(g.lastShed.Load()) >= g.coolOff {
 		g.recover(now)
 	}
+	// The request counts as in flight before the rules look, so requests
+	// arriving together see each other and a maximum is never overshot.
+	inflight := g.inflight.Add(1) - 1
 	if g.rules || g.shedding.Load() || g.sampler.CPU() > g.cpuThreshold {
-		if d, shed := g.check(ctx, now, idx); shed {
+		if d, shed := g.check(ctx, now, idx, inflight); shed {
+			g.inflight.Add(-1)
 			return d, 0
 		}
 	}
-	g.inflight.Add(1)
 	if g.qpsCap > 0 {
 		g.w.admit(idx)
 	}
 	return sluice.Decision{Allowed: true, Policy: g.name, Limit: -1}, sluice.Ticket(idx)
 }
 
-// check applies the rules to a request at now; it reports the Decision and
-// true when the request is shed.
-func (g *Guard) check(ctx context.Context, now time.Duration, idx int64) (sluice.Decision, bool) {
+// check applies the rules to a request at now, with inflight others in
+// flight; it reports the Decision and true when the request is shed.
+func (g *Guard) check(ctx context.Context, now time.Duration, idx, inflight int64) (sluice.Decision, bool) {
 	crit := -1 // unknown until a rule would shed
 	critical := func() bool {
 		if crit < 0 {
@@ -174,7 +182,6 @@ func (g *Guard) check(ctx context.Context, now time.Duration, idx int64) (sluice
 	over := func(v, limit float64) bool { // v is over limit for this request
 		return v > limit && (!critical() || v > limit*g.critFactor)
 	}
-	inflight := g.inflight.Load()
 	if g.maxInflight > 0 && over(float64(inflight)+1, float64(g.maxInflight)) {
 		return g.shed(now, ErrMaxInflight, g.w.dur), true
 	}
@@ -195,12 +202,33 @@ func (g *Guard) check(ctx context.Context, now time.Duration, idx int64) (sluice
 	if g.maxLoad1 > 0 && over(g.sampler.Load1(), g.maxLoad1) {
 		return g.shed(now, ErrLoadOverload, wait), true
 	}
-	if cpu := g.sampler.CPU(); cpu > g.cpuThreshold || g.shedding.Load() {
+	if cpu := g.sampler.CPU(); cpu > g.cpuThreshold || g.coolingOff(now) {
 		if !critical() || cpu > g.criticalCPU {
+			g.noteCPUShed(now)
 			return g.shed(now, ErrCPUOverload, wait), true
 		}
 	}
 	return sluice.Decision{}, false
+}
+
+// noCPUShed marks a Guard that has not shed for CPU yet.
+const noCPUShed = math.MinInt64
+
+// coolingOff reports whether now lies within the cool-off after the last
+// shed for CPU.
+func (g *Guard) coolingOff(now time.Duration) bool {
+	last := g.lastCPUShed.Load()
+	return last != noCPUShed && now-time.Duration(last) < g.coolOff
+}
+
+// noteCPUShed moves the instant of the last shed for CPU to now, never back.
+func (g *Guard) noteCPUShed(now time.Duration) {
+	for {
+		last := g.lastCPUShed.Load()
+		if last != noCPUShed && time.Duration(last) >= now || g.lastCPUShed.CompareAndSwap(last, int64(now)) {
+			return
+		}
+	}
 }
 
 // shed records a shed at now and returns its Decision.

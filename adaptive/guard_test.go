@@ -3,7 +3,9 @@ package adaptive_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,4 +371,61 @@ func TestGuardInSluiceGuard(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
 	assert.Equal(t, []string{"normal->shedding", "shedding->normal"}, changes)
+}
+
+// A shed by a system rule is not a CPU shed: with CPU low it starts no
+// cool-off, and the next request is judged by the rules alone.
+func TestGuardRuleShedStartsNoCPUCoolOff(t *testing.T) {
+	ctx := context.Background()
+	g := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(1)) // default cool-off, 1 s
+	d, tk := g.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	d, _ = g.Admit(ctx, 0)
+	require.ErrorIs(t, d.Cause, adaptive.ErrMaxInflight)
+	g.Done(tk, sluice.Success, 10*ms, 10*ms)
+	d, tk = g.Admit(ctx, 150*ms)
+	require.True(t, d.Allowed, "CPU is low and inflight is back under its maximum: %+v", d)
+	g.Done(tk, sluice.Success, 160*ms, 10*ms)
+}
+
+// Requests arriving together count each other: a maximum in flight is
+// never overshot.
+func TestGuardMaxInflightUnderConcurrency(t *testing.T) {
+	const limit, callers = 4, 64
+	g := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(limit), adaptive.WithCoolOff(0))
+	var admitted, decided atomic.Int64
+	var start, held sync.WaitGroup
+	release := make(chan struct{})
+	start.Add(1)
+	for range callers {
+		held.Add(1)
+		go func() {
+			defer held.Done()
+			start.Wait()
+			d, tk := g.Admit(context.Background(), 0)
+			if d.Allowed {
+				admitted.Add(1)
+			}
+			decided.Add(1)
+			if !d.Allowed {
+				return
+			}
+			<-release
+			g.Done(tk, sluice.Success, ms, ms)
+		}()
+	}
+	start.Done()
+	deadline := time.After(5 * time.Second)
+	for decided.Load() < callers {
+		select {
+		case <-deadline:
+			close(release)
+			t.Fatalf("only %d of %d callers decided", decided.Load(), callers)
+		default:
+			runtime.Gosched()
+		}
+	}
+	assert.Equal(t, int64(limit), admitted.Load(), "admitted while all %d were held", limit)
+	close(release)
+	held.Wait()
 }

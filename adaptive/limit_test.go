@@ -104,10 +104,10 @@ func TestConcurrencyLimitWindows(t *testing.T) {
 	batch(250*ms, 2, 10*ms, sluice.Success) // only 3 samples: the window stays open
 	batch(300*ms, 1, 10*ms, sluice.Success)
 	assert.Equal(t, int64(9), l.Stats().Limit)
-	batch(350*ms, 1, 10*ms, sluice.Failure) // ends [200ms, 350ms): 2 of 9 in use, no growth
+	batch(350*ms, 1, 10*ms, sluice.Failure) // joins the open window: 3 samples, under the minimum of 4
 	assert.Equal(t, int64(9), l.Stats().Limit)
-	batch(400*ms, 3, 10*ms, sluice.Success)
-	batch(450*ms, 1, 10*ms, sluice.Success) // ends a window with a failure: 9.9 × 0.9
+	batch(400*ms, 3, 10*ms, sluice.Success) // ends the window that holds the failure: the limit shrinks
+	batch(450*ms, 1, 10*ms, sluice.Success)
 	assert.Equal(t, int64(8), l.Stats().Limit)
 }
 

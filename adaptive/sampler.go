@@ -91,6 +91,7 @@ type SystemSampler struct {
 	origin   time.Time
 	prevBusy float64
 	prevCap  float64
+	prevAt   time.Time
 	primed   bool
 }
 
@@ -140,19 +141,16 @@ func (s *SystemSampler) CPU() float64 { return math.Float64frombits(s.cpu.Load()
 // /proc/loadavg does not exist.
 func (s *SystemSampler) Load1() float64 { return math.Float64frombits(s.load.Load()) }
 
-// sample takes one reading at wall instant at and folds it into the
+// sample takes one reading, made at wall instant at, and folds it into the
 // smoothed usage.
 func (s *SystemSampler) sample(at time.Time) error {
 	busy, capacity, wall, err := s.src.read()
 	if err != nil {
 		return fmt.Errorf("adaptive: reading %s: %w", s.src.kind(), err)
 	}
-	if wall {
-		cores := capacity
-		if cores <= 0 {
-			return fmt.Errorf("adaptive: %s allows %v cores", s.src.kind(), cores)
-		}
-		capacity = float64(at.Sub(s.origin)) * cores
+	cores := capacity
+	if wall && cores <= 0 {
+		return fmt.Errorf("adaptive: %s allows %v cores", s.src.kind(), cores)
 	}
 	var load float64
 	if s.loadavg != "" {
@@ -165,6 +163,16 @@ func (s *SystemSampler) sample(at time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.load.Store(math.Float64bits(load))
+	if wall {
+		// Capacity accrues at the number of cores allowed during each
+		// interval, so a quota changed in place moves only the intervals
+		// after it.
+		if s.primed {
+			capacity = s.prevCap + float64(at.Sub(s.prevAt))*cores
+		} else {
+			capacity = float64(at.Sub(s.origin)) * cores
+		}
+	}
 	if s.primed {
 		dBusy, dCap := busy-s.prevBusy, capacity-s.prevCap
 		if dCap > 0 && dBusy >= 0 {
@@ -173,7 +181,7 @@ func (s *SystemSampler) sample(at time.Time) error {
 			s.cpu.Store(math.Float64bits(prev*s.cfg.Decay + u*(1-s.cfg.Decay)))
 		}
 	}
-	s.prevBusy, s.prevCap, s.primed = busy, capacity, true
+	s.prevBusy, s.prevCap, s.prevAt, s.primed = busy, capacity, at, true
 	return nil
 }
 
@@ -218,9 +226,11 @@ func (s *SystemSampler) run(stop, done chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case at := <-t.C:
-			// A failed reading (a file briefly missing) keeps the last value.
-			_ = s.sample(at)
+		case <-t.C:
+			// The instant of the reading is now, not the tick's: a sampler
+			// that runs late does so when the CPU is busiest. A failed
+			// reading (a file briefly missing) keeps the last value.
+			_ = s.sample(time.Now())
 		}
 	}
 }

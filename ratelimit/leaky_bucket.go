@@ -48,7 +48,7 @@ type LeakyBucket struct {
 // It fails when r is invalid (see Rate.Validate), capacity < 1, or the
 // bucket would take too long to drain to track to the nanosecond
 // (capacity · interval must stay below 2^(63-bits(capacity)) nanoseconds:
-// 208 days for a capacity of 1000).
+// about 104 days for a capacity of 1000).
 func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error) {
 	o, err := buildOptions("leaky-bucket", opts)
 	if err != nil {

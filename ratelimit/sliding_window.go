@@ -14,7 +14,7 @@ import (
 // consecutive buckets of length window/buckets: a window that slides one
 // bucket at a time, kept as a ring of counters reused in place.
 //
-// A unit counted at instant t leaves the window at the end of its bucket plus
+// A unit counted at instant t leaves the window at the start of its bucket plus
 // window, between window-window/buckets and window after t; so any span
 // shorter than window-window/buckets holds at most limit, and more buckets
 // track the exact sliding window (SlidingLog) more closely. With one bucket it
