@@ -201,9 +201,10 @@ func WithQuotaMetadata() Option {
 
 // WithMessageGuard makes StreamServerInterceptor ask g for every message a
 // stream receives, after the stream itself was admitted, on the stream's
-// context (with its key). A message g rejects ends the stream with
-// ResourceExhausted: RecvMsg returns the rejection, and so does the stream
-// whatever its handler returns. With methods, only those streams are
+// context (with its key). A message g rejects ends the stream with the status
+// of its cause, as any rejection (ResourceExhausted for a rate limit):
+// RecvMsg returns the rejection, and so does the stream whatever its handler
+// returns. With methods, only those streams are
 // limited; without, every stream. For server stream interceptors only.
 func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 	return func(o *options) {

@@ -334,3 +334,20 @@ func TestServerMessageGuardEndsTheStream(t *testing.T) {
 		}
 	})
 }
+
+// A message guard's rejection carries the status of its cause, as every
+// rejection does: an open breaker on the messages is Unavailable.
+func TestServerMessageGuardRejectionFollowsItsCause(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		b := newBreaker(t, "messages", clk)
+		b.ForceOpen()
+		msgs := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+		s := start(t, tr, serverOpts(t, WithMessageGuard(msgs, methodChat)))
+		n, err := s.chat(withTimeout(t), 2)
+		assert.Equal(t, 0, n)
+		got := readWire(t, err)
+		assert.Equal(t, codes.Unavailable, got.code)
+		assert.Equal(t, ReasonCircuitOpen, got.reason)
+	})
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -109,7 +108,8 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 // RecvMsg receives the next message and, with a message guard, asks it for
 // the message. A rejected message ends the stream: this and every later
-// RecvMsg return the rejection, a ResourceExhausted status.
+// RecvMsg return the rejection, with the status of its cause
+// (ResourceExhausted for a rate limit, Unavailable for the others).
 func (s *serverStream) RecvMsg(m any) error {
 	if r := s.rejected.Load(); r != nil {
 		return r
@@ -119,7 +119,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	}
 	d, done, err := s.msg.Guard.Admit(s.ctx)
 	if err != nil {
-		r := newRejectionCode(err, d, codes.ResourceExhausted)
+		r := newRejection(err, d)
 		if d.Limit >= 0 && d.Policy != "" {
 			s.ServerStream.SetTrailer(quotaMetadata(s.msg, d, retryDelay(d)))
 		}
