@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -252,12 +253,16 @@ func run(ctx context.Context, out io.Writer) (err error) {
 func demo(ctx context.Context, out io.Writer, s *server, hc healthpb.HealthClient) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	check := func() {
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		var header metadata.MD // a rate limit's rejection carries the quota here
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
 		if err == nil {
 			say("Check -> OK %v   (server saw %d calls)", resp.GetStatus(), s.calls.Load())
 			return
 		}
 		say("Check -> %s   (server saw %d calls)", describe(err), s.calls.Load())
+		if rl := header.Get(sluicegrpc.MetadataRateLimit); len(rl) > 0 {
+			say("         %s: %s", sluicegrpc.MetadataRateLimit, rl[0])
+		}
 	}
 	wait := func(d time.Duration) error {
 		select {

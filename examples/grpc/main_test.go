@@ -17,10 +17,11 @@ func TestDemonstration(t *testing.T) {
 	require.NoError(t, run(context.Background(), &out))
 	got := out.String()
 
-	// The server's rate limit answers ResourceExhausted with RetryInfo; the
-	// client's breaker then holds the next call back without sending it: the
+	// The server's rate limit answers ResourceExhausted with RetryInfo and the
+	// RateLimit header metadata; the client's breaker then holds the next call back without sending it: the
 	// server's count does not move.
 	m := regexp.MustCompile(`Check -> ResourceExhausted  RetryInfo: \d+ms  ErrorInfo: RATE_LIMITED by ratelimit/check   \(server saw (\d+) calls\)\n` +
+		`         ratelimit: "ratelimit/check";r=0;t=1\n` +
 		`Check -> Unavailable  RetryInfo: \d+ms  ErrorInfo: CIRCUIT_OPEN by breaker/backend   \(server saw (\d+) calls\)`).
 		FindStringSubmatch(got)
 	require.Len(t, m, 3, got)
