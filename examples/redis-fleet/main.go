@@ -21,10 +21,12 @@
 //
 //	go run ./examples/redis-fleet -serve
 //	curl -i -H 'X-Api-Key: alice' http://<printed address>/local
+//
+// One instance is in main.go; fleet.go starts Redis and the instances, and
+// demo.go plays the demonstration against them.
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -33,9 +35,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -79,8 +79,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// ---- one instance ----
 
 // instanceMain runs one instance: it serves on a free loopback port, prints
 // "listening <addr>" on out, and stops when in is closed (its parent is gone).
@@ -166,245 +164,4 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 		err = errors.Join(err, serr)
 	}
 	return err
-}
-
-// ---- the parent: Redis, two instances, a client ----
-
-// instance is a running instance process.
-type instance struct {
-	name  string
-	addr  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-}
-
-// startInstance starts the program again as the instance name and waits
-// for its address.
-func startInstance(name, redisAddr string) (*instance, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), envInstance+"="+name, envRedis+"="+redisAddr)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
-	if err != nil || !ok {
-		stdin.Close()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("instance %s did not start: %q %v", name, line, err)
-	}
-	return &instance{name: name, addr: addr, cmd: cmd, stdin: stdin}, nil
-}
-
-// stop closes the instance's stdin, which makes it shut down, and waits.
-func (i *instance) stop() error {
-	i.stdin.Close()
-	return i.cmd.Wait()
-}
-
-// redisServer is a private redis-server process.
-type redisServer struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-// startRedis starts redis-server on a free loopback port, with nothing saved
-// to disk, and waits until it answers.
-func startRedis() (*redisServer, error) {
-	path, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server not found in PATH; install it (Debian/Ubuntu: apt-get install redis-server, macOS: brew install redis) and run again")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	r := &redisServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), cmd: cmd}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if ping(r.addr) == nil {
-			return r, nil
-		}
-		time.Sleep(20 * time.Millisecond) // redis-server takes a few ms to listen
-	}
-	r.stop()
-	return nil, fmt.Errorf("redis-server on %s did not answer PING", r.addr)
-}
-
-// ping sends a PING in the Redis protocol and expects PONG.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
-
-// stop kills redis-server and waits for it.
-func (r *redisServer) stop() {
-	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
-}
-
-// run starts Redis and two instances and plays the demonstration.
-func run(ctx context.Context, out io.Writer) (err error) {
-	rs, err := startRedis()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if rs != nil {
-			rs.stop()
-		}
-	}()
-	fleet, err := startFleet(rs.addr)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, i := range fleet {
-			err = errors.Join(err, i.stop())
-		}
-	}()
-	a, b := fleet[0], fleet[1]
-	c := &client{out: out, http: &http.Client{Timeout: 5 * time.Second}}
-	defer c.http.CloseIdleConnections()
-
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
-	say("1. instances A and B share alice's limit of 6 a minute in Redis:")
-	say("   whichever instance she reaches, the 7th request is refused")
-	for n := range 8 {
-		if err := c.show(ctx, []*instance{a, b}[n%2], "/local", "alice"); err != nil {
-			return err
-		}
-	}
-
-	say("\n2. Redis stops; each route's failure policy decides")
-	rs.stop()
-	rs = nil
-	say("   /local: each instance keeps its share, 6 / 2 = 3 a minute, for bob")
-	for _, i := range []*instance{a, a, a, a, b} {
-		if err := c.show(ctx, i, "/local", "bob"); err != nil {
-			return err
-		}
-	}
-	say("   /open: everything is admitted")
-	for _, i := range []*instance{a, b} {
-		if err := c.show(ctx, i, "/open", "bob"); err != nil {
-			return err
-		}
-	}
-	say("   /closed: everything is refused with 503")
-	for _, i := range []*instance{a, b} {
-		if err := c.show(ctx, i, "/closed", "bob"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// startFleet starts the instances A and B against redisAddr.
-func startFleet(redisAddr string) ([]*instance, error) {
-	var fleet []*instance
-	for _, name := range []string{"A", "B"} {
-		i, err := startInstance(name, redisAddr)
-		if err != nil {
-			for _, i := range fleet {
-				_ = i.stop()
-			}
-			return nil, err
-		}
-		fleet = append(fleet, i)
-	}
-	return fleet, nil
-}
-
-// serveUntil starts the two instances against redisAddr, or against a
-// private redis-server when it is "", and keeps them up until ctx ends.
-func serveUntil(ctx context.Context, redisAddr string, out io.Writer) error {
-	if redisAddr == "" {
-		rs, err := startRedis()
-		if err != nil {
-			return err
-		}
-		defer rs.stop()
-		redisAddr = rs.addr
-		fmt.Fprintf(out, "redis-server on %s\n", rs.addr)
-	}
-	fleet, err := startFleet(redisAddr)
-	if err != nil {
-		return err
-	}
-	for _, i := range fleet {
-		fmt.Fprintf(out, "instance %s on http://%s (routes /local, /open, /closed; send X-Api-Key)\n", i.name, i.addr)
-	}
-	fmt.Fprintln(out, "Ctrl-C to stop")
-	<-ctx.Done()
-	for _, i := range fleet {
-		err = errors.Join(err, i.stop())
-	}
-	return err
-}
-
-// client sends the demonstration's requests and prints their answers.
-type client struct {
-	out  io.Writer
-	http *http.Client
-}
-
-// show sends GET path to instance i with the API key key, and prints the
-// status and the fields the limit set.
-func (c *client) show(ctx context.Context, i *instance, path, key string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+i.addr+path, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("X-Api-Key", key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	fmt.Fprintf(c.out, "   %s %-7s %-5s -> %d", i.name, path, key, resp.StatusCode)
-	for _, f := range []string{"RateLimit", "Retry-After"} {
-		if v := resp.Header.Get(f); v != "" {
-			fmt.Fprintf(c.out, "  %s: %s", f, v)
-		}
-	}
-	fmt.Fprintln(c.out)
-	return nil
 }
