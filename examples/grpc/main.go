@@ -95,7 +95,8 @@ func newServer() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Check may be called 10 times a second, in bursts of 3.
+	// Check (standing for any method of a real service) may be called 10
+	// times a second, in bursts of 3.
 	limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 3, ratelimit.WithName("ratelimit/check"))
 	if err != nil {
 		return nil, err
@@ -176,7 +177,15 @@ func serveUntil(ctx context.Context, addr string, out io.Writer) error {
 	case <-ctx.Done():
 	}
 	s.health.Shutdown() // watchers hear NOT_SERVING before the server goes
-	s.grpc.GracefulStop()
+	// Calls in flight may finish, for a while: a Watch never ends by itself.
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+		<-stopped
+	}
 	return served(<-errc)
 }
 
