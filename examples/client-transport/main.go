@@ -102,6 +102,8 @@ func newClient(dependencyAddr string, logf func(format string, args ...any)) (*h
 			logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
 		}))
 	}
+	// A dependency's 429 or 503 with Retry-After holds its breaker open that
+	// long, but never more than a minute, whatever it asks.
 	rt, err := sluicehttp.Transport(base, perHost, sluicehttp.WithMaxRetryAfter(time.Minute))
 	if err != nil {
 		return nil, nil, err
