@@ -3,6 +3,9 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +71,37 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("All in one slot", func(t *testing.T) { checkAllOrNothing(t, c) })
+
+	t.Run("concurrent decisions share pipelines", func(t *testing.T) {
+		user, err := NewGCRA(c, ratelimit.PerHour(400), 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
+		require.NoError(t, err)
+		route, err := NewSlidingWindow(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
+		require.NoError(t, err)
+		all, err := All([]*Limiter{user, route})
+		require.NoError(t, err)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 60 {
+					// Four users on different slots, two routes each.
+					ctx := request(fmt.Sprintf("u%d", g%4), fmt.Sprintf("/r%d", i%2))
+					d, tk := all.Admit(ctx, 0)
+					if d.Policy != all.Name() {
+						t.Errorf("decided by %s", d.Policy)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+						all.Done(tk, sluice.Success, 0, 0)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		// Each user made 120 requests, under its limit of 400: all admitted.
+		assert.EqualValues(t, 8*60, admitted.Load())
+	})
 
 	t.Run("All across slots", func(t *testing.T) {
 		var log eventLog
