@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -15,11 +14,6 @@ import (
 // arguments of the script, and what Done needs to give quota back.
 type call struct {
 	ctx      callCtx
-	done     chan struct{} // a turn or a reply from the batcher
-	lead     bool          // woken to send the queue
-	cmd      *redis.Cmd
-	reply    string
-	err      error
 	keys     []string
 	args     []any
 	tags     []uint64
@@ -213,8 +207,8 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
 	}
 	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
-	reply, err := l.run(c)
-	c.ctx, c.reply, c.err = callCtx{}, "", nil
+	reply, err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Text()
+	c.ctx = callCtx{}
 	if err == nil {
 		err = parseReply(reply, c.ds)
 	}

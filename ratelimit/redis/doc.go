@@ -30,11 +30,6 @@
 // WithPerResource adds the hash of the request's resource (a route) outside
 // the braces: a per-user-and-route limit stays in the user's slot.
 //
-// Decisions of one limiter that overlap in time share round trips: while one
-// script is in flight, the decisions that arrive queue up and are then sent
-// together as one pipeline, each script still atomic on its own. A lone
-// caller never waits for a batch.
-//
 // # Several limits in one round trip
 //
 // All combines limiters into one: every limit is decided by the same script

@@ -238,9 +238,9 @@ func TestCallerCancellationIsNotAnOutage(t *testing.T) {
 	}
 }
 
-// TestOutageUnderConcurrency pauses Redis under 8 concurrent callers, whose
-// scripts share pipelines: the p99 of their decisions stays within the
-// timeout, and Redis decides again after it resumes.
+// TestOutageUnderConcurrency pauses Redis under 8 concurrent callers: the
+// p99 of their decisions stays within the timeout, and Redis decides again
+// after it resumes.
 func TestOutageUnderConcurrency(t *testing.T) {
 	const timeout, openFor = 50 * time.Millisecond, 200 * time.Millisecond
 	s := newServer(t)

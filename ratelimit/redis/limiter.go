@@ -59,8 +59,6 @@ type Limiter struct {
 	subs  map[int]func(sluice.StateChange)
 	subID int
 
-	batch batcher
-
 	pendMu  sync.Mutex
 	pending map[sluice.Ticket]*call
 	nextID  sluice.Ticket
@@ -223,7 +221,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	n := len(limits)
 	lim.calls.New = func() any {
 		c := &call{keys: make([]string, n), args: make([]any, 1+4*n), tags: make([]uint64, n),
-			local: make([]localTicket, n), ds: make([]sluice.Decision, n), done: make(chan struct{}, 1)}
+			local: make([]localTicket, n), ds: make([]sluice.Decision, n)}
 		return c
 	}
 	return lim
