@@ -207,8 +207,11 @@ func WithLocalFallback(instances int) Option {
 }
 
 // WithTimeout sets how long one decision waits for Redis before its failure
-// policy decides instead; the default is DefaultTimeout, 50 ms. A request
-// context with an earlier deadline is honoured.
+// policy decides instead; the default is DefaultTimeout, 50 ms. It replaces
+// the request context's own deadline and cancellation for that call: a
+// decision is owed either way. Calls starting within timeout/16 of each other
+// share one deadline, so a call's deadline is between 15/16 of the timeout and
+// the timeout.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
