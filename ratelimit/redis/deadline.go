@@ -66,4 +66,3 @@ func (e *epochs) get() *deadlineEpoch {
 	time.AfterFunc(e.timeout, func() { close(n.done) })
 	return n
 }
-
