@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +20,14 @@ import (
 
 // GuardFactory returns the Guard for the calls to one host ("api.example.com:443"
 // as the request's URL gives it). A nil Guard lets the host's calls through
-// unguarded; an error fails the call without sending it.
+// unguarded; an error fails the call without sending it (the next call asks
+// again).
+//
+// The Transport calls it once per host it keeps and owns what it returns: it
+// closes a host's Guard when it drops the host (past WithMaxHosts) and on
+// Close. So return a new Guard on every call, never one shared with other
+// code; policies meant to span hosts (a process-wide limiter) can be shared
+// inside the new Guards as long as they have no Close of their own.
 type GuardFactory func(host string) (*sluice.Guard, error)
 
 // TransportOption configures Transport.
@@ -96,9 +104,18 @@ type RoundTripper struct {
 	factory GuardFactory
 	cfg     transportConfig
 
-	mu    sync.Mutex
-	hosts map[string]*list.Element
-	lru   list.List // front: most recently used; values *hostGuard
+	mu      sync.Mutex
+	hosts   map[string]*list.Element
+	lru     list.List // front: most recently used; values *hostGuard
+	pending map[string]*pendingGuard
+}
+
+// pendingGuard is a host's Guard being made: the calls that want it meanwhile
+// wait for the one factory call.
+type pendingGuard struct {
+	ready chan struct{}
+	g     *sluice.Guard
+	err   error
 }
 
 type hostGuard struct {
@@ -133,7 +150,7 @@ func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOpt
 			maxRetryAfter: 10 * time.Minute,
 			wallNow:       time.Now,
 		},
-		hosts: make(map[string]*list.Element),
+		hosts: make(map[string]*list.Element), pending: make(map[string]*pendingGuard),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -147,7 +164,8 @@ func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOpt
 }
 
 // guard returns host's Guard, making it on first use. The factory runs
-// outside the lock.
+// outside the lock, once per host: calls that want the Guard meanwhile wait
+// for it.
 func (t *RoundTripper) guard(host string) (*sluice.Guard, error) {
 	t.mu.Lock()
 	if el, ok := t.hosts[host]; ok {
@@ -156,33 +174,35 @@ func (t *RoundTripper) guard(host string) (*sluice.Guard, error) {
 		t.mu.Unlock()
 		return g, nil
 	}
-	t.mu.Unlock()
-	g, err := t.factory(host)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	if el, ok := t.hosts[host]; ok {
-		t.lru.MoveToFront(el)
-		kept := el.Value.(*hostGuard).g
+	if p, ok := t.pending[host]; ok {
 		t.mu.Unlock()
-		_ = g.Close()
-		return kept, nil
+		<-p.ready
+		return p.g, p.err
 	}
-	t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: g})
+	p := &pendingGuard{ready: make(chan struct{})}
+	t.pending[host] = p
+	t.mu.Unlock()
+
+	p.g, p.err = t.factory(host)
+	t.mu.Lock()
+	delete(t.pending, host)
 	var evicted []*sluice.Guard
-	for t.lru.Len() > t.cfg.maxHosts {
-		last := t.lru.Back()
-		t.lru.Remove(last)
-		hg := last.Value.(*hostGuard)
-		delete(t.hosts, hg.host)
-		evicted = append(evicted, hg.g)
+	if p.err == nil {
+		t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: p.g})
+		for t.lru.Len() > t.cfg.maxHosts {
+			last := t.lru.Back()
+			t.lru.Remove(last)
+			hg := last.Value.(*hostGuard)
+			delete(t.hosts, hg.host)
+			evicted = append(evicted, hg.g)
+		}
 	}
 	t.mu.Unlock()
+	close(p.ready)
 	for _, e := range evicted {
 		_ = e.Close()
 	}
-	return g, nil
+	return p.g, p.err
 }
 
 // Hosts returns the number of hosts whose Guards are kept.
@@ -275,7 +295,13 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		done.Record(o)
 		return resp, nil
 	}
-	resp.Body = &guardedBody{ReadCloser: resp.Body, done: done, outcome: o}
+	st := &bodyState{done: done, outcome: o}
+	gb := &guardedBody{ReadCloser: resp.Body, st: st}
+	// A caller that drops the body without closing it (a bug, but a common
+	// one) must not hold a half-open probe or a concurrency slot forever:
+	// once the body is unreachable, the call ends as Ignored.
+	runtime.AddCleanup(gb, func(st *bodyState) { st.finish(sluice.Ignored) }, st)
+	resp.Body = gb
 	return resp, nil
 }
 
@@ -313,9 +339,16 @@ func discard(b io.ReadCloser) {
 }
 
 // guardedBody reports the call's outcome when its body is read to the end,
-// fails to read, or is closed, whichever comes first.
+// fails to read, or is closed, whichever comes first; or, as Ignored, when
+// it is dropped unclosed and collected.
 type guardedBody struct {
 	io.ReadCloser
+	st *bodyState
+}
+
+// bodyState is what a guardedBody's end reports, apart from the body itself
+// so that the cleanup of a dropped body can reach it.
+type bodyState struct {
 	ended   atomic.Bool
 	done    sluice.Done
 	outcome sluice.Outcome
@@ -324,26 +357,26 @@ type guardedBody struct {
 func (b *guardedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		o := b.outcome
+		o := b.st.outcome
 		if err != io.EOF && o == sluice.Success {
 			o = sluice.Failure
 			if errors.Is(err, context.Canceled) {
 				o = sluice.Ignored
 			}
 		}
-		b.finish(o)
+		b.st.finish(o)
 	}
 	return n, err
 }
 
 func (b *guardedBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.finish(b.outcome)
+	b.st.finish(b.st.outcome)
 	return err
 }
 
-func (b *guardedBody) finish(o sluice.Outcome) {
-	if b.ended.CompareAndSwap(false, true) {
-		b.done.Record(o)
+func (s *bodyState) finish(o sluice.Outcome) {
+	if s.ended.CompareAndSwap(false, true) {
+		s.done.Record(o)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -328,4 +329,60 @@ func TestTransportKeepsUpgradedConnection(t *testing.T) {
 	_, ok := resp.Body.(io.ReadWriteCloser)
 	assert.True(t, ok)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, c.Outcomes())
+}
+
+// A response whose body the caller drops without closing still ends: once
+// the body is collected, the call counts as Ignored, so a half-open probe or
+// a concurrency slot is not held forever.
+func TestTransportDroppedBodyEndsTheCall(t *testing.T) {
+	c := testpolicy.NewCounter()
+	rt, err := Transport(bodyDependency{io.EOF}, func(string) (*sluice.Guard, error) {
+		return sluice.New(sluice.With(c))
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	func() {
+		resp, err := get(t, rt, "http://a.test/", nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode) // the body is never closed
+	}()
+	for i := 0; i < 200 && len(c.Outcomes()) == 0; i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
+}
+
+// Calls racing for a new host's Guard wait for one factory call: the
+// factory runs once per host, so no Guard is made only to be closed.
+func TestTransportMakesEachHostsGuardOnce(t *testing.T) {
+	var made atomic.Int32
+	gate := make(chan struct{})
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) {
+		made.Add(1)
+		<-gate
+		return sluice.New()
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	const callers = 16
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			resp, err := get(t, rt, "http://a.test/", nil)
+			if err == nil {
+				err = resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for made.Load() == 0 {
+		runtime.Gosched()
+	}
+	close(gate)
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, int32(1), made.Load())
+	assert.Equal(t, 1, rt.Hosts())
 }
