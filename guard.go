@@ -22,11 +22,14 @@ import (
 type Guard struct {
 	policies   []Policy
 	mayWait    []bool // per policy: its Admit may block; nil when none may
-	clock      Clock // nil: SystemClock, read without an interface call
+	clock      Clock  // nil: SystemClock, read without an interface call
 	classify   Classifier
 	onDecision []func(context.Context, Decision)
 	onState    []func(StateChange)
 	unsubs     []func()
+	fallbacks  []Fallback // outermost layer; see fallback.go
+	onFallback []func(context.Context, FallbackEvent)
+	timeout    time.Duration // call deadline; 0: none; see timeout.go
 }
 
 // Option configures a Guard.
@@ -182,7 +185,9 @@ func (g *Guard) Close() error {
 }
 
 // Do runs fn if every policy admits it, and reports how it ended. It returns
-// a *RejectedError when a policy rejects, and fn's error otherwise.
+// a *RejectedError when a policy rejects, and fn's error otherwise; a
+// fallback of the Guard ([WithFallback]) may answer either with nil or
+// another error. With [WithTimeout], fn runs with the Guard's deadline.
 //
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
@@ -192,15 +197,22 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 	}
 	var done Done
 	if _, err := g.admit(ctx, &done); err != nil {
-		return err
+		return g.applyFallback(ctx, err)
+	}
+	if g.timeout > 0 {
+		return g.doTimeout(ctx, &done, fn)
 	}
 	defer done.failOnPanic()
 	err := fn(ctx)
 	done.Finish(err)
-	return err
+	if err != nil {
+		return g.applyFallback(ctx, err)
+	}
+	return nil
 }
 
-// Execute runs fn under g as Do does, and returns fn's value.
+// Execute runs fn under g as Do does, and returns fn's value, or the value
+// of the Guard's fallback of type T ([FallbackOf]) that answered instead.
 func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
 	if g == nil {
 		return fn(ctx)
@@ -208,12 +220,18 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 	var done Done
 	if _, err := g.admit(ctx, &done); err != nil {
 		var zero T
-		return zero, err
+		return fallbackValue(ctx, g, zero, err)
+	}
+	if g.timeout > 0 {
+		return executeTimeout(ctx, g, &done, fn)
 	}
 	defer done.failOnPanic()
 	v, err := fn(ctx)
 	done.Finish(err)
-	return v, err
+	if err != nil {
+		return fallbackValue(ctx, g, v, err)
+	}
+	return v, nil
 }
 
 // Admit is the first half of Do, for adapters and streams that run the

@@ -1,0 +1,189 @@
+package degrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Hysteresis tells an [Auto] when to flip its switch, with two thresholds and
+// two hold times so that a signal hovering around one level does not make the
+// switch flap: the switch turns on once the signal has stayed above OnAbove
+// for OnFor, and off once it has stayed below OffBelow for OffFor. A reading
+// that breaks the streak starts the hold time over. OffBelow must not exceed
+// OnAbove; between the two the switch keeps its state.
+//
+// The zero Hysteresis turns the switch on at the first reading above 0 and
+// off at the first one below 0.
+type Hysteresis struct {
+	// OnAbove is the level the signal must stay above to turn the switch on.
+	OnAbove float64
+	// OnFor is how long it must stay above; 0: at the first reading.
+	OnFor time.Duration
+	// OffBelow is the level the signal must stay below to turn the switch
+	// off.
+	OffBelow float64
+	// OffFor is how long it must stay below; 0: at the first reading.
+	OffFor time.Duration
+}
+
+// BoolHysteresis is the Hysteresis for a signal of 0 and 1 (a [BoolSignal] or
+// [StateSignal]): on once it has been true for onFor, off once it has been
+// false for offFor.
+func BoolHysteresis(onFor, offFor time.Duration) Hysteresis {
+	return Hysteresis{OnAbove: 0.5, OnFor: onFor, OffBelow: 0.5, OffFor: offFor}
+}
+
+func (h Hysteresis) validate() error {
+	for _, v := range []float64{h.OnAbove, h.OffBelow} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("degrade: Hysteresis: threshold %v is not finite", v)
+		}
+	}
+	if h.OffBelow > h.OnAbove {
+		return fmt.Errorf("degrade: Hysteresis: OffBelow %v exceeds OnAbove %v", h.OffBelow, h.OnAbove)
+	}
+	if h.OnFor < 0 || h.OffFor < 0 {
+		return fmt.Errorf("degrade: Hysteresis: negative hold time (OnFor %v, OffFor %v)", h.OnFor, h.OffFor)
+	}
+	return nil
+}
+
+// Auto sets a [Switch] from a signal, with [Hysteresis]. It reads the signal
+// when told: at each Check, or every interval while Run runs. Readings and
+// hold times are measured on the switch's clock. A pinned switch is left
+// alone. One Auto drives one switch; two driving the same switch would fight.
+// An Auto is safe for concurrent use.
+type Auto struct {
+	sw     *Switch
+	signal func() float64
+	h      Hysteresis
+
+	mu sync.Mutex
+	// armed: the signal has called for the other state since since, while
+	// the switch was in state armedOn.
+	armed   bool
+	armedOn bool
+	since   time.Duration
+}
+
+// NewAuto returns an Auto that sets sw from signal with hysteresis h. The
+// signal is called from Check and Run, never under a lock of the package;
+// a NaN reading is skipped.
+func NewAuto(sw *Switch, signal func() float64, h Hysteresis) (*Auto, error) {
+	if sw == nil {
+		return nil, errors.New("degrade: NewAuto: nil switch")
+	}
+	if signal == nil {
+		return nil, errors.New("degrade: NewAuto: nil signal")
+	}
+	if err := h.validate(); err != nil {
+		return nil, err
+	}
+	return &Auto{sw: sw, signal: signal, h: h}, nil
+}
+
+// Switch returns the switch the Auto drives.
+func (a *Auto) Switch() *Switch { return a.sw }
+
+// Check reads the signal and the switch's clock, sets the switch as the
+// hysteresis says, and reports whether it is on.
+func (a *Auto) Check() bool {
+	return a.Observe(a.sw.clock.Now(), a.signal())
+}
+
+// Observe takes v as the signal's reading at the monotonic instant now, sets
+// the switch as the hysteresis says, and reports whether it is on. Check is
+// shorthand for Observe at the switch clock's reading with the signal's.
+func (a *Auto) Observe(now time.Duration, v float64) bool {
+	if math.IsNaN(v) || a.sw.Pinned() {
+		return a.sw.On()
+	}
+	a.mu.Lock()
+	on := a.sw.On()
+	var calls bool
+	hold := a.h.OnFor
+	if on {
+		calls, hold = v < a.h.OffBelow, a.h.OffFor
+	} else {
+		calls = v > a.h.OnAbove
+	}
+	if !calls {
+		a.armed = false
+		a.mu.Unlock()
+		return on
+	}
+	if !a.armed || a.armedOn != on {
+		a.armed, a.armedOn, a.since = true, on, now
+	}
+	flip := now-a.since >= hold
+	if flip {
+		a.armed = false
+	}
+	a.mu.Unlock()
+	if flip {
+		a.sw.setAuto(!on, now)
+	}
+	return a.sw.On()
+}
+
+// Run checks the signal now and then every interval until ctx is done, and
+// returns ctx's error. It runs on the caller's goroutine: start it with go,
+// and stop it by cancelling ctx. The interval must be positive.
+func (a *Auto) Run(ctx context.Context, every time.Duration) error {
+	if every <= 0 {
+		return fmt.Errorf("degrade: Auto.Run: interval %v is not positive", every)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		a.Check()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// BoolSignal turns a yes-or-no signal into a reading of 1 or 0, for
+// [BoolHysteresis].
+func BoolSignal(f func() bool) func() float64 {
+	return func() float64 {
+		if f() {
+			return 1
+		}
+		return 0
+	}
+}
+
+// StateSignal is a signal of 1 while the last state src reported is one of
+// states, and 0 otherwise: a breaker in "open", a load guard "shedding".
+// Until src reports a change the reading is 0. The returned unsubscribe
+// function stops following src.
+func StateSignal(src sluice.StateSource, states ...string) (signal func() float64, unsubscribe func(), err error) {
+	if src == nil {
+		return nil, nil, errors.New("degrade: StateSignal: nil source")
+	}
+	if len(states) == 0 {
+		return nil, nil, errors.New("degrade: StateSignal: no state")
+	}
+	set := make(map[string]bool, len(states))
+	for _, s := range states {
+		set[s] = true
+	}
+	var in atomic.Bool
+	unsubscribe = src.Subscribe(func(c sluice.StateChange) { in.Store(set[c.To]) })
+	return func() float64 {
+		if in.Load() {
+			return 1
+		}
+		return 0
+	}, unsubscribe, nil
+}

@@ -1,0 +1,65 @@
+package degrade_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
+)
+
+// BenchmarkFallbacks is the cost of choosing and calling a declared
+// fallback for a rejection, without the Guard around it.
+func BenchmarkFallbacks(b *testing.B) {
+	fb, err := degrade.New(
+		degrade.OnRateLimited(degrade.Value("rl")),
+		degrade.OnRejected(degrade.Value("rejected")),
+		degrade.OnError(degrade.Value("error")),
+	)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"by-cause", &sluice.RejectedError{Decision: sluice.Decision{Limit: -1, Cause: sluice.ErrRateLimited}}},
+		{"rejected", &sluice.RejectedError{Decision: sluice.Decision{Limit: -1, Cause: sluice.ErrCircuitOpen}}},
+		{"error", errBoom},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _, _ = fb.AnswerValue(ctx, c.err)
+			}
+		})
+	}
+}
+
+// BenchmarkStaleExecute is a call through Stale.Execute: remembering a
+// fresh answer, and serving a stale one for a failed call.
+func BenchmarkStaleExecute(b *testing.B) {
+	s, err := degrade.NewStale[string](time.Hour, 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := sluice.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("fresh", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = s.Execute(ctx, g, "k", answer("v"))
+		}
+	})
+	b.Run("stale", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = s.Execute(ctx, g, "k", fail)
+		}
+	})
+}

@@ -1,0 +1,69 @@
+package degrade_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
+)
+
+// Timeouts are failures a real breaker counts: after two, it opens, and the
+// next request is answered by the circuit-open fallback without running.
+// A switch following the breaker turns on with it.
+func TestTimeoutsTripABreakerAndFallbacksAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := sluice.NewMonotonicClock()
+		br, err := breaker.New("payments", breaker.WithConsecutiveFailures(2),
+			breaker.WithOpenDuration(time.Minute), breaker.WithClock(clock))
+		require.NoError(t, err)
+
+		sig, unsub, err := degrade.StateSignal(br, breaker.StateOpen.String(), breaker.StateHalfOpen.String())
+		require.NoError(t, err)
+		defer unsub()
+		sw := newSwitch(t, "payments-degraded", degrade.SwitchClock(clock))
+		auto, err := degrade.NewAuto(sw, sig, degrade.BoolHysteresis(0, 30*time.Second))
+		require.NoError(t, err)
+
+		fb, err := degrade.New(
+			degrade.OnTimeout(degrade.Value("slow: cached total")),
+			degrade.OnCircuitOpen(degrade.Value("open: cached total")),
+		)
+		require.NoError(t, err)
+		var evs events
+		g := newGuard(t, sluice.WithClock(clock), sluice.With(br), sluice.WithTimeout(100*time.Millisecond),
+			sluice.WithFallback(fb), sluice.OnFallback(evs.record))
+
+		ran := 0
+		slow := func(ctx context.Context) (string, error) {
+			ran++
+			<-ctx.Done()
+			return "", ctx.Err()
+		}
+		for range 2 {
+			v, err := sluice.Execute(context.Background(), g, slow)
+			require.NoError(t, err)
+			assert.Equal(t, "slow: cached total", v)
+		}
+		assert.Equal(t, breaker.StateOpen, br.State())
+		assert.True(t, auto.Check())
+
+		v, err := sluice.Execute(context.Background(), g, slow)
+		require.NoError(t, err)
+		assert.Equal(t, "open: cached total", v)
+		assert.Equal(t, 2, ran, "the open breaker keeps the call from running")
+
+		var names []string
+		for _, ev := range evs.all() {
+			names = append(names, ev.Fallback)
+		}
+		assert.Equal(t, []string{"timeout", "timeout", "circuit-open"}, names)
+		assert.Equal(t, br.Name(), evs.all()[2].Policy)
+	})
+}

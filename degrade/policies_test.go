@@ -1,0 +1,58 @@
+package degrade_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// rateLimiter returns a fixed-window rate limit of one request a minute whose
+// quota is spent at instant 0: use it in a Guard on a ManualClock.
+func rateLimiter(t testing.TB) sluice.Policy {
+	t.Helper()
+	l, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/test"))
+	require.NoError(t, err)
+	d, tk := l.Admit(context.Background(), 0)
+	require.True(t, d.Allowed)
+	l.Done(tk, sluice.Success, 0, 0)
+	return l
+}
+
+// openBreaker returns a circuit breaker forced open.
+func openBreaker(t testing.TB) sluice.Policy {
+	t.Helper()
+	b, err := breaker.New("test")
+	require.NoError(t, err)
+	b.ForceOpen()
+	return b
+}
+
+// overloadedGuard returns a system-load guard allowing one request in flight,
+// with that one taken.
+func overloadedGuard(t testing.TB) sluice.Policy {
+	t.Helper()
+	g, err := adaptive.NewGuard(adaptive.WithName("adaptive/test"),
+		adaptive.WithSampler(adaptive.NewManualSampler(0.1, 0)), adaptive.WithMaxInflight(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	d, _ := g.Admit(context.Background(), 0)
+	require.True(t, d.Allowed)
+	return g
+}
+
+// fullBulkhead returns a bulkhead of one slot, taken.
+func fullBulkhead(t testing.TB) sluice.Policy {
+	t.Helper()
+	b, err := adaptive.NewBulkhead(1, adaptive.WithName("adaptive/bulkhead-test"))
+	require.NoError(t, err)
+	d, _ := b.Admit(context.Background(), 0)
+	require.True(t, d.Allowed)
+	return b
+}

@@ -1,0 +1,64 @@
+package degrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Shed is a policy that turns every request away while its Switch is on:
+// put it in the chain of a non-core route to shed the whole route on
+// purpose under pressure, the way handlers check Switch.On to skip work.
+// Its rejections carry sluice.ErrOverloaded (HTTP 503, gRPC Unavailable)
+// and the RetryAfter it was made with. While the switch is off it admits
+// every request, with Limit -1.
+//
+// Shed is a sluice.StateSource: a Guard built with sluice.OnStateChange
+// reports the switch's flips.
+type Shed struct {
+	sw         *Switch
+	name       string
+	retryAfter time.Duration
+}
+
+// NewShed returns a Shed on sw whose rejections tell the caller to retry
+// after retryAfter, which must be positive. Its Name is "degrade/" followed
+// by the switch's name.
+func NewShed(sw *Switch, retryAfter time.Duration) (*Shed, error) {
+	if sw == nil {
+		return nil, errors.New("degrade: NewShed: nil switch")
+	}
+	if retryAfter <= 0 {
+		return nil, fmt.Errorf("degrade: NewShed: retry after %v is not positive", retryAfter)
+	}
+	return &Shed{sw: sw, name: "degrade/" + sw.name, retryAfter: retryAfter}, nil
+}
+
+// Name returns "degrade/" followed by the switch's name.
+func (p *Shed) Name() string { return p.name }
+
+// Admit admits the request while the switch is off and rejects it with
+// sluice.ErrOverloaded while it is on.
+func (p *Shed) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	if p.sw.On() {
+		return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter, Cause: sluice.ErrOverloaded}, 0
+	}
+	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
+}
+
+// Done does nothing: a Shed keeps no state per request.
+func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// Subscribe registers fn for the switch's flips, as Switch.Subscribe does,
+// with the StateChange naming the switch.
+func (p *Shed) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	return p.sw.Subscribe(fn)
+}
+
+var (
+	_ sluice.Policy      = (*Shed)(nil)
+	_ sluice.StateSource = (*Shed)(nil)
+)

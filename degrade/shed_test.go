@@ -1,0 +1,57 @@
+package degrade_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+func TestShedConformance(t *testing.T) {
+	policytest.Run(t, policytest.Config{
+		New: func(t *testing.T) sluice.Policy {
+			p, err := degrade.NewShed(newSwitch(t, "extras"), time.Second)
+			require.NoError(t, err)
+			return p
+		},
+		Causes: []error{sluice.ErrOverloaded},
+	})
+}
+
+func TestShedTurnsTheRouteAwayWhileTheSwitchIsOn(t *testing.T) {
+	sw := newSwitch(t, "extras")
+	p, err := degrade.NewShed(sw, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, "degrade/extras", p.Name())
+	var seen changes
+	fb, err := degrade.New(degrade.OnOverloaded(degrade.Value("basic page")))
+	require.NoError(t, err)
+	g := newGuard(t, sluice.With(p), sluice.OnStateChange(seen.record), sluice.WithFallback(fb))
+	full := func(context.Context) (string, error) { return "full page", nil }
+
+	v, err := sluice.Execute(context.Background(), g, full)
+	require.NoError(t, err)
+	assert.Equal(t, "full page", v)
+
+	sw.Set(true)
+	d, _, err := g.Admit(context.Background())
+	assert.ErrorIs(t, err, sluice.ErrOverloaded)
+	assert.Equal(t, sluice.Decision{Policy: "degrade/extras", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, d)
+	v, err = sluice.Execute(context.Background(), g, full)
+	require.NoError(t, err)
+	assert.Equal(t, "basic page", v)
+
+	require.Len(t, seen.all(), 1)
+	assert.Equal(t, "on", seen.all()[0].To)
+
+	_, err = degrade.NewShed(nil, time.Second)
+	assert.ErrorContains(t, err, "nil switch")
+	_, err = degrade.NewShed(sw, 0)
+	assert.ErrorContains(t, err, "not positive")
+}

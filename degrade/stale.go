@@ -1,0 +1,271 @@
+package degrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Stale remembers the last good answer of type T per key and serves it when
+// a call for that key is rejected or fails: a stale answer instead of an
+// error. It keeps at most a fixed number of keys, dropping the one written
+// longest ago to make room, and never serves an answer older than its
+// maximum age.
+//
+// Most callers want [Stale.Execute], which runs a call under a Guard,
+// remembers its good answers and serves the stale one, saying so and how old
+// it is in the [Result]. Placed in the Guard's fallbacks
+// (sluice.WithFallback), a Stale answers before the fallbacks listed after
+// it, so a declared default serves only when there is nothing stale to
+// serve; otherwise it answers when the Guard's fallbacks have not. Either
+// way the Guard's OnFallback observers see it, named "stale".
+//
+// A Stale is safe for concurrent use.
+type Stale[T any] struct {
+	clock      sluice.Clock
+	maxAge     time.Duration
+	maxEntries int
+	name       string
+
+	mu      sync.Mutex
+	entries map[string]*staleEntry[T]
+	// newest and oldest end the list of entries in the order they were
+	// written, newest first.
+	newest, oldest *staleEntry[T]
+}
+
+type staleEntry[T any] struct {
+	key        string
+	v          T
+	at         time.Duration
+	prev, next *staleEntry[T] // prev is newer, next older
+}
+
+// StaleOption configures a Stale.
+type StaleOption func(*staleConfig) error
+
+type staleConfig struct {
+	clock sluice.Clock
+	name  string
+}
+
+// StaleClock makes the Stale measure ages on c instead of sluice.SystemClock.
+func StaleClock(c sluice.Clock) StaleOption {
+	return func(cfg *staleConfig) error {
+		if c == nil {
+			return errors.New("degrade: StaleClock: nil clock")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// StaleName names the Stale in the Guard's fallback events; the default is
+// "stale".
+func StaleName(name string) StaleOption {
+	return func(cfg *staleConfig) error {
+		if name == "" {
+			return errors.New("degrade: StaleName: empty name")
+		}
+		cfg.name = name
+		return nil
+	}
+}
+
+// NewStale returns a Stale that serves answers up to maxAge old and remembers
+// them for at most maxEntries keys. Both must be positive.
+func NewStale[T any](maxAge time.Duration, maxEntries int, opts ...StaleOption) (*Stale[T], error) {
+	if maxAge <= 0 {
+		return nil, fmt.Errorf("degrade: NewStale: max age %v is not positive", maxAge)
+	}
+	if maxEntries <= 0 {
+		return nil, fmt.Errorf("degrade: NewStale: max entries %d is not positive", maxEntries)
+	}
+	cfg := staleConfig{clock: sluice.SystemClock, name: "stale"}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	return &Stale[T]{
+		clock:      cfg.clock,
+		maxAge:     maxAge,
+		maxEntries: maxEntries,
+		name:       cfg.name,
+		entries:    make(map[string]*staleEntry[T]),
+	}, nil
+}
+
+// Result is an answer given by [Stale.Execute].
+type Result[T any] struct {
+	// Value is the answer.
+	Value T
+	// Stale reports whether Value is a remembered answer served in place of
+	// a rejected or failed call; false when it is the call's own.
+	Stale bool
+	// Age is how long ago the stale answer was the call's own; 0 when fresh.
+	Age time.Duration
+}
+
+// AgeSeconds returns Age in whole seconds, rounded down, as an HTTP Age
+// header carries it.
+func (r Result[T]) AgeSeconds() int64 { return int64(r.Age / time.Second) }
+
+// Put remembers v as the answer for key, now.
+func (s *Stale[T]) Put(key string, v T) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.entries[key]; ok {
+		e.v, e.at = v, now
+		s.unlink(e)
+		s.pushNewest(e)
+		return
+	}
+	if len(s.entries) >= s.maxEntries {
+		old := s.oldest
+		s.unlink(old)
+		delete(s.entries, old.key)
+	}
+	e := &staleEntry[T]{key: key, v: v, at: now}
+	s.entries[key] = e
+	s.pushNewest(e)
+}
+
+// Get returns the answer remembered for key and its age, or false when there
+// is none younger than the maximum age.
+func (s *Stale[T]) Get(key string) (v T, age time.Duration, ok bool) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	if !ok {
+		return v, 0, false
+	}
+	age = max(now-e.at, 0)
+	if age > s.maxAge {
+		s.unlink(e)
+		delete(s.entries, key)
+		return v, 0, false
+	}
+	return e.v, age, true
+}
+
+// Delete forgets the answer remembered for key.
+func (s *Stale[T]) Delete(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.entries[key]; ok {
+		s.unlink(e)
+		delete(s.entries, key)
+	}
+}
+
+// Len returns the number of keys remembered, expired ones included until
+// they are looked up or pushed out.
+func (s *Stale[T]) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+func (s *Stale[T]) pushNewest(e *staleEntry[T]) {
+	e.prev, e.next = nil, s.newest
+	if s.newest != nil {
+		s.newest.prev = e
+	}
+	s.newest = e
+	if s.oldest == nil {
+		s.oldest = e
+	}
+}
+
+func (s *Stale[T]) unlink(e *staleEntry[T]) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		s.newest = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		s.oldest = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+// staleCall is the context of one call run by Execute: it carries the key to
+// the Stale's AnswerValue when the Stale is one of the Guard's fallbacks,
+// and brings back what it served.
+type staleCall[T any] struct {
+	context.Context
+	s     *Stale[T]
+	key   string
+	age   time.Duration
+	stale bool
+}
+
+type staleCallKey[T any] struct{ s *Stale[T] }
+
+func (c *staleCall[T]) Value(k any) any {
+	if k, ok := k.(staleCallKey[T]); ok && k.s == c.s {
+		return c
+	}
+	return c.Context.Value(k)
+}
+
+// Execute runs fn under g for key, as sluice.Execute does, and remembers its
+// answer when it succeeds. When the request is rejected or fn fails, and no
+// fallback of the Guard served, it serves the answer remembered for key if
+// there is one younger than the maximum age, with Stale set and its Age, and
+// tells the Guard's OnFallback observers; otherwise it returns the error. A
+// nil g runs fn unguarded.
+func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
+	call := &staleCall[T]{Context: ctx, s: s, key: key}
+	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
+		v, err := fn(ctx)
+		if err == nil {
+			s.Put(key, v)
+		}
+		return v, err
+	})
+	if err == nil {
+		return Result[T]{Value: v, Stale: call.stale, Age: call.age}, nil
+	}
+	sv, age, ok := s.Get(key)
+	if !ok {
+		return Result[T]{Value: v}, err
+	}
+	g.ReportFallback(ctx, sluice.NewFallbackEvent(s.name, err))
+	return Result[T]{Value: sv, Stale: true, Age: age}, nil
+}
+
+// AnswerValue implements sluice.FallbackOf for a Stale placed in a Guard's
+// fallbacks: for a call run by [Stale.Execute] it serves the answer
+// remembered for the call's key. It passes (returns an empty name) when the
+// call was not run by Execute or nothing fresh enough is remembered.
+func (s *Stale[T]) AnswerValue(ctx context.Context, err error) (v T, name string, out error) {
+	call, ok := ctx.Value(staleCallKey[T]{s}).(*staleCall[T])
+	if !ok || err == nil {
+		return v, "", err
+	}
+	v, age, ok := s.Get(call.key)
+	if !ok {
+		return v, "", err
+	}
+	call.stale, call.age = true, age
+	return v, s.name, nil
+}
+
+// Answer implements sluice.Fallback: it is AnswerValue without the value.
+func (s *Stale[T]) Answer(ctx context.Context, err error) (name string, out error) {
+	_, name, out = s.AnswerValue(ctx, err)
+	return name, out
+}

@@ -1,0 +1,212 @@
+package degrade_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
+)
+
+func newStale(t testing.TB, maxAge time.Duration, maxEntries int, clock sluice.Clock) *degrade.Stale[string] {
+	t.Helper()
+	s, err := degrade.NewStale[string](maxAge, maxEntries, degrade.StaleClock(clock))
+	require.NoError(t, err)
+	return s
+}
+
+func answer(v string) func(context.Context) (string, error) {
+	return func(context.Context) (string, error) { return v, nil }
+}
+
+func fail(context.Context) (string, error) { return "", errBoom }
+
+func TestStaleServesTheLastGoodAnswerWithItsAge(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	var evs events
+	g := newGuard(t, sluice.WithClock(clock), sluice.OnFallback(evs.record))
+	ctx := context.Background()
+
+	steps := []struct {
+		at      time.Duration
+		call    func(context.Context) (string, error)
+		want    degrade.Result[string]
+		wantErr bool
+	}{
+		{at: 0, call: fail, wantErr: true}, // nothing remembered yet
+		{at: 1 * time.Second, call: answer("v1"), want: degrade.Result[string]{Value: "v1"}},
+		{at: 6 * time.Second, call: fail, want: degrade.Result[string]{Value: "v1", Stale: true, Age: 5 * time.Second}},
+		{at: 8 * time.Second, call: answer("v2"), want: degrade.Result[string]{Value: "v2"}},
+		{at: 9500 * time.Millisecond, call: fail, want: degrade.Result[string]{Value: "v2", Stale: true, Age: 1500 * time.Millisecond}},
+		{at: 68 * time.Second, call: fail, want: degrade.Result[string]{Value: "v2", Stale: true, Age: time.Minute}}, // exactly max age
+		{at: 68*time.Second + 1, call: fail, wantErr: true},                                                          // older than max age
+		{at: 69 * time.Second, call: fail, wantErr: true},                                                            // and forgotten
+	}
+	for i, st := range steps {
+		clock.Set(st.at)
+		r, err := s.Execute(ctx, g, "user:1", st.call)
+		if st.wantErr {
+			assert.ErrorIs(t, err, errBoom, "step %d", i)
+			assert.False(t, r.Stale, "step %d", i)
+			continue
+		}
+		require.NoError(t, err, "step %d", i)
+		assert.Equal(t, st.want, r, "step %d", i)
+	}
+	assert.Equal(t, 0, s.Len())
+	evl := evs.all()
+	require.Len(t, evl, 3)
+	for _, ev := range evl {
+		assert.Equal(t, "stale", ev.Fallback)
+		assert.Equal(t, sluice.CauseNone, ev.Cause)
+		assert.Same(t, errBoom, ev.Err)
+	}
+}
+
+func TestStaleAgeSeconds(t *testing.T) {
+	assert.Equal(t, int64(0), degrade.Result[int]{Age: 999 * time.Millisecond}.AgeSeconds())
+	assert.Equal(t, int64(61), degrade.Result[int]{Age: 61500 * time.Millisecond}.AgeSeconds())
+}
+
+func TestStaleServesRejectedRequests(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	s := newStale(t, time.Minute, 10, clock)
+	s.Put("k", "remembered")
+	clock.Advance(3 * time.Second)
+	var evs events
+	br := openBreaker(t)
+	g := newGuard(t, sluice.WithClock(clock), sluice.With(br), sluice.OnFallback(evs.record))
+	r, err := s.Execute(context.Background(), g, "k", answer("fresh"))
+	require.NoError(t, err)
+	assert.Equal(t, degrade.Result[string]{Value: "remembered", Stale: true, Age: 3 * time.Second}, r)
+	require.Len(t, evs.all(), 1)
+	assert.Equal(t, sluice.CauseCircuitOpen, evs.all()[0].Cause)
+	assert.Equal(t, br.Name(), evs.all()[0].Policy)
+
+	_, err = s.Execute(context.Background(), g, "other", answer("fresh"))
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen, "nothing remembered for the key")
+}
+
+func TestStaleKeepsAtMostMaxEntries(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Hour, 3, clock)
+	for i, k := range []string{"a", "b", "c"} {
+		clock.Set(time.Duration(i) * time.Second)
+		s.Put(k, k+"1")
+	}
+	clock.Set(10 * time.Second)
+	s.Put("a", "a2") // rewritten: now the newest
+	s.Put("d", "d1") // pushes out b, written longest ago
+	assert.Equal(t, 3, s.Len())
+	_, _, ok := s.Get("b")
+	assert.False(t, ok)
+	for k, want := range map[string]string{"a": "a2", "c": "c1", "d": "d1"} {
+		v, _, ok := s.Get(k)
+		assert.True(t, ok, k)
+		assert.Equal(t, want, v)
+	}
+	s.Put("e", "e1") // pushes out c
+	_, _, ok = s.Get("c")
+	assert.False(t, ok)
+	s.Delete("a")
+	s.Delete("missing")
+	assert.Equal(t, 2, s.Len())
+	_, age, ok := s.Get("d")
+	assert.True(t, ok)
+	assert.Zero(t, age)
+}
+
+func TestStaleAnswersBeforeTheFallbacksListedAfterIt(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	def, err := degrade.New(degrade.OnError(degrade.Value("default")))
+	require.NoError(t, err)
+	var evs events
+	g := newGuard(t, sluice.WithClock(clock), sluice.WithFallback(s, def), sluice.OnFallback(evs.record))
+	ctx := context.Background()
+
+	r, err := s.Execute(ctx, g, "k", fail)
+	require.NoError(t, err)
+	assert.Equal(t, degrade.Result[string]{Value: "default"}, r, "nothing stale: the default answers")
+
+	_, err = s.Execute(ctx, g, "k", answer("good"))
+	require.NoError(t, err)
+	clock.Advance(2 * time.Second)
+	r, err = s.Execute(ctx, g, "k", fail)
+	require.NoError(t, err)
+	assert.Equal(t, degrade.Result[string]{Value: "good", Stale: true, Age: 2 * time.Second}, r)
+
+	evl := evs.all()
+	require.Len(t, evl, 2)
+	assert.Equal(t, "error", evl[0].Fallback)
+	assert.Equal(t, "stale", evl[1].Fallback)
+
+	// Outside Stale.Execute the Stale has no key and passes the error on.
+	v, err := sluice.Execute(ctx, g, fail)
+	require.NoError(t, err)
+	assert.Equal(t, "default", v)
+	name, err := s.Answer(ctx, errBoom)
+	assert.Empty(t, name)
+	assert.Same(t, errBoom, err)
+}
+
+func TestStaleWithNilGuard(t *testing.T) {
+	s := newStale(t, time.Minute, 1, sluice.NewManualClock(0))
+	_, err := s.Execute(context.Background(), nil, "k", answer("v"))
+	require.NoError(t, err)
+	r, err := s.Execute(context.Background(), nil, "k", fail)
+	require.NoError(t, err)
+	assert.True(t, r.Stale)
+	assert.Equal(t, "v", r.Value)
+}
+
+func TestStaleConcurrentUse(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 8, clock)
+	g := newGuard(t, sluice.WithClock(clock), sluice.With(&counter{}))
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				key := fmt.Sprintf("k%d", (w+i)%12)
+				clock.Advance(time.Millisecond)
+				if i%3 == 0 {
+					r, err := s.Execute(context.Background(), g, key, fail)
+					if err == nil {
+						assert.True(t, r.Stale)
+						assert.Equal(t, key, r.Value)
+						assert.LessOrEqual(t, r.Age, time.Minute)
+					}
+					continue
+				}
+				_, err := s.Execute(context.Background(), g, key, answer(key))
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, s.Len(), 8)
+}
+
+func TestNewStaleValidates(t *testing.T) {
+	_, err := degrade.NewStale[int](0, 1)
+	assert.ErrorContains(t, err, "max age")
+	_, err = degrade.NewStale[int](time.Second, 0)
+	assert.ErrorContains(t, err, "max entries")
+	_, err = degrade.NewStale[int](time.Second, 1, degrade.StaleClock(nil))
+	assert.ErrorContains(t, err, "nil clock")
+	_, err = degrade.NewStale[int](time.Second, 1, degrade.StaleName(""))
+	assert.ErrorContains(t, err, "empty name")
+	s, err := degrade.NewStale[int](time.Second, 1, degrade.StaleName("cache"), nil)
+	require.NoError(t, err)
+	assert.NotNil(t, s)
+}

@@ -1,0 +1,225 @@
+package degrade
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Switch is a named degradation switch. When it is on, handlers skip their
+// non-core work (recommendations, rich fields, a second query) to spare the
+// service under pressure, and a [Shed] policy turns whole non-core routes
+// away. On is one atomic load: it allocates nothing and takes about a
+// nanosecond. The switch is set by hand at run time with Set, or by an
+// [Auto] from a signal. Pin holds it in a state that an Auto does not
+// change, until Unpin.
+//
+// A Switch is a sluice.StateSource: listeners registered with Subscribe see
+// every flip, as a StateChange from "off" to "on" or back, in the order of
+// the flips, called outside the switch's lock. The zero Switch is not usable;
+// make one with NewSwitch. A Switch is safe for concurrent use.
+type Switch struct {
+	on    atomic.Bool
+	name  string
+	clock sluice.Clock
+
+	mu       sync.Mutex
+	pinned   bool
+	subs     []subscriber // copied on write: a snapshot is read outside mu
+	nextID   uint64
+	pending  []sluice.StateChange
+	draining bool
+}
+
+type subscriber struct {
+	id uint64
+	fn func(sluice.StateChange)
+}
+
+// The states of a Switch, as its StateChanges name them.
+const (
+	StateOff = "off"
+	StateOn  = "on"
+)
+
+// SwitchOption configures a Switch.
+type SwitchOption func(*switchConfig) error
+
+type switchConfig struct {
+	clock sluice.Clock
+	on    bool
+}
+
+// SwitchClock makes the Switch, and an Auto driving it, read c instead of
+// sluice.SystemClock.
+func SwitchClock(c sluice.Clock) SwitchOption {
+	return func(cfg *switchConfig) error {
+		if c == nil {
+			return errors.New("degrade: SwitchClock: nil clock")
+		}
+		cfg.clock = c
+		return nil
+	}
+}
+
+// InitiallyOn makes the Switch start on; the default is off.
+func InitiallyOn() SwitchOption {
+	return func(cfg *switchConfig) error {
+		cfg.on = true
+		return nil
+	}
+}
+
+// NewSwitch returns a Switch named name, off unless InitiallyOn is given.
+// The name must not be empty.
+func NewSwitch(name string, opts ...SwitchOption) (*Switch, error) {
+	if name == "" {
+		return nil, errors.New("degrade: NewSwitch: empty name")
+	}
+	cfg := switchConfig{clock: sluice.SystemClock}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Switch{name: name, clock: cfg.clock}
+	s.on.Store(cfg.on)
+	return s, nil
+}
+
+// On reports whether the switch is on: whether to degrade.
+func (s *Switch) On() bool { return s.on.Load() }
+
+// Name returns the switch's name.
+func (s *Switch) Name() string { return s.name }
+
+// Set turns the switch on or off by hand and reports whether it flipped. An
+// Auto driving the switch may flip it again at its next check; Pin keeps it.
+// Set works on a pinned switch too, and the switch stays pinned.
+func (s *Switch) Set(on bool) bool { return s.set(on, false, false, s.clock.Now()) }
+
+// Pin sets the switch to on or off and holds it there: an Auto leaves it
+// alone until Unpin. It reports whether the switch flipped.
+func (s *Switch) Pin(on bool) bool { return s.set(on, false, true, s.clock.Now()) }
+
+// Unpin hands the switch back to its Auto, if it has one, which sets it from
+// its signal at the next check.
+func (s *Switch) Unpin() {
+	s.mu.Lock()
+	s.pinned = false
+	s.mu.Unlock()
+}
+
+// Pinned reports whether the switch is pinned.
+func (s *Switch) Pinned() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pinned
+}
+
+// setAuto is Set for an Auto, at the instant of the reading that flipped it:
+// it does nothing to a pinned switch.
+func (s *Switch) setAuto(on bool, at time.Duration) bool { return s.set(on, true, false, at) }
+
+func (s *Switch) set(on, auto, pin bool, at time.Duration) bool {
+	s.mu.Lock()
+	if auto && s.pinned {
+		s.mu.Unlock()
+		return false
+	}
+	if pin {
+		s.pinned = true
+	}
+	if s.on.Load() == on {
+		s.mu.Unlock()
+		return false
+	}
+	s.on.Store(on)
+	if len(s.subs) == 0 {
+		s.mu.Unlock()
+		return true
+	}
+	s.pending = append(s.pending, sluice.StateChange{
+		Policy: s.name, From: stateName(!on), To: stateName(on), At: at,
+	})
+	if s.draining {
+		// The goroutine delivering the earlier flips delivers this one too,
+		// after them.
+		s.mu.Unlock()
+		return true
+	}
+	s.draining = true
+	s.drain()
+	return true
+}
+
+// drain delivers the pending changes, in order, outside mu. It is called
+// with mu held and returns with it released.
+func (s *Switch) drain() {
+	locked := true
+	defer func() {
+		// Also when a listener panics: the next flip drains again.
+		if !locked {
+			s.mu.Lock()
+		}
+		s.draining = false
+		s.mu.Unlock()
+	}()
+	for len(s.pending) > 0 {
+		c := s.pending[0]
+		s.pending[0] = sluice.StateChange{}
+		s.pending = s.pending[1:]
+		subs := s.subs
+		s.mu.Unlock()
+		locked = false
+		for _, sub := range subs {
+			sub.fn(c)
+		}
+		s.mu.Lock()
+		locked = true
+	}
+	s.pending = s.pending[:0]
+}
+
+func stateName(on bool) string {
+	if on {
+		return StateOn
+	}
+	return StateOff
+}
+
+// Subscribe registers fn, called after every flip of the switch, outside its
+// lock, in the order of the flips; the returned function removes it. It
+// implements sluice.StateSource. A nil fn is ignored.
+func (s *Switch) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	s.mu.Lock()
+	s.nextID++
+	id := s.nextID
+	subs := make([]subscriber, len(s.subs), len(s.subs)+1)
+	copy(subs, s.subs)
+	s.subs = append(subs, subscriber{id: id, fn: fn})
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			subs := make([]subscriber, 0, len(s.subs))
+			for _, sub := range s.subs {
+				if sub.id != id {
+					subs = append(subs, sub)
+				}
+			}
+			s.subs = subs
+		})
+	}
+}

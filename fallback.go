@@ -1,0 +1,163 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+)
+
+// Fallback answers in place of a call that a Guard's policy rejected or that
+// failed. A Guard takes fallbacks with [WithFallback] as its outermost layer:
+// they see the final error of a request (a *RejectedError, a timeout, the
+// protected call's own error) after every policy has counted it, so a breaker
+// still counts the failure that a fallback hides from the caller.
+//
+// Package degrade builds Fallbacks declared by cause, and stale answers.
+type Fallback interface {
+	// Answer is called by [Guard.Do] and [Guard.ApplyFallback] with the
+	// non-nil error of a request. It returns the error the caller gets: nil to
+	// swallow err, err itself to decline, or another error. name names the
+	// declaration that answered ("rate-limited", "stale", ...); it is ""
+	// when none is declared for err, and out is then err.
+	Answer(ctx context.Context, err error) (name string, out error)
+}
+
+// FallbackOf is a Fallback that also answers with a value of type T, for
+// [Execute] of that type.
+type FallbackOf[T any] interface {
+	Fallback
+	// AnswerValue is Answer with a value: when out is nil, v is the answer
+	// the caller gets instead of the call's.
+	AnswerValue(ctx context.Context, err error) (v T, name string, out error)
+}
+
+// FallbackEvent tells an observer registered with [OnFallback] that a
+// fallback answered a request with success instead of its error.
+type FallbackEvent struct {
+	// Fallback names the declaration that answered, as the Fallback named it:
+	// "rate-limited", "circuit-open", "timeout", "error", "stale", or a name
+	// given by the user.
+	Fallback string
+	// Cause is why: the cause of the replaced error, CauseNone when it was
+	// another failure of the call.
+	Cause Cause
+	// Policy names the policy that rejected the request; "" when the call ran
+	// and failed.
+	Policy string
+	// Err is the error the fallback replaced.
+	Err error
+}
+
+// WithFallback adds fallbacks as the Guard's outermost layer; it may be given
+// more than once, and the fallbacks keep the order given.
+//
+// When a request is rejected or its call fails, the fallbacks are asked in
+// order, and the first one with a declaration for the error answers: with a
+// value, or by declining with an error, which then goes to the caller. One
+// without a declaration for the error (a stale cache with nothing for the
+// key) passes it on to the next. [Execute] asks only the fallbacks that
+// answer with its type T (a [FallbackOf][T]); [Guard.Do] asks all of them and
+// keeps only the error. When none answers, the caller gets the error as it
+// is. Panics of the call, and panics of a fallback, go on up the stack.
+func WithFallback(fbs ...Fallback) Option {
+	return func(g *Guard) error {
+		for i, f := range fbs {
+			if f == nil {
+				return errors.New("sluice: WithFallback: fallback " + itoa(int64(len(g.fallbacks)+i)) + " is nil")
+			}
+		}
+		g.fallbacks = append(g.fallbacks, fbs...)
+		return nil
+	}
+}
+
+// OnFallback registers fn, called each time one of the Guard's fallbacks
+// answers a request with success instead of its error (not when a fallback
+// declines). It runs on the request's goroutine, outside every lock; keep it
+// short.
+func OnFallback(fn func(ctx context.Context, ev FallbackEvent)) Option {
+	return func(g *Guard) error {
+		if fn == nil {
+			return errors.New("sluice: OnFallback: nil function")
+		}
+		g.onFallback = append(g.onFallback, fn)
+		return nil
+	}
+}
+
+// ApplyFallback applies the Guard's fallback layer to err as [Guard.Do]
+// does, for adapters that run requests through [Guard.Admit] themselves: it
+// returns the error the caller gets (nil when a fallback answered) and tells
+// the [OnFallback] observers. It returns nil for a nil err, and err when the
+// Guard has no fallback.
+func (g *Guard) ApplyFallback(ctx context.Context, err error) error {
+	if err == nil || g == nil || len(g.fallbacks) == 0 {
+		return err
+	}
+	return g.applyFallback(ctx, err)
+}
+
+// ReportFallback tells the Guard's [OnFallback] observers that a fallback
+// applied outside the Guard's own layer (a stale answer served by package
+// degrade, an adapter's fallback response) answered a request.
+func (g *Guard) ReportFallback(ctx context.Context, ev FallbackEvent) {
+	if g == nil {
+		return
+	}
+	for _, fn := range g.onFallback {
+		fn(ctx, ev)
+	}
+}
+
+// applyFallback is the fallback layer of Do; err is not nil.
+func (g *Guard) applyFallback(ctx context.Context, err error) error {
+	for _, f := range g.fallbacks {
+		name, out := f.Answer(ctx, err)
+		if name == "" {
+			continue
+		}
+		if out == nil {
+			g.served(ctx, name, err)
+		}
+		return out
+	}
+	return err
+}
+
+// fallbackValue is the fallback layer of Execute; err is not nil. v is the
+// call's own value, returned with err when no fallback answers.
+func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, error) {
+	for _, f := range g.fallbacks {
+		fv, ok := f.(FallbackOf[T])
+		if !ok {
+			continue
+		}
+		w, name, out := fv.AnswerValue(ctx, err)
+		if name == "" {
+			continue
+		}
+		if out == nil {
+			g.served(ctx, name, err)
+		}
+		return w, out
+	}
+	return v, err
+}
+
+func (g *Guard) served(ctx context.Context, name string, err error) {
+	if len(g.onFallback) == 0 {
+		return
+	}
+	g.ReportFallback(ctx, NewFallbackEvent(name, err))
+}
+
+// NewFallbackEvent returns the event of the fallback named name answering
+// in place of err: its Cause is CauseOf(err), and its Policy the name of
+// the policy that rejected, when err is a rejection.
+func NewFallbackEvent(name string, err error) FallbackEvent {
+	ev := FallbackEvent{Fallback: name, Cause: CauseOf(err), Err: err}
+	var re *RejectedError
+	if errors.As(err, &re) {
+		ev.Policy = re.Decision.Policy
+	}
+	return ev
+}

@@ -1,0 +1,291 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// fbPolicy admits, or rejects with its cause, and records the outcomes it is
+// told of.
+type fbPolicy struct {
+	name  string
+	cause error // nil: admit
+
+	mu       sync.Mutex
+	outcomes []sluice.Outcome
+}
+
+func (p *fbPolicy) Name() string { return p.name }
+
+func (p *fbPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	if p.cause == nil {
+		return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
+	}
+	return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: time.Second, Cause: p.cause}, 0
+}
+
+func (p *fbPolicy) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	p.mu.Lock()
+	p.outcomes = append(p.outcomes, o)
+	p.mu.Unlock()
+}
+
+func (p *fbPolicy) seen() []sluice.Outcome {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]sluice.Outcome(nil), p.outcomes...)
+}
+
+// fbFunc is a FallbackOf[T] answering every error with its function; a nil
+// function passes every error on.
+type fbFunc[T any] struct {
+	name string
+	fn   func(ctx context.Context, err error) (T, error)
+}
+
+func (f fbFunc[T]) AnswerValue(ctx context.Context, err error) (T, string, error) {
+	if f.fn == nil {
+		var zero T
+		return zero, "", err
+	}
+	v, out := f.fn(ctx, err)
+	return v, f.name, out
+}
+
+func (f fbFunc[T]) Answer(ctx context.Context, err error) (string, error) {
+	_, name, out := f.AnswerValue(ctx, err)
+	return name, out
+}
+
+func fbValue[T any](name string, v T) fbFunc[T] {
+	return fbFunc[T]{name: name, fn: func(context.Context, error) (T, error) { return v, nil }}
+}
+
+type fbEvents struct {
+	mu  sync.Mutex
+	evs []sluice.FallbackEvent
+}
+
+func (e *fbEvents) record(_ context.Context, ev sluice.FallbackEvent) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+func (e *fbEvents) all() []sluice.FallbackEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]sluice.FallbackEvent(nil), e.evs...)
+}
+
+func fbGuard(t testing.TB, opts ...sluice.Option) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+var errFallbackCall = errors.New("boom")
+
+func TestFallbackAnswersEachRejectionCause(t *testing.T) {
+	for _, cause := range []error{sluice.ErrRateLimited, sluice.ErrCircuitOpen, sluice.ErrOverloaded,
+		sluice.ErrConcurrencyLimited, sluice.ErrTimeout} {
+		t.Run(sluice.CauseOf(cause).String(), func(t *testing.T) {
+			outer := &fbPolicy{name: "outer"}
+			rej := &fbPolicy{name: "inner", cause: cause}
+			var evs fbEvents
+			g := fbGuard(t, sluice.With(outer, rej), sluice.OnFallback(evs.record),
+				sluice.WithFallback(fbValue("static", "cached")))
+
+			v, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) {
+				t.Fatal("the call ran despite the rejection")
+				return "", nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, "cached", v)
+			assert.Equal(t, []sluice.Outcome{sluice.Released}, outer.seen(), "the outer policy gives back what it took")
+
+			evl := evs.all()
+			require.Len(t, evl, 1)
+			assert.Equal(t, "static", evl[0].Fallback)
+			assert.Equal(t, sluice.CauseOf(cause), evl[0].Cause)
+			assert.Equal(t, "inner", evl[0].Policy)
+			assert.ErrorIs(t, evl[0].Err, sluice.ErrRejected)
+			assert.ErrorIs(t, evl[0].Err, cause)
+		})
+	}
+}
+
+func TestFallbackAnswersFailureAfterPoliciesCountIt(t *testing.T) {
+	p := &fbPolicy{name: "breaker"}
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbValue("default", 7)))
+
+	v, err := sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 1, errFallbackCall })
+	require.NoError(t, err)
+	assert.Equal(t, 7, v)
+	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen(), "the policy counts the failure the fallback hides")
+	require.Len(t, evs.all(), 1)
+	ev := evs.all()[0]
+	assert.Equal(t, sluice.FallbackEvent{Fallback: "default", Cause: sluice.CauseNone, Err: errFallbackCall}, ev)
+}
+
+func TestFallbackIsNotAskedOnSuccess(t *testing.T) {
+	called := false
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbFunc[int]{name: "f", fn: func(context.Context, error) (int, error) {
+			called = true
+			return 0, nil
+		}}))
+	v, err := sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 3, nil })
+	require.NoError(t, err)
+	assert.Equal(t, 3, v)
+	require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
+	assert.False(t, called)
+	assert.Empty(t, evs.all())
+}
+
+func TestFallbackThatDeclinesReturnsTheOriginalError(t *testing.T) {
+	p := &fbPolicy{name: "limiter", cause: sluice.ErrRateLimited}
+	var evs fbEvents
+	decline := fbFunc[string]{name: "picky", fn: func(_ context.Context, err error) (string, error) { return "", err }}
+	next := fbValue("next", "never")
+	g := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record), sluice.WithFallback(decline, next))
+
+	_, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "x", nil })
+	var re *sluice.RejectedError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, "limiter", re.Decision.Policy)
+	assert.Empty(t, evs.all(), "a declining fallback is not reported as served, and the next one is not asked")
+
+	err = g.Do(context.Background(), func(context.Context) error { return nil })
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+}
+
+func TestFallbackCanReplaceTheError(t *testing.T) {
+	errShown := errors.New("try later")
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p", cause: sluice.ErrOverloaded}),
+		sluice.WithFallback(fbFunc[int]{name: "f", fn: func(context.Context, error) (int, error) { return 0, errShown }}))
+	_, err := sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 1, nil })
+	assert.Same(t, errShown, err)
+}
+
+func TestFallbackWithoutDeclarationPassesToTheNext(t *testing.T) {
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbFunc[string]{name: "empty"}),
+		sluice.WithFallback(fbValue("second", "two")))
+	v, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "", errFallbackCall })
+	require.NoError(t, err)
+	assert.Equal(t, "two", v)
+	require.Len(t, evs.all(), 1)
+	assert.Equal(t, "second", evs.all()[0].Fallback)
+}
+
+func TestExecuteAsksOnlyFallbacksOfItsType(t *testing.T) {
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}),
+		sluice.WithFallback(fbValue("ints", 42), fbValue("strings", "s")))
+
+	s, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "", errFallbackCall })
+	require.NoError(t, err)
+	assert.Equal(t, "s", s)
+
+	f, err := sluice.Execute(context.Background(), g, func(context.Context) (float64, error) { return 1.5, errFallbackCall })
+	assert.Same(t, errFallbackCall, err, "no fallback of type float64: the error goes to the caller")
+	assert.Equal(t, 1.5, f, "with the call's own value")
+}
+
+func TestDoKeepsOnlyTheFallbacksError(t *testing.T) {
+	p := &fbPolicy{name: "p"}
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record), sluice.WithFallback(fbValue("swallow", 0)))
+	require.NoError(t, g.Do(context.Background(), func(context.Context) error { return errFallbackCall }))
+	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
+	require.Len(t, evs.all(), 1)
+	assert.Equal(t, "swallow", evs.all()[0].Fallback)
+}
+
+func TestFallbackPanicIsNotSwallowed(t *testing.T) {
+	p := &fbPolicy{name: "p"}
+	g := fbGuard(t, sluice.With(p), sluice.WithFallback(fbFunc[int]{name: "bad", fn: func(context.Context, error) (int, error) {
+		panic("fallback broke")
+	}}))
+	assert.PanicsWithValue(t, "fallback broke", func() {
+		_, _ = sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 0, errFallbackCall })
+	})
+	assert.PanicsWithValue(t, "fallback broke", func() {
+		_ = g.Do(context.Background(), func(context.Context) error { return errFallbackCall })
+	})
+	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Failure}, p.seen(), "each call is reported once")
+}
+
+func TestCallPanicSkipsTheFallback(t *testing.T) {
+	p := &fbPolicy{name: "p"}
+	called := false
+	g := fbGuard(t, sluice.With(p), sluice.WithFallback(fbFunc[int]{name: "f", fn: func(context.Context, error) (int, error) {
+		called = true
+		return 0, nil
+	}}))
+	assert.PanicsWithValue(t, "call broke", func() {
+		_, _ = sluice.Execute(context.Background(), g, func(context.Context) (int, error) { panic("call broke") })
+	})
+	assert.False(t, called)
+	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
+}
+
+func TestGuardRecoverAndReportFallbackForAdapters(t *testing.T) {
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p", cause: sluice.ErrCircuitOpen}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbValue("page", "maintenance page")))
+	_, done, err := g.Admit(context.Background())
+	require.Error(t, err)
+	done.Finish(nil)
+	assert.NoError(t, g.ApplyFallback(context.Background(), err))
+	assert.NoError(t, g.ApplyFallback(context.Background(), nil))
+	require.Len(t, evs.all(), 1)
+	assert.Equal(t, sluice.CauseCircuitOpen, evs.all()[0].Cause)
+	assert.Equal(t, "p", evs.all()[0].Policy)
+
+	g.ReportFallback(context.Background(), sluice.FallbackEvent{Fallback: "stale"})
+	require.Len(t, evs.all(), 2)
+	assert.Equal(t, "stale", evs.all()[1].Fallback)
+
+	plain := fbGuard(t)
+	assert.Same(t, errFallbackCall, plain.ApplyFallback(context.Background(), errFallbackCall))
+	var nilGuard *sluice.Guard
+	assert.Same(t, errFallbackCall, nilGuard.ApplyFallback(context.Background(), errFallbackCall))
+	nilGuard.ReportFallback(context.Background(), sluice.FallbackEvent{})
+}
+
+func TestFallbackOptionsValidate(t *testing.T) {
+	_, err := sluice.New(sluice.WithFallback(nil))
+	assert.ErrorContains(t, err, "WithFallback")
+	_, err = sluice.New(sluice.OnFallback(nil))
+	assert.ErrorContains(t, err, "OnFallback")
+}
+
+func TestGuardWithFallbackAllocatesNothingOnSuccess(t *testing.T) {
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "a"}, &fbPolicy{name: "b"}),
+		sluice.WithFallback(fbValue("f", 1)), sluice.OnFallback(func(context.Context, sluice.FallbackEvent) {}))
+	// fbPolicy records outcomes; start from a roomy slice so recording does
+	// not allocate.
+	for _, p := range g.Policies() {
+		p.(*fbPolicy).outcomes = make([]sluice.Outcome, 0, 1024)
+	}
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	fnv := func(context.Context) (int, error) { return 1, nil }
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = g.Do(ctx, fn) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = sluice.Execute(ctx, g, fnv) }))
+}

@@ -1,0 +1,144 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// WithTimeout gives every call that the Guard runs with [Guard.Do] or
+// [Execute] a deadline d after it was admitted: the call's context is
+// cancelled when d passes, and if the call then returns an error, the
+// caller gets a [*TimeoutError], which matches both ErrTimeout and
+// context.DeadlineExceeded. The Guard's policies count it as the Guard's
+// Classifier says (DefaultClassifier: a Failure, so breakers count it), and
+// its fallbacks can catch it by cause ([CauseTimeout]).
+//
+// A call that returns nil after the deadline has done its work: its result
+// stands. The call must honour its context; the Guard does not abandon it.
+//
+// A caller's own deadline that comes no later than d is kept as it is: the
+// call runs with the caller's context, and an expiry then is the caller's
+// (context.DeadlineExceeded, not ErrTimeout). Time spent waiting in the
+// policies' Admit is bounded by the caller's context, not by d. The deadline
+// is on the wall clock of the time package, which testing/synctest fakes.
+//
+// The default is no timeout. d must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(g *Guard) error {
+		if d <= 0 {
+			return errors.New("sluice: WithTimeout: timeout " + d.String() + " is not positive")
+		}
+		g.timeout = d
+		return nil
+	}
+}
+
+// TimeoutError is the error of a call that ran past the deadline set by
+// [WithTimeout]. It matches ErrTimeout and context.DeadlineExceeded with
+// errors.Is, and unwraps to the call's own error.
+type TimeoutError struct {
+	// After is the Guard's timeout.
+	After time.Duration
+	// Err is the error the call returned.
+	Err error
+}
+
+// Error says the call timed out and after how long; it does not carry the
+// call's error text.
+func (e *TimeoutError) Error() string { return "sluice: timeout after " + e.After.String() }
+
+// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// Unwrap returns the call's own error.
+func (e *TimeoutError) Unwrap() error { return e.Err }
+
+// Timeout reports true, as net.Error does for timeouts.
+func (e *TimeoutError) Timeout() bool { return true }
+
+// Timeout returns the Guard's call timeout; 0 when it has none.
+func (g *Guard) Timeout() time.Duration {
+	if g == nil {
+		return 0
+	}
+	return g.timeout
+}
+
+// CallContext applies the Guard's call timeout for adapters that run requests
+// through [Guard.Admit] themselves, as [Guard.Do] does: it returns the context
+// to run the call with, and a function to call once with the call's error
+// when it has returned, which releases the deadline's timer and returns the
+// error to finish the request with (a [*TimeoutError] when the Guard's
+// deadline passed). Without a timeout it returns ctx and a function that
+// returns its argument.
+func (g *Guard) CallContext(ctx context.Context) (context.Context, func(err error) error) {
+	if g == nil || g.timeout <= 0 {
+		return ctx, passErr
+	}
+	cctx, cancel := g.callContext(ctx)
+	if cancel == nil {
+		return ctx, passErr
+	}
+	return cctx, func(err error) error {
+		err = g.timedOut(cctx, err)
+		cancel()
+		return err
+	}
+}
+
+func passErr(err error) error { return err }
+
+// callContext returns ctx with the Guard's deadline and its cancel function,
+// or ctx and nil when ctx's own deadline comes no later.
+func (g *Guard) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= g.timeout {
+		return ctx, nil
+	}
+	return context.WithTimeoutCause(ctx, g.timeout, ErrTimeout)
+}
+
+// timedOut turns err into a *TimeoutError when the Guard's deadline on cctx
+// passed. cctx carries the Guard's own deadline, the earliest of its chain,
+// so an expiry of cctx is the Guard's.
+func (g *Guard) timedOut(cctx context.Context, err error) error {
+	if err != nil && cctx.Err() == context.DeadlineExceeded {
+		return &TimeoutError{After: g.timeout, Err: err}
+	}
+	return err
+}
+
+// doTimeout is Do's path for a Guard with a timeout, after admission.
+func (g *Guard) doTimeout(ctx context.Context, done *Done, fn func(context.Context) error) error {
+	defer done.failOnPanic()
+	cctx, cancel := g.callContext(ctx)
+	err := fn(cctx)
+	if cancel != nil {
+		err = g.timedOut(cctx, err)
+		cancel()
+	}
+	done.Finish(err)
+	if err != nil {
+		return g.applyFallback(ctx, err)
+	}
+	return nil
+}
+
+// executeTimeout is Execute's path for a Guard with a timeout, after
+// admission.
+func executeTimeout[T any](ctx context.Context, g *Guard, done *Done, fn func(context.Context) (T, error)) (T, error) {
+	defer done.failOnPanic()
+	cctx, cancel := g.callContext(ctx)
+	v, err := fn(cctx)
+	if cancel != nil {
+		err = g.timedOut(cctx, err)
+		cancel()
+	}
+	done.Finish(err)
+	if err != nil {
+		return fallbackValue(ctx, g, v, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,237 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// fbWaitCtx is a call that honours its context: it returns ctx's error when
+// ctx is done, or ok after d.
+func fbWaitCtx(d time.Duration) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(d):
+			return "ok", nil
+		}
+	}
+}
+
+func TestTimeoutCancelsTheCallAtTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fbPolicy{name: "breaker"}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(100*time.Millisecond))
+		start := time.Now()
+		var ranFor time.Duration
+		var cause error
+		_, err := sluice.Execute(context.Background(), g, func(ctx context.Context) (int, error) {
+			dl, ok := ctx.Deadline()
+			require.True(t, ok)
+			assert.Equal(t, start.Add(100*time.Millisecond), dl)
+			<-ctx.Done()
+			ranFor = time.Since(start)
+			cause = context.Cause(ctx)
+			return 0, ctx.Err()
+		})
+		assert.Equal(t, 100*time.Millisecond, ranFor, "the call's context is cancelled at the deadline")
+		assert.ErrorIs(t, cause, sluice.ErrTimeout)
+		assert.ErrorIs(t, err, sluice.ErrTimeout)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, sluice.CauseTimeout, sluice.CauseOf(err))
+		assert.NotErrorIs(t, err, sluice.ErrRejected)
+		var te *sluice.TimeoutError
+		require.ErrorAs(t, err, &te)
+		assert.Equal(t, 100*time.Millisecond, te.After)
+		assert.True(t, te.Timeout())
+		assert.Equal(t, "sluice: timeout after 100ms", err.Error())
+		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen(), "breakers count a timeout as a failure")
+	})
+}
+
+func TestTimeoutKeepsAnEarlierCallerDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fbPolicy{name: "breaker"}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		callerDL, _ := ctx.Deadline()
+		start := time.Now()
+		_, err := sluice.Execute(ctx, g, func(ctx context.Context) (string, error) {
+			dl, ok := ctx.Deadline()
+			require.True(t, ok)
+			assert.Equal(t, callerDL, dl, "the call runs under the caller's earlier deadline")
+			return fbWaitCtx(time.Hour)(ctx)
+		})
+		assert.Equal(t, 50*time.Millisecond, time.Since(start))
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, sluice.ErrTimeout, "the expiry is the caller's, not the Guard's")
+		var te *sluice.TimeoutError
+		assert.False(t, errors.As(err, &te))
+	})
+}
+
+func TestTimeoutShorterThanTheCallerDeadlineWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := fbGuard(t, sluice.WithTimeout(30*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		err := g.Do(ctx, func(ctx context.Context) error {
+			_, err := fbWaitCtx(time.Hour)(ctx)
+			return err
+		})
+		assert.Equal(t, 30*time.Millisecond, time.Since(start))
+		assert.ErrorIs(t, err, sluice.ErrTimeout)
+		assert.NoError(t, ctx.Err(), "the caller's context is untouched")
+	})
+}
+
+func TestTimeoutOutcomes(t *testing.T) {
+	errDB := errors.New("db: connection reset")
+	tests := []struct {
+		name    string
+		fn      func(context.Context) (string, error)
+		cancel  time.Duration // the caller cancels after this; 0: never
+		want    string
+		wantErr []error
+		notErr  []error
+		outcome sluice.Outcome
+	}{
+		{name: "in time", fn: fbWaitCtx(10 * time.Millisecond), want: "ok", outcome: sluice.Success},
+		{
+			name: "late success stands",
+			fn: func(ctx context.Context) (string, error) {
+				time.Sleep(200 * time.Millisecond) // ignores ctx
+				return "late", nil
+			},
+			want: "late", outcome: sluice.Success,
+		},
+		{
+			name: "own error after the deadline is a timeout",
+			fn: func(ctx context.Context) (string, error) {
+				<-ctx.Done()
+				return "", errDB
+			},
+			wantErr: []error{sluice.ErrTimeout, context.DeadlineExceeded, errDB}, outcome: sluice.Failure,
+		},
+		{
+			name: "own error before the deadline is not",
+			fn: func(ctx context.Context) (string, error) {
+				return "", errDB
+			},
+			wantErr: []error{errDB}, notErr: []error{sluice.ErrTimeout}, outcome: sluice.Failure,
+		},
+		{
+			name: "caller cancels",
+			fn: func(ctx context.Context) (string, error) {
+				<-ctx.Done()
+				return "", ctx.Err()
+			},
+			cancel:  20 * time.Millisecond,
+			wantErr: []error{context.Canceled}, notErr: []error{sluice.ErrTimeout}, outcome: sluice.Ignored,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &fbPolicy{name: "p"}
+				g := fbGuard(t, sluice.With(p), sluice.WithTimeout(100*time.Millisecond))
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tt.cancel > 0 {
+					time.AfterFunc(tt.cancel, cancel)
+				}
+				v, err := sluice.Execute(ctx, g, tt.fn)
+				if len(tt.wantErr) == 0 {
+					require.NoError(t, err)
+					assert.Equal(t, tt.want, v)
+				}
+				for _, e := range tt.wantErr {
+					assert.ErrorIs(t, err, e)
+				}
+				for _, e := range tt.notErr {
+					assert.NotErrorIs(t, err, e)
+				}
+				assert.Equal(t, []sluice.Outcome{tt.outcome}, p.seen())
+			})
+		})
+	}
+}
+
+func TestTimeoutIsCaughtByAFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fbPolicy{name: "breaker"}
+		var evs fbEvents
+		onTimeout := fbFunc[string]{name: "timeout", fn: func(_ context.Context, err error) (string, error) {
+			if sluice.CauseOf(err) == sluice.CauseTimeout {
+				return "partial", nil
+			}
+			return "", err
+		}}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(50*time.Millisecond),
+			sluice.WithFallback(onTimeout), sluice.OnFallback(evs.record))
+		v, err := sluice.Execute(context.Background(), g, fbWaitCtx(time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, "partial", v)
+		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
+		require.Len(t, evs.all(), 1)
+		assert.Equal(t, sluice.CauseTimeout, evs.all()[0].Cause)
+
+		require.NoError(t, g.Do(context.Background(), func(ctx context.Context) error {
+			_, err := fbWaitCtx(time.Hour)(ctx)
+			return err
+		}))
+	})
+}
+
+func TestTimeoutWithPanickingCallReportsFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fbPolicy{name: "p"}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(time.Second))
+		assert.PanicsWithValue(t, "call broke", func() {
+			_ = g.Do(context.Background(), func(context.Context) error { panic("call broke") })
+		})
+		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
+	})
+}
+
+func TestCallContextForAdapters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := fbGuard(t, sluice.WithTimeout(40*time.Millisecond))
+		assert.Equal(t, 40*time.Millisecond, g.Timeout())
+		_, done, err := g.Admit(context.Background())
+		require.NoError(t, err)
+		ctx, finish := g.CallContext(context.Background())
+		_, err = fbWaitCtx(time.Hour)(ctx)
+		err = finish(err)
+		done.Finish(err)
+		assert.ErrorIs(t, err, sluice.ErrTimeout)
+
+		ctx, finish = g.CallContext(context.Background())
+		assert.NoError(t, finish(nil))
+		assert.ErrorIs(t, ctx.Err(), context.Canceled, "finish releases the deadline's timer")
+
+		plain := fbGuard(t)
+		assert.Zero(t, plain.Timeout())
+		bg := context.Background()
+		ctx, finish = plain.CallContext(bg)
+		assert.Equal(t, bg, ctx)
+		assert.Same(t, errFallbackCall, finish(errFallbackCall))
+	})
+}
+
+func TestWithTimeoutValidates(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second} {
+		_, err := sluice.New(sluice.WithTimeout(d))
+		assert.ErrorContains(t, err, "WithTimeout")
+	}
+}
