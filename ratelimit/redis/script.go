@@ -37,14 +37,11 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local floor, fmt = math.floor, string.format
 local refund = ARGV[1] == 'r'
 local n = #KEYS
-local out, w1, w2, w3, wt = {}, {}, {}, {}, {}
+local single = n == 1
+local out, w1, w2, w3, wt
+if not single then out, w1, w2, w3, wt = {}, {}, {}, {}, {} end
+local s1, s2, s3, st, reply
 local ok = true
-
-local function ms(us)
-  local m = floor((us + 999) / 1000)
-  if m < 1 then return 1 end
-  return m
-end
 
 for i = 1, n do
   local j = i * 4 - 2
@@ -57,7 +54,7 @@ for i = 1, n do
       if tat > now then
         local nt = tat - cost * a
         if nt > now then
-          redis.call('SET', key, nt, 'PX', ms(nt - now))
+          redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
         else
           redis.call('DEL', key)
         end
@@ -74,8 +71,7 @@ for i = 1, n do
         allowed = 1
         remaining = floor((cap - nt + now) / a)
         reset = nt - now
-        w1[i] = nt
-        wt[i] = reset
+        if single then s1, st = nt, reset else w1[i], wt[i] = nt, reset end
       end
     end
   elseif alg == 't' then
@@ -96,7 +92,7 @@ for i = 1, n do
         local full = (b - tokens) * a - el
         if full > 0 then
           redis.call('HSET', key, 'k', tokens, 'l', last)
-          redis.call('PEXPIRE', key, ms(full))
+          redis.call('PEXPIRE', key, floor((full + 999) / 1000))
         else
           redis.call('DEL', key)
         end
@@ -106,9 +102,7 @@ for i = 1, n do
       tokens = tokens - cost
       remaining = tokens
       reset = (b - tokens) * a - el
-      w1[i] = tokens
-      w2[i] = last
-      wt[i] = reset
+      if single then s1, s2, st = tokens, last, reset else w1[i], w2[i], wt[i] = tokens, last, reset end
     else
       remaining = tokens
       reset = (b - tokens) * a - el
@@ -134,9 +128,7 @@ for i = 1, n do
       cnt = cnt + cost
       remaining = b - cnt
       reset = left
-      w1[i] = idx
-      w2[i] = cnt
-      wt[i] = left
+      if single then s1, s2, st = idx, cnt, left else w1[i], w2[i], wt[i] = idx, cnt, left end
     else
       remaining = b - cnt
       reset = left
@@ -170,10 +162,7 @@ for i = 1, n do
       used = used + cost * a
       remaining = floor((cap - used) / a)
       reset = 2 * a - e
-      w1[i] = idx
-      w2[i] = c
-      w3[i] = p
-      wt[i] = reset
+      if single then s1, s2, s3, st = idx, c, p, reset else w1[i], w2[i], w3[i], wt[i] = idx, c, p, reset end
     else
       if cap > used then remaining = floor((cap - used) / a) end
       if c > 0 then reset = 2 * a - e else reset = a - e end
@@ -185,28 +174,48 @@ for i = 1, n do
     end
   end
   if allowed == 0 then ok = false end
-  out[i] = fmt('%d %d %d %d', allowed, remaining, reset, retry)
+  reply = fmt('%d %d %d %d', allowed, remaining, reset, retry)
+  if not single then out[i] = reply end
 end
 
 if refund then return '' end
-if ok then
-  for i = 1, n do
-    local alg, key = ARGV[i * 4 - 2], KEYS[i]
-    if alg == 'g' then
-      redis.call('SET', key, w1[i], 'PX', ms(wt[i]))
-    elseif alg == 't' then
-      redis.call('HSET', key, 'k', w1[i], 'l', w2[i])
-      redis.call('PEXPIRE', key, ms(wt[i]))
-    elseif alg == 'f' then
-      redis.call('HSET', key, 'w', w1[i], 'n', w2[i])
-      redis.call('PEXPIRE', key, ms(wt[i]))
-    else
-      redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
-      redis.call('PEXPIRE', key, ms(wt[i]))
-    end
+if not ok then
+  if single then return reply end
+  return table.concat(out, ' ')
+end
+if single then
+  local alg, key = ARGV[2], KEYS[1]
+  local ttl = floor((st + 999) / 1000)
+  if alg == 'g' then
+    redis.call('SET', key, s1, 'PX', ttl)
+  elseif alg == 't' then
+    redis.call('HSET', key, 'k', s1, 'l', s2)
+    redis.call('PEXPIRE', key, ttl)
+  elseif alg == 'f' then
+    redis.call('HSET', key, 'w', s1, 'n', s2)
+    redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('HSET', key, 'w', s1, 'c', s2, 'p', s3)
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return reply
+end
+for i = 1, n do
+  local alg, key = ARGV[i * 4 - 2], KEYS[i]
+  local ttl = floor((wt[i] + 999) / 1000)
+  if alg == 'g' then
+    redis.call('SET', key, w1[i], 'PX', ttl)
+  elseif alg == 't' then
+    redis.call('HSET', key, 'k', w1[i], 'l', w2[i])
+    redis.call('PEXPIRE', key, ttl)
+  elseif alg == 'f' then
+    redis.call('HSET', key, 'w', w1[i], 'n', w2[i])
+    redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
+    redis.call('PEXPIRE', key, ttl)
   end
 end
-if n == 1 then return out[1] end
 return table.concat(out, ' ')
 `
 
