@@ -78,9 +78,13 @@ func TrustedProxies(cidrs ...string) IPOption {
 }
 
 // ProxyHeaders sets which proxy header fields are read, in order of
-// preference; the first one a request carries is used. Default: Forwarded,
-// X-Forwarded-For, X-Real-IP. Only the three fields of this package are
-// understood.
+// preference; the first one a request carries is used. Default:
+// X-Forwarded-For alone, the field proxies append to. Name a field here only
+// when your proxies set it and strip a client's own copy: a field a proxy
+// passes through untouched lets a client pick its address (a proxy that
+// appends to X-Forwarded-For while forwarding the client's Forwarded as it
+// came would, with Forwarded preferred, hand the client that choice). Only the
+// three fields of this package are understood.
 func ProxyHeaders(names ...string) IPOption {
 	return func(e *IPExtractor) error {
 		if len(names) == 0 {
@@ -130,7 +134,7 @@ func IPv4Prefix(bits int) IPOption {
 // NewIPExtractor builds an IPExtractor.
 func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 	e := &IPExtractor{
-		headers: []string{HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP},
+		headers: []string{HeaderXForwardedFor},
 		v4bits:  32,
 		v6bits:  128,
 	}

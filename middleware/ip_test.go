@@ -10,6 +10,8 @@ import (
 
 func TestClientIP(t *testing.T) {
 	trusted := []IPOption{TrustedProxies("10.0.0.0/8", "192.0.2.7", "fd00::/8")}
+	// allHeaders reads every proxy field this package knows, Forwarded first.
+	allHeaders := append([]IPOption{ProxyHeaders(HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP)}, trusted...)
 	tests := []struct {
 		name   string
 		opts   []IPOption
@@ -55,7 +57,7 @@ func TestClientIP(t *testing.T) {
 			want: "10.1.1.1", ok: true,
 		},
 		{
-			name: "Forwarded preferred over XFF", opts: trusted,
+			name: "Forwarded preferred over XFF", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{
 				"Forwarded":       {`for=198.51.100.7;proto=https, for="[2001:db8:cafe::17]:4711";by=10.0.0.1`},
@@ -64,19 +66,19 @@ func TestClientIP(t *testing.T) {
 			want: "2001:db8:cafe::17", ok: true,
 		},
 		{
-			name: "Forwarded skips trusted hops", opts: trusted,
+			name: "Forwarded skips trusted hops", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, For="10.9.9.9:80"`}},
 			want:   "198.51.100.7", ok: true,
 		},
 		{
-			name: "Forwarded unknown node stops", opts: trusted,
+			name: "Forwarded unknown node stops", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, for=unknown`}},
 			want:   "10.0.0.1", ok: true,
 		},
 		{
-			name: "Forwarded quoted comma", opts: trusted,
+			name: "Forwarded quoted comma", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7;ext="a,b"`}},
 			want:   "198.51.100.7", ok: true,
@@ -87,24 +89,24 @@ func TestClientIP(t *testing.T) {
 			want: "198.51.100.3", ok: true,
 		},
 		{
-			name: "Forwarded obfuscated node stops at the nearest trusted hop", opts: trusted,
+			name: "Forwarded obfuscated node stops at the nearest trusted hop", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, for=_hidden, for=10.3.3.3`}},
 			want:   "10.3.3.3", ok: true,
 		},
 		{
-			name: "Forwarded element without for= stops", opts: trusted,
+			name: "Forwarded element without for= stops", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, proto=https`}},
 			want:   "10.0.0.1", ok: true,
 		},
 		{
-			name: "X-Real-IP from trusted peer", opts: trusted,
+			name: "X-Real-IP from trusted peer", opts: allHeaders,
 			remote: "[fd00::5]:5000", header: http.Header{"X-Real-Ip": {"198.51.100.8"}},
 			want: "198.51.100.8", ok: true,
 		},
 		{
-			name: "X-Real-IP from untrusted peer ignored", opts: trusted,
+			name: "X-Real-IP from untrusted peer ignored", opts: allHeaders,
 			remote: "198.51.100.1:5000", header: http.Header{"X-Real-Ip": {"10.0.0.3"}},
 			want: "198.51.100.1", ok: true,
 		},
@@ -173,4 +175,15 @@ func TestClientIPAllocatesNothing(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs)
+}
+
+// By default only X-Forwarded-For is read: a Forwarded field that a proxy
+// passes through as the client sent it must not choose the address.
+func TestClientIPDefaultIgnoresClientForwarded(t *testing.T) {
+	e, err := NewIPExtractor(TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	h := http.Header{"X-Forwarded-For": {"203.0.113.9"}, "Forwarded": {"for=6.6.6.6"}, "X-Real-Ip": {"6.6.6.7"}}
+	got, ok := e.ClientIP("10.0.0.1:5000", h.Values)
+	require.True(t, ok)
+	assert.Equal(t, "203.0.113.9", got.String())
 }
