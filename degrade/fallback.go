@@ -18,6 +18,11 @@ func Value[T any](v T) Func[T] {
 	return func(context.Context, error) (T, error) { return v, nil }
 }
 
+// Swallow is a Func for Guard.Do: it answers every error with success, so
+// the call's error is hidden from the caller (the Guard's policies still
+// count it). Declare it as degrade.OnCircuitOpen(degrade.Swallow).
+func Swallow(context.Context, error) (struct{}, error) { return struct{}{}, nil }
+
 // kind is the slot a Rule fills, from the most specific to the least: one per
 // sluice.Cause, then any rejection, then any error.
 type kind uint8

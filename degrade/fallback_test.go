@@ -251,7 +251,7 @@ func TestFallbackPanicPropagates(t *testing.T) {
 }
 
 func TestDoAppliesFallbacks(t *testing.T) {
-	fb, err := degrade.New(degrade.OnCircuitOpen(degrade.Value(struct{}{})))
+	fb, err := degrade.New(degrade.OnCircuitOpen(degrade.Swallow))
 	require.NoError(t, err)
 	g := newGuard(t, sluice.With(openBreaker(t)), sluice.WithFallback(fb))
 	ran := false
