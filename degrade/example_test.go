@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -132,4 +133,30 @@ func ExampleSwitch() {
 	// product
 	//   recommendations: on -> off at 50s
 	// product + recommendations
+}
+
+// A switch driven by CPU usage with hysteresis: on once usage has stayed
+// above 85% for 10 seconds, off once it has stayed below 60% for 30 seconds,
+// so a usage hovering around one level does not make it flap.
+func ExampleAuto() {
+	clock := sluice.NewManualClock(0)
+	cpu := adaptive.NewManualSampler(0.5, 0) // in production: the sampler the load guard reads
+	rich, _ := degrade.NewSwitch("rich-fields", degrade.SwitchClock(clock))
+	rich.Subscribe(func(c sluice.StateChange) { fmt.Printf("%v: %s -> %s\n", c.At, c.From, c.To) })
+	auto, _ := degrade.NewAuto(rich, cpu.CPU, degrade.Hysteresis{
+		OnAbove: 0.85, OnFor: 10 * time.Second,
+		OffBelow: 0.6, OffFor: 30 * time.Second,
+	})
+
+	// In production: go auto.Run(ctx, time.Second). Here the clock steps.
+	for s, usage := range []float64{0.9, 0.95, 0.7, 0.9, 0.9, 0.9, 0.7, 0.5, 0.5, 0.5, 0.5} {
+		clock.Set(time.Duration(s) * 10 * time.Second)
+		cpu.SetCPU(usage)
+		auto.Check()
+	}
+	fmt.Println("on:", rich.On())
+	// Output:
+	// 10s: off -> on
+	// 1m40s: on -> off
+	// on: false
 }
