@@ -163,11 +163,7 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			cfg.render.Admitted(c.Response().Header(), rt, d)
 			defer cfg.failOnPanic(&done)
 			err = next(c)
-			o := sluice.Ignored
-			if c.Get(rejectedKey) == nil {
-				o = cfg.classify(statusOf(c, err))
-			}
-			done.Record(o)
+			done.Record(cfg.outcome(c, err))
 			return err
 		}
 	}
@@ -184,6 +180,26 @@ func (cfg *config) failOnPanic(done *sluice.Done) {
 			panic(p)
 		}
 	}
+}
+
+// outcome classifies how a request ended. A sluice rejection (this guard's
+// or a nested one) and a client that went away count for nothing. Otherwise
+// the status the client gets decides: a handler's error is first handed to
+// Echo's error handler, as Echo's own logger does, so a custom handler that
+// maps a domain error to a 404 is classified as the 404 the client sees.
+func (cfg *config) outcome(c echo.Context, err error) sluice.Outcome {
+	if c.Get(rejectedKey) != nil || errors.Is(c.Request().Context().Err(), context.Canceled) {
+		return sluice.Ignored
+	}
+	if err != nil {
+		if sluice.DefaultClassifier(err) == sluice.Ignored {
+			return sluice.Ignored
+		}
+		if !c.Response().Committed {
+			c.Error(err)
+		}
+	}
+	return cfg.classify(statusOf(c, err))
 }
 
 // statusOf returns the status the client gets: the one written when the

@@ -2,6 +2,7 @@ package sluiceecho
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -144,9 +145,12 @@ func TestClassificationFromFinalStatus(t *testing.T) {
 		{"written 503", func(c echo.Context) error { return c.NoContent(503) }, sluice.Failure},
 		{"HTTPError 404", func(echo.Context) error { return echo.ErrNotFound }, sluice.Ignored},
 		{"HTTPError 502", func(echo.Context) error { return echo.NewHTTPError(502) }, sluice.Failure},
+		// Echo's default error handler answers a wrapped HTTPError with a 500:
+		// that is the status the client sees.
 		{"wrapped HTTPError 429", func(echo.Context) error {
 			return errors.Join(errors.New("x"), echo.ErrTooManyRequests)
-		}, sluice.Ignored},
+		}, sluice.Failure},
+		{"client gone", func(echo.Context) error { return context.Canceled }, sluice.Ignored},
 		{"plain error", func(echo.Context) error { return errors.New("boom") }, sluice.Failure},
 		{"committed 200 then error", func(c echo.Context) error {
 			_ = c.String(200, "partial")
@@ -359,4 +363,26 @@ func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
 	assert.Equal(t, "/flaky/:id", resource)
 	assert.Equal(t, http.StatusServiceUnavailable, do(e, http.MethodGet, "/flaky/2").Code)
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/fine").Code)
+}
+
+// A custom error handler that maps a domain error to a 404 is classified by
+// the 404 the client sees, not as a 500.
+func TestClassificationAfterCustomErrorHandler(t *testing.T) {
+	errNoSuchUser := errors.New("no such user")
+	c := testpolicy.NewCounter()
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, ec echo.Context) {
+		if ec.Response().Committed {
+			return
+		}
+		if errors.Is(err, errNoSuchUser) {
+			_ = ec.NoContent(http.StatusNotFound)
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, ec)
+	}
+	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.GET("/", func(echo.Context) error { return errNoSuchUser })
+	assert.Equal(t, http.StatusNotFound, do(e, http.MethodGet, "/").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
 }

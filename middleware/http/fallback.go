@@ -123,18 +123,32 @@ var dropped = []string{
 	middleware.FieldXRateLimitLimit, middleware.FieldXRateLimitRemaining, middleware.FieldXRateLimitReset,
 }
 
-func cacheable(h http.Header) bool {
+// cacheable reports whether the response to r, with header h, may be served
+// to other requests of the same route, key and URI. Like a shared cache, it
+// keeps nothing marked no-store, no-cache or private, nothing that sets a
+// cookie, nothing that varies with request fields (which the key does not
+// hold), and nothing answered to a request carrying credentials unless the
+// response says public.
+func cacheable(r *http.Request, h http.Header) bool {
+	public := false
 	for _, v := range h.Values("Cache-Control") {
 		v = strings.ToLower(v)
-		if strings.Contains(v, "no-store") || strings.Contains(v, "no-cache") {
+		if strings.Contains(v, "no-store") || strings.Contains(v, "no-cache") || strings.Contains(v, "private") {
 			return false
 		}
+		public = public || strings.Contains(v, "public")
+	}
+	if len(h.Values("Set-Cookie")) > 0 || len(h.Values("Vary")) > 0 {
+		return false
+	}
+	if !public && (r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != "") {
+		return false
 	}
 	return true
 }
 
-func (c *StaleCache) store(key string, status int, header http.Header, body []byte, now time.Duration) {
-	if len(body) > c.maxBody || !cacheable(header) {
+func (c *StaleCache) store(r *http.Request, key string, status int, header http.Header, body []byte, now time.Duration) {
+	if len(body) > c.maxBody || !cacheable(r, header) {
 		return
 	}
 	h := header.Clone()

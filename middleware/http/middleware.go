@@ -2,6 +2,7 @@ package sluicehttp
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -260,12 +261,16 @@ func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *StaleCach
 		o = sluice.Ignored
 	case rw.hijacked && rw.status == 0:
 		o = sluice.Success
+	case errors.Is(r.Context().Err(), context.Canceled):
+		// The client went away: whatever the handler wrote (a proxy's 502)
+		// says nothing of the dependency.
+		o = sluice.Ignored
 	default:
 		o = h.classify(rw.status)
 	}
 	done.Record(o)
 	if stale != nil && rw.capturing && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		stale.store(staleKey(pattern, key, r), http.StatusOK, rw.Header(), rw.capture, rt.Guard.Now())
+		stale.store(r, staleKey(pattern, key, r), http.StatusOK, rw.Header(), rw.capture, rt.Guard.Now())
 	}
 	putWriter(rw)
 }
