@@ -289,3 +289,20 @@ func TestGuardWithFallbackAllocatesNothingOnSuccess(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = g.Do(ctx, fn) }))
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = sluice.Execute(ctx, g, fnv) }))
 }
+
+func TestNewFallbackEvent(t *testing.T) {
+	rej := &sluice.RejectedError{Decision: sluice.Decision{Policy: "breaker/db", Limit: -1, Cause: sluice.ErrCircuitOpen}}
+	tests := []struct {
+		err  error
+		want sluice.FallbackEvent
+	}{
+		{rej, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseCircuitOpen, Policy: "breaker/db", Err: rej}},
+		{errFallbackCall, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseNone, Err: errFallbackCall}},
+		{context.DeadlineExceeded, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseNone, Err: context.DeadlineExceeded}},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, sluice.NewFallbackEvent("f", tt.err))
+	}
+	te := &sluice.TimeoutError{After: time.Second, Err: context.DeadlineExceeded}
+	assert.Equal(t, sluice.CauseTimeout, sluice.NewFallbackEvent("t", te).Cause)
+}

@@ -206,7 +206,14 @@ func TestNewStaleValidates(t *testing.T) {
 	assert.ErrorContains(t, err, "nil clock")
 	_, err = degrade.NewStale[int](time.Second, 1, degrade.StaleName(""))
 	assert.ErrorContains(t, err, "empty name")
-	s, err := degrade.NewStale[int](time.Second, 1, degrade.StaleName("cache"), nil)
+	s, err := degrade.NewStale[int](time.Hour, 1, degrade.StaleName("price-cache"), nil)
 	require.NoError(t, err)
-	assert.NotNil(t, s)
+	s.Put("k", 1)
+	var evs events
+	g := newGuard(t, sluice.OnFallback(evs.record))
+	r, err := s.Execute(context.Background(), g, "k", func(context.Context) (int, error) { return 0, errBoom })
+	require.NoError(t, err)
+	assert.Equal(t, 1, r.Value)
+	require.Len(t, evs.all(), 1)
+	assert.Equal(t, "price-cache", evs.all()[0].Fallback)
 }
