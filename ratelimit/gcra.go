@@ -108,9 +108,11 @@ func tatRefund(state *atomic.Int64, refund, floor int64) {
 }
 
 // releaseRefund is what a Released outcome gives back of a request of cost n
-// admitted latency before now: n × iv, less the part that has regenerated
-// since. Measured from the admission instant it is exact; it never gives back
-// more than the request took.
+// admitted latency before now: n × iv, less the part that could have
+// regenerated since. Released at the admission instant (latency 0, as a Guard
+// without waiting policies releases) it is exact; later it is a lower bound,
+// short of exact when the bucket was not full at admission. It never gives
+// back more than the request took.
 func releaseRefund(n, iv int64, latency time.Duration) int64 {
 	return n*iv - max(int64(latency), 0)
 }

@@ -211,6 +211,15 @@ func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Decision,
 	if s.tooCostly(n) {
 		return s.never(int64(now)), 0
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller is gone already: take no turn it would not use.
+		d := reject(s.name, s.limit, 0, 0, time.Duration(s.iv))
+		d.Cause = errAbandonedCanceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			d.Cause = errAbandonedDeadline
+		}
+		return d, 0
+	}
 	d, turn := s.wait(ctx, int64(now), n)
 	if !d.Allowed {
 		return d, 0

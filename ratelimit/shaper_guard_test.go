@@ -97,3 +97,15 @@ func TestKeyedOfShapersIsAWaiter(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, buckets.MayWait())
 }
+
+// A request whose context has ended already takes no turn.
+func TestShaperAdmitWithEndedContextTakesNoTurn(t *testing.T) {
+	s := mustShaper(t, PerSecond(10), time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, _ := s.Admit(ctx, 0)
+	require.False(t, d.Allowed)
+	assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+	assert.ErrorIs(t, d.Cause, context.Canceled)
+	assert.True(t, s.AllowAt(0), "the turn at 0 is still free")
+}
