@@ -2,9 +2,9 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test deps vet unit bench-test bench lint
+.PHONY: test deps vet unit scenario bench-test bench lint
 
-test: deps vet unit bench-test
+test: deps vet unit scenario bench-test
 
 # deps installs what the tests need: redis-server (tests start their own
 # private servers on loopback; nothing is left running).
@@ -28,6 +28,11 @@ vet:
 
 unit:
 	SLUICE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -timeout 15m ./...
+
+# scenario plays the avalanche demo, shortened, and checks what sluice
+# promises. It measures latencies, so it runs without the race detector.
+scenario:
+	$(GO) test -count=1 -run TestAvalanche -v ./examples/avalanche | grep -v '^=== RUN'
 
 bench-test:
 	cd bench && SLUICE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -timeout 10m ./...

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// guarded is the same frontend with sluice:
+//
+//   - at the front door, a token bucket at twice the offered rate and the
+//     adaptive load guard (it sheds when CPU is above 80% and inflight
+//     outgrows what the service has shown it can pass, or inflight passes
+//     the offered rate);
+//   - on each dependency call, a breaker (open 0.5 s, then up to 1.5 s), a
+//     concurrency limit and a timeout (five times the healthy latency, plus
+//     20 ms), so a slow endpoint can hold only a few of the pool's
+//     connections, and only briefly;
+//   - on the route whose dependency turns sick, a fallback that answers a
+//     generic list when the call is rejected, times out or fails.
+type guarded struct {
+	dep    string
+	client *http.Client
+	front  *sluice.Guard
+	fast   *sluice.Guard
+	flaky  *sluice.Guard
+}
+
+// servedBy is where the fallback observer notes, for the request at hand,
+// which fallback answered it.
+type servedBy struct{ fallback string }
+
+type servedByKey struct{}
+
+func noteFallback(ctx context.Context, ev sluice.FallbackEvent) {
+	if s, ok := ctx.Value(servedByKey{}).(*servedBy); ok {
+		s.fallback = ev.Fallback
+	}
+}
+
+// popular is what the degraded route answers when its dependency cannot.
+var popular = []byte(`{"recommendations":["bestseller-1","bestseller-2"],"degraded":true}`)
+
+func newGuarded(cfg Config, depBase string, client *http.Client) (frontend, error) {
+	g := &guarded{dep: depBase, client: client}
+	var err error
+	// The front door: never binding at the offered rate, but a ceiling.
+	limiter, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(int64(2*cfg.Rate)), int64(cfg.Rate/5+1),
+		ratelimit.WithName("ratelimit/front-door"))
+	if err != nil {
+		return nil, err
+	}
+	loadOpts := []adaptive.Option{adaptive.WithName("adaptive/front-door"), adaptive.WithMaxInflight(int64(cfg.Rate))}
+	if cfg.Sampler != nil {
+		loadOpts = append(loadOpts, adaptive.WithSampler(cfg.Sampler))
+	}
+	load, err := adaptive.NewGuard(loadOpts...)
+	if err != nil {
+		return nil, err
+	}
+	if g.front, err = sluice.New(sluice.With(limiter, load)); err != nil {
+		return nil, err
+	}
+
+	// Each dependency call gives up at a few times its healthy latency and
+	// holds at most twice the connections its healthy traffic needs.
+	perRoute := float64(cfg.Rate) / 2
+	dep := func(name string, healthy time.Duration, trip breaker.Option, extra ...sluice.Option) (*sluice.Guard, error) {
+		b, err := breaker.New(name, trip, breaker.WithBackoff(500*time.Millisecond, 1500*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		slots := max(10, int(2*perRoute*healthy.Seconds()+0.5))
+		bulkhead, err := adaptive.NewBulkhead(slots, adaptive.WithName("bulkhead/"+name))
+		if err != nil {
+			return nil, err
+		}
+		opts := append([]sluice.Option{sluice.With(b, bulkhead), sluice.WithTimeout(5*healthy + 20*time.Millisecond)}, extra...)
+		return sluice.New(opts...)
+	}
+	// The catalog breaker looks at the error ratio of the last calls; the
+	// recommendations one trips at 3 failures in a row, to fall back fast,
+	// and answers a generic list whenever its call is rejected or fails.
+	if g.fast, err = dep("catalog", cfg.FastLatency, breaker.WithErrorRatio(0.5, 20)); err != nil {
+		return nil, err
+	}
+	generic, err := degrade.New(
+		degrade.OnRejected(degrade.Value(popular)),
+		degrade.OnTimeout(degrade.Value(popular)),
+		degrade.OnError(degrade.Value(popular)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if g.flaky, err = dep("recommendations", cfg.CalmLatency, breaker.WithConsecutiveFailures(3),
+		sluice.WithFallback(generic), sluice.OnFallback(noteFallback)); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *guarded) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+routePaths[0], func(w http.ResponseWriter, r *http.Request) {
+		body, err := g.call(r.Context(), g.fast, "/fast")
+		if err != nil {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("GET "+routePaths[1], func(w http.ResponseWriter, r *http.Request) {
+		served := &servedBy{}
+		body, err := g.call(context.WithValue(r.Context(), servedByKey{}, served), g.flaky, "/flaky")
+		if err != nil {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if served.fallback != "" {
+			// Degraded: a generic answer now beats a perfect one too late.
+			w.Header().Set(fallbackHeader, served.fallback)
+		}
+		_, _ = w.Write(body)
+	})
+	return sluicehttp.Middleware(sluicehttp.WithGuard(g.front))(mux)
+}
+
+var errStatus = errors.New("dependency answered 5xx")
+
+// call asks the dependency for path under guard.
+func (g *guarded) call(ctx context.Context, guard *sluice.Guard, path string) ([]byte, error) {
+	return sluice.Execute(ctx, guard, func(ctx context.Context) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.dep+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := g.client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 500 {
+			return nil, fmt.Errorf("%w: %d", errStatus, resp.StatusCode)
+		}
+		return body, nil
+	})
+}
+
+func (g *guarded) close() {
+	_ = g.front.Close()
+	_ = g.fast.Close()
+	_ = g.flaky.Close()
+}
