@@ -69,7 +69,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if err != nil {
 		return newRejection(err, d)
 	}
-	err = c.invoke(ctx, method, req, reply, cc, invoker, opts, &done)
+	err = c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {
 		c.holdOpen(rt.Guard, err)
 	}
@@ -113,7 +113,7 @@ func (c *config) holdOpen(g *sluice.Guard, err error) {
 	}
 }
 
-func (c *config) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, done *sluice.Done) (err error) {
+func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, done *sluice.Done) (err error) {
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
@@ -126,7 +126,13 @@ func (c *config) invoke(ctx context.Context, method string, req, reply any, cc *
 			defer cancel()
 		}
 	}
-	err = invoker(ctx, method, req, reply, cc, opts...)
+	if g.Timeout() > 0 {
+		var finish func(error) error
+		ctx, finish = g.CallContext(ctx)
+		err = timeoutStatus(finish(invoker(ctx, method, req, reply, cc, opts...)))
+	} else {
+		err = invoker(ctx, method, req, reply, cc, opts...)
+	}
 	done.Record(c.outcome(err))
 	return err
 }

@@ -277,3 +277,37 @@ func TestClientStreamEndsOnOpenAndSendErrors(t *testing.T) {
 	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Failure}, rec.Outcomes())
 	assert.Len(t, rec.Keys(), 3, "the skipped stream was admitted")
 }
+
+// A Guard's own call timeout (sluice.WithTimeout) applies to the calls it
+// guards, on the client and on the server: the call's context ends at the
+// deadline, the caller gets DeadlineExceeded, and a breaker counts it.
+func TestGuardTimeoutAppliesToUnaryCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		b := newBreaker(t, "slow", clk, breaker.WithConsecutiveFailures(2))
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b), sluice.WithTimeout(200*time.Millisecond))
+		var waited time.Duration
+		slowInvoke := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			start := time.Now()
+			<-ctx.Done()
+			waited = time.Since(start)
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		client, err := UnaryClientInterceptor(WithGuard(g))
+		require.NoError(t, err)
+		err = client(context.Background(), methodCheck, nil, nil, nil, slowInvoke)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Equal(t, 200*time.Millisecond, waited)
+
+		slowHandle := func(ctx context.Context, _ any) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		server, err := UnaryServerInterceptor(WithGuard(g))
+		require.NoError(t, err)
+		_, err = server(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, slowHandle)
+		assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+		assert.Contains(t, status.Convert(err).Message(), "sluice: timeout")
+		assert.Equal(t, breaker.StateOpen, b.State(), "two timeouts in a row open the breaker")
+	})
+}

@@ -2,6 +2,7 @@ package sluicegrpc
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -79,16 +80,23 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
 	}
-	return c.runUnary(ctx, req, handler, &done)
+	return c.runUnary(ctx, rt.Guard, req, handler, &done)
 }
 
-func (c *config) runUnary(ctx context.Context, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
+func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
 		}
 	}()
-	resp, err = handler(ctx, req)
+	if g.Timeout() > 0 {
+		var finish func(error) error
+		ctx, finish = g.CallContext(ctx)
+		resp, err = handler(ctx, req)
+		err = timeoutStatus(finish(err))
+	} else {
+		resp, err = handler(ctx, req)
+	}
 	o := sluice.Success
 	if err != nil || c.classify != nil {
 		o = c.outcome(err)
@@ -119,7 +127,7 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
 			}
-			resp, err = c.runUnary(ctx, req, handler, &done)
+			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
 			a.record(c.outcome(err))
 			return resp, err
 		}
@@ -206,4 +214,15 @@ func quotaMetadata(rt *middleware.Route, d sluice.Decision, reset time.Duration)
 	pol := string(middleware.AppendRateLimitPolicy(buf[:0], d.Policy, d.Limit, rt.Window(d.Policy)))
 	lim := string(middleware.AppendRateLimit(buf[:0], d.Policy, d.Remaining, reset))
 	return metadata.MD{MetadataRateLimitPolicy: {pol}, MetadataRateLimit: {lim}}
+}
+
+// timeoutStatus turns the error of a call that ran past its Guard's timeout
+// (sluice.WithTimeout) into DeadlineExceeded, the code gRPC gives a deadline
+// that passed; other errors are returned as they are.
+func timeoutStatus(err error) error {
+	var te *sluice.TimeoutError
+	if errors.As(err, &te) {
+		return status.Error(codes.DeadlineExceeded, "sluice: timeout after "+te.After.String())
+	}
+	return err
 }

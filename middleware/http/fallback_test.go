@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -215,4 +216,27 @@ func withDeadlinePassed() context.Context {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
 	_ = cancel
 	return ctx
+}
+
+// A Guard's call timeout (sluice.WithTimeout) applies to the handler: its
+// context ends at the deadline.
+func TestMiddlewareAppliesTheGuardsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		c := testpolicy.NewCounter()
+		g, err := sluice.New(sluice.With(c), sluice.WithClock(clk), sluice.WithTimeout(150*time.Millisecond))
+		require.NoError(t, err)
+		defer g.Close()
+		var waited time.Duration
+		h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			<-r.Context().Done()
+			waited = time.Since(start)
+			w.WriteHeader(http.StatusGatewayTimeout)
+		}))
+		rec := serve(h, http.MethodGet, "/")
+		assert.Equal(t, http.StatusGatewayTimeout, rec.Code)
+		assert.Equal(t, 150*time.Millisecond, waited)
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
+	})
 }

@@ -239,6 +239,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	defer h.finish(rw, &done, stale, r, pattern, key, rt)
+	if rt.Guard.Timeout() > 0 {
+		// The Guard's call timeout (sluice.WithTimeout): the handler's
+		// context ends at the deadline. What the handler then writes is its
+		// answer (a 5xx counts as a failure).
+		ctx, finish := rt.Guard.CallContext(r.Context())
+		defer finish(nil)
+		h.next.ServeHTTP(rw, r.WithContext(ctx))
+		return
+	}
 	h.next.ServeHTTP(rw, r)
 }
 
