@@ -32,7 +32,7 @@ unit:
 # scenario plays the avalanche demo, shortened, and checks what sluice
 # promises. It measures latencies, so it runs without the race detector.
 scenario:
-	$(GO) test -count=1 -run TestAvalanche -v ./examples/avalanche | grep -v '^=== RUN'
+	$(GO) test -count=1 -run TestAvalanche -v ./examples/avalanche
 
 bench-test:
 	cd bench && SLUICE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -timeout 10m ./...
