@@ -199,6 +199,10 @@ func (g *GCRA) Rate() Rate { return g.rate }
 // Burst returns the largest cost admitted at once.
 func (g *GCRA) Burst() int64 { return g.burst }
 
+// Window returns the time the limiter takes to refill its whole burst, burst
+// × interval: the w of the RateLimit-Policy header field.
+func (g *GCRA) Window() time.Duration { return time.Duration(g.tau) }
+
 // Allow reports whether one request may proceed now, reading the limiter's
 // clock; shorthand for AllowNAt(clock.Now(), 1).
 func (g *GCRA) Allow() bool {

@@ -160,7 +160,8 @@ type Keyed struct {
 	missing    MissingKey
 	name       string
 	clock      limiterClock
-	mayWait    bool // the limiters newLimiter makes may block in Admit
+	mayWait    bool          // the limiters newLimiter makes may block in Admit
+	window     time.Duration // the window of the limiters newLimiter makes; 0 if they have none
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -172,6 +173,11 @@ type Keyed struct {
 // key at construction shows; newLimiter must make limiters of one kind. It
 // makes Keyed a sluice.Waiter when they are.
 func (k *Keyed) MayWait() bool { return k.mayWait }
+
+// Window returns the window of the limiters newLimiter makes, as the one it
+// made for the empty key at construction reports it (0 when they report
+// none): the w of the RateLimit-Policy header field.
+func (k *Keyed) Window() time.Duration { return k.window }
 
 // keyDecider is what every limiter of this package offers beyond Policy: a
 // decision that needs no ticket, and a bare answer.
@@ -258,13 +264,17 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	}
 	w, ok := probe.(sluice.Waiter)
 	mayWait := ok && w.MayWait()
+	var window time.Duration
+	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
+		window = wd.Window()
+	}
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
 		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: newLimiterClock(o.clock),
-		mayWait: mayWait,
+		mayWait: mayWait, window: window,
 	}
 	for i := range k.shards {
 		s := &k.shards[i]

@@ -82,6 +82,10 @@ func (b *LeakyBucket) Rate() Rate { return b.rate }
 // Capacity returns the bucket's capacity.
 func (b *LeakyBucket) Capacity() int64 { return b.capacity }
 
+// Window returns the time a full bucket takes to drain, capacity × interval:
+// the w of the RateLimit-Policy header field.
+func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.full) }
+
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
 func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	return b.decide(now, sluice.CostFrom(ctx))

@@ -109,3 +109,26 @@ func TestShaperAdmitWithEndedContextTakesNoTurn(t *testing.T) {
 	assert.ErrorIs(t, d.Cause, context.Canceled)
 	assert.True(t, s.AllowAt(0), "the turn at 0 is still free")
 }
+
+// Every limiter with a quota reports the window the RateLimit-Policy field
+// names: the time to refill its whole burst, or its window; Keyed reports
+// its limiters'.
+func TestLimitersReportTheirWindow(t *testing.T) {
+	gcra, err := NewGCRA(PerSecond(10), 5)
+	require.NoError(t, err)
+	assert.Equal(t, 500*time.Millisecond, gcra.Window())
+	tb, err := NewTokenBucket(PerMinute(60), 30)
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, tb.Window())
+	require.NoError(t, tb.SetRate(PerSecond(10)))
+	assert.Equal(t, 3*time.Second, tb.Window(), "follows a new rate")
+	lb, err := NewLeakyBucket(PerSecond(4), 8)
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Second, lb.Window())
+	wu, err := NewWarmUp(PerSecond(10), 10, time.Second, 3)
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, wu.Window())
+	k, err := NewKeyed(func(string) (sluice.Policy, error) { return NewSlidingWindow(5, 10*time.Second, 10) })
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, k.Window())
+}

@@ -123,6 +123,10 @@ func (w *WarmUp) Rate() Rate { return w.rate }
 // Burst returns the largest cost admitted at once.
 func (w *WarmUp) Burst() int64 { return w.burst }
 
+// Window returns the time a warm limiter takes to refill its whole burst,
+// burst × interval: the w of the RateLimit-Policy header field.
+func (w *WarmUp) Window() time.Duration { return time.Duration(w.tau) }
+
 // Allow reports whether one request may proceed now, and takes its quota if
 // so; shorthand for AllowNAt(clock.Now(), 1).
 func (w *WarmUp) Allow() bool { return w.AllowNAt(w.now(), 1) }
