@@ -261,10 +261,21 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeRequestBody(req)
 		return nil, err
 	}
+	// The Guard's call timeout (sluice.WithTimeout) runs until the response's
+	// body ends. An upgrade keeps its connection and runs without it.
+	var release func(error) error
+	if g.Timeout() > 0 && req.Header.Get("Upgrade") == "" {
+		var ctx context.Context
+		ctx, release = g.CallContext(req.Context())
+		req = req.WithContext(ctx)
+	}
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		if resp != nil && resp.Body != nil {
 			discard(resp.Body)
+		}
+		if release != nil {
+			err = release(err)
 		}
 		o := g.Classify(err)
 		if t.cfg.classify != nil {
@@ -286,6 +297,9 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					op.OpenFor(now, ra)
 				}
 			}
+			if release != nil {
+				resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+			}
 			return resp, nil
 		}
 	}
@@ -293,9 +307,12 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// over as it is: it must stay an io.ReadWriteCloser.
 	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
 		done.Record(o)
+		if release != nil {
+			_ = release(nil)
+		}
 		return resp, nil
 	}
-	st := &bodyState{done: done, outcome: o}
+	st := &bodyState{done: done, outcome: o, release: release}
 	gb := &guardedBody{ReadCloser: resp.Body, st: st}
 	// A caller that drops the body without closing it (a bug, but a common
 	// one) must not hold a half-open probe or a concurrency slot forever:
@@ -352,6 +369,7 @@ type bodyState struct {
 	ended   atomic.Bool
 	done    sluice.Done
 	outcome sluice.Outcome
+	release func(error) error // ends the Guard's call timeout; nil without one
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -378,5 +396,22 @@ func (b *guardedBody) Close() error {
 func (s *bodyState) finish(o sluice.Outcome) {
 	if s.ended.CompareAndSwap(false, true) {
 		s.done.Record(o)
+		if s.release != nil {
+			_ = s.release(nil)
+		}
 	}
+}
+
+// releasingBody ends the Guard's call timeout when the body is closed, for
+// responses whose outcome is recorded already.
+type releasingBody struct {
+	io.ReadCloser
+	release func(error) error
+	once    sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { _ = b.release(nil) })
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -385,4 +386,45 @@ func TestTransportMakesEachHostsGuardOnce(t *testing.T) {
 	}
 	assert.Equal(t, int32(1), made.Load())
 	assert.Equal(t, 1, rt.Hosts())
+}
+
+// slowDependency answers only when the request's context ends.
+type slowDependency struct{}
+
+func (slowDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return nil, r.Context().Err()
+}
+
+// A host's Guard built with sluice.WithTimeout bounds the calls the
+// Transport makes: the call ends at the deadline with a timeout error, which
+// the breaker counts; a fast answer keeps its body readable.
+func TestTransportAppliesTheGuardsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithClock(clk))
+		require.NoError(t, err)
+		rt, err := Transport(slowDependency{}, func(string) (*sluice.Guard, error) {
+			return sluice.New(sluice.With(b), sluice.WithClock(clk), sluice.WithTimeout(250*time.Millisecond))
+		})
+		require.NoError(t, err)
+		defer rt.Close()
+		start := time.Now()
+		_, err = get(t, rt, "http://slow.test/", nil)
+		require.ErrorIs(t, err, sluice.ErrTimeout)
+		assert.Equal(t, 250*time.Millisecond, time.Since(start))
+		assert.Equal(t, breaker.StateOpen, b.State())
+
+		fast, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) {
+			return sluice.New(sluice.WithClock(clk), sluice.WithTimeout(250*time.Millisecond))
+		})
+		require.NoError(t, err)
+		defer fast.Close()
+		resp, err := get(t, fast, "http://fast.test/", nil)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		assert.Equal(t, "payload", string(body))
+		require.NoError(t, resp.Body.Close())
+	})
 }
