@@ -9,7 +9,9 @@
 //
 //   - rate limiters (package ratelimit, and ratelimit/redis for a fleet),
 //   - circuit breakers and adaptive client-side throttling (package breaker),
-//   - fallbacks, stale answers, timeouts and switches (package degrade),
+//   - fallbacks by cause, stale answers and degradation switches (package
+//     degrade), which a Guard takes as its outermost layer with
+//     [WithFallback], and call timeouts ([WithTimeout]),
 //   - a system-load guard and adaptive concurrency limits (package adaptive).
 //
 // Each of them is a [Policy]. A [Guard] runs a request through its policies,
@@ -17,6 +19,10 @@
 // once when it ends; the policies never read the clock themselves. When an inner
 // policy rejects, the outer ones that already admitted are released, so no
 // token, concurrency slot or half-open probe leaks.
+//
+// A policy whose Admit may wait (a shaper, a queued concurrency limit) is a
+// [Waiter]: the Guard reads the clock again after it, so the policies after it
+// decide, and latencies are measured, from the end of the wait.
 //
 // Every rejection is a [*RejectedError] carrying the [Decision] that rejected:
 // it matches errors.Is(err, ErrRejected) and exactly one of ErrRateLimited,
