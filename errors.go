@@ -137,7 +137,8 @@ func CauseOf(err error) Cause {
 }
 
 // Classifier decides what an error returned by a protected call says about
-// the health of what it called.
+// the health of what it called. A Guard asks it only for errors: a call that
+// returns nil is always a Success.
 type Classifier func(err error) Outcome
 
 // DefaultClassifier is the Classifier a Guard uses unless told otherwise:

@@ -196,7 +196,7 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 		return fn(ctx)
 	}
 	var done Done
-	if _, err := g.admit(ctx, &done); err != nil {
+	if err := g.admitRun(ctx, &done); err != nil {
 		return g.applyFallback(ctx, err)
 	}
 	if g.timeout > 0 {
@@ -218,7 +218,7 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 		return fn(ctx)
 	}
 	var done Done
-	if _, err := g.admit(ctx, &done); err != nil {
+	if err := g.admitRun(ctx, &done); err != nil {
 		var zero T
 		return fallbackValue(ctx, g, zero, err)
 	}
@@ -250,7 +250,64 @@ func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
 
 // admit runs the chain and fills done with the tickets of the policies that
 // admitted; on a rejection done stays inactive.
+// admitRun is admit for Do and Execute, which need no Decision back: unless
+// an OnDecision observer wants it, it builds none.
+func (g *Guard) admitRun(ctx context.Context, done *Done) error {
+	if g.mayWait != nil || len(g.policies) > len(done.tickets) || len(g.onDecision) > 0 {
+		_, err := g.admit(ctx, done)
+		return err
+	}
+	now := g.Now()
+	for i, p := range g.policies {
+		d, t := p.Admit(ctx, now)
+		if !d.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				g.policies[j].Done(done.tickets[j], Released, now, 0)
+			}
+			return &RejectedError{Decision: d}
+		}
+		done.tickets[i] = t
+	}
+	done.g, done.start = g, now
+	return nil
+}
+
 func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
+	if g.mayWait != nil || len(g.policies) > len(done.tickets) {
+		return g.admitSlow(ctx, done)
+	}
+	now := g.Now()
+	var best Decision
+	tight := false // best holds a Decision with a quota
+	for i, p := range g.policies {
+		d, t := p.Admit(ctx, now)
+		if !d.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				g.policies[j].Done(done.tickets[j], Released, now, 0)
+			}
+			if len(g.onDecision) > 0 {
+				g.decided(ctx, d)
+			}
+			return d, &RejectedError{Decision: d}
+		}
+		done.tickets[i] = t
+		if d.Limit >= 0 && (!tight || d.Remaining < best.Remaining) {
+			best, tight = d, true
+		}
+	}
+	done.g, done.start = g, now
+	if !tight {
+		best = allowAll
+	}
+	if len(g.onDecision) > 0 {
+		g.decided(ctx, best)
+	}
+	return best, nil
+}
+
+// admitSlow is admit for chains longer than a Done's inline tickets or with
+// a policy that may wait.
+func (g *Guard) admitSlow(ctx context.Context, done *Done) (Decision, error) {
 	now := g.Now()
 	if len(g.policies) > len(done.tickets) {
 		done.more = make([]Ticket, len(g.policies))
@@ -258,36 +315,22 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 	// After a policy that may wait, the instant moves on; the instant each
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
-	var at []time.Duration
-	var atBuf [8]time.Duration
-	if g.mayWait != nil {
-		if len(g.policies) <= len(atBuf) {
-			at = atBuf[:len(g.policies)]
-		} else {
-			at = make([]time.Duration, len(g.policies))
-		}
-	}
+	at := make([]time.Duration, len(g.policies))
 	best := allowAll
 	for i, p := range g.policies {
-		if at != nil {
-			at[i] = now
-		}
+		at[i] = now
 		d, t := p.Admit(ctx, now)
 		if !d.Allowed {
-			if at != nil {
-				if g.mayWait[i] {
-					now = g.Now() // it may have waited before it gave up
-				}
-				for j := i - 1; j >= 0; j-- {
-					g.policies[j].Done(done.ticket(j), Released, now, now-at[j])
-				}
-			} else {
-				for j := i - 1; j >= 0; j-- {
-					g.policies[j].Done(done.ticket(j), Released, now, 0)
-				}
+			if g.mayWait != nil && g.mayWait[i] {
+				now = g.Now() // it may have waited before it gave up
+			}
+			for j := i - 1; j >= 0; j-- {
+				g.policies[j].Done(done.ticket(j), Released, now, now-at[j])
 			}
 			done.more = nil
-			g.decided(ctx, d)
+			if len(g.onDecision) > 0 {
+				g.decided(ctx, d)
+			}
 			return d, &RejectedError{Decision: d}
 		}
 		if done.more != nil {
@@ -295,7 +338,7 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 		} else {
 			done.tickets[i] = t
 		}
-		if at != nil && g.mayWait[i] {
+		if g.mayWait != nil && g.mayWait[i] {
 			// It may have waited: the policies after it decide, and the
 			// call's latency starts, at the instant the wait ended.
 			now = g.Now()
@@ -305,7 +348,9 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 		}
 	}
 	done.g, done.start = g, now
-	g.decided(ctx, best)
+	if len(g.onDecision) > 0 {
+		g.decided(ctx, best)
+	}
 	return best, nil
 }
 
@@ -347,6 +392,10 @@ func (d *Done) ticket(i int) Ticket {
 // Classifier. Only the first Finish or Record counts.
 func (d *Done) Finish(err error) {
 	if d.g == nil {
+		return
+	}
+	if err == nil {
+		d.Record(Success)
 		return
 	}
 	d.Record(d.g.classify(err))
