@@ -1,6 +1,7 @@
 // Command quickstart is the smallest useful sluice service: an HTTP handler
-// wrapped in a Guard that allows 5 requests a second per client with bursts of
-// 10, and answers 429 with Retry-After beyond that.
+// behind a Guard that allows each client 5 requests a second with bursts of
+// 10, and answers 429 with Retry-After and the RateLimit fields beyond that.
+// It serves until Ctrl-C.
 //
 //	go run ./examples/quickstart
 //	curl -i localhost:8080/hello
@@ -8,60 +9,77 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
-	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func main() {
 	addr := flag.String("addr", "localhost:8080", "address to listen on")
 	flag.Parse()
-	if err := serve(*addr); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := serve(ctx, ln); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func serve(addr string) error {
+// handler returns the service: /hello behind a per-client token bucket.
+func handler() (http.Handler, func() error, error) {
 	// One token bucket per client IP, at most 10,000 clients remembered.
 	perClient, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-		return ratelimit.NewTokenBucket(ratelimit.PerSecond(5), 10, ratelimit.WithName("ratelimit/per-client"))
-	}, ratelimit.WithMaxKeys(10_000))
+		return ratelimit.NewTokenBucket(ratelimit.PerSecond(5), 10)
+	}, ratelimit.WithKeyedName("per-client"), ratelimit.WithMaxKeys(10_000))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	guard, err := sluice.New(sluice.With(perClient))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer guard.Close()
-
-	hello := func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "hello from behind the guard")
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /hello", guarded(guard, http.HandlerFunc(hello)))
-
-	ln, err := net.Listen("tcp", addr)
+	// The client is the connection's peer: no proxy is trusted here.
+	ips, err := middleware.NewIPExtractor()
 	if err != nil {
+		return nil, nil, err
+	}
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"), middleware.KeyByIP(ips))
+	if err != nil {
+		return nil, nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello from behind the guard")
+	})
+	h := sluicehttp.Middleware(sluicehttp.WithGuard(guard), sluicehttp.WithKeyer(keyer))(mux)
+	return h, guard.Close, nil
+}
+
+// serve serves on ln until ctx ends.
+func serve(ctx context.Context, ln net.Listener) error {
+	h, closeGuard, err := handler()
+	if err != nil {
+		_ = ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	defer closeGuard()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Printf("listening on http://%s/hello (Ctrl-C to stop)\n", ln.Addr())
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -73,26 +91,4 @@ func serve(addr string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
-}
-
-// guarded runs next under g, keyed by the client's IP; a rejection becomes a
-// 429 with Retry-After in whole seconds, rounded up.
-func guarded(g *sluice.Guard, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ip, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			ip = r.RemoteAddr
-		}
-		ctx := sluice.WithKey(r.Context(), ip)
-		err = g.Do(ctx, func(ctx context.Context) error {
-			next.ServeHTTP(w, r.WithContext(ctx))
-			return nil
-		})
-		var rej *sluice.RejectedError
-		if errors.As(err, &rej) {
-			secs := int(math.Ceil(rej.RetryAfter().Seconds()))
-			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			http.Error(w, "too many requests", http.StatusTooManyRequests)
-		}
-	})
 }
