@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -171,4 +170,3 @@ func stats(samples []sample) phaseStats {
 	return s
 }
 
-var errNoSamples = errors.New("no samples")
