@@ -41,7 +41,7 @@ func TestAllocations(t *testing.T) {
 	// The breaker open: the failure policy decides, with no allocation.
 	l, err := NewGCRA(c, ratelimit.PerSecond(10), 10, WithName(uniqueName("open")), WithFailClosed())
 	require.NoError(t, err)
-	l.br.failure(0, true)
+	l.br.b.ForceOpen()
 	allocs := testing.AllocsPerRun(200, func() { l.Admit(context.Background(), time.Millisecond) })
 	assert.Zero(t, allocs)
 

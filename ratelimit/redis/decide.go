@@ -133,8 +133,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		}
 		return l.fallback(ctx, c, now, track)
 	}
-	ok, probe, tr := l.br.acquire(now)
-	l.notify(tr, now)
+	bt, ok := l.br.acquire(now)
 	if !ok {
 		return l.fallback(ctx, c, now, track)
 	}
@@ -151,13 +150,13 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		err = parseReply(reply, c.ds)
 	}
 	if err != nil {
-		l.notify(l.br.failure(now, probe), now)
+		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
 		}
 		return l.fallback(ctx, c, now, track)
 	}
-	l.notify(l.br.success(probe), now)
+	l.br.success(bt, now)
 	d := l.compose(c.ds)
 	if !d.Allowed {
 		if l.neg != nil && d.RetryAfter > 0 {
@@ -259,8 +258,7 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, trac
 
 // refund gives back in Redis what c's admission took.
 func (l *Limiter) refund(c *call, now time.Duration) {
-	ok, probe, tr := l.br.acquire(now)
-	l.notify(tr, now)
+	bt, ok := l.br.acquire(now)
 	if !ok {
 		return
 	}
@@ -269,13 +267,13 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
 	c.ctx = callCtx{}
 	if err != nil {
-		l.notify(l.br.failure(now, probe), now)
+		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
 		}
 		return
 	}
-	l.notify(l.br.success(probe), now)
+	l.br.success(bt, now)
 }
 
 var errReply = errors.New("redislimit: malformed script reply")

@@ -40,7 +40,8 @@
 //
 // Each call to Redis has its own timeout (WithTimeout, 50 ms by default: a
 // limiter must not add the client's seconds to a request), and a breaker
-// around Redis opens after consecutive failures (WithBreaker), so an outage
+// around Redis (a breaker.Breaker) opens after consecutive failures
+// (WithBreaker), so an outage
 // costs nothing per request once it has tripped; after its open interval one
 // half-open probe tries Redis, and its success restores normal service.
 // While Redis cannot decide, each limiter's failure policy does: WithFailOpen

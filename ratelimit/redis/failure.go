@@ -1,121 +1,65 @@
 package redislimit
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 )
 
-// Breaker states, as StateChange and Event name them.
-const (
-	stateClosed uint32 = iota
-	stateOpen
-	stateHalfOpen
-)
-
-func stateName(s uint32) string {
-	switch s {
-	case stateOpen:
-		return "open"
-	case stateHalfOpen:
-		return "half-open"
-	}
-	return "closed"
-}
-
-// redisBreaker is a consecutive-failure breaker around Redis: closed until
-// threshold calls in a row fail, then open for openFor, then half-open with
-// one probe whose success closes it and whose failure opens it again. A
-// closed breaker is read with one atomic load.
+// redisBreaker is the sluice breaker around Redis: a breaker.Breaker that
+// opens after a number of consecutive failed calls, stays open for a fixed
+// time during which decisions go to the failure policy without touching
+// Redis, then lets one probe through, whose success closes it. A closed
+// breaker costs one atomic load per call.
 type redisBreaker struct {
-	state     atomic.Uint32
-	fails     atomic.Int64
-	mu        sync.Mutex
-	openedAt  time.Duration
-	probing   bool
-	threshold int64
-	openFor   time.Duration
+	b        *breaker.Breaker
+	openFor  time.Duration
+	openedAt atomic.Int64 // the instant it last opened
 }
 
-type transition struct{ from, to uint32 }
-
-func (t transition) changed() bool { return t.from != t.to }
-
-// acquire reports whether a call may go to Redis at now, and whether it is
-// the half-open probe.
-func (b *redisBreaker) acquire(now time.Duration) (ok, probe bool, tr transition) {
-	if b.state.Load() == stateClosed {
-		return true, false, tr
+func newRedisBreaker(failures int, openFor time.Duration) (*redisBreaker, error) {
+	b, err := breaker.New("redis", breaker.WithConsecutiveFailures(failures), breaker.WithOpenDuration(openFor))
+	if err != nil {
+		return nil, fmt.Errorf("redislimit: breaker around Redis: %w", err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.state.Load()
-	tr = transition{s, s}
-	switch s {
-	case stateClosed:
-		return true, false, tr
-	case stateOpen:
-		if now-b.openedAt < b.openFor {
-			return false, false, tr
+	rb := &redisBreaker{b: b, openFor: openFor}
+	b.Subscribe(func(c sluice.StateChange) {
+		if c.To == breaker.StateOpen.String() {
+			rb.openedAt.Store(int64(c.At))
 		}
-		b.state.Store(stateHalfOpen)
-		b.probing = true
-		tr.to = stateHalfOpen
-		return true, true, tr
-	default:
-		if b.probing {
-			return false, false, tr
-		}
-		b.probing = true
-		return true, true, tr
-	}
+	})
+	return rb, nil
+}
+
+// acquire reports whether a call may go to Redis at now, with the ticket to
+// report its end with.
+func (rb *redisBreaker) acquire(now time.Duration) (sluice.Ticket, bool) {
+	d, t := rb.b.Admit(context.Background(), now)
+	return t, d.Allowed
 }
 
 // success records a call that Redis answered.
-func (b *redisBreaker) success(probe bool) transition {
-	if !probe {
-		if b.fails.Load() != 0 {
-			b.fails.Store(0)
-		}
-		return transition{}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	tr := transition{b.state.Load(), stateClosed}
-	b.probing = false
-	b.fails.Store(0)
-	b.state.Store(stateClosed)
-	return tr
+func (rb *redisBreaker) success(t sluice.Ticket, now time.Duration) {
+	rb.b.Done(t, sluice.Success, now, 0)
 }
 
-// failure records a call that Redis failed at now.
-func (b *redisBreaker) failure(now time.Duration, probe bool) transition {
-	if !probe && b.fails.Add(1) < b.threshold {
-		return transition{}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.state.Load()
-	if probe || (s == stateClosed && b.fails.Load() >= b.threshold) {
-		b.probing = false
-		b.openedAt = now
-		b.state.Store(stateOpen)
-		return transition{s, stateOpen}
-	}
-	return transition{s, s}
+// failure records a call that Redis failed.
+func (rb *redisBreaker) failure(t sluice.Ticket, now time.Duration) {
+	rb.b.Done(t, sluice.Failure, now, 0)
 }
 
-// openLeft returns how long the breaker stays open after now; openFor when it
-// is not open.
-func (b *redisBreaker) openLeft(now time.Duration) time.Duration {
-	if b.state.Load() != stateOpen {
-		return b.openFor
+// openLeft returns how long the breaker stays open after now; the open time
+// when it is not open.
+func (rb *redisBreaker) openLeft(now time.Duration) time.Duration {
+	if rb.b.State() != breaker.StateOpen {
+		return rb.openFor
 	}
-	b.mu.Lock()
-	left := b.openFor - (now - b.openedAt)
-	b.mu.Unlock()
+	left := rb.openFor - (now - time.Duration(rb.openedAt.Load()))
 	if left <= 0 {
 		return time.Millisecond
 	}

@@ -199,7 +199,10 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		}
 		l.local = &localShare{m: make(map[string]sluice.Policy), max: cfg.localCapacity, make: share}
 	}
-	br := &redisBreaker{threshold: int64(cfg.failures), openFor: cfg.openFor}
+	br, err := newRedisBreaker(cfg.failures, cfg.openFor)
+	if err != nil {
+		return nil, err
+	}
 	return newLimiter(client, cfg, []*limit{l}, br), nil
 }
 
@@ -215,6 +218,9 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 		pending:   make(map[sluice.Ticket]*call),
 	}
 	_, lim.cluster = client.(*redis.ClusterClient)
+	// The breaker's state changes are the limiter's: its observer and its
+	// subscribers hear them, under its name.
+	br.b.Subscribe(lim.stateChanged)
 	if cfg.negCache > 0 {
 		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache}
 	}
@@ -277,7 +283,10 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 	}
 	br := first.br
 	if cfg.breakerSet {
-		br = &redisBreaker{threshold: int64(cfg.failures), openFor: cfg.openFor}
+		var err error
+		if br, err = newRedisBreaker(cfg.failures, cfg.openFor); err != nil {
+			return nil, err
+		}
 	}
 	return newLimiter(first.client, cfg, limits, br), nil
 }
@@ -304,13 +313,9 @@ func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 	}
 }
 
-func (l *Limiter) notify(tr transition, now time.Duration) {
-	if !tr.changed() {
-		return
-	}
-	from, to := stateName(tr.from), stateName(tr.to)
+func (l *Limiter) stateChanged(c sluice.StateChange) {
 	if l.observer != nil {
-		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: now, From: from, To: to})
+		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: c.At, From: c.From, To: c.To})
 	}
 	l.subMu.Lock()
 	fns := make([]func(sluice.StateChange), 0, len(l.subs))
@@ -319,7 +324,7 @@ func (l *Limiter) notify(tr transition, now time.Duration) {
 	}
 	l.subMu.Unlock()
 	for _, fn := range fns {
-		fn(sluice.StateChange{Policy: l.name, From: from, To: to, At: now})
+		fn(sluice.StateChange{Policy: l.name, From: c.From, To: c.To, At: c.At})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 )
 
 // TestDeadlineEpochs pins the shared call deadlines: calls within one grain
@@ -48,50 +49,48 @@ func TestDeadlineEpochs(t *testing.T) {
 type ctxKey struct{}
 
 // TestBreakerStates walks the breaker around Redis through its states at
-// fixed instants.
+// fixed instants: three failures in a row open it, for one second, then one
+// probe decides.
 func TestBreakerStates(t *testing.T) {
-	b := &redisBreaker{threshold: 3, openFor: time.Second}
+	b, err := newRedisBreaker(3, time.Second)
+	require.NoError(t, err)
 	ms := time.Millisecond
-	steps := []struct {
-		name    string
-		do      func() transition
-		state   uint32
-		changed bool
-	}{
-		{"success keeps it closed", func() transition { return b.success(false) }, stateClosed, false},
-		{"failure 1", func() transition { return b.failure(10*ms, false) }, stateClosed, false},
-		{"failure 2", func() transition { return b.failure(20*ms, false) }, stateClosed, false},
-		{"a success resets the count", func() transition { return b.success(false) }, stateClosed, false},
-		{"failure 1 again", func() transition { return b.failure(30*ms, false) }, stateClosed, false},
-		{"failure 2 again", func() transition { return b.failure(40*ms, false) }, stateClosed, false},
-		{"failure 3 opens", func() transition { return b.failure(50*ms, false) }, stateOpen, true},
+	call := func(now time.Duration, ok bool) {
+		t.Helper()
+		tk, admitted := b.acquire(now)
+		require.True(t, admitted, "at %v", now)
+		if ok {
+			b.success(tk, now)
+		} else {
+			b.failure(tk, now)
+		}
 	}
-	for _, st := range steps {
-		tr := st.do()
-		assert.Equal(t, st.state, b.state.Load(), st.name)
-		assert.Equal(t, st.changed, tr.changed(), st.name)
-	}
-	ok, _, _ := b.acquire(500 * ms)
+	call(0, true)
+	call(10*ms, false)
+	call(20*ms, false)
+	call(25*ms, true) // a success resets the count
+	call(30*ms, false)
+	call(40*ms, false)
+	assert.Equal(t, breaker.StateClosed, b.b.State())
+	call(50*ms, false)
+	assert.Equal(t, breaker.StateOpen, b.b.State(), "the third failure in a row opens it")
+
+	_, ok := b.acquire(500 * ms)
 	assert.False(t, ok, "open: no call to Redis")
 	assert.Equal(t, 550*ms, b.openLeft(500*ms))
-	ok, probe, tr := b.acquire(1050 * ms)
-	require.True(t, ok)
-	assert.True(t, probe)
-	assert.Equal(t, transition{stateOpen, stateHalfOpen}, tr)
-	ok, _, _ = b.acquire(1051 * ms)
+	probe, ok := b.acquire(1050 * ms)
+	require.True(t, ok, "after the open time, one probe")
+	_, ok = b.acquire(1051 * ms)
 	assert.False(t, ok, "half-open: one probe at a time")
-	tr = b.failure(1100*ms, true)
-	assert.Equal(t, transition{stateHalfOpen, stateOpen}, tr, "a failed probe opens it again")
-	ok, _, _ = b.acquire(2000 * ms)
+	b.failure(probe, 1100*ms)
+	assert.Equal(t, breaker.StateOpen, b.b.State(), "a failed probe opens it again")
+	_, ok = b.acquire(2000 * ms)
 	assert.False(t, ok)
-	ok, probe, _ = b.acquire(2100 * ms)
+	probe, ok = b.acquire(2100 * ms)
 	require.True(t, ok)
-	require.True(t, probe)
-	tr = b.success(true)
-	assert.Equal(t, transition{stateHalfOpen, stateClosed}, tr, "a successful probe closes it")
-	ok, probe, _ = b.acquire(2101 * ms)
-	assert.True(t, ok)
-	assert.False(t, probe)
+	b.success(probe, 2100*ms)
+	assert.Equal(t, breaker.StateClosed, b.b.State(), "a successful probe closes it")
+	assert.Equal(t, time.Second, b.openLeft(2101*ms), "closed: the whole open time")
 }
 
 // TestNegativeCacheBounds pins that the cache holds at most its capacity,
