@@ -41,9 +41,9 @@
 // Each call to Redis has its own timeout (WithTimeout, 50 ms by default: a
 // limiter must not add the client's seconds to a request), and a breaker
 // around Redis (a breaker.Breaker) opens after consecutive failures
-// (WithBreaker), so an outage
-// costs nothing per request once it has tripped; after its open interval one
-// half-open probe tries Redis, and its success restores normal service.
+// (WithBreaker), so an outage costs nothing per request once it has tripped;
+// after its open interval one half-open probe tries Redis, and its success
+// restores normal service.
 // While Redis cannot decide, each limiter's failure policy does: WithFailOpen
 // (the default) admits, WithFailClosed rejects with ErrUnavailable (HTTP 503),
 // WithLocalFallback(n) decides with a local limiter of the same algorithm
