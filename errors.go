@@ -149,6 +149,10 @@ func DefaultClassifier(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
+	case errors.Is(err, ErrTimeout):
+		// First: a call past its Guard's deadline may have answered with
+		// context.Canceled (as some drivers do); it is still a timeout.
+		return Failure
 	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
 		return Ignored
 	}

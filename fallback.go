@@ -135,10 +135,11 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 		if name == "" {
 			continue
 		}
-		if out == nil {
-			g.served(ctx, name, err)
+		if out != nil {
+			return v, out // declined: the call's own value stands
 		}
-		return w, out
+		g.served(ctx, name, err)
+		return w, nil
 	}
 	return v, err
 }

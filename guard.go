@@ -196,13 +196,14 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 		return fn(ctx)
 	}
 	var done Done
+	defer done.endOnPanic()
 	if err := g.admitRun(ctx, &done); err != nil {
 		return g.applyFallback(ctx, err)
 	}
+	done.ran = true
 	if g.timeout > 0 {
 		return g.doTimeout(ctx, &done, fn)
 	}
-	defer done.failOnPanic()
 	err := fn(ctx)
 	done.Finish(err)
 	if err != nil {
@@ -218,14 +219,15 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 		return fn(ctx)
 	}
 	var done Done
+	defer done.endOnPanic()
 	if err := g.admitRun(ctx, &done); err != nil {
 		var zero T
 		return fallbackValue(ctx, g, zero, err)
 	}
+	done.ran = true
 	if g.timeout > 0 {
 		return executeTimeout(ctx, g, &done, fn)
 	}
-	defer done.failOnPanic()
 	v, err := fn(ctx)
 	done.Finish(err)
 	if err != nil {
@@ -244,7 +246,15 @@ func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
 		return allowAll, Done{}, nil
 	}
 	var done Done
+	handed := false
+	defer func() {
+		if !handed { // a policy's Admit or an observer panicked
+			done.endOnPanic()
+		}
+	}()
 	d, err := g.admit(ctx, &done)
+	done.ran = true
+	handed = true
 	return d, done, err
 }
 
@@ -258,17 +268,19 @@ func (g *Guard) admitRun(ctx context.Context, done *Done) error {
 		return err
 	}
 	now := g.Now()
+	done.g, done.start = g, now
 	for i, p := range g.policies {
 		d, t := p.Admit(ctx, now)
 		if !d.Allowed {
+			done.g = nil
 			for j := i - 1; j >= 0; j-- {
 				g.policies[j].Done(done.tickets[j], Released, now, 0)
 			}
 			return &RejectedError{Decision: d}
 		}
 		done.tickets[i] = t
+		done.n = i + 1
 	}
-	done.g, done.start = g, now
 	return nil
 }
 
@@ -277,11 +289,13 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 		return g.admitSlow(ctx, done)
 	}
 	now := g.Now()
+	done.g, done.start = g, now
 	var best Decision
 	tight := false // best holds a Decision with a quota
 	for i, p := range g.policies {
 		d, t := p.Admit(ctx, now)
 		if !d.Allowed {
+			done.g = nil
 			for j := i - 1; j >= 0; j-- {
 				g.policies[j].Done(done.tickets[j], Released, now, 0)
 			}
@@ -291,11 +305,11 @@ func (g *Guard) admit(ctx context.Context, done *Done) (Decision, error) {
 			return d, &RejectedError{Decision: d}
 		}
 		done.tickets[i] = t
+		done.n = i + 1
 		if d.Limit >= 0 && (!tight || d.Remaining < best.Remaining) {
 			best, tight = d, true
 		}
 	}
-	done.g, done.start = g, now
 	if !tight {
 		best = allowAll
 	}
@@ -312,6 +326,7 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done) (Decision, error) {
 	if len(g.policies) > len(done.tickets) {
 		done.more = make([]Ticket, len(g.policies))
 	}
+	done.g, done.start = g, now
 	// After a policy that may wait, the instant moves on; the instant each
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
@@ -321,6 +336,7 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done) (Decision, error) {
 		at[i] = now
 		d, t := p.Admit(ctx, now)
 		if !d.Allowed {
+			done.g = nil
 			if g.mayWait != nil && g.mayWait[i] {
 				now = g.Now() // it may have waited before it gave up
 			}
@@ -338,6 +354,7 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done) (Decision, error) {
 		} else {
 			done.tickets[i] = t
 		}
+		done.n = i + 1
 		if g.mayWait != nil && g.mayWait[i] {
 			// It may have waited: the policies after it decide, and the
 			// call's latency starts, at the instant the wait ended.
@@ -347,7 +364,7 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done) (Decision, error) {
 			best = d
 		}
 	}
-	done.g, done.start = g, now
+	done.start = now
 	if len(g.onDecision) > 0 {
 		g.decided(ctx, best)
 	}
@@ -373,10 +390,14 @@ type Waiter interface {
 
 // Done is the second half of Admit: it carries the tickets of the policies
 // that admitted a request until the request ends. Its zero value does nothing.
-// A Done is used by one goroutine at a time.
+// A Done is used by one goroutine at a time. It is a value, so that Admit
+// allocates nothing: keep one copy and finish that copy once; a second copy
+// finished too would report the request twice.
 type Done struct {
 	g       *Guard
 	start   time.Duration
+	n       int  // the policies that admitted, the first n of the chain
+	ran     bool // the call was handed over to run
 	tickets [4]Ticket
 	more    []Ticket
 }
@@ -415,7 +436,7 @@ func (d *Done) Record(o Outcome) {
 	if lat < 0 {
 		lat = 0
 	}
-	for i := len(g.policies) - 1; i >= 0; i-- {
+	for i := d.n - 1; i >= 0; i-- {
 		g.policies[i].Done(d.ticket(i), o, now, lat)
 	}
 }
@@ -426,8 +447,16 @@ func (d *Done) Start() time.Duration { return d.start }
 // Active reports whether the Done still waits for its Finish or Record.
 func (d *Done) Active() bool { return d.g != nil }
 
-func (d *Done) failOnPanic() {
-	if d.g != nil {
+// endOnPanic ends a Done that a panic left open: the call's own panic is a
+// Failure; one before the call ran (a policy's Admit, an OnDecision
+// observer) releases the policies that had admitted.
+func (d *Done) endOnPanic() {
+	if d.g == nil {
+		return
+	}
+	if d.ran {
 		d.Record(Failure)
+	} else {
+		d.Record(Released)
 	}
 }

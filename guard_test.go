@@ -505,3 +505,43 @@ func TestGuardReleaseAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T) {
 	assert.Equal(t, []call{{1, sluice.Released, end, 200 * time.Millisecond}}, middle.doneCalls(),
 		"the one after the wait admitted at its end")
 }
+
+// A panic before the call ran (an OnDecision observer, a policy's Admit)
+// releases every policy that had admitted; none is left waiting for a Done.
+func TestGuardPanicBeforeTheCallReleasesAdmittedPolicies(t *testing.T) {
+	a, b := newRecorder("a", 5), newRecorder("b", 5)
+	g := mustGuard(t, sluice.With(a, b), sluice.OnDecision(func(context.Context, sluice.Decision) { panic("observer") }))
+	assert.PanicsWithValue(t, "observer", func() {
+		_ = g.Do(t.Context(), func(context.Context) error { t.Fatal("the call must not run"); return nil })
+	})
+	for _, r := range []*recorder{a, b} {
+		require.Len(t, r.doneCalls(), 1, r.name)
+		assert.Equal(t, sluice.Released, r.doneCalls()[0].outcome, r.name)
+		assert.Equal(t, int64(5), r.quota.Load(), "%s gave its quota back", r.name)
+	}
+
+	outer := newRecorder("outer", 5)
+	g2 := mustGuard(t, sluice.With(outer, panicky{}))
+	assert.PanicsWithValue(t, "admit", func() {
+		_, _ = sluice.Execute(t.Context(), g2, func(context.Context) (int, error) { return 1, nil })
+	})
+	require.Len(t, outer.doneCalls(), 1)
+	assert.Equal(t, sluice.Released, outer.doneCalls()[0].outcome)
+}
+
+// panicky is a policy whose Admit panics.
+type panicky struct{}
+
+func (panicky) Name() string { return "panicky" }
+func (panicky) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	panic("admit")
+}
+func (panicky) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// A call past its Guard's deadline is a timeout, and a Failure, even when
+// what it returned wraps context.Canceled.
+func TestTimeoutWrappingCanceledIsAFailure(t *testing.T) {
+	err := &sluice.TimeoutError{After: time.Second, Err: fmt.Errorf("driver: %w", context.Canceled)}
+	assert.Equal(t, sluice.Failure, sluice.DefaultClassifier(err))
+	assert.Equal(t, sluice.Ignored, sluice.DefaultClassifier(fmt.Errorf("driver: %w", context.Canceled)))
+}

@@ -112,12 +112,13 @@ func (g *Guard) timedOut(cctx context.Context, err error) error {
 
 // doTimeout is Do's path for a Guard with a timeout, after admission.
 func (g *Guard) doTimeout(ctx context.Context, done *Done, fn func(context.Context) error) error {
-	defer done.failOnPanic()
 	cctx, cancel := g.callContext(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
 	err := fn(cctx)
 	if cancel != nil {
 		err = g.timedOut(cctx, err)
-		cancel()
 	}
 	done.Finish(err)
 	if err != nil {
@@ -129,12 +130,13 @@ func (g *Guard) doTimeout(ctx context.Context, done *Done, fn func(context.Conte
 // executeTimeout is Execute's path for a Guard with a timeout, after
 // admission.
 func executeTimeout[T any](ctx context.Context, g *Guard, done *Done, fn func(context.Context) (T, error)) (T, error) {
-	defer done.failOnPanic()
 	cctx, cancel := g.callContext(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
 	v, err := fn(cctx)
 	if cancel != nil {
 		err = g.timedOut(cctx, err)
-		cancel()
 	}
 	done.Finish(err)
 	if err != nil {

@@ -169,4 +169,3 @@ func stats(samples []sample) phaseStats {
 	s.fallbackP99 = percentile(fb, 0.99)
 	return s
 }
-
