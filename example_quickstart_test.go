@@ -47,8 +47,10 @@ func Example_quickStart() {
 	})
 	fmt.Println(receipt, err)
 
-	// The same Guard in front of an HTTP handler: 429 or 503 with Retry-After.
-	_ = sluicehttp.Middleware(sluicehttp.WithGuard(guard))(http.NotFoundHandler())
+	// The same Guard in front of HTTP handlers: 429 or 503 with Retry-After.
+	mux := http.NewServeMux()
+	handler := sluicehttp.Middleware(sluicehttp.WithGuard(guard))(mux)
+	_ = handler // http.ListenAndServe(":8080", handler)
 	// Output:
 	// charged <nil>
 	// queued for later <nil>
