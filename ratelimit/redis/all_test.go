@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -148,4 +149,90 @@ func TestNegativeCacheRejectsWithoutRedis(t *testing.T) {
 	d, _ = l.Admit(ctx, time.Second+retry)
 	assert.Equal(t, l.Name()+":open", d.Policy)
 	assert.Equal(t, 2, fallbacks)
+}
+
+// A costly request's rejection is not remembered: a cheaper request that
+// fits still goes to Redis and is admitted.
+func TestNegativeCacheKeepsNoCostlyRejection(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	l, err := NewTokenBucket(c, ratelimit.PerSecond(1), 10, WithName(uniqueName("negcost")), WithNegativeCache(100))
+	require.NoError(t, err)
+	ctx := sluice.WithKey(t.Context(), "frank")
+	d, _ := l.Admit(sluice.WithCost(ctx, 7), 0)
+	require.True(t, d.Allowed)
+	d, _ = l.Admit(sluice.WithCost(ctx, 8), 0)
+	require.False(t, d.Allowed, "8 do not fit in the 3 left")
+	d, _ = l.Admit(ctx, 0)
+	assert.True(t, d.Allowed, "1 fits: %+v", d)
+}
+
+// Under All, each key remembers its own limit's rejection: a request to
+// another route is not turned away for the longer wait of the route limit.
+func TestNegativeCacheUnderAllKeepsEachLimitsOwnWait(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	user, err := NewFixedWindow(c, 1, time.Second, WithName(uniqueName("neguser")))
+	require.NoError(t, err)
+	route, err := NewFixedWindow(c, 1, time.Hour, WithName(uniqueName("negroute")), WithPerResource())
+	require.NoError(t, err)
+	both, err := All([]*Limiter{user, route}, WithName(uniqueName("negall")), WithNegativeCache(100))
+	require.NoError(t, err)
+	a := sluice.WithResource(sluice.WithKey(t.Context(), "gina"), "/a")
+	d, tk := both.Admit(a, 0)
+	require.True(t, d.Allowed)
+	both.Done(tk, sluice.Success, 0, 0)
+	d, _ = both.Admit(a, 0)
+	require.False(t, d.Allowed)
+	require.Greater(t, d.RetryAfter, time.Minute, "the route limit's wait")
+	// The per-user key was cached with its own wait (under a second), so a
+	// later request to another route goes to Redis.
+	var got sluice.Decision
+	start := time.Now()
+	deadline := start.Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		now := 2*time.Second + time.Since(start) // the limiter's instants follow real time, as Redis's do
+		got, tk = both.Admit(sluice.WithResource(sluice.WithKey(t.Context(), "gina"), "/b"), now)
+		if got.Allowed {
+			both.Done(tk, sluice.Success, 0, 0)
+			break
+		}
+		require.Less(t, got.RetryAfter, 2*time.Second, "a per-second limit's wait, not an hour's: %+v", got)
+		time.Sleep(100 * time.Millisecond) // Redis keeps its own time: wait for its next second
+	}
+	assert.True(t, got.Allowed, "%+v", got)
+}
+
+// A limiter reconfigured with another window under the same name starts
+// afresh: the period is part of its key, so state kept on another time scale
+// is never read.
+func TestWindowChangeStartsAfresh(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	name := uniqueName("regrow")
+	short, err := NewFixedWindow(c, 5, time.Second, WithName(name))
+	require.NoError(t, err)
+	ctx := sluice.WithKey(t.Context(), "hank")
+	for range 5 {
+		d, tk := short.Admit(ctx, 0)
+		require.True(t, d.Allowed)
+		short.Done(tk, sluice.Success, 0, 0)
+	}
+	long, err := NewFixedWindow(c, 5, time.Minute, WithName(name))
+	require.NoError(t, err)
+	for i := range 5 {
+		d, tk := long.Admit(ctx, 0)
+		require.True(t, d.Allowed, "call %d in the new window", i)
+		long.Done(tk, sluice.Success, 0, 0)
+	}
+	d, _ := long.Admit(ctx, 0)
+	require.False(t, d.Allowed)
+	assert.LessOrEqual(t, d.RetryAfter, time.Minute)
+	assert.Greater(t, d.RetryAfter, time.Duration(0))
+}
+
+func TestMicrosSaturates(t *testing.T) {
+	assert.Equal(t, time.Duration(0), micros(-5))
+	assert.Equal(t, 3*time.Millisecond, micros(3000))
+	assert.Equal(t, time.Duration(math.MaxInt64), micros(math.MaxInt64/10))
 }

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -159,10 +160,15 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	l.br.success(bt, now)
 	d := l.compose(c.ds)
 	if !d.Allowed {
-		if l.neg != nil && d.RetryAfter > 0 {
+		// Only a rejection of cost 1 is remembered: its RetryAfter holds for
+		// every cost, while a costly request's would turn away cheap ones
+		// that fit. Each key keeps its own limit's rejection, not the
+		// request's, which may be another limit's longer one.
+		if l.neg != nil && cost == 1 {
 			for i := range c.ds {
-				if !c.ds[i].Allowed {
-					l.neg.put(c.keys[i], now, d)
+				if di := c.ds[i]; !di.Allowed && di.RetryAfter > 0 {
+					di.Policy, di.Cause = l.name, sluice.ErrRateLimited
+					l.neg.put(c.keys[i], now, di)
 				}
 			}
 		}
@@ -278,6 +284,19 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 
 var errReply = errors.New("redislimit: malformed script reply")
 
+// micros converts the script's microseconds to a Duration, saturating instead
+// of overflowing, and never below 0.
+func micros(us int64) time.Duration {
+	const maxMicros = int64(math.MaxInt64 / int64(time.Microsecond))
+	switch {
+	case us <= 0:
+		return 0
+	case us > maxMicros:
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
 // parseReply reads four integers per limit from the script's reply.
 func parseReply(s string, ds []sluice.Decision) error {
 	pos := 0
@@ -312,9 +331,9 @@ func parseReply(s string, ds []sluice.Decision) error {
 		if !ok1 || !ok2 || !ok3 || !ok4 {
 			return errReply
 		}
-		d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: max(time.Duration(reset)*time.Microsecond, 0)}
+		d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: micros(reset)}
 		if !d.Allowed {
-			d.RetryAfter = max(time.Duration(retry)*time.Microsecond, time.Microsecond)
+			d.RetryAfter = max(micros(retry), time.Microsecond)
 			d.Cause = sluice.ErrRateLimited
 		}
 		ds[i] = d

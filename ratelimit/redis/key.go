@@ -2,43 +2,40 @@ package redislimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"sync"
 
 	"github.com/sluice-go/sluice"
 )
 
-// FNV-1a, 64 bits.
-const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
-)
-
-func fnv64(s string) uint64 {
-	h := uint64(fnvOffset)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= fnvPrime
-	}
+// hashKey returns the first 128 bits of the SHA-256 of s: the identity of a
+// user key (or a resource) in Redis. A collision-resistant hash, because the
+// keys may come from clients: with a weak one, a client that chooses its key
+// could find one that shares a victim's quota.
+func hashKey(s string) [16]byte {
+	sum := sha256.Sum256([]byte(s))
+	var h [16]byte
+	copy(h[:], sum[:16])
 	return h
 }
 
-const hexDigits = "0123456789abcdef"
-
-func appendHex(b []byte, h uint64) []byte {
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, hexDigits[(h>>uint(shift))&0xf])
-	}
-	return b
+func appendHashHex(b []byte, h [16]byte) []byte {
+	return hex.AppendEncode(b, h[:])
 }
 
-// key returns the Redis key of the request's state for this limit and the
-// hash of its user key, which is the key's Cluster hash tag:
+// key returns the Redis key of the request's state for this limit and a
+// summary of the hash of its user key, which is the key's Cluster hash tag:
 //
-//	<prefix>:<name>:<alg>:{<fnv64 of the key, hex>}
-//	<prefix>:<name>:<alg>:<fnv64 of the resource, hex>:{<fnv64 of the key, hex>}
+//	<prefix>:<name>:<alg>/<period µs>:{<hash of the key, hex>}
+//	<prefix>:<name>:<alg>/<period µs>:<hash of the resource, hex>:{<hash of the key, hex>}
 //
-// The user key is hashed, so braces in it cannot choose the slot, and every
-// limit keyed by the same user key lands in the same slot.
+// The user key is hashed (SHA-256, 128 bits), so braces in it cannot choose
+// the slot, no chosen key can share another's quota, and every limit keyed by
+// the same user key lands in the same slot. The period is part of the key:
+// a limiter whose window or rate changes starts afresh instead of reading
+// state kept on another time scale.
 func (m *limit) key(ctx context.Context) (string, uint64) {
 	user := m.keyFunc(ctx)
 	if m.perResource {
@@ -48,18 +45,18 @@ func (m *limit) key(ctx context.Context) (string, uint64) {
 }
 
 func (m *limit) buildKey(ctx context.Context, user string) (string, uint64) {
-	h := fnv64(user)
-	var buf [160]byte
+	h := hashKey(user)
+	var buf [192]byte
 	b := append(buf[:0], m.keyPre...)
 	if m.perResource {
 		res, _ := sluice.ResourceFrom(ctx)
-		b = appendHex(b, fnv64(res))
+		b = appendHashHex(b, hashKey(res))
 		b = append(b, ':')
 	}
 	b = append(b, '{')
-	b = appendHex(b, h)
+	b = appendHashHex(b, h)
 	b = append(b, '}')
-	return string(b), h
+	return string(b), binary.BigEndian.Uint64(h[:8])
 }
 
 // keyCacheSize bounds a limit's cache of Redis keys by user key.

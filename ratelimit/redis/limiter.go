@@ -182,7 +182,7 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 	}
 	l := &limit{
 		name:        cfg.name,
-		keyPre:      cfg.prefix + ":" + cfg.name + ":" + string(alg) + ":",
+		keyPre:      cfg.prefix + ":" + cfg.name + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
 		algArg:      string(alg),
 		periodArg:   strconv.FormatInt(period, 10),
 		quotaArg:    strconv.FormatInt(quota, 10),
