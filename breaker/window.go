@@ -222,6 +222,23 @@ func (w *timeWindow) add(e int64, total, lo, hi int64) {
 		e = h
 	}
 	b := w.bucketOf(e)
+	// The advance that published epoch e may still be recycling its bucket:
+	// a count added before the bucket is emptied would be erased with it (and
+	// taken off the aggregates). The bucket's epoch is stored once it is
+	// empty, so wait for it; the wait is the few loads and swaps of one
+	// recycling. An epoch already recycled past, or a window reset meanwhile,
+	// is counted as it comes; the wait is bounded whatever happens.
+	for spins := 0; spins < 1024; spins++ {
+		if be := b.epoch.Load(); be >= e && be != noEpoch {
+			break
+		}
+		if hh := w.head.Load(); hh < e {
+			break // the window was reset meanwhile: no advance will publish e
+		}
+		if spins >= 32 {
+			runtime.Gosched()
+		}
+	}
 	if total != 0 {
 		b.total.Add(total)
 		if w.aggTotal {

@@ -140,3 +140,27 @@ func TestTimeWindowConcurrentAggregatesMatchBuckets(t *testing.T) {
 	}
 	assert.Equal(t, sum, w.read(), "aggregates must equal the sum of the buckets")
 }
+
+// Counts added while another goroutine turns the window over to their own
+// epoch are kept: the recycling of the new bucket must not erase them. For
+// each of 500 epochs, 8 goroutines race to count one failure in it (and so to
+// open it); the window of 4 buckets then holds exactly the last 4 epochs'.
+func TestTimeWindowKeepsCountsAddedDuringTurnover(t *testing.T) {
+	const workers, epochs, buckets = 8, 500, 4
+	w := newTimeWindow(buckets*time.Millisecond, buckets, true)
+	for e := int64(0); e < epochs; e++ {
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start.Wait()
+				w.add(e, 1, 1, 0)
+			}()
+		}
+		start.Done()
+		wg.Wait()
+	}
+	assert.Equal(t, tally{total: workers * buckets, lo: workers * buckets}, w.read())
+}
