@@ -53,9 +53,13 @@ func (p *Shed) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ti
 func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
 // Subscribe registers fn for the switch's flips, as Switch.Subscribe does,
-// with the StateChange naming the switch.
+// with the StateChange naming the Shed policy, as a StateChange names the
+// policy whose state changed.
 func (p *Shed) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
-	return p.sw.Subscribe(fn)
+	return p.sw.Subscribe(func(c sluice.StateChange) {
+		c.Policy = p.name
+		fn(c)
+	})
 }
 
 var (
