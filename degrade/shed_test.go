@@ -55,3 +55,18 @@ func TestShedTurnsTheRouteAwayWhileTheSwitchIsOn(t *testing.T) {
 	_, err = degrade.NewShed(sw, 0)
 	assert.ErrorContains(t, err, "not positive")
 }
+
+// A Shed's state changes name the Shed policy, as every StateChange names the
+// policy whose state changed.
+func TestShedStateChangesNameTheShed(t *testing.T) {
+	sw := newSwitch(t, "extras")
+	p, err := degrade.NewShed(sw, time.Second)
+	require.NoError(t, err)
+	var got []sluice.StateChange
+	unsubscribe := p.Subscribe(func(c sluice.StateChange) { got = append(got, c) })
+	defer unsubscribe()
+	sw.Set(true)
+	require.Len(t, got, 1)
+	assert.Equal(t, p.Name(), got[0].Policy)
+	assert.Equal(t, "on", got[0].To)
+}
