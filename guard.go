@@ -241,21 +241,17 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 // returns the tightest Decision and a Done that must be finished exactly once
 // when the request ends. When one rejects, it returns that Decision, a
 // *RejectedError, and a Done on which Finish does nothing.
-func (g *Guard) Admit(ctx context.Context) (Decision, Done, error) {
+func (g *Guard) Admit(ctx context.Context) (d Decision, out Done, err error) {
 	if g == nil {
 		return allowAll, Done{}, nil
 	}
 	var done Done
-	handed := false
-	defer func() {
-		if !handed { // a policy's Admit or an observer panicked
-			done.endOnPanic()
-		}
-	}()
-	d, err := g.admit(ctx, &done)
+	defer done.endOnPanic() // a policy's Admit or an observer panicked
+	d, err = g.admit(ctx, &done)
 	done.ran = true
-	handed = true
-	return d, done, err
+	out = done
+	done.g = nil // the caller holds the Done now
+	return d, out, err
 }
 
 // admit runs the chain and fills done with the tickets of the policies that
