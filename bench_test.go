@@ -87,4 +87,3 @@ func TestGuardDoAllocatesNothing(t *testing.T) {
 		t.Fatalf("Execute allocates %v times per call, want 0", n)
 	}
 }
-
