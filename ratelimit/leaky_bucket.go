@@ -88,7 +88,9 @@ func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.full) }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
 func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	return b.decide(now, sluice.CostFrom(ctx))
+	var d sluice.Decision
+	t := b.decide(&d, now, sluice.CostFrom(ctx))
+	return d, t
 }
 
 // Done takes the admitted request's cost back out of the bucket when o is
@@ -131,20 +133,22 @@ func (b *LeakyBucket) AllowNAt(now time.Duration, n int64) bool {
 // RetryAfter the time until n units fit. A cost above the capacity is
 // rejected with ErrNeverSatisfiable.
 func (b *LeakyBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := b.decide(now, n)
+	var d sluice.Decision
+	b.decide(&d, now, n)
 	return d
 }
 
-func (b *LeakyBucket) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
+func (b *LeakyBucket) decide(d *sluice.Decision, now time.Duration, n int64) sluice.Ticket {
 	n = max(n, 1)
 	if n > b.capacity {
 		base := max(b.emptyAt.v.Load(), int64(now))
-		return never(b.name, b.capacity, floorDiv(int64(now)+b.full-base, b.unit), time.Duration(base-int64(now))), 0
+		*d = never(b.name, b.capacity, floorDiv(int64(now)+b.full-base, b.unit), time.Duration(base-int64(now)))
+		return 0
 	}
 	base, next, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
-	d := tatDecision(b.name, b.capacity, b.unit, b.full, int64(now), base, next, res)
+	tatDecision(d, b.name, b.capacity, b.unit, b.full, int64(now), base, next, res)
 	if res != tatAllowed {
-		return d, 0
+		return 0
 	}
-	return d, sluice.Ticket(uint64(next-int64(now))<<b.cb | uint64(n))
+	return sluice.Ticket(uint64(next-int64(now))<<b.cb | uint64(n))
 }

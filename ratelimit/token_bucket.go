@@ -170,6 +170,12 @@ func (tb *TokenBucket) AllowNAt(now time.Duration, n int64) bool {
 // now, taking them when it is allowed. More than the burst is rejected with
 // ErrNeverSatisfiable.
 func (tb *TokenBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
+	var d sluice.Decision
+	tb.decide(&d, now, n)
+	return d
+}
+
+func (tb *TokenBucket) decide(d *sluice.Decision, now time.Duration, n int64) {
 	n = max(n, 1)
 	for {
 		c := tb.cfg.Load()
@@ -178,11 +184,13 @@ func (tb *TokenBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
 			if n <= c.burst {
 				continue // the burst grew meanwhile
 			}
-			return never(tb.name, c.burst, floorDiv(int64(now)+c.tau-base, c.iv), time.Duration(base-int64(now)))
+			*d = never(tb.name, c.burst, floorDiv(int64(now)+c.tau-base, c.iv), time.Duration(base-int64(now)))
+			return
 		}
 		base, next, res := tatTake(&c.tat.v, int64(now), n*c.iv, c.tau)
 		if res != tatMoved {
-			return tatDecision(tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+			tatDecision(d, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+			return
 		}
 		runtime.Gosched()
 	}
@@ -193,7 +201,9 @@ func (tb *TokenBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
 // instead of rejecting them uses a Shaper.
 func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	n := sluice.CostFrom(ctx)
-	return tb.DecideAt(now, n), sluice.Ticket(n)
+	var d sluice.Decision
+	tb.decide(&d, now, n)
+	return d, sluice.Ticket(n)
 }
 
 // Done gives back, on sluice.Released, the tokens that Admit took, less what
