@@ -44,18 +44,31 @@ func BenchmarkGuardDo(b *testing.B) {
 	})
 }
 
-// BenchmarkGuardAdmit is the two-step form adapters use.
+// BenchmarkGuardAdmit is the two-step form: Admit, which returns the
+// Decision and the Done, and AdmitTo, which the adapters use, writing them
+// in place.
 func BenchmarkGuardAdmit(b *testing.B) {
 	g, err := sluice.New(sluice.With(nopPolicy{}))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		_, done, _ := g.Admit(ctx)
-		done.Finish(nil)
-	}
+	b.Run("Admit", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, done, _ := g.Admit(ctx)
+			done.Finish(nil)
+		}
+	})
+	b.Run("AdmitTo", func(b *testing.B) {
+		b.ReportAllocs()
+		var d sluice.Decision
+		var done sluice.Done
+		for b.Loop() {
+			_ = g.AdmitTo(ctx, &d, &done)
+			done.Finish(nil)
+		}
+	})
 }
 
 // BenchmarkClock is the floor under every Guard: one monotonic read.

@@ -545,3 +545,55 @@ func TestTimeoutWrappingCanceledIsAFailure(t *testing.T) {
 	assert.Equal(t, sluice.Failure, sluice.DefaultClassifier(err))
 	assert.Equal(t, sluice.Ignored, sluice.DefaultClassifier(fmt.Errorf("driver: %w", context.Canceled)))
 }
+
+// AdmitTo is Admit written in place: the same Decision and Done, a rejection
+// in *d, a panic in a policy releasing the ones before it, and nothing
+// allocated.
+func TestAdmitToWritesInPlace(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	limit := newRecorder("limit", 1)
+	g := mustGuard(t, sluice.With(newRecorder("breaker", -1), limit), sluice.WithClock(clk))
+
+	var d sluice.Decision
+	var done sluice.Done
+	require.NoError(t, g.AdmitTo(t.Context(), &d, &done))
+	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "limit", Limit: 1, Remaining: 0}, d)
+	assert.True(t, done.Active())
+	clk.Advance(time.Second)
+	done.Finish(nil)
+	assert.Equal(t, []call{{1, sluice.Success, time.Second, time.Second}}, limit.doneCalls())
+
+	err := g.AdmitTo(t.Context(), &d, &done)
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "limit", d.Policy)
+	var rej *sluice.RejectedError
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, d, rej.Decision)
+	assert.False(t, done.Active())
+
+	outer := newRecorder("outer", 5)
+	g2 := mustGuard(t, sluice.With(outer, panicky{}))
+	assert.PanicsWithValue(t, "admit", func() { _ = g2.AdmitTo(t.Context(), &d, &done) })
+	require.Len(t, outer.doneCalls(), 1)
+	assert.Equal(t, sluice.Released, outer.doneCalls()[0].outcome)
+	assert.False(t, done.Active())
+
+	var nilGuard *sluice.Guard
+	require.NoError(t, nilGuard.AdmitTo(t.Context(), &d, &done))
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(-1), d.Limit)
+	assert.False(t, done.Active())
+
+	g3 := mustGuard(t, sluice.With(nopPolicy{}, nopPolicy{}))
+	ctx := t.Context()
+	if n := testing.AllocsPerRun(200, func() {
+		var d sluice.Decision
+		var done sluice.Done
+		if g3.AdmitTo(ctx, &d, &done) == nil {
+			done.Finish(nil)
+		}
+	}); n != 0 {
+		t.Fatalf("AdmitTo allocates %v times per call, want 0", n)
+	}
+}

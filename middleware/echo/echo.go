@@ -156,13 +156,14 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 					c.SetRequest(c.Request().WithContext(sluice.WithResource(c.Request().Context(), p)))
 				}
 			}
-			d, done, err := rt.Guard.Admit(c.Request().Context())
-			if err != nil {
+			var d sluice.Decision
+			var done sluice.Done
+			if err := rt.Guard.AdmitTo(c.Request().Context(), &d, &done); err != nil {
 				return cfg.rejected(c, rt, d)
 			}
 			cfg.render.Admitted(c.Response().Header(), rt, d)
 			defer cfg.failOnPanic(&done)
-			err = next(c)
+			err := next(c)
 			done.Record(cfg.outcome(c, err))
 			return err
 		}

@@ -65,11 +65,12 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	d, done, err := rt.Guard.Admit(ctx)
-	if err != nil {
+	var d sluice.Decision
+	var done sluice.Done
+	if err := rt.Guard.AdmitTo(ctx, &d, &done); err != nil {
 		return newRejection(err, d)
 	}
-	err = c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
+	err := c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {
 		c.holdOpen(rt.Guard, err)
 	}

@@ -73,8 +73,9 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 			return handler(ctx, req)
 		}
 	}
-	d, done, err := rt.Guard.Admit(ctx)
-	if err != nil {
+	var d sluice.Decision
+	var done sluice.Done
+	if err := rt.Guard.AdmitTo(ctx, &d, &done); err != nil {
 		return c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
 	}
 	if c.quotaMD {

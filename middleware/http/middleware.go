@@ -224,8 +224,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if h.resources && pattern != "" {
 		r = r.WithContext(sluice.WithResource(r.Context(), pattern))
 	}
-	d, done, err := rt.Guard.Admit(r.Context())
-	if err != nil {
+	var d sluice.Decision
+	var done sluice.Done
+	if err := rt.Guard.AdmitTo(r.Context(), &d, &done); err != nil {
 		putWriter(rw)
 		h.rejected(w, r, rt, pattern, key, d)
 		return

@@ -256,8 +256,9 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if g == nil {
 		return t.next.RoundTrip(req)
 	}
-	_, done, err := g.Admit(sluice.WithResource(req.Context(), host))
-	if err != nil {
+	var d sluice.Decision
+	var done sluice.Done
+	if err := g.AdmitTo(sluice.WithResource(req.Context(), host), &d, &done); err != nil {
 		closeRequestBody(req)
 		return nil, err
 	}
