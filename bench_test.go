@@ -20,28 +20,48 @@ func (nopPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duratio
 
 func nop(context.Context) error { return nil }
 
+// fastNop is nopPolicy with the fast form every limiter and breaker of
+// sluice has.
+type fastNop struct{ nopPolicy }
+
+func (fastNop) AdmitFast(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	return 0, sluice.Quota{Limit: -1}, nil
+}
+
 // BenchmarkGuardDo is a request through a Guard with one no-op policy: two
-// monotonic clock reads plus the chain's bookkeeping.
+// monotonic clock reads plus the chain's bookkeeping. "serial" and
+// "parallel" use a policy with Admit only, as one written outside sluice
+// may be; "fast" and "fast-parallel" one with AdmitFast too, as sluice's
+// own policies are.
 func BenchmarkGuardDo(b *testing.B) {
-	g, err := sluice.New(sluice.With(nopPolicy{}))
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = g.Do(ctx, nop)
+	for _, c := range []struct {
+		name string
+		p    sluice.Policy
+	}{{"", nopPolicy{}}, {"fast", fastNop{}}} {
+		g, err := sluice.New(sluice.With(c.p))
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
+		serial, parallel := "serial", "parallel"
+		if c.name != "" {
+			serial, parallel = c.name, c.name+"-parallel"
+		}
+		b.Run(serial, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
 				_ = g.Do(ctx, nop)
 			}
 		})
-	})
+		b.Run(parallel, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_ = g.Do(ctx, nop)
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkGuardAdmit is the two-step form: Admit, which returns the

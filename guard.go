@@ -21,8 +21,9 @@ import (
 // unguarded, so an adapter's route table can map unguarded routes to nil.
 type Guard struct {
 	policies   []Policy
-	mayWait    []bool // per policy: its Admit may block; nil when none may
-	clock      Clock  // nil: SystemClock, read without an interface call
+	fastp      []FastPolicy // per policy: its fast form, or nil
+	mayWait    []bool       // per policy: its Admit may block; nil when none may
+	clock      Clock        // nil: SystemClock, read without an interface call
 	classify   Classifier
 	onDecision []func(context.Context, Decision)
 	onState    []func(StateChange)
@@ -115,7 +116,11 @@ func New(opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
+	g.fastp = make([]FastPolicy, len(g.policies))
 	for i, p := range g.policies {
+		if f, ok := p.(FastPolicy); ok {
+			g.fastp[i] = f
+		}
 		if w, ok := p.(Waiter); ok && w.MayWait() {
 			if g.mayWait == nil {
 				g.mayWait = make([]bool, len(g.policies))
@@ -293,19 +298,35 @@ func (g *Guard) admitRun(ctx context.Context, done *Done) error {
 		now = g.clock.Now()
 	}
 	done.g, done.start = g, now
+	fastp := g.fastp[:len(g.policies)]
 	for i, p := range g.policies {
-		d, t := p.Admit(ctx, now)
-		if !d.Allowed {
-			done.g = nil
-			for j := i - 1; j >= 0; j-- {
-				g.policies[j].Done(done.tickets[j], Released, now, 0)
+		var t Ticket
+		if f := fastp[i]; f != nil {
+			var rej *RejectedError
+			if t, _, rej = f.AdmitFast(ctx, now); rej != nil {
+				g.release(done, i, now)
+				return rej
 			}
-			return &RejectedError{Decision: d}
+		} else {
+			var d Decision
+			if d, t = p.Admit(ctx, now); !d.Allowed {
+				g.release(done, i, now)
+				return &RejectedError{Decision: d}
+			}
 		}
 		done.tickets[i] = t
 		done.n = i + 1
 	}
 	return nil
+}
+
+// release gives Released to the policies before the i-th, which admitted at
+// now, when the i-th rejects; done stays inactive.
+func (g *Guard) release(done *Done, i int, now time.Duration) {
+	done.g = nil
+	for j := i - 1; j >= 0; j-- {
+		g.policies[j].Done(done.tickets[j], Released, now, 0)
+	}
 }
 
 // admit runs the chain, fills done with the tickets of the policies that
@@ -323,24 +344,39 @@ func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 	}
 	done.g, done.start = g, now
 	tight := false // *out holds a Decision with a quota
+	fastp := g.fastp[:len(g.policies)]
 	for i, p := range g.policies {
-		d, t := p.Admit(ctx, now)
-		if !d.Allowed {
-			done.g = nil
-			for j := i - 1; j >= 0; j-- {
-				g.policies[j].Done(done.tickets[j], Released, now, 0)
+		var t Ticket
+		if f := fastp[i]; f != nil {
+			var q Quota
+			var rej *RejectedError
+			if t, q, rej = f.AdmitFast(ctx, now); rej != nil {
+				g.release(done, i, now)
+				*out = rej.Decision
+				if len(g.onDecision) > 0 {
+					g.decided(ctx, rej.Decision)
+				}
+				return rej
 			}
-			*out = d
-			if len(g.onDecision) > 0 {
-				g.decided(ctx, d)
+			if q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
+				*out, tight = q.Decision(f.Name()), true
 			}
-			return &RejectedError{Decision: d}
+		} else {
+			var d Decision
+			if d, t = p.Admit(ctx, now); !d.Allowed {
+				g.release(done, i, now)
+				*out = d
+				if len(g.onDecision) > 0 {
+					g.decided(ctx, d)
+				}
+				return &RejectedError{Decision: d}
+			}
+			if d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
+				*out, tight = d, true
+			}
 		}
 		done.tickets[i] = t
 		done.n = i + 1
-		if d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
-			*out, tight = d, true
-		}
 	}
 	if !tight {
 		*out = allowAll

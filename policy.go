@@ -56,6 +56,49 @@ type Policy interface {
 	Done(t Ticket, o Outcome, now, latency time.Duration)
 }
 
+// FastPolicy is a Policy that also admits in a form whose answer fits in
+// registers. Admit returns a Decision of nine machine words, and the caller
+// of an interface method receives it through memory: about 14ns a call on
+// amd64, more than the work of most policies. A Guard calls AdmitFast in
+// Admit's place wherever a policy offers it. Every limiter of the ratelimit
+// package that does not wait, and the breaker package's Breaker, implement it.
+//
+// AdmitFast decides exactly as Admit would, and the two must not be told
+// apart: an admission returns its Ticket, its Quota and a nil error, and
+// stands for the Decision {Allowed: true, Policy: Name(), Limit, Remaining,
+// Reset}; a rejection returns a *RejectedError carrying the Decision Admit
+// would have returned (the Ticket is then unused, and Done is not called).
+// [FastAnswer] turns a Decision into this answer, so a policy can serve both
+// forms from one decision.
+type FastPolicy interface {
+	Policy
+	AdmitFast(ctx context.Context, now time.Duration) (Ticket, Quota, *RejectedError)
+}
+
+// Quota is what an admitted request leaves of a policy's quota: the Limit,
+// Remaining and Reset of its Decision. Limit is -1 where a quota has no
+// meaning.
+type Quota struct {
+	Limit     int64
+	Remaining int64
+	Reset     time.Duration
+}
+
+// FastAnswer returns AdmitFast's answer for the Decision *d and the ticket t
+// that Admit would return.
+func FastAnswer(d *Decision, t Ticket) (Ticket, Quota, *RejectedError) {
+	if !d.Allowed {
+		return 0, Quota{}, &RejectedError{Decision: *d}
+	}
+	return t, Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}, nil
+}
+
+// Decision returns the Decision of an admission by the policy named policy
+// that left quota q.
+func (q Quota) Decision(policy string) Decision {
+	return Decision{Allowed: true, Policy: policy, Limit: q.Limit, Remaining: q.Remaining, Reset: q.Reset}
+}
+
 // Ticket carries per-call state from a policy's Admit to its Done without
 // allocating: a generation, a slot, a cost. Its meaning is private to the
 // policy that issued it.

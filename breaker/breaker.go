@@ -170,6 +170,18 @@ func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, 
 	return b.admitSlow(p, now)
 }
 
+// AdmitFast is Admit in the form of sluice.FastPolicy: a Guard takes a
+// closed breaker's answer in registers.
+func (b *Breaker) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	if p := b.cur.Load(); p.state == StateClosed {
+		return p.ticket(false), sluice.Quota{Limit: -1}, nil
+	}
+	d, t := b.Admit(ctx, now)
+	return sluice.FastAnswer(&d, t)
+}
+
+var _ sluice.FastPolicy = (*Breaker)(nil)
+
 func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	for {
 		switch p.state {

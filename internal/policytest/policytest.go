@@ -85,7 +85,52 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("DecisionFields", func(t *testing.T) { sequential(t, cfg) })
 	t.Run("ReleasedRestores", func(t *testing.T) { released(t, cfg) })
 	t.Run("Concurrent", func(t *testing.T) { concurrent(t, cfg) })
-	t.Run("ThroughGuard", func(t *testing.T) { throughGuard(t, cfg) })
+	t.Run("ThroughGuard", func(t *testing.T) { throughGuard(t, cfg, false) })
+	if _, ok := cfg.New(t).(sluice.FastPolicy); ok {
+		t.Run("FastAgrees", func(t *testing.T) { fastAgrees(t, cfg) })
+		t.Run("FastThroughGuard", func(t *testing.T) { throughGuard(t, cfg, true) })
+	}
+}
+
+// fastAgrees drives two fresh policies through the same calls, one with
+// Admit and one with AdmitFast, and requires the same decisions.
+func fastAgrees(t *testing.T, cfg Config) {
+	a, b := cfg.New(t), cfg.New(t).(sluice.FastPolicy)
+	ctx, cancel := admitCtx(t)
+	defer cancel()
+	now := cfg.Start
+	admitted := 0
+	for i := range 2000 {
+		if i%20 == 0 {
+			now += 20 * cfg.Step
+		}
+		da, ta := a.Admit(ctx, now)
+		tb, q, rej := b.AdmitFast(ctx, now)
+		var db sluice.Decision
+		if rej != nil {
+			db = rej.Decision
+			if db.Allowed {
+				t.Fatalf("call %d: AdmitFast rejected with an allowing Decision %+v", i, db)
+			}
+		} else {
+			db = q.Decision(b.Name())
+		}
+		CheckDecision(t, cfg, b, db)
+		if !cfg.Random && da != db {
+			t.Fatalf("call %d at %v: Admit decided %+v, AdmitFast %+v", i, now, da, db)
+		}
+		o := cfg.Outcome(admitted)
+		if i%11 == 5 {
+			o = sluice.Released
+		}
+		if da.Allowed {
+			a.Done(ta, o, now+cfg.Latency, cfg.Latency)
+		}
+		if rej == nil {
+			b.Done(tb, o, now+cfg.Latency, cfg.Latency)
+			admitted++
+		}
+	}
 }
 
 func admitCtx(t *testing.T) (context.Context, context.CancelFunc) {
@@ -258,10 +303,30 @@ func (c *countingPolicy) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.D
 	c.Policy.Done(t, o, now, lat)
 }
 
-func throughGuard(t *testing.T, cfg Config) {
-	inner := &countingPolicy{Policy: cfg.New(t)}
+// countingFast is countingPolicy for a sluice.FastPolicy, keeping its fast
+// form in sight of the Guard.
+type countingFast struct {
+	*countingPolicy
+	fast sluice.FastPolicy
+}
+
+func (c countingFast) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	t, q, rej := c.fast.AdmitFast(ctx, now)
+	if rej == nil {
+		c.allowed.Add(1)
+	}
+	return t, q, rej
+}
+
+func throughGuard(t *testing.T, cfg Config, fast bool) {
+	p := cfg.New(t)
+	inner := &countingPolicy{Policy: p}
+	var link sluice.Policy = inner
+	if fast {
+		link = countingFast{countingPolicy: inner, fast: p.(sluice.FastPolicy)}
+	}
 	clk := sluice.NewManualClock(cfg.Start)
-	g, err := sluice.New(sluice.With(inner), sluice.WithClock(clk))
+	g, err := sluice.New(sluice.With(link), sluice.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

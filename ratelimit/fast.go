@@ -1,0 +1,69 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// The limiters that never wait are sluice.FastPolicy: a Guard takes their
+// answer in registers rather than a Decision through memory. Each AdmitFast
+// decides through the same code as its Admit.
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (tb *TokenBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	n := sluice.CostFrom(ctx)
+	var d sluice.Decision
+	tb.decide(&d, now, n)
+	return sluice.FastAnswer(&d, sluice.Ticket(n))
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (g *GCRA) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	n := sluice.CostFrom(ctx)
+	var d sluice.Decision
+	g.decide(&d, now, n)
+	return sluice.FastAnswer(&d, sluice.Ticket(n))
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (b *LeakyBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	var d sluice.Decision
+	t := b.decide(&d, now, sluice.CostFrom(ctx))
+	return sluice.FastAnswer(&d, t)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (w *FixedWindow) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	d, t := w.decide(now, sluice.CostFrom(ctx))
+	return sluice.FastAnswer(&d, t)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (w *SlidingWindow) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	d, t := w.decide(now, sluice.CostFrom(ctx), true)
+	return sluice.FastAnswer(&d, t)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (l *SlidingLog) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	d, t := l.decide(now, sluice.CostFrom(ctx), true)
+	return sluice.FastAnswer(&d, t)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy.
+func (w *WarmUp) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	d, t, _ := w.decide(int64(now), sluice.CostFrom(ctx), true)
+	return sluice.FastAnswer(&d, t)
+}
+
+var (
+	_ sluice.FastPolicy = (*TokenBucket)(nil)
+	_ sluice.FastPolicy = (*GCRA)(nil)
+	_ sluice.FastPolicy = (*LeakyBucket)(nil)
+	_ sluice.FastPolicy = (*FixedWindow)(nil)
+	_ sluice.FastPolicy = (*SlidingWindow)(nil)
+	_ sluice.FastPolicy = (*SlidingLog)(nil)
+	_ sluice.FastPolicy = (*WarmUp)(nil)
+)
