@@ -145,7 +145,11 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
 	}
 	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
-	reply, err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Text()
+	script, args := decideScript, c.args
+	if len(l.limits) == 1 {
+		script, args = l.limits[0].single, c.args[2:5]
+	}
+	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
 	c.ctx = callCtx{}
 	if err == nil {
 		err = parseReply(reply, c.ds)

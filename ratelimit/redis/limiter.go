@@ -25,6 +25,7 @@ type limit struct {
 	algArg      any    // pre-boxed script arguments
 	periodArg   any
 	quotaArg    any
+	single      *redis.Script // the admission of a Limiter with this limit alone
 	quota       int64
 	keyFunc     func(context.Context) string
 	perResource bool
@@ -184,6 +185,7 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		name:        cfg.name,
 		keyPre:      cfg.prefix + ":" + cfg.name + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
 		algArg:      string(alg),
+		single:      singleScripts[alg],
 		periodArg:   strconv.FormatInt(period, 10),
 		quotaArg:    strconv.FormatInt(quota, 10),
 		quota:       quota,

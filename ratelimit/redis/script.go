@@ -222,3 +222,104 @@ return table.concat(out, ' ')
 // decideScript is decideSrc as a go-redis Script: EVALSHA, with EVAL when
 // the server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 var decideScript = redis.NewScript(decideSrc)
+
+// The admission of a limiter with one limit runs a script of its algorithm
+// alone: the same decision as decideSrc's, without its loop over limits,
+// its refund mode and its second pass to write. Redis spends about 4µs on
+// the GCRA one against 5.6µs on decideSrc (Redis 7.0, INFO commandstats).
+//
+// KEYS[1] is the state; ARGV is the period parameter, the quota and the
+// cost, as in decideSrc; the reply is decideSrc's for one limit.
+const singlePrologue = `
+if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local floor, fmt = math.floor, string.format
+local a, b, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local key = KEYS[1]
+`
+
+var singleScripts = map[byte]*redis.Script{
+	'g': redis.NewScript(singlePrologue + `
+local tat = tonumber(redis.call('GET', key)) or now
+if tat < now then tat = now end
+local nt = tat + cost * a
+local cap = b * a
+if nt - cap > now then
+  return fmt('0 %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now)
+end
+redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
+return fmt('1 %d %d 0', floor((cap - nt + now) / a), nt - now)
+`),
+	't': redis.NewScript(singlePrologue + `
+local v = redis.call('HMGET', key, 'k', 'l')
+local tokens, last = b, now
+if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
+if now > last then
+  local add = floor((now - last) / a)
+  if add > 0 then tokens = tokens + add; last = last + add * a end
+  if tokens >= b then tokens = b; last = now end
+end
+local el = now - last
+if el < 0 then el = 0 end
+if tokens >= cost then
+  tokens = tokens - cost
+  local reset = (b - tokens) * a - el
+  redis.call('HSET', key, 'k', tokens, 'l', last)
+  redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
+  return fmt('1 %d %d 0', tokens, reset)
+end
+return fmt('0 %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el)
+`),
+	'f': redis.NewScript(singlePrologue + `
+local v = redis.call('HMGET', key, 'w', 'n')
+local idx = floor(now / a)
+local cnt = 0
+if v[1] then
+  local sw = tonumber(v[1])
+  if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
+end
+local left = (idx + 1) * a - now
+if cnt + cost <= b then
+  cnt = cnt + cost
+  redis.call('HSET', key, 'w', idx, 'n', cnt)
+  redis.call('PEXPIRE', key, floor((left + 999) / 1000))
+  return fmt('1 %d %d 0', b - cnt, left)
+end
+return fmt('0 %d %d %d', b - cnt, left, left)
+`),
+	's': redis.NewScript(singlePrologue + `
+local v = redis.call('HMGET', key, 'w', 'c', 'p')
+local idx = floor(now / a)
+local c, p = 0, 0
+if v[1] then
+  local sw = tonumber(v[1])
+  if sw >= idx then
+    idx = sw; c = tonumber(v[2]); p = tonumber(v[3])
+  elseif sw == idx - 1 then
+    p = tonumber(v[2])
+  end
+end
+local e = now - idx * a
+if e < 0 then e = 0 end
+local used = p * (a - e) + c * a
+local cap = b * a
+if used + cost * a <= cap then
+  c = c + cost
+  used = used + cost * a
+  local reset = 2 * a - e
+  redis.call('HSET', key, 'w', idx, 'c', c, 'p', p)
+  redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
+  return fmt('1 %d %d 0', floor((cap - used) / a), reset)
+end
+local remaining, reset, retry = 0, a - e, 0
+if cap > used then remaining = floor((cap - used) / a) end
+if c > 0 then reset = 2 * a - e end
+if c + cost <= b then
+  retry = a - floor((b - c - cost) * a / p) - e
+else
+  retry = (a - e) + a - floor((b - cost) * a / c)
+end
+return fmt('0 %d %d %d', remaining, reset, retry)
+`),
+}
