@@ -127,7 +127,19 @@ func (tb *TokenBucket) state(now int64) (*bucketConfig, int64) {
 
 // Allow reports whether one token is available now, and takes it if so;
 // shorthand for AllowNAt(clock.Now(), 1).
-func (tb *TokenBucket) Allow() bool { return tb.allowOne(int64(tb.now())) }
+func (tb *TokenBucket) Allow() bool {
+	var now time.Duration
+	if tb.sysClock {
+		now = sluice.Now() // inlined: one read of the runtime's clock
+	} else {
+		now = tb.clock.Now()
+	}
+	c := tb.cfg.Load()
+	if _, _, res := tatTake(&c.tat.v, int64(now), c.iv, c.tau); res != tatMoved {
+		return res == tatAllowed
+	}
+	return tb.allowOne(int64(now)) // SetRate or SetBurst froze the state
+}
 
 // AllowN reports whether n tokens are available now, and takes them if so;
 // shorthand for AllowNAt(clock.Now(), n).
