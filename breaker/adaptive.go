@@ -86,14 +86,35 @@ func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
 // Admit decides on a request at the monotonic instant now. It is the
 // sluice.Policy method.
 func (a *Adaptive) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	if !a.admit(now) {
+		return a.rejection(), 0
+	}
+	return sluice.Decision{Allowed: true, Policy: a.name, Limit: -1}, 0
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy: it draws the same
+// random number Admit would, and answers an admission in registers.
+func (a *Adaptive) AdmitFast(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	if !a.admit(now) {
+		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: a.rejection()}
+	}
+	return 0, sluice.Quota{Limit: -1}, nil
+}
+
+// admit reports whether a request at now passes; a request it rejects counts
+// as a request not accepted.
+func (a *Adaptive) admit(now time.Duration) bool {
 	e := a.win.epoch(now)
 	a.win.advance(e)
 	if p := a.probability(a.win.read()); p > 0 && a.random() < p {
 		a.win.add(e, 1, 0, 0)
-		return sluice.Decision{Policy: a.name, Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}, 0
+		return false
 	}
-	d := sluice.Decision{Allowed: true, Policy: a.name, Limit: -1}
-	return d, 0
+	return true
+}
+
+func (a *Adaptive) rejection() sluice.Decision {
+	return sluice.Decision{Policy: a.name, Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}
 }
 
 // Done counts an admitted request when it ends: a Success as a request the
@@ -131,4 +152,4 @@ func (a *Adaptive) Execute(fn func() error) error {
 	return run(pm, fn)
 }
 
-var _ sluice.Policy = (*Adaptive)(nil)
+var _ sluice.FastPolicy = (*Adaptive)(nil)

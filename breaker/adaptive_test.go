@@ -135,3 +135,50 @@ func TestAdaptiveOptionsValidation(t *testing.T) {
 	_, err := breaker.NewAdaptive("")
 	assert.Error(t, err)
 }
+
+// TestAdaptiveFastAgrees drives two throttles with the same seeded random
+// source, one through Admit and one through AdmitFast: they draw alike, so
+// they must decide alike, call for call.
+func TestAdaptiveFastAgrees(t *testing.T) {
+	mk := func() *breaker.Adaptive {
+		return mustAdaptive(t, breaker.WithRollingWindow(100*ms, 10), breaker.WithRandom(lockedRandom(7)))
+	}
+	a, b := mk(), mk()
+	ctx := context.Background()
+	outcomes := []sluice.Outcome{F, F, S, F, sluice.Ignored, F, sluice.Released, S}
+	var admitted, rejected int
+	for i := range 3000 {
+		now := time.Duration(i) * ms / 4
+		da, ta := a.Admit(ctx, now)
+		tb, q, rej := b.AdmitFast(ctx, now)
+		db := q.Decision(b.Name())
+		if rej != nil {
+			db = rej.Decision
+		}
+		require.Equal(t, da, db, "call %d at %v", i, now)
+		if !da.Allowed {
+			rejected++
+			continue
+		}
+		admitted++
+		o := outcomes[i%len(outcomes)]
+		a.Done(ta, o, now+ms, ms)
+		b.Done(tb, o, now+ms, ms)
+	}
+	assert.Positive(t, admitted)
+	assert.Positive(t, rejected)
+}
+
+func TestAdaptiveAdmitFastAdmitsWithoutAllocating(t *testing.T) {
+	a := mustAdaptive(t, breaker.WithRandom(func() float64 { return 0.5 }))
+	ctx := context.Background()
+	now := time.Duration(0)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		now += ms
+		tk, q, rej := a.AdmitFast(ctx, now)
+		if rej != nil || q.Limit != -1 {
+			t.Fatalf("a healthy dependency's request was answered %v, %+v", rej, q)
+		}
+		a.Done(tk, S, now, ms)
+	}))
+}

@@ -173,3 +173,34 @@ func TestGroupHotPathDoesNotAllocate(t *testing.T) {
 		}
 	}))
 }
+
+func TestGroupAdmitFast(t *testing.T) {
+	g := mustGroup(t)
+	ctx := res("payments")
+	tk, q, rej := g.AdmitFast(ctx, 0) // made on first use
+	require.Nil(t, rej)
+	assert.Equal(t, sluice.Quota{Limit: -1}, q)
+	g.Done(tk, S, 0, 0)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		tk, _, rej := g.AdmitFast(ctx, ms)
+		if rej == nil {
+			g.Done(tk, S, ms, ms)
+		}
+	}))
+
+	// A rejection names the Group, and leaves the member's own rejections
+	// naming the member.
+	b, ok := g.Get("payments")
+	require.True(t, ok)
+	b.ForceOpen()
+	_, _, rej = g.AdmitFast(ctx, 2*ms)
+	require.NotNil(t, rej)
+	assert.Equal(t, g.Name(), rej.Decision.Policy)
+	assert.ErrorIs(t, rej, sluice.ErrCircuitOpen)
+	_, _, own := b.AdmitFast(ctx, 2*ms)
+	require.NotNil(t, own)
+	assert.Equal(t, b.Name(), own.Decision.Policy)
+	assert.Equal(t, g.Name(), rej.Decision.Policy, "the member's next rejection renamed the Group's")
+	d, _ := g.Admit(ctx, 2*ms)
+	assert.Equal(t, d, rej.Decision)
+}
