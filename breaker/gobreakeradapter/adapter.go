@@ -131,17 +131,43 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 // Admit asks the gobreaker breaker. It is the sluice.Policy method; gobreaker
 // reads its own wall clock, so now is not used.
 func (p *Policy) Admit(_ context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+	t, err := p.allow()
+	if err != nil {
+		return p.rejection(err), 0
+	}
+	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, t
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
+// answered in registers. gobreaker reads its own wall clock, so two Policies
+// given the same calls need not decide alike.
+func (p *Policy) AdmitFast(_ context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	t, err := p.allow()
+	if err != nil {
+		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: p.rejection(err)}
+	}
+	return t, sluice.Quota{Limit: -1}, nil
+}
+
+// allow asks gobreaker, and on an admission returns the ticket under which
+// its done function waits for Done.
+func (p *Policy) allow() (sluice.Ticket, error) {
 	done, err := p.cb.Allow()
 	p.events.dispatch()
 	if err != nil {
-		return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}, 0
+		return 0, err
 	}
 	p.mu.Lock()
 	p.next++
 	t := p.next
 	p.pending[t] = done
 	p.mu.Unlock()
-	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, t
+	return t, nil
+}
+
+// rejection returns the Decision rejecting a call for gobreaker's err.
+func (p *Policy) rejection(err error) sluice.Decision {
+	return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}
 }
 
 func (p *Policy) retryAfter(err error) time.Duration {
@@ -194,7 +220,7 @@ func (p *Policy) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 var (
-	_ sluice.Policy      = (*Policy)(nil)
+	_ sluice.FastPolicy  = (*Policy)(nil)
 	_ sluice.StateSource = (*Policy)(nil)
 )
 

@@ -35,6 +35,7 @@ func TestConformance(t *testing.T) {
 			},
 			Causes:       []error{sluice.ErrCircuitOpen},
 			NoRetryAfter: true, // New without WithTimeout cannot know
+			WallClock:    true,
 		})
 	})
 	policytest.Run(t, policytest.Config{
@@ -45,7 +46,8 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, err)
 			return p
 		},
-		Causes: []error{sluice.ErrCircuitOpen},
+		Causes:    []error{sluice.ErrCircuitOpen},
+		WallClock: true,
 	})
 }
 
@@ -173,4 +175,42 @@ func ExampleNewFromSettings() {
 	fmt.Println(errors.Is(err, sluice.ErrCircuitOpen), p.Breaker().State())
 	// Output:
 	// true open
+}
+
+// TestFastAgreesWhileTheClockStandsStill drives two Policies, one through
+// Admit and one through AdmitFast, with an open duration no test outlasts:
+// gobreaker's wall clock then changes nothing, and they must decide alike.
+func TestFastAgreesWhileTheClockStandsStill(t *testing.T) {
+	mk := func() *gobreakeradapter.Policy {
+		cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+			Name: "still", Timeout: time.Hour, ReadyToTrip: consecutive(3),
+			IsExcluded: gobreakeradapter.IsExcluded(nil),
+		})
+		p, err := gobreakeradapter.New(cb)
+		require.NoError(t, err)
+		return p
+	}
+	a, b := mk(), mk()
+	ctx := context.Background()
+	outcomes := []sluice.Outcome{sluice.Success, sluice.Failure, sluice.Ignored, sluice.Released,
+		sluice.Failure, sluice.Failure, sluice.Success, sluice.Failure, sluice.Failure, sluice.Failure}
+	rejected := 0
+	for i := range 40 {
+		da, ta := a.Admit(ctx, 0)
+		tb, q, rej := b.AdmitFast(ctx, 0)
+		db := q.Decision(b.Name())
+		if rej != nil {
+			db = rej.Decision
+			rejected++
+		}
+		require.Equal(t, da, db, "call %d", i)
+		if da.Allowed {
+			require.Equal(t, ta, tb, "call %d", i)
+			o := outcomes[i%len(outcomes)]
+			a.Done(ta, o, 0, 0)
+			b.Done(tb, o, 0, 0)
+		}
+	}
+	assert.Equal(t, gobreaker.StateOpen, b.Breaker().State())
+	assert.Positive(t, rejected)
 }
