@@ -71,3 +71,39 @@ func BenchmarkBulkhead(b *testing.B) {
 	}
 	benchPolicy(b, l)
 }
+
+// BenchmarkThroughGuard is a request through a sluice.Guard whose chain is
+// one of this package's policies, with room to spare.
+func BenchmarkThroughGuard(b *testing.B) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	for _, c := range []struct {
+		name string
+		new  func() (sluice.Policy, error)
+	}{
+		{"bbr", func() (sluice.Policy, error) {
+			return adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.5, 0)))
+		}},
+		{"bbr-cpu-high", func() (sluice.Policy, error) {
+			return adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.95, 0)))
+		}},
+		{"concurrency", func() (sluice.Policy, error) { return adaptive.NewConcurrencyLimit() }},
+		{"bulkhead", func() (sluice.Policy, error) { return adaptive.NewBulkhead(1 << 20) }},
+	} {
+		p, err := c.new()
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := sluice.New(sluice.With(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = g.Do(ctx, fn)
+			}
+		})
+		_ = g.Close()
+	}
+}

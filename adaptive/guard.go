@@ -20,10 +20,10 @@ const (
 )
 
 var (
-	_ sluice.Policy      = (*Guard)(nil)
+	_ sluice.FastPolicy  = (*Guard)(nil)
 	_ sluice.StateSource = (*Guard)(nil)
 	_ io.Closer          = (*Guard)(nil)
-	_ sluice.Policy      = (*ConcurrencyLimit)(nil)
+	_ sluice.FastPolicy  = (*ConcurrencyLimit)(nil)
 )
 
 // Guard is a system-load guard in the BBR style, a sluice.Policy.
@@ -146,6 +146,28 @@ func (g *Guard) Name() string { return g.name }
 // atomic loads; the context is read only when a rule would shed the request,
 // to see whether it is critical.
 func (g *Guard) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	var d sluice.Decision
+	t, ok := g.admit(ctx, now, &d)
+	if !ok {
+		return d, 0
+	}
+	return sluice.Decision{Allowed: true, Policy: g.name, Limit: -1}, t
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
+// answered in registers.
+func (g *Guard) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	var d sluice.Decision
+	t, ok := g.admit(ctx, now, &d)
+	if !ok {
+		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: d}
+	}
+	return t, sluice.Quota{Limit: -1}, nil
+}
+
+// admit decides on a request at now: it returns the ticket and true when
+// the request may go, and otherwise writes the shed's Decision to *d.
+func (g *Guard) admit(ctx context.Context, now time.Duration, d *sluice.Decision) (sluice.Ticket, bool) {
 	idx := g.w.index(now)
 	g.w.advance(idx)
 	if g.shedding.Load() && now-time.Duration(g.lastShed.Load()) >= g.coolOff {
@@ -155,20 +177,21 @@ func (g *Guard) Admit(ctx context.Context, now time.Duration) (sluice.Decision, 
 	// arriving together see each other and a maximum is never overshot.
 	inflight := g.inflight.Add(1) - 1
 	if g.rules || g.shedding.Load() || g.sampler.CPU() > g.cpuThreshold {
-		if d, shed := g.check(ctx, now, idx, inflight); shed {
+		if g.check(ctx, now, idx, inflight, d) {
 			g.inflight.Add(-1)
-			return d, 0
+			return 0, false
 		}
 	}
 	if g.qpsCap > 0 {
 		g.w.admit(idx)
 	}
-	return sluice.Decision{Allowed: true, Policy: g.name, Limit: -1}, sluice.Ticket(idx)
+	return sluice.Ticket(idx), true
 }
 
 // check applies the rules to a request at now, with inflight others in
-// flight; it reports the Decision and true when the request is shed.
-func (g *Guard) check(ctx context.Context, now time.Duration, idx, inflight int64) (sluice.Decision, bool) {
+// flight; when the request is shed it writes the Decision to *d and reports
+// true.
+func (g *Guard) check(ctx context.Context, now time.Duration, idx, inflight int64, d *sluice.Decision) bool {
 	crit := -1 // unknown until a rule would shed
 	critical := func() bool {
 		if crit < 0 {
@@ -183,32 +206,37 @@ func (g *Guard) check(ctx context.Context, now time.Duration, idx, inflight int6
 		return v > limit && (!critical() || v > limit*g.critFactor)
 	}
 	if g.maxInflight > 0 && over(float64(inflight)+1, float64(g.maxInflight)) {
-		return g.shed(now, ErrMaxInflight, g.w.dur), true
+		*d = g.shed(now, ErrMaxInflight, g.w.dur)
+		return true
 	}
 	if g.qpsCap > 0 {
 		if over(float64(g.w.lastSecond(idx))+1, float64(g.qpsCap)) {
 			next := time.Duration(idx+1)*g.w.dur - now
-			return g.shed(now, ErrMaxQPS, max(next, 1)), true
+			*d = g.shed(now, ErrMaxQPS, max(next, 1))
+			return true
 		}
 	}
 	wait := max(g.coolOff, g.w.dur)
 	if g.maxAvgRT > 0 && over(float64(g.w.avgRT.Load()), float64(g.maxAvgRT)) {
-		return g.shed(now, ErrMaxAvgRT, wait), true
+		*d = g.shed(now, ErrMaxAvgRT, wait)
+		return true
 	}
 	est := g.w.estimate.Load()
 	if inflight <= est {
-		return sluice.Decision{}, false
+		return false
 	}
 	if g.maxLoad1 > 0 && over(g.sampler.Load1(), g.maxLoad1) {
-		return g.shed(now, ErrLoadOverload, wait), true
+		*d = g.shed(now, ErrLoadOverload, wait)
+		return true
 	}
 	if cpu := g.sampler.CPU(); cpu > g.cpuThreshold || g.coolingOff(now) {
 		if !critical() || cpu > g.criticalCPU {
 			g.noteCPUShed(now)
-			return g.shed(now, ErrCPUOverload, wait), true
+			*d = g.shed(now, ErrCPUOverload, wait)
+			return true
 		}
 	}
-	return sluice.Decision{}, false
+	return false
 }
 
 // noCPUShed marks a Guard that has not shed for CPU yet.

@@ -109,19 +109,39 @@ func (l *ConcurrencyLimit) Name() string { return l.name }
 // Admit takes a slot at the monotonic instant now, waiting in the queue if
 // there is one and the limit is reached.
 func (l *ConcurrencyLimit) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	if l.waiting.Load() == 0 {
-		for {
-			cur, lim := l.inflight.Load(), l.limit.Load()
-			if cur >= lim {
-				break
-			}
-			if l.inflight.CompareAndSwap(cur, cur+1) {
-				l.noteInflight(cur + 1)
-				return sluice.Decision{Allowed: true, Policy: l.name, Limit: lim, Remaining: lim - cur - 1}, 0
-			}
-		}
+	if lim, cur, ok := l.takeFree(); ok {
+		return sluice.Decision{Allowed: true, Policy: l.name, Limit: lim, Remaining: lim - cur - 1}, 0
 	}
 	return l.admitSlow(ctx)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy: a free slot is
+// answered in registers; otherwise it rejects, or waits in the queue, as
+// Admit does.
+func (l *ConcurrencyLimit) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	if lim, cur, ok := l.takeFree(); ok {
+		return 0, sluice.Quota{Limit: lim, Remaining: lim - cur - 1}, nil
+	}
+	d, t := l.admitSlow(ctx)
+	return sluice.FastAnswer(&d, t)
+}
+
+// takeFree takes a slot if one is free and no request waits for one, and
+// returns the limit and the slots taken before it.
+func (l *ConcurrencyLimit) takeFree() (lim, cur int64, ok bool) {
+	if l.waiting.Load() != 0 {
+		return 0, 0, false
+	}
+	for {
+		cur, lim = l.inflight.Load(), l.limit.Load()
+		if cur >= lim {
+			return 0, 0, false
+		}
+		if l.inflight.CompareAndSwap(cur, cur+1) {
+			l.noteInflight(cur + 1)
+			return lim, cur, true
+		}
+	}
 }
 
 // tryTake takes a slot if one is free.
