@@ -63,3 +63,26 @@ func BenchmarkStaleExecute(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGuardShed is a request through a Guard with a Shed whose switch
+// is off.
+func BenchmarkGuardShed(b *testing.B) {
+	sw, err := degrade.NewSwitch("extras")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := degrade.NewShed(sw, time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(p))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = g.Do(ctx, fn)
+	}
+}

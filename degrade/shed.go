@@ -49,6 +49,16 @@ func (p *Shed) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ti
 	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
 }
 
+// AdmitFast is Admit in the form of sluice.FastPolicy: while the switch is
+// off, the admission is answered in registers.
+func (p *Shed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	if !p.sw.On() {
+		return 0, sluice.Quota{Limit: -1}, nil
+	}
+	d, t := p.Admit(ctx, now)
+	return sluice.FastAnswer(&d, t)
+}
+
 // Done does nothing: a Shed keeps no state per request.
 func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
@@ -63,6 +73,6 @@ func (p *Shed) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 var (
-	_ sluice.Policy      = (*Shed)(nil)
+	_ sluice.FastPolicy  = (*Shed)(nil)
 	_ sluice.StateSource = (*Shed)(nil)
 )

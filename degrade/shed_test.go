@@ -70,3 +70,30 @@ func TestShedStateChangesNameTheShed(t *testing.T) {
 	assert.Equal(t, p.Name(), got[0].Policy)
 	assert.Equal(t, "on", got[0].To)
 }
+
+// TestShedAdmitFastAgrees: AdmitFast answers as Admit does, with the switch
+// off and on.
+func TestShedAdmitFastAgrees(t *testing.T) {
+	sw := newSwitch(t, "extras")
+	p, err := degrade.NewShed(sw, 5*time.Second)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, on := range []bool{false, true, false} {
+		sw.Set(on)
+		d, tk := p.Admit(ctx, 0)
+		ft, q, rej := p.AdmitFast(ctx, 0)
+		got := q.Decision(p.Name())
+		if rej != nil {
+			got = rej.Decision
+		}
+		assert.Equal(t, d, got, "switch on: %v", on)
+		assert.Equal(t, !on, rej == nil)
+		assert.Equal(t, tk, ft)
+	}
+	sw.Set(false)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		if _, _, rej := p.AdmitFast(ctx, 0); rej != nil {
+			t.Fatal(rej)
+		}
+	}))
+}
