@@ -58,7 +58,19 @@ func (w *WarmUp) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticke
 	return sluice.FastAnswer(&d, t)
 }
 
+// freshRejections reports whether p is one of the limiters above, whose
+// AdmitFast makes a new *sluice.RejectedError for each rejection: a Keyed
+// may then put its own name in it rather than copy it.
+func freshRejections(p sluice.Policy) bool {
+	switch p.(type) {
+	case *TokenBucket, *GCRA, *LeakyBucket, *FixedWindow, *SlidingWindow, *SlidingLog, *WarmUp:
+		return true
+	}
+	return false
+}
+
 var (
+	_ sluice.FastPolicy = (*Keyed)(nil)
 	_ sluice.FastPolicy = (*TokenBucket)(nil)
 	_ sluice.FastPolicy = (*GCRA)(nil)
 	_ sluice.FastPolicy = (*LeakyBucket)(nil)

@@ -189,7 +189,9 @@ type keyDecider interface {
 type keyedEntry struct {
 	key        string
 	lim        sluice.Policy
-	dec        keyDecider // lim, when it is one; else nil
+	dec        keyDecider        // lim, when it is one; else nil
+	fast       sluice.FastPolicy // lim, when it is one; else nil
+	freshRej   bool              // fast makes a new rejection for each call, so Keyed may rename it
 	last       time.Duration
 	tick       uint64      // the shard's tick when e last moved to the front
 	prev, next *keyedEntry // LRU list; prev is more recent
@@ -313,27 +315,82 @@ func (k *Keyed) Len() int {
 // Admit decides on the request with the limiter of its key
 // (sluice.KeyFrom(ctx)) at instant now.
 func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	key, ok := sluice.KeyFrom(ctx)
-	if !ok && k.missing == MissingKeyReject {
-		return k.missingKey(), 0
-	}
-	h := maphash.String(k.seed, key)
-	si := int(h & k.mask)
-	s := &k.shards[si]
-	e, c, slot, err := k.lookup(s, key, now, true)
+	e, c, si, slot, err := k.enter(ctx, now)
 	if err != nil {
-		return k.failed(err), 0
+		return k.refusal(err), 0
 	}
 	d, inner := e.lim.Admit(ctx, now)
 	d.Policy = k.name
 	if !d.Allowed {
-		s.freeCall(slot)
+		k.shards[si].freeCall(slot)
 		return d, 0
 	}
 	// The record is this call's alone until its Done, which the caller orders
 	// after this return; its chunk never moves.
 	c.inner = inner
-	return d, sluice.Ticket(uint64(c.gen)<<(32+keyedShardBits) | uint64(si)<<32 | uint64(slot))
+	return d, keyedTicket(c, si, slot)
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy. It asks the key's
+// limiter for its fast answer when it has one, and through Admit otherwise.
+func (k *Keyed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	e, c, si, slot, err := k.enter(ctx, now)
+	if err != nil {
+		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: k.refusal(err)}
+	}
+	var inner sluice.Ticket
+	var q sluice.Quota
+	if e.fast != nil {
+		var rej *sluice.RejectedError
+		if inner, q, rej = e.fast.AdmitFast(ctx, now); rej != nil {
+			k.shards[si].freeCall(slot)
+			if !e.freshRej {
+				rej = &sluice.RejectedError{Decision: rej.Decision}
+			}
+			rej.Decision.Policy = k.name
+			return 0, sluice.Quota{}, rej
+		}
+	} else {
+		d, t := e.lim.Admit(ctx, now)
+		if !d.Allowed {
+			k.shards[si].freeCall(slot)
+			d.Policy = k.name
+			return 0, sluice.Quota{}, &sluice.RejectedError{Decision: d}
+		}
+		inner, q = t, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
+	}
+	c.inner = inner
+	return keyedTicket(c, si, slot), q, nil
+}
+
+// errNoKey is enter's error for a request without a key that
+// MissingKeyReject turns away.
+var errNoKey = errors.New("ratelimit: keyed: no key")
+
+// enter finds the entry of the request's key, making it if needed, and
+// reserves a call record for it in shard si. Its error is errNoKey or
+// newLimiter's.
+func (k *Keyed) enter(ctx context.Context, now time.Duration) (*keyedEntry, *keyedCall, int, int32, error) {
+	key, ok := sluice.KeyFrom(ctx)
+	if !ok && k.missing == MissingKeyReject {
+		return nil, nil, 0, -1, errNoKey
+	}
+	si := int(maphash.String(k.seed, key) & k.mask)
+	e, c, slot, err := k.lookup(&k.shards[si], key, now, true)
+	return e, c, si, slot, err
+}
+
+// refusal returns the Decision rejecting a request for enter's error.
+func (k *Keyed) refusal(err error) sluice.Decision {
+	if err == errNoKey {
+		return k.missingKey()
+	}
+	return k.failed(err)
+}
+
+// keyedTicket names call record slot of shard si, taken by c.
+func keyedTicket(c *keyedCall, si int, slot int32) sluice.Ticket {
+	return sluice.Ticket(uint64(c.gen)<<(32+keyedShardBits) | uint64(si)<<32 | uint64(slot))
 }
 
 // Done passes the outcome on to the limiter that admitted the call.
@@ -507,6 +564,8 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	}
 	fresh := &keyedEntry{key: key, lim: lim, last: now}
 	fresh.dec, _ = lim.(keyDecider)
+	fresh.fast, _ = lim.(sluice.FastPolicy)
+	fresh.freshRej = freshRejections(lim)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

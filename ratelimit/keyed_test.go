@@ -86,6 +86,10 @@ func (p keyedWith) Admit(ctx context.Context, now time.Duration) (sluice.Decisio
 	return p.Keyed.Admit(sluice.WithKey(ctx, p.key(now)), now)
 }
 
+func (p keyedWith) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	return p.Keyed.AdmitFast(sluice.WithKey(ctx, p.key(now)), now)
+}
+
 func TestKeyedEvictsTheLeastRecentlyUsedKey(t *testing.T) {
 	var made atomic.Int64
 	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithMaxKeys(4))
