@@ -61,7 +61,9 @@ type Policy interface {
 // of an interface method receives it through memory: about 14ns a call on
 // amd64, more than the work of most policies. A Guard calls AdmitFast in
 // Admit's place wherever a policy offers it. Every limiter of the ratelimit
-// package that does not wait, and the breaker package's Breaker, implement it.
+// package that does not wait and its Keyed, the policies of the breaker
+// package and its gobreaker adapter, the adaptive package's Guard and
+// ConcurrencyLimit, and the degrade package's Shed implement it.
 //
 // AdmitFast decides exactly as Admit would, and the two must not be told
 // apart: an admission returns its Ticket, its Quota and a nil error, and
