@@ -20,13 +20,6 @@ type call struct {
 	local    []localTicket
 	ds       []sluice.Decision
 	viaRedis bool
-
-	// The round trip (batch.go): its reply, the signal that it is there or
-	// that this call is to send the next batch, and that batch.
-	reply string
-	err   error
-	wake  chan struct{}
-	batch []*call
 }
 
 type localTicket struct {
@@ -152,9 +145,12 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
 	}
 	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
-	l.exec(c)
-	reply, err := c.reply, c.err
-	c.ctx, c.reply, c.err = callCtx{}, "", nil
+	script, args := decideScript, c.args
+	if len(l.limits) == 1 {
+		script, args = l.limits[0].single, c.args[2:5]
+	}
+	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
+	c.ctx = callCtx{}
 	if err == nil {
 		err = parseReply(reply, c.ds)
 	}

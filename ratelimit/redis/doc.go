@@ -6,10 +6,8 @@
 //
 // # One script, Redis time, integers
 //
-// Every decision is one Lua script call, run with EVALSHA and sent again
-// with EVAL when the server answers NOSCRIPT (after a restart or SCRIPT
-// FLUSH). A limiter of one limit runs the script of its algorithm alone;
-// one built by All runs a script that decides all of its limits. The
+// Every decision is one Lua script, run with EVALSHA and sent again with EVAL
+// when the server answers NOSCRIPT (after a restart or SCRIPT FLUSH). The
 // script reads the time from Redis TIME, in integer microseconds, so the
 // clocks of the instances never matter, and stored instants never move
 // backwards: a Redis whose clock steps back keeps the later state. All its
@@ -21,12 +19,11 @@
 //
 // A limit's key for a request is
 //
-//	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
+//	<prefix>:<name>:<algorithm>:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm and its period in microseconds, and the first 128
-// bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
-// in hex as the Cluster hash tag. The user's
+// letter for the algorithm, and the 64-bit FNV-1a hash of the request's key
+// (sluice.KeyFrom, or WithKeyFunc) in hex as the Cluster hash tag. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag
 // holds the user's key alone, not the limiter's name, so all the limits keyed
 // by one user share a slot, which lets All decide them in one script.
@@ -38,16 +35,6 @@
 // All combines limiters into one: every limit is decided by the same script
 // call and the request is admitted only if all admit; a rejection charges none
 // of them.
-//
-// # Concurrent requests share round trips
-//
-// A request that finds no round trip of its limiter in flight sends its
-// script call at once. One that finds a round trip in flight waits for it to
-// end, and then goes in one pipeline with every other request that came
-// meanwhile. A lone caller waits for nothing; under load, Redis reads and
-// answers many decisions per system call, which is where a busy server spends
-// most of its time. Each decision is still its own script call with its own
-// answer, and a batch runs under the deadline of its earliest request.
 //
 // # When Redis fails
 //

@@ -64,7 +64,6 @@ type Limiter struct {
 	pending map[sluice.Ticket]*call
 	nextID  sluice.Ticket
 	calls   sync.Pool
-	batch   batcher
 }
 
 // NewGCRA returns a limiter that admits requests at rate r with bursts of up
@@ -230,7 +229,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	n := len(limits)
 	lim.calls.New = func() any {
 		c := &call{keys: make([]string, n), args: make([]any, 1+4*n), tags: make([]uint64, n),
-			local: make([]localTicket, n), ds: make([]sluice.Decision, n), wake: make(chan struct{}, 1)}
+			local: make([]localTicket, n), ds: make([]sluice.Decision, n)}
 		return c
 	}
 	return lim
