@@ -6,8 +6,10 @@
 //
 // # One script, Redis time, integers
 //
-// Every decision is one Lua script, run with EVALSHA and sent again with EVAL
-// when the server answers NOSCRIPT (after a restart or SCRIPT FLUSH). The
+// Every decision is one Lua script call, run with EVALSHA and sent again
+// with EVAL when the server answers NOSCRIPT (after a restart or SCRIPT
+// FLUSH). A limiter of one limit runs the script of its algorithm alone;
+// one built by All runs a script that decides all of its limits. The
 // script reads the time from Redis TIME, in integer microseconds, so the
 // clocks of the instances never matter, and stored instants never move
 // backwards: a Redis whose clock steps back keeps the later state. All its
@@ -19,11 +21,12 @@
 //
 // A limit's key for a request is
 //
-//	<prefix>:<name>:<algorithm>:{<hash of the request's key>}
+//	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm, and the 64-bit FNV-1a hash of the request's key
-// (sluice.KeyFrom, or WithKeyFunc) in hex as the Cluster hash tag. The user's
+// letter for the algorithm and its period in microseconds, and the first 128
+// bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
+// in hex as the Cluster hash tag. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag
 // holds the user's key alone, not the limiter's name, so all the limits keyed
 // by one user share a slot, which lets All decide them in one script.
