@@ -264,13 +264,21 @@ func (g *Guard) Admit(ctx context.Context) (d Decision, out Done, err error) {
 
 // AdmitTo is Admit writing the Decision to *d and the Done to *done instead
 // of returning them, for adapters on a hot path: returning both by value
-// costs a copy of each, about 30ns of a request. *done is overwritten; it
+// costs a copy of each, about 30ns of a request. d may be nil when the
+// caller has no use for an admission's Decision: none is then built, and a
+// rejection's is in the returned *RejectedError. *done is overwritten; it
 // must not hold a request that has not finished.
 func (g *Guard) AdmitTo(ctx context.Context, d *Decision, done *Done) error {
 	*done = Done{}
 	if g == nil {
-		*d = allowAll
+		if d != nil {
+			*d = allowAll
+		}
 		return nil
+	}
+	var local Decision
+	if d == nil && (len(g.onDecision) > 0 || !g.fast) {
+		d = &local // an observer wants it, or the slow path writes it
 	}
 	admitted := false
 	defer func() {
@@ -330,8 +338,9 @@ func (g *Guard) release(done *Done, i int, now time.Duration) {
 }
 
 // admit runs the chain, fills done with the tickets of the policies that
-// admitted, and writes to *out the tightest Decision or the rejection. On a
-// rejection done stays inactive.
+// admitted, and writes to *out the tightest Decision or the rejection; out
+// may be nil on the fast path (see AdmitTo). On a rejection done stays
+// inactive.
 func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 	if g.mayWait != nil || len(g.policies) > len(done.tickets) {
 		return g.admitSlow(ctx, done, out)
@@ -352,31 +361,38 @@ func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 			var rej *RejectedError
 			if t, q, rej = f.AdmitFast(ctx, now); rej != nil {
 				g.release(done, i, now)
-				*out = rej.Decision
+				if out != nil {
+					*out = rej.Decision
+				}
 				if len(g.onDecision) > 0 {
 					g.decided(ctx, rej.Decision)
 				}
 				return rej
 			}
-			if q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
+			if out != nil && q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
 				*out, tight = q.Decision(f.Name()), true
 			}
 		} else {
 			var d Decision
 			if d, t = p.Admit(ctx, now); !d.Allowed {
 				g.release(done, i, now)
-				*out = d
+				if out != nil {
+					*out = d
+				}
 				if len(g.onDecision) > 0 {
 					g.decided(ctx, d)
 				}
 				return &RejectedError{Decision: d}
 			}
-			if d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
+			if out != nil && d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
 				*out, tight = d, true
 			}
 		}
 		done.tickets[i] = t
 		done.n = i + 1
+	}
+	if out == nil {
+		return nil
 	}
 	if !tight {
 		*out = allowAll

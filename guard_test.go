@@ -585,12 +585,31 @@ func TestAdmitToWritesInPlace(t *testing.T) {
 	assert.Equal(t, int64(-1), d.Limit)
 	assert.False(t, done.Active())
 
+	// Without a Decision to write: the rejection's is in the error, and an
+	// observer still hears every Decision.
+	var seen []sluice.Decision
+	lim := newRecorder("limit", 1)
+	g4 := mustGuard(t, sluice.With(lim), sluice.OnDecision(func(_ context.Context, d sluice.Decision) { seen = append(seen, d) }))
+	require.NoError(t, g4.AdmitTo(t.Context(), nil, &done))
+	assert.True(t, done.Active())
+	done.Finish(nil)
+	err = g4.AdmitTo(t.Context(), nil, &done)
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, "limit", rej.Decision.Policy)
+	require.Len(t, seen, 2)
+	assert.True(t, seen[0].Allowed)
+	assert.False(t, seen[1].Allowed)
+	require.NoError(t, nilGuard.AdmitTo(t.Context(), nil, &done))
+
 	g3 := mustGuard(t, sluice.With(nopPolicy{}, nopPolicy{}))
 	ctx := t.Context()
 	if n := testing.AllocsPerRun(200, func() {
 		var d sluice.Decision
 		var done sluice.Done
 		if g3.AdmitTo(ctx, &d, &done) == nil {
+			done.Finish(nil)
+		}
+		if g3.AdmitTo(ctx, nil, &done) == nil {
 			done.Finish(nil)
 		}
 	}); n != 0 {

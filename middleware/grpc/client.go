@@ -65,10 +65,9 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	var d sluice.Decision
 	var done sluice.Done
-	if err := rt.Guard.AdmitTo(ctx, &d, &done); err != nil {
-		return newRejection(err, d)
+	if err := rt.Guard.AdmitTo(ctx, nil, &done); err != nil {
+		return newRejection(err, rejectedDecision(err))
 	}
 	err := c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {

@@ -75,8 +75,12 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	var d sluice.Decision
 	var done sluice.Done
-	if err := rt.Guard.AdmitTo(ctx, &d, &done); err != nil {
-		return c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
+	dp := &d
+	if !c.quotaMD {
+		dp = nil // only a rejection's Decision is of use, and the error carries it
+	}
+	if err := rt.Guard.AdmitTo(ctx, dp, &done); err != nil {
+		return c.rejectUnary(ctx, req, info.FullMethod, rt, rejectedDecision(err), err)
 	}
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
@@ -198,6 +202,15 @@ func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set 
 	if d.Limit >= 0 && d.Policy != "" {
 		_ = set(ctx, quotaMetadata(rt, d, d.Reset))
 	}
+}
+
+// rejectedDecision returns the Decision a Guard's rejection carries.
+func rejectedDecision(err error) sluice.Decision {
+	var rej *sluice.RejectedError
+	if errors.As(err, &rej) {
+		return rej.Decision
+	}
+	return sluice.Decision{Cause: err}
 }
 
 // retryDelay is the delay a rejection announces: its RetryAfter, or one
