@@ -164,7 +164,7 @@ func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision)
 	if r.QuietAdmitted || d.Limit < 0 || d.Policy == "" {
 		return
 	}
-	r.setFields(h, rt, d, d.Reset, false)
+	r.setFields(h, rt, &d, d.Reset, false)
 }
 
 // Rejected sets on h the fields of a rejection: Retry-After (whole seconds,
@@ -176,7 +176,7 @@ func (r *Renderer) Rejected(h map[string][]string, rt *Route, d sluice.Decision)
 	if retry <= 0 {
 		retry = time.Second
 	}
-	r.setFields(h, rt, d, retry, true)
+	r.setFields(h, rt, &d, retry, true)
 	h["Content-Type"] = problemContentType
 	h["Cache-Control"] = noStore
 	return HTTPStatus(sluice.CauseOf(d.Cause))
@@ -187,11 +187,11 @@ var (
 	noStore            = []string{"no-store"}
 )
 
-func (r *Renderer) setFields(h map[string][]string, rt *Route, d sluice.Decision, reset time.Duration, rejected bool) {
+func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decision, reset time.Duration, rejected bool) {
 	quota := d.Limit >= 0 && d.Policy != ""
 	var pf *policyFields
 	if quota {
-		pf = rt.fields(&d)
+		pf = rt.fields(d)
 		h[FieldRateLimitPolicy] = pf.policy
 		if r.Legacy {
 			h[FieldXRateLimitLimit] = pf.limitV
