@@ -28,6 +28,9 @@ func (fastNop) AdmitFast(context.Context, time.Duration) (sluice.Ticket, sluice.
 	return 0, sluice.Quota{Limit: -1}, nil
 }
 
+// FastOf returns p itself, the owner of its AdmitFast (see FastPolicy).
+func (p fastNop) FastOf() sluice.Policy { return p }
+
 // BenchmarkGuardDo is a request through a Guard with one no-op policy: two
 // monotonic clock reads plus the chain's bookkeeping. "serial" and
 // "parallel" use a no-op with AdmitFast, the form of every limiter and

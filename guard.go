@@ -118,9 +118,7 @@ func New(opts ...Option) (*Guard, error) {
 	}
 	g.fastp = make([]FastPolicy, len(g.policies))
 	for i, p := range g.policies {
-		if f, ok := p.(FastPolicy); ok {
-			g.fastp[i] = f
-		}
+		g.fastp[i] = FastFormOf(p)
 		if w, ok := p.(Waiter); ok && w.MayWait() {
 			if g.mayWait == nil {
 				g.mayWait = make([]bool, len(g.policies))
@@ -369,6 +367,9 @@ func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 				}
 				return rej
 			}
+			// The ticket is kept before anything else can panic (Name).
+			done.tickets[i] = t
+			done.n = i + 1
 			if out != nil && q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
 				*out, tight = q.Decision(f.Name()), true
 			}
@@ -384,12 +385,12 @@ func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 				}
 				return &RejectedError{Decision: d}
 			}
+			done.tickets[i] = t
+			done.n = i + 1
 			if out != nil && d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
 				*out, tight = d, true
 			}
 		}
-		done.tickets[i] = t
-		done.n = i + 1
 	}
 	if out == nil {
 		return nil

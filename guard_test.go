@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policytest"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // call is one Done a recorder heard.
@@ -615,4 +616,42 @@ func TestAdmitToWritesInPlace(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("AdmitTo allocates %v times per call, want 0", n)
 	}
+}
+
+// overriding embeds a policy with a fast form and overrides Admit: the
+// inherited AdmitFast would bypass the override.
+type overriding struct {
+	*ratelimit.TokenBucket
+	calls int
+}
+
+func (o *overriding) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	o.calls++
+	return sluice.Decision{Policy: o.Name(), Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+}
+
+// A policy that inherits AdmitFast from one it embeds is asked through its
+// own Admit; one with its own fast form is asked through that.
+func TestGuardAsksAnEmbeddingPolicyThroughItsAdmit(t *testing.T) {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	require.NoError(t, err)
+	o := &overriding{TokenBucket: tb}
+	assert.Nil(t, sluice.FastFormOf(o))
+	assert.NotNil(t, sluice.FastFormOf(tb))
+	assert.Nil(t, sluice.FastFormOf(nopPolicy{}))
+
+	g := mustGuard(t, sluice.With(o))
+	err = g.Do(t.Context(), func(context.Context) error { t.Fatal("the override rejects"); return nil })
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	var d sluice.Decision
+	var done sluice.Done
+	assert.ErrorIs(t, g.AdmitTo(t.Context(), nil, &done), sluice.ErrRateLimited)
+	assert.ErrorIs(t, g.AdmitTo(t.Context(), &d, &done), sluice.ErrRateLimited)
+	assert.Equal(t, 3, o.calls)
+
+	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return &overriding{TokenBucket: tb}, nil })
+	require.NoError(t, err)
+	g2 := mustGuard(t, sluice.With(keyed))
+	err = g2.Do(sluice.WithKey(t.Context(), "k"), func(context.Context) error { t.Fatal("the override rejects"); return nil })
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 }

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"reflect"
 	"time"
 )
 
@@ -72,9 +73,27 @@ type Policy interface {
 // would have returned (the Ticket is then unused, and Done is not called).
 // [FastAnswer] turns a Decision into this answer, so a policy can serve both
 // forms from one decision.
+//
+// A type that embeds a FastPolicy inherits its AdmitFast, and may define an
+// Admit of its own that the inherited AdmitFast would bypass. FastOf tells
+// them apart: it returns the policy whose AdmitFast it is, the receiver
+// itself, and [FastFormOf] takes the fast form only of a policy for which
+// FastOf returns a value of the policy's own type.
 type FastPolicy interface {
 	Policy
 	AdmitFast(ctx context.Context, now time.Duration) (Ticket, Quota, *RejectedError)
+	FastOf() Policy
+}
+
+// FastFormOf returns p's own fast form, or nil when it has none: when p is
+// not a FastPolicy, or when it inherits AdmitFast from a policy it embeds. A
+// Guard asks each of its policies once, when it is built.
+func FastFormOf(p Policy) FastPolicy {
+	f, ok := p.(FastPolicy)
+	if !ok || reflect.TypeOf(f.FastOf()) != reflect.TypeOf(p) {
+		return nil
+	}
+	return f
 }
 
 // Quota is what an admitted request leaves of a policy's quota: the Limit,

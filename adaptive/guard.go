@@ -165,6 +165,9 @@ func (g *Guard) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket
 	return t, sluice.Quota{Limit: -1}, nil
 }
 
+// FastOf returns g itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (g *Guard) FastOf() sluice.Policy { return g }
+
 // admit decides on a request at now: it returns the ticket and true when
 // the request may go, and otherwise writes the shed's Decision to *d.
 func (g *Guard) admit(ctx context.Context, now time.Duration, d *sluice.Decision) (sluice.Ticket, bool) {

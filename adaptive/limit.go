@@ -126,6 +126,9 @@ func (l *ConcurrencyLimit) AdmitFast(ctx context.Context, now time.Duration) (sl
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns l itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (l *ConcurrencyLimit) FastOf() sluice.Policy { return l }
+
 // takeFree takes a slot if one is free and no request waits for one, and
 // returns the limit and the slots taken before it.
 func (l *ConcurrencyLimit) takeFree() (lim, cur int64, ok bool) {

@@ -28,6 +28,9 @@ func (fastNop) AdmitFast(context.Context, time.Duration) (sluice.Ticket, sluice.
 	return 0, sluice.Quota{Limit: -1}, nil
 }
 
+// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (p fastNop) FastOf() sluice.Policy { return p }
+
 // BenchmarkGuardOverhead compares the cost of running a call through the
 // composition layer of each library, with one policy that never rejects: a
 // sluice Guard with a no-op policy, and a failsafe-go executor with a bulkhead

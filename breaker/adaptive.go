@@ -101,6 +101,9 @@ func (a *Adaptive) AdmitFast(_ context.Context, now time.Duration) (sluice.Ticke
 	return 0, sluice.Quota{Limit: -1}, nil
 }
 
+// FastOf returns a itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (a *Adaptive) FastOf() sluice.Policy { return a }
+
 // admit reports whether a request at now passes; a request it rejects counts
 // as a request not accepted.
 func (a *Adaptive) admit(now time.Duration) bool {

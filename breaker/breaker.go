@@ -180,6 +180,9 @@ func (b *Breaker) AdmitFast(ctx context.Context, now time.Duration) (sluice.Tick
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns b itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (b *Breaker) FastOf() sluice.Policy { return b }
+
 var _ sluice.FastPolicy = (*Breaker)(nil)
 
 func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -119,6 +119,9 @@ func (g *Group) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket
 	return sluice.Ticket(m.slot)<<32 | t&math.MaxUint32, q, nil
 }
 
+// FastOf returns g itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (g *Group) FastOf() sluice.Policy { return g }
+
 // Done reports how a request ended to the breaker that admitted it; a
 // breaker dropped from the Group since then ignores it. It is the
 // sluice.Policy method.

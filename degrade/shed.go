@@ -59,6 +59,9 @@ func (p *Shed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket,
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (p *Shed) FastOf() sluice.Policy { return p }
+
 // Done does nothing: a Shed keeps no state per request.
 func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 

@@ -19,6 +19,9 @@ func (tb *TokenBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice
 	return sluice.FastAnswer(&d, sluice.Ticket(n))
 }
 
+// FastOf returns tb itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (tb *TokenBucket) FastOf() sluice.Policy { return tb }
+
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (g *GCRA) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	n := sluice.CostFrom(ctx)
@@ -27,6 +30,9 @@ func (g *GCRA) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket,
 	return sluice.FastAnswer(&d, sluice.Ticket(n))
 }
 
+// FastOf returns g itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (g *GCRA) FastOf() sluice.Policy { return g }
+
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (b *LeakyBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	var d sluice.Decision
@@ -34,11 +40,17 @@ func (b *LeakyBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice.
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns b itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (b *LeakyBucket) FastOf() sluice.Policy { return b }
+
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (w *FixedWindow) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	d, t := w.decide(now, sluice.CostFrom(ctx))
 	return sluice.FastAnswer(&d, t)
 }
+
+// FastOf returns w itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (w *FixedWindow) FastOf() sluice.Policy { return w }
 
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (w *SlidingWindow) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
@@ -46,17 +58,26 @@ func (w *SlidingWindow) AdmitFast(ctx context.Context, now time.Duration) (sluic
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns w itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (w *SlidingWindow) FastOf() sluice.Policy { return w }
+
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (l *SlidingLog) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	d, t := l.decide(now, sluice.CostFrom(ctx), true)
 	return sluice.FastAnswer(&d, t)
 }
 
+// FastOf returns l itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (l *SlidingLog) FastOf() sluice.Policy { return l }
+
 // AdmitFast is Admit in the form of sluice.FastPolicy.
 func (w *WarmUp) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	d, t, _ := w.decide(int64(now), sluice.CostFrom(ctx), true)
 	return sluice.FastAnswer(&d, t)
 }
+
+// FastOf returns w itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (w *WarmUp) FastOf() sluice.Policy { return w }
 
 // freshRejections reports whether p is one of the limiters above, whose
 // AdmitFast makes a new *sluice.RejectedError for each rejection: a Keyed

@@ -363,6 +363,9 @@ func (k *Keyed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket
 	return keyedTicket(c, si, slot), q, nil
 }
 
+// FastOf returns k itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (k *Keyed) FastOf() sluice.Policy { return k }
+
 // errNoKey is enter's error for a request without a key that
 // MissingKeyReject turns away.
 var errNoKey = errors.New("ratelimit: keyed: no key")
@@ -564,7 +567,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	}
 	fresh := &keyedEntry{key: key, lim: lim, last: now}
 	fresh.dec, _ = lim.(keyDecider)
-	fresh.fast, _ = lim.(sluice.FastPolicy)
+	fresh.fast = sluice.FastFormOf(lim)
 	fresh.freshRej = freshRejections(lim)
 
 	s.mu.Lock()

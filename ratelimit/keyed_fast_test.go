@@ -41,6 +41,9 @@ func (s sharedRejection) AdmitFast(ctx context.Context, now time.Duration) (slui
 	return t, q, nil
 }
 
+// FastOf returns s itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (s sharedRejection) FastOf() sluice.Policy { return s }
+
 // TestKeyedAdmitFastAgrees drives two Keyeds alike, one through Admit and
 // one through AdmitFast, over keys, keyless requests, keys whose limiter
 // cannot be made, and limiters with and without a fast form: they must

@@ -90,6 +90,9 @@ func (p keyedWith) AdmitFast(ctx context.Context, now time.Duration) (sluice.Tic
 	return p.Keyed.AdmitFast(sluice.WithKey(ctx, p.key(now)), now)
 }
 
+// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (p keyedWith) FastOf() sluice.Policy { return p }
+
 func TestKeyedEvictsTheLeastRecentlyUsedKey(t *testing.T) {
 	var made atomic.Int64
 	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithMaxKeys(4))

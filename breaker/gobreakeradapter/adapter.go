@@ -149,6 +149,9 @@ func (p *Policy) AdmitFast(_ context.Context, _ time.Duration) (sluice.Ticket, s
 	return t, sluice.Quota{Limit: -1}, nil
 }
 
+// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (p *Policy) FastOf() sluice.Policy { return p }
+
 // allow asks gobreaker, and on an admission returns the ticket under which
 // its done function waits for Done.
 func (p *Policy) allow() (sluice.Ticket, error) {

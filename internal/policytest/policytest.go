@@ -91,7 +91,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("ReleasedRestores", func(t *testing.T) { released(t, cfg) })
 	t.Run("Concurrent", func(t *testing.T) { concurrent(t, cfg) })
 	t.Run("ThroughGuard", func(t *testing.T) { throughGuard(t, cfg, false) })
-	if _, ok := cfg.New(t).(sluice.FastPolicy); ok {
+	if sluice.FastFormOf(cfg.New(t)) != nil {
 		t.Run("FastAgrees", func(t *testing.T) { fastAgrees(t, cfg) })
 		t.Run("FastThroughGuard", func(t *testing.T) { throughGuard(t, cfg, true) })
 	}
@@ -323,6 +323,9 @@ func (c countingFast) AdmitFast(ctx context.Context, now time.Duration) (sluice.
 	}
 	return t, q, rej
 }
+
+// FastOf returns c itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (c countingFast) FastOf() sluice.Policy { return c }
 
 func throughGuard(t *testing.T, cfg Config, fast bool) {
 	p := cfg.New(t)
