@@ -2,8 +2,10 @@ package redislimit
 
 import "github.com/redis/go-redis/v9"
 
-// decideSrc is the one script every decision runs: it reads Redis TIME, decides
-// every limit of the request, and writes only when all of them admit.
+// decideSrc is the script of every refund and of every admission by a
+// limiter built by All (one-limit admissions run singleScripts, below): it
+// reads Redis TIME, decides every limit of the request, and writes only when
+// all of them admit.
 //
 // KEYS[i] is the state of limit i. ARGV[1] is the mode: "a" to admit, "r" to
 // refund what an earlier admission took. Then four arguments per limit: the
