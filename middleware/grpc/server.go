@@ -206,6 +206,9 @@ func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set 
 
 // rejectedDecision returns the Decision a Guard's rejection carries.
 func rejectedDecision(err error) sluice.Decision {
+	if rej, ok := err.(*sluice.RejectedError); ok { // as AdmitTo returns it
+		return rej.Decision
+	}
 	var rej *sluice.RejectedError
 	if errors.As(err, &rej) {
 		return rej.Decision

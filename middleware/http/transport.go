@@ -256,9 +256,8 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if g == nil {
 		return t.next.RoundTrip(req)
 	}
-	var d sluice.Decision
 	var done sluice.Done
-	if err := g.AdmitTo(sluice.WithResource(req.Context(), host), &d, &done); err != nil {
+	if err := g.AdmitTo(sluice.WithResource(req.Context(), host), nil, &done); err != nil {
 		closeRequestBody(req)
 		return nil, err
 	}
