@@ -24,6 +24,15 @@
 // [Waiter]: the Guard reads the clock again after it, so the policies after it
 // decide, and latencies are measured, from the end of the wait.
 //
+// A policy may also be a [FastPolicy]: an AdmitFast whose answer fits in
+// registers, which a Guard calls in Admit's place, because a nine-word
+// Decision returned through an interface call costs more than most policies'
+// own work. Every policy of sluice's packages is one; a policy written
+// elsewhere needs only Admit.
+//
+// Adapters and streams run a request themselves with [Guard.AdmitTo] (or
+// [Guard.Admit]) and the [Done] it fills.
+//
 // Every rejection is a [*RejectedError] carrying the [Decision] that rejected:
 // it matches errors.Is(err, ErrRejected) and exactly one of ErrRateLimited,
 // ErrCircuitOpen, ErrOverloaded or ErrConcurrencyLimited. The adapters in
