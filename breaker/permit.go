@@ -100,7 +100,13 @@ func (b *Breaker) Decide() (sluice.Decision, Permit) {
 	if p.state == StateOpen {
 		ra := b.cfg.openBase // held open: no need of the time
 		if !p.forced {
-			ra = p.openUntil - b.env.now()
+			var now time.Duration
+			if b.env.system {
+				now = sluice.Now() // inlined: one read of the runtime's clock
+			} else {
+				now = b.env.clock.Now()
+			}
+			ra = p.openUntil - now
 		}
 		if ra > 0 {
 			return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: ra, Cause: sluice.ErrCircuitOpen}, Permit{}
