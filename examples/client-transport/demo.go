@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/examples/internal/demo"
 )
 
 // run starts the dependency on a free loopback port and plays the
@@ -21,21 +23,21 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var ev events
-	client, rt, err := newClient(addr, ev.add)
+	var ev demo.Events
+	client, rt, err := newClient(addr, ev.Add)
 	if err != nil {
 		return errors.Join(err, stop())
 	}
-	err = demo(ctx, out, dep, client, &ev)
+	err = play(ctx, out, dep, client, &ev)
 	rt.CloseIdleConnections()
 	return errors.Join(err, rt.Close(), stop())
 }
 
-func demo(ctx context.Context, out io.Writer, dep *dependency, client *http.Client, ev *events) error {
+func play(ctx context.Context, out io.Writer, dep *dependency, client *http.Client, ev *demo.Events) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	// The breakers' state changes are printed under what caused them.
 	flush := func() {
-		for _, line := range ev.take() {
+		for _, line := range ev.Take() {
 			fmt.Fprint(out, line)
 		}
 	}
@@ -148,25 +150,4 @@ func (d *dependency) start(addr string) (stop func() error, bound string, err er
 		}
 		return err
 	}, ln.Addr().String(), nil
-}
-
-// events collects the lines the breakers log until the demonstration prints
-// them.
-type events struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (e *events) add(format string, args ...any) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.lines = append(e.lines, fmt.Sprintf(format, args...))
-}
-
-func (e *events) take() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	lines := e.lines
-	e.lines = nil
-	return lines
 }
