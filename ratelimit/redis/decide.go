@@ -146,7 +146,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	}
 	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
 	script, args := decideScript, c.args
-	if len(l.limits) == 1 {
+	if len(l.limits) == 1 { // its own script takes the period, quota and cost
 		script, args = l.limits[0].single, c.args[2:5]
 	}
 	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
