@@ -139,9 +139,18 @@ type Renderer struct {
 // the cost of an allocation is shared among them. (The values that depend
 // only on the policy are made once per Route.)
 type fieldSlab struct {
-	strs   [32]string
-	buf    [1536]byte
-	ns, nb int
+	strs       [32]string
+	vals       [32]rateLimitValue
+	buf        [1536]byte
+	ns, nv, nb int
+}
+
+// rateLimitValue is a RateLimit value with the r and t it was made for,
+// carved from a slab and immutable once carved; v points at the value's
+// string in the slab.
+type rateLimitValue struct {
+	r, t int64
+	v    *string
 }
 
 // slabs holds the slabs that have room left; each is used by one goroutine
@@ -157,9 +166,14 @@ const maxFieldBytes = 160
 // Legacy), when d has a quota (Limit ≥ 0) and QuietAdmitted is not set. rt
 // supplies the policy's window and keeps the values that depend only on the
 // policy, so that they are made once; it may be nil, and then they are made
-// afresh. The values that change per response are carved from a pooled slab
-// that a few dozen responses share, so a response allocates nothing of its
-// own.
+// afresh. The RateLimit value is kept per policy too and shared by the
+// responses that follow while their r and t stay the same, as they do under
+// a limit well above the traffic. The values that change are carved from a
+// pooled slab that a few dozen responses share, so a response allocates
+// nothing of its own.
+//
+// The values set are shared between responses: replace them (Header.Set,
+// Header.Del), never write into their slices.
 func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision) {
 	if r.QuietAdmitted || d.Limit < 0 || d.Policy == "" {
 		return
@@ -190,37 +204,49 @@ var (
 func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decision, reset time.Duration, rejected bool) {
 	quota := d.Limit >= 0 && d.Policy != ""
 	var pf *policyFields
+	var rv, tv int64
+	made := false // the RateLimit value is set
 	if quota {
 		pf = rt.fields(d)
 		h[FieldRateLimitPolicy] = pf.policy
 		if r.Legacy {
 			h[FieldXRateLimitLimit] = pf.limitV
 		}
+		rv, tv = sfInt(d.Remaining), sfInt(RetryAfterSeconds(reset))
+		if c := pf.last.Load(); c != nil && c.r == rv && c.t == tv {
+			h[FieldRateLimit] = unsafe.Slice(c.v, 1)
+			made = true
+			if !rejected && !r.Legacy {
+				return
+			}
+		}
 	} else if !rejected {
 		return
 	}
 	sl := slabs.Get().(*fieldSlab)
-	if sl.ns+4 > len(sl.strs) || sl.nb+maxFieldBytes > len(sl.buf) {
+	if sl.ns+4 > len(sl.strs) || sl.nv == len(sl.vals) || sl.nb+maxFieldBytes > len(sl.buf) {
 		sl = new(fieldSlab)
 	}
 	b := sl.buf[sl.nb:sl.nb]
 	var ends [4]int
 	var names [4]string
-	n := 0
+	n, rl := 0, -1
 	if rejected {
 		b = strconv.AppendInt(b, RetryAfterSeconds(reset), 10)
 		names[n], ends[n] = FieldRetryAfter, len(b)
 		n++
 	}
 	if quota {
-		b = append(b, pf.prefix...)
-		b = strconv.AppendInt(b, sfInt(d.Remaining), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, sfInt(RetryAfterSeconds(reset)), 10)
-		names[n], ends[n] = FieldRateLimit, len(b)
-		n++
+		if !made {
+			b = append(b, pf.prefix...)
+			b = strconv.AppendInt(b, rv, 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, tv, 10)
+			names[n], ends[n], rl = FieldRateLimit, len(b), n
+			n++
+		}
 		if r.Legacy {
-			b = strconv.AppendInt(b, sfInt(d.Remaining), 10)
+			b = strconv.AppendInt(b, rv, 10)
 			names[n], ends[n] = FieldXRateLimitRemaining, len(b)
 			n++
 			b = strconv.AppendInt(b, RetryAfterSeconds(reset), 10)
@@ -231,15 +257,25 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 	// The bytes of b are never written again (the slab moves past them), so
 	// the strings may share them.
 	all := unsafe.String(unsafe.SliceData(b), len(b))
-	if len(b) > 0 && unsafe.SliceData(b) == &sl.buf[sl.nb] {
+	carved := len(b) > 0 && unsafe.SliceData(b) == &sl.buf[sl.nb]
+	if carved {
 		sl.nb += len(b)
 	}
 	start := 0
 	for i := 0; i < n; i++ {
 		sl.strs[sl.ns] = all[start:ends[i]]
 		start = ends[i]
-		h[names[i]] = sl.strs[sl.ns : sl.ns+1 : sl.ns+1]
+		v := sl.strs[sl.ns : sl.ns+1 : sl.ns+1]
+		h[names[i]] = v
 		sl.ns++
+		if i == rl && carved {
+			// Only a value in the slab is shared: one that spilled to the
+			// heap (a long policy name) is made afresh each time.
+			c := &sl.vals[sl.nv]
+			sl.nv++
+			c.r, c.t, c.v = rv, tv, &v[0]
+			pf.last.Store(c)
+		}
 	}
 	slabs.Put(sl)
 }

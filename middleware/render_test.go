@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -125,6 +126,62 @@ func TestAdmittedFieldsAllocateNothingPerResponse(t *testing.T) {
 	assert.Equal(t, []string{`"nested";q=6`}, h[FieldRateLimitPolicy])
 }
 
+func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
+	rt := newRoute("", mustGuard(t, windowed{name: "a", w: time.Second}, windowed{name: "b", w: time.Second}))
+	da := sluice.Decision{Allowed: true, Policy: "a", Limit: 10, Remaining: 9, Reset: time.Second}
+	db := sluice.Decision{Allowed: true, Policy: "b", Limit: 20, Remaining: 19, Reset: 2 * time.Second}
+	var r Renderer
+	admit := func(d sluice.Decision) []string {
+		h := map[string][]string{}
+		r.Admitted(h, rt, d)
+		return h[FieldRateLimit]
+	}
+	same := func(x, y []string) bool { return unsafe.SliceData(x) == unsafe.SliceData(y) }
+
+	a1, a2 := admit(da), admit(da)
+	assert.Equal(t, []string{`"a";r=9;t=1`}, a1)
+	assert.True(t, same(a1, a2), "an unchanged r and t reuse the value")
+	assert.Equal(t, 1, cap(a1), "a shared value has no room to append into")
+
+	// Each policy keeps its own value.
+	b1 := admit(db)
+	assert.Equal(t, []string{`"b";r=19;t=2`}, b1)
+	assert.True(t, same(a1, admit(da)))
+	assert.True(t, same(b1, admit(db)))
+
+	// A new r, or a new t, makes a new value; only the latest is kept.
+	da.Remaining = 8
+	a3 := admit(da)
+	assert.Equal(t, []string{`"a";r=8;t=1`}, a3)
+	assert.False(t, same(a1, a3))
+	da.Reset = 1500 * time.Millisecond
+	assert.Equal(t, []string{`"a";r=8;t=2`}, admit(da))
+	da.Remaining, da.Reset = 9, time.Second
+	a4 := admit(da)
+	assert.Equal(t, []string{`"a";r=9;t=1`}, a4)
+	assert.False(t, same(a1, a4))
+
+	// A rejection whose t matches shares the value and still gets its
+	// Retry-After; the older fields are made next to a shared value.
+	h := map[string][]string{}
+	rej := sluice.Decision{Policy: "a", Limit: 10, Remaining: 9, RetryAfter: 900 * time.Millisecond, Cause: sluice.ErrRateLimited}
+	assert.Equal(t, 429, r.Rejected(h, rt, rej))
+	assert.True(t, same(a4, h[FieldRateLimit]))
+	assert.Equal(t, []string{"1"}, h[FieldRetryAfter])
+	h = map[string][]string{}
+	(&Renderer{Legacy: true}).Admitted(h, rt, da)
+	assert.True(t, same(a4, h[FieldRateLimit]))
+	assert.Equal(t, []string{"9"}, h[FieldXRateLimitRemaining])
+	assert.Equal(t, []string{"1"}, h[FieldXRateLimitReset])
+	assert.Equal(t, []string{"10"}, h[FieldXRateLimitLimit])
+
+	// A value longer than a slab's bytes is made afresh each time.
+	long := sluice.Decision{Allowed: true, Policy: strings.Repeat("p", 2000), Limit: 9, Remaining: 8}
+	l1, l2 := admit(long), admit(long)
+	assert.Equal(t, l1, l2)
+	assert.False(t, same(l1, l2))
+}
+
 func TestFieldsClampToStructuredIntegers(t *testing.T) {
 	h := map[string][]string{}
 	(&Renderer{}).Admitted(h, nil, sluice.Decision{Allowed: true, Policy: "p", Limit: 1 << 62, Remaining: 1 << 61})
@@ -193,6 +250,11 @@ func TestFieldValuesOutliveTheirSlab(t *testing.T) {
 				if i%50 == 0 {
 					d = long
 					want = `"` + long.Policy + `";r=8;t=0`
+				}
+				if i%5 == 1 && i%7 != 0 {
+					// Values every goroutine repeats: shared between responses.
+					d.Remaining, d.Reset = 7, 3*time.Second
+					want = `"ratelimit/api";r=7;t=3`
 				}
 				r := Renderer{Legacy: i%3 == 0}
 				if i%7 == 0 {

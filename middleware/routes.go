@@ -49,6 +49,11 @@ type policyFields struct {
 	policy []string // RateLimit-Policy
 	limitV []string // X-RateLimit-Limit
 	prefix string   // RateLimit up to r's value: "name";r=
+	// last is the RateLimit value of the latest response that had to make
+	// one: while the policy's r and t stay the same (a limit well above the
+	// traffic keeps r at the burst less one), responses share it instead of
+	// formatting their own.
+	last atomic.Pointer[rateLimitValue]
 }
 
 func newPolicyFields(name string, limit int64, window time.Duration) *policyFields {
