@@ -140,10 +140,18 @@ type Renderer struct {
 // only on the policy are made once per Route.)
 type fieldSlab struct {
 	strs       [32]string
-	vals       [32]rateLimitValue
+	vals       [4]rateLimitValue
 	buf        [1536]byte
 	ns, nv, nb int
+	made       int // RateLimit values made in the slab
 }
+
+// shareEvery is how often a RateLimit value made in a slab is kept for the
+// responses that follow: the first of a slab, then one in shareEvery. A
+// value that repeats is kept after a few responses; values that change with
+// every response (a limit near its quota) then rarely write the shared
+// pointer, which would otherwise bounce between cores.
+const shareEvery = 8
 
 // rateLimitValue is a RateLimit value with the r and t it was made for,
 // carved from a slab and immutable once carved; v points at the value's
@@ -224,7 +232,7 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 		return
 	}
 	sl := slabs.Get().(*fieldSlab)
-	if sl.ns+4 > len(sl.strs) || sl.nv == len(sl.vals) || sl.nb+maxFieldBytes > len(sl.buf) {
+	if sl.ns+4 > len(sl.strs) || sl.nb+maxFieldBytes > len(sl.buf) {
 		sl = new(fieldSlab)
 	}
 	b := sl.buf[sl.nb:sl.nb]
@@ -271,10 +279,13 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 		if i == rl && carved {
 			// Only a value in the slab is shared: one that spilled to the
 			// heap (a long policy name) is made afresh each time.
-			c := &sl.vals[sl.nv]
-			sl.nv++
-			c.r, c.t, c.v = rv, tv, &v[0]
-			pf.last.Store(c)
+			if sl.made%shareEvery == 0 && sl.nv < len(sl.vals) {
+				c := &sl.vals[sl.nv]
+				sl.nv++
+				c.r, c.t, c.v = rv, tv, &v[0]
+				pf.last.Store(c)
+			}
+			sl.made++
 		}
 	}
 	slabs.Put(sl)

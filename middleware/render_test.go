@@ -137,29 +137,40 @@ func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
 		return h[FieldRateLimit]
 	}
 	same := func(x, y []string) bool { return unsafe.SliceData(x) == unsafe.SliceData(y) }
+	// settle returns the value that responses with d's r and t share once a
+	// few of them have made their own.
+	settle := func(d sluice.Decision, want string) []string {
+		t.Helper()
+		prev := admit(d)
+		for range 4 * shareEvery {
+			v := admit(d)
+			require.Equal(t, []string{want}, v)
+			if same(prev, v) {
+				return v
+			}
+			prev = v
+		}
+		t.Fatalf("%s: no value shared", want)
+		return nil
+	}
 
-	a1, a2 := admit(da), admit(da)
-	assert.Equal(t, []string{`"a";r=9;t=1`}, a1)
-	assert.True(t, same(a1, a2), "an unchanged r and t reuse the value")
+	a1 := settle(da, `"a";r=9;t=1`)
+	assert.True(t, same(a1, admit(da)), "an unchanged r and t reuse the value")
 	assert.Equal(t, 1, cap(a1), "a shared value has no room to append into")
 
 	// Each policy keeps its own value.
-	b1 := admit(db)
-	assert.Equal(t, []string{`"b";r=19;t=2`}, b1)
+	b1 := settle(db, `"b";r=19;t=2`)
 	assert.True(t, same(a1, admit(da)))
 	assert.True(t, same(b1, admit(db)))
 
-	// A new r, or a new t, makes a new value; only the latest is kept.
+	// A new r, or a new t, is never answered with the kept value.
 	da.Remaining = 8
-	a3 := admit(da)
-	assert.Equal(t, []string{`"a";r=8;t=1`}, a3)
+	a3 := settle(da, `"a";r=8;t=1`)
 	assert.False(t, same(a1, a3))
 	da.Reset = 1500 * time.Millisecond
-	assert.Equal(t, []string{`"a";r=8;t=2`}, admit(da))
+	settle(da, `"a";r=8;t=2`)
 	da.Remaining, da.Reset = 9, time.Second
-	a4 := admit(da)
-	assert.Equal(t, []string{`"a";r=9;t=1`}, a4)
-	assert.False(t, same(a1, a4))
+	a4 := settle(da, `"a";r=9;t=1`)
 
 	// A rejection whose t matches shares the value and still gets its
 	// Retry-After; the older fields are made next to a shared value.
@@ -175,11 +186,28 @@ func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
 	assert.Equal(t, []string{"1"}, h[FieldXRateLimitReset])
 	assert.Equal(t, []string{"10"}, h[FieldXRateLimitLimit])
 
+	// Values that change with every response replace the kept one only now
+	// and then.
+	slot := &rt.policies[0].fields
+	kept, replaced := slot.Load().last.Load(), 0
+	for i := range 64 {
+		da.Remaining = int64(i % 5)
+		v := admit(da)
+		require.Equal(t, []string{`"a";r=` + strconv.Itoa(i%5) + ";t=1"}, v)
+		if c := slot.Load().last.Load(); c != kept {
+			kept = c
+			replaced++
+		}
+	}
+	assert.Less(t, replaced, 48, "a value kept for every response made")
+
 	// A value longer than a slab's bytes is made afresh each time.
 	long := sluice.Decision{Allowed: true, Policy: strings.Repeat("p", 2000), Limit: 9, Remaining: 8}
-	l1, l2 := admit(long), admit(long)
-	assert.Equal(t, l1, l2)
-	assert.False(t, same(l1, l2))
+	for range 2 * shareEvery {
+		l1, l2 := admit(long), admit(long)
+		require.Equal(t, l1, l2)
+		require.False(t, same(l1, l2))
+	}
 }
 
 func TestFieldsClampToStructuredIntegers(t *testing.T) {
