@@ -292,6 +292,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 		return
 	}
 	draw := b.jitterDraw()
+	now = b.at(now)
 	b.mu.Lock()
 	if b.cur.Load() == p {
 		b.trips++
@@ -299,6 +300,16 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	}
 	b.mu.Unlock()
 	b.notifier.dispatch()
+}
+
+// at returns now, or the breaker's clock when now is unread: a Permit of a
+// breaker that needs no end instant to count outcomes leaves it unread, and
+// the open period must still start when the call ended.
+func (b *Breaker) at(now time.Duration) time.Duration {
+	if now == unread {
+		return b.env.now()
+	}
+	return now
 }
 
 // failRun adds a failure at epoch e to p's run of failures and returns the
@@ -356,6 +367,7 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 	if !ok {
 		draw = b.jitterDraw()
 	}
+	now = b.at(now)
 	b.mu.Lock()
 	if b.cur.Load() == p {
 		if ok {

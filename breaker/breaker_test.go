@@ -296,6 +296,46 @@ func TestAllowDecideExecute(t *testing.T) {
 	assert.Equal(t, breaker.StateOpen, b.State())
 }
 
+// A breaker that counts outcomes without the time (a count window, no
+// slow-call strategy) lets Record skip the clock; its open periods must
+// still start when the tripping call ended, however long the process has
+// run.
+func TestPermitOpensForTheWholeDurationLongAfterStart(t *testing.T) {
+	clk := sluice.NewManualClock(10 * time.Hour)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec))
+	for range 2 {
+		pm, err := b.Allow()
+		require.NoError(t, err)
+		pm.Record(F)
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	var rej *sluice.RejectedError
+	_, err := b.Allow()
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, sec, rej.RetryAfter())
+	clk.Advance(sec - ms)
+	_, err = b.Allow()
+	require.ErrorAs(t, err, &rej, "still open a millisecond before the end")
+
+	clk.Advance(ms)
+	pm, err := b.Allow()
+	require.NoError(t, err, "the probe")
+	clk.Advance(300 * ms)
+	pm.Record(F)
+	_, err = b.Allow()
+	require.ErrorAs(t, err, &rej)
+	assert.Equal(t, sec, rej.RetryAfter(), "a failed probe opens from its end")
+
+	clk.Advance(sec)
+	require.NoError(t, b.Execute(func() error { return nil }))
+	assert.Equal(t, breaker.StateClosed, b.State())
+	for range 2 {
+		_ = b.Execute(func() error { return errors.New("boom") })
+	}
+	clk.Advance(sec - ms)
+	assert.ErrorAs(t, b.Execute(func() error { return nil }), &rej, "Execute trips for the whole duration too")
+}
+
 func TestHotPathsDoNotAllocate(t *testing.T) {
 	ctx := context.Background()
 	for _, opts := range [][]breaker.Option{nil, {breaker.WithRollingWindow(10*sec, 10), breaker.WithErrorRatio(0.5, 20)}} {

@@ -23,6 +23,10 @@ type Permit struct {
 // Allow's and Decide's results small.
 const noStart = time.Duration(math.MinInt64)
 
+// unread is the end instant Record hands to a breaker's Done when it did not
+// read the clock: the breaker reads it when a change of state needs it.
+const unread = noStart
+
 // permitEnv is what every Permit of one policy shares.
 type permitEnv struct {
 	p        sluice.Policy
@@ -55,12 +59,13 @@ func (p Permit) Finish(err error) {
 }
 
 // Record reports the end of the call with outcome o. The clock is read only
-// when the policy needs the end instant or the latency.
+// when the policy needs the end instant or the latency; otherwise the
+// breaker reads it itself if the outcome changes its state.
 func (p Permit) Record(o sluice.Outcome) {
 	if p.env == nil {
 		return
 	}
-	var now, lat time.Duration
+	now, lat := unread, time.Duration(0)
 	if p.env.timed {
 		now = p.env.now()
 		if p.start != noStart {
