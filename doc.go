@@ -18,7 +18,10 @@
 // outer to inner, reading the monotonic clock once when the request arrives and
 // once when it ends; the policies never read the clock themselves. When an inner
 // policy rejects, the outer ones that already admitted are released, so no
-// token, concurrency slot or half-open probe leaks.
+// token, concurrency slot or half-open probe leaks. When none of the policies
+// needs the end instant ([UntimedDone]: rate limiters, a breaker on a count
+// window), the Guard reads the clock once per request, and a breaker reads
+// it itself in the rare event that an outcome trips it.
 //
 // A policy whose Admit may wait (a shaper, a queued concurrency limit) is a
 // [Waiter]: the Guard reads the clock again after it, so the policies after it

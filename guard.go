@@ -13,7 +13,7 @@ import (
 // For each request it reads its Clock once when the request arrives and hands
 // that instant to every policy's Admit; when the request ends it reads the
 // clock once more and hands the end instant and the latency to every policy
-// that admitted. When a policy rejects, the policies before it in the chain,
+// that admitted (unless none of them needs them: see UntimedDone). When a policy rejects, the policies before it in the chain,
 // which had admitted, are given Done with Released, so they give back what they
 // took.
 //
@@ -32,6 +32,7 @@ type Guard struct {
 	onFallback []func(context.Context, FallbackEvent)
 	timeout    time.Duration // call deadline; 0: none; see timeout.go
 	fast       bool          // Do and Execute may take their fast path
+	untimed    bool          // every policy is UntimedDone: Done reads no clock
 }
 
 // Option configures a Guard.
@@ -128,6 +129,12 @@ func New(opts ...Option) (*Guard, error) {
 	}
 	g.fast = g.mayWait == nil && len(g.policies) <= len(Done{}.tickets) &&
 		len(g.onDecision) == 0
+	g.untimed = g.clock == nil && len(g.policies) > 0
+	for _, p := range g.policies {
+		if !IsUntimed(p) {
+			g.untimed = false
+		}
+	}
 	if len(g.onState) > 0 {
 		for _, p := range g.policies {
 			if s, ok := p.(StateSource); ok {
@@ -510,8 +517,8 @@ func (d *Done) Finish(err error) {
 }
 
 // Record reports the end of the request with outcome o, reading the clock
-// once for the end instant and latency. Only the first Finish or Record
-// counts.
+// once for the end instant and latency, unless every policy of the Guard is
+// UntimedDone and o is not Released. Only the first Finish or Record counts.
 func (d *Done) Record(o Outcome) {
 	g := d.g
 	if g == nil {
@@ -519,6 +526,12 @@ func (d *Done) Record(o Outcome) {
 	}
 	d.g = nil
 	var now time.Duration
+	if g.untimed && o != Released {
+		for i := d.n - 1; i >= 0; i-- {
+			g.policies[i].Done(d.ticket(i), o, Unread, 0)
+		}
+		return
+	}
 	if g.clock == nil {
 		now = time.Since(processStart)
 	} else {

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"math"
 	"reflect"
 	"time"
 )
@@ -40,7 +41,7 @@ type Decision struct {
 // when the request has ended, with the Ticket that Admit returned, the outcome,
 // the instant the request ended and its latency: how long the call itself ran,
 // from the end of its admission to its end. A policy never reads the clock
-// itself on this path.
+// itself on this path, except a policy that implements UntimedDone.
 //
 // Implementations must be safe for concurrent use. A policy may block in Admit
 // (a shaper waiting for its slot, a queue for a concurrency slot); it must then
@@ -55,6 +56,40 @@ type Policy interface {
 	// latency is the time since this policy's own Admit, so now - latency is
 	// the instant Admit was given.
 	Done(t Ticket, o Outcome, now, latency time.Duration)
+}
+
+// Unread is the end instant a Guard hands to Done when it did not read the
+// clock at the end of a call: see UntimedDone.
+const Unread = time.Duration(math.MinInt64)
+
+// UntimedDone is implemented by a policy whose Done has no use for the end
+// instant or the latency of a call that ended in Success, Failure or
+// Ignored: a rate limiter, which uses them only to give back what a Released
+// request took; a breaker that counts outcomes in a count window and has no
+// slow-call strategy. When every policy of a Guard on SystemClock is one, the
+// Guard reads the clock once per call instead of twice: Done then gets
+// Unread as now and 0 as latency for those outcomes. Released always comes
+// with the instant read. A policy that needs the time after all, rarely (a
+// breaker that trips at that outcome), reads SystemClock itself.
+//
+// UntimedOf returns the receiver itself when it can do without them, and nil
+// when it cannot (a breaker on a rolling window, or on a clock of its own).
+// A type that embeds such a policy and has a Done of its own inherits
+// UntimedOf; [IsUntimed] tells the two apart as [FastFormOf] does.
+type UntimedDone interface {
+	UntimedOf() Policy
+}
+
+// IsUntimed reports whether p's own Done can do without the end instant and
+// the latency (see UntimedDone): p's UntimedOf returns a value of p's own
+// type.
+func IsUntimed(p Policy) bool {
+	u, ok := p.(UntimedDone)
+	if !ok {
+		return false
+	}
+	o := u.UntimedOf()
+	return o != nil && reflect.TypeOf(o) == reflect.TypeOf(p)
 }
 
 // FastPolicy is a Policy that also admits in a form whose answer fits in

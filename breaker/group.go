@@ -77,6 +77,16 @@ func NewGroup(name string, opts ...Option) (*Group, error) {
 // Name returns "breaker/" followed by the name given to NewGroup.
 func (g *Group) Name() string { return g.name }
 
+// UntimedOf returns g itself when its breakers need no end instant nor
+// latency for a Success, a Failure or an Ignored call, as
+// [Breaker.UntimedOf] says; nil otherwise.
+func (g *Group) UntimedOf() sluice.Policy {
+	if g.cfg.count > 0 && g.cfg.slowThreshold == 0 && g.cfg.clock == sluice.SystemClock {
+		return g
+	}
+	return nil
+}
+
 // Len returns the number of breakers the Group holds, the overflow breaker
 // not included.
 func (g *Group) Len() int {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/policytest"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // rejectMost is a test policy standing in for a rate limiter: it rejects
@@ -101,6 +102,53 @@ func TestGuardReleasedProbeFreesItsSlot(t *testing.T) {
 	assert.Equal(t, breaker.StateClosed, b.State())
 }
 
+func TestUntimedOnlyOnACountWindowOnSystemClock(t *testing.T) {
+	assert.True(t, sluice.IsUntimed(mustNew(t)), "the default: a count window, no slow-call strategy")
+	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithRollingWindow(10*sec, 10))))
+	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithSlowCallRatio(ms, 0.5, 10))))
+	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithClock(sluice.NewManualClock(0)))))
+	g, err := breaker.NewGroup("g")
+	require.NoError(t, err)
+	assert.True(t, sluice.IsUntimed(g))
+	g, err = breaker.NewGroup("g", breaker.WithRollingWindow(10*sec, 10))
+	require.NoError(t, err)
+	assert.False(t, sluice.IsUntimed(g))
+}
+
+// A Guard of untimed policies gives Done no end instant: the breaker reads
+// the clock when it trips, and its open period starts then.
+func TestGuardWithoutEndInstantOpensForTheWholeDuration(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	guard := func() (*sluice.Guard, *breaker.Breaker) {
+		tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000), 1_000_000)
+		require.NoError(t, err)
+		b := mustNew(t, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Hour))
+		g, err := sluice.New(sluice.With(tb, b))
+		require.NoError(t, err)
+		return g, b
+	}
+	retryAfter := func(g *sluice.Guard) time.Duration {
+		t.Helper()
+		err := g.Do(ctx, func(context.Context) error { t.Fatal("ran while open"); return nil })
+		var rej *sluice.RejectedError
+		require.ErrorAs(t, err, &rej)
+		return rej.RetryAfter()
+	}
+
+	g, _ := guard()
+	for range 2 {
+		require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return boom }), boom)
+	}
+	assert.InDelta(t, float64(time.Hour), float64(retryAfter(g)), float64(time.Minute))
+
+	// A probe that fails opens it again, from the probe's end.
+	g, b := guard()
+	b.OpenFor(sluice.Now(), time.Nanosecond)
+	require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return boom }), boom)
+	assert.InDelta(t, float64(time.Hour), float64(retryAfter(g)), float64(time.Minute))
+}
+
 func TestConformance(t *testing.T) {
 	t.Run("Breaker", func(t *testing.T) {
 		policytest.Run(t, policytest.Config{
@@ -108,7 +156,8 @@ func TestConformance(t *testing.T) {
 				return mustNew(t, breaker.WithErrorRatio(0.1, 10), breaker.WithCountWindow(20),
 					breaker.WithOpenDuration(5*ms), breaker.WithHalfOpenProbes(3, 0.6))
 			},
-			Causes: []error{sluice.ErrCircuitOpen},
+			Causes:            []error{sluice.ErrCircuitOpen},
+			UntimedReadsClock: true,
 		})
 	})
 	t.Run("BreakerRolling", func(t *testing.T) {
@@ -142,7 +191,8 @@ func TestConformance(t *testing.T) {
 				require.NoError(t, err)
 				return g
 			},
-			Causes: []error{sluice.ErrCircuitOpen},
+			Causes:            []error{sluice.ErrCircuitOpen},
+			UntimedReadsClock: true,
 		})
 	})
 }

@@ -65,6 +65,9 @@ func (p *Shed) FastOf() sluice.Policy { return p }
 // Done does nothing: a Shed keeps no state per request.
 func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
+// UntimedOf returns p itself (sluice.UntimedDone): its Done does nothing.
+func (p *Shed) UntimedOf() sluice.Policy { return p }
+
 // Subscribe registers fn for the switch's flips, as Switch.Subscribe does,
 // with the StateChange naming the Shed policy, as a StateChange names the
 // policy whose state changed.

@@ -100,3 +100,42 @@ var (
 	_ sluice.FastPolicy = (*SlidingLog)(nil)
 	_ sluice.FastPolicy = (*WarmUp)(nil)
 )
+
+// The limiters use the end instant and the latency of a call only to give
+// back what a Released request took: they are sluice.UntimedDone, and a Guard
+// of them (and of other such policies) reads the clock once per call.
+
+// UntimedOf returns tb itself (sluice.UntimedDone).
+func (tb *TokenBucket) UntimedOf() sluice.Policy { return tb }
+
+// UntimedOf returns g itself (sluice.UntimedDone).
+func (g *GCRA) UntimedOf() sluice.Policy { return g }
+
+// UntimedOf returns b itself (sluice.UntimedDone).
+func (b *LeakyBucket) UntimedOf() sluice.Policy { return b }
+
+// UntimedOf returns w itself (sluice.UntimedDone).
+func (w *FixedWindow) UntimedOf() sluice.Policy { return w }
+
+// UntimedOf returns w itself (sluice.UntimedDone).
+func (w *SlidingWindow) UntimedOf() sluice.Policy { return w }
+
+// UntimedOf returns l itself (sluice.UntimedDone).
+func (l *SlidingLog) UntimedOf() sluice.Policy { return l }
+
+// UntimedOf returns w itself (sluice.UntimedDone).
+func (w *WarmUp) UntimedOf() sluice.Policy { return w }
+
+// UntimedOf returns s itself (sluice.UntimedDone).
+func (s *Shaper) UntimedOf() sluice.Policy { return s }
+
+var (
+	_ sluice.UntimedDone = (*TokenBucket)(nil)
+	_ sluice.UntimedDone = (*GCRA)(nil)
+	_ sluice.UntimedDone = (*LeakyBucket)(nil)
+	_ sluice.UntimedDone = (*FixedWindow)(nil)
+	_ sluice.UntimedDone = (*SlidingWindow)(nil)
+	_ sluice.UntimedDone = (*SlidingLog)(nil)
+	_ sluice.UntimedDone = (*WarmUp)(nil)
+	_ sluice.UntimedDone = (*Shaper)(nil)
+)

@@ -190,6 +190,10 @@ func (p *Policy) retryAfter(err error) time.Duration {
 	return p.timeout
 }
 
+// UntimedOf returns p itself (sluice.UntimedDone): gobreaker keeps its own
+// time, and Done passes on only the outcome.
+func (p *Policy) UntimedOf() sluice.Policy { return p }
+
 // Done reports the outcome to gobreaker: Success as a nil error, Failure as
 // ErrFailure, Ignored and Released as ErrExcluded. It is the sluice.Policy
 // method.

@@ -43,6 +43,12 @@ type Config struct {
 	// driven alike need not decide alike, so FastAgrees checks each decision
 	// against the contract only.
 	WallClock bool
+	// UntimedReadsClock marks sluice.UntimedDone policies that, told Unread,
+	// read SystemClock when an outcome changes their state (a breaker that
+	// trips): on the suite's made-up instants such a policy cannot decide
+	// exactly as its twin told them, so UntimedAgrees checks its decisions
+	// against the contract only.
+	UntimedReadsClock bool
 	// Causes lists the causes the policy rejects with; default all of
 	// sluice's. Each rejection must match one of them.
 	Causes []error
@@ -94,6 +100,48 @@ func Run(t *testing.T, cfg Config) {
 	if sluice.FastFormOf(cfg.New(t)) != nil {
 		t.Run("FastAgrees", func(t *testing.T) { fastAgrees(t, cfg) })
 		t.Run("FastThroughGuard", func(t *testing.T) { throughGuard(t, cfg, true) })
+	}
+	if sluice.IsUntimed(cfg.New(t)) {
+		t.Run("UntimedAgrees", func(t *testing.T) { untimedAgrees(t, cfg) })
+	}
+}
+
+// untimedAgrees drives two fresh policies through the same calls, one told
+// the end instant and the latency of every call, the other told Unread and
+// 0 but for Released ones, as a Guard of sluice.UntimedDone policies does,
+// and requires the same decisions, unless the policies are random or read
+// the wall clock.
+func untimedAgrees(t *testing.T, cfg Config) {
+	a, b := cfg.New(t), cfg.New(t)
+	ctx, cancel := admitCtx(t)
+	defer cancel()
+	now := cfg.Start
+	admitted := 0
+	for i := range 2000 {
+		if i%20 == 0 {
+			now += 20 * cfg.Step
+		}
+		da, ta := a.Admit(ctx, now)
+		db, tb := b.Admit(ctx, now)
+		CheckDecision(t, cfg, b, db)
+		if !cfg.Random && !cfg.WallClock && !cfg.UntimedReadsClock && da != db {
+			t.Fatalf("call %d at %v: told the end instants, decided %+v; told Unread, %+v", i, now, da, db)
+		}
+		o := cfg.Outcome(admitted)
+		if i%11 == 5 {
+			o = sluice.Released
+		}
+		if da.Allowed {
+			a.Done(ta, o, now+cfg.Latency, cfg.Latency)
+		}
+		if db.Allowed {
+			if o == sluice.Released {
+				b.Done(tb, o, now+cfg.Latency, cfg.Latency)
+			} else {
+				b.Done(tb, o, sluice.Unread, 0)
+			}
+			admitted++
+		}
 	}
 }
 
