@@ -16,12 +16,13 @@
 //
 // Each of them is a [Policy]. A [Guard] runs a request through its policies,
 // outer to inner, reading the monotonic clock once when the request arrives and
-// once when it ends; the policies never read the clock themselves. When an inner
+// once when it ends, and the policies take the instants it read. When an inner
 // policy rejects, the outer ones that already admitted are released, so no
-// token, concurrency slot or half-open probe leaks. When none of the policies
-// needs the end instant ([UntimedDone]: rate limiters, a breaker on a count
-// window), the Guard reads the clock once per request, and a breaker reads
-// it itself in the rare event that an outcome trips it.
+// token, concurrency slot or half-open probe leaks. A Guard on SystemClock
+// whose policies need no end instant ([UntimedDone]: the in-memory rate
+// limiters but Keyed, a breaker on a count window without a slow-call
+// strategy) reads the clock once per request; such a breaker reads it
+// itself when an outcome trips it or ends a half-open probe.
 //
 // A policy whose Admit may wait (a shaper, a queued concurrency limit) is a
 // [Waiter]: the Guard reads the clock again after it, so the policies after it

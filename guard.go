@@ -13,9 +13,9 @@ import (
 // For each request it reads its Clock once when the request arrives and hands
 // that instant to every policy's Admit; when the request ends it reads the
 // clock once more and hands the end instant and the latency to every policy
-// that admitted (unless none of them needs them: see UntimedDone). When a policy rejects, the policies before it in the chain,
-// which had admitted, are given Done with Released, so they give back what they
-// took.
+// that admitted, unless none of them needs them (see UntimedDone). When a
+// policy rejects, the policies before it in the chain, which had admitted,
+// are given Done with Released, so they give back what they took.
 //
 // A Guard is safe for concurrent use. A nil *Guard lets every request through
 // unguarded, so an adapter's route table can map unguarded routes to nil.
@@ -458,6 +458,9 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done, out *Decision) error 
 		}
 	}
 	done.start = now
+	if g.mayWait != nil {
+		done.ats = at // for a later Released, as above
+	}
 	*out = best
 	if len(g.onDecision) > 0 {
 		g.decided(ctx, best)
@@ -494,6 +497,7 @@ type Done struct {
 	ran     bool // the call was handed over to run
 	tickets [4]Ticket
 	more    []Ticket
+	ats     []time.Duration // after a wait: the instant each policy admitted at
 }
 
 func (d *Done) ticket(i int) Ticket {
@@ -517,8 +521,9 @@ func (d *Done) Finish(err error) {
 }
 
 // Record reports the end of the request with outcome o, reading the clock
-// once for the end instant and latency, unless every policy of the Guard is
-// UntimedDone and o is not Released. Only the first Finish or Record counts.
+// once for the end instant and latency, unless the Guard reads SystemClock,
+// every policy of it is UntimedDone and o is not Released. Only the first
+// Finish or Record counts.
 func (d *Done) Record(o Outcome) {
 	g := d.g
 	if g == nil {
@@ -537,11 +542,13 @@ func (d *Done) Record(o Outcome) {
 	} else {
 		now = g.clock.Now()
 	}
-	lat := now - d.start
-	if lat < 0 {
-		lat = 0
-	}
+	lat := max(now-d.start, 0)
 	for i := d.n - 1; i >= 0; i-- {
+		if o == Released && d.ats != nil {
+			// Released tells each policy how long ago its own Admit was,
+			// which differs from the call's start after a wait.
+			lat = max(now-d.ats[i], 0)
+		}
 		g.policies[i].Done(d.ticket(i), o, now, lat)
 	}
 }

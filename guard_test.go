@@ -507,6 +507,28 @@ func TestGuardReleaseAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T) {
 		"the one after the wait admitted at its end")
 }
 
+// Released after an admission that waited, as an adapter reports a request
+// that an inner layer turned away, tells each policy how long ago its own
+// Admit was, as a release within the chain does.
+func TestGuardRecordReleasedAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", 5)
+	queue := &waiting{recorder: newRecorder("queue", 5), clk: clk, wait: 300 * time.Millisecond}
+	inner := newRecorder("inner", 5)
+	g := mustGuard(t, sluice.With(outer, queue, inner), sluice.WithClock(clk))
+
+	_, done, err := g.Admit(t.Context())
+	require.NoError(t, err)
+	clk.Advance(100 * time.Millisecond)
+	done.Record(sluice.Released)
+	end := 1400 * time.Millisecond
+	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, outer.doneCalls())
+	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, queue.doneCalls(),
+		"the waiting policy admitted at arrival")
+	assert.Equal(t, []call{{1, sluice.Released, end, 100 * time.Millisecond}}, inner.doneCalls(),
+		"the one after the wait admitted at its end")
+}
+
 // A panic before the call ran (an OnDecision observer, a policy's Admit)
 // releases every policy that had admitted; none is left waiting for a Done.
 func TestGuardPanicBeforeTheCallReleasesAdmittedPolicies(t *testing.T) {

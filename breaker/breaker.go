@@ -113,8 +113,8 @@ func (b *Breaker) newWindow(p *phase) {
 // UntimedOf returns b itself when its Done needs no end instant nor latency
 // for a Success, a Failure or an Ignored call (sluice.UntimedDone): when it
 // counts outcomes in a count window, has no slow-call strategy and reads
-// SystemClock. It then reads the clock itself when such an outcome trips
-// it. It returns nil otherwise.
+// SystemClock. It then reads the clock itself when such an outcome trips it
+// or is a half-open probe's. It returns nil otherwise.
 func (b *Breaker) UntimedOf() sluice.Policy {
 	if b.cfg.count > 0 && b.slow == 0 && b.env.system {
 		return b

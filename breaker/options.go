@@ -332,9 +332,11 @@ func WithHalfOpenProbes(n int, successRatio float64) Option {
 }
 
 // WithClock sets the clock read by the methods that take no instant (Allow,
-// Execute, ForceOpen, Counts...); the default is sluice.SystemClock. Inside a
-// Guard the Guard's clock is used: give both the same one. Applies to New,
-// NewAdaptive and NewGroup.
+// Execute, ForceOpen, Counts...), and by Done and a Permit's Record when
+// they were not given the end instant (sluice.Unread) and an outcome changes
+// the breaker's state; the default is sluice.SystemClock. Inside a Guard the
+// Guard's clock is used: give both the same one. Applies to New, NewAdaptive
+// and NewGroup.
 func WithClock(clk sluice.Clock) Option {
 	return func(c *config) error {
 		c.use("WithClock", forBreaker|forAdaptive|forGroup)
