@@ -129,7 +129,7 @@ func New(opts ...Option) (*Guard, error) {
 	}
 	g.fast = g.mayWait == nil && len(g.policies) <= len(Done{}.tickets) &&
 		len(g.onDecision) == 0
-	g.untimed = g.clock == nil && len(g.policies) > 0
+	g.untimed = g.clock == nil
 	for _, p := range g.policies {
 		if !IsUntimed(p) {
 			g.untimed = false

@@ -314,11 +314,12 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	b.notifier.dispatch()
 }
 
-// at returns now, or the breaker's clock when now is unread: a Permit of a
-// breaker that needs no end instant to count outcomes leaves it unread, and
-// the open period must still start when the call ended.
+// at returns now, or the breaker's clock when now is sluice.Unread: a Guard
+// of untimed policies and a Permit of a breaker that needs no end instant to
+// count outcomes leave it unread, and the open period must still start when
+// the call ended.
 func (b *Breaker) at(now time.Duration) time.Duration {
-	if now == unread {
+	if now == sluice.Unread {
 		return b.env.now()
 	}
 	return now

@@ -23,10 +23,6 @@ type Permit struct {
 // Allow's and Decide's results small.
 const noStart = time.Duration(math.MinInt64)
 
-// unread is the end instant Record hands to a breaker's Done when it did not
-// read the clock: the breaker reads it when a change of state needs it.
-const unread = noStart
-
 // permitEnv is what every Permit of one policy shares.
 type permitEnv struct {
 	p        sluice.Policy
@@ -65,7 +61,7 @@ func (p Permit) Record(o sluice.Outcome) {
 	if p.env == nil {
 		return
 	}
-	now, lat := unread, time.Duration(0)
+	now, lat := sluice.Unread, time.Duration(0)
 	if p.env.timed {
 		now = p.env.now()
 		if p.start != noStart {

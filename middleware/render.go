@@ -139,8 +139,8 @@ type Renderer struct {
 // the cost of an allocation is shared among them. (The values that depend
 // only on the policy are made once per Route.)
 type fieldSlab struct {
-	strs       [32]string
-	vals       [4]rateLimitValue
+	strs       [slabStrings]string
+	vals       [slabStrings / shareEvery]rateLimitValue
 	buf        [1536]byte
 	ns, nv, nb int
 	made       int // RateLimit values made in the slab
@@ -152,6 +152,9 @@ type fieldSlab struct {
 // every response (a limit near its quota) then rarely write the shared
 // pointer, which would otherwise bounce between cores.
 const shareEvery = 8
+
+// slabStrings is how many header values a slab holds.
+const slabStrings = 32
 
 // rateLimitValue is a RateLimit value with the r and t it was made for,
 // carved from a slab and immutable once carved; v points at the value's
@@ -174,9 +177,9 @@ const maxFieldBytes = 160
 // Legacy), when d has a quota (Limit ≥ 0) and QuietAdmitted is not set. rt
 // supplies the policy's window and keeps the values that depend only on the
 // policy, so that they are made once; it may be nil, and then they are made
-// afresh. The RateLimit value is kept per policy too and shared by the
-// responses that follow while their r and t stay the same, as they do under
-// a limit well above the traffic. The values that change are carved from a
+// afresh. A recent RateLimit value is kept per policy too, and a response
+// whose r and t match it sets that one, as happens under a limit well above
+// the traffic. The values that change are carved from a
 // pooled slab that a few dozen responses share, so a response allocates
 // nothing of its own.
 //

@@ -49,10 +49,10 @@ type policyFields struct {
 	policy []string // RateLimit-Policy
 	limitV []string // X-RateLimit-Limit
 	prefix string   // RateLimit up to r's value: "name";r=
-	// last is the RateLimit value of the latest response that had to make
-	// one: while the policy's r and t stay the same (a limit well above the
-	// traffic keeps r at the burst less one), responses share it instead of
-	// formatting their own.
+	// last is a recent RateLimit value made for the policy (one in
+	// shareEvery is kept): while the policy's r and t stay the same (a limit
+	// well above the traffic keeps r at the burst less one), responses share
+	// it instead of formatting their own.
 	last atomic.Pointer[rateLimitValue]
 }
 

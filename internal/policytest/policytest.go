@@ -112,7 +112,44 @@ func Run(t *testing.T, cfg Config) {
 // and requires the same decisions, unless the policies are random or read
 // the wall clock.
 func untimedAgrees(t *testing.T, cfg Config) {
-	a, b := cfg.New(t), cfg.New(t)
+	b := cfg.New(t)
+	done := func(tb sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
+		if o != sluice.Released {
+			now, lat = sluice.Unread, 0
+		}
+		b.Done(tb, o, now, lat)
+	}
+	twins(t, cfg, b, b.Admit, done, !cfg.UntimedReadsClock, "told the end instants", "told Unread")
+}
+
+// fastAgrees drives two fresh policies through the same calls, one with
+// Admit and one with AdmitFast, and requires the same decisions, unless the
+// policies are random or read the wall clock.
+func fastAgrees(t *testing.T, cfg Config) {
+	b := cfg.New(t).(sluice.FastPolicy)
+	admit := func(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+		tb, q, rej := b.AdmitFast(ctx, now)
+		if rej == nil {
+			return q.Decision(b.Name()), tb
+		}
+		if rej.Decision.Allowed {
+			t.Fatalf("at %v: AdmitFast rejected with an allowing Decision %+v", now, rej.Decision)
+		}
+		return rej.Decision, 0
+	}
+	twins(t, cfg, b, admit, b.Done, true, "Admit decided", "AdmitFast")
+}
+
+// twins drives a fresh policy through Admit and Done and its twin, another
+// fresh one, through admit and done, on the same 2,000 calls, and checks the
+// twin's decisions against the contract and, when exact and the policy is
+// neither random nor on the wall clock, against the first one's.
+func twins(t *testing.T, cfg Config, twin sluice.Policy,
+	admit func(context.Context, time.Duration) (sluice.Decision, sluice.Ticket),
+	done func(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration),
+	exact bool, one, other string,
+) {
+	a := cfg.New(t)
 	ctx, cancel := admitCtx(t)
 	defer cancel()
 	now := cfg.Start
@@ -122,10 +159,10 @@ func untimedAgrees(t *testing.T, cfg Config) {
 			now += 20 * cfg.Step
 		}
 		da, ta := a.Admit(ctx, now)
-		db, tb := b.Admit(ctx, now)
-		CheckDecision(t, cfg, b, db)
-		if !cfg.Random && !cfg.WallClock && !cfg.UntimedReadsClock && da != db {
-			t.Fatalf("call %d at %v: told the end instants, decided %+v; told Unread, %+v", i, now, da, db)
+		db, tb := admit(ctx, now)
+		CheckDecision(t, cfg, twin, db)
+		if exact && !cfg.Random && !cfg.WallClock && da != db {
+			t.Fatalf("call %d at %v: %s %+v, %s %+v", i, now, one, da, other, db)
 		}
 		o := cfg.Outcome(admitted)
 		if i%11 == 5 {
@@ -135,53 +172,7 @@ func untimedAgrees(t *testing.T, cfg Config) {
 			a.Done(ta, o, now+cfg.Latency, cfg.Latency)
 		}
 		if db.Allowed {
-			if o == sluice.Released {
-				b.Done(tb, o, now+cfg.Latency, cfg.Latency)
-			} else {
-				b.Done(tb, o, sluice.Unread, 0)
-			}
-			admitted++
-		}
-	}
-}
-
-// fastAgrees drives two fresh policies through the same calls, one with
-// Admit and one with AdmitFast, and requires the same decisions, unless the
-// policies are random or read the wall clock.
-func fastAgrees(t *testing.T, cfg Config) {
-	a, b := cfg.New(t), cfg.New(t).(sluice.FastPolicy)
-	ctx, cancel := admitCtx(t)
-	defer cancel()
-	now := cfg.Start
-	admitted := 0
-	for i := range 2000 {
-		if i%20 == 0 {
-			now += 20 * cfg.Step
-		}
-		da, ta := a.Admit(ctx, now)
-		tb, q, rej := b.AdmitFast(ctx, now)
-		var db sluice.Decision
-		if rej != nil {
-			db = rej.Decision
-			if db.Allowed {
-				t.Fatalf("call %d: AdmitFast rejected with an allowing Decision %+v", i, db)
-			}
-		} else {
-			db = q.Decision(b.Name())
-		}
-		CheckDecision(t, cfg, b, db)
-		if !cfg.Random && !cfg.WallClock && da != db {
-			t.Fatalf("call %d at %v: Admit decided %+v, AdmitFast %+v", i, now, da, db)
-		}
-		o := cfg.Outcome(admitted)
-		if i%11 == 5 {
-			o = sluice.Released
-		}
-		if da.Allowed {
-			a.Done(ta, o, now+cfg.Latency, cfg.Latency)
-		}
-		if rej == nil {
-			b.Done(tb, o, now+cfg.Latency, cfg.Latency)
+			done(tb, o, now+cfg.Latency, cfg.Latency)
 			admitted++
 		}
 	}
