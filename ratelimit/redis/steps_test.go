@@ -179,7 +179,7 @@ func TestRejectedWritesNothing(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	for _, alg := range algorithms {
-		l, err := alg.make(c, 1, time.Hour, WithName(uniqueName(alg.name)))
+		l, err := alg.make(c, 1, longWindow(), WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
 		d, _ := l.Admit(t.Context(), 0)
 		require.True(t, d.Allowed)
