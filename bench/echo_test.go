@@ -88,14 +88,6 @@ func TestEchoServersAnswer(t *testing.T) {
 // own cost, sluice's and Echo's RateLimiter's side by side.
 func BenchmarkEchoOverhead(b *testing.B) {
 	for _, c := range echoServers(b) {
-		b.Run(c.name, func(b *testing.B) {
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
-			w := &reusedWriter{h: http.Header{}}
-			b.ReportAllocs()
-			for b.Loop() {
-				w.reset()
-				c.e.ServeHTTP(w, req)
-			}
-		})
+		b.Run(c.name, func(b *testing.B) { serveReused(b, c.e) })
 	}
 }
