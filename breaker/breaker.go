@@ -134,12 +134,16 @@ func (b *Breaker) State() State { return b.cur.Load().state }
 func (b *Breaker) Counts() Counts {
 	p := b.cur.Load()
 	var t tally
+	run := p.consec.Load()
 	if p.cw != nil {
 		t = p.cw.read()
 	} else {
 		now := b.env.now()
 		if p.state == StateClosed {
 			t = p.tw.readAt(now)
+			if runLeft(p, run, p.tw.epoch(now)) {
+				run = 0
+			}
 		} else {
 			t = p.tw.read()
 		}
@@ -148,7 +152,7 @@ func (b *Breaker) Counts() Counts {
 		Requests:            max(t.total, 0),
 		Failures:            max(t.lo, 0),
 		SlowCalls:           max(t.hi, 0),
-		ConsecutiveFailures: int64(uint32(p.consec.Load())),
+		ConsecutiveFailures: int64(uint32(run)),
 	}
 	c.Successes = max(c.Requests-c.Failures, 0)
 	if p.state == StateHalfOpen {
@@ -325,19 +329,24 @@ func (b *Breaker) at(now time.Duration) time.Duration {
 	return now
 }
 
+// runLeft reports whether run, a value of p.consec, is a run whose first
+// failure has left p's rolling window at epoch e. Epochs are kept modulo
+// 2³²: the difference holds as long as runs last less than 2³¹ buckets. A
+// late failure from before the run began (a negative difference) joins it.
+func runLeft(p *phase, run uint64, e int64) bool {
+	return p.tw != nil && uint32(run) != 0 && int64(int32(uint32(e)-uint32(run>>32))) >= p.tw.n
+}
+
 // failRun adds a failure at epoch e to p's run of failures and returns the
 // run's length. On a rolling window, a run whose first failure has left the
 // window starts again.
 func (b *Breaker) failRun(p *phase, e int64) int64 {
 	for {
 		v := p.consec.Load()
-		n, start := uint32(v), uint32(v>>32)
+		n := uint32(v)
 		var nv uint64
 		switch {
-		// Epochs are kept modulo 2³²: the difference holds as long as runs
-		// last less than 2³¹ buckets. A late failure from before the run
-		// began (a negative difference) joins it.
-		case n == 0 || (p.tw != nil && int64(int32(uint32(e)-start)) >= p.tw.n):
+		case n == 0 || runLeft(p, v, e):
 			nv = uint64(uint32(e))<<32 | 1
 		case n == math.MaxUint32:
 			return int64(n)

@@ -383,3 +383,57 @@ func TestCountsOnRollingWindowFollowTheClock(t *testing.T) {
 	clk.Advance(time.Hour)
 	assert.Zero(t, b.Counts())
 }
+
+// A ratio trips at exactly its count, however the float rounds: 2 failures
+// of 3 at 2/3, 1 slow call of 6 at 1/6; and a ratio too small to count in
+// parts per million still trips at one failure rather than turning off.
+func TestRatioTripsAtExactlyTheRatio(t *testing.T) {
+	t.Run("error ratio 2/3", func(t *testing.T) {
+		b := mustNew(t, breaker.WithErrorRatio(2.0/3, 3), breaker.WithCountWindow(3))
+		runSteps(t, b, []step{{at: 0, o: S}, {at: ms, o: F},
+			{at: 2 * ms, o: F, want: breaker.StateOpen}})
+	})
+	t.Run("slow-call ratio 1/6", func(t *testing.T) {
+		b := mustNew(t, breaker.WithSlowCallRatio(sec, 1.0/6, 6))
+		runSteps(t, b, []step{{at: 0, o: S}, {at: ms, o: S}, {at: 2 * ms, o: S}, {at: 3 * ms, o: S},
+			{at: 4 * ms, o: S}, {at: 5 * ms, o: S, latency: 2 * sec, want: breaker.StateOpen}})
+	})
+	t.Run("error ratio 1e-7", func(t *testing.T) {
+		b := mustNew(t, breaker.WithErrorRatio(1e-7, 1))
+		runSteps(t, b, []step{{at: 0, o: F, want: breaker.StateOpen}})
+	})
+	t.Run("error ratio 0.57 not before", func(t *testing.T) {
+		// 0.57 is 569999.99… parts per million as a float: 56 failures of
+		// 100 must not trip it; the next failure, pushing out a success,
+		// makes 57 and must.
+		b := mustNew(t, breaker.WithErrorRatio(0.57, 100), breaker.WithCountWindow(100))
+		var steps []step
+		for i := range 100 {
+			o := F
+			if i < 44 {
+				o = S
+			}
+			steps = append(steps, step{at: time.Duration(i) * ms, o: o})
+		}
+		runSteps(t, b, steps)
+		runSteps(t, b, []step{{at: 100 * ms, o: F, want: breaker.StateOpen}})
+	})
+}
+
+// Counts reports no run once the run's first failure has left the rolling
+// window, as the next failure would find it.
+func TestCountsDropARunThatLeftTheWindow(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithRollingWindow(10*sec, 10),
+		breaker.WithConsecutiveFailures(5))
+	for range 3 {
+		pm, err := b.Allow()
+		require.NoError(t, err)
+		pm.Record(F)
+	}
+	assert.Equal(t, int64(3), b.Counts().ConsecutiveFailures)
+	clk.Advance(9 * sec)
+	assert.Equal(t, int64(3), b.Counts().ConsecutiveFailures, "still in the window")
+	clk.Advance(time.Hour)
+	assert.Zero(t, b.Counts())
+}

@@ -36,7 +36,9 @@ type Group struct {
 	members sync.Map // key → *member
 	chunks  []atomic.Pointer[chunk]
 	gens    atomic.Uint64
-	subs    notifier // Subscribe's listeners; only its subscriber list is used
+	subs    notifier // the listeners of every member's changes
+	// memberCfg is cfg without its listeners, which the Group calls itself.
+	memberCfg *config
 
 	mu       sync.Mutex // guards creation, eviction and the fields below
 	all      []*member
@@ -69,6 +71,14 @@ func NewGroup(name string, opts ...Option) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{name: "breaker/" + name, cfg: cfg, max: cfg.maxBreakers}
+	// OnStateChange functions hear the members through the Group's queue,
+	// one change at a time, not each member's on its own.
+	mc := *cfg
+	mc.listeners = nil
+	g.memberCfg = &mc
+	for _, fn := range cfg.listeners {
+		g.subs.add(subscriber{typed: fn})
+	}
 	// One more slot than members, for the overflow breaker.
 	g.chunks = make([]atomic.Pointer[chunk], (g.max+1+chunkSize-1)/chunkSize)
 	return g, nil
@@ -159,13 +169,12 @@ func (g *Group) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 	return g.subs.add(subscriber{fn: fn})
 }
 
-func (g *Group) forward(c sluice.StateChange) {
-	g.subs.mu.Lock()
-	subs := g.subs.subs
-	g.subs.mu.Unlock()
-	for _, s := range subs {
-		s.fn(c)
-	}
+// forward delivers a member's change to the Group's listeners through the
+// Group's own queue, so that they hear one change at a time even when
+// members change state together.
+func (g *Group) forward(c change) {
+	g.subs.queue(c.c, c.from, c.to)
+	g.subs.dispatch()
 }
 
 // use returns the member of the request's key, marked as used at now.
@@ -211,9 +220,9 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 	// Each breaker starts at a generation far from its slot's previous ones,
 	// so a ticket of a dropped breaker is not taken for one of its successor.
 	base := g.gens.Add(0x9E3779B97F4A7C15)
-	m := &member{key: key, slot: slot, b: newBreaker(g.name+"/"+key, g.cfg, base)}
+	m := &member{key: key, slot: slot, b: newBreaker(g.name+"/"+key, g.memberCfg, base)}
 	m.last.Store(int64(now))
-	m.unsub = m.b.Subscribe(g.forward)
+	m.unsub = m.b.notifier.add(subscriber{full: g.forward})
 	c := g.chunks[slot/chunkSize].Load()
 	if c == nil {
 		c = new(chunk)

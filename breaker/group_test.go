@@ -3,7 +3,9 @@ package breaker_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,4 +205,37 @@ func TestGroupAdmitFast(t *testing.T) {
 	assert.Equal(t, g.Name(), rej.Decision.Policy, "the member's next rejection renamed the Group's")
 	d, _ := g.Admit(ctx, 2*ms)
 	assert.Equal(t, d, rej.Decision)
+}
+
+// The Group's listeners, Subscribe's and OnStateChange's, hear one change at
+// a time even when two members trip together on two goroutines.
+func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
+	var in, overlaps atomic.Int32
+	heard := 0 // no lock: one change at a time
+	listen := func() {
+		if in.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		// Stay a while, so that a second delivery would overlap.
+		for end := time.Now().Add(50 * time.Millisecond); overlaps.Load() == 0 && time.Now().Before(end); {
+			runtime.Gosched()
+		}
+		heard++
+		in.Add(-1)
+	}
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1),
+		breaker.OnStateChange(func(string, breaker.State, breaker.State) { listen() }))
+	g.Subscribe(func(sluice.StateChange) { listen() })
+	var wg sync.WaitGroup
+	for _, key := range []string{"a", "b"} {
+		wg.Go(func() {
+			d, tk := g.Admit(res(key), sluice.Now())
+			if assert.True(t, d.Allowed) {
+				g.Done(tk, sluice.Failure, sluice.Now(), 0)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, overlaps.Load(), "a listener called for two changes at once")
+	assert.Equal(t, 4, heard, "two listeners, two changes")
 }

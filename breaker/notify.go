@@ -12,6 +12,7 @@ type subscriber struct {
 	id    uint64
 	fn    func(sluice.StateChange)
 	typed func(name string, from, to State)
+	full  func(change) // a Group hearing its member
 }
 
 type change struct {
@@ -97,10 +98,13 @@ func (n *notifier) dispatch() {
 		subs := n.subs
 		n.mu.Unlock()
 		for _, s := range subs {
-			if s.fn != nil {
+			switch {
+			case s.fn != nil:
 				s.fn(c.c)
-			} else {
+			case s.typed != nil:
 				s.typed(c.c.Policy, c.from, c.to)
+			default:
+				s.full(c)
 			}
 		}
 	}

@@ -157,12 +157,17 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 	if !(ratio > 0 && ratio <= 1) {
 		return 0, fmt.Errorf("breaker: %s: ratio %v must be in (0, 1]", opt, ratio)
 	}
-	return int64(math.Round(ratio * ppm)), nil
+	// Rounded down (with a tolerance for the float's own error), so that a
+	// count at exactly the ratio trips: 2 of 3 at 2/3, 1 of 6 at 1/6. A
+	// ratio below one part per million is kept at one.
+	return max(int64(math.Floor(ratio*ppm+1e-6)), 1), nil
 }
 
 // WithConsecutiveFailures trips the breaker at the n-th failure in a row; a
-// success ends the run. On a rolling time window, failures older than the
-// window no longer belong to the run. A run of n failures is its own minimum
+// success ends the run. On a rolling time window, a failure that finds the
+// run's first failure gone from the window starts a new run, the older
+// failures of the run included: n failures in a row trip the breaker when the
+// first of them is still in the window at the n-th. A run of n failures is its own minimum
 // volume. When no trip strategy is given, the breaker trips at 5 consecutive
 // failures. Applies to New and NewGroup.
 func WithConsecutiveFailures(n int) Option {
