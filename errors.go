@@ -117,11 +117,15 @@ func (c Cause) String() string {
 }
 
 // CauseOf classifies err by the sentinel it matches; CauseNone when it
-// matches none.
+// matches none. A timeout comes first, as in DefaultClassifier: a call that
+// ran past its Guard's deadline while waiting in an inner Guard returns a
+// TimeoutError wrapping the inner rejection, and is a timeout.
 func CauseOf(err error) Cause {
 	switch {
 	case err == nil:
 		return CauseNone
+	case errors.Is(err, ErrTimeout):
+		return CauseTimeout
 	case errors.Is(err, ErrRateLimited):
 		return CauseRateLimited
 	case errors.Is(err, ErrCircuitOpen):
@@ -130,8 +134,6 @@ func CauseOf(err error) Cause {
 		return CauseOverloaded
 	case errors.Is(err, ErrConcurrencyLimited):
 		return CauseConcurrencyLimited
-	case errors.Is(err, ErrTimeout):
-		return CauseTimeout
 	}
 	return CauseNone
 }

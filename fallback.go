@@ -153,12 +153,38 @@ func (g *Guard) served(ctx context.Context, name string, err error) {
 
 // NewFallbackEvent returns the event of the fallback named name answering
 // in place of err: its Cause is CauseOf(err), and its Policy the name of
-// the policy that rejected, when err is a rejection.
+// the policy that rejected, when err is a rejection (not a timeout wrapping
+// an inner Guard's rejection).
 func NewFallbackEvent(name string, err error) FallbackEvent {
 	ev := FallbackEvent{Fallback: name, Cause: CauseOf(err), Err: err}
-	var re *RejectedError
-	if errors.As(err, &re) {
+	if re := rejectionOf(err); re != nil {
 		ev.Policy = re.Decision.Policy
 	}
 	return ev
+}
+
+// rejectionOf returns the RejectedError that err is or wraps, unless a
+// TimeoutError wraps it: a Guard's timeout wrapping an inner Guard's
+// rejection is not a rejection by the Guard.
+func rejectionOf(err error) *RejectedError {
+	for err != nil {
+		switch e := err.(type) {
+		case *RejectedError:
+			return e
+		case *TimeoutError:
+			return nil
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				if re := rejectionOf(x); re != nil {
+					return re
+				}
+			}
+			return nil
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
 }

@@ -120,7 +120,11 @@ func NewGuard(opts ...Option) (*Guard, error) {
 	}
 	if o.maxQPS > 0 {
 		span := float64(g.w.perSec) * float64(g.w.dur) / float64(time.Second)
-		g.qpsCap = max(int64(math.Floor(o.maxQPS*span)), 1)
+		// A rate too high to count in an int64 is no cap at all.
+		g.qpsCap = math.MaxInt64
+		if c := math.Floor(o.maxQPS * span); c < math.MaxInt64 {
+			g.qpsCap = max(int64(c), 1)
+		}
 	}
 	g.rules = g.maxInflight > 0 || g.maxAvgRT > 0 || g.qpsCap > 0 || g.maxLoad1 > 0
 	g.lastCPUShed.Store(noCPUShed)
@@ -180,8 +184,7 @@ func (g *Guard) admit(ctx context.Context, now time.Duration, d *sluice.Decision
 	// arriving together see each other and a maximum is never overshot.
 	inflight := g.inflight.Add(1) - 1
 	if g.rules || g.shedding.Load() || g.sampler.CPU() > g.cpuThreshold {
-		if g.check(ctx, now, idx, inflight, d) {
-			g.inflight.Add(-1)
+		if g.checked(ctx, now, idx, inflight, d) {
 			return 0, false
 		}
 	}
@@ -189,6 +192,21 @@ func (g *Guard) admit(ctx context.Context, now time.Duration, d *sluice.Decision
 		g.w.admit(idx)
 	}
 	return sluice.Ticket(idx), true
+}
+
+// checked runs check. A shed request leaves the inflight count, and so does
+// one whose shed panicked in a state listener (the panic goes on to the
+// caller, who has no ticket to give back).
+func (g *Guard) checked(ctx context.Context, now time.Duration, idx, inflight int64, d *sluice.Decision) (shed bool) {
+	returned := false
+	defer func() {
+		if shed || !returned {
+			g.inflight.Add(-1)
+		}
+	}()
+	shed = g.check(ctx, now, idx, inflight, d)
+	returned = true
+	return shed
 }
 
 // check applies the rules to a request at now, with inflight others in
@@ -307,13 +325,23 @@ func (g *Guard) transition(now time.Duration, shedding bool) {
 
 // deliver calls the subscribers with the pending changes, in order, outside
 // the lock. It is entered with g.mu held and returns with it released. A
-// change made while another goroutine delivers is delivered by that one.
+// change made while another goroutine delivers is delivered by that one. A
+// subscriber that panics stops this delivery, not later ones: the changes
+// still pending go out with the next.
 func (g *Guard) deliver() {
 	if g.delivering {
 		g.mu.Unlock()
 		return
 	}
 	g.delivering = true
+	locked := true
+	defer func() {
+		if !locked {
+			g.mu.Lock()
+		}
+		g.delivering = false
+		g.mu.Unlock()
+	}()
 	for len(g.pending) > 0 {
 		c := g.pending[0]
 		g.pending = g.pending[1:]
@@ -322,13 +350,13 @@ func (g *Guard) deliver() {
 			fns = append(fns, fn)
 		}
 		g.mu.Unlock()
+		locked = false
 		for _, fn := range fns {
 			fn(c)
 		}
 		g.mu.Lock()
+		locked = true
 	}
-	g.delivering = false
-	g.mu.Unlock()
 }
 
 // Done reports how an admitted request ended: Success and Failure feed the

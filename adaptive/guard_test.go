@@ -3,6 +3,7 @@ package adaptive_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -428,4 +429,58 @@ func TestGuardMaxInflightUnderConcurrency(t *testing.T) {
 	assert.Equal(t, int64(limit), admitted.Load(), "admitted while all %d were held", limit)
 	close(release)
 	held.Wait()
+}
+
+// A state listener that panics while a request is shed leaves the Guard
+// whole: the shed request is not counted in flight, and later changes are
+// still delivered.
+func TestGuardSurvivesAPanickingListener(t *testing.T) {
+	g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0, 0)),
+		adaptive.WithMaxInflight(1), adaptive.WithCoolOff(time.Millisecond))
+	require.NoError(t, err)
+	defer g.Close()
+	first := true
+	g.Subscribe(func(sluice.StateChange) {
+		if first {
+			first = false
+			panic("listener bug")
+		}
+	})
+	var got []string
+	g.Subscribe(func(c sluice.StateChange) { got = append(got, c.To) })
+	ctx := context.Background()
+	_, tk := g.Admit(ctx, 0)
+	assert.Panics(t, func() { g.Admit(ctx, 0) }, "shed; a listener panics")
+	g.Done(tk, sluice.Success, time.Millisecond, time.Millisecond)
+	assert.Zero(t, g.Stats().Inflight)
+	got = nil
+	d, tk := g.Admit(ctx, 10*time.Millisecond) // past the cool-off: back to normal
+	require.True(t, d.Allowed)
+	g.Done(tk, sluice.Success, 11*time.Millisecond, time.Millisecond)
+	assert.Contains(t, got, adaptive.StateNormal, "the change after the panic is delivered")
+}
+
+// WithMaxQPS with a rate too high to count is no cap, not a cap of one.
+func TestHugeMaxQPSIsNoCap(t *testing.T) {
+	for _, qps := range []float64{1e19, math.MaxFloat64} {
+		g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0, 0)), adaptive.WithMaxQPS(qps))
+		require.NoError(t, err)
+		for i := range 3 {
+			d, tk := g.Admit(context.Background(), time.Duration(i)*time.Millisecond)
+			require.True(t, d.Allowed, "qps %g, request %d: %v", qps, i+1, d.Cause)
+			g.Done(tk, sluice.Success, time.Duration(i)*time.Millisecond, 0)
+		}
+		g.Close()
+	}
+}
+
+// A nil sampler of a pointer type is refused like a nil interface, not
+// called.
+func TestNilSamplerPointerRefused(t *testing.T) {
+	var s *adaptive.SystemSampler
+	_, err := adaptive.NewGuard(adaptive.WithSampler(s))
+	require.ErrorContains(t, err, "nil *adaptive.SystemSampler")
+	var m *adaptive.ManualSampler
+	_, err = adaptive.NewGuard(adaptive.WithSampler(m))
+	require.Error(t, err)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -106,6 +107,9 @@ func WithSampler(s Sampler) Option {
 		}
 		if s == nil {
 			return errors.New("adaptive: WithSampler: nil sampler")
+		}
+		if v := reflect.ValueOf(s); v.Kind() == reflect.Pointer && v.IsNil() {
+			return fmt.Errorf("adaptive: WithSampler: nil %T", s)
 		}
 		o.sampler = s
 		return nil

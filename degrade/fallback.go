@@ -77,7 +77,8 @@ func OnConcurrencyLimited[T any](fn Func[T]) Rule[T] {
 func OnTimeout[T any](fn Func[T]) Rule[T] { return causeRule(sluice.CauseTimeout, fn) }
 
 // OnRejected answers every rejection (sluice.ErrRejected) that no rule of
-// its cause answers.
+// its cause answers. A Guard's timeout (sluice.ErrTimeout) is not one, even
+// when the call was waiting in an inner Guard that then rejected it.
 func OnRejected[T any](fn Func[T]) Rule[T] {
 	return Rule[T]{kind: kindRejected, name: "rejected", fn: fn}
 }
@@ -132,7 +133,9 @@ func (f *Fallbacks[T]) rule(err error) *Rule[T] {
 	if c := sluice.CauseOf(err); c != sluice.CauseNone && f.rules[c].fn != nil {
 		return &f.rules[c]
 	}
-	if f.rules[kindRejected].fn != nil && errors.Is(err, sluice.ErrRejected) {
+	// A timeout wrapping an inner Guard's rejection is this Guard's timeout,
+	// not a rejection by it.
+	if f.rules[kindRejected].fn != nil && errors.Is(err, sluice.ErrRejected) && !errors.As(err, new(*sluice.TimeoutError)) {
 		return &f.rules[kindRejected]
 	}
 	if f.rules[kindError].fn != nil {

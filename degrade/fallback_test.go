@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/degrade"
 )
 
@@ -279,4 +280,40 @@ func TestNewValidates(t *testing.T) {
 			assert.ErrorContains(t, err, tt.want)
 		})
 	}
+}
+
+// A call that runs past the outer Guard's deadline while it waits in an
+// inner Guard's queue gets the timeout's fallback, not the rejection's: the
+// outer Guard timed out, whatever the inner one answered.
+func TestTimeoutWhileQueuedInAnInnerGuardIsATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 0))
+		require.NoError(t, err)
+		inner, err := sluice.New(sluice.With(bh))
+		require.NoError(t, err)
+		hold := make(chan struct{})
+		go func() { _ = inner.Do(context.Background(), func(context.Context) error { <-hold; return nil }) }()
+		synctest.Wait()
+		var events []sluice.FallbackEvent
+		fb, err := degrade.New(degrade.OnTimeout(degrade.Value("timeout")), degrade.OnRejected(degrade.Value("rejected")))
+		require.NoError(t, err)
+		outer, err := sluice.New(sluice.WithTimeout(100*time.Millisecond), sluice.WithFallback(fb),
+			sluice.OnFallback(func(_ context.Context, e sluice.FallbackEvent) { events = append(events, e) }))
+		require.NoError(t, err)
+		v, err := sluice.Execute(context.Background(), outer, func(ctx context.Context) (string, error) {
+			return sluice.Execute(ctx, inner, func(context.Context) (string, error) { return "ok", nil })
+		})
+		close(hold)
+		require.NoError(t, err)
+		assert.Equal(t, "timeout", v)
+		if assert.Len(t, events, 1) {
+			assert.Equal(t, sluice.CauseTimeout, events[0].Cause)
+			assert.Empty(t, events[0].Policy, "no policy of the outer Guard rejected")
+		}
+		te := &sluice.TimeoutError{After: time.Second, Err: &sluice.RejectedError{
+			Decision: sluice.Decision{Policy: "bulkhead", Cause: sluice.ErrConcurrencyLimited}}}
+		name, _ := fb.Declared(te)
+		assert.Equal(t, "timeout", name)
+		assert.Equal(t, sluice.CauseTimeout, sluice.CauseOf(te))
+	})
 }

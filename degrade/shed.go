@@ -72,6 +72,9 @@ func (p *Shed) UntimedOf() sluice.Policy { return p }
 // with the StateChange naming the Shed policy, as a StateChange names the
 // policy whose state changed.
 func (p *Shed) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
 	return p.sw.Subscribe(func(c sluice.StateChange) {
 		c.Policy = p.name
 		fn(c)

@@ -97,3 +97,14 @@ func TestShedAdmitFastAgrees(t *testing.T) {
 		}
 	}))
 }
+
+// Subscribe(nil) is ignored, as Switch.Subscribe ignores it: later flips do
+// not call it.
+func TestShedSubscribeNilIgnored(t *testing.T) {
+	sw := newSwitch(t, "recs")
+	shed, err := degrade.NewShed(sw, time.Second)
+	require.NoError(t, err)
+	unsubscribe := shed.Subscribe(nil)
+	assert.NotPanics(t, func() { sw.Set(true) })
+	unsubscribe()
+}
