@@ -3,9 +3,9 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-
+	"math"
 	"math/bits"
-
+	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -24,7 +24,11 @@ import (
 // nanosecond, to leak, so the limiter never admits faster than the rate.
 // Where they differ is Released: a LeakyBucket's ticket remembers where the
 // request's cost sits in the bucket, so a release takes out exactly what of
-// it has not leaked yet, even behind earlier content.
+// it has not leaked yet, even behind earlier content. When another release
+// came between the request's admission and its own, the content ahead of it
+// may have shrunk and its place in the ticket is stale; the release then
+// takes out what surely remains (its cost less the time since it was
+// admitted), never more than is left of it.
 //
 // An instant older than one already seen (a clock stepping backwards, or a
 // late caller) sees the bucket fuller than it was, so it never admits extra.
@@ -40,7 +44,12 @@ type LeakyBucket struct {
 	cmask    uint64
 	name     string
 	clock    limiterClock
+
+	relMu       sync.Mutex // serialises releases, so each knows of the others
+	lastRelease int64      // instant of the latest release; noRelease at first
 }
+
+const noRelease = math.MinInt64
 
 // NewLeakyBucket returns a meter that holds capacity cost units and leaks
 // them at rate r. It starts empty.
@@ -69,6 +78,7 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: int64(full),
 		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
 	b.emptyAt.v.Store(emptyTAT)
+	b.lastRelease = noRelease
 	return b, nil
 }
 
@@ -101,10 +111,20 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 		return
 	}
 	cost := int64(uint64(t)&b.cmask) * b.unit
+	latency = max(latency, 0)
+	admitted := int64(now - latency)
+	b.relMu.Lock()
+	defer b.relMu.Unlock()
 	// The request's last unit leaks out at its admit instant plus the offset
-	// kept in the ticket.
-	end := int64(now-max(latency, 0)) + int64(uint64(t)>>b.cb)
-	tatRefund(&b.emptyAt.v, min(end-int64(now), cost), int64(now))
+	// kept in the ticket, unless a release since then moved it forward: it
+	// has leaked for latency at most, so cost-latency of it is surely left.
+	left := max(cost-int64(latency), 0)
+	if b.lastRelease < admitted {
+		end := admitted + int64(uint64(t)>>b.cb)
+		left = min(end-int64(now), cost)
+	}
+	b.lastRelease = max(b.lastRelease, int64(now))
+	tatRefund(&b.emptyAt.v, left, int64(now))
 }
 
 // Allow is AllowNAt(clock.Now(), 1).

@@ -133,3 +133,50 @@ func TestLeakyBucketConcurrentNeverOver(t *testing.T) {
 	assert.LessOrEqual(t, admitted, bound)
 	assert.Positive(t, admitted)
 }
+
+// A release after an earlier request's release takes out no more than is
+// left of it: the content ahead of it shrank, so its place in the ticket is
+// stale, and the bucket must not admit beyond its capacity.
+func TestLeakyBucketReleaseAfterAnEarlierRelease(t *testing.T) {
+	b, err := NewLeakyBucket(PerSecond(1), 5) // one unit leaks per second
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := sluice.WithCost(context.Background(), 2)
+	_, tA := b.Admit(two, 0)          // A: 2 units
+	_, tB := b.Admit(two, 0)          // B: 2 units behind A
+	b.Done(tA, sluice.Released, 0, 0) // A out at once: B leaks over [0s, 2s)
+	b.Admit(two, 0)                   // C: 2 units behind B
+	// At 1.5s B holds half a unit and C 2; B's release takes out its half,
+	// leaving room for 3.
+	at := 1500 * time.Millisecond
+	b.Done(tB, sluice.Released, at, at)
+	admitted := 0
+	for b.AllowAt(at) {
+		admitted++
+	}
+	if admitted != 3 {
+		t.Errorf("admitted %d units at 1.5s, want 3 (capacity 5, C's 2 units inside)", admitted)
+	}
+}
+
+// With no release in between, a release is still exact behind earlier
+// content: it takes out all of a request that has not begun to leak.
+func TestLeakyBucketReleaseBehindContentIsExact(t *testing.T) {
+	b, err := NewLeakyBucket(PerSecond(1), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := sluice.WithCost(context.Background(), 2)
+	b.Admit(two, 0)          // A: leaks over [0s, 2s)
+	_, tB := b.Admit(two, 0) // B: [2s, 4s)
+	at := time.Second
+	b.Done(tB, sluice.Released, at, at) // all of B is left
+	admitted := 0
+	for b.AllowAt(at) {
+		admitted++
+	}
+	if admitted != 4 {
+		t.Errorf("admitted %d units at 1s, want 4 (A's one unit inside)", admitted)
+	}
+}

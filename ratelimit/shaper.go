@@ -67,16 +67,21 @@ type Shaper struct {
 
 // NewShaper returns a Shaper spacing requests at r, each waiting at most
 // maxWait for its turn (0: never wait, only admit a request whose turn is
-// now). It returns an error when r is invalid or maxWait is negative.
+// now). It returns an error when r is invalid or spaces requests more than
+// 2^61ns (73 years) apart, or when maxWait is negative or above 2^61ns: the
+// queue, at most a wait and a cost long, then always fits in an int64.
 func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: shaper: %w", err)
 	}
+	if interval(r) > maxQueueSpan {
+		return nil, fmt.Errorf("ratelimit: shaper: rate %v spaces requests more than 2^61ns apart", r)
+	}
 	if maxWait < 0 {
 		return nil, fmt.Errorf("ratelimit: shaper: maximum wait %v must not be negative", maxWait)
 	}
-	if int64(maxWait) > maxTolerance {
-		return nil, errors.New("ratelimit: shaper: maximum wait exceeds 2^62ns")
+	if int64(maxWait) > maxQueueSpan {
+		return nil, errors.New("ratelimit: shaper: maximum wait exceeds 2^61ns")
 	}
 	o, err := buildOptions("shaper", opts)
 	if err != nil {
@@ -142,9 +147,14 @@ func (s *Shaper) remaining(at, end int64) int64 {
 	return floorDiv(at+s.maxWait-end, s.iv) + 1
 }
 
-// tooCostly reports whether n × T would overflow: such a cost is never
-// satisfiable.
-func (s *Shaper) tooCostly(n int64) bool { return n > maxTolerance/s.iv }
+// maxQueueSpan bounds a Shaper's wait and a request's cost, each: a turn
+// starts at most a wait after now and lasts at most a cost, so its end stays
+// within 2^62ns of now.
+const maxQueueSpan = maxTolerance / 2
+
+// tooCostly reports whether n × T spans more than maxQueueSpan: such a cost
+// is never satisfiable.
+func (s *Shaper) tooCostly(n int64) bool { return n > maxQueueSpan/s.iv }
 
 func (s *Shaper) never(now int64) sluice.Decision {
 	end := max(s.next.v.Load(), now)

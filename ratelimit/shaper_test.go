@@ -340,3 +340,37 @@ func TestShaperThroughGuardWaits(t *testing.T) {
 		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, ran)
 	})
 }
+
+// The queue's end always fits in an int64: a wait or a cost too long to
+// add up is refused, and a request behind the longest queue still waits.
+func TestShaperQueueCannotOverflow(t *testing.T) {
+	if _, err := NewShaper(PerSecond(1), 1<<62); err == nil {
+		t.Error("a maximum wait of 2^62ns accepted")
+	}
+	if _, err := NewShaper(Every(1<<62), time.Second); err == nil {
+		t.Error("a rate of one per 2^62ns accepted")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		s, err := NewShaper(PerSecond(1), 1<<61)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(1<<61) / int64(time.Second) // the largest cost it accepts
+		now := time.Second
+		if !s.AllowNAt(now, n) {
+			t.Fatal("first request rejected")
+		}
+		if s.AllowNAt(now, n+1) {
+			t.Error("a cost above 2^61ns admitted")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go s.Admit(sluice.WithCost(ctx, n), now) // queues behind it, within maxWait
+		synctest.Wait()
+		if s.AllowAt(now) {
+			t.Error("a request admitted at once behind a queue 146 years long")
+		}
+		cancel()
+		synctest.Wait()
+	})
+}

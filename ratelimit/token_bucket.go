@@ -323,7 +323,9 @@ func (tb *TokenBucket) ReserveN(n int64) Reservation { return tb.ReserveNAt(tb.n
 
 // ReserveNAt reserves n tokens (below 1 counts as 1) at instant now, however
 // long the wait for them; the Reservation says how long (DelayFrom). It is
-// granted unless n exceeds the burst.
+// granted unless n exceeds the burst, or the reservations already granted
+// reach so far ahead that this one's tokens would come more than 2^62ns
+// (146 years) after now.
 func (tb *TokenBucket) ReserveNAt(now time.Duration, n int64) Reservation {
 	r, _ := tb.reserve(int64(now), max(n, 1), math.MaxInt64)
 	return r
@@ -344,6 +346,11 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 			continue
 		}
 		base := max(tat, now)
+		if base-now > maxTolerance-n*c.iv {
+			// Reservations pile up debt without bound; kept within 2^62ns
+			// of now, the TAT never overflows.
+			return Reservation{}, math.MaxInt64
+		}
 		next := base + n*c.iv
 		act := max(next-c.tau, now)
 		if act-now > maxDelay {
@@ -373,7 +380,8 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // WaitN waits until n tokens (below 1 counts as 1) are there and takes them.
 // It returns at once a *sluice.RejectedError matching ErrNeverSatisfiable
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
-// tokens would come after ctx's deadline; in both cases it takes nothing.
+// tokens would come after ctx's deadline (or, without one, more than 2^62ns
+// after now, as ReserveNAt refuses); in both cases it takes nothing.
 // When ctx ends during the wait, it gives the tokens back and returns
 // ctx.Err(); tokens due exactly at the deadline are taken, and WaitN
 // returns nil. It waits with a timer, so inside a testing/synctest bubble it

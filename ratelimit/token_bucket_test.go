@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -399,4 +400,39 @@ func TestTokenBucketWaitTokensAtTheDeadline(t *testing.T) {
 		assert.Equal(t, 100*time.Millisecond, clk.Now())
 		assert.False(t, tb.Allow(), "the token was taken")
 	})
+}
+
+// Reservations that pile up debt stop being granted before the TAT would
+// overflow: the bucket never reads full again after a flood of them.
+func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
+	tb, err := NewTokenBucket(PerHour(1), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev time.Duration
+	refused := false
+	for i := range 3000 {
+		r := tb.ReserveNAt(0, 1000)
+		if !r.OK() {
+			refused = true
+			break
+		}
+		if d := r.DelayFrom(0); d < prev || d > time.Duration(maxTolerance) {
+			t.Fatalf("reservation %d: delay %v after %v", i, d, prev)
+		}
+		prev = r.DelayFrom(0)
+		if tb.AllowAt(0) {
+			t.Fatalf("after %d reservations of a full burst each, Allow admits at once", i+1)
+		}
+	}
+	if !refused {
+		t.Fatal("3000 reservations of 1000 hours each all granted")
+	}
+	if tb.AllowAt(0) {
+		t.Error("Allow admits at once behind 146 years of reservations")
+	}
+	err = tb.WaitN(context.Background(), 1000) // what the last reservation was refused
+	if !errors.Is(err, ErrWouldExceedDeadline) {
+		t.Errorf("WaitN without a deadline behind the cap: %v, want ErrWouldExceedDeadline", err)
+	}
 }
