@@ -288,7 +288,9 @@ func lastComma(s string) int {
 
 // forwardedFor returns the address of the for= parameter of one
 // forwarded-element ("for=192.0.2.60;proto=http;by=203.0.113.43"). An
-// element without for=, or whose node is "unknown" or obfuscated, has none.
+// element without for=, or whose node name is "unknown" or obfuscated
+// ("_hidden"), has none. The node's port, real or obfuscated ("_x1"), is
+// dropped.
 func forwardedFor(elem string) (netip.Addr, bool) {
 	for elem != "" {
 		var pair string
@@ -301,7 +303,65 @@ func forwardedFor(elem string) (netip.Addr, bool) {
 		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 			v = v[1 : len(v)-1]
 		}
-		return ParseAddr(v)
+		return forwardedNode(strings.TrimSpace(v))
 	}
 	return netip.Addr{}, false
+}
+
+// forwardedNode parses an RFC 7239 node: nodename [ ":" node-port ], where
+// nodename is an IPv4 address, a bracketed IPv6 address, "unknown" or an
+// obfuscated identifier, and node-port is a port or an obfuscated port. It
+// returns the address of a node named by one (also, leniently, an IPv6
+// address without brackets or port).
+func forwardedNode(v string) (netip.Addr, bool) {
+	name, port := v, ""
+	if v != "" && v[0] == '[' {
+		end := strings.IndexByte(v, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		name, port = v[1:end], v[end+1:]
+	} else if strings.Count(v, ":") == 1 {
+		i := strings.IndexByte(v, ':')
+		name, port = v[:i], v[i:]
+	}
+	if port != "" {
+		if p, ok := strings.CutPrefix(port, ":"); !ok || !nodePort(p) {
+			return netip.Addr{}, false
+		}
+	}
+	a, err := netip.ParseAddr(name)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return normal(a), true
+}
+
+// nodePort reports whether s is an RFC 7239 node-port: 1*5DIGIT, or an
+// obfport, "_" 1*(ALPHA / DIGIT / "." / "_" / "-").
+func nodePort(s string) bool {
+	if s == "" {
+		return false
+	}
+	if s[0] == '_' {
+		if len(s) == 1 {
+			return false
+		}
+		for i := 1; i < len(s); i++ {
+			c := s[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return true
+	}
+	if len(s) > 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

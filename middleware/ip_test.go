@@ -95,6 +95,36 @@ func TestClientIP(t *testing.T) {
 			want:   "10.3.3.3", ok: true,
 		},
 		{
+			name: "Forwarded IPv4 with an obfuscated port", opts: allHeaders,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for="198.51.100.7:_x1", for="10.9.9.9:_proxy-1.a"`}},
+			want:   "198.51.100.7", ok: true,
+		},
+		{
+			name: "Forwarded IPv6 with an obfuscated port", opts: allHeaders,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for="[2001:db8::7]:_x1"`}},
+			want:   "2001:db8::7", ok: true,
+		},
+		{
+			name: "Forwarded IPv6 with brackets and no port", opts: allHeaders,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for="[2001:db8::8]"`}},
+			want:   "2001:db8::8", ok: true,
+		},
+		{
+			name: "Forwarded obfuscated node with an obfuscated port stops", opts: allHeaders,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for=198.51.100.7, for="_hidden:_x1", for=10.3.3.3`}},
+			want:   "10.3.3.3", ok: true,
+		},
+		{
+			name: "Forwarded unknown node with a port stops", opts: allHeaders,
+			remote: "10.0.0.1:5000",
+			header: http.Header{"Forwarded": {`for=198.51.100.7, for="unknown:8080"`}},
+			want:   "10.0.0.1", ok: true,
+		},
+		{
 			name: "Forwarded element without for= stops", opts: allHeaders,
 			remote: "10.0.0.1:5000",
 			header: http.Header{"Forwarded": {`for=198.51.100.7, proto=https`}},
@@ -186,4 +216,44 @@ func TestClientIPDefaultIgnoresClientForwarded(t *testing.T) {
 	got, ok := e.ClientIP("10.0.0.1:5000", h.Values)
 	require.True(t, ok)
 	assert.Equal(t, "203.0.113.9", got.String())
+}
+
+// RFC 7239 §6: node = nodename [ ":" node-port ]; a node-port is a port or
+// an obfuscated port, and only a node named by an address has one to give.
+func TestForwardedForNodes(t *testing.T) {
+	for _, tt := range []struct {
+		elem string
+		want string // "" when the element names no address
+	}{
+		{`for=198.51.100.7`, "198.51.100.7"},
+		{`for="198.51.100.7:4711"`, "198.51.100.7"},
+		{`for="198.51.100.7:_x1"`, "198.51.100.7"},
+		{`for="198.51.100.7:_a.b_c-D9"`, "198.51.100.7"},
+		{`for="[2001:db8::7]"`, "2001:db8::7"},
+		{`for="[2001:db8::7]:4711"`, "2001:db8::7"},
+		{`for="[2001:db8::7]:_x1";proto=https`, "2001:db8::7"},
+		{`for="[::ffff:198.51.100.7]:_x1"`, "198.51.100.7"},
+		{`for=unknown`, ""},
+		{`for="unknown:_x1"`, ""},
+		{`for=_hidden`, ""},
+		{`for="_hidden:4711"`, ""},
+		{`for="198.51.100.7:_"`, ""},
+		{`for="198.51.100.7:x1"`, ""},
+		{`for="198.51.100.7:123456"`, ""},
+		{`for="198.51.100.7:"`, ""},
+		{`for="[2001:db8::7]:_a b"`, ""},
+		{`for="[2001:db8::7]x"`, ""},
+		{`for="[2001:db8::7"`, ""},
+		{`for="[_hidden]:_x1"`, ""},
+		{`by=10.0.0.1`, ""},
+	} {
+		a, ok := forwardedFor(tt.elem)
+		if tt.want == "" {
+			assert.False(t, ok, "%s gave %v", tt.elem, a)
+			continue
+		}
+		if assert.True(t, ok, tt.elem) {
+			assert.Equal(t, tt.want, a.String(), tt.elem)
+		}
+	}
 }

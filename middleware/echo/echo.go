@@ -122,7 +122,11 @@ func WithRenderer(r middleware.Renderer) Option {
 const rejectedKey = "sluice.rejected"
 
 // Middleware returns Echo middleware that runs each request through the
-// Guard of its route path.
+// Guard of its route path. The Guard's call timeout (sluice.WithTimeout)
+// applies to the handler, as in the net/http adapter: the request's context
+// ends at the deadline, and what the handler then answers, a status or an
+// error Echo renders, is classified as any answer is (a 5xx counts as a
+// failure).
 func Middleware(opts ...Option) echo.MiddlewareFunc {
 	cfg := config{skip: echomw.DefaultSkipper, classify: middleware.ClassifyHTTPStatus}
 	for _, o := range opts {
@@ -162,6 +166,20 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				return cfg.rejected(c, rt, d)
 			}
 			cfg.render.Admitted(c.Response().Header(), rt, d)
+			if rt.Guard.Timeout() > 0 {
+				// The handler runs with the deadline; the request
+				// outside it, as the middleware got it: an outer
+				// middleware must not take the deadline's context,
+				// cancelled once the handler is done, for a client
+				// that went away.
+				req := c.Request()
+				ctx, finish := rt.Guard.CallContext(req.Context())
+				c.SetRequest(req.WithContext(ctx))
+				defer func() {
+					c.SetRequest(req)
+					_ = finish(nil)
+				}()
+			}
 			defer cfg.failOnPanic(&done)
 			err := next(c)
 			done.Record(cfg.outcome(c, err))

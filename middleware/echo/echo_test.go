@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -247,6 +248,54 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 	e.GET("/", func(c echo.Context) error { return c.NoContent(200) }, Middleware(WithGuard(inner)))
 	assert.Equal(t, 503, do(e, http.MethodGet, "/").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
+}
+
+// A Guard's call timeout (sluice.WithTimeout) applies to the handler, as in
+// the net/http adapter: its request's context ends at the deadline, and
+// what it then answers is classified as usual. An outer middleware sees the
+// request as it was, not the ended context of the deadline, so it does not
+// take the answer for a client that went away.
+func TestGuardTimeoutEndsTheHandlersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		outer, inner := testpolicy.NewCounter(), testpolicy.NewCounter()
+		g, err := sluice.New(sluice.With(inner), sluice.WithClock(sluice.NewMonotonicClock()), sluice.WithTimeout(150*time.Millisecond))
+		require.NoError(t, err)
+		defer g.Close()
+		var waited time.Duration
+		wait := func(c echo.Context) error {
+			start := time.Now()
+			select {
+			case <-c.Request().Context().Done():
+			case <-time.After(time.Hour):
+			}
+			waited = time.Since(start)
+			return c.Request().Context().Err()
+		}
+		e := echo.New()
+		e.Use(Middleware(WithGuard(newGuard(t, outer))))
+		e.GET("/slow", wait, Middleware(WithGuard(g)))
+		e.GET("/gateway", func(c echo.Context) error {
+			if err := wait(c); err != nil {
+				return echo.NewHTTPError(http.StatusGatewayTimeout).SetInternal(err)
+			}
+			return nil
+		}, Middleware(WithGuard(g)))
+		e.GET("/fast", func(c echo.Context) error {
+			if err := c.Request().Context().Err(); err != nil {
+				return err
+			}
+			return c.String(http.StatusOK, "ok")
+		}, Middleware(WithGuard(g)))
+
+		assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/slow").Code, "the handler's context error")
+		assert.Equal(t, 150*time.Millisecond, waited)
+		assert.Equal(t, http.StatusGatewayTimeout, do(e, http.MethodGet, "/gateway").Code)
+		assert.Equal(t, 150*time.Millisecond, waited)
+		assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/fast").Code)
+		want := map[sluice.Outcome]int{sluice.Failure: 2, sluice.Success: 1}
+		assert.Equal(t, want, inner.Outcomes())
+		assert.Equal(t, want, outer.Outcomes(), "the outer guard saw the deadline as a client gone")
+	})
 }
 
 func TestPanicIsAFailure(t *testing.T) {

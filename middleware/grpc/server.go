@@ -35,7 +35,11 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // handler, with [RejectionStatus] and, when the rejecting policy has a quota,
 // the RateLimit header metadata. An admitted call's outcome is the handler's
 // returned error, classified by WithClassifier (default [Classify]); a
-// handler that panics is a Failure, and the panic goes on.
+// handler that panics is a Failure, and the panic goes on. The Guard's call
+// timeout (sluice.WithTimeout) bounds the handler: its context ends at the
+// deadline, and an error it then returns ends the call with
+// DeadlineExceeded. A call that a ServerInHandle admitted is bounded by the
+// tap's Guard's timeout (and by the route's Guard's, when it is another).
 //
 // An admitted call costs no allocation unless the interceptor has to find a
 // key (WithKey), consult a skipper, mark a critical method or send quota
@@ -111,35 +115,58 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 }
 
 // unaryTapped serves a call that a ServerInHandle admitted, whose admission
-// a holds: it ends with the call. When this interceptor's route has another
-// Guard than the tap's, that Guard decides too, as the inner one.
+// a holds: it ends with the call. The tap's Guard's call timeout bounds the
+// call as runUnary's does. When this interceptor's route has another Guard
+// than the tap's, that Guard decides too, as the inner one.
 func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, err error) {
 	defer a.failOnPanic()
+	var finish func(error) error
+	if a.guard.Timeout() > 0 {
+		ctx, finish = a.guard.CallContext(ctx)
+	}
+	resp, ran, err := c.tappedCall(ctx, req, info, handler, a.guard)
+	if !ran {
+		// Turned away by this interceptor's Guard: its answer stands.
+		if finish != nil {
+			_ = finish(nil)
+		}
+		a.record(sluice.Released)
+		return resp, err
+	}
+	if finish != nil {
+		err = timeoutStatus(finish(err))
+	}
+	a.record(c.outcome(err))
+	return resp, err
+}
+
+// tappedCall runs the handler of a call that a ServerInHandle admitted,
+// through this interceptor's own Guard when its route has another one. ran
+// reports whether the call went on to the handler, rather than being turned
+// away (or answered by a fallback) by that Guard.
+func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, tapped *sluice.Guard) (resp any, ran bool, err error) {
 	rt := c.route(info.FullMethod)
-	if rt != nil && rt.Guard != a.guard {
+	if rt != nil && rt.Guard != tapped {
 		var skip bool
 		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
 		if err != nil {
-			a.record(sluice.Released)
-			return nil, err
+			return nil, false, err
 		}
 		if !skip {
 			d, done, err := rt.Guard.Admit(ctx)
 			if err != nil {
-				a.record(sluice.Released)
-				return c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
+				resp, err = c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
+				return resp, false, err
 			}
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
 			}
 			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
-			a.record(c.outcome(err))
-			return resp, err
+			return resp, true, err
 		}
 	}
 	resp, err = handler(ctx, req)
-	a.record(c.outcome(err))
-	return resp, err
+	return resp, true, err
 }
 
 // identifies reports whether calls need identify: a skipper, a key or a

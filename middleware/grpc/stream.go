@@ -15,7 +15,9 @@ import (
 // admitted once when it opens (a rejection ends it before its handler runs),
 // and its outcome, the handler's returned error classified as for a unary
 // call, is recorded when it ends. With WithMessageGuard, every message the
-// stream receives is asked for too.
+// stream receives is asked for too. The Guard's call timeout
+// (sluice.WithTimeout) does not apply to streams, which live as long as
+// they need to, whether a ServerInHandle admitted them or not.
 func StreamServerInterceptor(opts ...Option) (grpc.StreamServerInterceptor, error) {
 	c, err := build(serverSide, opts)
 	if err != nil {

@@ -23,8 +23,10 @@ import (
 // interceptors of this package end it with the call's outcome, so install
 // UnaryServerInterceptor and StreamServerInterceptor too; when their route
 // has the same Guard they do not ask it again, and when it has another they
-// ask that one as well. A call that no interceptor ends (an unknown method)
-// is recorded as Ignored when its context ends.
+// ask that one as well. UnaryServerInterceptor also applies the tap's
+// Guard's call timeout (sluice.WithTimeout) to the unary calls it admitted.
+// A call that no interceptor ends (an unknown method) is recorded as Ignored
+// when its context ends.
 //
 // WithQuotaMetadata and WithMessageGuard have no meaning here and are
 // refused.

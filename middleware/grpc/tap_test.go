@@ -1,7 +1,9 @@
 package sluicegrpc
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 func tapHandle(t *testing.T, opts ...Option) grpc.ServerOption {
@@ -104,4 +107,63 @@ func TestTapRefusesOptionsItCannotHonour(t *testing.T) {
 		_, err := ServerInHandle(WithGuard(g), o)
 		assert.Error(t, err)
 	}
+}
+
+// A tap's Guard's call timeout (sluice.WithTimeout) bounds the unary calls it
+// admitted, as the interceptor's own timeout bounds the calls it admits:
+// whether the interceptor's route has the tap's Guard or another one, the
+// handler's context ends at the deadline, the call ends DeadlineExceeded and
+// the tap's Guard counts it as a failure. Streams keep running: the timeout
+// is for calls, not for a stream's life.
+func TestTapGuardTimeoutBoundsTappedCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{name: "rec"}
+		g := mustGuard(t, sluice.With(rec), sluice.WithTimeout(200*time.Millisecond))
+		handle, err := ServerInHandle(WithGuard(g))
+		require.NoError(t, err)
+		tapped := func() context.Context {
+			ctx, err := handle(t.Context(), &tap.Info{FullMethodName: methodCheck})
+			require.NoError(t, err)
+			return ctx
+		}
+		var waited time.Duration
+		slow := func(ctx context.Context, _ any) (any, error) {
+			start := time.Now()
+			select {
+			case <-ctx.Done():
+				waited = time.Since(start)
+				return nil, status.FromContextError(ctx.Err()).Err()
+			case <-time.After(time.Hour):
+				waited = time.Hour
+				return "done", nil
+			}
+		}
+		info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+		for _, tc := range []struct {
+			name string
+			opt  Option
+		}{
+			{"same Guard", WithGuard(g)},
+			{"own Guard without a timeout", WithGuard(mustGuard(t))},
+		} {
+			waited = 0
+			_, err = unary(t, tc.opt)(tapped(), nil, info, slow)
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(err), tc.name)
+			assert.Contains(t, status.Convert(err).Message(), "sluice: timeout", tc.name)
+			assert.Equal(t, 200*time.Millisecond, waited, tc.name)
+		}
+		assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Failure}, rec.Outcomes())
+
+		ctx, err := handle(t.Context(), &tap.Info{FullMethodName: methodWatch})
+		require.NoError(t, err)
+		err = stream(t, WithGuard(g))(nil, fakeStream{ctx: ctx}, &grpc.StreamServerInfo{FullMethod: methodWatch}, func(_ any, ss grpc.ServerStream) error {
+			select {
+			case <-ss.Context().Done():
+				return ss.Context().Err()
+			case <-time.After(time.Hour):
+				return nil
+			}
+		})
+		assert.NoError(t, err, "a stream outlives the Guard's call timeout")
+	})
 }

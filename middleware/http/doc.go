@@ -8,9 +8,10 @@
 // final status is classified (5xx a failure, 4xx ignored) for the Guard's
 // breakers and load guards. A rejected request is answered, in order of
 // preference, by a [Fallback] for its route and cause (a static response, a
-// handler, or the stale copy of the last good response with Age), by the
-// deny handler, or by 429 / 503 with Retry-After and an RFC 9457 problem
-// body that names the cause and never an internal error.
+// handler, or, for GET and HEAD, the stale copy of the last good GET
+// response with Age), by the deny handler, or by 429 / 503 with Retry-After
+// and an RFC 9457 problem body that names the cause and never an internal
+// error.
 //
 // The response writer it hands to the handler records the status without
 // allocating, and keeps http.Flusher, http.Hijacker and io.ReaderFrom;

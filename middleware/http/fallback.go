@@ -56,10 +56,13 @@ func HandlerFallback(h http.Handler) (Fallback, error) {
 	return Fallback{handler: h}, nil
 }
 
-// StaleFallback answers with the last good response kept in c for the same
-// route, key and request URI, with an Age field. Routes that have a stale
-// fallback keep a copy of their good GET responses in c. When c holds no copy
-// young enough, the rejection is rendered as usual.
+// StaleFallback answers a GET or HEAD request with the last good GET
+// response kept in c for the same route, key and request URI, with an Age
+// field (a HEAD request gets its header fields, without the body). Routes
+// that this fallback may answer keep a copy of their good GET responses in
+// c. A request of another method, which may change state, is never answered
+// from a copy: it, and a request for which c holds no copy young enough, is
+// rejected as usual.
 func StaleFallback(c *StaleCache) (Fallback, error) {
 	if c == nil {
 		return Fallback{}, errors.New("sluicehttp: StaleFallback: nil cache")
@@ -214,6 +217,9 @@ func (fb Fallback) serve(w http.ResponseWriter, r *http.Request, staleKey string
 		fb.handler.ServeHTTP(w, r)
 		return true
 	case fb.stale != nil:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return false
+		}
 		e, age, ok := fb.stale.load(staleKey, now)
 		if !ok {
 			return false

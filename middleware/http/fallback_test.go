@@ -84,6 +84,104 @@ func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
 	assert.Equal(t, 3, n)
 }
 
+// A stale copy is of a GET response, and answers only GET and HEAD (its
+// header fields, without the body): a request of another method may change
+// state, so a copy of a GET is no answer to it, and it is rejected as usual.
+func TestStaleCopyAnswersOnlyGetAndHead(t *testing.T) {
+	clock, sw, g, cache, stale := staleSetup(t)
+	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseNone, stale))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, r.Method+" answer")
+	}))
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodHead} {
+		serve(h, m, "/orders")
+	}
+	assert.Zero(t, cache.Len(), "only GET responses are kept")
+	assert.Equal(t, "GET answer", serve(h, http.MethodGet, "/orders").Body.String())
+	assert.Equal(t, 1, cache.Len())
+
+	sw.on = true
+	clock.Advance(3 * time.Second)
+	rec := serve(h, http.MethodGet, "/orders")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "GET answer", rec.Body.String())
+	rec = serve(h, http.MethodHead, "/orders")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Empty(t, rec.Body.String())
+	assert.Equal(t, "text/plain", rec.Header().Get("Content-Type"))
+	assert.Equal(t, "10", rec.Header().Get("Content-Length"))
+	assert.Equal(t, "3", rec.Header().Get("Age"))
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		rec = serve(h, m, "/orders")
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, m)
+		assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"), m)
+	}
+}
+
+// Every stale fallback that may answer a route keeps copies of its good
+// responses, each as large as its own maxBody allows, and none that cannot
+// answer it does: a route's own fallback for every cause takes the place of
+// the general ones, and its own fallback for a cause that of the general
+// one for that cause.
+func TestEveryStaleFallbackThatMayAnswerKeepsACopy(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := &switchable{}
+	g := newGuard(t, clock, sw)
+	newCache := func(maxBody int) (*StaleCache, Fallback) {
+		c, err := NewStaleCache(8, time.Minute, maxBody)
+		require.NoError(t, err)
+		fb, err := StaleFallback(c)
+		require.NoError(t, err)
+		return c, fb
+	}
+	aLimited, fbALimited := newCache(4)
+	general, fbGeneral := newCache(1024)
+	generalLimited, fbGeneralLimited := newCache(1024)
+	generalOpen, fbGeneralOpen := newCache(1024)
+	static, err := StaticFallback(http.StatusOK, nil, []byte("static"))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /a/{x}", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.PathValue("x")) })
+	mux.HandleFunc("GET /b", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "b") })
+	mux.HandleFunc("GET /c", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "c") })
+	h := Middleware(WithGuard(g),
+		WithFallback("GET /a/{x}", sluice.CauseRateLimited, fbALimited),
+		WithFallback("", sluice.CauseRateLimited, fbGeneralLimited), // never answers /a/{x} or /b
+		WithFallback("", sluice.CauseNone, fbGeneral),
+		WithFallback("", sluice.CauseCircuitOpen, fbGeneralOpen),
+		WithFallback("GET /b", sluice.CauseNone, static), // /b: no stale fallback
+	)(mux)
+
+	for _, p := range []string{"/a/1", "/a/longer", "/b", "/c"} {
+		serve(h, http.MethodGet, p)
+	}
+	assert.Equal(t, 1, aLimited.Len(), "/a/1 only: /a/longer is over its maxBody")
+	assert.Equal(t, 3, general.Len(), "/a/1, /a/longer and /c")
+	assert.Equal(t, 3, generalOpen.Len(), "/a/1, /a/longer and /c")
+	assert.Equal(t, 1, generalLimited.Len(), "/c")
+
+	for _, tt := range []struct {
+		cause  error
+		path   string
+		status int
+		body   string
+	}{
+		{sluice.ErrRateLimited, "/a/1", http.StatusOK, "1"},
+		{sluice.ErrRateLimited, "/a/longer", http.StatusTooManyRequests, ""},
+		{sluice.ErrCircuitOpen, "/a/longer", http.StatusOK, "longer"},
+		{sluice.ErrOverloaded, "/a/longer", http.StatusOK, "longer"},
+		{sluice.ErrRateLimited, "/c", http.StatusOK, "c"},
+		{sluice.ErrRateLimited, "/b", http.StatusOK, "static"},
+	} {
+		sw.on, sw.d = true, sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: tt.cause}
+		rec := serve(h, http.MethodGet, tt.path)
+		assert.Equal(t, tt.status, rec.Code, "%s %v", tt.path, tt.cause)
+		if tt.body != "" {
+			assert.Equal(t, tt.body, rec.Body.String(), "%s %v", tt.path, tt.cause)
+		}
+	}
+}
+
 func TestStaleCacheIsBounded(t *testing.T) {
 	c, err := NewStaleCache(3, time.Hour, 10)
 	require.NoError(t, err)
@@ -239,4 +337,18 @@ func TestMiddlewareAppliesTheGuardsTimeout(t *testing.T) {
 		assert.Equal(t, 150*time.Millisecond, waited)
 		assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
 	})
+}
+
+// staleSetup returns a Guard that rejects with an open circuit while sw.on,
+// and a stale fallback answering from cache (8 copies, a minute old at most).
+func staleSetup(t *testing.T) (*sluice.ManualClock, *switchable, *sluice.Guard, *StaleCache, Fallback) {
+	t.Helper()
+	clock := sluice.NewManualClock(time.Hour)
+	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
+	g := newGuard(t, clock, sw)
+	cache, err := NewStaleCache(8, time.Minute, 1024)
+	require.NoError(t, err)
+	stale, err := StaleFallback(cache)
+	require.NoError(t, err)
+	return clock, sw, g, cache, stale
 }

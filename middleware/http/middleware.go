@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/sluice-go/sluice"
@@ -23,8 +24,11 @@ type config struct {
 	classify  middleware.StatusClassifier
 	render    middleware.Renderer
 	fallbacks map[fallbackKey]Fallback
-	maxBody   int
 	resources bool
+	// staleByRoute and staleOthers are the stale caches that keep the good
+	// GET responses of each route named by a fallback, and of the others.
+	staleByRoute map[string]*staleSet
+	staleOthers  *staleSet
 }
 
 // WithRoutes guards requests with the Guard their route maps to in rs.
@@ -132,7 +136,10 @@ func WithRenderer(r middleware.Renderer) Option {
 // WithFallback answers the requests of route rejected for cause with fb
 // instead of a rejection. route "" stands for every route and cause
 // sluice.CauseNone for every cause; the most specific fallback wins: route
-// and cause, route, cause, then neither.
+// and cause, route, cause, then neither. A stale fallback (StaleFallback)
+// answers only GET and HEAD requests, from copies of good GET responses;
+// every stale fallback that may answer a route keeps a copy of that route's
+// good GET responses.
 func WithFallback(route string, cause sluice.Cause, fb Fallback) Option {
 	return func(c *config) {
 		if fb.static == nil && fb.handler == nil && fb.stale == nil {
@@ -158,11 +165,7 @@ func Middleware(opts ...Option) func(http.Handler) http.Handler {
 			o(&c)
 		}
 	}
-	for _, fb := range c.fallbacks {
-		if fb.stale != nil && fb.stale.maxBody > c.maxBody {
-			c.maxBody = fb.stale.maxBody
-		}
-	}
+	c.staleByRoute, c.staleOthers = staleSets(c.fallbacks)
 	return func(next http.Handler) http.Handler {
 		h := &handler{config: c, next: next}
 		h.mux, _ = next.(*http.ServeMux)
@@ -232,7 +235,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render.Admitted(w.Header(), rt, d)
-	var stale *StaleCache
+	var stale *staleSet
 	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
 		if stale = h.staleFor(pattern); stale != nil {
 			rw.capturing = true
@@ -255,7 +258,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // finish reports the request's outcome; it runs deferred so that a panic in
 // the handler is reported as a Failure (http.ErrAbortHandler, the client
 // going away, as Ignored) before it goes on up.
-func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *StaleCache, r *http.Request, pattern, key string, rt *middleware.Route) {
+func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *staleSet, r *http.Request, pattern, key string, rt *middleware.Route) {
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
 			done.Record(sluice.Ignored)
@@ -279,24 +282,81 @@ func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *StaleCach
 		o = h.classify(rw.status)
 	}
 	done.Record(o)
-	if stale != nil && rw.capturing && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		stale.store(r, staleKey(pattern, key, r), http.StatusOK, rw.Header(), rw.capture, rt.Guard.Now())
+	// A hijacked connection has no HTTP response to keep, whatever its
+	// status says.
+	if stale != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
+		sk, now := staleKey(pattern, key, r), rt.Guard.Now()
+		for _, c := range stale.caches {
+			c.store(r, sk, http.StatusOK, rw.Header(), rw.capture, now)
+		}
 	}
 	putWriter(rw)
 }
 
-func (h *handler) staleFor(pattern string) *StaleCache {
-	for _, k := range [...]fallbackKey{{pattern, sluice.CauseNone}, {"", sluice.CauseNone}} {
-		if fb, ok := h.fallbacks[k]; ok && fb.stale != nil {
-			return fb.stale
+// staleSet is the stale caches that keep the good GET responses of a route.
+type staleSet struct {
+	caches  []*StaleCache
+	maxBody int // the largest maxBody of caches: how much body to capture
+}
+
+func (s *staleSet) add(c *StaleCache) {
+	if slices.Contains(s.caches, c) {
+		return
+	}
+	s.caches = append(s.caches, c)
+	s.maxBody = max(s.maxBody, c.maxBody)
+}
+
+// staleSets returns, for each route that fallbacks name and for every other
+// route, the caches of the stale fallbacks that may answer its requests,
+// each cache once: those of the route's own fallbacks, and those of route
+// "" unless a fallback of the route takes their place (the route's for
+// every cause, or for the same cause). A route whose requests no stale
+// fallback answers has none.
+func staleSets(fallbacks map[fallbackKey]Fallback) (map[string]*staleSet, *staleSet) {
+	var others *staleSet
+	byRoute := make(map[string]*staleSet)
+	for k, fb := range fallbacks {
+		if k.route != "" {
+			byRoute[k.route] = nil
+		} else if fb.stale != nil {
+			if others == nil {
+				others = &staleSet{}
+			}
+			others.add(fb.stale)
 		}
 	}
-	for k, fb := range h.fallbacks {
-		if fb.stale != nil && (k.route == pattern || k.route == "") {
-			return fb.stale
+	for route := range byRoute {
+		s := &staleSet{}
+		_, everyCause := fallbacks[fallbackKey{route, sluice.CauseNone}]
+		for k, fb := range fallbacks {
+			if fb.stale == nil {
+				continue
+			}
+			switch k.route {
+			case route:
+				s.add(fb.stale)
+			case "":
+				if _, shadowed := fallbacks[fallbackKey{route, k.cause}]; !everyCause && !shadowed {
+					s.add(fb.stale)
+				}
+			}
 		}
+		if len(s.caches) == 0 {
+			s = nil
+		}
+		byRoute[route] = s
 	}
-	return nil
+	return byRoute, others
+}
+
+// staleFor returns the stale caches that keep the good GET responses of
+// route pattern, or nil.
+func (h *handler) staleFor(pattern string) *staleSet {
+	if s, ok := h.staleByRoute[pattern]; ok {
+		return s
+	}
+	return h.staleOthers
 }
 
 func (h *handler) fallback(pattern string, cause sluice.Cause) (Fallback, bool) {

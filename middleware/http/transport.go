@@ -21,7 +21,8 @@ import (
 // GuardFactory returns the Guard for the calls to one host ("api.example.com:443"
 // as the request's URL gives it). A nil Guard lets the host's calls through
 // unguarded; an error fails the call without sending it (the next call asks
-// again).
+// again). A panic goes on up the call that ran the factory and fails the
+// calls that were waiting for the host's Guard; the next call asks again.
 //
 // The Transport calls it once per host it keeps and owns what it returns: it
 // closes a host's Guard when it drops the host (past WithMaxHosts) and on
@@ -182,27 +183,45 @@ func (t *RoundTripper) guard(host string) (*sluice.Guard, error) {
 	p := &pendingGuard{ready: make(chan struct{})}
 	t.pending[host] = p
 	t.mu.Unlock()
-
-	p.g, p.err = t.factory(host)
-	t.mu.Lock()
-	delete(t.pending, host)
-	var evicted []*sluice.Guard
-	if p.err == nil {
-		t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: p.g})
-		for t.lru.Len() > t.cfg.maxHosts {
-			last := t.lru.Back()
-			t.lru.Remove(last)
-			hg := last.Value.(*hostGuard)
-			delete(t.hosts, hg.host)
-			evicted = append(evicted, hg.g)
-		}
-	}
-	t.mu.Unlock()
-	close(p.ready)
-	for _, e := range evicted {
-		_ = e.Close()
-	}
+	t.makeGuard(host, p)
 	return p.g, p.err
+}
+
+// errFactoryPanicked fails the calls that waited for a Guard whose
+// GuardFactory panicked; the next call asks the factory again.
+var errFactoryPanicked = errors.New("the GuardFactory panicked")
+
+// makeGuard runs the factory for host and resolves p with its result. When
+// the factory panics (or exits its goroutine) the host's pending entry is
+// resolved all the same, with errFactoryPanicked for the calls waiting on
+// it, and the panic goes on.
+func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
+	returned := false
+	defer func() {
+		if !returned {
+			p.g, p.err = nil, errFactoryPanicked
+		}
+		t.mu.Lock()
+		delete(t.pending, host)
+		var evicted []*sluice.Guard
+		if p.err == nil {
+			t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: p.g})
+			for t.lru.Len() > t.cfg.maxHosts {
+				last := t.lru.Back()
+				t.lru.Remove(last)
+				hg := last.Value.(*hostGuard)
+				delete(t.hosts, hg.host)
+				evicted = append(evicted, hg.g)
+			}
+		}
+		t.mu.Unlock()
+		close(p.ready)
+		for _, e := range evicted {
+			_ = e.Close()
+		}
+	}()
+	p.g, p.err = t.factory(host)
+	returned = true
 }
 
 // Hosts returns the number of hosts whose Guards are kept.
@@ -322,18 +341,23 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// retryAfter parses a Retry-After field: delay-seconds or an HTTP-date.
+// retryAfter parses a Retry-After field: delay-seconds (1*DIGIT, however
+// many) or an HTTP-date.
 func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
 	var d time.Duration
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 {
+	if digits(v) {
+		s, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			// Still a delay, longer than any cap.
+			return t.cfg.maxRetryAfter, true
+		case err != nil, s == 0:
 			return 0, false
-		}
-		if s > int64(t.cfg.maxRetryAfter/time.Second) {
+		case s > int64(t.cfg.maxRetryAfter/time.Second):
 			return t.cfg.maxRetryAfter, true
 		}
 		d = time.Duration(s) * time.Second
@@ -346,6 +370,16 @@ func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
 		return 0, false
 	}
 	return min(d, t.cfg.maxRetryAfter), true
+}
+
+// digits reports whether s is all ASCII digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // discard drains a little of a body nobody will read, so its connection can

@@ -140,6 +140,8 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 		{"seconds on 503", http.StatusServiceUnavailable, "120", 120 * time.Second},
 		{"seconds on 429", http.StatusTooManyRequests, "30", 30 * time.Second},
 		{"capped", http.StatusTooManyRequests, "999999", 5 * time.Minute},
+		{"capped beyond int64", http.StatusServiceUnavailable, "99999999999999999999", 5 * time.Minute},
+		{"capped with leading zeros", http.StatusServiceUnavailable, "000000000000000000000000060", time.Minute},
 		{"http date", http.StatusServiceUnavailable, "Sun, 22 Nov 2026 05:01:40 GMT", 100 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,7 +162,7 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 }
 
 func TestTransportIgnoresUselessRetryAfter(t *testing.T) {
-	for _, v := range []string{"", "0", "-5", "soon", "Sun, 22 Nov 2026 04:00:00 GMT"} {
+	for _, v := range []string{"", "0", "-5", "+5", "1.5", "-99999999999999999999", "soon", "Sun, 22 Nov 2026 04:00:00 GMT"} {
 		clock := sluice.NewManualClock(0)
 		dep := &fakeDependency{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {v}}}
 		rt, breakers := newTransport(t, dep, clock)
@@ -386,6 +388,55 @@ func TestTransportMakesEachHostsGuardOnce(t *testing.T) {
 	}
 	assert.Equal(t, int32(1), made.Load())
 	assert.Equal(t, 1, rt.Hosts())
+}
+
+// A GuardFactory that panics does not wedge its host: the calls that waited
+// for its Guard fail, the panic goes on up the call that ran it, and the
+// next call asks the factory again.
+func TestTransportFactoryPanicFailsOnlyItsCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var made atomic.Int32
+		gate := make(chan struct{})
+		rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) {
+			if made.Add(1) == 1 {
+				<-gate
+				panic("factory bug")
+			}
+			return sluice.New()
+		})
+		require.NoError(t, err)
+		defer rt.Close()
+		call := func() error {
+			resp, err := get(t, rt, "http://a.test/", nil)
+			if err == nil {
+				err = resp.Body.Close()
+			}
+			return err
+		}
+		panicked := make(chan any, 1)
+		go func() {
+			defer func() { panicked <- recover() }()
+			_ = call()
+		}()
+		synctest.Wait() // the first call is in the factory
+		const waiters = 3
+		errs := make(chan error, waiters)
+		for range waiters {
+			go func() { errs <- call() }()
+		}
+		synctest.Wait() // the others wait for its Guard
+		close(gate)
+		assert.Equal(t, "factory bug", <-panicked)
+		for range waiters {
+			err := <-errs
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), `sluicehttp: guard for host "a.test": the GuardFactory panicked`)
+		}
+		assert.Zero(t, rt.Hosts())
+		require.NoError(t, call(), "the next call asks the factory again")
+		assert.Equal(t, int32(2), made.Load())
+		assert.Equal(t, 1, rt.Hosts())
+	})
 }
 
 // slowDependency answers only when the request's context ends.

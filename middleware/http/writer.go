@@ -94,12 +94,16 @@ func (rw *responseWriter) keep(b []byte) {
 func (rw *responseWriter) Flush() { _ = rw.FlushError() }
 
 // FlushError flushes and reports the writer beneath's error; it is what
-// http.ResponseController calls.
+// http.ResponseController calls. A flush that worked sent the header with
+// an implicit 200; one that failed (a writer beneath that cannot flush, such
+// as http.TimeoutHandler's) leaves the status to what the handler writes
+// next.
 func (rw *responseWriter) FlushError() error {
-	if rw.status == 0 {
+	err := http.NewResponseController(rw.w).Flush()
+	if err == nil && rw.status == 0 {
 		rw.status = http.StatusOK
 	}
-	return http.NewResponseController(rw.w).Flush()
+	return err
 }
 
 // Hijack hands the connection over, as http.Hijacker does. After it, the

@@ -107,6 +107,79 @@ func TestResponseControllerReachesServerWriter(t *testing.T) {
 	assert.NoError(t, <-errc)
 }
 
+// noFlushWriter is a ResponseWriter that cannot flush, as
+// http.TimeoutHandler's is.
+type noFlushWriter struct{ rec *httptest.ResponseRecorder }
+
+func (w noFlushWriter) Header() http.Header         { return w.rec.Header() }
+func (w noFlushWriter) Write(b []byte) (int, error) { return w.rec.Write(b) }
+func (w noFlushWriter) WriteHeader(code int)        { w.rec.WriteHeader(code) }
+
+// A flush sends the header with an implicit 200 only when it works: when
+// the writer beneath cannot flush, nothing was sent, and the status the
+// handler writes next is the one the client gets and the one classified.
+func TestFailedFlushLeavesTheStatusToTheHandler(t *testing.T) {
+	c := testpolicy.NewCounter()
+	g := newGuard(t, sluice.NewManualClock(0), c)
+	var flushErr error
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		flushErr = http.NewResponseController(w).Flush()
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(noFlushWriter{rec}, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.ErrorIs(t, flushErr, http.ErrNotSupported)
+	assert.Equal(t, http.StatusInternalServerError, rec.Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
+
+	rec = serve(h, http.MethodGet, "/")
+	assert.NoError(t, flushErr)
+	assert.Equal(t, http.StatusOK, rec.Code, "the flush sent a 200")
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Success: 1}, c.Outcomes())
+}
+
+// hijackable is a ResponseRecorder whose connection can be taken over.
+type hijackable struct {
+	*httptest.ResponseRecorder
+	conn net.Conn
+}
+
+func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return h.conn, bufio.NewReadWriter(bufio.NewReader(h.conn), bufio.NewWriter(h.conn)), nil
+}
+
+// A GET whose handler takes the connection over (a WebSocket upgrade) has
+// no HTTP response to keep: no stale copy, empty or not, is made of it.
+func TestHijackedGetKeepsNoStaleCopy(t *testing.T) {
+	_, sw, g, cache, stale := staleSetup(t)
+	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseNone, stale))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		if r.URL.Path == "/after-write" {
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+			_ = brw.Flush()
+		}
+	}))
+	for _, path := range []string{"/silent", "/after-write"} {
+		client, server := net.Pipe()
+		go func() { _, _ = io.Copy(io.Discard, client) }()
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("Upgrade", "websocket")
+		h.ServeHTTP(hijackable{httptest.NewRecorder(), server}, req)
+		_ = client.Close()
+		assert.Zero(t, cache.Len(), path)
+	}
+
+	sw.on = true
+	rec := serve(h, http.MethodGet, "/silent")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "answered with an empty stale 200")
+}
+
 func TestReadFromRecordsStatus(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
