@@ -151,9 +151,14 @@ func DefaultClassifier(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
+	case rejectionOf(err) != nil:
+		// A nested Guard's rejection, whatever its cause (a policy may
+		// reject with ErrTimeout), but not a timeout wrapping one.
+		return Ignored
 	case errors.Is(err, ErrTimeout):
-		// First: a call past its Guard's deadline may have answered with
-		// context.Canceled (as some drivers do); it is still a timeout.
+		// Before Canceled: a call past its Guard's deadline may have
+		// answered with context.Canceled (as some drivers do); it is still a
+		// timeout.
 		return Failure
 	case errors.Is(err, ErrRejected), errors.Is(err, context.Canceled):
 		return Ignored

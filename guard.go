@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"sync"
 	"time"
 )
 
@@ -27,6 +29,7 @@ type Guard struct {
 	classify   Classifier
 	onDecision []func(context.Context, Decision)
 	onState    []func(StateChange)
+	unsubsMu   sync.Mutex
 	unsubs     []func()
 	fallbacks  []Fallback // outermost layer; see fallback.go
 	onFallback []func(context.Context, FallbackEvent)
@@ -43,7 +46,7 @@ type Option func(*Guard) error
 func With(policies ...Policy) Option {
 	return func(g *Guard) error {
 		for i, p := range policies {
-			if p == nil {
+			if isNil(p) {
 				return fmt.Errorf("sluice: policy %d is nil", len(g.policies)+i)
 			}
 		}
@@ -56,7 +59,7 @@ func With(policies ...Policy) Option {
 // chain must measure time on the same clock.
 func WithClock(c Clock) Option {
 	return func(g *Guard) error {
-		if c == nil {
+		if isNil(c) {
 			return errors.New("sluice: WithClock: nil clock")
 		}
 		if _, ok := c.(systemClock); ok {
@@ -65,6 +68,19 @@ func WithClock(c Clock) Option {
 		g.clock = c
 		return nil
 	}
+}
+
+// isNil reports whether v is nil, or holds a nil pointer, map, slice,
+// channel or function: a nil *breaker.Breaker is no policy.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
 }
 
 // WithClassifier makes the Guard classify the errors of protected calls with
@@ -190,10 +206,13 @@ func (g *Guard) Close() error {
 	if g == nil {
 		return nil
 	}
-	for _, u := range g.unsubs {
+	g.unsubsMu.Lock()
+	unsubs := g.unsubs
+	g.unsubs = nil
+	g.unsubsMu.Unlock()
+	for _, u := range unsubs {
 		u()
 	}
-	g.unsubs = nil
 	var errs []error
 	for _, p := range g.policies {
 		if c, ok := p.(io.Closer); ok {
@@ -337,9 +356,7 @@ func (g *Guard) admitRun(ctx context.Context, done *Done) error {
 // now, when the i-th rejects; done stays inactive.
 func (g *Guard) release(done *Done, i int, now time.Duration) {
 	done.g = nil
-	for j := i - 1; j >= 0; j-- {
-		g.policies[j].Done(done.tickets[j], Released, now, 0)
-	}
+	done.end(g, i-1, Released, now)
 }
 
 // admit runs the chain, fills done with the tickets of the policies that
@@ -423,6 +440,9 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done, out *Decision) error 
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
 	at := make([]time.Duration, len(g.policies))
+	if g.mayWait != nil {
+		done.ats = at // for a Released, here or later (a panic, a release)
+	}
 	best := allowAll
 	for i, p := range g.policies {
 		at[i] = now
@@ -432,10 +452,8 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done, out *Decision) error 
 			if g.mayWait != nil && g.mayWait[i] {
 				now = g.now() // it may have waited before it gave up
 			}
-			for j := i - 1; j >= 0; j-- {
-				g.policies[j].Done(done.ticket(j), Released, now, now-at[j])
-			}
-			done.more = nil
+			done.end(g, i-1, Released, now)
+			done.more, done.ats = nil, nil
 			*out = d
 			if len(g.onDecision) > 0 {
 				g.decided(ctx, d)
@@ -458,9 +476,6 @@ func (g *Guard) admitSlow(ctx context.Context, done *Done, out *Decision) error 
 		}
 	}
 	done.start = now
-	if g.mayWait != nil {
-		done.ats = at // for a later Released, as above
-	}
 	*out = best
 	if len(g.onDecision) > 0 {
 		g.decided(ctx, best)
@@ -530,27 +545,43 @@ func (d *Done) Record(o Outcome) {
 		return
 	}
 	d.g = nil
-	var now time.Duration
-	if g.untimed && o != Released {
-		for i := d.n - 1; i >= 0; i-- {
-			g.policies[i].Done(d.ticket(i), o, Unread, 0)
+	now := Unread
+	if !g.untimed || o == Released {
+		if g.clock == nil {
+			now = time.Since(processStart)
+		} else {
+			now = g.clock.Now()
 		}
-		return
 	}
-	if g.clock == nil {
-		now = time.Since(processStart)
-	} else {
-		now = g.clock.Now()
-	}
-	lat := max(now-d.start, 0)
-	for i := d.n - 1; i >= 0; i-- {
-		if o == Released && d.ats != nil {
-			// Released tells each policy how long ago its own Admit was,
-			// which differs from the call's start after a wait.
-			lat = max(now-d.ats[i], 0)
+	d.end(g, d.n-1, o, now)
+}
+
+// end tells policies i, i-1, ..., 0 of g that the request ended with o at
+// now. A policy's Done that panics (a state listener it calls, say) does not
+// keep the policies outside it from hearing the end, or their quota would
+// leak: they are told, then the panic goes on.
+func (d *Done) end(g *Guard, i int, o Outcome, now time.Duration) {
+	defer func() {
+		if i >= 0 { // the Done of policy i panicked
+			d.end(g, i-1, o, now)
 		}
-		g.policies[i].Done(d.ticket(i), o, now, lat)
+	}()
+	for ; i >= 0; i-- {
+		g.policies[i].Done(d.ticket(i), o, now, d.latency(i, o, now))
 	}
+}
+
+// latency is what policy i is told of the request's latency at now: 0 when
+// the end instant is Unread; for Released after a wait, how long ago its own
+// Admit was, which differs from the call's start.
+func (d *Done) latency(i int, o Outcome, now time.Duration) time.Duration {
+	switch {
+	case now == Unread:
+		return 0
+	case o == Released && d.ats != nil:
+		return max(now-d.ats[i], 0)
+	}
+	return max(now-d.start, 0)
 }
 
 // Start returns the instant the request was admitted, on the Guard's clock.
