@@ -19,6 +19,7 @@ type call struct {
 	tags     []uint64
 	local    []localTicket
 	ds       []sluice.Decision
+	marks    []int64 // per limit: the admission's mark in Redis, for a refund (see decideSrc)
 	viaRedis bool
 }
 
@@ -31,6 +32,7 @@ type localTicket struct {
 var (
 	modeAdmit  any = "a"
 	modeRefund any = "r"
+	zeroArg    any = "0"
 )
 
 // Admit decides on one request at the monotonic instant now: its key from the
@@ -141,8 +143,8 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	c.args[0] = modeAdmit
 	boxed := any(cost)
 	for i, m := range l.limits {
-		j := 1 + 4*i
-		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3] = m.algArg, m.periodArg, m.quotaArg, boxed
+		j := 1 + 5*i
+		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, m.periodArg, m.quotaArg, boxed, zeroArg
 	}
 	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
 	script, args := decideScript, c.args
@@ -152,7 +154,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
 	c.ctx = callCtx{}
 	if err == nil {
-		err = parseReply(reply, c.ds)
+		err = parseReply(reply, c.ds, c.marks)
 	}
 	if err != nil {
 		l.br.failure(bt, now)
@@ -266,13 +268,18 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, trac
 	return d, l.track(c)
 }
 
-// refund gives back in Redis what c's admission took.
+// refund gives back in Redis what c's admission took, as far as it is still
+// there; the script measures the time since on Redis's clock, from the
+// admission's mark.
 func (l *Limiter) refund(c *call, now time.Duration) {
 	bt, ok := l.br.acquire(now)
 	if !ok {
 		return
 	}
 	c.args[0] = modeRefund
+	for i := range l.limits {
+		c.args[5+5*i] = any(c.marks[i])
+	}
 	c.ctx = callCtx{parent: context.Background(), ep: l.deadlines.get()}
 	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
 	c.ctx = callCtx{}
@@ -301,8 +308,9 @@ func micros(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// parseReply reads four integers per limit from the script's reply.
-func parseReply(s string, ds []sluice.Decision) error {
+// parseReply reads five integers per limit from the script's reply, the
+// Decision's four and the admission's mark, which goes to marks.
+func parseReply(s string, ds []sluice.Decision, marks []int64) error {
 	pos := 0
 	next := func() (int64, bool) {
 		for pos < len(s) && s[pos] == ' ' {
@@ -332,9 +340,11 @@ func parseReply(s string, ds []sluice.Decision) error {
 		rem, ok2 := next()
 		reset, ok3 := next()
 		retry, ok4 := next()
-		if !ok1 || !ok2 || !ok3 || !ok4 {
+		w, ok5 := next()
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
 			return errReply
 		}
+		marks[i] = w
 		d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: micros(reset)}
 		if !d.Allowed {
 			d.RetryAfter = max(micros(retry), time.Microsecond)

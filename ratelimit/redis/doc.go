@@ -11,8 +11,9 @@
 // FLUSH). A limiter of one limit runs the script of its algorithm alone;
 // one built by All runs a script that decides all of its limits. The
 // script reads the time from Redis TIME, in integer microseconds, so the
-// clocks of the instances never matter, and stored instants never move
-// backwards: a Redis whose clock steps back keeps the later state. All its
+// clocks of the instances never matter, and an admission never moves a
+// stored instant backwards: a Redis whose clock steps back keeps the later
+// state, and its waits include the lag. All its
 // arithmetic is on integers: 10 per second leaves Remaining 9 after the first
 // request. A rejected request writes nothing; every write sets a TTL just long
 // enough for the state it keeps, so idle keys disappear.

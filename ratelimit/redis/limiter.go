@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -177,13 +178,18 @@ func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim i
 	return build(client, cfg, alg, w, lim, share)
 }
 
+// keyName writes a limiter's name in its keys with no ':' of its own, so
+// that the prefix, which may hold ':', and the name cannot run together:
+// prefix "a:b" with name "c" and prefix "a" with name "b:c" keep apart.
+var keyName = strings.NewReplacer("%", "%25", ":", "%3A")
+
 func build(client redis.UniversalClient, cfg config, alg byte, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
 	l := &limit{
 		name:        cfg.name,
-		keyPre:      cfg.prefix + ":" + cfg.name + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
+		keyPre:      cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
 		algArg:      string(alg),
 		single:      singleScripts[alg],
 		periodArg:   strconv.FormatInt(period, 10),
@@ -228,8 +234,8 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	}
 	n := len(limits)
 	lim.calls.New = func() any {
-		c := &call{keys: make([]string, n), args: make([]any, 1+4*n), tags: make([]uint64, n),
-			local: make([]localTicket, n), ds: make([]sluice.Decision, n)}
+		c := &call{keys: make([]string, n), args: make([]any, 1+5*n), tags: make([]uint64, n),
+			local: make([]localTicket, n), ds: make([]sluice.Decision, n), marks: make([]int64, n)}
 		return c
 	}
 	return lim

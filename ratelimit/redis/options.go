@@ -116,7 +116,8 @@ func (c *config) apply(opts []Option) error {
 // Redis keys; the default is "ratelimit/redis/" and the algorithm
 // ("ratelimit/redis/gcra"). Two limiters sharing a Redis must have different
 // names unless they are meant to share their state. The name must not
-// contain '{' or '}'.
+// contain '{' or '}'; in the keys, its '%' and ':' are written "%25" and
+// "%3A", so a name never runs into the prefix.
 func WithName(name string) Option {
 	return func(c *config) error {
 		if name == "" {

@@ -8,13 +8,21 @@ import "github.com/redis/go-redis/v9"
 // all of them admit.
 //
 // KEYS[i] is the state of limit i. ARGV[1] is the mode: "a" to admit, "r" to
-// refund what an earlier admission took. Then four arguments per limit: the
+// refund what an earlier admission took. Then five arguments per limit: the
 // algorithm (g: GCRA, t: token bucket, f: fixed window, s: sliding window
 // counter), its period parameter in microseconds (the emission interval, or
-// the window), its quota (burst or limit) and the cost.
+// the window), its quota (burst or limit), the cost, and, for a refund, the
+// mark of the admission: its instant (Redis TIME, µs) for g and t, the index
+// of the window it was counted in for f and s.
 //
-// The reply is one string of four integers per limit: allowed (0 or 1),
-// remaining, reset and retry-after in microseconds. Numbers are Lua doubles
+// A refund gives back what the admission took as far as it is still there:
+// GCRA and the token bucket the cost less what could have come back since
+// the admission (cost × interval − the time since, as their local twins
+// do), the windows the cost to the window it was counted in, while the limit
+// still counts that window.
+//
+// The reply is one string of five integers per limit: allowed (0 or 1),
+// remaining, reset and retry-after in microseconds, and the admission's mark. Numbers are Lua doubles
 // holding integers below 2^53 (the constructors keep them there), divided with
 // math.floor only, so the arithmetic is exact; Redis writes a number argument
 // of redis.call with 17 significant digits, so they are stored exactly.
@@ -30,8 +38,11 @@ import "github.com/redis/go-redis/v9"
 //	f: hash w (window index) and n (count)
 //	s: hash w (current window index), c (its count) and p (the previous one's)
 //
-// Stored instants and window indexes only move forward: when TIME is behind
-// them (a failover to a host whose clock lags), the stored value is kept.
+// An admission moves stored instants and window indexes only forward: when
+// TIME is behind them (a failover to a host whose clock lags), the stored
+// value is kept, and the waits answered include the lag. A refund moves back
+// what it gives back: a GCRA's TAT, a token bucket's last refill by the part
+// of a token it returns.
 const decideSrc = `
 if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -46,15 +57,22 @@ local s1, s2, s3, st, reply
 local ok = true
 
 for i = 1, n do
-  local j = i * 4 - 2
+  local j = i * 5 - 3
   local alg, a, b, cost = ARGV[j], tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
   local key = KEYS[i]
-  local allowed, remaining, reset, retry = 0, 0, 0, 0
+  local allowed, remaining, reset, retry, mark = 0, 0, 0, 0, now
+  -- A refund's credit: the cost less the time since the admission.
+  local since = 0
+  if refund then
+    since = now - tonumber(ARGV[j + 4])
+    if since < 0 then since = 0 end
+  end
   if alg == 'g' then
     local tat = tonumber(redis.call('GET', key)) or now
     if refund then
-      if tat > now then
-        local nt = tat - cost * a
+      local credit = cost * a - since
+      if credit > 0 and tat > now then
+        local nt = tat - credit
         if nt > now then
           redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
         else
@@ -85,14 +103,17 @@ for i = 1, n do
       if add > 0 then tokens = tokens + add; last = last + add * a end
       if tokens >= b then tokens = b; last = now end
     end
+    -- Negative while TIME lags the stored refill: the wait includes the lag.
     local el = now - last
-    if el < 0 then el = 0 end
     if refund then
-      if v[1] then
-        tokens = tokens + cost
-        if tokens > b then tokens = b end
-        local full = (b - tokens) * a - el
-        if full > 0 then
+      local credit = cost * a - since
+      if v[1] and credit > 0 then
+        -- Whole tokens back, and the rest of the credit as refill time.
+        local whole = floor(credit / a)
+        tokens = tokens + whole
+        last = last - (credit - whole * a)
+        local full = (b - tokens) * a - (now - last)
+        if tokens < b and full > 0 then
           redis.call('HSET', key, 'k', tokens, 'l', last)
           redis.call('PEXPIRE', key, floor((full + 999) / 1000))
         else
@@ -119,11 +140,13 @@ for i = 1, n do
       if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
     end
     local left = (idx + 1) * a - now
+    mark = idx
     if refund then
-      if cnt > 0 then
-        cnt = cnt - cost
-        if cnt < 0 then cnt = 0 end
-        redis.call('HSET', key, 'n', cnt)
+      -- Only while the window the admission was counted in is current.
+      if v[1] and tonumber(v[1]) == tonumber(ARGV[j + 4]) then
+        local sc = tonumber(v[2]) - cost
+        if sc < 0 then sc = 0 end
+        redis.call('HSET', key, 'n', sc)
       end
     elseif cnt + cost <= b then
       allowed = 1
@@ -148,15 +171,28 @@ for i = 1, n do
         p = tonumber(v[2])
       end
     end
+    -- e is negative while TIME lags the stored window: the waits include
+    -- the lag, and the previous window weighs in whole.
     local e = now - idx * a
-    if e < 0 then e = 0 end
-    local used = p * (a - e) + c * a
+    local ew = e
+    if ew < 0 then ew = 0 end
+    local used = p * (a - ew) + c * a
     local cap = b * a
+    mark = idx
     if refund then
-      if v[1] and tonumber(v[1]) >= idx - 1 then
-        local sc = tonumber(v[2]) - cost
-        if sc < 0 then sc = 0 end
-        redis.call('HSET', key, 'c', sc)
+      -- To the window the admission was counted in: the current one, or
+      -- the previous one since.
+      if v[1] then
+        local sw, aw = tonumber(v[1]), tonumber(ARGV[j + 4])
+        if sw == aw then
+          local sc = tonumber(v[2]) - cost
+          if sc < 0 then sc = 0 end
+          redis.call('HSET', key, 'c', sc)
+        elseif sw == aw + 1 then
+          local sp = tonumber(v[3]) - cost
+          if sp < 0 then sp = 0 end
+          redis.call('HSET', key, 'p', sp)
+        end
       end
     elseif used + cost * a <= cap then
       allowed = 1
@@ -176,7 +212,7 @@ for i = 1, n do
     end
   end
   if allowed == 0 then ok = false end
-  reply = fmt('%d %d %d %d', allowed, remaining, reset, retry)
+  reply = fmt('%d %d %d %d %d', allowed, remaining, reset, retry, mark)
   if not single then out[i] = reply end
 end
 
@@ -203,7 +239,7 @@ if single then
   return reply
 end
 for i = 1, n do
-  local alg, key = ARGV[i * 4 - 2], KEYS[i]
+  local alg, key = ARGV[i * 5 - 3], KEYS[i]
   local ttl = floor((wt[i] + 999) / 1000)
   if alg == 'g' then
     redis.call('SET', key, w1[i], 'PX', ttl)
@@ -231,7 +267,8 @@ var decideScript = redis.NewScript(decideSrc)
 // the GCRA one against 5.6µs on decideSrc (Redis 7.0, INFO commandstats).
 //
 // KEYS[1] is the state; ARGV is the period parameter, the quota and the
-// cost, as in decideSrc; the reply is decideSrc's for one limit.
+// cost, as in decideSrc; the reply is decideSrc's for one limit, the
+// admission's mark included.
 const singlePrologue = `
 if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -248,10 +285,10 @@ if tat < now then tat = now end
 local nt = tat + cost * a
 local cap = b * a
 if nt - cap > now then
-  return fmt('0 %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now)
+  return fmt('0 %d %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now, now)
 end
 redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
-return fmt('1 %d %d 0', floor((cap - nt + now) / a), nt - now)
+return fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
 `),
 	't': redis.NewScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'k', 'l')
@@ -262,16 +299,15 @@ if now > last then
   if add > 0 then tokens = tokens + add; last = last + add * a end
   if tokens >= b then tokens = b; last = now end
 end
-local el = now - last
-if el < 0 then el = 0 end
+local el = now - last -- negative while TIME lags the stored refill
 if tokens >= cost then
   tokens = tokens - cost
   local reset = (b - tokens) * a - el
   redis.call('HSET', key, 'k', tokens, 'l', last)
   redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
-  return fmt('1 %d %d 0', tokens, reset)
+  return fmt('1 %d %d 0 %d', tokens, reset, now)
 end
-return fmt('0 %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el)
+return fmt('0 %d %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el, now)
 `),
 	'f': redis.NewScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'w', 'n')
@@ -286,9 +322,9 @@ if cnt + cost <= b then
   cnt = cnt + cost
   redis.call('HSET', key, 'w', idx, 'n', cnt)
   redis.call('PEXPIRE', key, floor((left + 999) / 1000))
-  return fmt('1 %d %d 0', b - cnt, left)
+  return fmt('1 %d %d 0 %d', b - cnt, left, idx)
 end
-return fmt('0 %d %d %d', b - cnt, left, left)
+return fmt('0 %d %d %d %d', b - cnt, left, left, idx)
 `),
 	's': redis.NewScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'w', 'c', 'p')
@@ -302,9 +338,10 @@ if v[1] then
     p = tonumber(v[2])
   end
 end
-local e = now - idx * a
-if e < 0 then e = 0 end
-local used = p * (a - e) + c * a
+local e = now - idx * a -- negative while TIME lags the stored window
+local ew = e
+if ew < 0 then ew = 0 end
+local used = p * (a - ew) + c * a
 local cap = b * a
 if used + cost * a <= cap then
   c = c + cost
@@ -312,7 +349,7 @@ if used + cost * a <= cap then
   local reset = 2 * a - e
   redis.call('HSET', key, 'w', idx, 'c', c, 'p', p)
   redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
-  return fmt('1 %d %d 0', floor((cap - used) / a), reset)
+  return fmt('1 %d %d 0 %d', floor((cap - used) / a), reset, idx)
 end
 local remaining, reset, retry = 0, a - e, 0
 if cap > used then remaining = floor((cap - used) / a) end
@@ -322,6 +359,6 @@ if c + cost <= b then
 else
   retry = (a - e) + a - floor((b - cost) * a / c)
 end
-return fmt('0 %d %d %d', remaining, reset, retry)
+return fmt('0 %d %d %d %d', remaining, reset, retry, idx)
 `),
 }

@@ -29,7 +29,7 @@ func TestSingleScriptsDecideAsTheGeneralOne(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				r2, err := decideScript.Run(ctx, c, []string{all}, "a", string(alg), a, b, cost).Text()
+				r2, err := decideScript.Run(ctx, c, []string{all}, "a", string(alg), a, b, cost, 0).Text()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -52,13 +52,13 @@ func TestSingleScriptsDecideAsTheGeneralOne(t *testing.T) {
 	}
 }
 
-func replyInts(t *testing.T, s string) [4]int64 {
+func replyInts(t *testing.T, s string) [5]int64 {
 	t.Helper()
 	f := strings.Fields(s)
-	if len(f) != 4 {
-		t.Fatalf("reply %q: want four integers", s)
+	if len(f) != 5 {
+		t.Fatalf("reply %q: want five integers", s)
 	}
-	var v [4]int64
+	var v [5]int64
 	for i, x := range f {
 		n, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
@@ -136,7 +136,7 @@ func TestSingleScriptsFromStoredState(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				r2, err := decideScript.Run(ctx, c, []string{all}, "a", string(tc.alg), a, b, cost).Text()
+				r2, err := decideScript.Run(ctx, c, []string{all}, "a", string(tc.alg), a, b, cost, 0).Text()
 				if err != nil {
 					t.Fatal(err)
 				}
