@@ -137,8 +137,11 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 }
 
 // Key returns r's key, or ErrMissingKey when r has none and the Keyer
-// rejects such requests.
+// rejects such requests. A nil Keyer returns "" and no error.
 func (k *Keyer) Key(r Request) (string, error) {
+	if k == nil {
+		return "", nil
+	}
 	for _, f := range k.fns {
 		if key, ok := f(r); ok {
 			return key, nil
@@ -152,8 +155,12 @@ func (k *Keyer) Key(r Request) (string, error) {
 
 // Context returns ctx carrying r's key (sluice.WithKey) and, when r has a
 // route, the route as its resource (sluice.WithResource), for the keyed
-// policies of a Guard. It returns ErrMissingKey as Key does.
+// policies of a Guard. It returns ErrMissingKey as Key does. A nil Keyer
+// returns ctx as it is.
 func (k *Keyer) Context(ctx context.Context, r Request) (context.Context, error) {
+	if k == nil {
+		return ctx, nil
+	}
 	key, err := k.Key(r)
 	if err != nil {
 		return ctx, err

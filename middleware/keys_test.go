@@ -129,3 +129,21 @@ func TestClassifiers(t *testing.T) {
 		assert.Equal(t, want, ClassifyGRPCCode(code), code)
 	}
 }
+
+// A nil *Keyer keys nothing, as its doc says: Key and Context neither panic
+// nor put a key or resource in the context.
+func TestNilKeyerKeysNothing(t *testing.T) {
+	var k *Keyer
+	r := fakeRequest{route: "GET /a", header: map[string][]string{"X-Api-Key": {"k1"}}}
+	require.NotPanics(t, func() {
+		key, err := k.Key(r)
+		assert.NoError(t, err)
+		assert.Empty(t, key)
+		ctx, err := k.Context(context.Background(), r)
+		assert.NoError(t, err)
+		_, ok := sluice.KeyFrom(ctx)
+		assert.False(t, ok, "no key")
+		_, ok = sluice.ResourceFrom(ctx)
+		assert.False(t, ok, "no resource")
+	})
+}

@@ -55,7 +55,11 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	var ran bool
 	var next scenario.Handler
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })))
+	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })}
+	if s.RouteResource {
+		opts = append(opts, WithRouteResource())
+	}
+	e.Use(Middleware(opts...))
 	for _, name := range []string{"a", "b", "health"} {
 		e.GET("/"+name, func(c echo.Context) error {
 			ran = true

@@ -26,6 +26,7 @@ type config struct {
 	maxRetry   time.Duration
 	fallbacks  map[fallbackKey]Fallback
 	critical   map[string]struct{}
+	resources  bool
 }
 
 type side uint8
@@ -55,7 +56,7 @@ func build(s side, opts []Option) (*config, error) {
 	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
-	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
 	if c.maxRetry == 0 {
 		c.maxRetry = 10 * time.Minute
 	}

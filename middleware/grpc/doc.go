@@ -55,5 +55,9 @@
 // Per-key policies read the call's key from its context. [WithKey] sets it
 // from the peer's address ([KeyByPeer], honouring x-forwarded-for metadata
 // only from trusted proxies), a metadata field ([KeyByMetadata]), a context
-// value ([KeyByContext]) or the method ([KeyByMethod]).
+// value ([KeyByContext]) or the method ([KeyByMethod]). A keyed call also
+// carries its full method as its resource (sluice.WithResource), as a keyed
+// HTTP request carries its route, so that per-resource policies (a
+// breaker.Group) keep their state per method; [WithMethodResource] sets the
+// resource without a key.
 package sluicegrpc

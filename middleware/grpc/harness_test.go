@@ -276,6 +276,7 @@ type recorder struct {
 	name     string
 	mu       sync.Mutex
 	keys     []string
+	res      []string
 	prios    []sluice.Priority
 	outcomes []sluice.Outcome
 	ended    chan sluice.Outcome // when set, receives every outcome
@@ -285,8 +286,10 @@ func (r *recorder) Name() string { return r.name }
 
 func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
 	k, _ := sluice.KeyFrom(ctx)
+	res, _ := sluice.ResourceFrom(ctx)
 	r.mu.Lock()
 	r.keys = append(r.keys, k)
+	r.res = append(r.res, res)
 	r.prios = append(r.prios, sluice.PriorityFrom(ctx))
 	r.mu.Unlock()
 	return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
@@ -318,6 +321,13 @@ func (r *recorder) Keys() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.keys...)
+}
+
+// Resources returns the resource of every admission, "" for none.
+func (r *recorder) Resources() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.res...)
 }
 
 func (r *recorder) Priorities() []sluice.Priority {

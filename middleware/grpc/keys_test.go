@@ -3,8 +3,10 @@ package sluicegrpc
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -137,5 +139,83 @@ func TestCriticalMethodsCarryTheirPriority(t *testing.T) {
 		// The client's, then the tap's (the interceptor shares its Guard).
 		c, n := sluice.PriorityCritical, sluice.PriorityNormal
 		assert.Equal(t, []sluice.Priority{c, c, n, n}, rec.Priorities())
+	})
+}
+
+// A keyed call carries its method as its resource, as a keyed HTTP request
+// carries its route (middleware.Keyer's Context): a breaker.Group under one
+// Guard keeps a breaker per method, so one failing method does not open the
+// circuit of the others. WithMethodResource does it without a key.
+func TestKeyedCallsAndMethodResourceGiveEachMethodItsBreaker(t *testing.T) {
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("all"), middleware.KeyByHeader("x-api-key"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		opt  Option
+	}{
+		{"WithKeyer", WithKeyer(keyer)},
+		{"WithKey", WithKey(KeyByMetadata("x-api-key"))},
+		{"WithMethodResource", WithMethodResource()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			group, err := breaker.NewGroup("methods", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+			require.NoError(t, err)
+			intercept := unary(t, WithGuard(mustGuard(t, sluice.With(group))), tc.opt)
+			var resource string
+			call := func(method string, fail bool) error {
+				_, err := intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method},
+					func(ctx context.Context, _ any) (any, error) {
+						resource, _ = sluice.ResourceFrom(ctx)
+						if fail {
+							return nil, status.Error(codes.Unavailable, "down")
+						}
+						return "ok", nil
+					})
+				return err
+			}
+			for range 2 {
+				assert.Equal(t, codes.Unavailable, status.Code(call(methodCheck, true)))
+			}
+			assert.Equal(t, methodCheck, resource, "the method is the call's resource")
+			_, open := RejectionOf(call(methodCheck, false))
+			assert.True(t, open, "the failing method's circuit is open")
+			assert.NoError(t, call(methodWatch, false), "another method has its own breaker")
+			assert.Equal(t, 2, group.Len())
+		})
+	}
+}
+
+// Every constructor puts the method in the call's context as its resource
+// with WithMethodResource: the tap, the server interceptors and the client
+// interceptors, unary and streaming. A skipped call gets none.
+func TestMethodResourceInEveryConstructor(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec"}
+		g := mustGuard(t, sluice.With(rec))
+		res := WithMethodResource()
+		s := start(t, tr, append([]grpc.ServerOption{tapHandle(t, WithGuard(g), res)}, serverOpts(t, WithGuard(g), res)...),
+			clientOpts(t, WithGuard(g), res)...)
+		ctx := withTimeout(t)
+		require.NoError(t, s.check(ctx))
+		_, err := s.watch(ctx)
+		require.NoError(t, err)
+		_, err = s.chat(ctx, 1)
+		require.NoError(t, err)
+		// The client's, then the tap's (the interceptor shares its Guard).
+		assert.Equal(t, []string{methodCheck, methodCheck, methodWatch, methodWatch, methodChat, methodChat}, rec.Resources())
+
+		skipped := &recorder{name: "skipped"}
+		i := unary(t, WithGuard(mustGuard(t, sluice.With(skipped))), res, WithSkipper(middleware.SkipRoutes(methodWatch)))
+		var got []string
+		for _, m := range []string{methodCheck, methodWatch} {
+			_, err := i(ctx, nil, &grpc.UnaryServerInfo{FullMethod: m}, func(ctx context.Context, _ any) (any, error) {
+				r, _ := sluice.ResourceFrom(ctx)
+				got = append(got, r)
+				return "ok", nil
+			})
+			require.NoError(t, err)
+		}
+		assert.Equal(t, []string{methodCheck, ""}, got)
+		assert.Equal(t, []string{methodCheck}, skipped.Resources())
 	})
 }

@@ -34,6 +34,7 @@ type options struct {
 	maxRetry   time.Duration
 	fallbacks  map[fallbackKey]Fallback
 	critical   []string
+	resources  bool
 	errs       []error
 	serverOnly []string
 	clientOnly []string
@@ -106,8 +107,10 @@ func WithTargetGuard(target string, g *sluice.Guard) Option {
 // WithKey sets how a call's key for per-key limits is found: the first of
 // fns that returns one (see [KeyByPeer], [KeyByMetadata], [KeyByContext],
 // [KeyByMethod]; the KeyFuncs of package middleware work as well). The key is
-// put in the call's context with sluice.WithKey. Without WithKey no key is
-// set, and calls cost no allocation for it.
+// put in the call's context with sluice.WithKey, and the full method with
+// sluice.WithResource as its resource, as middleware.Keyer's Context does
+// for the HTTP adapters. Without WithKey no key is set, and calls cost no
+// allocation for it.
 func WithKey(fns ...middleware.KeyFunc) Option {
 	return func(o *options) {
 		if len(fns) == 0 {
@@ -120,6 +123,8 @@ func WithKey(fns ...middleware.KeyFunc) Option {
 
 // WithKeyer finds each call's key with k, a middleware.Keyer shared with
 // other adapters, instead of WithKey and WithMissingKey (which it excludes).
+// As with WithKey, the call's context gets the key and the full method as
+// its resource (k.Context).
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(o *options) {
 		if k == nil {
@@ -150,6 +155,16 @@ func WithSkipper(s middleware.Skipper) Option {
 		}
 		o.skip = s
 	}
+}
+
+// WithMethodResource puts each call's full method in its context as its
+// resource (sluice.WithResource), for policies that keep state per
+// resource, such as a breaker.Group giving each method its own breaker
+// under one Guard: the gRPC form of the HTTP adapters' WithRouteResource.
+// It costs the call a new context (two small allocations). WithKey and
+// WithKeyer do it as well. A skipped call gets no resource. Default: off.
+func WithMethodResource() Option {
+	return func(o *options) { o.resources = true }
 }
 
 // WithCriticalMethods marks the calls of methods (health checks, the

@@ -36,6 +36,9 @@ func TestScenarios(t *testing.T) {
 		if s.Keyer != nil {
 			opts = append(opts, WithKeyer(s.Keyer))
 		}
+		if s.RouteResource {
+			opts = append(opts, WithMethodResource())
+		}
 		if len(s.Skip) > 0 {
 			var skip []string
 			for _, n := range s.Skip {

@@ -42,8 +42,9 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // tap's Guard's timeout (and by the route's Guard's, when it is another).
 //
 // An admitted call costs no allocation unless the interceptor has to find a
-// key (WithKey), consult a skipper, mark a critical method or send quota
-// metadata (WithQuotaMetadata).
+// key (WithKey), consult a skipper, mark a critical method, name the method
+// as the call's resource (WithMethodResource) or send quota metadata
+// (WithQuotaMetadata).
 func UnaryServerInterceptor(opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	c, err := build(serverSide, opts)
 	if err != nil {
@@ -169,15 +170,19 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 	return resp, true, err
 }
 
-// identifies reports whether calls need identify: a skipper, a key or a
-// priority to find.
-func (c *config) identifies() bool { return c.skip != nil || c.keyer != nil || c.critical != nil }
+// identifies reports whether calls need identify: a skipper, a key, a
+// priority or a resource to find.
+func (c *config) identifies() bool {
+	return c.skip != nil || c.keyer != nil || c.critical != nil || c.resources
+}
 
-// identify applies the skipper, the key functions and the priority. md is the tap's
-// header metadata, nil in interceptors; outgoing marks a client call, whose
-// headers are its outgoing metadata. It returns ctx with the call's key,
-// whether the call skips the guard, and the error that answers a call
-// without a key when such calls are rejected.
+// identify applies the skipper, the key functions, the priority and the
+// resource. md is the tap's header metadata, nil in interceptors; outgoing
+// marks a client call, whose headers are its outgoing metadata. It returns
+// ctx with the call's key and, when it has one (WithKey, WithKeyer) or
+// WithMethodResource asks for it, the method as its resource, as
+// middleware.Keyer's Context does; whether the call skips the guard; and
+// the error that answers a call without a key when such calls are rejected.
 func (c *config) identify(ctx context.Context, method string, md metadata.MD, outgoing bool) (context.Context, bool, error) {
 	if !c.identifies() {
 		return ctx, false, nil
@@ -188,6 +193,9 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 		}
 	}
 	if c.skip == nil && c.keyer == nil {
+		if c.resources {
+			ctx = sluice.WithResource(ctx, method)
+		}
 		return ctx, false, nil
 	}
 	r := getRequest(ctx, method, md)
@@ -197,11 +205,14 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 		return ctx, true, nil
 	}
 	if c.keyer != nil {
-		k, err := c.keyer.Key(r)
+		kctx, err := c.keyer.Context(ctx, r)
 		if err != nil {
 			return ctx, false, errMissingKey
 		}
-		ctx = sluice.WithKey(ctx, k)
+		return kctx, false, nil
+	}
+	if c.resources {
+		ctx = sluice.WithResource(ctx, method)
 	}
 	return ctx, false, nil
 }

@@ -57,8 +57,10 @@ func WithGuard(g *sluice.Guard) Option {
 
 // WithRouteFunc names a request's route with fn, for routers other than
 // http.ServeMux. By default the route is the http.ServeMux pattern: the
-// request's Pattern when the middleware wraps a handler registered on a mux,
-// or the pattern the mux would pick when the middleware wraps the mux itself.
+// pattern the mux would pick when the middleware wraps the mux itself (even
+// when that mux is mounted under an outer one, which has set the request's
+// Pattern to its own), else the request's Pattern, set by the mux the
+// middleware's handler is registered on.
 func WithRouteFunc(fn func(*http.Request) string) Option {
 	return func(c *config) {
 		if fn != nil {
@@ -185,9 +187,11 @@ func (h *handler) pattern(r *http.Request) string {
 	if h.routeFunc != nil {
 		return h.routeFunc(r)
 	}
-	if r.Pattern != "" || h.mux == nil {
+	if h.mux == nil {
 		return r.Pattern
 	}
+	// The wrapped mux picks the route, whatever Pattern an outer mux (one
+	// that mounts it under a prefix) has already set.
 	_, p := h.mux.Handler(r)
 	return p
 }

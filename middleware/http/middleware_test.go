@@ -205,6 +205,31 @@ func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
 	assert.Equal(t, 200, serve(byFunc, http.MethodGet, "/x").Code)
 }
 
+// A mux mounted under a prefix of an outer mux (an http.StripPrefix
+// sub-router) gets requests whose Pattern the outer mux has set ("/api/"):
+// the middleware wrapping the inner mux routes by the pattern the inner mux
+// picks, not by that one.
+func TestWrappedMuxUnderOuterMuxRoutesByItsOwnPattern(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0), newWindow(t, 1, time.Minute))
+	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /items/{id}", g))
+	require.NoError(t, err)
+	var resource string
+	inner := http.NewServeMux()
+	inner.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		resource, _ = sluice.ResourceFrom(r.Context())
+		w.WriteHeader(http.StatusOK)
+	})
+	inner.Handle("GET /other", statusHandler(http.StatusOK))
+	outer := http.NewServeMux()
+	outer.Handle("/api/", http.StripPrefix("/api", Middleware(WithRoutes(rs), WithRouteResource())(inner)))
+
+	assert.Equal(t, http.StatusOK, serve(outer, http.MethodGet, "/api/items/1").Code)
+	assert.Equal(t, "GET /items/{id}", resource, "the inner mux's pattern is the route")
+	assert.Equal(t, http.StatusTooManyRequests, serve(outer, http.MethodGet, "/api/items/2").Code,
+		"GET /items/{id} is limited to 1 a minute")
+	assert.Equal(t, http.StatusOK, serve(outer, http.MethodGet, "/api/other").Code, "another route is not limited")
+}
+
 func TestMissingKeyIsRejected(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)

@@ -35,8 +35,12 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 			}
 		})
 	}
-	h := Middleware(WithRoutes(rs), WithKeyer(s.Keyer),
-		WithSkipper(func(r *http.Request) bool { return skip[r.URL.Path] }))(mux)
+	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer),
+		WithSkipper(func(r *http.Request) bool { return skip[r.URL.Path] })}
+	if s.RouteResource {
+		opts = append(opts, WithRouteResource())
+	}
+	h := Middleware(opts...)(mux)
 	return func(st scenario.Step) scenario.Result {
 		ran, next = false, st.Handler
 		req := httptest.NewRequest(http.MethodGet, "/"+st.Route, nil)

@@ -25,10 +25,11 @@ import (
 // calls that were waiting for the host's Guard; the next call asks again.
 //
 // The Transport calls it once per host it keeps and owns what it returns: it
-// closes a host's Guard when it drops the host (past WithMaxHosts) and on
-// Close. So return a new Guard on every call, never one shared with other
-// code; policies meant to span hosts (a process-wide limiter) can be shared
-// inside the new Guards as long as they have no Close of their own.
+// closes a host's Guard when it drops the host (past WithMaxHosts, once no
+// call of the host is in flight) and on Close. So return a new Guard on
+// every call, never one shared with other code; policies meant to span
+// hosts (a process-wide limiter) can be shared inside the new Guards as long
+// as they have no Close of their own.
 type GuardFactory func(host string) (*sluice.Guard, error)
 
 // TransportOption configures Transport.
@@ -42,8 +43,13 @@ type transportConfig struct {
 	wallNow       func() time.Time
 }
 
-// WithMaxHosts bounds the number of hosts whose Guards are kept; the least
-// recently used one is closed and forgotten beyond it. Default 1024.
+// WithMaxHosts bounds the number of hosts whose Guards are kept; beyond it,
+// the least recently used host without a call in flight is closed and
+// forgotten. A call is in flight until it fails, is rejected, or its
+// response's body is closed or read to the end; a host keeps its one Guard
+// while it has one. So while more than n hosts have calls in flight, more
+// than n are kept, and the extra hosts are dropped as their last calls end.
+// Default 1024.
 func WithMaxHosts(n int) TransportOption {
 	return func(c *transportConfig) error {
 		if n < 1 {
@@ -114,14 +120,26 @@ type RoundTripper struct {
 // pendingGuard is a host's Guard being made: the calls that want it meanwhile
 // wait for the one factory call.
 type pendingGuard struct {
-	ready chan struct{}
-	g     *sluice.Guard
+	ready chan struct{} // closed once hg or err is set
+	hg    *hostGuard    // the kept host, holding a call for the maker and each waiter
 	err   error
+	// waiters counts the calls waiting for ready; resolved reports that hg
+	// and err are set. Both under the RoundTripper's mu.
+	waiters  int
+	resolved bool
 }
 
+// hostGuard is a kept host and its Guard (nil: its calls go unguarded).
 type hostGuard struct {
 	host string
 	g    *sluice.Guard
+	// calls counts the calls holding the host, from the moment they get it
+	// until they end: only a host without calls is dropped, so that a host
+	// never has two Guards at once (short of Close). el is the host's entry
+	// in the LRU list, nil once it is dropped. Both under the RoundTripper's
+	// mu.
+	calls int
+	el    *list.Element
 }
 
 // Transport returns a RoundTripper that guards the calls next makes, per
@@ -164,79 +182,137 @@ func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOpt
 	return t, nil
 }
 
-// guard returns host's Guard, making it on first use. The factory runs
-// outside the lock, once per host: calls that want the Guard meanwhile wait
-// for it.
-func (t *RoundTripper) guard(host string) (*sluice.Guard, error) {
+// guard returns host's entry, making its Guard on first use, with a call
+// counted on it: the caller ends it with end. The factory runs outside the
+// lock, once per host: calls that want the Guard meanwhile wait for it, or
+// for their context to end (ctx.Err()).
+func (t *RoundTripper) guard(ctx context.Context, host string) (*hostGuard, error) {
 	t.mu.Lock()
 	if el, ok := t.hosts[host]; ok {
 		t.lru.MoveToFront(el)
-		g := el.Value.(*hostGuard).g
+		hg := el.Value.(*hostGuard)
+		hg.calls++
 		t.mu.Unlock()
-		return g, nil
+		return hg, nil
 	}
 	if p, ok := t.pending[host]; ok {
+		p.waiters++
 		t.mu.Unlock()
-		<-p.ready
-		return p.g, p.err
+		select {
+		case <-p.ready:
+			return p.hg, p.err
+		case <-ctx.Done():
+			t.mu.Lock()
+			hg := p.hg
+			if !p.resolved {
+				p.waiters-- // the maker will not count this call
+			}
+			t.mu.Unlock()
+			if hg != nil {
+				t.end(hg) // counted for this call already
+			}
+			return nil, ctx.Err()
+		}
 	}
 	p := &pendingGuard{ready: make(chan struct{})}
 	t.pending[host] = p
 	t.mu.Unlock()
 	t.makeGuard(host, p)
-	return p.g, p.err
+	return p.hg, p.err
+}
+
+// end ends a call that held hg. The last call of a host kept beyond
+// WithMaxHosts drops it.
+func (t *RoundTripper) end(hg *hostGuard) {
+	t.mu.Lock()
+	hg.calls--
+	var dropped *sluice.Guard
+	// Any other host without calls was dropped when it lost its last call
+	// or when a host was added, whichever came last, had the table been
+	// full then: hg is the only one that may go.
+	if hg.calls == 0 && hg.el != nil && t.lru.Len() > t.cfg.maxHosts {
+		t.dropLocked(hg)
+		dropped = hg.g
+	}
+	t.mu.Unlock()
+	_ = dropped.Close()
+}
+
+// dropLocked forgets hg; t.mu is held.
+func (t *RoundTripper) dropLocked(hg *hostGuard) {
+	t.lru.Remove(hg.el)
+	hg.el = nil
+	delete(t.hosts, hg.host)
+}
+
+// evictLocked drops the least recently used hosts without calls until at
+// most maxHosts are kept or every host kept has calls, and returns their
+// Guards, to be closed outside the lock; t.mu is held.
+func (t *RoundTripper) evictLocked() []*sluice.Guard {
+	var evicted []*sluice.Guard
+	for el := t.lru.Back(); el != nil && t.lru.Len() > t.cfg.maxHosts; {
+		prev := el.Prev()
+		if hg := el.Value.(*hostGuard); hg.calls == 0 {
+			t.dropLocked(hg)
+			evicted = append(evicted, hg.g)
+		}
+		el = prev
+	}
+	return evicted
 }
 
 // errFactoryPanicked fails the calls that waited for a Guard whose
 // GuardFactory panicked; the next call asks the factory again.
 var errFactoryPanicked = errors.New("the GuardFactory panicked")
 
-// makeGuard runs the factory for host and resolves p with its result. When
-// the factory panics (or exits its goroutine) the host's pending entry is
-// resolved all the same, with errFactoryPanicked for the calls waiting on
-// it, and the panic goes on.
+// makeGuard runs the factory for host and resolves p with its result: the
+// host's entry, holding a call for the caller and for each call waiting on
+// p, or the factory's error. When the factory panics (or exits its
+// goroutine) the host's pending entry is resolved all the same, with
+// errFactoryPanicked for the calls waiting on it, and the panic goes on.
 func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
-	returned := false
+	var g *sluice.Guard
+	err := errFactoryPanicked
 	defer func() {
-		if !returned {
-			p.g, p.err = nil, errFactoryPanicked
-		}
 		t.mu.Lock()
 		delete(t.pending, host)
 		var evicted []*sluice.Guard
-		if p.err == nil {
-			t.hosts[host] = t.lru.PushFront(&hostGuard{host: host, g: p.g})
-			for t.lru.Len() > t.cfg.maxHosts {
-				last := t.lru.Back()
-				t.lru.Remove(last)
-				hg := last.Value.(*hostGuard)
-				delete(t.hosts, hg.host)
-				evicted = append(evicted, hg.g)
-			}
+		if err == nil {
+			hg := &hostGuard{host: host, g: g, calls: 1 + p.waiters}
+			hg.el = t.lru.PushFront(hg)
+			t.hosts[host] = hg.el
+			p.hg = hg
+			evicted = t.evictLocked()
+		} else {
+			p.err = fmt.Errorf("sluicehttp: guard for host %q: %w", host, err)
 		}
+		p.resolved = true
 		t.mu.Unlock()
 		close(p.ready)
 		for _, e := range evicted {
 			_ = e.Close()
 		}
 	}()
-	p.g, p.err = t.factory(host)
-	returned = true
+	g, err = t.factory(host)
 }
 
-// Hosts returns the number of hosts whose Guards are kept.
+// Hosts returns the number of hosts whose Guards are kept (more than
+// WithMaxHosts while more hosts than that have calls in flight).
 func (t *RoundTripper) Hosts() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lru.Len()
 }
 
-// Close closes every kept Guard and forgets them.
+// Close closes every kept Guard, whether or not its host has calls in
+// flight, and forgets them.
 func (t *RoundTripper) Close() error {
 	t.mu.Lock()
 	var gs []*sluice.Guard
 	for el := t.lru.Front(); el != nil; el = el.Next() {
-		gs = append(gs, el.Value.(*hostGuard).g)
+		hg := el.Value.(*hostGuard)
+		hg.el = nil
+		gs = append(gs, hg.g)
 	}
 	t.lru.Init()
 	t.hosts = make(map[string]*list.Element)
@@ -264,25 +340,47 @@ func closeRequestBody(req *http.Request) {
 	}
 }
 
-// RoundTrip sends req through its host's Guard.
+// RoundTrip sends req through its host's Guard. A call that waits for its
+// host's Guard to be made (by another call's GuardFactory) ends with its
+// context: it returns the context's error, after closing the request's body.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	host := t.cfg.hostOf(req)
-	g, err := t.guard(host)
+	hg, err := t.guard(req.Context(), host)
 	if err != nil {
 		closeRequestBody(req)
-		return nil, fmt.Errorf("sluicehttp: guard for host %q: %w", host, err)
+		return nil, err
 	}
+	g := hg.g
 	if g == nil {
+		t.end(hg)
 		return t.next.RoundTrip(req)
 	}
+	// The call holds its host until it ends: here, or, once its body is
+	// handed over, when the body ends.
 	var done sluice.Done
+	var release func(error) error
+	handedOver := false
+	defer func() {
+		if handedOver {
+			return
+		}
+		// After a panic of the RoundTripper beneath or of the classifier the
+		// call failed; on any other return its outcome is recorded and its
+		// timeout ended already, and only the host is left to let go.
+		if done.Active() {
+			done.Record(sluice.Failure)
+		}
+		if release != nil {
+			_ = release(nil)
+		}
+		t.end(hg)
+	}()
 	if err := g.AdmitTo(sluice.WithResource(req.Context(), host), nil, &done); err != nil {
 		closeRequestBody(req)
 		return nil, err
 	}
 	// The Guard's call timeout (sluice.WithTimeout) runs until the response's
 	// body ends. An upgrade keeps its connection and runs without it.
-	var release func(error) error
 	if g.Timeout() > 0 && req.Header.Get("Upgrade") == "" {
 		var ctx context.Context
 		ctx, release = g.CallContext(req.Context())
@@ -316,8 +414,11 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					op.OpenFor(now, ra)
 				}
 			}
-			if release != nil {
-				resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+			if release != nil && resp.Body != nil {
+				// The outcome is recorded: the body's end only ends the
+				// timeout and the call.
+				resp.Body = t.guardBody(resp.Body, &bodyState{done: done, outcome: o, release: release, t: t, host: hg})
+				handedOver = true
 			}
 			return resp, nil
 		}
@@ -331,14 +432,19 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp, nil
 	}
-	st := &bodyState{done: done, outcome: o, release: release}
-	gb := &guardedBody{ReadCloser: resp.Body, st: st}
-	// A caller that drops the body without closing it (a bug, but a common
-	// one) must not hold a half-open probe or a concurrency slot forever:
-	// once the body is unreachable, the call ends as Ignored.
-	runtime.AddCleanup(gb, func(st *bodyState) { st.finish(sluice.Ignored) }, st)
-	resp.Body = gb
+	resp.Body = t.guardBody(resp.Body, &bodyState{done: done, outcome: o, release: release, t: t, host: hg})
+	handedOver = true
 	return resp, nil
+}
+
+// guardBody returns body, whose end ends the call st describes.
+func (t *RoundTripper) guardBody(body io.ReadCloser, st *bodyState) *guardedBody {
+	gb := &guardedBody{ReadCloser: body, st: st}
+	// A caller that drops the body without closing it (a bug, but a common
+	// one) must not hold a half-open probe, a concurrency slot or its host
+	// forever: once the body is unreachable, the call ends as Ignored.
+	runtime.AddCleanup(gb, func(st *bodyState) { st.finish(sluice.Ignored) }, st)
+	return gb
 }
 
 // retryAfter parses a Retry-After field: delay-seconds (1*DIGIT, however
@@ -401,9 +507,11 @@ type guardedBody struct {
 // so that the cleanup of a dropped body can reach it.
 type bodyState struct {
 	ended   atomic.Bool
-	done    sluice.Done
+	done    sluice.Done // recorded already when the call's outcome is known
 	outcome sluice.Outcome
 	release func(error) error // ends the Guard's call timeout; nil without one
+	t       *RoundTripper
+	host    *hostGuard // the host the call holds until it ends
 }
 
 func (b *guardedBody) Read(p []byte) (int, error) {
@@ -433,19 +541,6 @@ func (s *bodyState) finish(o sluice.Outcome) {
 		if s.release != nil {
 			_ = s.release(nil)
 		}
+		s.t.end(s.host)
 	}
-}
-
-// releasingBody ends the Guard's call timeout when the body is closed, for
-// responses whose outcome is recorded already.
-type releasingBody struct {
-	io.ReadCloser
-	release func(error) error
-	once    sync.Once
-}
-
-func (b *releasingBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(func() { _ = b.release(nil) })
-	return err
 }

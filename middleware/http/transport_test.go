@@ -3,10 +3,14 @@ package sluicehttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -16,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
@@ -208,6 +213,181 @@ func TestTransportBoundsHosts(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 	}
 	assert.Equal(t, 2, rt.Hosts())
+}
+
+// closeCounter is a policy that admits everything and counts its Closes.
+type closeCounter struct{ closed *atomic.Int32 }
+
+func (closeCounter) Name() string { return "test/close" }
+func (closeCounter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return sluice.Decision{Allowed: true, Policy: "test/close", Limit: -1}, 0
+}
+func (closeCounter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (c closeCounter) Close() error                                                   { c.closed.Add(1); return nil }
+
+// A host whose call is in flight (its body still open) keeps its Guard past
+// WithMaxHosts: were it dropped, its next call would get a second Guard, and
+// a bulkhead of 1 would admit two calls at once. The table holds more hosts
+// meanwhile, and drops the extra ones, closing their Guards, as their last
+// calls end.
+func TestTransportKeepsTheGuardOfAHostWithCallsInFlight(t *testing.T) {
+	var made, closed atomic.Int32
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) {
+		made.Add(1)
+		b, err := adaptive.NewBulkhead(1)
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b, closeCounter{&closed}))
+	}, WithMaxHosts(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+
+	inFlight, err := get(t, rt, "http://a.test/", nil) // its body stays open
+	require.NoError(t, err)
+	other, err := get(t, rt, "http://b.test/", nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, rt.Hosts(), "both hosts have a call in flight")
+	require.NoError(t, other.Body.Close())
+	assert.Equal(t, 1, rt.Hosts(), "b.test is dropped with its last call")
+	assert.EqualValues(t, 1, closed.Load(), "b.test's Guard is closed")
+
+	_, err = get(t, rt, "http://a.test/", nil)
+	require.ErrorIs(t, err, sluice.ErrConcurrencyLimited, "a.test's bulkhead of 1 holds its call in flight")
+	assert.EqualValues(t, 2, made.Load(), "a.test's Guard is made once")
+
+	require.NoError(t, inFlight.Body.Close())
+	again, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err, "a.test's call ended")
+	require.NoError(t, again.Body.Close())
+	assert.EqualValues(t, 2, made.Load())
+	assert.Equal(t, 1, rt.Hosts())
+	assert.EqualValues(t, 1, closed.Load(), "a.test's Guard is kept")
+}
+
+// panickyDependency panics on its first call, and answers 200 after.
+type panickyDependency struct{ calls atomic.Int32 }
+
+func (p *panickyDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	if p.calls.Add(1) == 1 {
+		panic("transport bug")
+	}
+	return (&fakeDependency{status: http.StatusOK}).RoundTrip(r)
+}
+
+// A RoundTripper beneath that panics fails its call, and the call ends: it
+// holds neither its bulkhead slot nor its host.
+func TestTransportPanicBeneathEndsTheCall(t *testing.T) {
+	rt, err := Transport(&panickyDependency{}, func(string) (*sluice.Guard, error) {
+		b, err := adaptive.NewBulkhead(1)
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b))
+	}, WithMaxHosts(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	assert.PanicsWithValue(t, "transport bug", func() { _, _ = get(t, rt, "http://a.test/", nil) })
+	resp, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err, "the slot is free again")
+	require.NoError(t, resp.Body.Close())
+	resp, err = get(t, rt, "http://b.test/", nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, 1, rt.Hosts(), "a.test, without calls, was dropped")
+}
+
+// Calls on many hosts past WithMaxHosts, their bodies closed or read to the
+// end in any order: once every call has ended, the table is back within its
+// bound, and every Guard made is closed once, when dropped or on Close.
+func TestTransportDropsEveryIdleHostOnce(t *testing.T) {
+	var made, closed atomic.Int32
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) {
+		made.Add(1)
+		return sluice.New(sluice.With(closeCounter{&closed}))
+	}, WithMaxHosts(3))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			var open []*http.Response
+			for range 200 {
+				resp, err := get(t, rt, fmt.Sprintf("http://h%d.test/", r.IntN(10)), nil)
+				if !assert.NoError(t, err) {
+					return
+				}
+				open = append(open, resp)
+				if r.IntN(3) == 0 {
+					for _, o := range open {
+						_ = o.Body.Close()
+					}
+					open = open[:0]
+				}
+			}
+			for _, o := range open {
+				_, _ = io.ReadAll(o.Body) // the end of the body ends the call too
+			}
+		})
+	}
+	wg.Wait()
+	assert.LessOrEqual(t, rt.Hosts(), 3)
+	assert.Equal(t, made.Load()-int32(rt.Hosts()), closed.Load(), "the dropped hosts' Guards are closed")
+	require.NoError(t, rt.Close())
+	assert.Equal(t, made.Load(), closed.Load())
+}
+
+// A call waiting for its host's Guard, while another call runs a slow
+// GuardFactory, ends with its own context: it returns the context's error
+// and closes its request's body. It holds nothing of the host afterwards.
+func TestTransportCallWaitingForItsGuardEndsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+			if host == "a.test" {
+				<-gate // dialling Redis, reading config
+			}
+			return sluice.New()
+		}, WithMaxHosts(1))
+		require.NoError(t, err)
+		defer rt.Close()
+		first := make(chan error, 1)
+		go func() {
+			resp, err := get(t, rt, "http://a.test/", nil)
+			if err == nil {
+				err = resp.Body.Close()
+			}
+			first <- err
+		}()
+		synctest.Wait() // the first call is in the factory
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		body := &trackedBody{Reader: strings.NewReader("payload")}
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "http://a.test/", body)
+		waited := make(chan error, 1)
+		go func() {
+			_, err := rt.RoundTrip(req)
+			waited <- err
+		}()
+		time.Sleep(2 * time.Second) // past the waiting call's deadline
+		synctest.Wait()
+		select {
+		case err := <-waited:
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.True(t, body.closed, "the request's body is closed")
+		default:
+			t.Fatal("the call still waits for its Guard past its deadline")
+		}
+
+		close(gate)
+		require.NoError(t, <-first)
+		assert.Equal(t, 1, rt.Hosts())
+		resp, err := get(t, rt, "http://b.test/", nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, 1, rt.Hosts(), "a.test has no call left: b.test takes its place")
+	})
 }
 
 func TestTransportValidates(t *testing.T) {

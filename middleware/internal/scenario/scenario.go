@@ -76,6 +76,9 @@ type Setup struct {
 	Keyer *middleware.Keyer
 	// Skip lists the route names that bypass the guard.
 	Skip []string
+	// RouteResource puts each request's route in its context as its
+	// resource (HTTP and Echo WithRouteResource, gRPC WithMethodResource).
+	RouteResource bool
 }
 
 // Target builds an adapter for s and returns the function that serves one
@@ -164,6 +167,18 @@ func perKeyWindow() (*ratelimit.Keyed, error) {
 	})
 }
 
+// perRouteBreakers are the steps of a breaker.Group that keeps a breaker
+// per resource: route a's failures open its circuit and not route b's.
+var perRouteBreakers = []Step{
+	{Route: "a", Handler: ServerError, Want: admitted},
+	{Route: "b", Handler: ServerError, Want: admitted},
+	{Route: "a", Handler: ServerError, Want: admitted},
+	{Route: "a", Want: open(30)},
+	{Route: "b", Advance: 10 * time.Second, Want: admitted},
+	{Route: "a", Want: open(20)},
+	{Route: "a", Advance: 20 * time.Second, Want: admitted},
+}
+
 // All returns the scenarios.
 func All() []Scenario {
 	return []Scenario{
@@ -249,6 +264,28 @@ func All() []Scenario {
 				{Route: "a", Header: map[string]string{"x-api-key": "k1"}, Want: limited(60)},
 				{Route: "a", Header: map[string]string{"x-api-key": "k2"}, Want: admitted},
 			},
+		},
+		{
+			Name: "a breaker group keeps a breaker per route named as the resource",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				grp, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
+				s, err := everywhere(clock, grp, nil, err)
+				s.RouteResource = true
+				return s, err
+			},
+			Steps: perRouteBreakers,
+		},
+		{
+			Name: "a keyed request names its route as the resource",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				keyer, err := middleware.NewKeyer(middleware.SharedKey("anonymous"), middleware.KeyByHeader("x-api-key"))
+				if err != nil {
+					return Setup{}, err
+				}
+				grp, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
+				return everywhere(clock, grp, keyer, err)
+			},
+			Steps: perRouteBreakers,
 		},
 		{
 			Name: "skipped route bypasses an open breaker",
