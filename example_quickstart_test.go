@@ -47,9 +47,18 @@ func Example_quickStart() {
 	})
 	fmt.Println(receipt, err)
 
-	// The same Guard in front of HTTP handlers: 429 or 503 with Retry-After.
+	// In front of HTTP handlers, a Guard of their own (a handler that calls
+	// payments goes through both): 429 or 503 with Retry-After.
+	inbound, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1000), 200)
+	if err != nil {
+		panic(err)
+	}
+	front, err := sluice.New(sluice.With(inbound))
+	if err != nil {
+		panic(err)
+	}
 	mux := http.NewServeMux()
-	handler := sluicehttp.Middleware(sluicehttp.WithGuard(guard))(mux)
+	handler := sluicehttp.Middleware(sluicehttp.WithGuard(front))(mux)
 	_ = handler // http.ListenAndServe(":8080", handler)
 	// Output:
 	// charged <nil>

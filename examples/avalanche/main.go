@@ -4,8 +4,8 @@
 //
 // It starts, on loopback, a dependency with a healthy endpoint and one that
 // turns slow and failing midway, a frontend with one route on each, and an
-// open-loop load on both routes. It plays the scenario twice, unguarded and
-// guarded by sluice, prints a table per phase, and writes a plot.
+// open-loop load on both routes. It plays the scenario twice, guarded by
+// sluice and then unguarded, prints a table per phase, and writes a plot.
 //
 //	go run ./examples/avalanche
 //	go run ./examples/avalanche -rate 800 -plot /tmp/avalanche.png

@@ -19,7 +19,9 @@
 //	go run ./examples/http-server -serve -addr 127.0.0.1:8080
 //	curl -i localhost:8080/hello
 //	curl -i -H 'X-Forwarded-For: 203.0.113.7' localhost:8080/hello
-//	curl -X POST localhost:8080/upstream/down; curl -i localhost:8080/prices
+//	curl -i localhost:8080/prices                  # a good answer, kept
+//	curl -X POST localhost:8080/upstream/down
+//	curl -i localhost:8080/prices                  # repeat: 502 until the breaker opens, then the stale copy with Age
 //
 // The service is in main.go; demo.go plays the demonstration against it.
 package main
