@@ -37,15 +37,22 @@ type estimator interface {
 	probing() bool
 }
 
+// limits returns the limits an algorithm's fields give, zero fields taking
+// the defaults. A default yields to the fields that are set: a defaulted
+// MaxLimit is at least MinLimit, and a defaulted InitialLimit is brought
+// within the bounds, so Gradient{MaxLimit: 10} starts at 10.
 func limits(name string, initial, lo, hi, defInitial, defLo, defHi int) (float64, float64, float64, error) {
-	if initial == 0 {
-		initial = defInitial
-	}
 	if lo == 0 {
 		lo = defLo
+		if hi > 0 {
+			lo = min(lo, hi)
+		}
 	}
 	if hi == 0 {
-		hi = defHi
+		hi = max(defHi, lo)
+	}
+	if initial == 0 {
+		initial = min(max(defInitial, lo), hi)
 	}
 	if lo < 1 || hi < lo || initial < lo || initial > hi {
 		return 0, 0, 0, fmt.Errorf("adaptive: %s: want 1 <= MinLimit (%d) <= InitialLimit (%d) <= MaxLimit (%d)", name, lo, initial, hi)

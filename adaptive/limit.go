@@ -98,9 +98,19 @@ func newLimit(o options) (*ConcurrencyLimit, error) {
 	}
 	l := &ConcurrencyLimit{name: o.name, est: est, qcap: o.queue, maxWait: o.maxWait}
 	l.window, l.minSamples, l.dropAbove = est.settings()
-	l.limit.Store(max(int64(est.initial()), 1))
+	l.limit.Store(limitOf(est.initial()))
 	l.winStart.Store(notStarted)
 	return l, nil
+}
+
+// limitOf turns an estimator's limit into slots: at least 1, and
+// math.MaxInt64 for one too large for an int64 (a float of 2^63, which
+// int64 would turn negative).
+func limitOf(f float64) int64 {
+	if f >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(int64(f), 1)
 }
 
 // Name returns the policy's name.
@@ -337,7 +347,7 @@ func (l *ConcurrencyLimit) endWindow(now time.Duration) {
 	}
 	l.lastAvg.Store(int64(s.avg))
 	old := l.limit.Load()
-	next := max(int64(l.est.update(s)), 1)
+	next := limitOf(l.est.update(s))
 	l.limit.Store(next)
 	if next > old && l.waiting.Load() > 0 {
 		l.dispatch()

@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -232,4 +233,40 @@ func TestConcurrencyLimitQueueNoLeak(t *testing.T) {
 		d, _ := b.Admit(context.Background(), 0)
 		require.True(t, d.Allowed)
 	}
+}
+
+// A limit too large for an int64 ("no practical limit") is the largest one,
+// not a limit of 1.
+func TestHugeLimitIsNotOne(t *testing.T) {
+	b, err := adaptive.NewBulkhead(math.MaxInt)
+	require.NoError(t, err)
+	for i := range 3 {
+		d, _ := b.Admit(context.Background(), 0)
+		require.True(t, d.Allowed, "call %d rejected: %+v", i, d)
+	}
+	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{InitialLimit: math.MaxInt, MaxLimit: math.MaxInt}))
+	require.NoError(t, err)
+	require.Equal(t, int64(math.MaxInt64), l.Stats().Limit)
+}
+
+// Zero fields take defaults that fit the fields that are set: a MaxLimit
+// below the default initial limit starts there, a MinLimit above it starts
+// there.
+func TestDefaultLimitsYieldToTheBoundsSet(t *testing.T) {
+	for _, tc := range []struct {
+		a    adaptive.Algorithm
+		want int64
+	}{
+		{adaptive.Gradient{MaxLimit: 10}, 10},
+		{adaptive.Gradient{MinLimit: 50}, 50},
+		{adaptive.AIMD{MaxLimit: 10}, 10},
+		{adaptive.AIMD{MinLimit: 2, MaxLimit: 3}, 3},
+	} {
+		l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(tc.a))
+		if assert.NoError(t, err, "%+v", tc.a) {
+			assert.Equal(t, tc.want, l.Stats().Limit, "%+v", tc.a)
+		}
+	}
+	_, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{MinLimit: 5, MaxLimit: 3}))
+	assert.Error(t, err, "bounds set the wrong way round are still refused")
 }

@@ -331,10 +331,17 @@ func (b *Breaker) at(now time.Duration) time.Duration {
 
 // runLeft reports whether run, a value of p.consec, is a run whose first
 // failure has left p's rolling window at epoch e. Epochs are kept modulo
-// 2³²: the difference holds as long as runs last less than 2³¹ buckets. A
-// late failure from before the run began (a negative difference) joins it.
+// 2³², so the difference is read within ±2³¹: a late failure from before
+// the run began (behind it by less than a window) joins it, and any other
+// difference means the run's start is gone, however long ago (a gap of 2³¹
+// buckets or more reads negative). Only a gap within a window of a multiple
+// of 2³² buckets (50 days of 1 ms buckets) is taken for a recent one.
 func runLeft(p *phase, run uint64, e int64) bool {
-	return p.tw != nil && uint32(run) != 0 && int64(int32(uint32(e)-uint32(run>>32))) >= p.tw.n
+	if p.tw == nil || uint32(run) == 0 {
+		return false
+	}
+	d := int64(int32(uint32(e) - uint32(run>>32)))
+	return d >= p.tw.n || d < -p.tw.n
 }
 
 // failRun adds a failure at epoch e to p's run of failures and returns the

@@ -437,3 +437,13 @@ func TestCountsDropARunThatLeftTheWindow(t *testing.T) {
 	clk.Advance(time.Hour)
 	assert.Zero(t, b.Counts())
 }
+
+// A failure 2³¹ buckets after the last one (25 days of 1 ms buckets), whose
+// epoch difference reads negative modulo 2³², starts a run of its own.
+func TestRunAcrossTheEpochWrapStartsAgain(t *testing.T) {
+	b := mustNew(t, breaker.WithRollingWindow(sec, 1000), breaker.WithConsecutiveFailures(2))
+	runSteps(t, b, []step{
+		{at: 0, o: F},
+		{at: time.Duration(1<<31)*ms + 10*sec, o: F, want: breaker.StateClosed},
+	})
+}

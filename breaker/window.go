@@ -11,14 +11,13 @@ import (
 // The windows below are updated with atomic adds and swaps only, so the
 // closed breaker's path takes no lock.
 //
-// Each window keeps two aggregate words: a plain count of calls, and a packed
-// word holding two signed 32-bit fields (failures and slow calls, or accepts).
-// Fields are added and subtracted in one atomic operation on the packed word;
-// reading it back as signed digits gives the exact fields as long as each
-// stays within ±2³¹, even while an addition and a subtraction from two
-// goroutines cross. Additions add the call count before the packed word, and
-// removals subtract the packed word before the call count, so a reader that
-// loads the packed word first never sees more failures than calls.
+// Each window keeps a plain count of calls and two fields (failures and slow
+// calls, or accepts). The count window packs its fields into one word of two
+// signed 32-bit halves, added and subtracted in one atomic operation; its
+// size keeps them far from 2³¹. The time window, whose counts have no such
+// bound (a day's window of a busy service passes 2³¹ calls), keeps each
+// field in a word of its own. Additions add the call count before the
+// fields, and removals subtract the fields before the call count.
 
 // pack returns the packed word of fields lo and hi.
 func pack(lo, hi int64) uint64 { return uint64(lo) + uint64(hi)<<32 }
@@ -65,17 +64,23 @@ func fastMod(a uint32, m uint64, d uint32) uint32 {
 func fastModMagic(d uint32) uint64 { return ^uint64(0)/uint64(d) + 1 }
 
 // countWindow holds the outcomes of the last size counted calls in a ring.
+// Its position counts calls modulo wrapAt, a multiple of size, so the slot
+// after the last of a lap is always the first: were it left to wrap at 2³²,
+// which size need not divide, the call after the wrap would overwrite one of
+// the newest instead of the oldest.
 type countWindow struct {
-	size  uint32
-	magic uint64
-	pos   atomic.Uint32
-	total atomic.Int64
-	fs    atomic.Uint64 // failures (lo), slow calls (hi)
-	slots []atomic.Uint32
+	size   uint32
+	magic  uint64
+	wrapAt uint32
+	pos    atomic.Uint32
+	total  atomic.Int64
+	fs     atomic.Uint64 // failures (lo), slow calls (hi)
+	slots  []atomic.Uint32
 }
 
 func newCountWindow(size int) *countWindow {
-	return &countWindow{size: uint32(size), magic: fastModMagic(uint32(size)), slots: make([]atomic.Uint32, size)}
+	return &countWindow{size: uint32(size), magic: fastModMagic(uint32(size)),
+		wrapAt: uint32(size) * (1 << 31 / uint32(size)), slots: make([]atomic.Uint32, size)}
 }
 
 // record puts a call's code in the ring, replacing the oldest one, and
@@ -88,6 +93,12 @@ func (w *countWindow) record(code uint32) bool {
 		return false
 	}
 	p := w.pos.Add(1) - 1
+	if p == w.wrapAt {
+		// One call gets wrapAt: it brings the position back a whole number
+		// of laps. Positions handed out meanwhile, up to wrapAt plus the
+		// calls in between, are still far below 2³².
+		w.pos.Add(-w.wrapAt)
+	}
 	slot := &w.slots[fastMod(p, w.magic, w.size)]
 	if slot.Load() == code {
 		// The ring's content and aggregates stay as they are: the call
@@ -115,9 +126,9 @@ func (w *countWindow) read() tally {
 
 // bucket is one slice of time of a timeWindow.
 type bucket struct {
-	total atomic.Int64
-	fs    atomic.Uint64
-	epoch atomic.Int64 // the epoch the bucket holds since it was last recycled
+	total  atomic.Int64
+	lo, hi atomic.Int64 // failures and slow calls, or accepts
+	epoch  atomic.Int64 // the epoch the bucket holds since it was last recycled
 }
 
 // timeWindow counts calls over the last n buckets of width each. Epoch e is
@@ -136,7 +147,7 @@ type timeWindow struct {
 	cleaning atomic.Uint64 // bucket recyclings started...
 	cleaned  atomic.Uint64 // ...and finished
 	total    atomic.Int64  // with aggTotal
-	fs       atomic.Uint64
+	lo, hi   atomic.Int64
 	bkts     []bucket
 }
 
@@ -195,11 +206,13 @@ func (w *timeWindow) advance(e int64) {
 		w.cleaning.Add(1)
 		for ep := from; ep <= e; ep++ {
 			b := w.bucketOf(ep)
-			fs := b.fs.Swap(0)
-			t := b.total.Swap(0)
-			if fs != 0 {
-				w.fs.Add(-fs)
+			if lo := b.lo.Swap(0); lo != 0 {
+				w.lo.Add(-lo)
 			}
+			if hi := b.hi.Swap(0); hi != 0 {
+				w.hi.Add(-hi)
+			}
+			t := b.total.Swap(0)
 			if t != 0 && w.aggTotal {
 				w.total.Add(-t)
 			}
@@ -210,7 +223,7 @@ func (w *timeWindow) advance(e int64) {
 	}
 }
 
-// add counts total calls and the packed fields lo, hi in epoch e's bucket;
+// add counts total calls and the fields lo, hi in epoch e's bucket;
 // an epoch older than the window goes to the newest bucket.
 func (w *timeWindow) add(e int64, total, lo, hi int64) {
 	h := w.head.Load()
@@ -245,10 +258,13 @@ func (w *timeWindow) add(e int64, total, lo, hi int64) {
 			w.total.Add(total)
 		}
 	}
-	if lo != 0 || hi != 0 {
-		p := pack(lo, hi)
-		b.fs.Add(p)
-		w.fs.Add(p)
+	if lo != 0 {
+		b.lo.Add(lo)
+		w.lo.Add(lo)
+	}
+	if hi != 0 {
+		b.hi.Add(hi)
+		w.hi.Add(hi)
 	}
 }
 
@@ -260,7 +276,7 @@ func (w *timeWindow) read() tally {
 	for i := 0; ; i++ {
 		started := w.cleaning.Load()
 		finished := w.cleaned.Load()
-		lo, hi := unpack(w.fs.Load())
+		lo, hi := w.lo.Load(), w.hi.Load()
 		t := tally{total: w.calls(), lo: lo, hi: hi}
 		if (started == finished && w.cleaning.Load() == started) || i == 8 {
 			return t
@@ -271,7 +287,7 @@ func (w *timeWindow) read() tally {
 
 // failing reports whether the window holds any failure or slow call (any
 // accept, for the adaptive throttle).
-func (w *timeWindow) failing() bool { return w.fs.Load() != 0 }
+func (w *timeWindow) failing() bool { return w.lo.Load() != 0 || w.hi.Load() != 0 }
 
 func (w *timeWindow) calls() int64 {
 	if w.aggTotal {
@@ -298,10 +314,9 @@ func (w *timeWindow) readAt(now time.Duration) tally {
 			if ep := b.epoch.Load(); ep <= e-w.n || ep > e {
 				continue
 			}
-			lo, hi := unpack(b.fs.Load())
+			t.lo += b.lo.Load()
+			t.hi += b.hi.Load()
 			t.total += b.total.Load()
-			t.lo += lo
-			t.hi += hi
 		}
 		if (started == finished && w.cleaning.Load() == started) || i == 8 {
 			return t

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"math"
 	"sync"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
 )
 
 func TestPackUnpackSignedFields(t *testing.T) {
@@ -133,10 +136,9 @@ func TestTimeWindowConcurrentAggregatesMatchBuckets(t *testing.T) {
 	wg.Wait()
 	var sum tally
 	for i := range w.bkts {
-		lo, hi := unpack(w.bkts[i].fs.Load())
 		sum.total += w.bkts[i].total.Load()
-		sum.lo += lo
-		sum.hi += hi
+		sum.lo += w.bkts[i].lo.Load()
+		sum.hi += w.bkts[i].hi.Load()
 	}
 	assert.Equal(t, sum, w.read(), "aggregates must equal the sum of the buckets")
 }
@@ -163,4 +165,45 @@ func TestTimeWindowKeepsCountsAddedDuringTurnover(t *testing.T) {
 		wg.Wait()
 	}
 	assert.Equal(t, tally{total: workers * buckets, lo: workers * buckets}, w.read())
+}
+
+// The count window's position comes back a whole number of laps before it
+// could wrap at 2³², so the call after a lap replaces the oldest one even
+// when the size does not divide 2³². The position is set as many calls would
+// have left it (the ring holding only successes, its content is the same
+// whatever the history).
+func TestCountWindowKeepsItsOrderAcrossTheWrap(t *testing.T) {
+	b, err := New("wrap", WithCountWindow(5), WithErrorCount(2, 5))
+	require.NoError(t, err)
+	call := func(o sluice.Outcome) {
+		d, tk := b.Admit(context.Background(), 0)
+		require.True(t, d.Allowed)
+		b.Done(tk, o, 0, 0)
+	}
+	for range 5 {
+		call(sluice.Success)
+	}
+	cw := b.cur.Load().cw
+	cw.pos.Store(cw.wrapAt - 1)
+	call(sluice.Failure) // the last slot of a lap
+	call(sluice.Success) // the first slot: replaces the oldest success
+	assert.Less(t, cw.pos.Load(), uint32(5), "the position came back")
+	assert.Equal(t, int64(1), b.Counts().Failures, "the last 5 calls: S S S F S")
+	call(sluice.Failure)
+	assert.Equal(t, StateOpen, b.State(), "2 failures in the last 5 calls trip WithErrorCount(2, 5)")
+}
+
+// A time window counts past 2³¹ accepts (25k requests a second over a day):
+// a healthy dependency behind an adaptive throttle with a long window is
+// not throttled when its accepts pass the 32-bit mark.
+func TestAdaptiveCountsPast2To31Accepts(t *testing.T) {
+	a, err := NewAdaptive("long", WithRollingWindow(24*time.Hour, 1440))
+	require.NoError(t, err)
+	now := time.Hour
+	a.win.add(a.win.epoch(now), math.MaxInt32, math.MaxInt32, 0) // as 2³¹-1 accepted calls
+	a.Done(0, sluice.Success, now, 0)
+	req, acc := a.Requests(now)
+	assert.Equal(t, req, acc, "every request was accepted")
+	assert.Equal(t, int64(math.MaxInt32)+1, acc)
+	assert.Zero(t, a.RejectProbability(now), "a healthy dependency is not throttled")
 }
