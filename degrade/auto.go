@@ -102,7 +102,15 @@ func (a *Auto) Check() bool {
 // the switch as the hysteresis says, and reports whether it is on. Check is
 // shorthand for Observe at the switch clock's reading with the signal's.
 func (a *Auto) Observe(now time.Duration, v float64) bool {
-	if math.IsNaN(v) || a.sw.Pinned() {
+	if math.IsNaN(v) {
+		return a.sw.On()
+	}
+	if a.sw.Pinned() {
+		// A pin breaks any streak: after Unpin the hold starts over, as
+		// after a hand Set.
+		a.mu.Lock()
+		a.armed = false
+		a.mu.Unlock()
 		return a.sw.On()
 	}
 	a.mu.Lock()

@@ -24,6 +24,10 @@ import (
 // serve; otherwise it answers when the Guard's fallbacks have not. Either
 // way the Guard's OnFallback observers see it, named "stale".
 //
+// An answer is kept and served as it is, not copied: when T is or holds a
+// slice, a map or a pointer, every stale answer shares it with the call that
+// produced it, so neither may modify it afterwards.
+//
 // A Stale is safe for concurrent use.
 type Stale[T any] struct {
 	clock      sluice.Clock

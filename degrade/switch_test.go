@@ -385,3 +385,23 @@ func TestBoolSignal(t *testing.T) {
 }
 
 func nan() float64 { return math.NaN() }
+
+// A pin breaks the hysteresis streak: readings taken while the switch is
+// pinned, low ones included, are not a hold still running when it is
+// unpinned.
+func TestAutoStartsItsHoldOverAfterAPin(t *testing.T) {
+	s := newSwitch(t, "s")
+	a, err := degrade.NewAuto(s, func() float64 { return 0 }, degrade.Hysteresis{
+		OnAbove: 0.8, OnFor: 10 * time.Second, OffBelow: 0.5, OffFor: 10 * time.Second,
+	})
+	require.NoError(t, err)
+	sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	assert.False(t, a.Observe(sec(0), 0.9)) // the hold starts at 0
+	s.Pin(false)
+	for i := 1; i < 30; i++ {
+		assert.False(t, a.Observe(sec(i), 0.1)) // low for 29 s, pinned
+	}
+	s.Unpin()
+	assert.False(t, a.Observe(sec(30), 0.9), "one high reading after the pin starts the hold")
+	assert.True(t, a.Observe(sec(40), 0.9), "ten seconds of it complete it")
+}

@@ -226,7 +226,11 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 	}
 	for {
 		c := tb.cfg.Load()
-		if int64(t) > c.burst {
+		// The ticket is the cost admitted, which may exceed a burst lowered
+		// since (SetBurst): give back what it took all the same. The refund
+		// stays within n × interval, above the edge of waiting
+		// reservations, and the bucket within its burst.
+		if int64(t) > maxTolerance/c.iv {
 			return
 		}
 		if c.tat.v.Load() == tatFrozen {

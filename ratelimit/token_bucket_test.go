@@ -436,3 +436,17 @@ func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
 		t.Errorf("WaitN without a deadline behind the cap: %v, want ErrWouldExceedDeadline", err)
 	}
 }
+
+// A request admitted before SetBurst lowered the burst below its cost still
+// gives its tokens back when released, and the bucket is then full at its
+// new burst, not in debt.
+func TestTokenBucketReleaseAfterSetBurst(t *testing.T) {
+	tb := mustTokenBucket(t, PerSecond(10), 5)
+	d, tk := tb.Admit(sluice.WithCost(context.Background(), 5), 0)
+	require.True(t, d.Allowed)
+	require.NoError(t, tb.SetBurstAt(0, 2))
+	require.Equal(t, -3.0, tb.TokensAt(0), "the missing tokens stay missing")
+	tb.Done(tk, sluice.Released, 0, 0)
+	assert.Equal(t, 2.0, tb.TokensAt(0), "full at the new burst")
+	assert.True(t, tb.AllowAt(0))
+}
