@@ -96,7 +96,7 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
 	// The limiters' own client: no retries (a script sent again after a
 	// timeout could charge twice) and the limiters' short deadlines honoured.
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
 
 	routes := map[string]redislimit.Option{

@@ -151,12 +151,16 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	if len(l.limits) == 1 { // its own script takes the period, quota and cost
 		script, args = l.limits[0].single, c.args[2:5]
 	}
+	sent := time.Now()
 	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
 	c.ctx = callCtx{}
 	if err == nil {
 		err = parseReply(reply, c.ds, c.marks)
 	}
 	if err != nil {
+		// The call failed when it ended, up to the timeout after now: the
+		// breaker's open time counts from then.
+		now += time.Since(sent)
 		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
@@ -281,9 +285,11 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 		c.args[5+5*i] = any(c.marks[i])
 	}
 	c.ctx = callCtx{parent: context.Background(), ep: l.deadlines.get()}
+	sent := time.Now()
 	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
 	c.ctx = callCtx{}
 	if err != nil {
+		now += time.Since(sent)
 		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})

@@ -63,9 +63,13 @@
 // # The client
 //
 // Give the limiters a go-redis client (redis.UniversalClient: standalone,
-// Sentinel or Cluster) of their own, configured with MaxRetries: -1, because a
-// script sent again after a timeout may charge twice, and
-// ContextTimeoutEnabled: true, without which go-redis ignores the deadline of
-// the limiter's timeout (the constructors reject such a *redis.Client or
-// *redis.ClusterClient). The limiters never close the client.
+// Sentinel or Cluster) configured with ContextTimeoutEnabled: true, without
+// which go-redis ignores the deadline of the limiter's timeout (the
+// constructors reject such a *redis.Client or *redis.ClusterClient). The
+// scripts are sent as commands go-redis never sends a second time once they
+// may have reached Redis, whatever the client's MaxRetries and MaxRedirects:
+// a script run twice would charge a request twice, so a call whose reply is
+// lost goes to the failure policy instead. A Cluster's MOVED and ASK
+// redirects, which come before a script runs, are followed. The limiters
+// never close the client.
 package redislimit

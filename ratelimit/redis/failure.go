@@ -27,13 +27,7 @@ func newRedisBreaker(failures int, openFor time.Duration) (*redisBreaker, error)
 	if err != nil {
 		return nil, fmt.Errorf("redislimit: breaker around Redis: %w", err)
 	}
-	rb := &redisBreaker{b: b, openFor: openFor}
-	b.Subscribe(func(c sluice.StateChange) {
-		if c.To == breaker.StateOpen.String() {
-			rb.openedAt.Store(int64(c.At))
-		}
-	})
-	return rb, nil
+	return &redisBreaker{b: b, openFor: openFor}, nil
 }
 
 // acquire reports whether a call may go to Redis at now, with the ticket to
@@ -48,9 +42,15 @@ func (rb *redisBreaker) success(t sluice.Ticket, now time.Duration) {
 	rb.b.Done(t, sluice.Success, now, 0)
 }
 
-// failure records a call that Redis failed.
+// failure records a call that Redis failed at now. When it opens the
+// breaker, the instant is kept here, not learnt from the breaker's state
+// notifications, which another goroutine may still be delivering.
 func (rb *redisBreaker) failure(t sluice.Ticket, now time.Duration) {
+	was := rb.b.State()
 	rb.b.Done(t, sluice.Failure, now, 0)
+	if was != breaker.StateOpen && rb.b.State() == breaker.StateOpen {
+		rb.openedAt.Store(int64(now))
+	}
 }
 
 // openLeft returns how long the breaker stays open after now; the open time

@@ -26,7 +26,7 @@ type limit struct {
 	algArg      any    // pre-boxed script arguments
 	periodArg   any
 	quotaArg    any
-	single      *redis.Script // the admission of a Limiter with this limit alone
+	single      *script // the admission of a Limiter with this limit alone
 	quota       int64
 	keyFunc     func(context.Context) string
 	perResource bool
@@ -351,7 +351,7 @@ func checkClient(client redis.UniversalClient) error {
 		enabled = c.Options().ContextTimeoutEnabled
 	}
 	if !enabled {
-		return errors.New("redislimit: the Redis client's ContextTimeoutEnabled is off, so a call could outlast the limiter's timeout: set ContextTimeoutEnabled: true (and MaxRetries: -1) in its options")
+		return errors.New("redislimit: the Redis client's ContextTimeoutEnabled is off, so a call could outlast the limiter's timeout: set ContextTimeoutEnabled: true in its options")
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package redislimit
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // decideSrc is the script of every refund and of every admission by a
 // limiter built by All (one-limit admissions run singleScripts, below): it
@@ -257,9 +261,8 @@ end
 return table.concat(out, ' ')
 `
 
-// decideScript is decideSrc as a go-redis Script: EVALSHA, with EVAL when
-// the server answers NOSCRIPT (after a restart or SCRIPT FLUSH).
-var decideScript = redis.NewScript(decideSrc)
+// decideScript is decideSrc, run by runScript.
+var decideScript = newScript(decideSrc)
 
 // The admission of a limiter with one limit runs a script of its algorithm
 // alone: the same decision as decideSrc's, without its loop over limits,
@@ -278,8 +281,8 @@ local a, b, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local key = KEYS[1]
 `
 
-var singleScripts = map[byte]*redis.Script{
-	'g': redis.NewScript(singlePrologue + `
+var singleScripts = map[byte]*script{
+	'g': newScript(singlePrologue + `
 local tat = tonumber(redis.call('GET', key)) or now
 if tat < now then tat = now end
 local nt = tat + cost * a
@@ -290,7 +293,7 @@ end
 redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
 return fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
 `),
-	't': redis.NewScript(singlePrologue + `
+	't': newScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'k', 'l')
 local tokens, last = b, now
 if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
@@ -309,7 +312,7 @@ if tokens >= cost then
 end
 return fmt('0 %d %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el, now)
 `),
-	'f': redis.NewScript(singlePrologue + `
+	'f': newScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'w', 'n')
 local idx = floor(now / a)
 local cnt = 0
@@ -326,7 +329,7 @@ if cnt + cost <= b then
 end
 return fmt('0 %d %d %d %d', b - cnt, left, left, idx)
 `),
-	's': redis.NewScript(singlePrologue + `
+	's': newScript(singlePrologue + `
 local v = redis.call('HMGET', key, 'w', 'c', 'p')
 local idx = floor(now / a)
 local c, p = 0, 0
@@ -362,3 +365,49 @@ end
 return fmt('0 %d %d %d %d', remaining, reset, retry, idx)
 `),
 }
+
+// script is a Lua script of the limiters: its source and its SHA-1.
+type script struct {
+	src, hash string
+}
+
+func newScript(src string) *script {
+	return &script{src: src, hash: redis.NewScript(src).Hash()}
+}
+
+// Run runs the script as EVALSHA, and as EVAL when the server does not know
+// it (after a restart or SCRIPT FLUSH), each as a command that go-redis never
+// sends twice (onceCmd): a script that ran before its connection broke must
+// not run again and charge the request twice, whatever the client's
+// MaxRetries and, for a Cluster, MaxRedirects. A Cluster's MOVED and ASK
+// redirects, which come before the script runs, are still followed.
+func (s *script) Run(ctx context.Context, c redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, "evalsha", s.hash, keys, args)
+	_ = c.Process(ctx, onceCmd{cmd})
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = s.cmd(ctx, "eval", s.src, keys, args)
+		_ = c.Process(ctx, onceCmd{cmd})
+	}
+	return cmd
+}
+
+func (s *script) cmd(ctx context.Context, verb, body string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 3+len(keys)+len(args))
+	a[0], a[1], a[2] = verb, body, len(keys)
+	for i, k := range keys {
+		a[3+i] = k
+	}
+	copy(a[3+len(keys):], args)
+	return redis.NewCmd(ctx, a...)
+}
+
+// onceCmd is a command that go-redis must not send again after a failure
+// that may have come after Redis ran it (a broken connection, a timeout).
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry reports true: go-redis retries the command only when it never
+// reached the wire.
+func (onceCmd) NoRetry() bool { return true }
+
+// Clone keeps the clone a onceCmd.
+func (c onceCmd) Clone() redis.Cmder { return onceCmd{c.Cmd.Clone().(*redis.Cmd)} }
