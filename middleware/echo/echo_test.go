@@ -54,6 +54,7 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	}
 	var ran bool
 	var next scenario.Handler
+	var leave context.CancelFunc // the client going away
 	e := echo.New()
 	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })}
 	if s.RouteResource {
@@ -68,13 +69,18 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 				return echo.NewHTTPError(http.StatusBadRequest, "bad")
 			case scenario.ServerError:
 				return errors.New("database down")
+			case scenario.ClientGone:
+				leave()
+				return echo.NewHTTPError(http.StatusBadGateway, "upstream call cancelled")
 			}
 			return c.String(http.StatusOK, "ok")
 		})
 	}
 	return func(st scenario.Step) scenario.Result {
-		ran, next = false, st.Handler
-		req := httptest.NewRequest(http.MethodGet, "/"+st.Route, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ran, next, leave = false, st.Handler, cancel
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/"+st.Route, nil)
 		req.RemoteAddr = st.Peer
 		for k, v := range st.Header {
 			req.Header.Set(k, v)

@@ -42,3 +42,21 @@ func (c *config) outcome(err error) sluice.Outcome {
 	}
 	return c.classify(err)
 }
+
+// serverOutcome is the outcome of a call this server served, whose context,
+// as gRPC gave it to the interceptor, is ctx. A call whose client went away
+// (ctx cancelled: the client cancelled the call, reset its stream or closed
+// its connection) counts for nothing, whatever the handler returned: its
+// Unavailable "transport is closing", or a proxy's answer to a cancelled
+// upstream call, says nothing of the server's health. The HTTP adapters
+// count a request whose client left the same way. A Guard's call timeout
+// ends another context, derived from ctx, and is classified as usual.
+func (c *config) serverOutcome(ctx context.Context, err error) sluice.Outcome {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return sluice.Ignored
+	}
+	if err == nil && c.classify == nil {
+		return sluice.Success
+	}
+	return c.outcome(err)
+}

@@ -141,11 +141,13 @@ func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req
 // grpc.WithStreamInterceptor) that guards outgoing streams as
 // UnaryClientInterceptor guards calls: the stream is admitted when it opens
 // (a rejection fails NewStream without calling the server), and its outcome
-// is recorded when it ends: when RecvMsg returns io.EOF (a success) or an
-// error (classified), when SendMsg fails with other than io.EOF, or when the
-// stream's context ends first (its error classified: a cancellation is
-// Ignored). A final status with a RetryInfo holds the breakers open as for a
-// unary call. WithTimeout does not apply to streams.
+// is recorded once when it ends, however it ends: with its final status
+// (OK, as RecvMsg's io.EOF tells, a success; any other, classified), when
+// SendMsg fails with other than io.EOF, or when its context ends or its
+// ClientConn closes first (classified by the status gRPC gives them: a
+// cancellation and a closed ClientConn, codes.Canceled, are Ignored). A final
+// status with a RetryInfo holds the breakers open as for a unary call.
+// WithTimeout does not apply to streams.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
 	if err != nil {
@@ -174,20 +176,30 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 }
 
 func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, g *sluice.Guard, done *sluice.Done) (grpc.ClientStream, error) {
+	s := &clientStream{c: c, g: g, done: *done, serverStreams: desc.ServerStreams}
+	*done = sluice.Done{} // the stream owns the admission now
+	opened := false
 	defer func() {
-		if done.Active() {
-			done.Record(sluice.Failure)
+		if !opened && s.ended.CompareAndSwap(false, true) {
+			s.done.Record(sluice.Failure) // the streamer panicked
 		}
 	}()
+	// gRPC calls OnFinish once, when the stream is over, however it ends:
+	// its final status, its context's end, its ClientConn's Close, a failure
+	// to open it. The other ends below stay for streamers that do not.
+	opts = append(opts[:len(opts):len(opts)], grpc.OnFinish(s.end))
 	cs, err := streamer(ctx, desc, cc, method, opts...)
+	opened = true
 	if err != nil {
-		done.Record(c.outcome(err))
-		c.holdOpen(g, err)
+		s.end(err)
 		return nil, err
 	}
-	s := &clientStream{ClientStream: cs, c: c, g: g, done: *done, serverStreams: desc.ServerStreams}
-	*done = sluice.Done{} // the stream owns the admission now
-	s.stop = context.AfterFunc(ctx, func() { s.end(ctx.Err()) })
+	s.ClientStream = cs
+	stop := context.AfterFunc(ctx, func() { s.end(status.FromContextError(ctx.Err()).Err()) })
+	s.stop.Store(&stop)
+	if s.ended.Load() {
+		stop() // it ended while being opened: forget the context
+	}
 	return s, nil
 }
 
@@ -198,27 +210,23 @@ type clientStream struct {
 	g             *sluice.Guard
 	done          sluice.Done
 	ended         atomic.Bool
-	stop          func() bool
+	stop          atomic.Pointer[func() bool] // unregisters the context's end
 	serverStreams bool
 }
 
-// end records the outcome of the stream, once: from RecvMsg or SendMsg, or
-// from the context's end, whichever comes first.
-func (s *clientStream) end(err error) bool {
+// end records the outcome of the stream, once, whichever of its ends comes
+// first: gRPC's OnFinish, RecvMsg or SendMsg, the context's end. It can run
+// on any goroutine.
+func (s *clientStream) end(err error) {
 	if !s.ended.CompareAndSwap(false, true) {
-		return false
+		return
+	}
+	if stop := s.stop.Load(); stop != nil {
+		(*stop)()
 	}
 	s.done.Record(s.c.outcome(err))
 	if err != nil {
 		s.c.holdOpen(s.g, err)
-	}
-	return true
-}
-
-// finish ends the stream from one of its methods and forgets the context.
-func (s *clientStream) finish(err error) {
-	if s.end(err) {
-		s.stop()
 	}
 }
 
@@ -229,11 +237,11 @@ func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	switch {
 	case errors.Is(err, io.EOF):
-		s.finish(nil)
+		s.end(nil)
 	case err != nil:
-		s.finish(err)
+		s.end(err)
 	case !s.serverStreams:
-		s.finish(nil)
+		s.end(nil)
 	}
 	return err
 }
@@ -243,7 +251,7 @@ func (s *clientStream) RecvMsg(m any) error {
 func (s *clientStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err != nil && !errors.Is(err, io.EOF) {
-		s.finish(err)
+		s.end(err)
 	}
 	return err
 }

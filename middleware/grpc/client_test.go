@@ -234,6 +234,47 @@ func TestClientKeysFromOutgoingMetadata(t *testing.T) {
 	assert.Equal(t, []string{"acme", methodWatch}, rec.Keys())
 }
 
+// grpc ends a stream whose ClientConn closes, without RecvMsg, SendMsg or
+// the caller's context telling: the interceptor still ends its admission,
+// as Ignored (the client itself went away).
+func TestClientStreamEndedByClosingItsConnIsRecorded(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+		s := start(t, tr, nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))))...)
+		st, err := s.conn.NewStream(withTimeout(t), chatStreamDesc, methodChat)
+		require.NoError(t, err)
+		require.NoError(t, st.SendMsg(wrapperspb.String("hi")))
+		require.NoError(t, st.RecvMsg(new(wrapperspb.StringValue)))
+		require.NoError(t, s.conn.Close())
+		assert.Equal(t, sluice.Ignored, rec.next(t))
+		assert.Len(t, rec.Outcomes(), 1)
+	})
+}
+
+// A stream its caller cancels is Ignored under a classifier by gRPC code
+// too: the classifier sees codes.Canceled, not a bare context.Canceled
+// (which a status reads as Unknown, a failure).
+func TestClientStreamCancelledByItsCallerIsIgnoredByACodeClassifier(t *testing.T) {
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+	seen := make(chan codes.Code, 2)
+	byCode := func(err error) sluice.Outcome {
+		seen <- status.Code(err)
+		return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+	}
+	i, err := StreamClientInterceptor(WithGuard(mustGuard(t, sluice.With(rec))), WithClassifier(byCode))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	_, err = i(ctx, desc, nil, methodChat, func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		return failingStream{}, nil
+	})
+	require.NoError(t, err)
+	cancel()
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+	assert.Equal(t, codes.Canceled, <-seen)
+}
+
 // failingStream is a client stream whose SendMsg fails with its error.
 type failingStream struct {
 	grpc.ClientStream

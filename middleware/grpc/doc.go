@@ -47,7 +47,11 @@
 // guards ([Classify]): OK is a success; Unavailable, DeadlineExceeded,
 // Internal, Unknown and DataLoss are failures; every other code is ignored,
 // and so are the guard's own rejections, whatever the classifier
-// ([WithClassifier]). A stream is admitted once and its outcome is its final
+// ([WithClassifier]). On a server, a call or stream whose client went away
+// (it cancelled, or its connection closed) is ignored too, whatever its
+// handler returned, as the HTTP adapters ignore a request whose client left;
+// a Guard's own call timeout is not such an end, and counts as
+// DeadlineExceeded. A stream is admitted once and its outcome is its final
 // status; [WithMessageGuard] limits the messages it receives as well.
 //
 // # Keys

@@ -191,7 +191,8 @@ func WithCriticalMethods(methods ...string) Option {
 // returned is turned into an Outcome for breakers and load guards. Default:
 // [Classify], by gRPC code. Whatever the classifier, a sluice rejection
 // (one matching sluice.ErrRejected) is always Ignored: the guard's own
-// rejections never count as failures.
+// rejections never count as failures; and so is, on a server, a call whose
+// client went away (see UnaryServerInterceptor).
 func WithClassifier(c sluice.Classifier) Option {
 	return func(o *options) {
 		if c == nil {
@@ -204,9 +205,10 @@ func WithClassifier(c sluice.Classifier) Option {
 
 // WithQuotaMetadata makes server interceptors send the draft RateLimit and
 // RateLimit-Policy fields as response header metadata on admitted calls too,
-// for clients that pace themselves. Rejections always carry them when the
-// rejecting policy has a quota. Off by default: the metadata costs a few
-// allocations per call.
+// for clients that pace themselves; for a call that a ServerInHandle
+// admitted with the route's Guard, the fields tell the tap's decision.
+// Rejections always carry them when the rejecting policy has a quota. Off by
+// default: the metadata costs a few allocations per call.
 func WithQuotaMetadata() Option {
 	return func(o *options) {
 		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")

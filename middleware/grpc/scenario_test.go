@@ -50,7 +50,9 @@ func TestScenarios(t *testing.T) {
 		return func(st scenario.Step) scenario.Result {
 			addr, err := net.ResolveTCPAddr("tcp", st.Peer)
 			require.NoError(t, err)
-			ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: addr})
+			ctx, leave := context.WithCancel(context.Background()) // the client going away
+			defer leave()
+			ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
 			md := metadata.MD{}
 			for k, v := range st.Header {
 				md.Append(k, v)
@@ -64,6 +66,9 @@ func TestScenarios(t *testing.T) {
 					return nil, status.Error(codes.InvalidArgument, "bad")
 				case scenario.ServerError:
 					return nil, status.Error(codes.Unavailable, "down")
+				case scenario.ClientGone:
+					leave()
+					return nil, status.Error(codes.Unavailable, "upstream call cancelled")
 				}
 				return "ok", nil
 			})

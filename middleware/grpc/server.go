@@ -35,11 +35,16 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // handler, with [RejectionStatus] and, when the rejecting policy has a quota,
 // the RateLimit header metadata. An admitted call's outcome is the handler's
 // returned error, classified by WithClassifier (default [Classify]); a
-// handler that panics is a Failure, and the panic goes on. The Guard's call
-// timeout (sluice.WithTimeout) bounds the handler: its context ends at the
-// deadline, and an error it then returns ends the call with
-// DeadlineExceeded. A call that a ServerInHandle admitted is bounded by the
-// tap's Guard's timeout (and by the route's Guard's, when it is another).
+// handler that panics is a Failure, and the panic goes on. A call whose
+// client went away before it ended (its context cancelled: the client
+// cancelled it, or its connection closed) is Ignored whatever the handler
+// returned, as the HTTP adapters ignore a request whose client left: a
+// proxy's Unavailable for its cancelled upstream call says nothing of the
+// upstream. The Guard's call timeout (sluice.WithTimeout) bounds the
+// handler: its context ends at the deadline, and an error it then returns
+// ends the call with DeadlineExceeded, classified as such (a Failure by
+// default). A call that a ServerInHandle admitted is bounded by the tap's
+// Guard's timeout (and by the route's Guard's, when it is another).
 //
 // An admitted call costs no allocation unless the interceptor has to find a
 // key (WithKey), consult a skipper, mark a critical method, name the method
@@ -55,8 +60,13 @@ func UnaryServerInterceptor(opts ...Option) (grpc.UnaryServerInterceptor, error)
 
 func (c *config) unaryServer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if tapsLive.Load() > 0 {
-		if a := tapAdmissionFrom(ctx); a != nil && a.claim() {
-			return c.unaryTapped(ctx, req, info, handler, a)
+		if a := tapAdmissionFrom(ctx); a != nil {
+			if a.claim() {
+				return c.unaryTapped(ctx, req, info, handler, a)
+			}
+			if a.gone() {
+				return nil, goneStatus(ctx)
+			}
 		}
 	}
 	return c.serveUnary(ctx, req, info, handler)
@@ -100,18 +110,13 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 		}
 	}()
 	if g.Timeout() > 0 {
-		var finish func(error) error
-		ctx, finish = g.CallContext(ctx)
-		resp, err = handler(ctx, req)
+		cctx, finish := g.CallContext(ctx)
+		resp, err = handler(cctx, req)
 		err = timeoutStatus(finish(err))
 	} else {
 		resp, err = handler(ctx, req)
 	}
-	o := sluice.Success
-	if err != nil || c.classify != nil {
-		o = c.outcome(err)
-	}
-	done.Record(o)
+	done.Record(c.serverOutcome(ctx, err)) // ctx: without g's timeout, which finish cancelled
 	return resp, err
 }
 
@@ -121,11 +126,12 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 // than the tap's, that Guard decides too, as the inner one.
 func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, err error) {
 	defer a.failOnPanic()
+	cctx := ctx // the handler's: with the tap's Guard's timeout, if it has one
 	var finish func(error) error
 	if a.guard.Timeout() > 0 {
-		ctx, finish = a.guard.CallContext(ctx)
+		cctx, finish = a.guard.CallContext(ctx)
 	}
-	resp, ran, err := c.tappedCall(ctx, req, info, handler, a.guard)
+	resp, ran, err := c.tappedCall(cctx, req, info, handler, a)
 	if !ran {
 		// Turned away by this interceptor's Guard: its answer stands.
 		if finish != nil {
@@ -137,17 +143,22 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 	if finish != nil {
 		err = timeoutStatus(finish(err))
 	}
-	a.record(c.outcome(err))
+	a.record(c.serverOutcome(ctx, err)) // ctx: without the timeout, which finish cancelled
 	return resp, err
 }
 
-// tappedCall runs the handler of a call that a ServerInHandle admitted,
-// through this interceptor's own Guard when its route has another one. ran
-// reports whether the call went on to the handler, rather than being turned
-// away (or answered by a fallback) by that Guard.
-func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, tapped *sluice.Guard) (resp any, ran bool, err error) {
+// tappedCall runs the handler of a call that a ServerInHandle admitted (a
+// holds its admission), through this interceptor's own Guard when its route
+// has another one. ran reports whether the call went on to the handler,
+// rather than being turned away (or answered by a fallback) by that Guard.
+// With WithQuotaMetadata, a route with the tap's Guard sends the tap's
+// quota.
+func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, ran bool, err error) {
 	rt := c.route(info.FullMethod)
-	if rt != nil && rt.Guard != tapped {
+	if rt != nil && rt.Guard == a.guard && c.quotaMD {
+		setQuota(ctx, rt, a.d, grpc.SetHeader)
+	}
+	if rt != nil && rt.Guard != a.guard {
 		var skip bool
 		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -300,6 +301,24 @@ func TestServerStreamOutcomeIsRecordedWhenTheStreamEnds(t *testing.T) {
 		assert.Equal(t, codes.NotFound, status.Code(err))
 		assert.Equal(t, sluice.Ignored, rec.next(t))
 		assert.Len(t, rec.Outcomes(), 3, "one outcome per stream")
+	})
+}
+
+// A client that closes its connection makes the handler's Send fail with
+// Unavailable ("transport is closing"): the client went away, which says
+// nothing of the server's health, so the stream's outcome is Ignored.
+func TestServerStreamWhoseClientWentAwayIsIgnored(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+		s := start(t, tr, serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec)))))
+		ctx := metadata.AppendToOutgoingContext(withTimeout(t), mdSends, "1000000000")
+		st, err := healthpb.NewHealthClient(s.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err)
+		_, err = st.Recv()
+		require.NoError(t, err)
+		require.NoError(t, s.conn.Close())
+		assert.Equal(t, sluice.Ignored, rec.next(t))
+		assert.Len(t, rec.Outcomes(), 1)
 	})
 }
 

@@ -7,17 +7,23 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // StreamServerInterceptor returns an interceptor that guards streams with
 // their method's Guard, as UnaryServerInterceptor guards calls: the stream is
 // admitted once when it opens (a rejection ends it before its handler runs),
 // and its outcome, the handler's returned error classified as for a unary
-// call, is recorded when it ends. With WithMessageGuard, every message the
-// stream receives is asked for too. The Guard's call timeout
-// (sluice.WithTimeout) does not apply to streams, which live as long as
-// they need to, whether a ServerInHandle admitted them or not.
+// call, is recorded when it ends. A stream whose client went away is
+// Ignored, whatever the handler returned: its context was cancelled, or
+// gRPC failed one of its SendMsg or RecvMsg with Unavailable or Canceled
+// (the client reset the stream or its connection closed). With
+// WithMessageGuard, every message the stream receives is asked for too. The
+// Guard's call timeout (sluice.WithTimeout) does not apply to streams, which
+// live as long as they need to, whether a ServerInHandle admitted them or
+// not.
 func StreamServerInterceptor(opts ...Option) (grpc.StreamServerInterceptor, error) {
 	c, err := build(serverSide, opts)
 	if err != nil {
@@ -29,8 +35,12 @@ func StreamServerInterceptor(opts ...Option) (grpc.StreamServerInterceptor, erro
 func (c *config) streamServer(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	var a *tapAdmission
 	if tapsLive.Load() > 0 {
-		if t := tapAdmissionFrom(ss.Context()); t != nil && t.claim() {
-			a = t
+		if t := tapAdmissionFrom(ss.Context()); t != nil {
+			if t.claim() {
+				a = t
+			} else if t.gone() {
+				return goneStatus(ss.Context())
+			}
 		}
 	}
 	return c.serveStream(srv, ss, info, handler, a)
@@ -40,12 +50,19 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	defer a.failOnPanic()
 	rt := c.route(info.FullMethod)
 	if rt != nil && a != nil && rt.Guard == a.guard {
+		if c.quotaMD {
+			setQuota(ss.Context(), rt, a.d, streamHeader(ss))
+		}
 		rt = nil // the tap's admission stands for this route's
 	}
 	msg := c.messageRoute(info.FullMethod)
+	if rt == nil && msg == nil && a == nil {
+		return handler(srv, ss) // nothing to guard, no outcome to record
+	}
+	w := &serverStream{ServerStream: ss, ctx: ss.Context()}
 	if rt == nil && msg == nil {
-		err = handler(srv, ss)
-		a.record(c.outcome(err))
+		err = handler(srv, w)
+		a.record(c.streamOutcome(w, err))
 		return err
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
@@ -54,8 +71,8 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return err
 	}
 	if skip {
-		err = handler(srv, ss)
-		a.record(c.outcome(err))
+		err = handler(srv, w)
+		a.record(c.streamOutcome(w, err))
 		return err
 	}
 	var done sluice.Done
@@ -75,19 +92,26 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			done.Record(sluice.Failure)
 		}
 	}()
-	if !c.identifies() && msg == nil { // the handler's stream needs nothing more
-		err = handler(srv, ss)
-	} else {
-		w := &serverStream{ServerStream: ss, ctx: ctx, msg: msg}
-		err = handler(srv, w)
-		if r := w.rejected.Load(); r != nil {
-			err = r
-		}
+	w.ctx, w.msg = ctx, msg
+	err = handler(srv, w)
+	if r := w.rejected.Load(); r != nil {
+		err = r
 	}
-	o := c.outcome(err)
+	o := c.streamOutcome(w, err)
 	done.Record(o)
 	a.record(o)
 	return err
+}
+
+// streamOutcome is the outcome of the stream w whose handler returned err:
+// Ignored when its client went away, else err classified.
+func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
+	if w.gone.Load() {
+		// gRPC fails a stream's SendMsg as soon as its connection closes,
+		// and cancels its context a moment later.
+		return sluice.Ignored
+	}
+	return c.serverOutcome(w.ServerStream.Context(), err)
 }
 
 // streamHeader adapts a stream's SetHeader to the shape of grpc.SetHeader.
@@ -96,17 +120,37 @@ func streamHeader(ss grpc.ServerStream) func(context.Context, metadata.MD) error
 }
 
 // serverStream is a guarded stream as its handler sees it: its context
-// carries the call's key, and each received message is asked for when a
-// message guard is set.
+// carries the call's key, each received message is asked for when a message
+// guard is set, and it notes when gRPC tells that the client went away.
 type serverStream struct {
 	grpc.ServerStream
 	ctx      context.Context
 	msg      *middleware.Route
 	rejected atomic.Pointer[rejection]
+	gone     atomic.Bool
 }
 
 // Context returns the stream's context, with the call's key.
 func (s *serverStream) Context() context.Context { return s.ctx }
+
+// note marks the stream gone when err, from gRPC's SendMsg or RecvMsg, tells
+// that the client went away: Unavailable (its connection is closing) or
+// Canceled (it reset the stream).
+func (s *serverStream) note(err error) {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled:
+		s.gone.Store(true)
+	}
+}
+
+// SendMsg sends a message.
+func (s *serverStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err != nil {
+		s.note(err)
+	}
+	return err
+}
 
 // RecvMsg receives the next message and, with a message guard, asks it for
 // the message. A rejected message ends the stream: this and every later
@@ -117,6 +161,9 @@ func (s *serverStream) RecvMsg(m any) error {
 		return r
 	}
 	if err := s.ServerStream.RecvMsg(m); err != nil || s.msg == nil {
+		if err != nil {
+			s.note(err) // io.EOF, the client's half-close, has neither code
+		}
 		return err
 	}
 	d, done, err := s.msg.Guard.Admit(s.ctx)

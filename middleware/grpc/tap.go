@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
@@ -26,10 +28,14 @@ import (
 // ask that one as well. UnaryServerInterceptor also applies the tap's
 // Guard's call timeout (sluice.WithTimeout) to the unary calls it admitted.
 // A call that no interceptor ends (an unknown method) is recorded as Ignored
-// when its context ends.
+// when its context ends. So is a call whose context ends (its client went
+// away, or its deadline passed) before an interceptor takes its admission;
+// the interceptors then answer it with its context's status (Canceled,
+// DeadlineExceeded) without running its handler or asking any Guard again.
 //
 // WithQuotaMetadata and WithMessageGuard have no meaning here and are
-// refused.
+// refused; give WithQuotaMetadata to the interceptors, which send the tap's
+// quota on the calls it admitted with their route's Guard.
 func ServerInHandle(opts ...Option) (tap.ServerInHandle, error) {
 	c, err := build(tapSide, opts)
 	if err != nil {
@@ -48,9 +54,18 @@ type tapKey struct{}
 // tapAdmission is a call admitted by a ServerInHandle, until it ends.
 type tapAdmission struct {
 	guard *sluice.Guard
+	d     sluice.Decision // the tap's, for the interceptors' quota metadata
 	done  sluice.Done
+	state atomic.Int32 // tapOpen, then tapClaimed or tapGone, once
 	stop  func() bool
 }
+
+// The states of a tapAdmission.
+const (
+	tapOpen    int32 = iota // neither claimed nor abandoned yet
+	tapClaimed              // an interceptor ends it
+	tapGone                 // the call's context ended first: abandoned
+)
 
 func tapAdmissionFrom(ctx context.Context) *tapAdmission {
 	a, _ := ctx.Value(tapKey{}).(*tapAdmission)
@@ -59,8 +74,18 @@ func tapAdmissionFrom(ctx context.Context) *tapAdmission {
 
 // claim makes the caller the one that ends the admission. It reports false
 // when another interceptor claimed it first or the call's context already
-// ended it.
-func (a *tapAdmission) claim() bool { return a.stop() }
+// ended it (gone then tells).
+func (a *tapAdmission) claim() bool {
+	if !a.state.CompareAndSwap(tapOpen, tapClaimed) {
+		return false
+	}
+	a.stop()
+	return true
+}
+
+// gone reports whether the call's context ended before an interceptor
+// claimed the admission, which then ended Ignored.
+func (a *tapAdmission) gone() bool { return a.state.Load() == tapGone }
 
 // record ends a claimed admission with outcome o; only the first counts. A
 // nil a does nothing.
@@ -78,7 +103,20 @@ func (a *tapAdmission) failOnPanic() {
 
 // abandon ends an admission that no interceptor claimed, when the call's
 // context ends: its outcome is unknown.
-func (a *tapAdmission) abandon() { a.done.Record(sluice.Ignored) }
+func (a *tapAdmission) abandon() {
+	if a.state.CompareAndSwap(tapOpen, tapGone) {
+		a.done.Record(sluice.Ignored)
+	}
+}
+
+// goneStatus answers a call whose context ended before an interceptor
+// claimed its tap's admission: with the status of that end.
+func goneStatus(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Canceled, "sluice: the call's client went away")
+}
 
 func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rt := c.route(info.FullMethodName)
@@ -96,7 +134,7 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if err != nil {
 		return ctx, newRejection(err, d)
 	}
-	a := &tapAdmission{guard: rt.Guard, done: done}
+	a := &tapAdmission{guard: rt.Guard, d: d, done: done}
 	a.stop = context.AfterFunc(ctx, a.abandon)
 	return context.WithValue(kctx, tapKey{}, a), nil
 }

@@ -90,6 +90,61 @@ func TestTapAloneEndsItsAdmissionWithTheCall(t *testing.T) {
 	})
 }
 
+// WithQuotaMetadata on the interceptors sends the quota of the calls a
+// ServerInHandle with the same Guard admitted: the tap's decision, the only
+// one taken for them.
+func TestQuotaMetadataOnCallsTheTapAdmitted(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, call := range calls {
+			if call.method == methodChat {
+				continue // its call takes no options
+			}
+			t.Run(call.name, func(t *testing.T) {
+				clk := sluice.NewManualClock(0)
+				g := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/q", 5, 10*time.Second, clk)))
+				s := start(t, tr, append([]grpc.ServerOption{tapHandle(t, WithGuard(g))}, serverOpts(t, WithGuard(g), WithQuotaMetadata())...))
+				clk.Advance(4 * time.Second)
+				var hdr metadata.MD
+				require.NoError(t, call.do(withTimeout(t), s, grpc.Header(&hdr)))
+				p, l, ok := quota(t, hdr)
+				require.True(t, ok, "no quota metadata")
+				q, _ := p.Int("q")
+				r, _ := l.Int("r")
+				reset, _ := l.Int("t")
+				assert.Equal(t, []int64{5, 4, 6}, []int64{q, r, reset}, "one admission, the tap's")
+			})
+		}
+	})
+}
+
+// A call whose client left between the tap and the interceptors (the tap's
+// admission already ended as Ignored) is answered with its context's status,
+// without running the handler or asking the tap's Guard a second time.
+func TestTappedCallWhoseClientLeftIsNotAdmittedAgain(t *testing.T) {
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 4)}
+	g := mustGuard(t, sluice.With(rec))
+	handle, err := ServerInHandle(WithGuard(g))
+	require.NoError(t, err)
+	left := func(method string) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		tctx, err := handle(ctx, &tap.Info{FullMethodName: method})
+		require.NoError(t, err)
+		cancel()
+		assert.Equal(t, sluice.Ignored, rec.next(t), "the tap's admission ends with the call's context")
+		return tctx
+	}
+	ran := false
+	_, err = unary(t, WithGuard(g))(left(methodCheck), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
+		func(context.Context, any) (any, error) { ran = true; return "ok", nil })
+	assert.Equal(t, codes.Canceled, status.Code(err), "unary")
+	err = stream(t, WithGuard(g))(nil, fakeStream{ctx: left(methodChat)}, &grpc.StreamServerInfo{FullMethod: methodChat},
+		func(any, grpc.ServerStream) error { ran = true; return nil })
+	assert.Equal(t, codes.Canceled, status.Code(err), "stream")
+	assert.False(t, ran, "a handler ran for a client that had left")
+	assert.Len(t, rec.Keys(), 2, "a call was admitted twice")
+	assert.Len(t, rec.Outcomes(), 2)
+}
+
 func TestTapKeysFromHeaderMetadata(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		rec := &recorder{name: "rec"}

@@ -1,6 +1,7 @@
 package sluicehttp
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -21,6 +22,7 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	}
 	var ran bool
 	var next scenario.Handler
+	var leave context.CancelFunc // the client going away
 	mux := http.NewServeMux()
 	for _, name := range []string{"a", "b", "health"} {
 		mux.HandleFunc("GET /"+name, func(w http.ResponseWriter, _ *http.Request) {
@@ -30,6 +32,9 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 				w.WriteHeader(http.StatusBadRequest)
 			case scenario.ServerError:
 				w.WriteHeader(http.StatusInternalServerError)
+			case scenario.ClientGone:
+				leave()
+				w.WriteHeader(http.StatusBadGateway)
 			default:
 				w.WriteHeader(http.StatusOK)
 			}
@@ -42,8 +47,10 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	}
 	h := Middleware(opts...)(mux)
 	return func(st scenario.Step) scenario.Result {
-		ran, next = false, st.Handler
-		req := httptest.NewRequest(http.MethodGet, "/"+st.Route, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ran, next, leave = false, st.Handler, cancel
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/"+st.Route, nil)
 		req.RemoteAddr = st.Peer
 		for k, v := range st.Header {
 			req.Header.Set(k, v)

@@ -34,6 +34,10 @@ const (
 	ClientError
 	// ServerError answers with a failure (HTTP 500, gRPC Unavailable).
 	ServerError
+	// ClientGone cancels the request's context, as a client that goes away
+	// does, then answers with a failure (HTTP 502, gRPC Unavailable), as a
+	// proxy whose upstream call was cancelled with it does.
+	ClientGone
 )
 
 // Step is one request.
@@ -221,6 +225,19 @@ func All() []Scenario {
 				{Route: "b", Advance: 10 * time.Second, Want: open(20)},
 				{Route: "a", Advance: 20 * time.Second, Want: admitted},
 				{Route: "a", Want: admitted},
+			},
+		},
+		{
+			Name: "a client that went away does not trip the breaker",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				b, err := breaker.New("a", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(30*time.Second))
+				return everywhere(clock, b, nil, err)
+			},
+			Steps: []Step{
+				{Route: "a", Handler: ClientGone, Want: admitted},
+				{Route: "a", Handler: ClientGone, Want: admitted},
+				{Route: "a", Handler: ServerError, Want: admitted},
+				{Route: "a", Want: open(30)},
 			},
 		},
 		{
