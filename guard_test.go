@@ -411,6 +411,44 @@ func TestContextIdentity(t *testing.T) {
 	assert.Equal(t, int64(1), sluice.CostFrom(sluice.WithCost(t.Context(), -3)))
 }
 
+var ctxSink context.Context
+
+// A key and a resource set together, or one over the other, read back
+// through any context wrapped around them; the inner one of two keys is
+// hidden by the outer; reading them allocates nothing, and setting both at
+// once allocates once.
+func TestKeyAndResourceTogether(t *testing.T) {
+	ctx := sluice.WithKeyAndResource(t.Context(), "alice", "GET /a")
+	wrapped, cancel := context.WithCancel(sluice.WithCost(ctx, 2))
+	defer cancel()
+	for _, c := range []context.Context{ctx, wrapped} {
+		k, ok := sluice.KeyFrom(c)
+		assert.True(t, ok)
+		assert.Equal(t, "alice", k)
+		r, ok := sluice.ResourceFrom(c)
+		assert.True(t, ok)
+		assert.Equal(t, "GET /a", r)
+	}
+	over := sluice.WithKey(sluice.WithResource(t.Context(), "GET /b"), "bob")
+	k, _ := sluice.KeyFrom(over)
+	r, _ := sluice.ResourceFrom(over)
+	assert.Equal(t, "bob", k)
+	assert.Equal(t, "GET /b", r)
+	k, _ = sluice.KeyFrom(sluice.WithKey(over, "carol"))
+	assert.Equal(t, "carol", k)
+	_, ok := sluice.ResourceFrom(sluice.WithKey(t.Context(), "dave"))
+	assert.False(t, ok, "a key alone names no resource")
+	_, ok = sluice.KeyFrom(sluice.WithResource(t.Context(), "GET /c"))
+	assert.False(t, ok, "a resource alone is no key")
+
+	base := context.Background()
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { ctxSink = sluice.WithKeyAndResource(base, "alice", "GET /a") }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		_, _ = sluice.KeyFrom(wrapped)
+		_, _ = sluice.ResourceFrom(wrapped)
+	}))
+}
+
 func TestGuardConcurrentDoneOncePerAdmit(t *testing.T) {
 	a, b := newRecorder("a", -1), newRecorder("b", -1)
 	g := mustGuard(t, sluice.With(a, b))

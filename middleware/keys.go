@@ -165,11 +165,10 @@ func (k *Keyer) Context(ctx context.Context, r Request) (context.Context, error)
 	if err != nil {
 		return ctx, err
 	}
-	ctx = sluice.WithKey(ctx, key)
 	if rt := r.Route(); rt != "" {
-		ctx = sluice.WithResource(ctx, rt)
+		return sluice.WithKeyAndResource(ctx, key, rt), nil
 	}
-	return ctx, nil
+	return sluice.WithKey(ctx, key), nil
 }
 
 // Skipper reports whether a request bypasses the guard entirely (health
