@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
@@ -15,10 +14,11 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 )
 
-// adaptiveOp is one admitted call, admit and done, at instant now. The
-// sluice rows take the instant as a Guard hands it to its policies; the
-// peers read the clock themselves.
-type adaptiveOp func(now time.Duration) bool
+// adaptiveOp is one admitted call, admit and done. Every row reads the
+// clock as it would in a service: the peers themselves, the sluice policies
+// as a Guard reads it for them (once at the admission, and once more at the
+// end for a policy that needs the latency).
+type adaptiveOp func() bool
 
 // adaptiveCases builds the rows of BenchmarkAdaptive; the returned function
 // releases what they hold (the CPU sampler's goroutine).
@@ -57,10 +57,17 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 	fsAdaptive := adaptivelimiter.NewWithDefaults[any]()
 
 	policy := func(p sluice.Policy) adaptiveOp {
-		return func(now time.Duration) bool {
+		untimed := sluice.IsUntimed(p)
+		return func() bool {
+			now := sluice.Now()
 			d, t := p.Admit(ctx, now)
 			if d.Allowed {
-				p.Done(t, sluice.Success, now, time.Millisecond)
+				if untimed {
+					p.Done(t, sluice.Success, sluice.Unread, 0)
+				} else {
+					end := sluice.Now()
+					p.Done(t, sluice.Success, end, end-now)
+				}
 			}
 			return d.Allowed
 		}
@@ -69,8 +76,8 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 	ops := map[string]adaptiveOp{
 		"sluice-bbr":          policy(guard),
 		"sluice-bbr-cpu-high": policy(hot),
-		"sluice-bbr-in-guard": func(time.Duration) bool { return chain.Do(ctx, nop) == nil },
-		"kratos-bbr": func(time.Duration) bool {
+		"sluice-bbr-in-guard": func() bool { return chain.Do(ctx, nop) == nil },
+		"kratos-bbr": func() bool {
 			done, err := kratos.Allow()
 			if err != nil {
 				return false
@@ -78,7 +85,7 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 			done(kratosrl.DoneInfo{})
 			return true
 		},
-		"go-zero-shedder": func(time.Duration) bool {
+		"go-zero-shedder": func() bool {
 			p, err := shedder.Allow()
 			if err != nil {
 				return false
@@ -88,14 +95,14 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 		},
 		"sluice-concurrency": policy(concurrency),
 		"sluice-bulkhead":    policy(bulk),
-		"failsafe-bulkhead": func(time.Duration) bool {
+		"failsafe-bulkhead": func() bool {
 			if !fsBulkhead.TryAcquirePermit() {
 				return false
 			}
 			fsBulkhead.ReleasePermit()
 			return true
 		},
-		"failsafe-adaptivelimiter": func(time.Duration) bool {
+		"failsafe-adaptivelimiter": func() bool {
 			p, ok := fsAdaptive.TryAcquirePermit()
 			if !ok {
 				return false
@@ -124,19 +131,15 @@ func BenchmarkAdaptive(b *testing.B) {
 		op := ops[name]
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			now := time.Second
 			for b.Loop() {
-				now += time.Microsecond
-				op(now)
+				op()
 			}
 		})
 		b.Run(name+"/parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				now := time.Second
 				for pb.Next() {
-					now += time.Microsecond
-					op(now)
+					op()
 				}
 			})
 		})
@@ -149,7 +152,7 @@ func TestAdaptiveBenchRuns(t *testing.T) {
 	defer release()
 	for _, name := range names {
 		for i := range 100 {
-			if !ops[name](time.Second + time.Duration(i)*time.Microsecond) {
+			if !ops[name]() {
 				t.Fatalf("%s: call %d rejected", name, i)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,11 +92,13 @@ var closedRows = []breakerRow{
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := rolling(tb, breaker.WithErrorRatio(0.5, 20))
-		ctx, now := context.Background(), time.Second // the Guard's instant
-		return func() bool {
+		ctx := context.Background()
+		return func() bool { // the two clock reads a Guard makes for it
+			now := sluice.Now()
 			d, t := br.Admit(ctx, now)
 			if d.Allowed {
-				br.Done(t, sluice.Success, now, time.Microsecond)
+				end := sluice.Now()
+				br.Done(t, sluice.Success, end, end-now)
 			}
 			return d.Allowed
 		}
@@ -143,11 +146,23 @@ var closedRows = []breakerRow{
 		fn := func() error { return nil }
 		return func() bool { return ex.Run(fn) == nil }
 	}},
+	{name: "failsafe-go-direct", setup: func(testing.TB) func() bool {
+		cb := fscb.NewWithDefaults[any]()
+		return func() bool {
+			if !cb.TryAcquirePermit() {
+				return false
+			}
+			cb.RecordSuccess()
+			return true
+		}
+	}},
 	{name: "sentinel", setup: func(tb testing.TB) func() bool {
 		return sentinelCall(sentinelBreaker(tb, "bench-breaker-closed", 1e9))
 	}},
 	{name: "hystrix", setup: func(testing.TB) func() bool {
-		hystrix.ConfigureCommand("bench-closed", hystrix.CommandConfig{Timeout: 10_000, MaxConcurrentRequests: 1024})
+		// Tickets go back asynchronously: with a small pool, some calls
+		// would be turned away for concurrency and cost less.
+		hystrix.ConfigureCommand("bench-closed", hystrix.CommandConfig{Timeout: 10_000, MaxConcurrentRequests: 1 << 20})
 		fn := func() error { return nil }
 		return func() bool { return hystrix.Do("bench-closed", fn, nil) == nil }
 	}},
@@ -221,6 +236,11 @@ var openRows = []breakerRow{
 		fn := func() error { return nil }
 		return func() bool { return ex.Run(fn) == nil }
 	}},
+	{name: "failsafe-go-direct", setup: func(testing.TB) func() bool {
+		cb := fscb.NewWithDefaults[any]()
+		cb.Open()
+		return cb.TryAcquirePermit
+	}},
 	{name: "sentinel", setup: func(tb testing.TB) func() bool {
 		res := sentinelBreaker(tb, "bench-breaker-open", 1)
 		for range 5 {
@@ -268,28 +288,47 @@ var openRows = []breakerRow{
 }
 
 // BenchmarkBreakerClosed runs closedRows, serially and in parallel.
-func BenchmarkBreakerClosed(b *testing.B) { benchRows(b, closedRows) }
+func BenchmarkBreakerClosed(b *testing.B) { benchRows(b, closedRows, true) }
 
 // BenchmarkBreakerOpen runs openRows, serially and in parallel.
-func BenchmarkBreakerOpen(b *testing.B) { benchRows(b, openRows) }
+func BenchmarkBreakerOpen(b *testing.B) { benchRows(b, openRows, false) }
 
-func benchRows(b *testing.B, rows []breakerRow) {
+// benchRows runs each row, and fails it when its calls did not all answer
+// want (a closed breaker that rejected some, an open one that let some
+// through), unless the row is probabilistic: the figure would not be the
+// row's.
+func benchRows(b *testing.B, rows []breakerRow, want bool) {
+	check := func(b *testing.B, r breakerRow, other int64) {
+		if other > 0 && !r.probabilistic {
+			b.Fatalf("%d calls answered %v", other, !want)
+		}
+	}
 	for _, r := range rows {
 		b.Run(r.name, func(b *testing.B) {
 			op := r.setup(b)
+			var other int64
 			b.ReportAllocs()
 			for b.Loop() {
-				op()
+				if op() != want {
+					other++
+				}
 			}
+			check(b, r, other)
 		})
 		b.Run(r.name+"/parallel", func(b *testing.B) {
 			op := r.setup(b)
+			var other atomic.Int64
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
+				n := int64(0)
 				for pb.Next() {
-					op()
+					if op() != want {
+						n++
+					}
 				}
+				other.Add(n)
 			})
+			check(b, r, other.Load())
 		})
 	}
 }
