@@ -66,7 +66,8 @@ const Unread = time.Duration(math.MinInt64)
 // instant or the latency of a call that ended in Success, Failure or
 // Ignored: a rate limiter, which uses them only to give back what a Released
 // request took; a breaker that counts outcomes in a count window and has no
-// slow-call strategy. When every policy of a Guard on SystemClock is one, the
+// slow-call strategy; a bulkhead, whose limit no latency moves. When every
+// policy of a Guard on SystemClock is one, the
 // Guard reads the clock once per call instead of twice: Done then gets
 // Unread as now and 0 as latency for those outcomes. Released always comes
 // with the instant read. A policy that needs the time after all, rarely (a

@@ -58,6 +58,11 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, err)
 			return b
 		}},
+		{"bulkhead/queued", limited, func(t *testing.T) sluice.Policy {
+			b, err := adaptive.NewBulkhead(3, adaptive.WithQueue(4, time.Millisecond))
+			require.NoError(t, err)
+			return b
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

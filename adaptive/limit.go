@@ -293,10 +293,21 @@ func (l *ConcurrencyLimit) release() {
 // waited in this queue); when the sampling window is over, the limit is
 // updated.
 func (l *ConcurrencyLimit) Done(_ sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
-	if o == sluice.Success || o == sluice.Failure {
+	if (o == sluice.Success || o == sluice.Failure) && now != sluice.Unread {
 		l.sample(o, now, latency)
 	}
 	l.release()
+}
+
+// UntimedOf returns l itself when its limit is fixed (NewBulkhead, Fixed),
+// which no latency moves: a Guard of such policies then reads the clock once
+// per call (sluice.UntimedDone). Its Stats' AvgRT stays 0 there. nil for an
+// adaptive limit, which learns from the latencies.
+func (l *ConcurrencyLimit) UntimedOf() sluice.Policy {
+	if _, ok := l.est.(*fixed); ok {
+		return l
+	}
+	return nil
 }
 
 // MayWait reports whether Admit may block: when the limit has a queue. It
@@ -363,7 +374,8 @@ type LimitStats struct {
 	// Waiting is the number of requests in the queue.
 	Waiting int64
 	// AvgRT is the average latency of the last window that ended; 0 before
-	// the first.
+	// the first, and for a fixed limit in a Guard that reads no end instant
+	// (see UntimedOf).
 	AvgRT time.Duration
 	// Baseline is the Gradient algorithm's unloaded latency; 0 for the
 	// others and before the first window.

@@ -270,3 +270,21 @@ func TestDefaultLimitsYieldToTheBoundsSet(t *testing.T) {
 	_, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{MinLimit: 5, MaxLimit: 3}))
 	assert.Error(t, err, "bounds set the wrong way round are still refused")
 }
+
+// A fixed limit needs no latency: it is untimed, so a Guard of it reads the
+// clock once a call; an adaptive limit learns from latencies and is not.
+func TestFixedLimitIsUntimed(t *testing.T) {
+	b, err := adaptive.NewBulkhead(4)
+	require.NoError(t, err)
+	assert.True(t, sluice.IsUntimed(b))
+	f, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.Fixed{Limit: 4}))
+	require.NoError(t, err)
+	assert.True(t, sluice.IsUntimed(f))
+	g, err := adaptive.NewConcurrencyLimit()
+	require.NoError(t, err)
+	assert.False(t, sluice.IsUntimed(g))
+	d, tk := b.Admit(context.Background(), sluice.Now())
+	require.True(t, d.Allowed)
+	b.Done(tk, sluice.Success, sluice.Unread, 0)
+	assert.Zero(t, b.Stats().Inflight, "the slot is back")
+}
