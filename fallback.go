@@ -61,7 +61,7 @@ type FallbackEvent struct {
 func WithFallback(fbs ...Fallback) Option {
 	return func(g *Guard) error {
 		for i, f := range fbs {
-			if f == nil {
+			if isNil(f) {
 				return errors.New("sluice: WithFallback: fallback " + itoa(int64(len(g.fallbacks)+i)) + " is nil")
 			}
 		}

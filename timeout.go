@@ -94,10 +94,11 @@ func passErr(err error) error { return err }
 // callContext returns ctx with the Guard's deadline and its cancel function,
 // or ctx and nil when ctx's own deadline comes no later.
 func (g *Guard) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= g.timeout {
+	own := time.Now().Add(g.timeout)
+	if dl, ok := ctx.Deadline(); ok && !dl.After(own) {
 		return ctx, nil
 	}
-	return context.WithTimeoutCause(ctx, g.timeout, ErrTimeout)
+	return context.WithDeadlineCause(ctx, own, ErrTimeout)
 }
 
 // timedOut turns err into a *TimeoutError when the Guard's deadline on cctx

@@ -235,3 +235,38 @@ func TestWithTimeoutValidates(t *testing.T) {
 		assert.ErrorContains(t, err, "WithTimeout")
 	}
 }
+
+// A caller's own deadline that comes no later than the Guard's timeout is
+// kept as it is, and an expiry then is the caller's, not a *TimeoutError: the
+// Guard decides which deadline rules on one reading of the clock, so a
+// caller's deadline that falls between two readings is not taken for its
+// own. Deadlines a few nanoseconds either side of the timeout, many times.
+func TestCallerDeadlineIsNotTheGuardsTimeout(t *testing.T) {
+	const d = 2 * time.Microsecond
+	g, err := sluice.New(sluice.WithTimeout(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range 20000 {
+		x := time.Duration(i%4000) * time.Nanosecond
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(d+x))
+		callerDL, _ := ctx.Deadline()
+		var runDL time.Time
+		var cause error
+		err := g.Do(ctx, func(cctx context.Context) error {
+			runDL, _ = cctx.Deadline()
+			<-cctx.Done()
+			cause = context.Cause(cctx)
+			return cctx.Err()
+		})
+		cancel()
+		var te *sluice.TimeoutError
+		if errors.As(err, &te) && runDL.Equal(callerDL) && !errors.Is(cause, sluice.ErrTimeout) {
+			bad++ // the call ran under the caller's own deadline, which ended it
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of 20000 calls run and ended under the caller's own deadline were reported as the Guard's timeout", bad)
+	}
+}

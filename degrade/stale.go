@@ -234,7 +234,7 @@ func (c *staleCall[T]) Value(k any) any {
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
-		v, err := fn(ctx)
+		v, err := fn(hideStaleCall[T]{ctx, s})
 		if err == nil {
 			s.Put(key, v)
 		}
@@ -272,4 +272,18 @@ func (s *Stale[T]) AnswerValue(ctx context.Context, err error) (v T, name string
 func (s *Stale[T]) Answer(ctx context.Context, err error) (name string, out error) {
 	_, name, out = s.AnswerValue(ctx, err)
 	return name, out
+}
+
+// hideStaleCall is the context fn runs with: its sub-calls are not this
+// Execute's call, so a Stale in their Guards must not see its key.
+type hideStaleCall[T any] struct {
+	context.Context
+	s *Stale[T]
+}
+
+func (c hideStaleCall[T]) Value(k any) any {
+	if k, ok := k.(staleCallKey[T]); ok && k.s == c.s {
+		return nil
+	}
+	return c.Context.Value(k)
 }

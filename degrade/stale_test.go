@@ -217,3 +217,82 @@ func TestNewStaleValidates(t *testing.T) {
 	require.Len(t, evs.all(), 1)
 	assert.Equal(t, "price-cache", evs.all()[0].Fallback)
 }
+
+// A sub-call made inside Stale.Execute's fn through a Guard that lists the
+// Stale is "a call not run by Execute": it must get no stale answer, and the
+// outer call's own fresh answer must not be reported stale.
+func TestStaleKeyStaysOutOfNestedCalls(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	g := newGuard(t, sluice.WithClock(clock), sluice.WithFallback(s))
+	ctx := context.Background()
+	_, err := s.Execute(ctx, g, "profile:1", answer("profile v1"))
+	require.NoError(t, err)
+	clock.Advance(2 * time.Second)
+
+	var inner string
+	var innerErr error
+	r, err := s.Execute(ctx, g, "profile:1", func(ctx context.Context) (string, error) {
+		inner, innerErr = sluice.Execute(ctx, g, fail) // e.g. the avatar, through the same Guard
+		return "profile v2", nil
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, innerErr, errBoom, "the sub-call was not run by Stale.Execute")
+	assert.Empty(t, inner, "the sub-call got another key's stale answer")
+	assert.Equal(t, degrade.Result[string]{Value: "profile v2"}, r, "a fresh answer reported as stale")
+}
+
+// A sub-call's failure inside fn is not answered from the outer key's copy,
+// so no stale answer comes back as fn's own and is remembered as fresh, to be
+// served past its maximum age.
+func TestStaleAnswerIsNotRememberedAsFresh(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	g := newGuard(t, sluice.WithClock(clock), sluice.WithFallback(s))
+	ctx := context.Background()
+	_, err := s.Execute(ctx, g, "k", answer("v1")) // v1 is the call's own at 0s
+	require.NoError(t, err)
+
+	clock.Set(50 * time.Second)
+	_, _ = s.Execute(ctx, g, "k", func(ctx context.Context) (string, error) {
+		return sluice.Execute(ctx, g, fail) // fails; answered from the Stale
+	})
+
+	clock.Set(90 * time.Second) // v1 is 90s old, past the 1m maximum age
+	r, err := s.Execute(ctx, g, "k", fail)
+	assert.ErrorIs(t, err, errBoom, "v1 is older than the maximum age, got %+v", r)
+}
+
+// Sub-calls that fn runs concurrently share nothing of the outer call's
+// (-race watches).
+func TestStaleConcurrentSubCalls(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	g := newGuard(t, sluice.WithClock(clock), sluice.WithFallback(s))
+	ctx := context.Background()
+	s.Put("k", "v")
+	_, _ = s.Execute(ctx, g, "k", func(ctx context.Context) (string, error) {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = sluice.Execute(ctx, g, fail)
+			}()
+		}
+		wg.Wait()
+		return "fresh", nil
+	})
+}
+
+// WithFallback refuses a nil pointer (the *Fallbacks a failed degrade.New
+// returns) as it refuses nil, instead of panicking on the first error.
+func TestWithFallbackRefusesANilPointer(t *testing.T) {
+	fb, err := degrade.New[string]() // no rule: fails, fb is a nil *Fallbacks
+	require.Error(t, err)
+	g, err := sluice.New(sluice.WithFallback(fb))
+	if err == nil {
+		assert.NotPanics(t, func() { _, _ = sluice.Execute(context.Background(), g, fail) })
+	}
+	assert.Error(t, err, "a nil *degrade.Fallbacks is no fallback, as a nil *breaker.Breaker is no policy")
+}
