@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -368,5 +370,42 @@ func TestServerMessageGuardRejectionFollowsItsCause(t *testing.T) {
 		got := readWire(t, err)
 		assert.Equal(t, codes.Unavailable, got.code)
 		assert.Equal(t, ReasonCircuitOpen, got.reason)
+	})
+}
+
+// A stream that gRPC ends itself after a failed Send (a message it cannot
+// marshal: Internal), cancelling its context, ended by the server's fault:
+// the client is still there and hears Internal, and the stream is a
+// Failure, not a client gone.
+func TestServerStreamEndedByTheServerIsNotAClientGone(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+		g := mustGuard(t, sluice.With(rec))
+		e := listen(t, tr)
+		s := grpc.NewServer(serverOpts(t, WithGuard(g))...)
+		s.RegisterService(&grpc.ServiceDesc{
+			ServiceName: "sluice.test.Bad",
+			HandlerType: (*any)(nil),
+			Streams: []grpc.StreamDesc{{
+				StreamName:    "Send",
+				ServerStreams: true,
+				ClientStreams: true,
+				Handler: func(_ any, ss grpc.ServerStream) error {
+					return ss.SendMsg(struct{}{}) // not a proto.Message: Internal
+				},
+			}},
+		}, nil)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = s.Serve(e.l) })
+		cc, err := grpc.NewClient(e.target, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, e.dial...)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cc.Close(); s.Stop(); wg.Wait() })
+
+		st, err := cc.NewStream(withTimeout(t), &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/sluice.test.Bad/Send")
+		require.NoError(t, err)
+		require.NoError(t, st.CloseSend())
+		err = st.RecvMsg(new(struct{}))
+		assert.Equal(t, codes.Internal, status.Code(err), "the client is there and hears the server's Internal")
+		assert.Equal(t, sluice.Failure, rec.next(t), "the server's Internal was counted as a client gone")
 	})
 }

@@ -2,6 +2,7 @@ package sluicegrpc
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
@@ -106,10 +107,15 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // streamOutcome is the outcome of the stream w whose handler returned err:
 // Ignored when its client went away, else err classified.
 func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
-	if w.gone.Load() {
+	switch w.end.Load() {
+	case streamGone:
 		// gRPC fails a stream's SendMsg as soon as its connection closes,
 		// and cancels its context a moment later.
 		return sluice.Ignored
+	case streamEndedByServer:
+		// gRPC wrote the failed message's status and cancelled the context
+		// itself: the client did not go away.
+		return c.outcome(err)
 	}
 	return c.serverOutcome(w.ServerStream.Context(), err)
 }
@@ -127,8 +133,13 @@ type serverStream struct {
 	ctx      context.Context
 	msg      *middleware.Route
 	rejected atomic.Pointer[rejection]
-	gone     atomic.Bool
+	end      atomic.Int32 // 0, then streamGone or streamEndedByServer, once
 }
+
+const (
+	streamGone int32 = iota + 1
+	streamEndedByServer
+)
 
 // Context returns the stream's context, with the call's key.
 func (s *serverStream) Context() context.Context { return s.ctx }
@@ -137,9 +148,14 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 // that the client went away: Unavailable (its connection is closing) or
 // Canceled (it reset the stream).
 func (s *serverStream) note(err error) {
+	if err == io.EOF {
+		return // the client's half-close
+	}
 	switch status.Code(err) {
 	case codes.Unavailable, codes.Canceled:
-		s.gone.Store(true)
+		s.end.CompareAndSwap(0, streamGone)
+	default:
+		s.end.CompareAndSwap(0, streamEndedByServer)
 	}
 }
 
@@ -162,7 +178,7 @@ func (s *serverStream) RecvMsg(m any) error {
 	}
 	if err := s.ServerStream.RecvMsg(m); err != nil || s.msg == nil {
 		if err != nil {
-			s.note(err) // io.EOF, the client's half-close, has neither code
+			s.note(err)
 		}
 		return err
 	}
