@@ -31,8 +31,8 @@
 // A policy may also be a [FastPolicy]: an AdmitFast whose answer fits in
 // registers, which a Guard calls in Admit's place, because a nine-word
 // Decision returned through an interface call costs more than most policies'
-// own work. Every policy of sluice's packages is one; a policy written
-// elsewhere needs only Admit.
+// own work. The policies that decide in memory without waiting are (the
+// list is at [FastPolicy]); a policy written elsewhere needs only Admit.
 //
 // Adapters and streams run a request themselves with [Guard.AdmitTo] (or
 // [Guard.Admit]) and the [Done] it fills.

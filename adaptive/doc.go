@@ -22,5 +22,6 @@
 // a [ManualSampler] instead.
 //
 // Both policies decide with a few atomic operations and allocate nothing on
-// the request path.
+// the request path, except for a request that waits in a concurrency limit's
+// queue (its timer and its place in the queue).
 package adaptive

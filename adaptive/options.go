@@ -161,10 +161,12 @@ func WithCritical(cpuThreshold, factor float64) Option {
 	}
 }
 
-// WithCoolOff sets how long a Guard stays cautious after it shed a request:
-// during the cool-off it keeps checking inflight against its capacity
-// estimate even when CPU usage has dropped below the threshold. The default
-// is 1 s; 0 turns the cool-off off.
+// WithCoolOff sets how long a Guard stays cautious after it shed a request
+// for CPU: during the cool-off it keeps checking inflight against its
+// capacity estimate even when CPU usage has dropped below the threshold. A
+// shed by a rule (WithMaxInflight, WithMaxQPS, WithMaxAvgRT, WithMaxLoad1)
+// starts no cool-off: the rule itself goes on deciding. The default is 1 s;
+// 0 turns the cool-off off.
 func WithCoolOff(d time.Duration) Option {
 	return func(o *options) error {
 		if err := only(kindGuard, "WithCoolOff", o); err != nil {

@@ -161,7 +161,7 @@ func WithSkipper(s middleware.Skipper) Option {
 // resource (sluice.WithResource), for policies that keep state per
 // resource, such as a breaker.Group giving each method its own breaker
 // under one Guard: the gRPC form of the HTTP adapters' WithRouteResource.
-// It costs the call a new context (two small allocations). WithKey and
+// It costs the call a new context (one small allocation). WithKey and
 // WithKeyer do it as well. A skipped call gets no resource. Default: off.
 func WithMethodResource() Option {
 	return func(o *options) { o.resources = true }

@@ -242,9 +242,12 @@ func Error(err error) error {
 	return newRejection(re, re.Decision)
 }
 
-// RejectionOf reads back a rejection from a sluice server out of err, a
-// gRPC status error: the Decision it carried (not allowed, its policy, its
-// RetryAfter, its cause as one of sluice's errors, Limit -1), and true. It
+// RejectionOf reads back a rejection out of err, a gRPC status error: the
+// Decision it carried, and true. From a sluice server, over the wire, the
+// Decision is what the status holds: not allowed, its policy, its
+// RetryAfter, its cause as one of sluice's errors, and Limit -1. From this
+// client's own interceptor, which rejected the call before sending it, it
+// is the policy's whole Decision, its quota included. It
 // reports false when err carries no sluice ErrorInfo. RetryAfter is the
 // delay the status announced, one second when the policy could not know it. A client can use it to
 // tell a peer's rate limit or overload from other failures.

@@ -85,7 +85,8 @@ func WithKeyer(k *middleware.Keyer) Option {
 // WithRouteResource puts each request's route in its context as its
 // resource (sluice.WithResource), for policies that keep state per resource,
 // such as a breaker.Group giving each route its own breaker under one Guard.
-// It costs the request a new context (three small allocations). WithKeyer
+// It costs the request a new context and a copy of the request (two
+// allocations). WithKeyer
 // does it as well. Default: off.
 func WithRouteResource() Option {
 	return func(c *config) { c.resources = true }

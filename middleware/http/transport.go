@@ -407,20 +407,15 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
-			done.Record(o)
+			// The breakers open now; the call itself ends with its body, as
+			// any other, so a concurrency limit counts it until then (a
+			// breaker drops the outcome of a call from before it opened).
 			now := g.Now()
 			for _, p := range g.Policies() {
 				if op, ok := p.(opener); ok {
 					op.OpenFor(now, ra)
 				}
 			}
-			if release != nil && resp.Body != nil {
-				// The outcome is recorded: the body's end only ends the
-				// timeout and the call.
-				resp.Body = t.guardBody(resp.Body, &bodyState{done: done, outcome: o, release: release, t: t, host: hg})
-				handedOver = true
-			}
-			return resp, nil
 		}
 	}
 	// A body that is a whole connection (101 Switching Protocols) is handed

@@ -659,3 +659,39 @@ func TestTransportAppliesTheGuardsTimeout(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 	})
 }
+
+// A 429 with Retry-After opens the breakers at once, but the call still
+// holds its concurrency slot until its body ends, as every call does.
+func TestTransportRetryAfterHoldsTheSlotUntilTheBodyEnds(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, "slow down")
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	rt, err := Transport(base, func(string) (*sluice.Guard, error) {
+		b, err := adaptive.NewBulkhead(1)
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b))
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	c := &http.Client{Transport: rt}
+	first, err := c.Get(srv.URL)
+	require.NoError(t, err)
+	second, err := c.Get(srv.URL)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, second.Body)
+		_ = second.Body.Close()
+	}
+	require.ErrorIs(t, err, sluice.ErrConcurrencyLimited, "the first call's slot was freed before its body ended")
+	_, _ = io.Copy(io.Discard, first.Body)
+	require.NoError(t, first.Body.Close())
+	third, err := c.Get(srv.URL)
+	require.NoError(t, err, "the slot is back once the body ended")
+	_ = third.Body.Close()
+}

@@ -25,7 +25,8 @@
 //	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm and its period in microseconds, and the first 128
+// letter for the algorithm and its period parameter in microseconds (the
+// emission interval of GCRA and the token bucket, the window of the others), and the first 128
 // bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
 // in hex as the Cluster hash tag. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag

@@ -265,8 +265,10 @@ func WithObserver(fn func(Event)) Option {
 
 // WithNegativeCache makes the limiter remember, for up to maxKeys keys, a
 // rejection's RetryAfter and reject the key locally, without a round trip to
-// Redis, until it has passed. The default is no cache. Requests rejected
-// locally are not seen by Redis, so they never extend the wait.
+// Redis, until it has passed. Only rejections of a request of cost 1 are
+// kept: their RetryAfter holds for every cost, where a costly request's
+// would turn away cheaper ones that fit. The default is no cache. Requests
+// rejected locally are not seen by Redis, so they never extend the wait.
 func WithNegativeCache(maxKeys int) Option {
 	return func(c *config) error {
 		if maxKeys < 1 {
