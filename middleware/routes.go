@@ -76,6 +76,17 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 			r.policies[i].window = w.Window()
 		}
 	}
+	// Policies may share a name (two limiters of one algorithm, each with
+	// its default name) and a Decision names only the policy: when their
+	// windows differ, which one decided is unknown, and the w parameter is
+	// left out rather than given wrong.
+	for i := range r.policies {
+		for j := range i {
+			if r.policies[i].name == r.policies[j].name && r.policies[i].window != r.policies[j].window {
+				r.policies[i].window, r.policies[j].window = 0, 0
+			}
+		}
+	}
 	return r
 }
 

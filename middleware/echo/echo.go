@@ -166,6 +166,12 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				return cfg.rejected(c, rt, d)
 			}
 			cfg.render.Admitted(c.Response().Header(), rt, d)
+			// The request's own context, before the Guard's deadline: its
+			// cancellation, and only its, is a client that went away (an
+			// inner middleware may put a context of its own in the
+			// request and cancel it on return).
+			reqCtx := c.Request().Context()
+			var finish func(error) error
 			if rt.Guard.Timeout() > 0 {
 				// The handler runs with the deadline; the request
 				// outside it, as the middleware got it: an outer
@@ -173,16 +179,23 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				// cancelled once the handler is done, for a client
 				// that went away.
 				req := c.Request()
-				ctx, finish := rt.Guard.CallContext(req.Context())
+				var ctx context.Context
+				ctx, finish = rt.Guard.CallContext(reqCtx)
 				c.SetRequest(req.WithContext(ctx))
 				defer func() {
 					c.SetRequest(req)
-					_ = finish(nil)
+					if finish != nil {
+						_ = finish(nil)
+					}
 				}()
 			}
 			defer cfg.failOnPanic(&done)
 			err := next(c)
-			done.Record(cfg.outcome(c, err))
+			cerr := err // a *sluice.TimeoutError once the Guard's deadline passed
+			if finish != nil {
+				cerr, finish = finish(err), nil
+			}
+			done.Record(cfg.outcome(c, reqCtx, err, cerr))
 			return err
 		}
 	}
@@ -206,12 +219,17 @@ func (cfg *config) failOnPanic(done *sluice.Done) {
 // the status the client gets decides: a handler's error is first handed to
 // Echo's error handler, as Echo's own logger does, so a custom handler that
 // maps a domain error to a 404 is classified as the 404 the client sees.
-func (cfg *config) outcome(c echo.Context, err error) sluice.Outcome {
-	if c.Get(rejectedKey) != nil || errors.Is(c.Request().Context().Err(), context.Canceled) {
+//
+// reqCtx is the request's context before the Guard's deadline; err is what
+// the handler returned, cerr the same as the Guard's deadline makes it (a
+// context.Canceled answered after the deadline is the Guard's timeout, a
+// Failure, not a client gone).
+func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr error) sluice.Outcome {
+	if c.Get(rejectedKey) != nil || errors.Is(reqCtx.Err(), context.Canceled) {
 		return sluice.Ignored
 	}
 	if err != nil {
-		if sluice.DefaultClassifier(err) == sluice.Ignored {
+		if sluice.DefaultClassifier(cerr) == sluice.Ignored {
 			return sluice.Ignored
 		}
 		if !c.Response().Committed {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -444,4 +445,64 @@ func TestClassificationAfterCustomErrorHandler(t *testing.T) {
 	e.GET("/", func(echo.Context) error { return errNoSuchUser })
 	assert.Equal(t, http.StatusNotFound, do(e, http.MethodGet, "/").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
+}
+
+// An inner middleware that puts a context of its own in the request and
+// cancels it on return (Echo's ContextTimeout) is no client gone: answers
+// are classified as usual.
+func TestInnerMiddlewaresCancelledContextIsNotAClientGone(t *testing.T) {
+	c := testpolicy.NewCounter()
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, c))), echomw.ContextTimeout(time.Minute))
+	e.GET("/fail", func(echo.Context) error { return errors.New("database down") })
+	e.GET("/ok", func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
+	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/fail").Code)
+	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/ok").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Success: 1}, c.Outcomes())
+}
+
+// A handler that answers the Guard's deadline with context.Canceled (as some
+// drivers do) timed out: a Failure, as the client's 500 says, not a client
+// gone.
+func TestGuardTimeoutAnsweredWithCanceledIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testpolicy.NewCounter()
+		g, err := sluice.New(sluice.With(c), sluice.WithTimeout(100*time.Millisecond))
+		require.NoError(t, err)
+		defer g.Close()
+		e := echo.New()
+		e.Use(Middleware(WithGuard(g)))
+		e.GET("/", func(ec echo.Context) error {
+			<-ec.Request().Context().Done() // the Guard's deadline
+			return context.Canceled
+		})
+		assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/").Code)
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
+	})
+}
+
+// Two policies with one name and different windows: the RateLimit-Policy of
+// a rejection leaves w out rather than give the other policy's window.
+func TestSameNamedPoliciesNeverGetAnothersWindow(t *testing.T) {
+	perSecond, err := ratelimit.NewFixedWindow(10, time.Second)
+	require.NoError(t, err)
+	perHour, err := ratelimit.NewFixedWindow(3, time.Hour)
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, perSecond, perHour))))
+	e.GET("/", func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) })
+	for range 3 {
+		do(e, http.MethodGet, "/")
+	}
+	rec := do(e, http.MethodGet, "/")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "3600", rec.Header().Get("Retry-After"))
+	pol, err := sfv.ParseList(rec.Header().Get("RateLimit-Policy"))
+	require.NoError(t, err)
+	require.Len(t, pol, 1)
+	q, _ := pol[0].Int("q")
+	assert.EqualValues(t, 3, q)
+	if w, ok := pol[0].Int("w"); ok { // w may be left out when unknown, never wrong
+		assert.EqualValues(t, 3600, w, "RateLimit-Policy: %s", rec.Header().Get("RateLimit-Policy"))
+	}
 }
