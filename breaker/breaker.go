@@ -33,11 +33,20 @@ type Breaker struct {
 	need     int64         // probe successes that close the breaker
 	cur      atomic.Pointer[phase]
 	notifier notifier
+	sink     *notifier // a Group's queue, fed under mu; nil outside a Group
 
 	mu    sync.Mutex    // guards transitions and the fields below
 	gen   uint64        // last generation handed out
 	trips int           // opens since the breaker last closed, for the backoff
 	halfs halfOpenCount // probe outcomes of the current half-open phase
+	gone  bool          // dropped from its Group: sink no longer fed
+}
+
+func (b *Breaker) dispatch() {
+	b.notifier.dispatch()
+	if b.sink != nil {
+		b.sink.dispatch()
+	}
 }
 
 type halfOpenCount struct{ succ, fail int64 }
@@ -218,7 +227,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 				b.setPhase(p, StateHalfOpen, now, 0, false)
 			}
 			b.mu.Unlock()
-			b.notifier.dispatch()
+			b.dispatch()
 		case StateHalfOpen:
 			for {
 				n := p.taken.Load()
@@ -315,7 +324,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
 	}
 	b.mu.Unlock()
-	b.notifier.dispatch()
+	b.dispatch()
 }
 
 // at returns now, or the breaker's clock when now is sluice.Unread: a Guard
@@ -414,7 +423,7 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		}
 	}
 	b.mu.Unlock()
-	b.notifier.dispatch()
+	b.dispatch()
 }
 
 // openDuration returns how long the breaker stays open after its b.trips-th
@@ -460,7 +469,11 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 	b.halfs = halfOpenCount{}
 	b.cur.Store(np)
 	if old.state != to {
-		b.notifier.queue(sluice.StateChange{Policy: b.name, From: old.state.String(), To: to.String(), At: now}, old.state, to)
+		c := sluice.StateChange{Policy: b.name, From: old.state.String(), To: to.String(), At: now}
+		b.notifier.queue(c, old.state, to)
+		if b.sink != nil && !b.gone {
+			b.sink.queue(c, old.state, to)
+		}
 	}
 }
 

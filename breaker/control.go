@@ -12,7 +12,7 @@ func (b *Breaker) transition(fn func(p *phase, now time.Duration)) {
 	b.mu.Lock()
 	fn(b.cur.Load(), now)
 	b.mu.Unlock()
-	b.notifier.dispatch()
+	b.dispatch()
 }
 
 // ForceOpen opens the breaker and holds it open, with no probes, until
@@ -57,7 +57,7 @@ func (b *Breaker) OpenFor(now, d time.Duration) {
 		b.setPhase(p, StateOpen, now, d, false)
 	}
 	b.mu.Unlock()
-	b.notifier.dispatch()
+	b.dispatch()
 }
 
 // Subscribe registers fn, called after every state change of the breaker

@@ -52,12 +52,11 @@ const chunkSize = 1024
 type chunk [chunkSize]atomic.Pointer[member]
 
 type member struct {
-	key   string
-	slot  uint32
-	b     *Breaker
-	last  atomic.Int64 // instant of the last Admit
-	unsub func()
-	idx   int // position in Group.all
+	key  string
+	slot uint32
+	b    *Breaker
+	last atomic.Int64 // instant of the last Admit
+	idx  int          // position in Group.all
 }
 
 // NewGroup returns a Group named "breaker/" + name. It takes every option of
@@ -169,14 +168,6 @@ func (g *Group) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 	return g.subs.add(subscriber{fn: fn})
 }
 
-// forward delivers a member's change to the Group's listeners through the
-// Group's own queue, so that they hear one change at a time even when
-// members change state together.
-func (g *Group) forward(c change) {
-	g.subs.queue(c.c, c.from, c.to)
-	g.subs.dispatch()
-}
-
 // use returns the member of the request's key, marked as used at now.
 func (g *Group) use(ctx context.Context, now time.Duration) *member {
 	m := g.member(g.cfg.key(ctx), now)
@@ -220,9 +211,10 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 	// Each breaker starts at a generation far from its slot's previous ones,
 	// so a ticket of a dropped breaker is not taken for one of its successor.
 	base := g.gens.Add(0x9E3779B97F4A7C15)
-	m := &member{key: key, slot: slot, b: newBreaker(g.name+"/"+key, g.memberCfg, base)}
+	b := newBreaker(g.name+"/"+key, g.memberCfg, base)
+	b.sink = &g.subs
+	m := &member{key: key, slot: slot, b: b}
 	m.last.Store(int64(now))
-	m.unsub = m.b.notifier.add(subscriber{full: g.forward})
 	c := g.chunks[slot/chunkSize].Load()
 	if c == nil {
 		c = new(chunk)
@@ -250,7 +242,9 @@ func (g *Group) evict() bool {
 	g.members.Delete(victim.key)
 	g.chunks[victim.slot/chunkSize].Load()[victim.slot%chunkSize].Store(nil)
 	g.free = append(g.free, victim.slot)
-	victim.unsub()
+	victim.b.mu.Lock()
+	victim.b.gone = true
+	victim.b.mu.Unlock()
 	last := g.all[len(g.all)-1]
 	g.all[victim.idx], last.idx = last, victim.idx
 	g.all = g.all[:len(g.all)-1]

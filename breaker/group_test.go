@@ -239,3 +239,99 @@ func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 	assert.Zero(t, overlaps.Load(), "a listener called for two changes at once")
 	assert.Equal(t, 4, heard, "two listeners, two changes")
 }
+
+// A member evicted while its changes still wait to be delivered (a slow
+// listener busy with an earlier one): the Group's listeners hear them all.
+func TestGroupEvictionKeepsQueuedChanges(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var heard []string
+	first := true
+	g.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		heard = append(heard, c.Policy+" "+c.From+"->"+c.To)
+		block := first
+		first = false
+		mu.Unlock()
+		if block { // a slow listener (logging, metrics export...)
+			close(entered)
+			<-release
+		}
+	})
+
+	done := make(chan struct{})
+	go func() { // a's failure trips it; this goroutine delivers closed->open
+		defer close(done)
+		d, tk := g.Admit(res("a"), 0)
+		if d.Allowed {
+			g.Done(tk, F, 0, 0)
+		}
+	}()
+	<-entered
+
+	// Meanwhile a recovers: open->half-open, then its probe closes it.
+	d, tk := g.Admit(res("a"), 2*sec)
+	require.True(t, d.Allowed, "probe")
+	g.Done(tk, S, 2*sec, 0)
+	a, ok := g.Get("a")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateClosed, a.State())
+
+	// A new key arrives at the full Group: a, closed, is evicted.
+	d, tk = g.Admit(res("b"), 3*sec)
+	require.True(t, d.Allowed)
+	g.Done(tk, S, 3*sec, 0)
+
+	close(release)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{
+		"breaker/deps/a closed->open",
+		"breaker/deps/a open->half-open",
+		"breaker/deps/a half-open->closed",
+	}, heard, "the Group's listeners must hear every change of a while it was a member")
+}
+
+// The Group's listeners hear the changes of its members in the order they
+// happened, even when a slow listener holds the delivery up.
+func TestGroupListenersHearMembersInOrder(t *testing.T) {
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var heard []string
+	first := true
+	g.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		heard = append(heard, c.Policy+" "+c.From+"->"+c.To+" @"+c.At.String())
+		block := first
+		first = false
+		mu.Unlock()
+		if block { // a slow listener
+			close(entered)
+			<-release
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fail(t, g, res("a"), 0) // a: closed->open, delivered by this goroutine
+	}()
+	<-entered
+
+	d, _ := g.Admit(res("a"), 2*sec) // a: open->half-open, at 2s
+	require.True(t, d.Allowed)
+	fail(t, g, res("b"), 3*sec) // then b: closed->open, at 3s
+
+	close(release)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{
+		"breaker/deps/a closed->open @0s",
+		"breaker/deps/a open->half-open @2s",
+		"breaker/deps/b closed->open @3s",
+	}, heard)
+}

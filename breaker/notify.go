@@ -12,7 +12,6 @@ type subscriber struct {
 	id    uint64
 	fn    func(sluice.StateChange)
 	typed func(name string, from, to State)
-	full  func(change) // a Group hearing its member
 }
 
 type change struct {
@@ -98,13 +97,10 @@ func (n *notifier) dispatch() {
 		subs := n.subs
 		n.mu.Unlock()
 		for _, s := range subs {
-			switch {
-			case s.fn != nil:
+			if s.fn != nil {
 				s.fn(c.c)
-			case s.typed != nil:
+			} else {
 				s.typed(c.c.Policy, c.from, c.to)
-			default:
-				s.full(c)
 			}
 		}
 	}
