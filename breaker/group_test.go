@@ -240,76 +240,24 @@ func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 	assert.Equal(t, 4, heard, "two listeners, two changes")
 }
 
-// A member evicted while its changes still wait to be delivered (a slow
-// listener busy with an earlier one): the Group's listeners hear them all.
-func TestGroupEvictionKeepsQueuedChanges(t *testing.T) {
-	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+// slowListener subscribes to g a listener that records each change it hears
+// and holds up the first delivery: trip runs on its own goroutine and makes
+// the first change; the test then goes on while that delivery waits, and
+// heard, called once the test is done, lets it finish and returns what the
+// listener heard.
+func slowListener(t *testing.T, g *breaker.Group, trip func()) (heard func() []string) {
+	t.Helper()
 	entered, release := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
-	var heard []string
+	var got []string
 	first := true
 	g.Subscribe(func(c sluice.StateChange) {
 		mu.Lock()
-		heard = append(heard, c.Policy+" "+c.From+"->"+c.To)
+		got = append(got, c.Policy+" "+c.From+"->"+c.To+" @"+c.At.String())
 		block := first
 		first = false
 		mu.Unlock()
-		if block { // a slow listener (logging, metrics export...)
-			close(entered)
-			<-release
-		}
-	})
-
-	done := make(chan struct{})
-	go func() { // a's failure trips it; this goroutine delivers closed->open
-		defer close(done)
-		d, tk := g.Admit(res("a"), 0)
-		if d.Allowed {
-			g.Done(tk, F, 0, 0)
-		}
-	}()
-	<-entered
-
-	// Meanwhile a recovers: open->half-open, then its probe closes it.
-	d, tk := g.Admit(res("a"), 2*sec)
-	require.True(t, d.Allowed, "probe")
-	g.Done(tk, S, 2*sec, 0)
-	a, ok := g.Get("a")
-	require.True(t, ok)
-	require.Equal(t, breaker.StateClosed, a.State())
-
-	// A new key arrives at the full Group: a, closed, is evicted.
-	d, tk = g.Admit(res("b"), 3*sec)
-	require.True(t, d.Allowed)
-	g.Done(tk, S, 3*sec, 0)
-
-	close(release)
-	<-done
-
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, []string{
-		"breaker/deps/a closed->open",
-		"breaker/deps/a open->half-open",
-		"breaker/deps/a half-open->closed",
-	}, heard, "the Group's listeners must hear every change of a while it was a member")
-}
-
-// The Group's listeners hear the changes of its members in the order they
-// happened, even when a slow listener holds the delivery up.
-func TestGroupListenersHearMembersInOrder(t *testing.T) {
-	g := mustGroup(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
-	entered, release := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	var heard []string
-	first := true
-	g.Subscribe(func(c sluice.StateChange) {
-		mu.Lock()
-		heard = append(heard, c.Policy+" "+c.From+"->"+c.To+" @"+c.At.String())
-		block := first
-		first = false
-		mu.Unlock()
-		if block { // a slow listener
+		if block {
 			close(entered)
 			<-release
 		}
@@ -317,21 +265,61 @@ func TestGroupListenersHearMembersInOrder(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		fail(t, g, res("a"), 0) // a: closed->open, delivered by this goroutine
+		trip()
 	}()
 	<-entered
+	return func() []string {
+		close(release)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+}
 
+// tripOffTest fails one call of ctx at 0 on a goroutine other than the
+// test's, where require must not be used.
+func tripOffTest(t *testing.T, g *breaker.Group, ctx context.Context) {
+	d, tk := g.Admit(ctx, 0)
+	if assert.True(t, d.Allowed) {
+		g.Done(tk, F, 0, 0)
+	}
+}
+
+// A member evicted while its changes still wait to be delivered (a slow
+// listener busy with an earlier one): the Group's listeners hear them all.
+func TestGroupEvictionKeepsQueuedChanges(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	heard := slowListener(t, g, func() { tripOffTest(t, g, res("a")) })
+	// Meanwhile a recovers: open->half-open, then its probe closes it.
+	d, tk := g.Admit(res("a"), 2*sec)
+	require.True(t, d.Allowed, "probe")
+	g.Done(tk, S, 2*sec, 0)
+	a, ok := g.Get("a")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateClosed, a.State())
+	// A new key arrives at the full Group: a, closed, is evicted.
+	d, tk = g.Admit(res("b"), 3*sec)
+	require.True(t, d.Allowed)
+	g.Done(tk, S, 3*sec, 0)
+	assert.Equal(t, []string{
+		"breaker/deps/a closed->open @0s",
+		"breaker/deps/a open->half-open @2s",
+		"breaker/deps/a half-open->closed @2s",
+	}, heard(), "the Group's listeners hear every change of a while it was a member")
+}
+
+// The Group's listeners hear the changes of its members in the order they
+// happened, even when a slow listener holds the delivery up.
+func TestGroupListenersHearMembersInOrder(t *testing.T) {
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	heard := slowListener(t, g, func() { tripOffTest(t, g, res("a")) })
 	d, _ := g.Admit(res("a"), 2*sec) // a: open->half-open, at 2s
 	require.True(t, d.Allowed)
 	fail(t, g, res("b"), 3*sec) // then b: closed->open, at 3s
-
-	close(release)
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
 	assert.Equal(t, []string{
 		"breaker/deps/a closed->open @0s",
 		"breaker/deps/a open->half-open @2s",
 		"breaker/deps/b closed->open @3s",
-	}, heard)
+	}, heard())
 }
