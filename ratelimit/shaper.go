@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -18,14 +19,6 @@ var ErrWaitAbandoned = fmt.Errorf("%w: the context ended while the request waite
 var (
 	errAbandonedCanceled = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.Canceled)
 	errAbandonedDeadline = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.DeadlineExceeded)
-)
-
-// Tickets of Shaper carry the end of the request's turn, relative to the
-// instant of its Admit, in the high bits and its cost in the low ones.
-const (
-	shaperCostBits = 20
-	shaperCostMask = 1<<shaperCostBits - 1
-	shaperMaxSpan  = 1<<(64-shaperCostBits-1) - 1
 )
 
 // Shaper is the leaky bucket as a queue: it spaces requests evenly at its
@@ -55,10 +48,15 @@ const (
 // NewShaper; the zero value is not usable. A Shaper is safe for concurrent
 // use.
 type Shaper struct {
-	next     paddedTAT // the instant the next turn is free
-	iv       int64
-	maxWait  int64
-	limit    int64
+	next    paddedTAT // the instant the next turn is free
+	iv      int64
+	maxWait int64
+	limit   int64
+	// A ticket carries the delay from the request's Admit to its turn, at
+	// most maxWait, in its high bits, and the request's cost in the low cb =
+	// 64 - bits.Len64(maxWait) ones (cmask).
+	cb       uint
+	cmask    uint64
 	rate     Rate
 	name     string
 	clock    sluice.Clock
@@ -88,8 +86,9 @@ func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 		return nil, err
 	}
 	iv := interval(r)
-	s := &Shaper{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, rate: r,
-		name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	cb := uint(64 - bits.Len64(uint64(maxWait)))
+	s := &Shaper{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1,
+		rate: r, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
 	s.next.v.Store(emptyTAT)
 	return s, nil
 }
@@ -234,11 +233,11 @@ func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Decision,
 	if !d.Allowed {
 		return d, 0
 	}
-	span := turn[1] - int64(now)
-	if span > shaperMaxSpan || n > shaperCostMask {
-		return d, 0 // too large to carry: a release gives nothing back
+	if uint64(n) > s.cmask {
+		return d, 0 // too large to carry: a release gives nothing back (see Done)
 	}
-	return d, sluice.Ticket(uint64(span)<<shaperCostBits | uint64(n))
+	// The turn starts within maxWait of now, so the delay fits its bits.
+	return d, sluice.Ticket(uint64(turn[0]-int64(now))<<s.cb | uint64(n))
 }
 
 // wait takes a turn for cost n arriving at now and sleeps until it.
@@ -307,12 +306,16 @@ func (s *Shaper) WaitN(ctx context.Context, n int64) error {
 
 // Done gives back, on sluice.Released, the turn that Admit took, when no
 // later request has queued behind it; other outcomes change nothing. now -
-// latency must be the instant given to Admit, as a Guard passes it.
+// latency must be the instant given to Admit, as a Guard passes it. The
+// ticket carries the request's cost in 64 - b bits, b the bit length of
+// maxWait in nanoseconds, so a request of a cost of 2^(64-b) or more gives
+// nothing back: 2^34 with a maximum wait of a second, 2^22 with an hour; a
+// shaper that never waits carries every cost.
 func (s *Shaper) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released || t == 0 {
 		return
 	}
-	n := int64(t & shaperCostMask)
-	end := int64(now-latency) + int64(t>>shaperCostBits)
-	s.giveBack(end-n*s.iv, end)
+	n := int64(uint64(t) & s.cmask)
+	start := int64(now-latency) + int64(uint64(t)>>s.cb)
+	s.giveBack(start, start+n*s.iv)
 }

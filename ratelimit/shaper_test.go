@@ -257,6 +257,49 @@ func TestShaperReleasedThroughGuard(t *testing.T) {
 	assert.True(t, s.AllowAt(0))
 }
 
+// TestShaperReleasedTurnOfAnyLength pins that a released request gives its
+// turn back however long the turn: a bandwidth shaper whose cost is the
+// request's size in bytes, a turn of hours, a turn after a wait.
+func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
+	t.Run("a large cost", func(t *testing.T) {
+		s := mustShaper(t, PerSecond(100_000_000), time.Second)           // 10ns a byte
+		d, tk := s.Admit(sluice.WithCost(context.Background(), 1<<32), 0) // 43s of turn
+		require.True(t, d.Allowed)
+		s.Done(tk, sluice.Released, 0, 0)
+		assert.True(t, s.AllowAt(0), "the released turn is free again")
+	})
+	t.Run("a long turn", func(t *testing.T) {
+		s := mustShaper(t, Every(3*time.Hour), 0)
+		d, tk := s.Admit(context.Background(), 0)
+		require.True(t, d.Allowed)
+		s.Done(tk, sluice.Released, time.Millisecond, time.Millisecond)
+		assert.True(t, s.AllowAt(time.Millisecond), "the released turn is free again")
+	})
+	t.Run("after a wait", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			clk := sluice.NewMonotonicClock()
+			s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+			require.True(t, s.AllowAt(0))
+			d, tk := s.Admit(sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
+			require.True(t, d.Allowed)
+			require.Equal(t, 100*time.Millisecond, clk.Now())
+			s.Done(tk, sluice.Released, clk.Now(), clk.Now()) // the latency since its Admit
+			assert.True(t, s.AllowAt(clk.Now()), "the released turn is free again")
+		})
+	})
+	t.Run("a cost its ticket cannot carry", func(t *testing.T) {
+		// A maximum wait of 2^61ns leaves 2 bits of the ticket to the cost:
+		// a cost of 4 or more gives nothing back, as Done says.
+		for _, n := range []int64{3, 4} {
+			s := mustShaper(t, PerSecond(1_000_000_000), 1<<61)
+			d, tk := s.Admit(sluice.WithCost(context.Background(), n), 0)
+			require.True(t, d.Allowed)
+			s.Done(tk, sluice.Released, 0, 0)
+			assert.Equal(t, n < 4, s.AllowAt(0), "cost %d", n)
+		}
+	})
+}
+
 // denyPolicy rejects every request.
 type denyPolicy struct{}
 

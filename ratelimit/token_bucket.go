@@ -219,7 +219,10 @@ func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Dec
 }
 
 // Done gives back, on sluice.Released, the tokens that Admit took, less what
-// has refilled in the latency since; other outcomes change nothing.
+// has refilled in the latency since; other outcomes change nothing. A
+// release never hands a newcomer tokens ahead of the turn of a reservation
+// that had to wait for them: what it would give back below that turn is
+// lost.
 func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
 	if o != sluice.Released || t == 0 || t > math.MaxInt64 {
 		return
@@ -247,13 +250,17 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 // and call Cancel on that variable if the action will not happen.
 // Its zero value is a reservation that was not granted.
 type Reservation struct {
-	tb   *TokenBucket
-	cfg  *bucketConfig
-	n    int64
-	tat  int64 // the bucket's TAT right after this reservation
-	act  int64 // the instant the tokens are there
-	ok   bool
-	done bool // cancelled
+	tb  *TokenBucket
+	cfg *bucketConfig
+	n   int64
+	tat int64 // the bucket's TAT right after this reservation
+	act int64 // the instant the tokens are there
+	// edge is the bucket's edge before this reservation raised it to tat,
+	// when raised: it had to wait, and found the edge below its turn.
+	edge   int64
+	raised bool
+	ok     bool
+	done   bool // cancelled
 }
 
 // OK reports whether the tokens were reserved. A request for more tokens than
@@ -290,8 +297,11 @@ func (r *Reservation) Cancel() {
 
 // CancelAt gives back, at instant now, what the reservation still owes the
 // bucket: its tokens, less those that reservations made after it were
-// counted on, and less what has refilled since. A reservation made before a
-// SetRate or SetBurst gives nothing back. Cancelling twice does nothing.
+// counted on, and less what has refilled since. Cancelled while it is still
+// the last reservation, it also lifts the hold it put on releases (see
+// Done), as if it had never been made: an admission made before it and
+// released after gives its tokens back. A reservation made before a SetRate
+// or SetBurst gives nothing back. Cancelling twice does nothing.
 func (r *Reservation) CancelAt(now time.Duration) {
 	if !r.ok || r.done {
 		return
@@ -310,9 +320,13 @@ func (r *Reservation) CancelAt(now time.Duration) {
 			return
 		}
 		if c.tat.v.CompareAndSwap(tat, tat-refund) {
-			if tat == r.tat {
-				// The reservation was the last: its own edge goes with it.
-				c.edge.CompareAndSwap(r.tat, tat-refund)
+			if tat == r.tat && r.raised {
+				// The reservation was the last, and the edge at its TAT is its
+				// own: the edge goes back to where the reservation found it,
+				// as if it had never been made. (Lowered only to there, and
+				// only while nobody raised it further since: a waiting
+				// reservation made meanwhile keeps its turn.)
+				c.edge.CompareAndSwap(r.tat, r.edge)
 			}
 			return
 		}
@@ -360,13 +374,19 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if act-now > maxDelay {
 			return Reservation{}, act - now
 		}
+		var prevEdge int64
+		raised := false
 		if act > now {
 			// Raised before the TAT moves, so that no release slips below
 			// this turn in between. A failed CAS leaves it high: releases
 			// then give back less, never more.
 			for {
 				e := c.edge.Load()
-				if e >= next || c.edge.CompareAndSwap(e, next) {
+				if e >= next {
+					break
+				}
+				if c.edge.CompareAndSwap(e, next) {
+					prevEdge, raised = e, true
 					break
 				}
 			}
@@ -374,7 +394,7 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if !c.tat.v.CompareAndSwap(tat, next) {
 			continue
 		}
-		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, ok: true}, 0
+		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, edge: prevEdge, raised: raised, ok: true}, 0
 	}
 }
 
@@ -386,8 +406,10 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
 // tokens would come after ctx's deadline (or, without one, more than 2^62ns
 // after now, as ReserveNAt refuses); in both cases it takes nothing.
-// When ctx ends during the wait, it gives the tokens back and returns
-// ctx.Err(); tokens due exactly at the deadline are taken, and WaitN
+// When ctx ends during the wait, it cancels the reservation as CancelAt
+// does, giving the tokens back less those that later reservations count on,
+// and returns ctx.Err(); it gives nothing back when SetRate or SetBurst ran
+// during the wait. Tokens due exactly at the deadline are taken, and WaitN
 // returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {

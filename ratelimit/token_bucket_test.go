@@ -147,6 +147,57 @@ func TestTokenBucketReleaseKeepsWaitingTurns(t *testing.T) {
 	assert.True(t, tb.AllowAt(2*time.Second))
 }
 
+// TestTokenBucketCancelledWaiterLeavesNoTrace pins that a waiter that gives
+// up, as WaitN does when its context ends, leaves no trace: an admission made
+// before it and released after still gives its token back, as it does when
+// nobody waited. A waiter behind keeps its turn.
+func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
+	const m = time.Millisecond
+	t.Run("the last waiter", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(10), 1)
+		d, tk := tb.Admit(context.Background(), 0) // the bucket's only token
+		require.True(t, d.Allowed)
+		r := tb.ReserveNAt(0, 1) // its token comes at 100ms
+		require.Equal(t, 100*m, r.DelayFrom(0))
+		r.CancelAt(30 * m)
+		tb.Done(tk, sluice.Released, 30*m, 30*m) // the admission never ran
+		assert.InDelta(t, 1, tb.TokensAt(30*m), 1e-9, "the released token is back")
+		assert.True(t, tb.AllowAt(30*m))
+	})
+	t.Run("waiters cancelled last first", func(t *testing.T) {
+		tb := mustTokenBucket(t, PerSecond(10), 2)
+		ctx := context.Background()
+		_, first := tb.Admit(ctx, 0)
+		d, second := tb.Admit(ctx, 0) // the bucket is empty
+		require.True(t, d.Allowed)
+		a := tb.ReserveNAt(0, 1) // at 100ms
+		b := tb.ReserveNAt(0, 1) // at 200ms
+		b.CancelAt(0)
+		tb.Done(first, sluice.Released, 0, 0) // a still waits: kept
+		assert.InDelta(t, -1, tb.TokensAt(0), 1e-9)
+		a.CancelAt(0)
+		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
+		tb.Done(second, sluice.Released, 0, 0) // nobody waits any more
+		assert.InDelta(t, 1, tb.TokensAt(0), 1e-9, "the released token is back")
+	})
+	t.Run("an abandoned WaitN", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			clk := sluice.NewMonotonicClock()
+			tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
+			d, tk := tb.Admit(context.Background(), clk.Now())
+			require.True(t, d.Allowed)
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error)
+			go func() { errc <- tb.WaitN(ctx, 1) }()
+			time.Sleep(30 * time.Millisecond)
+			cancel()
+			require.ErrorIs(t, <-errc, context.Canceled)
+			tb.Done(tk, sluice.Released, clk.Now(), clk.Now())
+			assert.InDelta(t, 1, tb.TokensAt(clk.Now()), 1e-9, "the released token is back")
+		})
+	})
+}
+
 func TestTokenBucketSetRate(t *testing.T) {
 	const m = time.Millisecond
 	tb := mustTokenBucket(t, PerSecond(10), 10)
@@ -233,23 +284,52 @@ func TestTokenBucketWaitRejectsUpFront(t *testing.T) {
 }
 
 func TestTokenBucketWaitCancelGivesBack(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
-		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
-		require.True(t, tb.Allow())
-		ctx, cancel := context.WithCancel(context.Background())
-		errc := make(chan error)
-		go func() { errc <- tb.WaitN(ctx, 1) }()
-		time.Sleep(30 * time.Millisecond)
-		synctest.Wait()
-		cancel()
-		require.ErrorIs(t, <-errc, context.Canceled)
+	spentBucket(t, func(t *testing.T, clk sluice.Clock, tb *TokenBucket) {
+		abandonedWait(t, tb, func() { time.Sleep(30 * time.Millisecond) })
 		assert.Equal(t, 30*time.Millisecond, clk.Now())
 		// As if the waiter had never come: the token is back at 100ms.
 		assert.InDelta(t, 0.3, tb.TokensAt(clk.Now()), 1e-9)
 		time.Sleep(70 * time.Millisecond)
 		assert.True(t, tb.Allow())
+	})
+}
+
+// spentBucket runs fn in a synctest bubble with a bucket of one token every
+// 100ms on the bubble's clock, its token just taken.
+func spentBucket(t *testing.T, fn func(t *testing.T, clk sluice.Clock, tb *TokenBucket)) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	synctest.Test(t, func(t *testing.T) {
+		clk := sluice.NewMonotonicClock()
+		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
+		require.True(t, tb.Allow())
+		fn(t, clk, tb)
+	})
+}
+
+// abandonedWait starts a WaitN of one token on tb in a synctest bubble, runs
+// during once the waiter blocks, then cancels the wait.
+func abandonedWait(t *testing.T, tb *TokenBucket, during func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error)
+	go func() { errc <- tb.WaitN(ctx, 1) }()
+	synctest.Wait()
+	during()
+	synctest.Wait()
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+}
+
+// TestTokenBucketWaitCancelAfterSetRate pins the exception of WaitN's doc:
+// a wait abandoned after SetRate ran during it gives nothing back, as
+// CancelAt does for a reservation made before a reconfiguration.
+func TestTokenBucketWaitCancelAfterSetRate(t *testing.T) {
+	spentBucket(t, func(t *testing.T, clk sluice.Clock, tb *TokenBucket) {
+		abandonedWait(t, tb, func() { // its token comes at 100ms
+			require.NoError(t, tb.SetRate(PerSecond(10)))
+			time.Sleep(30 * time.Millisecond)
+		})
+		assert.InDelta(t, -0.7, tb.TokensAt(clk.Now()), 1e-9, "the waiter's token stays taken")
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -44,6 +45,8 @@ type WarmUp struct {
 	last   warmUpAdmission
 
 	iv, tau, burst int64
+	cb             uint   // bits of the cost in a ticket
+	cmask          uint64 // 1<<cb - 1
 	rate           Rate
 	warmUp         time.Duration
 	coldFactor     int64
@@ -61,19 +64,20 @@ type WarmUp struct {
 // it restores the limiter exactly.
 type warmUpAdmission struct {
 	valid     bool // not undone yet
-	gen       uint64
+	ticket    sluice.Ticket
 	tatAfter  int64
 	tatBefore int64
 	stored    float64
 }
 
 // Tickets of WarmUp carry the admission's generation in the high bits and its
-// cost in the low ones.
-const (
-	warmUpCostBits = 24
-	warmUpCostMask = 1<<warmUpCostBits - 1
-	warmUpGenMask  = 1<<(64-warmUpCostBits) - 1
-)
+// cost in the low cb ones: as many as the burst takes, up to
+// warmUpMaxCostBits, so that the generation keeps 32 bits at least. Done
+// takes a ticket for the latest admission's when the two are equal and the
+// TAT is still where that admission left it: an earlier admission's ticket is
+// equal only when a multiple of 2^(64-cb) admissions, 2^32 at least, came
+// between it and the latest, and the two tickets carry the same cost.
+const warmUpMaxCostBits = 32
 
 // NewWarmUp returns a cold WarmUp limiter of r with bursts of up to burst
 // requests once warm, warming up over warmUp from r/coldFactor to r. It
@@ -96,8 +100,10 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 	if err != nil {
 		return nil, err
 	}
-	w := &WarmUp{tat: emptyTAT, iv: iv, tau: tau, burst: burst, rate: r, warmUp: warmUp,
-		coldFactor: coldFactor, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	cb := min(uint(bits.Len64(uint64(burst))), warmUpMaxCostBits)
+	w := &WarmUp{tat: emptyTAT, iv: iv, tau: tau, burst: burst, cb: cb, cmask: 1<<cb - 1, rate: r,
+		warmUp: warmUp, coldFactor: coldFactor, name: o.name, clock: o.clock,
+		sysClock: o.clock == sluice.SystemClock}
 	stable, cold, period := float64(iv), float64(coldFactor*iv), float64(warmUp)
 	w.threshold = 0.5 * period / stable
 	w.maxStored = w.threshold + 2*period/(stable+cold)
@@ -186,11 +192,11 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	}
 	taken := min(float64(n), stored)
 	next := base + w.cost(stored, taken, n)
-	w.last = warmUpAdmission{valid: true, gen: w.gen, tatAfter: next, tatBefore: tat, stored: w.stored}
-	t := sluice.Ticket((w.gen&warmUpGenMask)<<warmUpCostBits | uint64(n&warmUpCostMask))
-	if n > warmUpCostMask {
-		t &^= warmUpCostMask
+	t := sluice.Ticket(w.gen << w.cb)
+	if uint64(n) <= w.cmask {
+		t |= sluice.Ticket(n) // a cost of 2^32 or more is left out (see Done)
 	}
+	w.last = warmUpAdmission{valid: true, ticket: t, tatAfter: next, tatBefore: tat, stored: w.stored}
 	w.gen++
 	w.tat = next
 	w.stored = stored - taken
@@ -252,17 +258,17 @@ func (w *WarmUp) cost(stored, taken float64, n int64) int64 {
 
 // Done gives back, on sluice.Released, what Admit took: the latest admission
 // is undone exactly, TAT and store alike; an earlier one gives back its
-// stable cost less what has refilled in the latency since. Other outcomes
-// change nothing.
+// stable cost less what has refilled in the latency since, unless its cost
+// was 2^32 or more (with a burst that large), which its ticket cannot carry.
+// Other outcomes change nothing.
 func (w *WarmUp) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
 	if o != sluice.Released {
 		return
 	}
-	n := int64(t & warmUpCostMask)
-	gen := uint64(t) >> warmUpCostBits
+	n := int64(uint64(t) & w.cmask)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.last.valid && gen == w.last.gen&warmUpGenMask && w.tat == w.last.tatAfter {
+	if w.last.valid && t == w.last.ticket && w.tat == w.last.tatAfter {
 		w.tat, w.stored = w.last.tatBefore, w.last.stored
 		w.last.valid = false
 		return

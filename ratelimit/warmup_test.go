@@ -181,6 +181,47 @@ func TestWarmUpReleaseOfAnEarlierAdmission(t *testing.T) {
 	assert.Equal(t, 360*m, w.DecideAt(0, 2).Reset)
 }
 
+// TestWarmUpReleaseOfALargeEarlierAdmission pins that an earlier admission
+// gives back its stable cost whatever its cost, up to the burst: here a
+// byte rate of 100 MB/s, 10ns a byte, and bodies of many MB.
+func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
+	const burst = 100_000_000 // bytes: a burst of 1s
+	ctx := context.Background()
+	for _, n := range []int64{16_000_000, 20_000_000, burst} {
+		w := mustWarmUp(t, PerSecond(burst), burst, time.Second, 3)
+		d, tk := w.Admit(sluice.WithCost(ctx, n), 0)
+		require.True(t, d.Allowed)
+		require.True(t, w.AllowAt(d.Reset), "a later admission: the first is not the latest any more")
+		busy := w.DecideAt(0, burst+1).Reset // the time until TAT; takes nothing
+		w.Done(tk, sluice.Released, 0, 0)
+		assert.Equal(t, time.Duration(n)*10, busy-w.DecideAt(0, burst+1).Reset, "cost %d", n)
+	}
+	t.Run("a cost its ticket cannot carry", func(t *testing.T) {
+		// A burst of 2^32 or more leaves 32 bits of the ticket to the cost: an
+		// earlier admission of 2^32 or more gives nothing back, as Done says.
+		const burst = 1 << 33 // at 1ns each
+		for _, n := range []int64{1<<32 - 1, 1 << 32} {
+			w := mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
+			d, tk := w.Admit(sluice.WithCost(ctx, n), 0)
+			require.True(t, d.Allowed)
+			require.True(t, w.AllowAt(0))
+			busy := w.DecideAt(0, burst+1).Reset
+			w.Done(tk, sluice.Released, 0, 0)
+			want := time.Duration(n)
+			if n >= 1<<32 {
+				want = 0
+			}
+			assert.Equal(t, want, busy-w.DecideAt(0, burst+1).Reset, "cost %d", n)
+			// The latest admission is undone exactly all the same.
+			w = mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
+			d, tk = w.Admit(sluice.WithCost(ctx, n), 0)
+			require.True(t, d.Allowed)
+			w.Done(tk, sluice.Released, 0, 0)
+			assert.Zero(t, w.DecideAt(0, burst+1).Reset, "cost %d", n)
+		}
+	})
+}
+
 func TestWarmUpConformance(t *testing.T) {
 	policytest.Run(t, policytest.Config{
 		New: func(t *testing.T) sluice.Policy {
