@@ -247,7 +247,8 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 
 // Reservation is a promise of tokens at a future instant, returned by
 // TokenBucket.Reserve and its variants. It is a value: keep it in a variable
-// and call Cancel on that variable if the action will not happen.
+// and call Cancel on that variable if the action will not happen. Only the
+// last reservation gives its tokens back when cancelled (see CancelAt).
 // Its zero value is a reservation that was not granted.
 type Reservation struct {
 	tb  *TokenBucket
@@ -287,21 +288,27 @@ func (r Reservation) DelayFrom(now time.Duration) time.Duration {
 	return time.Duration(max(r.act-int64(now), 0))
 }
 
-// Cancel gives the reservation back now, on the bucket's clock; shorthand for
-// CancelAt(clock.Now()).
+// Cancel gives the reservation up now, on the bucket's clock; shorthand for
+// CancelAt(clock.Now()), which says what it gives back.
 func (r *Reservation) Cancel() {
 	if r.ok {
 		r.CancelAt(r.tb.now())
 	}
 }
 
-// CancelAt gives back, at instant now, what the reservation still owes the
-// bucket: its tokens, less those that reservations made after it were
-// counted on, and less what has refilled since. Cancelled while it is still
-// the last reservation, it also lifts the hold it put on releases (see
-// Done), as if it had never been made: an admission made before it and
-// released after gives its tokens back. A reservation made before a SetRate
-// or SetBurst gives nothing back. Cancelling twice does nothing.
+// CancelAt gives the reservation up at instant now. It gives its tokens
+// back, less what has refilled since, only while it is the last: the bucket
+// stands where the reservation left it, with nothing taken after it (or all
+// of that given back already) and no admission made before it released
+// since. It then also lifts the hold it put on releases (see Done), as if
+// it had never been made: an admission made before it and released after
+// gives its tokens back. Otherwise it gives nothing back: the reservations
+// and admissions made after it were granted against its tokens, and handing
+// these to a newcomer would let it share a later reservation's instant
+// beyond the burst. Its tokens then stay taken and come back only by the
+// refill, even when the later ones are cancelled in turn. A reservation
+// made before a SetRate or SetBurst gives nothing back. Cancelling twice
+// does nothing.
 func (r *Reservation) CancelAt(now time.Duration) {
 	if !r.ok || r.done {
 		return
@@ -313,14 +320,25 @@ func (r *Reservation) CancelAt(now time.Duration) {
 		if tat == tatFrozen || tat == emptyTAT {
 			return
 		}
-		// Tokens taken after this reservation are counted on it; what has
-		// refilled by now is not owed any more.
-		refund := min(r.n*c.iv-max(tat-r.tat, 0), r.tat-int64(now))
+		// Whatever was taken after this reservation and is still taken
+		// holds the TAT above its own, and was granted against its tokens:
+		// giving any of them back would hand them out twice, and lower the
+		// TAT under the turn of a later waiting reservation. A TAT below
+		// its own (an earlier admission released since, possible only when
+		// the reservation did not wait) leaves no exact account: give
+		// nothing. A waiting reservation after this one holds the edge at
+		// its own TAT, so releases cannot bring the TAT back down to this
+		// one's while it waits. What has refilled by now is not owed any
+		// more.
+		if tat != r.tat {
+			return
+		}
+		refund := min(r.n*c.iv, r.tat-int64(now))
 		if refund <= 0 {
 			return
 		}
 		if c.tat.v.CompareAndSwap(tat, tat-refund) {
-			if tat == r.tat && r.raised {
+			if r.raised {
 				// The reservation was the last, and the edge at its TAT is its
 				// own: the edge goes back to where the reservation found it,
 				// as if it had never been made. (Lowered only to there, and
@@ -407,9 +425,9 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // tokens would come after ctx's deadline (or, without one, more than 2^62ns
 // after now, as ReserveNAt refuses); in both cases it takes nothing.
 // When ctx ends during the wait, it cancels the reservation as CancelAt
-// does, giving the tokens back less those that later reservations count on,
-// and returns ctx.Err(); it gives nothing back when SetRate or SetBurst ran
-// during the wait. Tokens due exactly at the deadline are taken, and WaitN
+// does, and returns ctx.Err(): the tokens come back only when nothing was
+// taken after them (the waiter was the last), and never when SetRate or
+// SetBurst ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
 // returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {

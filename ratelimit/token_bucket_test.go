@@ -530,3 +530,27 @@ func TestTokenBucketReleaseAfterSetBurst(t *testing.T) {
 	assert.Equal(t, 2.0, tb.TokensAt(0), "full at the new burst")
 	assert.True(t, tb.AllowAt(0))
 }
+
+// TestTokenBucketNonLastCancelsKeepTheBurst pins that cancelling reservations
+// that are not the last gives back nothing a later reservation was granted
+// against: two such cancels must not let newcomers share the instant of a
+// reservation made before them beyond the burst.
+func TestTokenBucketNonLastCancelsKeepTheBurst(t *testing.T) {
+	const s = time.Second
+	tb := mustTokenBucket(t, PerSecond(1), 4)
+	require.True(t, tb.AllowNAt(0, 4)) // the bucket is empty
+	a := tb.ReserveNAt(0, 4)           // at 4s
+	b := tb.ReserveNAt(0, 4)           // at 8s
+	c := tb.ReserveNAt(0, 1)           // at 9s
+	require.Equal(t, 9*s, c.DelayFrom(0))
+	b.CancelAt(0) // neither is the last: c was granted behind them
+	a.CancelAt(0)
+
+	// c takes its token at 9s; with it, at most the burst may go at 9s.
+	require.Zero(t, c.DelayFrom(9*s))
+	used := c.n
+	for i := 0; i < 8 && tb.AllowAt(9*s); i++ {
+		used++
+	}
+	assert.LessOrEqual(t, used, tb.Burst(), "tokens used at the single instant 9s")
+}
