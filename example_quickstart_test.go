@@ -2,7 +2,6 @@ package sluice_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -16,7 +15,8 @@ import (
 
 // One Guard for the calls to a payments service: at most 100 a second, a
 // breaker that opens when half of the last calls failed, 300 ms per call,
-// and a fallback that queues the charge when the call is refused.
+// and a fallback that puts a refused charge in an outbox, to be sent when
+// payments is back.
 func Example_quickStart() {
 	limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(100), 20)
 	if err != nil {
@@ -26,7 +26,23 @@ func Example_quickStart() {
 	if err != nil {
 		panic(err)
 	}
-	later, err := degrade.New(degrade.OnRejected(degrade.Value("queued for later")))
+	// The order travels in the call's context; the fallback answers only
+	// once the charge is safely in the outbox, and lets the refusal stand
+	// when it cannot queue it.
+	type orderKey struct{}
+	outbox := make(chan string, 1000)
+	later, err := degrade.New(degrade.OnRejected(func(ctx context.Context, err error) (string, error) {
+		order, ok := ctx.Value(orderKey{}).(string)
+		if !ok {
+			return "", err
+		}
+		select {
+		case outbox <- order:
+			return "queued " + order, nil
+		default:
+			return "", err // the outbox is full
+		}
+	}))
 	if err != nil {
 		panic(err)
 	}
@@ -35,17 +51,17 @@ func Example_quickStart() {
 	if err != nil {
 		panic(err)
 	}
+	charge := func(order string) (string, error) {
+		ctx := context.WithValue(context.Background(), orderKey{}, order)
+		return sluice.Execute(ctx, guard, func(ctx context.Context) (string, error) {
+			return "charged " + order, nil // call the payments service with ctx here
+		})
+	}
 
-	receipt, err := sluice.Execute(context.Background(), guard, func(ctx context.Context) (string, error) {
-		return "charged", nil // call the payments service with ctx here
-	})
-	fmt.Println(receipt, err)
-
+	fmt.Println(charge("order-1"))
 	payments.ForceOpen() // as if it had failed: the fallback answers
-	receipt, err = sluice.Execute(context.Background(), guard, func(ctx context.Context) (string, error) {
-		return "", errors.New("not called")
-	})
-	fmt.Println(receipt, err)
+	fmt.Println(charge("order-2"))
+	fmt.Println(len(outbox), "in the outbox")
 
 	// In front of HTTP handlers, a Guard of their own (a handler that calls
 	// payments goes through both): 429 or 503 with Retry-After.
@@ -59,8 +75,10 @@ func Example_quickStart() {
 	}
 	mux := http.NewServeMux()
 	handler := sluicehttp.Middleware(sluicehttp.WithGuard(front))(mux)
-	_ = handler // http.ListenAndServe(":8080", handler)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	_ = srv // srv.ListenAndServe()
 	// Output:
-	// charged <nil>
-	// queued for later <nil>
+	// charged order-1 <nil>
+	// queued order-2 <nil>
+	// 1 in the outbox
 }
