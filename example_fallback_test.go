@@ -14,16 +14,22 @@ import (
 // fallback's value, and the OnFallback observer learns which one served and
 // why.
 func ExampleWithFallback() {
-	fallbacks, _ := degrade.New(
+	fallbacks, err := degrade.New(
 		degrade.OnTimeout(degrade.Value("partial results")),
 		degrade.OnError(degrade.Value("no results")),
 	)
-	g, _ := sluice.New(
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(
 		sluice.WithFallback(fallbacks),
 		sluice.OnFallback(func(ctx context.Context, ev sluice.FallbackEvent) {
 			fmt.Printf("fallback %q served (cause %s): %v\n", ev.Fallback, ev.Cause, ev.Err)
 		}),
 	)
+	if err != nil {
+		panic(err)
+	}
 	v, err := sluice.Execute(context.Background(), g, func(ctx context.Context) (string, error) {
 		return "", errors.New("search: index unavailable")
 	})
@@ -37,8 +43,11 @@ func ExampleWithFallback() {
 // deadline, and the error matches both sluice.ErrTimeout and
 // context.DeadlineExceeded.
 func ExampleWithTimeout() {
-	g, _ := sluice.New(sluice.WithTimeout(20 * time.Millisecond))
-	err := g.Do(context.Background(), func(ctx context.Context) error {
+	g, err := sluice.New(sluice.WithTimeout(20 * time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	err = g.Do(context.Background(), func(ctx context.Context) error {
 		<-ctx.Done() // a slow dependency that honours its context
 		return ctx.Err()
 	})

@@ -47,13 +47,19 @@ func ExampleBreaker_Execute() {
 // errors; a Guard observer hears its state changes.
 func ExampleNew_guard() {
 	clk := sluice.NewManualClock(0)
-	b, _ := breaker.New("search",
+	b, err := breaker.New("search",
 		breaker.WithErrorRatio(0.5, 4),
 		breaker.WithCountWindow(10),
 		breaker.WithBackoff(time.Second, 8*time.Second),
 	)
-	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clk),
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk),
 		sluice.OnStateChange(func(c sluice.StateChange) { fmt.Println(c.Policy, c.From, "->", c.To) }))
+	if err != nil {
+		panic(err)
+	}
 	defer g.Close()
 	ctx := context.Background()
 	for i := range 4 {
@@ -73,7 +79,10 @@ func ExampleNew_guard() {
 
 // The standalone two-step form, for code outside a Guard.
 func ExampleBreaker_Allow() {
-	b, _ := breaker.New("inventory")
+	b, err := breaker.New("inventory")
+	if err != nil {
+		panic(err)
+	}
 	permit, err := b.Allow()
 	if err != nil {
 		fmt.Println("rejected:", err)
@@ -89,10 +98,13 @@ func ExampleBreaker_Allow() {
 // dependency accepts fewer of them.
 func ExampleNewAdaptive() {
 	draw := 0.99 // fixed draws, for the example
-	a, _ := breaker.NewAdaptive("backend",
+	a, err := breaker.NewAdaptive("backend",
 		breaker.WithMultiplier(2),
 		breaker.WithRandom(func() float64 { return draw }),
 	)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	for i := range 10 {
 		_, t := a.Admit(ctx, 0)
@@ -113,7 +125,10 @@ func ExampleNewAdaptive() {
 
 // A Group keeps one breaker per resource.
 func ExampleGroup() {
-	g, _ := breaker.NewGroup("hosts", breaker.WithConsecutiveFailures(1))
+	g, err := breaker.NewGroup("hosts", breaker.WithConsecutiveFailures(1))
+	if err != nil {
+		panic(err)
+	}
 	for _, host := range []string{"a.example", "b.example"} {
 		ctx := sluice.WithResource(context.Background(), host)
 		_, t := g.Admit(ctx, 0)
@@ -134,7 +149,10 @@ func ExampleGroup() {
 
 // OpenFor honours a dependency's Retry-After.
 func ExampleBreaker_OpenFor() {
-	b, _ := breaker.New("api")
+	b, err := breaker.New("api")
+	if err != nil {
+		panic(err)
+	}
 	now := 5 * time.Second
 	b.OpenFor(now, 30*time.Second) // the dependency answered 503, Retry-After: 30
 	d, _ := b.Admit(context.Background(), now+10*time.Second)

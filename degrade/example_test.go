@@ -18,9 +18,15 @@ import (
 // is declined so the caller sees it.
 func ExampleNew() {
 	clock := sluice.NewManualClock(0)
-	br, _ := breaker.New("quotes", breaker.WithClock(clock))
-	limiter, _ := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("ratelimit/quotes"))
-	quotes, _ := degrade.New(
+	br, err := breaker.New("quotes", breaker.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("ratelimit/quotes"))
+	if err != nil {
+		panic(err)
+	}
+	quotes, err := degrade.New(
 		degrade.OnRateLimited(func(ctx context.Context, err error) (string, error) {
 			return "busy: try again shortly", nil
 		}),
@@ -29,7 +35,10 @@ func ExampleNew() {
 			return "", err // declines: the caller sees the error
 		}),
 	)
-	g, _ := sluice.New(
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(
 		sluice.WithClock(clock),
 		sluice.With(br, limiter),
 		sluice.WithFallback(quotes),
@@ -37,6 +46,9 @@ func ExampleNew() {
 			fmt.Printf("  (%q served: %s by %s)\n", ev.Fallback, ev.Cause, ev.Policy)
 		}),
 	)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	fetch := func(ctx context.Context) (string, error) { return "EUR/USD 1.09", nil }
 	show := func(v string, err error) { fmt.Printf("%q, error: %v\n", v, err) }
@@ -64,8 +76,14 @@ func ExampleNew() {
 // key is served, with its age for an HTTP Age header.
 func ExampleStale() {
 	clock := sluice.NewManualClock(0)
-	prices, _ := degrade.NewStale[string](10*time.Minute, 10_000, degrade.StaleClock(clock))
-	g, _ := sluice.New(sluice.WithClock(clock))
+	prices, err := degrade.NewStale[string](10*time.Minute, 10_000, degrade.StaleClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
 
 	up := func(ctx context.Context) (string, error) { return "42.00", nil }
 	down := func(ctx context.Context) (string, error) { return "", errors.New("prices: unavailable") }
@@ -91,7 +109,10 @@ func ExampleStale() {
 // breaker opens, off once it has stayed closed for 30 seconds.
 func ExampleSwitch() {
 	clock := sluice.NewManualClock(0)
-	recs, _ := degrade.NewSwitch("recommendations", degrade.SwitchClock(clock))
+	recs, err := degrade.NewSwitch("recommendations", degrade.SwitchClock(clock))
+	if err != nil {
+		panic(err)
+	}
 	recs.Subscribe(func(c sluice.StateChange) {
 		fmt.Printf("  %s: %s -> %s at %v\n", c.Policy, c.From, c.To, c.At)
 	})
@@ -108,10 +129,19 @@ func ExampleSwitch() {
 	fmt.Println(page())
 	recs.Set(false)
 
-	br, _ := breaker.New("recommender", breaker.WithClock(clock))
-	open, stop, _ := degrade.StateSignal(br, "open", "half-open")
+	br, err := breaker.New("recommender", breaker.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	open, stop, err := degrade.StateSignal(br, "open", "half-open")
+	if err != nil {
+		panic(err)
+	}
 	defer stop()
-	auto, _ := degrade.NewAuto(recs, open, degrade.BoolHysteresis(0, 30*time.Second))
+	auto, err := degrade.NewAuto(recs, open, degrade.BoolHysteresis(0, 30*time.Second))
+	if err != nil {
+		panic(err)
+	}
 
 	clock.Set(10 * time.Second)
 	br.ForceOpen()
@@ -141,12 +171,18 @@ func ExampleSwitch() {
 func ExampleAuto() {
 	clock := sluice.NewManualClock(0)
 	cpu := adaptive.NewManualSampler(0.5, 0) // in production: the sampler the load guard reads
-	rich, _ := degrade.NewSwitch("rich-fields", degrade.SwitchClock(clock))
+	rich, err := degrade.NewSwitch("rich-fields", degrade.SwitchClock(clock))
+	if err != nil {
+		panic(err)
+	}
 	rich.Subscribe(func(c sluice.StateChange) { fmt.Printf("%v: %s -> %s\n", c.At, c.From, c.To) })
-	auto, _ := degrade.NewAuto(rich, cpu.CPU, degrade.Hysteresis{
+	auto, err := degrade.NewAuto(rich, cpu.CPU, degrade.Hysteresis{
 		OnAbove: 0.85, OnFor: 10 * time.Second,
 		OffBelow: 0.6, OffFor: 30 * time.Second,
 	})
+	if err != nil {
+		panic(err)
+	}
 
 	// In production: go auto.Run(ctx, time.Second). Here the clock steps.
 	for s, usage := range []float64{0.9, 0.95, 0.7, 0.9, 0.9, 0.9, 0.7, 0.5, 0.5, 0.5, 0.5} {

@@ -56,7 +56,10 @@ func ExampleRenderer_Rejected() {
 }
 
 func ExampleNewRoutes() {
-	api, _ := sluice.New()
+	api, err := sluice.New()
+	if err != nil {
+		panic(err)
+	}
 	rs, err := middleware.NewRoutes(
 		middleware.DefaultRoute(api),
 		middleware.RouteTo("GET /healthz", nil), // never guarded

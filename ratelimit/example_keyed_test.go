@@ -35,7 +35,9 @@ func ExampleNewKeyed() {
 		err := g.Do(ctx, func(context.Context) error { return nil })
 		if err != nil {
 			var rej *sluice.RejectedError
-			errors.As(err, &rej)
+			if !errors.As(err, &rej) {
+				return err.Error() // the call's own error
+			}
 			return fmt.Sprintf("rejected by %s, retry after %v", rej.Decision.Policy, rej.Decision.RetryAfter)
 		}
 		return "ok"

@@ -167,7 +167,10 @@ func ExampleNewFromSettings() {
 	if err != nil {
 		panic(err)
 	}
-	g, _ := sluice.New(sluice.With(p))
+	g, err := sluice.New(sluice.With(p))
+	if err != nil {
+		panic(err)
+	}
 	defer g.Close()
 	for range 3 {
 		err = g.Do(context.Background(), func(context.Context) error { return errors.New("down") })

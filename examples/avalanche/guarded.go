@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -114,7 +115,7 @@ func (g *guarded) handler() http.Handler {
 	mux.HandleFunc("GET "+routePaths[0], func(w http.ResponseWriter, r *http.Request) {
 		body, err := g.call(r.Context(), g.fast, "/fast")
 		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
+			fail(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -124,7 +125,7 @@ func (g *guarded) handler() http.Handler {
 		served := &servedBy{}
 		body, err := g.call(context.WithValue(r.Context(), servedByKey{}, served), g.flaky, "/flaky")
 		if err != nil {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
+			fail(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -137,7 +138,26 @@ func (g *guarded) handler() http.Handler {
 	return sluicehttp.Middleware(sluicehttp.WithGuard(g.front))(mux)
 }
 
-var errStatus = errors.New("dependency answered 5xx")
+// fail answers a request whose dependency call failed: a rejection as the
+// middleware renders one (429 or 503 with Retry-After and a problem body, so
+// that the client knows when to come back), a timeout with 504 Gateway
+// Timeout, anything else with 502 Bad Gateway.
+func fail(w http.ResponseWriter, err error) {
+	var rej *sluice.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		var r middleware.Renderer
+		status := r.Rejected(w.Header(), nil, rej.Decision)
+		w.WriteHeader(status)
+		_, _ = w.Write(r.AppendProblem(nil, rej.Decision))
+	case errors.Is(err, sluice.ErrTimeout):
+		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
+	default:
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	}
+}
+
+var errStatus = errors.New("dependency answered other than 2xx")
 
 // call asks the dependency for path under guard.
 func (g *guarded) call(ctx context.Context, guard *sluice.Guard, path string) ([]byte, error) {
@@ -155,7 +175,9 @@ func (g *guarded) call(ctx context.Context, guard *sluice.Guard, path string) ([
 		if err != nil {
 			return nil, err
 		}
-		if resp.StatusCode >= 500 {
+		// Anything but a 2xx is not the answer asked for: passing a 4xx on
+		// as a 200 would serve its error text as the data.
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			return nil, fmt.Errorf("%w: %d", errStatus, resp.StatusCode)
 		}
 		return body, nil

@@ -171,7 +171,7 @@ func serveUntil(ctx context.Context, addr string, out io.Writer) error {
 	if err != nil {
 		return errors.Join(err, rt.Close(), stopDep())
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "frontend on http://%s (Ctrl-C to stop)\n", ln.Addr())

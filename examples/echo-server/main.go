@@ -123,7 +123,10 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	}
 	// Loopback stands for the load balancer in front: its X-Forwarded-For is
 	// believed, anyone else's is ignored.
-	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("127.0.0.1/32", "::1/128"))
+	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("127.0.0.1/32", "::1/128"),
+		// An IPv6 client usually holds a whole /64: limit the /64, not
+		// each of its addresses.
+		middleware.IPv6Prefix(64))
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +137,11 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	// Echo's http.Server has no timeouts of its own: without them a client
+	// that trickles its header in, or idles on a kept-alive connection, holds
+	// a connection for as long as it likes.
+	e.Server.ReadHeaderTimeout = 5 * time.Second
+	e.Server.IdleTimeout = time.Minute
 	e.Use(sluiceecho.Middleware(
 		sluiceecho.WithRoutes(a.routes),
 		sluiceecho.WithKeyer(keyer),

@@ -128,7 +128,10 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	// Behind a load balancer, the peer is the balancer: trust its
 	// X-Forwarded-For, and only its. Loopback stands for it here, so the
 	// demonstration can play several clients from one machine.
-	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("127.0.0.1/32", "::1/128"))
+	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("127.0.0.1/32", "::1/128"),
+		// An IPv6 client usually holds a whole /64: limit the /64, not
+		// each of its addresses.
+		middleware.IPv6Prefix(64))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +203,7 @@ func (a *app) close() {
 
 // start serves a on ln until shutdown is called.
 func start(a *app, ln net.Listener) (shutdown func() error) {
-	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: a.handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	return func() error {

@@ -9,7 +9,8 @@
 //   - GET /healthz: never limited, so the load balancer keeps seeing the
 //     instance even when its callers are turned away.
 //
-// A caller is its API key when it sends one (X-Api-Key), else its IP address.
+// A caller is who its API key (X-Api-Key) names when it sends one, else its
+// IP address; a key the service did not issue is answered 401.
 //
 // Run the scripted demonstration:
 //
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/examples/internal/apikey"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -107,12 +109,18 @@ func newHandler() (http.Handler, *middleware.Routes, error) {
 		return nil, nil, err
 	}
 
-	ips, err := middleware.NewIPExtractor() // no proxy in front: the peer is the client
+	// No proxy in front: the peer is the client. An IPv6 client usually
+	// holds a whole /64: limit the /64, not each of its addresses.
+	ips, err := middleware.NewIPExtractor(middleware.IPv6Prefix(64))
 	if err != nil {
 		return nil, nil, err
 	}
+	// The caller apikey.Authenticate found, else the IP address. Each kind of key
+	// has its own prefix, so that a caller named like someone's address
+	// never draws on that address's budget.
 	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"),
-		middleware.KeyByHeader("X-Api-Key"), middleware.KeyByIP(ips))
+		apikey.Namespaced("caller:", middleware.KeyByContext(apikey.CallerFrom)),
+		apikey.Namespaced("ip:", middleware.KeyByIP(ips)))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,12 +146,13 @@ func newHandler() (http.Handler, *middleware.Routes, error) {
 		// The health check bypasses every guard, the default one included.
 		sluicehttp.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
 	)(mux)
-	return h, routes, nil
+	// Authentication runs first, so that the keyer finds the caller.
+	return apikey.Authenticate(h), routes, nil
 }
 
 // start serves h on ln until shutdown is called.
 func start(h http.Handler, ln net.Listener) (shutdown func() error) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	return func() error {

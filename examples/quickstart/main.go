@@ -52,8 +52,10 @@ func handler() (http.Handler, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// The client is the connection's peer: no proxy is trusted here.
-	ips, err := middleware.NewIPExtractor()
+	// The client is the connection's peer: no proxy is trusted here. An
+	// IPv6 client usually holds a whole /64: limit the /64, not each of its
+	// addresses.
+	ips, err := middleware.NewIPExtractor(middleware.IPv6Prefix(64))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -78,7 +80,7 @@ func serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer closeGuard()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	fmt.Printf("listening on http://%s/hello (Ctrl-C to stop)\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -43,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/examples/internal/apikey"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -94,8 +95,11 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 	// Ctrl-C reaches the whole process group: the parent decides when its
 	// instances stop, by closing their stdin.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	// The limiters' own client: no retries (a script sent again after a
-	// timeout could charge twice) and the limiters' short deadlines honoured.
+	// The limiters' own client, which must honour their short deadlines
+	// (ContextTimeoutEnabled). Retries need no turning off: go-redis never
+	// sends a limiter's script a second time once it may have reached Redis,
+	// whatever MaxRetries says, so a request is never charged twice; a call
+	// whose reply is lost goes to the route's failure policy instead.
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
 
@@ -134,7 +138,10 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Api-Key"))
+	// The caller apikey.Authenticate found; a request without an API key is
+	// answered 400.
+	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(),
+		apikey.Namespaced("caller:", middleware.KeyByContext(apikey.CallerFrom)))
 	if err != nil {
 		return err
 	}
@@ -145,13 +152,14 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 			fmt.Fprintf(w, "served by %s\n", name)
 		})
 	}
-	handler := sluicehttp.Middleware(sluicehttp.WithRoutes(table), sluicehttp.WithKeyer(keyer))(mux)
+	// Authentication runs first, so that the keyer finds the caller.
+	handler := apikey.Authenticate(sluicehttp.Middleware(sluicehttp.WithRoutes(table), sluicehttp.WithKeyer(keyer))(mux))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	fmt.Fprintf(out, "listening %s\n", ln.Addr())

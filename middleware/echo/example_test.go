@@ -15,8 +15,14 @@ import (
 
 func ExampleMiddleware() {
 	clock := sluice.NewManualClock(0)
-	b, _ := breaker.New("orders", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
-	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clock))
+	b, err := breaker.New("orders", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
 
 	e := echo.New()
 	e.Use(sluiceecho.Middleware(sluiceecho.WithGuard(g)))

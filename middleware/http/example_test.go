@@ -18,9 +18,18 @@ import (
 
 func ExampleMiddleware() {
 	clock := sluice.NewManualClock(0)
-	limit, _ := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("ratelimit/items"))
-	items, _ := sluice.New(sluice.With(limit), sluice.WithClock(clock))
-	routes, _ := middleware.NewRoutes(middleware.RouteTo("GET /items", items))
+	limit, err := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("ratelimit/items"))
+	if err != nil {
+		panic(err)
+	}
+	items, err := sluice.New(sluice.With(limit), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	routes, err := middleware.NewRoutes(middleware.RouteTo("GET /items", items))
+	if err != nil {
+		panic(err)
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "[]") })
@@ -71,25 +80,45 @@ func ExampleTransport() {
 	defer rt.Close()
 	client := &http.Client{Transport: rt}
 
-	resp, _ := client.Get("http://payments.internal/charge")
+	resp, err := client.Get("http://payments.internal/charge")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	resp.Body.Close()
 	fmt.Println(resp.StatusCode)
 
 	// The dependency's Retry-After opened its breaker: the next call is not sent.
 	_, err = client.Get("http://payments.internal/charge")
 	var rej *sluice.RejectedError
-	fmt.Println(errors.As(err, &rej), rej.RetryAfter(), dep.calls)
+	if !errors.As(err, &rej) {
+		fmt.Println("not rejected:", err)
+		return
+	}
+	fmt.Println("rejected:", rej.RetryAfter(), dep.calls)
 	// Output:
 	// 503
-	// true 2m0s 1
+	// rejected: 2m0s 1
 }
 
 func ExampleStaleFallback() {
 	clock := sluice.NewManualClock(0)
-	b, _ := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
-	g, _ := sluice.New(sluice.With(b), sluice.WithClock(clock))
-	stale, _ := sluicehttp.NewStaleCache(1000, 10*time.Minute, 64<<10)
-	fb, _ := sluicehttp.StaleFallback(stale)
+	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	stale, err := sluicehttp.NewStaleCache(1000, 10*time.Minute, 64<<10)
+	if err != nil {
+		panic(err)
+	}
+	fb, err := sluicehttp.StaleFallback(stale)
+	if err != nil {
+		panic(err)
+	}
 
 	fail := false
 	mux := http.NewServeMux()

@@ -13,16 +13,14 @@ import (
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
 
-// newClient returns a client configured for limiters: no retries (a retried
-// script would charge twice) and context deadlines honoured.
-func newClient() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1, ContextTimeoutEnabled: true})
-}
-
 // A limit of 10 per minute per user, shared by every instance of the
 // service, in a Guard.
 func Example() {
-	client := newClient()
+	// ContextTimeoutEnabled makes go-redis honour the limiter's short
+	// deadlines; the constructors refuse a client without it. MaxRetries can
+	// stay as it is: a limiter's script is never sent twice. (redisAddr is the
+	// address of the test's Redis.)
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
 	limiter, err := redislimit.NewGCRA(client, ratelimit.PerMinute(10), 10,
 		redislimit.WithName("example/api"), redislimit.WithLocalFallback(4))
@@ -49,7 +47,7 @@ func Example() {
 // Per-user and per-user-per-route limits decided in one round trip: a
 // request rejected by one of them charges neither.
 func ExampleAll() {
-	client := newClient()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
 	perUser, err := redislimit.NewGCRA(client, ratelimit.PerMinute(100), 100, redislimit.WithName("example/user"))
 	if err != nil {
@@ -75,10 +73,11 @@ func ExampleAll() {
 	// false 2 0
 }
 
-// While Redis is unreachable, a FailClosed limiter rejects with a cause that
-// adapters answer with 503.
+// While Redis is unreachable, a FailClosed limiter rejects with
+// ErrUnavailable, a cause that adapters answer with 503.
 func ExampleWithFailClosed() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
+	// Nothing listens on port 1: Redis is unreachable.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer client.Close()
 	limiter, err := redislimit.NewGCRA(client, ratelimit.PerSecond(10), 10,
 		redislimit.WithName("example/closed"), redislimit.WithFailClosed())
@@ -86,6 +85,6 @@ func ExampleWithFailClosed() {
 		panic(err)
 	}
 	d := limiter.Decide(context.Background())
-	fmt.Println(d.Allowed, d.Policy, errors.Is(d.Cause, sluice.ErrCircuitOpen))
+	fmt.Println(d.Allowed, d.Policy, errors.Is(d.Cause, redislimit.ErrUnavailable))
 	// Output: false example/closed:closed true
 }
