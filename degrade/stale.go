@@ -214,6 +214,7 @@ type staleCall[T any] struct {
 	key   string
 	age   time.Duration
 	stale bool
+	hide  hideStaleCall[T] // the context fn runs with, kept here to save an allocation
 }
 
 type staleCallKey[T any] struct{ s *Stale[T] }
@@ -234,7 +235,8 @@ func (c *staleCall[T]) Value(k any) any {
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
-		v, err := fn(hideStaleCall[T]{ctx, s})
+		call.hide = hideStaleCall[T]{ctx, s}
+		v, err := fn(&call.hide)
 		if err == nil {
 			s.Put(key, v)
 		}
@@ -281,7 +283,7 @@ type hideStaleCall[T any] struct {
 	s *Stale[T]
 }
 
-func (c hideStaleCall[T]) Value(k any) any {
+func (c *hideStaleCall[T]) Value(k any) any {
 	if k, ok := k.(staleCallKey[T]); ok && k.s == c.s {
 		return nil
 	}

@@ -296,3 +296,14 @@ func TestWithFallbackRefusesANilPointer(t *testing.T) {
 	}
 	assert.Error(t, err, "a nil *degrade.Fallbacks is no fallback, as a nil *breaker.Breaker is no policy")
 }
+
+// Stale.Execute allocates once a call, the hidden-key context included.
+func TestStaleExecuteAllocatesOnce(t *testing.T) {
+	s, err := degrade.NewStale[int](time.Minute, 16)
+	require.NoError(t, err)
+	g, err := sluice.New()
+	require.NoError(t, err)
+	ctx := context.Background()
+	fn := func(context.Context) (int, error) { return 1, nil }
+	assert.LessOrEqual(t, testing.AllocsPerRun(200, func() { _, _ = s.Execute(ctx, g, "k", fn) }), 1.0)
+}

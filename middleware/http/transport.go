@@ -502,7 +502,7 @@ type guardedBody struct {
 // so that the cleanup of a dropped body can reach it.
 type bodyState struct {
 	ended   atomic.Bool
-	done    sluice.Done // recorded already when the call's outcome is known
+	done    sluice.Done
 	outcome sluice.Outcome
 	release func(error) error // ends the Guard's call timeout; nil without one
 	t       *RoundTripper
@@ -532,10 +532,12 @@ func (b *guardedBody) Close() error {
 
 func (s *bodyState) finish(o sluice.Outcome) {
 	if s.ended.CompareAndSwap(false, true) {
-		s.done.Record(o)
+		// Deferred: a policy's Done that panics (a state listener) must not
+		// leave the host held or the deadline's timer running.
+		defer s.t.end(s.host)
 		if s.release != nil {
-			_ = s.release(nil)
+			defer s.release(nil)
 		}
-		s.t.end(s.host)
+		s.done.Record(o)
 	}
 }

@@ -695,3 +695,45 @@ func TestTransportRetryAfterHoldsTheSlotUntilTheBodyEnds(t *testing.T) {
 	require.NoError(t, err, "the slot is back once the body ended")
 	_ = third.Body.Close()
 }
+
+// panicOnce admits everything; its first Done panics (as a policy whose
+// state listener panics does).
+type panicOnce struct{ n *atomic.Int32 }
+
+func (panicOnce) Name() string { return "test/panic-once" }
+func (panicOnce) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	return sluice.Decision{Allowed: true, Policy: "test/panic-once", Limit: -1}, 0
+}
+func (p panicOnce) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {
+	if p.n.Add(1) == 1 {
+		panic("listener bug")
+	}
+}
+
+// A policy whose Done panics when the response body is closed does not pin
+// its host: the call still ends, and the host can be dropped.
+func TestPanicInDoneAtBodyCloseReleasesTheHost(t *testing.T) {
+	var n, made atomic.Int32
+	rt, err := Transport(&fakeDependency{status: 200}, func(host string) (*sluice.Guard, error) {
+		made.Add(1)
+		b, err := adaptive.NewBulkhead(1)
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b, panicOnce{&n}))
+	}, WithMaxHosts(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+
+	resp, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err)
+	assert.PanicsWithValue(t, "listener bug", func() { _ = resp.Body.Close() })
+
+	for range 2 {
+		resp, err = get(t, rt, "http://b.test/", nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	assert.Equal(t, 1, rt.Hosts())
+	assert.EqualValues(t, 2, made.Load(), "b.test's Guard is made once: a.test, whose call ended, should have been dropped")
+}

@@ -146,12 +146,12 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		j := 1 + 5*i
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, m.periodArg, m.quotaArg, boxed, zeroArg
 	}
-	c.ctx = callCtx{parent: ctx, ep: l.deadlines.get()}
+	ep := l.deadlines.get()
+	c.ctx = callCtx{parent: ctx, ep: ep}
 	script, args := decideScript, c.args
 	if len(l.limits) == 1 { // its own script takes the period, quota and cost
 		script, args = l.limits[0].single, c.args[2:5]
 	}
-	sent := time.Now()
 	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
 	c.ctx = callCtx{}
 	if err == nil {
@@ -159,8 +159,10 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	}
 	if err != nil {
 		// The call failed when it ended, up to the timeout after now: the
-		// breaker's open time counts from then.
-		now += time.Since(sent)
+		// breaker's open time counts from then. The clock is read only
+		// here, from the start of the call's deadline epoch, at most a
+		// grain before the call.
+		now += time.Since(ep.start)
 		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
@@ -284,12 +286,12 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	for i := range l.limits {
 		c.args[5+5*i] = any(c.marks[i])
 	}
-	c.ctx = callCtx{parent: context.Background(), ep: l.deadlines.get()}
-	sent := time.Now()
+	ep := l.deadlines.get()
+	c.ctx = callCtx{parent: context.Background(), ep: ep}
 	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
 	c.ctx = callCtx{}
 	if err != nil {
-		now += time.Since(sent)
+		now += time.Since(ep.start)
 		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
