@@ -103,7 +103,13 @@ func (p *parser) item() (Item, error) {
 	return it, nil
 }
 
+// key reads a parameter key: a lowercase letter or '*', then lowercase
+// letters, digits, '_', '-', '.' or '*' (RFC 8941 §3.1.2); "" when none
+// starts here.
 func (p *parser) key() string {
+	if p.done() || !(p.s[p.i] >= 'a' && p.s[p.i] <= 'z' || p.s[p.i] == '*') {
+		return ""
+	}
 	start := p.i
 	for !p.done() {
 		c := p.s[p.i]
@@ -150,7 +156,11 @@ func (p *parser) bare() (any, error) {
 		for !p.done() && p.s[p.i] >= '0' && p.s[p.i] <= '9' {
 			p.i++
 		}
-		if p.i-start > 16 {
+		digits := p.i - start
+		if c == '-' {
+			digits--
+		}
+		if digits > 15 { // RFC 8941 §3.3.1; the sign does not count
 			return nil, errors.New("sfv: integer too long")
 		}
 		return strconv.ParseInt(p.s[start:p.i], 10, 64)

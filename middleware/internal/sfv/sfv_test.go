@@ -26,3 +26,29 @@ func TestParseList(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// A parameter key starts with a lowercase letter or '*' (RFC 8941 §3.1.2).
+func TestParamKeyStartsWithALetterOrStar(t *testing.T) {
+	for _, in := range []string{`"a";1q=1`, `"a";_q=1`, `"a";-q=1`, `"a";.q=1`, `"a";9=1`} {
+		if items, err := ParseList(in); err == nil {
+			t.Errorf("ParseList(%q) = %+v, want an error", in, items)
+		}
+	}
+	if _, err := ParseList(`"a";*q=1;q9._-*=2`); err != nil {
+		t.Errorf("valid keys refused: %v", err)
+	}
+}
+
+// An integer has at most 15 digits, its sign not counted (RFC 8941 §3.3.1).
+func TestIntegerOfSixteenDigitsRefused(t *testing.T) {
+	for _, in := range []string{`"a";q=1000000000000000`, `"a";q=-1000000000000000`} {
+		if items, err := ParseList(in); err == nil {
+			t.Errorf("ParseList(%q) = %+v, want an error", in, items)
+		}
+	}
+	for _, in := range []string{`"a";q=999999999999999`, `"a";q=-999999999999999`} {
+		if _, err := ParseList(in); err != nil {
+			t.Errorf("ParseList(%q): %v", in, err)
+		}
+	}
+}
