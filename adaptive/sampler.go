@@ -93,6 +93,7 @@ type SystemSampler struct {
 	prevCap  float64
 	prevAt   time.Time
 	primed   bool
+	stopped  bool // Stop ended a run: the next Start begins afresh
 }
 
 // NewSystemSampler finds the CPU usage source under cfg.Root and takes a
@@ -152,17 +153,19 @@ func (s *SystemSampler) sample(at time.Time) error {
 	if wall && cores <= 0 {
 		return fmt.Errorf("adaptive: %s allows %v cores", s.src.kind(), cores)
 	}
-	var load float64
+	load, loaded := 0.0, false
 	if s.loadavg != "" {
 		if b, err := os.ReadFile(s.loadavg); err == nil {
 			if l, err := parseLoadavg(b); err == nil {
-				load = l
+				load, loaded = l, true
 			}
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.load.Store(math.Float64bits(load))
+	if loaded { // a failed reading keeps the last value, as the CPU's does
+		s.load.Store(math.Float64bits(load))
+	}
 	if wall {
 		// Capacity accrues at the number of cores allowed during each
 		// interval, so a quota changed in place moves only the intervals
@@ -189,13 +192,25 @@ func (s *SystemSampler) sample(at time.Time) error {
 // not running.
 func (s *SystemSampler) Start() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.refs++
 	if s.refs > 1 {
+		s.mu.Unlock()
 		return
+	}
+	// Started again after a stop, it starts afresh, as at construction: the
+	// usage smoothed before the stop, and a first interval spanning the
+	// whole stop, say nothing of now.
+	restart := s.stopped
+	if restart {
+		s.cpu.Store(0)
+		s.primed = false
 	}
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.run(s.stop, s.done)
+	s.mu.Unlock()
+	if restart {
+		_ = s.sample(time.Now()) // the new baseline
+	}
 }
 
 // Stop undoes one Start; the last one stops the goroutine and waits for it
@@ -212,7 +227,7 @@ func (s *SystemSampler) Stop() {
 		return
 	}
 	stop, done := s.stop, s.done
-	s.stop, s.done = nil, nil
+	s.stop, s.done, s.stopped = nil, nil, true
 	s.mu.Unlock()
 	close(stop)
 	<-done

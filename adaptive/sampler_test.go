@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -76,14 +77,22 @@ func TestSharedSamplerNoSourceFailsConstruction(t *testing.T) {
 	goleak.VerifyNone(t, ignore)
 }
 
+// fixtureSampler copies the cgroup v2 fixture and returns its root and a
+// sampler of it that reads every 100 ms and halves the weight of the past.
+func fixtureSampler(t *testing.T) (string, *SystemSampler) {
+	t.Helper()
+	root := copyTree(t, filepath.Join("testdata", "cgroup2"))
+	s, err := NewSystemSampler(SamplerConfig{Root: root, Interval: 100 * time.Millisecond, Decay: 0.5})
+	require.NoError(t, err)
+	return root, s
+}
+
 // TestSystemSamplerTicks runs a SystemSampler owned by a Guard in a synctest
 // bubble: each tick folds the cgroup's usage into the average, and Close
 // stops the goroutine (the bubble would not end otherwise).
 func TestSystemSamplerTicks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		root := copyTree(t, filepath.Join("testdata", "cgroup2"))
-		s, err := NewSystemSampler(SamplerConfig{Root: root, Interval: 100 * time.Millisecond, Decay: 0.5})
-		require.NoError(t, err)
+		root, s := fixtureSampler(t)
 		g, err := NewGuard(WithSampler(s))
 		require.NoError(t, err)
 		usage := int64(5000000)
@@ -98,5 +107,51 @@ func TestSystemSamplerTicks(t *testing.T) {
 		}
 		assert.InDelta(t, 2.5, g.Stats().Load1, 1e-9)
 		require.NoError(t, g.Close())
+	})
+}
+
+// A /proc/loadavg briefly missing (or unreadable) keeps the last Load1, as a
+// failed CPU reading keeps the last CPU: WithMaxLoad1 goes on shedding.
+func TestLoadavgBrieflyMissingKeepsTheLastValue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root, s := fixtureSampler(t)
+		g, err := NewGuard(WithSampler(s), WithMaxLoad1(2))
+		require.NoError(t, err)
+		defer g.Close()
+		require.InDelta(t, 2.5, g.Stats().Load1, 1e-9)
+		require.NoError(t, os.Remove(filepath.Join(root, "proc/loadavg")))
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		assert.InDelta(t, 2.5, g.Stats().Load1, 1e-9, "the last Load1")
+	})
+}
+
+// A sampler stopped when its last Guard closed and started again an hour
+// later, on an idle container, starts afresh: it reports nothing of the
+// usage measured before the stop.
+func TestSamplerRestartedAfterAStopStartsAfresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root, s := fixtureSampler(t)
+		g1, err := NewGuard(WithSampler(s))
+		require.NoError(t, err)
+		usage := int64(5000000)
+		for range 8 { // all of 1.5 cores
+			usage += int64(1.5 * 100000)
+			write(t, root, "sys/fs/cgroup/app/web/cpu.stat", "usage_usec "+strconv.FormatInt(usage, 10)+"\n")
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+		require.Greater(t, g1.Stats().CPU, 0.99)
+		require.NoError(t, g1.Close())
+
+		time.Sleep(time.Hour) // idle: usage does not grow
+
+		g2, err := NewGuard(WithSampler(s))
+		require.NoError(t, err)
+		defer g2.Close()
+		assert.Less(t, g2.Stats().CPU, 0.5, "the CPU of an hour ago")
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		assert.Less(t, g2.Stats().CPU, 0.5, "the first reading after the restart")
 	})
 }

@@ -71,6 +71,7 @@ type Auto struct {
 	armed   bool
 	armedOn bool
 	since   time.Duration
+	hands   uint64 // the switch's count of hand moves when the streak began
 }
 
 // NewAuto returns an Auto that sets sw from signal with hysteresis h. The
@@ -127,8 +128,10 @@ func (a *Auto) Observe(now time.Duration, v float64) bool {
 		a.mu.Unlock()
 		return on
 	}
-	if !a.armed || a.armedOn != on {
-		a.armed, a.armedOn, a.since = true, on, now
+	// A streak begun before a hand moved the switch (Set, Pin, Unpin, even
+	// between two readings) starts over.
+	if hands := a.sw.hands.Load(); !a.armed || a.armedOn != on || a.hands != hands {
+		a.armed, a.armedOn, a.since, a.hands = true, on, now, hands
 	}
 	flip := now-a.since >= hold
 	if flip {

@@ -25,6 +25,9 @@ type Switch struct {
 	on    atomic.Bool
 	name  string
 	clock sluice.Clock
+	// hands counts the hand's moves (Set, Pin, Unpin): an Auto's streak
+	// begun before one is broken by it.
+	hands atomic.Uint64
 
 	mu       sync.Mutex
 	pinned   bool
@@ -113,6 +116,7 @@ func (s *Switch) Pin(on bool) bool { return s.set(on, false, true, s.clock.Now()
 func (s *Switch) Unpin() {
 	s.mu.Lock()
 	s.pinned = false
+	s.hands.Add(1)
 	s.mu.Unlock()
 }
 
@@ -135,6 +139,9 @@ func (s *Switch) set(on, auto, pin bool, at time.Duration) bool {
 	}
 	if pin {
 		s.pinned = true
+	}
+	if !auto {
+		s.hands.Add(1)
 	}
 	if s.on.Load() == on {
 		s.mu.Unlock()

@@ -405,3 +405,21 @@ func TestAutoStartsItsHoldOverAfterAPin(t *testing.T) {
 	assert.False(t, a.Observe(sec(30), 0.9), "one high reading after the pin starts the hold")
 	assert.True(t, a.Observe(sec(40), 0.9), "ten seconds of it complete it")
 }
+
+// A hand's move between two readings (a Pin and Unpin, a Set there and
+// back) breaks the hysteresis streak as a pin seen by a reading does: the
+// hold starts over.
+func TestAutoHoldStartsOverAfterAHandMoveBetweenReadings(t *testing.T) {
+	for name, move := range map[string]func(*degrade.Switch){
+		"pin and unpin": func(s *degrade.Switch) { s.Pin(false); s.Unpin() },
+		"set and back":  func(s *degrade.Switch) { s.Set(true); s.Set(false) },
+	} {
+		s := newSwitch(t, name)
+		a, err := degrade.NewAuto(s, func() float64 { return 0 }, degrade.Hysteresis{OnAbove: 1, OnFor: 10, OffBelow: 0.5, OffFor: 10})
+		require.NoError(t, err)
+		require.False(t, a.Observe(0, 2)) // the hold starts
+		move(s)
+		assert.False(t, a.Observe(10, 2), "%s: the hold starts over", name)
+		assert.True(t, a.Observe(20, 2), "%s: and completes", name)
+	}
+}
