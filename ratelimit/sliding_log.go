@@ -208,7 +208,9 @@ func (l *SlidingLog) decide(now time.Duration, n int64, full bool) (sluice.Decis
 	if l.seq > 0 && at < l.last {
 		at = l.last // never log before the newest entry
 	}
-	for l.size > 0 && l.at(0).at+l.window <= at {
+	// The time since the entry, not entry+window, which overflows for a
+	// window near MaxInt64; entries are never logged after at.
+	for l.size > 0 && uint64(at-l.at(0).at) >= uint64(l.window) {
 		l.popFront()
 	}
 	if !full && l.total+n > l.limit {

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -181,4 +182,24 @@ func TestSlidingLogConcurrentNeverOver(t *testing.T) {
 	t.Logf("admitted %d, bound %d", admitted, bound)
 	assert.LessOrEqual(t, admitted, bound)
 	assert.Positive(t, admitted)
+}
+
+// A window too long for entry+window to fit an int64 (math.MaxInt64 for "n
+// ever") still holds its limit.
+func TestSlidingLogHugeWindowHoldsItsLimit(t *testing.T) {
+	for _, c := range []struct {
+		window time.Duration
+		at     time.Duration
+	}{{math.MaxInt64, 1}, {1 << 62, 1 << 62}} {
+		l, err := NewSlidingLog(1, c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.AllowAt(c.at) {
+			t.Fatalf("window %v: the first request refused", c.window)
+		}
+		if d := l.DecideAt(c.at+1, 1); d.Allowed {
+			t.Errorf("window %v: a second request admitted: %+v", c.window, d)
+		}
+	}
 }
