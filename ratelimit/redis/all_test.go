@@ -249,3 +249,45 @@ func TestMicrosSaturates(t *testing.T) {
 	assert.Equal(t, 3*time.Millisecond, micros(3000))
 	assert.Equal(t, time.Duration(math.MaxInt64), micros(math.MaxInt64/10))
 }
+
+// Under All, the negative cache answers a repeated rejection with the
+// longest wait of the limits that rejected, as Redis did.
+func TestNegativeCacheUnderAllAnswersTheLongestWait(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	short, err := NewGCRA(c, ratelimit.PerMinute(1), 1, WithName(uniqueName("short")))
+	require.NoError(t, err)
+	long, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithName(uniqueName("long")))
+	require.NoError(t, err)
+	all, err := All([]*Limiter{short, long}, WithName(uniqueName("all")), WithNegativeCache(100))
+	require.NoError(t, err)
+	ctx := sluice.WithKey(context.Background(), "ivy")
+	d, tk := all.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	all.Done(tk, sluice.Success, 0, 0)
+	first, _ := all.Admit(ctx, 0) // from Redis: both reject, the hour's wait
+	require.False(t, first.Allowed)
+	require.Greater(t, first.RetryAfter, 50*time.Minute, "%+v", first)
+	again, _ := all.Admit(ctx, 0) // from the negative cache
+	require.False(t, again.Allowed)
+	require.Greater(t, again.RetryAfter, 50*time.Minute, "%+v", again)
+}
+
+// All refuses a limit given twice, which it would charge once and give back
+// twice: the same limiter, or two sharing a name, algorithm and period.
+func TestAllRefusesALimitTwice(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	l, err := NewFixedWindow(c, 3, time.Hour, WithName(uniqueName("twice")))
+	require.NoError(t, err)
+	_, err = All([]*Limiter{l, l})
+	require.ErrorContains(t, err, "appears twice")
+	twin, err := NewFixedWindow(c, 5, time.Hour, WithName(l.Name()))
+	require.NoError(t, err)
+	_, err = All([]*Limiter{l, twin})
+	require.ErrorContains(t, err, "appears twice")
+	perRoute, err := NewFixedWindow(c, 5, time.Hour, WithName(l.Name()), WithPerResource())
+	require.NoError(t, err)
+	_, err = All([]*Limiter{l, perRoute})
+	require.NoError(t, err, "per user and per user and route are two limits")
+}

@@ -123,11 +123,18 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		}
 	}
 	if l.neg != nil {
+		// The longest wait of the limits that remembered a rejection, as
+		// Redis would answer it.
+		var best sluice.Decision
+		hit := false
 		for _, k := range c.keys {
-			if d, ok := l.neg.get(k, now); ok {
-				l.putCall(c)
-				return d, 0
+			if d, ok := l.neg.get(k, now); ok && (!hit || d.RetryAfter > best.RetryAfter) {
+				best, hit = d, true
 			}
+		}
+		if hit {
+			l.putCall(c)
+			return best, 0
 		}
 	}
 	if !same && l.cluster {

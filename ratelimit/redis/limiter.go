@@ -245,7 +245,9 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 // in one script call, all or nothing: a request is admitted only when every
 // limit admits it, and a rejected request charges none of them. Its decision
 // is the rejecting limit's (the one with the longest RetryAfter) or, when all
-// admit, the tightest one's (the least Remaining), under All's name.
+// admit, the tightest one's (the least Remaining), under All's name. A limit
+// may be given once: limiters of one name, algorithm and period share their
+// state, and All refuses two of them.
 //
 // Each limit keeps its own keys, key function and failure policy; All takes
 // WithName (default "ratelimit/redis/all"), WithTimeout, WithBreaker,
@@ -285,6 +287,16 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("redislimit: All: limiter %d (%s) uses another Redis client", i, l.name)
 		}
 		limits = append(limits, l.limits...)
+	}
+	// A limit given twice (the same limiter, or two of one name, algorithm
+	// and period, which share their state) would be charged once and given
+	// back twice.
+	for i, m := range limits {
+		for _, o := range limits[:i] {
+			if m.keyPre == o.keyPre && m.perResource == o.perResource {
+				return nil, fmt.Errorf("redislimit: All: limit %q appears twice (limiters of one name, algorithm and period share their state)", m.name)
+			}
+		}
 	}
 	if !cfg.timeoutSet {
 		cfg.timeout = first.timeout
