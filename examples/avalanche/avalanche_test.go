@@ -50,8 +50,10 @@ func TestAvalanche(t *testing.T) {
 	}
 
 	// What sluice promises.
-	if gc, gs := g.stats[calm][healthy].p99, g.stats[sick][healthy].p99; float64(gs) > 1.5*float64(gc) {
-		t.Errorf("guarded: the healthy route's p99 went from %v calm to %v sick, over 1.5×", gc, gs)
+	// Within half as much again, or 10 ms on the 10 ms endpoint: a machine
+	// busy with other work moves the calm phase's own p99 by that much.
+	if gc, gs := g.stats[calm][healthy].p99, g.stats[sick][healthy].p99; gs > max(gc*3/2, gc+10*time.Millisecond) {
+		t.Errorf("guarded: the healthy route's p99 went from %v calm to %v sick, over 1.5× and 10ms", gc, gs)
 	}
 	if ok := g.stats[sick][healthy].ok; ok < 99 {
 		t.Errorf("guarded: the healthy route answered %.1f%% when the dependency was sick, want ≥ 99%%", ok)
@@ -60,8 +62,10 @@ func TestAvalanche(t *testing.T) {
 	if s.fallback < 90 {
 		t.Errorf("guarded: the sick route answered %.1f%% from its fallback, want ≥ 90%%", s.fallback)
 	}
-	if s.fallbackP99 > 5*time.Millisecond {
-		t.Errorf("guarded: the sick route's fallback answers took %v at p99, want ≤ 5ms", s.fallbackP99)
+	// About a millisecond on a quiet machine, against the 2 s of the sick
+	// endpoint; the bound leaves room for a loaded one.
+	if s.fallbackP99 > 20*time.Millisecond {
+		t.Errorf("guarded: the sick route's fallback answers took %v at p99, want ≤ 20ms", s.fallbackP99)
 	}
 	if g.peakG[sick] > 2*g.peakG[calm]+50 {
 		t.Errorf("guarded: goroutines peaked at %d when sick against %d when calm: not bounded", g.peakG[sick], g.peakG[calm])

@@ -156,7 +156,14 @@ func (s *Server) launch(bin string) error {
 		default:
 		}
 		if reply, err := s.Do("PING"); err == nil && reply == "PONG" {
-			return nil
+			// The port was free when picked, but another server may have
+			// taken it since: only this process's answer will do.
+			info, err := s.Do("INFO", "server")
+			if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				return nil
+			}
+			s.Stop()
+			return fmt.Errorf("another redis-server answers on port %d", s.Port)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -78,3 +78,29 @@ func TestClusterServesAllSlots(t *testing.T) {
 		t.Fatalf("slot of tagged key %d != slot of its tag %d", a, b)
 	}
 }
+
+// A server launched on a port another server took meanwhile is refused, not
+// taken for the other: two tests never share one server unknowingly.
+func TestLaunchOnAPortTakenByAnotherServerFails(t *testing.T) {
+	first := Start(t)
+	second := &Server{Addr: first.Addr, Port: first.Port, Dir: t.TempDir(), args: append([]string(nil), first.args...)}
+	second.args = replaceArg(second.args, "--dir", second.Dir)
+	err := second.launch(Binary(t))
+	second.Stop()
+	if err == nil {
+		t.Fatal("a launch answered by the other server's PONG succeeded")
+	}
+	if reply, err := first.Do("PING"); err != nil || reply != "PONG" {
+		t.Fatalf("the first server: %q, %v", reply, err)
+	}
+}
+
+// replaceArg returns args with the value after flag set to v.
+func replaceArg(args []string, flag, v string) []string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			args[i+1] = v
+		}
+	}
+	return args
+}

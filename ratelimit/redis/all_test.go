@@ -207,11 +207,15 @@ func TestNegativeCacheUnderAllKeepsEachLimitsOwnWait(t *testing.T) {
 // least a minute left. Fixed windows are aligned to the epoch, so an hour's
 // window ends on the hour; a test that needs a long wait ahead of it picks a
 // length whose boundary is not near.
-func longWindow() time.Duration {
+func longWindow() time.Duration { return windowWithRoom(time.Hour, time.Minute) }
+
+// windowWithRoom is a window of about base whose current instance has at
+// least room left, the same for any window aligned to the epoch.
+func windowWithRoom(base, room time.Duration) time.Duration {
 	now := time.Now().UnixMilli()
-	p := time.Hour
-	for p-time.Duration(now%p.Milliseconds())*time.Millisecond < time.Minute {
-		p += 7 * time.Second
+	p := base
+	for p-time.Duration(now%p.Milliseconds())*time.Millisecond < room {
+		p += base / 512
 	}
 	return p
 }
@@ -231,7 +235,8 @@ func TestWindowChangeStartsAfresh(t *testing.T) {
 		require.True(t, d.Allowed)
 		short.Done(tk, sluice.Success, 0, 0)
 	}
-	long, err := NewFixedWindow(c, 5, time.Minute, WithName(name))
+	window := windowWithRoom(time.Minute, 10*time.Second) // no turn during the six calls
+	long, err := NewFixedWindow(c, 5, window, WithName(name))
 	require.NoError(t, err)
 	for i := range 5 {
 		d, tk := long.Admit(ctx, 0)
@@ -240,7 +245,7 @@ func TestWindowChangeStartsAfresh(t *testing.T) {
 	}
 	d, _ := long.Admit(ctx, 0)
 	require.False(t, d.Allowed)
-	assert.LessOrEqual(t, d.RetryAfter, time.Minute)
+	assert.LessOrEqual(t, d.RetryAfter, window)
 	assert.Greater(t, d.RetryAfter, time.Duration(0))
 }
 
