@@ -27,6 +27,9 @@ func TestConformance(t *testing.T) {
 					return l
 				},
 				Causes: []error{sluice.ErrRateLimited},
+				// Redis's clock moves between two decisions, and may cross a
+				// refill or a window's end.
+				RemainingSlack: 1,
 			})
 		})
 	}
@@ -47,6 +50,7 @@ func TestConformanceAll(t *testing.T) {
 			require.NoError(t, err)
 			return all
 		},
-		Causes: []error{sluice.ErrRateLimited},
+		Causes:         []error{sluice.ErrRateLimited},
+		RemainingSlack: 1,
 	})
 }
