@@ -103,15 +103,7 @@ func (a *Auto) Check() bool {
 // the switch as the hysteresis says, and reports whether it is on. Check is
 // shorthand for Observe at the switch clock's reading with the signal's.
 func (a *Auto) Observe(now time.Duration, v float64) bool {
-	if math.IsNaN(v) {
-		return a.sw.On()
-	}
-	if a.sw.Pinned() {
-		// A pin breaks any streak: after Unpin the hold starts over, as
-		// after a hand Set.
-		a.mu.Lock()
-		a.armed = false
-		a.mu.Unlock()
+	if math.IsNaN(v) || a.sw.Pinned() {
 		return a.sw.On()
 	}
 	a.mu.Lock()
@@ -128,8 +120,8 @@ func (a *Auto) Observe(now time.Duration, v float64) bool {
 		a.mu.Unlock()
 		return on
 	}
-	// A streak begun before a hand moved the switch (Set, Pin, Unpin, even
-	// between two readings) starts over.
+	// A streak begun before a hand moved the switch (Set, Pin, Unpin,
+	// whether or not a reading came in between) starts over.
 	if hands := a.sw.hands.Load(); !a.armed || a.armedOn != on || a.hands != hands {
 		a.armed, a.armedOn, a.since, a.hands = true, on, now, hands
 	}

@@ -38,10 +38,7 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 	// Windows are aligned to the epoch: one that turned during the scenario
 	// would start the Redis limiter afresh while the twin, at one instant,
 	// goes on. The interval is picked so that the window has room.
-	iv := 10 * time.Second
-	for ms := time.Now().UnixMilli(); (quota*iv).Milliseconds()-ms%(quota*iv).Milliseconds() < 5000; {
-		iv += 7 * time.Millisecond
-	}
+	iv := (windowWithRoom(quota*10*time.Second, 5*time.Second) / quota).Truncate(time.Millisecond)
 	window := quota * iv
 	twins := map[string]func() (sluice.Policy, error){
 		"gcra":           func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
