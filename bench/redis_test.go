@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -19,7 +20,8 @@ import (
 
 // The Redis-backed limiters side by side, against one local redis-server:
 // sluice's four algorithms, go-redis/redis_rate (GCRA) and go-zero's
-// PeriodLimit (fixed window) and TokenLimiter. Every limit is far above the
+// PeriodLimit (fixed window) and TokenLimiter, and the floor under all of
+// them: a bare GCRA script sent through go-redis. Every limit is far above the
 // offered load, so every decision admits and writes, the costlier path.
 //
 // Each benchmark also reports the server's CPU time per decision
@@ -72,6 +74,17 @@ var redisPeers = []redisPeer{
 	{"sluice/sliding-window", sluiceRedis(func(c redis.UniversalClient) (*redislimit.Limiter, error) {
 		return redislimit.NewSlidingWindow(c, 100_000_000, 1e9, redislimit.WithName("bench/sw"))
 	})},
+	// The floor under any limiter on go-redis: one EVALSHA of a bare GCRA
+	// (TIME, GET, SET with PX, one integer back) through the same client,
+	// with no library around it and no figure of the decision but "admitted".
+	{"go-redis/bare-script", func(tb testing.TB, addr, key string) redisDecider {
+		c := limiterClient(tb, addr)
+		s := redis.NewScript(bareGCRA)
+		return func(ctx context.Context) bool {
+			n, err := s.Run(ctx, c, []string{"bench-bare:" + key}, 1, 1_000_000).Int()
+			return err == nil && n == 1
+		}
+	}},
 	{"redis_rate", func(tb testing.TB, addr, key string) redisDecider {
 		l := redis_rate.NewLimiter(limiterClient(tb, addr))
 		lim := redis_rate.PerSecond(1_000_000)
@@ -95,6 +108,19 @@ var redisPeers = []redisPeer{
 		return func(ctx context.Context) bool { return l.AllowCtx(ctx) }
 	}},
 }
+
+// bareGCRA admits one request against an emission interval of ARGV[1] µs
+// and a burst of ARGV[2], on Redis time, and answers 1 (admitted) or 0.
+const bareGCRA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+if tat + a - b * a > now then return 0 end
+redis.call('SET', KEYS[1], tat + a, 'PX', math.floor((tat + a - now + 999) / 1000))
+return 1
+`
 
 // reportRedisCPU reports the server's CPU per script call since the last
 // CONFIG RESETSTAT.
@@ -173,6 +199,38 @@ func BenchmarkRedisParallel8(b *testing.B) {
 			b.StopTimer()
 			failIfMissed(b, int(missed.Load()))
 			reportRedisCPU(b, admin)
+		})
+	}
+}
+
+// TestRedisPeersAdmit keeps the Redis rows honest: every row's decisions
+// admit through Redis, one after another and from 8 callers at once.
+func TestRedisPeersAdmit(t *testing.T) {
+	addr := startRedis(t)
+	for _, p := range redisPeers {
+		t.Run(p.name, func(t *testing.T) {
+			decide := p.make(t, addr, "check")
+			ctx := context.Background()
+			for i := range 3 {
+				if !decide(ctx) {
+					t.Fatalf("decision %d did not admit through Redis", i)
+				}
+			}
+			var missed atomic.Int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 10 {
+						if !decide(ctx) {
+							missed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if n := missed.Load(); n > 0 {
+				t.Fatalf("%d of 80 concurrent decisions did not admit through Redis", n)
+			}
 		})
 	}
 }
