@@ -180,10 +180,13 @@ func (g *Guard) admit(ctx context.Context, now time.Duration, d *sluice.Decision
 	if g.shedding.Load() && now-time.Duration(g.lastShed.Load()) >= g.coolOff {
 		g.recover(now)
 	}
+	// The sampler is read before the request counts as in flight: a
+	// sampler that panics leaves no count behind.
+	look := g.rules || g.shedding.Load() || g.sampler.CPU() > g.cpuThreshold
 	// The request counts as in flight before the rules look, so requests
 	// arriving together see each other and a maximum is never overshot.
 	inflight := g.inflight.Add(1) - 1
-	if g.rules || g.shedding.Load() || g.sampler.CPU() > g.cpuThreshold {
+	if look {
 		if g.checked(ctx, now, idx, inflight, d) {
 			return 0, false
 		}

@@ -484,3 +484,28 @@ func TestNilSamplerPointerRefused(t *testing.T) {
 	_, err = adaptive.NewGuard(adaptive.WithSampler(m))
 	require.Error(t, err)
 }
+
+// panickySampler is a Sampler whose CPU panics while told to.
+type panickySampler struct{ panicking atomic.Bool }
+
+func (s *panickySampler) CPU() float64 {
+	if s.panicking.Load() {
+		panic("sampler bug")
+	}
+	return 0
+}
+
+func (s *panickySampler) Load1() float64 { return 0 }
+
+// A Sampler that panics while a request is admitted leaves no request in
+// flight: the caller, who gets the panic, has no ticket to give back.
+func TestGuardSurvivesAPanickingSampler(t *testing.T) {
+	s := &panickySampler{}
+	g, err := adaptive.NewGuard(adaptive.WithSampler(s))
+	require.NoError(t, err)
+	defer g.Close()
+	s.panicking.Store(true)
+	assert.PanicsWithValue(t, "sampler bug", func() { g.Admit(context.Background(), 0) })
+	s.panicking.Store(false)
+	assert.Zero(t, g.Stats().Inflight)
+}

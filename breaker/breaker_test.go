@@ -447,3 +447,26 @@ func TestRunAcrossTheEpochWrapStartsAgain(t *testing.T) {
 		{at: time.Duration(1<<31)*ms + 10*sec, o: F, want: breaker.StateClosed},
 	})
 }
+
+// A classifier that panics on an error it did not expect leaves Execute's
+// call a failure, as a panicking call is: the probe it ran does not keep its
+// slot, and the breaker is not held half-open for good.
+func TestExecuteWithAPanickingClassifierEndsTheCall(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	odd := errors.New("odd")
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
+		breaker.WithClassifier(func(err error) sluice.Outcome {
+			if errors.Is(err, odd) {
+				panic("classifier")
+			}
+			return sluice.DefaultClassifier(err)
+		}))
+	require.Error(t, b.Execute(func() error { return errors.New("boom") }))
+	require.Equal(t, breaker.StateOpen, b.State())
+	clk.Advance(sec)
+	assert.PanicsWithValue(t, "classifier", func() { _ = b.Execute(func() error { return odd }) })
+	assert.Equal(t, breaker.StateOpen, b.State(), "the probe failed")
+	clk.Advance(sec)
+	require.NoError(t, b.Execute(func() error { return nil }), "the next probe goes through")
+	assert.Equal(t, breaker.StateClosed, b.State())
+}

@@ -51,7 +51,15 @@ func (p Permit) Finish(err error) {
 	if p.env == nil {
 		return
 	}
-	p.Record(p.env.classify(err))
+	p.Record(p.classify(err))
+}
+
+// classify returns the outcome of a call that ended with err.
+func (p Permit) classify(err error) sluice.Outcome {
+	if p.env == nil {
+		return sluice.Ignored
+	}
+	return p.env.classify(err)
 }
 
 // Record reports the end of the call with outcome o. The clock is read only
@@ -145,7 +153,8 @@ func run(pm Permit, fn func() error) error {
 		}
 	}()
 	err := fn()
+	o := pm.classify(err) // a classifier that panics leaves the call a Failure
 	finished = true
-	pm.Finish(err)
+	pm.Record(o)
 	return err
 }

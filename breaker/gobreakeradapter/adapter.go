@@ -156,10 +156,20 @@ func (p *Policy) FastOf() sluice.Policy { return p }
 // its done function waits for Done.
 func (p *Policy) allow() (sluice.Ticket, error) {
 	done, err := p.cb.Allow()
-	p.events.dispatch()
 	if err != nil {
+		p.events.dispatch()
 		return 0, err
 	}
+	delivered := false
+	defer func() {
+		if !delivered {
+			// A listener panicked: the call will not run, so gobreaker gets
+			// its slot (a half-open probe's) back.
+			done(ErrExcluded)
+		}
+	}()
+	p.events.dispatch()
+	delivered = true
 	p.mu.Lock()
 	p.next++
 	t := p.next

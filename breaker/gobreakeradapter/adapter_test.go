@@ -217,3 +217,32 @@ func TestFastAgreesWhileTheClockStandsStill(t *testing.T) {
 	assert.Equal(t, gobreaker.StateOpen, b.Breaker().State())
 	assert.Positive(t, rejected)
 }
+
+// A listener that panics on the change to half-open, heard in the Admit that
+// takes the probe, does not keep the probe's slot: the call never runs, and
+// the next call may probe.
+func TestPanickingListenerAtAProbeFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+			MaxRequests: 1, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
+		})
+		require.NoError(t, err)
+		panicking := true
+		p.Subscribe(func(c sluice.StateChange) {
+			if panicking && c.To == gobreaker.StateHalfOpen.String() {
+				panic("listener")
+			}
+		})
+		ctx := context.Background()
+		d, tk := p.Admit(ctx, 0)
+		require.True(t, d.Allowed)
+		p.Done(tk, sluice.Failure, 0, 0)
+		time.Sleep(2 * time.Millisecond)
+		require.PanicsWithValue(t, "listener", func() { p.Admit(ctx, 0) })
+		panicking = false
+		d, tk = p.Admit(ctx, 0)
+		require.True(t, d.Allowed, "the probe of the panicked Admit gave its slot back")
+		p.Done(tk, sluice.Success, 0, 0)
+		assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())
+	})
+}
