@@ -360,13 +360,20 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	var done sluice.Done
 	var release func(error) error
 	handedOver := false
+	// unreturned is the dependency's answer while it is neither returned nor
+	// handed over: a panic meanwhile closes it, or its connection stays open.
+	var unreturned *http.Response
 	defer func() {
 		if handedOver {
 			return
 		}
-		// After a panic of the RoundTripper beneath or of the classifier the
-		// call failed; on any other return its outcome is recorded and its
-		// timeout ended already, and only the host is left to let go.
+		// After a panic of the RoundTripper beneath, of the classifier or of
+		// a listener the call failed; on any other return its outcome is
+		// recorded and its timeout ended already, and only the host is left
+		// to let go.
+		if unreturned != nil && unreturned.Body != nil {
+			_ = unreturned.Body.Close()
+		}
 		if done.Active() {
 			done.Record(sluice.Failure)
 		}
@@ -401,6 +408,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		done.Record(o)
 		return nil, err
 	}
+	unreturned = resp
 	o := middleware.ClassifyHTTPStatus(resp.StatusCode)
 	if t.cfg.classify != nil {
 		o = t.cfg.classify(resp, nil)
@@ -425,6 +433,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if release != nil {
 			_ = release(nil)
 		}
+		unreturned = nil
 		return resp, nil
 	}
 	resp.Body = t.guardBody(resp.Body, &bodyState{done: done, outcome: o, release: release, t: t, host: hg})

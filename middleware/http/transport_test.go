@@ -737,3 +737,49 @@ func TestPanicInDoneAtBodyCloseReleasesTheHost(t *testing.T) {
 	assert.Equal(t, 1, rt.Hosts())
 	assert.EqualValues(t, 2, made.Load(), "b.test's Guard is made once: a.test, whose call ended, should have been dropped")
 }
+
+// answering answers every call with status, a Retry-After of a minute and
+// a body that records its Close.
+type answering struct {
+	status int
+	body   *trackedBody
+}
+
+func (d answering) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: d.status, Header: http.Header{"Retry-After": {"60"}}, Body: d.body, Request: r}, nil
+}
+
+// A panic after the dependency answered (the response classifier's, a state
+// listener's as Retry-After opens the breaker, a policy's Done on an
+// upgraded connection) fails the call and goes on up, and the response it
+// never returned is closed: its connection is not left open.
+func TestTransportPanicAfterTheAnswerClosesTheResponse(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		status int
+		guard  func() (*sluice.Guard, error)
+		opts   []TransportOption
+	}{
+		{"classifier", http.StatusOK, func() (*sluice.Guard, error) { return sluice.New() },
+			[]TransportOption{WithResponseClassifier(func(*http.Response, error) sluice.Outcome { panic("classifier bug") })}},
+		{"state listener", http.StatusServiceUnavailable, func() (*sluice.Guard, error) {
+			b, err := breaker.New("dep")
+			if err != nil {
+				return nil, err
+			}
+			return sluice.New(sluice.With(b), sluice.OnStateChange(func(sluice.StateChange) { panic("listener bug") }))
+		}, nil},
+		{"upgrade", http.StatusSwitchingProtocols, func() (*sluice.Guard, error) {
+			return sluice.New(sluice.With(panicOnce{new(atomic.Int32)}))
+		}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := &trackedBody{Reader: strings.NewReader("payload")}
+			rt, err := Transport(answering{tt.status, body}, func(string) (*sluice.Guard, error) { return tt.guard() }, tt.opts...)
+			require.NoError(t, err)
+			defer rt.Close()
+			assert.Panics(t, func() { _, _ = get(t, rt, "http://a.test/", nil) })
+			assert.True(t, body.closed, "the response's body is closed")
+		})
+	}
+}
