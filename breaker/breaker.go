@@ -445,7 +445,11 @@ func (b *Breaker) jitterDraw() float64 {
 	if b.cfg.jitter == 0 {
 		return 0
 	}
-	return min(max(b.cfg.random(), 0), 1)
+	r := b.cfg.random()
+	if !(r > 0) { // NaN too: a source out of its contract jitters nothing
+		return 0
+	}
+	return min(r, 1)
 }
 
 // setPhase starts a new generation in state to, replacing old, and queues

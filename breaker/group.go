@@ -228,23 +228,32 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 // found one. Called with g.mu held.
 func (g *Group) evict() bool {
 	var victim *member
-	for _, m := range g.all {
-		if p := m.b.cur.Load(); p.state != StateClosed || p.forced {
-			continue
+	for {
+		victim = nil
+		for _, m := range g.all {
+			if p := m.b.cur.Load(); p.state != StateClosed || p.forced {
+				continue
+			}
+			if victim == nil || m.last.Load() < victim.last.Load() {
+				victim = m
+			}
 		}
-		if victim == nil || m.last.Load() < victim.last.Load() {
-			victim = m
+		if victim == nil {
+			return false
 		}
-	}
-	if victim == nil {
-		return false
+		// Its state is looked at again under its lock, where it changes: a
+		// breaker that tripped since is kept, and another one is chosen.
+		victim.b.mu.Lock()
+		if p := victim.b.cur.Load(); p.state == StateClosed && !p.forced {
+			victim.b.gone = true
+			victim.b.mu.Unlock()
+			break
+		}
+		victim.b.mu.Unlock()
 	}
 	g.members.Delete(victim.key)
 	g.chunks[victim.slot/chunkSize].Load()[victim.slot%chunkSize].Store(nil)
 	g.free = append(g.free, victim.slot)
-	victim.b.mu.Lock()
-	victim.b.gone = true
-	victim.b.mu.Unlock()
 	last := g.all[len(g.all)-1]
 	g.all[victim.idx], last.idx = last, victim.idx
 	g.all = g.all[:len(g.all)-1]

@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,6 +345,20 @@ func TestListenerPanicDoesNotStopLaterDeliveries(t *testing.T) {
 	assert.Panics(t, b.ForceOpen)
 	b.ForceClose()
 	assert.Equal(t, 2, n)
+}
+
+// A random source that answers outside [0, 1), NaN included, shortens an
+// open duration by no more than the jitter allows.
+func TestJitterWithAStrayRandomSource(t *testing.T) {
+	for _, r := range []float64{math.NaN(), -1, 2, math.Inf(1)} {
+		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec), breaker.WithJitter(0.5),
+			breaker.WithRandom(func() float64 { return r }))
+		_, tk := b.Admit(context.Background(), 0)
+		b.Done(tk, F, 0, 0)
+		d, _ := b.Admit(context.Background(), 0)
+		assert.False(t, d.Allowed, "random %v", r)
+		assert.True(t, d.RetryAfter >= sec/2 && d.RetryAfter <= sec, "random %v: open for %v", r, d.RetryAfter)
+	}
 }
 
 func TestJitterShortensOpenDurations(t *testing.T) {

@@ -144,7 +144,7 @@ func (s *Stale[T]) Put(key string, v T) {
 }
 
 // Get returns the answer remembered for key and its age, or false when there
-// is none younger than the maximum age.
+// is none at most the maximum age old.
 func (s *Stale[T]) Get(key string) (v T, age time.Duration, ok bool) {
 	now := s.clock.Now()
 	s.mu.Lock()
@@ -229,7 +229,7 @@ func (c *staleCall[T]) Value(k any) any {
 // Execute runs fn under g for key, as sluice.Execute does, and remembers its
 // answer when it succeeds. When the request is rejected or fn fails, and no
 // fallback of the Guard served, it serves the answer remembered for key if
-// there is one younger than the maximum age, with Stale set and its Age, and
+// there is one at most the maximum age old, with Stale set and its Age, and
 // tells the Guard's OnFallback observers; otherwise it returns the error. A
 // nil g runs fn unguarded.
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
