@@ -31,8 +31,12 @@ type Request interface {
 type KeyFunc func(r Request) (key string, ok bool)
 
 // KeyByIP keys requests by their client address as e finds it, masked to
-// e's prefixes.
+// e's prefixes. A nil e keys them by their peer address alone, as an
+// IPExtractor with no trusted proxies does.
 func KeyByIP(e *IPExtractor) KeyFunc {
+	if e == nil {
+		e, _ = NewIPExtractor()
+	}
 	return func(r Request) (string, bool) {
 		a, ok := e.ClientIP(r.RemoteAddr(), r.Header)
 		if !ok {

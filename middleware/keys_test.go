@@ -147,3 +147,13 @@ func TestNilKeyerKeysNothing(t *testing.T) {
 		assert.False(t, ok, "no resource")
 	})
 }
+
+// KeyByIP without an extractor keys by the peer address alone, headers
+// ignored, rather than failing on the first request.
+func TestKeyByIPWithoutExtractor(t *testing.T) {
+	k, err := NewKeyer(RejectMissingKey(), KeyByIP(nil))
+	require.NoError(t, err)
+	key, err := k.Key(fakeRequest{remote: "192.0.2.7:5555", header: map[string][]string{HeaderXForwardedFor: {"198.51.100.1"}}})
+	require.NoError(t, err)
+	assert.Equal(t, "192.0.2.7", key)
+}

@@ -14,16 +14,19 @@ import (
 // error is classified by its gRPC code with middleware.ClassifyGRPCCode:
 // Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are failures,
 // every other code is Ignored. An error that carries no status (a plain Go
-// error from a handler, which gRPC sends as Unknown) is a Failure, and so is
-// context.DeadlineExceeded.
+// error from a handler, which gRPC sends as Unknown) is a Failure, and so are
+// context.DeadlineExceeded and a Guard's timeout (sluice.ErrTimeout), even
+// one that wraps context.Canceled or an inner Guard's rejection, as
+// sluice.DefaultClassifier has them.
 func Classify(err error) sluice.Outcome {
 	switch {
 	case err == nil:
 		return sluice.Success
-	case errors.Is(err, sluice.ErrRejected), errors.Is(err, context.Canceled):
-		return sluice.Ignored
-	case errors.Is(err, context.DeadlineExceeded):
-		return sluice.Failure
+	case errors.Is(err, sluice.ErrRejected), errors.Is(err, sluice.ErrTimeout),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// sluice's and the context's errors, in the Guard's order: a
+		// timeout before the cancellation or the rejection it wraps.
+		return sluice.DefaultClassifier(err)
 	}
 	return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
 }

@@ -227,19 +227,50 @@ func newRejectionCode(err error, d sluice.Decision, code codes.Code) *rejection 
 // Error converts a sluice rejection (an error matching sluice.ErrRejected and
 // carrying a *sluice.RejectedError) into an error that gRPC sends as
 // [RejectionStatus] of its Decision, and that still matches
-// sluice.ErrRejected and its cause with errors.Is. Any other error, nil
-// included, is returned as it is. A handler that runs its own Guard returns
-// Error(err) to answer its rejections as the interceptors do.
+// sluice.ErrRejected and its cause with errors.Is; the errors that wrap the
+// rejection are dropped, so that their text does not go on the wire. A
+// Guard's timeout wrapping an inner Guard's rejection is a timeout, not a
+// rejection (as sluice.DefaultClassifier has it), and is returned as it is,
+// as is any other error, nil included. A handler that runs its own Guard
+// returns Error(err) to answer its rejections as the interceptors do.
 func Error(err error) error {
-	var r *rejection
-	if errors.As(err, &r) {
-		return err
+	r, re := rejectionIn(err)
+	switch {
+	case r != nil:
+		return r
+	case re != nil:
+		return newRejection(re, re.Decision)
 	}
-	var re *sluice.RejectedError
-	if !errors.As(err, &re) {
-		return err
+	return err
+}
+
+// rejectionIn returns the sluice rejection that err is or wraps: one of the
+// interceptors' own (r, with its Guard's re), or a Guard's (re alone). It
+// returns neither when a *sluice.TimeoutError wraps the rejection: a Guard's
+// timeout wrapping an inner Guard's rejection is a timeout.
+func rejectionIn(err error) (r *rejection, re *sluice.RejectedError) {
+	for err != nil {
+		switch e := err.(type) {
+		case *rejection:
+			return e, e.rej
+		case *sluice.RejectedError:
+			return nil, e
+		case *sluice.TimeoutError:
+			return nil, nil
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				if r, re := rejectionIn(x); re != nil {
+					return r, re
+				}
+			}
+			return nil, nil
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return nil, nil
+		}
 	}
-	return newRejection(re, re.Decision)
+	return nil, nil
 }
 
 // RejectionOf reads back a rejection out of err, a gRPC status error: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -263,4 +264,64 @@ func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "bad\uFFFDname", d.Policy)
 	assert.Equal(t, time.Second, d.RetryAfter)
+}
+
+// A Guard's timeout is a failure even when the call answered its deadline
+// with context.Canceled, or ran out while an inner Guard made it wait and
+// then rejected it: Classify counts a *sluice.TimeoutError as the Guard's
+// own classifier does, before the cancellation and the rejection it wraps.
+func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
+	inner := &sluice.RejectedError{Decision: sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited}}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want sluice.Outcome
+	}{
+		{"timeout answered with Canceled", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}, sluice.Failure},
+		{"timeout wrapping an inner rejection", &sluice.TimeoutError{After: time.Second, Err: inner}, sluice.Failure},
+		{"wrapped timeout", fmt.Errorf("query: %w", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}), sluice.Failure},
+		{"a policy's rejection with ErrTimeout", &sluice.RejectedError{Decision: sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}}, sluice.Ignored},
+		{"own rejection with ErrTimeout", newRejection(nil, sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}), sluice.Ignored},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Classify(tc.err))
+			assert.Equal(t, sluice.DefaultClassifier(tc.err), Classify(tc.err), "the Guard's own classifier disagrees")
+		})
+	}
+
+	// A handler whose own Guard timed out a call that answered with
+	// context.Canceled: gRPC sends DeadlineExceeded, and the interceptor's
+	// Guard counts a failure.
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{name: "rec"}
+		i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))))
+		own := mustGuard(t, sluice.WithTimeout(100*time.Millisecond))
+		handler := func(ctx context.Context, _ any) (any, error) {
+			return nil, own.Do(ctx, func(ctx context.Context) error {
+				<-ctx.Done()
+				return context.Canceled // as some drivers answer a deadline
+			})
+		}
+		_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
+		require.ErrorIs(t, err, sluice.ErrTimeout)
+		assert.Equal(t, []sluice.Outcome{sluice.Failure}, rec.Outcomes())
+	})
+}
+
+// Error sends a rejection as RejectionStatus whatever wraps it, and leaves
+// alone a Guard's timeout wrapping an inner rejection: that is a timeout,
+// not a rejection.
+func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
+	re := &sluice.RejectedError{Decision: sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited}}
+	own := Error(re)
+	err := Error(fmt.Errorf("fetch account 42 from db-7: %w", own))
+	assert.Equal(t, "sluice: rate limited; retry after 3s", status.Convert(err).Message(), "the service's error text went on the wire")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+
+	te := &sluice.TimeoutError{After: time.Second, Err: &sluice.RejectedError{Decision: sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited}}}
+	assert.Same(t, te, Error(te), "a timeout was turned into a rejection")
+	_, ok := RejectionOf(Error(te))
+	assert.False(t, ok)
+	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(Error(te)).Code(), "as gRPC sends a handler's error without a status")
 }
