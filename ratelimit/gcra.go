@@ -80,7 +80,9 @@ func tatTake(state *atomic.Int64, now, cost, tau int64) (base, next int64, res i
 		}
 		base = max(tat, now)
 		next = base + cost
-		if next-now > tau {
+		// Compared without next - now, which overflows when base - now and
+		// the cost are both as large as tau may be (2^62).
+		if base-now > tau-cost {
 			return base, next, tatRejected
 		}
 		if state.CompareAndSwap(tat, next) {
@@ -90,8 +92,11 @@ func tatTake(state *atomic.Int64, now, cost, tau int64) (base, next int64, res i
 }
 
 // tatRefund gives back refund nanoseconds of the state word, for a request
-// released after Admit took them. It never moves the word below floor.
-func tatRefund(state *atomic.Int64, refund, floor int64) {
+// released after Admit took them. It never moves the word below floor, nor,
+// when edge is not nil, below the edge read after the word: a waiting
+// reservation raises the edge before it moves the word, so a word that
+// holds its turn is read with an edge that protects it.
+func tatRefund(state *atomic.Int64, refund, floor int64, edge *atomic.Int64) {
 	if refund <= 0 {
 		return
 	}
@@ -100,7 +105,11 @@ func tatRefund(state *atomic.Int64, refund, floor int64) {
 		if tat == tatFrozen || tat == emptyTAT {
 			return
 		}
-		next := max(tat-refund, floor)
+		f := floor
+		if edge != nil {
+			f = max(f, edge.Load())
+		}
+		next := max(tat-refund, f)
 		if next >= tat || state.CompareAndSwap(tat, next) {
 			return
 		}
@@ -275,5 +284,5 @@ func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration)
 	if o != sluice.Released || t == 0 || int64(t) > g.burst {
 		return
 	}
-	tatRefund(&g.tat.v, releaseRefund(int64(t), g.iv, latency), math.MinInt64)
+	tatRefund(&g.tat.v, releaseRefund(int64(t), g.iv, latency), math.MinInt64, nil)
 }

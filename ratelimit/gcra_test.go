@@ -231,3 +231,33 @@ func TestGCRAAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// TestBucketOfTheLargestToleranceHoldsItsBurst pins that the buckets whose
+// burst × interval is exactly 2^62ns, the largest the constructors accept,
+// still admit at most their burst: the test for room cannot overflow.
+func TestBucketOfTheLargestToleranceHoldsItsBurst(t *testing.T) {
+	for _, tc := range []struct {
+		r     Rate
+		burst int64
+	}{
+		{Every(1 << 62), 1},
+		{Every(1 << 61), 2},
+		{Every(1 << 60), 4},
+	} {
+		g := mustGCRA(t, tc.r, tc.burst)
+		tb := mustTokenBucket(t, tc.r, tc.burst)
+		limiters := map[string]func(time.Duration, int64) bool{"gcra": g.AllowNAt, "token bucket": tb.AllowNAt}
+		if w, err := NewWarmUp(tc.r, tc.burst, time.Second, 2); err == nil { // its cold interval fits
+			limiters["warm-up"] = w.AllowNAt
+		}
+		for name, allow := range limiters {
+			require.True(t, allow(time.Second, tc.burst), "%s %v: the first burst", name, tc.r)
+			for i := range 3 {
+				assert.False(t, allow(time.Second, tc.burst), "%s %v: burst %d admitted again", name, tc.r, i+2)
+			}
+		}
+		d := g.DecideAt(time.Second, tc.burst)
+		require.False(t, d.Allowed)
+		assert.Equal(t, time.Duration(1<<62), d.RetryAfter)
+	}
+}

@@ -124,7 +124,7 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 		left = min(end-int64(now), cost)
 	}
 	b.lastRelease = max(b.lastRelease, int64(now))
-	tatRefund(&b.emptyAt.v, left, int64(now))
+	tatRefund(&b.emptyAt.v, left, int64(now), nil)
 }
 
 // Allow is AllowNAt(clock.Now(), 1).

@@ -257,14 +257,17 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 	if delay <= 0 {
 		return d, turn
 	}
+	start := time.Now()
 	timer := time.NewTimer(time.Duration(delay))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
 		return d, turn
 	case <-ctx.Done():
-		if !timer.Stop() {
-			return d, turn // the turn came as ctx ended: it is taken
+		// The timer's own clock says whether the turn came as ctx ended
+		// (Stop cannot: it stops a timer whose value was not received).
+		if time.Since(start) >= time.Duration(delay) {
+			return d, turn // it is taken
 		}
 		s.giveBack(turn[0], turn[1])
 		cause := errAbandonedCanceled

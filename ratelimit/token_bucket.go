@@ -240,7 +240,7 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 			runtime.Gosched()
 			continue
 		}
-		tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), c.edge.Load())
+		tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, &c.edge)
 		return
 	}
 }
@@ -337,15 +337,18 @@ func (r *Reservation) CancelAt(now time.Duration) {
 		if refund <= 0 {
 			return
 		}
+		if r.raised {
+			// The reservation is the last, and the edge at its TAT is its
+			// own: the edge goes back to where the reservation found it, as
+			// if it had never been made. (Lowered only to there, and only
+			// while nobody raised it further since.) It goes back before the
+			// TAT moves: a reservation made in between then finds the edge
+			// below its turn and raises it, rather than find it at this
+			// one's turn and lose it to this line.
+			r.raised = false
+			c.edge.CompareAndSwap(r.tat, r.edge)
+		}
 		if c.tat.v.CompareAndSwap(tat, tat-refund) {
-			if r.raised {
-				// The reservation was the last, and the edge at its TAT is its
-				// own: the edge goes back to where the reservation found it,
-				// as if it had never been made. (Lowered only to there, and
-				// only while nobody raised it further since: a waiting
-				// reservation made meanwhile keeps its turn.)
-				c.edge.CompareAndSwap(r.tat, r.edge)
-			}
 			return
 		}
 	}
@@ -455,14 +458,17 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	if delay <= 0 {
 		return nil
 	}
+	start := time.Now()
 	timer := time.NewTimer(time.Duration(delay))
 	defer timer.Stop()
 	select {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		if !timer.Stop() {
-			return nil // the tokens came as ctx ended: they are taken
+		// The timer's own clock says whether the tokens came as ctx ended
+		// (Stop cannot: it stops a timer whose value was not received).
+		if time.Since(start) >= time.Duration(delay) {
+			return nil // they are taken
 		}
 		r.CancelAt(tb.now())
 		return ctx.Err()

@@ -179,7 +179,7 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	if tat != emptyTAT && now > tat {
 		stored = min(w.maxStored, stored+float64(now-tat)/w.coolDown)
 	}
-	if next := base + n*w.iv; n > w.burst || next-now > w.tau {
+	if next := base + n*w.iv; n > w.burst || base-now > w.tau-n*w.iv { // next - now may overflow
 		w.mu.Unlock()
 		if !full {
 			return sluice.Decision{}, 0, false
