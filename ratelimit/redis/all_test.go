@@ -211,13 +211,37 @@ func longWindow() time.Duration { return windowWithRoom(time.Hour, time.Minute) 
 
 // windowWithRoom is a window of about base whose current instance has at
 // least room left, the same for any window aligned to the epoch.
+// It is a whole number of milliseconds: the limiters take whole
+// microseconds, and the room left is measured in milliseconds.
 func windowWithRoom(base, room time.Duration) time.Duration {
-	now := time.Now().UnixMilli()
-	p := base
-	for p-time.Duration(now%p.Milliseconds())*time.Millisecond < room {
-		p += base / 512
+	return windowWithRoomAt(time.Now().UnixMilli(), base, room, time.Millisecond)
+}
+
+// windowWithRoomAt is windowWithRoom at the instant nowMs, in Unix
+// milliseconds, for a window that is a multiple of unit, itself a whole
+// number of milliseconds.
+func windowWithRoomAt(nowMs int64, base, room, unit time.Duration) time.Duration {
+	p := base.Truncate(unit)
+	step := max((base / 512).Truncate(unit), unit)
+	for p-time.Duration(nowMs%p.Milliseconds())*time.Millisecond < room {
+		p += step
 	}
 	return p
+}
+
+// The windows the tests pick are whole milliseconds, which the limiters
+// take (whole microseconds) and in which the room left is measured, and
+// the window current at any instant has the room asked for.
+func TestWindowWithRoomIsWholeMillisecondsWithRoom(t *testing.T) {
+	for _, base := range []time.Duration{time.Minute, time.Hour, 30 * time.Second} {
+		room := base / 6
+		for nowMs := int64(1_763_800_000_000); nowMs < 1_763_800_000_000+2*base.Milliseconds(); nowMs += 997 {
+			p := windowWithRoomAt(nowMs, base, room, 3*time.Millisecond)
+			require.Zero(t, p%(3*time.Millisecond), "base %v at %d: window %v", base, nowMs, p)
+			left := p - time.Duration(nowMs%p.Milliseconds())*time.Millisecond
+			require.GreaterOrEqual(t, left, room, "base %v at %d: window %v", base, nowMs, p)
+		}
+	}
 }
 
 // A limiter reconfigured with another window under the same name starts

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice"
@@ -227,8 +229,16 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	}
 	_, lim.cluster = client.(*redis.ClusterClient)
 	// The breaker's state changes are the limiter's: its observer and its
-	// subscribers hear them, under its name.
-	br.b.Subscribe(lim.stateChanged)
+	// subscribers hear them, under its name. The breaker may outlive the
+	// limiter (All shares the first limiter's): it holds the limiter weakly,
+	// and the subscription ends when the limiter is collected.
+	wl := weak.Make(lim)
+	unsubscribe := br.b.Subscribe(func(c sluice.StateChange) {
+		if l := wl.Value(); l != nil {
+			l.stateChanged(c)
+		}
+	})
+	runtime.AddCleanup(lim, func(unsubscribe func()) { unsubscribe() }, unsubscribe)
 	if cfg.negCache > 0 {
 		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache}
 	}

@@ -37,9 +37,10 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 	const quota = 3
 	// Windows are aligned to the epoch: one that turned during the scenario
 	// would start the Redis limiter afresh while the twin, at one instant,
-	// goes on. The interval is picked so that the window has room.
-	iv := (windowWithRoom(quota*10*time.Second, 5*time.Second) / quota).Truncate(time.Millisecond)
-	window := quota * iv
+	// goes on. The window is picked so that it has room, and divides into
+	// whole milliseconds.
+	window := windowWithRoomAt(time.Now().UnixMilli(), quota*10*time.Second, 5*time.Second, quota*time.Millisecond)
+	iv := window / quota
 	twins := map[string]func() (sluice.Policy, error){
 		"gcra":           func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
 		"token-bucket":   func() (sluice.Policy, error) { return ratelimit.NewTokenBucket(rateOf(iv), quota) },

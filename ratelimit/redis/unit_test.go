@@ -2,15 +2,19 @@ package redislimit
 
 import (
 	"context"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // TestDeadlineEpochs pins the shared call deadlines: calls within one grain
@@ -111,4 +115,28 @@ func TestNegativeCacheBounds(t *testing.T) {
 	assert.True(t, ok)
 	_, ok = c.get("b", 2*time.Second)
 	assert.False(t, ok, "expired at its RetryAfter")
+}
+
+// An All built over long-lived limiters, and dropped, is collected: the
+// first limiter's breaker, which it shares, does not keep it.
+func TestDroppedAllIsCollected(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	a, err := NewGCRA(client, ratelimit.PerSecond(10), 10, WithName("a"))
+	require.NoError(t, err)
+	b, err := NewFixedWindow(client, 10, time.Second, WithName("b"))
+	require.NoError(t, err)
+	var collected atomic.Int32
+	for range 3 {
+		all, err := All([]*Limiter{a, b})
+		require.NoError(t, err)
+		runtime.AddCleanup(all, func(n *atomic.Int32) { n.Add(1) }, &collected)
+	}
+	for i := 0; i < 100 && collected.Load() < 3; i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	assert.EqualValues(t, 3, collected.Load(), "dropped All limiters collected")
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 }
