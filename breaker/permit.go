@@ -43,10 +43,10 @@ func (e *permitEnv) now() time.Duration {
 	return e.clock.Now()
 }
 
-// Finish reports the end of the call, its error classified by the
-// WithClassifier option (sluice.DefaultClassifier by default): nil is a
-// success, a sluice rejection or context.Canceled is ignored, any other error
-// is a failure.
+// Finish reports the end of the call: nil is a success, whatever the
+// classifier; an error is classified by the WithClassifier option
+// (sluice.DefaultClassifier by default: a sluice rejection or
+// context.Canceled is ignored, any other error is a failure).
 func (p Permit) Finish(err error) {
 	if p.env == nil {
 		return
@@ -54,10 +54,15 @@ func (p Permit) Finish(err error) {
 	p.Record(p.classify(err))
 }
 
-// classify returns the outcome of a call that ended with err.
+// classify returns the outcome of a call that ended with err. A call that
+// returned nil is a Success, as in a Guard: a sluice.Classifier is asked
+// only for errors.
 func (p Permit) classify(err error) sluice.Outcome {
 	if p.env == nil {
 		return sluice.Ignored
+	}
+	if err == nil {
+		return sluice.Success
 	}
 	return p.env.classify(err)
 }

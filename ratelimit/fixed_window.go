@@ -58,10 +58,10 @@ func (c limiterClock) now() time.Duration {
 
 // NewFixedWindow returns a limiter that admits limit cost units per window.
 //
-// It fails when limit < 1, window <= 0, or window is too short to count limit
-// units in it exactly (window must be at least 4·2^bits(limit+1)
-// nanoseconds, bits(n) being the length of n in binary: 512ns for a limit of
-// 100, 4.2ms for a limit of a million).
+// It fails when limit < 1 or above 2^40-2, window <= 0, or window is too
+// short to count limit units in it exactly (window must be at least
+// 4·2^bits(limit+1) nanoseconds, bits(n) being the length of n in binary:
+// 512ns for a limit of 100, 4.2ms for a limit of a million).
 func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWindow, error) {
 	o, err := buildOptions("fixed-window", opts)
 	if err != nil {

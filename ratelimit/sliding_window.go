@@ -47,9 +47,10 @@ const maxBuckets = 1 << 16
 // NewSlidingWindow returns a limiter that admits limit cost units in any
 // window of length window, tracked in buckets buckets of window/buckets each.
 //
-// It fails when limit < 1, window <= 0, buckets is not within 1 to 65536,
-// buckets does not divide window into whole nanoseconds, or a bucket is too short to count limit
-// units exactly (at least 4·2^bits(limit) nanoseconds).
+// It fails when limit < 1 or above 2^40-1, window <= 0, buckets is not
+// within 1 to 65536, buckets does not divide window into whole nanoseconds,
+// or a bucket is too short to count limit units exactly (at least
+// 4·2^bits(limit) nanoseconds).
 func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
 	o, err := buildOptions("sliding-window", opts)
 	if err != nil {

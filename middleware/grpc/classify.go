@@ -32,15 +32,17 @@ func Classify(err error) sluice.Outcome {
 }
 
 // outcome classifies err with the configured classifier; sluice's own
-// rejections are Ignored whatever it says.
+// rejections are Ignored whatever it says, and a call that returned nil is a
+// Success without asking it, as a Guard asks a sluice.Classifier only for
+// errors.
 func (c *config) outcome(err error) sluice.Outcome {
-	if err == nil && c.classify == nil {
+	if err == nil {
 		return sluice.Success
 	}
 	if c.classify == nil {
 		return Classify(err)
 	}
-	if err != nil && errors.Is(err, sluice.ErrRejected) {
+	if errors.Is(err, sluice.ErrRejected) {
 		return sluice.Ignored
 	}
 	return c.classify(err)

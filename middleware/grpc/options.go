@@ -11,9 +11,12 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 )
 
-// Option configures an interceptor or a ServerInHandle. Options that make no
-// sense for a constructor (a per-target guard on a server interceptor, a
-// message guard on a client) make it return an error.
+// Option configures an interceptor or a ServerInHandle. Options of the other
+// side (a per-target guard on a server interceptor, a message guard or a
+// fallback on a client) make a constructor return an error, and so do the
+// options a ServerInHandle refuses. The two server interceptors take the same
+// options, so that one list serves both: UnaryServerInterceptor ignores
+// WithMessageGuard, and StreamServerInterceptor ignores WithFallback.
 type Option func(*options)
 
 type options struct {
@@ -189,10 +192,12 @@ func WithCriticalMethods(methods ...string) Option {
 
 // WithClassifier sets how the error a handler (server) or a call (client)
 // returned is turned into an Outcome for breakers and load guards. Default:
-// [Classify], by gRPC code. Whatever the classifier, a sluice rejection
-// (one matching sluice.ErrRejected) is always Ignored: the guard's own
-// rejections never count as failures; and so is, on a server, a call whose
-// client went away (see UnaryServerInterceptor).
+// [Classify], by gRPC code. As in a Guard, the classifier is asked only for
+// errors: a call that returned nil (OK) is a Success. Whatever the
+// classifier, a sluice rejection (one matching sluice.ErrRejected) is
+// always Ignored (the guard's own rejections never count as failures), and
+// so is, on a server, a call whose client went away (see
+// UnaryServerInterceptor).
 func WithClassifier(c sluice.Classifier) Option {
 	return func(o *options) {
 		if c == nil {

@@ -72,6 +72,20 @@ func TestWithClassifierOverridesButNeverCountsOwnRejections(t *testing.T) {
 	assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Success, sluice.Ignored}, rec.Outcomes())
 }
 
+// A classifier is asked only for errors, as a Guard asks a sluice.Classifier:
+// a handler that returned nil is a Success even under a classifier that calls
+// every error a failure.
+func TestWithClassifierIsNotAskedForNil(t *testing.T) {
+	rec := &recorder{name: "rec"}
+	everyErrorFails := func(error) sluice.Outcome { return sluice.Failure }
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithClassifier(everyErrorFails))
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	for _, err := range []error{nil, status.Error(codes.NotFound, "x")} {
+		_, _ = i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, err })
+	}
+	assert.Equal(t, []sluice.Outcome{sluice.Success, sluice.Failure}, rec.Outcomes())
+}
+
 func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := newBreaker(t, "outer", clk, breaker.WithConsecutiveFailures(1))

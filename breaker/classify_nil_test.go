@@ -1,0 +1,39 @@
+package breaker_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+)
+
+// A sluice.Classifier is asked only for errors: a call that returns nil is a
+// Success, outside a Guard as inside one. A classifier that calls every error
+// a failure must not make a successful Execute or Finish a failure.
+func TestExecuteAndFinishNeverClassifyNil(t *testing.T) {
+	everyErrorFails := func(error) sluice.Outcome { return sluice.Failure }
+	clk := sluice.NewManualClock(0)
+
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithClassifier(everyErrorFails))
+	require.NoError(t, b.Execute(func() error { return nil }))
+	pm, err := b.Allow()
+	require.NoError(t, err)
+	pm.Finish(nil)
+	assert.Equal(t, breaker.StateClosed, b.State(), "successful calls tripped the breaker")
+	assert.Equal(t, int64(2), b.Counts().Successes)
+	require.Error(t, b.Execute(func() error { return errors.New("boom") }))
+	assert.Equal(t, breaker.StateOpen, b.State(), "an error still goes to the classifier")
+
+	a, err := breaker.NewAdaptive("nil", breaker.WithClock(clk), breaker.WithClassifier(everyErrorFails))
+	require.NoError(t, err)
+	for range 10 {
+		require.NoError(t, a.Execute(func() error { return nil }))
+	}
+	requests, accepts := a.Requests(clk.Now())
+	assert.Equal(t, int64(10), requests)
+	assert.Equal(t, int64(10), accepts, "successful calls counted as not accepted")
+}
