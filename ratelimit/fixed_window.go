@@ -74,7 +74,7 @@ func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWi
 		return nil, fmt.Errorf("ratelimit: fixed window: window %v must be positive", window)
 	}
 	cb := uint(bits.Len64(uint64(limit) + 1))
-	if err := checkGranularity("fixed window", limit, window, cb); err != nil {
+	if err := checkGranularity("fixed window", limit, 1<<40-2, window, cb); err != nil {
 		return nil, err
 	}
 	w := &FixedWindow{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
@@ -85,9 +85,9 @@ func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWi
 // checkGranularity reports an error when a counter of cb bits per slot of
 // length slot cannot tell slots apart over the whole range of instants:
 // slot indexes are kept modulo 2^(64-cb) and compared as signed numbers.
-func checkGranularity(what string, limit int64, slot time.Duration, cb uint) error {
+func checkGranularity(what string, limit, most int64, slot time.Duration, cb uint) error {
 	if cb > 40 {
-		return fmt.Errorf("ratelimit: %s: limit %d is too large (at most 2^40-2)", what, limit)
+		return fmt.Errorf("ratelimit: %s: limit %d is too large (at most %d)", what, limit, most)
 	}
 	minSlot := time.Duration(1) << (cb + 2)
 	if slot < minSlot {

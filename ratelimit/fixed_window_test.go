@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -126,4 +127,16 @@ func TestFixedWindowNeverErrorIsRateLimited(t *testing.T) {
 	d := w.DecideAt(0, 2)
 	assert.True(t, errors.Is(d.Cause, sluice.ErrRateLimited))
 	assert.Equal(t, time.Duration(0), d.RetryAfter)
+}
+
+// The largest limits the windows count are what their errors say.
+func TestWindowLimitCaps(t *testing.T) {
+	_, err := NewFixedWindow(1<<40-2, 2*time.Hour)
+	assert.NoError(t, err)
+	_, err = NewFixedWindow(1<<40-1, 2*time.Hour)
+	assert.ErrorContains(t, err, fmt.Sprint(int64(1<<40-2)))
+	_, err = NewSlidingWindow(1<<40-1, 2*time.Hour, 1)
+	assert.NoError(t, err)
+	_, err = NewSlidingWindow(1<<40, 2*time.Hour, 1)
+	assert.ErrorContains(t, err, fmt.Sprint(int64(1<<40-1)))
 }

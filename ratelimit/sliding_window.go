@@ -68,7 +68,7 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 	}
 	bucket := window / time.Duration(buckets)
 	cb := uint(bits.Len64(uint64(limit)))
-	if err := checkGranularity("sliding window bucket", limit, bucket, cb); err != nil {
+	if err := checkGranularity("sliding window bucket", limit, 1<<40-1, bucket, cb); err != nil {
 		return nil, err
 	}
 	return &SlidingWindow{

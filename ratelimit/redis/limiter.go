@@ -326,8 +326,11 @@ func (l *Limiter) Name() string { return l.name }
 
 // Subscribe registers fn, called after each change of the state of the
 // breaker around Redis ("closed", "open", "half-open"), outside every lock.
-// It makes a Limiter a sluice.StateSource.
+// It makes a Limiter a sluice.StateSource. A nil fn is ignored.
 func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
 	if l.subs == nil {

@@ -140,3 +140,17 @@ func TestDroppedAllIsCollected(t *testing.T) {
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 }
+
+// A nil subscriber is ignored: the breaker's next change reaches the others.
+func TestSubscribeNilIsIgnored(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	l, err := NewGCRA(client, ratelimit.PerSecond(10), 10)
+	require.NoError(t, err)
+	l.Subscribe(nil)()
+	l.Subscribe(nil)
+	var heard []string
+	l.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.To) })
+	l.br.b.ForceOpen()
+	assert.Equal(t, []string{"open"}, heard)
+}
