@@ -36,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -164,8 +165,15 @@ func serveUntil(ctx context.Context, addr string, out io.Writer) error {
 		fmt.Fprintln(w, describe(r.Context(), client))
 	})
 	mux.HandleFunc("POST /dependency/{mode}", func(w http.ResponseWriter, r *http.Request) {
-		dep.setMode(r.PathValue("mode"))
-		fmt.Fprintf(w, "dependency %s\n", r.PathValue("mode"))
+		mode := r.PathValue("mode")
+		switch mode {
+		case "healthy", "slow", "failing", "busy":
+		default:
+			http.Error(w, "unknown mode "+strconv.Quote(mode)+": healthy, slow, failing or busy", http.StatusBadRequest)
+			return
+		}
+		dep.setMode(mode)
+		fmt.Fprintf(w, "dependency %s\n", mode)
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

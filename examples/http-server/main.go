@@ -21,7 +21,10 @@
 //	curl -i -H 'X-Forwarded-For: 203.0.113.7' localhost:8080/hello
 //	curl -i localhost:8080/prices                  # a good answer, kept
 //	curl -X POST localhost:8080/upstream/down
-//	curl -i localhost:8080/prices                  # repeat: 502 until the breaker opens, then the stale copy with Age
+//	for i in 1 2 3; do curl -si localhost:8080/prices; done   # 502s open the breaker, then the stale copy with Age
+//
+// (Back to back: the breaker stays open 200ms, and typed one by one the
+// calls would each find it half-open, probe, and get the 502 again.)
 //
 // The service is in main.go; demo.go plays the demonstration against it.
 package main

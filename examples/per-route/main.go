@@ -19,7 +19,7 @@
 // Or keep the server up and try it by hand:
 //
 //	go run ./examples/per-route -serve -addr 127.0.0.1:8080
-//	curl -i -H 'X-Api-Key: alice' localhost:8080/search?q=kettle
+//	curl -i -H 'X-Api-Key: alice' 'localhost:8080/search?q=kettle'
 //	curl -i -X POST -H 'X-Api-Key: alice' localhost:8080/checkout
 //
 // The service is in main.go; demo.go plays the demonstration against it.

@@ -30,6 +30,7 @@ type limit struct {
 	quotaArg    any
 	single      *script // the admission of a Limiter with this limit alone
 	quota       int64
+	window      time.Duration // the time to refill the quota, or the window
 	keyFunc     func(context.Context) string
 	perResource bool
 	failure     FailurePolicy
@@ -185,6 +186,16 @@ func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim i
 // prefix "a:b" with name "c" and prefix "a" with name "b:c" keep apart.
 var keyName = strings.NewReplacer("%", "%25", ":", "%3A")
 
+// windowOf returns the window of a limit of algorithm alg with the script's
+// period (µs) and quota: a bucket's time to refill its burst (as the local
+// twins report it), a window's length.
+func windowOf(alg byte, period, quota int64) time.Duration {
+	if alg == 'g' || alg == 't' {
+		return time.Duration(period*quota) * time.Microsecond
+	}
+	return time.Duration(period) * time.Microsecond
+}
+
 func build(client redis.UniversalClient, cfg config, alg byte, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
@@ -197,6 +208,7 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		periodArg:   strconv.FormatInt(period, 10),
 		quotaArg:    strconv.FormatInt(quota, 10),
 		quota:       quota,
+		window:      windowOf(alg, period, quota),
 		keyFunc:     cfg.keyFunc,
 		perResource: cfg.perResource,
 		failure:     cfg.failure,
@@ -323,6 +335,21 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 
 // Name returns the limiter's name, as given by WithName.
 func (l *Limiter) Name() string { return l.name }
+
+// Window returns the limiter's window: a fixed or sliding window's length,
+// a GCRA's or token bucket's time to refill its burst; for a limiter built by
+// All, the window its limits share, or 0 when they differ (its Decision
+// does not say which limit decided). The middleware gives it to clients as
+// the w parameter of RateLimit-Policy.
+func (l *Limiter) Window() time.Duration {
+	w := l.limits[0].window
+	for _, m := range l.limits[1:] {
+		if m.window != w {
+			return 0
+		}
+	}
+	return w
+}
 
 // Subscribe registers fn, called after each change of the state of the
 // breaker around Redis ("closed", "open", "half-open"), outside every lock.

@@ -154,3 +154,31 @@ func TestSubscribeNilIsIgnored(t *testing.T) {
 	l.br.b.ForceOpen()
 	assert.Equal(t, []string{"open"}, heard)
 }
+
+// Window is what the local twins report: a bucket's time to refill its
+// burst, a window's length; for All, the window its limits share.
+func TestWindow(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	g, err := NewGCRA(client, ratelimit.PerSecond(10), 20, WithName("g"))
+	require.NoError(t, err)
+	tb, err := NewTokenBucket(client, ratelimit.PerMinute(6), 6, WithName("t"))
+	require.NoError(t, err)
+	f, err := NewFixedWindow(client, 6, time.Minute, WithName("f"))
+	require.NoError(t, err)
+	s, err := NewSlidingWindow(client, 100, time.Second, WithName("s"))
+	require.NoError(t, err)
+	local, err := ratelimit.NewGCRA(ratelimit.PerSecond(10), 20)
+	require.NoError(t, err)
+	assert.Equal(t, local.Window(), g.Window())
+	assert.Equal(t, 2*time.Second, g.Window())
+	assert.Equal(t, time.Minute, tb.Window())
+	assert.Equal(t, time.Minute, f.Window())
+	assert.Equal(t, time.Second, s.Window())
+	same, err := All([]*Limiter{tb, f})
+	require.NoError(t, err)
+	assert.Equal(t, time.Minute, same.Window())
+	mixed, err := All([]*Limiter{g, f})
+	require.NoError(t, err)
+	assert.Zero(t, mixed.Window(), "which limit decided is unknown")
+}
