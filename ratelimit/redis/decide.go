@@ -169,10 +169,13 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		// breaker's open time counts from then. The clock is read only
 		// here, from the start of the call's deadline epoch, at most a
 		// grain before the call.
-		now += time.Since(ep.start)
-		l.br.failure(bt, now)
+		// The failure policy still decides at now, the instant the request
+		// was admitted at: a local limiter must see the instants of its
+		// Guard's clock, not ones moved on by the wait for Redis.
+		failedAt := now + time.Since(ep.start)
+		l.br.failure(bt, failedAt)
 		if l.observer != nil {
-			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
+			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
 		}
 		return l.fallback(ctx, c, now, track)
 	}

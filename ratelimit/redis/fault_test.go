@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -184,8 +185,10 @@ func TestScriptFlushMidRun(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	var log eventLog
+	// A timeout far above any call's, so that only the flush could make a
+	// decision miss Redis, however loaded the machine.
 	l, err := NewGCRA(c, ratelimit.PerSecond(100000), 100000, WithName(uniqueName("flush")),
-		WithFailClosed(), WithObserver(log.observe))
+		WithFailClosed(), WithObserver(log.observe), WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -302,5 +305,38 @@ func TestOutageUnderConcurrency(t *testing.T) {
 			}
 		}
 		log.mu.Unlock()
+	}
+}
+
+// TestLocalFallbackDecidesAtTheGuardsInstant: while Redis cannot answer,
+// the local share decides at the instant the Guard admitted the request at,
+// as the same local limiter in the Guard's chain would, and not at that
+// instant moved on by the time the failed call to Redis took. Before, the
+// requests that reached Redis were decided later than the Guard's clock
+// said, so a Retry-After computed on that clock came out longer than the
+// interval (3601 s for one token an hour).
+func TestLocalFallbackDecidesAtTheGuardsInstant(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens: every call fails at once
+	c := newClient(t, addr)
+	l, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithLocalFallback(1), WithName(uniqueName("local-instant")),
+		WithBreaker(10, time.Minute))
+	require.NoError(t, err)
+	want, err := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 2)
+	require.NoError(t, err)
+	ctx := sluice.WithKey(context.Background(), "k")
+	const now = 5 * time.Hour // the Guard's clock; it does not move
+	for i := range 3 {
+		d, tk := l.Admit(ctx, now)
+		wd, wtk := want.Admit(ctx, now)
+		require.Equal(t, wd.Allowed, d.Allowed, "request %d", i)
+		require.Equal(t, wd.RetryAfter, d.RetryAfter, "request %d: %+v", i, d)
+		require.Equal(t, wd.Reset, d.Reset, "request %d: %+v", i, d)
+		if d.Allowed {
+			l.Done(tk, sluice.Success, now, 0)
+			want.Done(wtk, sluice.Success, now, 0)
+		}
 	}
 }
