@@ -57,12 +57,12 @@ func HandlerFallback(h http.Handler) (Fallback, error) {
 }
 
 // StaleFallback answers a GET or HEAD request with the last good GET
-// response kept in c for the same route, key and request URI, with an Age
-// field (a HEAD request gets its header fields, without the body). Routes
-// that this fallback may answer keep a copy of their good GET responses in
-// c. A request of another method, which may change state, is never answered
-// from a copy: it, and a request for which c holds no copy young enough, is
-// rejected as usual.
+// response kept in c for the same route, key and request URI (route and URI
+// alone when c is StaleShared), with an Age field (a HEAD request gets its
+// header fields, without the body). Routes that this fallback may answer
+// keep a copy of their good GET responses in c. A request of another
+// method, which may change state, is never answered from a copy: it, and a
+// request for which c holds no copy young enough, is rejected as usual.
 func StaleFallback(c *StaleCache) (Fallback, error) {
 	if c == nil {
 		return Fallback{}, errors.New("sluicehttp: StaleFallback: nil cache")
@@ -71,12 +71,14 @@ func StaleFallback(c *StaleCache) (Fallback, error) {
 }
 
 // StaleCache keeps the last good (200, GET, cacheable) response of each route,
-// key and request URI, bounded in entries and in body size, dropping the
-// least recently stored first. It is safe for concurrent use.
+// key and request URI (of each route and URI with StaleShared), bounded in
+// entries and in body size, dropping the least recently stored first. It is
+// safe for concurrent use.
 type StaleCache struct {
 	maxEntries int
 	maxAge     time.Duration
 	maxBody    int
+	shared     bool // one copy per route and URI, whatever the key
 
 	mu      sync.Mutex
 	entries map[string]*list.Element
@@ -94,7 +96,13 @@ type staleEntry struct {
 // NewStaleCache returns a StaleCache of at most maxEntries responses, each
 // served for at most maxAge after it was stored and kept only when its body
 // is at most maxBody bytes.
-func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int) (*StaleCache, error) {
+func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...StaleCacheOption) (*StaleCache, error) {
+	c := &StaleCache{maxEntries: maxEntries, maxAge: maxAge, maxBody: maxBody, entries: make(map[string]*list.Element)}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
 	switch {
 	case maxEntries < 1:
 		return nil, fmt.Errorf("sluicehttp: NewStaleCache: maxEntries %d < 1", maxEntries)
@@ -103,8 +111,21 @@ func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int) (*StaleCac
 	case maxBody < 1:
 		return nil, fmt.Errorf("sluicehttp: NewStaleCache: maxBody %d < 1", maxBody)
 	}
-	return &StaleCache{maxEntries: maxEntries, maxAge: maxAge, maxBody: maxBody, entries: make(map[string]*list.Element)}, nil
+	return c, nil
 }
+
+// StaleCacheOption configures a StaleCache.
+type StaleCacheOption func(*StaleCache)
+
+// StaleShared makes the cache keep one copy per route and request URI for
+// every client, as a shared HTTP cache does, rather than one per request key
+// (the client address, the API key a Keyer finds): a client's first request
+// during an outage is then answered from another's copy. It suits responses
+// that do not depend on who asked. The rules for what is kept still hold:
+// nothing private, no-store or no-cache, nothing that sets a cookie or
+// varies with request fields, nothing answered to a request with
+// credentials unless the response says public.
+func StaleShared() StaleCacheOption { return func(c *StaleCache) { c.shared = true } }
 
 // Len returns the number of responses kept.
 func (c *StaleCache) Len() int {
@@ -113,8 +134,19 @@ func (c *StaleCache) Len() int {
 	return c.order.Len()
 }
 
-func staleKey(route, key string, r *http.Request) string {
-	return route + "\x00" + key + "\x00" + r.Host + r.URL.RequestURI()
+// staleID names the response to a request: its route, its key and its URI.
+type staleID struct {
+	route, key string
+	r          *http.Request
+}
+
+// entryKey returns the name of the copy of id's response in c.
+func (c *StaleCache) entryKey(id staleID) string {
+	key := id.key
+	if c.shared {
+		key = ""
+	}
+	return id.route + "\x00" + key + "\x00" + id.r.Host + id.r.URL.RequestURI()
 }
 
 // dropped are the fields a stale copy does not repeat: hop-by-hop fields, the
@@ -150,10 +182,11 @@ func cacheable(r *http.Request, h http.Header) bool {
 	return true
 }
 
-func (c *StaleCache) store(r *http.Request, key string, status int, header http.Header, body []byte, now time.Duration) {
-	if len(body) > c.maxBody || !cacheable(r, header) {
+func (c *StaleCache) store(id staleID, status int, header http.Header, body []byte, now time.Duration) {
+	if len(body) > c.maxBody || !cacheable(id.r, header) {
 		return
 	}
+	key := c.entryKey(id)
 	h := header.Clone()
 	for _, f := range dropped {
 		delete(h, f)
@@ -201,7 +234,7 @@ type fallbackKey struct {
 
 // serve answers r with fb; it reports false when fb has nothing to answer
 // with.
-func (fb Fallback) serve(w http.ResponseWriter, r *http.Request, staleKey string, now time.Duration) bool {
+func (fb Fallback) serve(w http.ResponseWriter, r *http.Request, id staleID, now time.Duration) bool {
 	switch {
 	case fb.static != nil:
 		h := w.Header()
@@ -220,7 +253,7 @@ func (fb Fallback) serve(w http.ResponseWriter, r *http.Request, staleKey string
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return false
 		}
-		e, age, ok := fb.stale.load(staleKey, now)
+		e, age, ok := fb.stale.load(fb.stale.entryKey(id), now)
 		if !ok {
 			return false
 		}

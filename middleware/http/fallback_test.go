@@ -185,13 +185,14 @@ func TestEveryStaleFallbackThatMayAnswerKeepsACopy(t *testing.T) {
 func TestStaleCacheIsBounded(t *testing.T) {
 	c, err := NewStaleCache(3, time.Hour, 10)
 	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	for i := range 10 {
-		c.store(httptest.NewRequest(http.MethodGet, "/", nil), "k"+strconv.Itoa(i), 200, http.Header{}, []byte("x"), 0)
+		c.store(staleID{"", "k" + strconv.Itoa(i), r}, 200, http.Header{}, []byte("x"), 0)
 	}
 	assert.Equal(t, 3, c.Len())
-	_, _, ok := c.load("k9", 0)
+	_, _, ok := c.load(c.entryKey(staleID{"", "k9", r}), 0)
 	assert.True(t, ok)
-	_, _, ok = c.load("k0", 0)
+	_, _, ok = c.load(c.entryKey(staleID{"", "k0", r}), 0)
 	assert.False(t, ok)
 }
 
@@ -286,7 +287,7 @@ func TestStaleCacheKeepsNoPersonalAnswer(t *testing.T) {
 			for k, v := range tt.respHdr {
 				h[k] = v
 			}
-			c.store(r, "k", http.StatusOK, h, []byte("alice's account"), 0)
+			c.store(staleID{"", "k", r}, http.StatusOK, h, []byte("alice's account"), 0)
 			assert.Equal(t, tt.kept, c.Len() == 1)
 		})
 	}
@@ -351,4 +352,47 @@ func staleSetup(t *testing.T) (*sluice.ManualClock, *switchable, *sluice.Guard, 
 	stale, err := StaleFallback(cache)
 	require.NoError(t, err)
 	return clock, sw, g, cache, stale
+}
+
+// A StaleShared cache keeps one copy per route and URI: a client keyed
+// apart from the one whose request was kept is answered from it. A cache
+// without the option keeps each key's copies apart.
+func TestStaleSharedAcrossKeys(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		clock := sluice.NewManualClock(time.Hour)
+		sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
+		g := newGuard(t, clock, sw)
+		var opts []StaleCacheOption
+		if shared {
+			opts = append(opts, StaleShared())
+		}
+		cache, err := NewStaleCache(8, time.Minute, 1024, opts...)
+		require.NoError(t, err)
+		stale, err := StaleFallback(cache)
+		require.NoError(t, err)
+		keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(nil))
+		require.NoError(t, err)
+		h := Middleware(WithGuard(g), WithKeyer(keyer), WithFallback("", sluice.CauseCircuitOpen, stale))(
+			http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "prices") }))
+		from := func(addr string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/prices", nil)
+			r.RemoteAddr = addr
+			h.ServeHTTP(rec, r)
+			return rec
+		}
+		require.Equal(t, http.StatusOK, from("192.0.2.1:1000").Code)
+		sw.on = true
+		clock.Advance(3 * time.Second)
+		assert.Equal(t, "prices", from("192.0.2.1:1001").Body.String(), "shared %v: the same client", shared)
+		rec := from("198.51.100.9:2000")
+		if shared {
+			assert.Equal(t, http.StatusOK, rec.Code)
+			assert.Equal(t, "prices", rec.Body.String())
+			assert.Equal(t, "3", rec.Header().Get("Age"))
+		} else {
+			assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "another client has no copy of its own")
+		}
+		assert.Equal(t, 1, cache.Len())
+	}
 }

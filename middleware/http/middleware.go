@@ -290,9 +290,9 @@ func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *staleSet,
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if stale != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		sk, now := staleKey(pattern, key, r), rt.Guard.Now()
+		id, now := staleID{pattern, key, r}, rt.Guard.Now()
 		for _, c := range stale.caches {
-			c.store(r, sk, http.StatusOK, rw.Header(), rw.capture, now)
+			c.store(id, http.StatusOK, rw.Header(), rw.capture, now)
 		}
 	}
 	putWriter(rw)
@@ -390,7 +390,7 @@ func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middlewar
 			if fb.handler != nil {
 				fr = r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d))
 			}
-			if fb.serve(w, fr, staleKey(pattern, key, r), rt.Guard.Now()) {
+			if fb.serve(w, fr, staleID{pattern, key, r}, rt.Guard.Now()) {
 				return
 			}
 		}
