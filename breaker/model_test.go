@@ -200,15 +200,9 @@ func TestConcurrentFailuresTripOnce(t *testing.T) {
 }
 
 func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
-	var mu sync.Mutex
-	var seen []sluice.StateChange
 	b := mustNew(t, breaker.WithRollingWindow(50*ms, 5), breaker.WithErrorRatio(0.3, 5),
 		breaker.WithOpenDuration(2*ms), breaker.WithHalfOpenProbes(3, 0.6))
-	b.Subscribe(func(c sluice.StateChange) {
-		mu.Lock()
-		seen = append(seen, c)
-		mu.Unlock()
-	})
+	log := hear(b)
 	var clock atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 16 {
@@ -243,8 +237,7 @@ func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	seen := log.all()
 	require.NotEmpty(t, seen)
 	assert.Equal(t, "closed", seen[0].From)
 	for i := 1; i < len(seen); i++ {

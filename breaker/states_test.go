@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -296,15 +297,34 @@ func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
 	assert.Len(t, got, 4)
 }
 
+// changeLog records the state changes a source's listeners hear, from any
+// goroutine.
+type changeLog struct {
+	mu   sync.Mutex
+	list []sluice.StateChange
+}
+
+// hear subscribes a changeLog to src.
+func hear(src sluice.StateSource) *changeLog {
+	l := &changeLog{}
+	src.Subscribe(func(c sluice.StateChange) {
+		l.mu.Lock()
+		l.list = append(l.list, c)
+		l.mu.Unlock()
+	})
+	return l
+}
+
+// all returns the changes heard so far.
+func (l *changeLog) all() []sluice.StateChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.list)
+}
+
 func TestListenersOrderUnderConcurrentTransitions(t *testing.T) {
 	b := mustNew(t)
-	var mu sync.Mutex
-	var seen []sluice.StateChange
-	b.Subscribe(func(c sluice.StateChange) {
-		mu.Lock()
-		seen = append(seen, c)
-		mu.Unlock()
-	})
+	log := hear(b)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
@@ -323,8 +343,7 @@ func TestListenersOrderUnderConcurrentTransitions(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	seen := log.all()
 	require.NotEmpty(t, seen)
 	require.Equal(t, "closed", seen[0].From)
 	for i := 1; i < len(seen); i++ {

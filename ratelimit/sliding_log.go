@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -19,16 +20,17 @@ import (
 // amortized under a mutex; a rejection walks the oldest entries until enough
 // units would have left to compute RetryAfter.
 //
-// An instant older than the newest entry (a clock stepping backwards, or a
-// late caller) is logged at the newest entry's instant, so it never admits
-// extra. Make one with NewSlidingLog; the zero value is not usable.
+// An instant older than the newest one decided at (a clock stepping
+// backwards, or a late caller) is counted and logged at that newest instant,
+// so it never admits extra. Make one with NewSlidingLog; the zero value is
+// not usable.
 type SlidingLog struct {
 	mu    sync.Mutex
 	ring  []logEntry // entries ring[(head+i) % len], i < size, oldest first
 	head  int
 	size  int
 	total int64         // units of the live entries
-	last  time.Duration // newest instant logged
+	last  time.Duration // newest instant decided at; math.MinInt64 at first
 	seq   uint64        // sequence number of the newest entry ever logged
 
 	limit  int64
@@ -64,6 +66,7 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	}
 	return &SlidingLog{
 		ring:  make([]logEntry, min(limit, 16)),
+		last:  math.MinInt64,
 		limit: limit, window: window, name: o.name, clock: newLimiterClock(o.clock),
 	}, nil
 }
@@ -204,10 +207,11 @@ func (l *SlidingLog) decide(now time.Duration, n int64, full bool) (sluice.Decis
 	n = max(n, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	at := now
-	if l.seq > 0 && at < l.last {
-		at = l.last // never log before the newest entry
-	}
+	// Never decide before the newest instant decided at: the entries that
+	// left the window as of that instant are gone, so a request at an older
+	// one is counted (and logged) as of it.
+	at := max(now, l.last)
+	l.last = at
 	// The time since the entry, not entry+window, which overflows for a
 	// window near MaxInt64; entries are never logged after at.
 	for l.size > 0 && uint64(at-l.at(0).at) >= uint64(l.window) {
@@ -232,7 +236,6 @@ func (l *SlidingLog) decide(now time.Duration, n int64, full bool) (sluice.Decis
 		return reject(l.name, l.limit, l.limit-l.total, l.resetLocked(now), retry), 0
 	}
 	l.seq++
-	l.last = at
 	l.push(logEntry{at: at, n: n, seq: l.seq})
 	l.total += n
 	if !full {

@@ -42,7 +42,7 @@ func TestSlidingLogSteps(t *testing.T) {
 
 // logModel is the sliding log's definition, computed naively: the units of
 // the requests logged in (t-window, t] never exceed the limit, an instant
-// before the newest entry is read as the newest entry's, and a released
+// before the newest one decided at is read as that one, and a released
 // request is forgotten.
 type logModel struct {
 	limit   int64
@@ -54,6 +54,7 @@ type logModel struct {
 
 func (m *logModel) decide(now time.Duration, n int64) (sluice.Decision, uint64) {
 	at := max(now, m.last)
+	m.last = at
 	var live []logEntry
 	var total int64
 	for _, e := range m.entries {
@@ -79,7 +80,6 @@ func (m *logModel) decide(now time.Duration, n int64) (sluice.Decision, uint64) 
 		}
 	}
 	m.seq++
-	m.last = at
 	m.entries = append(m.entries, logEntry{at: at, n: n, seq: m.seq})
 	return allow("m", m.limit, m.limit-total-n, at+m.window-now), m.seq
 }
@@ -202,4 +202,30 @@ func TestSlidingLogHugeWindowHoldsItsLimit(t *testing.T) {
 			t.Errorf("window %v: a second request admitted: %+v", c.window, d)
 		}
 	}
+}
+
+// A decision that finds the clock ahead drops the entries that have left
+// the window as of that instant. A request that comes afterwards at an
+// older instant must then count as of that instant too: logged at an older
+// one, it leaves the window too early, and the window holds more than the
+// limit.
+func TestSlidingLogLateCallerAfterExpiryDoesNotOverAdmit(t *testing.T) {
+	l := mustSlidingLog(t, 2, 10*time.Second)
+	require.True(t, l.AllowNAt(0, 1))
+	require.True(t, l.AllowNAt(5*time.Second, 1))
+	// At 12s the entry of 0s has left the window; 2 more do not fit.
+	require.False(t, l.AllowNAt(12*time.Second, 2))
+	// A late caller at 4s finds room, the entry of 0s being gone: it is
+	// counted as of 12s, not as of 4s nor 5s, when the 0s entry was still in.
+	n := 0
+	if l.AllowNAt(4*time.Second, 1) {
+		n++
+	}
+	// At 15s the entry of 5s has left, the late one not: one more fits.
+	for range 2 {
+		if l.AllowNAt(15*time.Second, 1) {
+			n++
+		}
+	}
+	assert.Equal(t, 2, n, "admitted in (5s, 15s] besides the entry of 5s")
 }
