@@ -432,6 +432,10 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 func (b *Breaker) openDuration(draw float64) time.Duration {
 	d := b.cfg.openBase
 	for i := 1; i < b.trips && d < b.cfg.openMax; i++ {
+		if d > b.cfg.openMax/2 {
+			d = b.cfg.openMax // doubled, it would pass the cap (or overflow)
+			break
+		}
 		d *= 2
 	}
 	d = min(d, b.cfg.openMax)

@@ -413,3 +413,27 @@ func TestJitterShortensOpenDurations(t *testing.T) {
 		assert.Error(t, err, "%v", bad)
 	}
 }
+
+// A backoff capped near the largest duration keeps doubling up to its cap
+// however many times the breaker reopens: the doubling never overflows into
+// a nanosecond's opening.
+func TestBackoffNearTheLargestDurationDoesNotOverflow(t *testing.T) {
+	base := time.Duration(1) << 60
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(base, math.MaxInt64))
+	ctx := context.Background()
+	now := time.Duration(0)
+	_, tk := b.Admit(ctx, now)
+	b.Done(tk, F, now, 0)
+	for i, want := range []time.Duration{base, 2 * base, 4 * base} {
+		d, _ := b.Admit(ctx, now)
+		require.False(t, d.Allowed, "open %d", i)
+		require.Equal(t, want, d.RetryAfter, "open %d", i)
+		now += d.RetryAfter
+		d, tk := b.Admit(ctx, now)
+		require.True(t, d.Allowed, "probe %d", i)
+		b.Done(tk, F, now, 0)
+	}
+	d, _ := b.Admit(ctx, now)
+	require.False(t, d.Allowed)
+	assert.Equal(t, time.Duration(math.MaxInt64)-now, d.RetryAfter, "open until the end of time, not for 1ns")
+}
