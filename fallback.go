@@ -163,6 +163,16 @@ func NewFallbackEvent(name string, err error) FallbackEvent {
 	return ev
 }
 
+// RejectionOf returns the Decision of the sluice rejection that err is or
+// wraps, and false when there is none. A Guard's timeout wrapping an inner
+// Guard's rejection is a timeout, not a rejection: false.
+func RejectionOf(err error) (Decision, bool) {
+	if re := rejectionOf(err); re != nil {
+		return re.Decision, true
+	}
+	return Decision{}, false
+}
+
 // rejectionOf returns the RejectedError that err is or wraps, unless a
 // TimeoutError wraps it: a Guard's timeout wrapping an inner Guard's
 // rejection is not a rejection by the Guard.

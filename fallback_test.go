@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -305,4 +306,18 @@ func TestNewFallbackEvent(t *testing.T) {
 	}
 	te := &sluice.TimeoutError{After: time.Second, Err: context.DeadlineExceeded}
 	assert.Equal(t, sluice.CauseTimeout, sluice.NewFallbackEvent("t", te).Cause)
+}
+
+func TestRejectionOf(t *testing.T) {
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
+	re := &sluice.RejectedError{Decision: d}
+	for _, err := range []error{re, fmt.Errorf("calling dep: %w", re), errors.Join(errors.New("other"), re)} {
+		got, ok := sluice.RejectionOf(err)
+		assert.True(t, ok, "%v", err)
+		assert.Equal(t, d, got)
+	}
+	for _, err := range []error{nil, errors.New("plain"), context.Canceled, &sluice.TimeoutError{After: time.Second, Err: re}} {
+		_, ok := sluice.RejectionOf(err)
+		assert.False(t, ok, "%v", err)
+	}
 }

@@ -21,5 +21,8 @@
 // its host (typically a breaker, a limiter and a timeout), classifies the
 // answer by status, opens the host's breaker for as long as a dependency's
 // Retry-After asks on 429 and 503, and returns a *sluice.RejectedError
-// without calling the dependency when the Guard rejects.
+// without calling the dependency when the Guard rejects. A handler that gets
+// such a rejection passes it to [Reject], which answers it as the middleware
+// answers its own: with the route's fallback (the stale copy of its last
+// good response, say), or 503 and Retry-After.
 package sluicehttp

@@ -33,14 +33,22 @@ func (s *switchable) Admit(context.Context, time.Duration) (sluice.Decision, slu
 }
 func (*switchable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
+// newStale returns a StaleCache of maxEntries copies, kept a minute, of
+// bodies up to 1 KiB, and the StaleFallback that answers from it.
+func newStale(t *testing.T, maxEntries int, opts ...StaleCacheOption) (*StaleCache, Fallback) {
+	t.Helper()
+	cache, err := NewStaleCache(maxEntries, time.Minute, 1024, opts...)
+	require.NoError(t, err)
+	stale, err := StaleFallback(cache)
+	require.NoError(t, err)
+	return cache, stale
+}
+
 func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
 	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrCircuitOpen}}
 	g := newGuard(t, clock, sw)
-	cache, err := NewStaleCache(2, time.Minute, 1024)
-	require.NoError(t, err)
-	stale, err := StaleFallback(cache)
-	require.NoError(t, err)
+	cache, stale := newStale(t, 2)
 	n := 0
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -347,10 +355,7 @@ func staleSetup(t *testing.T) (*sluice.ManualClock, *switchable, *sluice.Guard, 
 	clock := sluice.NewManualClock(time.Hour)
 	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
 	g := newGuard(t, clock, sw)
-	cache, err := NewStaleCache(8, time.Minute, 1024)
-	require.NoError(t, err)
-	stale, err := StaleFallback(cache)
-	require.NoError(t, err)
+	cache, stale := newStale(t, 8)
 	return clock, sw, g, cache, stale
 }
 
@@ -366,10 +371,7 @@ func TestStaleSharedAcrossKeys(t *testing.T) {
 		if shared {
 			opts = append(opts, StaleShared())
 		}
-		cache, err := NewStaleCache(8, time.Minute, 1024, opts...)
-		require.NoError(t, err)
-		stale, err := StaleFallback(cache)
-		require.NoError(t, err)
+		cache, stale := newStale(t, 8, opts...)
 		keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(nil))
 		require.NoError(t, err)
 		h := Middleware(WithGuard(g), WithKeyer(keyer), WithFallback("", sluice.CauseCircuitOpen, stale))(
@@ -395,4 +397,62 @@ func TestStaleSharedAcrossKeys(t *testing.T) {
 		}
 		assert.Equal(t, 1, cache.Len())
 	}
+}
+
+// Reject answers a rejection that a handler's own call met (here its
+// dependency's Guard) as the middleware answers its own: the route's stale
+// copy, then the problem body; the route's Guard counts the request Ignored.
+func TestRejectAnswersADependencysRejection(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	counter := testpolicy.NewCounter()
+	g := newGuard(t, clock, counter)
+	dep := &switchable{d: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 4 * time.Second, Cause: sluice.ErrCircuitOpen}}
+	depGuard := newGuard(t, clock, dep)
+	cache, stale := newStale(t, 8)
+	var answered []bool
+	mux := http.NewServeMux()
+	call := func(w http.ResponseWriter, r *http.Request) {
+		err := depGuard.Do(r.Context(), func(context.Context) error { return nil })
+		if err != nil {
+			answered = append(answered, Reject(w, r, err))
+			return
+		}
+		_, _ = io.WriteString(w, "prices #"+strconv.Itoa(len(answered)))
+	}
+	mux.HandleFunc("GET /prices", call)
+	mux.HandleFunc("GET /orders", call)
+	mux.HandleFunc("GET /late", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		answered = append(answered, Reject(w, r, &sluice.RejectedError{Decision: dep.d}))
+	})
+	h := Middleware(WithGuard(g), WithFallback("GET /prices", sluice.CauseCircuitOpen, stale))(mux)
+
+	require.Equal(t, "prices #0", serve(h, http.MethodGet, "/prices").Body.String())
+	dep.on = true
+	clock.Advance(5 * time.Second)
+	rec := serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "prices #0", rec.Body.String(), "the stale copy")
+	assert.Equal(t, "5", rec.Header().Get("Age"))
+
+	rec = serve(h, http.MethodGet, "/orders")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no fallback: the problem body")
+	assert.Equal(t, "4", rec.Header().Get("Retry-After"))
+	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+
+	rec = serve(h, http.MethodGet, "/late")
+	assert.Equal(t, http.StatusAccepted, rec.Code, "a response begun is left alone")
+	assert.Equal(t, []bool{true, true, false}, answered)
+	assert.Equal(t, 2, counter.Outcomes()[sluice.Ignored], "the two requests answered by Reject")
+	assert.Equal(t, 2, counter.Outcomes()[sluice.Success], "the first request and /late")
+	assert.Equal(t, 1, cache.Len(), "a stale answer is not kept as a good one")
+
+	// Outside the middleware, or for an error that is no rejection, it
+	// answers nothing.
+	plain := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodGet, "/prices", nil)
+	assert.False(t, Reject(plain, r, &sluice.RejectedError{Decision: dep.d}))
+	assert.False(t, Reject(plain, r, context.DeadlineExceeded))
+	assert.Equal(t, http.StatusOK, plain.Code)
+	assert.Zero(t, plain.Body.Len())
 }

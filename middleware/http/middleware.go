@@ -197,18 +197,25 @@ func (h *handler) pattern(r *http.Request) string {
 	return p
 }
 
+// route returns r's route pattern, when the middleware needs it, and the
+// table's Route for it.
+func (h *handler) route(r *http.Request) (string, *middleware.Route) {
+	if h.needPattern {
+		pattern := h.pattern(r)
+		return pattern, h.routes.Match(pattern)
+	}
+	return "", h.routes.Default()
+}
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.skip != nil && h.skip(r) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	var pattern string
-	var rt *middleware.Route
+	rt := h.routes.Default()
 	if h.needPattern {
-		pattern = h.pattern(r)
-		rt = h.routes.Match(pattern)
-	} else {
-		rt = h.routes.Default()
+		pattern, rt = h.route(r)
 	}
 	if rt == nil {
 		h.next.ServeHTTP(w, r)
@@ -240,6 +247,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render.Admitted(w.Header(), rt, d)
+	rw.h = h
 	var stale *staleSet
 	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
 		if stale = h.staleFor(pattern); stale != nil {
@@ -380,6 +388,33 @@ type rejectionKey struct{}
 func RejectionFrom(r *http.Request) (sluice.Decision, bool) {
 	d, ok := r.Context().Value(rejectionKey{}).(sluice.Decision)
 	return d, ok
+}
+
+// Reject answers r, in a handler behind Middleware, as the middleware
+// answers its own rejections, for a sluice rejection err that a call the
+// handler made met: a Transport's breaker open for the dependency, a Guard
+// of the handler's own. The route's fallback for the cause answers (the
+// stale copy of the route's last good response, say), else the deny
+// handler, else 429 or 503 with Retry-After and a problem body; the
+// request then counts as Ignored for the route's Guard, as another
+// policy's rejection does. It reports false, having written nothing, when
+// err is no sluice rejection (a timeout wrapping one is a timeout), when w
+// is not the writer the middleware handed to the handler (or one wrapping
+// it), or when the response has begun.
+func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
+	d, ok := sluice.RejectionOf(err)
+	if !ok {
+		return false
+	}
+	rw := writerIn(w)
+	if rw == nil || rw.h == nil || rw.status != 0 || rw.hijacked {
+		return false
+	}
+	h := rw.h
+	pattern, rt := h.route(r)
+	key, _ := sluice.KeyFrom(r.Context())
+	h.rejected(rw, r, rt, pattern, key, d)
+	return true
 }
 
 func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision) {

@@ -25,6 +25,8 @@ type responseWriter struct {
 	capturing  bool
 	// view shows the request to the key functions while they run.
 	view request
+	// h is the middleware serving the request, for Reject.
+	h *handler
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
@@ -139,15 +141,23 @@ func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 // request was rejected by a sluice middleware, so it does not count the
 // answer as the handler's failure.
 func markRejected(w http.ResponseWriter) {
+	if rw := writerIn(w); rw != nil {
+		rw.rejected = true
+	}
+}
+
+// writerIn returns the middleware's writer that w is or wraps (through
+// Unwrap, as http.ResponseController follows it), or nil.
+func writerIn(w http.ResponseWriter) *responseWriter {
 	for i := 0; i < 16 && w != nil; i++ {
 		if rw, ok := w.(*responseWriter); ok {
-			rw.rejected = true
-			return
+			return rw
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {
-			return
+			return nil
 		}
 		w = u.Unwrap()
 	}
+	return nil
 }
