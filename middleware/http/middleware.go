@@ -93,7 +93,10 @@ func WithRouteResource() Option {
 }
 
 // WithSkipper lets the requests for which fn reports true bypass the guard
-// (health checks, metrics). Default: none bypass it.
+// (health checks, metrics). Default: none bypass it. fn runs first, before
+// the route is looked up. To let a route through by its pattern, as
+// middleware.SkipRoutes does for the gRPC adapter, map the pattern to a nil
+// Guard in the route table: middleware.RouteTo("GET /healthz", nil).
 func WithSkipper(fn func(*http.Request) bool) Option {
 	return func(c *config) {
 		if fn != nil {
