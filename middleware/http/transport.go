@@ -296,6 +296,22 @@ func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
 	g, err = t.factory(host)
 }
 
+// Guard returns the Guard that guards the calls to host (as WithHostFunc
+// names hosts; by default the request URL's host, port included), to look
+// at its state or force its breaker, and false while the RoundTripper keeps
+// none for host: before its first call, after it was dropped (WithMaxHosts,
+// Close, which close it), or when the GuardFactory gave it none.
+func (t *RoundTripper) Guard(host string) (*sluice.Guard, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	el, ok := t.hosts[host]
+	if !ok {
+		return nil, false
+	}
+	g := el.Value.(*hostGuard).g
+	return g, g != nil
+}
+
 // Hosts returns the number of hosts whose Guards are kept (more than
 // WithMaxHosts while more hosts than that have calls in flight).
 func (t *RoundTripper) Hosts() int {

@@ -783,3 +783,29 @@ func TestTransportPanicAfterTheAnswerClosesTheResponse(t *testing.T) {
 		})
 	}
 }
+
+// Guard hands out the Guard a host's calls go through, once it is made.
+func TestTransportGuardOfAHost(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: http.StatusOK}
+	rt, breakers := newTransport(t, dep, clock)
+	_, ok := rt.Guard("a.test")
+	assert.False(t, ok, "no call yet")
+	for _, url := range []string{"http://a.test/x", "http://unguarded.test/x"} {
+		resp, err := get(t, rt, url, nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	g, ok := rt.Guard("a.test")
+	require.True(t, ok)
+	assert.Equal(t, []sluice.Policy{breakers["a.test"]}, g.Policies())
+	_, ok = rt.Guard("unguarded.test")
+	assert.False(t, ok, "the factory gave it no Guard")
+
+	breakers["a.test"].ForceOpen()
+	_, err := get(t, rt, "http://a.test/x", nil)
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	require.NoError(t, rt.Close())
+	_, ok = rt.Guard("a.test")
+	assert.False(t, ok, "dropped by Close")
+}
