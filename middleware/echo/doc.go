@@ -7,5 +7,9 @@
 // with Retry-After and an RFC 9457 problem body, unless a deny handler
 // answers. The outcome is classified from the final status, including an
 // error the handler returns (an *echo.HTTPError's code, 500 for any other
-// error) that Echo's error handler renders later.
+// error) that Echo's error handler renders later. A handler that returns a
+// sluice rejection its own call met (a breaker open for its dependency, as
+// sluicehttp.Transport returns it) gets it answered as the middleware's
+// own: 429 or 503 with Retry-After and the problem body, or the deny
+// handler's answer.
 package sluiceecho

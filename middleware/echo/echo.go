@@ -195,6 +195,15 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			if finish != nil {
 				cerr, finish = finish(err), nil
 			}
+			if err != nil && !c.Response().Committed {
+				if d, ok := sluice.RejectionOf(cerr); ok {
+					// A rejection the handler's own call met (a breaker
+					// open for its dependency): answered as this
+					// middleware answers its own, and Ignored.
+					done.Record(sluice.Ignored)
+					return cfg.rejected(c, rt, d)
+				}
+			}
 			done.Record(cfg.outcome(c, reqCtx, err, cerr))
 			return err
 		}

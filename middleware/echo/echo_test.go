@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -505,4 +506,30 @@ func TestSameNamedPoliciesNeverGetAnothersWindow(t *testing.T) {
 	if w, ok := pol[0].Int("w"); ok { // w may be left out when unknown, never wrong
 		assert.EqualValues(t, 3600, w, "RateLimit-Policy: %s", rec.Header().Get("RateLimit-Policy"))
 	}
+}
+
+// A handler that returns a rejection its own call met (its dependency's
+// breaker open) gets it answered as the middleware's own: 503 with
+// Retry-After and the problem body, not Echo's 500; the route's Guard
+// counts it Ignored. A response already committed is left alone.
+func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
+	counter := testpolicy.NewCounter()
+	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}})
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, counter))))
+	e.GET("/prices", func(c echo.Context) error {
+		return fmt.Errorf("prices: %w", dep.Do(c.Request().Context(), func(context.Context) error { return nil }))
+	})
+	e.GET("/late", func(c echo.Context) error {
+		_ = c.String(http.StatusAccepted, "begun")
+		return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+	})
+	rec := do(e, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "3", rec.Header().Get("Retry-After"))
+	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+	assert.NotContains(t, rec.Body.String(), "prices:", "no error text on the wire")
+	rec = do(e, http.MethodGet, "/late")
+	assert.Equal(t, http.StatusAccepted, rec.Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 2}, counter.Outcomes())
 }
