@@ -36,8 +36,12 @@
 // A unary call can be answered by a [Fallback] instead ([WithFallback]), per
 // method and cause, as the HTTP adapters answer with a fallback response.
 //
+// A handler that returns a sluice rejection its own call met (a client
+// interceptor's breaker open for its dependency, a Guard of its own),
+// wrapped or not, gets the same answer: the method's fallback for a unary
+// call, else the rejection's status, and the call counts as ignored.
 // [RejectionOf] reads such a status back into a sluice.Decision on the
-// client; [Error] converts a rejection of a Guard run inside a handler. A
+// client; [Error] converts a rejection into that status. A
 // client interceptor whose server answers Unavailable or ResourceExhausted
 // with a RetryInfo holds its Guard's breakers open for that delay.
 //

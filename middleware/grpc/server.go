@@ -100,10 +100,16 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
 	}
-	return c.runUnary(ctx, rt.Guard, req, handler, &done)
+	return c.runUnary(ctx, rt, info.FullMethod, req, handler, &done)
 }
 
-func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
+// runUnary runs the handler of a call rt's Guard admitted (done holds the
+// admission) and records its outcome. A sluice rejection the handler
+// returns, one its own call met (a client interceptor's breaker open for
+// its dependency), is answered as the interceptor answers its own: the
+// method's fallback, or the rejection's status, never the error's text.
+func (c *config) runUnary(ctx context.Context, rt *middleware.Route, method string, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
+	g := rt.Guard
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
@@ -120,8 +126,16 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 	// success under the default classifier, is settled inline.
 	if err == nil && c.classify == nil && ctx.Err() == nil {
 		done.Record(sluice.Success)
-	} else {
-		done.Record(c.serverOutcome(ctx, err))
+		return resp, nil
+	}
+	done.Record(c.serverOutcome(ctx, err))
+	if err != nil {
+		switch r, re := rejectionIn(err); {
+		case r != nil:
+			return resp, r
+		case re != nil:
+			return c.rejectUnary(ctx, req, method, rt, re.Decision, re)
+		}
 	}
 	return resp, err
 }
@@ -179,7 +193,7 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
 			}
-			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
+			resp, err = c.runUnary(ctx, rt, info.FullMethod, req, handler, &done)
 			return resp, true, err
 		}
 	}

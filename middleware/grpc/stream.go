@@ -64,7 +64,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if rt == nil && msg == nil {
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return err
+		return Error(err)
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
 	if err != nil {
@@ -74,7 +74,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if skip {
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return err
+		return Error(err)
 	}
 	var done sluice.Done
 	if rt != nil {
@@ -101,7 +101,9 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	o := c.streamOutcome(w, err)
 	done.Record(o)
 	a.record(o)
-	return err
+	// A rejection the handler's own call met goes out as a rejection
+	// status, as the interceptor's own do, not as the handler's text.
+	return Error(err)
 }
 
 // streamOutcome is the outcome of the stream w whose handler returned err:

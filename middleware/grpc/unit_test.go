@@ -339,3 +339,47 @@ func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(Error(te)).Code(), "as gRPC sends a handler's error without a status")
 }
+
+// A handler that returns a rejection its own call met (its dependency's
+// breaker open, wrapped in its own words) gets it answered as the
+// interceptor's own: the method's fallback, else the rejection's status
+// with RetryInfo and not the handler's text; the call counts Ignored.
+func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}
+	handler := func(context.Context, any) (any, error) {
+		return nil, fmt.Errorf("fetch account 42 from db-7: %w", &sluice.RejectedError{Decision: d})
+	}
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
+		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
+			return "fallback for " + got.Policy, nil
+		}))
+	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
+	st := status.Convert(err)
+	assert.Equal(t, codes.Unavailable, st.Code())
+	assert.NotContains(t, st.Message(), "db-7")
+	got, ok := RejectionOf(err)
+	require.True(t, ok)
+	assert.Equal(t, 3*time.Second, got.RetryAfter)
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+
+	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/Fallback"}, handler)
+	require.NoError(t, err)
+	assert.Equal(t, "fallback for breaker/dep", resp)
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+}
+
+// A stream handler's rejection goes out the same way: its status, not its
+// text.
+func TestStreamHandlerReturningARejection(t *testing.T) {
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 1)}
+	s := stream(t, WithGuard(mustGuard(t, sluice.With(rec))))
+	err := s(nil, fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error {
+		return fmt.Errorf("watch db-7: %w", &sluice.RejectedError{Decision: d})
+	})
+	st := status.Convert(err)
+	assert.Equal(t, codes.Unavailable, st.Code())
+	assert.NotContains(t, st.Message(), "db-7")
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+}
