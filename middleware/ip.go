@@ -268,13 +268,14 @@ func (e *IPExtractor) fromHeaders(peer netip.Addr, get HeaderGetter) netip.Addr 
 }
 
 // lastComma returns the index just after the last comma of s that is not
-// inside a quoted string, or 0.
+// inside a quoted string, or 0. A quote is escaped when an odd number of
+// backslashes precede it: in "a\\" the backslash is escaped, not the quote.
 func lastComma(s string) int {
 	quoted := false
 	for i := len(s) - 1; i >= 0; i-- {
 		switch s[i] {
 		case '"':
-			if i == 0 || s[i-1] != '\\' {
+			if !escaped(s, i) {
 				quoted = !quoted
 			}
 		case ',':
@@ -286,6 +287,37 @@ func lastComma(s string) int {
 	return 0
 }
 
+// escaped reports whether s[i] follows an odd number of backslashes.
+func escaped(s string, i int) bool {
+	n := 0
+	for i > 0 && s[i-1] == '\\' {
+		n++
+		i--
+	}
+	return n%2 == 1
+}
+
+// cutParam cuts elem around its first ';' that is not inside a quoted
+// string.
+func cutParam(elem string) (pair, rest string) {
+	quoted := false
+	for i := 0; i < len(elem); i++ {
+		switch elem[i] {
+		case '\\':
+			if quoted {
+				i++
+			}
+		case '"':
+			quoted = !quoted
+		case ';':
+			if !quoted {
+				return elem[:i], elem[i+1:]
+			}
+		}
+	}
+	return elem, ""
+}
+
 // forwardedFor returns the address of the for= parameter of one
 // forwarded-element ("for=192.0.2.60;proto=http;by=203.0.113.43"). An
 // element without for=, or whose node name is "unknown" or obfuscated
@@ -294,7 +326,7 @@ func lastComma(s string) int {
 func forwardedFor(elem string) (netip.Addr, bool) {
 	for elem != "" {
 		var pair string
-		pair, elem, _ = strings.Cut(elem, ";")
+		pair, elem = cutParam(elem)
 		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		if !ok || !strings.EqualFold(strings.TrimSpace(k), "for") {
 			continue

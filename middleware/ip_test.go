@@ -257,3 +257,23 @@ func TestForwardedForNodes(t *testing.T) {
 		}
 	}
 }
+
+// A quoted-string that a proxy writes for a client's value (here its Host,
+// "x\" and "a;for=6.6.6.6;b") is one value, whatever it holds: an escaped
+// backslash before its closing quote, a ';' or a ',' inside it, neither
+// hides the element boundaries nor lets the client's own Forwarded name the
+// address.
+func TestForwardedQuotedStringsKeepElements(t *testing.T) {
+	e, err := NewIPExtractor(TrustedProxies("10.0.0.0/8"), ProxyHeaders(HeaderForwarded))
+	require.NoError(t, err)
+	for _, fwd := range []string{
+		`for=6.6.6.6;, for=198.51.100.7;host="x\\"`,
+		`for=6.6.6.6;, for=198.51.100.7;host="x\\", for=10.0.0.2`,
+		`for=6.6.6.6, host="a;for=6.6.6.6;b";for=198.51.100.7`,
+		`for=6.6.6.6, host="a,for=6.6.6.6;b\";for=6.6.6.6";for=198.51.100.7;proto=https`,
+	} {
+		got, ok := e.ClientIP("10.0.0.1:5000", http.Header{"Forwarded": {fwd}}.Values)
+		require.True(t, ok)
+		assert.Equal(t, "198.51.100.7", got.String(), fwd)
+	}
+}

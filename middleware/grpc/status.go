@@ -280,7 +280,9 @@ func rejectionIn(err error) (r *rejection, re *sluice.RejectedError) {
 // client's own interceptor, which rejected the call before sending it, it
 // is the policy's whole Decision, its quota included. It
 // reports false when err carries no sluice ErrorInfo. RetryAfter is the
-// delay the status announced, one second when the policy could not know it. A client can use it to
+// delay the status announced, one second when the policy could not know it,
+// and never negative: 0 when the status announced none, or a delay that is
+// not positive. A client can use it to
 // tell a peer's rate limit or overload from other failures.
 func RejectionOf(err error) (sluice.Decision, bool) {
 	if err == nil {
@@ -312,7 +314,8 @@ func RejectionOf(err error) (sluice.Decision, bool) {
 			}
 			d.Cause = cause
 		case *errdetails.RetryInfo:
-			if v.GetRetryDelay() != nil {
+			// A delay that is not positive announces none.
+			if v.GetRetryDelay() != nil && v.GetRetryDelay().AsDuration() > 0 {
 				d.RetryAfter = v.GetRetryDelay().AsDuration()
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,10 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func TestClassify(t *testing.T) {
@@ -278,6 +282,22 @@ func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "bad\uFFFDname", d.Policy)
 	assert.Equal(t, time.Second, d.RetryAfter)
+}
+
+// A peer's RetryInfo with a negative delay announces no delay: RejectionOf
+// never returns a negative RetryAfter.
+func TestRejectionOfNegativeRetryDelayIsNone(t *testing.T) {
+	info, err := anypb.New(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: ReasonRateLimited})
+	require.NoError(t, err)
+	for _, delay := range []*durationpb.Duration{{Seconds: -30}, {Nanos: -1}, {Seconds: math.MinInt64}} {
+		retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: delay})
+		require.NoError(t, err)
+		st := status.FromProto(&spb.Status{Code: int32(codes.ResourceExhausted), Details: []*anypb.Any{info, retry}})
+		d, ok := RejectionOf(st.Err())
+		require.True(t, ok)
+		assert.Zero(t, d.RetryAfter, delay.String())
+		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+	}
 }
 
 // A Guard's timeout is a failure even when the call answered its deadline

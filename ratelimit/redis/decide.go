@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -327,7 +328,9 @@ func micros(us int64) time.Duration {
 }
 
 // parseReply reads five integers per limit from the script's reply, the
-// Decision's four and the admission's mark, which goes to marks.
+// Decision's four and the admission's mark, which goes to marks. A reply
+// that holds anything else (a number out of int64's range, one run into
+// other text, more numbers than the limits') is malformed.
 func parseReply(s string, ds []sluice.Decision, marks []int64) error {
 	pos := 0
 	next := func() (int64, bool) {
@@ -335,23 +338,17 @@ func parseReply(s string, ds []sluice.Decision, marks []int64) error {
 			pos++
 		}
 		start := pos
-		neg := false
 		if pos < len(s) && s[pos] == '-' {
-			neg = true
 			pos++
 		}
-		var v int64
 		for pos < len(s) && s[pos] >= '0' && s[pos] <= '9' {
-			v = v*10 + int64(s[pos]-'0')
 			pos++
 		}
-		if pos == start || (neg && pos == start+1) {
+		if pos < len(s) && s[pos] != ' ' {
 			return 0, false
 		}
-		if neg {
-			v = -v
-		}
-		return v, true
+		v, err := strconv.ParseInt(s[start:pos], 10, 64)
+		return v, err == nil
 	}
 	for i := range ds {
 		a, ok1 := next()
@@ -369,6 +366,12 @@ func parseReply(s string, ds []sluice.Decision, marks []int64) error {
 			d.Cause = sluice.ErrRateLimited
 		}
 		ds[i] = d
+	}
+	for pos < len(s) && s[pos] == ' ' {
+		pos++
+	}
+	if pos != len(s) {
+		return errReply
 	}
 	return nil
 }

@@ -182,3 +182,22 @@ func TestWindow(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, mixed.Window(), "which limit decided is unknown")
 }
+
+// A reply is five integers per limit and nothing else: a number past
+// int64's range is not read wrapped around, and a number run into other
+// text or more numbers than the limits' make the reply malformed.
+func TestParseReplyRefusesMalformedNumbers(t *testing.T) {
+	ds, marks := make([]sluice.Decision, 1), make([]int64, 1)
+	for _, s := range []string{
+		"1 18446744073709551617 3 4 5", // 2^64 + 1: would read as Remaining 1
+		"0 0 0 99999999999999999999 5",
+		"1 2 3 4 5x",
+		"1 2 3 4 5 6",
+		"1-2 3 4 5",
+	} {
+		assert.ErrorIs(t, parseReply(s, ds, marks), errReply, s)
+	}
+	require.NoError(t, parseReply(" 1 9 100000 0 1700000000000000 ", ds, marks))
+	assert.Equal(t, sluice.Decision{Allowed: true, Remaining: 9, Reset: 100 * time.Millisecond}, ds[0])
+	assert.EqualValues(t, 1700000000000000, marks[0])
+}
