@@ -89,7 +89,6 @@ type propRun struct {
 	fwSet    bool
 	logLast  time.Duration // propLog: newest instant decided at
 	logSet   bool
-	failed   bool
 	backward int
 }
 
