@@ -100,16 +100,16 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.quotaMD {
 		setQuota(ctx, rt, d, grpc.SetHeader)
 	}
-	return c.runUnary(ctx, rt, info.FullMethod, req, handler, &done)
+	resp, err := c.runUnary(ctx, rt.Guard, req, handler, &done)
+	if err != nil {
+		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
+	}
+	return resp, nil
 }
 
-// runUnary runs the handler of a call rt's Guard admitted (done holds the
-// admission) and records its outcome. A sluice rejection the handler
-// returns, one its own call met (a client interceptor's breaker open for
-// its dependency), is answered as the interceptor answers its own: the
-// method's fallback, or the rejection's status, never the error's text.
-func (c *config) runUnary(ctx context.Context, rt *middleware.Route, method string, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
-	g := rt.Guard
+// runUnary runs the handler of a call g admitted (done holds the admission)
+// and records its outcome.
+func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
@@ -126,16 +126,23 @@ func (c *config) runUnary(ctx context.Context, rt *middleware.Route, method stri
 	// success under the default classifier, is settled inline.
 	if err == nil && c.classify == nil && ctx.Err() == nil {
 		done.Record(sluice.Success)
-		return resp, nil
+	} else {
+		done.Record(c.serverOutcome(ctx, err))
 	}
-	done.Record(c.serverOutcome(ctx, err))
-	if err != nil {
-		switch r, re := rejectionIn(err); {
-		case r != nil:
-			return resp, r
-		case re != nil:
-			return c.rejectUnary(ctx, req, method, rt, re.Decision, re)
-		}
+	return resp, err
+}
+
+// handlerError is the answer to a call of method on route rt whose handler
+// returned resp and err. A sluice rejection the handler returns, one its own
+// call met (a client interceptor's breaker open for its dependency), is
+// answered as the interceptor answers its own: the method's fallback, or
+// the rejection's status, never the error's text.
+func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error) (any, error) {
+	switch r, re := rejectionIn(err); {
+	case r != nil:
+		return resp, r
+	case re != nil:
+		return c.rejectUnary(ctx, req, method, rt, re.Decision, re)
 	}
 	return resp, err
 }
@@ -193,11 +200,17 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 			if c.quotaMD {
 				setQuota(ctx, rt, d, grpc.SetHeader)
 			}
-			resp, err = c.runUnary(ctx, rt, info.FullMethod, req, handler, &done)
+			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
+			if err != nil {
+				resp, err = c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
+			}
 			return resp, true, err
 		}
 	}
 	resp, err = handler(ctx, req)
+	if err != nil {
+		resp, err = c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
+	}
 	return resp, true, err
 }
 
