@@ -338,17 +338,28 @@ func parseReply(s string, ds []sluice.Decision, marks []int64) error {
 			pos++
 		}
 		start := pos
-		if pos < len(s) && s[pos] == '-' {
+		neg := pos < len(s) && s[pos] == '-'
+		if neg {
 			pos++
 		}
+		digits := pos
+		var v int64
 		for pos < len(s) && s[pos] >= '0' && s[pos] <= '9' {
+			v = v*10 + int64(s[pos]-'0')
 			pos++
 		}
-		if pos < len(s) && s[pos] != ' ' {
-			return 0, false
+		switch {
+		case pos == digits || (pos < len(s) && s[pos] != ' '):
+			return 0, false // no digits, or a number run into other text
+		case pos-digits > 18:
+			// Up to 18 digits cannot overflow; longer ones are read with
+			// their range checked.
+			n, err := strconv.ParseInt(s[start:pos], 10, 64)
+			return n, err == nil
+		case neg:
+			return -v, true
 		}
-		v, err := strconv.ParseInt(s[start:pos], 10, 64)
-		return v, err == nil
+		return v, true
 	}
 	for i := range ds {
 		a, ok1 := next()
