@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/netip"
 
 	"github.com/sluice-go/sluice"
@@ -93,6 +94,28 @@ func KeyByRoute() KeyFunc {
 	return func(r Request) (string, bool) {
 		rt := r.Route()
 		return rt, rt != ""
+	}
+}
+
+// KeyPerRoute keys the requests of each route in byRoute (an HTTP pattern,
+// a gRPC full method, as the route table has them) with that route's
+// function alone, and the requests of every other route with other (nil:
+// they have no key). A route whose function finds no key has none: other is
+// not asked for it, so that, say, an order without its API key is not keyed
+// by its client address instead. The map is copied.
+func KeyPerRoute(byRoute map[string]KeyFunc, other KeyFunc) KeyFunc {
+	m := maps.Clone(byRoute)
+	return func(r Request) (string, bool) {
+		if fn, ok := m[r.Route()]; ok {
+			if fn == nil {
+				return "", false
+			}
+			return fn(r)
+		}
+		if other == nil {
+			return "", false
+		}
+		return other(r)
 	}
 }
 

@@ -157,3 +157,35 @@ func TestKeyByIPWithoutExtractor(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.7", key)
 }
+
+// KeyPerRoute gives each listed route its own key function, and no other:
+// a listed route whose function finds no key has none.
+func TestKeyPerRoute(t *testing.T) {
+	byRoute := map[string]KeyFunc{
+		"POST /orders":    KeyByHeader("X-Api-Key"),
+		"GET /items/{id}": KeyByIP(nil),
+	}
+	fn := KeyPerRoute(byRoute, KeyByRoute())
+	byRoute["POST /orders"] = nil // the map was copied
+	k, err := NewKeyer(RejectMissingKey(), fn)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		r    fakeRequest
+		want string
+	}{
+		{fakeRequest{route: "POST /orders", remote: "192.0.2.1:1", header: map[string][]string{"X-Api-Key": {"k1"}}}, "k1"},
+		{fakeRequest{route: "GET /items/{id}", remote: "192.0.2.1:1", header: map[string][]string{"X-Api-Key": {"k1"}}}, "192.0.2.1"},
+		{fakeRequest{route: "GET /other", remote: "192.0.2.1:1"}, "GET /other"},
+	} {
+		got, err := k.Key(tt.r)
+		require.NoError(t, err, tt.r.route)
+		assert.Equal(t, tt.want, got, tt.r.route)
+	}
+	_, err = k.Key(fakeRequest{route: "POST /orders", remote: "192.0.2.1:1"})
+	assert.ErrorIs(t, err, ErrMissingKey, "not keyed by address instead")
+	none := KeyPerRoute(map[string]KeyFunc{"GET /a": nil}, nil)
+	_, ok := none(fakeRequest{route: "GET /a"})
+	assert.False(t, ok)
+	_, ok = none(fakeRequest{route: "GET /b"})
+	assert.False(t, ok)
+}
