@@ -39,7 +39,7 @@ type Breaker struct {
 	gen   uint64        // last generation handed out
 	trips int           // opens since the breaker last closed, for the backoff
 	halfs halfOpenCount // probe outcomes of the current half-open phase
-	gone  bool          // dropped from its Group: sink no longer fed
+	gone  bool          // dropped from its Group: sink no longer fed, no trip
 }
 
 func (b *Breaker) dispatch() {
@@ -319,7 +319,9 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	draw := b.jitterDraw()
 	now = b.at(now)
 	b.mu.Lock()
-	if b.cur.Load() == p {
+	// A breaker dropped from its Group ignores what still reaches it: the
+	// Group keeps every open breaker, and could not keep this one.
+	if b.cur.Load() == p && !b.gone {
 		b.trips++
 		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
 	}

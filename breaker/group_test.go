@@ -323,3 +323,20 @@ func TestGroupListenersHearMembersInOrder(t *testing.T) {
 		"breaker/deps/b closed->open @3s",
 	}, heard())
 }
+
+// A breaker dropped from its Group ignores the outcomes that still reach
+// it (a call admitted before the drop): it never opens after the Group
+// forgot it, so no open breaker is ever dropped.
+func TestDroppedBreakerDoesNotTrip(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
+	_, _ = g.Admit(res("a"), 0)
+	a, ok := g.Get("a")
+	require.True(t, ok)
+	d, tk := a.Admit(context.Background(), 0)
+	require.True(t, d.Allowed)
+	_, _ = g.Admit(res("b"), time.Second) // drops a, closed
+	_, ok = g.Get("a")
+	require.False(t, ok)
+	a.Done(tk, sluice.Failure, time.Second, 0)
+	assert.Equal(t, breaker.StateClosed, a.State(), "a dropped breaker does not open")
+}

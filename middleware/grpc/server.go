@@ -140,6 +140,12 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error) (any, error) {
 	switch r, re := rejectionIn(err); {
 	case r != nil:
+		// An interceptor's own rejection (a client interceptor's, or one
+		// a handler made with Error): its status stands, unless the
+		// method has a fallback for it.
+		if fb := c.fallback(method, sluice.CauseOf(re.Decision.Cause)); fb != nil {
+			return fb(ctx, req, re.Decision)
+		}
 		return resp, r
 	case re != nil:
 		return c.rejectUnary(ctx, req, method, rt, re.Decision, re)
@@ -171,6 +177,11 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 		err = timeoutStatus(finish(err))
 	}
 	a.record(c.serverOutcome(ctx, err)) // ctx: without the timeout, which finish cancelled
+	if err != nil {
+		// A rejection the handler returned is answered once its outcome
+		// (Ignored) is recorded: a fallback's answer is no success.
+		resp, err = c.handlerError(ctx, req, info.FullMethod, c.route(info.FullMethod), resp, err)
+	}
 	return resp, err
 }
 
@@ -179,7 +190,8 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 // has another one. ran reports whether the call went on to the handler,
 // rather than being turned away (or answered by a fallback) by that Guard.
 // With WithQuotaMetadata, a route with the tap's Guard sends the tap's
-// quota.
+// quota. A rejection the handler returns is returned as it is: unaryTapped
+// answers it.
 func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, ran bool, err error) {
 	rt := c.route(info.FullMethod)
 	if rt != nil && rt.Guard == a.guard && c.quotaMD {
@@ -201,16 +213,10 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 				setQuota(ctx, rt, d, grpc.SetHeader)
 			}
 			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
-			if err != nil {
-				resp, err = c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
-			}
 			return resp, true, err
 		}
 	}
 	resp, err = handler(ctx, req)
-	if err != nil {
-		resp, err = c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
-	}
 	return resp, true, err
 }
 

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -401,5 +402,61 @@ func TestStreamHandlerReturningARejection(t *testing.T) {
 	st := status.Convert(err)
 	assert.Equal(t, codes.Unavailable, st.Code())
 	assert.NotContains(t, st.Message(), "db-7")
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+}
+
+// A handler that returns what its client interceptor answered for a
+// dependency whose breaker is open (an interceptor's own rejection, as
+// Error makes too) gets the method's fallback, as a bare rejection does.
+func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := newBreaker(t, "dep", clk)
+	b.ForceOpen()
+	client, err := UnaryClientInterceptor(WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(b))))
+	require.NoError(t, err)
+	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
+	handler := func(ctx context.Context, _ any) (any, error) {
+		return nil, client(ctx, "/dep.Dep/Get", nil, nil, nil, invoke)
+	}
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
+		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
+			return "fallback for " + got.Policy, nil
+		}))
+	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
+	require.NoError(t, err)
+	assert.Equal(t, "fallback for breaker/dep", resp)
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+
+	resp, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
+		func(context.Context, any) (any, error) {
+			return nil, Error(&sluice.RejectedError{Decision: sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}})
+		})
+	require.NoError(t, err)
+	assert.Equal(t, "fallback for own", resp)
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+}
+
+// On a call a ServerInHandle admitted, a handler's rejection answered by
+// the method's fallback counts Ignored for the tap's Guard, as on a call
+// the interceptor admitted.
+func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
+	g := mustGuard(t, sluice.With(rec))
+	handle, err := ServerInHandle(WithGuard(g))
+	require.NoError(t, err)
+	i := unary(t, WithGuard(g),
+		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
+			return "fallback for " + got.Policy, nil
+		}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx, err = handle(ctx, &tap.Info{FullMethodName: methodCheck, Header: metadata.MD{}})
+	require.NoError(t, err)
+	resp, err := i(ctx, nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) {
+		return nil, &sluice.RejectedError{Decision: sluice.Decision{Policy: "breaker/dep", Limit: -1, Cause: sluice.ErrCircuitOpen}}
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "fallback for breaker/dep", resp)
 	assert.Equal(t, sluice.Ignored, rec.next(t))
 }

@@ -456,3 +456,61 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 	assert.Equal(t, http.StatusOK, plain.Code)
 	assert.Zero(t, plain.Body.Len())
 }
+
+// A fallback's answer to Reject in an inner middleware is, for an outer
+// one, a rejection by a sluice middleware: Ignored, and no good response to
+// keep a stale copy of.
+func TestRejectInInnerMiddlewareIsNoGoodResponseForOuter(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	outer := testpolicy.NewCounter()
+	og := newGuard(t, clock, outer)
+	ig := newGuard(t, clock, testpolicy.NewCounter())
+	outerCache, outerStale := newStale(t, 8)
+	static, err := StaticFallback(http.StatusOK, nil, []byte("placeholder"))
+	require.NoError(t, err)
+	dep := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.True(t, Reject(w, r, &sluice.RejectedError{Decision: dep}))
+	})
+	between := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			next.ServeHTTP(struct{ unwrapper }{unwrapper{w}}, r)
+		})
+	}
+	h := Middleware(WithGuard(og), WithFallback("", sluice.CauseNone, outerStale))(
+		between(Middleware(WithGuard(ig), WithFallback("", sluice.CauseCircuitOpen, static))(handler)))
+	rec := serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "placeholder", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
+	assert.Zero(t, outerCache.Len(), "a fallback's answer is not kept as a good response")
+}
+
+// Reject answers for the route and request the middleware admitted, even
+// when the handler gets a request rewritten on its way (http.StripPrefix).
+func TestRejectBehindStripPrefixAnswersForTheAdmittedRoute(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	g := newGuard(t, clock, testpolicy.NewCounter())
+	dep := &switchable{d: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
+	depGuard := newGuard(t, clock, dep)
+	_, stale := newStale(t, 8)
+	rs, err := middleware.NewRoutes(middleware.RouteTo("/api/", g))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/api/", http.StripPrefix("/api", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := depGuard.Do(r.Context(), func(context.Context) error { return nil }); err != nil {
+			Reject(w, r, err)
+			return
+		}
+		_, _ = io.WriteString(w, "prices")
+	})))
+	h := Middleware(WithRoutes(rs), WithFallback("", sluice.CauseCircuitOpen, stale))(mux)
+	require.Equal(t, "prices", serve(h, http.MethodGet, "/api/prices").Body.String())
+	dep.on = true
+	clock.Advance(2 * time.Second)
+	var rec *httptest.ResponseRecorder
+	require.NotPanics(t, func() { rec = serve(h, http.MethodGet, "/api/prices") })
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "prices", rec.Body.String(), "the stale copy")
+	assert.Equal(t, "2", rec.Header().Get("Age"))
+}

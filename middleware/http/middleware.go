@@ -250,7 +250,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render.Admitted(w.Header(), rt, d)
-	rw.h = h
+	rw.h, rw.req = h, r
 	var stale *staleSet
 	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
 		if stale = h.staleFor(pattern); stale != nil {
@@ -413,10 +413,15 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	if rw == nil || rw.h == nil || rw.status != 0 || rw.hijacked {
 		return false
 	}
-	h := rw.h
-	pattern, rt := h.route(r)
-	key, _ := sluice.KeyFrom(r.Context())
-	h.rejected(rw, r, rt, pattern, key, d)
+	// The answer is for the request the middleware admitted, on its route
+	// (the handler's r may have been rewritten on its way, by
+	// http.StripPrefix say); for a sluice middleware around this one it is
+	// a rejection, as this one's own are.
+	markRejected(rw.w)
+	h, ar := rw.h, rw.req
+	pattern, rt := h.route(ar)
+	key, _ := sluice.KeyFrom(ar.Context())
+	h.rejected(rw, ar, rt, pattern, key, d)
 	return true
 }
 

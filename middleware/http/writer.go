@@ -25,8 +25,10 @@ type responseWriter struct {
 	capturing  bool
 	// view shows the request to the key functions while they run.
 	view request
-	// h is the middleware serving the request, for Reject.
-	h *handler
+	// h is the middleware serving the request and req the request it
+	// admitted (its route and key found from it again), for Reject.
+	h   *handler
+	req *http.Request
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
