@@ -242,10 +242,14 @@ func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Decision,
 
 // wait takes a turn for cost n arriving at now and sleeps until it.
 func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]int64) {
+	// Under a deadline, one instant for its room and the wait's start, so
+	// that a turn the room admits is not given up by the wait.
+	var start time.Time
 	budget := s.maxWait
 	var cause error
 	if dl, ok := ctx.Deadline(); ok {
-		if left := int64(time.Until(dl)); left < budget {
+		start = time.Now()
+		if left := int64(dl.Sub(start)); left < budget {
 			budget, cause = left, ErrWouldExceedDeadline
 		}
 	}
@@ -257,7 +261,9 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 	if delay <= 0 {
 		return d, turn
 	}
-	start := time.Now()
+	if start.IsZero() {
+		start = time.Now()
+	}
 	timer := time.NewTimer(time.Duration(delay))
 	defer timer.Stop()
 	select {

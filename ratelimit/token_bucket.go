@@ -438,10 +438,14 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Under a deadline, one instant for its room and the wait's start, so
+	// that tokens the room admits are not given up by the wait.
+	var start time.Time
 	now := int64(tb.now())
 	maxDelay := int64(math.MaxInt64)
 	if dl, ok := ctx.Deadline(); ok {
-		maxDelay = int64(time.Until(dl))
+		start = time.Now()
+		maxDelay = int64(dl.Sub(start))
 	}
 	r, need := tb.reserve(now, n, maxDelay)
 	if !r.ok {
@@ -458,7 +462,9 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	if delay <= 0 {
 		return nil
 	}
-	start := time.Now()
+	if start.IsZero() {
+		start = time.Now()
+	}
 	timer := time.NewTimer(time.Duration(delay))
 	defer timer.Stop()
 	select {
