@@ -147,3 +147,56 @@ func ExampleStaleFallback() {
 	// 500
 	// 200 catalog v1 Age: 30
 }
+
+func ExampleReject() {
+	clock := sluice.NewManualClock(0)
+	// The payments service is busy: its 503 with Retry-After opens its
+	// breaker in the Transport.
+	payments, err := breaker.New("payments")
+	if err != nil {
+		panic(err)
+	}
+	rt, err := sluicehttp.Transport(&dependency{}, func(string) (*sluice.Guard, error) {
+		return sluice.New(sluice.With(payments), sluice.WithClock(clock))
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer rt.Close()
+	client := &http.Client{Transport: rt}
+
+	front, err := sluice.New(sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	later, err := sluicehttp.StaticFallback(http.StatusOK, http.Header{"Content-Type": {"text/plain"}},
+		[]byte("payments are busy: your order is queued\n"))
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := client.Post("http://payments.internal/charge", "text/plain", nil)
+		if err != nil {
+			// The Transport rejected the call: the route answers it as it
+			// answers its own rejections, here with its fallback.
+			if !sluicehttp.Reject(w, r, err) {
+				http.Error(w, "payments unreachable", http.StatusBadGateway)
+			}
+			return
+		}
+		defer resp.Body.Close()
+		http.Error(w, fmt.Sprint("payments answered ", resp.StatusCode), http.StatusBadGateway)
+	})
+	h := sluicehttp.Middleware(sluicehttp.WithGuard(front),
+		sluicehttp.WithFallback("POST /orders", sluice.CauseCircuitOpen, later))(mux)
+
+	for range 2 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/orders", nil))
+		fmt.Print(rec.Code, " ", rec.Body.String())
+	}
+	// Output:
+	// 502 payments answered 503
+	// 200 payments are busy: your order is queued
+}
