@@ -11,5 +11,6 @@
 // sluice rejection its own call met (a breaker open for its dependency, as
 // sluicehttp.Transport returns it) gets it answered as the middleware's
 // own: 429 or 503 with Retry-After and the problem body, or the deny
-// handler's answer.
+// handler's answer. An *echo.HTTPError keeps the status the handler chose,
+// even when its Internal is such a rejection.
 package sluiceecho

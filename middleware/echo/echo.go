@@ -172,13 +172,14 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			// request and cancel it on return).
 			reqCtx := c.Request().Context()
 			var finish func(error) error
+			var req *http.Request
 			if rt.Guard.Timeout() > 0 {
 				// The handler runs with the deadline; the request
 				// outside it, as the middleware got it: an outer
 				// middleware must not take the deadline's context,
 				// cancelled once the handler is done, for a client
 				// that went away.
-				req := c.Request()
+				req = c.Request()
 				var ctx context.Context
 				ctx, finish = rt.Guard.CallContext(reqCtx)
 				c.SetRequest(req.WithContext(ctx))
@@ -194,8 +195,12 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			cerr := err // a *sluice.TimeoutError once the Guard's deadline passed
 			if finish != nil {
 				cerr, finish = finish(err), nil
+				// The deadline's context is cancelled now: the deny
+				// handler and Echo's error handler answer with the
+				// request's own.
+				c.SetRequest(req)
 			}
-			if err != nil && !c.Response().Committed {
+			if err != nil && !c.Response().Committed && !isHTTPError(err) {
 				if d, ok := sluice.RejectionOf(cerr); ok {
 					// A rejection the handler's own call met (a breaker
 					// open for its dependency): answered as this
@@ -208,6 +213,14 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			return err
 		}
 	}
+}
+
+// isHTTPError reports whether err is or wraps an *echo.HTTPError: the
+// handler chose its status, which stands even when the error's Internal is a
+// rejection its call met.
+func isHTTPError(err error) bool {
+	var he *echo.HTTPError
+	return errors.As(err, &he)
 }
 
 func (cfg *config) failOnPanic(done *sluice.Done) {

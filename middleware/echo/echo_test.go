@@ -533,3 +533,48 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	assert.Equal(t, http.StatusAccepted, rec.Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 2}, counter.Outcomes())
 }
+
+// An *echo.HTTPError carries the status the handler chose; a rejection kept
+// as its Internal (for the logs) does not replace it.
+func TestHandlersHTTPErrorKeepsItsCodeOverAnInternalRejection(t *testing.T) {
+	counter := testpolicy.NewCounter()
+	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}})
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, counter))))
+	e.GET("/prices", func(c echo.Context) error {
+		err := dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+		return echo.NewHTTPError(http.StatusBadGateway, "prices unavailable").SetInternal(err)
+	})
+	rec := do(e, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusBadGateway, rec.Code)
+	assert.Empty(t, rec.Header().Get("Retry-After"))
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes(), "a rejection met is no failure of the route")
+}
+
+// Under a Guard's call timeout, the deny handler answering a rejection the
+// handler returned gets the request's live context, not the deadline's,
+// cancelled once the handler returned; so does Echo's error handler.
+func TestDenyHandlerAfterGuardTimeoutGetsALiveContext(t *testing.T) {
+	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
+	g, err := sluice.New(sluice.WithTimeout(time.Minute))
+	require.NoError(t, err)
+	defer g.Close()
+	var denyErr, handlerErr error = errors.New("unset"), errors.New("unset")
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		handlerErr = c.Request().Context().Err()
+		_ = c.NoContent(http.StatusInternalServerError)
+	}
+	e.Use(Middleware(WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
+		denyErr = c.Request().Context().Err()
+		return c.String(http.StatusServiceUnavailable, "later")
+	})))
+	e.GET("/dep", func(c echo.Context) error {
+		return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+	})
+	e.GET("/fail", func(c echo.Context) error { return errors.New("boom") })
+	assert.Equal(t, http.StatusServiceUnavailable, do(e, http.MethodGet, "/dep").Code)
+	assert.NoError(t, denyErr)
+	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/fail").Code)
+	assert.NoError(t, handlerErr)
+}
