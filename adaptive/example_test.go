@@ -81,15 +81,16 @@ func ExampleNewBulkhead() {
 	defer g.Close()
 	ctx := context.Background()
 	_, first, _ := g.Admit(ctx)
-	d, _, _ := g.Admit(ctx)
-	fmt.Println("remaining:", d.Remaining)
+	_, _, _ = g.Admit(ctx)
+	st := b.Stats()
+	fmt.Println("limit", st.Limit, "in flight", st.Inflight)
 	_, _, err = g.Admit(ctx)
 	fmt.Println(errors.Is(err, sluice.ErrConcurrencyLimited), err)
 	first.Finish(nil)
-	d, _, err = g.Admit(ctx)
+	d, _, err := g.Admit(ctx)
 	fmt.Println(d.Allowed, err)
 	// Output:
-	// remaining: 0
+	// limit 2 in flight 2
 	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1ms
 	// true <nil>
 }

@@ -21,7 +21,10 @@ import (
 // algorithm with their latency; Ignored and Released ones only free their
 // slot.
 //
-// Decisions carry Limit (the current limit) and Remaining (the free slots).
+// Its Decisions carry Limit -1, as a load guard's do: slots in flight are
+// no quota over time, and the RateLimit fields the middleware derives from
+// a Decision's Limit and Remaining would mislead clients (and hide a rate
+// limit's own). Stats reports the current limit and what is in flight.
 type ConcurrencyLimit struct {
 	name string
 
@@ -119,8 +122,8 @@ func (l *ConcurrencyLimit) Name() string { return l.name }
 // Admit takes a slot at the monotonic instant now, waiting in the queue if
 // there is one and the limit is reached.
 func (l *ConcurrencyLimit) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	if lim, cur, ok := l.takeFree(); ok {
-		return sluice.Decision{Allowed: true, Policy: l.name, Limit: lim, Remaining: lim - cur - 1}, 0
+	if l.takeFree() {
+		return l.admitted(), 0
 	}
 	return l.admitSlow(ctx)
 }
@@ -129,8 +132,8 @@ func (l *ConcurrencyLimit) Admit(ctx context.Context, now time.Duration) (sluice
 // answered in registers; otherwise it rejects, or waits in the queue, as
 // Admit does.
 func (l *ConcurrencyLimit) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if lim, cur, ok := l.takeFree(); ok {
-		return 0, sluice.Quota{Limit: lim, Remaining: lim - cur - 1}, nil
+	if l.takeFree() {
+		return 0, sluice.Quota{Limit: -1}, nil
 	}
 	d, t := l.admitSlow(ctx)
 	return sluice.FastAnswer(&d, t)
@@ -139,22 +142,26 @@ func (l *ConcurrencyLimit) AdmitFast(ctx context.Context, now time.Duration) (sl
 // FastOf returns l itself, the owner of its AdmitFast (sluice.FastPolicy).
 func (l *ConcurrencyLimit) FastOf() sluice.Policy { return l }
 
-// takeFree takes a slot if one is free and no request waits for one, and
-// returns the limit and the slots taken before it.
-func (l *ConcurrencyLimit) takeFree() (lim, cur int64, ok bool) {
+// takeFree takes a slot if one is free and no request waits for one.
+func (l *ConcurrencyLimit) takeFree() bool {
 	if l.waiting.Load() != 0 {
-		return 0, 0, false
+		return false
 	}
 	for {
-		cur, lim = l.inflight.Load(), l.limit.Load()
+		cur, lim := l.inflight.Load(), l.limit.Load()
 		if cur >= lim {
-			return 0, 0, false
+			return false
 		}
 		if l.inflight.CompareAndSwap(cur, cur+1) {
 			l.noteInflight(cur + 1)
-			return lim, cur, true
+			return true
 		}
 	}
+}
+
+// admitted is the Decision of a request given a slot.
+func (l *ConcurrencyLimit) admitted() sluice.Decision {
+	return sluice.Decision{Allowed: true, Policy: l.name, Limit: -1}
 }
 
 // tryTake takes a slot if one is free.
@@ -166,7 +173,7 @@ func (l *ConcurrencyLimit) tryTake() (sluice.Decision, bool) {
 		}
 		if l.inflight.CompareAndSwap(cur, cur+1) {
 			l.noteInflight(cur + 1)
-			return sluice.Decision{Allowed: true, Policy: l.name, Limit: lim, Remaining: max(lim-cur-1, 0)}, true
+			return l.admitted(), true
 		}
 	}
 }
@@ -182,7 +189,7 @@ func (l *ConcurrencyLimit) noteInflight(n int64) {
 
 func (l *ConcurrencyLimit) reject() sluice.Decision {
 	retry := max(time.Duration(l.lastAvg.Load()), time.Millisecond)
-	return sluice.Decision{Policy: l.name, Limit: l.limit.Load(), RetryAfter: retry, Cause: sluice.ErrConcurrencyLimited}
+	return sluice.Decision{Policy: l.name, Limit: -1, RetryAfter: retry, Cause: sluice.ErrConcurrencyLimited}
 }
 
 func (l *ConcurrencyLimit) admitSlow(ctx context.Context) (sluice.Decision, sluice.Ticket) {
@@ -222,7 +229,7 @@ func (l *ConcurrencyLimit) admitSlow(ctx context.Context) (sluice.Decision, slui
 	select {
 	case <-w.ch:
 		l.waiters.Put(w)
-		return l.granted(), 0
+		return l.admitted(), 0
 	case <-ctx.Done():
 	case <-timeout:
 	}
@@ -252,11 +259,6 @@ func (l *ConcurrencyLimit) getWaiter() *waiter {
 		return w
 	}
 	return &waiter{ch: make(chan struct{}, 1)}
-}
-
-func (l *ConcurrencyLimit) granted() sluice.Decision {
-	lim, cur := l.limit.Load(), l.inflight.Load()
-	return sluice.Decision{Allowed: true, Policy: l.name, Limit: lim, Remaining: max(lim-cur, 0)}
 }
 
 // dispatch hands free slots to waiters, in arrival order.

@@ -15,10 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func TestRejectionFieldsPerCause(t *testing.T) {
@@ -346,4 +348,35 @@ func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
 		serve(h, http.MethodGet, "/flaky")
 	}
 	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/fine").Code)
+}
+
+// A concurrency limit is no quota over time: beside a token bucket, the
+// RateLimit fields are the bucket's, and a concurrency rejection carries
+// none.
+func TestConcurrencyLimitIsNoRateLimitQuota(t *testing.T) {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(100), 100, ratelimit.WithName("per-route"))
+	require.NoError(t, err)
+	bh, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	g := newGuard(t, sluice.NewManualClock(0), tb, bh)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			close(entered)
+			<-release
+		}
+	}))
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, `"per-route";q=100;w=1`, rec.Header().Get(middleware.FieldRateLimitPolicy))
+	assert.Equal(t, `"per-route";r=99;t=1`, rec.Header().Get(middleware.FieldRateLimit))
+	done := make(chan struct{})
+	go func() { serve(h, http.MethodGet, "/hold"); close(done) }()
+	<-entered
+	rec = serve(h, http.MethodGet, "/")
+	close(release)
+	<-done
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Empty(t, rec.Header().Get(middleware.FieldRateLimit), "a concurrency rejection is no rate quota")
+	assert.NotEmpty(t, rec.Header().Get("Retry-After"))
 }
