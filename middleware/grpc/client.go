@@ -24,7 +24,11 @@ import (
 // matches sluice.ErrRejected and its cause with errors.Is). An admitted
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
-// DataLoss are failures). WithTimeout bounds each guarded call.
+// DataLoss are failures). WithTimeout bounds each guarded call. A call whose
+// context has already ended (a handler's inherited deadline that passed) is
+// never sent: it fails at once with its context's status (Canceled,
+// DeadlineExceeded), as gRPC would fail it, without asking the Guard or
+// counting as a failure.
 //
 // A server that answers Unavailable or ResourceExhausted with an
 // errdetails.RetryInfo (a sluice server's rejection, or any server that
@@ -54,6 +58,9 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if rt == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+	if err := ctx.Err(); err != nil {
+		return endedStatus(err)
+	}
 	if c.identifies() {
 		var skip bool
 		var err error
@@ -74,6 +81,15 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 		c.holdOpen(rt.Guard, err)
 	}
 	return err
+}
+
+// endedStatus answers a call whose context ended before it was sent, as
+// gRPC does (Canceled, DeadlineExceeded): the server never hears of it, so it
+// asks the Guard nothing and counts for nothing. Counted, an inherited
+// deadline that passed before the call (a handler's, whose own caller gave
+// it too little time) would push the breakers of a healthy server open.
+func endedStatus(err error) error {
+	return status.FromContextError(err).Err()
 }
 
 // opener is implemented by the policies that can be held open for a time,
@@ -146,7 +162,9 @@ func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req
 // SendMsg fails with other than io.EOF, or when its context ends or its
 // ClientConn closes first (classified by the status gRPC gives them: a
 // cancellation and a closed ClientConn, codes.Canceled, are Ignored). A final
-// status with a RetryInfo holds the breakers open as for a unary call.
+// status with a RetryInfo holds the breakers open as for a unary call. A
+// stream whose context has already ended is not opened: it fails with its
+// context's status without asking the Guard, as a unary call does.
 // WithTimeout does not apply to streams.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
@@ -160,6 +178,9 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	rt := c.clientRoute(method, target(cc))
 	if rt == nil {
 		return streamer(ctx, desc, cc, method, opts...)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, endedStatus(err)
 	}
 	ctx, skip, err := c.identify(ctx, method, nil, true)
 	if err != nil {

@@ -352,3 +352,36 @@ func TestGuardTimeoutAppliesToUnaryCalls(t *testing.T) {
 		assert.Equal(t, breaker.StateOpen, b.State(), "two timeouts in a row open the breaker")
 	})
 }
+
+// TestClientCallWithAnEndedContextIsNotCounted: a handler whose inherited
+// deadline already passed calls its dependency. gRPC never sends the call;
+// counted as DeadlineExceeded, three of them opened the breaker of a server
+// that never heard of them.
+func TestClientCallWithAnEndedContextIsNotCounted(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := sluice.NewManualClock(0)
+		b := newBreaker(t, "dependency", clk, breaker.WithConsecutiveFailures(1))
+		rec := &recorder{name: "rec"}
+		limit := fixedWindow(t, "ratelimit/out", 1, time.Second, clk)
+		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b, limit, rec))
+		s := start(t, tr, nil, clientOpts(t, WithGuard(g), WithTimeout(time.Second))...)
+
+		expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		cancelled, cancel2 := context.WithCancel(context.Background())
+		cancel2()
+		for range 3 {
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(s.check(expired)))
+			_, err := s.watch(expired)
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+			_, err = s.chat(expired, 1)
+			assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+			assert.Equal(t, codes.Canceled, status.Code(s.check(cancelled)))
+		}
+		assert.Equal(t, breaker.StateClosed, b.State())
+		assert.Empty(t, rec.Outcomes(), "the Guard was not asked")
+		assert.Zero(t, s.health.calls.Load())
+		// Nor did they take the rate limit's one call.
+		require.NoError(t, s.check(withTimeout(t)))
+	})
+}

@@ -55,8 +55,11 @@
 // (it cancelled, or its connection closed) is ignored too, whatever its
 // handler returned, as the HTTP adapters ignore a request whose client left;
 // a Guard's own call timeout is not such an end, and counts as
-// DeadlineExceeded. A stream is admitted once and its outcome is its final
-// status; [WithMessageGuard] limits the messages it receives as well.
+// DeadlineExceeded. On a client, a call or stream whose context ended before
+// it was sent (a handler's inherited deadline that passed) fails with its
+// context's status without asking the Guard: it is not counted. A stream is
+// admitted once and its outcome is its final status; [WithMessageGuard]
+// limits the messages it receives as well.
 //
 // # Keys
 //

@@ -359,7 +359,14 @@ func closeRequestBody(req *http.Request) {
 // RoundTrip sends req through its host's Guard. A call that waits for its
 // host's Guard to be made (by another call's GuardFactory) ends with its
 // context: it returns the context's error, after closing the request's body.
+// So does a call whose context has already ended (a handler's inherited
+// deadline that passed): it is never sent, asks no Guard and counts for
+// nothing, rather than as a failure of a host that never heard of it.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := req.Context().Err(); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
 	host := t.cfg.hostOf(req)
 	hg, err := t.guard(req.Context(), host)
 	if err != nil {

@@ -809,3 +809,39 @@ func TestTransportGuardOfAHost(t *testing.T) {
 	_, ok = rt.Guard("a.test")
 	assert.False(t, ok, "dropped by Close")
 }
+
+// TestTransportCallWithAnEndedContextIsNotCounted: a handler whose inherited
+// deadline already passed calls its dependency. The call is never sent;
+// counted as a failure, two of them opened the breaker of a host that never
+// heard of them.
+func TestTransportCallWithAnEndedContextIsNotCounted(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: http.StatusOK}
+	rt, err := Transport(http.DefaultTransport, func(string) (*sluice.Guard, error) {
+		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(2))
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b), sluice.WithClock(clock))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { dep.calls.Add(1) }))
+	t.Cleanup(srv.Close)
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for range 3 {
+		body := &trackedBody{Reader: strings.NewReader("x")}
+		req, err := http.NewRequestWithContext(expired, http.MethodPost, srv.URL, body)
+		require.NoError(t, err)
+		_, err = rt.RoundTrip(req)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.True(t, body.closed)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err, "the host's breaker is still closed")
+	require.NoError(t, resp.Body.Close())
+	assert.Equal(t, int32(1), dep.calls.Load())
+}
