@@ -158,6 +158,18 @@ func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	}
 }
 
+// OpenForContext opens, as Breaker.OpenFor does, the breaker of the key of a
+// request made with ctx (the breaker Admit would ask for it, made on first
+// use): the adapters call it with the request's context when a dependency's
+// Retry-After or RetryInfo asks to hold off, so that only that key's
+// breaker is held open.
+func (g *Group) OpenForContext(ctx context.Context, now, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	g.use(ctx, now).b.OpenFor(now, d)
+}
+
 // Subscribe registers fn, called after every state change of every member,
 // with the member's name; see Breaker.Subscribe for the guarantees. It
 // implements sluice.StateSource.

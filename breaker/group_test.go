@@ -340,3 +340,19 @@ func TestDroppedBreakerDoesNotTrip(t *testing.T) {
 	a.Done(tk, sluice.Failure, time.Second, 0)
 	assert.Equal(t, breaker.StateClosed, a.State(), "a dropped breaker does not open")
 }
+
+// OpenForContext holds open the breaker of the request's key alone.
+func TestGroupOpenForContextHoldsOneKey(t *testing.T) {
+	g := mustGroup(t)
+	a, b := res("a"), res("b")
+	g.OpenForContext(a, 0, 30*sec)
+	d, _ := g.Admit(a, 10*sec)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 20*sec, d.RetryAfter)
+	d, tk := g.Admit(b, 10*sec)
+	assert.True(t, d.Allowed, "another key's breaker is not held")
+	g.Done(tk, sluice.Success, 10*sec, 0)
+	g.OpenForContext(b, 10*sec, 0)
+	d, _ = g.Admit(b, 10*sec)
+	assert.True(t, d.Allowed, "no delay, no hold")
+}

@@ -33,7 +33,8 @@ import (
 // A server that answers Unavailable or ResourceExhausted with an
 // errdetails.RetryInfo (a sluice server's rejection, or any server that
 // follows the gRPC error model) holds every policy of the call's Guard that
-// can be held open (breaker.Breaker's OpenFor) open for that delay, capped by
+// can be held open (breaker.Breaker's OpenFor; of a breaker.Group, the
+// breaker of the call's key) open for that delay, capped by
 // WithMaxRetryDelay: the client stops calling a server that asked it to wait.
 //
 // Key functions see the method as the request's Route and the outgoing
@@ -78,7 +79,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	}
 	err := c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {
-		c.holdOpen(rt.Guard, err)
+		c.holdOpen(ctx, rt.Guard, err)
 	}
 	return err
 }
@@ -98,10 +99,17 @@ type opener interface {
 	OpenFor(now, d time.Duration)
 }
 
+// contextOpener is implemented by the policies that hold open the part of
+// them that a request's context picks, as breaker.Group does (the breaker
+// of the request's key).
+type contextOpener interface {
+	OpenForContext(ctx context.Context, now, d time.Duration)
+}
+
 // holdOpen holds g's breakers open for the delay of err's RetryInfo when err
 // is a peer's Unavailable or ResourceExhausted that carries one. The
 // client's own rejections never do.
-func (c *config) holdOpen(g *sluice.Guard, err error) {
+func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	default:
@@ -123,7 +131,10 @@ func (c *config) holdOpen(g *sluice.Guard, err error) {
 	delay = min(delay, c.maxRetry)
 	now := g.Now()
 	for _, p := range g.Policies() {
-		if o, ok := p.(opener); ok {
+		switch o := p.(type) {
+		case contextOpener:
+			o.OpenForContext(ctx, now, delay)
+		case opener:
 			o.OpenFor(now, delay)
 		}
 	}
@@ -197,7 +208,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 }
 
 func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, g *sluice.Guard, done *sluice.Done) (grpc.ClientStream, error) {
-	s := &clientStream{c: c, g: g, done: *done, serverStreams: desc.ServerStreams}
+	s := &clientStream{c: c, g: g, ctx: ctx, done: *done, serverStreams: desc.ServerStreams}
 	*done = sluice.Done{} // the stream owns the admission now
 	opened := false
 	defer func() {
@@ -229,6 +240,7 @@ type clientStream struct {
 	grpc.ClientStream
 	c             *config
 	g             *sluice.Guard
+	ctx           context.Context // the context the Guard admitted the stream with
 	done          sluice.Done
 	ended         atomic.Bool
 	stop          atomic.Pointer[func() bool] // unregisters the context's end
@@ -247,7 +259,7 @@ func (s *clientStream) end(err error) {
 	}
 	s.done.Record(s.c.outcome(err))
 	if err != nil {
-		s.c.holdOpen(s.g, err)
+		s.c.holdOpen(s.ctx, s.g, err)
 	}
 }
 

@@ -385,3 +385,23 @@ func TestClientCallWithAnEndedContextIsNotCounted(t *testing.T) {
 		require.NoError(t, s.check(withTimeout(t)))
 	})
 }
+
+// A server's RetryInfo holds open, of a breaker.Group keyed by method, the
+// breaker of the method that was answered alone.
+func TestClientHoldsTheGroupsBreakerOfTheCall(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	group, err := breaker.NewGroup("dep", breaker.WithConsecutiveFailures(100))
+	require.NoError(t, err)
+	g := mustGuard(t, sluice.WithClock(clk), sluice.With(group))
+	shed := &refuser{name: "remote", cause: sluice.ErrOverloaded, retry: 20 * time.Second}
+	s := start(t, transports[0], serverOpts(t, WithMethodGuard(methodCheck, mustGuard(t, sluice.With(shed)))),
+		clientOpts(t, WithGuard(g), WithMethodResource())...)
+	ctx := withTimeout(t)
+	assert.Equal(t, "remote", readWire(t, s.check(ctx)).policy)
+	assert.Equal(t, "breaker/dep", readWire(t, s.check(ctx)).policy, "the Check breaker holds")
+	_, err = s.watch(ctx)
+	require.NoError(t, err, "the Watch breaker does not")
+	b, ok := group.Get(methodCheck)
+	require.True(t, ok)
+	assert.Equal(t, breaker.StateOpen, b.State())
+}

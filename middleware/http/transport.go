@@ -104,6 +104,13 @@ type opener interface {
 	OpenFor(now, d time.Duration)
 }
 
+// contextOpener is implemented by the policies that hold open the part of
+// them that a request's context picks (breaker.Group: the breaker of the
+// request's key).
+type contextOpener interface {
+	OpenForContext(ctx context.Context, now, d time.Duration)
+}
+
 // RoundTripper is an http.RoundTripper that guards each call with its host's
 // Guard. Build it with Transport.
 type RoundTripper struct {
@@ -151,8 +158,9 @@ type hostGuard struct {
 // (5xx a failure, 4xx ignored) when the caller closes the response's body or
 // reads it to the end, so that a concurrency limit counts the call until then.
 // A 429 or 503 with a Retry-After opens every policy of the host's Guard
-// that can be held open (a breaker's OpenFor) for that long, capped by
-// WithMaxRetryAfter. next nil means http.DefaultTransport.
+// that can be held open (a breaker's OpenFor; of a breaker.Group, the
+// breaker of the host, which the call's resource names) for that long,
+// capped by WithMaxRetryAfter. next nil means http.DefaultTransport.
 func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOption) (*RoundTripper, error) {
 	if guards == nil {
 		return nil, errors.New("sluicehttp: Transport: nil GuardFactory")
@@ -405,7 +413,8 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.end(hg)
 	}()
-	if err := g.AdmitTo(sluice.WithResource(req.Context(), host), nil, &done); err != nil {
+	gctx := sluice.WithResource(req.Context(), host) // the context the Guard decides with
+	if err := g.AdmitTo(gctx, nil, &done); err != nil {
 		closeRequestBody(req)
 		return nil, err
 	}
@@ -443,7 +452,10 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			// breaker drops the outcome of a call from before it opened).
 			now := g.Now()
 			for _, p := range g.Policies() {
-				if op, ok := p.(opener); ok {
+				switch op := p.(type) {
+				case contextOpener:
+					op.OpenForContext(gctx, now, ra)
+				case opener:
 					op.OpenFor(now, ra)
 				}
 			}

@@ -845,3 +845,33 @@ func TestTransportCallWithAnEndedContextIsNotCounted(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, int32(1), dep.calls.Load())
 }
+
+// A Retry-After holds open, of a breaker.Group shared by the hosts, the
+// breaker of the host that sent it alone.
+func TestTransportRetryAfterHoldsTheHostsBreakerOfAGroup(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	group, err := breaker.NewGroup("deps")
+	require.NoError(t, err)
+	shared, err := sluice.New(sluice.With(group), sluice.WithClock(clock))
+	require.NoError(t, err)
+	busy := &fakeDependency{status: http.StatusServiceUnavailable, header: http.Header{"Retry-After": {"60"}}}
+	fine := &fakeDependency{status: http.StatusOK}
+	rt, err := Transport(byHost{"busy.test": busy, "fine.test": fine}, func(string) (*sluice.Guard, error) { return shared, nil })
+	require.NoError(t, err)
+	resp, err := get(t, rt, "http://busy.test/x", nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	_, err = get(t, rt, "http://busy.test/x", nil)
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen, "the busy host's breaker is held open")
+	for range 3 {
+		resp, err = get(t, rt, "http://fine.test/x", nil)
+		require.NoError(t, err, "another host's breaker is not")
+		require.NoError(t, resp.Body.Close())
+	}
+	assert.Equal(t, int32(1), busy.calls.Load())
+}
+
+// byHost sends each call to the RoundTripper of its host.
+type byHost map[string]http.RoundTripper
+
+func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) { return b[r.URL.Host].RoundTrip(r) }
