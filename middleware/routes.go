@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -133,6 +134,7 @@ func (r *Route) fields(d *sluice.Decision) *policyFields {
 type Routes struct {
 	byPattern map[string]*Route
 	def       *Route
+	methods   bool // some pattern names a method ("POST /cart")
 }
 
 // RoutesOption configures a Routes table.
@@ -150,6 +152,9 @@ func RouteTo(pattern string, g *sluice.Guard) RoutesOption {
 			return fmt.Errorf("middleware: RouteTo: route %q given twice", pattern)
 		}
 		rs.byPattern[pattern] = newRoute(pattern, g)
+		if strings.Contains(pattern, " ") {
+			rs.methods = true
+		}
 		return nil
 	}
 }
@@ -198,6 +203,24 @@ func (rs *Routes) Match(pattern string) *Route {
 		}
 	}
 	return rs.def
+}
+
+// MatchMethod returns the Route for a request of method on route path, for
+// routers whose routes carry no method (Echo's c.Path()): the entry
+// "METHOD path", as net/http patterns name a method, when the table lists
+// it, else Match(path).
+func (rs *Routes) MatchMethod(method, path string) *Route {
+	if rs != nil && rs.methods {
+		var buf [128]byte
+		key := append(append(append(buf[:0], method...), ' '), path...)
+		if r, ok := rs.byPattern[string(key)]; ok { // the lookup allocates nothing
+			if r.Guard == nil {
+				return nil
+			}
+			return r
+		}
+	}
+	return rs.Match(path)
 }
 
 // Default returns the default Route, or nil when there is none.

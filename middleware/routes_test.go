@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -44,4 +45,20 @@ func TestRoutes(t *testing.T) {
 	assert.Error(t, err)
 	_, err = NewRoutes(DefaultRoute(def), DefaultRoute(def))
 	assert.Error(t, err)
+}
+
+// MatchMethod finds "METHOD path" entries first, without allocating.
+func TestMatchMethod(t *testing.T) {
+	g := mustGuard(t)
+	rs, err := NewRoutes(RouteTo("POST /cart", g), RouteTo("/cart", g), RouteTo("DELETE /cart", nil), DefaultRoute(g))
+	require.NoError(t, err)
+	assert.Equal(t, "POST /cart", rs.MatchMethod("POST", "/cart").Pattern)
+	assert.Equal(t, "/cart", rs.MatchMethod("GET", "/cart").Pattern)
+	assert.Nil(t, rs.MatchMethod("DELETE", "/cart"), "mapped to no Guard: passes through")
+	assert.Equal(t, "", rs.MatchMethod("GET", "/other").Pattern, "the default")
+	long := "/" + strings.Repeat("x", 300)
+	assert.Equal(t, "", rs.MatchMethod("GET", long).Pattern)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { rs.MatchMethod("POST", "/cart") }))
+	var nilRoutes *Routes
+	assert.Nil(t, nilRoutes.MatchMethod("GET", "/"))
 }

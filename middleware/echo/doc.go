@@ -1,7 +1,9 @@
 // Package sluiceecho serves sluice Guards as Echo middleware.
 //
 // [Middleware] runs each request through the Guard its route maps to in a
-// middleware.Routes table keyed by Echo's route path (c.Path(): "/items/:id").
+// middleware.Routes table keyed by Echo's route path (c.Path(): "/items/:id"),
+// or by method and route path ("POST /cart") where the table has such an
+// entry.
 // It answers exactly as the net/http adapter does: admitted requests get the
 // IETF draft RateLimit fields of their Decision; rejected ones get 429 or 503
 // with Retry-After and an RFC 9457 problem body, unless a deny handler

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	echomw "github.com/labstack/echo/v4/middleware"
@@ -27,8 +28,10 @@ type config struct {
 	resources bool
 }
 
-// WithRoutes guards requests with the Guard their route path (c.Path())
-// maps to in rs. Without it (and without WithGuard) every request passes
+// WithRoutes guards requests with the Guard their route maps to in rs: the
+// entry of the method and route path ("POST /cart", as net/http patterns
+// name a method) when rs lists it, else that of the route path (c.Path():
+// "/cart"). Without it (and without WithGuard) every request passes
 // through.
 func WithRoutes(rs *middleware.Routes) Option {
 	return func(c *config) {
@@ -142,7 +145,7 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			}
 			var rt *middleware.Route
 			if needPattern {
-				rt = cfg.routes.Match(c.Path())
+				rt = cfg.routes.MatchMethod(c.Request().Method, c.Path())
 			} else {
 				rt = cfg.routes.Default()
 			}
@@ -150,13 +153,13 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				return next(c)
 			}
 			if cfg.keyer != nil {
-				ctx, err := cfg.keyer.Context(c.Request().Context(), &request{c: c})
+				ctx, err := cfg.keyer.Context(c.Request().Context(), &request{c: c, rt: rt})
 				if err != nil {
 					return cfg.missingKey(c)
 				}
 				c.SetRequest(c.Request().WithContext(ctx))
 			} else if cfg.resources {
-				if p := c.Path(); p != "" {
+				if p := routeOf(c, rt); p != "" {
 					c.SetRequest(c.Request().WithContext(sluice.WithResource(c.Request().Context(), p)))
 				}
 			}
@@ -318,10 +321,22 @@ func RejectionFrom(c echo.Context) (sluice.Decision, bool) {
 }
 
 // request shows an echo.Context as a middleware.Request.
-type request struct{ c echo.Context }
+type request struct {
+	c  echo.Context
+	rt *middleware.Route // the route the request matched
+}
+
+// routeOf is the route of the request c that matched rt: the table's
+// pattern when it names the method ("POST /cart"), else Echo's route path.
+func routeOf(c echo.Context, rt *middleware.Route) string {
+	if rt != nil && strings.Contains(rt.Pattern, " ") {
+		return rt.Pattern
+	}
+	return c.Path()
+}
 
 func (q *request) Context() context.Context    { return q.c.Request().Context() }
-func (q *request) Route() string               { return q.c.Path() }
+func (q *request) Route() string               { return routeOf(q.c, q.rt) }
 func (q *request) RemoteAddr() string          { return q.c.Request().RemoteAddr }
 func (q *request) Header(name string) []string { return q.c.Request().Header.Values(name) }
 func (q *request) Cookie(name string) (string, bool) {

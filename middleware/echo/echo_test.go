@@ -578,3 +578,29 @@ func TestDenyHandlerAfterGuardTimeoutGetsALiveContext(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/fail").Code)
 	assert.NoError(t, handlerErr)
 }
+
+// A table entry that names the method guards that method's requests alone;
+// the path's own entry, the others.
+func TestRoutesByMethodAndPath(t *testing.T) {
+	post := testpolicy.NewCounter()
+	any := testpolicy.NewCounter()
+	routes, err := middleware.NewRoutes(
+		middleware.RouteTo("POST /cart", newGuard(t, post)),
+		middleware.RouteTo("/cart", newGuard(t, any)))
+	require.NoError(t, err)
+	var resources []string
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(routes), WithRouteResource()))
+	h := func(c echo.Context) error {
+		r, _ := sluice.ResourceFrom(c.Request().Context())
+		resources = append(resources, r)
+		return c.NoContent(http.StatusOK)
+	}
+	e.POST("/cart", h)
+	e.GET("/cart", h)
+	assert.Equal(t, http.StatusOK, do(e, http.MethodPost, "/cart").Code)
+	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/cart").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, post.Outcomes())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, any.Outcomes())
+	assert.Equal(t, []string{"POST /cart", "/cart"}, resources)
+}
