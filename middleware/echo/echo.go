@@ -141,7 +141,7 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if cfg.skip(c) {
-				return next(c)
+				return cfg.answered(c, nil, next(c))
 			}
 			var rt *middleware.Route
 			if needPattern {
@@ -150,7 +150,7 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 				rt = cfg.routes.Default()
 			}
 			if rt == nil {
-				return next(c)
+				return cfg.answered(c, nil, next(c))
 			}
 			if cfg.keyer != nil {
 				ctx, err := cfg.keyer.Context(c.Request().Context(), &request{c: c, rt: rt})
@@ -216,6 +216,19 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			return err
 		}
 	}
+}
+
+// answered answers the error err that the handler of a request the
+// middleware lets through unguarded returned: a rejection its own call met
+// as the middleware answers its own, any other error as it is.
+func (cfg *config) answered(c echo.Context, rt *middleware.Route, err error) error {
+	if err == nil || c.Response().Committed || isHTTPError(err) {
+		return err
+	}
+	if d, ok := sluice.RejectionOf(err); ok {
+		return cfg.rejected(c, rt, d)
+	}
+	return err
 }
 
 // isHTTPError reports whether err is or wraps an *echo.HTTPError: the

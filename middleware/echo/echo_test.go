@@ -604,3 +604,21 @@ func TestRoutesByMethodAndPath(t *testing.T) {
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, any.Outcomes())
 	assert.Equal(t, []string{"POST /cart", "/cart"}, resources)
 }
+
+// A route the middleware lets through unguarded (skipped, or not in the
+// table) still gets a rejection its handler returns answered as one.
+func TestUnguardedHandlerReturningARejection(t *testing.T) {
+	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}})
+	routes, err := middleware.NewRoutes(middleware.RouteTo("/guarded", newGuard(t)))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(routes), WithSkipper(func(c echo.Context) bool { return c.Path() == "/skipped" })))
+	h := func(c echo.Context) error { return dep.Do(c.Request().Context(), func(context.Context) error { return nil }) }
+	e.GET("/unlisted", h)
+	e.GET("/skipped", h)
+	for _, path := range []string{"/unlisted", "/skipped"} {
+		rec := do(e, http.MethodGet, path)
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, path)
+		assert.Equal(t, "2", rec.Header().Get("Retry-After"), path)
+	}
+}
