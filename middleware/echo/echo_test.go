@@ -613,7 +613,9 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	require.NoError(t, err)
 	e := echo.New()
 	e.Use(Middleware(WithRoutes(routes), WithSkipper(func(c echo.Context) bool { return c.Path() == "/skipped" })))
-	h := func(c echo.Context) error { return dep.Do(c.Request().Context(), func(context.Context) error { return nil }) }
+	h := func(c echo.Context) error {
+		return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+	}
 	e.GET("/unlisted", h)
 	e.GET("/skipped", h)
 	for _, path := range []string{"/unlisted", "/skipped"} {
