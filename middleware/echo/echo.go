@@ -3,6 +3,7 @@ package sluiceecho
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -64,6 +65,27 @@ func WithKeyer(k *middleware.Keyer) Option {
 		if k != nil {
 			c.keyer = k
 		}
+	}
+}
+
+// KeyByValue keys requests by the value an earlier Echo middleware stored
+// with c.Set(name, v), as authentication middleware stores the user: a
+// non-empty string, or the String of a fmt.Stringer. Requests without one
+// have no key. Give it to middleware.NewKeyer, for WithKeyer.
+func KeyByValue(name string) middleware.KeyFunc {
+	return func(r middleware.Request) (string, bool) {
+		q, ok := r.(*request)
+		if !ok {
+			return "", false
+		}
+		var k string
+		switch v := q.c.Get(name).(type) {
+		case string:
+			k = v
+		case fmt.Stringer:
+			k = v.String()
+		}
+		return k, k != ""
 	}
 }
 

@@ -583,10 +583,10 @@ func TestDenyHandlerAfterGuardTimeoutGetsALiveContext(t *testing.T) {
 // the path's own entry, the others.
 func TestRoutesByMethodAndPath(t *testing.T) {
 	post := testpolicy.NewCounter()
-	any := testpolicy.NewCounter()
+	byPath := testpolicy.NewCounter()
 	routes, err := middleware.NewRoutes(
 		middleware.RouteTo("POST /cart", newGuard(t, post)),
-		middleware.RouteTo("/cart", newGuard(t, any)))
+		middleware.RouteTo("/cart", newGuard(t, byPath)))
 	require.NoError(t, err)
 	var resources []string
 	e := echo.New()
@@ -601,7 +601,7 @@ func TestRoutesByMethodAndPath(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(e, http.MethodPost, "/cart").Code)
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/cart").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, post.Outcomes())
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, any.Outcomes())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1}, byPath.Outcomes())
 	assert.Equal(t, []string{"POST /cart", "/cart"}, resources)
 }
 
@@ -624,3 +624,47 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 		assert.Equal(t, "2", rec.Header().Get("Retry-After"), path)
 	}
 }
+
+type userID int
+
+func (u userID) String() string { return fmt.Sprintf("user-%d", int(u)) }
+
+// KeyByValue keys by what an earlier Echo middleware put in the context.
+func TestKeyByValue(t *testing.T) {
+	rec := &keyRecorder{}
+	k, err := middleware.NewKeyer(middleware.SharedKey("anonymous"), KeyByValue("user"))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			switch c.QueryParam("as") {
+			case "alice":
+				c.Set("user", "alice")
+			case "7":
+				c.Set("user", userID(7))
+			case "odd":
+				c.Set("user", 7)
+			}
+			return next(c)
+		}
+	})
+	e.Use(Middleware(WithGuard(newGuard(t, rec)), WithKeyer(k)))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	for _, as := range []string{"alice", "7", "odd", ""} {
+		require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/?as="+as).Code)
+	}
+	assert.Equal(t, []string{"alice", "user-7", "anonymous", "anonymous"}, rec.keys)
+	_, ok := KeyByValue("user")(nil)
+	assert.False(t, ok, "outside the middleware")
+}
+
+// keyRecorder admits every request and records its key.
+type keyRecorder struct{ keys []string }
+
+func (*keyRecorder) Name() string { return "keys" }
+func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+	k, _ := sluice.KeyFrom(ctx)
+	r.keys = append(r.keys, k)
+	return sluice.Decision{Allowed: true, Policy: "keys", Limit: -1}, 0
+}
+func (*keyRecorder) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
