@@ -111,8 +111,9 @@ func (s *Switch) Set(on bool) bool { return s.set(on, false, false, s.clock.Now(
 // alone until Unpin. It reports whether the switch flipped.
 func (s *Switch) Pin(on bool) bool { return s.set(on, false, true, s.clock.Now()) }
 
-// Unpin hands the switch back to its Auto, if it has one, which sets it from
-// its signal at the next check.
+// Unpin hands the switch back to its Auto, if it has one. Its hold starts
+// over at its next check, as after any move by hand: the switch follows the
+// signal once the signal has called for the flip for the hold time since.
 func (s *Switch) Unpin() {
 	s.mu.Lock()
 	s.pinned = false
