@@ -78,6 +78,28 @@ func (r *Registry) Set(name string, on bool) (bool, error) {
 	return s.Set(on), nil
 }
 
+// Pin pins the switch named name (as Switch.Pin: an Auto leaves it alone
+// until Unpin) and reports whether it flipped; it fails when there is no
+// such switch.
+func (r *Registry) Pin(name string, on bool) (bool, error) {
+	s, ok := r.Get(name)
+	if !ok {
+		return false, fmt.Errorf("degrade: Registry.Pin: no switch named %q", name)
+	}
+	return s.Pin(on), nil
+}
+
+// Unpin hands the switch named name back to its Auto (as Switch.Unpin); it
+// fails when there is no such switch.
+func (r *Registry) Unpin(name string) error {
+	s, ok := r.Get(name)
+	if !ok {
+		return fmt.Errorf("degrade: Registry.Unpin: no switch named %q", name)
+	}
+	s.Unpin()
+	return nil
+}
+
 // Names returns the names of the registered switches, sorted.
 func (r *Registry) Names() []string {
 	r.mu.RLock()

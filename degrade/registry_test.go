@@ -39,8 +39,19 @@ func TestRegistry(t *testing.T) {
 	_, err = r.Set("missing", true)
 	assert.ErrorContains(t, err, "no switch")
 
+	flipped, err = r.Pin("recommendations", false)
+	require.NoError(t, err)
+	assert.True(t, flipped)
+	assert.True(t, recs.Pinned())
+	require.NoError(t, r.Unpin("recommendations"))
+	assert.False(t, recs.Pinned())
+	assert.False(t, recs.On(), "unpinned where it was pinned")
+	_, err = r.Pin("missing", true)
+	assert.ErrorContains(t, err, "no switch")
+	assert.ErrorContains(t, r.Unpin("missing"), "no switch")
+
 	assert.Equal(t, []string{"recommendations", "rich-fields"}, r.Names())
-	assert.Equal(t, map[string]bool{"recommendations": true, "rich-fields": false}, r.States())
+	assert.Equal(t, map[string]bool{"recommendations": false, "rich-fields": false}, r.States())
 }
 
 func TestRegistryConcurrentSwitch(t *testing.T) {
