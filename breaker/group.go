@@ -52,11 +52,12 @@ const chunkSize = 1024
 type chunk [chunkSize]atomic.Pointer[member]
 
 type member struct {
-	key  string
-	slot uint32
-	b    *Breaker
-	last atomic.Int64 // instant of the last Admit
-	idx  int          // position in Group.all
+	key    string
+	slot   uint32
+	b      *Breaker
+	last   atomic.Int64 // instant of the last Admit
+	idx    int          // position in Group.all
+	shared bool         // the overflow breaker
 }
 
 // NewGroup returns a Group named "breaker/" + name. It takes every option of
@@ -162,12 +163,16 @@ func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 // request made with ctx (the breaker Admit would ask for it, made on first
 // use): the adapters call it with the request's context when a dependency's
 // Retry-After or RetryInfo asks to hold off, so that only that key's
-// breaker is held open.
+// breaker is held open. A key without a breaker of its own, at a full Group
+// (see WithMaxBreakers), holds nothing open: the overflow breaker it shares
+// serves keys that did not ask to wait.
 func (g *Group) OpenForContext(ctx context.Context, now, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	g.use(ctx, now).b.OpenFor(now, d)
+	if m := g.use(ctx, now); !m.shared {
+		m.b.OpenFor(now, d)
+	}
 }
 
 // Subscribe registers fn, called after every state change of every member,
@@ -201,6 +206,7 @@ func (g *Group) member(key string, now time.Duration) *member {
 	if len(g.all) >= g.max && !g.evict() {
 		if g.overflow == nil {
 			g.overflow = g.newMember("(overflow)", now)
+			g.overflow.shared = true
 		}
 		return g.overflow
 	}

@@ -356,3 +356,17 @@ func TestGroupOpenForContextHoldsOneKey(t *testing.T) {
 	d, _ = g.Admit(b, 10*sec)
 	assert.True(t, d.Allowed, "no delay, no hold")
 }
+
+// At a full Group whose breakers cannot be dropped, a key's Retry-After does
+// not hold open the overflow breaker that the keys without a breaker of
+// their own share: the others never asked to wait.
+func TestGroupOpenForContextLeavesTheOverflowBreaker(t *testing.T) {
+	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1))
+	fail(t, g, res("a"), 0) // a is open: it is kept
+	g.OpenForContext(res("b"), sec, 30*sec)
+	d, tk := g.Admit(res("c"), 2*sec)
+	assert.True(t, d.Allowed, "c shares the overflow breaker with b, and asked for no wait")
+	g.Done(tk, sluice.Success, 2*sec, 0)
+	_, ok := g.Get("b")
+	assert.False(t, ok)
+}

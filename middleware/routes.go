@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -208,19 +209,32 @@ func (rs *Routes) Match(pattern string) *Route {
 // MatchMethod returns the Route for a request of method on route path, for
 // routers whose routes carry no method (Echo's c.Path()): the entry
 // "METHOD path", as net/http patterns name a method, when the table lists
-// it, else Match(path).
+// it, else Match(path). As in net/http, a HEAD request without a "HEAD path"
+// entry matches the "GET path" one.
 func (rs *Routes) MatchMethod(method, path string) *Route {
 	if rs != nil && rs.methods {
-		var buf [128]byte
-		key := append(append(append(buf[:0], method...), ' '), path...)
-		if r, ok := rs.byPattern[string(key)]; ok { // the lookup allocates nothing
-			if r.Guard == nil {
-				return nil
-			}
+		if r, ok := rs.byMethod(method, path); ok {
 			return r
+		}
+		if method == http.MethodHead {
+			if r, ok := rs.byMethod(http.MethodGet, path); ok {
+				return r
+			}
 		}
 	}
 	return rs.Match(path)
+}
+
+// byMethod returns the Route of the entry "method path", nil for one mapped
+// to a nil Guard, and whether the table lists it.
+func (rs *Routes) byMethod(method, path string) (*Route, bool) {
+	var buf [128]byte
+	key := append(append(append(buf[:0], method...), ' '), path...)
+	r, ok := rs.byPattern[string(key)] // the lookup allocates nothing
+	if !ok || r.Guard == nil {
+		return nil, ok
+	}
+	return r, true
 }
 
 // Default returns the default Route, or nil when there is none.

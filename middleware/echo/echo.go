@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -56,7 +57,8 @@ func WithGuard(g *sluice.Guard) Option {
 }
 
 // WithKeyer puts the key k finds for each request in its context
-// (sluice.WithKey), with the route path as its resource, for the keyed
+// (sluice.WithKey), with its route as its resource (the route path, or the
+// table's entry "POST /cart" that it matched), for the keyed
 // policies of the Guard. A request without a key is handled as k's
 // MissingKey says: rejected with 400 Bad Request, or put in a shared bucket.
 // Default: no key.
@@ -70,8 +72,9 @@ func WithKeyer(k *middleware.Keyer) Option {
 
 // KeyByValue keys requests by the value an earlier Echo middleware stored
 // with c.Set(name, v), as authentication middleware stores the user: a
-// non-empty string, or the String of a fmt.Stringer. Requests without one
-// have no key. Give it to middleware.NewKeyer, for WithKeyer.
+// non-empty string (of any string type), or the String of a fmt.Stringer
+// that is not a nil pointer. Requests without one have no key. Give it to
+// middleware.NewKeyer, for WithKeyer.
 func KeyByValue(name string) middleware.KeyFunc {
 	return func(r middleware.Request) (string, bool) {
 		q, ok := r.(*request)
@@ -80,17 +83,25 @@ func KeyByValue(name string) middleware.KeyFunc {
 		}
 		var k string
 		switch v := q.c.Get(name).(type) {
+		case nil:
 		case string:
 			k = v
 		case fmt.Stringer:
-			k = v.String()
+			if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer || !rv.IsNil() {
+				k = v.String()
+			}
+		default:
+			if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+				k = rv.String()
+			}
 		}
 		return k, k != ""
 	}
 }
 
-// WithRouteResource puts each request's route path in its context as its
-// resource (sluice.WithResource), for policies that keep state per resource,
+// WithRouteResource puts each request's route path (or the table's entry
+// "POST /cart" that it matched) in its context as its resource
+// (sluice.WithResource), for policies that keep state per resource,
 // such as a breaker.Group giving each route its own breaker under one Guard.
 // It costs the request a new context. WithKeyer does it as well. Default:
 // off.

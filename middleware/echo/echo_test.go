@@ -644,16 +644,20 @@ func TestKeyByValue(t *testing.T) {
 				c.Set("user", userID(7))
 			case "odd":
 				c.Set("user", 7)
+			case "nil":
+				c.Set("user", (*namedUser)(nil))
+			case "named":
+				c.Set("user", tenant("acme"))
 			}
 			return next(c)
 		}
 	})
 	e.Use(Middleware(WithGuard(newGuard(t, rec)), WithKeyer(k)))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
-	for _, as := range []string{"alice", "7", "odd", ""} {
+	for _, as := range []string{"alice", "7", "odd", "", "nil", "named"} {
 		require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/?as="+as).Code)
 	}
-	assert.Equal(t, []string{"alice", "user-7", "anonymous", "anonymous"}, rec.keys)
+	assert.Equal(t, []string{"alice", "user-7", "anonymous", "anonymous", "anonymous", "acme"}, rec.keys)
 	_, ok := KeyByValue("user")(nil)
 	assert.False(t, ok, "outside the middleware")
 }
@@ -668,3 +672,24 @@ func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decisi
 	return sluice.Decision{Allowed: true, Policy: "keys", Limit: -1}, 0
 }
 func (*keyRecorder) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// A HEAD request to a route Echo serves for GET and HEAD spends the budget
+// of the table's "GET path" entry, as under net/http: it runs the same
+// handler, and must not bypass its guard.
+func TestHeadRequestIsGuardedByTheGetEntry(t *testing.T) {
+	get := testpolicy.NewCounter()
+	routes, err := middleware.NewRoutes(middleware.RouteTo("GET /items", newGuard(t, get)))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(routes)))
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/items", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/items").Code)
+	assert.Equal(t, http.StatusOK, do(e, http.MethodHead, "/items").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 2}, get.Outcomes())
+}
+
+type namedUser struct{ name string }
+
+func (u *namedUser) String() string { return u.name }
+
+type tenant string

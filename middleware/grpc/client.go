@@ -25,10 +25,11 @@ import (
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
 // DataLoss are failures). WithTimeout bounds each guarded call. A call whose
-// context has already ended (a handler's inherited deadline that passed) is
-// never sent: it fails at once with its context's status (Canceled,
-// DeadlineExceeded), as gRPC would fail it, without asking the Guard or
-// counting as a failure.
+// context has already ended (a handler's inherited deadline that passed)
+// goes on unguarded, for gRPC to fail unsent with its context's status
+// (Canceled, DeadlineExceeded): it asks the Guard nothing and counts as no
+// failure. One whose context ends while a policy of the Guard makes it wait
+// gives back what the Guard took (sluice.Released) and goes on the same way.
 //
 // A server that answers Unavailable or ResourceExhausted with an
 // errdetails.RetryInfo (a sluice server's rejection, or any server that
@@ -59,8 +60,11 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if rt == nil {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if err := ctx.Err(); err != nil {
-		return endedStatus(err)
+	if ctx.Err() != nil {
+		// Ended already: gRPC fails it without sending it. It goes on
+		// unguarded, so that what follows (interceptors, stats handlers)
+		// sees it as ever, and counts for nothing here.
+		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if c.identifies() {
 		var skip bool
@@ -77,20 +81,17 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	if err := rt.Guard.AdmitTo(ctx, nil, &done); err != nil {
 		return newRejection(err, rejectedDecision(err))
 	}
+	if ctx.Err() != nil {
+		// It ended while a policy made it wait: it gives back what the
+		// Guard took, and goes on unguarded, for gRPC to fail unsent.
+		done.Record(sluice.Released)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	err := c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
 	if err != nil {
 		c.holdOpen(ctx, rt.Guard, err)
 	}
 	return err
-}
-
-// endedStatus answers a call whose context ended before it was sent, as
-// gRPC does (Canceled, DeadlineExceeded): the server never hears of it, so it
-// asks the Guard nothing and counts for nothing. Counted, an inherited
-// deadline that passed before the call (a handler's, whose own caller gave
-// it too little time) would push the breakers of a healthy server open.
-func endedStatus(err error) error {
-	return status.FromContextError(err).Err()
 }
 
 // opener is implemented by the policies that can be held open for a time,
@@ -174,8 +175,8 @@ func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req
 // ClientConn closes first (classified by the status gRPC gives them: a
 // cancellation and a closed ClientConn, codes.Canceled, are Ignored). A final
 // status with a RetryInfo holds the breakers open as for a unary call. A
-// stream whose context has already ended is not opened: it fails with its
-// context's status without asking the Guard, as a unary call does.
+// stream whose context has already ended goes on unguarded, as a unary call
+// does.
 // WithTimeout does not apply to streams.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
@@ -190,8 +191,8 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if rt == nil {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, endedStatus(err)
+	if ctx.Err() != nil {
+		return streamer(ctx, desc, cc, method, opts...) // as for a unary call
 	}
 	ctx, skip, err := c.identify(ctx, method, nil, true)
 	if err != nil {
@@ -203,6 +204,10 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	d, done, err := rt.Guard.Admit(ctx)
 	if err != nil {
 		return nil, newRejection(err, d)
+	}
+	if ctx.Err() != nil {
+		done.Record(sluice.Released) // as for a unary call
+		return streamer(ctx, desc, cc, method, opts...)
 	}
 	return c.openStream(ctx, desc, cc, method, streamer, opts, rt.Guard, &done)
 }

@@ -56,8 +56,8 @@
 // handler returned, as the HTTP adapters ignore a request whose client left;
 // a Guard's own call timeout is not such an end, and counts as
 // DeadlineExceeded. On a client, a call or stream whose context ended before
-// it was sent (a handler's inherited deadline that passed) fails with its
-// context's status without asking the Guard: it is not counted. A stream is
+// it was sent (a handler's inherited deadline that passed) goes on
+// unguarded, for gRPC to fail unsent: it is not counted. A stream is
 // admitted once and its outcome is its final status; [WithMessageGuard]
 // limits the messages it receives as well.
 //

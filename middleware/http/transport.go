@@ -369,7 +369,10 @@ func closeRequestBody(req *http.Request) {
 // context: it returns the context's error, after closing the request's body.
 // So does a call whose context has already ended (a handler's inherited
 // deadline that passed): it is never sent, asks no Guard and counts for
-// nothing, rather than as a failure of a host that never heard of it.
+// nothing, rather than as a failure of a host that never heard of it. One
+// whose context ends while its host's Guard is made, or while a policy of
+// the Guard makes it wait, is not sent either, and gives back what the Guard
+// took (sluice.Released).
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := req.Context().Err(); err != nil {
 		closeRequestBody(req)
@@ -377,6 +380,12 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	host := t.cfg.hostOf(req)
 	hg, err := t.guard(req.Context(), host)
+	if err == nil {
+		// It may have ended while the host's Guard was made.
+		if err = req.Context().Err(); err != nil {
+			t.end(hg)
+		}
+	}
 	if err != nil {
 		closeRequestBody(req)
 		return nil, err
@@ -415,6 +424,13 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}()
 	gctx := sluice.WithResource(req.Context(), host) // the context the Guard decides with
 	if err := g.AdmitTo(gctx, nil, &done); err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	if err := req.Context().Err(); err != nil {
+		// It ended while a policy made it wait: never sent, it gives back
+		// what the Guard took.
+		done.Record(sluice.Released)
 		closeRequestBody(req)
 		return nil, err
 	}

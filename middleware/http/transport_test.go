@@ -875,3 +875,105 @@ func TestTransportRetryAfterHoldsTheHostsBreakerOfAGroup(t *testing.T) {
 type byHost map[string]http.RoundTripper
 
 func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) { return b[r.URL.Host].RoundTrip(r) }
+
+// A call whose context ends while it makes its host's Guard (a slow
+// GuardFactory) is not sent either, and counts for nothing: counted, it was
+// a failure of a host that never heard of it, and opened its breaker.
+func TestTransportCallWhoseContextEndsWhileItsGuardIsMadeIsNotCounted(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	var b *breaker.Breaker
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	// The next RoundTripper fails a call whose context ended without
+	// sending it, as http.Transport does.
+	dep := &fakeDependency{status: http.StatusOK}
+	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+		return dep.RoundTrip(r)
+	})
+	rt, err := Transport(next, func(string) (*sluice.Guard, error) {
+		<-ctx.Done() // the call's deadline passes while its Guard is made
+		var err error
+		b, err = breaker.New("dep", breaker.WithConsecutiveFailures(1))
+		if err != nil {
+			return nil, err
+		}
+		return sluice.New(sluice.With(b), sluice.WithClock(clock))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	body := &trackedBody{Reader: strings.NewReader("x")}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://a.test/x", body)
+	require.NoError(t, err)
+	_, err = rt.RoundTrip(req)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.True(t, body.closed)
+	assert.Equal(t, breaker.StateClosed, b.State(), "a call never sent is no failure of the host")
+	assert.Zero(t, dep.calls.Load())
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A call whose context ends while a policy of its host's Guard makes it
+// wait (a shaper's turn due at the deadline) is not sent, and gives back
+// what the Guard took: it is no failure of the host.
+func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	ctx := &endingContext{Context: context.Background(), done: make(chan struct{})}
+	b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1))
+	require.NoError(t, err)
+	counter := testpolicy.NewCounter()
+	dep := &fakeDependency{status: http.StatusOK}
+	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
+		return dep.RoundTrip(r)
+	})
+	rt, err := Transport(next, func(string) (*sluice.Guard, error) {
+		return sluice.New(sluice.With(b, counter, endsOnAdmit{ctx}), sluice.WithClock(clock))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	body := &trackedBody{Reader: strings.NewReader("x")}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://a.test/x", body)
+	require.NoError(t, err)
+	_, err = rt.RoundTrip(req)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.True(t, body.closed)
+	assert.Equal(t, breaker.StateClosed, b.State())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Released: 1}, counter.Outcomes())
+	assert.Zero(t, dep.calls.Load())
+}
+
+// endingContext is a context whose deadline passes when end is called.
+type endingContext struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+func (c *endingContext) end()                  { c.once.Do(func() { close(c.done) }) }
+func (c *endingContext) Done() <-chan struct{} { return c.done }
+func (c *endingContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// endsOnAdmit admits every request as its context's deadline passes.
+type endsOnAdmit struct{ ctx *endingContext }
+
+func (endsOnAdmit) Name() string { return "test/ends" }
+func (p endsOnAdmit) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	p.ctx.end()
+	return sluice.Decision{Allowed: true, Policy: "test/ends", Limit: -1}, 0
+}
+func (endsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
