@@ -3,7 +3,6 @@ package sluicegrpc
 import (
 	"context"
 	"io"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -414,62 +414,18 @@ func TestClientCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := newBreaker(t, "dependency", clk, breaker.WithConsecutiveFailures(1))
 	rec := &recorder{name: "rec"}
-	ends := &endsOnAdmit{}
+	ends := &testpolicy.EndsOnAdmit{}
 	g := mustGuard(t, sluice.WithClock(clk), sluice.With(b, rec, ends))
 	s := start(t, transports[0], nil, clientOpts(t, WithGuard(g))...)
 
-	ctx := newEndingContext()
-	ends.set(ctx)
+	ctx := testpolicy.NewEndingContext()
+	ends.Set(ctx)
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(s.check(ctx)))
-	ctx = newEndingContext()
-	ends.set(ctx)
+	ctx = testpolicy.NewEndingContext()
+	ends.Set(ctx)
 	_, err := s.watch(ctx)
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
 	assert.Equal(t, breaker.StateClosed, b.State())
 	assert.Equal(t, []sluice.Outcome{sluice.Released, sluice.Released}, rec.Outcomes())
 	assert.Zero(t, s.health.calls.Load())
 }
-
-// endingContext is a context whose deadline passes when end is called.
-type endingContext struct {
-	context.Context
-	once sync.Once
-	done chan struct{}
-}
-
-func newEndingContext() *endingContext {
-	return &endingContext{Context: context.Background(), done: make(chan struct{})}
-}
-
-func (c *endingContext) end()                  { c.once.Do(func() { close(c.done) }) }
-func (c *endingContext) Done() <-chan struct{} { return c.done }
-func (c *endingContext) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-// endsOnAdmit admits every request as the deadline of the context set last
-// passes.
-type endsOnAdmit struct {
-	mu  sync.Mutex
-	ctx *endingContext
-}
-
-func (p *endsOnAdmit) set(ctx *endingContext) {
-	p.mu.Lock()
-	p.ctx = ctx
-	p.mu.Unlock()
-}
-
-func (*endsOnAdmit) Name() string { return "test/ends" }
-func (p *endsOnAdmit) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	p.mu.Lock()
-	p.ctx.end()
-	p.mu.Unlock()
-	return sluice.Decision{Allowed: true, Policy: "test/ends", Limit: -1}, 0
-}
-func (*endsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -884,15 +884,8 @@ func TestTransportCallWhoseContextEndsWhileItsGuardIsMadeIsNotCounted(t *testing
 	var b *breaker.Breaker
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	// The next RoundTripper fails a call whose context ended without
-	// sending it, as http.Transport does.
 	dep := &fakeDependency{status: http.StatusOK}
-	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if err := r.Context().Err(); err != nil {
-			return nil, err
-		}
-		return dep.RoundTrip(r)
-	})
+	next := failsEnded(dep)
 	rt, err := Transport(next, func(string) (*sluice.Guard, error) {
 		<-ctx.Done() // the call's deadline passes while its Guard is made
 		var err error
@@ -918,24 +911,32 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// A call whose context ends while a policy of its host's Guard makes it
-// wait (a shaper's turn due at the deadline) is not sent, and gives back
-// what the Guard took: it is no failure of the host.
-func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
-	clock := sluice.NewManualClock(0)
-	ctx := &endingContext{Context: context.Background(), done: make(chan struct{})}
-	b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1))
-	require.NoError(t, err)
-	counter := testpolicy.NewCounter()
-	dep := &fakeDependency{status: http.StatusOK}
-	next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+// failsEnded sends calls to dep, and fails a call whose context ended
+// without sending it, as http.Transport does.
+func failsEnded(dep http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if err := r.Context().Err(); err != nil {
 			return nil, err
 		}
 		return dep.RoundTrip(r)
 	})
+}
+
+// A call whose context ends while a policy of its host's Guard makes it
+// wait (a shaper's turn due at the deadline) is not sent, and gives back
+// what the Guard took: it is no failure of the host.
+func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	ctx := testpolicy.NewEndingContext()
+	ends := &testpolicy.EndsOnAdmit{}
+	ends.Set(ctx)
+	b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1))
+	require.NoError(t, err)
+	counter := testpolicy.NewCounter()
+	dep := &fakeDependency{status: http.StatusOK}
+	next := failsEnded(dep)
 	rt, err := Transport(next, func(string) (*sluice.Guard, error) {
-		return sluice.New(sluice.With(b, counter, endsOnAdmit{ctx}), sluice.WithClock(clock))
+		return sluice.New(sluice.With(b, counter, ends), sluice.WithClock(clock))
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close() })
@@ -949,31 +950,3 @@ func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Released: 1}, counter.Outcomes())
 	assert.Zero(t, dep.calls.Load())
 }
-
-// endingContext is a context whose deadline passes when end is called.
-type endingContext struct {
-	context.Context
-	once sync.Once
-	done chan struct{}
-}
-
-func (c *endingContext) end()                  { c.once.Do(func() { close(c.done) }) }
-func (c *endingContext) Done() <-chan struct{} { return c.done }
-func (c *endingContext) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
-// endsOnAdmit admits every request as its context's deadline passes.
-type endsOnAdmit struct{ ctx *endingContext }
-
-func (endsOnAdmit) Name() string { return "test/ends" }
-func (p endsOnAdmit) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	p.ctx.end()
-	return sluice.Decision{Allowed: true, Policy: "test/ends", Limit: -1}, 0
-}
-func (endsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -1,7 +1,8 @@
 // Package testpolicy holds the small policies the adapters' tests guard
 // their handlers with: one that rejects with a fixed Decision, one that
-// admits everything and counts the outcomes it hears of, and a wrapper that
-// gives a policy a window.
+// admits everything and counts the outcomes it hears of, a wrapper that
+// gives a policy a window, and one that ends a context's deadline as it
+// admits, as a policy that made the request wait until then.
 package testpolicy
 
 import (
@@ -74,3 +75,50 @@ type Windowed struct {
 
 // Window returns W.
 func (p Windowed) Window() time.Duration { return p.W }
+
+// EndingContext is a context whose deadline passes when End is called.
+type EndingContext struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+}
+
+// NewEndingContext returns an EndingContext whose deadline has not passed.
+func NewEndingContext() *EndingContext {
+	return &EndingContext{Context: context.Background(), done: make(chan struct{})}
+}
+
+// End makes the context's deadline pass.
+func (c *EndingContext) End()                  { c.once.Do(func() { close(c.done) }) }
+func (c *EndingContext) Done() <-chan struct{} { return c.done }
+func (c *EndingContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// EndsOnAdmit admits every request as the deadline of the context set last
+// passes, as a policy that made the request wait until its deadline.
+type EndsOnAdmit struct {
+	mu  sync.Mutex
+	ctx *EndingContext
+}
+
+// Set makes ctx the context whose deadline passes at the next admission.
+func (p *EndsOnAdmit) Set(ctx *EndingContext) {
+	p.mu.Lock()
+	p.ctx = ctx
+	p.mu.Unlock()
+}
+
+func (*EndsOnAdmit) Name() string { return "test/ends" }
+func (p *EndsOnAdmit) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+	p.mu.Lock()
+	p.ctx.End()
+	p.mu.Unlock()
+	return sluice.Decision{Allowed: true, Policy: "test/ends", Limit: -1}, 0
+}
+func (*EndsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
