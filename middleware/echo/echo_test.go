@@ -45,18 +45,26 @@ func do(e *echo.Echo, method, target string) *httptest.ResponseRecorder {
 	return rec
 }
 
+// echoPattern maps a scenario route name ("a", "POST a") to its route
+// table entry: Echo's route path, after the method when it names one.
+func echoPattern(name string) string {
+	method, route := scenario.SplitRoute(name)
+	if method == "" {
+		return "/" + route
+	}
+	return method + " /" + route
+}
+
 // echoTarget serves the shared scenarios through Middleware on an Echo with
-// one route per scenario route name.
+// a GET and a POST route per scenario route name. A handler returns a
+// rejection its call met.
 func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Result {
-	rs, err := s.Routes(func(name string) string { return "/" + name })
+	rs, err := s.Routes(echoPattern)
 	require.NoError(t, err)
 	skip := map[string]bool{}
 	for _, n := range s.Skip {
 		skip["/"+n] = true
 	}
-	var ran bool
-	var next scenario.Handler
-	var leave context.CancelFunc // the client going away
 	e := echo.New()
 	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })}
 	if s.RouteResource {
@@ -64,35 +72,34 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	}
 	e.Use(Middleware(opts...))
 	for _, name := range []string{"a", "b", "health"} {
-		e.GET("/"+name, func(c echo.Context) error {
-			ran = true
-			switch next {
-			case scenario.ClientError:
-				return echo.NewHTTPError(http.StatusBadRequest, "bad")
-			case scenario.ServerError:
-				return errors.New("database down")
-			case scenario.ClientGone:
-				leave()
-				return echo.NewHTTPError(http.StatusBadGateway, "upstream call cancelled")
-			}
-			return c.String(http.StatusOK, "ok")
-		})
-	}
-	return func(st scenario.Step) scenario.Result {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		ran, next, leave = false, st.Handler, cancel
-		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/"+st.Route, nil)
-		req.RemoteAddr = st.Peer
-		for k, v := range st.Header {
-			req.Header.Set(k, v)
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			e.Add(method, "/"+name, func(c echo.Context) error {
+				switch h, err := scenario.Act(c.Request().Context()); h {
+				case scenario.ClientError:
+					return echo.NewHTTPError(http.StatusBadRequest, "bad")
+				case scenario.ServerError:
+					return errors.New("database down")
+				case scenario.ClientGone:
+					return echo.NewHTTPError(http.StatusBadGateway, "upstream call cancelled")
+				case scenario.Rejected, scenario.RejectedWrapped:
+					return err
+				}
+				return c.String(http.StatusOK, "ok")
+			})
 		}
+	}
+	var serve func(scenario.Step) scenario.Result
+	serve = func(st scenario.Step) scenario.Result {
+		ctx, call := scenario.NewCall(context.Background(), st, serve)
+		defer call.End()
+		req := scenario.HTTPRequest(ctx, st)
 		rec := httptest.NewRecorder()
 		e.ServeHTTP(rec, req)
-		res, err := scenario.FromHTTP(ran, rec.Code, rec.Header())
+		res, err := scenario.FromHTTP(call.Ran(), rec.Code, rec.Header(), rec.Body.Bytes())
 		require.NoError(t, err)
-		return res
+		return call.Result(res)
 	}
+	return serve
 }
 
 func TestScenarios(t *testing.T) { scenario.Run(t, echoTarget) }

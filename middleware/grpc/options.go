@@ -212,8 +212,12 @@ func WithClassifier(c sluice.Classifier) Option {
 // RateLimit-Policy fields as response header metadata on admitted calls too,
 // for clients that pace themselves; for a call that a ServerInHandle
 // admitted with the route's Guard, the fields tell the tap's decision.
-// Rejections always carry them when the rejecting policy has a quota. Off by
-// default: the metadata costs a few allocations per call.
+// Rejections always carry them when the rejecting policy has a quota; a
+// unary handler's rejection with a quota of its own (see the package doc)
+// is answered with its quota in place of the admission's, as the HTTP
+// adapters answer it, so the admission's is held back until the handler
+// sets or sends a header, or returns. Off by default: the metadata costs a
+// few allocations per call.
 func WithQuotaMetadata() Option {
 	return func(o *options) {
 		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")

@@ -2,7 +2,9 @@ package sluicegrpc
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -17,14 +19,74 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// scenarioMethod maps the scenario's route names to full methods.
+// scenarioMethod maps the scenario's route names ("a", "POST a") to full
+// methods: "/sluice.scenario.Service/A", ".../PostA". A gRPC method is one
+// route whatever the HTTP method, so each HTTP method and route is a
+// method of its own, and GET is none.
 func scenarioMethod(name string) string {
-	return "/sluice.scenario.Service/" + strings.ToUpper(name[:1]) + name[1:]
+	method, route := scenario.SplitRoute(name)
+	if method == http.MethodGet {
+		method = ""
+	}
+	name = strings.ToUpper(route[:1]) + route[1:]
+	if method != "" {
+		name = method[:1] + strings.ToLower(method[1:]) + name
+	}
+	return "/sluice.scenario.Service/" + name
+}
+
+// headerStream is the server transport stream of a call the interceptor is
+// called with directly: it keeps the header metadata set on it, joined as
+// gRPC's own stream joins it.
+type headerStream struct {
+	method string
+	header metadata.MD
+}
+
+func (s *headerStream) Method() string { return s.method }
+func (s *headerStream) SetHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
+
+// fromGRPC reads the Result of a call that ended with err and header
+// metadata header, as a client reads it off the wire: a status with a
+// sluice ErrorInfo is a rejection, whose code must be its cause's and whose
+// RetryInfo gives the delay.
+func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) {
+	res := scenario.Result{
+		RateLimitPolicy: strings.Join(header.Get(MetadataRateLimitPolicy), ", "),
+		RateLimit:       strings.Join(header.Get(MetadataRateLimit), ", "),
+	}
+	if err == nil {
+		return res, nil
+	}
+	st := status.Convert(err)
+	res.Leaked = strings.Contains(st.Message(), scenario.WrapperText)
+	// The status alone, as the client gets it: no error of the server's.
+	if d, ok := RejectionOf(st.Err()); ok {
+		res.Cause = sluice.CauseOf(d.Cause)
+		if want := Code(res.Cause); st.Code() != want {
+			return res, fmt.Errorf("scenario: %s answered with %s, not %s", res.Cause, st.Code(), want)
+		}
+		if d.RetryAfter <= 0 {
+			return res, fmt.Errorf("scenario: %s answered without a RetryInfo delay", res.Cause)
+		}
+		res.RetryAfter = middleware.RetryAfterSeconds(d.RetryAfter)
+	} else if st.Code() == codes.InvalidArgument && !ran {
+		res.MissingKey = true
+	}
+	return res, nil
 }
 
 // TestScenarios runs the scenario table shared with the HTTP adapters
 // through the unary server interceptor, called with each step's peer and
-// metadata in its context.
+// metadata in its context and a transport stream that keeps its header
+// metadata. The interceptor sends the RateLimit metadata on admitted calls
+// too (WithQuotaMetadata), as the HTTP adapters send the fields. A handler
+// returns a rejection its call met.
 func TestScenarios(t *testing.T) {
 	scenario.Run(t, func(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Result {
 		rs, err := s.Routes(scenarioMethod)
@@ -32,7 +94,7 @@ func TestScenarios(t *testing.T) {
 		for _, g := range rs.Guards() {
 			t.Cleanup(func() { _ = g.Close() })
 		}
-		opts := []Option{WithRoutes(rs)}
+		opts := []Option{WithRoutes(rs), WithQuotaMetadata()}
 		if s.Keyer != nil {
 			opts = append(opts, WithKeyer(s.Keyer))
 		}
@@ -47,38 +109,39 @@ func TestScenarios(t *testing.T) {
 			opts = append(opts, WithSkipper(middleware.SkipRoutes(skip...)))
 		}
 		intercept := unary(t, opts...)
-		return func(st scenario.Step) scenario.Result {
+		handler := func(ctx context.Context, _ any) (any, error) {
+			switch h, err := scenario.Act(ctx); h {
+			case scenario.ClientError:
+				return nil, status.Error(codes.InvalidArgument, "bad")
+			case scenario.ServerError:
+				return nil, status.Error(codes.Unavailable, "down")
+			case scenario.ClientGone:
+				return nil, status.Error(codes.Unavailable, "upstream call cancelled")
+			case scenario.Rejected, scenario.RejectedWrapped:
+				return nil, err
+			}
+			return "ok", nil
+		}
+		var serve func(scenario.Step) scenario.Result
+		serve = func(st scenario.Step) scenario.Result {
 			addr, err := net.ResolveTCPAddr("tcp", st.Peer)
 			require.NoError(t, err)
-			ctx, leave := context.WithCancel(context.Background()) // the client going away
-			defer leave()
+			ctx, call := scenario.NewCall(context.Background(), st, serve)
+			defer call.End()
+			method := scenarioMethod(st.Method + " " + st.Route)
+			stream := &headerStream{method: method}
+			ctx = grpc.NewContextWithServerTransportStream(ctx, stream)
 			ctx = peer.NewContext(ctx, &peer.Peer{Addr: addr})
 			md := metadata.MD{}
 			for k, v := range st.Header {
 				md.Append(k, v)
 			}
 			ctx = metadata.NewIncomingContext(ctx, md)
-			var res scenario.Result
-			_, err = intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: scenarioMethod(st.Route)}, func(context.Context, any) (any, error) {
-				res.Ran = true
-				switch st.Handler {
-				case scenario.ClientError:
-					return nil, status.Error(codes.InvalidArgument, "bad")
-				case scenario.ServerError:
-					return nil, status.Error(codes.Unavailable, "down")
-				case scenario.ClientGone:
-					leave()
-					return nil, status.Error(codes.Unavailable, "upstream call cancelled")
-				}
-				return "ok", nil
-			})
-			if d, ok := RejectionOf(err); ok {
-				res.Cause = sluice.CauseOf(d.Cause)
-				res.RetryAfter = middleware.RetryAfterSeconds(d.RetryAfter)
-			} else if status.Code(err) == codes.InvalidArgument && !res.Ran {
-				res.MissingKey = true
-			}
-			return res
+			_, err = intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+			res, err := fromGRPC(call.Ran(), err, stream.header)
+			require.NoError(t, err)
+			return call.Result(res)
 		}
+		return serve
 	})
 }

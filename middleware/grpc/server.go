@@ -3,6 +3,7 @@ package sluicegrpc
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -97,13 +98,15 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err := rt.Guard.AdmitTo(ctx, dp, &done); err != nil {
 		return c.rejectUnary(ctx, req, info.FullMethod, rt, rejectedDecision(err), err)
 	}
+	hctx, held := ctx, (*heldQuota)(nil) // the handler's context
 	if c.quotaMD {
-		setQuota(ctx, rt, d, grpc.SetHeader)
+		hctx, held = holdQuota(ctx, rt, d)
 	}
-	resp, err := c.runUnary(ctx, rt.Guard, req, handler, &done)
+	resp, err := c.runUnary(hctx, rt.Guard, req, handler, &done)
 	if err != nil {
-		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err)
+		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
 	}
+	held.release(false)
 	return resp, nil
 }
 
@@ -136,9 +139,15 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 // returned resp and err. A sluice rejection the handler returns, one its own
 // call met (a client interceptor's breaker open for its dependency), is
 // answered as the interceptor answers its own: the method's fallback, or
-// the rejection's status, never the error's text.
-func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error) (any, error) {
-	switch r, re := rejectionIn(err); {
+// the rejection's status, never the error's text. held is the admitted
+// call's quota metadata, held back from the header (nil when none is): a
+// rejection answered with a quota of its own sends that one instead, as
+// the HTTP adapters replace the fields; every other answer sends it.
+func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error, held *heldQuota) (any, error) {
+	r, re := rejectionIn(err)
+	held.release(r == nil && re != nil && hasQuota(re.Decision) &&
+		c.fallback(method, sluice.CauseOf(re.Decision.Cause)) == nil)
+	switch {
 	case r != nil:
 		// An interceptor's own rejection (a client interceptor's, or one
 		// a handler made with Error): its status stands, unless the
@@ -164,7 +173,7 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 	if a.guard.Timeout() > 0 {
 		cctx, finish = a.guard.CallContext(ctx)
 	}
-	resp, ran, err := c.tappedCall(cctx, req, info, handler, a)
+	resp, ran, held, err := c.tappedCall(cctx, req, info, handler, a)
 	if !ran {
 		// Turned away by this interceptor's Guard: its answer stands.
 		if finish != nil {
@@ -180,8 +189,9 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 	if err != nil {
 		// A rejection the handler returned is answered once its outcome
 		// (Ignored) is recorded: a fallback's answer is no success.
-		resp, err = c.handlerError(ctx, req, info.FullMethod, c.route(info.FullMethod), resp, err)
+		return c.handlerError(ctx, req, info.FullMethod, c.route(info.FullMethod), resp, err, held)
 	}
+	held.release(false)
 	return resp, err
 }
 
@@ -190,34 +200,36 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 // has another one. ran reports whether the call went on to the handler,
 // rather than being turned away (or answered by a fallback) by that Guard.
 // With WithQuotaMetadata, a route with the tap's Guard sends the tap's
-// quota. A rejection the handler returns is returned as it is: unaryTapped
-// answers it.
-func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, ran bool, err error) {
+// quota, held back as serveUnary holds it (held). A rejection the handler
+// returns is returned as it is: unaryTapped answers it.
+func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, ran bool, held *heldQuota, err error) {
 	rt := c.route(info.FullMethod)
+	hctx := ctx // the handler's context
 	if rt != nil && rt.Guard == a.guard && c.quotaMD {
-		setQuota(ctx, rt, a.d, grpc.SetHeader)
+		hctx, held = holdQuota(ctx, rt, a.d)
 	}
 	if rt != nil && rt.Guard != a.guard {
 		var skip bool
 		ctx, skip, err = c.identify(ctx, info.FullMethod, nil, false)
 		if err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
+		hctx = ctx
 		if !skip {
 			d, done, err := rt.Guard.Admit(ctx)
 			if err != nil {
 				resp, err = c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
-				return resp, false, err
+				return resp, false, nil, err
 			}
 			if c.quotaMD {
-				setQuota(ctx, rt, d, grpc.SetHeader)
+				hctx, held = holdQuota(ctx, rt, d)
 			}
-			resp, err = c.runUnary(ctx, rt.Guard, req, handler, &done)
-			return resp, true, err
+			resp, err = c.runUnary(hctx, rt.Guard, req, handler, &done)
+			return resp, true, held, err
 		}
 	}
-	resp, err = handler(ctx, req)
-	return resp, true, err
+	resp, err = handler(hctx, req)
+	return resp, true, held, err
 }
 
 // identifies reports whether calls need identify: a skipper, a key, a
@@ -287,9 +299,70 @@ func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, er
 }
 
 func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
-	if d.Limit >= 0 && d.Policy != "" {
+	if hasQuota(d) {
 		_ = set(ctx, quotaMetadata(rt, d, d.Reset))
 	}
+}
+
+// hasQuota reports whether d has a quota to describe with the RateLimit
+// fields.
+func hasQuota(d sluice.Decision) bool { return d.Limit >= 0 && d.Policy != "" }
+
+// heldQuota is the transport stream a unary handler sees when its call was
+// admitted with a quota and WithQuotaMetadata: it holds the quota metadata
+// back from the header until the handler sets or sends a header of its own,
+// or the call ends, so that a rejection the handler returns can be answered
+// with its own quota alone, as the HTTP adapters replace the RateLimit
+// fields of the admission with the rejection's, rather than with both. Its
+// methods are safe on a nil *heldQuota, which holds nothing.
+type heldQuota struct {
+	grpc.ServerTransportStream
+	mu sync.Mutex
+	md metadata.MD // nil once set or dropped
+}
+
+// holdQuota returns the context for the handler of a call on route rt
+// admitted with d, with a heldQuota holding d's quota metadata; without a
+// transport stream in ctx (an interceptor called directly), it sets the
+// metadata at once, as setQuota does.
+func holdQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision) (context.Context, *heldQuota) {
+	if !hasQuota(d) {
+		return ctx, nil
+	}
+	inner := grpc.ServerTransportStreamFromContext(ctx)
+	if inner == nil {
+		setQuota(ctx, rt, d, grpc.SetHeader)
+		return ctx, nil
+	}
+	h := &heldQuota{ServerTransportStream: inner, md: quotaMetadata(rt, d, d.Reset)}
+	return grpc.NewContextWithServerTransportStream(ctx, h), h
+}
+
+// release sets the held metadata on the stream, or drops it when drop is
+// true; once.
+func (h *heldQuota) release(drop bool) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	md := h.md
+	h.md = nil
+	h.mu.Unlock()
+	if md != nil && !drop {
+		_ = h.ServerTransportStream.SetHeader(md)
+	}
+}
+
+// SetHeader sets the held metadata, then md.
+func (h *heldQuota) SetHeader(md metadata.MD) error {
+	h.release(false)
+	return h.ServerTransportStream.SetHeader(md)
+}
+
+// SendHeader sets the held metadata, then sends the header with md.
+func (h *heldQuota) SendHeader(md metadata.MD) error {
+	h.release(false)
+	return h.ServerTransportStream.SendHeader(md)
 }
 
 // rejectedDecision returns the Decision a Guard's rejection carries.

@@ -9,17 +9,24 @@
 package scenario
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -38,12 +45,34 @@ const (
 	// does, then answers with a failure (HTTP 502, gRPC Unavailable), as a
 	// proxy whose upstream call was cancelled with it does.
 	ClientGone
+	// Rejected is a handler whose own call to a dependency met a sluice
+	// rejection, a *sluice.RejectedError of the step's Met, and hands it
+	// on as its adapter asks: net/http passes it to sluicehttp.Reject,
+	// Echo and gRPC handlers return it. A handler whose rejection is not
+	// taken answers 500 (gRPC: Unknown) with the error's text, as a naive
+	// one does.
+	Rejected
+	// RejectedWrapped is Rejected with the rejection wrapped:
+	// fmt.Errorf("%s: %w", WrapperText, rejection).
+	RejectedWrapped
+	// Reenter serves the step's During request through the same adapter
+	// while the handler runs, so that both are in flight at once, then
+	// answers with success.
+	Reenter
 )
+
+// WrapperText is the text a RejectedWrapped handler wraps its rejection
+// with; it never reaches the client.
+const WrapperText = "payments: charge card 4242"
 
 // Step is one request.
 type Step struct {
 	// Advance moves the scenario's clock before the request.
 	Advance time.Duration
+	// Method is the request's HTTP method; "" means GET. A gRPC target
+	// maps each method and route to a method of its own (see
+	// SplitRoute).
+	Method string
 	// Route names the route: "a", "b" or "health".
 	Route string
 	// Peer is the direct peer's address; "" means "192.0.2.1:1234".
@@ -52,6 +81,11 @@ type Step struct {
 	Header map[string]string
 	// Handler is what the handler does if the request is admitted.
 	Handler Handler
+	// Met is the rejection a Rejected or RejectedWrapped handler's call
+	// met.
+	Met sluice.Decision
+	// During is the request a Reenter handler makes while it runs.
+	During *Step
 	// Want is the expected result.
 	Want Result
 }
@@ -60,7 +94,11 @@ type Step struct {
 type Result struct {
 	// Ran reports that the handler ran.
 	Ran bool
-	// Cause is the cause of a rejection; CauseNone when admitted.
+	// Cause is the cause of a rejection, the adapter's own or one the
+	// handler's call met; CauseNone when none. HTTP targets read it from
+	// the problem body's type, gRPC ones from the ErrorInfo's reason; the
+	// status or code must be the cause's (429 or 503, ResourceExhausted or
+	// Unavailable) and the delay given (Retry-After, RetryInfo).
 	Cause sluice.Cause
 	// RetryAfter is the rejection's delay in whole seconds (HTTP
 	// Retry-After, gRPC RetryInfo rounded up); 0 when admitted.
@@ -68,13 +106,29 @@ type Result struct {
 	// MissingKey reports a rejection for a missing key (HTTP 400, gRPC
 	// InvalidArgument).
 	MissingKey bool
+	// RateLimitPolicy and RateLimit are the values of the draft
+	// RateLimit-Policy and RateLimit fields (gRPC: header metadata, which
+	// a gRPC target asks for on admitted calls too), each value once,
+	// joined with ", " when there are more; "" when there are none.
+	RateLimitPolicy, RateLimit string
+	// Leaked reports that the answer (HTTP body, gRPC status message)
+	// carries WrapperText.
+	Leaked bool
+	// Outcomes counts the outcomes the Setup's Counter heard during the
+	// step (its During request included); nil when it has no Counter or
+	// heard nothing. Run fills it in.
+	Outcomes map[sluice.Outcome]int
+	// During is the result of the step's During request.
+	During *Result
 }
 
 // Setup is what a Target builds its adapter from.
 type Setup struct {
 	// Clock is the scenario's clock, shared by its Guards.
 	Clock *sluice.ManualClock
-	// Routes builds the route table with the target's route syntax.
+	// Routes builds the route table with the target's route syntax: a name
+	// is a route name ("a") or a method and a route name ("POST a"), which
+	// pattern maps to the target's syntax.
 	Routes func(pattern func(name string) string) (*middleware.Routes, error)
 	// Keyer, when not nil, keys requests.
 	Keyer *middleware.Keyer
@@ -83,10 +137,23 @@ type Setup struct {
 	// RouteResource puts each request's route in its context as its
 	// resource (HTTP and Echo WithRouteResource, gRPC WithMethodResource).
 	RouteResource bool
+	// Counter, when not nil, is a policy of the scenario's Guards whose
+	// outcomes each step's Result counts.
+	Counter *testpolicy.Counter
+}
+
+// SplitRoute splits a route name of a Setup's table ("POST a", "a") into
+// its method ("" for none) and route name.
+func SplitRoute(name string) (method, route string) {
+	if i := strings.IndexByte(name, ' '); i >= 0 {
+		return name[:i], name[i+1:]
+	}
+	return "", name
 }
 
 // Target builds an adapter for s and returns the function that serves one
-// step through it.
+// step through it. The function starts each request with NewCall, and the
+// handlers it serves call Act.
 type Target func(t *testing.T, s Setup) func(st Step) Result
 
 // Scenario is one sequence of requests through one setup.
@@ -96,26 +163,141 @@ type Scenario struct {
 	Steps []Step
 }
 
-// FromHTTP reads the Result of an HTTP answer: 429 is a rate limit, 503
-// without the handler having run an open circuit, 400 without it a missing
-// key; the delay comes from Retry-After.
-func FromHTTP(ran bool, status int, header http.Header) (Result, error) {
-	res := Result{Ran: ran}
-	switch {
-	case ran:
-	case status == http.StatusTooManyRequests:
-		res.Cause = sluice.CauseRateLimited
-	case status == http.StatusServiceUnavailable:
-		res.Cause = sluice.CauseCircuitOpen
-	case status == http.StatusBadRequest:
-		res.MissingKey = true
+// Call is one request on its way through a target.
+type Call struct {
+	step   Step
+	serve  func(Step) Result
+	leave  context.CancelFunc
+	ran    bool
+	during *Result
+}
+
+type callKey struct{}
+
+// NewCall starts the request of st: its context, which carries the call
+// for Act and which a ClientGone handler cancels, and the call, to End once
+// answered. serve is the target's function, which serves a Reenter
+// handler's During request.
+func NewCall(parent context.Context, st Step, serve func(Step) Result) (context.Context, *Call) {
+	ctx, cancel := context.WithCancel(parent)
+	c := &Call{step: st, serve: serve, leave: cancel}
+	return context.WithValue(ctx, callKey{}, c), c
+}
+
+// End ends the call's context.
+func (c *Call) End() { c.leave() }
+
+// Result completes res, read from the answer, with what the handler did:
+// whether it ran, and its During request's result.
+func (c *Call) Result(res Result) Result {
+	res.Ran = c.ran
+	res.During = c.during
+	return res
+}
+
+// Ran reports whether the call's handler ran.
+func (c *Call) Ran() bool { return c.ran }
+
+// Act does the part of the handler of the call in ctx that is the same for
+// every target: it marks the call as run, cancels its context for
+// ClientGone, serves the During request for Reenter, and returns what the
+// handler answers: its Handler (OK after Reenter) and, for Rejected and
+// RejectedWrapped, the error its call met.
+func Act(ctx context.Context) (Handler, error) {
+	c, _ := ctx.Value(callKey{}).(*Call)
+	if c == nil {
+		panic("scenario: Act outside a call made by NewCall")
 	}
-	if res.Cause != sluice.CauseNone {
+	c.ran = true
+	switch c.step.Handler {
+	case ClientGone:
+		c.leave()
+	case Reenter:
+		if c.step.During != nil {
+			st := *c.step.During
+			if st.Peer == "" {
+				st.Peer = DefaultPeer
+			}
+			res := c.serve(st)
+			c.during = &res
+		}
+		return OK, nil
+	case Rejected:
+		return Rejected, &sluice.RejectedError{Decision: c.step.Met}
+	case RejectedWrapped:
+		return RejectedWrapped, fmt.Errorf("%s: %w", WrapperText, &sluice.RejectedError{Decision: c.step.Met})
+	}
+	return c.step.Handler, nil
+}
+
+// causeOfType returns the cause a problem type names
+// ("urn:sluice:problem:rate-limited"), and false for another type.
+func causeOfType(typ string) (sluice.Cause, bool) {
+	name, ok := strings.CutPrefix(typ, middleware.DefaultProblemTypeBase)
+	if !ok {
+		return sluice.CauseNone, false
+	}
+	for c := sluice.CauseRateLimited; c <= sluice.CauseTimeout; c++ {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return sluice.CauseNone, false
+}
+
+// joinValues joins a field's values with ", ".
+func joinValues(vs []string) string { return strings.Join(vs, ", ") }
+
+// HTTPRequest returns the request of step st for the HTTP adapters, made
+// with ctx: its method (GET when none), route, peer and header fields.
+func HTTPRequest(ctx context.Context, st Step) *http.Request {
+	method := st.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	req := httptest.NewRequestWithContext(ctx, method, "/"+st.Route, nil)
+	req.RemoteAddr = st.Peer
+	for k, v := range st.Header {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// FromHTTP reads the Result of an HTTP answer with body: a 429 or 503 that
+// the handler did not answer, or that carries Retry-After, is a rejection
+// whose cause the problem body's type names (an open circuit when it names
+// none) and whose delay Retry-After gives; a 400 without the handler having
+// run is a missing key.
+func FromHTTP(ran bool, status int, header http.Header, body []byte) (Result, error) {
+	res := Result{
+		RateLimitPolicy: joinValues(header.Values(middleware.FieldRateLimitPolicy)),
+		RateLimit:       joinValues(header.Values(middleware.FieldRateLimit)),
+		Leaked:          bytes.Contains(body, []byte(WrapperText)),
+	}
+	rejection := (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) &&
+		(!ran || header.Get("Retry-After") != "")
+	switch {
+	case rejection:
+		res.Cause = sluice.CauseCircuitOpen
+		if status == http.StatusTooManyRequests {
+			res.Cause = sluice.CauseRateLimited
+		}
+		var problem struct{ Type string }
+		if json.Unmarshal(body, &problem) == nil {
+			if c, ok := causeOfType(problem.Type); ok {
+				res.Cause = c
+			}
+		}
+		if want := middleware.HTTPStatus(res.Cause); status != want {
+			return res, fmt.Errorf("scenario: %s answered with %d, not %d", res.Cause, status, want)
+		}
 		s, err := strconv.ParseInt(header.Get("Retry-After"), 10, 64)
 		if err != nil {
 			return res, fmt.Errorf("scenario: Retry-After %q: %w", header.Get("Retry-After"), err)
 		}
 		res.RetryAfter = s
+	case status == http.StatusBadRequest && !ran:
+		res.MissingKey = true
 	}
 	return res, nil
 }
@@ -136,7 +318,21 @@ func Run(t *testing.T, target Target) {
 				if st.Peer == "" {
 					st.Peer = DefaultPeer
 				}
+				var before map[sluice.Outcome]int
+				if s.Counter != nil {
+					before = s.Counter.Outcomes()
+				}
 				got := serve(st)
+				if s.Counter != nil {
+					for o, n := range s.Counter.Outcomes() {
+						if d := n - before[o]; d != 0 {
+							if got.Outcomes == nil {
+								got.Outcomes = map[sluice.Outcome]int{}
+							}
+							got.Outcomes[o] = d
+						}
+					}
+				}
 				require.Equal(t, st.Want, got, "step %d: %+v", i, st)
 			}
 		})
@@ -171,6 +367,13 @@ func perKeyWindow() (*ratelimit.Keyed, error) {
 	})
 }
 
+// keyedAdmitted and keyedLimited are the results of a request admitted and
+// one rejected by perKeyWindow, at the start of a key's window.
+var (
+	keyedAdmitted = admitted.withQuota("ratelimit/keyed", 1, 60, 0, 60)
+	keyedLimited  = limited(60).withQuota("ratelimit/keyed", 1, 60, 0, 60)
+)
+
 // perRouteBreakers are the steps of a breaker.Group that keeps a breaker
 // per resource: route a's failures open its circuit and not route b's.
 var perRouteBreakers = []Step{
@@ -182,6 +385,48 @@ var perRouteBreakers = []Step{
 	{Route: "a", Want: open(20)},
 	{Route: "a", Advance: 20 * time.Second, Want: admitted},
 }
+
+// withQuota returns res with the RateLimit fields of the policy name: its
+// quota q over w seconds (w 0: unknown), r left, whole again in t seconds.
+func (res Result) withQuota(name string, q, w, r, t int64) Result {
+	res.RateLimitPolicy = fmt.Sprintf("%q;q=%d", name, q)
+	if w > 0 {
+		res.RateLimitPolicy += fmt.Sprintf(";w=%d", w)
+	}
+	res.RateLimit = fmt.Sprintf("%q;r=%d;t=%d", name, r, t)
+	return res
+}
+
+// counted returns res with the outcomes its step's Guard heard.
+func (res Result) counted(o ...sluice.Outcome) Result {
+	res.Outcomes = map[sluice.Outcome]int{}
+	for _, x := range o {
+		res.Outcomes[x]++
+	}
+	return res
+}
+
+// met is what the handler's calls to its dependency met: its breaker open
+// for 20 s, its rate limit (with a quota of its own) spent for 1.5 s.
+var (
+	metOpen    = sluice.Decision{Policy: "breaker/payments", Limit: -1, RetryAfter: 20 * time.Second, Cause: sluice.ErrCircuitOpen}
+	metLimited = sluice.Decision{Policy: "ratelimit/payments", Limit: 10, Remaining: 0, Reset: 1500 * time.Millisecond, RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited}
+)
+
+// handlerRejections are the steps of a route guarded by a counter and the
+// limiter "ratelimit/a" (5 a minute), whose handler's calls meet
+// rejections.
+var handlerRejections = func() []Step {
+	a := func(r int64) Result { return admitted.withQuota("ratelimit/a", 5, 60, r, 60) }
+	return []Step{
+		{Route: "a", Want: a(4).counted(sluice.Success)},
+		{Route: "a", Handler: Rejected, Met: metOpen, Want: Result{Ran: true, Cause: sluice.CauseCircuitOpen, RetryAfter: 20}.withQuota("ratelimit/a", 5, 60, 3, 60).counted(sluice.Ignored)},
+		{Route: "a", Handler: RejectedWrapped, Met: metOpen, Want: Result{Ran: true, Cause: sluice.CauseCircuitOpen, RetryAfter: 20}.withQuota("ratelimit/a", 5, 60, 2, 60).counted(sluice.Ignored)},
+		{Route: "a", Handler: RejectedWrapped, Met: metLimited, Want: Result{Ran: true, Cause: sluice.CauseRateLimited, RetryAfter: 2}.withQuota("ratelimit/payments", 10, 0, 0, 2).counted(sluice.Ignored)},
+		{Route: "a", Handler: ServerError, Want: a(0).counted(sluice.Failure)},
+		{Route: "a", Handler: Rejected, Met: metOpen, Want: Result{Cause: sluice.CauseRateLimited, RetryAfter: 60}.withQuota("ratelimit/a", 5, 60, 0, 60).counted(sluice.Released)},
+	}
+}()
 
 // All returns the scenarios.
 func All() []Scenario {
@@ -202,11 +447,11 @@ func All() []Scenario {
 				}}, nil
 			},
 			Steps: []Step{
-				{Route: "a", Want: admitted},
-				{Route: "a", Advance: 2 * time.Second, Want: admitted},
-				{Route: "a", Advance: 500 * time.Millisecond, Want: limited(8)},
+				{Route: "a", Want: admitted.withQuota("ratelimit/a", 2, 10, 1, 10)},
+				{Route: "a", Advance: 2 * time.Second, Want: admitted.withQuota("ratelimit/a", 2, 10, 0, 8)},
+				{Route: "a", Advance: 500 * time.Millisecond, Want: limited(8).withQuota("ratelimit/a", 2, 10, 0, 8)},
 				{Route: "b", Want: admitted},
-				{Route: "a", Advance: 7500 * time.Millisecond, Want: admitted},
+				{Route: "a", Advance: 7500 * time.Millisecond, Want: admitted.withQuota("ratelimit/a", 2, 10, 1, 10)},
 			},
 		},
 		{
@@ -255,14 +500,14 @@ func All() []Scenario {
 				return everywhere(clock, k, keyer, err)
 			},
 			Steps: []Step{
-				{Route: "a", Peer: "203.0.113.1:1000", Want: admitted},
-				{Route: "a", Peer: "203.0.113.1:1001", Want: limited(60)},
-				{Route: "a", Peer: "203.0.113.1:1002", Header: map[string]string{"x-forwarded-for": "198.51.100.77"}, Want: limited(60)},
-				{Route: "a", Peer: "203.0.113.2:1000", Want: admitted},
-				{Route: "a", Peer: "10.0.0.1:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.5, 10.0.0.2"}, Want: admitted},
-				{Route: "a", Peer: "10.0.0.9:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.5"}, Want: limited(60)},
-				{Route: "a", Peer: "10.0.0.9:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.6"}, Want: admitted},
-				{Route: "a", Advance: time.Minute, Peer: "203.0.113.1:1000", Want: admitted},
+				{Route: "a", Peer: "203.0.113.1:1000", Want: keyedAdmitted},
+				{Route: "a", Peer: "203.0.113.1:1001", Want: keyedLimited},
+				{Route: "a", Peer: "203.0.113.1:1002", Header: map[string]string{"x-forwarded-for": "198.51.100.77"}, Want: keyedLimited},
+				{Route: "a", Peer: "203.0.113.2:1000", Want: keyedAdmitted},
+				{Route: "a", Peer: "10.0.0.1:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.5, 10.0.0.2"}, Want: keyedAdmitted},
+				{Route: "a", Peer: "10.0.0.9:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.5"}, Want: keyedLimited},
+				{Route: "a", Peer: "10.0.0.9:1000", Header: map[string]string{"x-forwarded-for": "198.51.100.6"}, Want: keyedAdmitted},
+				{Route: "a", Advance: time.Minute, Peer: "203.0.113.1:1000", Want: keyedAdmitted},
 			},
 		},
 		{
@@ -277,9 +522,9 @@ func All() []Scenario {
 			},
 			Steps: []Step{
 				{Route: "a", Want: Result{MissingKey: true}},
-				{Route: "a", Header: map[string]string{"x-api-key": "k1"}, Want: admitted},
-				{Route: "a", Header: map[string]string{"x-api-key": "k1"}, Want: limited(60)},
-				{Route: "a", Header: map[string]string{"x-api-key": "k2"}, Want: admitted},
+				{Route: "a", Header: map[string]string{"x-api-key": "k1"}, Want: keyedAdmitted},
+				{Route: "a", Header: map[string]string{"x-api-key": "k1"}, Want: keyedLimited},
+				{Route: "a", Header: map[string]string{"x-api-key": "k2"}, Want: keyedAdmitted},
 			},
 		},
 		{
@@ -318,6 +563,86 @@ func All() []Scenario {
 				{Route: "health", Want: admitted},
 				{Route: "health", Handler: ServerError, Want: admitted},
 				{Route: "b", Advance: 1500 * time.Millisecond, Want: open(4)},
+			},
+		},
+		{
+			Name: "a rejection the handler's call met is answered as the route's own and ignored",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				fw, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("ratelimit/a"))
+				if err != nil {
+					return Setup{}, err
+				}
+				counter := testpolicy.NewCounter()
+				g, err := sluice.New(sluice.With(counter, fw), sluice.WithClock(clock))
+				if err != nil {
+					return Setup{}, err
+				}
+				return Setup{Clock: clock, Counter: counter, Routes: func(p func(string) string) (*middleware.Routes, error) {
+					return middleware.NewRoutes(middleware.RouteTo(p("a"), g))
+				}}, nil
+			},
+			Steps: handlerRejections,
+		},
+		{
+			Name: "a bulkhead beside a rate limit: the limit's fields, none on a concurrency rejection",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				fw, err := ratelimit.NewFixedWindow(3, time.Minute, ratelimit.WithName("ratelimit/a"))
+				if err != nil {
+					return Setup{}, err
+				}
+				bh, err := adaptive.NewBulkhead(1)
+				if err != nil {
+					return Setup{}, err
+				}
+				counter := testpolicy.NewCounter()
+				g, err := sluice.New(sluice.With(counter, fw, bh), sluice.WithClock(clock))
+				if err != nil {
+					return Setup{}, err
+				}
+				return Setup{Clock: clock, Counter: counter, Routes: func(p func(string) string) (*middleware.Routes, error) {
+					return middleware.NewRoutes(middleware.DefaultRoute(g))
+				}}, nil
+			},
+			Steps: []Step{
+				{Route: "a", Want: admitted.withQuota("ratelimit/a", 3, 60, 2, 60).counted(sluice.Success)},
+				{Route: "a", Handler: Reenter, During: &Step{Route: "b"}, Want: func() Result {
+					r := admitted.withQuota("ratelimit/a", 3, 60, 1, 60).counted(sluice.Success, sluice.Released)
+					r.During = &Result{Cause: sluice.CauseConcurrencyLimited, RetryAfter: 1}
+					return r
+				}()},
+				{Route: "b", Advance: 10 * time.Second, Want: admitted.withQuota("ratelimit/a", 3, 60, 0, 50).counted(sluice.Success)},
+				{Route: "a", Want: limited(50).withQuota("ratelimit/a", 3, 60, 0, 50).counted(sluice.Released)},
+			},
+		},
+		{
+			Name: "a route entry naming a method guards that method's requests only",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				guard := func(name string) (*sluice.Guard, error) {
+					fw, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName(name))
+					if err != nil {
+						return nil, err
+					}
+					return sluice.New(sluice.With(fw), sluice.WithClock(clock))
+				}
+				post, err := guard("ratelimit/post-a")
+				if err != nil {
+					return Setup{}, err
+				}
+				get, err := guard("ratelimit/a")
+				if err != nil {
+					return Setup{}, err
+				}
+				return Setup{Clock: clock, Routes: func(p func(string) string) (*middleware.Routes, error) {
+					return middleware.NewRoutes(middleware.RouteTo(p("POST a"), post), middleware.RouteTo(p("a"), get))
+				}}, nil
+			},
+			Steps: []Step{
+				{Method: http.MethodPost, Route: "a", Want: admitted.withQuota("ratelimit/post-a", 1, 60, 0, 60)},
+				{Method: http.MethodPost, Route: "a", Want: limited(60).withQuota("ratelimit/post-a", 1, 60, 0, 60)},
+				{Route: "a", Want: admitted.withQuota("ratelimit/a", 1, 60, 0, 60)},
+				{Route: "a", Want: limited(60).withQuota("ratelimit/a", 1, 60, 0, 60)},
+				{Method: http.MethodPost, Route: "b", Want: admitted},
+				{Method: http.MethodPost, Route: "a", Advance: time.Minute, Want: admitted.withQuota("ratelimit/post-a", 1, 60, 0, 60)},
 			},
 		},
 	}
