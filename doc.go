@@ -39,7 +39,9 @@
 //
 // Every rejection is a [*RejectedError] carrying the [Decision] that rejected:
 // it matches errors.Is(err, ErrRejected) and exactly one of ErrRateLimited,
-// ErrCircuitOpen, ErrOverloaded or ErrConcurrencyLimited. The adapters in
+// ErrCircuitOpen, ErrOverloaded or ErrConcurrencyLimited; [RejectionOf]
+// reads its Decision back out of an error that is or wraps one (not out of
+// a Guard's timeout that wraps an inner Guard's rejection). The adapters in
 // middleware/http, middleware/echo and middleware/grpc turn the cause (never
 // an error string) into the wire answer: 429 or 503 with Retry-After, gRPC
 // ResourceExhausted or Unavailable with RetryInfo.

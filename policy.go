@@ -18,7 +18,7 @@ type Decision struct {
 	// "ratelimit/per-ip", "breaker/payments".
 	Policy string
 	// Limit is the quota of the window or bucket, in cost units; -1 where a
-	// quota has no meaning (a breaker, a load guard).
+	// quota has no meaning (a breaker, a load guard, a concurrency limit).
 	Limit int64
 	// Remaining is what is left of Limit after this decision; never negative.
 	// It is 0 where Limit is -1.

@@ -14,6 +14,9 @@
 // from latency ([Gradient], in the manner of Netflix concurrency-limits'
 // Gradient2, or [AIMD]) or static ([NewBulkhead]); callers over the limit are
 // rejected with sluice.ErrConcurrencyLimited or wait in a bounded queue.
+// Like the Guard's, its Decisions carry no quota (Limit -1), so the
+// middleware sends no RateLimit fields for it; its Stats report the limit
+// and the requests in flight.
 //
 // The CPU usage is read from cgroup v2, cgroup v1 or /proc/stat by one
 // [SystemSampler] goroutine per process, started by the first Guard that

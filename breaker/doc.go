@@ -17,7 +17,9 @@
 //     of requests as the dependency accepts fewer of them, with no open
 //     state.
 //   - Group: one Breaker per resource or key, made on demand, capped in
-//     number.
+//     number. OpenForContext holds open the breaker of one request's key,
+//     as the adapters do when a dependency's Retry-After or RetryInfo asks
+//     to hold off.
 //
 // A rejection is a *sluice.RejectedError matching sluice.ErrCircuitOpen, with
 // RetryAfter the time until the breaker lets a probe through.

@@ -15,8 +15,10 @@
 //     atomic and allocation-free, to skip non-core work. It is set by hand at
 //     run time, or by an [Auto] from a signal (a breaker's state, the load
 //     guard's shedding, CPU above a level) with hysteresis, so it does not
-//     flap. A [Shed] policy turns a whole non-core route away while its
-//     switch is on, and a [Registry] keeps switches by name.
+//     flap; pinned by hand, it is left alone by its Auto until unpinned. A
+//     [Shed] policy turns a whole non-core route away while its switch is
+//     on, and a [Registry] keeps switches by name, for an admin endpoint to
+//     set, pin and unpin them.
 //
 // Call timeouts are a Guard option of the root package, sluice.WithTimeout:
 // a timeout error matches sluice.ErrTimeout, and a fallback declared with

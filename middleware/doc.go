@@ -9,6 +9,16 @@
 // route's Guard, and renders the Decision with the helpers of this package, so
 // that every transport answers the same request the same way.
 //
+// # Routes and keys
+//
+// A [Routes] table maps a route pattern (an http.ServeMux pattern such as
+// "GET /items/{id}", a gRPC full method) to its Guard, with a default for
+// unlisted routes; [Routes.MatchMethod] serves routers whose routes carry
+// no method (Echo), picking the "POST /cart" entry over the "/cart" one.
+// A [Keyer] finds each request's key with its [KeyFunc]s (the client
+// address, a header, a cookie, a context value, the route);
+// [KeyPerRoute] gives each route a key function of its own.
+//
 // # Header fields
 //
 // A rejection for a rate limit is answered with 429 Too Many Requests, one for

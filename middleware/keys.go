@@ -97,12 +97,14 @@ func KeyByRoute() KeyFunc {
 	}
 }
 
-// KeyPerRoute keys the requests of each route in byRoute (an HTTP pattern,
-// a gRPC full method, as the route table has them) with that route's
-// function alone, and the requests of every other route with other (nil:
-// they have no key). A route whose function finds no key has none: other is
-// not asked for it, so that, say, an order without its API key is not keyed
-// by its client address instead. The map is copied.
+// KeyPerRoute keys the requests of each route in byRoute (named as the
+// adapter names a request's Route: an http.ServeMux pattern, a gRPC full
+// method, Echo's route path or the "POST /cart" table entry it matched) with
+// that route's function alone (a nil one: no key), and the requests of every
+// other route with other (nil: they have no key). A route whose function
+// finds no key has none: other is not asked for it, so that, say, an order
+// without its API key is not keyed by its client address instead. The map is
+// copied.
 func KeyPerRoute(byRoute map[string]KeyFunc, other KeyFunc) KeyFunc {
 	m := maps.Clone(byRoute)
 	return func(r Request) (string, bool) {

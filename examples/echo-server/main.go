@@ -111,7 +111,9 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		return nil, err
 	}
 	// Echo routes are matched by their registered path (c.Path()), so
-	// "/orders/:id" is one route whatever the id.
+	// "/orders/:id" is one route whatever the id; an entry that names the
+	// method too ("POST /orders/:id") would guard that method's requests
+	// alone.
 	a.routes, err = middleware.NewRoutes(
 		middleware.DefaultRoute(plain),
 		middleware.RouteTo("/orders/:id", orders),
@@ -181,7 +183,7 @@ func (a *app) deny(c echo.Context, d sluice.Decision) error {
 		return c.JSON(http.StatusOK, degraded)
 	}
 	var r middleware.Renderer
-	status := r.Rejected(c.Response().Header(), a.routes.Match(c.Path()), d)
+	status := r.Rejected(c.Response().Header(), a.routes.MatchMethod(c.Request().Method, c.Path()), d)
 	return c.Blob(status, middleware.ProblemContentType, r.AppendProblem(nil, d))
 }
 

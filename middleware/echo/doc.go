@@ -12,7 +12,12 @@
 // error) that Echo's error handler renders later. A handler that returns a
 // sluice rejection its own call met (a breaker open for its dependency, as
 // sluicehttp.Transport returns it) gets it answered as the middleware's
-// own: 429 or 503 with Retry-After and the problem body, or the deny
-// handler's answer. An *echo.HTTPError keeps the status the handler chose,
-// even when its Internal is such a rejection.
+// own (on a route it lets through unguarded too): 429 or 503 with
+// Retry-After and the problem body, or the deny handler's answer. An
+// *echo.HTTPError keeps the status the handler chose, even when its
+// Internal is such a rejection.
+//
+// Keyed policies get each request's key from a middleware.Keyer
+// ([WithKeyer]); [KeyByValue] keys requests by what an earlier Echo
+// middleware stored with c.Set, such as the authenticated user.
 package sluiceecho

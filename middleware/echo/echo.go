@@ -33,8 +33,9 @@ type config struct {
 // WithRoutes guards requests with the Guard their route maps to in rs: the
 // entry of the method and route path ("POST /cart", as net/http patterns
 // name a method) when rs lists it, else that of the route path (c.Path():
-// "/cart"). Without it (and without WithGuard) every request passes
-// through.
+// "/cart"); a HEAD request without a "HEAD /cart" entry takes the
+// "GET /cart" one, as in net/http. Without it (and without WithGuard) every
+// request passes through.
 func WithRoutes(rs *middleware.Routes) Option {
 	return func(c *config) {
 		if rs != nil {
@@ -73,7 +74,8 @@ func WithKeyer(k *middleware.Keyer) Option {
 // KeyByValue keys requests by the value an earlier Echo middleware stored
 // with c.Set(name, v), as authentication middleware stores the user: a
 // non-empty string (of any string type), or the String of a fmt.Stringer
-// that is not a nil pointer. Requests without one have no key. Give it to
+// that is not a nil pointer. Requests without one have no key, and so have
+// those of other adapters, which carry no echo.Context. Give it to
 // middleware.NewKeyer, for WithKeyer.
 func KeyByValue(name string) middleware.KeyFunc {
 	return func(r middleware.Request) (string, bool) {
@@ -158,11 +160,19 @@ func WithRenderer(r middleware.Renderer) Option {
 const rejectedKey = "sluice.rejected"
 
 // Middleware returns Echo middleware that runs each request through the
-// Guard of its route path. The Guard's call timeout (sluice.WithTimeout)
-// applies to the handler, as in the net/http adapter: the request's context
-// ends at the deadline, and what the handler then answers, a status or an
-// error Echo renders, is classified as any answer is (a 5xx counts as a
-// failure).
+// Guard of its route (see WithRoutes: its method and route path, else its
+// route path). The Guard's call timeout (sluice.WithTimeout) applies to the
+// handler, as in the net/http adapter: the request's context ends at the
+// deadline, and what the handler then answers, a status or an error Echo
+// renders, is classified as any answer is (a 5xx counts as a failure).
+//
+// A handler that returns a sluice rejection its own call met (wrapped or
+// not; a Guard's timeout wrapping one is a timeout) gets it answered as the
+// middleware answers its own, by the deny handler or with 429 or 503,
+// Retry-After and a problem body, and the request counts as Ignored. So
+// does the handler of a request the middleware lets through unguarded
+// (skipped, or on a route without a Guard). An *echo.HTTPError keeps its
+// code, whatever its Internal, and so does a response already committed.
 func Middleware(opts ...Option) echo.MiddlewareFunc {
 	cfg := config{skip: echomw.DefaultSkipper, classify: middleware.ClassifyHTTPStatus}
 	for _, o := range opts {

@@ -28,8 +28,10 @@ import (
 // context has already ended (a handler's inherited deadline that passed)
 // goes on unguarded, for gRPC to fail unsent with its context's status
 // (Canceled, DeadlineExceeded): it asks the Guard nothing and counts as no
-// failure. One whose context ends while a policy of the Guard makes it wait
-// gives back what the Guard took (sluice.Released) and goes on the same way.
+// failure. One admitted as its context ended, after a policy of the Guard
+// made it wait, gives back what the Guard took (sluice.Released) and goes on
+// the same way (a policy that gives up the wait as the context ends, such as
+// a queued concurrency limit, rejects it instead).
 //
 // A server that answers Unavailable or ResourceExhausted with an
 // errdetails.RetryInfo (a sluice server's rejection, or any server that
@@ -175,8 +177,8 @@ func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req
 // ClientConn closes first (classified by the status gRPC gives them: a
 // cancellation and a closed ClientConn, codes.Canceled, are Ignored). A final
 // status with a RetryInfo holds the breakers open as for a unary call. A
-// stream whose context has already ended goes on unguarded, as a unary call
-// does.
+// stream whose context has already ended, or ends while a policy makes it
+// wait, goes on unguarded, as a unary call does.
 // WithTimeout does not apply to streams.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)

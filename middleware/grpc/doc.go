@@ -12,7 +12,7 @@
 //
 // Each call is guarded by its method's Guard ([WithMethodGuard], keyed by the
 // full method "/pkg.Service/Method"), else by the default one ([WithGuard]);
-// a method with neither passes through untouched. Client interceptors can
+// a method with neither passes through unguarded. Client interceptors can
 // also keep a Guard per connection target ([WithTargetGuard]), so one
 // interceptor keeps a breaker per dependency. [WithRoutes] shares a
 // middleware.Routes table with the HTTP adapters.
@@ -38,8 +38,10 @@
 //
 // A handler that returns a sluice rejection its own call met (a client
 // interceptor's breaker open for its dependency, a Guard of its own),
-// wrapped or not, gets the same answer: the method's fallback for a unary
-// call, else the rejection's status, and the call counts as ignored.
+// wrapped or not, gets the same answer, on a method the interceptor lets
+// through unguarded too: the method's fallback for a unary call, else the
+// rejection's status, and the call counts as ignored. A Guard's timeout
+// wrapping a rejection is a timeout, and answered as one.
 // [RejectionOf] reads such a status back into a sluice.Decision on the
 // client; [Error] converts a rejection into that status. A
 // client interceptor whose server answers Unavailable or ResourceExhausted
@@ -57,7 +59,8 @@
 // a Guard's own call timeout is not such an end, and counts as
 // DeadlineExceeded. On a client, a call or stream whose context ended before
 // it was sent (a handler's inherited deadline that passed) goes on
-// unguarded, for gRPC to fail unsent: it is not counted. A stream is
+// unguarded, for gRPC to fail unsent: it is not counted (one admitted as
+// its context ended, after a policy made it wait, is Released). A stream is
 // admitted once and its outcome is its final status; [WithMessageGuard]
 // limits the messages it receives as well.
 //

@@ -33,19 +33,23 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // UnaryServerInterceptor returns an interceptor that guards unary calls with
 // their method's Guard (WithMethodGuard, else WithGuard; methods with
 // neither pass through). A rejection answers the call, without running the
-// handler, with [RejectionStatus] and, when the rejecting policy has a quota,
-// the RateLimit header metadata. An admitted call's outcome is the handler's
-// returned error, classified by WithClassifier (default [Classify]); a
-// handler that panics is a Failure, and the panic goes on. A call whose
-// client went away before it ended (its context cancelled: the client
-// cancelled it, or its connection closed) is Ignored whatever the handler
-// returned, as the HTTP adapters ignore a request whose client left: a
-// proxy's Unavailable for its cancelled upstream call says nothing of the
-// upstream. The Guard's call timeout (sluice.WithTimeout) bounds the
-// handler: its context ends at the deadline, and an error it then returns
-// ends the call with DeadlineExceeded, classified as such (a Failure by
-// default). A call that a ServerInHandle admitted is bounded by the tap's
-// Guard's timeout (and by the route's Guard's, when it is another).
+// handler, with [RejectionStatus] and, when the rejecting policy has a
+// quota, the RateLimit header metadata. A sluice rejection that the handler
+// returns (one its own call met) is answered the same way, by the method's
+// fallback or the rejection's status, whether the interceptor guarded the
+// call (which then counts as Ignored) or let it through unguarded. An
+// admitted call's outcome is the handler's returned error, classified by
+// WithClassifier (default [Classify]); a handler that panics is a Failure,
+// and the panic goes on. A call whose client went away before it ended (its
+// context cancelled: the client cancelled it, or its connection closed) is
+// Ignored whatever the handler returned, as the HTTP adapters ignore a
+// request whose client left: a proxy's Unavailable for its cancelled
+// upstream call says nothing of the upstream. The Guard's call timeout
+// (sluice.WithTimeout) bounds the handler: its context ends at the deadline,
+// and an error it then returns ends the call with DeadlineExceeded,
+// classified as such (a Failure by default). A call that a ServerInHandle
+// admitted is bounded by the tap's Guard's timeout (and by the route's
+// Guard's, when it is another).
 //
 // An admitted call costs no allocation unless the interceptor has to find a
 // key (WithKey), consult a skipper, mark a critical method, name the method
@@ -76,7 +80,7 @@ func (c *config) unaryServer(ctx context.Context, req any, info *grpc.UnaryServe
 func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	rt := c.route(info.FullMethod)
 	if rt == nil {
-		return handler(ctx, req)
+		return c.unguarded(ctx, req, info.FullMethod, handler)
 	}
 	if c.identifies() {
 		var skip bool
@@ -86,7 +90,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 			return nil, err
 		}
 		if skip {
-			return handler(ctx, req)
+			return c.unguarded(ctx, req, info.FullMethod, handler)
 		}
 	}
 	var d sluice.Decision
@@ -107,6 +111,17 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
 	}
 	held.release(false)
+	return resp, nil
+}
+
+// unguarded runs the handler of a call the interceptor lets through
+// unguarded (a method without a Guard, a skipped call): a rejection the
+// handler returns is answered as on a guarded call, as a stream's is.
+func (c *config) unguarded(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return c.handlerError(ctx, req, method, nil, resp, err, nil)
+	}
 	return resp, nil
 }
 

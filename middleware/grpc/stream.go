@@ -17,7 +17,9 @@ import (
 // their method's Guard, as UnaryServerInterceptor guards calls: the stream is
 // admitted once when it opens (a rejection ends it before its handler runs),
 // and its outcome, the handler's returned error classified as for a unary
-// call, is recorded when it ends. A stream whose client went away is
+// call, is recorded when it ends; a sluice rejection the handler returns
+// (one its own call met) ends the stream with the rejection's status, on a
+// stream let through unguarded too. A stream whose client went away is
 // Ignored, whatever the handler returned: its context was cancelled, or
 // gRPC failed one of its SendMsg or RecvMsg with Unavailable or Canceled
 // (the client reset the stream or its connection closed). With

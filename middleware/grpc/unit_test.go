@@ -390,6 +390,36 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	assert.Equal(t, sluice.Ignored, rec.next(t))
 }
 
+// A call the interceptor lets through unguarded (a method without a
+// Guard, a skipped call) still gets a rejection its handler returns
+// answered as one, as a stream's is: the fallback, else the rejection's
+// status and not the handler's text.
+func TestUnguardedHandlerReturningARejection(t *testing.T) {
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
+	handler := func(context.Context, any) (any, error) {
+		return nil, fmt.Errorf("fetch account 42 from db-7: %w", &sluice.RejectedError{Decision: d})
+	}
+	rec := &recorder{name: "rec"}
+	i := unary(t, WithMethodGuard(methodWatch, mustGuard(t, sluice.With(rec))),
+		WithSkipper(middleware.SkipRoutes(methodWatch)),
+		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
+			return "fallback for " + got.Policy, nil
+		}))
+	for _, method := range []string{methodCheck, methodWatch} {
+		_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+		st := status.Convert(err)
+		assert.Equal(t, codes.Unavailable, st.Code(), method)
+		assert.NotContains(t, st.Message(), "db-7", method)
+		got, ok := RejectionOf(err)
+		require.True(t, ok, method)
+		assert.Equal(t, 2*time.Second, got.RetryAfter, method)
+	}
+	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/Fallback"}, handler)
+	require.NoError(t, err)
+	assert.Equal(t, "fallback for breaker/dep", resp)
+	assert.Empty(t, rec.Outcomes())
+}
+
 // A stream handler's rejection goes out the same way: its status, not its
 // text.
 func TestStreamHandlerReturningARejection(t *testing.T) {

@@ -9,7 +9,8 @@
 // breakers and load guards. A rejected request is answered, in order of
 // preference, by a [Fallback] for its route and cause (a static response, a
 // handler, or, for GET and HEAD, the stale copy of the last good GET
-// response with Age), by the deny handler, or by 429 / 503 with Retry-After
+// response with Age, kept per client key or, with [StaleShared], one for
+// every client), by the deny handler, or by 429 / 503 with Retry-After
 // and an RFC 9457 problem body that names the cause and never an internal
 // error.
 //
@@ -24,5 +25,9 @@
 // without calling the dependency when the Guard rejects. A handler that gets
 // such a rejection passes it to [Reject], which answers it as the middleware
 // answers its own: with the route's fallback (the stale copy of its last
-// good response, say), or 503 and Retry-After.
+// good response, say), else the deny handler, else 429 or 503 with
+// Retry-After (for a request the middleware let through unguarded, Reject
+// answers nothing and reports false). A call whose context has already
+// ended is not sent and counts for nothing. [RoundTripper.Guard] hands out
+// a host's Guard, to look at its state or force its breaker.
 package sluicehttp

@@ -95,7 +95,8 @@ type staleEntry struct {
 
 // NewStaleCache returns a StaleCache of at most maxEntries responses, each
 // served for at most maxAge after it was stored and kept only when its body
-// is at most maxBody bytes.
+// is at most maxBody bytes. Options: StaleShared (default: a copy per
+// request key).
 func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...StaleCacheOption) (*StaleCache, error) {
 	c := &StaleCache{maxEntries: maxEntries, maxAge: maxAge, maxBody: maxBody, entries: make(map[string]*list.Element)}
 	for _, o := range opts {
@@ -159,7 +160,8 @@ var dropped = []string{
 }
 
 // cacheable reports whether the response to r, with header h, may be served
-// to other requests of the same route, key and URI. Like a shared cache, it
+// to other requests of the same route, key and URI (route and URI alone
+// with StaleShared). Like a shared cache, it
 // keeps nothing marked no-store, no-cache or private, nothing that sets a
 // cookie, nothing that varies with request fields (which the key does not
 // hold), and nothing answered to a request carrying credentials unless the

@@ -402,8 +402,9 @@ func RejectionFrom(r *http.Request) (sluice.Decision, bool) {
 // request then counts as Ignored for the route's Guard, as another
 // policy's rejection does. It reports false, having written nothing, when
 // err is no sluice rejection (a timeout wrapping one is a timeout), when w
-// is not the writer the middleware handed to the handler (or one wrapping
-// it), or when the response has begun.
+// is not the writer the middleware handed to the handler of a request it
+// admitted (or one wrapping it; a request it let through unguarded, skipped
+// or on a route without a Guard, has none), or when the response has begun.
 func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	d, ok := sluice.RejectionOf(err)
 	if !ok {

@@ -160,7 +160,9 @@ type hostGuard struct {
 // A 429 or 503 with a Retry-After opens every policy of the host's Guard
 // that can be held open (a breaker's OpenFor; of a breaker.Group, the
 // breaker of the host, which the call's resource names) for that long,
-// capped by WithMaxRetryAfter. next nil means http.DefaultTransport.
+// capped by WithMaxRetryAfter. A call whose context has ended before it is
+// sent is not sent, and counts for nothing (see RoundTrip). next nil means
+// http.DefaultTransport.
 func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOption) (*RoundTripper, error) {
 	if guards == nil {
 		return nil, errors.New("sluicehttp: Transport: nil GuardFactory")
@@ -370,9 +372,12 @@ func closeRequestBody(req *http.Request) {
 // So does a call whose context has already ended (a handler's inherited
 // deadline that passed): it is never sent, asks no Guard and counts for
 // nothing, rather than as a failure of a host that never heard of it. One
-// whose context ends while its host's Guard is made, or while a policy of
-// the Guard makes it wait, is not sent either, and gives back what the Guard
-// took (sluice.Released).
+// whose context ends while its host's Guard is made is not sent either, and
+// nor is one whose context ends while a policy of the Guard makes it wait:
+// a policy that gives up the wait rejects it (a queued concurrency limit:
+// the *sluice.RejectedError), and one admitted as its context ended gives
+// back what the Guard took (sluice.Released) and returns the context's
+// error.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := req.Context().Err(); err != nil {
 		closeRequestBody(req)

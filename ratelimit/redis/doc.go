@@ -16,7 +16,9 @@
 // state, and its waits include the lag. All its
 // arithmetic is on integers: 10 per second leaves Remaining 9 after the first
 // request. A rejected request writes nothing; every write sets a TTL just long
-// enough for the state it keeps, so idle keys disappear.
+// enough for the state it keeps, so idle keys disappear. Window reports a
+// limiter's window (a bucket's time to refill), which the middleware sends
+// as the w parameter of RateLimit-Policy, as for the local limiters.
 //
 // # Keys and Redis Cluster
 //
