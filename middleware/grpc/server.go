@@ -110,7 +110,9 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if err != nil {
 		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
 	}
-	held.release(false)
+	if held != nil {
+		held.release(false)
+	}
 	return resp, nil
 }
 
@@ -206,7 +208,9 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 		// (Ignored) is recorded: a fallback's answer is no success.
 		return c.handlerError(ctx, req, info.FullMethod, c.route(info.FullMethod), resp, err, held)
 	}
-	held.release(false)
+	if held != nil {
+		held.release(false)
+	}
 	return resp, err
 }
 
