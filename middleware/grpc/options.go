@@ -216,8 +216,13 @@ func WithClassifier(c sluice.Classifier) Option {
 // unary handler's rejection with a quota of its own (see the package doc)
 // is answered with its quota in place of the admission's, as the HTTP
 // adapters answer it, so the admission's is held back until the handler
-// sets or sends a header, or returns. Off by default: the metadata costs a
-// few allocations per call.
+// sets or sends a header, or returns (or panics). To hold it, the unary
+// handler's context carries a grpc.ServerTransportStream of its own in
+// place of gRPC's, which grpc.SetHeader, grpc.SendHeader, grpc.SetTrailer
+// and grpc.Method use as they use gRPC's, but which the experimental
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors refuse (they
+// want gRPC's own stream). Off by default: the metadata costs a few
+// allocations per call.
 func WithQuotaMetadata() Option {
 	return func(o *options) {
 		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")

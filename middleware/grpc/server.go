@@ -106,7 +106,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.quotaMD {
 		hctx, held = holdQuota(ctx, rt, d)
 	}
-	resp, err := c.runUnary(hctx, rt.Guard, req, handler, &done)
+	resp, err := c.runUnary(hctx, rt.Guard, req, handler, &done, held)
 	if err != nil {
 		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
 	}
@@ -128,11 +128,13 @@ func (c *config) unguarded(ctx context.Context, req any, method string, handler 
 }
 
 // runUnary runs the handler of a call g admitted (done holds the admission)
-// and records its outcome.
-func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done) (resp any, err error) {
+// and records its outcome. A handler that panics has held's quota set, as
+// any other failed call has.
+func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done, held *heldQuota) (resp any, err error) {
 	defer func() {
 		if done.Active() {
 			done.Record(sluice.Failure)
+			held.release(false)
 		}
 	}()
 	if g.Timeout() > 0 {
@@ -243,9 +245,20 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 			if c.quotaMD {
 				hctx, held = holdQuota(ctx, rt, d)
 			}
-			resp, err = c.runUnary(hctx, rt.Guard, req, handler, &done)
+			resp, err = c.runUnary(hctx, rt.Guard, req, handler, &done, held)
 			return resp, true, held, err
 		}
+	}
+	if held != nil {
+		returned := false
+		defer func() {
+			if !returned { // the handler panicked
+				held.release(false)
+			}
+		}()
+		resp, err = handler(hctx, req)
+		returned = true
+		return resp, true, held, err
 	}
 	resp, err = handler(hctx, req)
 	return resp, true, held, err
@@ -358,18 +371,18 @@ func holdQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision) (co
 }
 
 // release sets the held metadata on the stream, or drops it when drop is
-// true; once.
+// true; once. The metadata is set before release returns, in any goroutine
+// that calls it, so that a header sent after it carries the metadata.
 func (h *heldQuota) release(drop bool) {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
-	md := h.md
-	h.md = nil
-	h.mu.Unlock()
-	if md != nil && !drop {
-		_ = h.ServerTransportStream.SetHeader(md)
+	defer h.mu.Unlock()
+	if h.md != nil && !drop {
+		_ = h.ServerTransportStream.SetHeader(h.md)
 	}
+	h.md = nil
 }
 
 // SetHeader sets the held metadata, then md.
