@@ -79,14 +79,14 @@ func waitPing(addr string, exited <-chan struct{}) bool {
 	return false
 }
 
-// scriptCPU returns the server's CPU time per script call (EVALSHA and EVAL)
-// in microseconds since the last CONFIG RESETSTAT, from INFO commandstats.
-func scriptCPU(ctx context.Context, c *redis.Client) (float64, error) {
+// scriptCPU returns the server's CPU time in script calls (EVALSHA and EVAL),
+// in microseconds, and the number of calls, since the last CONFIG RESETSTAT,
+// from INFO commandstats.
+func scriptCPU(ctx context.Context, c *redis.Client) (usec, calls float64, err error) {
 	info, err := c.Info(ctx, "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var calls, usec float64
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
@@ -103,8 +103,5 @@ func scriptCPU(ctx context.Context, c *redis.Client) (float64, error) {
 			}
 		}
 	}
-	if calls == 0 {
-		return 0, nil
-	}
-	return usec / calls, nil
+	return usec, calls, nil
 }

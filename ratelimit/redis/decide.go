@@ -144,15 +144,19 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		}
 		return l.fallback(ctx, c, now, track)
 	}
-	bt, ok := l.br.acquire(now)
-	if !ok {
-		return l.fallback(ctx, c, now, track)
-	}
+	// The arguments of decideScript, which a refund runs.
 	c.args[0] = modeAdmit
 	boxed := any(cost)
 	for i, m := range l.limits {
 		j := 1 + 5*i
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, m.periodArg, m.quotaArg, boxed, zeroArg
+	}
+	if l.lanes != nil {
+		return l.admitCoalesced(ctx, c, cost, now, track)
+	}
+	bt, ok := l.br.acquire(now)
+	if !ok {
+		return l.fallback(ctx, c, now, track)
 	}
 	ep := l.deadlines.get()
 	c.ctx = callCtx{parent: ctx, ep: ep}
@@ -166,21 +170,36 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		err = parseReply(reply, c.ds, c.marks)
 	}
 	if err != nil {
-		// The call failed when it ended, up to the timeout after now: the
-		// breaker's open time counts from then. The clock is read only
-		// here, from the start of the call's deadline epoch, at most a
-		// grain before the call.
-		// The failure policy still decides at now, the instant the request
-		// was admitted at: a local limiter must see the instants of its
-		// Guard's clock, not ones moved on by the wait for Redis.
-		failedAt := now + time.Since(ep.start)
+		failedAt := failedAt(now, ep)
 		l.br.failure(bt, failedAt)
-		if l.observer != nil {
-			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
-		}
-		return l.fallback(ctx, c, now, track)
+		return l.failed(ctx, c, now, failedAt, err, track)
 	}
 	l.br.success(bt, now)
+	return l.decided(c, cost, now, track)
+}
+
+// failedAt is when a call that began in epoch ep, for a request admitted at
+// now, failed: up to the timeout after now, on the Guard's clock. The clock
+// is read only here, from the start of the call's deadline epoch, at most a
+// grain before the call.
+func failedAt(now time.Duration, ep *deadlineEpoch) time.Duration {
+	return now + time.Since(ep.start)
+}
+
+// failed decides a request whose call to Redis failed at failedAt, by the
+// failure policies. They still decide at now, the instant the request was
+// admitted at: a local limiter must see the instants of its Guard's clock,
+// not ones moved on by the wait for Redis.
+func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error, track bool) (sluice.Decision, sluice.Ticket) {
+	if l.observer != nil {
+		l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
+	}
+	return l.fallback(ctx, c, now, track)
+}
+
+// decided turns the limits' decisions in c.ds, as Redis answered them, into
+// the request's.
+func (l *Limiter) decided(c *call, cost int64, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
 	d := l.compose(c.ds)
 	if !d.Allowed {
 		// Only a rejection of cost 1 is remembered: its RetryAfter holds for
@@ -302,7 +321,7 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
 	c.ctx = callCtx{}
 	if err != nil {
-		now += time.Since(ep.start)
+		now = failedAt(now, ep)
 		l.br.failure(bt, now)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
@@ -332,57 +351,79 @@ func micros(us int64) time.Duration {
 // that holds anything else (a number out of int64's range, one run into
 // other text, more numbers than the limits') is malformed.
 func parseReply(s string, ds []sluice.Decision, marks []int64) error {
-	pos := 0
-	next := func() (int64, bool) {
-		for pos < len(s) && s[pos] == ' ' {
-			pos++
-		}
-		start := pos
-		neg := pos < len(s) && s[pos] == '-'
-		if neg {
-			pos++
-		}
-		digits := pos
-		var v int64
-		for pos < len(s) && s[pos] >= '0' && s[pos] <= '9' {
-			v = v*10 + int64(s[pos]-'0')
-			pos++
-		}
-		switch {
-		case pos == digits || (pos < len(s) && s[pos] != ' '):
-			return 0, false // no digits, or a number run into other text
-		case pos-digits > 18:
-			// Up to 18 digits cannot overflow; longer ones are read with
-			// their range checked.
-			n, err := strconv.ParseInt(s[start:pos], 10, 64)
-			return n, err == nil
-		case neg:
-			return -v, true
-		}
-		return v, true
-	}
+	r := replyReader{s: s}
 	for i := range ds {
-		a, ok1 := next()
-		rem, ok2 := next()
-		reset, ok3 := next()
-		retry, ok4 := next()
-		w, ok5 := next()
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		var ok bool
+		if ds[i], marks[i], ok = r.decision(); !ok {
 			return errReply
 		}
-		marks[i] = w
-		d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: micros(reset)}
-		if !d.Allowed {
-			d.RetryAfter = max(micros(retry), time.Microsecond)
-			d.Cause = sluice.ErrRateLimited
-		}
-		ds[i] = d
 	}
-	for pos < len(s) && s[pos] == ' ' {
-		pos++
-	}
-	if pos != len(s) {
+	if !r.end() {
 		return errReply
 	}
 	return nil
+}
+
+// replyReader reads the integers of a script's reply in turn.
+type replyReader struct {
+	s   string
+	pos int
+}
+
+// next reads the next integer.
+func (r *replyReader) next() (int64, bool) {
+	s, pos := r.s, r.pos
+	for pos < len(s) && s[pos] == ' ' {
+		pos++
+	}
+	start := pos
+	neg := pos < len(s) && s[pos] == '-'
+	if neg {
+		pos++
+	}
+	digits := pos
+	var v int64
+	for pos < len(s) && s[pos] >= '0' && s[pos] <= '9' {
+		v = v*10 + int64(s[pos]-'0')
+		pos++
+	}
+	r.pos = pos
+	switch {
+	case pos == digits || (pos < len(s) && s[pos] != ' '):
+		return 0, false // no digits, or a number run into other text
+	case pos-digits > 18:
+		// Up to 18 digits cannot overflow; longer ones are read with
+		// their range checked.
+		n, err := strconv.ParseInt(s[start:pos], 10, 64)
+		return n, err == nil
+	case neg:
+		return -v, true
+	}
+	return v, true
+}
+
+// decision reads one limit's five integers: the Decision and the mark.
+func (r *replyReader) decision() (sluice.Decision, int64, bool) {
+	a, ok1 := r.next()
+	rem, ok2 := r.next()
+	reset, ok3 := r.next()
+	retry, ok4 := r.next()
+	w, ok5 := r.next()
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return sluice.Decision{}, 0, false
+	}
+	d := sluice.Decision{Allowed: a == 1, Remaining: max(rem, 0), Reset: micros(reset)}
+	if !d.Allowed {
+		d.RetryAfter = max(micros(retry), time.Microsecond)
+		d.Cause = sluice.ErrRateLimited
+	}
+	return d, w, true
+}
+
+// end reports whether nothing but spaces is left.
+func (r *replyReader) end() bool {
+	for r.pos < len(r.s) && r.s[r.pos] == ' ' {
+		r.pos++
+	}
+	return r.pos == len(r.s)
 }

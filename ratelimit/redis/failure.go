@@ -42,6 +42,11 @@ func (rb *redisBreaker) success(t sluice.Ticket, now time.Duration) {
 	rb.b.Done(t, sluice.Success, now, 0)
 }
 
+// ignore ends a ticket whose call never reached a verdict on Redis.
+func (rb *redisBreaker) ignore(t sluice.Ticket, now time.Duration) {
+	rb.b.Done(t, sluice.Ignored, now, 0)
+}
+
 // failure records a call that Redis failed at now. When it opens the
 // breaker, the instant is kept here, not learnt from the breaker's state
 // notifications, which another goroutine may still be delivering.

@@ -29,6 +29,7 @@ type limit struct {
 	periodArg   any
 	quotaArg    any
 	single      *script // the admission of a Limiter with this limit alone
+	batch       *script // and of requests coalesced (coalesce.go)
 	quota       int64
 	window      time.Duration // the time to refill the quota, or the window
 	keyFunc     func(context.Context) string
@@ -68,6 +69,9 @@ type Limiter struct {
 	pending map[sluice.Ticket]*call
 	nextID  sluice.Ticket
 	calls   sync.Pool
+
+	lanes   *[laneShards]laneShard // nil unless coalescing (coalesce.go)
+	waiters sync.Pool
 }
 
 // NewGCRA returns a limiter that admits requests at rate r with bursts of up
@@ -205,6 +209,7 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		keyPre:      cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
 		algArg:      string(alg),
 		single:      singleScripts[alg],
+		batch:       batchScripts[alg],
 		periodArg:   strconv.FormatInt(period, 10),
 		quotaArg:    strconv.FormatInt(quota, 10),
 		quota:       quota,
@@ -255,6 +260,13 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache}
 	}
 	n := len(limits)
+	if n == 1 && !cfg.noCoalescing {
+		lim.lanes = new([laneShards]laneShard)
+		for i := range lim.lanes {
+			lim.lanes[i].m = make(map[string]*lane)
+		}
+		lim.waiters.New = func() any { return &waiter{wake: make(chan struct{}, 1)} }
+	}
 	lim.calls.New = func() any {
 		c := &call{keys: make([]string, n), args: make([]any, 1+5*n), tags: make([]uint64, n),
 			local: make([]localTicket, n), ds: make([]sluice.Decision, n), marks: make([]int64, n)}

@@ -79,6 +79,7 @@ type config struct {
 	breakerSet    bool
 	timeoutSet    bool
 	localCapacity int
+	noCoalescing  bool
 }
 
 func defaultConfig(algorithm string) config {
@@ -259,6 +260,23 @@ func WithObserver(fn func(Event)) Option {
 			return errors.New("redislimit: WithObserver: nil function")
 		}
 		c.observer = fn
+		return nil
+	}
+}
+
+// WithoutCoalescing makes every admission its own call to Redis. By default
+// a key has at most 8 calls in flight: the admissions of the key that arrive
+// while it has 8 wait for one of them to return, then go to Redis together,
+// up to 64 in one call of the algorithm's batch script, which decides them
+// in turn as that many calls of their own would at that instant. A hot key
+// then costs one round trip, and one script run, per batch instead of per
+// request; a key with 8 or fewer requests in flight goes to Redis at once,
+// as without coalescing. Each request still waits at most its timeout.
+// Limiters built by All, whose requests are decided in one call already,
+// never coalesce.
+func WithoutCoalescing() Option {
+	return func(c *config) error {
+		c.noCoalescing = true
 		return nil
 	}
 }

@@ -281,19 +281,15 @@ local a, b, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local key = KEYS[1]
 `
 
-var singleScripts = map[byte]*script{
-	'g': newScript(singlePrologue + `
+// The fragments that read a limit's state in the scripts of one algorithm,
+// from key, on Redis's clock (now), with the period parameter a and the
+// quota b.
+const (
+	loadTAT = `
 local tat = tonumber(redis.call('GET', key)) or now
 if tat < now then tat = now end
-local nt = tat + cost * a
-local cap = b * a
-if nt - cap > now then
-  return fmt('0 %d %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now, now)
-end
-redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
-return fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
-`),
-	't': newScript(singlePrologue + `
+`
+	loadTokens = `
 local v = redis.call('HMGET', key, 'k', 'l')
 local tokens, last = b, now
 if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
@@ -303,16 +299,8 @@ if now > last then
   if tokens >= b then tokens = b; last = now end
 end
 local el = now - last -- negative while TIME lags the stored refill
-if tokens >= cost then
-  tokens = tokens - cost
-  local reset = (b - tokens) * a - el
-  redis.call('HSET', key, 'k', tokens, 'l', last)
-  redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
-  return fmt('1 %d %d 0 %d', tokens, reset, now)
-end
-return fmt('0 %d %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el, now)
-`),
-	'f': newScript(singlePrologue + `
+`
+	loadFixed = `
 local v = redis.call('HMGET', key, 'w', 'n')
 local idx = floor(now / a)
 local cnt = 0
@@ -321,15 +309,8 @@ if v[1] then
   if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
 end
 local left = (idx + 1) * a - now
-if cnt + cost <= b then
-  cnt = cnt + cost
-  redis.call('HSET', key, 'w', idx, 'n', cnt)
-  redis.call('PEXPIRE', key, floor((left + 999) / 1000))
-  return fmt('1 %d %d 0 %d', b - cnt, left, idx)
-end
-return fmt('0 %d %d %d %d', b - cnt, left, left, idx)
-`),
-	's': newScript(singlePrologue + `
+`
+	loadSliding = `
 local v = redis.call('HMGET', key, 'w', 'c', 'p')
 local idx = floor(now / a)
 local c, p = 0, 0
@@ -344,6 +325,39 @@ end
 local e = now - idx * a -- negative while TIME lags the stored window
 local ew = e
 if ew < 0 then ew = 0 end
+`
+)
+
+var singleScripts = map[byte]*script{
+	'g': newScript(singlePrologue + loadTAT + `
+local nt = tat + cost * a
+local cap = b * a
+if nt - cap > now then
+  return fmt('0 %d %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now, now)
+end
+redis.call('SET', key, nt, 'PX', floor((nt - now + 999) / 1000))
+return fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
+`),
+	't': newScript(singlePrologue + loadTokens + `
+if tokens >= cost then
+  tokens = tokens - cost
+  local reset = (b - tokens) * a - el
+  redis.call('HSET', key, 'k', tokens, 'l', last)
+  redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
+  return fmt('1 %d %d 0 %d', tokens, reset, now)
+end
+return fmt('0 %d %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el, now)
+`),
+	'f': newScript(singlePrologue + loadFixed + `
+if cnt + cost <= b then
+  cnt = cnt + cost
+  redis.call('HSET', key, 'w', idx, 'n', cnt)
+  redis.call('PEXPIRE', key, floor((left + 999) / 1000))
+  return fmt('1 %d %d 0 %d', b - cnt, left, idx)
+end
+return fmt('0 %d %d %d %d', b - cnt, left, left, idx)
+`),
+	's': newScript(singlePrologue + loadSliding + `
 local used = p * (a - ew) + c * a
 local cap = b * a
 if used + cost * a <= cap then
@@ -363,6 +377,100 @@ else
   retry = (a - e) + a - floor((b - cost) * a / c)
 end
 return fmt('0 %d %d %d %d', remaining, reset, retry, idx)
+`),
+}
+
+// The admissions of one key that queued while a call for it was in flight
+// (see coalesce.go) go to Redis together, in the batch script of their
+// algorithm: it reads the state and TIME once, decides the requests in the
+// order they queued as that many calls of the one-limit script would at
+// that instant, and writes once, when one of them was admitted.
+//
+// KEYS[1] is the state; ARGV is the period parameter and the quota, then the
+// cost of each request; the reply is the one-limit script's five integers
+// for each request, in order.
+const batchPrologue = `
+if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local floor, fmt = math.floor, string.format
+local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
+local key = KEYS[1]
+local out, wrote = {}, false
+`
+
+var batchScripts = map[byte]*script{
+	'g': newScript(batchPrologue + loadTAT + `
+local cap = b * a
+for i = 3, #ARGV do
+  local nt = tat + tonumber(ARGV[i]) * a
+  if nt - cap > now then
+    out[i - 2] = fmt('0 %d %d %d %d', floor((cap - tat + now) / a), tat - now, nt - cap - now, now)
+  else
+    tat, wrote = nt, true
+    out[i - 2] = fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
+  end
+end
+if wrote then redis.call('SET', key, tat, 'PX', floor((tat - now + 999) / 1000)) end
+return table.concat(out, ' ')
+`),
+	't': newScript(batchPrologue + loadTokens + `
+for i = 3, #ARGV do
+  local cost = tonumber(ARGV[i])
+  if tokens >= cost then
+    tokens, wrote = tokens - cost, true
+    out[i - 2] = fmt('1 %d %d 0 %d', tokens, (b - tokens) * a - el, now)
+  else
+    out[i - 2] = fmt('0 %d %d %d %d', tokens, (b - tokens) * a - el, (cost - tokens) * a - el, now)
+  end
+end
+if wrote then
+  redis.call('HSET', key, 'k', tokens, 'l', last)
+  redis.call('PEXPIRE', key, floor(((b - tokens) * a - el + 999) / 1000))
+end
+return table.concat(out, ' ')
+`),
+	'f': newScript(batchPrologue + loadFixed + `
+for i = 3, #ARGV do
+  local cost = tonumber(ARGV[i])
+  if cnt + cost <= b then
+    cnt, wrote = cnt + cost, true
+    out[i - 2] = fmt('1 %d %d 0 %d', b - cnt, left, idx)
+  else
+    out[i - 2] = fmt('0 %d %d %d %d', b - cnt, left, left, idx)
+  end
+end
+if wrote then
+  redis.call('HSET', key, 'w', idx, 'n', cnt)
+  redis.call('PEXPIRE', key, floor((left + 999) / 1000))
+end
+return table.concat(out, ' ')
+`),
+	's': newScript(batchPrologue + loadSliding + `
+local cap = b * a
+for i = 3, #ARGV do
+  local cost = tonumber(ARGV[i])
+  local used = p * (a - ew) + c * a
+  if used + cost * a <= cap then
+    c, wrote = c + cost, true
+    out[i - 2] = fmt('1 %d %d 0 %d', floor((cap - used - cost * a) / a), 2 * a - e, idx)
+  else
+    local remaining, reset, retry = 0, a - e, 0
+    if cap > used then remaining = floor((cap - used) / a) end
+    if c > 0 then reset = 2 * a - e end
+    if c + cost <= b then
+      retry = a - floor((b - c - cost) * a / p) - e
+    else
+      retry = (a - e) + a - floor((b - cost) * a / c)
+    end
+    out[i - 2] = fmt('0 %d %d %d %d', remaining, reset, retry, idx)
+  end
+end
+if wrote then
+  redis.call('HSET', key, 'w', idx, 'c', c, 'p', p)
+  redis.call('PEXPIRE', key, floor((2 * a - e + 999) / 1000))
+end
+return table.concat(out, ' ')
 `),
 }
 

@@ -1,10 +1,13 @@
 package redislimit
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The script of one limit's admission decides as the general script does:
@@ -83,42 +86,7 @@ func TestSingleScriptsFromStoredState(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := tm.UnixMicro()
-	const sec = int64(1e6)
-	type state = map[string]any
-	cases := []struct {
-		name  string
-		alg   byte
-		a, b  int64 // period parameter (µs), quota
-		cost  int64
-		state func(key string) error
-	}{
-		{"gcra/ahead", 'g', sec, 10, 1, func(k string) error { return c.Set(ctx, k, now+5*sec, 0).Err() }},
-		{"gcra/far-ahead", 'g', sec, 10, 2, func(k string) error { return c.Set(ctx, k, now+20*sec, 0).Err() }},
-		{"token/refill", 't', sec, 10, 2, func(k string) error {
-			return c.HSet(ctx, k, state{"k": 3, "l": now - 2*sec - sec/2}).Err()
-		}},
-		{"token/full", 't', sec, 10, 1, func(k string) error {
-			return c.HSet(ctx, k, state{"k": 9, "l": now - 30*sec}).Err()
-		}},
-		{"token/last-ahead", 't', sec, 10, 4, func(k string) error {
-			return c.HSet(ctx, k, state{"k": 2, "l": now + 5*sec}).Err()
-		}},
-		{"fixed/index-ahead", 'f', 100 * sec, 10, 1, func(k string) error {
-			return c.HSet(ctx, k, state{"w": now/(100*sec) + 1, "n": 6}).Err()
-		}},
-		{"fixed/old-window", 'f', 100 * sec, 10, 3, func(k string) error {
-			return c.HSet(ctx, k, state{"w": now/(100*sec) - 1, "n": 9}).Err()
-		}},
-		{"sliding/previous-weighs", 's', 100 * sec, 10, 1, func(k string) error {
-			return c.HSet(ctx, k, state{"w": now/(100*sec) - 1, "c": 7, "p": 2}).Err()
-		}},
-		{"sliding/both", 's', 100 * sec, 10, 2, func(k string) error {
-			return c.HSet(ctx, k, state{"w": now / (100 * sec), "c": 2, "p": 9}).Err()
-		}},
-		{"sliding/index-ahead", 's', 100 * sec, 10, 1, func(k string) error {
-			return c.HSet(ctx, k, state{"w": now/(100*sec) + 1, "c": 4, "p": 5}).Err()
-		}},
-	}
+	cases := storedStates(ctx, c, now)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			one, all := uniqueName("one"), uniqueName("all")
@@ -172,5 +140,55 @@ func TestSingleScriptsFromStoredState(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// storedState is a state of one limit's key that a script starts from: the
+// algorithm, its period parameter (µs) and quota, a request's cost, and how
+// the key is set up, relative to Redis's clock at now (µs).
+type storedState struct {
+	name  string
+	alg   byte
+	a, b  int64
+	cost  int64
+	state func(key string) error
+}
+
+const sec = int64(1e6)
+
+// storedStates are the states TestSingleScriptsFromStoredState and
+// TestBatchScriptsDecideAsSingleOnes start from: tokens refilled since the
+// last request, a previous window that still weighs, a theoretical arrival
+// time or a last refill ahead of Redis's clock (a failover to a host whose
+// clock lags), a window index ahead of it.
+func storedStates(ctx context.Context, c *redis.Client, now int64) []storedState {
+	type state = map[string]any
+	return []storedState{
+		{"gcra/ahead", 'g', sec, 10, 1, func(k string) error { return c.Set(ctx, k, now+5*sec, 0).Err() }},
+		{"gcra/far-ahead", 'g', sec, 10, 2, func(k string) error { return c.Set(ctx, k, now+20*sec, 0).Err() }},
+		{"token/refill", 't', sec, 10, 2, func(k string) error {
+			return c.HSet(ctx, k, state{"k": 3, "l": now - 2*sec - sec/2}).Err()
+		}},
+		{"token/full", 't', sec, 10, 1, func(k string) error {
+			return c.HSet(ctx, k, state{"k": 9, "l": now - 30*sec}).Err()
+		}},
+		{"token/last-ahead", 't', sec, 10, 4, func(k string) error {
+			return c.HSet(ctx, k, state{"k": 2, "l": now + 5*sec}).Err()
+		}},
+		{"fixed/index-ahead", 'f', 100 * sec, 10, 1, func(k string) error {
+			return c.HSet(ctx, k, state{"w": now/(100*sec) + 1, "n": 6}).Err()
+		}},
+		{"fixed/old-window", 'f', 100 * sec, 10, 3, func(k string) error {
+			return c.HSet(ctx, k, state{"w": now/(100*sec) - 1, "n": 9}).Err()
+		}},
+		{"sliding/previous-weighs", 's', 100 * sec, 10, 1, func(k string) error {
+			return c.HSet(ctx, k, state{"w": now/(100*sec) - 1, "c": 7, "p": 2}).Err()
+		}},
+		{"sliding/both", 's', 100 * sec, 10, 2, func(k string) error {
+			return c.HSet(ctx, k, state{"w": now / (100 * sec), "c": 2, "p": 9}).Err()
+		}},
+		{"sliding/index-ahead", 's', 100 * sec, 10, 1, func(k string) error {
+			return c.HSet(ctx, k, state{"w": now/(100*sec) + 1, "c": 4, "p": 5}).Err()
+		}},
 	}
 }
