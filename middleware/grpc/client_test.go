@@ -429,3 +429,44 @@ func TestClientCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
 	assert.Equal(t, []sluice.Outcome{sluice.Released, sluice.Released}, rec.Outcomes())
 	assert.Zero(t, s.health.calls.Load())
 }
+
+// A client call's resource is its own method, not one it inherits from the
+// inbound call whose handler makes it: a client-side breaker.Group keeps a
+// breaker per outgoing method, unary or streaming, even from a handler of a
+// guarded server.
+func TestClientCallsAreTheirMethodsResource(t *testing.T) {
+	group, err := breaker.NewGroup("deps", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	g := mustGuard(t, sluice.With(group))
+	u, err := UnaryClientInterceptor(WithGuard(g))
+	require.NoError(t, err)
+	s, err := StreamClientInterceptor(WithGuard(g))
+	require.NoError(t, err)
+	inbound := sluice.WithResource(context.Background(), "/frontend.Shop/Order")
+	var seen string
+	call := func(method string, fail bool) error {
+		return u(inbound, method, nil, nil, nil, func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			seen, _ = sluice.ResourceFrom(ctx)
+			if fail {
+				return status.Error(codes.Unavailable, "down")
+			}
+			return nil
+		})
+	}
+	for range 2 {
+		assert.Equal(t, codes.Unavailable, status.Code(call(methodCheck, true)))
+	}
+	assert.Equal(t, methodCheck, seen, "the outgoing call's resource")
+	_, open := RejectionOf(call(methodCheck, false))
+	assert.True(t, open, "the failing method's circuit is open")
+	assert.NoError(t, call(methodWatch, false), "another method has its own breaker")
+	_, err = s(inbound, &grpc.StreamDesc{ServerStreams: true}, nil, methodWatch,
+		func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			seen, _ = sluice.ResourceFrom(ctx)
+			return nil, status.Error(codes.Unavailable, "down")
+		})
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+	assert.Equal(t, methodWatch, seen, "the outgoing stream's resource")
+	_, ok := group.Get("/frontend.Shop/Order")
+	assert.False(t, ok, "the inbound method has no breaker of the client's")
+}

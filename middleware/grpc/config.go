@@ -60,6 +60,12 @@ func build(s side, opts []Option) (*config, error) {
 	if c.maxRetry == 0 {
 		c.maxRetry = 10 * time.Minute
 	}
+	if s == clientSide {
+		// An outgoing call's resource is its own method, as a Transport's
+		// is its host, never the one of the inbound call whose handler
+		// makes it: a client-side breaker.Group keys by the dependency.
+		c.resources = true
+	}
 	switch {
 	case o.table != nil && len(o.routes) > 0:
 		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")

@@ -73,5 +73,8 @@
 // carries its full method as its resource (sluice.WithResource), as a keyed
 // HTTP request carries its route, so that per-resource policies (a
 // breaker.Group) keep their state per method; [WithMethodResource] sets the
-// resource without a key.
+// resource without a key. The client interceptors always set it: an outgoing
+// call's resource is its own method, not the one of the inbound call whose
+// handler makes it, so a client-side breaker.Group keys by the dependency's
+// method.
 package sluicegrpc

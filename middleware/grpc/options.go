@@ -165,7 +165,10 @@ func WithSkipper(s middleware.Skipper) Option {
 // resource, such as a breaker.Group giving each method its own breaker
 // under one Guard: the gRPC form of the HTTP adapters' WithRouteResource.
 // It costs the call a new context (one small allocation). WithKey and
-// WithKeyer do it as well. A skipped call gets no resource. Default: off.
+// WithKeyer do it as well. A skipped call gets no resource. Default: off in
+// the server interceptors and the tap; the client interceptors always do
+// it, so an outgoing call never keeps the resource of the inbound call
+// whose handler makes it.
 func WithMethodResource() Option {
 	return func(o *options) { o.resources = true }
 }
