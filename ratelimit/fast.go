@@ -9,11 +9,27 @@ import (
 
 // The limiters that never wait are sluice.FastPolicy: a Guard takes their
 // answer in registers rather than a Decision through memory. Each AdmitFast
-// decides through the same code as its Admit.
+// decides through the same code as its Admit; the token bucket's takes an
+// admission's Quota straight from that code's answer.
 
-// AdmitFast is Admit in the form of sluice.FastPolicy.
+// AdmitFast is Admit in the form of sluice.FastPolicy. An admission within
+// the burst returns its Quota straight from the bucket's answer, without
+// the Decision that Admit builds and FastAnswer would take apart again: the
+// same figures, as allowQuota mirrors allow.
 func (tb *TokenBucket) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
 	n := sluice.CostFrom(ctx)
+	if c := tb.cfg.Load(); max(n, 1) <= c.burst {
+		base, next, res := tatTake(&c.tat.v, int64(now), max(n, 1)*c.iv, c.tau)
+		switch res {
+		case tatAllowed:
+			return sluice.Ticket(n), allowQuota(c.burst, floorDiv(int64(now)+c.tau-next, c.iv), time.Duration(next-int64(now))), nil
+		case tatRejected:
+			rej := &sluice.RejectedError{}
+			tatDecision(&rej.Decision, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+			return 0, sluice.Quota{}, rej
+		}
+		// tatMoved: a reconfiguration froze the word; decide retries.
+	}
 	var d sluice.Decision
 	tb.decide(&d, now, n)
 	return sluice.FastAnswer(&d, sluice.Ticket(n))

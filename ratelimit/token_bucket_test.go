@@ -554,3 +554,42 @@ func TestTokenBucketNonLastCancelsKeepTheBurst(t *testing.T) {
 	}
 	assert.LessOrEqual(t, used, tb.Burst(), "tokens used at the single instant 9s")
 }
+
+// TestTokenBucketAdmitFastAgreesWithAdmit asks twin buckets the same
+// requests, one through Admit and one through AdmitFast: admissions within
+// the burst, rejections, a cost above the burst, a burst changed on the way.
+func TestTokenBucketAdmitFastAgreesWithAdmit(t *testing.T) {
+	a, err := NewTokenBucket(PerSecond(10), 5)
+	require.NoError(t, err)
+	f, err := NewTokenBucket(PerSecond(10), 5)
+	require.NoError(t, err)
+	steps := []struct {
+		at   time.Duration
+		cost int64
+	}{
+		{0, 1}, {0, 2}, {0, 0}, {10 * time.Millisecond, 1}, {20 * time.Millisecond, 3},
+		{30 * time.Millisecond, 9}, {250 * time.Millisecond, 2}, {time.Second, 5},
+		{time.Second, 1}, {3 * time.Second, -4},
+	}
+	admitted, rejected := 0, 0
+	for i, s := range steps {
+		if i == 7 {
+			require.NoError(t, a.SetBurstAt(s.at, 8))
+			require.NoError(t, f.SetBurstAt(s.at, 8))
+		}
+		ctx := sluice.WithCost(context.Background(), s.cost)
+		want, wt := a.Admit(ctx, s.at)
+		tk, q, rej := f.AdmitFast(ctx, s.at)
+		if rej != nil {
+			assert.False(t, want.Allowed, "step %d", i)
+			assert.Equal(t, want, rej.Decision, "step %d", i)
+			rejected++
+			continue
+		}
+		assert.Equal(t, want, q.Decision(f.Name()), "step %d", i)
+		assert.Equal(t, wt, tk, "step %d", i)
+		admitted++
+	}
+	assert.Positive(t, admitted)
+	assert.Positive(t, rejected)
+}
