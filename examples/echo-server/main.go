@@ -4,8 +4,8 @@
 //     address read from X-Forwarded-For only when the peer is a trusted proxy);
 //   - GET /orders/:id and GET /recommendations call an upstream that can fail,
 //     each behind its own circuit breaker;
-//   - a deny handler answers /recommendations from a fixed degraded list while
-//     its breaker is open, and every other rejection with the standard answer:
+//   - a fallback answers /recommendations from a fixed degraded list while
+//     its breaker is open, and every other rejection gets the standard answer:
 //     429 or 503, Retry-After, the RateLimit fields and a problem+json body.
 //
 // Run the scripted demonstration:
@@ -147,7 +147,7 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	e.Use(sluiceecho.Middleware(
 		sluiceecho.WithRoutes(a.routes),
 		sluiceecho.WithKeyer(keyer),
-		sluiceecho.WithDenyHandler(a.deny),
+		sluiceecho.WithFallback("/recommendations", sluice.CauseCircuitOpen, degrade),
 	))
 	e.GET("/hello", func(c echo.Context) error {
 		key, _ := sluice.KeyFrom(c.Request().Context())
@@ -174,17 +174,11 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	return a, nil
 }
 
-// deny answers the rejections: /recommendations degrades to a fixed list
-// while its breaker is open; every other rejection gets the standard answer,
-// rendered as the middleware would.
-func (a *app) deny(c echo.Context, d sluice.Decision) error {
-	if c.Path() == "/recommendations" && sluice.CauseOf(d.Cause) == sluice.CauseCircuitOpen {
-		c.Response().Header().Set("X-Degraded", sluice.CauseOf(d.Cause).String())
-		return c.JSON(http.StatusOK, degraded)
-	}
-	var r middleware.Renderer
-	status := r.Rejected(c.Response().Header(), a.routes.MatchMethod(c.Request().Method, c.Path()), d)
-	return c.Blob(status, middleware.ProblemContentType, r.AppendProblem(nil, d))
+// degrade answers /recommendations from a fixed list while its breaker is
+// open.
+func degrade(c echo.Context, d sluice.Decision) error {
+	c.Response().Header().Set("X-Degraded", sluice.CauseOf(d.Cause).String())
+	return c.JSON(http.StatusOK, degraded)
 }
 
 // close closes every Guard of the route table.

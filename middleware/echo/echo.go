@@ -28,6 +28,18 @@ type config struct {
 	classify  middleware.StatusClassifier
 	render    middleware.Renderer
 	resources bool
+	fallbacks map[fallbackKey]FallbackFunc
+}
+
+// FallbackFunc answers a rejected request in place of the rejection, given
+// the Decision that rejected it; what it returns is returned to Echo.
+type FallbackFunc func(c echo.Context, d sluice.Decision) error
+
+// fallbackKey is a fallback's route and cause; "" and sluice.CauseNone
+// stand for all.
+type fallbackKey struct {
+	route string
+	cause sluice.Cause
 }
 
 // WithRoutes guards requests with the Guard their route maps to in rs: the
@@ -152,6 +164,37 @@ func WithLegacyHeaders() Option {
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
 	return func(c *config) { c.render = r }
+}
+
+// WithFallback answers the requests of route rejected for cause with fn
+// instead of a rejection: a cached or reduced answer, a static one. route is
+// Echo's route path ("/cart") or a route table entry that names the method
+// ("POST /cart"), as WithRoutes matches them; "" stands for every route, and
+// cause sluice.CauseNone for every cause. The most specific fallback wins:
+// route and cause, route, cause, then neither. A rejection no fallback
+// answers goes to the deny handler, else to the problem response.
+// RejectionFrom(c) gives fn the Decision as well. The request counts as
+// Ignored, as every rejection does, whatever fn answers. Default: none.
+func WithFallback(route string, cause sluice.Cause, fn FallbackFunc) Option {
+	return func(c *config) {
+		if fn == nil {
+			return
+		}
+		if c.fallbacks == nil {
+			c.fallbacks = make(map[fallbackKey]FallbackFunc)
+		}
+		c.fallbacks[fallbackKey{route, cause}] = fn
+	}
+}
+
+// fallback returns the fallback for a rejection of route for cause, or nil.
+func (cfg *config) fallback(route string, cause sluice.Cause) FallbackFunc {
+	for _, k := range [...]fallbackKey{{route, cause}, {route, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
+		if fn, ok := cfg.fallbacks[k]; ok {
+			return fn
+		}
+	}
+	return nil
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
@@ -340,6 +383,12 @@ func statusOf(c echo.Context, err error) int {
 
 func (cfg *config) rejected(c echo.Context, rt *middleware.Route, d sluice.Decision) error {
 	c.Set(rejectedKey, true)
+	if len(cfg.fallbacks) > 0 {
+		if fn := cfg.fallback(routeOf(c, rt), sluice.CauseOf(d.Cause)); fn != nil {
+			c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
+			return fn(c, d)
+		}
+	}
 	if cfg.deny != nil {
 		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
 		return cfg.deny(c, d)
@@ -369,8 +418,8 @@ func writeProblem(c echo.Context, status int, body []byte) error {
 
 type rejectionKey struct{}
 
-// RejectionFrom returns the Decision that rejected the request, for deny
-// handlers, and false when it was not rejected.
+// RejectionFrom returns the Decision that rejected the request, for
+// fallbacks and deny handlers, and false when it was not rejected.
 func RejectionFrom(c echo.Context) (sluice.Decision, bool) {
 	d, ok := c.Request().Context().Value(rejectionKey{}).(sluice.Decision)
 	return d, ok

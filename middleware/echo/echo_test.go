@@ -700,3 +700,66 @@ type namedUser struct{ name string }
 func (u *namedUser) String() string { return u.name }
 
 type tenant string
+
+// A rejection is answered by the most specific fallback for its route and
+// cause: route and cause, route, cause, then any; one that none answers
+// goes to the deny handler. A route table entry naming the method is a
+// fallback's route, and so is the route of a handler that returns a
+// rejection its own call met. Every answered rejection counts as Ignored.
+func TestFallbackByRouteAndCause(t *testing.T) {
+	limited := testpolicy.Reject(sluice.ErrRateLimited, time.Second)
+	open := testpolicy.Reject(sluice.ErrCircuitOpen, time.Second)
+	shed := testpolicy.Reject(sluice.ErrOverloaded, time.Second)
+	counter := testpolicy.NewCounter()
+	dep := newGuard(t, open)
+	routes, err := middleware.NewRoutes(
+		middleware.RouteTo("/a", newGuard(t, limited)),
+		middleware.RouteTo("/b", newGuard(t, open)),
+		middleware.RouteTo("/c", newGuard(t, shed)),
+		middleware.RouteTo("POST /cart", newGuard(t, limited)),
+		middleware.RouteTo("/dep", newGuard(t, counter)),
+		middleware.RouteTo("/d", newGuard(t, testpolicy.Reject(sluice.ErrConcurrencyLimited, time.Second))))
+	require.NoError(t, err)
+	answer := func(name string) FallbackFunc {
+		return func(c echo.Context, d sluice.Decision) error {
+			got, ok := RejectionFrom(c)
+			require.True(t, ok)
+			require.Equal(t, d, got)
+			return c.String(http.StatusOK, name+" "+d.Policy)
+		}
+	}
+	e := echo.New()
+	e.Use(Middleware(WithRoutes(routes),
+		WithFallback("/a", sluice.CauseRateLimited, answer("a-limited")),
+		WithFallback("/a", sluice.CauseNone, answer("a-any")),
+		WithFallback("/b", sluice.CauseNone, answer("b-any")),
+		WithFallback("", sluice.CauseOverloaded, answer("overloaded")),
+		WithFallback("", sluice.CauseCircuitOpen, answer("open")),
+		WithFallback("POST /cart", sluice.CauseRateLimited, answer("cart")),
+		WithFallback("/ignored", sluice.CauseNone, nil),
+		WithDenyHandler(func(c echo.Context, d sluice.Decision) error { return c.String(http.StatusTeapot, "denied") })))
+	for _, p := range []string{"/a", "/b", "/c", "/cart", "/d"} {
+		e.GET(p, func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	}
+	e.POST("/cart", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	e.GET("/dep", func(c echo.Context) error {
+		return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+	})
+	for _, tc := range []struct {
+		method, target string
+		code           int
+		body           string
+	}{
+		{http.MethodGet, "/a", http.StatusOK, "a-limited test/reject"},
+		{http.MethodGet, "/b", http.StatusOK, "b-any test/reject"},
+		{http.MethodGet, "/c", http.StatusOK, "overloaded test/reject"},
+		{http.MethodPost, "/cart", http.StatusOK, "cart test/reject"},
+		{http.MethodGet, "/dep", http.StatusOK, "open test/reject"},
+		{http.MethodGet, "/d", http.StatusTeapot, "denied"},
+	} {
+		rec := do(e, tc.method, tc.target)
+		assert.Equal(t, tc.code, rec.Code, "%s %s", tc.method, tc.target)
+		assert.Equal(t, tc.body, rec.Body.String(), "%s %s", tc.method, tc.target)
+	}
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes())
+}

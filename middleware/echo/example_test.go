@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -48,4 +49,39 @@ func ExampleMiddleware() {
 	// /orders/1 502 Retry-After: false
 	// /orders/1 502 Retry-After: false
 	// /orders/1 503 Retry-After: true
+}
+
+// A route answers its rejections with a fallback: the catalogue's last
+// known prices when the pricing dependency's breaker is open.
+func ExampleWithFallback() {
+	b, err := breaker.New("pricing")
+	if err != nil {
+		panic(err)
+	}
+	b.ForceOpen()
+	g, err := sluice.New(sluice.With(b))
+	if err != nil {
+		panic(err)
+	}
+
+	e := echo.New()
+	e.Use(sluiceecho.Middleware(sluiceecho.WithGuard(g),
+		sluiceecho.WithFallback("/prices", sluice.CauseCircuitOpen, func(c echo.Context, d sluice.Decision) error {
+			c.Response().Header().Set("Warning", `110 - "stale prices"`)
+			return c.JSON(http.StatusOK, map[string]int{"apple": 3})
+		})))
+	e.GET("/prices", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]int{"apple": 4}) })
+	e.GET("/cart", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+	for _, path := range []string{"/prices", "/cart"} {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code == http.StatusOK {
+			fmt.Println(path, rec.Code, strings.TrimSpace(rec.Body.String()))
+		} else {
+			fmt.Println(path, rec.Code, "Retry-After:", rec.Header().Get("Retry-After"))
+		}
+	}
+	// Output:
+	// /prices 200 {"apple":3}
+	// /cart 503 Retry-After: 60
 }
