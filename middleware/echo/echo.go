@@ -339,7 +339,9 @@ func (cfg *config) failOnPanic(done *sluice.Done) {
 }
 
 // outcome classifies how a request ended. A sluice rejection (this guard's
-// or a nested one) and a client that went away count for nothing. Otherwise
+// or a nested one) and a client that went away count for nothing; a
+// handler's own context.Canceled, its client still there, counts as the
+// status it is answered with. Otherwise
 // the status the client gets decides: a handler's error is first handed to
 // Echo's error handler, as Echo's own logger does, so a custom handler that
 // maps a domain error to a 404 is classified as the 404 the client sees.
@@ -353,7 +355,10 @@ func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr err
 		return sluice.Ignored
 	}
 	if err != nil {
-		if sluice.DefaultClassifier(cerr) == sluice.Ignored {
+		if errors.Is(cerr, sluice.ErrRejected) && sluice.DefaultClassifier(cerr) == sluice.Ignored {
+			// A nested Guard's rejection (not a timeout wrapping one). A
+			// context.Canceled of the handler's own, its client still
+			// there, is answered 500 and classified as that 500.
 			return sluice.Ignored
 		}
 		if !c.Response().Committed {

@@ -170,7 +170,9 @@ func TestClassificationFromFinalStatus(t *testing.T) {
 		{"wrapped HTTPError 429", func(echo.Context) error {
 			return errors.Join(errors.New("x"), echo.ErrTooManyRequests)
 		}, sluice.Failure},
-		{"client gone", func(echo.Context) error { return context.Canceled }, sluice.Ignored},
+		// The client is still there: the 500 Echo answers decides, as in
+		// net/http (TestHandlersOwnCanceledIsClassifiedByItsStatus).
+		{"own Canceled", func(echo.Context) error { return context.Canceled }, sluice.Failure},
 		{"plain error", func(echo.Context) error { return errors.New("boom") }, sluice.Failure},
 		{"committed 200 then error", func(c echo.Context) error {
 			_ = c.String(200, "partial")
@@ -467,6 +469,24 @@ func TestInnerMiddlewaresCancelledContextIsNotAClientGone(t *testing.T) {
 	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/fail").Code)
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/ok").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Success: 1}, c.Outcomes())
+}
+
+// A handler that returns context.Canceled of its own (a call it cancelled)
+// while its client is still there answers 500: a Failure, as the same 500
+// is in net/http. Only a client that went away makes it Ignored.
+func TestHandlersOwnCanceledIsClassifiedByItsStatus(t *testing.T) {
+	c := testpolicy.NewCounter()
+	e := echo.New()
+	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.GET("/", func(echo.Context) error { return fmt.Errorf("lookup: %w", context.Canceled) })
+	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/").Code)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the client went away
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Ignored: 1}, c.Outcomes())
 }
 
 // A handler that answers the Guard's deadline with context.Canceled (as some
