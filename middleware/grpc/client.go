@@ -109,9 +109,9 @@ type contextOpener interface {
 	OpenForContext(ctx context.Context, now, d time.Duration)
 }
 
-// holdOpen holds g's breakers open for the delay of err's RetryInfo when err
-// is a peer's Unavailable or ResourceExhausted that carries one. The
-// client's own rejections never do.
+// holdOpen holds g's breakers open for the delay of err's RetryInfo, capped
+// by WithMaxRetryDelay, when err is a peer's Unavailable or
+// ResourceExhausted that carries one. The client's own rejections never do.
 func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
@@ -128,10 +128,9 @@ func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 			delay = ri.GetRetryDelay().AsDuration()
 		}
 	}
-	if delay <= 0 {
+	if delay = min(delay, c.maxRetry); delay <= 0 {
 		return
 	}
-	delay = min(delay, c.maxRetry)
 	now := g.Now()
 	for _, p := range g.Policies() {
 		switch o := p.(type) {

@@ -214,6 +214,22 @@ func TestClientHoldsTheBreakerOpenForTheServersRetryInfo(t *testing.T) {
 	})
 }
 
+// WithMaxRetryDelay(0) turns the holding off: a server's RetryInfo (one
+// tenant's quota, say) leaves the client's breaker closed.
+func TestClientWithoutRetryInfoHolding(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := newBreaker(t, "dep", clk, breaker.WithConsecutiveFailures(100))
+	g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+	shed := &refuser{name: "remote", cause: sluice.ErrRateLimited, retry: 20 * time.Second}
+	s := start(t, transports[0], serverOpts(t, WithGuard(mustGuard(t, sluice.With(shed)))),
+		clientOpts(t, WithGuard(g), WithMaxRetryDelay(0))...)
+	ctx := withTimeout(t)
+	for range 3 {
+		assert.Equal(t, "remote", readWire(t, s.check(ctx)).policy)
+	}
+	assert.Equal(t, breaker.StateClosed, b.State())
+}
+
 func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := newBreaker(t, "dep", clk, breaker.WithConsecutiveFailures(100))

@@ -57,7 +57,7 @@ func build(s side, opts []Option) (*config, error) {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
 	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
-	if c.maxRetry == 0 {
+	if !o.maxRetrySet {
 		c.maxRetry = 10 * time.Minute
 	}
 	if s == clientSide {

@@ -35,12 +35,14 @@ type options struct {
 	msgMethods []string
 	timeout    time.Duration
 	maxRetry   time.Duration
-	fallbacks  map[fallbackKey]Fallback
-	critical   []string
-	resources  bool
-	errs       []error
-	serverOnly []string
-	clientOnly []string
+	// maxRetrySet: WithMaxRetryDelay was given (0 turns holding off).
+	maxRetrySet bool
+	fallbacks   map[fallbackKey]Fallback
+	critical    []string
+	resources   bool
+	errs        []error
+	serverOnly  []string
+	clientOnly  []string
 }
 
 // WithGuard makes g guard every method that no WithMethodGuard names (and,
@@ -314,10 +316,19 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithMaxRetryDelay caps how long a server's RetryInfo may hold a client
-// Guard's breakers open (see UnaryClientInterceptor). Default 10 minutes.
-// For client interceptors only.
+// Guard's breakers open (see UnaryClientInterceptor); 0 turns the holding
+// off, for a client whose calls carry quotas of their own (a gateway
+// forwarding each tenant's credentials, whose ResourceExhausted speaks for
+// one tenant alone). Default 10 minutes. For client interceptors only.
 func WithMaxRetryDelay(d time.Duration) Option {
-	return clientDuration("WithMaxRetryDelay", d, func(o *options) { o.maxRetry = d })
+	return func(o *options) {
+		o.clientOnly = append(o.clientOnly, "WithMaxRetryDelay")
+		if d < 0 {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMaxRetryDelay: %v is negative", d))
+			return
+		}
+		o.maxRetry, o.maxRetrySet = d, true
+	}
 }
 
 // clientDuration is a client option named name that sets a positive

@@ -217,7 +217,7 @@ func TestOptionsAreValidated(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
-	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g), WithMaxRetryDelay(0)} {
+	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g), WithMaxRetryDelay(-time.Second)} {
 		_, err := UnaryClientInterceptor(o)
 		assert.Error(t, err)
 		_, err = StreamClientInterceptor(o)

@@ -87,11 +87,13 @@ func WithResponseClassifier(fn func(resp *http.Response, err error) sluice.Outco
 }
 
 // WithMaxRetryAfter caps how long a dependency's Retry-After may hold its
-// breaker open. Default 10 minutes.
+// breaker open; 0 turns the holding off, for a client whose calls carry
+// quotas of their own (a gateway forwarding each tenant's credentials,
+// whose 429 speaks for one tenant alone). Default 10 minutes.
 func WithMaxRetryAfter(d time.Duration) TransportOption {
 	return func(c *transportConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("sluicehttp: WithMaxRetryAfter: %v <= 0", d)
+		if d < 0 {
+			return fmt.Errorf("sluicehttp: WithMaxRetryAfter: %v is negative", d)
 		}
 		c.maxRetryAfter = d
 		return nil
@@ -466,7 +468,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.cfg.classify != nil {
 		o = t.cfg.classify(resp, nil)
 	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+	if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && t.cfg.maxRetryAfter > 0 {
 		if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
 			// The breakers open now; the call itself ends with its body, as
 			// any other, so a concurrency limit counts it until then (a

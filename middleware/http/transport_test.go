@@ -181,6 +181,22 @@ func TestTransportIgnoresUselessRetryAfter(t *testing.T) {
 	}
 }
 
+// WithMaxRetryAfter(0) turns the holding off: a dependency's Retry-After
+// (one tenant's quota, say) leaves the host's breaker closed.
+func TestTransportWithoutRetryAfterHolding(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	dep := &fakeDependency{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"30"}}}
+	rt, breakers := newTransport(t, dep, clock, WithMaxRetryAfter(0))
+	for range 3 {
+		resp, err := get(t, rt, "http://a.test/", nil)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		require.NoError(t, resp.Body.Close())
+	}
+	assert.Equal(t, breaker.StateClosed, breakers["a.test"].State())
+	assert.Equal(t, int32(3), dep.calls.Load())
+}
+
 func TestTransportErrorsAndUnguardedHosts(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	dep := &fakeDependency{status: 200}
@@ -394,7 +410,7 @@ func TestTransportValidates(t *testing.T) {
 	_, err := Transport(nil, nil)
 	assert.Error(t, err)
 	f := func(string) (*sluice.Guard, error) { return nil, nil }
-	for _, o := range []TransportOption{WithMaxHosts(0), WithHostFunc(nil), WithResponseClassifier(nil), WithMaxRetryAfter(0)} {
+	for _, o := range []TransportOption{WithMaxHosts(0), WithHostFunc(nil), WithResponseClassifier(nil), WithMaxRetryAfter(-time.Second)} {
 		_, err = Transport(nil, f, o)
 		assert.Error(t, err)
 	}
