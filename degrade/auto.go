@@ -166,10 +166,12 @@ func BoolSignal(f func() bool) func() float64 {
 	}
 }
 
-// StateSignal is a signal of 1 while the last state src reported is one of
-// states, and 0 otherwise: a breaker in "open", a load guard "shedding".
-// Until src reports a change the reading is 0. The returned unsubscribe
-// function stops following src.
+// StateSignal is a signal of 1 while a policy of src is in one of states,
+// by the last change src reported of it, and 0 otherwise: a breaker in
+// "open", a load guard "shedding". A source that reports for several
+// policies (a breaker.Group, for each member) reads 1 while any of them is
+// in one of states. Until src reports a change the reading is 0. The
+// returned unsubscribe function stops following src.
 func StateSignal(src sluice.StateSource, states ...string) (signal func() float64, unsubscribe func(), err error) {
 	if src == nil {
 		return nil, nil, errors.New("degrade: StateSignal: nil source")
@@ -181,10 +183,22 @@ func StateSignal(src sluice.StateSource, states ...string) (signal func() float6
 	for _, s := range states {
 		set[s] = true
 	}
-	var in atomic.Bool
-	unsubscribe = src.Subscribe(func(c sluice.StateChange) { in.Store(set[c.To]) })
+	// The policies last reported in one of states; n is their number.
+	var mu sync.Mutex
+	in := make(map[string]struct{})
+	var n atomic.Int64
+	unsubscribe = src.Subscribe(func(c sluice.StateChange) {
+		mu.Lock()
+		if set[c.To] {
+			in[c.Policy] = struct{}{}
+		} else {
+			delete(in, c.Policy)
+		}
+		n.Store(int64(len(in)))
+		mu.Unlock()
+	})
 	return func() float64 {
-		if in.Load() {
+		if n.Load() > 0 {
 			return 1
 		}
 		return 0

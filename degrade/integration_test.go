@@ -67,3 +67,30 @@ func TestTimeoutsTripABreakerAndFallbacksAnswer(t *testing.T) {
 		assert.Equal(t, br.Name(), evs.all()[2].Policy)
 	})
 }
+
+// Following a breaker.Group, the signal reads 1 while any member is open,
+// not only while the last member to change is: one dependency closing again
+// leaves the signal up for the other that is still open.
+func TestStateSignalFollowsEveryMemberOfAGroup(t *testing.T) {
+	g, err := breaker.NewGroup("deps", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	sig, unsub, err := degrade.StateSignal(g, breaker.StateOpen.String())
+	require.NoError(t, err)
+	defer unsub()
+	member := func(key string) *breaker.Breaker {
+		_, tk := g.Admit(sluice.WithResource(context.Background(), key), 0)
+		g.Done(tk, sluice.Success, 0, 0)
+		b, ok := g.Get(key)
+		require.True(t, ok)
+		return b
+	}
+	a, b := member("a"), member("b")
+	assert.Zero(t, sig())
+	a.ForceOpen()
+	b.ForceOpen()
+	assert.Equal(t, 1.0, sig())
+	b.ForceClose()
+	assert.Equal(t, 1.0, sig(), "a is still open")
+	a.ForceClose()
+	assert.Zero(t, sig())
+}
