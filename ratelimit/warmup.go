@@ -241,19 +241,26 @@ func (w *WarmUp) remaining(stored float64, budget int64) int64 {
 	return k + 1
 }
 
-// cost returns, in ns rounded up, what n permits cost when taken of them come
-// from a store holding stored: the area under the interval, which is T below
-// the threshold and rises by slope per permit above it.
+// cost returns, in ns, what n permits cost when taken of them come from a
+// store holding stored: the area under the interval, which is T below the
+// threshold and rises by slope per permit above it. That is n×T plus the
+// extra area above the threshold between the store's levels before and
+// after, each level's area rounded up on its own: the costs of requests
+// taken one after another then add up to the cost of taking them at once,
+// as Remaining counts them.
 func (w *WarmUp) cost(stored, taken float64, n int64) int64 {
-	stable := float64(w.iv)
-	c := 0.0
-	if above := stored - w.threshold; above > 0 {
-		k := min(above, taken)
-		c = k * (2*stable + w.slope*(2*above-k)) / 2
-		taken -= k
+	return n*w.iv + w.extra(stored) - w.extra(stored-taken)
+}
+
+// extra returns, rounded up to the ns, the area above T under the interval
+// from an empty store up to a store holding stored: slope×a²/2 for the a
+// permits above the threshold.
+func (w *WarmUp) extra(stored float64) int64 {
+	a := stored - w.threshold
+	if a <= 0 {
+		return 0
 	}
-	c += stable * (taken + float64(n) - min(float64(n), stored))
-	return max(int64(math.Ceil(c)), int64(n)*w.iv)
+	return int64(math.Ceil(w.slope * a * a / 2))
 }
 
 // Done gives back, on sluice.Released, what Admit took: the latest admission

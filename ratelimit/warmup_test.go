@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -273,4 +274,36 @@ func TestWarmUpRemainingMatchesCounting(t *testing.T) {
 			require.Equal(t, count(stored, budget), w.remaining(stored, budget), "stored %v budget %v", stored, budget)
 		}
 	}
+}
+
+// The Remaining of an admission is how many unit requests the limiter
+// admits one after another at the same instant, cold or warm, over many
+// rates, bursts and warm-up periods, at instants from a fraction of a
+// microsecond apart to several.
+func TestWarmUpRemainingMatchesAdmissionsAtOneInstant(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	checked := 0
+	for range 400 {
+		r := Rate{Count: int64(1 + rng.IntN(1000)), Period: time.Duration(1+rng.IntN(5000)) * time.Microsecond}
+		w, err := NewWarmUp(r, int64(1+rng.IntN(50)), time.Duration(1+rng.IntN(100))*time.Millisecond, int64(2+rng.IntN(5)))
+		require.NoError(t, err)
+		now := time.Duration(rng.IntN(1e9))
+		for range 50 {
+			now += time.Duration(rng.IntN(3000))
+			d := w.DecideAt(now, 1)
+			if !d.Allowed {
+				continue
+			}
+			// Count, then put the state back for the next step.
+			tat, stored, gen, last := w.tat, w.stored, w.gen, w.last
+			n := int64(0)
+			for n <= d.Remaining && w.AllowAt(now) {
+				n++
+			}
+			w.tat, w.stored, w.gen, w.last = tat, stored, gen, last
+			require.Equal(t, d.Remaining, n, "rate %v, burst %d, at %v", r, w.burst, now)
+			checked++
+		}
+	}
+	require.Greater(t, checked, 1000)
 }
