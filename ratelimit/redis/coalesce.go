@@ -24,6 +24,12 @@ import (
 // that of the batch's oldest request, which arrived first, and a request
 // still queued when its timeout passes leaves the queue for its failure
 // policy.
+//
+// The breaker around Redis counts calls, not the requests they carry: the
+// sender of a call reports its outcome with its own ticket, and the other
+// requests of its batch report a success as theirs but end their tickets
+// unjudged when it fails, so one lost batch call is one failure, as one
+// lost call of a request alone is.
 
 // maxFlights is how many calls one key may have in flight before its
 // admissions queue. At or below it, coalescing costs nothing: 8 callers on
@@ -108,10 +114,11 @@ func (l *Limiter) putWaiter(w *waiter) {
 }
 
 // admitCoalesced decides c's request, of a limiter with one limit, through
-// the lane of its key: at once when no call for the key is in flight, else
-// with the requests that queue behind that call. Each request holds its own
-// ticket of the breaker around Redis and reports its own call's outcome to
-// it, as one that sends alone does.
+// the lane of its key: at once when fewer than maxFlights calls for the key
+// are in flight, else with the requests that queue behind those calls. Each
+// request holds its own ticket of the breaker around Redis; the sender of a
+// call reports the call's outcome with its ticket, and the other requests
+// of its batch only a success (see above).
 func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
 	bt, ok := l.br.acquire(now)
 	if !ok {
@@ -132,11 +139,13 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 		}
 		sh.m[key] = ln
 	}
+	sent := false // the request sent its batch's call
 	if ln.flights < maxFlights {
 		ln.flights++
 		sh.mu.Unlock()
 		w.state.Store(waitLeading)
 		w.batch = append(w.batch, w)
+		sent = true
 		l.send(sh, key, w.batch)
 	} else {
 		ln.q = append(ln.q, w)
@@ -157,6 +166,7 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 			<-w.wake // decided or leading: the wake is sent
 		}
 		if w.state.Load() == waitLeading {
+			sent = true
 			l.send(sh, key, w.batch)
 		}
 	}
@@ -164,10 +174,12 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 	l.putWaiter(w)
 	if err != nil {
 		at := failedAt(now, ep)
-		if err == errLeaderPanicked {
-			l.br.ignore(bt, at) // not Redis's failure
-		} else {
+		if sent {
 			l.br.failure(bt, at)
+		} else {
+			// The call's sender reports its failure, once; a panic's is
+			// not Redis's failure.
+			l.br.ignore(bt, at)
 		}
 		return l.failed(ctx, c, now, at, err, track)
 	}

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -107,10 +108,12 @@ func TestBatchScriptsDecideAsSingleOnes(t *testing.T) {
 }
 
 // gateHook holds a limiter's script calls (EVALSHA) at the start of their
-// processing until before returns, and counts them.
+// processing until before returns, and counts them; a call for which fail
+// returns an error fails with it, unsent.
 type gateHook struct {
 	calls  atomic.Int64
 	before func(n int64) // the n-th script call, from 1
+	fail   func(n int64) error
 }
 
 func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -120,8 +123,15 @@ func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if cmd.Name() == "evalsha" {
-			if n := h.calls.Add(1); h.before != nil {
+			n := h.calls.Add(1)
+			if h.before != nil {
 				h.before(n)
+			}
+			if h.fail != nil {
+				if err := h.fail(n); err != nil {
+					cmd.SetErr(err)
+					return err
+				}
 			}
 		}
 		return next(ctx, cmd)
@@ -374,4 +384,62 @@ func TestCoalescingKeepsFewLanes(t *testing.T) {
 		kept += n
 	}
 	require.Positive(t, kept, "no lane was kept for reuse")
+}
+
+// The breaker around Redis counts failed calls: one batch call that fails
+// is one failure, however many requests it carried, so a single lost call
+// of a hot key does not open the breaker for every key of the limiter.
+func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	loadScripts(t, c)
+	hook := &gateHook{}
+	c.AddHook(hook)
+	var log eventLog
+	l, err := NewGCRA(c, rateOf(time.Second), 100, WithName(uniqueName("batch-fails")),
+		WithTimeout(20*time.Second), WithBreaker(DefaultBreakerFailures, time.Minute), WithObserver(log.observe))
+	require.NoError(t, err)
+	gate, flown := make(chan struct{}), make(chan struct{})
+	hook.before = func(n int64) {
+		switch {
+		case n <= maxFlights:
+			<-gate
+		case n == maxFlights+1:
+			<-flown // the batch fails after every lone call has succeeded
+		}
+	}
+	hook.fail = func(n int64) error {
+		if n == maxFlights+1 {
+			return errors.New("connection reset")
+		}
+		return nil
+	}
+	ctx := sluice.WithKey(context.Background(), "hot")
+	var flights, queue sync.WaitGroup
+	for range maxFlights {
+		flights.Go(func() {
+			d, _ := l.Admit(ctx, sluice.Now())
+			assert.Equal(t, l.Name(), d.Policy)
+		})
+	}
+	for hook.calls.Load() < maxFlights {
+		time.Sleep(time.Millisecond)
+	}
+	const queued = 2 * DefaultBreakerFailures
+	for range queued {
+		queue.Go(func() {
+			d, _ := l.Admit(ctx, sluice.Now())
+			assert.Equal(t, l.Name()+":open", d.Policy)
+		})
+	}
+	awaitQueue(t, l, queued)
+	close(gate)
+	flights.Wait()
+	close(flown)
+	queue.Wait()
+	require.Equal(t, int64(maxFlights+1), hook.calls.Load(), "script calls")
+	require.Equal(t, queued, log.count(EventRedisError), "each request of the batch hears of the failure")
+	require.Empty(t, log.transitions(), "one failed call opened the breaker")
+	d, _ := l.Admit(ctx, sluice.Now())
+	require.Equal(t, l.Name(), d.Policy, "the next request goes to Redis")
 }

@@ -39,13 +39,14 @@
 //
 // # Hot keys
 //
-// A key with more than 8 calls in flight (one route's limit for the whole
-// fleet, under load) does not send a call per request: its further requests
-// queue and go to Redis together when a call returns, up to 64 decided by
-// one script call, each as a call of its own at that instant would decide it.
-// With 64 callers on one key this takes under a third of the time a call per
-// request does, and Redis runs one script per batch. WithoutCoalescing turns
-// it off.
+// A key has at most 8 calls to Redis in flight: when it has 8 (one route's
+// limit for the whole fleet, under load), it does not send a call per
+// request: its further requests queue and go to Redis together when a call
+// returns, up to 64 decided by one script call, each as a call of its own at
+// that instant would decide it. With 64 callers on one key this takes under
+// a third of the time a call per request does, and Redis runs one script per
+// batch; the breaker around Redis counts such a call as one. WithoutCoalescing
+// turns it off.
 //
 // # Several limits in one round trip
 //

@@ -270,10 +270,11 @@ func WithObserver(fn func(Event)) Option {
 // up to 64 in one call of the algorithm's batch script, which decides them
 // in turn as that many calls of their own would at that instant. A hot key
 // then costs one round trip, and one script run, per batch instead of per
-// request; a key with 8 or fewer requests in flight goes to Redis at once,
-// as without coalescing. Each request still waits at most its timeout.
-// Limiters built by All, whose requests are decided in one call already,
-// never coalesce.
+// request; a request that finds fewer than 8 calls in flight for its key
+// goes to Redis at once, as without coalescing. Each request still waits
+// at most its timeout, and the breaker around Redis (WithBreaker) counts a
+// batch's call as one call. Limiters built by All, whose requests are
+// decided in one call already, never coalesce.
 func WithoutCoalescing() Option {
 	return func(c *config) error {
 		c.noCoalescing = true
