@@ -395,7 +395,12 @@ func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
 			done.tickets[i] = t
 			done.n = i + 1
 			if out != nil && q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
-				*out, tight = q.Decision(f.Name()), true
+				// Field by field: a Decision built aside and copied to *out
+				// is read back in wide loads from narrower stores just
+				// made, which the CPU cannot forward.
+				out.Allowed, out.Policy, out.RetryAfter, out.Cause = true, f.Name(), 0, nil
+				out.Limit, out.Remaining, out.Reset = q.Limit, q.Remaining, q.Reset
+				tight = true
 			}
 		} else {
 			var d Decision
