@@ -75,6 +75,7 @@ type waiter struct {
 	c     *call
 	now   time.Duration
 	ep    *deadlineEpoch
+	bt    sluice.Ticket // of the breaker around Redis
 	state atomic.Int32  // waitQueued, waitLeading, waitDecided or waitAbandoned
 	wake  chan struct{} // told once: the decision is in c, or the waiter leads batch
 	batch []*waiter     // the requests this waiter sends, itself first
@@ -107,7 +108,7 @@ func (l *Limiter) getWaiter() *waiter { return l.waiters.Get().(*waiter) }
 func (l *Limiter) putWaiter(w *waiter) {
 	clear(w.batch)
 	clear(w.args)
-	w.ctx, w.c, w.ep, w.err = nil, nil, nil, nil
+	w.ctx, w.c, w.ep, w.err, w.bt = nil, nil, nil, nil, 0
 	w.batch, w.args = w.batch[:0], w.args[:0]
 	w.state.Store(waitQueued)
 	l.waiters.Put(w)
@@ -125,7 +126,7 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 		return l.fallback(ctx, c, now, track)
 	}
 	w := l.getWaiter()
-	w.ctx, w.c, w.now, w.ep = ctx, c, now, l.deadlines.get()
+	w.ctx, w.c, w.now, w.ep, w.bt = ctx, c, now, l.deadlines.get(), bt
 	ep := w.ep
 	key, tag := c.keys[0], c.tags[0]
 	sh := &l.lanes[tag%laneShards]
@@ -190,7 +191,8 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 // send makes the call for batch, whose first request is the caller's own,
 // leaves each request's decision (or the failure) in it, wakes the others
 // and hands the lane on. The requests of the batch are woken even when the
-// call panics.
+// call panics, and the caller's ticket of the breaker then ends unjudged,
+// so that a half-open breaker's probe slot is given back.
 func (l *Limiter) send(sh *laneShard, key string, batch []*waiter) {
 	settled := false
 	defer func() {
@@ -198,6 +200,8 @@ func (l *Limiter) send(sh *laneShard, key string, batch []*waiter) {
 			for _, w := range batch {
 				w.err = errLeaderPanicked
 			}
+			lead := batch[0]
+			l.br.ignore(lead.bt, failedAt(lead.now, lead.ep))
 			l.release(sh, key, batch)
 		}
 	}()
