@@ -275,9 +275,17 @@ func (l *Limiter) release(sh *laneShard, key string, batch []*waiter) {
 		l.free(ln.q[i])
 	}
 	if next != nil {
-		n := min(len(ln.q)-i, maxBatch)
-		next.batch = append(next.batch[:0], ln.q[i:i+n]...)
-		i += n
+		// It sends the requests queued after it that still wait, up to
+		// maxBatch in all; the ones among them that gave up are freed, not
+		// sent to be charged for nothing.
+		next.batch = append(next.batch[:0], next)
+		for i++; i < len(ln.q) && len(next.batch) < maxBatch; i++ {
+			if w := ln.q[i]; w.state.Load() == waitQueued {
+				next.batch = append(next.batch, w)
+			} else {
+				l.free(w)
+			}
+		}
 	}
 	left := copy(ln.q, ln.q[i:])
 	clear(ln.q[left:])

@@ -477,3 +477,46 @@ func TestCoalescedPanickingProbeEndsItsTicket(t *testing.T) {
 	require.Equal(t, l.Name(), d.Policy, "the next request probes Redis")
 	require.Equal(t, int64(3), hook.calls.Load())
 }
+
+// A request that gave up waiting is left out of the batch of a request
+// queued before it, even when that one still waits: it was decided by its
+// failure policy, and Redis must not charge it too.
+func TestCoalescedBatchLeavesOutRequestsThatGaveUp(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	loadScripts(t, c)
+	hook := &gateHook{}
+	c.AddHook(hook)
+	const quota = 100
+	l, err := NewGCRA(c, rateOf(time.Hour), quota, WithName(uniqueName("gave-up")), WithTimeout(20*time.Second))
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	hook.before = func(n int64) {
+		if n <= maxFlights {
+			<-gate
+		}
+	}
+	ctx := sluice.WithKey(context.Background(), "hot")
+	var wg sync.WaitGroup
+	for range maxFlights {
+		wg.Go(func() { l.Admit(ctx, sluice.Now()) })
+	}
+	for hook.calls.Load() < maxFlights {
+		time.Sleep(time.Millisecond)
+	}
+	var first sluice.Decision
+	wg.Go(func() { first, _ = l.Admit(ctx, sluice.Now()) })
+	awaitQueue(t, l, 1)
+	// The next request's deadline comes before the first's, as when it took
+	// its deadline epoch first and reached the queue second.
+	long := l.deadlines
+	l.deadlines = newEpochs(20 * time.Millisecond)
+	d, _ := l.Admit(ctx, sluice.Now())
+	l.deadlines = long
+	require.Equal(t, l.Name()+":open", d.Policy, "the request that gave up")
+	close(gate)
+	wg.Wait()
+	require.Equal(t, l.Name(), first.Policy)
+	d, _ = l.Admit(ctx, sluice.Now())
+	require.Equal(t, int64(quota-maxFlights-2), d.Remaining, "Redis charged the request that gave up")
+}
