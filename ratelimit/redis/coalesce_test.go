@@ -330,7 +330,8 @@ func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 }
 
 // WithoutCoalescing sends every request on its own, and so does a limiter
-// built by All.
+// built by All of several limits; All of one limit coalesces as that limit
+// alone does, unless told not to.
 func TestWithoutCoalescing(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
@@ -343,6 +344,12 @@ func TestWithoutCoalescing(t *testing.T) {
 	all, err := All([]*Limiter{l, l2})
 	require.NoError(t, err)
 	assert.Nil(t, all.lanes)
+	one, err := All([]*Limiter{l})
+	require.NoError(t, err)
+	assert.NotNil(t, one.lanes)
+	one, err = All([]*Limiter{l2}, WithoutCoalescing())
+	require.NoError(t, err)
+	assert.Nil(t, one.lanes)
 }
 
 // After many keys had calls in flight at once, the lanes kept for reuse

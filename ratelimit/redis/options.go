@@ -273,8 +273,10 @@ func WithObserver(fn func(Event)) Option {
 // request; a request that finds fewer than 8 calls in flight for its key
 // goes to Redis at once, as without coalescing. Each request still waits
 // at most its timeout, and the breaker around Redis (WithBreaker) counts a
-// batch's call as one call. Limiters built by All, whose requests are
-// decided in one call already, never coalesce.
+// batch's call as one call. Limiters built by All of several limits, whose
+// requests are decided in one call already, never coalesce; one built by All
+// of a single limit decides as that limit alone, coalescing unless All is
+// given WithoutCoalescing.
 func WithoutCoalescing() Option {
 	return func(c *config) error {
 		c.noCoalescing = true
