@@ -29,7 +29,9 @@ import (
 // sender of a call reports its outcome with its own ticket, and the other
 // requests of its batch report a success as theirs but end their tickets
 // unjudged when it fails, so one lost batch call is one failure, as one
-// lost call of a request alone is.
+// lost call of a request alone is. A request whose timeout passes while it
+// is still queued counts as a failed call of its own: the calls ahead of it
+// took that long.
 
 // maxFlights is how many calls one key may have in flight before its
 // admissions queue. At or below it, coalescing costs nothing: 8 callers on
