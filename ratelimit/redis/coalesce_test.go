@@ -454,35 +454,42 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 // A half-open probe whose call panics (in a go-redis hook) gives its slot
 // back: the next request probes Redis, rather than the breaker staying
 // half-open, with every request on the failure policy, for ever.
-func TestCoalescedPanickingProbeEndsItsTicket(t *testing.T) {
+func TestPanickingProbeEndsItsTicket(t *testing.T) {
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
-	const openFor = 20 * time.Millisecond
-	l, err := NewGCRA(c, rateOf(time.Second), 100, WithName(uniqueName("probe-panics")),
-		WithTimeout(time.Second), WithBreaker(1, openFor))
-	require.NoError(t, err)
-	hook.fail = func(n int64) error {
-		if n == 1 {
-			return errors.New("connection reset")
-		}
-		return nil
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{{"coalescing", nil}, {"without coalescing", []Option{WithoutCoalescing()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, s.Addr)
+			loadScripts(t, c)
+			hook := &gateHook{}
+			c.AddHook(hook)
+			const openFor = 20 * time.Millisecond
+			l, err := NewGCRA(c, rateOf(time.Second), 100, append([]Option{WithName(uniqueName("probe-panics")),
+				WithTimeout(time.Second), WithBreaker(1, openFor)}, tc.opts...)...)
+			require.NoError(t, err)
+			hook.fail = func(n int64) error {
+				if n == 1 {
+					return errors.New("connection reset")
+				}
+				return nil
+			}
+			hook.before = func(n int64) {
+				if n == 2 {
+					panic("hook")
+				}
+			}
+			ctx := sluice.WithKey(context.Background(), "k")
+			d, _ := l.Admit(ctx, sluice.Now())
+			require.Equal(t, l.Name()+":open", d.Policy)
+			time.Sleep(2 * openFor)
+			require.Panics(t, func() { l.Admit(ctx, sluice.Now()) }, "the probe")
+			d, _ = l.Admit(ctx, sluice.Now())
+			require.Equal(t, l.Name(), d.Policy, "the next request probes Redis")
+			require.Equal(t, int64(3), hook.calls.Load())
+		})
 	}
-	hook.before = func(n int64) {
-		if n == 2 {
-			panic("hook")
-		}
-	}
-	ctx := sluice.WithKey(context.Background(), "k")
-	d, _ := l.Admit(ctx, sluice.Now())
-	require.Equal(t, l.Name()+":open", d.Policy)
-	time.Sleep(2 * openFor)
-	require.Panics(t, func() { l.Admit(ctx, sluice.Now()) }, "the probe")
-	d, _ = l.Admit(ctx, sluice.Now())
-	require.Equal(t, l.Name(), d.Policy, "the next request probes Redis")
-	require.Equal(t, int64(3), hook.calls.Load())
 }
 
 // A request that gave up waiting is left out of the batch of a request

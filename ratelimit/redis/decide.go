@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -164,7 +166,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	if len(l.limits) == 1 { // its own script takes the period, quota and cost
 		script, args = l.limits[0].single, c.args[2:5]
 	}
-	reply, err := script.Run(&c.ctx, l.client, c.keys, args...).Text()
+	reply, err := l.run(bt, now, ep, &c.ctx, script, c.keys, args).Text()
 	c.ctx = callCtx{}
 	if err == nil {
 		err = parseReply(reply, c.ds, c.marks)
@@ -176,6 +178,22 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	}
 	l.br.success(bt, now)
 	return l.decided(c, cost, now, track)
+}
+
+// run sends script to Redis with the context ctx of a call that began in
+// epoch ep, holding the breaker ticket bt, and returns its command. A panic
+// in the call (a go-redis hook's) ends bt as Ignored before it goes on, so
+// that a half-open breaker's probe is not held for ever.
+func (l *Limiter) run(bt sluice.Ticket, now time.Duration, ep *deadlineEpoch, ctx *callCtx, script *script, keys []string, args []any) *redis.Cmd {
+	returned := false
+	defer func() {
+		if !returned {
+			l.br.ignore(bt, failedAt(now, ep))
+		}
+	}()
+	cmd := script.Run(ctx, l.client, keys, args...)
+	returned = true
+	return cmd
 }
 
 // failedAt is when a call that began in epoch ep, for a request admitted at
@@ -318,7 +336,7 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	}
 	ep := l.deadlines.get()
 	c.ctx = callCtx{parent: context.Background(), ep: ep}
-	err := decideScript.Run(&c.ctx, l.client, c.keys, c.args...).Err()
+	err := l.run(bt, now, ep, &c.ctx, decideScript, c.keys, c.args).Err()
 	c.ctx = callCtx{}
 	if err != nil {
 		now = failedAt(now, ep)
