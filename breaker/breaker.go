@@ -262,6 +262,13 @@ func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	switch {
 	case p.state == StateClosed:
+		if o == sluice.Success && p.cw != nil && (b.slow <= 0 || latency <= b.slow) &&
+			p.consec.Load() == 0 && p.cw.steady() {
+			// The common case, told without doneClosed's calls: a success
+			// ends no run of failures and leaves a count window full of
+			// plain successes as it is.
+			return
+		}
 		b.doneClosed(p, o, now, latency)
 	case p.state == StateHalfOpen && t&1 != 0:
 		b.doneProbe(p, o, now, latency)

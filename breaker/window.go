@@ -83,10 +83,16 @@ func newCountWindow(size int) *countWindow {
 		wrapAt: uint32(size) * (1 << 31 / uint32(size)), slots: make([]atomic.Uint32, size)}
 }
 
+// steady reports whether the ring is full of plain successes: one more
+// success changes nothing in it.
+func (w *countWindow) steady() bool {
+	return w.fs.Load() == 0 && w.total.Load() == int64(w.size)
+}
+
 // record puts a call's code in the ring, replacing the oldest one, and
 // reports whether the aggregates changed.
 func (w *countWindow) record(code uint32) bool {
-	if code == codePresent && w.fs.Load() == 0 && w.total.Load() == int64(w.size) {
+	if code == codePresent && w.steady() {
 		// The ring is full of plain successes, and so it stays: whichever
 		// slot this success replaced, the content would not change. No
 		// write, so concurrent successes do not contend.
