@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,7 +217,14 @@ func benchRedisParallel(b *testing.B, callers int) {
 				missed.Add(n)
 			})
 			b.StopTimer()
-			failIfMissed(b, int(missed.Load()))
+			if n := missed.Load(); n > 0 && !strings.HasPrefix(p.name, "sluice/") {
+				// A peer's client that turns calls away under this load
+				// (go-zero's, at 64 callers, now and then): said, not
+				// failed, so that the other rows still print.
+				b.ReportMetric(float64(n)/float64(b.N), "refused/op")
+			} else {
+				failIfMissed(b, int(n))
+			}
 			reportRedisCPU(b, admin)
 		})
 	}
