@@ -70,6 +70,16 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	if s.RouteResource {
 		opts = append(opts, WithRouteResource())
 	}
+	for _, f := range s.Fallbacks {
+		route := ""
+		if f.Route != "" {
+			route = echoPattern(f.Route)
+		}
+		answer := scenario.FallbackAnswer(f)
+		opts = append(opts, WithFallback(route, f.Cause, func(c echo.Context, _ sluice.Decision) error {
+			return c.String(http.StatusOK, answer)
+		}))
+	}
 	e.Use(Middleware(opts...))
 	for _, name := range []string{"a", "b", "health"} {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {

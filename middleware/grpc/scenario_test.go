@@ -108,6 +108,16 @@ func TestScenarios(t *testing.T) {
 			}
 			opts = append(opts, WithSkipper(middleware.SkipRoutes(skip...)))
 		}
+		for _, f := range s.Fallbacks {
+			method := ""
+			if f.Route != "" {
+				method = scenarioMethod(f.Route)
+			}
+			answer := scenario.FallbackAnswer(f)
+			opts = append(opts, WithFallback(method, f.Cause, func(context.Context, any, sluice.Decision) (any, error) {
+				return answer, nil
+			}))
+		}
 		intercept := unary(t, opts...)
 		handler := func(ctx context.Context, _ any) (any, error) {
 			switch h, err := scenario.Act(ctx); h {
@@ -137,9 +147,12 @@ func TestScenarios(t *testing.T) {
 				md.Append(k, v)
 			}
 			ctx = metadata.NewIncomingContext(ctx, md)
-			_, err = intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+			resp, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
 			res, err := fromGRPC(call.Ran(), err, stream.header)
 			require.NoError(t, err)
+			if answer, ok := resp.(string); ok {
+				res.Fallback = scenario.FallbackOf(answer)
+			}
 			return call.Result(res)
 		}
 		return serve

@@ -57,6 +57,15 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	if s.RouteResource {
 		opts = append(opts, WithRouteResource())
 	}
+	for _, f := range s.Fallbacks {
+		route := ""
+		if f.Route != "" {
+			route = httpPattern(f.Route)
+		}
+		fb, err := StaticFallback(http.StatusOK, nil, []byte(scenario.FallbackAnswer(f)))
+		require.NoError(t, err)
+		opts = append(opts, WithFallback(route, f.Cause, fb))
+	}
 	h := Middleware(opts...)(mux)
 	var serve func(scenario.Step) scenario.Result
 	serve = func(st scenario.Step) scenario.Result {

@@ -120,6 +120,9 @@ type Result struct {
 	Outcomes map[sluice.Outcome]int
 	// During is the result of the step's During request.
 	During *Result
+	// Fallback names the fallback that answered ("a rate-limited", "*
+	// any"; see FallbackAnswer); "" when none did.
+	Fallback string
 }
 
 // Setup is what a Target builds its adapter from.
@@ -140,6 +143,43 @@ type Setup struct {
 	// Counter, when not nil, is a policy of the scenario's Guards whose
 	// outcomes each step's Result counts.
 	Counter *testpolicy.Counter
+	// Fallbacks are the fallbacks the target declares, each answering
+	// with FallbackAnswer of itself: HTTP status 200 and that text as the
+	// body, gRPC that text as the reply.
+	Fallbacks []Fallback
+}
+
+// Fallback is a fallback for the rejections of a route name ("" for every
+// route) for a cause (CauseNone for every cause).
+type Fallback struct {
+	Route string
+	Cause sluice.Cause
+}
+
+// fallbackPrefix starts every fallback's answer.
+const fallbackPrefix = "fallback "
+
+// FallbackAnswer is what fallback f answers with: "fallback a
+// rate-limited", "fallback * any".
+func FallbackAnswer(f Fallback) string {
+	route, cause := f.Route, f.Cause.String()
+	if route == "" {
+		route = "*"
+	}
+	if f.Cause == sluice.CauseNone {
+		cause = "any"
+	}
+	return fallbackPrefix + route + " " + cause
+}
+
+// FallbackOf returns the fallback that answer names, as Result.Fallback
+// holds it ("a rate-limited"), or "" when answer is no fallback's.
+func FallbackOf(answer string) string {
+	f, _ := strings.CutPrefix(answer, fallbackPrefix)
+	if f == answer {
+		return ""
+	}
+	return f
 }
 
 // SplitRoute splits a route name of a Setup's table ("POST a", "a") into
@@ -273,6 +313,9 @@ func FromHTTP(ran bool, status int, header http.Header, body []byte) (Result, er
 		RateLimitPolicy: joinValues(header.Values(middleware.FieldRateLimitPolicy)),
 		RateLimit:       joinValues(header.Values(middleware.FieldRateLimit)),
 		Leaked:          bytes.Contains(body, []byte(WrapperText)),
+	}
+	if status == http.StatusOK {
+		res.Fallback = FallbackOf(string(body))
 	}
 	rejection := (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) &&
 		(!ran || header.Get("Retry-After") != "")
@@ -612,6 +655,48 @@ func All() []Scenario {
 				}()},
 				{Route: "b", Advance: 10 * time.Second, Want: admitted.withQuota("ratelimit/a", 3, 60, 0, 50).counted(sluice.Success)},
 				{Route: "a", Want: limited(50).withQuota("ratelimit/a", 3, 60, 0, 50).counted(sluice.Released)},
+			},
+		},
+		{
+			Name: "fallbacks answer rejections by route and cause, the Guard's and the handler's alike",
+			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+				fw, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/a"))
+				if err != nil {
+					return Setup{}, err
+				}
+				counter := testpolicy.NewCounter()
+				ga, err := sluice.New(sluice.With(counter, fw), sluice.WithClock(clock))
+				if err != nil {
+					return Setup{}, err
+				}
+				b, err := breaker.New("b")
+				if err != nil {
+					return Setup{}, err
+				}
+				b.ForceOpen()
+				gb, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
+				if err != nil {
+					return Setup{}, err
+				}
+				return Setup{Clock: clock, Counter: counter,
+					Fallbacks: []Fallback{{"a", sluice.CauseRateLimited}, {"", sluice.CauseCircuitOpen}},
+					Routes: func(p func(string) string) (*middleware.Routes, error) {
+						return middleware.NewRoutes(middleware.RouteTo(p("a"), ga), middleware.RouteTo(p("b"), gb))
+					}}, nil
+			},
+			Steps: []Step{
+				{Route: "a", Want: admitted.withQuota("ratelimit/a", 1, 60, 0, 60).counted(sluice.Success)},
+				{Route: "a", Want: Result{Fallback: "a rate-limited"}.counted(sluice.Released)},
+				{Route: "b", Want: Result{Fallback: "* circuit-open"}},
+				// A rejection the handler's call met: the route's fallback
+				// for its cause answers, with the fields of the quota the
+				// request spent.
+				{Route: "a", Advance: time.Minute, Handler: Rejected, Met: metOpen,
+					Want: Result{Ran: true, Fallback: "* circuit-open"}.withQuota("ratelimit/a", 1, 60, 0, 60).counted(sluice.Ignored)},
+				{Route: "a", Advance: time.Minute, Handler: RejectedWrapped, Met: metLimited,
+					Want: Result{Ran: true, Fallback: "a rate-limited"}.withQuota("ratelimit/a", 1, 60, 0, 60).counted(sluice.Ignored)},
+				{Route: "a", Advance: time.Minute, Handler: Rejected, Met: sluice.Decision{Policy: "shed", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded},
+					Want: Result{Ran: true, Cause: sluice.CauseOverloaded, RetryAfter: 1}.withQuota("ratelimit/a", 1, 60, 0, 60).counted(sluice.Ignored)},
 			},
 		},
 		{
