@@ -133,8 +133,9 @@ func WithSkipper(s echomw.Skipper) Option {
 	}
 }
 
-// WithDenyHandler answers rejections with fn instead of the default problem
-// response; what fn returns is returned to Echo.
+// WithDenyHandler answers the rejections that no fallback (WithFallback)
+// answers with fn instead of the default problem response; what fn returns
+// is returned to Echo.
 func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 	return func(c *config) {
 		if fn != nil {
@@ -211,8 +212,9 @@ const rejectedKey = "sluice.rejected"
 //
 // A handler that returns a sluice rejection its own call met (wrapped or
 // not; a Guard's timeout wrapping one is a timeout) gets it answered as the
-// middleware answers its own, by the deny handler or with 429 or 503,
-// Retry-After and a problem body, and the request counts as Ignored. So
+// middleware answers its own, by the route's fallback for its cause
+// (WithFallback), the deny handler, or with 429 or 503, Retry-After and a
+// problem body, and the request counts as Ignored. So
 // does the handler of a request the middleware lets through unguarded
 // (skipped, or on a route without a Guard). An *echo.HTTPError keeps its
 // code, whatever its Internal, and so does a response already committed.
