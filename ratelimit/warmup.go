@@ -81,8 +81,9 @@ const warmUpMaxCostBits = 32
 
 // NewWarmUp returns a cold WarmUp limiter of r with bursts of up to burst
 // requests once warm, warming up over warmUp from r/coldFactor to r. It
-// returns an error when r is invalid, burst < 1, warmUp <= 0,
-// coldFactor < 2, or the cold interval or burst × interval exceeds 2^62ns.
+// returns an error when r is invalid, burst < 1, warmUp <= 0 or above
+// 2^61ns (73 years), coldFactor < 2, or the cold interval or burst ×
+// interval exceeds 2^62ns.
 func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts ...Option) (*WarmUp, error) {
 	iv, tau, err := tolerance("warm-up", r, burst)
 	if err != nil {
@@ -91,6 +92,10 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 	switch {
 	case warmUp <= 0:
 		return nil, fmt.Errorf("ratelimit: warm-up: period %v must be positive", warmUp)
+	case warmUp > time.Duration(maxTolerance/2):
+		// A cold request's extra cost stays below the period: with the
+		// tolerance it must still fit an instant.
+		return nil, fmt.Errorf("ratelimit: warm-up: period %v spans more than 2^61ns", warmUp)
 	case coldFactor < 2:
 		return nil, fmt.Errorf("ratelimit: warm-up: cold factor %d must be at least 2", coldFactor)
 	case coldFactor > maxTolerance/iv:

@@ -137,6 +137,7 @@ func TestWarmUpValidation(t *testing.T) {
 		{"cold factor 1", PerSecond(1), 1, time.Second, 1, nil},
 		{"cold factor 0", PerSecond(1), 1, time.Second, 0, nil},
 		{"cold interval overflows", PerHour(1), 1, time.Second, 1 << 50, nil},
+		{"warm-up period overflows", PerSecond(1), 1, time.Duration(maxTolerance/2 + 1), 3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, err := NewWarmUp(tc.r, tc.burst, tc.warmUp, tc.coldFactor, tc.opts...)
