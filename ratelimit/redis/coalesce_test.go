@@ -138,6 +138,30 @@ func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// hookedClient returns a client of the server at addr with the limiters'
+// scripts loaded and a gateHook on its calls.
+func hookedClient(t *testing.T, addr string) (*redis.Client, *gateHook) {
+	t.Helper()
+	c := newClient(t, addr)
+	loadScripts(t, c)
+	hook := &gateHook{}
+	c.AddHook(hook)
+	return c, hook
+}
+
+// holdFlights holds the first maxFlights script calls through hook, the
+// calls a key has in flight before its requests queue, until the returned
+// channel is closed.
+func holdFlights(hook *gateHook) chan struct{} {
+	gate := make(chan struct{})
+	hook.before = func(n int64) {
+		if n <= maxFlights {
+			<-gate
+		}
+	}
+	return gate
+}
+
 // loadScripts loads the limiters' scripts into Redis, so that no call
 // meets NOSCRIPT and is sent again as EVAL.
 func loadScripts(t *testing.T, c *redis.Client) {
@@ -186,18 +210,10 @@ func TestCoalescedRequestsAreDecidedTogether(t *testing.T) {
 	const quota, requests = 16, 40
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
-			c := newClient(t, s.Addr)
-			loadScripts(t, c)
-			hook := &gateHook{}
-			c.AddHook(hook)
+			c, hook := hookedClient(t, s.Addr)
 			l, err := alg.make(c, quota, time.Hour, WithName(uniqueName(alg.name)), WithTimeout(20*time.Second))
 			require.NoError(t, err)
-			gate := make(chan struct{})
-			hook.before = func(n int64) {
-				if n <= maxFlights {
-					<-gate
-				}
-			}
+			gate := holdFlights(hook)
 			ctx := sluice.WithKey(context.Background(), "hot")
 			ds := make([]sluice.Decision, requests)
 			var wg sync.WaitGroup
@@ -242,10 +258,7 @@ func TestCoalescedRequestsAreDecidedTogether(t *testing.T) {
 func TestCoalescedRequestWaitsAtMostItsTimeout(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
+	c, hook := hookedClient(t, s.Addr)
 	var log eventLog
 	l, err := NewGCRA(c, rateOf(time.Second), 10, WithName(uniqueName("queue-timeout")),
 		WithTimeout(timeout), WithFailClosed(), WithBreaker(100, time.Second), WithObserver(log.observe))
@@ -281,10 +294,7 @@ func TestCoalescedRequestWaitsAtMostItsTimeout(t *testing.T) {
 // not count the panic as Redis's failure, and the key is free again.
 func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
+	c, hook := hookedClient(t, s.Addr)
 	l, err := NewGCRA(c, rateOf(time.Second), 100, WithName(uniqueName("panic")), WithTimeout(20*time.Second))
 	require.NoError(t, err)
 	const requests = 12
@@ -356,10 +366,7 @@ func TestWithoutCoalescing(t *testing.T) {
 // stay bounded, and no key is left with a lane.
 func TestCoalescingKeepsFewLanes(t *testing.T) {
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
+	c, hook := hookedClient(t, s.Addr)
 	l, err := NewGCRA(c, rateOf(time.Second), 10, WithName(uniqueName("lanes")), WithTimeout(20*time.Second))
 	require.NoError(t, err)
 	const keys = 24 * laneShards // more than maxFreeLanes for every shard
@@ -398,10 +405,7 @@ func TestCoalescingKeepsFewLanes(t *testing.T) {
 // of a hot key does not open the breaker for every key of the limiter.
 func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
+	c, hook := hookedClient(t, s.Addr)
 	var log eventLog
 	l, err := NewGCRA(c, rateOf(time.Second), 100, WithName(uniqueName("batch-fails")),
 		WithTimeout(20*time.Second), WithBreaker(DefaultBreakerFailures, time.Minute), WithObserver(log.observe))
@@ -461,10 +465,7 @@ func TestPanickingProbeEndsItsTicket(t *testing.T) {
 		opts []Option
 	}{{"coalescing", nil}, {"without coalescing", []Option{WithoutCoalescing()}}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newClient(t, s.Addr)
-			loadScripts(t, c)
-			hook := &gateHook{}
-			c.AddHook(hook)
+			c, hook := hookedClient(t, s.Addr)
 			const openFor = 20 * time.Millisecond
 			l, err := NewGCRA(c, rateOf(time.Second), 100, append([]Option{WithName(uniqueName("probe-panics")),
 				WithTimeout(time.Second), WithBreaker(1, openFor)}, tc.opts...)...)
@@ -497,19 +498,11 @@ func TestPanickingProbeEndsItsTicket(t *testing.T) {
 // failure policy, and Redis must not charge it too.
 func TestCoalescedBatchLeavesOutRequestsThatGaveUp(t *testing.T) {
 	s := newServer(t)
-	c := newClient(t, s.Addr)
-	loadScripts(t, c)
-	hook := &gateHook{}
-	c.AddHook(hook)
+	c, hook := hookedClient(t, s.Addr)
 	const quota = 100
 	l, err := NewGCRA(c, rateOf(time.Hour), quota, WithName(uniqueName("gave-up")), WithTimeout(20*time.Second))
 	require.NoError(t, err)
-	gate := make(chan struct{})
-	hook.before = func(n int64) {
-		if n <= maxFlights {
-			<-gate
-		}
-	}
+	gate := holdFlights(hook)
 	ctx := sluice.WithKey(context.Background(), "hot")
 	var wg sync.WaitGroup
 	for range maxFlights {

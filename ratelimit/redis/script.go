@@ -326,6 +326,23 @@ local e = now - idx * a -- negative while TIME lags the stored window
 local ew = e
 if ew < 0 then ew = 0 end
 `
+	// rejectSliding follows loadSliding: the cap of the weighted count, and
+	// rejected, the reply to a request of cost that the count used leaves
+	// no room for, as the window stands (c is read when it is called).
+	rejectSliding = `
+local cap = b * a
+local function rejected(used, cost)
+  local remaining, reset, retry = 0, a - e, 0
+  if cap > used then remaining = floor((cap - used) / a) end
+  if c > 0 then reset = 2 * a - e end
+  if c + cost <= b then
+    retry = a - floor((b - c - cost) * a / p) - e
+  else
+    retry = (a - e) + a - floor((b - cost) * a / c)
+  end
+  return fmt('0 %d %d %d %d', remaining, reset, retry, idx)
+end
+`
 )
 
 var singleScripts = map[byte]*script{
@@ -357,9 +374,8 @@ if cnt + cost <= b then
 end
 return fmt('0 %d %d %d %d', b - cnt, left, left, idx)
 `),
-	's': newScript(singlePrologue + loadSliding + `
+	's': newScript(singlePrologue + loadSliding + rejectSliding + `
 local used = p * (a - ew) + c * a
-local cap = b * a
 if used + cost * a <= cap then
   c = c + cost
   used = used + cost * a
@@ -368,15 +384,7 @@ if used + cost * a <= cap then
   redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
   return fmt('1 %d %d 0 %d', floor((cap - used) / a), reset, idx)
 end
-local remaining, reset, retry = 0, a - e, 0
-if cap > used then remaining = floor((cap - used) / a) end
-if c > 0 then reset = 2 * a - e end
-if c + cost <= b then
-  retry = a - floor((b - c - cost) * a / p) - e
-else
-  retry = (a - e) + a - floor((b - cost) * a / c)
-end
-return fmt('0 %d %d %d %d', remaining, reset, retry, idx)
+return rejected(used, cost)
 `),
 }
 
@@ -446,8 +454,7 @@ if wrote then
 end
 return table.concat(out, ' ')
 `),
-	's': newScript(batchPrologue + loadSliding + `
-local cap = b * a
+	's': newScript(batchPrologue + loadSliding + rejectSliding + `
 for i = 3, #ARGV do
   local cost = tonumber(ARGV[i])
   local used = p * (a - ew) + c * a
@@ -455,15 +462,7 @@ for i = 3, #ARGV do
     c, wrote = c + cost, true
     out[i - 2] = fmt('1 %d %d 0 %d', floor((cap - used - cost * a) / a), 2 * a - e, idx)
   else
-    local remaining, reset, retry = 0, a - e, 0
-    if cap > used then remaining = floor((cap - used) / a) end
-    if c > 0 then reset = 2 * a - e end
-    if c + cost <= b then
-      retry = a - floor((b - c - cost) * a / p) - e
-    else
-      retry = (a - e) + a - floor((b - cost) * a / c)
-    end
-    out[i - 2] = fmt('0 %d %d %d %d', remaining, reset, retry, idx)
+    out[i - 2] = rejected(used, cost)
   end
 end
 if wrote then
