@@ -28,19 +28,12 @@ type config struct {
 	classify  middleware.StatusClassifier
 	render    middleware.Renderer
 	resources bool
-	fallbacks map[fallbackKey]FallbackFunc
+	fallbacks map[middleware.FallbackKey]FallbackFunc
 }
 
 // FallbackFunc answers a rejected request in place of the rejection, given
 // the Decision that rejected it; what it returns is returned to Echo.
 type FallbackFunc func(c echo.Context, d sluice.Decision) error
-
-// fallbackKey is a fallback's route and cause; "" and sluice.CauseNone
-// stand for all.
-type fallbackKey struct {
-	route string
-	cause sluice.Cause
-}
 
 // WithRoutes guards requests with the Guard their route maps to in rs: the
 // entry of the method and route path ("POST /cart", as net/http patterns
@@ -182,20 +175,10 @@ func WithFallback(route string, cause sluice.Cause, fn FallbackFunc) Option {
 			return
 		}
 		if c.fallbacks == nil {
-			c.fallbacks = make(map[fallbackKey]FallbackFunc)
+			c.fallbacks = make(map[middleware.FallbackKey]FallbackFunc)
 		}
-		c.fallbacks[fallbackKey{route, cause}] = fn
+		c.fallbacks[middleware.FallbackKey{Route: route, Cause: cause}] = fn
 	}
-}
-
-// fallback returns the fallback for a rejection of route for cause, or nil.
-func (cfg *config) fallback(route string, cause sluice.Cause) FallbackFunc {
-	for _, k := range [...]fallbackKey{{route, cause}, {route, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
-		if fn, ok := cfg.fallbacks[k]; ok {
-			return fn
-		}
-	}
-	return nil
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
@@ -391,7 +374,7 @@ func statusOf(c echo.Context, err error) int {
 func (cfg *config) rejected(c echo.Context, rt *middleware.Route, d sluice.Decision) error {
 	c.Set(rejectedKey, true)
 	if len(cfg.fallbacks) > 0 {
-		if fn := cfg.fallback(routeOf(c, rt), sluice.CauseOf(d.Cause)); fn != nil {
+		if fn, ok := middleware.LookupFallback(cfg.fallbacks, routeOf(c, rt), sluice.CauseOf(d.Cause)); ok {
 			c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
 			return fn(c, d)
 		}

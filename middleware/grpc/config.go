@@ -24,7 +24,7 @@ type config struct {
 	msgMethods map[string]struct{}
 	timeout    time.Duration
 	maxRetry   time.Duration
-	fallbacks  map[fallbackKey]Fallback
+	fallbacks  map[middleware.FallbackKey]Fallback
 	critical   map[string]struct{}
 	resources  bool
 }
@@ -159,12 +159,8 @@ func (c *config) fallback(method string, cause sluice.Cause) Fallback {
 	if c.fallbacks == nil {
 		return nil
 	}
-	for _, k := range [...]fallbackKey{{method, cause}, {method, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
-		if fb, ok := c.fallbacks[k]; ok {
-			return fb
-		}
-	}
-	return nil
+	fb, _ := middleware.LookupFallback(c.fallbacks, method, cause)
+	return fb
 }
 
 func (c *config) messageRoute(method string) *middleware.Route {

@@ -37,7 +37,7 @@ type options struct {
 	maxRetry   time.Duration
 	// maxRetrySet: WithMaxRetryDelay was given (0 turns holding off).
 	maxRetrySet bool
-	fallbacks   map[fallbackKey]Fallback
+	fallbacks   map[middleware.FallbackKey]Fallback
 	critical    []string
 	resources   bool
 	errs        []error
@@ -270,11 +270,6 @@ func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 // counts as rejected: the Guard hears nothing of it.
 type Fallback func(ctx context.Context, req any, d sluice.Decision) (resp any, err error)
 
-type fallbackKey struct {
-	method string
-	cause  sluice.Cause
-}
-
 // WithFallback answers the unary calls of fullMethod rejected for cause
 // with fb instead of a rejection status. fullMethod "" stands for every
 // method and cause sluice.CauseNone for every cause; the most specific
@@ -294,13 +289,13 @@ func WithFallback(fullMethod string, cause sluice.Cause, fb Fallback) Option {
 				return
 			}
 		}
-		k := fallbackKey{fullMethod, cause}
+		k := middleware.FallbackKey{Route: fullMethod, Cause: cause}
 		if _, dup := o.fallbacks[k]; dup {
 			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %q, %v given twice", fullMethod, cause))
 			return
 		}
 		if o.fallbacks == nil {
-			o.fallbacks = make(map[fallbackKey]Fallback)
+			o.fallbacks = make(map[middleware.FallbackKey]Fallback)
 		}
 		o.fallbacks[k] = fb
 	}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 )
 
@@ -227,11 +226,6 @@ func (c *StaleCache) load(key string, now time.Duration) (*staleEntry, time.Dura
 		return nil, 0, false
 	}
 	return e, age, true
-}
-
-type fallbackKey struct {
-	route string
-	cause sluice.Cause
 }
 
 // serve answers r with fb; it reports false when fb has nothing to answer

@@ -23,7 +23,7 @@ type config struct {
 	deny      func(http.ResponseWriter, *http.Request, sluice.Decision)
 	classify  middleware.StatusClassifier
 	render    middleware.Renderer
-	fallbacks map[fallbackKey]Fallback
+	fallbacks map[middleware.FallbackKey]Fallback
 	resources bool
 	// staleByRoute and staleOthers are the stale caches that keep the good
 	// GET responses of each route named by a fallback, and of the others.
@@ -152,9 +152,9 @@ func WithFallback(route string, cause sluice.Cause, fb Fallback) Option {
 			return
 		}
 		if c.fallbacks == nil {
-			c.fallbacks = make(map[fallbackKey]Fallback)
+			c.fallbacks = make(map[middleware.FallbackKey]Fallback)
 		}
-		c.fallbacks[fallbackKey{route, cause}] = fb
+		c.fallbacks[middleware.FallbackKey{Route: route, Cause: cause}] = fb
 	}
 }
 
@@ -329,12 +329,12 @@ func (s *staleSet) add(c *StaleCache) {
 // "" unless a fallback of the route takes their place (the route's for
 // every cause, or for the same cause). A route whose requests no stale
 // fallback answers has none.
-func staleSets(fallbacks map[fallbackKey]Fallback) (map[string]*staleSet, *staleSet) {
+func staleSets(fallbacks map[middleware.FallbackKey]Fallback) (map[string]*staleSet, *staleSet) {
 	var others *staleSet
 	byRoute := make(map[string]*staleSet)
 	for k, fb := range fallbacks {
-		if k.route != "" {
-			byRoute[k.route] = nil
+		if k.Route != "" {
+			byRoute[k.Route] = nil
 		} else if fb.stale != nil {
 			if others == nil {
 				others = &staleSet{}
@@ -344,16 +344,16 @@ func staleSets(fallbacks map[fallbackKey]Fallback) (map[string]*staleSet, *stale
 	}
 	for route := range byRoute {
 		s := &staleSet{}
-		_, everyCause := fallbacks[fallbackKey{route, sluice.CauseNone}]
+		_, everyCause := fallbacks[middleware.FallbackKey{Route: route, Cause: sluice.CauseNone}]
 		for k, fb := range fallbacks {
 			if fb.stale == nil {
 				continue
 			}
-			switch k.route {
+			switch k.Route {
 			case route:
 				s.add(fb.stale)
 			case "":
-				if _, shadowed := fallbacks[fallbackKey{route, k.cause}]; !everyCause && !shadowed {
+				if _, shadowed := fallbacks[middleware.FallbackKey{Route: route, Cause: k.Cause}]; !everyCause && !shadowed {
 					s.add(fb.stale)
 				}
 			}
@@ -373,15 +373,6 @@ func (h *handler) staleFor(pattern string) *staleSet {
 		return s
 	}
 	return h.staleOthers
-}
-
-func (h *handler) fallback(pattern string, cause sluice.Cause) (Fallback, bool) {
-	for _, k := range [...]fallbackKey{{pattern, cause}, {pattern, sluice.CauseNone}, {"", cause}, {"", sluice.CauseNone}} {
-		if fb, ok := h.fallbacks[k]; ok {
-			return fb, true
-		}
-	}
-	return Fallback{}, false
 }
 
 type rejectionKey struct{}
@@ -429,7 +420,7 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision) {
 	markRejected(w)
 	if len(h.fallbacks) > 0 {
-		if fb, ok := h.fallback(pattern, sluice.CauseOf(d.Cause)); ok {
+		if fb, ok := middleware.LookupFallback(h.fallbacks, pattern, sluice.CauseOf(d.Cause)); ok {
 			fr := r
 			if fb.handler != nil {
 				fr = r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d))
