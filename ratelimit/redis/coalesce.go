@@ -37,7 +37,8 @@ import (
 // admissions queue. At or below it, coalescing costs nothing: 8 callers on
 // one key on 2 cores decide as fast as without it (12.5 µs a decision
 // against 12.4). Above it the queue pays: 16 callers 8.5 µs against 11.5,
-// 64 callers 3.6 µs against 11.9 (bench/, RedisParallel). A lower bound
+// 64 callers 3.6 µs against 11.9 (bench/: RedisParallel8, RedisParallel64,
+// and the same with 16 callers). A lower bound
 // queues requests that a call of their own would have served sooner: at 8
 // callers, 4 flights cost 16 µs a decision and one flight 22, as a round
 // trip on loopback takes tens of microseconds however little it carries.
