@@ -167,8 +167,9 @@ func WithRenderer(r middleware.Renderer) Option {
 // cause sluice.CauseNone for every cause. The most specific fallback wins:
 // route and cause, route, cause, then neither. A rejection no fallback
 // answers goes to the deny handler, else to the problem response.
-// RejectionFrom(c) gives fn the Decision as well. The request counts as
-// Ignored, as every rejection does, whatever fn answers. Default: none.
+// RejectionFrom(c) gives fn the Decision as well. Whatever fn answers, the
+// Guard's own rejection counts for nothing (it admitted nothing), and one
+// the handler's call met counts as Ignored. Default: none.
 func WithFallback(route string, cause sluice.Cause, fn FallbackFunc) Option {
 	return func(c *config) {
 		if fn == nil {
