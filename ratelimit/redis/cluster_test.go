@@ -73,6 +73,47 @@ func TestCluster(t *testing.T) {
 
 	t.Run("All in one slot", func(t *testing.T) { checkAllOrNothing(t, c) })
 
+	t.Run("a hot key's queued requests coalesce", func(t *testing.T) {
+		// With a key's flights held at the door, the other requests queue
+		// and go to the key's master in one batch, which decides exactly
+		// the quota.
+		const quota, requests = 20, 40
+		hc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), MaxRetries: -1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = hc.Close() })
+		for _, alg := range algorithms {
+			hook := &gateHook{}
+			hc.AddHook(hook)
+			l, err := alg.make(hc, quota, time.Hour, WithName(uniqueName(alg.name)), WithTimeout(20*time.Second))
+			require.NoError(t, err)
+			gate := holdFlights(hook)
+			ctx := sluice.WithKey(t.Context(), "{hot}")
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range requests {
+				wg.Go(func() {
+					d, tk := l.Admit(ctx, 0)
+					if d.Policy != l.Name() {
+						t.Errorf("%s: decided by %s", alg.name, d.Policy)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+						l.Done(tk, sluice.Success, 0, 0)
+					}
+				})
+			}
+			awaitQueue(t, l, requests-maxFlights)
+			close(gate)
+			wg.Wait()
+			hook.before = nil
+			assert.EqualValues(t, quota, admitted.Load(), alg.name)
+			// maxFlights calls of a request each, then one batch (a
+			// NOSCRIPT answer sends a script again as EVAL, which the hook
+			// does not count).
+			assert.Equal(t, int64(maxFlights+1), hook.calls.Load(), alg.name)
+		}
+	})
+
 	t.Run("concurrent decisions", func(t *testing.T) {
 		user, err := NewGCRA(c, ratelimit.PerHour(400), 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
 		require.NoError(t, err)
