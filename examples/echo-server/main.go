@@ -6,7 +6,8 @@
 //     each behind its own circuit breaker;
 //   - a fallback answers /recommendations from a fixed degraded list while
 //     its breaker is open, and every other rejection gets the standard answer:
-//     429 or 503, Retry-After, the RateLimit fields and a problem+json body.
+//     429 or 503 with Retry-After and a problem+json body, and the RateLimit
+//     fields when a rate limit decided.
 //
 // Run the scripted demonstration:
 //
