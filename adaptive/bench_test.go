@@ -40,28 +40,12 @@ func benchPolicy(b *testing.B, p sluice.Policy) {
 	})
 }
 
-func BenchmarkGuard(b *testing.B) {
-	g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.5, 0)))
+func BenchmarkShedder(b *testing.B) {
+	s, err := adaptive.NewShedder()
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchPolicy(b, g)
-}
-
-func BenchmarkGuardCPUHigh(b *testing.B) {
-	g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.95, 0)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchPolicy(b, g)
-}
-
-func BenchmarkConcurrencyLimit(b *testing.B) {
-	l, err := adaptive.NewConcurrencyLimit()
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchPolicy(b, l)
+	benchPolicy(b, s)
 }
 
 func BenchmarkBulkhead(b *testing.B) {
@@ -72,8 +56,6 @@ func BenchmarkBulkhead(b *testing.B) {
 	benchPolicy(b, l)
 }
 
-// BenchmarkThroughGuard is a request through a sluice.Guard whose chain is
-// one of this package's policies, with room to spare.
 func BenchmarkThroughGuard(b *testing.B) {
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
@@ -81,13 +63,7 @@ func BenchmarkThroughGuard(b *testing.B) {
 		name string
 		new  func() (sluice.Policy, error)
 	}{
-		{"bbr", func() (sluice.Policy, error) {
-			return adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.5, 0)))
-		}},
-		{"bbr-cpu-high", func() (sluice.Policy, error) {
-			return adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.95, 0)))
-		}},
-		{"concurrency", func() (sluice.Policy, error) { return adaptive.NewConcurrencyLimit() }},
+		{"shedder", func() (sluice.Policy, error) { return adaptive.NewShedder() }},
 		{"bulkhead", func() (sluice.Policy, error) { return adaptive.NewBulkhead(1 << 20) }},
 	} {
 		p, err := c.new()

@@ -19,39 +19,11 @@ func TestConformance(t *testing.T) {
 		causes []error
 		new    func(t *testing.T) sluice.Policy
 	}{
-		{"guard/cpu-high", overloaded, func(t *testing.T) sluice.Policy {
-			// CPU pinned above the threshold: sheds whenever inflight
-			// exceeds the estimate.
-			g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.95, 0)),
-				adaptive.WithWindow(time.Second, 10))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = g.Close() })
-			return g
+		{"shedder", overloaded, func(t *testing.T) sluice.Policy {
+			return newShedder(t)
 		}},
-		{"guard/rules", overloaded, func(t *testing.T) sluice.Policy {
-			g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.5, 8)),
-				adaptive.WithWindow(time.Second, 10), adaptive.WithMaxInflight(4),
-				adaptive.WithMaxQPS(300), adaptive.WithMaxAvgRT(50*time.Millisecond), adaptive.WithMaxLoad1(4))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = g.Close() })
-			return g
-		}},
-		{"concurrency/gradient", limited, func(t *testing.T) sluice.Policy {
-			l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.Gradient{
-				InitialLimit: 4, Window: 10 * time.Millisecond}))
-			require.NoError(t, err)
-			return l
-		}},
-		{"concurrency/aimd", limited, func(t *testing.T) sluice.Policy {
-			l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{
-				InitialLimit: 4, Window: 10 * time.Millisecond}))
-			require.NoError(t, err)
-			return l
-		}},
-		{"concurrency/queued", limited, func(t *testing.T) sluice.Policy {
-			l, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(8, time.Millisecond))
-			require.NoError(t, err)
-			return l
+		{"shedder/no-queue", overloaded, func(t *testing.T) sluice.Policy {
+			return newShedder(t, adaptive.WithQueue(0, 0))
 		}},
 		{"bulkhead", limited, func(t *testing.T) sluice.Policy {
 			b, err := adaptive.NewBulkhead(3)

@@ -1,30 +1,68 @@
-// Package adaptive protects a service from overload by measuring it, rather
-// than by a quota set in advance.
+// Package adaptive keeps a service standing in a surge by bounding the
+// requests it runs at once, with a bound it learns from their latency
+// rather than one set in advance.
 //
-// [Guard] is a system-load guard in the BBR style of Kratos and Sentinel's
-// adaptive system protection: while the CPU usage of the container is above
-// a threshold, it sheds the requests that exceed what the service was seen
-// to carry (best throughput × lowest latency over a rolling window), and it
-// stays cautious for a cool-off after shedding. System rules on inflight,
-// average latency, inbound rate and load average can be added to it, and
-// requests marked sluice.PriorityCritical survive longest. Its rejections
-// match sluice.ErrOverloaded.
+// [NewShedder] is the load shedder to put in front of a service: with no
+// options it protects a service bound by its CPU as well as one bound by a
+// pool of connections or any other resource, without being told which, or
+// its capacity. Its rejections match sluice.ErrOverloaded. [NewBulkhead]
+// fixes the bound instead, for a resource whose size is known; its
+// rejections match sluice.ErrConcurrencyLimited.
 //
-// [ConcurrencyLimit] bounds the requests in flight, with a limit learned
-// from latency ([Gradient], in the manner of Netflix concurrency-limits'
-// Gradient2, or [AIMD]) or static ([NewBulkhead]); callers over the limit are
-// rejected with sluice.ErrConcurrencyLimited or wait in a bounded queue.
-// Like the Guard's, its Decisions carry no quota (Limit -1), so the
-// middleware sends no RateLimit fields for it; its Stats report the limit
-// and the requests in flight.
+// # The limit
 //
-// The CPU usage is read from cgroup v2, cgroup v1 or /proc/stat by one
-// [SystemSampler] goroutine per process, started by the first Guard that
-// needs it and stopped when the last one is closed; nothing starts on
-// import, and the request path only loads an atomic. Tests and examples feed
-// a [ManualSampler] instead.
+// A service runs at its best with just enough requests in flight to keep
+// its bottleneck busy: fewer leave it idle, more only queue, on its CPU
+// (the Go scheduler runs them by turns, so each one takes longer) or in
+// front of its pool. Past that knee the latency of a request grows in
+// proportion to the requests in flight, and that is the signal the
+// Shedder reads: the latency of each admitted request, from the end of its
+// wait in the Shedder to its end, so that a queue anywhere inside the
+// service shows.
 //
-// Both policies decide with a few atomic operations and allocate nothing on
-// the request path, except for a request that waits in a concurrency limit's
-// queue (its timer and its place in the queue).
+// Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
+// compares the window's average latency with the baseline, the latency with
+// no queue, and moves the limit by the gradient 1.2 × baseline / average:
+// up while latency stays within 20% of the baseline and the limit binds,
+// down in proportion to what was in use once a queue forms (by at most half
+// a window, up by at most half). It never goes below GOMAXPROCS, the
+// requests a CPU-bound server needs in flight to keep its processors busy:
+// a latency that rises below that comes from elsewhere (a noisy
+// neighbour), and lowering the limit further would only cost throughput.
+//
+// The baseline cannot be learnt from the windows in which the limit binds:
+// their latency already holds the queue the limit let in. Nor from the
+// windows in which it does not bind: on a CPU-bound server the queue is in
+// the scheduler, and a limit too high to bind still lets it form. So the
+// Shedder measures it, in the manner of Envoy's adaptive concurrency
+// filter: in a probe, a window run at a quarter of the limit, counting only
+// the requests admitted in it. A probe that cut the latency in proportion
+// to the concurrency was still past the knee, and the next window probes at
+// half of that again. The first probe comes as soon as the limit binds, as
+// it may start past capacity; later ones every 5 s while it keeps binding.
+// A window quicker than the baseline lowers it, by a quarter of the way.
+//
+// # The queue
+//
+// A limit alone rejects the bursts of an open-loop load even below
+// capacity, and leaves the bottleneck idle between a request's end and the
+// next arrival. So the requests over the limit wait in a queue (at most
+// 1000) under the discipline of CoDel with adaptive LIFO: a burst is held
+// in arrival order up to 100 ms each; once the queue has not been empty for
+// 25 ms the newest is served first, so that a surge's first requests do
+// not make all the later ones wait; and once it has not been empty for
+// 100 ms (a standing queue, not a burst), a newcomer waits at most 25 ms,
+// until 100 ms pass without a waiter running out of time. A request that
+// waits is handed the slot the moment one frees, by the Done that frees it.
+// Requests marked sluice.PriorityCritical are served before all others and
+// always wait up to 100 ms: they are shed last. A bulkhead WithQueue uses
+// the same discipline.
+//
+// # Cost
+//
+// Admitting and rejecting allocate nothing and cost a few atomic
+// operations; a request that waits in the queue allocates its timer. The
+// package starts no goroutine. [SystemSampler] reads the CPU usage of the
+// container from cgroup v2, cgroup v1 or /proc/stat, for what decides by it
+// (a degrade.Auto switch); the Shedder does not use it.
 package adaptive

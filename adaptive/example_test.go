@@ -4,68 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 )
-
-// A Guard sheds only while CPU is high and more requests are in flight than
-// the service was seen to carry: here 10 requests per 100 ms bucket at
-// 20 ms each, so 10 × 20ms / 100ms = 2.
-func ExampleNewGuard() {
-	cpu := adaptive.NewManualSampler(0.3, 0) // a SystemSampler by default
-	g, err := adaptive.NewGuard(adaptive.WithSampler(cpu), adaptive.WithWindow(time.Second, 10))
-	if err != nil {
-		panic(err)
-	}
-	defer g.Close()
-	ctx := context.Background()
-	for b := range 10 { // one second of traffic
-		at := time.Duration(b) * 100 * time.Millisecond
-		for range 10 {
-			_, t := g.Admit(ctx, at)
-			g.Done(t, sluice.Success, at+20*time.Millisecond, 20*time.Millisecond)
-		}
-	}
-	fmt.Println("may carry:", g.Stats().MaxInflight)
-
-	now := time.Second
-	cpu.SetCPU(0.9)
-	for i := range 4 {
-		d, _ := g.Admit(ctx, now) // held in flight
-		fmt.Println(i, d.Allowed, d.Cause, d.RetryAfter)
-	}
-	fmt.Println(g.State())
-	// Output:
-	// may carry: 2
-	// 0 true <nil> 0s
-	// 1 true <nil> 0s
-	// 2 true <nil> 0s
-	// 3 false sluice: overloaded: cpu above threshold and inflight above estimated capacity 1s
-	// shedding
-}
-
-// System rules work without CPU readings; critical requests get headroom.
-func ExampleWithMaxInflight() {
-	g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0, 0)),
-		adaptive.WithMaxInflight(2))
-	if err != nil {
-		panic(err)
-	}
-	defer g.Close()
-	ctx := context.Background()
-	critical := sluice.WithPriority(ctx, sluice.PriorityCritical)
-	for _, c := range []context.Context{ctx, ctx, ctx, critical} {
-		d, _ := g.Admit(c, 0)
-		fmt.Println(d.Allowed, errors.Is(d.Cause, adaptive.ErrMaxInflight))
-	}
-	// Output:
-	// true false
-	// true false
-	// false true
-	// true false
-}
 
 // A bulkhead inside a sluice.Guard: the third concurrent call is rejected
 // with ErrConcurrencyLimited, and the slot comes back when a call ends.
@@ -93,36 +35,6 @@ func ExampleNewBulkhead() {
 	// limit 2 in flight 2
 	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1ms
 	// true <nil>
-}
-
-// An AIMD limit learns from each window: it grows while the limit is in use
-// and requests are fast, and backs off when one is slower than Timeout.
-func ExampleNewConcurrencyLimit() {
-	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{
-		InitialLimit: 4, Window: time.Second, MinSamples: 1, Timeout: 100 * time.Millisecond,
-	}))
-	if err != nil {
-		panic(err)
-	}
-	ctx := context.Background()
-	for i, latency := range []time.Duration{10, 10, 10, 500, 10} {
-		at := time.Duration(i) * time.Second
-		var ts []sluice.Ticket
-		for range 4 {
-			_, t := l.Admit(ctx, at)
-			ts = append(ts, t)
-		}
-		for _, t := range ts {
-			l.Done(t, sluice.Success, at, latency*time.Millisecond)
-		}
-		fmt.Println(at, "limit", l.Stats().Limit)
-	}
-	// Output:
-	// 0s limit 4
-	// 1s limit 5
-	// 2s limit 6
-	// 3s limit 7
-	// 4s limit 6
 }
 
 // A SystemSampler reads what the container may use; Root points it at a

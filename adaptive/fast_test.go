@@ -2,7 +2,6 @@ package adaptive_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,13 +31,8 @@ func TestFastAgreesWhileHeld(t *testing.T) {
 			require.NoError(t, err)
 			return b
 		},
-		"aimd": func(t *testing.T) sluice.Policy {
-			l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{InitialLimit: 4, Window: 10 * ms}))
-			require.NoError(t, err)
-			return l
-		},
-		"bbr": func(t *testing.T) sluice.Policy {
-			return newTestGuard(t, adaptive.NewManualSampler(0.95, 0), adaptive.WithMaxInflight(5))
+		"shedder": func(t *testing.T) sluice.Policy {
+			return newShedder(t, adaptive.WithQueue(0, 0))
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -71,7 +65,11 @@ func TestFastAgreesWhileHeld(t *testing.T) {
 					continue
 				}
 				admitted++
-				inflight = append(inflight, held{ta, tb, now + time.Duration(1+i%7)*ms})
+				hold := time.Duration(1+i%7) * ms
+				if name == "shedder" {
+					hold *= 10 // past its initial limit
+				}
+				inflight = append(inflight, held{ta, tb, now + hold})
 			}
 			assert.Positive(t, admitted)
 			assert.Positive(t, rejected)
@@ -79,9 +77,9 @@ func TestFastAgreesWhileHeld(t *testing.T) {
 	}
 }
 
-// TestConcurrencyLimitAdmitFastWaitsInTheQueue: a queued limit's AdmitFast
+// TestBulkheadAdmitFastWaitsInTheQueue: a queued limit's AdmitFast
 // waits for a slot as its Admit does, and gives up when its wait runs out.
-func TestConcurrencyLimitAdmitFastWaitsInTheQueue(t *testing.T) {
+func TestBulkheadAdmitFastWaitsInTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(2, 50*ms))
 		require.NoError(t, err)
@@ -118,29 +116,51 @@ func TestConcurrencyLimitAdmitFastWaitsInTheQueue(t *testing.T) {
 	})
 }
 
-func TestAdmitFastAdmitsWithoutAllocating(t *testing.T) {
-	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.Gradient{Window: 10 * ms}))
-	require.NoError(t, err)
-	g := newTestGuard(t, adaptive.NewManualSampler(0.9, 0), adaptive.WithMaxInflight(1000), adaptive.WithMaxQPS(1e9))
-	warm(t, g, 10, 10, 20*ms)
+// Admitting and rejecting allocate nothing: a Shedder that took a slot, one
+// that has no queue rejecting, and one whose queue is full.
+func TestAdmitAndRejectWithoutAllocating(t *testing.T) {
 	ctx := context.Background()
-	for _, p := range []sluice.FastPolicy{l, g} {
-		now := time.Second
-		allocs := testing.AllocsPerRun(1000, func() {
-			now += 10 * time.Microsecond
-			tk, _, rej := p.AdmitFast(ctx, now)
-			if rej != nil {
-				t.Fatalf("%s rejected: %v", p.Name(), rej)
-			}
-			p.Done(tk, sluice.Success, now, ms)
-		})
-		assert.Zero(t, allocs, p.Name())
-	}
-	// A shed carries the rule's cause.
-	g2 := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(1))
-	_, _, rej := g2.AdmitFast(ctx, 0)
+	s := newShedder(t)
+	now := time.Second
+	allocs := testing.AllocsPerRun(1000, func() {
+		now += 10 * time.Microsecond
+		tk, _, rej := s.AdmitFast(ctx, now)
+		if rej != nil {
+			t.Fatalf("rejected: %v", rej)
+		}
+		s.Done(tk, sluice.Success, now, ms)
+	})
+	assert.Zero(t, allocs, "admit")
+
+	b, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	_, _, rej := b.AdmitFast(ctx, 0)
 	require.Nil(t, rej)
-	_, _, rej = g2.AdmitFast(ctx, 0)
-	require.NotNil(t, rej)
-	assert.True(t, errors.Is(rej, adaptive.ErrMaxInflight))
+	allocs = testing.AllocsPerRun(1000, func() {
+		if _, _, rej := b.AdmitFast(ctx, 0); rej == nil {
+			t.Fatal("admitted over the limit")
+		}
+	})
+	// The RejectedError is the one allocation of a rejection, as for every
+	// policy's AdmitFast; Admit's Decision allocates nothing.
+	assert.LessOrEqual(t, allocs, 1.0, "reject, fast form")
+	allocs = testing.AllocsPerRun(1000, func() {
+		if d, _ := b.Admit(ctx, 0); d.Allowed {
+			t.Fatal("admitted over the limit")
+		}
+	})
+	assert.Zero(t, allocs, "reject")
+
+	full, err := adaptive.NewBulkhead(1, adaptive.WithQueue(1, time.Hour))
+	require.NoError(t, err)
+	d, _ := full.Admit(ctx, 0)
+	require.True(t, d.Allowed)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	allocs = testing.AllocsPerRun(1000, func() {
+		if d, _ := full.Admit(cctx, 0); d.Allowed {
+			t.Fatal("admitted over the limit")
+		}
+	})
+	assert.Zero(t, allocs, "reject without waiting")
 }

@@ -1,7 +1,6 @@
 package adaptive
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -11,9 +10,10 @@ import (
 	"time"
 )
 
-// Sampler reports the load of the machine or container the process runs in.
-// A Guard reads it on every request, so both methods must be cheap and safe
-// for concurrent use: an atomic load, never a file read.
+// Sampler reports the load of the machine or container the process runs in,
+// for what decides by it (a degrade.Auto switch, a dashboard). Both methods
+// must be cheap and safe for concurrent use: an atomic load, never a file
+// read.
 type Sampler interface {
 	// CPU returns the smoothed CPU usage as a fraction of the CPU the process
 	// may use: 0 idle, 1 all of it.
@@ -76,7 +76,7 @@ type SamplerConfig struct {
 //
 // The readings are taken by one goroutine, started by the first Start and
 // stopped when every Start has been matched by a Stop; readers only load an
-// atomic. Guards do the Start and Stop themselves.
+// atomic.
 type SystemSampler struct {
 	cfg     SamplerConfig
 	src     cpuSource
@@ -98,8 +98,7 @@ type SystemSampler struct {
 
 // NewSystemSampler finds the CPU usage source under cfg.Root and takes a
 // first reading. It returns an error when the configuration is invalid or no
-// source is readable, so that a Guard never silently runs without CPU
-// readings. It starts no goroutine.
+// source is readable, so that nothing silently runs without CPU readings. It starts no goroutine.
 func NewSystemSampler(cfg SamplerConfig) (*SystemSampler, error) {
 	if cfg.Root == "" {
 		cfg.Root = "/"
@@ -248,26 +247,4 @@ func (s *SystemSampler) run(stop, done chan struct{}) {
 			_ = s.sample(time.Now())
 		}
 	}
-}
-
-var (
-	sharedMu  sync.Mutex
-	shared    *SystemSampler
-	sharedCfg SamplerConfig // tests point it at fixtures
-)
-
-// sharedSampler returns the process-wide SystemSampler, making it on first
-// use. A failure is not remembered: the next call tries again.
-func sharedSampler() (*SystemSampler, error) {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if shared != nil {
-		return shared, nil
-	}
-	s, err := NewSystemSampler(sharedCfg)
-	if err != nil {
-		return nil, errors.Join(errors.New("adaptive: the process-wide CPU sampler cannot start; pass WithSampler to use another"), err)
-	}
-	shared = s
-	return s, nil
 }

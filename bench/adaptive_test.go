@@ -31,23 +31,15 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 		}
 	}
 
-	// The BBR guard on the process-wide sampler, as a service would run it.
-	guard, err := adaptive.NewGuard()
+	// The load shedder at its defaults, alone and inside a sluice.Guard.
+	shed, err := adaptive.NewShedder()
 	must(err)
-	closers = append(closers, func() { _ = guard.Close() })
-	// CPU pinned above the threshold: every request is checked against the
-	// capacity estimate.
-	hot, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0.95, 0)))
+	inShed, err := adaptive.NewShedder()
 	must(err)
-	// The guard inside a sluice.Guard, which reads the clock twice.
-	inGuard, err := adaptive.NewGuard()
-	must(err)
-	chain, err := sluice.New(sluice.With(inGuard))
+	chain, err := sluice.New(sluice.With(inShed))
 	must(err)
 	closers = append(closers, func() { _ = chain.Close() })
 
-	concurrency, err := adaptive.NewConcurrencyLimit()
-	must(err)
 	bulk, err := adaptive.NewBulkhead(1 << 20)
 	must(err)
 
@@ -74,9 +66,8 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 	}
 	nop := func(context.Context) error { return nil }
 	ops := map[string]adaptiveOp{
-		"sluice-bbr":          policy(guard),
-		"sluice-bbr-cpu-high": policy(hot),
-		"sluice-bbr-in-guard": func() bool { return chain.Do(ctx, nop) == nil },
+		"sluice-shedder":          policy(shed),
+		"sluice-shedder-in-guard": func() bool { return chain.Do(ctx, nop) == nil },
 		"kratos-bbr": func() bool {
 			done, err := kratos.Allow()
 			if err != nil {
@@ -93,8 +84,7 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 			p.Pass()
 			return true
 		},
-		"sluice-concurrency": policy(concurrency),
-		"sluice-bulkhead":    policy(bulk),
+		"sluice-bulkhead": policy(bulk),
 		"failsafe-bulkhead": func() bool {
 			if !fsBulkhead.TryAcquirePermit() {
 				return false
@@ -111,8 +101,8 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 			return true
 		},
 	}
-	names := []string{"sluice-bbr", "sluice-bbr-cpu-high", "sluice-bbr-in-guard", "kratos-bbr", "go-zero-shedder",
-		"sluice-concurrency", "sluice-bulkhead", "failsafe-bulkhead", "failsafe-adaptivelimiter"}
+	names := []string{"sluice-shedder", "sluice-shedder-in-guard", "kratos-bbr", "go-zero-shedder",
+		"sluice-bulkhead", "failsafe-bulkhead", "failsafe-adaptivelimiter"}
 	return names, ops, func() {
 		for _, c := range closers {
 			c()
@@ -121,7 +111,7 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 }
 
 // BenchmarkAdaptive compares one admitted call (admit and done) of sluice's
-// load guard and concurrency limits with Kratos' BBR, go-zero's adaptive
+// load shedder and bulkhead with Kratos' BBR, go-zero's adaptive
 // shedder and failsafe-go's bulkhead and adaptive limiter, serially and in
 // parallel.
 func BenchmarkAdaptive(b *testing.B) {

@@ -34,17 +34,17 @@ func openBreaker(t testing.TB) sluice.Policy {
 	return b
 }
 
-// overloadedGuard returns a system-load guard allowing one request in flight,
-// with that one taken.
+// overloadedGuard returns a load shedder without a queue whose every slot
+// is taken.
 func overloadedGuard(t testing.TB) sluice.Policy {
 	t.Helper()
-	g, err := adaptive.NewGuard(adaptive.WithName("adaptive/test"),
-		adaptive.WithSampler(adaptive.NewManualSampler(0.1, 0)), adaptive.WithMaxInflight(1))
+	s, err := adaptive.NewShedder(adaptive.WithName("adaptive/test"), adaptive.WithQueue(0, 0))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = g.Close() })
-	d, _ := g.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
-	return g
+	for range s.Stats().Limit {
+		d, _ := s.Admit(context.Background(), 0)
+		require.True(t, d.Allowed)
+	}
+	return s
 }
 
 // fullBulkhead returns a bulkhead of one slot, taken.

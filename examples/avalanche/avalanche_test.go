@@ -10,8 +10,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/sluice-go/sluice/adaptive"
 )
 
 // TestAvalanche plays a shortened scenario, unguarded and guarded, and checks
@@ -28,10 +26,6 @@ func TestAvalanche(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Calm, cfg.Sick, cfg.Recovered = 4*time.Second, 8*time.Second, 4*time.Second
-	// The front door's CPU rule reads this process's scenario, not the CPU
-	// of the other test binaries running beside it.
-	cfg.Sampler = adaptive.NewManualSampler(0.2, 0)
-
 	g, u, err := playBoth(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -20,9 +20,8 @@ import (
 // guarded is the same frontend with sluice:
 //
 //   - at the front door, a token bucket at twice the offered rate and the
-//     adaptive load guard (it sheds when CPU is above 80% and inflight
-//     outgrows what the service has shown it can pass, or inflight passes
-//     the offered rate);
+//     adaptive load shedder (it bounds the requests in flight by a limit it
+//     learns from their latency, and queues briefly the ones over it);
 //   - on each dependency call, a breaker (open 0.5 s, then up to 1.5 s), a
 //     concurrency limit and a timeout (five times the healthy latency, plus
 //     20 ms), so a slow endpoint can hold only a few of the pool's
@@ -61,11 +60,7 @@ func newGuarded(cfg Config, depBase string, client *http.Client) (frontend, erro
 	if err != nil {
 		return nil, err
 	}
-	loadOpts := []adaptive.Option{adaptive.WithName("adaptive/front-door"), adaptive.WithMaxInflight(int64(cfg.Rate))}
-	if cfg.Sampler != nil {
-		loadOpts = append(loadOpts, adaptive.WithSampler(cfg.Sampler))
-	}
-	load, err := adaptive.NewGuard(loadOpts...)
+	load, err := adaptive.NewShedder(adaptive.WithName("adaptive/front-door"))
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
-
-	"github.com/sluice-go/sluice/adaptive"
 )
 
 // Config is one scenario: how long each phase lasts, the load, and how the
@@ -27,9 +25,6 @@ type Config struct {
 	SickErrorEvery int           // when sick, every n-th call to it fails with a 500
 	PoolSize       int           // the frontend's connections to the dependency (shared by both routes)
 	ClientTimeout  time.Duration // how long a user waits for an answer
-	// Sampler is where the front door's load guard reads CPU usage; nil: the
-	// machine's (cgroup or /proc/stat).
-	Sampler adaptive.Sampler
 }
 
 // DefaultConfig is the scenario `go run ./examples/avalanche` plays.

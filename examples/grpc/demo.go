@@ -90,7 +90,7 @@ func demo(ctx context.Context, out io.Writer, s *server, hc healthpb.HealthClien
 	}
 	check()
 
-	say("\n3. Watch streams the server's status; two streams fill the server's inflight cap of 2")
+	say("\n3. Watch streams the server's status; two streams fill the server's bulkhead of 2")
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first, err := hc.Watch(sctx, &healthpb.HealthCheckRequest{})

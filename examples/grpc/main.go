@@ -3,7 +3,7 @@
 // Watch), so it needs no generated code of its own.
 //
 // The server's interceptors limit Check to a token bucket and shed calls and
-// streams with the adaptive load guard (here: more than 2 in flight). The
+// streams over a bulkhead of 2 in flight. The
 // client's interceptors keep a circuit breaker for the server's target and
 // give each unary call 100 ms; they honour the RetryInfo a rejection carries,
 // so the client stops calling for as long as the server asked.
@@ -87,11 +87,10 @@ type server struct {
 
 func newServer() (*server, error) {
 	s := &server{health: health.NewServer()}
-	// The load guard sheds when the CPU is saturated and inflight outgrows
-	// what the server was seen to carry; the inflight cap makes it visible
-	// in a demonstration. Check and Watch share it: a stream in flight
-	// counts as much as a call.
-	load, err := adaptive.NewGuard(adaptive.WithName("adaptive/server"), adaptive.WithMaxInflight(2))
+	// A bulkhead of 2 in flight makes shedding visible in a demonstration
+	// (a service would use adaptive.NewShedder, which learns its limit).
+	// Check and Watch share it: a stream in flight counts as much as a call.
+	load, err := adaptive.NewBulkhead(2, adaptive.WithName("bulkhead/server"))
 	if err != nil {
 		return nil, err
 	}

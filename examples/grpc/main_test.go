@@ -34,7 +34,7 @@ func TestDemonstration(t *testing.T) {
 
 	// A stream sees the status change; a third one is shed by the load guard.
 	assert.Contains(t, got, "Watch#1 <- SERVING\nWatch#1 <- NOT_SERVING\nWatch#1 <- SERVING\nWatch#2 <- SERVING\n")
-	assert.Regexp(t, `Watch#3 -> Unavailable  RetryInfo: \d+ms  ErrorInfo: OVERLOADED by adaptive/server`, got)
+	assert.Regexp(t, `Watch#3 -> Unavailable  RetryInfo: \d+ms  ErrorInfo: CONCURRENCY_LIMITED by bulkhead/server`, got)
 }
 
 func TestServeStopsWithItsContext(t *testing.T) {

@@ -1,0 +1,157 @@
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// The settings of the limit a Shedder learns. They are not options: the
+// point of the Shedder is that nothing about the service needs telling.
+const (
+	// gradWindow is the shortest sampling window, and gradMinSamples the
+	// fewest requests that end one.
+	gradWindow     = 100 * time.Millisecond
+	gradMinSamples = 10
+	// gradTolerance is how far above the baseline a window's average
+	// latency may be before the limit shrinks.
+	gradTolerance = 1.2
+	// gradProbeEvery is how often the baseline is measured again while the
+	// limit binds; the first probe comes after gradFirstProbe windows,
+	// because the initial limit may already be past capacity.
+	gradProbeEvery = 5 * time.Second
+	gradFirstProbe = 2
+	// probeBinds is how many windows in a row the limit must bind for a
+	// probe to run: a burst that fills the limit once is no overload, and
+	// a probe then would only shed what the service could carry.
+	probeBinds = 3
+	// probeDepth: a probe runs at the limit divided by it, low enough to
+	// fall under the knee of a service run at tolerance.
+	probeDepth = 4
+	// gradDescend: a probe at 1/k of the concurrency before it that cut the
+	// latency to at most gradDescend/k of it was still above the knee, where
+	// latency grows in proportion to concurrency: the next probe halves its
+	// limit again.
+	gradDescend = 1.2
+	// gradInitial is the limit before the first window, and gradMax the
+	// highest; the lowest is the floor given to newGradient.
+	gradInitial = 20
+	gradMax     = 1000
+)
+
+// gradient learns a concurrency limit from the latency of the requests it
+// admits, against a baseline (the latency with no queue) that it measures
+// in probes: windows run at a reduced limit. See the package doc.
+//
+// It is driven by plain figures, one window at a time, under its owner's
+// lock: update takes the window's average latency, how many requests it
+// measured, the most that were in flight at once and the instant it ended,
+// and returns the limit for the next window.
+type gradient struct {
+	limit float64
+	floor float64       // the lowest limit
+	base  time.Duration // 0 until the first window
+
+	windows   int           // windows ended, up to gradFirstProbe
+	binds     int           // windows in a row in which the limit bound
+	nextProbe time.Duration // instant the next probe is due, once scheduled
+	probe     int64         // the probe's limit while one runs; 0 otherwise
+	saved     float64       // the limit before the probe
+	savedAvg  time.Duration // the average latency at that limit
+	probeAvg  time.Duration // the average of the step before this probe's
+	probeConc float64       // and the concurrency it ran at
+}
+
+// newGradient returns a gradient whose limit never goes below floor: a
+// server with floor processors needs that many requests in flight to keep
+// them busy, and a latency that rises below it comes from elsewhere.
+func newGradient(floor int) *gradient {
+	f := float64(min(max(floor, 1), gradMax))
+	return &gradient{limit: max(gradInitial, f), floor: f}
+}
+
+// baseline returns the latency with no queue as last measured; 0 before the
+// first window.
+func (g *gradient) baseline() time.Duration { return g.base }
+
+// probing reports whether the current window is a probe.
+func (g *gradient) probing() bool { return g.probe > 0 }
+
+// update returns the limit for the next window, given the window that just
+// ended at now: its average latency avg and the most requests in flight at
+// once, maxInflight.
+func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duration) int64 {
+	avg = max(avg, 1)
+	if g.probe > 0 {
+		return g.probed(avg, now)
+	}
+	switch {
+	case g.base == 0:
+		g.base = avg
+	case avg < g.base:
+		// A quicker window lowers the baseline, by a part of the way only:
+		// one lucky window should not set it.
+		g.base -= (g.base - avg) / 4
+	}
+	binding := float64(maxInflight) >= math.Floor(g.limit)
+	if binding {
+		g.binds++
+	} else {
+		g.binds = 0
+	}
+	ratio := float64(avg) / float64(g.base)
+	// The limit moves by the gradient tolerance/ratio: up while latency
+	// stays near the baseline and the limit binds, down in proportion
+	// once a queue forms, from what was in use; by at most half, or double,
+	// in one window, or by half.
+	grad := min(max(gradTolerance/ratio, 0.5), 1.5)
+	switch {
+	case grad < 1:
+		g.limit = min(g.limit, float64(maxInflight)) * grad
+	case binding:
+		g.limit = max(g.limit*grad, g.limit+1)
+	}
+	g.limit = min(max(g.limit, g.floor), gradMax)
+
+	if g.windows < gradFirstProbe {
+		g.windows++
+		if g.windows == gradFirstProbe {
+			g.nextProbe = now
+		}
+	}
+	if g.windows == gradFirstProbe && now >= g.nextProbe {
+		if g.binds < probeBinds {
+			// No lasting queue behind this limit: no need to probe yet.
+			g.nextProbe = now + gradWindow
+			return g.current()
+		}
+		g.saved, g.savedAvg, g.probeAvg, g.probeConc = g.limit, avg, avg, float64(maxInflight)
+		g.probe = int64(max(g.floor, g.limit/probeDepth))
+		return g.probe
+	}
+	return g.current()
+}
+
+// probed ends a probe window with average avg: it halves the probe's limit
+// while lowering it still cut the latency in proportion, and otherwise
+// takes avg as the baseline and resumes from the saved limit, judged by its
+// latency against the new baseline.
+func (g *gradient) probed(avg, now time.Duration) int64 {
+	k := g.probeConc / float64(g.probe)
+	if float64(g.probe) > g.floor && float64(avg) <= gradDescend/k*float64(g.probeAvg) {
+		g.probeAvg, g.probeConc = avg, float64(g.probe)
+		g.probe = int64(max(g.floor, float64(g.probe/2)))
+		return g.probe
+	}
+	g.probe = 0
+	g.base = avg
+	g.nextProbe = now + gradProbeEvery
+	if ratio := float64(g.savedAvg) / float64(g.base); ratio > gradTolerance {
+		g.limit = g.saved * gradTolerance / ratio
+	} else {
+		g.limit = g.saved
+	}
+	g.limit = min(max(g.limit, g.floor), gradMax)
+	return g.current()
+}
+
+func (g *gradient) current() int64 { return int64(g.limit) }

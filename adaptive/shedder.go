@@ -1,0 +1,470 @@
+package adaptive
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// The states a Shedder reports to its subscribers.
+const (
+	// StateNormal: the Shedder has rejected nothing for a second.
+	StateNormal = "normal"
+	// StateShedding: the Shedder rejected a request less than a second ago.
+	StateShedding = "shedding"
+)
+
+var (
+	_ sluice.FastPolicy  = (*Shedder)(nil)
+	_ sluice.StateSource = (*Shedder)(nil)
+	_ sluice.Waiter      = (*Shedder)(nil)
+)
+
+// Shedder keeps a service from overload by bounding the requests it runs at
+// once, a sluice.Policy. NewShedder learns the bound from the latency of the
+// requests it admits, with no figure about the service to tell; NewBulkhead
+// fixes it. Requests over the bound wait in a short queue (CoDel with
+// adaptive LIFO) or are rejected; the package doc explains how.
+//
+// A Shedder from NewShedder rejects with sluice.ErrOverloaded (503 in the
+// adapters) and a RetryAfter of 1 s; a bulkhead with
+// sluice.ErrConcurrencyLimited and a RetryAfter of one latency. Requests
+// marked sluice.PriorityCritical are served first from the queue and wait
+// longest. Decisions carry Limit -1: slots in flight are no quota over
+// time. Requests ending Success or Failure feed the limit with their
+// latency; Ignored and Released ones only free their slot.
+//
+// It implements sluice.StateSource ("normal" and "shedding") and
+// sluice.Waiter: a Guard measures its calls' latency from the end of their
+// wait.
+type Shedder struct {
+	name  string
+	cause error
+	est   *gradient // nil for a bulkhead
+
+	_        [64]byte // inflight is written by every request: a line of its own
+	inflight atomic.Int64
+	_        [56]byte
+	limit    atomic.Int64
+	waiting  atomic.Int64
+	_        [48]byte
+
+	// The current sampling window, ended by the first Done after it is over.
+	winStart atomic.Int64
+	winCount atomic.Int64
+	winSum   atomic.Int64
+	winMaxIn atomic.Int64
+	lastAvg  atomic.Int64
+	mu       sync.Mutex // ends windows
+	// epoch counts the probes' starts and ends; an admission's ticket is the
+	// epoch it was admitted in.
+	epoch   atomic.Uint64
+	probing atomic.Bool
+
+	q *queue // nil without a queue
+
+	shedding atomic.Bool
+	lastShed atomic.Int64
+
+	smu        sync.Mutex
+	subs       map[uint64]func(sluice.StateChange)
+	nextSub    uint64
+	pending    []sluice.StateChange
+	delivering bool
+}
+
+const notStarted = math.MinInt64
+
+// shedCoolOff is how long a Shedder reports "shedding" after a rejection.
+const shedCoolOff = time.Second
+
+// NewShedder returns a Shedder whose limit is learned from latency, with a
+// queue of up to 1000 requests waiting at most 100 ms (see WithQueue). Its
+// name defaults to "adaptive/shedder".
+func NewShedder(opts ...Option) (*Shedder, error) {
+	o, err := buildOptions("adaptive/shedder", opts)
+	if err != nil {
+		return nil, err
+	}
+	if !o.queueSet {
+		o.queue, o.maxWait = 1000, 100*time.Millisecond
+	}
+	est := newGradient(runtime.GOMAXPROCS(0))
+	s := newShedder(o, sluice.ErrOverloaded, est.current())
+	s.est = est
+	return s, nil
+}
+
+// NewBulkhead returns a Shedder with the static limit n: at most n requests
+// in flight at once, whatever their latency, and no queue unless
+// WithQueue. Its name defaults to "adaptive/bulkhead".
+func NewBulkhead(n int, opts ...Option) (*Shedder, error) {
+	if n < 1 {
+		return nil, errBulkheadLimit
+	}
+	o, err := buildOptions("adaptive/bulkhead", opts)
+	if err != nil {
+		return nil, err
+	}
+	return newShedder(o, sluice.ErrConcurrencyLimited, int64(n)), nil
+}
+
+var errBulkheadLimit = errors.New("adaptive: NewBulkhead: the limit must be at least 1")
+
+func newShedder(o options, cause error, limit int64) *Shedder {
+	s := &Shedder{name: o.name, cause: cause, subs: map[uint64]func(sluice.StateChange){}}
+	s.limit.Store(limit)
+	s.winStart.Store(notStarted)
+	if o.queue > 0 {
+		s.q = &queue{size: o.queue, maxWait: o.maxWait}
+	}
+	return s
+}
+
+// Name returns the Shedder's name.
+func (s *Shedder) Name() string { return s.name }
+
+// Admit takes a slot at the monotonic instant now, waiting in the queue
+// when the limit is reached.
+func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	if s.shedding.Load() {
+		s.recover(now)
+	}
+	if s.takeFree() || s.admitSlow(ctx, now) {
+		return sluice.Decision{Allowed: true, Policy: s.name, Limit: -1}, sluice.Ticket(s.epoch.Load())
+	}
+	return s.reject(now), 0
+}
+
+// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
+// answered in registers.
+func (s *Shedder) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
+	if s.shedding.Load() {
+		s.recover(now)
+	}
+	if s.takeFree() || s.admitSlow(ctx, now) {
+		return sluice.Ticket(s.epoch.Load()), sluice.Quota{Limit: -1}, nil
+	}
+	return 0, sluice.Quota{}, &sluice.RejectedError{Decision: s.reject(now)}
+}
+
+// FastOf returns s itself, the owner of its AdmitFast (sluice.FastPolicy).
+func (s *Shedder) FastOf() sluice.Policy { return s }
+
+// MayWait reports whether Admit may block: when the Shedder has a queue.
+func (s *Shedder) MayWait() bool { return s.q != nil }
+
+// UntimedOf returns s itself for a bulkhead, whose limit no latency moves:
+// a Guard of such policies then reads the clock once per call
+// (sluice.UntimedDone), and Stats' AvgRT stays 0. nil for a learned limit.
+func (s *Shedder) UntimedOf() sluice.Policy {
+	if s.est == nil {
+		return s
+	}
+	return nil
+}
+
+// takeFree takes a slot if one is free and no request waits for one.
+func (s *Shedder) takeFree() bool {
+	return s.waiting.Load() == 0 && s.tryTake()
+}
+
+// tryTake takes a slot if one is free.
+func (s *Shedder) tryTake() bool {
+	for {
+		cur, lim := s.inflight.Load(), s.limit.Load()
+		if cur >= lim {
+			return false
+		}
+		if s.inflight.CompareAndSwap(cur, cur+1) {
+			s.noteInflight(cur + 1)
+			return true
+		}
+	}
+}
+
+func (s *Shedder) noteInflight(n int64) {
+	for {
+		m := s.winMaxIn.Load()
+		if n <= m || s.winMaxIn.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+// admitSlow takes a slot, waiting in the queue for one if need be, and
+// reports whether it got one.
+func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) bool {
+	if s.q == nil {
+		return s.tryTake()
+	}
+	q := s.q
+	q.mu.Lock()
+	// Count as waiting before looking at the slots, so that a Done freeing
+	// one either is seen here or sees this waiter.
+	s.waiting.Add(1)
+	if q.len() == 0 && s.tryTake() {
+		s.waiting.Add(-1)
+		q.mu.Unlock()
+		return true
+	}
+	var w *waiter
+	var wait time.Duration
+	if ctx.Err() == nil {
+		w, wait = q.enqueue(now, critical(ctx))
+	}
+	if w == nil {
+		s.waiting.Add(-1)
+		q.mu.Unlock()
+		return false
+	}
+	q.mu.Unlock()
+	return q.await(ctx, w, now, wait, &s.waiting, s.release)
+}
+
+// reject returns the Decision of a request rejected at now, and notes the
+// rejection.
+func (s *Shedder) reject(now time.Duration) sluice.Decision {
+	retry := time.Second
+	if s.est == nil {
+		retry = max(time.Duration(s.lastAvg.Load()), time.Millisecond)
+	}
+	s.noteShed(now)
+	return sluice.Decision{Policy: s.name, Limit: -1, RetryAfter: retry, Cause: s.cause}
+}
+
+// dispatch hands free slots to waiters.
+func (s *Shedder) dispatch() {
+	q := s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.len() > 0 {
+		cur := s.inflight.Load()
+		if cur >= s.limit.Load() {
+			return
+		}
+		if !s.inflight.CompareAndSwap(cur, cur+1) {
+			continue
+		}
+		s.noteInflight(cur + 1)
+		w := q.next()
+		s.waiting.Add(-1)
+		w.granted = true
+		w.ch <- struct{}{}
+	}
+}
+
+func (s *Shedder) release() {
+	s.inflight.Add(-1)
+	if s.waiting.Load() > 0 {
+		s.dispatch()
+	}
+}
+
+// Done frees the request's slot. A Success or Failure also feeds its latency
+// to the limit; when the sampling window is over, the limit is updated.
+func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	// A probe measures only the requests admitted since it began, not those
+	// draining from the higher limit before it.
+	fresh := !s.probing.Load() || uint64(t) == s.epoch.Load()
+	if s.est != nil && fresh && (o == sluice.Success || o == sluice.Failure) && now != sluice.Unread {
+		s.sample(now, latency)
+	}
+	s.release()
+}
+
+func (s *Shedder) sample(now, latency time.Duration) {
+	start := s.winStart.Load()
+	if start == notStarted {
+		if s.winStart.CompareAndSwap(notStarted, int64(now)) {
+			start = int64(now)
+		} else {
+			start = s.winStart.Load()
+		}
+	}
+	// A sample that ends after the window is over first closes it, then
+	// opens the next one.
+	if s.winCount.Load() >= gradMinSamples && (now-time.Duration(start) >= gradWindow || s.probing.Load()) {
+		s.endWindow(now)
+	}
+	s.winCount.Add(1)
+	s.winSum.Add(int64(max(latency, 0)))
+}
+
+func (s *Shedder) endWindow(now time.Duration) {
+	if !s.mu.TryLock() {
+		return // another Done is ending it
+	}
+	defer s.mu.Unlock()
+	start := s.winStart.Load()
+	if s.winCount.Load() < gradMinSamples || now-time.Duration(start) < gradWindow && !s.probing.Load() {
+		return
+	}
+	s.winStart.Store(int64(now))
+	count := s.winCount.Swap(0)
+	avg := time.Duration(s.winSum.Swap(0) / count)
+	maxIn := s.winMaxIn.Swap(s.inflight.Load())
+	s.lastAvg.Store(int64(avg))
+	old := s.limit.Load()
+	next := s.est.update(avg, maxIn, now)
+	if p := s.est.probing(); p || s.probing.Load() {
+		// A new epoch: the tickets of later admissions tell them apart.
+		s.epoch.Add(1)
+		s.probing.Store(p)
+	}
+	s.limit.Store(next)
+	if next > old && s.waiting.Load() > 0 {
+		s.dispatch()
+	}
+}
+
+// noteShed records a rejection at now, and reports the change to
+// "shedding" when it is one.
+func (s *Shedder) noteShed(now time.Duration) {
+	for {
+		last := s.lastShed.Load()
+		if (s.shedding.Load() && time.Duration(last) >= now) || s.lastShed.CompareAndSwap(last, int64(now)) {
+			break
+		}
+	}
+	if !s.shedding.Load() {
+		s.transition(now, true)
+	}
+}
+
+// recover returns the Shedder to "normal" when a second has passed since its
+// last rejection.
+func (s *Shedder) recover(now time.Duration) {
+	if s.shedding.Load() && now-time.Duration(s.lastShed.Load()) >= shedCoolOff {
+		s.transition(now, false)
+	}
+}
+
+func (s *Shedder) transition(now time.Duration, shedding bool) {
+	s.smu.Lock()
+	if s.shedding.Load() == shedding ||
+		!shedding && now-time.Duration(s.lastShed.Load()) < shedCoolOff {
+		s.smu.Unlock()
+		return
+	}
+	s.shedding.Store(shedding)
+	from, to := StateNormal, StateShedding
+	if !shedding {
+		from, to = to, from
+	}
+	if len(s.subs) == 0 {
+		s.smu.Unlock()
+		return
+	}
+	s.pending = append(s.pending, sluice.StateChange{Policy: s.name, From: from, To: to, At: now})
+	s.deliver()
+}
+
+// deliver calls the subscribers with the pending changes, in order, outside
+// the lock. It is entered with s.smu held and returns with it released. A
+// change made while another goroutine delivers is delivered by that one. A
+// subscriber that panics stops this delivery, not later ones: the changes
+// still pending go out with the next.
+func (s *Shedder) deliver() {
+	if s.delivering {
+		s.smu.Unlock()
+		return
+	}
+	s.delivering = true
+	locked := true
+	defer func() {
+		if !locked {
+			s.smu.Lock()
+		}
+		s.delivering = false
+		s.smu.Unlock()
+	}()
+	for len(s.pending) > 0 {
+		c := s.pending[0]
+		s.pending = s.pending[1:]
+		fns := make([]func(sluice.StateChange), 0, len(s.subs))
+		for _, fn := range s.subs {
+			fns = append(fns, fn)
+		}
+		s.smu.Unlock()
+		locked = false
+		for _, fn := range fns {
+			fn(c)
+		}
+		s.smu.Lock()
+		locked = true
+	}
+}
+
+// Subscribe registers fn to hear the Shedder's changes between "normal" and
+// "shedding", outside its locks and in order; the returned function removes
+// it. Changes are noticed on the request path: the return to "normal" is
+// reported by the first admission a second or more after the last
+// rejection.
+func (s *Shedder) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
+	if fn == nil {
+		return func() {}
+	}
+	s.smu.Lock()
+	id := s.nextSub
+	s.nextSub++
+	s.subs[id] = fn
+	s.smu.Unlock()
+	return func() {
+		s.smu.Lock()
+		delete(s.subs, id)
+		s.smu.Unlock()
+	}
+}
+
+// State returns "normal" or "shedding".
+func (s *Shedder) State() string {
+	if s.shedding.Load() {
+		return StateShedding
+	}
+	return StateNormal
+}
+
+// Stats is a snapshot of a Shedder.
+type Stats struct {
+	// Limit is the number of requests allowed in flight at once.
+	Limit int64
+	// Inflight is the number of requests holding a slot.
+	Inflight int64
+	// Waiting is the number of requests in the queue.
+	Waiting int64
+	// AvgRT is the average latency of the last sampling window; 0 before
+	// the first, and always for a bulkhead in a Guard that reads no end
+	// instant (see UntimedOf).
+	AvgRT time.Duration
+	// Baseline is the latency the learned limit counts as unqueued; 0 for a
+	// bulkhead and before the first window.
+	Baseline time.Duration
+	// Probing is true while the limit is lowered to measure the baseline.
+	Probing bool
+	// State is "normal" or "shedding".
+	State string
+}
+
+// Stats returns a snapshot of the Shedder.
+func (s *Shedder) Stats() Stats {
+	st := Stats{
+		Limit:    s.limit.Load(),
+		Inflight: s.inflight.Load(),
+		Waiting:  s.waiting.Load(),
+		AvgRT:    time.Duration(s.lastAvg.Load()),
+		State:    s.State(),
+	}
+	if s.est != nil {
+		s.mu.Lock()
+		st.Baseline, st.Probing = s.est.baseline(), s.est.probing()
+		s.mu.Unlock()
+	}
+	return st
+}

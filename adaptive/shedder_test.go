@@ -1,0 +1,105 @@
+package adaptive_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The simulated services: 2 cores × 4 ms of CPU (500 requests/s), and 16
+// connections held 20 ms each (800 requests/s).
+var (
+	cpuBound  = cpuModel{cores: 2, service: 4}
+	poolBound = poolModel{size: 16, hold: 20}
+)
+
+func logPhases(t *testing.T, name string, capacity float64, phases []phase, rs []phaseResult) {
+	t.Helper()
+	for i, r := range rs {
+		t.Logf("%s %.1fx: goodput %.1f%% p99 %v rejected %.1f%%", name, phases[i].rate/capacity,
+			float64(r.good)/phases[i].dur.Seconds()/capacity*100, r.p99,
+			float64(r.rejected)/float64(max(r.arrived, 1))*100)
+	}
+}
+
+// On a CPU-bound service the queue forms in the scheduler, before the
+// handler is done, not in the Shedder: only the latency shows it. The limit
+// binds, so that admitted requests stay within a few times the unloaded
+// latency (unguarded, they would queue until their clients gave up) while
+// the bottleneck stays busy. The surge's targets on a real server are the
+// overload benchmark's (bench/cmd/overload); here the simulated pool's
+// fixed 20 ms hold lines its requests up in lockstep, which costs a few
+// more milliseconds at the tail.
+func TestShedderBindsWhenLatencyRisesFromQueueing(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		m        model
+		capacity float64
+		p99      time.Duration
+	}{
+		{"cpu", cpuBound, 500, 40 * ms},
+		{"pool", poolBound, 800, 60 * ms},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, level := range []float64{2, 4} {
+				phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity * level, 4 * time.Second}}
+				rs, st := simulate(t, newShedder(t), c.m, 1, phases...)
+				logPhases(t, c.name, c.capacity, phases, rs)
+				surge := rs[1]
+				assert.Positive(t, surge.rejected, "%vx", level)
+				assert.LessOrEqual(t, surge.p99, c.p99, "%vx: admitted p99", level)
+				assert.GreaterOrEqual(t, float64(surge.good)/4, 0.95*c.capacity, "%vx: goodput", level)
+				assert.Less(t, st[1].Limit, int64(4*c.capacity*float64(c.p99)/float64(time.Second)), "%vx: the limit binds", level)
+			}
+		})
+	}
+}
+
+// At half its capacity a service never sees a rejection, even from the
+// first request, when the Shedder knows nothing yet.
+func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		m        model
+		capacity float64
+	}{
+		{"cpu", cpuBound, 500},
+		{"pool", poolBound, 800},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				phases := []phase{{c.capacity / 2, 10 * time.Second}}
+				rs, _ := simulate(t, newShedder(t), c.m, seed, phases...)
+				logPhases(t, c.name, c.capacity, phases, rs)
+				require.Zero(t, rs[0].rejected, "seed %d", seed)
+			}
+		})
+	}
+}
+
+// After a surge the Shedder admits everything again within a few seconds,
+// and says so to its subscribers.
+func TestShedderRecoversAfterASurge(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		m        model
+		capacity float64
+	}{
+		{"cpu", cpuBound, 500},
+		{"pool", poolBound, 800},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newShedder(t)
+			phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity * 4, 4 * time.Second}, {c.capacity / 2, 5 * time.Second}}
+			rs, st := simulate(t, s, c.m, 7, phases...)
+			logPhases(t, c.name, c.capacity, phases, rs)
+			require.Positive(t, rs[1].rejected)
+			after := rs[2]
+			assert.Less(t, after.lastReject, 2*time.Second, "the last rejection after the surge")
+			assert.Equal(t, after.arrived, after.good+after.rejected, "every admitted request within 250 ms")
+			assert.Equal(t, "normal", st[2].State)
+		})
+	}
+}
