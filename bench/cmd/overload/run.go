@@ -53,6 +53,9 @@ type levelStats struct {
 	goodput  float64 // answers within the objective per second, % of capacity
 	p99      float64 // ms, of the requests not rejected (unanswered ones at clientTimeout)
 	rejected float64 // % of the requests
+	// shed is how many requests were rejected in the whole play, warm-up
+	// included.
+	shed int
 }
 
 // depStatsRun is one library in the slow-dependency scenario in one run.
@@ -215,9 +218,12 @@ func (rep *report) playLevel(scenario, lib string, li int, level float64) (level
 }
 
 func surgeStats(res []result, warm, dur time.Duration, capacity float64) levelStats {
-	var good, rejected, n int
+	var good, rejected, n, shed int
 	var lats []time.Duration
 	for _, r := range res {
+		if r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable {
+			shed++
+		}
 		if r.due < warm || r.due >= warm+dur {
 			continue
 		}
@@ -231,7 +237,7 @@ func surgeStats(res []result, warm, dur time.Duration, capacity float64) levelSt
 		}
 		lats = append(lats, r.lat)
 	}
-	st := levelStats{goodput: float64(good) / dur.Seconds() / capacity * 100}
+	st := levelStats{goodput: float64(good) / dur.Seconds() / capacity * 100, shed: shed}
 	if n > 0 {
 		st.rejected = float64(rejected) / float64(n) * 100
 	}
