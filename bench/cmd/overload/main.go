@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ func main() {
 		cpuCap    = flag.Float64("cpu-capacity", 0, "capacity of the cpu scenario in requests/s (0: measure it)")
 		poolCap   = flag.Float64("pool-capacity", 0, "capacity of the pool scenario in requests/s (0: measure it)")
 		png       = flag.String("png", "overload.png", "chart of goodput against load (empty: none)")
+		profile   = flag.String("cpuprofile", "", "write the load generator's CPU profile to `file`")
 	)
 	flag.Parse()
 	if *serveSpec != "" {
@@ -59,6 +61,17 @@ func main() {
 	if cfg.levels, err = parseLevels(*levels); err != nil {
 		fmt.Fprintln(os.Stderr, "overload:", err)
 		os.Exit(2)
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "overload:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := run(cfg)
 	if err != nil {

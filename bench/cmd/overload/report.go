@@ -89,9 +89,11 @@ func (rep *report) markdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if len(rep.genCPU) > 0 {
-		fmt.Fprintf(w, "Load generator's own CPU: %.2f cores at most, %.2f median, over %d measured phases.\n",
-			slices.Max(rep.genCPU), median(rep.genCPU), len(rep.genCPU))
+	for _, sc := range []string{"cpu", "pool", "dep"} {
+		if c := rep.genCPU[sc]; len(c) > 0 {
+			fmt.Fprintf(w, "Load generator's own CPU in the %s scenario: %.2f cores median, %.2f at most (%d plays).\n",
+				sc, median(c), slices.Max(c), len(c))
+		}
 	}
 }
 
