@@ -2,7 +2,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test deps vet unit scenario bench-test bench lint
+.PHONY: test deps vet unit scenario bench-test bench bench-overload lint
 
 test: deps vet unit scenario bench-test
 
@@ -40,6 +40,14 @@ bench-test:
 # bench runs the side-by-side benchmarks against the peer libraries.
 bench: deps
 	cd bench && $(GO) test -run '^$$' -bench . -benchmem -cpu 1,2
+
+# bench-overload plays surges and a slow dependency against sluice and the
+# peers, each in a server process of its own (about 15 minutes on 2 cores);
+# it prints a markdown table and writes bench/overload.png. Pass flags with
+# OVERLOAD_FLAGS, e.g. OVERLOAD_FLAGS='-scenarios cpu -runs 1'. A shortened
+# run of it is a test of bench-test.
+bench-overload:
+	cd bench && $(GO) run ./cmd/overload $(OVERLOAD_FLAGS)
 
 lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...

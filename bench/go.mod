@@ -17,6 +17,7 @@ require (
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/zeromicro/go-zero v1.10.3
 	go.uber.org/ratelimit v0.3.1
+	golang.org/x/image v0.47.0
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.83.1
 )
