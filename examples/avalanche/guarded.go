@@ -20,8 +20,7 @@ import (
 // guarded is the same frontend with sluice:
 //
 //   - at the front door, a token bucket at twice the offered rate and the
-//     adaptive load shedder (it bounds the requests in flight by a limit it
-//     learns from their latency, and queues briefly the ones over it);
+//     bulkhead of as many requests in flight as are offered a second;
 //   - on each dependency call, a breaker (open 0.5 s, then up to 1.5 s), a
 //     concurrency limit and a timeout (five times the healthy latency, plus
 //     20 ms), so a slow endpoint can hold only a few of the pool's
@@ -60,7 +59,13 @@ func newGuarded(cfg Config, depBase string, client *http.Client) (frontend, erro
 	if err != nil {
 		return nil, err
 	}
-	load, err := adaptive.NewShedder(adaptive.WithName("adaptive/front-door"))
+	// A bulkhead of one request in flight per request a second offered: a
+	// ceiling too. (A service that must keep up in a surge puts
+	// adaptive.NewShedder here; this scenario is about a slow dependency,
+	// whose slowness the breakers and timeouts below answer, and which a
+	// limit learnt from the whole frontend's latency would mistake for
+	// overload.)
+	load, err := adaptive.NewBulkhead(cfg.Rate, adaptive.WithName("adaptive/front-door"))
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,8 @@
 // Command http-server is a net/http service guarded by sluice:
 //
+//   - one load shedder in front of every route keeps the service at its
+//     capacity in a surge (adaptive.NewShedder: a limit on the requests in
+//     flight learnt from their latency, nothing to tune);
 //   - every route is limited per client IP (a token bucket per address, the
 //     address read from X-Forwarded-For only when the peer is a trusted proxy);
 //   - GET /prices and GET /recommendations call an upstream that can fail, each
@@ -44,6 +47,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
@@ -93,6 +97,13 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One load shedder for the whole service, outermost: in a surge it
+	// admits what the service can serve quickly and sheds the rest with
+	// 503 and Retry-After, before they reach the other policies.
+	shed, err := adaptive.NewShedder()
+	if err != nil {
+		return nil, err
+	}
 	// Each upstream route has a breaker of its own: two failures in a row
 	// open it, and it stays open openFor before one probe may close it.
 	guardWithBreaker := func(name string) (*sluice.Guard, error) {
@@ -102,11 +113,11 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		}
 		// Outer to inner: a request over its IP's budget never reaches the
 		// breaker, and a request the breaker rejects gives its token back.
-		return sluice.New(sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
+		return sluice.New(sluice.With(shed, perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
 			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
 		}))
 	}
-	plain, err := sluice.New(sluice.With(perIP))
+	plain, err := sluice.New(sluice.With(shed, perIP))
 	if err != nil {
 		return nil, err
 	}

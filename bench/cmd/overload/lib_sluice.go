@@ -25,23 +25,11 @@ func sluiceServe(w work, p sluice.Policy) (http.Handler, error) {
 	return sluicehttp.Middleware(sluicehttp.WithGuard(g))(plain(w)), nil
 }
 
-var sluiceGuardLib = shedLib{
-	name:  "sluice-guard",
-	label: "sluice `adaptive.NewGuard()`",
+var sluiceShedderLib = shedLib{
+	name:  "sluice",
+	label: "sluice `adaptive.NewShedder()`",
 	wrap: func(w work) (http.Handler, error) {
-		p, err := adaptive.NewGuard()
-		if err != nil {
-			return nil, err
-		}
-		return sluiceServe(w, p)
-	},
-}
-
-var sluiceConcurrencyLib = shedLib{
-	name:  "sluice-concurrency",
-	label: "sluice `adaptive.NewConcurrencyLimit()`",
-	wrap: func(w work) (http.Handler, error) {
-		p, err := adaptive.NewConcurrencyLimit()
+		p, err := adaptive.NewShedder()
 		if err != nil {
 			return nil, err
 		}

@@ -89,8 +89,7 @@ func overloaded(rw http.ResponseWriter) {
 
 var shedLibs = []shedLib{
 	{"unguarded", "unguarded", func(w work) (http.Handler, error) { return plain(w), nil }},
-	sluiceGuardLib,
-	sluiceConcurrencyLib,
+	sluiceShedderLib,
 	{"sentinel", "Sentinel-Go system rule, BBR strategy", sentinelShed},
 	{"hystrix", "hystrix-go defaults (10 concurrent)", hystrixShed},
 	{"go-zero", "go-zero adaptive shedder", goZeroShed},

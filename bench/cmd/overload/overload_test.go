@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 // TestSmokeSurge plays a short CPU-bound surge at 4× against the unguarded
-// server and sluice's two load-shedding defaults. It checks that the
+// server and sluice's load shedder. It checks that the
 // program runs end to end and that sluice sheds under 4×; it asserts no
 // timing, which a shared machine could not keep.
 func TestSmokeSurge(t *testing.T) {
@@ -42,7 +42,7 @@ func TestSmokeSurge(t *testing.T) {
 	}
 	cfg := defaultConfig()
 	cfg.scenarios = []string{"cpu"}
-	cfg.libs = []string{"unguarded", sluiceGuardLib.name, sluiceConcurrencyLib.name}
+	cfg.libs = []string{"unguarded", sluiceShedderLib.name}
 	cfg.levels = []float64{4}
 	cfg.warm, cfg.dur, cfg.runs = 300*time.Millisecond, 700*time.Millisecond, 1
 	cfg.capWarm, cfg.capDur = 200*time.Millisecond, 500*time.Millisecond
@@ -68,12 +68,8 @@ func TestSmokeSurge(t *testing.T) {
 	if n := rep.shed["cpu"]["unguarded"][0][0].shed; n != 0 {
 		t.Errorf("unguarded: %d requests rejected, want none", n)
 	}
-	// The concurrency limit is the sluice default that sheds in a run this
-	// short (its initial limit binds as the surge starts); the CPU guard
-	// waits for its smoothed CPU reading to pass its threshold, and is only
-	// logged.
-	if n := rep.shed["cpu"][sluiceConcurrencyLib.name][0][0].shed; n == 0 {
-		t.Errorf("%s rejected nothing at 4× capacity", sluiceConcurrencyLib.name)
+	if n := rep.shed["cpu"][sluiceShedderLib.name][0][0].shed; n == 0 {
+		t.Errorf("%s rejected nothing at 4× capacity", sluiceShedderLib.name)
 	}
 }
 
