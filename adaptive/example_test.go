@@ -9,6 +9,41 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 )
 
+// The load shedder in front of a service, as "keep my server up in a surge"
+// needs it: no figure to tell. Here its queue is off, so that a request over
+// the limit is rejected at once, with the cause an adapter answers 503 for.
+func ExampleNewShedder() {
+	s, err := adaptive.NewShedder(adaptive.WithQueue(0, 0))
+	if err != nil {
+		panic(err)
+	}
+	g, err := sluice.New(sluice.With(s), sluice.WithClock(sluice.NewManualClock(0)))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	ctx := context.Background()
+	var calls []sluice.Done
+	for range s.Stats().Limit { // the initial limit, before any latency is seen
+		_, done, err := g.Admit(ctx)
+		if err != nil {
+			panic(err)
+		}
+		calls = append(calls, done)
+	}
+	_, _, err = g.Admit(ctx)
+	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.State())
+	for _, done := range calls {
+		done.Finish(nil)
+	}
+	_, done, err := g.Admit(ctx)
+	fmt.Println(err)
+	done.Finish(nil)
+	// Output:
+	// true shedding
+	// <nil>
+}
+
 // A bulkhead inside a sluice.Guard: the third concurrent call is rejected
 // with ErrConcurrencyLimited, and the slot comes back when a call ends.
 func ExampleNewBulkhead() {
