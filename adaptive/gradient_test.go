@@ -1,0 +1,84 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// drive feeds g one window per 100 ms in which the limit is full, with the
+// latency service gives at that concurrency, and returns the limits and
+// whether each window probed.
+func drive(g *gradient, windows int, service func(conc int64) time.Duration) (limits []int64, probes []bool) {
+	limit := g.current()
+	now := time.Duration(0)
+	for range windows {
+		now += 100 * time.Millisecond
+		limit = g.update(service(limit), limit, now)
+		limits = append(limits, limit)
+		probes = append(probes, g.probing())
+	}
+	return limits, probes
+}
+
+// cpu2x4 is a CPU-bound service of 2 cores and 4 ms a request: past 2 in
+// flight, latency grows in proportion.
+func cpu2x4(conc int64) time.Duration { return 4 * time.Millisecond * time.Duration(max(conc, 2)) / 2 }
+
+// pool16x20 is a pool of 16 connections held 20 ms.
+func pool16x20(conc int64) time.Duration {
+	return 20 * time.Millisecond * time.Duration(max(conc, 16)) / 16
+}
+
+// Started far past the knee, the limit finds it: the first probe descends
+// until latency stops falling in proportion, and the baseline it measures
+// brings the limit down to where latency is within tolerance.
+func TestGradientFindsTheKneeFromPastIt(t *testing.T) {
+	for name, c := range map[string]struct {
+		service func(int64) time.Duration
+		floor   int
+		lo, hi  int64
+		base    time.Duration
+	}{
+		"cpu":  {cpu2x4, 1, 2, 3, 4 * time.Millisecond},
+		"pool": {pool16x20, 1, 16, 20, 20 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := newGradient(c.floor)
+			g.limit = 200
+			limits, probes := drive(g, 40, c.service)
+			assert.Contains(t, probes, true, "it probed")
+			last := limits[len(limits)-10:]
+			for _, l := range last {
+				assert.GreaterOrEqual(t, l, c.lo, "limits %v", limits)
+				assert.LessOrEqual(t, l, c.hi, "limits %v", limits)
+			}
+			assert.Equal(t, c.base, g.baseline())
+		})
+	}
+}
+
+// Whatever the latency, the limit stays at the floor or above: a server
+// with that many processors needs that many requests to keep them busy.
+func TestGradientKeepsItsFloor(t *testing.T) {
+	g := newGradient(4)
+	limits, _ := drive(g, 30, func(conc int64) time.Duration { return time.Duration(conc) * time.Second })
+	for _, l := range limits {
+		require.GreaterOrEqual(t, l, int64(4))
+	}
+	assert.Contains(t, limits, int64(4), "it comes down to the floor")
+}
+
+// A limit that does not bind neither grows nor probes: at a steady low
+// load there is nothing to learn, and a probe would only shed.
+func TestGradientIdlesWhileTheLimitDoesNotBind(t *testing.T) {
+	g := newGradient(2)
+	now := time.Duration(0)
+	for range 100 {
+		now += 100 * time.Millisecond
+		require.Equal(t, int64(gradInitial), g.update(5*time.Millisecond, 8, now))
+		require.False(t, g.probing())
+	}
+}
