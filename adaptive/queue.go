@@ -10,13 +10,16 @@ import (
 )
 
 // queue holds the requests that wait for a slot, under the discipline of
-// CoDel with adaptive LIFO: while the queue has been empty within the last
-// maxWait, a newcomer may wait up to maxWait and the oldest is served first;
-// once it has stayed non-empty for longer (a standing queue, not a burst),
-// a newcomer waits at most maxWait/20 and the newest is served first, so the
-// requests admitted are fresh and the old ones give up early. Requests
-// marked sluice.PriorityCritical are served before the others and always
-// wait up to maxWait.
+// CoDel with adaptive LIFO. A burst is held in arrival order, each request
+// up to maxWait. The queue is overloaded when more requests entered it than
+// left it for a slot by a quarter, over the last maxWait or the one before:
+// a load above what the slots serve, not a burst. Overloaded and non-empty
+// for maxWait/4, it serves the newest first, so that a surge's first
+// requests do not make all the later ones wait; overloaded and non-empty for
+// maxWait (a standing queue), a newcomer waits at most maxWait/20, so that
+// the requests admitted are fresh and the others learn early that they will
+// not be. Requests marked sluice.PriorityCritical are served before the
+// others and always wait up to maxWait.
 //
 // Every instant it uses comes from an Admit: a Done needs none.
 type queue struct {
@@ -25,16 +28,20 @@ type queue struct {
 	crit    []*waiter
 	size    int
 	maxWait time.Duration
-	// since is the instant the queue last turned non-empty; lifo is set once
-	// it has stayed so for longer than maxWait, until it empties.
+	// since is the instant the queue last turned non-empty.
 	since    time.Duration
 	lifo     bool
 	standing bool
 	// lastDrop is the instant the last waiter ran out of time: the queue
-	// stays in the standing mode through the moments it empties until
-	// maxWait has passed without one.
+	// stays standing through the moments it empties until maxWait has
+	// passed without one.
 	lastDrop time.Duration
-	pool     sync.Pool // of *waiter; per queue, so that its channels stay in one synctest bubble
+	// The requests that entered (in) and left for a slot (out) since
+	// winStart, and in the maxWait before (lastIn, lastOut).
+	winStart        time.Duration
+	in, out         int
+	lastIn, lastOut int
+	pool            sync.Pool // of *waiter; per queue, so that its channels stay in one synctest bubble
 }
 
 type waiter struct {
@@ -42,15 +49,31 @@ type waiter struct {
 	granted bool
 }
 
-// lifoAfter: once the queue has stayed non-empty for maxWait/lifoAfter,
-// the newest waiter is served first, so that a surge's first requests do
-// not keep the later ones waiting.
-const lifoAfter = 4
+// The queue's discipline (see queue): newest first once overloaded and
+// non-empty for maxWait/lifoAfter; a newcomer to a standing queue waits
+// maxWait/standingWait; overloaded is more in than out by overloadRatio,
+// over at least overloadMin requests.
+const (
+	lifoAfter     = 4
+	standingWait  = 20
+	overloadRatio = 1.25
+	overloadMin   = 10
+)
 
-// standingWait: in a standing queue a newcomer waits at most
-// maxWait/standingWait. Served newest first, the requests admitted there
-// hardly wait; the others learn sooner that they will not be.
-const standingWait = 4
+// overloaded reports whether more requests entered the queue than left it
+// for a slot by overloadRatio, in the current maxWait or the one before;
+// it first moves the window on to now.
+func (q *queue) overloaded(now time.Duration) bool {
+	if gap := now - q.winStart; gap >= q.maxWait {
+		q.lastIn, q.lastOut = q.in, q.out
+		if gap >= 2*q.maxWait {
+			q.lastIn, q.lastOut = 0, 0
+		}
+		q.in, q.out, q.winStart = 0, 0, now
+	}
+	over := func(in, out int) bool { return in >= overloadMin && float64(in) > overloadRatio*float64(out) }
+	return over(q.in, q.out) || over(q.lastIn, q.lastOut)
+}
 
 func (q *queue) len() int { return len(q.normal) + len(q.crit) }
 
@@ -60,13 +83,14 @@ func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duratio
 	if q.len() >= q.size {
 		return nil, 0
 	}
-	if q.maxWait == 0 {
-		// No wait bound: no standing queue to tell from a burst either.
-	} else if q.len() == 0 && (!q.standing || now-q.lastDrop > q.maxWait) {
-		q.since, q.lifo, q.standing = now, false, false
-	} else {
-		q.lifo = q.lifo || now-q.since > q.maxWait/lifoAfter
-		q.standing = q.standing || now-q.since > q.maxWait
+	if q.maxWait > 0 { // with no wait bound, no standing queue to tell from a burst
+		if q.len() == 0 && (!q.standing || now-q.lastDrop > q.maxWait) {
+			q.since = now
+		}
+		over := q.overloaded(now)
+		q.lifo = over && now-q.since > q.maxWait/lifoAfter
+		q.standing = over && now-q.since > q.maxWait
+		q.in++
 	}
 	w, ok := q.pool.Get().(*waiter)
 	if !ok {
@@ -104,6 +128,7 @@ func (q *queue) next() *waiter {
 		q.normal[0] = nil
 		q.normal = q.normal[1:]
 	}
+	q.out++
 	return w
 }
 

@@ -63,10 +63,9 @@ func TestQueueServesCriticalFirst(t *testing.T) {
 	})
 }
 
-// Once the queue has not been empty for a quarter of its wait, the newest
-// request is served first; once it has not been for a whole wait, a
-// newcomer waits a quarter of it only, while the early ones keep theirs.
-func TestQueueTurnsLIFOThenShortensWaitsWhenItStands(t *testing.T) {
+// A queue that is not overloaded serves in arrival order, however long it
+// has stood: a burst at capacity is held, not turned over.
+func TestQueueServesInOrderUnlessOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		epoch := time.Now()
 		now := func() time.Duration { return time.Since(epoch) }
@@ -75,29 +74,62 @@ func TestQueueTurnsLIFOThenShortensWaitsWhenItStands(t *testing.T) {
 		ctx := context.Background()
 		d, tk := b.Admit(ctx, 0)
 		require.True(t, d.Allowed)
-
 		first := send(ctx, b, now)
-		time.Sleep(30 * ms)
-		second := send(ctx, b, now) // the queue has stood 30 ms: newest first
+		time.Sleep(60 * ms)
+		second := send(ctx, b, now)
+		b.Done(tk, sluice.Success, now(), 60*ms)
+		synctest.Wait()
+		a := <-first.got
+		assert.True(t, a.allowed, "the oldest is served first")
+		a = <-second.got
+		assert.False(t, a.allowed)
+		assert.Equal(t, 160*ms, a.at, "after its whole wait")
+	})
+}
+
+// Overloaded (more requests entering the queue than leaving it), a queue
+// non-empty for a quarter of its wait serves the newest first; non-empty
+// for a whole wait, it gives a newcomer a twentieth of it, while the early
+// ones keep theirs.
+func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
+		require.NoError(t, err)
+		ctx := context.Background()
+		d, tk := b.Admit(ctx, 0)
+		require.True(t, d.Allowed)
+
+		var early []arrival
+		for range 12 { // 12 in, none out
+			early = append(early, send(ctx, b, now))
+			time.Sleep(ms)
+		}
+		time.Sleep(18 * ms)
+		newest := send(ctx, b, now) // at 30 ms
 		b.Done(tk, sluice.Success, now(), 30*ms)
 		synctest.Wait()
-		a := <-second.got
+		a := <-newest.got
 		require.True(t, a.allowed, "the newest is served first")
 		assert.Equal(t, 30*ms, a.at)
 
 		time.Sleep(60 * ms)
-		fourth := send(ctx, b, now) // at 90 ms: it keeps the queue standing
-		time.Sleep(20 * ms)         // 110 ms: the queue has stood longer than a wait
-		third := send(ctx, b, now)
-		a = <-first.got
+		keeps := send(ctx, b, now) // at 90 ms: it keeps the queue standing
+		time.Sleep(22 * ms)
+		late := send(ctx, b, now) // at 112 ms
+		a = <-early[0].got
 		assert.False(t, a.allowed)
 		assert.Equal(t, 100*ms, a.at, "the first keeps its whole wait")
-		a = <-third.got
+		a = <-late.got
 		assert.False(t, a.allowed)
-		assert.Equal(t, 135*ms, a.at, "a newcomer to a standing queue waits 25 ms")
-		a = <-fourth.got
+		assert.Equal(t, 117*ms, a.at, "a newcomer to a standing queue waits 5 ms")
+		a = <-keeps.got
 		assert.False(t, a.allowed)
 		assert.Equal(t, 190*ms, a.at)
+		for _, e := range early[1:] {
+			<-e.got
+		}
 	})
 }
 
