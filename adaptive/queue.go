@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,12 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 	select {
 	case <-w.ch:
 		q.pool.Put(w)
+		// The Done that freed the slot woke this goroutine to run next on
+		// its processor, ahead of every other runnable goroutine: the ones
+		// reading new requests from the network would wait while waiters
+		// handed slots to one another, and arrivals would queue unseen in
+		// front of the Shedder. Yielding puts it behind them.
+		runtime.Gosched()
 		return true
 	case <-ctx.Done():
 	case <-timeout:
