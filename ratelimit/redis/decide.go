@@ -209,6 +209,7 @@ func failedAt(now time.Duration, ep *deadlineEpoch) time.Duration {
 // admitted at: a local limiter must see the instants of its Guard's clock,
 // not ones moved on by the wait for Redis.
 func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error, track bool) (sluice.Decision, sluice.Ticket) {
+	l.topo.failed(err)
 	if l.observer != nil {
 		l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
 	}
@@ -341,6 +342,7 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	if err != nil {
 		now = failedAt(now, ep)
 		l.br.failure(bt, now)
+		l.topo.failed(err)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
 		}

@@ -90,4 +90,40 @@
 // lost goes to the failure policy instead. A Cluster's MOVED and ASK
 // redirects, which come before a script runs, are followed. The limiters
 // never close the client.
+//
+// # Failover
+//
+// Nothing but ContextTimeoutEnabled needs setting on the client for a
+// failover: the limiters come back to Redis on their own with go-redis's
+// defaults. A Cluster client (redis.NewClusterClient, or
+// redis.NewUniversalClient given several addresses) routes a key by a map of
+// slots that go-redis refreshes only on a MOVED reply or once it is older
+// than ClusterStateReloadInterval (60 s), and a dead master sends no MOVED;
+// so a limiter on a Cluster asks the client to reload the map (ReloadState)
+// when a call fails in a way that can mean the topology moved (a connection
+// refused, reset or timed out; CLUSTERDOWN, TRYAGAIN, MOVED, ASK, LOADING,
+// READONLY, MASTERDOWN), shortly before the breaker around Redis sends its
+// half-open probe, and when it does; at most once per 250 ms, so a flapping
+// node cannot keep the client reloading. A shorter
+// ClusterStateReloadInterval is not needed. A Sentinel-managed client
+// (redis.NewFailoverClient) asks the sentinels for the master's address on
+// every new connection and hears of a switch from them, so it follows a
+// failover by itself.
+//
+// While a master is down and until its replica has taken over (on a
+// Cluster, about the cluster-node-timeout and an election; under Sentinel,
+// down-after-milliseconds and an election), the keys of its slots are
+// decided by each limiter's failure policy: fail-open admits, fail-closed
+// rejects, a local share decides, each within the limiter's timeout (the
+// first ones; then at once, the breaker around Redis having opened). Other
+// slots' keys, on live masters, are still decided by Redis. Once the replica
+// is promoted, the limiters decide by Redis again within about a breaker's
+// open time or two (1 to 2 s at the defaults; measured 1.0 s on a Cluster
+// with a cluster-node-timeout of 1 s, 1.9 s under Sentinel). The writes the
+// replica had not received when its master died are lost: a few requests
+// may be admitted again. A limiter built by All keeps all its keys in one
+// slot, so they move together: a request is decided by Redis for all of
+// them or, while the slot is down or moving (MOVED, ASK and TRYAGAIN replies
+// past the client's MaxRedirects), by the failure policies for all of them;
+// never partly by each.
 package redislimit

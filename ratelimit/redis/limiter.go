@@ -60,6 +60,7 @@ type Limiter struct {
 	observer  func(Event)
 	neg       *negCache
 	cluster   bool
+	topo      *topology // nil unless the client has a slot map (recover.go)
 
 	subMu sync.Mutex
 	subs  map[int]func(sluice.StateChange)
@@ -245,6 +246,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 		pending:   make(map[sluice.Ticket]*call),
 	}
 	_, lim.cluster = client.(*redis.ClusterClient)
+	lim.topo = newTopology(client)
 	// The breaker's state changes are the limiter's: its observer and its
 	// subscribers hear them, under its name. The breaker may outlive the
 	// limiter (All shares the first limiter's): it holds the limiter weakly,
@@ -342,7 +344,9 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	return newLimiter(first.client, cfg, limits, br), nil
+	lim := newLimiter(first.client, cfg, limits, br)
+	lim.topo = first.topo // one throttle of reloads for the limits and their All
+	return lim, nil
 }
 
 // Name returns the limiter's name, as given by WithName.
@@ -386,6 +390,7 @@ func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 func (l *Limiter) stateChanged(c sluice.StateChange) {
+	l.topo.breakerChanged(c.To, l.br.openFor)
 	if l.observer != nil {
 		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: c.At, From: c.From, To: c.To})
 	}
