@@ -80,7 +80,7 @@ var redisPeers = []redisPeer{
 		return redislimit.NewFixedWindow(c, 100_000_000, 1e9, redislimit.WithName("bench/fw"))
 	})},
 	{"sluice/sliding-window", sluiceRedis(func(c redis.UniversalClient) (*redislimit.Limiter, error) {
-		return redislimit.NewSlidingWindow(c, 100_000_000, 1e9, redislimit.WithName("bench/sw"))
+		return redislimit.NewSlidingWindowWeighted(c, 100_000_000, 1e9, redislimit.WithName("bench/sw"))
 	})},
 	// The floor under any limiter on go-redis: one EVALSHA of a bare GCRA
 	// (TIME, GET, SET with PX, one integer back) through the same client,

@@ -117,7 +117,7 @@ func TestCluster(t *testing.T) {
 	t.Run("concurrent decisions", func(t *testing.T) {
 		user, err := NewGCRA(c, ratelimit.PerHour(400), 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
 		require.NoError(t, err)
-		route, err := NewSlidingWindow(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
+		route, err := NewSlidingWindowWeighted(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
 		require.NoError(t, err)
 		all, err := All([]*Limiter{user, route})
 		require.NoError(t, err)

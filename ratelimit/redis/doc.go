@@ -1,8 +1,10 @@
 // Package redislimit keeps rate limits in Redis, so that a fleet of instances
 // shares one limit instead of each granting its own: the algorithms of package
-// ratelimit (GCRA, the default; token bucket; fixed window; sliding window
-// counter), each a sluice.Policy with the same Decision (Limit, Remaining,
-// Reset, RetryAfter) as its local twin.
+// ratelimit (GCRA, the default; token bucket; fixed window; sliding window,
+// a ring of buckets), each a sluice.Policy with the same Decision (Limit,
+// Remaining, Reset, RetryAfter) as its local twin, and a sliding window
+// weighted from two fixed windows (NewSlidingWindowWeighted), which keeps
+// less per key than a ring and estimates.
 //
 // # One script, Redis time, integers
 //
@@ -27,8 +29,9 @@
 //	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm and its period parameter in microseconds (the
-// emission interval of GCRA and the token bucket, the window of the others), and the first 128
+// letter for the algorithm (with the number of buckets of a ring) and its
+// period parameter in microseconds (the emission interval of GCRA and the
+// token bucket, a ring's bucket, the window of the others), and the first 128
 // bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
 // in hex as the Cluster hash tag. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag

@@ -84,7 +84,7 @@ func failoverLimiters(t *testing.T, c redis.UniversalClient) []*Limiter {
 	require.NoError(t, err)
 	user, err := NewGCRA(c, ratelimit.PerSecond(100000), 1000, WithName(uniqueName("user")))
 	require.NoError(t, err)
-	route, err := NewSlidingWindow(c, 1<<20, time.Minute, WithName(uniqueName("route")))
+	route, err := NewSlidingWindow(c, 1<<20, time.Minute, 6, WithName(uniqueName("route")))
 	require.NoError(t, err)
 	all, err := All([]*Limiter{user, route}, WithName(uniqueName("all")), WithTimeout(failoverTimeout))
 	require.NoError(t, err)

@@ -81,7 +81,21 @@ var algorithms = []struct {
 	{"fixed-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
 		return NewFixedWindow(c, q, time.Duration(q)*iv, opts...)
 	}},
-	{"sliding-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
-		return NewSlidingWindow(c, q, time.Duration(q)*iv, opts...)
+	{"sliding-window-weighted", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
+		return NewSlidingWindowWeighted(c, q, time.Duration(q)*iv, opts...)
 	}},
+	{"sliding-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
+		return NewSlidingWindow(c, q, time.Duration(q)*iv, ringOf(time.Duration(q)*iv), opts...)
+	}},
+}
+
+// ringOf is the number of buckets the tests give a NewSlidingWindow of
+// window: the most of a few that divide it into whole microseconds.
+func ringOf(window time.Duration) int {
+	for _, b := range []int{10, 8, 6, 5, 4, 3, 2} {
+		if window%(time.Duration(b)*time.Microsecond) == 0 {
+			return b
+		}
+	}
+	return 1
 }

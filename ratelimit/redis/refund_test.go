@@ -82,7 +82,7 @@ func TestSlidingWindowReleaseAfterTheTurnGivesBackToThePreviousWindow(t *testing
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	const window = 600 * time.Millisecond
-	l, err := NewSlidingWindow(c, 2, window, WithName(uniqueName("sw-refund")), WithTimeout(time.Second))
+	l, err := NewSlidingWindowWeighted(c, 2, window, WithName(uniqueName("sw-refund")), WithTimeout(time.Second))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "alice")
 	key, _ := l.limits[0].key(ctx)
@@ -104,7 +104,7 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 	ctx := sluice.WithKey(context.Background(), "alice")
 	tb, err := NewTokenBucket(c, rateOf(iv), 1, WithName(uniqueName("tb-ahead")), WithTimeout(time.Second))
 	require.NoError(t, err)
-	sw, err := NewSlidingWindow(c, 2, iv, WithName(uniqueName("sw-ahead")), WithTimeout(time.Second))
+	sw, err := NewSlidingWindowWeighted(c, 2, iv, WithName(uniqueName("sw-ahead")), WithTimeout(time.Second))
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		l     *Limiter

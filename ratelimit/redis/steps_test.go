@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,10 +43,11 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 	window := windowWithRoomAt(time.Now().UnixMilli(), quota*10*time.Second, 5*time.Second, quota*time.Millisecond)
 	iv := window / quota
 	twins := map[string]func() (sluice.Policy, error){
-		"gcra":           func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
-		"token-bucket":   func() (sluice.Policy, error) { return ratelimit.NewTokenBucket(rateOf(iv), quota) },
-		"fixed-window":   func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(quota, window) },
-		"sliding-window": func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, 1) },
+		"gcra":                    func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
+		"token-bucket":            func() (sluice.Policy, error) { return ratelimit.NewTokenBucket(rateOf(iv), quota) },
+		"fixed-window":            func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(quota, window) },
+		"sliding-window-weighted": func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, 1) },
+		"sliding-window":          func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, ringOf(window)) },
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
@@ -53,7 +55,7 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 			require.NoError(t, err)
 			local, err := twins[alg.name]()
 			require.NoError(t, err)
-			windowed := alg.name == "fixed-window" || alg.name == "sliding-window"
+			windowed := alg.name == "fixed-window" || alg.name == "sliding-window" || alg.name == "sliding-window-weighted"
 			const at = time.Hour
 			start := time.Now()
 			for i, st := range twinScenario {
@@ -109,7 +111,7 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	name := uniqueName("sw")
-	l, err := NewSlidingWindow(c, 10, time.Hour, WithName(name))
+	l, err := NewSlidingWindowWeighted(c, 10, time.Hour, WithName(name))
 	require.NoError(t, err)
 	d, _ := l.Admit(t.Context(), 0)
 	require.True(t, d.Allowed)
@@ -152,10 +154,14 @@ func TestIntegerArithmetic(t *testing.T) {
 		// a float's exponent form.
 		key, _ := l.limits[0].key(t.Context())
 		var stored string
-		if alg.name == "gcra" {
+		switch alg.name {
+		case "gcra":
 			stored, err = c.Get(t.Context(), key).Result()
-		} else {
-			field := map[string]string{"token-bucket": "l", "fixed-window": "w", "sliding-window": "w"}[alg.name]
+		case "sliding-window": // the newest bucket's index, then the counts
+			stored, err = c.Get(t.Context(), key).Result()
+			stored, _, _ = strings.Cut(stored, " ")
+		default:
+			field := map[string]string{"token-bucket": "l", "fixed-window": "w", "sliding-window-weighted": "w"}[alg.name]
 			stored, err = c.HGet(t.Context(), key, field).Result()
 		}
 		require.NoError(t, err)
@@ -218,7 +224,7 @@ func TestConstructorsValidate(t *testing.T) {
 	_, cases["sub-µs interval"] = NewGCRA(c, ratelimit.PerSecond(2_000_000), 1)
 	_, cases["huge burst"] = NewGCRA(c, ratelimit.PerHour(1), 1<<40)
 	_, cases["zero limit"] = NewFixedWindow(c, 0, time.Second)
-	_, cases["sub-µs window"] = NewSlidingWindow(c, 1, 1500*time.Nanosecond)
+	_, cases["sub-µs window"] = NewSlidingWindowWeighted(c, 1, 1500*time.Nanosecond)
 	_, cases["huge window limit"] = NewFixedWindow(c, 1<<40, time.Hour)
 	_, cases["braced name"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithName("a{b}"))
 	_, cases["braced prefix"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithPrefix("{p}"))
