@@ -24,7 +24,7 @@ func ExampleNewGuard() {
 	for b := range 10 { // one second of traffic
 		at := time.Duration(b) * 100 * time.Millisecond
 		for range 10 {
-			_, t := g.Admit(ctx, at)
+			_, t := admit(g, ctx, at)
 			g.Done(t, sluice.Success, at+20*time.Millisecond, 20*time.Millisecond)
 		}
 	}
@@ -33,7 +33,7 @@ func ExampleNewGuard() {
 	now := time.Second
 	cpu.SetCPU(0.9)
 	for i := range 4 {
-		d, _ := g.Admit(ctx, now) // held in flight
+		d, _ := admit(g, ctx, now) // held in flight
 		fmt.Println(i, d.Allowed, d.Cause, d.RetryAfter)
 	}
 	fmt.Println(g.State())
@@ -57,7 +57,7 @@ func ExampleWithMaxInflight() {
 	ctx := context.Background()
 	critical := sluice.WithPriority(ctx, sluice.PriorityCritical)
 	for _, c := range []context.Context{ctx, ctx, ctx, critical} {
-		d, _ := g.Admit(c, 0)
+		d, _ := admit(g, c, 0)
 		fmt.Println(d.Allowed, errors.Is(d.Cause, adaptive.ErrMaxInflight))
 	}
 	// Output:
@@ -80,15 +80,15 @@ func ExampleNewBulkhead() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	_, first, _ := g.Admit(ctx)
-	_, _, _ = g.Admit(ctx)
+	first, _ := g.Begin(ctx)
+	_, _ = g.Begin(ctx)
 	st := b.Stats()
 	fmt.Println("limit", st.Limit, "in flight", st.Inflight)
-	_, _, err = g.Admit(ctx)
+	_, err = g.Begin(ctx)
 	fmt.Println(errors.Is(err, sluice.ErrConcurrencyLimited), err)
-	first.Finish(nil)
-	d, _, err := g.Admit(ctx)
-	fmt.Println(d.Allowed, err)
+	_ = first.End(nil)
+	call, err := g.Begin(ctx)
+	fmt.Println(call.Decision().Allowed, err)
 	// Output:
 	// limit 2 in flight 2
 	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1ms
@@ -109,7 +109,7 @@ func ExampleNewConcurrencyLimit() {
 		at := time.Duration(i) * time.Second
 		var ts []sluice.Ticket
 		for range 4 {
-			_, t := l.Admit(ctx, at)
+			_, t := admit(l, ctx, at)
 			ts = append(ts, t)
 		}
 		for _, t := range ts {

@@ -20,10 +20,10 @@ const (
 )
 
 var (
-	_ sluice.FastPolicy  = (*Guard)(nil)
+	_ sluice.Policy      = (*Guard)(nil)
 	_ sluice.StateSource = (*Guard)(nil)
 	_ io.Closer          = (*Guard)(nil)
-	_ sluice.FastPolicy  = (*ConcurrencyLimit)(nil)
+	_ sluice.Policy      = (*ConcurrencyLimit)(nil)
 )
 
 // Guard is a system-load guard in the BBR style, a sluice.Policy.
@@ -149,28 +149,17 @@ func (g *Guard) Name() string { return g.name }
 // Admit decides on one request at the monotonic instant now. It costs a few
 // atomic loads; the context is read only when a rule would shed the request,
 // to see whether it is critical.
-func (g *Guard) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (g *Guard) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	var d sluice.Decision
 	t, ok := g.admit(ctx, now, &d)
 	if !ok {
-		return d, 0
+		return sluice.Verdict{Limit: -1, RetryAfter: d.RetryAfter, Cause: d.Cause}
 	}
-	return sluice.Decision{Allowed: true, Policy: g.name, Limit: -1}, t
+	return sluice.Verdict{Ticket: t, Limit: -1}
 }
 
-// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
-// answered in registers.
-func (g *Guard) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	var d sluice.Decision
-	t, ok := g.admit(ctx, now, &d)
-	if !ok {
-		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: d}
-	}
-	return t, sluice.Quota{Limit: -1}, nil
-}
-
-// FastOf returns g itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (g *Guard) FastOf() sluice.Policy { return g }
+// Needs returns sluice.NeedsEnd: the guard learns from each call's latency.
+func (g *Guard) Needs() sluice.Needs { return sluice.NeedsEnd }
 
 // admit decides on a request at now: it returns the ticket and true when
 // the request may go, and otherwise writes the shed's Decision to *d.

@@ -38,7 +38,7 @@ func warm(t *testing.T, g *adaptive.Guard, n, perBucket int, rt time.Duration) t
 	for b := range n {
 		at := time.Duration(b) * 100 * ms
 		for range perBucket {
-			d, tk := g.Admit(ctx, at)
+			d, tk := admit(g, ctx, at)
 			require.True(t, d.Allowed, "warm-up must pass: %+v", d)
 			g.Done(tk, sluice.Success, at+rt, rt)
 		}
@@ -104,7 +104,7 @@ func TestGuardCalmOverloadRecovery(t *testing.T) {
 			c = critCtx
 		}
 		inflight := g.Stats().Inflight
-		d, tk := g.Admit(c, st.at)
+		d, tk := admit(g, c, st.at)
 		if st.want != nil {
 			require.False(t, d.Allowed, "%s: inflight %d: %+v", st.name, inflight, d)
 			require.ErrorIs(t, d.Cause, st.want, st.name)
@@ -133,7 +133,7 @@ func TestGuardEstimate(t *testing.T) {
 	ctx := context.Background()
 	feed := func(at time.Duration, n int, rt time.Duration, o sluice.Outcome) {
 		for range n {
-			d, tk := g.Admit(ctx, at)
+			d, tk := admit(g, ctx, at)
 			require.True(t, d.Allowed)
 			g.Done(tk, o, at, rt)
 		}
@@ -165,16 +165,16 @@ func TestGuardSystemRules(t *testing.T) {
 	t.Run("max inflight", func(t *testing.T) {
 		g := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(2), adaptive.WithCoolOff(0))
 		for range 2 {
-			d, _ := g.Admit(ctx, 0)
+			d, _ := admit(g, ctx, 0)
 			require.True(t, d.Allowed)
 		}
-		d, _ := g.Admit(ctx, 0)
+		d, _ := admit(g, ctx, 0)
 		require.ErrorIs(t, d.Cause, adaptive.ErrMaxInflight)
 		assert.Equal(t, 100*ms, d.RetryAfter)
 		// Critical requests: up to 1.5 × 2 = 3.
-		d, _ = g.Admit(critical, 0)
+		d, _ = admit(g, critical, 0)
 		require.True(t, d.Allowed)
-		d, _ = g.Admit(critical, 0)
+		d, _ = admit(g, critical, 0)
 		require.ErrorIs(t, d.Cause, adaptive.ErrMaxInflight)
 	})
 
@@ -183,38 +183,38 @@ func TestGuardSystemRules(t *testing.T) {
 		var tk sluice.Ticket
 		for i := range 5 {
 			var d sluice.Decision
-			d, tk = g.Admit(ctx, time.Duration(i)*150*ms)
+			d, tk = admit(g, ctx, time.Duration(i)*150*ms)
 			require.True(t, d.Allowed, "call %d", i)
 			g.Done(tk, sluice.Success, time.Duration(i)*150*ms, ms)
 		}
-		d, _ := g.Admit(ctx, 620*ms)
+		d, _ := admit(g, ctx, 620*ms)
 		require.ErrorIs(t, d.Cause, adaptive.ErrMaxQPS)
 		assert.Equal(t, 80*ms, d.RetryAfter, "until the current bucket ends")
 		// The first call (bucket 0) leaves the last second at 1000 ms.
-		d, tk = g.Admit(ctx, time.Second)
+		d, tk = admit(g, ctx, time.Second)
 		require.True(t, d.Allowed, "%+v", d)
 		g.Done(tk, sluice.Released, time.Second, 0)
-		d, _ = g.Admit(ctx, time.Second)
+		d, _ = admit(g, ctx, time.Second)
 		require.True(t, d.Allowed, "a released admission is given back: %+v", d)
-		d, _ = g.Admit(ctx, time.Second)
+		d, _ = admit(g, ctx, time.Second)
 		require.ErrorIs(t, d.Cause, adaptive.ErrMaxQPS)
 	})
 
 	t.Run("max avg rt", func(t *testing.T) {
 		g := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxAvgRT(50*ms), adaptive.WithCoolOff(0))
 		for _, rt := range []time.Duration{40 * ms, 100 * ms} {
-			d, tk := g.Admit(ctx, 0)
+			d, tk := admit(g, ctx, 0)
 			require.True(t, d.Allowed)
 			g.Done(tk, sluice.Success, 0, rt)
 		}
 		// Bucket 0 completes with an average of 70 ms.
-		d, _ := g.Admit(ctx, 100*ms)
+		d, _ := admit(g, ctx, 100*ms)
 		require.ErrorIs(t, d.Cause, adaptive.ErrMaxAvgRT)
-		d, tk := g.Admit(critical, 100*ms)
+		d, tk := admit(g, critical, 100*ms)
 		require.True(t, d.Allowed, "70 ms is within 1.5 × 50 ms for critical requests")
 		g.Done(tk, sluice.Ignored, 100*ms, 0)
 		// Once bucket 0 has left the last second, the average is empty.
-		d, _ = g.Admit(ctx, 1100*ms)
+		d, _ = admit(g, ctx, 1100*ms)
 		require.True(t, d.Allowed, "%+v", d)
 	})
 
@@ -223,15 +223,15 @@ func TestGuardSystemRules(t *testing.T) {
 		g := newTestGuard(t, s, adaptive.WithMaxLoad1(4), adaptive.WithCoolOff(0))
 		now := warm(t, g, 10, 10, 20*ms) // capacity 2
 		for range 3 {
-			d, _ := g.Admit(ctx, now)
+			d, _ := admit(g, ctx, now)
 			require.True(t, d.Allowed, "load is checked against inflight: %+v", d)
 		}
-		d, _ := g.Admit(ctx, now)
+		d, _ := admit(g, ctx, now)
 		require.ErrorIs(t, d.Cause, adaptive.ErrLoadOverload)
-		d, _ = g.Admit(critical, now)
+		d, _ = admit(g, critical, now)
 		require.True(t, d.Allowed, "5 is within 1.5 × 4 for critical requests")
 		s.SetLoad1(3)
-		d, _ = g.Admit(ctx, now)
+		d, _ = admit(g, ctx, now)
 		require.True(t, d.Allowed)
 	})
 }
@@ -242,14 +242,14 @@ func TestGuardCoolOffZeroAndThresholds(t *testing.T) {
 	g := newTestGuard(t, s, adaptive.WithCPUThreshold(0.95), adaptive.WithCoolOff(0))
 	now := warm(t, g, 10, 10, 20*ms)
 	for range 5 {
-		d, _ := g.Admit(ctx, now)
+		d, _ := admit(g, ctx, now)
 		require.True(t, d.Allowed, "0.9 is below the 0.95 threshold")
 	}
 	s.SetCPU(0.96)
-	d, _ := g.Admit(ctx, now)
+	d, _ := admit(g, ctx, now)
 	require.ErrorIs(t, d.Cause, adaptive.ErrCPUOverload)
 	s.SetCPU(0.5)
-	d, _ = g.Admit(ctx, now+ms)
+	d, _ = admit(g, ctx, now+ms)
 	require.True(t, d.Allowed, "no cool-off: CPU below threshold passes at once")
 	assert.Equal(t, "normal", g.State())
 }
@@ -305,7 +305,7 @@ func TestGuardStateChangesInOrder(t *testing.T) {
 			defer wg.Done()
 			for i := range 500 {
 				now := time.Duration(i*4+w) * ms / 2
-				d, tk := g.Admit(context.Background(), now)
+				d, tk := admit(g, context.Background(), now)
 				if d.Allowed {
 					g.Done(tk, sluice.Success, now, ms)
 				}
@@ -331,7 +331,7 @@ func TestGuardAllocs(t *testing.T) {
 	now := time.Second
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += 10 * time.Microsecond
-		d, tk := g.Admit(ctx, now)
+		d, tk := admit(g, ctx, now)
 		if d.Allowed {
 			g.Done(tk, sluice.Success, now, ms)
 		}
@@ -341,7 +341,7 @@ func TestGuardAllocs(t *testing.T) {
 	g2 := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(1))
 	g2.Admit(ctx, 0)
 	allocs = testing.AllocsPerRun(1000, func() {
-		if d, _ := g2.Admit(ctx, 0); d.Allowed || !errors.Is(d.Cause, adaptive.ErrMaxInflight) {
+		if d, _ := admit(g2, ctx, 0); d.Allowed || !errors.Is(d.Cause, adaptive.ErrMaxInflight) {
 			t.Fatal("want a rejection")
 		}
 	})
@@ -350,7 +350,7 @@ func TestGuardAllocs(t *testing.T) {
 
 // TestGuardInSluiceGuard runs the load guard in a sluice.Guard chain: the
 // chain's observer hears its state changes, and its rejection reaches the
-// caller as a *sluice.RejectedError with cause ErrOverloaded.
+// caller as a sluice rejection with cause ErrOverloaded.
 func TestGuardInSluiceGuard(t *testing.T) {
 	s := adaptive.NewManualSampler(0, 0)
 	lg := newTestGuard(t, s, adaptive.WithMaxInflight(1))
@@ -361,14 +361,14 @@ func TestGuardInSluiceGuard(t *testing.T) {
 	require.NoError(t, err)
 	defer g.Close()
 	ctx := context.Background()
-	_, held, err := g.Admit(ctx)
+	held, err := g.Begin(ctx)
 	require.NoError(t, err)
 	err = g.Do(ctx, func(context.Context) error { return nil })
 	require.ErrorIs(t, err, sluice.ErrRejected)
 	require.ErrorIs(t, err, sluice.ErrOverloaded)
 	require.ErrorIs(t, err, adaptive.ErrMaxInflight)
 	assert.Equal(t, sluice.CauseOverloaded, sluice.CauseOf(err))
-	held.Finish(nil)
+	require.NoError(t, held.End(nil))
 	clk.Advance(2 * time.Second)
 	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
 	assert.Equal(t, []string{"normal->shedding", "shedding->normal"}, changes)
@@ -379,12 +379,12 @@ func TestGuardInSluiceGuard(t *testing.T) {
 func TestGuardRuleShedStartsNoCPUCoolOff(t *testing.T) {
 	ctx := context.Background()
 	g := newTestGuard(t, adaptive.NewManualSampler(0, 0), adaptive.WithMaxInflight(1)) // default cool-off, 1 s
-	d, tk := g.Admit(ctx, 0)
+	d, tk := admit(g, ctx, 0)
 	require.True(t, d.Allowed)
-	d, _ = g.Admit(ctx, 0)
+	d, _ = admit(g, ctx, 0)
 	require.ErrorIs(t, d.Cause, adaptive.ErrMaxInflight)
 	g.Done(tk, sluice.Success, 10*ms, 10*ms)
-	d, tk = g.Admit(ctx, 150*ms)
+	d, tk = admit(g, ctx, 150*ms)
 	require.True(t, d.Allowed, "CPU is low and inflight is back under its maximum: %+v", d)
 	g.Done(tk, sluice.Success, 160*ms, 10*ms)
 }
@@ -403,7 +403,7 @@ func TestGuardMaxInflightUnderConcurrency(t *testing.T) {
 		go func() {
 			defer held.Done()
 			start.Wait()
-			d, tk := g.Admit(context.Background(), 0)
+			d, tk := admit(g, context.Background(), 0)
 			if d.Allowed {
 				admitted.Add(1)
 			}
@@ -449,12 +449,12 @@ func TestGuardSurvivesAPanickingListener(t *testing.T) {
 	var got []string
 	g.Subscribe(func(c sluice.StateChange) { got = append(got, c.To) })
 	ctx := context.Background()
-	_, tk := g.Admit(ctx, 0)
+	_, tk := admit(g, ctx, 0)
 	assert.Panics(t, func() { g.Admit(ctx, 0) }, "shed; a listener panics")
 	g.Done(tk, sluice.Success, time.Millisecond, time.Millisecond)
 	assert.Zero(t, g.Stats().Inflight)
 	got = nil
-	d, tk := g.Admit(ctx, 10*time.Millisecond) // past the cool-off: back to normal
+	d, tk := admit(g, ctx, 10*time.Millisecond) // past the cool-off: back to normal
 	require.True(t, d.Allowed)
 	g.Done(tk, sluice.Success, 11*time.Millisecond, time.Millisecond)
 	assert.Contains(t, got, adaptive.StateNormal, "the change after the panic is delivered")
@@ -466,7 +466,7 @@ func TestHugeMaxQPSIsNoCap(t *testing.T) {
 		g, err := adaptive.NewGuard(adaptive.WithSampler(adaptive.NewManualSampler(0, 0)), adaptive.WithMaxQPS(qps))
 		require.NoError(t, err)
 		for i := range 3 {
-			d, tk := g.Admit(context.Background(), time.Duration(i)*time.Millisecond)
+			d, tk := admit(g, context.Background(), time.Duration(i)*time.Millisecond)
 			require.True(t, d.Allowed, "qps %g, request %d: %v", qps, i+1, d.Cause)
 			g.Done(tk, sluice.Success, time.Duration(i)*time.Millisecond, 0)
 		}

@@ -121,26 +121,16 @@ func (l *ConcurrencyLimit) Name() string { return l.name }
 
 // Admit takes a slot at the monotonic instant now, waiting in the queue if
 // there is one and the limit is reached.
-func (l *ConcurrencyLimit) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (l *ConcurrencyLimit) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	if l.takeFree() {
-		return l.admitted(), 0
-	}
-	return l.admitSlow(ctx)
-}
-
-// AdmitFast is Admit in the form of sluice.FastPolicy: a free slot is
-// answered in registers; otherwise it rejects, or waits in the queue, as
-// Admit does.
-func (l *ConcurrencyLimit) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if l.takeFree() {
-		return 0, sluice.Quota{Limit: -1}, nil
+		return sluice.Verdict{Limit: -1}
 	}
 	d, t := l.admitSlow(ctx)
-	return sluice.FastAnswer(&d, t)
+	if !d.Allowed {
+		return sluice.Verdict{Limit: -1, RetryAfter: d.RetryAfter, Cause: d.Cause}
+	}
+	return sluice.Verdict{Ticket: t, Limit: -1}
 }
-
-// FastOf returns l itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (l *ConcurrencyLimit) FastOf() sluice.Policy { return l }
 
 // takeFree takes a slot if one is free and no request waits for one.
 func (l *ConcurrencyLimit) takeFree() bool {
@@ -295,27 +285,26 @@ func (l *ConcurrencyLimit) release() {
 // waited in this queue); when the sampling window is over, the limit is
 // updated.
 func (l *ConcurrencyLimit) Done(_ sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
-	if (o == sluice.Success || o == sluice.Failure) && now != sluice.Unread {
+	if (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
 		l.sample(o, now, latency)
 	}
 	l.release()
 }
 
-// UntimedOf returns l itself when its limit is fixed (NewBulkhead, Fixed),
-// which no latency moves: a Guard of such policies then reads the clock once
-// per call (sluice.UntimedDone). Its Stats' AvgRT stays 0 there. nil for an
-// adaptive limit, which learns from the latencies.
-func (l *ConcurrencyLimit) UntimedOf() sluice.Policy {
-	if _, ok := l.est.(*fixed); ok {
-		return l
+// Needs declares sluice.Waits when the limit has a queue, so a Guard
+// measures the latency of calls from the end of their wait, and
+// sluice.NeedsEnd unless the limit is fixed (NewBulkhead, Fixed), which no
+// latency moves: its Stats' AvgRT then stays 0 in a Guard.
+func (l *ConcurrencyLimit) Needs() sluice.Needs {
+	var n sluice.Needs
+	if l.qcap > 0 {
+		n |= sluice.Waits
 	}
-	return nil
+	if _, ok := l.est.(*fixed); !ok {
+		n |= sluice.NeedsEnd
+	}
+	return n
 }
-
-// MayWait reports whether Admit may block: when the limit has a queue. It
-// makes the limit a sluice.Waiter, so a Guard measures the latency of calls
-// from the end of their wait.
-func (l *ConcurrencyLimit) MayWait() bool { return l.qcap > 0 }
 
 func (l *ConcurrencyLimit) sample(o sluice.Outcome, now, latency time.Duration) {
 	start := l.winStart.Load()

@@ -22,20 +22,20 @@ func TestBulkheadRejectsOverLimit(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "adaptive/bulkhead", b.Name())
 	ctx := context.Background()
-	d1, t1 := b.Admit(ctx, 0)
+	d1, t1 := admit(b, ctx, 0)
 	require.True(t, d1.Allowed)
 	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "adaptive/bulkhead", Limit: -1}, d1, "slots are no quota over time")
-	d2, t2 := b.Admit(ctx, 0)
+	d2, t2 := admit(b, ctx, 0)
 	require.True(t, d2.Allowed)
 	assert.Equal(t, adaptive.LimitStats{Limit: 2, Inflight: 2}, b.Stats())
-	d3, _ := b.Admit(ctx, 0)
+	d3, _ := admit(b, ctx, 0)
 	require.False(t, d3.Allowed)
 	require.ErrorIs(t, d3.Cause, sluice.ErrConcurrencyLimited)
 	assert.Equal(t, int64(-1), d3.Limit)
 	assert.Equal(t, time.Millisecond, d3.RetryAfter, "no latency measured yet: 1 ms")
 
 	b.Done(t1, sluice.Ignored, 0, 0)
-	d4, t4 := b.Admit(ctx, 0)
+	d4, t4 := admit(b, ctx, 0)
 	require.True(t, d4.Allowed, "an Ignored outcome frees the slot")
 	b.Done(t2, sluice.Released, 0, 0)
 	b.Done(t4, sluice.Success, 0, 5*ms)
@@ -85,7 +85,7 @@ func TestConcurrencyLimitWindows(t *testing.T) {
 	batch := func(at time.Duration, n int, rt time.Duration, o sluice.Outcome) {
 		tks := make([]sluice.Ticket, n)
 		for i := range n {
-			d, tk := l.Admit(ctx, at)
+			d, tk := admit(l, ctx, at)
 			require.True(t, d.Allowed, "%+v", d)
 			tks[i] = tk
 		}
@@ -117,7 +117,7 @@ func TestConcurrencyLimitQueue(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(2, 50*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		d, first := b.Admit(ctx, 0)
+		d, first := admit(b, ctx, 0)
 		require.True(t, d.Allowed)
 
 		type result struct {
@@ -129,7 +129,7 @@ func TestConcurrencyLimitQueue(t *testing.T) {
 		wait := func(ctx context.Context) chan result {
 			ch := make(chan result, 1)
 			go func() {
-				d, tk := b.Admit(ctx, 0)
+				d, tk := admit(b, ctx, 0)
 				ch <- result{d, tk, time.Now()}
 			}()
 			synctest.Wait() // queued
@@ -140,7 +140,7 @@ func TestConcurrencyLimitQueue(t *testing.T) {
 		defer cancel()
 		w2 := wait(short)
 		assert.Equal(t, int64(2), b.Stats().Waiting)
-		d, _ = b.Admit(ctx, 0)
+		d, _ = admit(b, ctx, 0)
 		require.ErrorIs(t, d.Cause, sluice.ErrConcurrencyLimited, "queue full")
 
 		// w2's context runs out after 20 ms; it leaves the queue.
@@ -166,7 +166,7 @@ func TestConcurrencyLimitQueue(t *testing.T) {
 		// A context already done is rejected without queueing.
 		done, cancelDone := context.WithCancel(ctx)
 		cancelDone()
-		d, _ = b.Admit(done, 0)
+		d, _ = admit(b, done, 0)
 		require.False(t, d.Allowed)
 
 		b.Done(r1.tk, sluice.Success, 0, ms)
@@ -181,7 +181,7 @@ func TestConcurrencyLimitAllocs(t *testing.T) {
 	now := time.Duration(0)
 	allocs := testing.AllocsPerRun(2000, func() {
 		now += 100 * time.Microsecond
-		d, tk := l.Admit(ctx, now)
+		d, tk := admit(l, ctx, now)
 		if d.Allowed {
 			l.Done(tk, sluice.Success, now, ms)
 		}
@@ -204,7 +204,7 @@ func TestConcurrencyLimitQueueNoLeak(t *testing.T) {
 				if (w+i)%5 == 0 {
 					go cancel() // races with the wait
 				}
-				d, tk := b.Admit(ctx, 0)
+				d, tk := admit(b, ctx, 0)
 				if d.Allowed {
 					n := inside.Add(1)
 					for {
@@ -230,7 +230,7 @@ func TestConcurrencyLimitQueueNoLeak(t *testing.T) {
 	assert.LessOrEqual(t, peak.Load(), int64(3))
 	// The limit still admits up to 3.
 	for range 3 {
-		d, _ := b.Admit(context.Background(), 0)
+		d, _ := admit(b, context.Background(), 0)
 		require.True(t, d.Allowed)
 	}
 }
@@ -241,7 +241,7 @@ func TestHugeLimitIsNotOne(t *testing.T) {
 	b, err := adaptive.NewBulkhead(math.MaxInt)
 	require.NoError(t, err)
 	for i := range 3 {
-		d, _ := b.Admit(context.Background(), 0)
+		d, _ := admit(b, context.Background(), 0)
 		require.True(t, d.Allowed, "call %d rejected: %+v", i, d)
 	}
 	l, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.AIMD{InitialLimit: math.MaxInt, MaxLimit: math.MaxInt}))
@@ -271,20 +271,30 @@ func TestDefaultLimitsYieldToTheBoundsSet(t *testing.T) {
 	assert.Error(t, err, "bounds set the wrong way round are still refused")
 }
 
-// A fixed limit needs no latency: it is untimed, so a Guard of it reads the
-// clock once a call; an adaptive limit learns from latencies and is not.
-func TestFixedLimitIsUntimed(t *testing.T) {
+// A fixed limit needs no latency: it declares no sluice.NeedsEnd, so a
+// Guard of it reads the clock once a call; an adaptive limit learns from
+// latencies and does. A queue Waits.
+func TestFixedLimitNeedsNoEnd(t *testing.T) {
 	b, err := adaptive.NewBulkhead(4)
 	require.NoError(t, err)
-	assert.True(t, sluice.IsUntimed(b))
+	assert.Zero(t, b.Needs())
 	f, err := adaptive.NewConcurrencyLimit(adaptive.WithAlgorithm(adaptive.Fixed{Limit: 4}))
 	require.NoError(t, err)
-	assert.True(t, sluice.IsUntimed(f))
+	assert.Zero(t, f.Needs())
 	g, err := adaptive.NewConcurrencyLimit()
 	require.NoError(t, err)
-	assert.False(t, sluice.IsUntimed(g))
-	d, tk := b.Admit(context.Background(), sluice.Now())
+	assert.Equal(t, sluice.NeedsEnd, g.Needs())
+	q, err := adaptive.NewBulkhead(4, adaptive.WithQueue(2, ms))
+	require.NoError(t, err)
+	assert.Equal(t, sluice.Waits, q.Needs())
+	qa, err := adaptive.NewConcurrencyLimit(adaptive.WithQueue(2, ms))
+	require.NoError(t, err)
+	assert.Equal(t, sluice.Waits|sluice.NeedsEnd, qa.Needs())
+	lg := newTestGuard(t, adaptive.NewManualSampler(0.5, 0))
+	assert.Equal(t, sluice.NeedsEnd, lg.Needs())
+
+	d, tk := admit(b, context.Background(), sluice.Now())
 	require.True(t, d.Allowed)
-	b.Done(tk, sluice.Success, sluice.Unread, 0)
+	b.Done(tk, sluice.Success, sluice.Now(), -1) // as a Guard that read no end instant
 	assert.Zero(t, b.Stats().Inflight, "the slot is back")
 }

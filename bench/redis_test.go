@@ -54,11 +54,11 @@ func sluiceRedis(newLimiter func(c redis.UniversalClient) (*redislimit.Limiter, 
 		}
 		keyed := sluice.WithKey(context.Background(), key)
 		return func(context.Context) bool {
-			d, tk := l.Admit(keyed, sluice.Now())
-			if d.Allowed {
-				l.Done(tk, sluice.Success, 0, 0)
+			v := l.Admit(keyed, sluice.Now())
+			if v.Cause == nil {
+				l.Done(v.Ticket, sluice.Success, 0, -1)
 			}
-			return d.Allowed && d.Policy == l.Name()
+			return v.Cause == nil
 		}
 	}
 }

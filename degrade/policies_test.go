@@ -19,9 +19,9 @@ func rateLimiter(t testing.TB) sluice.Policy {
 	t.Helper()
 	l, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/test"))
 	require.NoError(t, err)
-	d, tk := l.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
-	l.Done(tk, sluice.Success, 0, 0)
+	v := l.Admit(context.Background(), 0)
+	require.NoError(t, v.Cause)
+	l.Done(v.Ticket, sluice.Success, 0, 0)
 	return l
 }
 
@@ -42,8 +42,8 @@ func overloadedGuard(t testing.TB) sluice.Policy {
 		adaptive.WithSampler(adaptive.NewManualSampler(0.1, 0)), adaptive.WithMaxInflight(1))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close() })
-	d, _ := g.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
+	v := g.Admit(context.Background(), 0)
+	require.NoError(t, v.Cause)
 	return g
 }
 
@@ -52,7 +52,7 @@ func fullBulkhead(t testing.TB) sluice.Policy {
 	t.Helper()
 	b, err := adaptive.NewBulkhead(1, adaptive.WithName("adaptive/bulkhead-test"))
 	require.NoError(t, err)
-	d, _ := b.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
+	v := b.Admit(context.Background(), 0)
+	require.NoError(t, v.Cause)
 	return b
 }

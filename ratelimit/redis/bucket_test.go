@@ -108,7 +108,7 @@ func TestSlidingWindowStepsMatchLocal(t *testing.T) {
 	}
 	check := func(path string, i int, st ringStep, now int64, rd sluice.Decision, mark int64) {
 		at := time.Duration(now) * time.Microsecond
-		ld, tk := local[path].Admit(sluice.WithCost(ctx, st.n), at)
+		ld, tk := admitD(local[path], sluice.WithCost(ctx, st.n), at)
 		rd.Limit = limit
 		ld.Policy, ld.Cause, rd.Cause = "", nil, nil
 		if ld.Allowed {

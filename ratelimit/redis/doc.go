@@ -70,13 +70,12 @@
 // (the default) admits, WithFailClosed rejects with ErrUnavailable (HTTP 503),
 // WithLocalFallback(n) decides with a local limiter of the same algorithm
 // holding 1/n of the limit, n being the number of instances. Such decisions
-// name the policy with a suffix (":open", ":closed", ":local"): a Guard's
-// OnDecision sees it, and so do clients in the RateLimit fields of a local
-// share's decisions (which carry no w, the middleware knowing no window for
-// that name); fail-open admissions carry no quota, fail-closed rejections
-// only Retry-After. The observer (WithObserver) hears of each of them, of
-// every Redis error and of every change of the breaker's state, which a
-// Guard's OnStateChange also receives.
+// carry the limiter's own name, as a Guard names every decision by its
+// policy's Name: a local share's quota reaches clients in the RateLimit
+// fields under the limiter's name; fail-open admissions carry no quota,
+// fail-closed rejections only Retry-After. The observer (WithObserver) hears
+// which failure policy decided, of every Redis error and of every change of
+// the breaker's state, which a Guard's OnStateChange also receives.
 //
 // WithNegativeCache keeps a rejected key's RetryAfter in memory and rejects
 // the key locally until it has passed, without a round trip.

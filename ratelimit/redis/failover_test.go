@@ -118,7 +118,7 @@ func runFailover(t *testing.T, ls []*Limiter, master, replica *redistest.Server)
 			l := ls[li]
 			for !stop.Load() {
 				begin := since()
-				d, tk := l.Admit(ctx, sluice.Now())
+				d, tk := admitD(l, ctx, sluice.Now())
 				end := since()
 				if d.Allowed {
 					l.Done(tk, sluice.Success, sluice.Now(), 0)

@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
@@ -98,4 +100,16 @@ func ringOf(window time.Duration) int {
 		}
 	}
 	return 1
+}
+
+// admitD asks p as a Guard does, and returns its answer as a Decision and
+// its Ticket. A Limiter's Decision names, with a suffix (":open", ":closed",
+// ":local"), the failure policy that decided, which its Verdict does not
+// carry: the tests read it to know who decided.
+func admitD(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	if l, ok := p.(*Limiter); ok {
+		return l.admit(ctx, now, true)
+	}
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
 }

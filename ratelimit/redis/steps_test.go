@@ -60,8 +60,8 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 			start := time.Now()
 			for i, st := range twinScenario {
 				ctx := sluice.WithCost(context.Background(), st.n)
-				rd, rt := remote.Admit(ctx, at)
-				ld, lt := local.Admit(ctx, at)
+				rd, rt := admitD(remote, ctx, at)
+				ld, lt := admitD(local, ctx, at)
 				elapsed := time.Since(start) + time.Microsecond
 				require.Equal(t, ld.Allowed, rd.Allowed, "step %d: local %+v, redis %+v", i, ld, rd)
 				assert.Equal(t, ld.Remaining, rd.Remaining, "step %d: local %+v, redis %+v", i, ld, rd)
@@ -97,9 +97,9 @@ func TestFixedWindowRejectionRetriesAtWindowEnd(t *testing.T) {
 	s := newServer(t)
 	l, err := NewFixedWindow(newClient(t, s.Addr), 1, time.Hour, WithName(uniqueName("fw")))
 	require.NoError(t, err)
-	d, _ := l.Admit(t.Context(), 0)
+	d, _ := admitD(l, t.Context(), 0)
 	require.True(t, d.Allowed)
-	d, _ = l.Admit(t.Context(), 0)
+	d, _ = admitD(l, t.Context(), 0)
 	require.False(t, d.Allowed)
 	assert.Equal(t, d.Reset, d.RetryAfter)
 	assert.True(t, d.RetryAfter > 0 && d.RetryAfter <= time.Hour)
@@ -113,7 +113,7 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	name := uniqueName("sw")
 	l, err := NewSlidingWindowWeighted(c, 10, time.Hour, WithName(name))
 	require.NoError(t, err)
-	d, _ := l.Admit(t.Context(), 0)
+	d, _ := admitD(l, t.Context(), 0)
 	require.True(t, d.Allowed)
 	require.EqualValues(t, 9, d.Remaining)
 	// Move this window's count of 1 into the previous window's place, as if
@@ -126,7 +126,7 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	tm, err := c.Time(t.Context()).Result()
 	require.NoError(t, err)
 	elapsed := time.Duration(tm.UnixMicro()%time.Hour.Microseconds()) * time.Microsecond
-	d, _ = l.Admit(t.Context(), 0)
+	d, _ = admitD(l, t.Context(), 0)
 	// The script compares without rounding: 10×(window−elapsed) + 1×window
 	// ≤ 10×window. Early in the hour the previous window still weighs more
 	// than 9, and the request is rejected.
@@ -146,7 +146,7 @@ func TestIntegerArithmetic(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 10, 100*time.Millisecond, WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, _ := l.Admit(t.Context(), 0)
+		d, _ := admitD(l, t.Context(), 0)
 		require.True(t, d.Allowed, alg.name)
 		assert.EqualValues(t, 10, d.Limit, alg.name)
 		assert.EqualValues(t, 9, d.Remaining, alg.name)
@@ -176,7 +176,7 @@ func TestNeverSatisfiable(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 3, time.Second, WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, tk := l.Admit(sluice.WithCost(t.Context(), 4), 0)
+		d, tk := admitD(l, sluice.WithCost(t.Context(), 4), 0)
 		assert.False(t, d.Allowed)
 		assert.Zero(t, tk)
 		assert.True(t, errors.Is(d.Cause, ratelimit.ErrNeverSatisfiable), alg.name)
@@ -192,14 +192,14 @@ func TestRejectedWritesNothing(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 1, longWindow(), WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, _ := l.Admit(t.Context(), 0)
+		d, _ := admitD(l, t.Context(), 0)
 		require.True(t, d.Allowed)
 		key, _ := l.limits[0].key(t.Context())
 		before, err := c.Dump(t.Context(), key).Result()
 		require.NoError(t, err)
 		ttl, err := c.PTTL(t.Context(), key).Result()
 		require.NoError(t, err)
-		d, _ = l.Admit(t.Context(), 0)
+		d, _ = admitD(l, t.Context(), 0)
 		require.False(t, d.Allowed)
 		after, err := c.Dump(t.Context(), key).Result()
 		require.NoError(t, err)
