@@ -82,7 +82,7 @@ func (p *phase) owns(t sluice.Ticket) bool { return uint64(t>>1)&genMask == p.ge
 // New returns a closed Breaker named "breaker/" + name.
 //
 // Without options it trips at 5 consecutive failures, counts on a window of
-// the last 100 calls, stays open 60s, and closes after one successful probe.
+// the last 100 calls, stays open 1s, and closes after one successful probe.
 func New(name string, opts ...Option) (*Breaker, error) {
 	if name == "" {
 		return nil, errors.New("breaker: New: empty name")

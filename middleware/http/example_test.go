@@ -102,7 +102,7 @@ func ExampleTransport() {
 
 func ExampleStaleFallback() {
 	clock := sluice.NewManualClock(0)
-	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
+	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute))
 	if err != nil {
 		panic(err)
 	}
