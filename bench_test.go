@@ -2,47 +2,37 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // nopPolicy admits everything and remembers nothing: what is left to measure
-// is the Guard's own cost.
-type nopPolicy struct{}
+// is the Guard's own cost. Two of one name are the same policy.
+type nopPolicy struct{ name string }
 
-func (nopPolicy) Name() string { return "nop" }
-func (nopPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "nop", Limit: -1}, 0
+func (p nopPolicy) Name() string { return "nop" + p.name }
+func (nopPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
 func (nopPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (nopPolicy) Needs() sluice.Needs                                              { return 0 }
 
 func nop(context.Context) error { return nil }
 
-// fastNop is nopPolicy with the fast form every limiter and breaker of
-// sluice has.
-type fastNop struct{ nopPolicy }
-
-func (fastNop) AdmitFast(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	return 0, sluice.Quota{Limit: -1}, nil
-}
-
-// FastOf returns p itself, the owner of its AdmitFast (see FastPolicy).
-func (p fastNop) FastOf() sluice.Policy { return p }
-
-// BenchmarkGuardDo is a request through a Guard with one no-op policy: two
-// monotonic clock reads plus the chain's bookkeeping. "serial" and
-// "parallel" use a no-op with AdmitFast, the form of every limiter and
-// breaker of sluice; "admit-only" and "admit-only-parallel" one with Admit
-// alone, as a policy written elsewhere may be, which adds the cost of
-// returning its Decision through memory.
+// BenchmarkGuardDo is a request through a Guard with one no-op policy: a
+// monotonic clock read plus the chain's bookkeeping; "timed" with a policy
+// that needs the end of the call, which adds the second read.
 func BenchmarkGuardDo(b *testing.B) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
 		p    sluice.Policy
-	}{{"", fastNop{}}, {"admit-only", nopPolicy{}}} {
+	}{{"", nopPolicy{}}, {"timed", timedNop{}}} {
 		g, err := sluice.New(sluice.With(c.p))
 		if err != nil {
 			b.Fatal(err)
@@ -68,31 +58,92 @@ func BenchmarkGuardDo(b *testing.B) {
 	}
 }
 
-// BenchmarkGuardAdmit is the two-step form: Admit, which returns the
-// Decision and the Done, and AdmitTo, which the adapters use, writing them
-// in place.
-func BenchmarkGuardAdmit(b *testing.B) {
+// timedNop is nopPolicy needing the end of each call.
+type timedNop struct{ nopPolicy }
+
+func (timedNop) Needs() sluice.Needs { return sluice.NeedsEnd }
+
+// BenchmarkGuardBegin is the two-step form the adapters use: Begin, which
+// returns the Call with its Decision, and End.
+func BenchmarkGuardBegin(b *testing.B) {
 	g, err := sluice.New(sluice.With(nopPolicy{}))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	b.Run("Admit", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, done, _ := g.Admit(ctx)
-			done.Finish(nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := g.Begin(ctx)
+		_ = c.End(err)
+	}
+}
+
+// BenchmarkGuardReject is the rejection path of Do: an open breaker, and a
+// rate limiter whose quota is spent.
+func BenchmarkGuardReject(b *testing.B) {
+	ctx := context.Background()
+	for name, g := range map[string]*sluice.Guard{"breaker": openBreakerGuard(b), "ratelimit": spentLimiterGuard(b)} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = g.Do(ctx, nop)
+			}
+		})
+	}
+}
+
+func openBreakerGuard(t testing.TB) *sluice.Guard {
+	br, err := breaker.New("dep", breaker.WithOpenDuration(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br.OpenFor(sluice.Now(), time.Hour)
+	g, err := sluice.New(sluice.With(br))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Do(context.Background(), nop); !errors.Is(err, sluice.ErrCircuitOpen) {
+		t.Fatalf("the breaker is not open: %v", err)
+	}
+	return g
+}
+
+func spentLimiterGuard(t testing.TB) *sluice.Guard {
+	// One call an hour: the quota, spent once, stays spent for the test.
+	l, err := ratelimit.NewTokenBucket(ratelimit.Every(time.Hour), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Do(context.Background(), nop)
+	if err := g.Do(context.Background(), nop); !errors.Is(err, sluice.ErrRateLimited) {
+		t.Fatalf("the limiter admits: %v", err)
+	}
+	return g
+}
+
+// A flood of rejections allocates nothing: a Guard shares one error among
+// the rejections of a policy whose answers agree.
+func TestGuardRejectionAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, g := range map[string]*sluice.Guard{"open breaker": openBreakerGuard(t), "spent rate limiter": spentLimiterGuard(t)} {
+		var err error
+		if n := testing.AllocsPerRun(1000, func() { err = g.Do(ctx, nop) }); n != 0 {
+			t.Errorf("%s: a rejection by Do allocates %v times, want 0", name, n)
 		}
-	})
-	b.Run("AdmitTo", func(b *testing.B) {
-		b.ReportAllocs()
-		var d sluice.Decision
-		var done sluice.Done
-		for b.Loop() {
-			_ = g.AdmitTo(ctx, &d, &done)
-			done.Finish(nil)
+		if sluice.CauseOf(err) == sluice.CauseNone {
+			t.Errorf("%s: %v is no rejection", name, err)
 		}
-	})
+		if n := testing.AllocsPerRun(1000, func() {
+			c, err := g.Begin(ctx)
+			_ = c.End(err)
+		}); n != 0 {
+			t.Errorf("%s: a rejection by Begin allocates %v times, want 0", name, n)
+		}
+	}
 }
 
 // BenchmarkClock is the floor under every Guard: one monotonic read.
@@ -110,7 +161,7 @@ func BenchmarkClock(b *testing.B) {
 }
 
 func TestGuardDoAllocatesNothing(t *testing.T) {
-	g, err := sluice.New(sluice.With(nopPolicy{}, nopPolicy{}))
+	g, err := sluice.New(sluice.With(nopPolicy{"a"}, nopPolicy{"b"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,5 +173,14 @@ func TestGuardDoAllocatesNothing(t *testing.T) {
 		_, _ = sluice.Execute(ctx, g, func(context.Context) (int, error) { return 1, nil })
 	}); n != 0 {
 		t.Fatalf("Execute allocates %v times per call, want 0", n)
+	}
+	if n := testing.AllocsPerRun(200, func() {
+		c, err := g.Begin(ctx)
+		if err == nil {
+			err = nop(c.Context())
+		}
+		_ = c.End(err)
+	}); n != 0 {
+		t.Fatalf("Begin and End allocate %v times per call, want 0", n)
 	}
 }

@@ -30,38 +30,69 @@ var (
 	ErrTimeout = errors.New("sluice: timeout")
 )
 
-// RejectedError is the error of every rejection. It carries the Decision of
-// the policy that rejected.
-type RejectedError struct {
-	Decision Decision
+// Rejection returns the error of a rejection with Decision d: it matches
+// ErrRejected and d.Cause with errors.Is, and [RejectionOf] returns d. Its
+// text names the policy and the cause, never an error text of a call.
+//
+// A Guard does not call it for each rejection: it keeps one error per policy
+// and per answer, shared by the rejections that differ only in the instant
+// they came, so a flood of rejections allocates nothing.
+func Rejection(d Decision) error { return &rejectedError{d: d} }
+
+// rejectedError is the error of every rejection. A Guard's shares one value
+// among the rejections of one policy whose answers agree to the millisecond
+// (see Guard.rejection): RetryAfter and Reset are then kept as instants on
+// the Guard's clock, and the Decision is read relative to when it is read.
+type rejectedError struct {
+	d        Decision
+	g        *Guard        // nil: d is as given
+	retryAt  time.Duration // with g: the instant RetryAfter counts down to
+	resetAt  time.Duration // with g: the instant Reset counts down to
+	hasRetry bool
+}
+
+// decision returns the Decision; for a Guard's shared error, RetryAfter and
+// Reset count from now on the Guard's clock, and never below 1ms while the
+// instant they count to has not passed at the rejection.
+func (e *rejectedError) decision() Decision {
+	d := e.d
+	if e.g == nil {
+		return d
+	}
+	now := e.g.now()
+	if e.hasRetry {
+		d.RetryAfter = max(e.retryAt-now, 0)
+	}
+	if d.Reset > 0 {
+		d.Reset = max(e.resetAt-now, 0)
+	}
+	return d
 }
 
 // Error names the policy and the cause; it never carries an error text from
 // the protected call.
-func (e *RejectedError) Error() string {
+func (e *rejectedError) Error() string {
+	d := e.decision()
 	var b strings.Builder
 	b.WriteString("sluice: ")
-	b.WriteString(causeText(e.Decision.Cause))
-	if e.Decision.Policy != "" {
+	b.WriteString(causeText(d.Cause))
+	if d.Policy != "" {
 		b.WriteString(" by ")
-		b.WriteString(e.Decision.Policy)
+		b.WriteString(d.Policy)
 	}
-	if e.Decision.RetryAfter > 0 {
+	if d.RetryAfter > 0 {
 		b.WriteString("; retry after ")
-		b.WriteString(e.Decision.RetryAfter.String())
+		b.WriteString(d.RetryAfter.String())
 	}
 	return b.String()
 }
 
 // Is reports whether target is ErrRejected.
-func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+func (e *rejectedError) Is(target error) bool { return target == ErrRejected }
 
 // Unwrap returns the cause, so errors.Is(err, ErrRateLimited) and the like
 // work.
-func (e *RejectedError) Unwrap() error { return e.Decision.Cause }
-
-// RetryAfter returns how long the caller should wait before trying again.
-func (e *RejectedError) RetryAfter() time.Duration { return e.Decision.RetryAfter }
+func (e *rejectedError) Unwrap() error { return e.d.Cause }
 
 func causeText(cause error) string {
 	switch {

@@ -59,9 +59,10 @@ func ExampleExecute() {
 	// Output: 9.99 <nil>
 }
 
-// Admit is the two-step form for adapters and streams: the Decision carries
-// what the rate-limit headers need, and Done reports how the call ended.
-func ExampleGuard_Admit() {
+// Begin is the two-step form for adapters and streams: the Call's Decision
+// carries what the rate-limit headers need, and End reports how the call
+// ended.
+func ExampleGuard_Begin() {
 	clock := sluice.NewManualClock(0)
 	limiter, err := ratelimit.NewFixedWindow(100, time.Minute, ratelimit.WithName("ratelimit/per-user"))
 	if err != nil {
@@ -71,13 +72,15 @@ func ExampleGuard_Admit() {
 	if err != nil {
 		panic(err)
 	}
-	d, done, err := g.Admit(context.Background())
+	call, err := g.Begin(context.Background())
+	d := call.Decision()
 	if err != nil {
 		fmt.Println("rejected; retry after", d.RetryAfter)
+		_ = call.End(err) // the Guard's fallbacks may answer
 		return
 	}
 	fmt.Printf("%s: %d of %d left, whole again in %v\n", d.Policy, d.Remaining, d.Limit, d.Reset)
-	clock.Advance(30 * time.Millisecond) // the request runs
-	done.Finish(nil)                     // exactly once, with the call's error
+	clock.Advance(30 * time.Millisecond) // the request runs with call.Context()
+	_ = call.End(nil)                    // exactly once, with the call's error
 	// Output: ratelimit/per-user: 99 of 100 left, whole again in 1m0s
 }

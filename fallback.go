@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Fallback answers in place of a call that a Guard's policy rejected or that
@@ -84,30 +85,6 @@ func OnFallback(fn func(ctx context.Context, ev FallbackEvent)) Option {
 	}
 }
 
-// ApplyFallback applies the Guard's fallback layer to err as [Guard.Do]
-// does, for adapters that run requests through [Guard.Admit] themselves: it
-// returns the error the caller gets (nil when a fallback answered) and tells
-// the [OnFallback] observers. It returns nil for a nil err, and err when the
-// Guard has no fallback.
-func (g *Guard) ApplyFallback(ctx context.Context, err error) error {
-	if err == nil || g == nil || len(g.fallbacks) == 0 {
-		return err
-	}
-	return g.applyFallback(ctx, err)
-}
-
-// ReportFallback tells the Guard's [OnFallback] observers that a fallback
-// applied outside the Guard's own layer (a stale answer served by package
-// degrade, an adapter's fallback response) answered a request.
-func (g *Guard) ReportFallback(ctx context.Context, ev FallbackEvent) {
-	if g == nil {
-		return
-	}
-	for _, fn := range g.onFallback {
-		fn(ctx, ev)
-	}
-}
-
 // applyFallback is the fallback layer of Do; err is not nil.
 func (g *Guard) applyFallback(ctx context.Context, err error) error {
 	for _, f := range g.fallbacks {
@@ -129,6 +106,12 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 	for _, f := range g.fallbacks {
 		fv, ok := f.(FallbackOf[T])
 		if !ok {
+			if name, _ := f.Answer(ctx, err); name != "" {
+				// It has an answer for err, of another type: a mistake
+				// in the Guard's declaration, reported rather than
+				// skipped.
+				return v, fmt.Errorf("sluice: Execute[%T]: fallback %q answers another type: %w", v, name, err)
+			}
 			continue
 		}
 		w, name, out := fv.AnswerValue(ctx, err)
@@ -148,17 +131,20 @@ func (g *Guard) served(ctx context.Context, name string, err error) {
 	if len(g.onFallback) == 0 {
 		return
 	}
-	g.ReportFallback(ctx, NewFallbackEvent(name, err))
+	ev := fallbackEvent(name, err)
+	for _, fn := range g.onFallback {
+		fn(ctx, ev)
+	}
 }
 
-// NewFallbackEvent returns the event of the fallback named name answering
+// fallbackEvent returns the event of the fallback named name answering
 // in place of err: its Cause is CauseOf(err), and its Policy the name of
 // the policy that rejected, when err is a rejection (not a timeout wrapping
 // an inner Guard's rejection).
-func NewFallbackEvent(name string, err error) FallbackEvent {
+func fallbackEvent(name string, err error) FallbackEvent {
 	ev := FallbackEvent{Fallback: name, Cause: CauseOf(err), Err: err}
 	if re := rejectionOf(err); re != nil {
-		ev.Policy = re.Decision.Policy
+		ev.Policy = re.d.Policy
 	}
 	return ev
 }
@@ -168,7 +154,7 @@ func NewFallbackEvent(name string, err error) FallbackEvent {
 // Guard's rejection is a timeout, not a rejection: false.
 func RejectionOf(err error) (Decision, bool) {
 	if re := rejectionOf(err); re != nil {
-		return re.Decision, true
+		return re.decision(), true
 	}
 	return Decision{}, false
 }
@@ -176,10 +162,10 @@ func RejectionOf(err error) (Decision, bool) {
 // rejectionOf returns the RejectedError that err is or wraps, unless a
 // TimeoutError wraps it: a Guard's timeout wrapping an inner Guard's
 // rejection is not a rejection by the Guard.
-func rejectionOf(err error) *RejectedError {
+func rejectionOf(err error) *rejectedError {
 	for err != nil {
 		switch e := err.(type) {
-		case *RejectedError:
+		case *rejectedError:
 			return e
 		case *TimeoutError:
 			return nil

@@ -12,9 +12,10 @@ import (
 type fbNop struct{}
 
 func (fbNop) Name() string { return "nop" }
-func (fbNop) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "nop", Limit: -1}, 0
+func (fbNop) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
+func (fbNop) Needs() sluice.Needs                                              { return 0 }
 func (fbNop) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
 // BenchmarkGuardDoWithFallback is the success path of a Guard with one no-op

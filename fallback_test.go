@@ -26,12 +26,14 @@ type fbPolicy struct {
 
 func (p *fbPolicy) Name() string { return p.name }
 
-func (p *fbPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *fbPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
 	if p.cause == nil {
-		return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
+		return sluice.Verdict{Limit: -1}
 	}
-	return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: time.Second, Cause: p.cause}, 0
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: p.cause}
 }
+
+func (p *fbPolicy) Needs() sluice.Needs { return 0 }
 
 func (p *fbPolicy) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	p.mu.Lock()
@@ -165,9 +167,7 @@ func TestFallbackThatDeclinesReturnsTheOriginalError(t *testing.T) {
 	g := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record), sluice.WithFallback(decline, next))
 
 	_, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "x", nil })
-	var re *sluice.RejectedError
-	require.ErrorAs(t, err, &re)
-	assert.Equal(t, "limiter", re.Decision.Policy)
+	assert.Equal(t, "limiter", rejection(t, err).Policy)
 	assert.Empty(t, evs.all(), "a declining fallback is not reported as served, and the next one is not asked")
 
 	err = g.Do(context.Background(), func(context.Context) error { return nil })
@@ -195,16 +195,49 @@ func TestFallbackWithoutDeclarationPassesToTheNext(t *testing.T) {
 }
 
 func TestExecuteAsksOnlyFallbacksOfItsType(t *testing.T) {
-	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}),
-		sluice.WithFallback(fbValue("ints", 42), fbValue("strings", "s")))
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbFunc[int]{name: "no ints"}, fbValue("strings", "s")))
 
 	s, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "", errFallbackCall })
 	require.NoError(t, err)
-	assert.Equal(t, "s", s)
+	assert.Equal(t, "s", s, "a fallback of another type without an answer is passed over")
 
-	f, err := sluice.Execute(context.Background(), g, func(context.Context) (float64, error) { return 1.5, errFallbackCall })
-	assert.Same(t, errFallbackCall, err, "no fallback of type float64: the error goes to the caller")
+	g2 := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.WithFallback(fbFunc[int]{name: "no ints"}))
+	f, err := sluice.Execute(context.Background(), g2, func(context.Context) (float64, error) { return 1.5, errFallbackCall })
+	assert.Same(t, errFallbackCall, err, "no fallback answers: the error goes to the caller")
 	assert.Equal(t, 1.5, f, "with the call's own value")
+	require.Len(t, evs.all(), 1)
+}
+
+// A fallback of another type than Execute's with an answer for the error is
+// a mistake in the Guard's declaration: Execute reports it, wrapping the
+// error, with the call's own value, and no observer hears of an answer.
+func TestExecuteWithAFallbackOfAnotherTypeIsAnError(t *testing.T) {
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbValue("ints", 42), fbValue("strings", "s")))
+
+	s, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "own", errFallbackCall })
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errFallbackCall)
+	assert.ErrorContains(t, err, `"ints"`)
+	assert.Equal(t, "own", s)
+
+	rej := fbGuard(t, sluice.With(&fbPolicy{name: "limiter", cause: sluice.ErrRateLimited}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbValue("ints", 42)))
+	_, err = sluice.Execute(context.Background(), rej, func(context.Context) (string, error) {
+		t.Fatal("the call ran despite the rejection")
+		return "", nil
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.ErrorContains(t, err, `"ints"`)
+	assert.Empty(t, evs.all())
+
+	// Do keeps only the error: any fallback's answer stands.
+	require.NoError(t, rej.Do(context.Background(), func(context.Context) error { return nil }))
+	require.Len(t, evs.all(), 1)
 }
 
 func TestDoKeepsOnlyTheFallbacksError(t *testing.T) {
@@ -245,28 +278,41 @@ func TestCallPanicSkipsTheFallback(t *testing.T) {
 	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
 }
 
-func TestGuardRecoverAndReportFallbackForAdapters(t *testing.T) {
+// End of a rejected call applies the Guard's fallbacks, as Do does; so does
+// End of an admitted call that failed, after the policies counted it.
+func TestCallEndAppliesTheFallbacks(t *testing.T) {
 	var evs fbEvents
 	g := fbGuard(t, sluice.With(&fbPolicy{name: "p", cause: sluice.ErrCircuitOpen}), sluice.OnFallback(evs.record),
 		sluice.WithFallback(fbValue("page", "maintenance page")))
-	_, done, err := g.Admit(context.Background())
-	require.Error(t, err)
-	done.Finish(nil)
-	assert.NoError(t, g.ApplyFallback(context.Background(), err))
-	assert.NoError(t, g.ApplyFallback(context.Background(), nil))
+	c, err := g.Begin(context.Background())
+	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	assert.False(t, c.Decision().Allowed)
+	assert.NoError(t, c.End(err))
 	require.Len(t, evs.all(), 1)
 	assert.Equal(t, sluice.CauseCircuitOpen, evs.all()[0].Cause)
 	assert.Equal(t, "p", evs.all()[0].Policy)
+	assert.Same(t, err, evs.all()[0].Err)
 
-	g.ReportFallback(context.Background(), sluice.FallbackEvent{Fallback: "stale"})
+	p := &fbPolicy{name: "breaker"}
+	g2 := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record), sluice.WithFallback(fbValue("page", "maintenance page")))
+	c, err = g2.Begin(context.Background())
+	require.NoError(t, err)
+	assert.NoError(t, c.End(errFallbackCall))
+	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
 	require.Len(t, evs.all(), 2)
-	assert.Equal(t, "stale", evs.all()[1].Fallback)
+	assert.Equal(t, sluice.FallbackEvent{Fallback: "page", Cause: sluice.CauseNone, Err: errFallbackCall}, evs.all()[1])
+	assert.NoError(t, c.End(nil))
+	assert.NoError(t, c.End(errFallbackCall), "a second End still applies the fallbacks")
+	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen(), "and reports nothing")
 
 	plain := fbGuard(t)
-	assert.Same(t, errFallbackCall, plain.ApplyFallback(context.Background(), errFallbackCall))
+	c, err = plain.Begin(context.Background())
+	require.NoError(t, err)
+	assert.Same(t, errFallbackCall, c.End(errFallbackCall))
 	var nilGuard *sluice.Guard
-	assert.Same(t, errFallbackCall, nilGuard.ApplyFallback(context.Background(), errFallbackCall))
-	nilGuard.ReportFallback(context.Background(), sluice.FallbackEvent{})
+	c, err = nilGuard.Begin(context.Background())
+	require.NoError(t, err)
+	assert.Same(t, errFallbackCall, c.End(errFallbackCall))
 }
 
 func TestFallbackOptionsValidate(t *testing.T) {
@@ -291,8 +337,12 @@ func TestGuardWithFallbackAllocatesNothingOnSuccess(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = sluice.Execute(ctx, g, fnv) }))
 }
 
-func TestNewFallbackEvent(t *testing.T) {
-	rej := &sluice.RejectedError{Decision: sluice.Decision{Policy: "breaker/db", Limit: -1, Cause: sluice.ErrCircuitOpen}}
+// The event of a fallback's answer names the rejecting policy only for a
+// rejection: a nested Guard's rejection that the call returned counts as
+// one, a timeout wrapping it does not.
+func TestFallbackEventFields(t *testing.T) {
+	rej := sluice.Rejection(sluice.Decision{Policy: "breaker/db", Limit: -1, Cause: sluice.ErrCircuitOpen})
+	te := &sluice.TimeoutError{After: time.Second, Err: rej}
 	tests := []struct {
 		err  error
 		want sluice.FallbackEvent
@@ -300,17 +350,20 @@ func TestNewFallbackEvent(t *testing.T) {
 		{rej, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseCircuitOpen, Policy: "breaker/db", Err: rej}},
 		{errFallbackCall, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseNone, Err: errFallbackCall}},
 		{context.DeadlineExceeded, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseNone, Err: context.DeadlineExceeded}},
+		{te, sluice.FallbackEvent{Fallback: "f", Cause: sluice.CauseTimeout, Err: te}},
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, sluice.NewFallbackEvent("f", tt.err))
+		var evs fbEvents
+		g := fbGuard(t, sluice.OnFallback(evs.record), sluice.WithFallback(fbValue("f", 1)))
+		require.NoError(t, g.Do(context.Background(), func(context.Context) error { return tt.err }))
+		require.Len(t, evs.all(), 1)
+		assert.Equal(t, tt.want, evs.all()[0])
 	}
-	te := &sluice.TimeoutError{After: time.Second, Err: context.DeadlineExceeded}
-	assert.Equal(t, sluice.CauseTimeout, sluice.NewFallbackEvent("t", te).Cause)
 }
 
 func TestRejectionOf(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
-	re := &sluice.RejectedError{Decision: d}
+	re := sluice.Rejection(d)
 	for _, err := range []error{re, fmt.Errorf("calling dep: %w", re), errors.Join(errors.New("other"), re)} {
 		got, ok := sluice.RejectionOf(err)
 		assert.True(t, ok, "%v", err)

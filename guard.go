@@ -7,25 +7,27 @@ import (
 	"io"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Guard runs requests through a chain of policies, listed outer to inner.
+// Guard runs calls through a chain of policies, listed outer to inner.
 //
-// For each request it reads its Clock once when the request arrives and hands
-// that instant to every policy's Admit; when the request ends it reads the
-// clock once more and hands the end instant and the latency to every policy
-// that admitted, unless none of them needs them (see UntimedDone). When a
-// policy rejects, the policies before it in the chain, which had admitted,
-// are given Done with Released, so they give back what they took.
+// [Guard.Do] and [Execute] run a function as one call; adapters and streams
+// run theirs through [Guard.Begin] and [Call.End], the same path. For each
+// call the Guard reads its Clock once when the call arrives and hands that
+// instant to every policy's Admit; when the call ends it reads the clock once
+// more and tells every policy that admitted, unless none of them declared
+// [NeedsEnd]. When a policy rejects, the policies before it in the chain,
+// which had admitted, are told Released, so they give back what they took.
 //
-// A Guard is safe for concurrent use. A nil *Guard lets every request through
+// A Guard is safe for concurrent use. A nil *Guard lets every call through
 // unguarded, so an adapter's route table can map unguarded routes to nil.
 type Guard struct {
 	policies   []Policy
-	fastp      []FastPolicy // per policy: its fast form, or nil
-	mayWait    []bool       // per policy: its Admit may block; nil when none may
-	clock      Clock        // nil: SystemClock, read without an interface call
+	names      []string // each policy's Name, read once
+	waits      []bool   // per policy: its Admit may block; nil when none may
+	clock      Clock    // nil: SystemClock, read without an interface call
 	classify   Classifier
 	onDecision []func(context.Context, Decision)
 	onState    []func(StateChange)
@@ -33,9 +35,9 @@ type Guard struct {
 	unsubs     []func()
 	fallbacks  []Fallback // outermost layer; see fallback.go
 	onFallback []func(context.Context, FallbackEvent)
-	timeout    time.Duration // call deadline; 0: none; see timeout.go
-	fast       bool          // Do and Execute may take their fast path
-	untimed    bool          // every policy is UntimedDone: Done reads no clock
+	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
+	untimed    bool                            // no policy NeedsEnd: Done reads no clock
+	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
 }
 
 // Option configures a Guard.
@@ -133,21 +135,23 @@ func New(opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 	}
-	g.fastp = make([]FastPolicy, len(g.policies))
-	for i, p := range g.policies {
-		g.fastp[i] = FastFormOf(p)
-		if w, ok := p.(Waiter); ok && w.MayWait() {
-			if g.mayWait == nil {
-				g.mayWait = make([]bool, len(g.policies))
-			}
-			g.mayWait[i] = true
-		}
-	}
-	g.fast = g.mayWait == nil && len(g.policies) <= len(Done{}.tickets) &&
-		len(g.onDecision) == 0
+	g.names = make([]string, len(g.policies))
+	g.rejs = make([]atomic.Pointer[rejectedError], len(g.policies))
 	g.untimed = g.clock == nil
-	for _, p := range g.policies {
-		if !IsUntimed(p) {
+	seen := make(map[Policy]int, len(g.policies))
+	for i, p := range g.policies {
+		if j, dup := seenPolicy(seen, p, i); dup {
+			return nil, fmt.Errorf("sluice: policy %d (%s) is policy %d again: a policy in a chain twice would decide every call twice", i, p.Name(), j)
+		}
+		g.names[i] = p.Name()
+		needs := p.Needs()
+		if needs&Waits != 0 {
+			if g.waits == nil {
+				g.waits = make([]bool, len(g.policies))
+			}
+			g.waits[i] = true
+		}
+		if needs&NeedsEnd != 0 {
 			g.untimed = false
 		}
 	}
@@ -167,6 +171,20 @@ func (g *Guard) stateChanged(c StateChange) {
 	}
 }
 
+// seenPolicy records p as the i-th policy and reports the index it had
+// already, if it is in the chain twice. Policies of a type that cannot be
+// compared are not checked.
+func seenPolicy(seen map[Policy]int, p Policy, i int) (int, bool) {
+	if !reflect.TypeOf(p).Comparable() {
+		return 0, false
+	}
+	if j, ok := seen[p]; ok {
+		return j, true
+	}
+	seen[p] = i
+	return 0, false
+}
+
 // Policies returns the Guard's chain, outer to inner.
 func (g *Guard) Policies() []Policy {
 	if g == nil {
@@ -175,23 +193,7 @@ func (g *Guard) Policies() []Policy {
 	return append([]Policy(nil), g.policies...)
 }
 
-// Classify classifies err with the Guard's Classifier.
-func (g *Guard) Classify(err error) Outcome {
-	if g == nil {
-		return DefaultClassifier(err)
-	}
-	return g.classify(err)
-}
-
-// Now reads the Guard's clock.
-func (g *Guard) Now() time.Duration {
-	if g == nil {
-		return time.Since(processStart)
-	}
-	return g.now()
-}
-
-// now is Now for a Guard that is not nil, small enough to inline.
+// now reads the Guard's clock; small enough to inline.
 func (g *Guard) now() time.Duration {
 	if g.clock == nil {
 		return time.Since(processStart)
@@ -224,294 +226,70 @@ func (g *Guard) Close() error {
 	return errors.Join(errs...)
 }
 
-// Do runs fn if every policy admits it, and reports how it ended. It returns
-// a *RejectedError when a policy rejects, and fn's error otherwise; a
-// fallback of the Guard ([WithFallback]) may answer either with nil or
-// another error. With [WithTimeout], fn runs with the Guard's deadline.
+// ErrNilArgument is returned by Do, Execute and Begin for a nil context or
+// function: a programming error, reported rather than a panic.
+var ErrNilArgument = errors.New("sluice: nil context or function")
+
+// Do runs fn as one call through the Guard: Begin, fn with the call's
+// context, End. It returns the rejection when a policy rejects, fn's error
+// otherwise (a [*TimeoutError] past the Guard's deadline); a fallback of
+// the Guard ([WithFallback]) may answer either with nil or another error.
 //
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
+	if ctx == nil || fn == nil {
+		return ErrNilArgument
+	}
 	if g == nil {
 		return fn(ctx)
 	}
-	var done Done
-	defer done.endOnPanic()
-	if err := g.admitRun(ctx, &done); err != nil {
-		return g.applyFallback(ctx, err)
+	var c Call
+	defer c.endOnPanic()
+	if err := g.begin(ctx, &c, false); err != nil {
+		return c.End(err)
 	}
-	done.ran = true
-	if g.timeout > 0 {
-		return g.doTimeout(ctx, &done, fn)
-	}
-	err := fn(ctx)
-	done.Finish(err)
-	if err != nil {
-		return g.applyFallback(ctx, err)
-	}
-	return nil
+	return c.End(fn(c.Context()))
 }
 
 // Execute runs fn under g as Do does, and returns fn's value, or the value
 // of the Guard's fallback of type T ([FallbackOf]) that answered instead.
+// A fallback of the Guard that declares an answer for the error but answers
+// another type is a mistake that Execute reports as an error rather than
+// skip.
 func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
+	if ctx == nil || fn == nil {
+		var zero T
+		return zero, ErrNilArgument
+	}
 	if g == nil {
 		return fn(ctx)
 	}
-	var done Done
-	defer done.endOnPanic()
-	if err := g.admitRun(ctx, &done); err != nil {
+	var c Call
+	defer c.endOnPanic()
+	if err := g.begin(ctx, &c, false); err != nil {
 		var zero T
 		return fallbackValue(ctx, g, zero, err)
 	}
-	done.ran = true
-	if g.timeout > 0 {
-		return executeTimeout(ctx, g, &done, fn)
-	}
-	v, err := fn(ctx)
-	done.Finish(err)
-	if err != nil {
+	v, err := fn(c.Context())
+	if err = c.finish(err); err != nil {
 		return fallbackValue(ctx, g, v, err)
 	}
 	return v, nil
 }
 
-// Admit is the first half of Do, for adapters and streams that run the
-// request themselves: it asks every policy, outer to inner. When all admit, it
-// returns the tightest Decision and a Done that must be finished exactly once
-// when the request ends. When one rejects, it returns that Decision, a
-// *RejectedError, and a Done on which Finish does nothing.
-func (g *Guard) Admit(ctx context.Context) (d Decision, out Done, err error) {
-	err = g.AdmitTo(ctx, &d, &out)
-	return d, out, err
-}
-
-// AdmitTo is Admit writing the Decision to *d and the Done to *done instead
-// of returning them, for adapters on a hot path: returning both by value
-// costs a copy of each, about 17ns of a request. d may be nil when the
-// caller has no use for an admission's Decision: none is then built, and a
-// rejection's is in the returned *RejectedError. *done is overwritten; it
-// must not hold a request that has not finished.
-func (g *Guard) AdmitTo(ctx context.Context, d *Decision, done *Done) error {
-	*done = Done{}
-	if g == nil {
-		if d != nil {
-			*d = allowAll
-		}
-		return nil
-	}
-	var local Decision
-	if d == nil && !g.fast {
-		d = &local // an observer wants it, or the slow path writes it
-	}
-	admitted := false
-	defer func() {
-		if !admitted {
-			done.endOnPanic() // a policy's Admit or an observer panicked
-		}
-	}()
-	err := g.admit(ctx, done, d)
-	admitted = true
-	done.ran = true
-	return err
-}
-
-// admitRun is admit for Do and Execute, which need no Decision back: unless
-// an OnDecision observer wants it, it builds none.
-func (g *Guard) admitRun(ctx context.Context, done *Done) error {
-	if !g.fast {
-		var d Decision
-		return g.admit(ctx, done, &d)
-	}
-	var now time.Duration
-	if g.clock == nil {
-		now = time.Since(processStart) // inlined: one read of the runtime's clock
-	} else {
-		now = g.clock.Now()
-	}
-	done.g, done.start = g, now
-	fastp := g.fastp[:len(g.policies)]
-	for i, p := range g.policies {
-		var t Ticket
-		if f := fastp[i]; f != nil {
-			var rej *RejectedError
-			if t, _, rej = f.AdmitFast(ctx, now); rej != nil {
-				g.release(done, i, now)
-				return rej
-			}
-		} else {
-			var d Decision
-			if d, t = p.Admit(ctx, now); !d.Allowed {
-				g.release(done, i, now)
-				return &RejectedError{Decision: d}
-			}
-		}
-		done.tickets[i] = t
-		done.n = i + 1
-	}
-	return nil
-}
-
-// release gives Released to the policies before the i-th, which admitted at
-// now, when the i-th rejects; done stays inactive.
-func (g *Guard) release(done *Done, i int, now time.Duration) {
-	done.g = nil
-	done.end(g, i-1, Released, now)
-}
-
-// admit runs the chain, fills done with the tickets of the policies that
-// admitted, and writes to *out the tightest Decision or the rejection; out
-// may be nil on the fast path (see AdmitTo). On a rejection done stays
-// inactive.
-func (g *Guard) admit(ctx context.Context, done *Done, out *Decision) error {
-	if g.mayWait != nil || len(g.policies) > len(done.tickets) {
-		return g.admitSlow(ctx, done, out)
-	}
-	var now time.Duration
-	if g.clock == nil {
-		now = time.Since(processStart)
-	} else {
-		now = g.clock.Now()
-	}
-	done.g, done.start = g, now
-	tight := false // *out holds a Decision with a quota
-	fastp := g.fastp[:len(g.policies)]
-	for i, p := range g.policies {
-		var t Ticket
-		if f := fastp[i]; f != nil {
-			var q Quota
-			var rej *RejectedError
-			if t, q, rej = f.AdmitFast(ctx, now); rej != nil {
-				g.release(done, i, now)
-				if out != nil {
-					*out = rej.Decision
-				}
-				if len(g.onDecision) > 0 {
-					g.decided(ctx, rej.Decision)
-				}
-				return rej
-			}
-			// The ticket is kept before anything else can panic (Name).
-			done.tickets[i] = t
-			done.n = i + 1
-			if out != nil && q.Limit >= 0 && (!tight || q.Remaining < out.Remaining) {
-				// Field by field: a Decision built aside and copied to *out
-				// is read back in wide loads from narrower stores just
-				// made, which the CPU cannot forward.
-				out.Allowed, out.Policy, out.RetryAfter, out.Cause = true, f.Name(), 0, nil
-				out.Limit, out.Remaining, out.Reset = q.Limit, q.Remaining, q.Reset
-				tight = true
-			}
-		} else {
-			var d Decision
-			if d, t = p.Admit(ctx, now); !d.Allowed {
-				g.release(done, i, now)
-				if out != nil {
-					*out = d
-				}
-				if len(g.onDecision) > 0 {
-					g.decided(ctx, d)
-				}
-				return &RejectedError{Decision: d}
-			}
-			done.tickets[i] = t
-			done.n = i + 1
-			if out != nil && d.Limit >= 0 && (!tight || d.Remaining < out.Remaining) {
-				*out, tight = d, true
-			}
-		}
-	}
-	if out == nil {
-		return nil
-	}
-	if !tight {
-		*out = allowAll
-	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, *out)
-	}
-	return nil
-}
-
-// admitSlow is admit for chains longer than a Done's inline tickets or with
-// a policy that may wait.
-func (g *Guard) admitSlow(ctx context.Context, done *Done, out *Decision) error {
-	now := g.now()
-	if len(g.policies) > len(done.tickets) {
-		done.more = make([]Ticket, len(g.policies))
-	}
-	done.g, done.start = g, now
-	// After a policy that may wait, the instant moves on; the instant each
-	// policy decided at is kept, so a release tells each how long ago it
-	// admitted.
-	at := make([]time.Duration, len(g.policies))
-	if g.mayWait != nil {
-		done.ats = at // for a Released, here or later (a panic, a release)
-	}
-	best := allowAll
-	for i, p := range g.policies {
-		at[i] = now
-		d, t := p.Admit(ctx, now)
-		if !d.Allowed {
-			done.g = nil
-			if g.mayWait != nil && g.mayWait[i] {
-				now = g.now() // it may have waited before it gave up
-			}
-			done.end(g, i-1, Released, now)
-			done.more, done.ats = nil, nil
-			*out = d
-			if len(g.onDecision) > 0 {
-				g.decided(ctx, d)
-			}
-			return &RejectedError{Decision: d}
-		}
-		if done.more != nil {
-			done.more[i] = t
-		} else {
-			done.tickets[i] = t
-		}
-		done.n = i + 1
-		if g.mayWait != nil && g.mayWait[i] {
-			// It may have waited: the policies after it decide, and the
-			// call's latency starts, at the instant the wait ended.
-			now = g.now()
-		}
-		if d.Limit >= 0 && (best.Limit < 0 || d.Remaining < best.Remaining) {
-			best = d
-		}
-	}
-	done.start = now
-	*out = best
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, best)
-	}
-	return nil
-}
-
-var allowAll = Decision{Allowed: true, Limit: -1}
-
-func (g *Guard) decided(ctx context.Context, d Decision) {
-	for _, fn := range g.onDecision {
-		fn(ctx, d)
-	}
-}
-
-// Waiter is implemented by policies whose Admit may block: a shaper waiting
-// for its slot, a concurrency limit with a queue. A Guard reads its clock
-// again after such a policy admits, so the policies after it decide at the
-// instant the wait ended, and the latency every policy hears in Done is the
-// call's own, without the time spent waiting to be admitted.
-type Waiter interface {
-	MayWait() bool
-}
-
-// Done is the second half of Admit: it carries the tickets of the policies
-// that admitted a request until the request ends. Its zero value does nothing.
-// A Done is used by one goroutine at a time. It is a value, so that Admit
-// allocates nothing: keep one copy and finish that copy once; a second copy
-// finished too would report the request twice.
-type Done struct {
+// Call is one call's passage through a Guard, from [Guard.Begin] to
+// [Call.End]: the tickets of the policies that admitted it, its Decision,
+// and its context with the Guard's deadline. Its zero value is a finished
+// call. A Call is used by one goroutine at a time, and must not be copied
+// after Begin: finishing two copies would report the call twice.
+type Call struct {
 	g       *Guard
+	live    bool // admitted, and not yet reported
+	parent  context.Context
+	ctx     context.Context // parent with the Guard's deadline; nil: parent
+	cancel  context.CancelFunc
+	d       Decision
 	start   time.Duration
 	n       int  // the policies that admitted, the first n of the chain
 	ran     bool // the call was handed over to run
@@ -520,37 +298,99 @@ type Done struct {
 	ats     []time.Duration // after a wait: the instant each policy admitted at
 }
 
-func (d *Done) ticket(i int) Ticket {
-	if d.more != nil {
-		return d.more[i]
+// Begin asks every policy, outer to inner, to admit a call. When all admit,
+// it returns a nil error and the Call to run: its Context carries the
+// Guard's deadline, and End must be called exactly once when the call has
+// returned. When one rejects, it returns the rejection; End with it then
+// applies the Guard's fallbacks. Either way, Decision tells what was
+// decided.
+//
+//	call, err := g.Begin(ctx)
+//	if err == nil {
+//		err = work(call.Context())
+//	}
+//	err = call.End(err)
+func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
+	if ctx == nil {
+		return Call{d: allowAll}, ErrNilArgument
 	}
-	return d.tickets[i]
-}
-
-// Finish reports the end of the request with err classified by the Guard's
-// Classifier. Only the first Finish or Record counts.
-func (d *Done) Finish(err error) {
-	if d.g == nil {
-		return
-	}
-	if err == nil {
-		d.Record(Success)
-		return
-	}
-	d.Record(d.g.classify(err))
-}
-
-// Record reports the end of the request with outcome o, reading the clock
-// once for the end instant and latency, unless the Guard reads SystemClock,
-// every policy of it is UntimedDone and o is not Released. Only the first
-// Finish or Record counts.
-func (d *Done) Record(o Outcome) {
-	g := d.g
 	if g == nil {
-		return
+		c.d, c.parent = allowAll, ctx
+		return c, nil
 	}
-	d.g = nil
-	now := Unread
+	admitted := false
+	defer func() {
+		if !admitted {
+			c.endOnPanic() // a policy's Admit or an observer panicked
+		}
+	}()
+	err = g.begin(ctx, &c, true)
+	admitted = true
+	return c, err
+}
+
+// Context returns the context to run the call with: the one given to Begin,
+// with the Guard's deadline when it has a timeout ([WithTimeout]).
+func (c *Call) Context() context.Context {
+	if c.ctx != nil {
+		return c.ctx
+	}
+	return c.parent
+}
+
+// Decision returns what the Guard decided: the rejecting policy's Decision,
+// or, when all admitted, the one whose quota is tightest.
+func (c *Call) Decision() Decision { return c.d }
+
+// End ends the call with err, the error the call returned, and returns the
+// error its caller gets. For an admitted call it turns err into a
+// [*TimeoutError] when the Guard's deadline passed, classifies it with the
+// Guard's Classifier and tells every policy that admitted. Then, for a
+// rejection or a failed call alike, the Guard's fallbacks may answer: the
+// result is nil when one did. Only the first End or Report of a call counts;
+// End on a call already ended still applies the fallbacks to err.
+func (c *Call) End(err error) error {
+	g := c.g
+	err = c.finish(err)
+	if err == nil || g == nil || len(g.fallbacks) == 0 {
+		return err
+	}
+	return g.applyFallback(c.parent, err)
+}
+
+// finish is End without the fallbacks: the timeout mapping, the
+// classification and the report.
+func (c *Call) finish(err error) error {
+	if !c.live {
+		return err
+	}
+	if c.cancel != nil {
+		err = c.g.timedOut(c.ctx, err)
+	}
+	o := Success
+	if err != nil {
+		o = c.g.classify(err)
+	}
+	return c.Report(o, err)
+}
+
+// Report ends an admitted call with outcome o, for adapters that classify
+// a call themselves (by an HTTP status, a gRPC code) and answer it
+// themselves: no fallback runs. It returns err, turned into a
+// [*TimeoutError] when the Guard's deadline passed. Only the first End or
+// Report counts; a later one returns err as it is.
+func (c *Call) Report(o Outcome, err error) error {
+	if !c.live {
+		return err
+	}
+	g := c.g
+	c.live = false
+	if c.cancel != nil {
+		err = g.timedOut(c.ctx, err)
+		c.cancel()
+		c.cancel = nil
+	}
+	now := c.start
 	if !g.untimed || o == Released {
 		if g.clock == nil {
 			now = time.Since(processStart)
@@ -558,53 +398,231 @@ func (d *Done) Record(o Outcome) {
 			now = g.clock.Now()
 		}
 	}
-	d.end(g, d.n-1, o, now)
+	c.end(g, c.n-1, o, now)
+	return err
 }
 
-// end tells policies i, i-1, ..., 0 of g that the request ended with o at
+// Start returns the instant the call arrived, on the Guard's clock: for an
+// admitted call that waited in a policy, the instant its wait ended.
+func (c *Call) Start() time.Duration { return c.start }
+
+var allowAll = Decision{Allowed: true, Limit: -1}
+
+// begin runs the chain for c. want tells it to build the Decision even when
+// no observer needs it.
+func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
+	c.parent = ctx
+	if g.waits != nil || len(g.policies) > len(c.tickets) {
+		return g.beginSlow(ctx, c)
+	}
+	want = want || len(g.onDecision) > 0
+	var now time.Duration
+	if g.clock == nil {
+		now = time.Since(processStart) // inlined: one read of the runtime's clock
+	} else {
+		now = g.clock.Now()
+	}
+	c.g, c.live, c.start = g, true, now
+	tight := false // c.d holds a Decision with a quota
+	for i, p := range g.policies {
+		v := p.Admit(ctx, now)
+		if v.Cause != nil {
+			return g.rejected(ctx, c, i, now, &v)
+		}
+		// The ticket is kept before anything else can panic.
+		c.tickets[i] = v.Ticket
+		c.n = i + 1
+		if want && v.Limit >= 0 && (!tight || v.Remaining < c.d.Remaining) {
+			// Field by field: a Decision built aside and copied is read back
+			// in wide loads from narrower stores just made, which the CPU
+			// cannot forward.
+			c.d.Allowed, c.d.Policy, c.d.RetryAfter, c.d.Cause = true, g.names[i], 0, nil
+			c.d.Limit, c.d.Remaining, c.d.Reset = v.Limit, v.Remaining, v.Reset
+			tight = true
+		}
+	}
+	if want && !tight {
+		c.d = allowAll
+	}
+	if g.timeout > 0 {
+		c.ctx, c.cancel = g.callContext(ctx)
+	}
+	if len(g.onDecision) > 0 {
+		g.decided(ctx, c.d)
+	}
+	c.ran = true
+	return nil
+}
+
+// rejected ends the admission of c, which policy i rejected at now with v:
+// the policies before it are released, and the rejection is returned.
+func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, v *Verdict) error {
+	c.live = false
+	c.end(g, i-1, Released, now)
+	c.more, c.ats = nil, nil
+	c.d = v.Decision(g.names[i])
+	if len(g.onDecision) > 0 {
+		g.decided(ctx, c.d)
+	}
+	return g.rejection(i, now, v)
+}
+
+// rejection returns the error of policy i's rejection v at now. Rejections
+// whose answers agree to the millisecond (an open breaker's, for the whole
+// of its open spell) share one error, so a flood of them allocates nothing:
+// RetryAfter and Reset are kept as instants, rounded up to the millisecond,
+// and read relative to the moment they are read.
+func (g *Guard) rejection(i int, now time.Duration, v *Verdict) error {
+	// A RetryAfter or Reset of 0 (none known) is no instant: it agrees with
+	// any other 0, whenever the rejection came.
+	var retryAt, resetAt time.Duration
+	if v.RetryAfter > 0 {
+		retryAt = ceilMilli(now + v.RetryAfter)
+	}
+	if v.Reset > 0 {
+		resetAt = ceilMilli(now + v.Reset)
+	}
+	if e := g.rejs[i].Load(); e != nil && e.d.Cause == v.Cause && e.retryAt == retryAt &&
+		e.resetAt == resetAt && e.d.Limit == v.Limit && e.d.Remaining == v.Remaining &&
+		e.hasRetry == (v.RetryAfter > 0) && (e.d.Reset > 0) == (v.Reset > 0) {
+		return e
+	}
+	e := &rejectedError{d: v.Decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
+	if cacheable(v.Cause) {
+		g.rejs[i].Store(e)
+	}
+	return e
+}
+
+// ceilMilli rounds t up to a whole millisecond.
+func ceilMilli(t time.Duration) time.Duration {
+	if r := t % time.Millisecond; r > 0 {
+		return t - r + time.Millisecond
+	} else if r < 0 {
+		return t - r
+	}
+	return t
+}
+
+// cacheable reports whether cause can be compared with ==: an error of a
+// type that cannot is never shared, since comparing two of that type
+// would panic.
+func cacheable(cause error) bool {
+	switch cause {
+	case ErrRateLimited, ErrCircuitOpen, ErrOverloaded, ErrConcurrencyLimited, ErrTimeout:
+		return true
+	}
+	return reflect.TypeOf(cause).Comparable()
+}
+
+// beginSlow is begin for chains longer than a Call's inline tickets or with
+// a policy that may wait.
+func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
+	now := g.now()
+	if len(g.policies) > len(c.tickets) {
+		c.more = make([]Ticket, len(g.policies))
+	}
+	c.g, c.live, c.start = g, true, now
+	// After a policy that may wait, the instant moves on; the instant each
+	// policy decided at is kept, so a release tells each how long ago it
+	// admitted.
+	at := make([]time.Duration, len(g.policies))
+	if g.waits != nil {
+		c.ats = at // for a Released, here or later (a panic, a release)
+	}
+	best, bi := Verdict{Limit: -1}, -1
+	for i, p := range g.policies {
+		at[i] = now
+		v := p.Admit(ctx, now)
+		if v.Cause != nil {
+			if g.waits != nil && g.waits[i] {
+				now = g.now() // it may have waited before it gave up
+			}
+			return g.rejected(ctx, c, i, now, &v)
+		}
+		if c.more != nil {
+			c.more[i] = v.Ticket
+		} else {
+			c.tickets[i] = v.Ticket
+		}
+		c.n = i + 1
+		if g.waits != nil && g.waits[i] {
+			// It may have waited: the policies after it decide, and the
+			// call's latency starts, at the instant the wait ended.
+			now = g.now()
+		}
+		if v.Limit >= 0 && (best.Limit < 0 || v.Remaining < best.Remaining) {
+			best, bi = v, i
+		}
+	}
+	c.start = now
+	c.d = allowAll
+	if bi >= 0 {
+		c.d = best.Decision(g.names[bi])
+	}
+	if g.timeout > 0 {
+		c.ctx, c.cancel = g.callContext(ctx)
+	}
+	if len(g.onDecision) > 0 {
+		g.decided(ctx, c.d)
+	}
+	c.ran = true
+	return nil
+}
+
+func (g *Guard) decided(ctx context.Context, d Decision) {
+	for _, fn := range g.onDecision {
+		fn(ctx, d)
+	}
+}
+
+func (c *Call) ticket(i int) Ticket {
+	if c.more != nil {
+		return c.more[i]
+	}
+	return c.tickets[i]
+}
+
+// end tells policies i, i-1, ..., 0 of g that the call ended with o at
 // now. A policy's Done that panics (a state listener it calls, say) does not
 // keep the policies outside it from hearing the end, or their quota would
 // leak: they are told, then the panic goes on.
-func (d *Done) end(g *Guard, i int, o Outcome, now time.Duration) {
+func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 	defer func() {
 		if i >= 0 { // the Done of policy i panicked
-			d.end(g, i-1, o, now)
+			c.end(g, i-1, o, now)
 		}
 	}()
+	untimed := g.untimed && o != Released
 	for ; i >= 0; i-- {
-		g.policies[i].Done(d.ticket(i), o, now, d.latency(i, o, now))
+		lat := time.Duration(-1)
+		if !untimed {
+			lat = c.latency(i, o, now)
+		}
+		g.policies[i].Done(c.ticket(i), o, now, lat)
 	}
 }
 
-// latency is what policy i is told of the request's latency at now: 0 when
-// the end instant is Unread; for Released after a wait, how long ago its own
-// Admit was, which differs from the call's start.
-func (d *Done) latency(i int, o Outcome, now time.Duration) time.Duration {
-	switch {
-	case now == Unread:
-		return 0
-	case o == Released && d.ats != nil:
-		return max(now-d.ats[i], 0)
+// latency is what policy i is told of the call's latency at now: for
+// Released after a wait, how long ago its own Admit was, which differs from
+// the call's start.
+func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
+	if o == Released && c.ats != nil {
+		return max(now-c.ats[i], 0)
 	}
-	return max(now-d.start, 0)
+	return max(now-c.start, 0)
 }
 
-// Start returns the instant the request was admitted, on the Guard's clock.
-func (d *Done) Start() time.Duration { return d.start }
-
-// Active reports whether the Done still waits for its Finish or Record.
-func (d *Done) Active() bool { return d.g != nil }
-
-// endOnPanic ends a Done that a panic left open: the call's own panic is a
+// endOnPanic ends a Call that a panic left open: the call's own panic is a
 // Failure; one before the call ran (a policy's Admit, an OnDecision
 // observer) releases the policies that had admitted.
-func (d *Done) endOnPanic() {
-	if d.g == nil {
+func (c *Call) endOnPanic() {
+	if !c.live {
 		return
 	}
-	if d.ran {
-		d.Record(Failure)
+	if c.ran {
+		c.Report(Failure, nil)
 	} else {
-		d.Record(Released)
+		c.Report(Released, nil)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -36,6 +37,7 @@ type recorder struct {
 	admits []time.Duration
 	dones  []call
 	cause  error
+	needs  sluice.Needs
 }
 
 func newRecorder(name string, quota int64) *recorder {
@@ -46,22 +48,24 @@ func newRecorder(name string, quota int64) *recorder {
 
 func (r *recorder) Name() string { return r.name }
 
-func (r *recorder) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (r *recorder) Needs() sluice.Needs { return r.needs }
+
+func (r *recorder) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	r.mu.Lock()
 	r.admits = append(r.admits, now)
 	r.mu.Unlock()
 	q := r.quota.Load()
 	if q == 0 {
-		return sluice.Decision{Policy: r.name, Limit: r.limit, RetryAfter: time.Second, Cause: r.cause}, 0
+		return sluice.Verdict{Limit: r.limit, RetryAfter: time.Second, Cause: r.cause}
 	}
 	if q > 0 {
 		r.quota.Add(-1)
 	}
 	rem := q - 1
 	if q < 0 {
-		return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, sluice.Ticket(r.issued.Add(1))
+		return sluice.Verdict{Ticket: sluice.Ticket(r.issued.Add(1)), Limit: -1}
 	}
-	return sluice.Decision{Allowed: true, Policy: r.name, Limit: r.limit, Remaining: rem}, sluice.Ticket(r.issued.Add(1))
+	return sluice.Verdict{Ticket: sluice.Ticket(r.issued.Add(1)), Limit: r.limit, Remaining: rem}
 }
 
 func (r *recorder) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
@@ -77,6 +81,16 @@ func (r *recorder) doneCalls() []call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]call(nil), r.dones...)
+}
+
+// rejection returns the Decision of the rejection err, failing t when err is
+// none.
+func rejection(t testing.TB, err error) sluice.Decision {
+	t.Helper()
+	d, ok := sluice.RejectionOf(err)
+	require.True(t, ok, "%v is no rejection", err)
+	require.ErrorIs(t, err, sluice.ErrRejected)
+	return d
 }
 
 func mustGuard(t testing.TB, opts ...sluice.Option) *sluice.Guard {
@@ -119,7 +133,7 @@ type orderPolicy struct {
 	log func(string)
 }
 
-func (p *orderPolicy) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *orderPolicy) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	p.log("admit " + p.name)
 	return p.recorder.Admit(ctx, now)
 }
@@ -137,12 +151,10 @@ func TestGuardInnerRejectionReleasesOuterPolicies(t *testing.T) {
 	err := g.Do(t.Context(), func(context.Context) error { ran = true; return nil })
 
 	require.False(t, ran)
-	var rej *sluice.RejectedError
-	require.ErrorAs(t, err, &rej)
-	assert.ErrorIs(t, err, sluice.ErrRejected)
+	d := rejection(t, err)
 	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
 	assert.NotErrorIs(t, err, sluice.ErrRateLimited)
-	assert.Equal(t, "c", rej.Decision.Policy)
+	assert.Equal(t, "c", d.Policy)
 	for _, r := range []*recorder{a, b} {
 		calls := r.doneCalls()
 		require.Len(t, calls, 1, r.name)
@@ -187,7 +199,7 @@ func TestGuardClassifiesOutcomes(t *testing.T) {
 		{"error is failure", boom, sluice.Failure},
 		{"deadline is failure", context.DeadlineExceeded, sluice.Failure},
 		{"caller cancel is ignored", fmt.Errorf("call: %w", context.Canceled), sluice.Ignored},
-		{"nested rejection is ignored", &sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrRateLimited}}, sluice.Ignored},
+		{"nested rejection is ignored", sluice.Rejection(sluice.Decision{Cause: sluice.ErrRateLimited}), sluice.Ignored},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -241,47 +253,73 @@ func TestExecuteReturnsValueOrRejection(t *testing.T) {
 	assert.Equal(t, "", v)
 }
 
-func TestAdmitTwoStep(t *testing.T) {
+func TestBeginEndTwoStep(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	limit := newRecorder("limit", 2)
 	g := mustGuard(t, sluice.With(limit), sluice.WithClock(clk))
 
-	d, done, err := g.Admit(t.Context())
+	c, err := g.Begin(t.Context())
 	require.NoError(t, err)
+	d := c.Decision()
 	assert.True(t, d.Allowed)
+	assert.Equal(t, "limit", d.Policy)
 	assert.Equal(t, int64(1), d.Remaining)
-	assert.True(t, done.Active())
+	assert.Equal(t, t.Context(), c.Context(), "no timeout: the context given")
 	clk.Advance(time.Second)
-	done.Finish(errors.New("5xx"))
-	done.Finish(nil) // second call counts for nothing
-	done.Record(sluice.Success)
-	assert.False(t, done.Active())
+	fail := errors.New("5xx")
+	assert.Same(t, fail, c.End(fail))
+	assert.NoError(t, c.End(nil), "a second End counts for nothing")
+	assert.Same(t, fail, c.Report(sluice.Success, fail), "nor does a Report after it")
 	assert.Equal(t, []call{{1, sluice.Failure, time.Second, time.Second}}, limit.doneCalls())
 
-	_, done, _ = g.Admit(t.Context())
-	done.Record(sluice.Success)
-	d, done, err = g.Admit(t.Context())
-	assert.False(t, d.Allowed)
+	c, err = g.Begin(t.Context())
+	require.NoError(t, err)
+	assert.NoError(t, c.Report(sluice.Success, nil))
+	c, err = g.Begin(t.Context())
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
-	assert.False(t, done.Active())
-	done.Finish(nil) // a rejected Done does nothing
-	assert.Len(t, limit.doneCalls(), 2)
+	d = c.Decision()
+	assert.False(t, d.Allowed)
+	assert.Equal(t, "limit", d.Policy)
+	assert.Equal(t, time.Second, d.RetryAfter)
+	assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
+	rd := rejection(t, err)
+	assert.Equal(t, d, rd, "read at the rejection's instant")
+	assert.Same(t, err, c.End(err), "End of a rejection without fallbacks returns it")
+	assert.Len(t, limit.doneCalls(), 2, "a rejected call reports nothing")
 }
 
-func TestAdmitReportsTightestQuota(t *testing.T) {
+// Report ends a call with the adapter's own outcome, turns an error past
+// the deadline into a timeout, and asks no fallback.
+func TestCallReportAsksNoFallback(t *testing.T) {
+	r := newRecorder("r", -1)
+	asked := false
+	g := mustGuard(t, sluice.With(r), sluice.WithFallback(fbFunc[int]{name: "f", fn: func(context.Context, error) (int, error) {
+		asked = true
+		return 0, nil
+	}}))
+	c, err := g.Begin(t.Context())
+	require.NoError(t, err)
+	assert.Same(t, errFallbackCall, c.Report(sluice.Ignored, errFallbackCall))
+	assert.False(t, asked)
+	require.Len(t, r.doneCalls(), 1)
+	assert.Equal(t, sluice.Ignored, r.doneCalls()[0].outcome)
+}
+
+func TestBeginReportsTightestQuota(t *testing.T) {
 	loose, tight, noQuota := newRecorder("loose", 9), newRecorder("tight", 3), newRecorder("breaker", -1)
 	g := mustGuard(t, sluice.With(loose, noQuota, tight))
-	d, done, err := g.Admit(t.Context())
+	c, err := g.Begin(t.Context())
 	require.NoError(t, err)
-	defer done.Record(sluice.Success)
+	defer func() { _ = c.End(nil) }()
+	d := c.Decision()
 	assert.Equal(t, "tight", d.Policy)
 	assert.Equal(t, int64(2), d.Remaining)
 
 	g2 := mustGuard(t, sluice.With(newRecorder("breaker", -1)))
-	d, done2, err := g2.Admit(t.Context())
+	c2, err := g2.Begin(t.Context())
 	require.NoError(t, err)
-	defer done2.Record(sluice.Success)
-	assert.Equal(t, int64(-1), d.Limit)
+	defer func() { _ = c2.End(nil) }()
+	assert.Equal(t, sluice.Decision{Allowed: true, Limit: -1}, c2.Decision())
 }
 
 func TestNilGuardPassesThrough(t *testing.T) {
@@ -289,16 +327,58 @@ func TestNilGuardPassesThrough(t *testing.T) {
 	called := false
 	require.NoError(t, g.Do(t.Context(), func(context.Context) error { called = true; return nil }))
 	assert.True(t, called)
-	d, done, err := g.Admit(t.Context())
+	v, err := sluice.Execute(t.Context(), g, func(context.Context) (int, error) { return 3, nil })
 	require.NoError(t, err)
-	assert.True(t, d.Allowed)
-	done.Finish(nil)
+	assert.Equal(t, 3, v)
+	c, err := g.Begin(t.Context())
+	require.NoError(t, err)
+	assert.True(t, c.Decision().Allowed)
+	assert.Equal(t, int64(-1), c.Decision().Limit)
+	assert.Equal(t, t.Context(), c.Context())
+	assert.NoError(t, c.End(nil))
+	assert.Same(t, errFallbackCall, c.End(errFallbackCall))
+	assert.Nil(t, g.Policies())
 	assert.NoError(t, g.Close())
+}
+
+// A nil context or function is a programming error that Do, Execute and
+// Begin report rather than panic on, for a Guard and a nil one alike, and
+// no policy hears of it.
+func TestNilArgumentIsAnError(t *testing.T) {
+	r := newRecorder("r", -1)
+	for name, g := range map[string]*sluice.Guard{"guard": mustGuard(t, sluice.With(r)), "nil guard": nil} {
+		var nilCtx context.Context
+		fn := func(context.Context) error { t.Fatal("ran"); return nil }
+		assert.ErrorIs(t, g.Do(nilCtx, fn), sluice.ErrNilArgument, name)
+		assert.ErrorIs(t, g.Do(t.Context(), nil), sluice.ErrNilArgument, name)
+		_, err := sluice.Execute(nilCtx, g, func(context.Context) (int, error) { t.Fatal("ran"); return 0, nil })
+		assert.ErrorIs(t, err, sluice.ErrNilArgument, name)
+		_, err = sluice.Execute[int](t.Context(), g, nil)
+		assert.ErrorIs(t, err, sluice.ErrNilArgument, name)
+		c, err := g.Begin(nilCtx)
+		assert.ErrorIs(t, err, sluice.ErrNilArgument, name)
+		assert.NotErrorIs(t, err, sluice.ErrRejected, name)
+		assert.ErrorIs(t, c.End(err), sluice.ErrNilArgument, name)
+	}
+	assert.Empty(t, r.admits)
+	assert.Empty(t, r.doneCalls())
 }
 
 func TestNewValidates(t *testing.T) {
 	_, err := sluice.New(sluice.With(nil))
 	assert.ErrorContains(t, err, "policy 0 is nil")
+	// The same policy twice in a chain would decide every call twice.
+	r := newRecorder("r", 5)
+	_, err = sluice.New(sluice.With(r, newRecorder("other", 5), r))
+	assert.ErrorContains(t, err, "policy 2 (r) is policy 0 again")
+	_, err = sluice.New(sluice.With(r), sluice.With(r))
+	assert.Error(t, err, "given in two With")
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	require.NoError(t, err)
+	_, err = sluice.New(sluice.With(tb, tb))
+	assert.Error(t, err)
+	_, err = sluice.New(sluice.With(r, newRecorder("r", 5)))
+	assert.NoError(t, err, "two policies of one name are two policies")
 	_, err = sluice.New(sluice.WithClock(nil))
 	assert.Error(t, err)
 	_, err = sluice.New(sluice.WithClassifier(nil))
@@ -383,13 +463,47 @@ func TestCloseClosesPolicies(t *testing.T) {
 }
 
 func TestRejectedErrorText(t *testing.T) {
-	err := &sluice.RejectedError{Decision: sluice.Decision{Policy: "ratelimit/per-ip", RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited}}
+	err := sluice.Rejection(sluice.Decision{Policy: "ratelimit/per-ip", RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited})
 	assert.Equal(t, "sluice: rate limited by ratelimit/per-ip; retry after 1.5s", err.Error())
-	assert.Equal(t, 1500*time.Millisecond, err.RetryAfter())
+	assert.Equal(t, 1500*time.Millisecond, rejection(t, err).RetryAfter)
 	assert.Equal(t, sluice.CauseRateLimited, sluice.CauseOf(err))
 	assert.Equal(t, "rate-limited", sluice.CauseOf(err).String())
 	assert.Equal(t, sluice.CauseNone, sluice.CauseOf(errors.New("other")))
-	assert.Equal(t, sluice.CauseOverloaded, sluice.CauseOf(fmt.Errorf("wrapped: %w", &sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrOverloaded}})))
+	assert.Equal(t, sluice.CauseOverloaded, sluice.CauseOf(fmt.Errorf("wrapped: %w", sluice.Rejection(sluice.Decision{Cause: sluice.ErrOverloaded}))))
+	assert.Equal(t, "sluice: circuit open", sluice.Rejection(sluice.Decision{Cause: sluice.ErrCircuitOpen}).Error())
+}
+
+// A Guard's rejection error says how long to wait from the moment it is
+// read: its RetryAfter and Reset count down on the Guard's clock, rounded up
+// to the millisecond, and rejections whose answers agree to the millisecond
+// share one error.
+func TestRejectionRetryAfterCountsDown(t *testing.T) {
+	clk := sluice.NewManualClock(time.Hour)
+	limit := newRecorder("limit", 0) // rejects with RetryAfter 1s
+	g := mustGuard(t, sluice.With(limit), sluice.WithClock(clk))
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	assert.Equal(t, time.Second, rejection(t, err).RetryAfter)
+	assert.Equal(t, "sluice: rate limited by limit; retry after 1s", err.Error())
+	clk.Advance(300 * time.Millisecond)
+	assert.Equal(t, 700*time.Millisecond, rejection(t, err).RetryAfter, "read 300ms later")
+	assert.Equal(t, "sluice: rate limited by limit; retry after 700ms", err.Error())
+	clk.Advance(2 * time.Second)
+	assert.Zero(t, rejection(t, err).RetryAfter, "the instant has passed")
+
+	// A rejection at an instant off the millisecond is rounded up to it.
+	clk.Set(time.Hour + 400*time.Microsecond)
+	err = g.Do(t.Context(), func(context.Context) error { return nil })
+	assert.Equal(t, time.Second+600*time.Microsecond, rejection(t, err).RetryAfter)
+	// Within the same millisecond, the answer agrees: the error is shared,
+	// and read from the later instant.
+	clk.Set(time.Hour + 700*time.Microsecond)
+	err2 := g.Do(t.Context(), func(context.Context) error { return nil })
+	assert.Same(t, err, err2)
+	assert.Equal(t, time.Second+300*time.Microsecond, rejection(t, err2).RetryAfter)
+	clk.Advance(time.Millisecond)
+	err3 := g.Do(t.Context(), func(context.Context) error { return nil })
+	assert.NotSame(t, err, err3, "a millisecond later the answer differs")
+	assert.Equal(t, time.Second, rejection(t, err3).RetryAfter.Round(time.Millisecond))
 }
 
 func TestContextIdentity(t *testing.T) {
@@ -498,9 +612,9 @@ type waiting struct {
 	wait time.Duration
 }
 
-func (w *waiting) MayWait() bool { return true }
+func (w *waiting) Needs() sluice.Needs { return sluice.Waits | w.recorder.Needs() }
 
-func (w *waiting) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (w *waiting) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	w.clk.Advance(w.wait)
 	return w.recorder.Admit(ctx, now)
 }
@@ -555,10 +669,10 @@ func TestGuardRecordReleasedAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T)
 	inner := newRecorder("inner", 5)
 	g := mustGuard(t, sluice.With(outer, queue, inner), sluice.WithClock(clk))
 
-	_, done, err := g.Admit(t.Context())
+	c, err := g.Begin(t.Context())
 	require.NoError(t, err)
 	clk.Advance(100 * time.Millisecond)
-	done.Record(sluice.Released)
+	assert.NoError(t, c.Report(sluice.Released, nil))
 	end := 1400 * time.Millisecond
 	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, outer.doneCalls())
 	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, queue.doneCalls(),
@@ -594,10 +708,11 @@ func TestGuardPanicBeforeTheCallReleasesAdmittedPolicies(t *testing.T) {
 type panicky struct{}
 
 func (panicky) Name() string { return "panicky" }
-func (panicky) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (panicky) Admit(context.Context, time.Duration) sluice.Verdict {
 	panic("admit")
 }
 func (panicky) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (panicky) Needs() sluice.Needs                                              { return 0 }
 
 // A call past its Guard's deadline is a timeout, and a Failure, even when
 // what it returned wraps context.Canceled.
@@ -607,106 +722,77 @@ func TestTimeoutWrappingCanceledIsAFailure(t *testing.T) {
 	assert.Equal(t, sluice.Ignored, sluice.DefaultClassifier(fmt.Errorf("driver: %w", context.Canceled)))
 }
 
-// AdmitTo is Admit written in place: the same Decision and Done, a rejection
-// in *d, a panic in a policy releasing the ones before it, and nothing
-// allocated.
-func TestAdmitToWritesInPlace(t *testing.T) {
+// Begin gives the same Decision as the Guard's observers see, a rejection
+// in the error, a panic in a policy's Admit releasing the ones before it,
+// and allocates nothing.
+func TestBeginRejectsAndReleases(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	limit := newRecorder("limit", 1)
-	g := mustGuard(t, sluice.With(newRecorder("breaker", -1), limit), sluice.WithClock(clk))
+	var seen []sluice.Decision
+	g := mustGuard(t, sluice.With(newRecorder("breaker", -1), limit), sluice.WithClock(clk),
+		sluice.OnDecision(func(_ context.Context, d sluice.Decision) { seen = append(seen, d) }))
 
-	var d sluice.Decision
-	var done sluice.Done
-	require.NoError(t, g.AdmitTo(t.Context(), &d, &done))
-	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "limit", Limit: 1, Remaining: 0}, d)
-	assert.True(t, done.Active())
+	c, err := g.Begin(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "limit", Limit: 1, Remaining: 0}, c.Decision())
 	clk.Advance(time.Second)
-	done.Finish(nil)
+	assert.NoError(t, c.End(nil))
 	assert.Equal(t, []call{{1, sluice.Success, time.Second, time.Second}}, limit.doneCalls())
 
-	err := g.AdmitTo(t.Context(), &d, &done)
+	c, err = g.Begin(t.Context())
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	d := c.Decision()
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "limit", d.Policy)
-	var rej *sluice.RejectedError
-	require.ErrorAs(t, err, &rej)
-	assert.Equal(t, d, rej.Decision)
-	assert.False(t, done.Active())
+	assert.Equal(t, d, rejection(t, err))
+	assert.ErrorIs(t, c.End(err), sluice.ErrRateLimited)
+	require.Len(t, seen, 2)
+	assert.Equal(t, seen[1], d)
+	assert.Len(t, limit.doneCalls(), 1)
 
 	outer := newRecorder("outer", 5)
 	g2 := mustGuard(t, sluice.With(outer, panicky{}))
-	assert.PanicsWithValue(t, "admit", func() { _ = g2.AdmitTo(t.Context(), &d, &done) })
+	assert.PanicsWithValue(t, "admit", func() { _, _ = g2.Begin(t.Context()) })
 	require.Len(t, outer.doneCalls(), 1)
 	assert.Equal(t, sluice.Released, outer.doneCalls()[0].outcome)
-	assert.False(t, done.Active())
+	assert.Equal(t, int64(5), outer.quota.Load())
 
-	var nilGuard *sluice.Guard
-	require.NoError(t, nilGuard.AdmitTo(t.Context(), &d, &done))
-	assert.True(t, d.Allowed)
-	assert.Equal(t, int64(-1), d.Limit)
-	assert.False(t, done.Active())
-
-	// Without a Decision to write: the rejection's is in the error, and an
-	// observer still hears every Decision.
-	var seen []sluice.Decision
-	lim := newRecorder("limit", 1)
-	g4 := mustGuard(t, sluice.With(lim), sluice.OnDecision(func(_ context.Context, d sluice.Decision) { seen = append(seen, d) }))
-	require.NoError(t, g4.AdmitTo(t.Context(), nil, &done))
-	assert.True(t, done.Active())
-	done.Finish(nil)
-	err = g4.AdmitTo(t.Context(), nil, &done)
-	require.ErrorAs(t, err, &rej)
-	assert.Equal(t, "limit", rej.Decision.Policy)
-	require.Len(t, seen, 2)
-	assert.True(t, seen[0].Allowed)
-	assert.False(t, seen[1].Allowed)
-	require.NoError(t, nilGuard.AdmitTo(t.Context(), nil, &done))
-
-	g3 := mustGuard(t, sluice.With(nopPolicy{}, nopPolicy{}))
+	g3 := mustGuard(t, sluice.With(nopPolicy{"a"}, nopPolicy{"b"}))
 	ctx := t.Context()
 	if n := testing.AllocsPerRun(200, func() {
-		var d sluice.Decision
-		var done sluice.Done
-		if g3.AdmitTo(ctx, &d, &done) == nil {
-			done.Finish(nil)
-		}
-		if g3.AdmitTo(ctx, nil, &done) == nil {
-			done.Finish(nil)
-		}
+		c, err := g3.Begin(ctx)
+		_ = c.End(err)
 	}); n != 0 {
-		t.Fatalf("AdmitTo allocates %v times per call, want 0", n)
+		t.Fatalf("Begin and End allocate %v times per call, want 0", n)
 	}
 }
 
-// overriding embeds a policy with a fast form and overrides Admit: the
-// inherited AdmitFast would bypass the override.
+// overriding embeds a limiter and overrides its Admit.
 type overriding struct {
 	*ratelimit.TokenBucket
 	calls int
 }
 
-func (o *overriding) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (o *overriding) Admit(context.Context, time.Duration) sluice.Verdict {
 	o.calls++
-	return sluice.Decision{Policy: o.Name(), Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
 }
 
-// A policy that inherits AdmitFast from one it embeds is asked through its
-// own Admit; one with its own fast form is asked through that.
+// A policy that embeds another and overrides its Admit is asked through its
+// own Admit, by every path of a Guard.
 func TestGuardAsksAnEmbeddingPolicyThroughItsAdmit(t *testing.T) {
 	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
 	require.NoError(t, err)
 	o := &overriding{TokenBucket: tb}
-	assert.Nil(t, sluice.FastFormOf(o))
-	assert.NotNil(t, sluice.FastFormOf(tb))
-	assert.Nil(t, sluice.FastFormOf(nopPolicy{}))
 
 	g := mustGuard(t, sluice.With(o))
 	err = g.Do(t.Context(), func(context.Context) error { t.Fatal("the override rejects"); return nil })
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
-	var d sluice.Decision
-	var done sluice.Done
-	assert.ErrorIs(t, g.AdmitTo(t.Context(), nil, &done), sluice.ErrRateLimited)
-	assert.ErrorIs(t, g.AdmitTo(t.Context(), &d, &done), sluice.ErrRateLimited)
+	_, err = sluice.Execute(t.Context(), g, func(context.Context) (int, error) { t.Fatal("the override rejects"); return 0, nil })
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	c, err := g.Begin(t.Context())
+	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Equal(t, o.Name(), c.Decision().Policy)
 	assert.Equal(t, 3, o.calls)
 
 	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return &overriding{TokenBucket: tb}, nil })
@@ -714,4 +800,24 @@ func TestGuardAsksAnEmbeddingPolicyThroughItsAdmit(t *testing.T) {
 	g2 := mustGuard(t, sluice.With(keyed))
 	err = g2.Do(sluice.WithKey(t.Context(), "k"), func(context.Context) error { t.Fatal("the override rejects"); return nil })
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
+}
+
+// An open breaker's rejections share one error for its whole open spell:
+// their answers, a RetryAfter to one instant and no Reset, agree.
+func TestOpenBreakerRejectionsShareOneError(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	br, err := breaker.New("dep", breaker.WithClock(clk))
+	require.NoError(t, err)
+	br.OpenFor(clk.Now(), time.Minute)
+	g := mustGuard(t, sluice.With(br), sluice.WithClock(clk))
+	first := g.Do(t.Context(), func(context.Context) error { return nil })
+	assert.Equal(t, time.Minute, rejection(t, first).RetryAfter)
+	for range 5 {
+		clk.Advance(7*time.Second + 300*time.Microsecond)
+		err := g.Do(t.Context(), func(context.Context) error { return nil })
+		assert.Same(t, first, err)
+		d := rejection(t, err)
+		assert.Equal(t, time.Minute-(clk.Now()-time.Second), d.RetryAfter)
+		assert.Zero(t, d.Reset)
+	}
 }

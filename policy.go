@@ -2,15 +2,14 @@ package sluice
 
 import (
 	"context"
-	"math"
-	"reflect"
 	"time"
 )
 
-// Decision is what every policy answers for one request, and what the
-// adapters turn into response headers.
+// Decision is what a Guard answers for one request, and what the adapters
+// turn into response headers: the rejecting policy's answer, or, when every
+// policy admitted, the one whose quota is tightest.
 //
-// The zero Decision rejects with no reason given; policies always fill it in.
+// The zero Decision rejects with no reason given; a Guard always fills it in.
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
@@ -18,7 +17,7 @@ type Decision struct {
 	// "ratelimit/per-ip", "breaker/payments".
 	Policy string
 	// Limit is the quota of the window or bucket, in cost units; -1 where a
-	// quota has no meaning (a breaker, a load guard, a concurrency limit).
+	// quota has no meaning (a breaker, a load shedder, a concurrency limit).
 	Limit int64
 	// Remaining is what is left of Limit after this decision; never negative.
 	// It is 0 where Limit is -1.
@@ -34,126 +33,75 @@ type Decision struct {
 	Cause error
 }
 
-// Policy is one link of a Guard's chain.
+// Policy is one link of a Guard's chain. A rate limiter, a breaker, a load
+// shedder and a concurrency limit are each one; a custom policy implements
+// these four methods (see the example).
 //
-// A Guard calls Admit once per request with the monotonic instant it read when
-// the request arrived, and, for every Admit that allowed, Done exactly once
-// when the request has ended, with the Ticket that Admit returned, the outcome,
-// the instant the request ended and its latency: how long the call itself ran,
-// from the end of its admission to its end. A policy never reads the clock
-// itself on this path, except a policy that implements UntimedDone.
-//
-// Implementations must be safe for concurrent use. A policy may block in Admit
-// (a shaper waiting for its slot, a queue for a concurrency slot); it must then
-// honour ctx, and implement Waiter.
+// A Guard calls Admit once per request with the monotonic instant it read
+// when the request arrived, and, for every Admit that admitted, Done exactly
+// once when the request has ended. Implementations must be safe for
+// concurrent use, and must not read the clock on this path: the Guard hands
+// them its instants.
 type Policy interface {
-	// Name identifies the policy in decisions, errors and observers.
+	// Name identifies the policy in decisions, errors and observers. A Guard
+	// reads it once, when it is built.
 	Name() string
-	// Admit decides on one request at the monotonic instant now.
-	Admit(ctx context.Context, now time.Duration) (Decision, Ticket)
-	// Done reports how an admitted request ended. It is called exactly once for
-	// every Admit that allowed, and never for one that rejected. For Released,
-	// latency is the time since this policy's own Admit, so now - latency is
-	// the instant Admit was given.
+	// Admit decides on one request at the monotonic instant now. A policy
+	// that declares Waits may block in it, honouring ctx.
+	Admit(ctx context.Context, now time.Duration) Verdict
+	// Done reports how an admitted request ended, with the Ticket its Admit
+	// returned. now is the instant the request ended and latency how long
+	// the call ran, from the end of its admission. For Released, latency is
+	// the time since this policy's own Admit. Unless the policy declares
+	// NeedsEnd, the Guard may skip the clock read for Success, Failure and
+	// Ignored: now is then the instant of admission and latency is -1.
 	Done(t Ticket, o Outcome, now, latency time.Duration)
+	// Needs declares what the policy needs of the Guard beyond the above;
+	// the Guard asks once, when it is built.
+	Needs() Needs
 }
 
-// Unread is the end instant a Guard hands to Done when it did not read the
-// clock at the end of a call: see UntimedDone.
-const Unread = time.Duration(math.MinInt64)
+// Needs is what a policy declares it needs of a Guard: a set of flags. The
+// zero value needs nothing: the policy's Admit never blocks, and its Done has
+// no use for the end instant of a call that was not Released.
+type Needs uint8
 
-// UntimedDone is implemented by a policy whose Done has no use for the end
-// instant or the latency of a call that ended in Success, Failure or
-// Ignored: a rate limiter, which uses them only to give back what a Released
-// request took; a breaker that counts outcomes in a count window and has no
-// slow-call strategy; a bulkhead, whose limit no latency moves. When every
-// policy of a Guard on SystemClock is one, the
-// Guard reads the clock once per call instead of twice: Done then gets
-// Unread as now and 0 as latency for those outcomes. Released always comes
-// with the instant read. A policy that needs the time after all, rarely (a
-// breaker that trips at that outcome), reads SystemClock itself.
-//
-// UntimedOf returns the receiver itself when it can do without them, and nil
-// when it cannot (a breaker on a rolling window, or on a clock of its own).
-// A type that embeds such a policy and has a Done of its own inherits
-// UntimedOf; [IsUntimed] tells the two apart as [FastFormOf] does.
-type UntimedDone interface {
-	UntimedOf() Policy
-}
+const (
+	// NeedsEnd: Done needs the instant each call ended and its latency (a
+	// breaker on a rolling window, a concurrency limit that learns from
+	// latency). A Guard none of whose policies needs it reads the clock once
+	// per call instead of twice.
+	NeedsEnd Needs = 1 << iota
+	// Waits: Admit may block (a shaper waiting for its slot, a queue for a
+	// concurrency slot). The Guard reads its clock again after such a policy
+	// admits, so the policies after it decide at the instant the wait ended,
+	// and the latency every policy hears is the call's own.
+	Waits
+)
 
-// IsUntimed reports whether p's own Done can do without the end instant and
-// the latency (see UntimedDone): p's UntimedOf returns a value of p's own
-// type.
-func IsUntimed(p Policy) bool {
-	u, ok := p.(UntimedDone)
-	if !ok {
-		return false
-	}
-	o := u.UntimedOf()
-	return o != nil && reflect.TypeOf(o) == reflect.TypeOf(p)
-}
-
-// FastPolicy is a Policy that also admits in a form whose answer fits in
-// registers. Admit returns a Decision of nine machine words, and the caller
-// of an interface method receives it through memory: about 14ns a call on
-// amd64, more than the work of most policies. A Guard calls AdmitFast in
-// Admit's place wherever a policy offers it. Every limiter of the ratelimit
-// package that does not wait and its Keyed, the policies of the breaker
-// package and its gobreaker adapter, the adaptive package's Guard and
-// ConcurrencyLimit, and the degrade package's Shed implement it.
-//
-// AdmitFast decides exactly as Admit would, and the two must not be told
-// apart: an admission returns its Ticket, its Quota and a nil error, and
-// stands for the Decision {Allowed: true, Policy: Name(), Limit, Remaining,
-// Reset}; a rejection returns a *RejectedError carrying the Decision Admit
-// would have returned (the Ticket is then unused, and Done is not called).
-// [FastAnswer] turns a Decision into this answer, so a policy can serve both
-// forms from one decision.
-//
-// A type that embeds a FastPolicy inherits its AdmitFast, and may define an
-// Admit of its own that the inherited AdmitFast would bypass. FastOf tells
-// them apart: it returns the policy whose AdmitFast it is, the receiver
-// itself, and [FastFormOf] takes the fast form only of a policy for which
-// FastOf returns a value of the policy's own type.
-type FastPolicy interface {
-	Policy
-	AdmitFast(ctx context.Context, now time.Duration) (Ticket, Quota, *RejectedError)
-	FastOf() Policy
-}
-
-// FastFormOf returns p's own fast form, or nil when it has none: when p is
-// not a FastPolicy, or when it inherits AdmitFast from a policy it embeds. A
-// Guard asks each of its policies once, when it is built.
-func FastFormOf(p Policy) FastPolicy {
-	f, ok := p.(FastPolicy)
-	if !ok || reflect.TypeOf(f.FastOf()) != reflect.TypeOf(p) {
-		return nil
-	}
-	return f
-}
-
-// Quota is what an admitted request leaves of a policy's quota: the Limit,
-// Remaining and Reset of its Decision. Limit is -1 where a quota has no
-// meaning.
-type Quota struct {
+// Verdict is a policy's answer to Admit: admitted, with the Ticket for Done
+// and what is left of the policy's quota, or rejected, with the Cause. It is
+// seven words, so a Guard receives it in registers.
+type Verdict struct {
+	// Ticket carries state from Admit to Done for an admission.
+	Ticket Ticket
+	// Limit, Remaining and Reset are the policy's quota after this decision,
+	// as in Decision; Limit is -1 where a quota has no meaning.
 	Limit     int64
 	Remaining int64
 	Reset     time.Duration
+	// RetryAfter is how long a rejected caller should wait; 0 on admission.
+	RetryAfter time.Duration
+	// Cause is nil for an admission; a rejection's cause otherwise, as in
+	// Decision.
+	Cause error
 }
 
-// FastAnswer returns AdmitFast's answer for the Decision *d and the ticket t
-// that Admit would return.
-func FastAnswer(d *Decision, t Ticket) (Ticket, Quota, *RejectedError) {
-	if !d.Allowed {
-		return 0, Quota{}, &RejectedError{Decision: *d}
-	}
-	return t, Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}, nil
-}
-
-// Decision returns the Decision of an admission by the policy named policy
-// that left quota q.
-func (q Quota) Decision(policy string) Decision {
-	return Decision{Allowed: true, Policy: policy, Limit: q.Limit, Remaining: q.Remaining, Reset: q.Reset}
+// Decision returns the Decision that v stands for, by the policy named
+// policy.
+func (v Verdict) Decision(policy string) Decision {
+	return Decision{Allowed: v.Cause == nil, Policy: policy, Limit: v.Limit,
+		Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
 }
 
 // Ticket carries per-call state from a policy's Admit to its Done without
@@ -172,7 +120,7 @@ const (
 	Failure
 	// Ignored: the call ended in a way that says nothing about the dependency's
 	// health: the caller cancelled, a client error (4xx), another sluice
-	// policy's rejection. Breakers and load guards do not count it.
+	// policy's rejection. Breakers and load shedders do not count it.
 	Ignored
 	// Released: the call never ran, because a policy further in the chain
 	// rejected it. A policy gives back what its Admit took (a token, a
@@ -196,7 +144,7 @@ func (o Outcome) String() string {
 }
 
 // StateChange is a change of a policy's state: a breaker going from closed
-// to open, a load guard starting to shed, a degradation switch flipping.
+// to open, a load shedder starting to shed, a degradation switch flipping.
 type StateChange struct {
 	// Policy is the Name of the policy whose state changed.
 	Policy string
@@ -208,8 +156,8 @@ type StateChange struct {
 }
 
 // StateSource is implemented by policies whose state changes (breakers, load
-// guards). A Guard built with [OnStateChange] subscribes to every policy of its
-// chain that implements it, and unsubscribes on Close.
+// shedders). A Guard built with [OnStateChange] subscribes to every policy of
+// its chain that implements it, and unsubscribes on Close.
 //
 // Subscribe registers fn, called outside the policy's locks after each change,
 // in the order the changes happened; the returned function removes it.

@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-go/sluice/breaker"
 )
 
-// A panic in a policy's Admit after a Waiter waited releases each policy
+// A panic in a policy's Admit after one that Waits waited releases each policy
 // with the latency since its own Admit, not since the wait began.
 func TestPanicAfterAWaitReleasesEachPolicyFromItsOwnAdmit(t *testing.T) {
 	clk := sluice.NewManualClock(time.Second)
@@ -44,9 +44,10 @@ func TestPanicAfterAWaitReleasesEachPolicyFromItsOwnAdmit(t *testing.T) {
 type doneBoom struct{}
 
 func (doneBoom) Name() string { return "boom" }
-func (doneBoom) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "boom", Limit: -1}, 1
+func (doneBoom) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Ticket: 1, Limit: -1}
 }
+func (doneBoom) Needs() sluice.Needs                                              { return 0 }
 func (doneBoom) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) { panic("done") }
 
 // A panic in an inner policy's Done does not keep the outer policies from

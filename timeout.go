@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// WithTimeout gives every call that the Guard runs with [Guard.Do] or
-// [Execute] a deadline d after it was admitted: the call's context is
+// WithTimeout gives every call that the Guard runs with [Guard.Do],
+// [Execute] or [Guard.Begin] a deadline d after it was admitted: the call's context is
 // cancelled when d passes, and if the call then returns an error, the
 // caller gets a [*TimeoutError], which matches both ErrTimeout and
 // context.DeadlineExceeded. The Guard's policies count it as the Guard's
@@ -59,38 +59,6 @@ func (e *TimeoutError) Unwrap() error { return e.Err }
 // Timeout reports true, as net.Error does for timeouts.
 func (e *TimeoutError) Timeout() bool { return true }
 
-// Timeout returns the Guard's call timeout; 0 when it has none.
-func (g *Guard) Timeout() time.Duration {
-	if g == nil {
-		return 0
-	}
-	return g.timeout
-}
-
-// CallContext applies the Guard's call timeout for adapters that run requests
-// through [Guard.Admit] themselves, as [Guard.Do] does: it returns the context
-// to run the call with, and a function to call once with the call's error
-// when it has returned, which releases the deadline's timer and returns the
-// error to finish the request with (a [*TimeoutError] when the Guard's
-// deadline passed). Without a timeout it returns ctx and a function that
-// returns its argument.
-func (g *Guard) CallContext(ctx context.Context) (context.Context, func(err error) error) {
-	if g == nil || g.timeout <= 0 {
-		return ctx, passErr
-	}
-	cctx, cancel := g.callContext(ctx)
-	if cancel == nil {
-		return ctx, passErr
-	}
-	return cctx, func(err error) error {
-		err = g.timedOut(cctx, err)
-		cancel()
-		return err
-	}
-}
-
-func passErr(err error) error { return err }
-
 // callContext returns ctx with the Guard's deadline and its cancel function,
 // or ctx and nil when ctx's own deadline comes no later.
 func (g *Guard) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -105,43 +73,11 @@ func (g *Guard) callContext(ctx context.Context) (context.Context, context.Cance
 // passed. cctx carries the Guard's own deadline, the earliest of its chain,
 // so an expiry of cctx is the Guard's.
 func (g *Guard) timedOut(cctx context.Context, err error) error {
+	if te, ok := err.(*TimeoutError); ok && te.After == g.timeout {
+		return err // mapped already
+	}
 	if err != nil && cctx.Err() == context.DeadlineExceeded {
 		return &TimeoutError{After: g.timeout, Err: err}
 	}
 	return err
-}
-
-// doTimeout is Do's path for a Guard with a timeout, after admission.
-func (g *Guard) doTimeout(ctx context.Context, done *Done, fn func(context.Context) error) error {
-	cctx, cancel := g.callContext(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
-	err := fn(cctx)
-	if cancel != nil {
-		err = g.timedOut(cctx, err)
-	}
-	done.Finish(err)
-	if err != nil {
-		return g.applyFallback(ctx, err)
-	}
-	return nil
-}
-
-// executeTimeout is Execute's path for a Guard with a timeout, after
-// admission.
-func executeTimeout[T any](ctx context.Context, g *Guard, done *Done, fn func(context.Context) (T, error)) (T, error) {
-	cctx, cancel := g.callContext(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
-	v, err := fn(cctx)
-	if cancel != nil {
-		err = g.timedOut(cctx, err)
-	}
-	done.Finish(err)
-	if err != nil {
-		return fallbackValue(ctx, g, v, err)
-	}
-	return v, nil
 }

@@ -206,26 +206,41 @@ func TestTimeoutWithPanickingCallReportsFailure(t *testing.T) {
 
 func TestCallContextForAdapters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := fbGuard(t, sluice.WithTimeout(40*time.Millisecond))
-		assert.Equal(t, 40*time.Millisecond, g.Timeout())
-		_, done, err := g.Admit(context.Background())
+		p := &fbPolicy{name: "breaker"}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(40*time.Millisecond))
+		start := time.Now()
+		c, err := g.Begin(context.Background())
 		require.NoError(t, err)
-		ctx, finish := g.CallContext(context.Background())
-		_, err = fbWaitCtx(time.Hour)(ctx)
-		err = finish(err)
-		done.Finish(err)
+		dl, ok := c.Context().Deadline()
+		require.True(t, ok)
+		assert.Equal(t, start.Add(40*time.Millisecond), dl)
+		_, err = fbWaitCtx(time.Hour)(c.Context())
+		err = c.End(err)
 		assert.ErrorIs(t, err, sluice.ErrTimeout)
+		var te *sluice.TimeoutError
+		require.ErrorAs(t, err, &te)
+		assert.Equal(t, 40*time.Millisecond, te.After)
+		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
 
-		ctx, finish = g.CallContext(context.Background())
-		assert.NoError(t, finish(nil))
-		assert.ErrorIs(t, ctx.Err(), context.Canceled, "finish releases the deadline's timer")
+		c, err = g.Begin(context.Background())
+		require.NoError(t, err)
+		ctx := c.Context()
+		assert.NoError(t, c.End(nil))
+		assert.ErrorIs(t, ctx.Err(), context.Canceled, "End releases the deadline's timer")
+
+		// Report maps a timeout too, for the adapters that classify.
+		c, err = g.Begin(context.Background())
+		require.NoError(t, err)
+		_, err = fbWaitCtx(time.Hour)(c.Context())
+		assert.ErrorIs(t, c.Report(sluice.Ignored, err), sluice.ErrTimeout)
+		assert.Equal(t, []sluice.Outcome{sluice.Failure, sluice.Success, sluice.Ignored}, p.seen())
 
 		plain := fbGuard(t)
-		assert.Zero(t, plain.Timeout())
 		bg := context.Background()
-		ctx, finish = plain.CallContext(bg)
-		assert.Equal(t, bg, ctx)
-		assert.Same(t, errFallbackCall, finish(errFallbackCall))
+		c, err = plain.Begin(bg)
+		require.NoError(t, err)
+		assert.Equal(t, bg, c.Context())
+		assert.Same(t, errFallbackCall, c.End(errFallbackCall))
 	})
 }
 

@@ -19,7 +19,7 @@ func benchPolicy(b *testing.B, p sluice.Policy) {
 		now := time.Second
 		for b.Loop() {
 			now += time.Microsecond
-			d, t := p.Admit(ctx, now)
+			d, t := admit(p, ctx, now)
 			if d.Allowed {
 				p.Done(t, sluice.Success, now, time.Millisecond)
 			}
@@ -31,7 +31,7 @@ func benchPolicy(b *testing.B, p sluice.Policy) {
 			now := time.Second
 			for pb.Next() {
 				now += time.Microsecond
-				d, t := p.Admit(ctx, now)
+				d, t := admit(p, ctx, now)
 				if d.Allowed {
 					p.Done(t, sluice.Success, now, time.Millisecond)
 				}

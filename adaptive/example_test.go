@@ -23,22 +23,22 @@ func ExampleNewShedder() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	var calls []sluice.Done
+	var calls []sluice.Call
 	for range s.Stats().Limit { // the initial limit, before any latency is seen
-		_, done, err := g.Admit(ctx)
+		call, err := g.Begin(ctx)
 		if err != nil {
 			panic(err)
 		}
-		calls = append(calls, done)
+		calls = append(calls, call)
 	}
-	_, _, err = g.Admit(ctx)
+	_, err = g.Begin(ctx)
 	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.State())
-	for _, done := range calls {
-		done.Finish(nil)
+	for i := range calls {
+		_ = calls[i].End(nil)
 	}
-	_, done, err := g.Admit(ctx)
+	call, err := g.Begin(ctx)
 	fmt.Println(err)
-	done.Finish(nil)
+	_ = call.End(nil)
 	// Output:
 	// true shedding
 	// <nil>
@@ -57,15 +57,15 @@ func ExampleNewBulkhead() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	_, first, _ := g.Admit(ctx)
-	_, _, _ = g.Admit(ctx)
+	first, _ := g.Begin(ctx)
+	_, _ = g.Begin(ctx)
 	st := b.Stats()
 	fmt.Println("limit", st.Limit, "in flight", st.Inflight)
-	_, _, err = g.Admit(ctx)
+	_, err = g.Begin(ctx)
 	fmt.Println(errors.Is(err, sluice.ErrConcurrencyLimited), err)
-	first.Finish(nil)
-	d, _, err := g.Admit(ctx)
-	fmt.Println(d.Allowed, err)
+	_ = first.End(nil)
+	call, err := g.Begin(ctx)
+	fmt.Println(call.Decision().Allowed, err)
 	// Output:
 	// limit 2 in flight 2
 	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1ms

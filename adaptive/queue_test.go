@@ -28,8 +28,8 @@ func send(ctx context.Context, p sluice.Policy, now func() time.Duration) arriva
 	a := arrival{got: make(chan answer, 1)}
 	at := now()
 	go func() {
-		d, _ := p.Admit(ctx, at)
-		a.got <- answer{d.Allowed, now()}
+		v := p.Admit(ctx, at)
+		a.got <- answer{v.Cause == nil, now()}
 	}()
 	synctest.Wait()
 	return a
@@ -44,8 +44,9 @@ func TestQueueServesCriticalFirst(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		d, tk := b.Admit(ctx, 0)
-		require.True(t, d.Allowed)
+		v := b.Admit(ctx, 0)
+		require.NoError(t, v.Cause)
+		tk := v.Ticket
 		normal := send(ctx, b, now)
 		crit := send(sluice.WithPriority(ctx, sluice.PriorityCritical), b, now)
 		time.Sleep(ms)
@@ -72,8 +73,9 @@ func TestQueueServesInOrderUnlessOverloaded(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		d, tk := b.Admit(ctx, 0)
-		require.True(t, d.Allowed)
+		v := b.Admit(ctx, 0)
+		require.NoError(t, v.Cause)
+		tk := v.Ticket
 		first := send(ctx, b, now)
 		time.Sleep(60 * ms)
 		second := send(ctx, b, now)
@@ -98,8 +100,9 @@ func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		d, tk := b.Admit(ctx, 0)
-		require.True(t, d.Allowed)
+		v := b.Admit(ctx, 0)
+		require.NoError(t, v.Cause)
+		tk := v.Ticket
 
 		var early []arrival
 		for range 12 { // 12 in, none out

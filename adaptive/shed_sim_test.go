@@ -104,8 +104,9 @@ func simulate(t *testing.T, s *adaptive.Shedder, m model, seed uint64, phases ..
 				for next < now()+time.Millisecond {
 					at := now()
 					wg.Go(func() {
-						d, tk := s.Admit(ctx, at)
-						if !d.Allowed {
+						v := s.Admit(ctx, at)
+						tk := v.Ticket
+						if v.Cause != nil {
 							mu.Lock()
 							records = append(records, record{phase: p, arrival: at})
 							mu.Unlock()

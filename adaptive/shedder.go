@@ -21,9 +21,8 @@ const (
 )
 
 var (
-	_ sluice.FastPolicy  = (*Shedder)(nil)
+	_ sluice.Policy      = (*Shedder)(nil)
 	_ sluice.StateSource = (*Shedder)(nil)
-	_ sluice.Waiter      = (*Shedder)(nil)
 )
 
 // Shedder keeps a service from overload by bounding the requests it runs at
@@ -40,9 +39,7 @@ var (
 // time. Requests ending Success or Failure feed the limit with their
 // latency; Ignored and Released ones only free their slot.
 //
-// It implements sluice.StateSource ("normal" and "shedding") and
-// sluice.Waiter: a Guard measures its calls' latency from the end of their
-// wait.
+// It implements sluice.StateSource ("normal" and "shedding").
 type Shedder struct {
 	name  string
 	cause error
@@ -131,43 +128,30 @@ func newShedder(o options, cause error, limit int64) *Shedder {
 func (s *Shedder) Name() string { return s.name }
 
 // Admit takes a slot at the monotonic instant now, waiting in the queue
-// when the limit is reached.
-func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// when the limit is reached. Its Verdict carries no quota (Limit -1).
+func (s *Shedder) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	if s.shedding.Load() {
 		s.recover(now)
 	}
 	if s.takeFree() || s.admitSlow(ctx, now) {
-		return sluice.Decision{Allowed: true, Policy: s.name, Limit: -1}, sluice.Ticket(s.epoch.Load())
+		return sluice.Verdict{Ticket: sluice.Ticket(s.epoch.Load()), Limit: -1}
 	}
-	return s.reject(now), 0
+	return s.reject(now)
 }
 
-// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
-// answered in registers.
-func (s *Shedder) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if s.shedding.Load() {
-		s.recover(now)
+// Needs declares sluice.Waits when the Shedder has a queue, so that a
+// Guard measures the latency of its calls from the end of their wait, and
+// sluice.NeedsEnd for a learnt limit, which learns from that latency; a
+// bulkhead's limit no latency moves (its Stats' AvgRT then stays 0).
+func (s *Shedder) Needs() sluice.Needs {
+	var n sluice.Needs
+	if s.q != nil {
+		n |= sluice.Waits
 	}
-	if s.takeFree() || s.admitSlow(ctx, now) {
-		return sluice.Ticket(s.epoch.Load()), sluice.Quota{Limit: -1}, nil
+	if s.est != nil {
+		n |= sluice.NeedsEnd
 	}
-	return 0, sluice.Quota{}, &sluice.RejectedError{Decision: s.reject(now)}
-}
-
-// FastOf returns s itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (s *Shedder) FastOf() sluice.Policy { return s }
-
-// MayWait reports whether Admit may block: when the Shedder has a queue.
-func (s *Shedder) MayWait() bool { return s.q != nil }
-
-// UntimedOf returns s itself for a bulkhead, whose limit no latency moves:
-// a Guard of such policies then reads the clock once per call
-// (sluice.UntimedDone), and Stats' AvgRT stays 0. nil for a learned limit.
-func (s *Shedder) UntimedOf() sluice.Policy {
-	if s.est == nil {
-		return s
-	}
-	return nil
+	return n
 }
 
 // takeFree takes a slot if one is free and no request waits for one.
@@ -228,15 +212,15 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) bool {
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
 }
 
-// reject returns the Decision of a request rejected at now, and notes the
+// reject returns the Verdict of a request rejected at now, and notes the
 // rejection.
-func (s *Shedder) reject(now time.Duration) sluice.Decision {
+func (s *Shedder) reject(now time.Duration) sluice.Verdict {
 	retry := time.Second
 	if s.est == nil {
 		retry = max(time.Duration(s.lastAvg.Load()), time.Millisecond)
 	}
 	s.noteShed(now)
-	return sluice.Decision{Policy: s.name, Limit: -1, RetryAfter: retry, Cause: s.cause}
+	return sluice.Verdict{Limit: -1, RetryAfter: retry, Cause: s.cause}
 }
 
 // dispatch hands free slots to waiters.
@@ -273,7 +257,7 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	// A probe measures only the requests admitted since it began, not those
 	// draining from the higher limit before it.
 	fresh := !s.probing.Load() || uint64(t) == s.epoch.Load()
-	if s.est != nil && fresh && (o == sluice.Success || o == sluice.Failure) && now != sluice.Unread {
+	if s.est != nil && fresh && (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
 		s.sample(now, latency)
 	}
 	s.release()
@@ -440,8 +424,7 @@ type Stats struct {
 	// Waiting is the number of requests in the queue.
 	Waiting int64
 	// AvgRT is the average latency of the last sampling window; 0 before
-	// the first, and always for a bulkhead in a Guard that reads no end
-	// instant (see UntimedOf).
+	// the first, and always for a bulkhead (see Needs).
 	AvgRT time.Duration
 	// Baseline is the latency the learned limit counts as unqueued; 0 for a
 	// bulkhead and before the first window.

@@ -49,19 +49,19 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 	fsAdaptive := adaptivelimiter.NewWithDefaults[any]()
 
 	policy := func(p sluice.Policy) adaptiveOp {
-		untimed := sluice.IsUntimed(p)
+		untimed := p.Needs()&sluice.NeedsEnd == 0
 		return func() bool {
 			now := sluice.Now()
-			d, t := p.Admit(ctx, now)
-			if d.Allowed {
+			v := p.Admit(ctx, now)
+			if v.Cause == nil {
 				if untimed {
-					p.Done(t, sluice.Success, sluice.Unread, 0)
+					p.Done(v.Ticket, sluice.Success, now, -1)
 				} else {
 					end := sluice.Now()
-					p.Done(t, sluice.Success, end, end-now)
+					p.Done(v.Ticket, sluice.Success, end, end-now)
 				}
 			}
-			return d.Allowed
+			return v.Cause == nil
 		}
 	}
 	nop := func(context.Context) error { return nil }

@@ -41,11 +41,11 @@ type breakerRow struct {
 
 func allowFinish(br *breaker.Breaker) func() bool {
 	return func() bool {
-		pm, err := br.Allow()
+		call, err := br.Allow()
 		if err != nil {
 			return false
 		}
-		pm.Finish(nil)
+		call.End(nil)
 		return true
 	}
 }
@@ -95,12 +95,12 @@ var closedRows = []breakerRow{
 		ctx := context.Background()
 		return func() bool { // the two clock reads a Guard makes for it
 			now := sluice.Now()
-			d, t := br.Admit(ctx, now)
-			if d.Allowed {
+			v := br.Admit(ctx, now)
+			if v.Cause == nil {
 				end := sluice.Now()
-				br.Done(t, sluice.Success, end, end-now)
+				br.Done(v.Ticket, sluice.Success, end, end-now)
 			}
-			return d.Allowed
+			return v.Cause == nil
 		}
 	}},
 	{name: "sluice-guard", setup: func(tb testing.TB) func() bool {
@@ -114,11 +114,11 @@ var closedRows = []breakerRow{
 		setupErr(tb, err)
 		ctx := context.Background()
 		return func() bool {
-			d, t := ad.Admit(ctx, 0)
-			if d.Allowed {
-				ad.Done(t, sluice.Success, 0, 0)
+			v := ad.Admit(ctx, 0)
+			if v.Cause == nil {
+				ad.Done(v.Ticket, sluice.Success, 0, 0)
 			}
-			return d.Allowed
+			return v.Cause == nil
 		}
 	}},
 	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
@@ -196,20 +196,20 @@ var closedRows = []breakerRow{
 var openRows = []breakerRow{
 	{name: "sluice", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
-		pm, _ := br.Allow()
-		pm.Record(sluice.Failure)
-		return func() bool { d, _ := br.Decide(); return d.Allowed }
+		call, _ := br.Allow()
+		call.Report(sluice.Failure, nil)
+		return func() bool { _, err := br.Allow(); return err == nil }
 	}},
 	{name: "sluice-forced", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
 		br.ForceOpen()
-		return func() bool { d, _ := br.Decide(); return d.Allowed }
+		return func() bool { _, err := br.Allow(); return err == nil }
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
 		br.OpenFor(sluice.Now(), time.Hour)
 		ctx := context.Background()
-		return func() bool { d, _ := br.Admit(ctx, sluice.Now()); return d.Allowed }
+		return func() bool { return br.Admit(ctx, sluice.Now()).Cause == nil }
 	}},
 	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
 		cb := gobreakerv1.NewTwoStepCircuitBreaker(gobreakerv1.Settings{Name: "bench", Timeout: time.Hour})

@@ -15,35 +15,23 @@ import (
 type nopPolicy struct{}
 
 func (nopPolicy) Name() string { return "nop" }
-func (nopPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "nop", Limit: -1}, 0
+func (nopPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
 func (nopPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
-
-// fastNop is nopPolicy in the fast form (sluice.FastPolicy) that every
-// limiter and breaker of sluice has.
-type fastNop struct{ nopPolicy }
-
-func (fastNop) AdmitFast(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	return 0, sluice.Quota{Limit: -1}, nil
-}
-
-// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (p fastNop) FastOf() sluice.Policy { return p }
+func (nopPolicy) Needs() sluice.Needs                                              { return 0 }
 
 // BenchmarkGuardOverhead compares the cost of running a call through the
 // composition layer of each library, with one policy that never rejects: a
 // sluice Guard with a no-op policy, and a failsafe-go executor with a bulkhead
-// far above the concurrency of the run. "sluice" has the no-op in the fast
-// form of sluice's own policies; "sluice-admit-only" one with Admit alone, as
-// a policy written elsewhere may be.
+// far above the concurrency of the run.
 func BenchmarkGuardOverhead(b *testing.B) {
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	for _, c := range []struct {
 		name string
 		p    sluice.Policy
-	}{{"sluice", fastNop{}}, {"sluice-admit-only", nopPolicy{}}} {
+	}{{"sluice", nopPolicy{}}} {
 		g, err := sluice.New(sluice.With(c.p))
 		if err != nil {
 			b.Fatal(err)

@@ -174,8 +174,8 @@ func BenchmarkLimiterKeyed(b *testing.B) {
 		var now time.Duration
 		for b.Loop() {
 			now += atStep
-			if d, t := k.Admit(ctx, now); d.Allowed {
-				k.Done(t, sluice.Success, now, 0)
+			if v := k.Admit(ctx, now); v.Cause == nil {
+				k.Done(v.Ticket, sluice.Success, now, -1)
 			}
 		}
 	})

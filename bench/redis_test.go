@@ -54,11 +54,11 @@ func sluiceRedis(newLimiter func(c redis.UniversalClient) (*redislimit.Limiter, 
 		}
 		keyed := sluice.WithKey(context.Background(), key)
 		return func(context.Context) bool {
-			d, tk := l.Admit(keyed, sluice.Now())
-			if d.Allowed {
-				l.Done(tk, sluice.Success, 0, 0)
+			v := l.Admit(keyed, sluice.Now())
+			if v.Cause == nil {
+				l.Done(v.Ticket, sluice.Success, 0, -1)
 			}
-			return d.Allowed && d.Policy == l.Name()
+			return v.Cause == nil
 		}
 	}
 }
@@ -80,7 +80,7 @@ var redisPeers = []redisPeer{
 		return redislimit.NewFixedWindow(c, 100_000_000, 1e9, redislimit.WithName("bench/fw"))
 	})},
 	{"sluice/sliding-window", sluiceRedis(func(c redis.UniversalClient) (*redislimit.Limiter, error) {
-		return redislimit.NewSlidingWindow(c, 100_000_000, 1e9, redislimit.WithName("bench/sw"))
+		return redislimit.NewSlidingWindowWeighted(c, 100_000_000, 1e9, redislimit.WithName("bench/sw"))
 	})},
 	// The floor under any limiter on go-redis: one EVALSHA of a bare GCRA
 	// (TIME, GET, SET with PX, one integer back) through the same client,

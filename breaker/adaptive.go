@@ -55,7 +55,8 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 		random: cfg.random,
 		win:    newTimeWindow(cfg.length, cfg.buckets, true),
 	}
-	a.env = newPermitEnv(a, cfg.clock, cfg.classify, true)
+	a.env = newPermitEnv(cfg.clock, cfg.classify)
+	a.env.bind(a)
 	return a, nil
 }
 
@@ -85,24 +86,16 @@ func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
 
 // Admit decides on a request at the monotonic instant now. It is the
 // sluice.Policy method.
-func (a *Adaptive) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (a *Adaptive) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	if !a.admit(now) {
-		return a.rejection(), 0
+		return sluice.Verdict{Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}
 	}
-	return sluice.Decision{Allowed: true, Policy: a.name, Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
 
-// AdmitFast is Admit in the form of sluice.FastPolicy: it draws the same
-// random number Admit would, and answers an admission in registers.
-func (a *Adaptive) AdmitFast(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if !a.admit(now) {
-		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: a.rejection()}
-	}
-	return 0, sluice.Quota{Limit: -1}, nil
-}
-
-// FastOf returns a itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (a *Adaptive) FastOf() sluice.Policy { return a }
+// Needs returns sluice.NeedsEnd: the throttle counts each call in the
+// window of the instant it ended.
+func (a *Adaptive) Needs() sluice.Needs { return sluice.NeedsEnd }
 
 // admit reports whether a request at now passes; a request it rejects counts
 // as a request not accepted.
@@ -114,10 +107,6 @@ func (a *Adaptive) admit(now time.Duration) bool {
 		return false
 	}
 	return true
-}
-
-func (a *Adaptive) rejection() sluice.Decision {
-	return sluice.Decision{Policy: a.name, Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}
 }
 
 // Done counts an admitted request when it ends: a Success as a request the
@@ -132,27 +121,4 @@ func (a *Adaptive) Done(_ sluice.Ticket, o sluice.Outcome, now, _ time.Duration)
 	}
 }
 
-// Allow asks whether a request may go through now, reading the throttle's
-// clock. When it may, it returns a Permit on which the request's end must be
-// reported once; otherwise a *sluice.RejectedError matching
-// sluice.ErrCircuitOpen.
-func (a *Adaptive) Allow() (Permit, error) {
-	now := a.env.now()
-	d, t := a.Admit(context.Background(), now)
-	if !d.Allowed {
-		return Permit{}, &sluice.RejectedError{Decision: d}
-	}
-	return Permit{env: &a.env, t: t, start: now}, nil
-}
-
-// Execute runs fn if the throttle lets it through, and reports how it ended,
-// as Breaker.Execute does.
-func (a *Adaptive) Execute(fn func() error) error {
-	pm, err := a.Allow()
-	if err != nil {
-		return err
-	}
-	return run(pm, fn)
-}
-
-var _ sluice.FastPolicy = (*Adaptive)(nil)
+var _ sluice.Policy = (*Adaptive)(nil)

@@ -27,7 +27,7 @@ func TestAdaptiveProbabilityFollowsTheFormula(t *testing.T) {
 	ctx := context.Background()
 	record := func(o sluice.Outcome, n int, at time.Duration) {
 		for range n {
-			d, tk := a.Admit(ctx, at)
+			d, tk := admit(a, ctx, at)
 			require.True(t, d.Allowed)
 			a.Done(tk, o, at, ms)
 		}
@@ -38,7 +38,7 @@ func TestAdaptiveProbabilityFollowsTheFormula(t *testing.T) {
 	assert.InDelta(t, 10.0/31, a.RejectProbability(0), 1e-12)
 
 	draw = 10.0/31 - 1e-9 // just under p: rejected
-	d, _ := a.Admit(ctx, 0)
+	d, _ := admit(a, ctx, 0)
 	assert.False(t, d.Allowed)
 	assert.ErrorIs(t, d.Cause, sluice.ErrCircuitOpen)
 	assert.Equal(t, sec, d.RetryAfter, "one bucket")
@@ -49,7 +49,7 @@ func TestAdaptiveProbabilityFollowsTheFormula(t *testing.T) {
 	assert.Equal(t, [2]int64{31, 10}, [2]int64{reqs, accs})
 
 	draw = 11.0 / 32 // not under p: admitted
-	d, tk := a.Admit(ctx, 0)
+	d, tk := admit(a, ctx, 0)
 	assert.True(t, d.Allowed)
 	a.Done(tk, sluice.Released, 0, 0)
 	a.Done(tk, sluice.Ignored, 0, 0)
@@ -65,7 +65,7 @@ func TestAdaptiveHealthyNeverRejects(t *testing.T) {
 	ctx := context.Background()
 	for i := range 1000 {
 		now := time.Duration(i) * ms
-		d, tk := a.Admit(ctx, now)
+		d, tk := admit(a, ctx, now)
 		require.True(t, d.Allowed, "call %d", i)
 		o := S
 		if i%3 == 2 {
@@ -79,16 +79,16 @@ func TestAdaptiveMinRequests(t *testing.T) {
 	a := mustAdaptive(t, breaker.WithMinThrottleRequests(5), breaker.WithRandom(func() float64 { return 0 }))
 	ctx := context.Background()
 	for i := range 4 {
-		d, tk := a.Admit(ctx, 0)
+		d, tk := admit(a, ctx, 0)
 		require.True(t, d.Allowed, "call %d", i)
 		a.Done(tk, F, 0, 0)
 	}
 	assert.Zero(t, a.RejectProbability(0))
-	d, tk := a.Admit(ctx, 0)
+	d, tk := admit(a, ctx, 0)
 	require.True(t, d.Allowed)
 	a.Done(tk, F, 0, 0)
 	assert.InDelta(t, 5.0/6, a.RejectProbability(0), 1e-12)
-	d, _ = a.Admit(ctx, 0)
+	d, _ = admit(a, ctx, 0)
 	assert.False(t, d.Allowed)
 }
 
@@ -111,7 +111,7 @@ func TestAdaptiveAdmitDoesNotAllocate(t *testing.T) {
 	now := time.Duration(0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
 		now += ms
-		d, tk := a.Admit(ctx, now)
+		d, tk := admit(a, ctx, now)
 		if d.Allowed {
 			a.Done(tk, []sluice.Outcome{S, F, F, F}[now/ms%4], now, ms)
 		}
@@ -136,49 +136,60 @@ func TestAdaptiveOptionsValidation(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// TestAdaptiveFastAgrees drives two throttles with the same seeded random
-// source, one through Admit and one through AdmitFast: they draw alike, so
-// they must decide alike, call for call.
-func TestAdaptiveFastAgrees(t *testing.T) {
-	mk := func() *breaker.Adaptive {
-		return mustAdaptive(t, breaker.WithRollingWindow(100*ms, 10), breaker.WithRandom(lockedRandom(7)))
+// TestAdaptiveAllowAgreesWithAdmit drives two throttles with the same
+// seeded random source, one through Admit and Done and one through Allow
+// and Report on its clock: they draw alike, so they must decide alike, call
+// for call.
+func TestAdaptiveAllowAgreesWithAdmit(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	mk := func(opts ...breaker.Option) *breaker.Adaptive {
+		return mustAdaptive(t, append(opts, breaker.WithRollingWindow(100*ms, 10), breaker.WithRandom(lockedRandom(7)))...)
 	}
-	a, b := mk(), mk()
+	a, b := mk(), mk(breaker.WithClock(clk))
 	ctx := context.Background()
 	outcomes := []sluice.Outcome{F, F, S, F, sluice.Ignored, F, sluice.Released, S}
 	var admitted, rejected int
 	for i := range 3000 {
 		now := time.Duration(i) * ms / 4
-		da, ta := a.Admit(ctx, now)
-		tb, q, rej := b.AdmitFast(ctx, now)
-		db := q.Decision(b.Name())
-		if rej != nil {
-			db = rej.Decision
-		}
-		require.Equal(t, da, db, "call %d at %v", i, now)
+		clk.Set(now)
+		da, ta := admit(a, ctx, now)
+		call, err := b.Allow()
+		db := call.Decision()
+		require.Equal(t, da.Allowed, db.Allowed, "call %d at %v", i, now)
+		require.Equal(t, da.Allowed, err == nil, "call %d at %v", i, now)
 		if !da.Allowed {
+			require.Equal(t, da, db, "call %d at %v", i, now)
+			sameRejection(t, da, err, "call %d at %v", i, now)
 			rejected++
 			continue
 		}
 		admitted++
 		o := outcomes[i%len(outcomes)]
 		a.Done(ta, o, now+ms, ms)
-		b.Done(tb, o, now+ms, ms)
+		clk.Advance(ms)
+		call.Report(o, nil)
 	}
 	assert.Positive(t, admitted)
 	assert.Positive(t, rejected)
 }
 
-func TestAdaptiveAdmitFastAdmitsWithoutAllocating(t *testing.T) {
+func TestAdaptiveAdmitsWithoutAllocating(t *testing.T) {
 	a := mustAdaptive(t, breaker.WithRandom(func() float64 { return 0.5 }))
 	ctx := context.Background()
 	now := time.Duration(0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
 		now += ms
-		tk, q, rej := a.AdmitFast(ctx, now)
-		if rej != nil || q.Limit != -1 {
-			t.Fatalf("a healthy dependency's request was answered %v, %+v", rej, q)
+		v := a.Admit(ctx, now)
+		if v.Cause != nil || v.Limit != -1 {
+			t.Fatalf("a healthy dependency's request was answered %+v", v)
 		}
-		a.Done(tk, S, now, ms)
+		a.Done(v.Ticket, S, now, ms)
+	}))
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		call, err := a.Allow()
+		if err != nil {
+			t.Fatalf("a healthy dependency's request was rejected: %v", err)
+		}
+		_ = call.End(nil)
 	}))
 }

@@ -82,7 +82,7 @@ func (p *phase) owns(t sluice.Ticket) bool { return uint64(t>>1)&genMask == p.ge
 // New returns a closed Breaker named "breaker/" + name.
 //
 // Without options it trips at 5 consecutive failures, counts on a window of
-// the last 100 calls, stays open 60s, and closes after one successful probe.
+// the last 100 calls, stays open 1s, and closes after one successful probe.
 func New(name string, opts ...Option) (*Breaker, error) {
 	if name == "" {
 		return nil, errors.New("breaker: New: empty name")
@@ -96,7 +96,7 @@ func New(name string, opts ...Option) (*Breaker, error) {
 
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
-	b.env = newPermitEnv(b, cfg.clock, cfg.classify, cfg.count == 0 || cfg.slowThreshold > 0)
+	b.env = newPermitEnv(cfg.clock, cfg.classify)
 	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
 	b.need = int64(math.Ceil(cfg.probeRatio*float64(cfg.probes) - 1e-9))
 	if b.need < 1 {
@@ -108,6 +108,7 @@ func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	p := &phase{gen: genBase, state: StateClosed}
 	b.newWindow(p)
 	b.cur.Store(p)
+	b.env.bind(b)
 	return b
 }
 
@@ -119,16 +120,16 @@ func (b *Breaker) newWindow(p *phase) {
 	}
 }
 
-// UntimedOf returns b itself when its Done needs no end instant nor latency
-// for a Success, a Failure or an Ignored call (sluice.UntimedDone): when it
-// counts outcomes in a count window, has no slow-call strategy and reads
-// SystemClock. It then reads the clock itself when such an outcome trips it
-// or is a half-open probe's. It returns nil otherwise.
-func (b *Breaker) UntimedOf() sluice.Policy {
+// Needs returns 0 when the breaker's Done needs no end instant nor latency
+// for a Success, a Failure or an Ignored call: when it counts outcomes in a
+// count window, has no slow-call strategy and reads SystemClock. It then
+// reads the clock itself when such an outcome trips it or is a half-open
+// probe's. It returns sluice.NeedsEnd otherwise.
+func (b *Breaker) Needs() sluice.Needs {
 	if b.cfg.count > 0 && b.slow == 0 && b.env.system {
-		return b
+		return 0
 	}
-	return nil
+	return sluice.NeedsEnd
 }
 
 // Name returns "breaker/" followed by the name given to New.
@@ -182,45 +183,30 @@ func (b *Breaker) Counts() Counts {
 // RetryAfter, the wait after which its probes have decided. It is the
 // sluice.Policy method; outside a Guard, Allow and Decide read the clock for
 // you.
-func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
-		return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(false)
+		return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
 	}
 	if p.state == StateOpen && !p.forced && now < p.openUntil {
-		// Built in place: a Decision is returned in memory, and every copy
-		// on this path costs more than the check itself.
-		return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: p.openUntil - now, Cause: sluice.ErrCircuitOpen}, 0
+		return sluice.Verdict{Limit: -1, RetryAfter: p.openUntil - now, Cause: sluice.ErrCircuitOpen}
 	}
 	return b.admitSlow(p, now)
 }
 
-// AdmitFast is Admit in the form of sluice.FastPolicy: a Guard takes a
-// closed breaker's answer in registers.
-func (b *Breaker) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if p := b.cur.Load(); p.state == StateClosed {
-		return p.ticket(false), sluice.Quota{Limit: -1}, nil
-	}
-	d, t := b.Admit(ctx, now)
-	return sluice.FastAnswer(&d, t)
-}
+var _ sluice.Policy = (*Breaker)(nil)
 
-// FastOf returns b itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (b *Breaker) FastOf() sluice.Policy { return b }
-
-var _ sluice.FastPolicy = (*Breaker)(nil)
-
-func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 	for {
 		switch p.state {
 		case StateClosed:
-			return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(false)
+			return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
 		case StateOpen:
 			if p.forced {
-				return b.reject(b.cfg.openBase), 0
+				return b.reject(b.cfg.openBase)
 			}
 			if now < p.openUntil {
-				return b.reject(p.openUntil - now), 0
+				return b.reject(p.openUntil - now)
 			}
 			b.mu.Lock()
 			if b.cur.Load() == p {
@@ -232,10 +218,10 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 			for {
 				n := p.taken.Load()
 				if n >= b.cfg.probes {
-					return b.reject(b.cfg.openBase), 0
+					return b.reject(b.cfg.openBase)
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
-					return sluice.Decision{Allowed: true, Policy: b.name, Limit: -1}, p.ticket(true)
+					return sluice.Verdict{Ticket: p.ticket(true), Limit: -1}
 				}
 			}
 		}
@@ -243,11 +229,8 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Decision, sluic
 	}
 }
 
-func (b *Breaker) reject(retryAfter time.Duration) sluice.Decision {
-	if retryAfter <= 0 {
-		retryAfter = 1
-	}
-	return sluice.Decision{Policy: b.name, Limit: -1, RetryAfter: retryAfter, Cause: sluice.ErrCircuitOpen}
+func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: max(retryAfter, 1), Cause: sluice.ErrCircuitOpen}
 }
 
 // Done reports how a call admitted with ticket t ended, at instant now after
@@ -324,7 +307,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 		return
 	}
 	draw := b.jitterDraw()
-	now = b.at(now)
+	now = b.at(now, latency)
 	b.mu.Lock()
 	// A breaker dropped from its Group ignores what still reaches it: the
 	// Group keeps every open breaker, and could not keep this one.
@@ -336,12 +319,12 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	b.dispatch()
 }
 
-// at returns now, or the breaker's clock when now is sluice.Unread: a Guard
-// of untimed policies and a Permit of a breaker that needs no end instant to
-// count outcomes leave it unread, and the open period must still start when
-// the call ended.
-func (b *Breaker) at(now time.Duration) time.Duration {
-	if now == sluice.Unread {
+// at returns now, or the breaker's clock when latency is -1: a Guard of
+// policies that need no end instant and a Permit of a breaker that needs
+// none to count outcomes leave it unread, and the open period must still
+// start when the call ended.
+func (b *Breaker) at(now, latency time.Duration) time.Duration {
+	if latency < 0 {
 		return b.env.now()
 	}
 	return now
@@ -414,7 +397,7 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 	if !ok {
 		draw = b.jitterDraw()
 	}
-	now = b.at(now)
+	now = b.at(now, latency)
 	b.mu.Lock()
 	if b.cur.Load() == p {
 		if ok {

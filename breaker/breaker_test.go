@@ -25,6 +25,36 @@ var (
 	R = sluice.Released
 )
 
+// admit asks p to admit a request at now, and returns the Decision its
+// Verdict stands for and its Ticket.
+func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
+}
+
+// rejection returns the Decision of the rejection err, failing t when err
+// is none.
+func rejection(t testing.TB, err error) sluice.Decision {
+	t.Helper()
+	d, ok := sluice.RejectionOf(err)
+	require.True(t, ok, "%v is no rejection", err)
+	require.ErrorIs(t, err, sluice.ErrRejected)
+	return d
+}
+
+// sameRejection fails t unless err is the rejection with Decision want, as
+// a Guard's shared error reads it: RetryAfter and Reset rounded up to the
+// millisecond from the rejection's instant, and read from a later one.
+func sameRejection(t testing.TB, want sluice.Decision, err error, msgAndArgs ...any) {
+	t.Helper()
+	got := rejection(t, err)
+	for _, d := range [][2]time.Duration{{want.RetryAfter, got.RetryAfter}, {want.Reset, got.Reset}} {
+		require.InDelta(t, float64(d[0]), float64(d[1]), float64(time.Millisecond), msgAndArgs...)
+	}
+	got.RetryAfter, got.Reset = want.RetryAfter, want.Reset
+	require.Equal(t, want, got, msgAndArgs...)
+}
+
 // step is one call of a state-machine table: it arrives at instant at, ends
 // latency later with outcome o, and the breaker is then in state want.
 type step struct {
@@ -39,7 +69,7 @@ func runSteps(t *testing.T, b *breaker.Breaker, steps []step) {
 	t.Helper()
 	ctx := context.Background()
 	for i, st := range steps {
-		d, tk := b.Admit(ctx, st.at)
+		d, tk := admit(b, ctx, st.at)
 		if st.reject {
 			require.False(t, d.Allowed, "step %d at %v: want a rejection", i, st.at)
 			require.ErrorIs(t, d.Cause, sluice.ErrCircuitOpen)
@@ -199,7 +229,7 @@ func TestCounts(t *testing.T) {
 	b := mustNew(t, breaker.WithSlowCallRatio(sec, 1, 100), breaker.WithConsecutiveFailures(10))
 	ctx := context.Background()
 	for i, o := range []sluice.Outcome{S, F, S, I, R, F, F} {
-		_, tk := b.Admit(ctx, 0)
+		_, tk := admit(b, ctx, 0)
 		lat := ms
 		if i < 2 {
 			lat = 2 * sec
@@ -260,7 +290,7 @@ func TestOptionsValidation(t *testing.T) {
 
 func nanF() float64 { z := 0.0; return z / z }
 
-func TestAllowDecideExecute(t *testing.T) {
+func TestAllowExecute(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec),
 		breaker.WithSlowCallRatio(100*ms, 1, 1))
@@ -273,31 +303,35 @@ func TestAllowDecideExecute(t *testing.T) {
 
 	pm, err := b.Allow()
 	require.NoError(t, err)
+	assert.True(t, pm.Decision().Allowed)
 	clk.Advance(50 * ms)
-	pm.Finish(boom)
+	assert.Same(t, boom, pm.End(boom))
 	assert.Equal(t, breaker.StateClosed, b.State())
 	assert.Panics(t, func() { _ = b.Execute(func() error { panic("boom") }) })
 	assert.Equal(t, breaker.StateOpen, b.State(), "a panic counts as a failure")
 
 	err = b.Execute(func() error { t.Fatal("must not run"); return nil })
-	var rej *sluice.RejectedError
-	require.ErrorAs(t, err, &rej)
-	assert.Equal(t, sec, rej.RetryAfter())
-	d, pm := b.Decide()
+	assert.Equal(t, sec, rejection(t, err).RetryAfter)
+	pm, err = b.Allow()
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	d := pm.Decision()
 	assert.False(t, d.Allowed)
-	assert.False(t, pm.Allowed())
-	pm.Record(F) // the zero Permit does nothing
+	assert.Equal(t, b.Name(), d.Policy)
+	assert.Equal(t, sec, d.RetryAfter)
+	assert.Equal(t, d, rejection(t, err))
+	pm.Report(F, nil) // a rejected Call reports nothing
+	assert.Equal(t, int64(2), b.Counts().Failures)
 
 	clk.Advance(sec)
 	pm, err = b.Allow()
 	require.NoError(t, err)
 	clk.Advance(150 * ms) // a slow probe fails
-	pm.Record(S)
+	pm.Report(S, nil)
 	assert.Equal(t, breaker.StateOpen, b.State())
 }
 
 // A breaker that counts outcomes without the time (a count window, no
-// slow-call strategy) lets Record skip the clock; its open periods must
+// slow-call strategy) lets its Call skip the end clock read; its open periods must
 // still start when the tripping call ended, however long the process has
 // run.
 func TestPermitOpensForTheWholeDurationLongAfterStart(t *testing.T) {
@@ -306,25 +340,22 @@ func TestPermitOpensForTheWholeDurationLongAfterStart(t *testing.T) {
 	for range 2 {
 		pm, err := b.Allow()
 		require.NoError(t, err)
-		pm.Record(F)
+		pm.Report(F, nil)
 	}
 	require.Equal(t, breaker.StateOpen, b.State())
-	var rej *sluice.RejectedError
 	_, err := b.Allow()
-	require.ErrorAs(t, err, &rej)
-	assert.Equal(t, sec, rej.RetryAfter())
+	assert.Equal(t, sec, rejection(t, err).RetryAfter)
 	clk.Advance(sec - ms)
 	_, err = b.Allow()
-	require.ErrorAs(t, err, &rej, "still open a millisecond before the end")
+	assert.Equal(t, ms, rejection(t, err).RetryAfter, "still open a millisecond before the end")
 
 	clk.Advance(ms)
 	pm, err := b.Allow()
 	require.NoError(t, err, "the probe")
 	clk.Advance(300 * ms)
-	pm.Record(F)
+	pm.Report(F, nil)
 	_, err = b.Allow()
-	require.ErrorAs(t, err, &rej)
-	assert.Equal(t, sec, rej.RetryAfter(), "a failed probe opens from its end")
+	assert.Equal(t, sec, rejection(t, err).RetryAfter, "a failed probe opens from its end")
 
 	clk.Advance(sec)
 	require.NoError(t, b.Execute(func() error { return nil }))
@@ -333,7 +364,7 @@ func TestPermitOpensForTheWholeDurationLongAfterStart(t *testing.T) {
 		_ = b.Execute(func() error { return errors.New("boom") })
 	}
 	clk.Advance(sec - ms)
-	assert.ErrorAs(t, b.Execute(func() error { return nil }), &rej, "Execute trips for the whole duration too")
+	assert.Equal(t, ms, rejection(t, b.Execute(func() error { return nil })).RetryAfter, "Execute trips for the whole duration too")
 }
 
 func TestHotPathsDoNotAllocate(t *testing.T) {
@@ -343,26 +374,28 @@ func TestHotPathsDoNotAllocate(t *testing.T) {
 		now := time.Duration(0)
 		assert.Zero(t, testing.AllocsPerRun(1000, func() {
 			now += ms
-			d, tk := b.Admit(ctx, now)
+			d, tk := admit(b, ctx, now)
 			b.Done(tk, S, now, ms)
 			_ = d
 		}), "closed Admit+Done")
 		assert.Zero(t, testing.AllocsPerRun(1000, func() {
-			d, pm := b.Decide()
-			pm.Record(S)
-			_ = d
-		}), "closed Decide+Record")
+			pm, err := b.Allow()
+			_ = pm.End(err)
+		}), "closed Allow+End")
 	}
 	b := mustNew(t)
 	b.ForceOpen()
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		d, _ := b.Admit(ctx, 0)
+		d, _ := admit(b, ctx, 0)
 		_ = d
 	}), "open Admit")
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		d, _ := b.Decide()
-		_ = d
-	}), "open Decide")
+		pm, err := b.Allow()
+		_ = pm.End(err)
+	}), "open Allow+End")
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		_ = b.Execute(func() error { return nil })
+	}), "open Execute")
 }
 
 func TestCountsOnRollingWindowFollowTheClock(t *testing.T) {
@@ -371,12 +404,12 @@ func TestCountsOnRollingWindowFollowTheClock(t *testing.T) {
 	for range 3 {
 		pm, err := b.Allow()
 		require.NoError(t, err)
-		pm.Record(F)
+		pm.Report(F, nil)
 	}
 	clk.Advance(5 * sec)
 	pm, err := b.Allow()
 	require.NoError(t, err)
-	pm.Record(S)
+	pm.Report(S, nil)
 	assert.Equal(t, breaker.Counts{Requests: 4, Successes: 1, Failures: 3, ConsecutiveFailures: 0}, b.Counts())
 	clk.Advance(5 * sec) // the first three leave the window
 	assert.Equal(t, breaker.Counts{Requests: 1, Successes: 1}, b.Counts())
@@ -429,7 +462,7 @@ func TestCountsDropARunThatLeftTheWindow(t *testing.T) {
 	for range 3 {
 		pm, err := b.Allow()
 		require.NoError(t, err)
-		pm.Record(F)
+		pm.Report(F, nil)
 	}
 	assert.Equal(t, int64(3), b.Counts().ConsecutiveFailures)
 	clk.Advance(9 * sec)

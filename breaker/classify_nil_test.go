@@ -13,8 +13,8 @@ import (
 
 // A sluice.Classifier is asked only for errors: a call that returns nil is a
 // Success, outside a Guard as inside one. A classifier that calls every error
-// a failure must not make a successful Execute or Finish a failure.
-func TestExecuteAndFinishNeverClassifyNil(t *testing.T) {
+// a failure must not make a successful Execute or End a failure.
+func TestExecuteAndEndNeverClassifyNil(t *testing.T) {
 	everyErrorFails := func(error) sluice.Outcome { return sluice.Failure }
 	clk := sluice.NewManualClock(0)
 
@@ -22,7 +22,7 @@ func TestExecuteAndFinishNeverClassifyNil(t *testing.T) {
 	require.NoError(t, b.Execute(func() error { return nil }))
 	pm, err := b.Allow()
 	require.NoError(t, err)
-	pm.Finish(nil)
+	require.NoError(t, pm.End(nil))
 	assert.Equal(t, breaker.StateClosed, b.State(), "successful calls tripped the breaker")
 	assert.Equal(t, int64(2), b.Counts().Successes)
 	require.Error(t, b.Execute(func() error { return errors.New("boom") }))

@@ -24,6 +24,22 @@
 // A rejection is a *sluice.RejectedError matching sluice.ErrCircuitOpen, with
 // RetryAfter the time until the breaker lets a probe through.
 //
+// # Defaults
+//
+// Without trip options a Breaker, and each breaker of a Group, trips at 5
+// consecutive failures, stays open 1s, and closes after one successful
+// probe. A run of failures is the quickest sign that tells an outage from
+// noise: a window's ratio must first outweigh the healthy calls it holds.
+// Replayed on a manual clock (300 calls/s on two routes, a 100 ms call
+// deadline, a dependency turning from 20 ms to 2 s), one breaker for the
+// dependency opens about 95 ms after it turns sick, about 32 calls into it,
+// and a Group's breaker per route, seeing half the calls, after about
+// 115 ms; an error ratio of 0.5 over the last 100 calls takes 230 ms, and
+// 420 ms per route. On a dependency failing 1% of calls at random, it did
+// not open in 800,000 calls. The short open duration brings callers back
+// within 2 s of the dependency's healing, while a sick one gets one probe a
+// second.
+//
 // # What counts
 //
 // Inside a Guard, a call's outcome comes from the Guard's sluice.Classifier:

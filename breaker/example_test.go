@@ -29,9 +29,8 @@ func ExampleBreaker_Execute() {
 		_ = b.Execute(func() error { return down })
 	}
 	err = b.Execute(func() error { return nil })
-	var rej *sluice.RejectedError
-	if errors.As(err, &rej) {
-		fmt.Println("rejected:", errors.Is(err, sluice.ErrCircuitOpen), "retry after", rej.RetryAfter())
+	if d, ok := sluice.RejectionOf(err); ok {
+		fmt.Println("rejected:", errors.Is(err, sluice.ErrCircuitOpen), "retry after", d.RetryAfter)
 	}
 	clk.Advance(10 * time.Second)
 	fmt.Println("probe:", b.Execute(func() error { return nil }))
@@ -83,12 +82,12 @@ func ExampleBreaker_Allow() {
 	if err != nil {
 		panic(err)
 	}
-	permit, err := b.Allow()
+	call, err := b.Allow()
 	if err != nil {
 		fmt.Println("rejected:", err)
 		return
 	}
-	permit.Finish(nil) // report the call's error, exactly once
+	_ = call.End(nil) // report the call's error, exactly once
 	fmt.Println(b.Counts().Successes)
 	// Output:
 	// 1
@@ -107,7 +106,7 @@ func ExampleNewAdaptive() {
 	}
 	ctx := context.Background()
 	for i := range 10 {
-		_, t := a.Admit(ctx, 0)
+		_, t := admit(a, ctx, 0)
 		o := sluice.Failure
 		if i < 2 {
 			o = sluice.Success
@@ -116,7 +115,7 @@ func ExampleNewAdaptive() {
 	}
 	fmt.Printf("p = %.3f\n", a.RejectProbability(0)) // (10 − 2·2)/(10+1)
 	draw = 0.3
-	d, _ := a.Admit(ctx, 0)
+	d, _ := admit(a, ctx, 0)
 	fmt.Println(d.Allowed, d.Cause)
 	// Output:
 	// p = 0.545
@@ -131,7 +130,7 @@ func ExampleGroup() {
 	}
 	for _, host := range []string{"a.example", "b.example"} {
 		ctx := sluice.WithResource(context.Background(), host)
-		_, t := g.Admit(ctx, 0)
+		_, t := admit(g, ctx, 0)
 		o := sluice.Success
 		if host == "a.example" {
 			o = sluice.Failure
@@ -155,7 +154,7 @@ func ExampleBreaker_OpenFor() {
 	}
 	now := 5 * time.Second
 	b.OpenFor(now, 30*time.Second) // the dependency answered 503, Retry-After: 30
-	d, _ := b.Admit(context.Background(), now+10*time.Second)
+	d, _ := admit(b, context.Background(), now+10*time.Second)
 	fmt.Println(d.Allowed, d.RetryAfter)
 	// Output:
 	// false 20s

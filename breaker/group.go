@@ -87,14 +87,13 @@ func NewGroup(name string, opts ...Option) (*Group, error) {
 // Name returns "breaker/" followed by the name given to NewGroup.
 func (g *Group) Name() string { return g.name }
 
-// UntimedOf returns g itself when its breakers need no end instant nor
-// latency for a Success, a Failure or an Ignored call, as
-// [Breaker.UntimedOf] says; nil otherwise.
-func (g *Group) UntimedOf() sluice.Policy {
+// Needs returns what its breakers need of a Guard, as [Breaker.Needs]
+// says: they are all made alike.
+func (g *Group) Needs() sluice.Needs {
 	if g.cfg.count > 0 && g.cfg.slowThreshold == 0 && g.cfg.clock == sluice.SystemClock {
-		return g
+		return 0
 	}
-	return nil
+	return sluice.NeedsEnd
 }
 
 // Len returns the number of breakers the Group holds, the overflow breaker
@@ -115,32 +114,14 @@ func (g *Group) Get(key string) (*Breaker, bool) {
 
 // Admit decides on a request at instant now with the breaker of its key,
 // made on first use. It is the sluice.Policy method.
-func (g *Group) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (g *Group) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	m := g.use(ctx, now)
-	d, t := m.b.Admit(ctx, now)
-	d.Policy = g.name
-	if !d.Allowed {
-		return d, 0
+	v := m.b.Admit(ctx, now)
+	if v.Cause == nil {
+		v.Ticket = sluice.Ticket(m.slot)<<32 | v.Ticket&math.MaxUint32
 	}
-	return d, sluice.Ticket(m.slot)<<32 | t&math.MaxUint32
+	return v
 }
-
-// AdmitFast is Admit in the form of sluice.FastPolicy: it asks the key's
-// breaker for its fast answer, and names the Group in a rejection.
-func (g *Group) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	m := g.use(ctx, now)
-	t, q, rej := m.b.AdmitFast(ctx, now)
-	if rej != nil {
-		// A Breaker's rejection is made for this call alone: renaming it
-		// in place changes no other caller's error.
-		rej.Decision.Policy = g.name
-		return 0, sluice.Quota{}, rej
-	}
-	return sluice.Ticket(m.slot)<<32 | t&math.MaxUint32, q, nil
-}
-
-// FastOf returns g itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (g *Group) FastOf() sluice.Policy { return g }
 
 // Done reports how a request ended to the breaker that admitted it; a
 // breaker dropped from the Group since then ignores it. It is the
@@ -279,6 +260,6 @@ func (g *Group) evict() bool {
 }
 
 var (
-	_ sluice.FastPolicy  = (*Group)(nil)
+	_ sluice.Policy      = (*Group)(nil)
 	_ sluice.StateSource = (*Group)(nil)
 )

@@ -27,7 +27,7 @@ func res(r string) context.Context { return sluice.WithResource(context.Backgrou
 
 func fail(t *testing.T, g *breaker.Group, ctx context.Context, now time.Duration) {
 	t.Helper()
-	d, tk := g.Admit(ctx, now)
+	d, tk := admit(g, ctx, now)
 	require.True(t, d.Allowed)
 	g.Done(tk, F, now, 0)
 }
@@ -46,11 +46,11 @@ func TestGroupOneBreakerPerResource(t *testing.T) {
 	fail(t, g, res("payments"), 0)
 	fail(t, g, res("search"), 0)
 	fail(t, g, res("payments"), 0)
-	d, _ := g.Admit(res("payments"), ms)
+	d, _ := admit(g, res("payments"), ms)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "breaker/deps", d.Policy)
 	assert.Equal(t, sec-ms, d.RetryAfter)
-	d, tk := g.Admit(res("search"), ms)
+	d, tk := admit(g, res("search"), ms)
 	assert.True(t, d.Allowed, "search is another breaker")
 	g.Done(tk, S, ms, 0)
 	assert.Equal(t, 2, g.Len())
@@ -78,7 +78,7 @@ func TestGroupEvictsLeastRecentlyUsedClosedBreaker(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(3), breaker.WithConsecutiveFailures(1))
 	ctx := context.Background()
 	use := func(key string, now time.Duration) {
-		d, tk := g.Admit(res(key), now)
+		d, tk := admit(g, res(key), now)
 		require.True(t, d.Allowed, key)
 		g.Done(tk, S, now, 0)
 	}
@@ -101,22 +101,22 @@ func TestGroupOverflowWhenEveryBreakerIsOpen(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(2), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 	fail(t, g, res("a"), 0)
 	fail(t, g, res("b"), 0)
-	d, tk := g.Admit(res("c"), ms)
+	d, tk := admit(g, res("c"), ms)
 	require.True(t, d.Allowed, "c goes to the overflow breaker")
 	g.Done(tk, S, ms, 0)
 	_, ok := g.Get("c")
 	assert.False(t, ok)
 	assert.Equal(t, 2, g.Len())
 	// a and b stay open and remembered.
-	d, _ = g.Admit(res("a"), ms)
+	d, _ = admit(g, res("a"), ms)
 	assert.False(t, d.Allowed)
 }
 
 func TestGroupTicketOfAnEvictedBreakerIsDropped(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1))
-	d, old := g.Admit(res("a"), 0)
+	d, old := admit(g, res("a"), 0)
 	require.True(t, d.Allowed)
-	d, tk := g.Admit(res("b"), ms) // evicts a; b takes its slot
+	d, tk := admit(g, res("b"), ms) // evicts a; b takes its slot
 	require.True(t, d.Allowed)
 	g.Done(old, F, ms, 0) // a's late failure must not reach b
 	b, ok := g.Get("b")
@@ -136,7 +136,7 @@ func TestGroupConcurrentKeys(t *testing.T) {
 			for i := range 2000 {
 				ctx := res(fmt.Sprint((i * (w + 1)) % 40))
 				now := time.Duration(i) * ms
-				d, tk := g.Admit(ctx, now)
+				d, tk := admit(g, ctx, now)
 				if d.Allowed {
 					g.Done(tk, []sluice.Outcome{S, S, F}[i%3], now, ms)
 				}
@@ -165,46 +165,50 @@ func TestGroupOptionsValidation(t *testing.T) {
 func TestGroupHotPathDoesNotAllocate(t *testing.T) {
 	g := mustGroup(t)
 	ctx := res("payments")
-	d, tk := g.Admit(ctx, 0) // made on first use
+	d, tk := admit(g, ctx, 0) // made on first use
 	require.True(t, d.Allowed)
 	g.Done(tk, S, 0, 0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		d, tk := g.Admit(ctx, ms)
+		d, tk := admit(g, ctx, ms)
 		if d.Allowed {
 			g.Done(tk, S, ms, ms)
 		}
 	}))
 }
 
-func TestGroupAdmitFast(t *testing.T) {
+func TestGroupAdmitInAGuard(t *testing.T) {
 	g := mustGroup(t)
 	ctx := res("payments")
-	tk, q, rej := g.AdmitFast(ctx, 0) // made on first use
-	require.Nil(t, rej)
-	assert.Equal(t, sluice.Quota{Limit: -1}, q)
-	g.Done(tk, S, 0, 0)
+	v := g.Admit(ctx, 0) // made on first use
+	require.NoError(t, v.Cause)
+	assert.Equal(t, int64(-1), v.Limit)
+	g.Done(v.Ticket, S, 0, 0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		tk, _, rej := g.AdmitFast(ctx, ms)
-		if rej == nil {
-			g.Done(tk, S, ms, ms)
+		v := g.Admit(ctx, ms)
+		if v.Cause == nil {
+			g.Done(v.Ticket, S, ms, ms)
 		}
 	}))
 
-	// A rejection names the Group, and leaves the member's own rejections
-	// naming the member.
+	// In a Guard, a rejection names the Group; the member's own, through
+	// its Allow, names the member.
+	guard, err := sluice.New(sluice.With(g))
+	require.NoError(t, err)
 	b, ok := g.Get("payments")
 	require.True(t, ok)
 	b.ForceOpen()
-	_, _, rej = g.AdmitFast(ctx, 2*ms)
-	require.NotNil(t, rej)
-	assert.Equal(t, g.Name(), rej.Decision.Policy)
-	assert.ErrorIs(t, rej, sluice.ErrCircuitOpen)
-	_, _, own := b.AdmitFast(ctx, 2*ms)
-	require.NotNil(t, own)
-	assert.Equal(t, b.Name(), own.Decision.Policy)
-	assert.Equal(t, g.Name(), rej.Decision.Policy, "the member's next rejection renamed the Group's")
-	d, _ := g.Admit(ctx, 2*ms)
-	assert.Equal(t, d, rej.Decision)
+	err = guard.Do(ctx, func(context.Context) error { t.Fatal("ran while open"); return nil })
+	d := rejection(t, err)
+	assert.Equal(t, g.Name(), d.Policy)
+	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	_, own := b.Allow()
+	assert.Equal(t, b.Name(), rejection(t, own).Policy)
+	assert.Equal(t, g.Name(), rejection(t, err).Policy, "the member's rejection left the Group's")
+	call, err := guard.Begin(ctx)
+	sameRejection(t, call.Decision(), err)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() {
+		_ = guard.Do(ctx, func(context.Context) error { return nil })
+	}), "an open member's rejections")
 }
 
 // The Group's listeners, Subscribe's and OnStateChange's, hear one change at
@@ -229,7 +233,7 @@ func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, key := range []string{"a", "b"} {
 		wg.Go(func() {
-			d, tk := g.Admit(res(key), sluice.Now())
+			d, tk := admit(g, res(key), sluice.Now())
 			if assert.True(t, d.Allowed) {
 				g.Done(tk, sluice.Failure, sluice.Now(), 0)
 			}
@@ -280,7 +284,7 @@ func slowListener(t *testing.T, g *breaker.Group, trip func()) (heard func() []s
 // tripOffTest fails one call of ctx at 0 on a goroutine other than the
 // test's, where require must not be used.
 func tripOffTest(t *testing.T, g *breaker.Group, ctx context.Context) {
-	d, tk := g.Admit(ctx, 0)
+	d, tk := admit(g, ctx, 0)
 	if assert.True(t, d.Allowed) {
 		g.Done(tk, F, 0, 0)
 	}
@@ -292,14 +296,14 @@ func TestGroupEvictionKeepsQueuedChanges(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 	heard := slowListener(t, g, func() { tripOffTest(t, g, res("a")) })
 	// Meanwhile a recovers: open->half-open, then its probe closes it.
-	d, tk := g.Admit(res("a"), 2*sec)
+	d, tk := admit(g, res("a"), 2*sec)
 	require.True(t, d.Allowed, "probe")
 	g.Done(tk, S, 2*sec, 0)
 	a, ok := g.Get("a")
 	require.True(t, ok)
 	require.Equal(t, breaker.StateClosed, a.State())
 	// A new key arrives at the full Group: a, closed, is evicted.
-	d, tk = g.Admit(res("b"), 3*sec)
+	d, tk = admit(g, res("b"), 3*sec)
 	require.True(t, d.Allowed)
 	g.Done(tk, S, 3*sec, 0)
 	assert.Equal(t, []string{
@@ -314,7 +318,7 @@ func TestGroupEvictionKeepsQueuedChanges(t *testing.T) {
 func TestGroupListenersHearMembersInOrder(t *testing.T) {
 	g := mustGroup(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 	heard := slowListener(t, g, func() { tripOffTest(t, g, res("a")) })
-	d, _ := g.Admit(res("a"), 2*sec) // a: open->half-open, at 2s
+	d, _ := admit(g, res("a"), 2*sec) // a: open->half-open, at 2s
 	require.True(t, d.Allowed)
 	fail(t, g, res("b"), 3*sec) // then b: closed->open, at 3s
 	assert.Equal(t, []string{
@@ -329,12 +333,12 @@ func TestGroupListenersHearMembersInOrder(t *testing.T) {
 // forgot it, so no open breaker is ever dropped.
 func TestDroppedBreakerDoesNotTrip(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
-	_, _ = g.Admit(res("a"), 0)
+	_, _ = admit(g, res("a"), 0)
 	a, ok := g.Get("a")
 	require.True(t, ok)
-	d, tk := a.Admit(context.Background(), 0)
+	d, tk := admit(a, context.Background(), 0)
 	require.True(t, d.Allowed)
-	_, _ = g.Admit(res("b"), time.Second) // drops a, closed
+	_, _ = admit(g, res("b"), time.Second) // drops a, closed
 	_, ok = g.Get("a")
 	require.False(t, ok)
 	a.Done(tk, sluice.Failure, time.Second, 0)
@@ -346,14 +350,14 @@ func TestGroupOpenForContextHoldsOneKey(t *testing.T) {
 	g := mustGroup(t)
 	a, b := res("a"), res("b")
 	g.OpenForContext(a, 0, 30*sec)
-	d, _ := g.Admit(a, 10*sec)
+	d, _ := admit(g, a, 10*sec)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 20*sec, d.RetryAfter)
-	d, tk := g.Admit(b, 10*sec)
+	d, tk := admit(g, b, 10*sec)
 	assert.True(t, d.Allowed, "another key's breaker is not held")
 	g.Done(tk, sluice.Success, 10*sec, 0)
 	g.OpenForContext(b, 10*sec, 0)
-	d, _ = g.Admit(b, 10*sec)
+	d, _ = admit(g, b, 10*sec)
 	assert.True(t, d.Allowed, "no delay, no hold")
 }
 
@@ -364,7 +368,7 @@ func TestGroupOpenForContextLeavesTheOverflowBreaker(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1))
 	fail(t, g, res("a"), 0) // a is open: it is kept
 	g.OpenForContext(res("b"), sec, 30*sec)
-	d, tk := g.Admit(res("c"), 2*sec)
+	d, tk := admit(g, res("c"), 2*sec)
 	assert.True(t, d.Allowed, "c shares the overflow breaker with b, and asked for no wait")
 	g.Done(tk, sluice.Success, 2*sec, 0)
 	_, ok := g.Get("b")

@@ -24,14 +24,16 @@ type rejectMost struct{ n atomic.Int64 }
 
 func (*rejectMost) Name() string { return "test/reject-most" }
 
-func (r *rejectMost) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (r *rejectMost) Admit(context.Context, time.Duration) sluice.Verdict {
 	if r.n.Add(1)%10 != 0 {
-		return sluice.Decision{Policy: "test/reject-most", Limit: 10, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+		return sluice.Verdict{Limit: 10, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
 	}
-	return sluice.Decision{Allowed: true, Policy: "test/reject-most", Limit: 10, Remaining: 1}, 0
+	return sluice.Verdict{Limit: 10, Remaining: 1}
 }
 
 func (*rejectMost) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+func (*rejectMost) Needs() sluice.Needs { return 0 }
 
 func TestGuardInnerRejectionsNeverTrip(t *testing.T) {
 	clk := sluice.NewManualClock(0)
@@ -66,7 +68,7 @@ func TestGuardIgnoresCancellationAndRejections(t *testing.T) {
 	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk))
 	require.NoError(t, err)
 	ctx := context.Background()
-	nested := &sluice.RejectedError{Decision: sluice.Decision{Policy: "other", Limit: -1, RetryAfter: sec, Cause: sluice.ErrOverloaded}}
+	nested := sluice.Rejection(sluice.Decision{Policy: "other", Limit: -1, RetryAfter: sec, Cause: sluice.ErrOverloaded})
 	for _, e := range []error{context.Canceled, nested, errors.Join(errors.New("wrapped"), context.Canceled)} {
 		for range 5 {
 			require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return e }), e)
@@ -102,17 +104,19 @@ func TestGuardReleasedProbeFreesItsSlot(t *testing.T) {
 	assert.Equal(t, breaker.StateClosed, b.State())
 }
 
-func TestUntimedOnlyOnACountWindowOnSystemClock(t *testing.T) {
-	assert.True(t, sluice.IsUntimed(mustNew(t)), "the default: a count window, no slow-call strategy")
-	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithRollingWindow(10*sec, 10))))
-	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithSlowCallRatio(ms, 0.5, 10))))
-	assert.False(t, sluice.IsUntimed(mustNew(t, breaker.WithClock(sluice.NewManualClock(0)))))
+func TestNeedsEndUnlessACountWindowOnSystemClock(t *testing.T) {
+	assert.Zero(t, mustNew(t).Needs(), "the default: a count window, no slow-call strategy")
+	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithRollingWindow(10*sec, 10)).Needs())
+	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithSlowCallRatio(ms, 0.5, 10)).Needs())
+	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithClock(sluice.NewManualClock(0))).Needs())
 	g, err := breaker.NewGroup("g")
 	require.NoError(t, err)
-	assert.True(t, sluice.IsUntimed(g))
+	assert.Zero(t, g.Needs())
 	g, err = breaker.NewGroup("g", breaker.WithRollingWindow(10*sec, 10))
 	require.NoError(t, err)
-	assert.False(t, sluice.IsUntimed(g))
+	assert.Equal(t, sluice.NeedsEnd, g.Needs())
+	a := mustAdaptive(t)
+	assert.Equal(t, sluice.NeedsEnd, a.Needs(), "the throttle counts a call in the window of its end")
 }
 
 // A Guard of untimed policies gives Done no end instant: the breaker reads
@@ -131,9 +135,7 @@ func TestGuardWithoutEndInstantOpensForTheWholeDuration(t *testing.T) {
 	retryAfter := func(g *sluice.Guard) time.Duration {
 		t.Helper()
 		err := g.Do(ctx, func(context.Context) error { t.Fatal("ran while open"); return nil })
-		var rej *sluice.RejectedError
-		require.ErrorAs(t, err, &rej)
-		return rej.RetryAfter()
+		return rejection(t, err).RetryAfter
 	}
 
 	g, _ := guard()

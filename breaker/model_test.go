@@ -144,7 +144,7 @@ func TestClosedStateMatchesReferenceModel(t *testing.T) {
 			now += time.Duration(r.IntN(3)) * ms
 			o := outcomes[r.IntN(len(outcomes))]
 			lat := time.Duration(r.IntN(20)) * ms
-			d, tk := b.Admit(ctx, now)
+			d, tk := admit(b, ctx, now)
 			require.True(t, d.Allowed, "%s: step %d admitted", desc, step)
 			b.Done(tk, o, now, lat)
 			want := m.record(now, o, lat)
@@ -184,7 +184,7 @@ func TestConcurrentFailuresTripOnce(t *testing.T) {
 				defer wg.Done()
 				start.Wait()
 				for range 20 {
-					d, tk := b.Admit(context.Background(), ms)
+					d, tk := admit(b, context.Background(), ms)
 					if d.Allowed {
 						b.Done(tk, F, ms, 0)
 					}
@@ -212,7 +212,7 @@ func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(w), 1))
 			for range 2000 {
 				now := time.Duration(clock.Add(int64(50 * time.Microsecond)))
-				d, tk := b.Admit(context.Background(), now)
+				d, tk := admit(b, context.Background(), now)
 				if !d.Allowed {
 					continue
 				}

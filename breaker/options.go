@@ -42,7 +42,7 @@ type used struct {
 const (
 	defaultConsecutive = 5
 	defaultCountWindow = 100
-	defaultOpen        = 60 * time.Second
+	defaultOpen        = time.Second
 	defaultK           = 2.0
 	defaultWindow      = 10 * time.Second
 	defaultBuckets     = 10
@@ -167,9 +167,11 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 // success ends the run. On a rolling time window, a failure that finds the
 // run's first failure gone from the window starts a new run, the older
 // failures of the run included: n failures in a row trip the breaker when the
-// first of them is still in the window at the n-th. A run of n failures is its own minimum
-// volume. When no trip strategy is given, the breaker trips at 5 consecutive
-// failures. Applies to New and NewGroup.
+// first of them is still in the window at the n-th. A run of n failures is
+// its own minimum volume. When no trip strategy is given, the breaker trips
+// at 5 consecutive failures: a dependency that stops answering trips it at
+// the fifth timeout in a row, while one failing 1% of calls at random does
+// so about once in 10¹⁰ calls. Applies to New and NewGroup.
 func WithConsecutiveFailures(n int) Option {
 	return func(c *config) error {
 		c.use("WithConsecutiveFailures", forBreaker|forGroup)
@@ -183,7 +185,11 @@ func WithConsecutiveFailures(n int) Option {
 
 // WithErrorRatio trips the breaker when failures make up at least ratio
 // (0 < ratio ≤ 1) of the calls in the window, once the window holds at least
-// minRequests calls. Off by default. Applies to New and NewGroup.
+// minRequests calls. The window sets how fast a ratio sees an outage: on the
+// default count window of 100 calls, a ratio of 0.5 trips after 50 failures
+// once healthy calls fill it; add WithConsecutiveFailures for a faster trip
+// when a dependency stops answering. Off by default. Applies to New and
+// NewGroup.
 func WithErrorRatio(ratio float64, minRequests int) Option {
 	return func(c *config) error {
 		c.use("WithErrorRatio", forBreaker|forGroup)
@@ -272,7 +278,10 @@ func WithRollingWindow(length time.Duration, buckets int) Option {
 }
 
 // WithOpenDuration keeps a tripped breaker open for d before it lets probes
-// through; the default is 60s. Applies to New and NewGroup.
+// through; the default is 1s. A probe is one call and a failed one reopens
+// the breaker, so a short default costs a sick dependency about one call a
+// second while the callers fall back, and brings them back within about a
+// second of its healing. Applies to New and NewGroup.
 func WithOpenDuration(d time.Duration) Option {
 	return func(c *config) error {
 		c.use("WithOpenDuration", forBreaker|forGroup)

@@ -192,7 +192,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 				clock.Set(now)
 				trace = append(trace, fmt.Sprintf("time %v", now))
 			case op < 22:
-				d, tk := b.Admit(ctx, now)
+				d, tk := admit(b, ctx, now)
 				ok, probe, retry := x.admit(now)
 				trace = append(trace, fmt.Sprintf("admit at %v: %v retry %v (want %v, %v)", now, d.Allowed, d.RetryAfter, ok, retry))
 				if d.Allowed != ok || d.RetryAfter != retry || d.Limit != -1 {
@@ -297,7 +297,7 @@ func TestPropertyBreakerConcurrent(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(w), 9))
 			for range 3000 {
 				now := time.Duration(clock.Add(int64(20 * time.Microsecond)))
-				d, tk := b.Admit(context.Background(), now)
+				d, tk := admit(b, context.Background(), now)
 				if !d.Allowed {
 					if d.RetryAfter <= 0 || !errors.Is(d.Cause, sluice.ErrCircuitOpen) {
 						bad.Store(fmt.Sprintf("rejection %+v", d))
@@ -386,7 +386,7 @@ func TestPropertyGroupKeepsOpenBreakers(t *testing.T) {
 			case op < 2:
 				now += time.Duration(r.IntN(10)) * ms
 			case op < 6:
-				d, tk := g.Admit(ctx, now)
+				d, tk := admit(g, ctx, now)
 				if d.Allowed {
 					out = append(out, held{tk, now})
 				}
@@ -444,7 +444,7 @@ func TestPropertyGroupConcurrentKeepsOpenBreakers(t *testing.T) {
 				key := fmt.Sprint("k", r.IntN(keys))
 				ctx := sluice.WithResource(context.Background(), key)
 				now := time.Duration(i) * time.Microsecond
-				d, tk := g.Admit(ctx, now)
+				d, tk := admit(g, ctx, now)
 				if b, ok := g.Get(key); ok {
 					mu.Lock()
 					seen[b] = key

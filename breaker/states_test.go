@@ -39,25 +39,24 @@ func TestOpenRejectsUntilProbeThenProbesDecide(t *testing.T) {
 	})
 	t.Run("retry after counts down to the probe", func(t *testing.T) {
 		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
-		_, tk := b.Admit(context.Background(), 0)
+		_, tk := admit(b, context.Background(), 0)
 		b.Done(tk, F, 0, 0)
-		d, _ := b.Admit(context.Background(), 300*ms)
+		d, _ := admit(b, context.Background(), 300*ms)
 		assert.Equal(t, 700*ms, d.RetryAfter)
 		assert.Equal(t, int64(-1), d.Limit)
 		assert.Equal(t, "breaker/test", d.Policy)
-		var rej *sluice.RejectedError
 		_, err := mustAllowAt(b, 300*ms)
-		require.ErrorAs(t, err, &rej)
+		assert.Equal(t, 700*ms, rejection(t, err).RetryAfter)
 		assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
 	})
 }
 
-// mustAllowAt makes a Permit at instant now through Decide on a breaker
-// whose clock reads now.
+// mustAllowAt admits a call at instant now, and returns its Decision and,
+// for a rejection, the rejection's error.
 func mustAllowAt(b *breaker.Breaker, now time.Duration) (sluice.Decision, error) {
-	d, _ := b.Admit(context.Background(), now)
+	d, _ := admit(b, context.Background(), now)
 	if !d.Allowed {
-		return d, &sluice.RejectedError{Decision: d}
+		return d, sluice.Rejection(d)
 	}
 	return d, nil
 }
@@ -83,12 +82,12 @@ func TestHalfOpenProbeRatio(t *testing.T) {
 			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
 				breaker.WithHalfOpenProbes(tt.probes, tt.ratio))
 			ctx := context.Background()
-			_, tk := b.Admit(ctx, 0)
+			_, tk := admit(b, ctx, 0)
 			b.Done(tk, F, 0, 0)
 			now := sec
 			for i, o := range tt.outcomes {
 				require.NotEqual(t, breaker.StateClosed, b.State(), "outcome %d", i)
-				d, tk := b.Admit(ctx, now)
+				d, tk := admit(b, ctx, now)
 				require.True(t, d.Allowed, "probe %d", i)
 				b.Done(tk, o, now, 0)
 			}
@@ -103,7 +102,7 @@ func TestHalfOpenAdmitsExactlyItsProbesUnderConcurrency(t *testing.T) {
 			b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
 				breaker.WithHalfOpenProbes(probes, 1))
 			ctx := context.Background()
-			_, tk := b.Admit(ctx, 0)
+			_, tk := admit(b, ctx, 0)
 			b.Done(tk, F, 0, 0)
 			var admitted, rejected atomic.Int64
 			var start, wg sync.WaitGroup
@@ -114,7 +113,7 @@ func TestHalfOpenAdmitsExactlyItsProbesUnderConcurrency(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					start.Wait()
-					d, tk := b.Admit(ctx, sec)
+					d, tk := admit(b, ctx, sec)
 					if d.Allowed {
 						admitted.Add(1)
 						tickets <- tk
@@ -142,28 +141,28 @@ func TestHalfOpenAdmitsExactlyItsProbesUnderConcurrency(t *testing.T) {
 func TestBackoffGrowsAndCaps(t *testing.T) {
 	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(sec, 5*sec))
 	ctx := context.Background()
-	_, tk := b.Admit(ctx, 0)
+	_, tk := admit(b, ctx, 0)
 	b.Done(tk, F, 0, 0)
 	now := time.Duration(0)
 	for i, want := range []time.Duration{sec, 2 * sec, 4 * sec, 5 * sec, 5 * sec} {
-		d, _ := b.Admit(ctx, now)
+		d, _ := admit(b, ctx, now)
 		require.False(t, d.Allowed, "open %d", i)
 		require.Equal(t, want, d.RetryAfter, "open %d", i)
 		now += want
-		d, tk := b.Admit(ctx, now) // the probe
+		d, tk := admit(b, ctx, now) // the probe
 		require.True(t, d.Allowed)
 		b.Done(tk, F, now, 0)
 	}
 	// A successful probe closes; the next trip starts at the base again.
-	d, _ := b.Admit(ctx, now)
+	d, _ := admit(b, ctx, now)
 	require.Equal(t, 5*sec, d.RetryAfter)
 	now += 5 * sec
-	_, tk = b.Admit(ctx, now)
+	_, tk = admit(b, ctx, now)
 	b.Done(tk, S, now, 0)
 	require.Equal(t, breaker.StateClosed, b.State())
-	_, tk = b.Admit(ctx, now)
+	_, tk = admit(b, ctx, now)
 	b.Done(tk, F, now, 0)
-	d, _ = b.Admit(ctx, now)
+	d, _ = admit(b, ctx, now)
 	assert.Equal(t, sec, d.RetryAfter)
 }
 
@@ -171,7 +170,7 @@ func TestStaleOutcomesAreDropped(t *testing.T) {
 	t.Run("closed ticket after a reset", func(t *testing.T) {
 		b := mustNew(t, breaker.WithConsecutiveFailures(1))
 		ctx := context.Background()
-		_, old := b.Admit(ctx, 0)
+		_, old := admit(b, ctx, 0)
 		b.ForceOpen()
 		b.Reset()
 		b.Done(old, F, ms, ms)
@@ -181,10 +180,10 @@ func TestStaleOutcomesAreDropped(t *testing.T) {
 	t.Run("call admitted before the trip ends after it", func(t *testing.T) {
 		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 		ctx := context.Background()
-		_, slow := b.Admit(ctx, 0)
-		_, tk := b.Admit(ctx, 0)
+		_, slow := admit(b, ctx, 0)
+		_, tk := admit(b, ctx, 0)
 		b.Done(tk, F, 0, 0) // trips
-		_, probe := b.Admit(ctx, sec)
+		_, probe := admit(b, ctx, sec)
 		require.Equal(t, breaker.StateHalfOpen, b.State())
 		b.Done(slow, S, sec, sec) // from the closed generation: no effect on the probe
 		assert.Equal(t, breaker.StateHalfOpen, b.State())
@@ -194,15 +193,15 @@ func TestStaleOutcomesAreDropped(t *testing.T) {
 	t.Run("probe of an earlier half-open phase", func(t *testing.T) {
 		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec), breaker.WithHalfOpenProbes(2, 1))
 		ctx := context.Background()
-		_, tk := b.Admit(ctx, 0)
+		_, tk := admit(b, ctx, 0)
 		b.Done(tk, F, 0, 0)
-		_, p1 := b.Admit(ctx, sec)
-		_, p2 := b.Admit(ctx, sec)
+		_, p1 := admit(b, ctx, sec)
+		_, p2 := admit(b, ctx, sec)
 		b.Done(p1, F, sec, 0) // reopens
-		_, q1 := b.Admit(ctx, 3*sec)
-		_, q2 := b.Admit(ctx, 3*sec)
+		_, q1 := admit(b, ctx, 3*sec)
+		_, q2 := admit(b, ctx, 3*sec)
 		b.Done(p2, R, 3*sec, 0) // stale: must not free a slot of the new phase
-		d, _ := b.Admit(ctx, 3*sec)
+		d, _ := admit(b, ctx, 3*sec)
 		assert.False(t, d.Allowed)
 		b.Done(q1, S, 3*sec, 0)
 		b.Done(q2, S, 3*sec, 0)
@@ -217,14 +216,14 @@ func TestForceOpenForceCloseReset(t *testing.T) {
 
 	b.ForceOpen()
 	assert.Equal(t, breaker.StateOpen, b.State())
-	d, _ := b.Admit(ctx, time.Hour) // held open: no probe however late
+	d, _ := admit(b, ctx, time.Hour) // held open: no probe however late
 	assert.False(t, d.Allowed)
 	assert.Equal(t, sec, d.RetryAfter)
 
 	b.ForceClose()
 	assert.Equal(t, breaker.StateClosed, b.State())
 	for range 10 {
-		_, tk := b.Admit(ctx, 0)
+		_, tk := admit(b, ctx, 0)
 		b.Done(tk, F, 0, 0)
 	}
 	assert.Equal(t, breaker.StateClosed, b.State(), "held closed: failures never trip")
@@ -234,7 +233,7 @@ func TestForceOpenForceCloseReset(t *testing.T) {
 
 	b.Reset()
 	assert.Zero(t, b.Counts())
-	_, tk := b.Admit(ctx, 0)
+	_, tk := admit(b, ctx, 0)
 	b.Done(tk, F, 0, 0)
 	assert.Equal(t, breaker.StateOpen, b.State(), "Reset lifts the hold")
 }
@@ -243,17 +242,17 @@ func TestOpenFor(t *testing.T) {
 	b := mustNew(t, breaker.WithOpenDuration(sec))
 	ctx := context.Background()
 	b.OpenFor(10*sec, 30*sec)
-	d, _ := b.Admit(ctx, 10*sec)
+	d, _ := admit(b, ctx, 10*sec)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 30*sec, d.RetryAfter)
 	b.OpenFor(20*sec, 5*sec) // ends sooner than the current period: no change
-	d, _ = b.Admit(ctx, 20*sec)
+	d, _ = admit(b, ctx, 20*sec)
 	assert.Equal(t, 20*sec, d.RetryAfter)
 	b.OpenFor(20*sec, time.Minute) // extends
-	d, _ = b.Admit(ctx, 20*sec)
+	d, _ = admit(b, ctx, 20*sec)
 	assert.Equal(t, time.Minute, d.RetryAfter)
 	b.OpenFor(20*sec, 0)
-	d, tk := b.Admit(ctx, 80*sec)
+	d, tk := admit(b, ctx, 80*sec)
 	require.True(t, d.Allowed, "a probe after the period")
 	b.Done(tk, S, 80*sec, 0)
 	assert.Equal(t, breaker.StateClosed, b.State())
@@ -277,9 +276,9 @@ func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
 	var changes []sluice.StateChange
 	unsub := b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })
 	ctx := context.Background()
-	_, tk := b.Admit(ctx, 0)
+	_, tk := admit(b, ctx, 0)
 	b.Done(tk, F, 0, 0)
-	d, _ := b.Admit(ctx, sec) // open → half-open, whose listener closes it
+	d, _ := admit(b, ctx, sec) // open → half-open, whose listener closes it
 	assert.True(t, d.Allowed)
 	assert.Equal(t, []tr{
 		{breaker.StateClosed, breaker.StateOpen},
@@ -372,9 +371,9 @@ func TestJitterWithAStrayRandomSource(t *testing.T) {
 	for _, r := range []float64{math.NaN(), -1, 2, math.Inf(1)} {
 		b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec), breaker.WithJitter(0.5),
 			breaker.WithRandom(func() float64 { return r }))
-		_, tk := b.Admit(context.Background(), 0)
+		_, tk := admit(b, context.Background(), 0)
 		b.Done(tk, F, 0, 0)
-		d, _ := b.Admit(context.Background(), 0)
+		d, _ := admit(b, context.Background(), 0)
 		assert.False(t, d.Allowed, "random %v", r)
 		assert.True(t, d.RetryAfter >= sec/2 && d.RetryAfter <= sec, "random %v: open for %v", r, d.RetryAfter)
 	}
@@ -386,16 +385,16 @@ func TestJitterShortensOpenDurations(t *testing.T) {
 	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(sec, 4*sec), breaker.WithJitter(0.5),
 		breaker.WithRandom(func() float64 { d := draws[calls%len(draws)]; calls++; return d }))
 	ctx := context.Background()
-	_, tk := b.Admit(ctx, 0)
+	_, tk := admit(b, ctx, 0)
 	b.Done(tk, F, 0, 0)
 	now := time.Duration(0)
 	// 1s less 0.5·0.5 of it, 2s less nothing, 4s less almost half.
 	for i, want := range []time.Duration{750 * ms, 2 * sec, 2*sec + 2*time.Microsecond} {
-		d, _ := b.Admit(ctx, now)
+		d, _ := admit(b, ctx, now)
 		require.False(t, d.Allowed, "open %d", i)
 		require.InDelta(t, float64(want), float64(d.RetryAfter), float64(5*time.Microsecond), "open %d", i)
 		now += d.RetryAfter
-		d, tk := b.Admit(ctx, now)
+		d, tk := admit(b, ctx, now)
 		require.True(t, d.Allowed, "probe %d", i)
 		b.Done(tk, F, now, 0)
 	}
@@ -403,9 +402,9 @@ func TestJitterShortensOpenDurations(t *testing.T) {
 
 	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
 		breaker.WithRandom(func() float64 { t.Fatal("no jitter, no draw"); return 0 }))
-	_, tk = plain.Admit(ctx, 0)
+	_, tk = admit(plain, ctx, 0)
 	plain.Done(tk, F, 0, 0)
-	d, _ := plain.Admit(ctx, 0)
+	d, _ := admit(plain, ctx, 0)
 	assert.Equal(t, sec, d.RetryAfter)
 
 	for _, bad := range []float64{-0.1, 1, nanF()} {
@@ -422,18 +421,18 @@ func TestBackoffNearTheLargestDurationDoesNotOverflow(t *testing.T) {
 	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithBackoff(base, math.MaxInt64))
 	ctx := context.Background()
 	now := time.Duration(0)
-	_, tk := b.Admit(ctx, now)
+	_, tk := admit(b, ctx, now)
 	b.Done(tk, F, now, 0)
 	for i, want := range []time.Duration{base, 2 * base, 4 * base} {
-		d, _ := b.Admit(ctx, now)
+		d, _ := admit(b, ctx, now)
 		require.False(t, d.Allowed, "open %d", i)
 		require.Equal(t, want, d.RetryAfter, "open %d", i)
 		now += d.RetryAfter
-		d, tk := b.Admit(ctx, now)
+		d, tk := admit(b, ctx, now)
 		require.True(t, d.Allowed, "probe %d", i)
 		b.Done(tk, F, now, 0)
 	}
-	d, _ := b.Admit(ctx, now)
+	d, _ := admit(b, ctx, now)
 	require.False(t, d.Allowed)
 	assert.Equal(t, time.Duration(math.MaxInt64)-now, d.RetryAfter, "open until the end of time, not for 1ns")
 }

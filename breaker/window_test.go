@@ -176,9 +176,9 @@ func TestCountWindowKeepsItsOrderAcrossTheWrap(t *testing.T) {
 	b, err := New("wrap", WithCountWindow(5), WithErrorCount(2, 5))
 	require.NoError(t, err)
 	call := func(o sluice.Outcome) {
-		d, tk := b.Admit(context.Background(), 0)
-		require.True(t, d.Allowed)
-		b.Done(tk, o, 0, 0)
+		v := b.Admit(context.Background(), 0)
+		require.NoError(t, v.Cause)
+		b.Done(v.Ticket, o, 0, 0)
 	}
 	for range 5 {
 		call(sluice.Success)

@@ -25,8 +25,8 @@ func BenchmarkFallbacks(b *testing.B) {
 		name string
 		err  error
 	}{
-		{"by-cause", &sluice.RejectedError{Decision: sluice.Decision{Limit: -1, Cause: sluice.ErrRateLimited}}},
-		{"rejected", &sluice.RejectedError{Decision: sluice.Decision{Limit: -1, Cause: sluice.ErrCircuitOpen}}},
+		{"by-cause", sluice.Rejection(sluice.Decision{Limit: -1, Cause: sluice.ErrRateLimited})},
+		{"rejected", sluice.Rejection(sluice.Decision{Limit: -1, Cause: sluice.ErrCircuitOpen})},
 		{"error", errBoom},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -29,10 +29,11 @@ type rejecter struct {
 }
 
 func (r rejecter) Name() string { return r.name }
-func (r rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Policy: r.name, Limit: -1, RetryAfter: time.Second, Cause: r.cause}, 0
+func (r rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: r.cause}
 }
 func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (rejecter) Needs() sluice.Needs                                              { return 0 }
 
 // counter is a policy that admits everything and counts the outcomes.
 type counter struct {
@@ -41,9 +42,10 @@ type counter struct {
 }
 
 func (*counter) Name() string { return "counter" }
-func (*counter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "counter", Limit: -1}, 0
+func (*counter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
+func (*counter) Needs() sluice.Needs { return 0 }
 func (c *counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -162,8 +164,8 @@ func TestEachCauseReachesItsOwnFallback(t *testing.T) {
 }
 
 func TestMostSpecificRuleWins(t *testing.T) {
-	rl := &sluice.RejectedError{Decision: sluice.Decision{Policy: "rl", Limit: -1, Cause: sluice.ErrRateLimited}}
-	co := &sluice.RejectedError{Decision: sluice.Decision{Policy: "br", Limit: -1, Cause: sluice.ErrCircuitOpen}}
+	rl := sluice.Rejection(sluice.Decision{Policy: "rl", Limit: -1, Cause: sluice.ErrRateLimited})
+	co := sluice.Rejection(sluice.Decision{Policy: "br", Limit: -1, Cause: sluice.ErrCircuitOpen})
 	timeout := &sluice.TimeoutError{After: time.Second, Err: context.DeadlineExceeded}
 	name := func(s string) degrade.Func[string] {
 		return func(context.Context, error) (string, error) { return s, nil }
@@ -208,8 +210,8 @@ func TestRuleNames(t *testing.T) {
 	fb, err := degrade.New(degrade.OnRateLimited(v), degrade.OnRejected(v), degrade.OnError(v).Named("default-page"))
 	require.NoError(t, err)
 	for err, want := range map[error]string{
-		&sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrRateLimited}}: "rate-limited",
-		&sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrOverloaded}}:  "rejected",
+		sluice.Rejection(sluice.Decision{Cause: sluice.ErrRateLimited}): "rate-limited",
+		sluice.Rejection(sluice.Decision{Cause: sluice.ErrOverloaded}):  "rejected",
 		errBoom: "default-page",
 	} {
 		name, ok := fb.Declared(err)
@@ -229,9 +231,9 @@ func TestDecliningFallbackReturnsTheOriginalError(t *testing.T) {
 	g := newGuard(t, sluice.With(rejecter{"rl", sluice.ErrRateLimited}), sluice.WithFallback(fb), sluice.OnFallback(evs.record))
 
 	_, err = sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 1, nil })
-	var re *sluice.RejectedError
-	require.ErrorAs(t, err, &re)
-	assert.Equal(t, "rl", re.Decision.Policy)
+	d, ok := sluice.RejectionOf(err)
+	require.True(t, ok)
+	assert.Equal(t, "rl", d.Policy)
 	assert.ErrorIs(t, g.Do(context.Background(), func(context.Context) error { return nil }), sluice.ErrRateLimited)
 	assert.Empty(t, evs.all())
 
@@ -310,8 +312,8 @@ func TestTimeoutWhileQueuedInAnInnerGuardIsATimeout(t *testing.T) {
 			assert.Equal(t, sluice.CauseTimeout, events[0].Cause)
 			assert.Empty(t, events[0].Policy, "no policy of the outer Guard rejected")
 		}
-		te := &sluice.TimeoutError{After: time.Second, Err: &sluice.RejectedError{
-			Decision: sluice.Decision{Policy: "bulkhead", Cause: sluice.ErrConcurrencyLimited}}}
+		te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(
+			sluice.Decision{Policy: "bulkhead", Cause: sluice.ErrConcurrencyLimited})}
 		name, _ := fb.Declared(te)
 		assert.Equal(t, "timeout", name)
 		assert.Equal(t, sluice.CauseTimeout, sluice.CauseOf(te))

@@ -78,8 +78,9 @@ func TestStateSignalFollowsEveryMemberOfAGroup(t *testing.T) {
 	require.NoError(t, err)
 	defer unsub()
 	member := func(key string) *breaker.Breaker {
-		_, tk := g.Admit(sluice.WithResource(context.Background(), key), 0)
-		g.Done(tk, sluice.Success, 0, 0)
+		v := g.Admit(sluice.WithResource(context.Background(), key), 0)
+		require.NoError(t, v.Cause)
+		g.Done(v.Ticket, sluice.Success, 0, 0)
 		b, ok := g.Get(key)
 		require.True(t, ok)
 		return b

@@ -19,9 +19,9 @@ func rateLimiter(t testing.TB) sluice.Policy {
 	t.Helper()
 	l, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/test"))
 	require.NoError(t, err)
-	d, tk := l.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
-	l.Done(tk, sluice.Success, 0, 0)
+	v := l.Admit(context.Background(), 0)
+	require.NoError(t, v.Cause)
+	l.Done(v.Ticket, sluice.Success, 0, 0)
 	return l
 }
 
@@ -41,8 +41,8 @@ func overloadedGuard(t testing.TB) sluice.Policy {
 	s, err := adaptive.NewShedder(adaptive.WithName("adaptive/test"), adaptive.WithQueue(0, 0))
 	require.NoError(t, err)
 	for range s.Stats().Limit {
-		d, _ := s.Admit(context.Background(), 0)
-		require.True(t, d.Allowed)
+		v := s.Admit(context.Background(), 0)
+		require.NoError(t, v.Cause)
 	}
 	return s
 }
@@ -52,7 +52,7 @@ func fullBulkhead(t testing.TB) sluice.Policy {
 	t.Helper()
 	b, err := adaptive.NewBulkhead(1, adaptive.WithName("adaptive/bulkhead-test"))
 	require.NoError(t, err)
-	d, _ := b.Admit(context.Background(), 0)
-	require.True(t, d.Allowed)
+	v := b.Admit(context.Background(), 0)
+	require.NoError(t, v.Cause)
 	return b
 }

@@ -42,31 +42,18 @@ func (p *Shed) Name() string { return p.name }
 
 // Admit admits the request while the switch is off and rejects it with
 // sluice.ErrOverloaded while it is on.
-func (p *Shed) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *Shed) Admit(context.Context, time.Duration) sluice.Verdict {
 	if p.sw.On() {
-		return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter, Cause: sluice.ErrOverloaded}, 0
+		return sluice.Verdict{Limit: -1, RetryAfter: p.retryAfter, Cause: sluice.ErrOverloaded}
 	}
-	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
-
-// AdmitFast is Admit in the form of sluice.FastPolicy: while the switch is
-// off, the admission is answered in registers.
-func (p *Shed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	if !p.sw.On() {
-		return 0, sluice.Quota{Limit: -1}, nil
-	}
-	d, t := p.Admit(ctx, now)
-	return sluice.FastAnswer(&d, t)
-}
-
-// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (p *Shed) FastOf() sluice.Policy { return p }
 
 // Done does nothing: a Shed keeps no state per request.
 func (p *Shed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
-// UntimedOf returns p itself (sluice.UntimedDone): its Done does nothing.
-func (p *Shed) UntimedOf() sluice.Policy { return p }
+// Needs returns 0: a Shed neither waits nor keeps state per request.
+func (p *Shed) Needs() sluice.Needs { return 0 }
 
 // Subscribe registers fn for the switch's flips, as Switch.Subscribe does,
 // with the StateChange naming the Shed policy, as a StateChange names the
@@ -82,6 +69,6 @@ func (p *Shed) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 var (
-	_ sluice.FastPolicy  = (*Shed)(nil)
+	_ sluice.Policy      = (*Shed)(nil)
 	_ sluice.StateSource = (*Shed)(nil)
 )

@@ -40,9 +40,10 @@ func TestShedTurnsTheRouteAwayWhileTheSwitchIsOn(t *testing.T) {
 	assert.Equal(t, "full page", v)
 
 	sw.Set(true)
-	d, _, err := g.Admit(context.Background())
+	call, err := g.Begin(context.Background())
 	assert.ErrorIs(t, err, sluice.ErrOverloaded)
-	assert.Equal(t, sluice.Decision{Policy: "degrade/extras", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, d)
+	assert.Equal(t, sluice.Decision{Policy: "degrade/extras", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, call.Decision())
+	assert.NoError(t, call.End(err), "End of the rejection applies the fallback")
 	v, err = sluice.Execute(context.Background(), g, full)
 	require.NoError(t, err)
 	assert.Equal(t, "basic page", v)
@@ -71,31 +72,35 @@ func TestShedStateChangesNameTheShed(t *testing.T) {
 	assert.Equal(t, "on", got[0].To)
 }
 
-// TestShedAdmitFastAgrees: AdmitFast answers as Admit does, with the switch
-// off and on.
-func TestShedAdmitFastAgrees(t *testing.T) {
+// TestShedAdmit: Admit answers by the switch, off and on, needs nothing of
+// a Guard, and allocates nothing, admitting or rejecting in a Guard.
+func TestShedAdmit(t *testing.T) {
 	sw := newSwitch(t, "extras")
 	p, err := degrade.NewShed(sw, 5*time.Second)
 	require.NoError(t, err)
+	assert.Zero(t, p.Needs())
 	ctx := context.Background()
 	for _, on := range []bool{false, true, false} {
 		sw.Set(on)
-		d, tk := p.Admit(ctx, 0)
-		ft, q, rej := p.AdmitFast(ctx, 0)
-		got := q.Decision(p.Name())
-		if rej != nil {
-			got = rej.Decision
+		v := p.Admit(ctx, 0)
+		if on {
+			assert.Equal(t, sluice.Verdict{Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, v)
+		} else {
+			assert.Equal(t, sluice.Verdict{Limit: -1}, v)
 		}
-		assert.Equal(t, d, got, "switch on: %v", on)
-		assert.Equal(t, !on, rej == nil)
-		assert.Equal(t, tk, ft)
 	}
 	sw.Set(false)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		if _, _, rej := p.AdmitFast(ctx, 0); rej != nil {
-			t.Fatal(rej)
+		if v := p.Admit(ctx, 0); v.Cause != nil {
+			t.Fatal(v.Cause)
 		}
 	}))
+	g := newGuard(t, sluice.With(p))
+	fn := func(context.Context) error { return nil }
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, fn) }))
+	sw.Set(true)
+	assert.ErrorIs(t, g.Do(ctx, fn), sluice.ErrOverloaded)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, fn) }), "a shed's rejections share one error")
 }
 
 // Subscribe(nil) is ignored, as Switch.Subscribe ignores it: later flips do

@@ -21,8 +21,8 @@ import (
 // it is in the [Result]. Placed in the Guard's fallbacks
 // (sluice.WithFallback), a Stale answers before the fallbacks listed after
 // it, so a declared default serves only when there is nothing stale to
-// serve; otherwise it answers when the Guard's fallbacks have not. Either
-// way the Guard's OnFallback observers see it, named "stale".
+// serve, and the Guard's OnFallback observers see it, named "stale";
+// otherwise it answers when the Guard's fallbacks have not, unseen by them.
 //
 // An answer is kept and served as it is, not copied: when T is or holds a
 // slice, a map or a pointer, every stale answer shares it with the call that
@@ -229,9 +229,10 @@ func (c *staleCall[T]) Value(k any) any {
 // Execute runs fn under g for key, as sluice.Execute does, and remembers its
 // answer when it succeeds. When the request is rejected or fn fails, and no
 // fallback of the Guard served, it serves the answer remembered for key if
-// there is one at most the maximum age old, with Stale set and its Age, and
-// tells the Guard's OnFallback observers; otherwise it returns the error. A
-// nil g runs fn unguarded.
+// there is one at most the maximum age old, with Stale set and its Age;
+// otherwise it returns the error. A nil g runs fn unguarded. Put the Stale
+// in the Guard's fallbacks (sluice.WithFallback) to have its answers told to
+// the Guard's OnFallback observers and ordered among its other fallbacks.
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
@@ -249,7 +250,6 @@ func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn 
 	if !ok {
 		return Result[T]{Value: v}, err
 	}
-	g.ReportFallback(ctx, sluice.NewFallbackEvent(s.name, err))
 	return Result[T]{Value: sv, Stale: true, Age: age}, nil
 }
 

@@ -31,7 +31,8 @@ func TestStaleServesTheLastGoodAnswerWithItsAge(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	s := newStale(t, time.Minute, 10, clock)
 	var evs events
-	g := newGuard(t, sluice.WithClock(clock), sluice.OnFallback(evs.record))
+	// In the Guard's fallbacks, the Stale's answers reach its observers.
+	g := newGuard(t, sluice.WithClock(clock), sluice.OnFallback(evs.record), sluice.WithFallback(s))
 	ctx := context.Background()
 
 	steps := []struct {
@@ -82,7 +83,7 @@ func TestStaleServesRejectedRequests(t *testing.T) {
 	clock.Advance(3 * time.Second)
 	var evs events
 	br := openBreaker(t)
-	g := newGuard(t, sluice.WithClock(clock), sluice.With(br), sluice.OnFallback(evs.record))
+	g := newGuard(t, sluice.WithClock(clock), sluice.With(br), sluice.OnFallback(evs.record), sluice.WithFallback(s))
 	r, err := s.Execute(context.Background(), g, "k", answer("fresh"))
 	require.NoError(t, err)
 	assert.Equal(t, degrade.Result[string]{Value: "remembered", Stale: true, Age: 3 * time.Second}, r)
@@ -210,12 +211,23 @@ func TestNewStaleValidates(t *testing.T) {
 	require.NoError(t, err)
 	s.Put("k", 1)
 	var evs events
-	g := newGuard(t, sluice.OnFallback(evs.record))
+	g := newGuard(t, sluice.OnFallback(evs.record), sluice.WithFallback(s))
 	r, err := s.Execute(context.Background(), g, "k", func(context.Context) (int, error) { return 0, errBoom })
 	require.NoError(t, err)
 	assert.Equal(t, 1, r.Value)
+	assert.True(t, r.Stale)
 	require.Len(t, evs.all(), 1)
 	assert.Equal(t, "price-cache", evs.all()[0].Fallback)
+
+	// Outside the Guard's fallbacks, Execute still serves the stale answer,
+	// but the Guard's observers do not hear of it.
+	var quiet events
+	g = newGuard(t, sluice.OnFallback(quiet.record))
+	r, err = s.Execute(context.Background(), g, "k", func(context.Context) (int, error) { return 0, errBoom })
+	require.NoError(t, err)
+	assert.Equal(t, 1, r.Value)
+	assert.True(t, r.Stale)
+	assert.Empty(t, quiet.all())
 }
 
 // A sub-call made inside Stale.Execute's fn through a Guard that lists the

@@ -17,10 +17,11 @@ type windowed struct {
 }
 
 func (p windowed) Name() string { return p.name }
-func (p windowed) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, 0
+func (windowed) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
 func (windowed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (windowed) Needs() sluice.Needs                                              { return 0 }
 func (p windowed) Window() time.Duration                                          { return p.w }
 
 func mustGuard(t *testing.T, ps ...sluice.Policy) *sluice.Guard {

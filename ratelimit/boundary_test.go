@@ -23,7 +23,7 @@ func TestBoundaryBurst(t *testing.T) {
 		admitted := 0
 		for _, at := range []time.Duration{990 * ms, 1010 * ms} {
 			for range 100 {
-				if d, tk := p.Admit(context.Background(), at); d.Allowed {
+				if d, tk := admit(p, context.Background(), at); d.Allowed {
 					admitted++
 					p.Done(tk, sluice.Success, at, 0)
 				}
@@ -99,7 +99,7 @@ func hammer(t *testing.T, p sluice.Policy, step time.Duration) (start, end time.
 			defer wg.Done()
 			for i := range calls {
 				now := time.Duration(clock.Add(int64(step)))
-				d, tk := p.Admit(ctx, now)
+				d, tk := admit(p, ctx, now)
 				if !d.Allowed {
 					continue
 				}
@@ -133,7 +133,7 @@ func assertAllocFree(t *testing.T, l decidingLimiter, step time.Duration) {
 	i := 0
 	call := func() {
 		now += step
-		if d, tk := l.Admit(ctx, now); d.Allowed {
+		if d, tk := admit(l, ctx, now); d.Allowed {
 			o := sluice.Success
 			if i++; i%3 == 0 {
 				o = sluice.Released

@@ -72,11 +72,6 @@ func allow(name string, limit, remaining int64, reset time.Duration) sluice.Deci
 	return sluice.Decision{Allowed: true, Policy: name, Limit: limit, Remaining: remaining, Reset: reset}
 }
 
-// allowQuota is the Quota of the Decision that allow builds.
-func allowQuota(limit, remaining int64, reset time.Duration) sluice.Quota {
-	return sluice.Quota{Limit: limit, Remaining: max(remaining, 0), Reset: max(reset, 0)}
-}
-
 // reject builds the Decision of a rate-limited request. retryAfter is raised
 // to at least 1ns so a rejection always says when to retry.
 func reject(name string, limit, remaining int64, reset, retryAfter time.Duration) sluice.Decision {

@@ -34,11 +34,11 @@ func ExampleNewKeyed() {
 	call := func(ctx context.Context) string {
 		err := g.Do(ctx, func(context.Context) error { return nil })
 		if err != nil {
-			var rej *sluice.RejectedError
-			if !errors.As(err, &rej) {
+			d, ok := sluice.RejectionOf(err)
+			if !ok {
 				return err.Error() // the call's own error
 			}
-			return fmt.Sprintf("rejected by %s, retry after %v", rej.Decision.Policy, rej.Decision.RetryAfter)
+			return fmt.Sprintf("rejected by %s, retry after %v", d.Policy, d.RetryAfter)
 		}
 		return "ok"
 	}

@@ -113,8 +113,8 @@ func (w *FixedWindow) Limit() int64 { return w.limit }
 // Window returns the length of a window.
 func (w *FixedWindow) Window() time.Duration { return w.window }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
-func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (w *FixedWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	return w.decide(now, sluice.CostFrom(ctx))
 }
 

@@ -61,7 +61,7 @@ func TestFixedWindowNegativeInstants(t *testing.T) {
 
 func TestFixedWindowReleaseAfterWindowMovedGivesNothing(t *testing.T) {
 	w := mustFixedWindow(t, 2, 100*ms)
-	d, tk := w.Admit(context.Background(), 10*ms)
+	d, tk := admit(w, context.Background(), 10*ms)
 	require.True(t, d.Allowed)
 	require.True(t, w.AllowAt(110*ms))
 	w.Done(tk, sluice.Released, 110*ms, 100*ms)

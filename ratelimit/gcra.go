@@ -269,9 +269,8 @@ func (g *GCRA) decide(d *sluice.Decision, now time.Duration, n int64) {
 	tatDecision(d, g.name, g.burst, g.iv, g.tau, int64(now), base, next, res)
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks.
-func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	n := sluice.CostFrom(ctx)
 	var d sluice.Decision
 	g.decide(&d, now, n)

@@ -134,8 +134,8 @@ func TestGCRAClockOption(t *testing.T) {
 func TestGCRAReleaseAfterLatency(t *testing.T) {
 	const m = time.Millisecond
 	g := mustGCRA(t, PerSecond(10), 2)
-	_, tk := g.Admit(context.Background(), 0)
-	d2, _ := g.Admit(context.Background(), 0)
+	_, tk := admit(g, context.Background(), 0)
+	d2, _ := admit(g, context.Background(), 0)
 	require.True(t, d2.Allowed)
 	// Released 40ms later: its 100ms less the 40ms that have regenerated
 	// since come back, TAT 200ms → 140ms.
@@ -168,7 +168,7 @@ func TestGCRABoundary(t *testing.T) {
 	admitted := 0
 	for _, at := range []time.Duration{990 * time.Millisecond, 1010 * time.Millisecond} {
 		for range 100 {
-			if d, tk := g.Admit(context.Background(), at); d.Allowed {
+			if d, tk := admit(g, context.Background(), at); d.Allowed {
 				admitted++
 				g.Done(tk, sluice.Success, at, 0)
 			}
@@ -223,7 +223,7 @@ func TestGCRAAllocatesNothing(t *testing.T) {
 		now += time.Microsecond
 		g.AllowAt(now)
 		g.Allow()
-		d, tk := g.Admit(ctx, now)
+		d, tk := admit(g, ctx, now)
 		if d.Allowed {
 			g.Done(tk, sluice.Released, now, 0)
 		}

@@ -16,10 +16,11 @@ import (
 type rejecter struct{}
 
 func (rejecter) Name() string { return "rejecter" }
-func (rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Policy: "rejecter", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}, 0
+func (rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
 }
 func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (rejecter) Needs() sluice.Needs                                              { return 0 }
 
 // A leaky bucket before a shaper: a request that waited in the shaper and was
 // then rejected further in gives back only what had not leaked yet.

@@ -160,19 +160,13 @@ type Keyed struct {
 	missing    MissingKey
 	name       string
 	clock      limiterClock
-	mayWait    bool          // the limiters newLimiter makes may block in Admit
+	needs      sluice.Needs  // what the limiters newLimiter makes need of a Guard
 	window     time.Duration // the window of the limiters newLimiter makes; 0 if they have none
 
 	closeOnce sync.Once
 	stop      chan struct{}
 	stopped   chan struct{}
 }
-
-// MayWait reports whether Admit may block: when the limiters newLimiter makes
-// do (shapers, queued concurrency limits), as the one it made for the empty
-// key at construction shows; newLimiter must make limiters of one kind. It
-// makes Keyed a sluice.Waiter when they are.
-func (k *Keyed) MayWait() bool { return k.mayWait }
 
 // Window returns the window of the limiters newLimiter makes, as the one it
 // made for the empty key at construction reports it (0 when they report
@@ -189,9 +183,7 @@ type keyDecider interface {
 type keyedEntry struct {
 	key        string
 	lim        sluice.Policy
-	dec        keyDecider        // lim, when it is one; else nil
-	fast       sluice.FastPolicy // lim, when it is one; else nil
-	freshRej   bool              // fast makes a new rejection for each call, so Keyed may rename it
+	dec        keyDecider // lim, when it is one; else nil
 	last       time.Duration
 	tick       uint64      // the shard's tick when e last moved to the front
 	prev, next *keyedEntry // LRU list; prev is more recent
@@ -264,8 +256,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	} else if probe == nil {
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
-	w, ok := probe.(sluice.Waiter)
-	mayWait := ok && w.MayWait()
+	needs := probe.Needs()
 	var window time.Duration
 	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
 		window = wd.Window()
@@ -276,7 +267,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
 		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: newLimiterClock(o.clock),
-		mayWait: mayWait, window: window,
+		needs: needs, window: window,
 	}
 	for i := range k.shards {
 		s := &k.shards[i]
@@ -314,57 +305,28 @@ func (k *Keyed) Len() int {
 
 // Admit decides on the request with the limiter of its key
 // (sluice.KeyFrom(ctx)) at instant now.
-func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (k *Keyed) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	e, c, si, slot, err := k.enter(ctx, now)
 	if err != nil {
-		return k.refusal(err), 0
+		d := k.refusal(err)
+		return verdict(&d, 0)
 	}
-	d, inner := e.lim.Admit(ctx, now)
-	d.Policy = k.name
-	if !d.Allowed {
+	v := e.lim.Admit(ctx, now)
+	if v.Cause != nil {
 		k.shards[si].freeCall(slot)
-		return d, 0
+		return v
 	}
 	// The record is this call's alone until its Done, which the caller orders
 	// after this return; its chunk never moves.
-	c.inner = inner
-	return d, keyedTicket(c, si, slot)
+	c.inner = v.Ticket
+	v.Ticket = keyedTicket(c, si, slot)
+	return v
 }
 
-// AdmitFast is Admit in the form of sluice.FastPolicy. It asks the key's
-// limiter for its fast answer when it has one, and through Admit otherwise.
-func (k *Keyed) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	e, c, si, slot, err := k.enter(ctx, now)
-	if err != nil {
-		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: k.refusal(err)}
-	}
-	var inner sluice.Ticket
-	var q sluice.Quota
-	if e.fast != nil {
-		var rej *sluice.RejectedError
-		if inner, q, rej = e.fast.AdmitFast(ctx, now); rej != nil {
-			k.shards[si].freeCall(slot)
-			if !e.freshRej {
-				rej = &sluice.RejectedError{Decision: rej.Decision}
-			}
-			rej.Decision.Policy = k.name
-			return 0, sluice.Quota{}, rej
-		}
-	} else {
-		d, t := e.lim.Admit(ctx, now)
-		if !d.Allowed {
-			k.shards[si].freeCall(slot)
-			d.Policy = k.name
-			return 0, sluice.Quota{}, &sluice.RejectedError{Decision: d}
-		}
-		inner, q = t, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
-	}
-	c.inner = inner
-	return keyedTicket(c, si, slot), q, nil
-}
-
-// FastOf returns k itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (k *Keyed) FastOf() sluice.Policy { return k }
+// Needs returns what the limiters newLimiter makes need, as the one it
+// made for the empty key at construction declares: newLimiter must make
+// limiters of one kind.
+func (k *Keyed) Needs() sluice.Needs { return k.needs }
 
 // errNoKey is enter's error for a request without a key that
 // MissingKeyReject turns away.
@@ -460,11 +422,11 @@ func decideEntry(e *keyedEntry, now time.Duration, n int64) sluice.Decision {
 	if n > 1 {
 		ctx = sluice.WithCost(ctx, n)
 	}
-	d, t := e.lim.Admit(ctx, now)
-	if d.Allowed {
-		e.lim.Done(t, sluice.Success, now, 0)
+	v := e.lim.Admit(ctx, now)
+	if v.Cause == nil {
+		e.lim.Done(v.Ticket, sluice.Success, now, 0)
 	}
-	return d
+	return v.Decision(e.lim.Name())
 }
 
 // Forget drops key's limiter, if held, so that its next request starts
@@ -567,8 +529,6 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	}
 	fresh := &keyedEntry{key: key, lim: lim, last: now}
 	fresh.dec, _ = lim.(keyDecider)
-	fresh.fast = sluice.FastFormOf(lim)
-	fresh.freshRej = freshRejections(lim)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 
 // BenchmarkGuardKeyed is a request through a Guard with a Keyed of token
 // buckets, its key already held and with quota to spare. "admit-only" keys
-// limiters that have Admit alone.
+// limiters that have the Policy methods alone, without DecideAt.
 func BenchmarkGuardKeyed(b *testing.B) {
 	ctx := sluice.WithKey(context.Background(), "203.0.113.7")
 	fn := func(context.Context) error { return nil }
@@ -38,5 +38,6 @@ func BenchmarkGuardKeyed(b *testing.B) {
 	}
 }
 
-// admitOnly hides a policy's fast form.
+// admitOnly hides all but a policy's Policy methods: a limiter written
+// elsewhere, without the DecideAt and AllowNAt of this package's.
 type admitOnly struct{ sluice.Policy }

@@ -82,16 +82,9 @@ type keyedWith struct {
 	key func(now time.Duration) string
 }
 
-func (p keyedWith) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p keyedWith) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	return p.Keyed.Admit(sluice.WithKey(ctx, p.key(now)), now)
 }
-
-func (p keyedWith) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	return p.Keyed.AdmitFast(sluice.WithKey(ctx, p.key(now)), now)
-}
-
-// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (p keyedWith) FastOf() sluice.Policy { return p }
 
 func TestKeyedEvictsTheLeastRecentlyUsedKey(t *testing.T) {
 	var made atomic.Int64
@@ -121,12 +114,13 @@ type spy struct {
 }
 
 func (s *spy) Name() string { return s.name }
-func (s *spy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (s *spy) Admit(context.Context, time.Duration) sluice.Verdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	return sluice.Decision{Allowed: true, Policy: s.name, Limit: -1}, s.next
+	return sluice.Verdict{Ticket: s.next, Limit: -1}
 }
+func (s *spy) Needs() sluice.Needs { return 0 }
 func (s *spy) Done(t sluice.Ticket, _ sluice.Outcome, _, _ time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,10 +139,10 @@ func TestKeyedDoneReachesTheAdmittingLimiterAfterEviction(t *testing.T) {
 		}
 		return s, nil
 	}, WithMaxKeys(1))
-	d, ta := k.Admit(keyCtx("a"), 0)
+	d, ta := admit(k, keyCtx("a"), 0)
 	require.True(t, d.Allowed)
 	assert.Equal(t, "ratelimit/keyed", d.Policy)
-	_, tb := k.Admit(keyCtx("b"), 0) // evicts "a"
+	_, tb := admit(k, keyCtx("b"), 0) // evicts "a"
 	require.Equal(t, 1, k.Len())
 	first := spies["a"]
 	k.Done(ta, sluice.Success, ms, ms)
@@ -156,7 +150,7 @@ func TestKeyedDoneReachesTheAdmittingLimiterAfterEviction(t *testing.T) {
 	k.Done(tb, sluice.Released, ms, ms)
 	assert.Equal(t, []sluice.Ticket{101}, first.dones)
 	assert.Equal(t, []sluice.Ticket{101}, spies["b"].dones)
-	_, ta2 := k.Admit(keyCtx("a"), ms) // a fresh limiter for "a"
+	_, ta2 := admit(k, keyCtx("a"), ms) // a fresh limiter for "a"
 	k.Done(ta2, sluice.Success, ms, 0)
 	assert.Equal(t, []sluice.Ticket{101}, first.dones)
 	assert.Equal(t, []sluice.Ticket{101}, spies["a"].dones)
@@ -164,7 +158,7 @@ func TestKeyedDoneReachesTheAdmittingLimiterAfterEviction(t *testing.T) {
 
 func TestKeyedReleasedRefundsTheKey(t *testing.T) {
 	k := mustKeyed(t, fixedPer(1, time.Second, nil))
-	d, tk := k.Admit(keyCtx("u1"), 0)
+	d, tk := admit(k, keyCtx("u1"), 0)
 	require.True(t, d.Allowed)
 	require.False(t, k.AllowKeyAt(0, "u1"))
 	k.Done(tk, sluice.Released, 0, 0)
@@ -231,9 +225,9 @@ func TestKeyedNoGoroutineWithoutJanitor(t *testing.T) {
 func TestKeyedMissingKey(t *testing.T) {
 	t.Run("shared by default", func(t *testing.T) {
 		k := mustKeyed(t, fixedPer(2, time.Second, nil))
-		d1, _ := k.Admit(context.Background(), 0)
-		d2, _ := k.Admit(context.Background(), 0)
-		d3, _ := k.Admit(context.Background(), 0)
+		d1, _ := admit(k, context.Background(), 0)
+		d2, _ := admit(k, context.Background(), 0)
+		d3, _ := admit(k, context.Background(), 0)
 		assert.True(t, d1.Allowed)
 		assert.True(t, d2.Allowed)
 		assert.False(t, d3.Allowed, "keyless requests share one limiter")
@@ -241,14 +235,14 @@ func TestKeyedMissingKey(t *testing.T) {
 	})
 	t.Run("rejected", func(t *testing.T) {
 		k := mustKeyed(t, fixedPer(2, time.Second, nil), WithMissingKey(MissingKeyReject))
-		d, tk := k.Admit(context.Background(), 0)
+		d, tk := admit(k, context.Background(), 0)
 		assert.False(t, d.Allowed)
 		assert.Zero(t, tk)
 		assert.ErrorIs(t, d.Cause, ErrMissingKey)
 		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 		assert.Equal(t, int64(-1), d.Limit)
 		assert.Equal(t, "ratelimit/keyed", d.Policy)
-		d, _ = k.Admit(keyCtx(""), 0)
+		d, _ = admit(k, keyCtx(""), 0)
 		assert.True(t, d.Allowed, "an empty key is a key")
 	})
 }
@@ -265,7 +259,7 @@ func TestKeyedLimiterErrors(t *testing.T) {
 		return NewFixedWindow(1, time.Second)
 	})
 	for _, key := range []string{"bad", "nil"} {
-		d, tk := k.Admit(keyCtx(key), 0)
+		d, tk := admit(k, keyCtx(key), 0)
 		assert.False(t, d.Allowed)
 		assert.Zero(t, tk)
 		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
@@ -342,7 +336,7 @@ func TestKeyedAllocs(t *testing.T) {
 	var now time.Duration
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += ms
-		if d, tk := k.Admit(ctx, now); d.Allowed {
+		if d, tk := admit(k, ctx, now); d.Allowed {
 			k.Done(tk, sluice.Success, now, 0)
 		}
 		k.AllowKeyAt(now, "203.0.113.7")
@@ -361,7 +355,7 @@ func TestKeyedConcurrentNeverOverPerKey(t *testing.T) {
 			for i := range 500 {
 				key := (w + i) % keys
 				now := time.Duration(clock.Add(int64(20 * time.Microsecond)))
-				d, tk := k.Admit(keyCtx("k"+strconv.Itoa(key)), now)
+				d, tk := admit(k, keyCtx("k"+strconv.Itoa(key)), now)
 				if !d.Allowed {
 					continue
 				}
@@ -473,7 +467,7 @@ func TestKeyedKeepsABusyKeyThroughAFlood(t *testing.T) {
 
 func TestKeyedForget(t *testing.T) {
 	k := mustKeyed(t, fixedPer(1, time.Hour, nil))
-	d, tk := k.Admit(keyCtx("mallory"), 0)
+	d, tk := admit(k, keyCtx("mallory"), 0)
 	require.True(t, d.Allowed)
 	require.False(t, k.AllowKeyAt(0, "mallory"))
 	assert.True(t, k.Forget("mallory"))
@@ -490,12 +484,12 @@ type countingLimiter struct {
 	allowed, done *atomic.Int64
 }
 
-func (c countingLimiter) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	d, t := c.Policy.Admit(ctx, now)
-	if d.Allowed {
+func (c countingLimiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	v := c.Policy.Admit(ctx, now)
+	if v.Cause == nil {
 		c.allowed.Add(1)
 	}
-	return d, t
+	return v
 }
 
 func (c countingLimiter) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
@@ -532,7 +526,7 @@ func TestKeyedConcurrentChurn(t *testing.T) {
 			for i := range 2000 {
 				now := time.Duration(clock.Add(int64(time.Microsecond)))
 				ctx := keyCtx("k" + strconv.Itoa((w*7919+i*31)%600))
-				d, tk := k.Admit(ctx, now)
+				d, tk := admit(k, ctx, now)
 				if d.Allowed {
 					o := sluice.Success
 					if i%5 == 0 {

@@ -96,8 +96,8 @@ func (b *LeakyBucket) Capacity() int64 { return b.capacity }
 // the w of the RateLimit-Policy header field.
 func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.full) }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
-func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (b *LeakyBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	var d sluice.Decision
 	t := b.decide(&d, now, sluice.CostFrom(ctx))
 	return d, t

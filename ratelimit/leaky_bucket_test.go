@@ -69,7 +69,7 @@ func TestLeakyBucketReleaseTakesOutWhatHasNotLeaked(t *testing.T) {
 				require.True(t, with.AllowNAt(0, tc.before))
 				require.True(t, without.AllowNAt(0, tc.before))
 			}
-			d, tk := with.Admit(sluice.WithCost(context.Background(), 2), 0)
+			d, tk := admit(with, sluice.WithCost(context.Background(), 2), 0)
 			require.True(t, d.Allowed)
 			with.Done(tk, sluice.Released, tc.latency, tc.latency)
 			assert.Equal(t, without.emptyAt.v.Load() < int64(tc.latency), with.emptyAt.v.Load() <= int64(tc.latency), "both empty, or neither")
@@ -143,8 +143,8 @@ func TestLeakyBucketReleaseAfterAnEarlierRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	two := sluice.WithCost(context.Background(), 2)
-	_, tA := b.Admit(two, 0)          // A: 2 units
-	_, tB := b.Admit(two, 0)          // B: 2 units behind A
+	_, tA := admit(b, two, 0)         // A: 2 units
+	_, tB := admit(b, two, 0)         // B: 2 units behind A
 	b.Done(tA, sluice.Released, 0, 0) // A out at once: B leaks over [0s, 2s)
 	b.Admit(two, 0)                   // C: 2 units behind B
 	// At 1.5s B holds half a unit and C 2; B's release takes out its half,
@@ -168,8 +168,8 @@ func TestLeakyBucketReleaseBehindContentIsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	two := sluice.WithCost(context.Background(), 2)
-	b.Admit(two, 0)          // A: leaks over [0s, 2s)
-	_, tB := b.Admit(two, 0) // B: [2s, 4s)
+	b.Admit(two, 0)           // A: leaks over [0s, 2s)
+	_, tB := admit(b, two, 0) // B: [2s, 4s)
 	at := time.Second
 	b.Done(tB, sluice.Released, at, at) // all of B is left
 	admitted := 0

@@ -65,7 +65,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 			case op < 13:
 				n := 1 + r.Int64N(tb.Burst()+1)
 				ctx := sluice.WithCost(context.Background(), n)
-				d, tk := tb.Admit(ctx, now)
+				d, tk := admit(tb, ctx, now)
 				if d.Allowed != (n <= tb.Burst() && d.Cause == nil) || d.Remaining < 0 || d.Remaining > d.Limit || d.Limit != tb.Burst() {
 					fail("at %v n=%d: %+v", now, n, d)
 				}
@@ -192,13 +192,13 @@ func TestPropertyTokenBucketWaitN(t *testing.T) {
 						err := tb.WaitN(ctx, n)
 						after := clk.Now()
 						cancel()
-						var rej *sluice.RejectedError
+						_, rejected := sluice.RejectionOf(err)
 						switch {
 						case err == nil:
 							mu.Lock()
 							taken = append(taken, got{after, n})
 							mu.Unlock()
-						case errors.As(err, &rej):
+						case rejected:
 							if after != before {
 								t.Errorf("seed %d: a refusal waited %v", seeds[0], after-before)
 							}
@@ -270,7 +270,7 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 				n := 1 + r.Int64N(burst)
 				switch op := r.IntN(10); {
 				case op < 6:
-					d, tk := lim.Admit(sluice.WithCost(context.Background(), n), now)
+					d, tk := admit(lim, sluice.WithCost(context.Background(), n), now)
 					if !d.Allowed {
 						continue
 					}
@@ -383,17 +383,11 @@ func TestPropertyKeyed(t *testing.T) {
 				ctx := sluice.WithCost(sluice.WithKey(context.Background(), name), n)
 				var tk sluice.Ticket
 				var ok bool
-				if r.IntN(2) == 0 {
-					var d sluice.Decision
-					d, tk = k.Admit(ctx, now)
-					ok = d.Allowed
-					if d.Policy != k.Name() || ok != (tk != 0) {
-						fail("Admit: %+v, ticket %d", d, tk)
-					}
-				} else {
-					var rej *sluice.RejectedError
-					tk, _, rej = k.AdmitFast(ctx, now)
-					ok = rej == nil
+				var d sluice.Decision
+				d, tk = admit(k, ctx, now)
+				ok = d.Allowed
+				if d.Policy != k.Name() || ok != (tk != 0) {
+					fail("Admit: %+v, ticket %d", d, tk)
 				}
 				if ok {
 					out = append(out, held{tk, key, p.admit(now, n, 0), now})
@@ -459,7 +453,7 @@ func TestPropertyKeyedConcurrent(t *testing.T) {
 				key := r.IntN(keys)
 				n := 1 + r.Int64N(burst)
 				ctx := sluice.WithCost(sluice.WithKey(context.Background(), fmt.Sprint(key)), n)
-				d, tk := k.Admit(ctx, now)
+				d, tk := admit(k, ctx, now)
 				if !d.Allowed {
 					continue
 				}

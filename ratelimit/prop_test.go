@@ -167,8 +167,9 @@ func (p *propRun) release(adm int) {
 	p.rels = append(p.rels, propRelease{seq: p.seq, adm: adm})
 }
 
-// decide asks for n at now through one of the four forms, checks the
-// Decision when there is one, and books an admission.
+// decide asks for n at now through one of the forms (Admit for how 0 and
+// 1, DecideAt, AllowNAt), checks the Decision when there is one, and books
+// an admission.
 func (p *propRun) decide(now time.Duration, n int64, how int) (sluice.Decision, bool) {
 	ctx := context.Background()
 	if n > 1 {
@@ -178,17 +179,8 @@ func (p *propRun) decide(now time.Duration, n int64, how int) (sluice.Decision, 
 	var tk sluice.Ticket
 	full := true
 	switch how {
-	case 0:
-		d, tk = p.s.lim.Admit(ctx, now)
-	case 1:
-		var q sluice.Quota
-		var rej *sluice.RejectedError
-		tk, q, rej = p.s.lim.(sluice.FastPolicy).AdmitFast(ctx, now)
-		if rej != nil {
-			d = rej.Decision
-		} else {
-			d = q.Decision(p.s.lim.(interface{ Name() string }).Name())
-		}
+	case 0, 1:
+		d, tk = admit(p.s.lim, ctx, now)
 	case 2:
 		d = p.s.lim.DecideAt(now, n)
 	default:

@@ -109,12 +109,6 @@ func (s *Shaper) Rate() Rate { return s.rate }
 // MaxWait returns the longest a request waits for its turn.
 func (s *Shaper) MaxWait() time.Duration { return time.Duration(s.maxWait) }
 
-// MayWait reports whether Admit may block for its slot: whenever maxWait is
-// above 0. It makes the shaper a sluice.Waiter, so a Guard decides the
-// policies after it, and measures the call's latency, from the end of the
-// wait.
-func (s *Shaper) MayWait() bool { return s.maxWait > 0 }
-
 // take claims the turn at max(next, now) for cost n when it starts within
 // maxDelay of now. It returns the turn's start and end, or, when it does not,
 // the start it would have had.
@@ -210,12 +204,8 @@ func (s *Shaper) decideWithin(now, n, maxDelay int64, cause error) (sluice.Decis
 	return allow(s.name, s.limit, s.remaining(start, end), time.Duration(end-start)), [2]int64{start, end}
 }
 
-// Admit waits for the turn of one request arriving at instant now, whose
-// cost is sluice.CostFrom(ctx). It rejects at once, taking nothing, when the
-// turn lies beyond the maximum wait (ErrRateLimited) or beyond ctx's deadline
-// (ErrWouldExceedDeadline); when ctx ends during the wait, it gives the turn
-// back and rejects with ErrWaitAbandoned.
-func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (s *Shaper) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	n := sluice.CostFrom(ctx)
 	if s.tooCostly(n) {
 		return s.never(int64(now)), 0
@@ -301,7 +291,7 @@ func (s *Shaper) WaitN(ctx context.Context, n int64) error {
 	}
 	now := int64(s.now())
 	if s.tooCostly(n) {
-		return &sluice.RejectedError{Decision: s.never(now)}
+		return sluice.Rejection(s.never(now))
 	}
 	d, _ := s.wait(ctx, now, n)
 	switch {
@@ -310,7 +300,7 @@ func (s *Shaper) WaitN(ctx context.Context, n int64) error {
 	case errors.Is(d.Cause, ErrWaitAbandoned):
 		return ctx.Err()
 	}
-	return &sluice.RejectedError{Decision: d}
+	return sluice.Rejection(d)
 }
 
 // Done gives back, on sluice.Released, the turn that Admit took, when no

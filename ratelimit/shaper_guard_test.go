@@ -23,12 +23,15 @@ type instants struct {
 
 func (p *instants) Name() string { return "instants" }
 
-func (p *instants) Admit(_ context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *instants) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p.mu.Lock()
 	p.admits = append(p.admits, now)
 	p.mu.Unlock()
-	return sluice.Decision{Allowed: true, Policy: p.Name(), Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
+
+// Needs returns sluice.NeedsEnd: the policy notes latencies.
+func (p *instants) Needs() sluice.Needs { return sluice.NeedsEnd }
 
 func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Duration) {
 	p.mu.Lock()
@@ -36,13 +39,13 @@ func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Durat
 	p.mu.Unlock()
 }
 
-// A shaper is a sluice.Waiter: in a Guard, the policies after it decide at
+// A shaper Waits: in a Guard, the policies after it decide at
 // the end of its wait, and the latency they hear is the call's own.
 func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-		assert.True(t, s.MayWait())
+		assert.Equal(t, sluice.Waits, s.Needs())
 		inner := &instants{}
 		g, err := sluice.New(sluice.With(s, inner), sluice.WithClock(clk))
 		require.NoError(t, err)
@@ -63,18 +66,18 @@ func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	})
 	never, err := NewShaper(PerSecond(10), 0)
 	require.NoError(t, err)
-	assert.False(t, never.MayWait(), "a shaper that never waits is not a Waiter")
+	assert.Zero(t, never.Needs(), "a shaper that never waits needs nothing")
 }
 
-// Keyed is a Waiter exactly when the limiters it makes are.
-func TestKeyedOfShapersIsAWaiter(t *testing.T) {
+// Keyed Waits exactly when the limiters it makes do.
+func TestKeyedOfShapersWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
 			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
 		}, WithKeyedClock(clk))
 		require.NoError(t, err)
-		assert.True(t, k.MayWait())
+		assert.Equal(t, sluice.Waits, k.Needs())
 		inner := &instants{}
 		g, err := sluice.New(sluice.With(k, inner), sluice.WithClock(clk))
 		require.NoError(t, err)
@@ -95,7 +98,7 @@ func TestKeyedOfShapersIsAWaiter(t *testing.T) {
 	})
 	buckets, err := NewKeyed(func(string) (sluice.Policy, error) { return NewTokenBucket(PerSecond(10), 5) })
 	require.NoError(t, err)
-	assert.False(t, buckets.MayWait())
+	assert.Zero(t, buckets.Needs())
 }
 
 // A request whose context has ended already takes no turn.
@@ -103,7 +106,7 @@ func TestShaperAdmitWithEndedContextTakesNoTurn(t *testing.T) {
 	s := mustShaper(t, PerSecond(10), time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	d, _ := s.Admit(ctx, 0)
+	d, _ := admit(s, ctx, 0)
 	require.False(t, d.Allowed)
 	assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 	assert.ErrorIs(t, d.Cause, context.Canceled)

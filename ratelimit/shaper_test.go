@@ -119,7 +119,7 @@ func TestShaperAdmitSpacesRequests(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range results {
 			wg.Go(func() {
-				d, _ := s.Admit(context.Background(), 0)
+				d, _ := admit(s, context.Background(), 0)
 				results[i] = result{d, clk.Now()}
 			})
 			synctest.Wait() // in order: each takes the next turn
@@ -150,7 +150,7 @@ func TestShaperRejectsBeyondDeadline(t *testing.T) {
 		require.NoError(t, s.Wait(ctx)) // turn at 100ms
 		assert.Equal(t, 100*m, clk.Now())
 		// The next turn is at 200ms, past the deadline at 150ms: at once.
-		d, _ := s.Admit(ctx, clk.Now())
+		d, _ := admit(s, ctx, clk.Now())
 		require.False(t, d.Allowed)
 		require.ErrorIs(t, d.Cause, ErrWouldExceedDeadline)
 		assert.Equal(t, 50*m, d.RetryAfter)
@@ -186,7 +186,7 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 		var d sluice.Decision
 		done := make(chan struct{})
 		go func() {
-			d, _ = s.Admit(ctx, clk.Now())
+			d, _ = admit(s, ctx, clk.Now())
 			close(done)
 		}()
 		time.Sleep(30 * m)
@@ -228,7 +228,7 @@ func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 		defer cancel()
 		ctx, cancel2 := context.WithTimeout(parent, time.Hour)
 		defer cancel2()
-		d, _ := s.Admit(ctx, clk.Now())
+		d, _ := admit(s, ctx, clk.Now())
 		// The parent's deadline is seen up front.
 		require.ErrorIs(t, d.Cause, ErrWouldExceedDeadline)
 
@@ -237,7 +237,7 @@ func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			cancel3(context.DeadlineExceeded)
 		}()
-		d, _ = s.Admit(ctx3, clk.Now())
+		d, _ = admit(s, ctx3, clk.Now())
 		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
 		assert.True(t, errors.Is(d.Cause, context.Canceled))
 	})
@@ -262,15 +262,15 @@ func TestShaperReleasedThroughGuard(t *testing.T) {
 // request's size in bytes, a turn of hours, a turn after a wait.
 func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 	t.Run("a large cost", func(t *testing.T) {
-		s := mustShaper(t, PerSecond(100_000_000), time.Second)           // 10ns a byte
-		d, tk := s.Admit(sluice.WithCost(context.Background(), 1<<32), 0) // 43s of turn
+		s := mustShaper(t, PerSecond(100_000_000), time.Second)            // 10ns a byte
+		d, tk := admit(s, sluice.WithCost(context.Background(), 1<<32), 0) // 43s of turn
 		require.True(t, d.Allowed)
 		s.Done(tk, sluice.Released, 0, 0)
 		assert.True(t, s.AllowAt(0), "the released turn is free again")
 	})
 	t.Run("a long turn", func(t *testing.T) {
 		s := mustShaper(t, Every(3*time.Hour), 0)
-		d, tk := s.Admit(context.Background(), 0)
+		d, tk := admit(s, context.Background(), 0)
 		require.True(t, d.Allowed)
 		s.Done(tk, sluice.Released, time.Millisecond, time.Millisecond)
 		assert.True(t, s.AllowAt(time.Millisecond), "the released turn is free again")
@@ -280,7 +280,7 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 			clk := sluice.NewMonotonicClock()
 			s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 			require.True(t, s.AllowAt(0))
-			d, tk := s.Admit(sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
+			d, tk := admit(s, sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
 			require.True(t, d.Allowed)
 			require.Equal(t, 100*time.Millisecond, clk.Now())
 			s.Done(tk, sluice.Released, clk.Now(), clk.Now()) // the latency since its Admit
@@ -292,7 +292,7 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 		// a cost of 4 or more gives nothing back, as Done says.
 		for _, n := range []int64{3, 4} {
 			s := mustShaper(t, PerSecond(1_000_000_000), 1<<61)
-			d, tk := s.Admit(sluice.WithCost(context.Background(), n), 0)
+			d, tk := admit(s, sluice.WithCost(context.Background(), n), 0)
 			require.True(t, d.Allowed)
 			s.Done(tk, sluice.Released, 0, 0)
 			assert.Equal(t, n < 4, s.AllowAt(0), "cost %d", n)
@@ -304,9 +304,10 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 type denyPolicy struct{}
 
 func (denyPolicy) Name() string { return "deny" }
-func (denyPolicy) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Policy: "deny", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}, 0
+func (denyPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
 }
+func (denyPolicy) Needs() sluice.Needs                                              { return 0 }
 func (denyPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
 // TestShaperConformance runs the suite on a shaper that does not wait: the
@@ -333,7 +334,7 @@ func TestShaperAllocatesNothing(t *testing.T) {
 		now += 10 * time.Microsecond
 		s.AllowAt(now)
 		now += 10 * time.Microsecond
-		d, tk := s.Admit(ctx, now)
+		d, tk := admit(s, ctx, now)
 		if d.Allowed {
 			s.Done(tk, sluice.Released, now, 0)
 		}
@@ -352,7 +353,7 @@ func TestShaperTurnAtTheDeadline(t *testing.T) {
 		require.True(t, s.Allow())
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		d, _ := s.Admit(ctx, clk.Now())
+		d, _ := admit(s, ctx, clk.Now())
 		require.True(t, d.Allowed)
 		assert.Equal(t, 100*time.Millisecond, clk.Now())
 		assert.False(t, s.AllowAt(clk.Now()), "the turn was taken")

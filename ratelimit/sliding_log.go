@@ -81,8 +81,8 @@ func (l *SlidingLog) Limit() int64 { return l.limit }
 // Window returns the window's length.
 func (l *SlidingLog) Window() time.Duration { return l.window }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
-func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (l *SlidingLog) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	return l.decide(now, sluice.CostFrom(ctx), true)
 }
 

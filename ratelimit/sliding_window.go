@@ -90,8 +90,8 @@ func (w *SlidingWindow) Window() time.Duration { return w.window }
 // Buckets returns the number of buckets of the window.
 func (w *SlidingWindow) Buckets() int { return int(w.nb) }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
-func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (w *SlidingWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	return w.decide(now, sluice.CostFrom(ctx), true)
 }
 

@@ -45,7 +45,7 @@ func TestSlidingWindowSteps(t *testing.T) {
 
 func TestSlidingWindowReleaseAfterBucketLeft(t *testing.T) {
 	w := mustSlidingWindow(t, 2, 100*ms, 4)
-	_, tk := w.Admit(context.Background(), 0)
+	_, tk := admit(w, context.Background(), 0)
 	require.True(t, w.AllowAt(110*ms))
 	// Its bucket left at 100ms; bucket 4, now current, shares its slot.
 	w.Done(tk, sluice.Released, 110*ms, 110*ms)

@@ -8,6 +8,13 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
+// admit asks p to admit a request at now, and returns the Decision its
+// Verdict stands for and its Ticket.
+func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
+}
+
 // step is one row of a step table: at instant at, a request of cost n
 // (default 1) expects the decision's fields. Reset and RetryAfter are checked
 // when they are not -1; ticket is released afterwards when release is set.
@@ -30,7 +37,7 @@ func runSteps(t *testing.T, p sluice.Policy, steps []step) {
 		if s.n > 1 {
 			ctx = sluice.WithCost(ctx, s.n)
 		}
-		d, tk := p.Admit(ctx, s.at)
+		d, tk := admit(p, ctx, s.at)
 		if d.Allowed != s.allowed || d.Remaining != s.remaining ||
 			(s.reset != -1 && d.Reset != s.reset) ||
 			(s.retryAfter != -1 && d.RetryAfter != s.retryAfter) {

@@ -208,10 +208,8 @@ func (tb *TokenBucket) decide(d *sluice.Decision, now time.Duration, n int64) {
 	}
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks: a Guard that should delay requests
-// instead of rejecting them uses a Shaper.
-func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (tb *TokenBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	n := sluice.CostFrom(ctx)
 	var d sluice.Decision
 	tb.decide(&d, now, n)
@@ -452,11 +450,11 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 		c, base := tb.state(now)
 		remaining, reset := floorDiv(now+c.tau-base, c.iv), time.Duration(base-now)
 		if n > c.burst {
-			return &sluice.RejectedError{Decision: never(tb.name, c.burst, remaining, reset)}
+			return sluice.Rejection(never(tb.name, c.burst, remaining, reset))
 		}
 		d := reject(tb.name, c.burst, remaining, reset, time.Duration(need))
 		d.Cause = ErrWouldExceedDeadline
-		return &sluice.RejectedError{Decision: d}
+		return sluice.Rejection(d)
 	}
 	delay := r.act - now
 	if delay <= 0 {

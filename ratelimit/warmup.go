@@ -165,9 +165,8 @@ func (w *WarmUp) DecideAt(now time.Duration, n int64) sluice.Decision {
 	return d
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks.
-func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+// admitD decides as Admit does, with its answer as a Decision.
+func (w *WarmUp) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	d, t, _ := w.decide(int64(now), sluice.CostFrom(ctx), true)
 	return d, t
 }

@@ -165,8 +165,8 @@ func TestWarmUpReleaseOfAnEarlierAdmission(t *testing.T) {
 	const m = time.Millisecond
 	w := mustWarmUp(t, PerSecond(10), 5, 2*time.Second, 3)
 	ctx := context.Background()
-	_, first := w.Admit(ctx, 0) // costs 290ms
-	d, second := w.Admit(ctx, 0)
+	_, first := admit(w, ctx, 0) // costs 290ms
+	d, second := admit(w, ctx, 0)
 	require.True(t, d.Allowed) // costs 270ms
 	assert.Equal(t, 560*m, d.Reset)
 	w.Done(first, sluice.Released, 0, 0) // not the latest: its stable 100ms
@@ -191,7 +191,7 @@ func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int64{16_000_000, 20_000_000, burst} {
 		w := mustWarmUp(t, PerSecond(burst), burst, time.Second, 3)
-		d, tk := w.Admit(sluice.WithCost(ctx, n), 0)
+		d, tk := admit(w, sluice.WithCost(ctx, n), 0)
 		require.True(t, d.Allowed)
 		require.True(t, w.AllowAt(d.Reset), "a later admission: the first is not the latest any more")
 		busy := w.DecideAt(0, burst+1).Reset // the time until TAT; takes nothing
@@ -204,7 +204,7 @@ func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
 		const burst = 1 << 33 // at 1ns each
 		for _, n := range []int64{1<<32 - 1, 1 << 32} {
 			w := mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
-			d, tk := w.Admit(sluice.WithCost(ctx, n), 0)
+			d, tk := admit(w, sluice.WithCost(ctx, n), 0)
 			require.True(t, d.Allowed)
 			require.True(t, w.AllowAt(0))
 			busy := w.DecideAt(0, burst+1).Reset
@@ -216,7 +216,7 @@ func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
 			assert.Equal(t, want, busy-w.DecideAt(0, burst+1).Reset, "cost %d", n)
 			// The latest admission is undone exactly all the same.
 			w = mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
-			d, tk = w.Admit(sluice.WithCost(ctx, n), 0)
+			d, tk = admit(w, sluice.WithCost(ctx, n), 0)
 			require.True(t, d.Allowed)
 			w.Done(tk, sluice.Released, 0, 0)
 			assert.Zero(t, w.DecideAt(0, burst+1).Reset, "cost %d", n)
@@ -247,7 +247,7 @@ func TestWarmUpAllocatesNothing(t *testing.T) {
 		now += time.Microsecond
 		w.AllowAt(now)
 		w.Allow()
-		d, tk := w.Admit(ctx, now)
+		d, tk := admit(w, ctx, now)
 		if d.Allowed {
 			w.Done(tk, sluice.Released, now, 0)
 		}

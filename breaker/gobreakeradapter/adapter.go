@@ -130,27 +130,13 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 
 // Admit asks the gobreaker breaker. It is the sluice.Policy method; gobreaker
 // reads its own wall clock, so now is not used.
-func (p *Policy) Admit(_ context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *Policy) Admit(_ context.Context, _ time.Duration) sluice.Verdict {
 	t, err := p.allow()
 	if err != nil {
-		return p.rejection(err), 0
+		return sluice.Verdict{Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}
 	}
-	return sluice.Decision{Allowed: true, Policy: p.name, Limit: -1}, t
+	return sluice.Verdict{Ticket: t, Limit: -1}
 }
-
-// AdmitFast is Admit in the form of sluice.FastPolicy: an admission is
-// answered in registers. gobreaker reads its own wall clock, so two Policies
-// given the same calls need not decide alike.
-func (p *Policy) AdmitFast(_ context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	t, err := p.allow()
-	if err != nil {
-		return 0, sluice.Quota{}, &sluice.RejectedError{Decision: p.rejection(err)}
-	}
-	return t, sluice.Quota{Limit: -1}, nil
-}
-
-// FastOf returns p itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (p *Policy) FastOf() sluice.Policy { return p }
 
 // allow asks gobreaker, and on an admission returns the ticket under which
 // its done function waits for Done.
@@ -178,11 +164,6 @@ func (p *Policy) allow() (sluice.Ticket, error) {
 	return t, nil
 }
 
-// rejection returns the Decision rejecting a call for gobreaker's err.
-func (p *Policy) rejection(err error) sluice.Decision {
-	return sluice.Decision{Policy: p.name, Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}
-}
-
 func (p *Policy) retryAfter(err error) time.Duration {
 	if p.timeout == 0 {
 		return 0
@@ -200,9 +181,9 @@ func (p *Policy) retryAfter(err error) time.Duration {
 	return p.timeout
 }
 
-// UntimedOf returns p itself (sluice.UntimedDone): gobreaker keeps its own
-// time, and Done passes on only the outcome.
-func (p *Policy) UntimedOf() sluice.Policy { return p }
+// Needs returns 0: gobreaker keeps its own time, and Done passes on only
+// the outcome.
+func (p *Policy) Needs() sluice.Needs { return 0 }
 
 // Done reports the outcome to gobreaker: Success as a nil error, Failure as
 // ErrFailure, Ignored and Released as ErrExcluded. It is the sluice.Policy
@@ -237,7 +218,7 @@ func (p *Policy) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 var (
-	_ sluice.FastPolicy  = (*Policy)(nil)
+	_ sluice.Policy      = (*Policy)(nil)
 	_ sluice.StateSource = (*Policy)(nil)
 )
 

@@ -17,6 +17,13 @@ import (
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
+// admit asks p to admit a request at now, and returns the Decision its
+// Verdict stands for and its Ticket.
+func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
+}
+
 func consecutive(n uint32) func(gobreaker.Counts) bool {
 	return func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= n }
 }
@@ -76,10 +83,10 @@ func TestRejectionsAndRetryAfter(t *testing.T) {
 	assert.Equal(t, gobreaker.StateOpen, p.Breaker().State())
 	err = g.Do(ctx, func(context.Context) error { return nil })
 	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
-	var rej *sluice.RejectedError
-	require.ErrorAs(t, err, &rej)
-	assert.Greater(t, rej.RetryAfter(), 59*time.Minute)
-	assert.LessOrEqual(t, rej.RetryAfter(), time.Hour)
+	d, ok := sluice.RejectionOf(err)
+	require.True(t, ok)
+	assert.Greater(t, d.RetryAfter, 59*time.Minute)
+	assert.LessOrEqual(t, d.RetryAfter, time.Hour+time.Millisecond, "rounded up to the millisecond")
 	assert.Equal(t, []string{"pay open"}, heard)
 	require.Len(t, changes, 1)
 	assert.Equal(t, "breaker/pay", changes[0].Policy)
@@ -97,18 +104,18 @@ func releasedProbe(t *testing.T) {
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
-	d, tk := p.Admit(ctx, 0)
+	d, tk := admit(p, ctx, 0)
 	require.True(t, d.Allowed)
 	p.Done(tk, sluice.Failure, 0, 0)
 	time.Sleep(2 * time.Millisecond)
 	require.Equal(t, gobreaker.StateHalfOpen, p.Breaker().State())
-	d, tk = p.Admit(ctx, 0)
+	d, tk = admit(p, ctx, 0)
 	require.True(t, d.Allowed)
-	d2, _ := p.Admit(ctx, 0)
+	d2, _ := admit(p, ctx, 0)
 	assert.False(t, d2.Allowed, "one probe only")
 	assert.Positive(t, d2.RetryAfter)
 	p.Done(tk, sluice.Released, 0, 0)
-	d, tk = p.Admit(ctx, 0)
+	d, tk = admit(p, ctx, 0)
 	require.True(t, d.Allowed, "the released probe's slot is free again")
 	p.Done(tk, sluice.Success, 0, 0)
 	assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())
@@ -122,21 +129,21 @@ func TestNewWrapsAnExistingBreaker(t *testing.T) {
 	p, err := gobreakeradapter.New(cb, gobreakeradapter.WithTimeout(time.Minute))
 	require.NoError(t, err)
 	ctx := context.Background()
-	d, tk := p.Admit(ctx, 0)
+	d, tk := admit(p, ctx, 0)
 	require.True(t, d.Allowed)
 	p.Done(tk, sluice.Ignored, 0, 0)
 	assert.Equal(t, gobreaker.StateClosed, cb.State())
-	d, tk = p.Admit(ctx, 0)
+	d, tk = admit(p, ctx, 0)
 	require.True(t, d.Allowed)
 	p.Done(tk, sluice.Failure, 0, 0)
 	p.Done(tk, sluice.Failure, 0, 0) // a second Done for one ticket is ignored
-	d, _ = p.Admit(ctx, 0)
+	d, _ = admit(p, ctx, 0)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, time.Minute, d.RetryAfter)
 
 	unknown, err := gobreakeradapter.New(cb)
 	require.NoError(t, err)
-	d, _ = unknown.Admit(ctx, 0)
+	d, _ = admit(unknown, ctx, 0)
 	assert.Zero(t, d.RetryAfter, "unknown without WithTimeout")
 
 	_, err = gobreakeradapter.New(nil)
@@ -180,10 +187,12 @@ func ExampleNewFromSettings() {
 	// true open
 }
 
-// TestFastAgreesWhileTheClockStandsStill drives two Policies, one through
-// Admit and one through AdmitFast, with an open duration no test outlasts:
-// gobreaker's wall clock then changes nothing, and they must decide alike.
-func TestFastAgreesWhileTheClockStandsStill(t *testing.T) {
+// TestGuardAgreesWhileTheClockStandsStill drives two Policies, one through
+// Admit and Done and one through a Guard, which tells Done no end instant
+// (latency -1) since the Policy needs none, with an open duration no test
+// outlasts: gobreaker's wall clock then changes nothing, and they must
+// decide alike.
+func TestGuardAgreesWhileTheClockStandsStill(t *testing.T) {
 	mk := func() *gobreakeradapter.Policy {
 		cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
 			Name: "still", Timeout: time.Hour, ReadyToTrip: consecutive(3),
@@ -194,25 +203,31 @@ func TestFastAgreesWhileTheClockStandsStill(t *testing.T) {
 		return p
 	}
 	a, b := mk(), mk()
+	g, err := sluice.New(sluice.With(b))
+	require.NoError(t, err)
 	ctx := context.Background()
 	outcomes := []sluice.Outcome{sluice.Success, sluice.Failure, sluice.Ignored, sluice.Released,
 		sluice.Failure, sluice.Failure, sluice.Success, sluice.Failure, sluice.Failure, sluice.Failure}
 	rejected := 0
 	for i := range 40 {
-		da, ta := a.Admit(ctx, 0)
-		tb, q, rej := b.AdmitFast(ctx, 0)
-		db := q.Decision(b.Name())
-		if rej != nil {
-			db = rej.Decision
+		da, ta := admit(a, ctx, 0)
+		call, err := g.Begin(ctx)
+		db := call.Decision()
+		require.Equal(t, da.Allowed, db.Allowed, "call %d", i)
+		if !da.Allowed {
 			rejected++
+			require.InDelta(t, float64(da.RetryAfter), float64(db.RetryAfter), float64(time.Millisecond), "call %d", i)
+			db.RetryAfter = da.RetryAfter
+			require.Equal(t, da, db, "call %d", i)
+			d, ok := sluice.RejectionOf(err)
+			require.True(t, ok, "call %d", i)
+			require.Equal(t, da.Policy, d.Policy, "call %d", i)
+			continue
 		}
-		require.Equal(t, da, db, "call %d", i)
-		if da.Allowed {
-			require.Equal(t, ta, tb, "call %d", i)
-			o := outcomes[i%len(outcomes)]
-			a.Done(ta, o, 0, 0)
-			b.Done(tb, o, 0, 0)
-		}
+		require.NoError(t, err)
+		o := outcomes[i%len(outcomes)]
+		a.Done(ta, o, 0, 0)
+		call.Report(o, nil)
 	}
 	assert.Equal(t, gobreaker.StateOpen, b.Breaker().State())
 	assert.Positive(t, rejected)
@@ -234,13 +249,13 @@ func TestPanickingListenerAtAProbeFreesItsSlot(t *testing.T) {
 			}
 		})
 		ctx := context.Background()
-		d, tk := p.Admit(ctx, 0)
+		d, tk := admit(p, ctx, 0)
 		require.True(t, d.Allowed)
 		p.Done(tk, sluice.Failure, 0, 0)
 		time.Sleep(2 * time.Millisecond)
 		require.PanicsWithValue(t, "listener", func() { p.Admit(ctx, 0) })
 		panicking = false
-		d, tk = p.Admit(ctx, 0)
+		d, tk = admit(p, ctx, 0)
 		require.True(t, d.Allowed, "the probe of the panicked Admit gave its slot back")
 		p.Done(tk, sluice.Success, 0, 0)
 		assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())

@@ -143,13 +143,13 @@ func (g *guarded) handler() http.Handler {
 // that the client knows when to come back), a timeout with 504 Gateway
 // Timeout, anything else with 502 Bad Gateway.
 func fail(w http.ResponseWriter, err error) {
-	var rej *sluice.RejectedError
+	d, rejected := sluice.RejectionOf(err)
 	switch {
-	case errors.As(err, &rej):
+	case rejected:
 		var r middleware.Renderer
-		status := r.Rejected(w.Header(), nil, rej.Decision)
+		status := r.Rejected(w.Header(), nil, d)
 		w.WriteHeader(status)
-		_, _ = w.Write(r.AppendProblem(nil, rej.Decision))
+		_, _ = w.Write(r.AppendProblem(nil, d))
 	case errors.Is(err, sluice.ErrTimeout):
 		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
 	default:

@@ -121,13 +121,13 @@ func describe(ctx context.Context, c *http.Client) string {
 		return err.Error()
 	}
 	resp, err := c.Do(req)
-	var rej *sluice.RejectedError
+	d, rejected := sluice.RejectionOf(err)
 	var nerr net.Error
 	switch {
-	case errors.As(err, &rej):
+	case rejected:
 		// Not sent: the Guard answered at once.
-		s := fmt.Sprintf("not sent: %s by %s", sluice.CauseOf(rej), rej.Decision.Policy)
-		if ra := rej.RetryAfter(); ra > 0 {
+		s := fmt.Sprintf("not sent: %s by %s", sluice.CauseOf(err), d.Policy)
+		if ra := d.RetryAfter; ra > 0 {
 			s += fmt.Sprintf(", retry after %v", ra.Round(time.Millisecond))
 		}
 		return s

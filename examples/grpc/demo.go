@@ -46,14 +46,14 @@ func run(ctx context.Context, out io.Writer) (err error) {
 func demo(ctx context.Context, out io.Writer, s *server, hc healthpb.HealthClient) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	check := func() {
-		var header metadata.MD // a rate limit's rejection carries the quota here
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+		var trailer metadata.MD // a rate limit's rejection carries the quota here
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
 		if err == nil {
 			say("Check -> OK %v   (server saw %d calls)", resp.GetStatus(), s.calls.Load())
 			return
 		}
 		say("Check -> %s   (server saw %d calls)", describe(err), s.calls.Load())
-		if rl := header.Get(sluicegrpc.MetadataRateLimit); len(rl) > 0 {
+		if rl := trailer.Get(sluicegrpc.MetadataRateLimit); len(rl) > 0 {
 			say("         %s: %s", sluicegrpc.MetadataRateLimit, rl[0])
 		}
 	}

@@ -18,7 +18,7 @@ func TestDemonstration(t *testing.T) {
 	got := out.String()
 
 	// The server's rate limit answers ResourceExhausted with RetryInfo and the
-	// RateLimit header metadata; the client's breaker then holds the next call back without sending it: the
+	// RateLimit metadata in its trailers; the client's breaker then holds the next call back without sending it: the
 	// server's count does not move.
 	m := regexp.MustCompile(`Check -> ResourceExhausted  RetryInfo: \d+ms  ErrorInfo: RATE_LIMITED by ratelimit/check   \(server saw (\d+) calls\)\n` +
 		`         ratelimit: "ratelimit/check";r=0;t=1\n` +

@@ -53,7 +53,7 @@ func TestDemonstration(t *testing.T) {
 		codes = append(codes, m[1]+m[2])
 	}
 	assert.Equal(t, []string{"A200", "A200", "A200", "A429", "B200"}, codes, got)
-	assert.Contains(t, part2, `"fleet/local:local";r=`)
+	assert.Contains(t, part2, "A /local  bob   -> 429  RateLimit: \"fleet/local\";r=0;t=")
 	// Fail open admits, fail closed refuses with 503.
 	assert.Contains(t, part2, "   A /open   bob   -> 200\n   B /open   bob   -> 200\n")
 	assert.Regexp(t, `   A /closed bob   -> 503  Retry-After: \d+\n   B /closed bob   -> 503  Retry-After: \d+\n`, part2)

@@ -45,14 +45,14 @@ type Config struct {
 	RemainingSlack int64
 	// WallClock marks policies that read the wall clock rather than the
 	// instants they are given (a breaker of another library): two of them
-	// driven alike need not decide alike, so FastAgrees checks each decision
-	// against the contract only.
+	// driven alike need not decide alike, so UntimedAgrees checks each
+	// decision against the contract only.
 	WallClock bool
-	// UntimedReadsClock marks sluice.UntimedDone policies that, told Unread,
-	// read SystemClock when an outcome changes their state (a breaker that
-	// trips): on the suite's made-up instants such a policy cannot decide
-	// exactly as its twin told them, so UntimedAgrees checks its decisions
-	// against the contract only.
+	// UntimedReadsClock marks policies that declare no sluice.NeedsEnd and,
+	// told latency -1, read SystemClock when an outcome changes their state
+	// (a breaker that trips): on the suite's made-up instants such a policy
+	// cannot decide exactly as its twin told them, so UntimedAgrees checks
+	// its decisions against the contract only.
 	UntimedReadsClock bool
 	// Causes lists the causes the policy rejects with; default all of
 	// sluice's. Each rejection must match one of them.
@@ -101,73 +101,60 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("DecisionFields", func(t *testing.T) { sequential(t, cfg) })
 	t.Run("ReleasedRestores", func(t *testing.T) { released(t, cfg) })
 	t.Run("Concurrent", func(t *testing.T) { concurrent(t, cfg) })
+	t.Run("Needs", func(t *testing.T) { needs(t, cfg) })
 	t.Run("ThroughGuard", func(t *testing.T) { throughGuard(t, cfg, false) })
-	if sluice.FastFormOf(cfg.New(t)) != nil {
-		t.Run("FastAgrees", func(t *testing.T) { fastAgrees(t, cfg) })
-		t.Run("FastThroughGuard", func(t *testing.T) { throughGuard(t, cfg, true) })
-	}
-	if sluice.IsUntimed(cfg.New(t)) {
+	t.Run("ThroughGuardBeginEnd", func(t *testing.T) { throughGuard(t, cfg, true) })
+	if cfg.New(t).Needs()&sluice.NeedsEnd == 0 {
 		t.Run("UntimedAgrees", func(t *testing.T) { untimedAgrees(t, cfg) })
 	}
 }
 
-// untimedAgrees drives two fresh policies through the same calls, one told
-// the end instant and the latency of every call, the other told Unread and
-// 0 but for Released ones, as a Guard of sluice.UntimedDone policies does,
+// Admit calls p.Admit and returns the Decision its Verdict stands for, and
+// its Ticket.
+func Admit(ctx context.Context, p sluice.Policy, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
+}
+
+// needs checks that the policy declares only the flags sluice knows, and
+// the same ones each time it is asked.
+func needs(t *testing.T, cfg Config) {
+	p := cfg.New(t)
+	n := p.Needs()
+	if n&^(sluice.NeedsEnd|sluice.Waits) != 0 {
+		t.Fatalf("Needs() = %#x declares flags sluice does not know", n)
+	}
+	if m := p.Needs(); m != n {
+		t.Fatalf("Needs() = %#x, then %#x", n, m)
+	}
+}
+
+// untimedAgrees drives two fresh policies that declare no sluice.NeedsEnd
+// through the same calls, one told the end instant and the latency of every
+// call, the other told, for every outcome but Released, the instant of
+// admission and latency -1, as a Guard that skips the end clock read does,
 // and requires the same decisions, unless the policies are random or read
 // the wall clock.
 func untimedAgrees(t *testing.T, cfg Config) {
 	b := cfg.New(t)
-	done := func(tb sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
-		if o != sluice.Released {
-			now, lat = sluice.Unread, 0
-		}
-		b.Done(tb, o, now, lat)
-	}
-	twins(t, cfg, b, b.Admit, done, !cfg.UntimedReadsClock, "told the end instants", "told Unread")
-}
-
-// fastAgrees drives two fresh policies through the same calls, one with
-// Admit and one with AdmitFast, and requires the same decisions, unless the
-// policies are random or read the wall clock.
-func fastAgrees(t *testing.T, cfg Config) {
-	b := cfg.New(t).(sluice.FastPolicy)
-	admit := func(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-		tb, q, rej := b.AdmitFast(ctx, now)
-		if rej == nil {
-			return q.Decision(b.Name()), tb
-		}
-		if rej.Decision.Allowed {
-			t.Fatalf("at %v: AdmitFast rejected with an allowing Decision %+v", now, rej.Decision)
-		}
-		return rej.Decision, 0
-	}
-	twins(t, cfg, b, admit, b.Done, true, "Admit decided", "AdmitFast")
-}
-
-// twins drives a fresh policy through Admit and Done and its twin, another
-// fresh one, through admit and done, on the same 2,000 calls, and checks the
-// twin's decisions against the contract and, when exact and the policy is
-// neither random nor on the wall clock, against the first one's.
-func twins(t *testing.T, cfg Config, twin sluice.Policy,
-	admit func(context.Context, time.Duration) (sluice.Decision, sluice.Ticket),
-	done func(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration),
-	exact bool, one, other string,
-) {
 	a := cfg.New(t)
 	ctx, cancel := admitCtx(t)
 	defer cancel()
 	now := cfg.Start
 	admitted := 0
+	// Two policies that read a clock of their own (Redis's: RemainingSlack)
+	// see it move between their calls, and are twins by their Name only if
+	// they share one.
+	exact := !cfg.UntimedReadsClock && !cfg.Random && !cfg.WallClock && cfg.RemainingSlack == 0
 	for i := range 2000 {
 		if i%20 == 0 {
 			now += 20 * cfg.Step
 		}
-		da, ta := a.Admit(ctx, now)
-		db, tb := admit(ctx, now)
-		CheckDecision(t, cfg, twin, db)
-		if exact && !cfg.Random && !cfg.WallClock && da != db {
-			t.Fatalf("call %d at %v: %s %+v, %s %+v", i, now, one, da, other, db)
+		da, ta := Admit(ctx, a, now)
+		db, tb := Admit(ctx, b, now)
+		CheckDecision(t, cfg, b, db)
+		if exact && da != db {
+			t.Fatalf("call %d at %v: told the end instants %+v, told latency -1 %+v", i, now, da, db)
 		}
 		o := cfg.Outcome(admitted)
 		if i%11 == 5 {
@@ -177,7 +164,11 @@ func twins(t *testing.T, cfg Config, twin sluice.Policy,
 			a.Done(ta, o, now+cfg.Latency, cfg.Latency)
 		}
 		if db.Allowed {
-			done(tb, o, now+cfg.Latency, cfg.Latency)
+			if o == sluice.Released {
+				b.Done(tb, o, now+cfg.Latency, cfg.Latency)
+			} else {
+				b.Done(tb, o, now, -1)
+			}
 			admitted++
 		}
 	}
@@ -185,6 +176,13 @@ func twins(t *testing.T, cfg Config, twin sluice.Policy,
 
 func admitCtx(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), 50*time.Millisecond)
+}
+
+// CheckVerdict fails t when v, which p's Admit returned, breaks the
+// Decision contract for policy p (see CheckDecision).
+func CheckVerdict(t testing.TB, cfg Config, p sluice.Policy, v sluice.Verdict) {
+	t.Helper()
+	CheckDecision(t, cfg, p, v.Decision(p.Name()))
 }
 
 // CheckDecision fails t when d breaks the Decision contract for policy p.
@@ -245,8 +243,9 @@ func sequential(t *testing.T, cfg Config) {
 		if i%20 == 0 {
 			now += 20 * cfg.Step
 		}
-		d, tk := p.Admit(ctx, now)
-		CheckDecision(t, cfg, p, d)
+		v := p.Admit(ctx, now)
+		CheckVerdict(t, cfg, p, v)
+		d, tk := v.Decision(p.Name()), v.Ticket
 		if d.Allowed {
 			p.Done(tk, cfg.Outcome(admitted), now+cfg.Latency, cfg.Latency)
 			admitted++
@@ -269,12 +268,12 @@ func released(t *testing.T, cfg Config) {
 		if i%10 == 0 {
 			now += cfg.Step
 		}
-		d1, t1 := p.Admit(ctx, now)
+		d1, t1 := Admit(ctx, p, now)
 		if !d1.Allowed {
 			continue
 		}
 		p.Done(t1, sluice.Released, now, 0)
-		d2, t2 := p.Admit(ctx, now)
+		d2, t2 := Admit(ctx, p, now)
 		if !d2.Allowed {
 			if cfg.Random {
 				continue
@@ -306,7 +305,7 @@ func concurrent(t *testing.T, cfg Config) {
 			defer cancel()
 			for i := range calls {
 				now := time.Duration(clock.Add(int64(cfg.Step / 8)))
-				d, tk := p.Admit(ctx, now)
+				d, tk := Admit(ctx, p, now)
 				if d.Policy != p.Name() || d.Remaining < 0 || (d.Allowed && (d.RetryAfter != 0 || d.Cause != nil)) || (!d.Allowed && d.Cause == nil) {
 					errc <- "inconsistent decision under concurrency"
 					return
@@ -331,23 +330,18 @@ func concurrent(t *testing.T, cfg Config) {
 }
 
 // countingPolicy wraps a policy and counts Admits that allowed and Dones.
-// It says it may wait when the policy does, so that a Guard takes a
-// Waiter's path for it.
+// Its Needs are the policy's, so that a Guard takes the same path for it.
 type countingPolicy struct {
 	sluice.Policy
 	allowed, done atomic.Int64
-	wait          sluice.Waiter // the policy, when it is one
 }
 
-// MayWait reports whether the wrapped policy may wait (sluice.Waiter).
-func (c *countingPolicy) MayWait() bool { return c.wait != nil && c.wait.MayWait() }
-
-func (c *countingPolicy) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	d, t := c.Policy.Admit(ctx, now)
-	if d.Allowed {
+func (c *countingPolicy) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	v := c.Policy.Admit(ctx, now)
+	if v.Cause == nil {
 		c.allowed.Add(1)
 	}
-	return d, t
+	return v
 }
 
 func (c *countingPolicy) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
@@ -355,34 +349,14 @@ func (c *countingPolicy) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.D
 	c.Policy.Done(t, o, now, lat)
 }
 
-// countingFast is countingPolicy for a sluice.FastPolicy, keeping its fast
-// form in sight of the Guard.
-type countingFast struct {
-	*countingPolicy
-	fast sluice.FastPolicy
-}
-
-func (c countingFast) AdmitFast(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, *sluice.RejectedError) {
-	t, q, rej := c.fast.AdmitFast(ctx, now)
-	if rej == nil {
-		c.allowed.Add(1)
-	}
-	return t, q, rej
-}
-
-// FastOf returns c itself, the owner of its AdmitFast (sluice.FastPolicy).
-func (c countingFast) FastOf() sluice.Policy { return c }
-
-func throughGuard(t *testing.T, cfg Config, fast bool) {
+// throughGuard runs 500 calls through a Guard of the policy, with Do or,
+// when begin, with Begin and End, and requires every rejection to keep the
+// Decision contract and every admission to be reported exactly once.
+func throughGuard(t *testing.T, cfg Config, begin bool) {
 	p := cfg.New(t)
 	inner := &countingPolicy{Policy: p}
-	inner.wait, _ = p.(sluice.Waiter)
-	var link sluice.Policy = inner
-	if fast {
-		link = countingFast{countingPolicy: inner, fast: p.(sluice.FastPolicy)}
-	}
 	clk := sluice.NewManualClock(cfg.Start)
-	g, err := sluice.New(sluice.With(link), sluice.WithClock(clk))
+	g, err := sluice.New(sluice.With(inner), sluice.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,23 +364,58 @@ func throughGuard(t *testing.T, cfg Config, fast bool) {
 	ctx, cancel := admitCtx(t)
 	defer cancel()
 	ran := 0
-	for i := range 500 {
-		if i%10 == 0 {
-			clk.Advance(cfg.Step * 10)
-		}
-		err := g.Do(ctx, func(context.Context) error {
+	fn := func(i int) func(context.Context) error {
+		return func(context.Context) error {
 			ran++
 			if cfg.Outcome(i) == sluice.Failure {
 				return errors.New("dependency failed")
 			}
 			return nil
-		})
-		var rej *sluice.RejectedError
-		if errors.As(err, &rej) {
+		}
+	}
+	for i := range 500 {
+		if i%10 == 0 {
+			clk.Advance(cfg.Step * 10)
+		}
+		var err error
+		if begin {
+			call, berr := g.Begin(ctx)
+			d := call.Decision()
+			if d.Allowed != (berr == nil) {
+				t.Fatalf("Begin returned %v with Decision %+v", berr, d)
+			}
+			if !d.Allowed || d.Limit >= 0 {
+				CheckDecision(t, cfg, inner, d)
+			} else if d.Policy != "" || d.Remaining != 0 || d.Cause != nil || d.RetryAfter != 0 {
+				t.Fatalf("admitted without a quota, Decision %+v", d)
+			}
+			if berr == nil {
+				berr = fn(i)(call.Context())
+			} else if rd, ok := sluice.RejectionOf(berr); !ok {
+				t.Fatalf("Begin's rejection %v is none for RejectionOf", berr)
+			} else if rd.Policy != d.Policy || rd.Cause != d.Cause || rd.Limit != d.Limit || rd.Remaining != d.Remaining ||
+				rd.RetryAfter < d.RetryAfter || rd.RetryAfter >= d.RetryAfter+time.Millisecond {
+				// Read at the instant of the rejection, the shared error's
+				// RetryAfter is the Decision's rounded up to the millisecond.
+				t.Fatalf("Begin's rejection reads %+v, its Decision is %+v", rd, d)
+			}
+			err = call.End(berr)
+			if again := call.End(nil); again != nil {
+				t.Fatalf("End after End with nil = %v, want nil", again)
+			}
+		} else {
+			err = g.Do(ctx, fn(i))
+		}
+		if d, ok := sluice.RejectionOf(err); ok {
 			if !errors.Is(err, sluice.ErrRejected) {
 				t.Fatalf("rejection %v does not match ErrRejected", err)
 			}
-			CheckDecision(t, cfg, inner, rej.Decision)
+			if !errors.Is(err, d.Cause) {
+				t.Fatalf("rejection %v does not match its Cause %v", err, d.Cause)
+			}
+			CheckDecision(t, cfg, inner, d)
+		} else if errors.Is(err, sluice.ErrRejected) {
+			t.Fatalf("%v matches ErrRejected, but RejectionOf finds none", err)
 		}
 	}
 	if got := inner.allowed.Load(); got != int64(ran) || inner.done.Load() != got {

@@ -7,11 +7,27 @@ import (
 	"time"
 )
 
-// Cluster is a Redis Cluster of masters only, each a Server owned by one test.
+// Cluster is a Redis Cluster, each node a Server owned by one test.
 type Cluster struct {
 	// Servers are the masters, in slot order: Servers[0] serves the first
 	// range of slots.
 	Servers []*Server
+	// Replicas are the replicas, if any: Replicas[i] replicates Servers[i].
+	Replicas []*Server
+}
+
+// slots is the number of slots of a Redis Cluster.
+const slots = 16384
+
+// MasterOf returns the index in Servers of the master that was given slot.
+func (c *Cluster) MasterOf(slot int) int {
+	n := len(c.Servers)
+	for i := range n {
+		if slot <= (i+1)*slots/n-1 {
+			return i
+		}
+	}
+	return n - 1
 }
 
 // Addrs returns the masters' addresses, for a cluster client's seed list.
@@ -40,7 +56,20 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 			"--cluster-node-timeout", "2000",
 			"--cluster-require-full-coverage", "yes"))
 	}
-	const slots = 16384
+	c.assignSlots(t)
+	for _, s := range c.Servers[1:] {
+		if _, err := c.Servers[0].Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port)); err != nil {
+			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr, err)
+		}
+	}
+	c.waitOK(t, masters)
+	return c
+}
+
+// assignSlots splits the slots among the masters in equal ranges, in order.
+func (c *Cluster) assignSlots(t testing.TB) {
+	t.Helper()
+	masters := len(c.Servers)
 	for i, s := range c.Servers {
 		lo, hi := i*slots/masters, (i+1)*slots/masters-1
 		if _, err := s.Do("CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
@@ -54,17 +83,18 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 			}
 		}
 	}
-	for _, s := range c.Servers[1:] {
-		if _, err := c.Servers[0].Do("CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(s.Port)); err != nil {
-			t.Fatalf("redistest: CLUSTER MEET %s: %v", s.Addr, err)
-		}
-	}
+}
+
+// waitOK waits until every node reports cluster_state:ok and knows nodes
+// nodes.
+func (c *Cluster) waitOK(t testing.TB, nodes int) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Servers {
+	for _, s := range append(append([]*Server{}, c.Servers...), c.Replicas...) {
 		for {
 			info, err := s.Do("CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") &&
-				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)+"\r") {
+				strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(nodes)+"\r") {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -73,7 +103,6 @@ func StartCluster(t testing.TB, masters int) *Cluster {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return c
 }
 
 // KeySlot returns the cluster slot of key as the server computes it

@@ -1,5 +1,6 @@
-// Package redistest starts a private redis-server on a free loopback port for
-// one test, and stops it when the test ends.
+// Package redistest starts private redis-servers on free loopback ports for
+// one test (a server, a Cluster with or without replicas, a master and
+// replica watched by sentinels), and stops them when the test ends.
 //
 // Where redis-server is not installed the test is skipped, unless CI=true or
 // SLUICE_REQUIRE_REDIS=1, where it fails: CI must never go green by skipping.

@@ -235,42 +235,35 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 					c.SetRequest(c.Request().WithContext(sluice.WithResource(c.Request().Context(), p)))
 				}
 			}
-			var d sluice.Decision
-			var done sluice.Done
-			if err := rt.Guard.AdmitTo(c.Request().Context(), &d, &done); err != nil {
-				return cfg.rejected(c, rt, d)
+			call, err := rt.Guard.Begin(c.Request().Context())
+			if err != nil {
+				return cfg.rejected(c, rt, call.Decision())
 			}
-			cfg.render.Admitted(c.Response().Header(), rt, d)
+			cfg.render.Admitted(c.Response().Header(), rt, call.Decision())
 			// The request's own context, before the Guard's deadline: its
 			// cancellation, and only its, is a client that went away (an
 			// inner middleware may put a context of its own in the
 			// request and cancel it on return).
 			reqCtx := c.Request().Context()
-			var finish func(error) error
 			var req *http.Request
-			if rt.Guard.Timeout() > 0 {
-				// The handler runs with the deadline; the request
+			if ctx := call.Context(); ctx != reqCtx {
+				// The handler runs with the Guard's deadline; the request
 				// outside it, as the middleware got it: an outer
 				// middleware must not take the deadline's context,
-				// cancelled once the handler is done, for a client
-				// that went away.
+				// cancelled once the handler is done, for a client that
+				// went away.
 				req = c.Request()
-				var ctx context.Context
-				ctx, finish = rt.Guard.CallContext(reqCtx)
 				c.SetRequest(req.WithContext(ctx))
-				defer func() {
-					c.SetRequest(req)
-					if finish != nil {
-						_ = finish(nil)
-					}
-				}()
+				defer c.SetRequest(req)
 			}
-			defer cfg.failOnPanic(&done)
-			err := next(c)
+			defer cfg.failOnPanic(&call)
+			err = next(c)
 			cerr := err // a *sluice.TimeoutError once the Guard's deadline passed
-			if finish != nil {
-				cerr, finish = finish(err), nil
-				// The deadline's context is cancelled now: the deny
+			if req != nil {
+				if err != nil && call.Context().Err() == context.DeadlineExceeded {
+					cerr = &sluice.TimeoutError{Err: err}
+				}
+				// The deadline's context ends with the call: the deny
 				// handler and Echo's error handler answer with the
 				// request's own.
 				c.SetRequest(req)
@@ -280,11 +273,11 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 					// A rejection the handler's own call met (a breaker
 					// open for its dependency): answered as this
 					// middleware answers its own, and Ignored.
-					done.Record(sluice.Ignored)
+					call.Report(sluice.Ignored, nil)
 					return cfg.rejected(c, rt, d)
 				}
 			}
-			done.Record(cfg.outcome(c, reqCtx, err, cerr))
+			call.Report(cfg.outcome(c, reqCtx, err, cerr), nil)
 			return err
 		}
 	}
@@ -311,16 +304,14 @@ func isHTTPError(err error) bool {
 	return errors.As(err, &he)
 }
 
-func (cfg *config) failOnPanic(done *sluice.Done) {
-	if done.Active() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				done.Record(sluice.Ignored)
-			} else {
-				done.Record(sluice.Failure)
-			}
-			panic(p)
+func (cfg *config) failOnPanic(call *sluice.Call) {
+	if p := recover(); p != nil {
+		if p == http.ErrAbortHandler {
+			call.Report(sluice.Ignored, nil)
+		} else {
+			call.Report(sluice.Failure, nil)
 		}
+		panic(p)
 	}
 }
 

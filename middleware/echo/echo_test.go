@@ -703,12 +703,13 @@ func TestKeyByValue(t *testing.T) {
 type keyRecorder struct{ keys []string }
 
 func (*keyRecorder) Name() string { return "keys" }
-func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
 	k, _ := sluice.KeyFrom(ctx)
 	r.keys = append(r.keys, k)
-	return sluice.Decision{Allowed: true, Policy: "keys", Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
 func (*keyRecorder) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (*keyRecorder) Needs() sluice.Needs                                              { return 0 }
 
 // A HEAD request to a route Echo serves for GET and HEAD spends the budget
 // of the table's "GET path" entry, as under net/http: it runs the same

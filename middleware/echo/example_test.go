@@ -83,5 +83,5 @@ func ExampleWithFallback() {
 	}
 	// Output:
 	// /prices 200 {"apple":3}
-	// /cart 503 Retry-After: 60
+	// /cart 503 Retry-After: 1
 }

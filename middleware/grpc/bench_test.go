@@ -26,7 +26,7 @@ func benchGuard(b *testing.B) *sluice.Guard {
 }
 
 // BenchmarkUnaryServer measures what the interceptor adds to the Guard it
-// runs: "guard" is the Guard's Admit and Finish alone.
+// runs: "guard" is the Guard's Begin and End alone.
 func BenchmarkUnaryServer(b *testing.B) {
 	ctx := context.Background()
 	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
@@ -35,15 +35,28 @@ func BenchmarkUnaryServer(b *testing.B) {
 		g := benchGuard(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			_, done, err := g.Admit(ctx)
+			call, err := g.Begin(ctx)
 			if err == nil {
-				_, err = ok(ctx, nil)
-				done.Finish(err)
+				_, err = ok(call.Context(), nil)
 			}
+			_ = call.End(err)
 		}
 	})
 	b.Run("interceptor", func(b *testing.B) {
 		i := unary(b, WithGuard(benchGuard(b)))
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = i(ctx, nil, info, ok)
+		}
+	})
+	b.Run("interceptor-reject", func(b *testing.B) {
+		// A breaker held open: every call is rejected.
+		br, err := breaker.New("bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		br.OpenFor(sluice.Now(), time.Hour)
+		i := unary(b, WithGuard(mustGuard(b, sluice.With(br))))
 		b.ReportAllocs()
 		for b.Loop() {
 			_, _ = i(ctx, nil, info, ok)

@@ -79,19 +79,19 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	var done sluice.Done
-	if err := rt.Guard.AdmitTo(ctx, nil, &done); err != nil {
-		return newRejection(err, rejectedDecision(err))
+	call, err := rt.Guard.Begin(ctx)
+	if err != nil {
+		return newRejection(err, call.Decision())
 	}
 	if ctx.Err() != nil {
 		// It ended while a policy made it wait: it gives back what the
 		// Guard took, and goes on unguarded, for gRPC to fail unsent.
-		done.Record(sluice.Released)
+		call.Report(sluice.Released, nil)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	err := c.invoke(ctx, rt.Guard, method, req, reply, cc, invoker, opts, &done)
+	err = c.invoke(ctx, &call, method, req, reply, cc, invoker, opts)
 	if err != nil {
-		c.holdOpen(ctx, rt.Guard, err)
+		c.holdOpen(ctx, rt.Guard, call.Start(), err)
 	}
 	return err
 }
@@ -110,9 +110,10 @@ type contextOpener interface {
 }
 
 // holdOpen holds g's breakers open for the delay of err's RetryInfo, capped
-// by WithMaxRetryDelay, when err is a peer's Unavailable or
-// ResourceExhausted that carries one. The client's own rejections never do.
-func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
+// by WithMaxRetryDelay, from now (an instant on g's clock), when err is a
+// peer's Unavailable or ResourceExhausted that carries one. The client's own
+// rejections never do.
+func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, now time.Duration, err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	default:
@@ -131,7 +132,6 @@ func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 	if delay = min(delay, c.maxRetry); delay <= 0 {
 		return
 	}
-	now := g.Now()
 	for _, p := range g.Policies() {
 		switch o := p.(type) {
 		case contextOpener:
@@ -142,27 +142,29 @@ func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 	}
 }
 
-func (c *config) invoke(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, done *sluice.Done) (err error) {
+// invoke runs a call that call admitted (begun with ctx) and ends call
+// with its outcome.
+func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (err error) {
+	returned := false
 	defer func() {
-		if done.Active() {
-			done.Record(sluice.Failure)
+		if !returned { // the invoker panicked
+			call.Report(sluice.Failure, nil)
 		}
 	}()
+	ictx := call.Context() // with the Guard's deadline (sluice.WithTimeout), if it has one
 	if c.timeout > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.timeout {
+		if dl, ok := ictx.Deadline(); !ok || time.Until(dl) > c.timeout {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			ictx, cancel = context.WithTimeout(ictx, c.timeout)
 			defer cancel()
 		}
 	}
-	if g.Timeout() > 0 {
-		var finish func(error) error
-		ctx, finish = g.CallContext(ctx)
-		err = timeoutStatus(finish(invoker(ctx, method, req, reply, cc, opts...)))
-	} else {
-		err = invoker(ctx, method, req, reply, cc, opts...)
+	err = invoker(ictx, method, req, reply, cc, opts...)
+	returned = true
+	if timedOut(call, ctx, err) {
+		return timeoutStatus(call.Report(c.outcome(errTimeoutStatus), err))
 	}
-	done.Record(c.outcome(err))
+	call.Report(c.outcome(err), nil)
 	return err
 }
 
@@ -202,24 +204,27 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if skip {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	d, done, err := rt.Guard.Admit(ctx)
+	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return nil, newRejection(err, d)
+		return nil, newRejection(err, call.Decision())
 	}
 	if ctx.Err() != nil {
-		done.Record(sluice.Released) // as for a unary call
+		call.Report(sluice.Released, nil) // as for a unary call
 		return streamer(ctx, desc, cc, method, opts...)
 	}
-	return c.openStream(ctx, desc, cc, method, streamer, opts, rt.Guard, &done)
+	// The stream owns the admission from here: call is not used again.
+	return c.openStream(ctx, desc, cc, method, streamer, opts, rt.Guard, call)
 }
 
-func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, g *sluice.Guard, done *sluice.Done) (grpc.ClientStream, error) {
-	s := &clientStream{c: c, g: g, ctx: ctx, done: *done, serverStreams: desc.ServerStreams}
-	*done = sluice.Done{} // the stream owns the admission now
+// openStream opens a stream that call admitted; the stream ends call, the
+// one copy of it that is ended. The Guard's deadline does not apply to
+// streams: the stream runs with ctx.
+func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts []grpc.CallOption, g *sluice.Guard, call sluice.Call) (grpc.ClientStream, error) {
+	s := &clientStream{c: c, g: g, ctx: ctx, call: call, serverStreams: desc.ServerStreams}
 	opened := false
 	defer func() {
 		if !opened && s.ended.CompareAndSwap(false, true) {
-			s.done.Record(sluice.Failure) // the streamer panicked
+			s.call.Report(sluice.Failure, nil) // the streamer panicked
 		}
 	}()
 	// gRPC calls OnFinish once, when the stream is over, however it ends:
@@ -247,7 +252,7 @@ type clientStream struct {
 	c             *config
 	g             *sluice.Guard
 	ctx           context.Context // the context the Guard admitted the stream with
-	done          sluice.Done
+	call          sluice.Call     // the admission, ended once, by end
 	ended         atomic.Bool
 	stop          atomic.Pointer[func() bool] // unregisters the context's end
 	serverStreams bool
@@ -263,9 +268,9 @@ func (s *clientStream) end(err error) {
 	if stop := s.stop.Load(); stop != nil {
 		(*stop)()
 	}
-	s.done.Record(s.c.outcome(err))
+	s.call.Report(s.c.outcome(err), nil)
 	if err != nil {
-		s.c.holdOpen(s.ctx, s.g, err)
+		s.c.holdOpen(s.ctx, s.g, s.call.Start(), err)
 	}
 }
 

@@ -30,8 +30,12 @@
 //     whose reason is the cause ("RATE_LIMITED") in the domain "sluice", with
 //     the rejecting policy's name in its metadata under "policy";
 //   - when the rejecting policy has a quota, the draft RateLimit fields as
-//     response header metadata: ratelimit-policy ("name";q=100;w=60) and
-//     ratelimit ("name";r=0;t=7).
+//     trailer metadata: ratelimit-policy ("name";q=100;w=60) and ratelimit
+//     ("name";r=0;t=7);
+//   - the delay as gRPC's retry pushback, the grpc-retry-pushback-ms trailer
+//     (7000). The answer has no header (it is trailers-only), so a grpc-go
+//     client whose service config has a retryPolicy for the code retries
+//     the call after the delay.
 //
 // A unary call can be answered by a [Fallback] instead ([WithFallback]), per
 // method and cause, as the HTTP adapters answer with a fallback response.

@@ -248,7 +248,10 @@ func (endedStream) RecvMsg(any) error { return io.EOF }
 // A handler that runs a Guard of its own answers its rejections as the
 // interceptors do.
 func ExampleError() {
-	inner, err := sluice.New(sluice.With(&shedding{}))
+	// The Guard's clock stands still here, so that the delay printed is
+	// the policy's to the nanosecond: a Guard's rejection counts its delay
+	// down from when the rejection came.
+	inner, err := sluice.New(sluice.With(&shedding{}), sluice.WithClock(sluice.NewManualClock(0)))
 	check(err)
 	err = sluicegrpc.Error(inner.Do(context.Background(), func(context.Context) error { return nil }))
 	describe(err)
@@ -262,8 +265,9 @@ func ExampleError() {
 // guard does.
 type shedding struct{}
 
-func (*shedding) Name() string { return "adaptive/search" }
-func (*shedding) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Policy: "adaptive/search", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrOverloaded}, 0
+func (*shedding) Name() string        { return "adaptive/search" }
+func (*shedding) Needs() sluice.Needs { return 0 }
+func (*shedding) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrOverloaded}
 }
 func (*shedding) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -284,7 +284,9 @@ type recorder struct {
 
 func (r *recorder) Name() string { return r.name }
 
-func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision, sluice.Ticket) {
+func (r *recorder) Needs() sluice.Needs { return 0 }
+
+func (r *recorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
 	k, _ := sluice.KeyFrom(ctx)
 	res, _ := sluice.ResourceFrom(ctx)
 	r.mu.Lock()
@@ -292,7 +294,7 @@ func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Decision,
 	r.res = append(r.res, res)
 	r.prios = append(r.prios, sluice.PriorityFrom(ctx))
 	r.mu.Unlock()
-	return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
 
 func (r *recorder) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
@@ -354,11 +356,13 @@ type refuser struct {
 
 func (r *refuser) Name() string { return r.name }
 
-func (r *refuser) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (r *refuser) Needs() sluice.Needs { return 0 }
+
+func (r *refuser) Admit(context.Context, time.Duration) sluice.Verdict {
 	if r.off.Load() {
-		return sluice.Decision{Allowed: true, Policy: r.name, Limit: -1}, 0
+		return sluice.Verdict{Limit: -1}
 	}
-	return sluice.Decision{Policy: r.name, Limit: -1, RetryAfter: r.retry, Cause: r.cause}, 0
+	return sluice.Verdict{Limit: -1, RetryAfter: r.retry, Cause: r.cause}
 }
 
 func (r *refuser) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -36,11 +36,12 @@ func scenarioMethod(name string) string {
 }
 
 // headerStream is the server transport stream of a call the interceptor is
-// called with directly: it keeps the header metadata set on it, joined as
-// gRPC's own stream joins it.
+// called with directly: it keeps the header and trailer metadata set on it,
+// joined as gRPC's own stream joins them.
 type headerStream struct {
-	method string
-	header metadata.MD
+	method  string
+	header  metadata.MD
+	trailer metadata.MD
 }
 
 func (s *headerStream) Method() string { return s.method }
@@ -49,7 +50,10 @@ func (s *headerStream) SetHeader(md metadata.MD) error {
 	return nil
 }
 func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
+func (s *headerStream) SetTrailer(md metadata.MD) error {
+	s.trailer = metadata.Join(s.trailer, md)
+	return nil
+}
 
 // fromGRPC reads the Result of a call that ended with err and header
 // metadata header, as a client reads it off the wire: a status with a
@@ -83,8 +87,8 @@ func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) 
 
 // TestScenarios runs the scenario table shared with the HTTP adapters
 // through the unary server interceptor, called with each step's peer and
-// metadata in its context and a transport stream that keeps its header
-// metadata. The interceptor sends the RateLimit metadata on admitted calls
+// metadata in its context and a transport stream that keeps its header and
+// trailer metadata. The interceptor sends the RateLimit metadata on admitted calls
 // too (WithQuotaMetadata), as the HTTP adapters send the fields. A handler
 // returns a rejection its call met.
 func TestScenarios(t *testing.T) {
@@ -148,7 +152,9 @@ func TestScenarios(t *testing.T) {
 			}
 			ctx = metadata.NewIncomingContext(ctx, md)
 			resp, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
-			res, err := fromGRPC(call.Ran(), err, stream.header)
+			// A rejection's RateLimit fields are in the trailer: the
+			// fields the client gets are those of both.
+			res, err := fromGRPC(call.Ran(), err, metadata.Join(stream.header, stream.trailer))
 			require.NoError(t, err)
 			if answer, ok := resp.(string); ok {
 				res.Fallback = scenario.FallbackOf(answer)

@@ -3,6 +3,7 @@ package sluicegrpc
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,8 +34,9 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // UnaryServerInterceptor returns an interceptor that guards unary calls with
 // their method's Guard (WithMethodGuard, else WithGuard; methods with
 // neither pass through). A rejection answers the call, without running the
-// handler, with [RejectionStatus] and, when the rejecting policy has a
-// quota, the RateLimit header metadata. A sluice rejection that the handler
+// handler, with [RejectionStatus] and trailer metadata only (see
+// [MetadataRetryPushback]): the retry pushback of its delay and, when the
+// rejecting policy has a quota, the RateLimit fields. A sluice rejection that the handler
 // returns (one its own call met) is answered the same way, by the method's
 // fallback or the rejection's status, whether the interceptor guarded the
 // call (which then counts as Ignored) or let it through unguarded. An
@@ -93,20 +95,17 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 			return c.unguarded(ctx, req, info.FullMethod, handler)
 		}
 	}
-	var d sluice.Decision
-	var done sluice.Done
-	dp := &d
-	if !c.quotaMD {
-		dp = nil // only a rejection's Decision is of use, and the error carries it
+	call, err := rt.Guard.Begin(ctx)
+	if err != nil {
+		return c.rejectUnary(ctx, req, info.FullMethod, rt, call.Decision(), err)
 	}
-	if err := rt.Guard.AdmitTo(ctx, dp, &done); err != nil {
-		return c.rejectUnary(ctx, req, info.FullMethod, rt, rejectedDecision(err), err)
-	}
-	hctx, held := ctx, (*heldQuota)(nil) // the handler's context
+	// The handler's context: with the Guard's deadline (sluice.WithTimeout),
+	// when it has one, and the held quota metadata.
+	hctx, held := call.Context(), (*heldQuota)(nil)
 	if c.quotaMD {
-		hctx, held = holdQuota(ctx, rt, d)
+		hctx, held = holdQuota(hctx, rt, call.Decision())
 	}
-	resp, err := c.runUnary(hctx, rt.Guard, req, handler, &done, held)
+	resp, err := c.runUnary(ctx, hctx, &call, req, handler, held)
 	if err != nil {
 		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
 	}
@@ -127,31 +126,55 @@ func (c *config) unguarded(ctx context.Context, req any, method string, handler 
 	return resp, nil
 }
 
-// runUnary runs the handler of a call g admitted (done holds the admission)
-// and records its outcome. A handler that panics has held's quota set, as
-// any other failed call has.
-func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler grpc.UnaryHandler, done *sluice.Done, held *heldQuota) (resp any, err error) {
+// runUnary runs the handler of a call that call admitted, with hctx (ctx,
+// the interceptor's, with the call's deadline and held quota), and ends the
+// call with its outcome. A handler that panics has held's quota set, as any
+// other failed call has.
+func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any, handler grpc.UnaryHandler, held *heldQuota) (resp any, err error) {
+	returned := false
 	defer func() {
-		if done.Active() {
-			done.Record(sluice.Failure)
+		if !returned { // the handler panicked
+			call.Report(sluice.Failure, nil)
 			held.release(false)
 		}
 	}()
-	if g.Timeout() > 0 {
-		cctx, finish := g.CallContext(ctx)
-		resp, err = handler(cctx, req)
-		err = timeoutStatus(finish(err))
-	} else {
-		resp, err = handler(ctx, req)
-	}
-	// ctx: without g's timeout, which finish cancelled. The common case, a
-	// success under the default classifier, is settled inline.
+	resp, err = handler(hctx, req)
+	returned = true
+	// ctx: without the Guard's deadline. The common case, a success under
+	// the default classifier, is settled inline.
 	if err == nil && c.classify == nil && ctx.Err() == nil {
-		done.Record(sluice.Success)
-	} else {
-		done.Record(c.serverOutcome(ctx, err))
+		call.Report(sluice.Success, nil)
+		return resp, nil
 	}
-	return resp, err
+	return resp, c.endServed(ctx, call, err)
+}
+
+// endServed ends call, a call this server served whose context, as gRPC
+// gave it to the interceptor, is ctx, with err, the handler's error: past
+// the call's deadline (the Guard's sluice.WithTimeout), err is answered
+// with DeadlineExceeded and classified as such.
+func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
+	if timedOut(call, ctx, err) {
+		return timeoutStatus(call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+	}
+	call.Report(c.serverOutcome(ctx, err), nil)
+	return err
+}
+
+// errTimeoutStatus is the status a call past its Guard's deadline is
+// classified by: the DeadlineExceeded that timeoutStatus answers it with.
+var errTimeoutStatus = status.Error(codes.DeadlineExceeded, "sluice: timeout")
+
+// timedOut reports whether call, begun with ctx, which returned err, ran
+// past its Guard's deadline, as call.Report maps it to a
+// *sluice.TimeoutError: the Guard gave the call a deadline of its own, which
+// has passed, and err is not nil.
+func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	cctx := call.Context()
+	return cctx != ctx && cctx.Err() == context.DeadlineExceeded
 }
 
 // handlerError is the answer to a call of method on route rt whose handler
@@ -163,20 +186,20 @@ func (c *config) runUnary(ctx context.Context, g *sluice.Guard, req any, handler
 // rejection answered with a quota of its own sends that one instead, as
 // the HTTP adapters replace the fields; every other answer sends it.
 func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error, held *heldQuota) (any, error) {
-	r, re := rejectionIn(err)
-	held.release(r == nil && re != nil && hasQuota(re.Decision) &&
-		c.fallback(method, sluice.CauseOf(re.Decision.Cause)) == nil)
+	r, d, re := rejectionIn(err)
+	held.release(r == nil && re != nil && hasQuota(d) &&
+		c.fallback(method, sluice.CauseOf(d.Cause)) == nil)
 	switch {
 	case r != nil:
 		// An interceptor's own rejection (a client interceptor's, or one
 		// a handler made with Error): its status stands, unless the
 		// method has a fallback for it.
-		if fb := c.fallback(method, sluice.CauseOf(re.Decision.Cause)); fb != nil {
-			return fb(ctx, req, re.Decision)
+		if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
+			return fb(ctx, req, d)
 		}
 		return resp, r
 	case re != nil:
-		return c.rejectUnary(ctx, req, method, rt, re.Decision, re)
+		return c.rejectUnary(ctx, req, method, rt, d, re)
 	}
 	return resp, err
 }
@@ -187,24 +210,17 @@ func (c *config) handlerError(ctx context.Context, req any, method string, rt *m
 // than the tap's, that Guard decides too, as the inner one.
 func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler, a *tapAdmission) (resp any, err error) {
 	defer a.failOnPanic()
-	cctx := ctx // the handler's: with the tap's Guard's timeout, if it has one
-	var finish func(error) error
-	if a.guard.Timeout() > 0 {
-		cctx, finish = a.guard.CallContext(ctx)
+	cctx, cancel := a.callContext(ctx) // the handler's: with the tap's Guard's deadline, if it has one
+	if cancel != nil {
+		defer cancel()
 	}
 	resp, ran, held, err := c.tappedCall(cctx, req, info, handler, a)
 	if !ran {
 		// Turned away by this interceptor's Guard: its answer stands.
-		if finish != nil {
-			_ = finish(nil)
-		}
 		a.record(sluice.Released)
 		return resp, err
 	}
-	if finish != nil {
-		err = timeoutStatus(finish(err))
-	}
-	a.record(c.serverOutcome(ctx, err)) // ctx: without the timeout, which finish cancelled
+	err = c.endTapped(ctx, cctx, a, err)
 	if err != nil {
 		// A rejection the handler returned is answered once its outcome
 		// (Ignored) is recorded: a fallback's answer is no success.
@@ -214,6 +230,24 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 		held.release(false)
 	}
 	return resp, err
+}
+
+// endTapped ends the admission a of a call whose handler ran with cctx
+// (ctx, the interceptor's, with the tap's Guard's deadline; see
+// callContext) and returned err, as endServed ends a call the interceptor
+// admitted: past the deadline, err is answered with DeadlineExceeded.
+func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error) error {
+	if err != nil && cctx != ctx && context.Cause(cctx) == sluice.ErrTimeout {
+		// cctx ended at the deadline of the admission's own context, which
+		// ends at the same instant: wait for it, so that the admission
+		// tells the timeout as the Guard has it.
+		<-a.call.Context().Done()
+		if timedOut(&a.call, a.parent, err) {
+			return timeoutStatus(a.call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+		}
+	}
+	a.call.Report(c.serverOutcome(ctx, err), nil)
+	return err
 }
 
 // tappedCall runs the handler of a call that a ServerInHandle admitted (a
@@ -227,7 +261,7 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 	rt := c.route(info.FullMethod)
 	hctx := ctx // the handler's context
 	if rt != nil && rt.Guard == a.guard && c.quotaMD {
-		hctx, held = holdQuota(ctx, rt, a.d)
+		hctx, held = holdQuota(ctx, rt, a.call.Decision())
 	}
 	if rt != nil && rt.Guard != a.guard {
 		var skip bool
@@ -237,15 +271,16 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 		hctx = ctx
 		if !skip {
-			d, done, err := rt.Guard.Admit(ctx)
+			call, err := rt.Guard.Begin(ctx)
 			if err != nil {
-				resp, err = c.rejectUnary(ctx, req, info.FullMethod, rt, d, err)
+				resp, err = c.rejectUnary(ctx, req, info.FullMethod, rt, call.Decision(), err)
 				return resp, false, nil, err
 			}
+			hctx = call.Context()
 			if c.quotaMD {
-				hctx, held = holdQuota(ctx, rt, d)
+				hctx, held = holdQuota(hctx, rt, call.Decision())
 			}
-			resp, err = c.runUnary(hctx, rt.Guard, req, handler, &done, held)
+			resp, err = c.runUnary(ctx, hctx, &call, req, handler, held)
 			return resp, true, held, err
 		}
 	}
@@ -317,15 +352,35 @@ func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *mi
 	if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
 		return fb(ctx, req, d)
 	}
-	return nil, rejectCall(ctx, rt, d, err, grpc.SetHeader)
+	set := grpc.SetTrailer
+	if grpc.ServerTransportStreamFromContext(ctx) == nil {
+		set = nil // called directly: no stream to set trailers on
+	}
+	return nil, rejectCall(ctx, rt, d, err, set)
 }
 
-// rejectCall returns the error that answers a rejection, after setting the
-// RateLimit header metadata with set (grpc.SetHeader, a stream's SetHeader)
-// when the rejecting policy has a quota.
+// MetadataRetryPushback is the trailer metadata key of gRPC's retry
+// pushback: the milliseconds a client's retryPolicy waits before it retries
+// the call (gRFC A6).
+const MetadataRetryPushback = "grpc-retry-pushback-ms"
+
+// rejectCall returns the error that answers a rejection, after setting,
+// with set (grpc.SetTrailer, a stream's SetTrailer), the trailer metadata
+// of the rejection: the RateLimit fields when the rejecting policy has a
+// quota, and the retry pushback of its delay. Trailers, not a header: a
+// response with no header is trailers-only, the answer a grpc-go client
+// with a retryPolicy retries, after the pushback.
 func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error, set func(context.Context, metadata.MD) error) error {
-	if d.Limit >= 0 && d.Policy != "" && set != nil {
-		_ = set(ctx, quotaMetadata(rt, d, retryDelay(d)))
+	if set != nil {
+		delay := retryDelay(d)
+		var md metadata.MD
+		if hasQuota(d) {
+			md = quotaMetadata(rt, d, delay)
+		} else {
+			md = make(metadata.MD, 1)
+		}
+		md[MetadataRetryPushback] = []string{strconv.FormatInt(int64(ceilMilli(delay)/time.Millisecond), 10)}
+		_ = set(ctx, md)
 	}
 	return newRejection(err, d)
 }
@@ -395,18 +450,6 @@ func (h *heldQuota) SetHeader(md metadata.MD) error {
 func (h *heldQuota) SendHeader(md metadata.MD) error {
 	h.release(false)
 	return h.ServerTransportStream.SendHeader(md)
-}
-
-// rejectedDecision returns the Decision a Guard's rejection carries.
-func rejectedDecision(err error) sluice.Decision {
-	if rej, ok := err.(*sluice.RejectedError); ok { // as AdmitTo returns it
-		return rej.Decision
-	}
-	var rej *sluice.RejectedError
-	if errors.As(err, &rej) {
-		return rej.Decision
-	}
-	return sluice.Decision{Cause: err}
 }
 
 // retryDelay is the delay a rejection announces: its RetryAfter, or one

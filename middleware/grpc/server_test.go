@@ -165,8 +165,8 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 							require.NoError(t, call.do(ctx, s), "call %d", i)
 						}
 						before := s.health.calls.Load()
-						var hdr metadata.MD
-						err := call.do(ctx, s, grpc.Header(&hdr))
+						var hdr, tlr metadata.MD
+						err := call.do(ctx, s, grpc.Header(&hdr), grpc.Trailer(&tlr))
 						got := readWire(t, err)
 						assert.Equal(t, c.want.code, got.code)
 						assert.True(t, got.retry, "RetryInfo missing")
@@ -186,8 +186,12 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 						if call.method == methodChat {
 							return // a raw stream has no grpc.Header call option
 						}
-						p, l, ok := quota(t, hdr)
-						require.Equal(t, c.quota, ok, "RateLimit metadata: %v", hdr)
+						// Trailers-only, so that a client's retryPolicy
+						// retries it after the pushback.
+						assert.Empty(t, hdr, "a rejection sent a header")
+						assert.Equal(t, []string{strconv.FormatInt(c.want.delay.Milliseconds(), 10)}, tlr.Get(MetadataRetryPushback))
+						p, l, ok := quota(t, tlr)
+						require.Equal(t, c.quota, ok, "RateLimit metadata: %v", tlr)
 						if ok {
 							assert.Equal(t, c.want.policy, p.Value)
 							q, _ := p.Int("q")

@@ -2,6 +2,7 @@ package sluicegrpc
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,7 +200,8 @@ func errorInfo(reason, policy string) *anypb.Any {
 // gRPC reads its status, and errors.Is matches it with sluice.ErrRejected and
 // its cause, so that an outer guard does not count it.
 type rejection struct {
-	rej *sluice.RejectedError
+	rej error           // the Guard's rejection, as sluice.Rejection makes it
+	d   sluice.Decision // rej's Decision, as of the rejection
 	st  *status.Status
 }
 
@@ -208,8 +210,8 @@ func (e *rejection) GRPCStatus() *status.Status { return e.st }
 func (e *rejection) Unwrap() error              { return e.rej }
 func (e *rejection) Is(target error) bool       { return target == sluice.ErrRejected }
 
-// newRejection returns the rejection of err, a Guard's *sluice.RejectedError
-// for d (made anew when err is not one), answered with the code of its
+// newRejection returns the rejection of err, a Guard's rejection with
+// Decision d (one is made when err is none), answered with the code of its
 // cause.
 func newRejection(err error, d sluice.Decision) *rejection {
 	return newRejectionCode(err, d, Code(sluice.CauseOf(d.Cause)))
@@ -217,60 +219,86 @@ func newRejection(err error, d sluice.Decision) *rejection {
 
 // newRejectionCode is newRejection answered with code.
 func newRejectionCode(err error, d sluice.Decision, code codes.Code) *rejection {
-	re, ok := err.(*sluice.RejectedError)
-	if !ok {
-		re = &sluice.RejectedError{Decision: d}
+	if !isGuardRejection(err) {
+		err = sluice.Rejection(d)
 	}
-	return &rejection{rej: re, st: rejectionStatus(d, code)}
+	return &rejection{rej: err, d: d, st: rejectionStatus(d, code)}
+}
+
+// guardRejection is the type of a Guard's rejections, which sluice keeps
+// unexported: sluice.Rejection makes them.
+var guardRejection = reflect.TypeOf(sluice.Rejection(sluice.Decision{}))
+
+// isGuardRejection reports whether err is itself a Guard's rejection (made
+// by sluice.Rejection), not an error that wraps one.
+func isGuardRejection(err error) bool {
+	return err != nil && reflect.TypeOf(err) == guardRejection
 }
 
 // Error converts a sluice rejection (an error matching sluice.ErrRejected and
-// carrying a *sluice.RejectedError) into an error that gRPC sends as
-// [RejectionStatus] of its Decision, and that still matches
-// sluice.ErrRejected and its cause with errors.Is; the errors that wrap the
-// rejection are dropped, so that their text does not go on the wire. A
-// Guard's timeout wrapping an inner Guard's rejection is a timeout, not a
-// rejection (as sluice.DefaultClassifier has it), and is returned as it is,
-// as is any other error, nil included. A handler that runs its own Guard
-// returns Error(err) to answer its rejections as the interceptors do.
+// carrying a rejection of a Guard, as sluice.RejectionOf reads it) into an
+// error that gRPC sends as [RejectionStatus] of its Decision, and that still
+// matches sluice.ErrRejected and its cause with errors.Is; the errors that
+// wrap the rejection are dropped, so that their text does not go on the
+// wire. A Guard's timeout wrapping an inner Guard's rejection is a timeout,
+// not a rejection (as sluice.DefaultClassifier has it), and is returned as
+// it is, as is any other error, nil included. A handler that runs its own
+// Guard returns Error(err) to answer its rejections as the interceptors do.
 func Error(err error) error {
-	r, re := rejectionIn(err)
+	r, d, rej := rejectionIn(err)
 	switch {
 	case r != nil:
 		return r
-	case re != nil:
-		return newRejection(re, re.Decision)
+	case rej != nil:
+		return newRejection(rej, d)
 	}
 	return err
 }
 
 // rejectionIn returns the sluice rejection that err is or wraps: one of the
-// interceptors' own (r, with its Guard's re), or a Guard's (re alone). It
-// returns neither when a *sluice.TimeoutError wraps the rejection: a Guard's
-// timeout wrapping an inner Guard's rejection is a timeout.
-func rejectionIn(err error) (r *rejection, re *sluice.RejectedError) {
+// interceptors' own (r, with its Guard's rejection rej and its Decision d),
+// or a Guard's (rej and d alone). It returns none when a
+// *sluice.TimeoutError wraps the rejection: a Guard's timeout wrapping an
+// inner Guard's rejection is a timeout.
+func rejectionIn(err error) (r *rejection, d sluice.Decision, rej error) {
 	for err != nil {
 		switch e := err.(type) {
 		case *rejection:
-			return e, e.rej
-		case *sluice.RejectedError:
-			return nil, e
+			return e, e.d, e.rej
 		case *sluice.TimeoutError:
-			return nil, nil
+			return nil, sluice.Decision{}, nil
+		}
+		if isGuardRejection(err) {
+			// A Guard's rejection tells its delay counted from now, from an
+			// instant it keeps to the millisecond: the delay is announced
+			// to the millisecond too, not with the noise of the reading.
+			d, _ := sluice.RejectionOf(err)
+			d.RetryAfter = ceilMilli(d.RetryAfter)
+			return nil, d, err
+		}
+		switch e := err.(type) {
 		case interface{ Unwrap() []error }:
 			for _, x := range e.Unwrap() {
-				if r, re := rejectionIn(x); re != nil {
-					return r, re
+				if r, d, rej := rejectionIn(x); rej != nil {
+					return r, d, rej
 				}
 			}
-			return nil, nil
+			return nil, sluice.Decision{}, nil
 		case interface{ Unwrap() error }:
 			err = e.Unwrap()
 		default:
-			return nil, nil
+			return nil, sluice.Decision{}, nil
 		}
 	}
-	return nil, nil
+	return nil, sluice.Decision{}, nil
+}
+
+// ceilMilli rounds d up to a whole millisecond.
+func ceilMilli(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r > 0 {
+		return d - r + time.Millisecond
+	}
+	return d
 }
 
 // RejectionOf reads back a rejection out of err, a gRPC status error: the
@@ -290,7 +318,7 @@ func RejectionOf(err error) (sluice.Decision, bool) {
 	}
 	var r *rejection
 	if errors.As(err, &r) {
-		d := r.rej.Decision
+		d := r.d
 		d.RetryAfter = retryDelay(d)
 		return d, true
 	}

@@ -54,7 +54,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	rt := c.route(info.FullMethod)
 	if rt != nil && a != nil && rt.Guard == a.guard {
 		if c.quotaMD {
-			setQuota(ss.Context(), rt, a.d, streamHeader(ss))
+			setQuota(ss.Context(), rt, a.call.Decision(), streamHeader(ss))
 		}
 		rt = nil // the tap's admission stands for this route's
 	}
@@ -78,30 +78,28 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		a.record(c.streamOutcome(w, err))
 		return Error(err)
 	}
-	var done sluice.Done
+	// The stream's admission by the route's Guard; the zero Call, which
+	// Report leaves alone, when the route has none. The Guard's deadline
+	// does not apply to streams: the handler runs with ctx.
+	var call sluice.Call
 	if rt != nil {
-		d, dn, err := rt.Guard.Admit(ctx)
+		call, err = rt.Guard.Begin(ctx)
 		if err != nil {
 			a.record(sluice.Released)
-			return rejectCall(ctx, rt, d, err, streamHeader(ss))
+			return rejectCall(ctx, rt, call.Decision(), err, streamTrailer(ss))
 		}
-		done = dn
 		if c.quotaMD {
-			setQuota(ctx, rt, d, streamHeader(ss))
+			setQuota(ctx, rt, call.Decision(), streamHeader(ss))
 		}
 	}
-	defer func() {
-		if done.Active() {
-			done.Record(sluice.Failure)
-		}
-	}()
+	defer call.Report(sluice.Failure, nil) // the handler panicked; nothing once reported
 	w.ctx, w.msg = ctx, msg
 	err = handler(srv, w)
 	if r := w.rejected.Load(); r != nil {
 		err = r
 	}
 	o := c.streamOutcome(w, err)
-	done.Record(o)
+	call.Report(o, nil)
 	a.record(o)
 	// A rejection the handler's own call met goes out as a rejection
 	// status, as the interceptor's own do, not as the handler's text.
@@ -127,6 +125,15 @@ func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
 // streamHeader adapts a stream's SetHeader to the shape of grpc.SetHeader.
 func streamHeader(ss grpc.ServerStream) func(context.Context, metadata.MD) error {
 	return func(_ context.Context, md metadata.MD) error { return ss.SetHeader(md) }
+}
+
+// streamTrailer adapts a stream's SetTrailer to the shape of
+// grpc.SetTrailer.
+func streamTrailer(ss grpc.ServerStream) func(context.Context, metadata.MD) error {
+	return func(_ context.Context, md metadata.MD) error {
+		ss.SetTrailer(md)
+		return nil
+	}
 }
 
 // serverStream is a guarded stream as its handler sees it: its context
@@ -186,8 +193,9 @@ func (s *serverStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	d, done, err := s.msg.Guard.Admit(s.ctx)
+	call, err := s.msg.Guard.Begin(s.ctx)
 	if err != nil {
+		d := call.Decision()
 		r := newRejection(err, d)
 		if d.Limit >= 0 && d.Policy != "" {
 			s.ServerStream.SetTrailer(quotaMetadata(s.msg, d, retryDelay(d)))
@@ -195,6 +203,6 @@ func (s *serverStream) RecvMsg(m any) error {
 		s.rejected.CompareAndSwap(nil, r)
 		return s.rejected.Load()
 	}
-	done.Record(sluice.Success)
+	call.Report(sluice.Success, nil)
 	return nil
 }

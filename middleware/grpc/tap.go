@@ -15,7 +15,9 @@ import (
 // its headers arrive, before gRPC reads the request or starts a goroutine
 // for it: the cheapest place to turn away calls over a rate limit or an
 // overloaded server. A rejection answers the call with [RejectionStatus]
-// (no header metadata can be sent from there). Key functions and skippers see
+// (no metadata can be sent from there: neither the RateLimit fields nor a
+// retry pushback, so a client's retryPolicy retries it with its own
+// backoff). Key functions and skippers see
 // the call's header metadata and peer.
 //
 // gRPC runs the handle on the connection's reading goroutine, under a lock:
@@ -53,11 +55,11 @@ type tapKey struct{}
 
 // tapAdmission is a call admitted by a ServerInHandle, until it ends.
 type tapAdmission struct {
-	guard *sluice.Guard
-	d     sluice.Decision // the tap's, for the interceptors' quota metadata
-	done  sluice.Done
-	state atomic.Int32 // tapOpen, then tapClaimed or tapGone, once
-	stop  func() bool
+	guard  *sluice.Guard
+	call   sluice.Call     // the admission; its Decision is the tap's, for the interceptors' quota metadata
+	parent context.Context // the context the call was admitted with
+	state  atomic.Int32    // tapOpen, then tapClaimed or tapGone, once
+	stop   func() bool
 }
 
 // The states of a tapAdmission.
@@ -91,21 +93,40 @@ func (a *tapAdmission) gone() bool { return a.state.Load() == tapGone }
 // nil a does nothing.
 func (a *tapAdmission) record(o sluice.Outcome) {
 	if a != nil {
-		a.done.Record(o)
+		a.call.Report(o, nil)
 	}
 }
 
+// failOnPanic ends a claimed admission that is still open as a Failure: its
+// call panicked. A nil a, or one ended already, is left as it is.
 func (a *tapAdmission) failOnPanic() {
-	if a != nil && a.done.Active() {
-		a.done.Record(sluice.Failure)
+	if a != nil {
+		a.call.Report(sluice.Failure, nil)
 	}
+}
+
+// callContext returns ctx, the interceptor's context of the call, bounded
+// by the deadline the tap's Guard gave the call (sluice.WithTimeout), with
+// the function that releases it; ctx and nil when it gave none. The
+// deadline is the admission's, but ctx carries what gRPC added to the call's
+// context after the tap.
+func (a *tapAdmission) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	tctx := a.call.Context()
+	if tctx == a.parent {
+		return ctx, nil
+	}
+	dl, ok := tctx.Deadline()
+	if !ok {
+		return ctx, nil
+	}
+	return context.WithDeadlineCause(ctx, dl, sluice.ErrTimeout)
 }
 
 // abandon ends an admission that no interceptor claimed, when the call's
 // context ends: its outcome is unknown.
 func (a *tapAdmission) abandon() {
 	if a.state.CompareAndSwap(tapOpen, tapGone) {
-		a.done.Record(sluice.Ignored)
+		a.call.Report(sluice.Ignored, nil)
 	}
 }
 
@@ -130,11 +151,11 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if skip {
 		return ctx, nil
 	}
-	d, done, err := rt.Guard.Admit(kctx)
+	call, err := rt.Guard.Begin(kctx)
 	if err != nil {
-		return ctx, newRejection(err, d)
+		return ctx, newRejection(err, call.Decision())
 	}
-	a := &tapAdmission{guard: rt.Guard, d: d, done: done}
+	a := &tapAdmission{guard: rt.Guard, call: call, parent: kctx}
 	a.stop = context.AfterFunc(ctx, a.abandon)
 	return context.WithValue(kctx, tapKey{}, a), nil
 }

@@ -47,7 +47,7 @@ func TestClassify(t *testing.T) {
 		{"context canceled", context.Canceled, sluice.Ignored},
 		{"context deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), sluice.Failure},
 		{"own rejection (Unavailable)", rejected, sluice.Ignored},
-		{"sluice.RejectedError", &sluice.RejectedError{Decision: sluice.Decision{Cause: sluice.ErrOverloaded}}, sluice.Ignored},
+		{"sluice.Rejection", sluice.Rejection(sluice.Decision{Cause: sluice.ErrOverloaded}), sluice.Ignored},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, Classify(tc.err)) })
@@ -69,7 +69,7 @@ func TestWithClassifierOverridesButNeverCountsOwnRejections(t *testing.T) {
 	for _, err := range []error{
 		status.Error(codes.NotFound, "x"),
 		status.Error(codes.Unavailable, "x"),
-		Error(&sluice.RejectedError{Decision: sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited}}),
+		Error(sluice.Rejection(sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited})),
 	} {
 		_, got := i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, err })
 		assert.Equal(t, err, got, "the interceptor changed the handler's error")
@@ -110,7 +110,7 @@ func TestErrorConverts(t *testing.T) {
 	assert.NoError(t, Error(nil))
 	plain := errors.New("x")
 	assert.Same(t, plain, Error(plain))
-	re := &sluice.RejectedError{Decision: sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited}}
+	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
 	err := Error(fmt.Errorf("wrapped: %w", re))
 	assert.ErrorIs(t, err, sluice.ErrRejected)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
@@ -309,7 +309,7 @@ func TestRejectionOfNegativeRetryDelayIsNone(t *testing.T) {
 // then rejected it: Classify counts a *sluice.TimeoutError as the Guard's
 // own classifier does, before the cancellation and the rejection it wraps.
 func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
-	inner := &sluice.RejectedError{Decision: sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited}}
+	inner := sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -318,7 +318,7 @@ func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 		{"timeout answered with Canceled", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}, sluice.Failure},
 		{"timeout wrapping an inner rejection", &sluice.TimeoutError{After: time.Second, Err: inner}, sluice.Failure},
 		{"wrapped timeout", fmt.Errorf("query: %w", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}), sluice.Failure},
-		{"a policy's rejection with ErrTimeout", &sluice.RejectedError{Decision: sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}}, sluice.Ignored},
+		{"a policy's rejection with ErrTimeout", sluice.Rejection(sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}), sluice.Ignored},
 		{"own rejection with ErrTimeout", newRejection(nil, sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}), sluice.Ignored},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,14 +350,14 @@ func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 // alone a Guard's timeout wrapping an inner rejection: that is a timeout,
 // not a rejection.
 func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
-	re := &sluice.RejectedError{Decision: sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited}}
+	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
 	own := Error(re)
 	err := Error(fmt.Errorf("fetch account 42 from db-7: %w", own))
 	assert.Equal(t, "sluice: rate limited; retry after 3s", status.Convert(err).Message(), "the service's error text went on the wire")
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 
-	te := &sluice.TimeoutError{After: time.Second, Err: &sluice.RejectedError{Decision: sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited}}}
+	te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})}
 	assert.Same(t, te, Error(te), "a timeout was turned into a rejection")
 	_, ok := RejectionOf(Error(te))
 	assert.False(t, ok)
@@ -371,7 +371,7 @@ func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
-		return nil, fmt.Errorf("fetch account 42 from db-7: %w", &sluice.RejectedError{Decision: d})
+		return nil, fmt.Errorf("fetch account 42 from db-7: %w", sluice.Rejection(d))
 	}
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
 	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
@@ -400,7 +400,7 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
-		return nil, fmt.Errorf("fetch account 42 from db-7: %w", &sluice.RejectedError{Decision: d})
+		return nil, fmt.Errorf("fetch account 42 from db-7: %w", sluice.Rejection(d))
 	}
 	rec := &recorder{name: "rec"}
 	i := unary(t, WithMethodGuard(methodWatch, mustGuard(t, sluice.With(rec))),
@@ -430,7 +430,7 @@ func TestStreamHandlerReturningARejection(t *testing.T) {
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 1)}
 	s := stream(t, WithGuard(mustGuard(t, sluice.With(rec))))
 	err := s(nil, fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error {
-		return fmt.Errorf("watch db-7: %w", &sluice.RejectedError{Decision: d})
+		return fmt.Errorf("watch db-7: %w", sluice.Rejection(d))
 	})
 	st := status.Convert(err)
 	assert.Equal(t, codes.Unavailable, st.Code())
@@ -463,7 +463,7 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 
 	resp, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
 		func(context.Context, any) (any, error) {
-			return nil, Error(&sluice.RejectedError{Decision: sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}})
+			return nil, Error(sluice.Rejection(sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}))
 		})
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for own", resp)
@@ -487,7 +487,7 @@ func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
 	ctx, err = handle(ctx, &tap.Info{FullMethodName: methodCheck, Header: metadata.MD{}})
 	require.NoError(t, err)
 	resp, err := i(ctx, nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) {
-		return nil, &sluice.RejectedError{Decision: sluice.Decision{Policy: "breaker/dep", Limit: -1, Cause: sluice.ErrCircuitOpen}}
+		return nil, sluice.Rejection(sluice.Decision{Policy: "breaker/dep", Limit: -1, Cause: sluice.ErrCircuitOpen})
 	})
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for breaker/dep", resp)

@@ -13,8 +13,8 @@ import (
 
 // BenchmarkMiddleware measures the middleware alone: a writer that keeps
 // nothing, a handler that does nothing, and a Guard with a token bucket that
-// never runs dry and a closed breaker. "guard-alone" is that Guard's Admit and
-// Record without HTTP, so the difference is what the middleware adds.
+// never runs dry and a closed breaker. "guard-alone" is that Guard's Begin and
+// Report without HTTP, so the difference is what the middleware adds.
 func BenchmarkMiddleware(b *testing.B) {
 	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1_000_000_000), 1_000_000_000)
 	if err != nil {
@@ -32,8 +32,8 @@ func BenchmarkMiddleware(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			_, done, _ := g.Admit(ctx)
-			done.Record(sluice.Success)
+			call, _ := g.Begin(ctx)
+			call.Report(sluice.Success, nil)
 		}
 	})
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })

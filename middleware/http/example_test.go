@@ -1,7 +1,6 @@
 package sluicehttp_test
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,12 +89,12 @@ func ExampleTransport() {
 
 	// The dependency's Retry-After opened its breaker: the next call is not sent.
 	_, err = client.Get("http://payments.internal/charge")
-	var rej *sluice.RejectedError
-	if !errors.As(err, &rej) {
+	rej, ok := sluice.RejectionOf(err)
+	if !ok {
 		fmt.Println("not rejected:", err)
 		return
 	}
-	fmt.Println("rejected:", rej.RetryAfter(), dep.calls)
+	fmt.Println("rejected:", rej.RetryAfter, dep.calls)
 	// Output:
 	// 503
 	// rejected: 2m0s 1
@@ -103,7 +102,7 @@ func ExampleTransport() {
 
 func ExampleStaleFallback() {
 	clock := sluice.NewManualClock(0)
-	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
+	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute))
 	if err != nil {
 		panic(err)
 	}

@@ -18,20 +18,28 @@ import (
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
-// switchable rejects with d while on, and admits otherwise.
+// switchable rejects with d while on, and admits otherwise. It is named
+// d's policy ("switch" when d names none).
 type switchable struct {
 	on bool
 	d  sluice.Decision
 }
 
-func (*switchable) Name() string { return "switch" }
-func (s *switchable) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	if s.on {
-		return s.d, 0
+func (s *switchable) Name() string {
+	if s.d.Policy != "" {
+		return s.d.Policy
 	}
-	return sluice.Decision{Allowed: true, Policy: "switch", Limit: -1}, 0
+	return "switch"
+}
+func (s *switchable) Admit(context.Context, time.Duration) sluice.Verdict {
+	if s.on {
+		return sluice.Verdict{Limit: s.d.Limit, Remaining: s.d.Remaining, Reset: s.d.Reset,
+			RetryAfter: s.d.RetryAfter, Cause: s.d.Cause}
+	}
+	return sluice.Verdict{Limit: -1}
 }
 func (*switchable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (*switchable) Needs() sluice.Needs                                              { return 0 }
 
 // newStale returns a StaleCache of maxEntries copies, kept a minute, of
 // bodies up to 1 KiB, and the StaleFallback that answers from it.
@@ -423,7 +431,7 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 	mux.HandleFunc("GET /orders", call)
 	mux.HandleFunc("GET /late", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
-		answered = append(answered, Reject(w, r, &sluice.RejectedError{Decision: dep.d}))
+		answered = append(answered, Reject(w, r, sluice.Rejection(dep.d)))
 	})
 	h := Middleware(WithGuard(g), WithFallback("GET /prices", sluice.CauseCircuitOpen, stale))(mux)
 
@@ -451,7 +459,7 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 	// answers nothing.
 	plain := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodGet, "/prices", nil)
-	assert.False(t, Reject(plain, r, &sluice.RejectedError{Decision: dep.d}))
+	assert.False(t, Reject(plain, r, sluice.Rejection(dep.d)))
 	assert.False(t, Reject(plain, r, context.DeadlineExceeded))
 	assert.Equal(t, http.StatusOK, plain.Code)
 	assert.Zero(t, plain.Body.Len())
@@ -470,7 +478,7 @@ func TestRejectInInnerMiddlewareIsNoGoodResponseForOuter(t *testing.T) {
 	require.NoError(t, err)
 	dep := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		assert.True(t, Reject(w, r, &sluice.RejectedError{Decision: dep}))
+		assert.True(t, Reject(w, r, sluice.Rejection(dep)))
 	})
 	between := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

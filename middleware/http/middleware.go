@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
@@ -242,15 +243,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if h.resources && pattern != "" {
 		r = r.WithContext(sluice.WithResource(r.Context(), pattern))
 	}
-	var d sluice.Decision
-	var done sluice.Done
-	if err := rt.Guard.AdmitTo(r.Context(), &d, &done); err != nil {
+	call, err := rt.Guard.Begin(r.Context())
+	if err != nil {
 		putWriter(rw)
-		h.rejected(w, r, rt, pattern, key, d)
+		h.rejected(w, r, rt, pattern, key, call.Decision(), call.Start())
 		return
 	}
-	h.render.Admitted(w.Header(), rt, d)
-	rw.h, rw.req = h, r
+	h.render.Admitted(w.Header(), rt, call.Decision())
+	rw.h, rw.req, rw.start = h, r, call.Start()
 	var stale *staleSet
 	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
 		if stale = h.staleFor(pattern); stale != nil {
@@ -258,13 +258,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rw.maxCapture = stale.maxBody
 		}
 	}
-	defer h.finish(rw, &done, stale, r, pattern, key, rt)
-	if rt.Guard.Timeout() > 0 {
+	defer h.finish(rw, &call, stale, r, pattern, key)
+	if ctx := call.Context(); ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
 		// context ends at the deadline. What the handler then writes is its
 		// answer (a 5xx counts as a failure).
-		ctx, finish := rt.Guard.CallContext(r.Context())
-		defer finish(nil)
 		h.next.ServeHTTP(rw, r.WithContext(ctx))
 		return
 	}
@@ -274,12 +272,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // finish reports the request's outcome; it runs deferred so that a panic in
 // the handler is reported as a Failure (http.ErrAbortHandler, the client
 // going away, as Ignored) before it goes on up.
-func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *staleSet, r *http.Request, pattern, key string, rt *middleware.Route) {
+func (h *handler) finish(rw *responseWriter, call *sluice.Call, stale *staleSet, r *http.Request, pattern, key string) {
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
-			done.Record(sluice.Ignored)
+			call.Report(sluice.Ignored, nil)
 		} else {
-			done.Record(sluice.Failure)
+			call.Report(sluice.Failure, nil)
 		}
 		putWriter(rw)
 		panic(p)
@@ -297,11 +295,11 @@ func (h *handler) finish(rw *responseWriter, done *sluice.Done, stale *staleSet,
 	default:
 		o = h.classify(rw.status)
 	}
-	done.Record(o)
+	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if stale != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		id, now := staleID{pattern, key, r}, rt.Guard.Now()
+		id, now := staleID{pattern, key, r}, call.Start()
 		for _, c := range stale.caches {
 			c.store(id, http.StatusOK, rw.Header(), rw.capture, now)
 		}
@@ -413,11 +411,13 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	h, ar := rw.h, rw.req
 	pattern, rt := h.route(ar)
 	key, _ := sluice.KeyFrom(ar.Context())
-	h.rejected(rw, ar, rt, pattern, key, d)
+	h.rejected(rw, ar, rt, pattern, key, d, rw.start)
 	return true
 }
 
-func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision) {
+// rejected answers r, rejected with d; now is an instant on the Guard's
+// clock, to tell the age of a stale answer by.
+func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision, now time.Duration) {
 	markRejected(w)
 	if len(h.fallbacks) > 0 {
 		if fb, ok := middleware.LookupFallback(h.fallbacks, pattern, sluice.CauseOf(d.Cause)); ok {
@@ -425,7 +425,7 @@ func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middlewar
 			if fb.handler != nil {
 				fr = r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d))
 			}
-			if fb.serve(w, fr, staleID{pattern, key, r}, rt.Guard.Now()) {
+			if fb.serve(w, fr, staleID{pattern, key, r}, now) {
 				return
 			}
 		}

@@ -404,8 +404,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The call holds its host until it ends: here, or, once its body is
 	// handed over, when the body ends.
-	var done sluice.Done
-	var release func(error) error
+	var call sluice.Call
 	handedOver := false
 	// unreturned is the dependency's answer while it is neither returned nor
 	// handed over: a panic meanwhile closes it, or its connection stays open.
@@ -421,31 +420,24 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if unreturned != nil && unreturned.Body != nil {
 			_ = unreturned.Body.Close()
 		}
-		if done.Active() {
-			done.Record(sluice.Failure)
-		}
-		if release != nil {
-			_ = release(nil)
-		}
+		call.Report(sluice.Failure, nil) // nothing if it was reported
 		t.end(hg)
 	}()
 	gctx := sluice.WithResource(req.Context(), host) // the context the Guard decides with
-	if err := g.AdmitTo(gctx, nil, &done); err != nil {
+	if call, err = g.Begin(gctx); err != nil {
 		closeRequestBody(req)
 		return nil, err
 	}
 	if err := req.Context().Err(); err != nil {
 		// It ended while a policy made it wait: never sent, it gives back
 		// what the Guard took.
-		done.Record(sluice.Released)
+		call.Report(sluice.Released, nil)
 		closeRequestBody(req)
 		return nil, err
 	}
 	// The Guard's call timeout (sluice.WithTimeout) runs until the response's
 	// body ends. An upgrade keeps its connection and runs without it.
-	if g.Timeout() > 0 && req.Header.Get("Upgrade") == "" {
-		var ctx context.Context
-		ctx, release = g.CallContext(req.Context())
+	if ctx := call.Context(); ctx != gctx && req.Header.Get("Upgrade") == "" {
 		req = req.WithContext(ctx)
 	}
 	resp, err := t.next.RoundTrip(req)
@@ -453,15 +445,15 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil && resp.Body != nil {
 			discard(resp.Body)
 		}
-		if release != nil {
-			err = release(err)
-		}
-		o := g.Classify(err)
 		if t.cfg.classify != nil {
-			o = t.cfg.classify(nil, err)
+			return nil, call.Report(t.cfg.classify(nil, err), err)
 		}
-		done.Record(o)
-		return nil, err
+		if out := call.End(err); out != nil {
+			return nil, out
+		}
+		// A RoundTripper owes a response or an error: a fallback of the
+		// Guard that swallowed the error has no response to give.
+		return nil, fmt.Errorf("sluicehttp: Transport: a fallback of the Guard of %q answered without a response, which a RoundTripper cannot return: %w", host, err)
 	}
 	unreturned = resp
 	o := middleware.ClassifyHTTPStatus(resp.StatusCode)
@@ -473,7 +465,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			// The breakers open now; the call itself ends with its body, as
 			// any other, so a concurrency limit counts it until then (a
 			// breaker drops the outcome of a call from before it opened).
-			now := g.Now()
+			now := call.Start()
 			for _, p := range g.Policies() {
 				switch op := p.(type) {
 				case contextOpener:
@@ -487,14 +479,11 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A body that is a whole connection (101 Switching Protocols) is handed
 	// over as it is: it must stay an io.ReadWriteCloser.
 	if resp.Body == nil || resp.Body == http.NoBody || resp.StatusCode == http.StatusSwitchingProtocols {
-		done.Record(o)
-		if release != nil {
-			_ = release(nil)
-		}
+		call.Report(o, nil)
 		unreturned = nil
 		return resp, nil
 	}
-	resp.Body = t.guardBody(resp.Body, &bodyState{done: done, outcome: o, release: release, t: t, host: hg})
+	resp.Body = t.guardBody(resp.Body, &bodyState{call: call, outcome: o, t: t, host: hg})
 	handedOver = true
 	return resp, nil
 }
@@ -569,9 +558,8 @@ type guardedBody struct {
 // so that the cleanup of a dropped body can reach it.
 type bodyState struct {
 	ended   atomic.Bool
-	done    sluice.Done
+	call    sluice.Call
 	outcome sluice.Outcome
-	release func(error) error // ends the Guard's call timeout; nil without one
 	t       *RoundTripper
 	host    *hostGuard // the host the call holds until it ends
 }
@@ -602,9 +590,6 @@ func (s *bodyState) finish(o sluice.Outcome) {
 		// Deferred: a policy's Done that panics (a state listener) must not
 		// leave the host held or the deadline's timer running.
 		defer s.t.end(s.host)
-		if s.release != nil {
-			defer s.release(nil)
-		}
-		s.done.Record(o)
+		s.call.Report(o, nil)
 	}
 }

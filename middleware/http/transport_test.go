@@ -106,10 +106,10 @@ func TestTransportBreakerPerHostByStatus(t *testing.T) {
 	body := &trackedBody{Reader: strings.NewReader("request")}
 	resp, err := get(t, rt, "http://a.test/x", body)
 	assert.Nil(t, resp)
-	var rej *sluice.RejectedError
-	require.ErrorAs(t, err, &rej)
+	rej, ok := sluice.RejectionOf(err)
+	require.True(t, ok, err)
 	assert.ErrorIs(t, err, sluice.ErrCircuitOpen)
-	assert.Equal(t, 10*time.Second, rej.RetryAfter())
+	assert.Equal(t, 10*time.Second, rej.RetryAfter)
 	assert.True(t, body.closed, "a rejected call's request body is closed")
 	assert.Equal(t, calls, dep.calls.Load(), "a rejected call is not sent")
 
@@ -159,9 +159,9 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 			assert.Equal(t, tt.status, resp.StatusCode, "the dependency's answer is returned")
 			require.NoError(t, resp.Body.Close())
 			_, err = get(t, rt, "http://a.test/", nil)
-			var rej *sluice.RejectedError
-			require.ErrorAs(t, err, &rej)
-			assert.Equal(t, tt.want, rej.RetryAfter())
+			rej, ok := sluice.RejectionOf(err)
+			require.True(t, ok, err)
+			assert.Equal(t, tt.want, rej.RetryAfter)
 		})
 	}
 }
@@ -235,10 +235,11 @@ func TestTransportBoundsHosts(t *testing.T) {
 type closeCounter struct{ closed *atomic.Int32 }
 
 func (closeCounter) Name() string { return "test/close" }
-func (closeCounter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "test/close", Limit: -1}, 0
+func (closeCounter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
 func (closeCounter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (closeCounter) Needs() sluice.Needs                                              { return 0 }
 func (c closeCounter) Close() error                                                   { c.closed.Add(1); return nil }
 
 // A host whose call is in flight (its body still open) keeps its Guard past
@@ -717,9 +718,10 @@ func TestTransportRetryAfterHoldsTheSlotUntilTheBodyEnds(t *testing.T) {
 type panicOnce struct{ n *atomic.Int32 }
 
 func (panicOnce) Name() string { return "test/panic-once" }
-func (panicOnce) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "test/panic-once", Limit: -1}, 0
+func (panicOnce) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
+func (panicOnce) Needs() sluice.Needs { return 0 }
 func (p panicOnce) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {
 	if p.n.Add(1) == 1 {
 		panic("listener bug")
@@ -966,3 +968,43 @@ func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Released: 1}, counter.Outcomes())
 	assert.Zero(t, dep.calls.Load())
 }
+
+// swallowing is a Guard fallback that answers every error with success.
+type swallowing struct{}
+
+func (swallowing) Answer(context.Context, error) (string, error) { return "swallow", nil }
+
+// A fallback of the host's Guard that swallows a transport error has no
+// response to give: the call still fails, with an error that wraps the
+// transport's, and the Guard counts it as the failure it was. Another
+// fallback's error is returned as it is.
+func TestTransportGuardFallbackCannotSwallowATransportError(t *testing.T) {
+	refused := errors.New("connection refused")
+	dep := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, refused })
+	counter := testpolicy.NewCounter()
+	rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
+		return sluice.New(sluice.With(counter), sluice.WithFallback(swallowing{}))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt.Close() })
+	resp, err := get(t, rt, "http://a.test/", nil)
+	assert.Nil(t, resp)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, refused)
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes())
+
+	replaced := errors.New("replaced")
+	rt2, err := Transport(dep, func(string) (*sluice.Guard, error) {
+		return sluice.New(sluice.WithFallback(replacing{replaced}))
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rt2.Close() })
+	resp, err = get(t, rt2, "http://a.test/", nil)
+	assert.Nil(t, resp)
+	assert.Same(t, replaced, err)
+}
+
+// replacing is a Guard fallback that answers every error with its own.
+type replacing struct{ err error }
+
+func (r replacing) Answer(context.Context, error) (string, error) { return "replace", r.err }

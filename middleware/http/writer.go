@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // responseWriter records the status a handler answers with, and whether an
@@ -27,8 +28,9 @@ type responseWriter struct {
 	view request
 	// h is the middleware serving the request and req the request it
 	// admitted (its route and key found from it again), for Reject.
-	h   *handler
-	req *http.Request
+	h     *handler
+	req   *http.Request
+	start time.Duration // the call's arrival on its Guard's clock
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}

@@ -65,7 +65,7 @@ func TestAccuracy(t *testing.T) {
 								return
 							default:
 							}
-							d, tk := l.Admit(ctx, sluice.Now())
+							d, tk := admitD(l, ctx, sluice.Now())
 							if d.Policy != name {
 								fallbacks.Add(1)
 							}

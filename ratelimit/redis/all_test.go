@@ -49,7 +49,7 @@ func checkAllOrNothing(t *testing.T, c redis.UniversalClient) {
 		{"/d", false, 0, 5}, // the user rejects
 	}
 	for i, st := range steps {
-		d, tk := all.Admit(request("alice", st.route), 0)
+		d, tk := admitD(all, request("alice", st.route), 0)
 		require.Equal(t, st.allowed, d.Allowed, "step %d: %+v", i, d)
 		assert.Equal(t, st.remaining, d.Remaining, "step %d: %+v", i, d)
 		assert.Equal(t, st.limit, d.Limit, "step %d: %+v", i, d)
@@ -62,7 +62,7 @@ func checkAllOrNothing(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 	// Another user is untouched.
-	d, tk := all.Admit(request("bob", "/a"), 0)
+	d, tk := admitD(all, request("bob", "/a"), 0)
 	require.True(t, d.Allowed)
 	all.Done(tk, sluice.Released, 0, 0)
 }
@@ -76,10 +76,10 @@ func TestAllReleaseGivesBackEveryLimit(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	_, _, all := perUserAndRoute(t, c)
-	d1, tk := all.Admit(request("carol", "/a"), 0)
+	d1, tk := admitD(all, request("carol", "/a"), 0)
 	require.True(t, d1.Allowed)
 	all.Done(tk, sluice.Released, 0, 0)
-	d2, tk := all.Admit(request("carol", "/a"), 0)
+	d2, tk := admitD(all, request("carol", "/a"), 0)
 	require.True(t, d2.Allowed)
 	assert.Equal(t, d1.Remaining, d2.Remaining)
 	all.Done(tk, sluice.Success, 0, 0)
@@ -128,25 +128,25 @@ func TestNegativeCacheRejectsWithoutRedis(t *testing.T) {
 		}))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(t.Context(), "dave")
-	d, _ := l.Admit(ctx, 0)
+	d, _ := admitD(l, ctx, 0)
 	require.True(t, d.Allowed)
-	d, _ = l.Admit(ctx, time.Second)
+	d, _ = admitD(l, ctx, time.Second)
 	require.False(t, d.Allowed)
 	retry := d.RetryAfter
 	require.Greater(t, retry, 59*time.Minute)
 	s.Stop() // from now on only the cache can answer as the limiter itself
-	d, _ = l.Admit(ctx, 2*time.Second)
+	d, _ = admitD(l, ctx, 2*time.Second)
 	require.False(t, d.Allowed)
 	assert.Equal(t, l.Name(), d.Policy)
 	assert.Equal(t, retry-time.Second, d.RetryAfter)
 	assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 	assert.Zero(t, fallbacks)
 	// Another key is not cached: it goes to Redis, which is down.
-	d, _ = l.Admit(sluice.WithKey(t.Context(), "erin"), 2*time.Second)
+	d, _ = admitD(l, sluice.WithKey(t.Context(), "erin"), 2*time.Second)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, l.Name()+":open", d.Policy)
 	// Once RetryAfter has passed, the key goes to Redis again.
-	d, _ = l.Admit(ctx, time.Second+retry)
+	d, _ = admitD(l, ctx, time.Second+retry)
 	assert.Equal(t, l.Name()+":open", d.Policy)
 	assert.Equal(t, 2, fallbacks)
 }
@@ -159,11 +159,11 @@ func TestNegativeCacheKeepsNoCostlyRejection(t *testing.T) {
 	l, err := NewTokenBucket(c, ratelimit.PerSecond(1), 10, WithName(uniqueName("negcost")), WithNegativeCache(100))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(t.Context(), "frank")
-	d, _ := l.Admit(sluice.WithCost(ctx, 7), 0)
+	d, _ := admitD(l, sluice.WithCost(ctx, 7), 0)
 	require.True(t, d.Allowed)
-	d, _ = l.Admit(sluice.WithCost(ctx, 8), 0)
+	d, _ = admitD(l, sluice.WithCost(ctx, 8), 0)
 	require.False(t, d.Allowed, "8 do not fit in the 3 left")
-	d, _ = l.Admit(ctx, 0)
+	d, _ = admitD(l, ctx, 0)
 	assert.True(t, d.Allowed, "1 fits: %+v", d)
 }
 
@@ -179,10 +179,10 @@ func TestNegativeCacheUnderAllKeepsEachLimitsOwnWait(t *testing.T) {
 	both, err := All([]*Limiter{user, route}, WithName(uniqueName("negall")), WithNegativeCache(100))
 	require.NoError(t, err)
 	a := sluice.WithResource(sluice.WithKey(t.Context(), "gina"), "/a")
-	d, tk := both.Admit(a, 0)
+	d, tk := admitD(both, a, 0)
 	require.True(t, d.Allowed)
 	both.Done(tk, sluice.Success, 0, 0)
-	d, _ = both.Admit(a, 0)
+	d, _ = admitD(both, a, 0)
 	require.False(t, d.Allowed)
 	require.Greater(t, d.RetryAfter, 20*time.Second, "the route limit's wait")
 	// The per-user key was cached with its own wait (under a second), so a
@@ -192,7 +192,7 @@ func TestNegativeCacheUnderAllKeepsEachLimitsOwnWait(t *testing.T) {
 	deadline := start.Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		now := 2*time.Second + time.Since(start) // the limiter's instants follow real time, as Redis's do
-		got, tk = both.Admit(sluice.WithResource(sluice.WithKey(t.Context(), "gina"), "/b"), now)
+		got, tk = admitD(both, sluice.WithResource(sluice.WithKey(t.Context(), "gina"), "/b"), now)
 		if got.Allowed {
 			both.Done(tk, sluice.Success, 0, 0)
 			break
@@ -255,7 +255,7 @@ func TestWindowChangeStartsAfresh(t *testing.T) {
 	require.NoError(t, err)
 	ctx := sluice.WithKey(t.Context(), "hank")
 	for range 5 {
-		d, tk := short.Admit(ctx, 0)
+		d, tk := admitD(short, ctx, 0)
 		require.True(t, d.Allowed)
 		short.Done(tk, sluice.Success, 0, 0)
 	}
@@ -263,11 +263,11 @@ func TestWindowChangeStartsAfresh(t *testing.T) {
 	long, err := NewFixedWindow(c, 5, window, WithName(name))
 	require.NoError(t, err)
 	for i := range 5 {
-		d, tk := long.Admit(ctx, 0)
+		d, tk := admitD(long, ctx, 0)
 		require.True(t, d.Allowed, "call %d in the new window", i)
 		long.Done(tk, sluice.Success, 0, 0)
 	}
-	d, _ := long.Admit(ctx, 0)
+	d, _ := admitD(long, ctx, 0)
 	require.False(t, d.Allowed)
 	assert.LessOrEqual(t, d.RetryAfter, window)
 	assert.Greater(t, d.RetryAfter, time.Duration(0))
@@ -291,13 +291,13 @@ func TestNegativeCacheUnderAllAnswersTheLongestWait(t *testing.T) {
 	all, err := All([]*Limiter{short, long}, WithName(uniqueName("all")), WithNegativeCache(100))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "ivy")
-	d, tk := all.Admit(ctx, 0)
+	d, tk := admitD(all, ctx, 0)
 	require.True(t, d.Allowed)
 	all.Done(tk, sluice.Success, 0, 0)
-	first, _ := all.Admit(ctx, 0) // from Redis: both reject, the hour's wait
+	first, _ := admitD(all, ctx, 0) // from Redis: both reject, the hour's wait
 	require.False(t, first.Allowed)
 	require.Greater(t, first.RetryAfter, 50*time.Minute, "%+v", first)
-	again, _ := all.Admit(ctx, 0) // from the negative cache
+	again, _ := admitD(all, ctx, 0) // from the negative cache
 	require.False(t, again.Allowed)
 	require.Greater(t, again.RetryAfter, 50*time.Minute, "%+v", again)
 }

@@ -28,7 +28,7 @@ func TestAllocations(t *testing.T) {
 		require.NoError(t, err)
 		ctx := sluice.WithKey(context.Background(), "user")
 		allocs := testing.AllocsPerRun(200, func() {
-			d, tk := l.Admit(ctx, 0)
+			d, tk := admitD(l, ctx, 0)
 			l.Done(tk, sluice.Success, 0, 0)
 			if !d.Allowed {
 				panic("rejected")
@@ -49,7 +49,7 @@ func TestAllocations(t *testing.T) {
 	l, err = NewGCRA(c, ratelimit.PerHour(1), 1, WithName(uniqueName("neg")), WithNegativeCache(10))
 	require.NoError(t, err)
 	l.Admit(context.Background(), 0)
-	d, _ := l.Admit(context.Background(), 0)
+	d, _ := admitD(l, context.Background(), 0)
 	require.False(t, d.Allowed)
 	allocs = testing.AllocsPerRun(200, func() { l.Admit(context.Background(), time.Millisecond) })
 	assert.LessOrEqual(t, allocs, 1.0) // the key

@@ -32,20 +32,20 @@ func TestBreakerOpenTimeCountsFromTheFailure(t *testing.T) {
 		WithFailClosed(), WithTimeout(timeout), WithBreaker(1, openFor), WithObserver(log.observe))
 	require.NoError(t, err)
 	ctx := context.Background()
-	d, tk := l.Admit(ctx, sluice.Now()) // a connection in the pool
+	d, tk := admitD(l, ctx, sluice.Now()) // a connection in the pool
 	require.True(t, d.Allowed)
 	l.Done(tk, sluice.Success, sluice.Now(), 0)
 
 	require.NoError(t, s.Pause())
 	defer func() { require.NoError(t, s.Resume()) }()
-	d, _ = l.Admit(ctx, sluice.Now()) // times out after 300ms and trips the breaker
+	d, _ = admitD(l, ctx, sluice.Now()) // times out after 300ms and trips the breaker
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.Equal(t, []string{"closed>open"}, log.transitions())
 	require.Greater(t, d.RetryAfter, openFor/2, "open for openFor from the failure")
 	// 150ms after the failure: past the open time counted from the call's
 	// start (400ms after it), within the one counted from the failure.
 	time.Sleep(150 * time.Millisecond)
-	d, _ = l.Admit(ctx, sluice.Now())
+	d, _ = admitD(l, ctx, sluice.Now())
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.Equal(t, 1, log.count(EventRedisError), "a call went to Redis while the breaker was open")
 }
@@ -70,15 +70,15 @@ func TestClosedRetryAfterWhileAChangeIsDelivered(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	s.Stop()
-	d, _ := l.Admit(ctx, 0) // fails: open until about 100ms
+	d, _ := admitD(l, ctx, 0) // fails: open until about 100ms
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.Equal(t, breaker.StateOpen, l.br.b.State())
 	var wg sync.WaitGroup
 	wg.Go(func() { l.Admit(ctx, 200*ms) }) // half-open; its observer takes its time
 	<-entered
-	d, _ = l.Admit(ctx, 210*ms) // the probe fails: open again for 100ms
+	d, _ = admitD(l, ctx, 210*ms) // the probe fails: open again for 100ms
 	require.Equal(t, breaker.StateOpen, l.br.b.State())
-	d2, _ := l.Admit(ctx, 220*ms)
+	d2, _ := admitD(l, ctx, 220*ms)
 	close(gate)
 	wg.Wait()
 	require.Greater(t, d.RetryAfter, 50*ms, "the breaker just reopened for %v", openFor)
@@ -170,13 +170,13 @@ func TestScriptNotSentAgainAfterALostReply(t *testing.T) {
 	charge := func(t *testing.T, c redis.UniversalClient, p *dropProxy, node func(key string) string) {
 		l, err := NewFixedWindow(c, 100, time.Hour, WithName(uniqueName("resend")), WithTimeout(2*time.Second))
 		require.NoError(t, err)
-		d, tk := l.Admit(sluice.WithKey(context.Background(), "warm"), 0) // loads the script
+		d, tk := admitD(l, sluice.WithKey(context.Background(), "warm"), 0) // loads the script
 		require.Equal(t, l.Name(), d.Policy)
 		l.Done(tk, sluice.Success, 0, 0)
 		ctx := sluice.WithKey(context.Background(), "victim")
 		key, _ := l.limits[0].key(ctx)
 		p.armed.Store(true)
-		d, _ = l.Admit(ctx, 0) // its reply is lost
+		d, _ = admitD(l, ctx, 0) // its reply is lost
 		p.armed.Store(false)
 		require.Equal(t, l.Name()+":open", d.Policy, "decided by the failure policy")
 		require.Equal(t, int64(1), p.scripts.Load(), "the script was sent again")

@@ -39,7 +39,7 @@ func TestCluster(t *testing.T) {
 			for _, key := range hostile {
 				ctx := sluice.WithKey(t.Context(), key)
 				for i := range 4 {
-					d, tk := l.Admit(ctx, 0)
+					d, tk := admitD(l, ctx, 0)
 					require.Equal(t, l.Name(), d.Policy, "%s key %q: %+v", alg.name, key, d)
 					require.Equal(t, i < 3, d.Allowed, "%s key %q call %d: %+v", alg.name, key, i, d)
 					if d.Allowed {
@@ -91,7 +91,7 @@ func TestCluster(t *testing.T) {
 			var wg sync.WaitGroup
 			for range requests {
 				wg.Go(func() {
-					d, tk := l.Admit(ctx, 0)
+					d, tk := admitD(l, ctx, 0)
 					if d.Policy != l.Name() {
 						t.Errorf("%s: decided by %s", alg.name, d.Policy)
 						return
@@ -117,7 +117,7 @@ func TestCluster(t *testing.T) {
 	t.Run("concurrent decisions", func(t *testing.T) {
 		user, err := NewGCRA(c, ratelimit.PerHour(400), 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
 		require.NoError(t, err)
-		route, err := NewSlidingWindow(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
+		route, err := NewSlidingWindowWeighted(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
 		require.NoError(t, err)
 		all, err := All([]*Limiter{user, route})
 		require.NoError(t, err)
@@ -128,7 +128,7 @@ func TestCluster(t *testing.T) {
 				for i := range 60 {
 					// Four users on different slots, two routes each.
 					ctx := request(fmt.Sprintf("u%d", g%4), fmt.Sprintf("/r%d", i%2))
-					d, tk := all.Admit(ctx, 0)
+					d, tk := admitD(all, ctx, 0)
 					if d.Policy != all.Name() {
 						t.Errorf("decided by %s", d.Policy)
 						return
@@ -154,7 +154,7 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		all, err := All([]*Limiter{byUser, byRoute}, WithObserver(log.observe))
 		require.NoError(t, err)
-		d, _ := all.Admit(request("gina", "/a"), 0)
+		d, _ := admitD(all, request("gina", "/a"), 0)
 		assert.True(t, d.Allowed)
 		assert.Equal(t, byUser.Name()+":open", d.Policy)
 		log.mu.Lock()

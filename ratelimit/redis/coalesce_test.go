@@ -220,7 +220,7 @@ func TestCoalescedRequestsAreDecidedTogether(t *testing.T) {
 			for i := range requests {
 				wg.Go(func() {
 					var tk sluice.Ticket
-					ds[i], tk = l.Admit(ctx, sluice.Now())
+					ds[i], tk = admitD(l, ctx, sluice.Now())
 					l.Done(tk, sluice.Success, sluice.Now(), 0)
 				})
 			}
@@ -274,7 +274,7 @@ func TestCoalescedRequestWaitsAtMostItsTimeout(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
-	d, _ := l.Admit(ctx, sluice.Now())
+	d, _ := admitD(l, ctx, sluice.Now())
 	waited := time.Since(start)
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.GreaterOrEqual(t, waited, timeout*15/16)
@@ -317,7 +317,7 @@ func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 					panics.Add(1)
 				}
 			}()
-			ds[i], _ = l.Admit(ctx, sluice.Now())
+			ds[i], _ = admitD(l, ctx, sluice.Now())
 		})
 	}
 	awaitQueue(t, l, requests-maxFlights)
@@ -335,7 +335,7 @@ func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 	require.Zero(t, keys)
 	// The key goes to Redis again.
 	hook.before = nil
-	d, _ := l.Admit(ctx, sluice.Now())
+	d, _ := admitD(l, ctx, sluice.Now())
 	assert.Equal(t, l.Name(), d.Policy)
 }
 
@@ -375,7 +375,7 @@ func TestCoalescingKeepsFewLanes(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			d, _ := l.Admit(sluice.WithKey(context.Background(), "k"+strconv.Itoa(i)), sluice.Now())
+			d, _ := admitD(l, sluice.WithKey(context.Background(), "k"+strconv.Itoa(i)), sluice.Now())
 			assert.Equal(t, l.Name(), d.Policy)
 		})
 	}
@@ -429,7 +429,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	var flights, queue sync.WaitGroup
 	for range maxFlights {
 		flights.Go(func() {
-			d, _ := l.Admit(ctx, sluice.Now())
+			d, _ := admitD(l, ctx, sluice.Now())
 			assert.Equal(t, l.Name(), d.Policy)
 		})
 	}
@@ -439,7 +439,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	const queued = 2 * DefaultBreakerFailures
 	for range queued {
 		queue.Go(func() {
-			d, _ := l.Admit(ctx, sluice.Now())
+			d, _ := admitD(l, ctx, sluice.Now())
 			assert.Equal(t, l.Name()+":open", d.Policy)
 		})
 	}
@@ -451,7 +451,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	require.Equal(t, int64(maxFlights+1), hook.calls.Load(), "script calls")
 	require.Equal(t, queued, log.count(EventRedisError), "each request of the batch hears of the failure")
 	require.Empty(t, log.transitions(), "one failed call opened the breaker")
-	d, _ := l.Admit(ctx, sluice.Now())
+	d, _ := admitD(l, ctx, sluice.Now())
 	require.Equal(t, l.Name(), d.Policy, "the next request goes to Redis")
 }
 
@@ -482,11 +482,11 @@ func TestPanickingProbeEndsItsTicket(t *testing.T) {
 				}
 			}
 			ctx := sluice.WithKey(context.Background(), "k")
-			d, _ := l.Admit(ctx, sluice.Now())
+			d, _ := admitD(l, ctx, sluice.Now())
 			require.Equal(t, l.Name()+":open", d.Policy)
 			time.Sleep(2 * openFor)
 			require.Panics(t, func() { l.Admit(ctx, sluice.Now()) }, "the probe")
-			d, _ = l.Admit(ctx, sluice.Now())
+			d, _ = admitD(l, ctx, sluice.Now())
 			require.Equal(t, l.Name(), d.Policy, "the next request probes Redis")
 			require.Equal(t, int64(3), hook.calls.Load())
 		})
@@ -512,18 +512,18 @@ func TestCoalescedBatchLeavesOutRequestsThatGaveUp(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	var first sluice.Decision
-	wg.Go(func() { first, _ = l.Admit(ctx, sluice.Now()) })
+	wg.Go(func() { first, _ = admitD(l, ctx, sluice.Now()) })
 	awaitQueue(t, l, 1)
 	// The next request's deadline comes before the first's, as when it took
 	// its deadline epoch first and reached the queue second.
 	long := l.deadlines
 	l.deadlines = newEpochs(20 * time.Millisecond)
-	d, _ := l.Admit(ctx, sluice.Now())
+	d, _ := admitD(l, ctx, sluice.Now())
 	l.deadlines = long
 	require.Equal(t, l.Name()+":open", d.Policy, "the request that gave up")
 	close(gate)
 	wg.Wait()
 	require.Equal(t, l.Name(), first.Policy)
-	d, _ = l.Admit(ctx, sluice.Now())
+	d, _ = admitD(l, ctx, sluice.Now())
 	require.Equal(t, int64(quota-maxFlights-2), d.Remaining, "Redis charged the request that gave up")
 }

@@ -46,9 +46,17 @@ var (
 //
 // Every Admit that allows must be followed by exactly one Done with its
 // Ticket, as a Guard does; outside a Guard, use Decide.
-func (l *Limiter) Admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	return l.admit(ctx, now, true)
+func (l *Limiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := l.admit(ctx, now, true)
+	if !d.Allowed {
+		return sluice.Verdict{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter, Cause: d.Cause}
+	}
+	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
 }
+
+// Needs returns 0: the limiter neither waits in Admit beyond its Redis
+// call's timeout nor needs the end of a call.
+func (l *Limiter) Needs() sluice.Needs { return 0 }
 
 // Decide decides on one request like Admit, at sluice.Now(), for use outside
 // a Guard: an admitted request's quota is kept (it cannot be released).
@@ -209,6 +217,7 @@ func failedAt(now time.Duration, ep *deadlineEpoch) time.Duration {
 // admitted at: a local limiter must see the instants of its Guard's clock,
 // not ones moved on by the wait for Redis.
 func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error, track bool) (sluice.Decision, sluice.Ticket) {
+	l.topo.failed(err)
 	if l.observer != nil {
 		l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
 	}
@@ -291,10 +300,10 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, trac
 				di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
 				break
 			}
-			var tk sluice.Ticket
-			di, tk = p.Admit(ctx, now)
+			v := p.Admit(ctx, now)
+			di = v.Decision(p.Name())
 			if di.Allowed {
-				c.local[i] = localTicket{p, tk}
+				c.local[i] = localTicket{p, v.Ticket}
 				anyLocal = true
 			}
 		}
@@ -341,6 +350,7 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 	if err != nil {
 		now = failedAt(now, ep)
 		l.br.failure(bt, now)
+		l.topo.failed(err)
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
 		}

@@ -1,8 +1,10 @@
 // Package redislimit keeps rate limits in Redis, so that a fleet of instances
 // shares one limit instead of each granting its own: the algorithms of package
-// ratelimit (GCRA, the default; token bucket; fixed window; sliding window
-// counter), each a sluice.Policy with the same Decision (Limit, Remaining,
-// Reset, RetryAfter) as its local twin.
+// ratelimit (GCRA, the default; token bucket; fixed window; sliding window,
+// a ring of buckets), each a sluice.Policy with the same Decision (Limit,
+// Remaining, Reset, RetryAfter) as its local twin, and a sliding window
+// weighted from two fixed windows (NewSlidingWindowWeighted), which keeps
+// less per key than a ring and estimates.
 //
 // # One script, Redis time, integers
 //
@@ -27,8 +29,9 @@
 //	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm and its period parameter in microseconds (the
-// emission interval of GCRA and the token bucket, the window of the others), and the first 128
+// letter for the algorithm (with the number of buckets of a ring) and its
+// period parameter in microseconds (the emission interval of GCRA and the
+// token bucket, a ring's bucket, the window of the others), and the first 128
 // bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
 // in hex as the Cluster hash tag. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag
@@ -67,13 +70,12 @@
 // (the default) admits, WithFailClosed rejects with ErrUnavailable (HTTP 503),
 // WithLocalFallback(n) decides with a local limiter of the same algorithm
 // holding 1/n of the limit, n being the number of instances. Such decisions
-// name the policy with a suffix (":open", ":closed", ":local"): a Guard's
-// OnDecision sees it, and so do clients in the RateLimit fields of a local
-// share's decisions (which carry no w, the middleware knowing no window for
-// that name); fail-open admissions carry no quota, fail-closed rejections
-// only Retry-After. The observer (WithObserver) hears of each of them, of
-// every Redis error and of every change of the breaker's state, which a
-// Guard's OnStateChange also receives.
+// carry the limiter's own name, as a Guard names every decision by its
+// policy's Name: a local share's quota reaches clients in the RateLimit
+// fields under the limiter's name; fail-open admissions carry no quota,
+// fail-closed rejections only Retry-After. The observer (WithObserver) hears
+// which failure policy decided, of every Redis error and of every change of
+// the breaker's state, which a Guard's OnStateChange also receives.
 //
 // WithNegativeCache keeps a rejected key's RetryAfter in memory and rejects
 // the key locally until it has passed, without a round trip.
@@ -90,4 +92,41 @@
 // lost goes to the failure policy instead. A Cluster's MOVED and ASK
 // redirects, which come before a script runs, are followed. The limiters
 // never close the client.
+//
+// # Failover
+//
+// Nothing but ContextTimeoutEnabled needs setting on the client for a
+// failover: the limiters come back to Redis on their own with go-redis's
+// defaults. A Cluster client (redis.NewClusterClient, or
+// redis.NewUniversalClient given several addresses) routes a key by a map of
+// slots that go-redis refreshes only on a MOVED reply or once it is older
+// than ClusterStateReloadInterval (60 s), and a dead master sends no MOVED;
+// so a limiter on a Cluster asks the client to reload the map (ReloadState)
+// when a call fails in a way that can mean the topology moved (a connection
+// refused, reset or timed out; CLUSTERDOWN, TRYAGAIN, MOVED, ASK, LOADING,
+// READONLY, MASTERDOWN), shortly before the breaker around Redis sends its
+// half-open probe, and when it does; at most once per 250 ms, so a flapping
+// node cannot keep the client reloading. A shorter
+// ClusterStateReloadInterval is not needed. A Sentinel-managed client
+// (redis.NewFailoverClient) asks the sentinels for the master's address on
+// every new connection and hears of a switch from them, so it follows a
+// failover by itself.
+//
+// While a master is down and until its replica has taken over (on a
+// Cluster, about the cluster-node-timeout and an election; under Sentinel,
+// down-after-milliseconds and an election), the keys of its slots are
+// decided by each limiter's failure policy: fail-open admits, fail-closed
+// rejects, a local share decides, each within the limiter's timeout (the
+// first ones; then at once, the breaker around Redis having opened). Other
+// slots' keys, on live masters, are still decided by Redis. Once the replica
+// is promoted, the limiters decide by Redis again within about a breaker's
+// open time or two (1 to 2 s at the defaults; measured 0.1 to 1.1 s on a
+// Cluster with a cluster-node-timeout of 1 s, 0.8 to 2.0 s under Sentinel
+// with down-after-milliseconds 1000, 16 callers, 2 cores). The writes the
+// replica had not received when its master died are lost: a few requests
+// may be admitted again. A limiter built by All keeps all its keys in one
+// slot, so they move together: a request is decided by Redis for all of
+// them or, while the slot is down or moving (MOVED, ASK and TRYAGAIN replies
+// past the client's MaxRedirects), by the failure policies for all of them;
+// never partly by each.
 package redislimit

@@ -128,7 +128,7 @@ func TestFailurePolicies(t *testing.T) {
 				defer unsub()
 				ctx := sluice.WithKey(context.Background(), "frank")
 
-				d, tk := l.Admit(ctx, sluice.Now())
+				d, tk := admitD(l, ctx, sluice.Now())
 				require.True(t, d.Allowed)
 				require.Equal(t, l.Name(), d.Policy)
 				l.Done(tk, sluice.Success, sluice.Now(), 0)
@@ -138,7 +138,7 @@ func TestFailurePolicies(t *testing.T) {
 				var lat []time.Duration
 				for range 400 {
 					start := time.Now()
-					d, tk := l.Admit(ctx, sluice.Now())
+					d, tk := admitD(l, ctx, sluice.Now())
 					lat = append(lat, time.Since(start))
 					require.Equal(t, l.Name()+fp.suffix, d.Policy)
 					if d.Allowed {
@@ -158,7 +158,7 @@ func TestFailurePolicies(t *testing.T) {
 				f.clear(t, s)
 				back := time.Now()
 				for {
-					d, tk := l.Admit(ctx, sluice.Now())
+					d, tk := admitD(l, ctx, sluice.Now())
 					if d.Allowed {
 						l.Done(tk, sluice.Success, sluice.Now(), 0)
 					}
@@ -201,7 +201,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 					return
 				default:
 				}
-				d, tk := l.Admit(context.Background(), sluice.Now())
+				d, tk := admitD(l, context.Background(), sluice.Now())
 				if d.Policy != l.Name() || !d.Allowed {
 					errs <- errors.New("a decision not made by Redis: " + d.Policy)
 					return
@@ -235,7 +235,7 @@ func TestCallerCancellationIsNotAnOutage(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 3 {
-		d, tk := l.Admit(ctx, 0)
+		d, tk := admitD(l, ctx, 0)
 		require.Equal(t, l.Name(), d.Policy)
 		l.Done(tk, sluice.Success, 0, 0)
 	}
@@ -267,7 +267,7 @@ func TestOutageUnderConcurrency(t *testing.T) {
 				redis := 0
 				for time.Now().Before(end) {
 					start := time.Now()
-					d, tk := l.Admit(context.Background(), sluice.Now())
+					d, tk := admitD(l, context.Background(), sluice.Now())
 					mine = append(mine, time.Since(start))
 					if d.Policy == l.Name() {
 						redis++
@@ -329,8 +329,8 @@ func TestLocalFallbackDecidesAtTheGuardsInstant(t *testing.T) {
 	ctx := sluice.WithKey(context.Background(), "k")
 	const now = 5 * time.Hour // the Guard's clock; it does not move
 	for i := range 3 {
-		d, tk := l.Admit(ctx, now)
-		wd, wtk := want.Admit(ctx, now)
+		d, tk := admitD(l, ctx, now)
+		wd, wtk := admitD(want, ctx, now)
 		require.Equal(t, wd.Allowed, d.Allowed, "request %d", i)
 		require.Equal(t, wd.RetryAfter, d.RetryAfter, "request %d: %+v", i, d)
 		require.Equal(t, wd.Reset, d.Reset, "request %d: %+v", i, d)

@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
@@ -81,7 +83,33 @@ var algorithms = []struct {
 	{"fixed-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
 		return NewFixedWindow(c, q, time.Duration(q)*iv, opts...)
 	}},
-	{"sliding-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
-		return NewSlidingWindow(c, q, time.Duration(q)*iv, opts...)
+	{"sliding-window-weighted", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
+		return NewSlidingWindowWeighted(c, q, time.Duration(q)*iv, opts...)
 	}},
+	{"sliding-window", func(c redis.UniversalClient, q int64, iv time.Duration, opts ...Option) (*Limiter, error) {
+		return NewSlidingWindow(c, q, time.Duration(q)*iv, ringOf(time.Duration(q)*iv), opts...)
+	}},
+}
+
+// ringOf is the number of buckets the tests give a NewSlidingWindow of
+// window: the most of a few that divide it into whole microseconds.
+func ringOf(window time.Duration) int {
+	for _, b := range []int{10, 8, 6, 5, 4, 3, 2} {
+		if window%(time.Duration(b)*time.Microsecond) == 0 {
+			return b
+		}
+	}
+	return 1
+}
+
+// admitD asks p as a Guard does, and returns its answer as a Decision and
+// its Ticket. A Limiter's Decision names, with a suffix (":open", ":closed",
+// ":local"), the failure policy that decided, which its Verdict does not
+// carry: the tests read it to know who decided.
+func admitD(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
+	if l, ok := p.(*Limiter); ok {
+		return l.admit(ctx, now, true)
+	}
+	v := p.Admit(ctx, now)
+	return v.Decision(p.Name()), v.Ticket
 }

@@ -60,6 +60,7 @@ type Limiter struct {
 	observer  func(Event)
 	neg       *negCache
 	cluster   bool
+	topo      *topology // nil unless the client has a slot map (recover.go)
 
 	subMu sync.Mutex
 	subs  map[int]func(sluice.StateChange)
@@ -107,14 +108,17 @@ func NewFixedWindow(client redis.UniversalClient, limit int64, window time.Durat
 	})
 }
 
-// NewSlidingWindow returns a sliding window counter: per key, the counts of
-// the current and the previous window, the previous one weighted by the part
-// of it still inside the sliding window. It admits a request when
+// NewSlidingWindowWeighted returns a sliding window estimated from two
+// fixed windows: per key, the counts of the current and the previous window,
+// the previous one weighted by the part of it still inside the sliding
+// window. It admits a request when
 // previous×(window−elapsed)/window + current + cost ≤ limit, in integers.
 // Reset is the time until both counts have slid out; RetryAfter the time
-// until the weighted sum leaves room for the cost.
-func NewSlidingWindow(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
-	return newWindowed(client, "sliding-window", 's', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
+// until the weighted sum leaves room for the cost. It keeps three numbers
+// per key, whatever the window; NewSlidingWindow counts exactly what
+// ratelimit.SlidingWindow counts, in a ring of buckets.
+func NewSlidingWindowWeighted(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
+	return newWindowed(client, "sliding-window-weighted", 's', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
 		return ratelimit.NewSlidingWindow(l, w, bucketsFor(w), ratelimit.WithName(name))
 	})
 }
@@ -160,7 +164,7 @@ func newRated(client redis.UniversalClient, algorithm string, alg byte, r rateli
 		}
 		return local(ratelimit.Rate{Count: r.Count, Period: r.Period * time.Duration(n)}, max(burst/n, 1), cfg.name+":local")
 	}
-	return build(client, cfg, alg, iv, burst, share)
+	return build(client, cfg, string(alg), iv, burst, share)
 }
 
 func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim int64, window time.Duration, opts []Option,
@@ -182,7 +186,7 @@ func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim i
 	share := func() (sluice.Policy, error) {
 		return local(max(lim/cfg.instances, 1), window, cfg.name+":local")
 	}
-	return build(client, cfg, alg, w, lim, share)
+	return build(client, cfg, string(alg), w, lim, share)
 }
 
 // keyName writes a limiter's name in its keys with no ':' of its own, so
@@ -192,24 +196,32 @@ var keyName = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // windowOf returns the window of a limit of algorithm alg with the script's
 // period (µs) and quota: a bucket's time to refill its burst (as the local
-// twins report it), a window's length.
-func windowOf(alg byte, period, quota int64) time.Duration {
-	if alg == 'g' || alg == 't' {
+// twins report it), a window's length (for a ring of buckets, "b" and their
+// number, the bucket's length times that number).
+func windowOf(alg string, period, quota int64) time.Duration {
+	switch alg[0] {
+	case 'g', 't':
 		return time.Duration(period*quota) * time.Microsecond
+	case 'b':
+		n, _ := strconv.ParseInt(alg[1:], 10, 64)
+		return time.Duration(period*n) * time.Microsecond
 	}
 	return time.Duration(period) * time.Microsecond
 }
 
-func build(client redis.UniversalClient, cfg config, alg byte, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
+// build makes a limiter of one limit of algorithm alg: a letter ('g', 't',
+// 'f', 's'), or 'b' and the number of buckets; period and quota are the
+// script's parameters.
+func build(client redis.UniversalClient, cfg config, alg string, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
 	l := &limit{
 		name:        cfg.name,
-		keyPre:      cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + string(alg) + "/" + strconv.FormatInt(period, 10) + ":",
-		algArg:      string(alg),
-		single:      singleScripts[alg],
-		batch:       batchScripts[alg],
+		keyPre:      cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + alg + "/" + strconv.FormatInt(period, 10) + ":",
+		algArg:      alg,
+		single:      singleScripts[alg[0]],
+		batch:       batchScripts[alg[0]],
 		periodArg:   strconv.FormatInt(period, 10),
 		quotaArg:    strconv.FormatInt(quota, 10),
 		quota:       quota,
@@ -219,6 +231,9 @@ func build(client redis.UniversalClient, cfg config, alg byte, period, quota int
 		failure:     cfg.failure,
 		openName:    cfg.name + ":open",
 		closedName:  cfg.name + ":closed",
+	}
+	if alg[0] == 'b' {
+		l.single, l.batch = bucketScripts(alg[1:])
 	}
 	if cfg.failure == FailLocal {
 		if _, err := share(); err != nil {
@@ -245,6 +260,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 		pending:   make(map[sluice.Ticket]*call),
 	}
 	_, lim.cluster = client.(*redis.ClusterClient)
+	lim.topo = newTopology(client)
 	// The breaker's state changes are the limiter's: its observer and its
 	// subscribers hear them, under its name. The breaker may outlive the
 	// limiter (All shares the first limiter's): it holds the limiter weakly,
@@ -342,7 +358,9 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
-	return newLimiter(first.client, cfg, limits, br), nil
+	lim := newLimiter(first.client, cfg, limits, br)
+	lim.topo = first.topo // one throttle of reloads for the limits and their All
+	return lim, nil
 }
 
 // Name returns the limiter's name, as given by WithName.
@@ -386,6 +404,7 @@ func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 }
 
 func (l *Limiter) stateChanged(c sluice.StateChange) {
+	l.topo.breakerChanged(c.To, l.br.openFor)
 	if l.observer != nil {
 		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: c.At, From: c.From, To: c.To})
 	}

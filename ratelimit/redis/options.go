@@ -60,7 +60,7 @@ const DefaultTimeout = 50 * time.Millisecond
 const DefaultPrefix = "sluice"
 
 // Option configures a limiter built by NewGCRA, NewTokenBucket,
-// NewFixedWindow, NewSlidingWindow or All.
+// NewFixedWindow, NewSlidingWindow, NewSlidingWindowWeighted or All.
 type Option func(*config) error
 
 type config struct {

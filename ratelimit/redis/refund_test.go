@@ -28,10 +28,10 @@ func TestLateReleaseGivesBackNoOtherRequestsCharge(t *testing.T) {
 			require.NoError(t, err)
 			ctx := sluice.WithKey(context.Background(), "alice")
 			startA := sluice.Now()
-			a, ta := l.Admit(ctx, startA)
+			a, ta := admitD(l, ctx, startA)
 			require.True(t, a.Allowed)
 			time.Sleep(iv + 100*time.Millisecond) // a token came back
-			b, tb := l.Admit(ctx, sluice.Now())
+			b, tb := admitD(l, ctx, sluice.Now())
 			require.True(t, b.Allowed, "%+v", b)
 			// A's token came back already.
 			d := releaseThenAdmit(ctx, l, ta, tb, sluice.Now()-startA)
@@ -51,7 +51,7 @@ func TestReleaseAtOnceGivesTheCostBack(t *testing.T) {
 			ctx := sluice.WithKey(context.Background(), "bob")
 			for range 3 {
 				at := sluice.Now()
-				d, tk := l.Admit(ctx, at)
+				d, tk := admitD(l, ctx, at)
 				require.True(t, d.Allowed, "%+v", d)
 				now := sluice.Now()
 				l.Done(tk, sluice.Released, now, now-at)
@@ -82,7 +82,7 @@ func TestSlidingWindowReleaseAfterTheTurnGivesBackToThePreviousWindow(t *testing
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	const window = 600 * time.Millisecond
-	l, err := NewSlidingWindow(c, 2, window, WithName(uniqueName("sw-refund")), WithTimeout(time.Second))
+	l, err := NewSlidingWindowWeighted(c, 2, window, WithName(uniqueName("sw-refund")), WithTimeout(time.Second))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "alice")
 	key, _ := l.limits[0].key(ctx)
@@ -104,7 +104,7 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 	ctx := sluice.WithKey(context.Background(), "alice")
 	tb, err := NewTokenBucket(c, rateOf(iv), 1, WithName(uniqueName("tb-ahead")), WithTimeout(time.Second))
 	require.NoError(t, err)
-	sw, err := NewSlidingWindow(c, 2, iv, WithName(uniqueName("sw-ahead")), WithTimeout(time.Second))
+	sw, err := NewSlidingWindowWeighted(c, 2, iv, WithName(uniqueName("sw-ahead")), WithTimeout(time.Second))
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		l     *Limiter
@@ -121,11 +121,11 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, c.HSet(ctx, key, tc.state(tm.UnixMicro())...).Err())
 		require.NoError(t, c.PExpire(ctx, key, 5*time.Second).Err())
-		d, _ := l.Admit(ctx, sluice.Now())
+		d, _ := admitD(l, ctx, sluice.Now())
 		require.False(t, d.Allowed, "%s: %+v", l.Name(), d)
 		require.Greater(t, d.RetryAfter, 300*time.Millisecond, "%s: the lag is part of the wait", l.Name())
 		time.Sleep(d.RetryAfter + 10*time.Millisecond)
-		d2, tk := l.Admit(ctx, sluice.Now())
+		d2, tk := admitD(l, ctx, sluice.Now())
 		if d2.Allowed {
 			l.Done(tk, sluice.Success, sluice.Now(), 0)
 		}
@@ -143,9 +143,9 @@ func TestPrefixAndNameDoNotRunTogether(t *testing.T) {
 	b, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithPrefix("sluice"), WithName("billing:login"))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "alice")
-	d, _ := a.Admit(ctx, sluice.Now())
+	d, _ := admitD(a, ctx, sluice.Now())
 	require.True(t, d.Allowed)
-	d, _ = b.Admit(ctx, sluice.Now())
+	d, _ = admitD(b, ctx, sluice.Now())
 	require.True(t, d.Allowed, "%q charged by %q: %+v", b.Name(), a.Name(), d)
 }
 
@@ -154,7 +154,7 @@ func TestPrefixAndNameDoNotRunTogether(t *testing.T) {
 // decision.
 func releaseThenAdmit(ctx context.Context, l *Limiter, a, b sluice.Ticket, latency time.Duration) sluice.Decision {
 	l.Done(a, sluice.Released, sluice.Now(), latency)
-	d, tc := l.Admit(ctx, sluice.Now())
+	d, tc := admitD(l, ctx, sluice.Now())
 	if d.Allowed {
 		l.Done(tc, sluice.Success, sluice.Now(), 0)
 	}
@@ -166,10 +166,10 @@ func releaseThenAdmit(ctx context.Context, l *Limiter, a, b sluice.Ticket, laten
 // more, into the next window, and admits request B there.
 func acrossTheTurn(t *testing.T, ctx context.Context, l *Limiter, untilNext func(sluice.Decision) time.Duration) (a, b sluice.Ticket) {
 	t.Helper()
-	ad, a := l.Admit(ctx, sluice.Now())
+	ad, a := admitD(l, ctx, sluice.Now())
 	require.True(t, ad.Allowed)
 	time.Sleep(untilNext(ad) + 20*time.Millisecond)
-	bd, b := l.Admit(ctx, sluice.Now())
+	bd, b := admitD(l, ctx, sluice.Now())
 	require.True(t, bd.Allowed, "%+v", bd)
 	return a, b
 }

@@ -13,11 +13,12 @@ import (
 //
 // KEYS[i] is the state of limit i. ARGV[1] is the mode: "a" to admit, "r" to
 // refund what an earlier admission took. Then five arguments per limit: the
-// algorithm (g: GCRA, t: token bucket, f: fixed window, s: sliding window
-// counter), its period parameter in microseconds (the emission interval, or
-// the window), its quota (burst or limit), the cost, and, for a refund, the
+// algorithm (g: GCRA, t: token bucket, f: fixed window, s: weighted sliding
+// window, b and a number: a ring of that many buckets), its period parameter
+// in microseconds (the emission interval, the window, or a bucket's
+// length), its quota (burst or limit), the cost, and, for a refund, the
 // mark of the admission: its instant (Redis TIME, µs) for g and t, the index
-// of the window it was counted in for f and s.
+// of the window it was counted in for f and s, of the bucket for b.
 //
 // A refund gives back what the admission took as far as it is still there:
 // GCRA and the token bucket the cost less what could have come back since
@@ -41,6 +42,7 @@ import (
 //	t: hash k (tokens) and l (time of the last whole refill, µs)
 //	f: hash w (window index) and n (count)
 //	s: hash w (current window index), c (its count) and p (the previous one's)
+//	b: string, the newest bucket's index and the counts of the ring (bucket.go)
 //
 // An admission moves stored instants and window indexes only forward: when
 // TIME is behind them (a failover to a host whose clock lags), the stored
@@ -163,7 +165,7 @@ for i = 1, n do
       reset = left
       retry = left
     end
-  else
+  elseif alg == 's' then
     local v = redis.call('HMGET', key, 'w', 'c', 'p')
     local idx = floor(now / a)
     local c, p = 0, 0
@@ -214,6 +216,28 @@ for i = 1, n do
         retry = (a - e) + a - floor((b - cost) * a / c)
       end
     end
+  else
+    local nb = tonumber(string.sub(alg, 2))` + loadRing + `
+    mark = head
+    if refund then
+      -- To the bucket the admission was counted in, while it is in the
+      -- window.
+      local k = tonumber(ARGV[j + 4])
+      if v and k <= head and head - k < nb and cnt[k % nb] > 0 then
+        local give = cnt[k % nb]
+        if give > cost then give = cost end
+        cnt[k % nb] = cnt[k % nb] - give` + saveRing + `
+      end
+    elseif total + cost <= b then
+      allowed = 1
+      cnt[head % nb] = cnt[head % nb] + cost
+      total = total + cost
+      remaining = b - total` + packRing + `
+      reset = life
+      if single then s1, st = packed, life else w1[i], wt[i] = packed, life end
+    else
+      remaining = b - total` + waitRing + `
+    end
   end
   if allowed == 0 then ok = false end
   reply = fmt('%d %d %d %d %d', allowed, remaining, reset, retry, mark)
@@ -236,9 +260,11 @@ if single then
   elseif alg == 'f' then
     redis.call('HSET', key, 'w', s1, 'n', s2)
     redis.call('PEXPIRE', key, ttl)
-  else
+  elseif alg == 's' then
     redis.call('HSET', key, 'w', s1, 'c', s2, 'p', s3)
     redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('SET', key, s1, 'PX', ttl)
   end
   return reply
 end
@@ -253,9 +279,11 @@ for i = 1, n do
   elseif alg == 'f' then
     redis.call('HSET', key, 'w', w1[i], 'n', w2[i])
     redis.call('PEXPIRE', key, ttl)
-  else
+  elseif alg == 's' then
     redis.call('HSET', key, 'w', w1[i], 'c', w2[i], 'p', w3[i])
     redis.call('PEXPIRE', key, ttl)
+  else
+    redis.call('SET', key, w1[i], 'PX', ttl)
   end
 end
 return table.concat(out, ' ')

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,10 +43,11 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 	window := windowWithRoomAt(time.Now().UnixMilli(), quota*10*time.Second, 5*time.Second, quota*time.Millisecond)
 	iv := window / quota
 	twins := map[string]func() (sluice.Policy, error){
-		"gcra":           func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
-		"token-bucket":   func() (sluice.Policy, error) { return ratelimit.NewTokenBucket(rateOf(iv), quota) },
-		"fixed-window":   func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(quota, window) },
-		"sliding-window": func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, 1) },
+		"gcra":                    func() (sluice.Policy, error) { return ratelimit.NewGCRA(rateOf(iv), quota) },
+		"token-bucket":            func() (sluice.Policy, error) { return ratelimit.NewTokenBucket(rateOf(iv), quota) },
+		"fixed-window":            func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(quota, window) },
+		"sliding-window-weighted": func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, 1) },
+		"sliding-window":          func() (sluice.Policy, error) { return ratelimit.NewSlidingWindow(quota, window, ringOf(window)) },
 	}
 	for _, alg := range algorithms {
 		t.Run(alg.name, func(t *testing.T) {
@@ -53,13 +55,13 @@ func TestStepsMatchLocalTwins(t *testing.T) {
 			require.NoError(t, err)
 			local, err := twins[alg.name]()
 			require.NoError(t, err)
-			windowed := alg.name == "fixed-window" || alg.name == "sliding-window"
+			windowed := alg.name == "fixed-window" || alg.name == "sliding-window" || alg.name == "sliding-window-weighted"
 			const at = time.Hour
 			start := time.Now()
 			for i, st := range twinScenario {
 				ctx := sluice.WithCost(context.Background(), st.n)
-				rd, rt := remote.Admit(ctx, at)
-				ld, lt := local.Admit(ctx, at)
+				rd, rt := admitD(remote, ctx, at)
+				ld, lt := admitD(local, ctx, at)
 				elapsed := time.Since(start) + time.Microsecond
 				require.Equal(t, ld.Allowed, rd.Allowed, "step %d: local %+v, redis %+v", i, ld, rd)
 				assert.Equal(t, ld.Remaining, rd.Remaining, "step %d: local %+v, redis %+v", i, ld, rd)
@@ -95,9 +97,9 @@ func TestFixedWindowRejectionRetriesAtWindowEnd(t *testing.T) {
 	s := newServer(t)
 	l, err := NewFixedWindow(newClient(t, s.Addr), 1, time.Hour, WithName(uniqueName("fw")))
 	require.NoError(t, err)
-	d, _ := l.Admit(t.Context(), 0)
+	d, _ := admitD(l, t.Context(), 0)
 	require.True(t, d.Allowed)
-	d, _ = l.Admit(t.Context(), 0)
+	d, _ = admitD(l, t.Context(), 0)
 	require.False(t, d.Allowed)
 	assert.Equal(t, d.Reset, d.RetryAfter)
 	assert.True(t, d.RetryAfter > 0 && d.RetryAfter <= time.Hour)
@@ -109,9 +111,9 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	name := uniqueName("sw")
-	l, err := NewSlidingWindow(c, 10, time.Hour, WithName(name))
+	l, err := NewSlidingWindowWeighted(c, 10, time.Hour, WithName(name))
 	require.NoError(t, err)
-	d, _ := l.Admit(t.Context(), 0)
+	d, _ := admitD(l, t.Context(), 0)
 	require.True(t, d.Allowed)
 	require.EqualValues(t, 9, d.Remaining)
 	// Move this window's count of 1 into the previous window's place, as if
@@ -124,7 +126,7 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	tm, err := c.Time(t.Context()).Result()
 	require.NoError(t, err)
 	elapsed := time.Duration(tm.UnixMicro()%time.Hour.Microseconds()) * time.Microsecond
-	d, _ = l.Admit(t.Context(), 0)
+	d, _ = admitD(l, t.Context(), 0)
 	// The script compares without rounding: 10×(window−elapsed) + 1×window
 	// ≤ 10×window. Early in the hour the previous window still weighs more
 	// than 9, and the request is rejected.
@@ -144,7 +146,7 @@ func TestIntegerArithmetic(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 10, 100*time.Millisecond, WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, _ := l.Admit(t.Context(), 0)
+		d, _ := admitD(l, t.Context(), 0)
 		require.True(t, d.Allowed, alg.name)
 		assert.EqualValues(t, 10, d.Limit, alg.name)
 		assert.EqualValues(t, 9, d.Remaining, alg.name)
@@ -152,10 +154,14 @@ func TestIntegerArithmetic(t *testing.T) {
 		// a float's exponent form.
 		key, _ := l.limits[0].key(t.Context())
 		var stored string
-		if alg.name == "gcra" {
+		switch alg.name {
+		case "gcra":
 			stored, err = c.Get(t.Context(), key).Result()
-		} else {
-			field := map[string]string{"token-bucket": "l", "fixed-window": "w", "sliding-window": "w"}[alg.name]
+		case "sliding-window": // the newest bucket's index, then the counts
+			stored, err = c.Get(t.Context(), key).Result()
+			stored, _, _ = strings.Cut(stored, " ")
+		default:
+			field := map[string]string{"token-bucket": "l", "fixed-window": "w", "sliding-window-weighted": "w"}[alg.name]
 			stored, err = c.HGet(t.Context(), key, field).Result()
 		}
 		require.NoError(t, err)
@@ -170,7 +176,7 @@ func TestNeverSatisfiable(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 3, time.Second, WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, tk := l.Admit(sluice.WithCost(t.Context(), 4), 0)
+		d, tk := admitD(l, sluice.WithCost(t.Context(), 4), 0)
 		assert.False(t, d.Allowed)
 		assert.Zero(t, tk)
 		assert.True(t, errors.Is(d.Cause, ratelimit.ErrNeverSatisfiable), alg.name)
@@ -186,14 +192,14 @@ func TestRejectedWritesNothing(t *testing.T) {
 	for _, alg := range algorithms {
 		l, err := alg.make(c, 1, longWindow(), WithName(uniqueName(alg.name)))
 		require.NoError(t, err)
-		d, _ := l.Admit(t.Context(), 0)
+		d, _ := admitD(l, t.Context(), 0)
 		require.True(t, d.Allowed)
 		key, _ := l.limits[0].key(t.Context())
 		before, err := c.Dump(t.Context(), key).Result()
 		require.NoError(t, err)
 		ttl, err := c.PTTL(t.Context(), key).Result()
 		require.NoError(t, err)
-		d, _ = l.Admit(t.Context(), 0)
+		d, _ = admitD(l, t.Context(), 0)
 		require.False(t, d.Allowed)
 		after, err := c.Dump(t.Context(), key).Result()
 		require.NoError(t, err)
@@ -218,7 +224,7 @@ func TestConstructorsValidate(t *testing.T) {
 	_, cases["sub-µs interval"] = NewGCRA(c, ratelimit.PerSecond(2_000_000), 1)
 	_, cases["huge burst"] = NewGCRA(c, ratelimit.PerHour(1), 1<<40)
 	_, cases["zero limit"] = NewFixedWindow(c, 0, time.Second)
-	_, cases["sub-µs window"] = NewSlidingWindow(c, 1, 1500*time.Nanosecond)
+	_, cases["sub-µs window"] = NewSlidingWindowWeighted(c, 1, 1500*time.Nanosecond)
 	_, cases["huge window limit"] = NewFixedWindow(c, 1<<40, time.Hour)
 	_, cases["braced name"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithName("a{b}"))
 	_, cases["braced prefix"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithPrefix("{p}"))

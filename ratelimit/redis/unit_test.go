@@ -166,7 +166,7 @@ func TestWindow(t *testing.T) {
 	require.NoError(t, err)
 	f, err := NewFixedWindow(client, 6, time.Minute, WithName("f"))
 	require.NoError(t, err)
-	s, err := NewSlidingWindow(client, 100, time.Second, WithName("s"))
+	s, err := NewSlidingWindowWeighted(client, 100, time.Second, WithName("s"))
 	require.NoError(t, err)
 	local, err := ratelimit.NewGCRA(ratelimit.PerSecond(10), 20)
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ const (
 	// proxy whose upstream call was cancelled with it does.
 	ClientGone
 	// Rejected is a handler whose own call to a dependency met a sluice
-	// rejection, a *sluice.RejectedError of the step's Met, and hands it
+	// rejection, the sluice.Rejection of the step's Met, and hands it
 	// on as its adapter asks: net/http passes it to sluicehttp.Reject,
 	// Echo and gRPC handlers return it. A handler whose rejection is not
 	// taken answers 500 (gRPC: Unknown) with the error's text, as a naive
@@ -263,9 +263,9 @@ func Act(ctx context.Context) (Handler, error) {
 		}
 		return OK, nil
 	case Rejected:
-		return Rejected, &sluice.RejectedError{Decision: c.step.Met}
+		return Rejected, sluice.Rejection(c.step.Met)
 	case RejectedWrapped:
-		return RejectedWrapped, fmt.Errorf("%s: %w", WrapperText, &sluice.RejectedError{Decision: c.step.Met})
+		return RejectedWrapped, fmt.Errorf("%s: %w", WrapperText, sluice.Rejection(c.step.Met))
 	}
 	return c.step.Handler, nil
 }

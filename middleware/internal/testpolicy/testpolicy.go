@@ -19,13 +19,17 @@ type Rejecter struct{ D sluice.Decision }
 // Name returns the Decision's policy.
 func (p Rejecter) Name() string { return p.D.Policy }
 
-// Admit rejects with the Decision.
-func (p Rejecter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return p.D, 0
+// Admit rejects with the Decision's quota, delay and cause.
+func (p Rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: p.D.Limit, Remaining: p.D.Remaining, Reset: p.D.Reset,
+		RetryAfter: p.D.RetryAfter, Cause: p.D.Cause}
 }
 
 // Done is never called: a Rejecter admits nothing.
 func (Rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// Needs needs nothing.
+func (Rejecter) Needs() sluice.Needs { return 0 }
 
 // Reject returns a Rejecter for cause, with RetryAfter retry and no quota.
 func Reject(cause error, retry time.Duration) Rejecter {
@@ -45,9 +49,12 @@ func NewCounter() *Counter { return &Counter{outcomes: map[sluice.Outcome]int{}}
 func (*Counter) Name() string { return "test/count" }
 
 // Admit admits.
-func (*Counter) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
-	return sluice.Decision{Allowed: true, Policy: "test/count", Limit: -1}, 0
+func (*Counter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
 }
+
+// Needs needs nothing: a Counter counts outcomes, not latencies.
+func (*Counter) Needs() sluice.Needs { return 0 }
 
 // Done counts o.
 func (c *Counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
@@ -115,10 +122,13 @@ func (p *EndsOnAdmit) Set(ctx *EndingContext) {
 }
 
 func (*EndsOnAdmit) Name() string { return "test/ends" }
-func (p *EndsOnAdmit) Admit(context.Context, time.Duration) (sluice.Decision, sluice.Ticket) {
+func (p *EndsOnAdmit) Admit(context.Context, time.Duration) sluice.Verdict {
 	p.mu.Lock()
 	p.ctx.End()
 	p.mu.Unlock()
-	return sluice.Decision{Allowed: true, Policy: "test/ends", Limit: -1}, 0
+	return sluice.Verdict{Limit: -1}
 }
 func (*EndsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// Needs declares Waits: the request waited in Admit until its deadline.
+func (*EndsOnAdmit) Needs() sluice.Needs { return sluice.Waits }

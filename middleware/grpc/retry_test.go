@@ -1,0 +1,75 @@
+package sluicegrpc
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// rejectFirst is a policy that rejects its first n requests with cause and
+// delay retry, and admits every later one.
+type rejectFirst struct {
+	n     atomic.Int64
+	cause error
+	retry time.Duration
+}
+
+func (*rejectFirst) Name() string        { return "ratelimit/first" }
+func (*rejectFirst) Needs() sluice.Needs { return 0 }
+func (r *rejectFirst) Admit(context.Context, time.Duration) sluice.Verdict {
+	if r.n.Add(-1) >= 0 {
+		return sluice.Verdict{Limit: 1, RetryAfter: r.retry, Reset: r.retry, Cause: r.cause}
+	}
+	return sluice.Verdict{Limit: 1, Remaining: 0}
+}
+func (*rejectFirst) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// retryConfig is a service config whose retryPolicy retries Check on the
+// codes of sluice's rejections, with a backoff far shorter than the
+// rejections' delay: a retry that waits the delay waits the pushback.
+const retryConfig = `{"methodConfig": [{
+	"name": [{"service": "grpc.health.v1.Health", "method": "Check"}],
+	"retryPolicy": {
+		"maxAttempts": 3,
+		"initialBackoff": "0.001s",
+		"maxBackoff": "0.001s",
+		"backoffMultiplier": 1,
+		"retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]
+	}
+}]}`
+
+// A rejection is trailers-only, with its delay as gRPC's retry pushback: a
+// stock grpc-go client with a retryPolicy retries it, after the delay, and
+// the retry succeeds.
+func TestRejectionIsRetriedByARetryPolicyAfterThePushback(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, c := range []struct {
+			name  string
+			cause error
+		}{{"rate limited", sluice.ErrRateLimited}, {"circuit open", sluice.ErrCircuitOpen}} {
+			t.Run(c.name, func(t *testing.T) {
+				const delay = 150 * time.Millisecond
+				p := &rejectFirst{cause: c.cause, retry: delay}
+				p.n.Store(1)
+				g := mustGuard(t, sluice.With(p))
+				s := start(t, tr, serverOpts(t, WithGuard(g), WithQuotaMetadata()),
+					grpc.WithDefaultServiceConfig(retryConfig))
+				var tlr metadata.MD
+				began := time.Now()
+				err := s.check(withTimeout(t), grpc.Trailer(&tlr))
+				took := time.Since(began)
+				require.NoError(t, err, "the rejection was not retried")
+				assert.Equal(t, int64(1), s.health.calls.Load(), "the handler's calls")
+				assert.Equal(t, int64(-1), p.n.Load(), "the policy was asked twice")
+				assert.GreaterOrEqual(t, took, delay, "the retry did not wait for the pushback")
+			})
+		}
+	})
+}

@@ -1,0 +1,140 @@
+package ratelimit
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// The limiters decide through one piece of code each, which builds a
+// Decision; Admit hands it to a Guard as a sluice.Verdict. The token
+// bucket's admission within its burst takes the Verdict straight from its
+// compare-and-swap, as allowVerdict mirrors allow.
+
+// verdict returns the Verdict of Decision d with ticket t.
+func verdict(d *sluice.Decision, t sluice.Ticket) sluice.Verdict {
+	if !d.Allowed {
+		return sluice.Verdict{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset,
+			RetryAfter: d.RetryAfter, Cause: d.Cause}
+	}
+	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks: a Guard that should delay requests
+// instead of rejecting them uses a Shaper.
+func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	n := sluice.CostFrom(ctx)
+	if c := tb.cfg.Load(); max(n, 1) <= c.burst {
+		base, next, res := tatTake(&c.tat.v, int64(now), max(n, 1)*c.iv, c.tau)
+		switch res {
+		case tatAllowed:
+			return sluice.Verdict{Ticket: sluice.Ticket(n), Limit: c.burst,
+				Remaining: max(floorDiv(int64(now)+c.tau-next, c.iv), 0),
+				Reset:     max(time.Duration(next-int64(now)), 0)}
+		case tatRejected:
+			var d sluice.Decision
+			tatDecision(&d, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+			return verdict(&d, 0)
+		}
+		// tatMoved: a reconfiguration froze the word; decide retries.
+	}
+	var d sluice.Decision
+	tb.decide(&d, now, n)
+	return verdict(&d, sluice.Ticket(n))
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks.
+func (g *GCRA) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := g.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := b.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := w.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := w.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := l.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit decides on one request at instant now; its cost is
+// sluice.CostFrom(ctx). It never blocks.
+func (w *WarmUp) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := w.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// Admit waits for the turn of one request arriving at instant now, whose
+// cost is sluice.CostFrom(ctx). It rejects at once, taking nothing, when the
+// turn lies beyond the maximum wait (ErrRateLimited) or beyond ctx's deadline
+// (ErrWouldExceedDeadline); when ctx ends during the wait, it gives the turn
+// back and rejects with ErrWaitAbandoned.
+func (s *Shaper) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+	d, t := s.admitD(ctx, now)
+	return verdict(&d, t)
+}
+
+// The limiters use the end instant of a call only to give back what a
+// Released request took, which a Guard always tells them: they need nothing
+// more of it. A Shaper with a maximum wait may block in Admit.
+
+// Needs returns 0: the bucket neither waits nor needs the end of a call.
+func (tb *TokenBucket) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: GCRA neither waits nor needs the end of a call.
+func (g *GCRA) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: the bucket neither waits nor needs the end of a call.
+func (b *LeakyBucket) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: the window neither waits nor needs the end of a call.
+func (w *FixedWindow) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: the window neither waits nor needs the end of a call.
+func (w *SlidingWindow) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: the log neither waits nor needs the end of a call.
+func (l *SlidingLog) Needs() sluice.Needs { return 0 }
+
+// Needs returns 0: the limiter neither waits nor needs the end of a call.
+func (w *WarmUp) Needs() sluice.Needs { return 0 }
+
+// Needs returns sluice.Waits when the shaper has a maximum wait: its Admit
+// then blocks until the request's turn.
+func (s *Shaper) Needs() sluice.Needs {
+	if s.maxWait > 0 {
+		return sluice.Waits
+	}
+	return 0
+}
+
+var (
+	_ sluice.Policy = (*Keyed)(nil)
+	_ sluice.Policy = (*TokenBucket)(nil)
+	_ sluice.Policy = (*GCRA)(nil)
+	_ sluice.Policy = (*LeakyBucket)(nil)
+	_ sluice.Policy = (*FixedWindow)(nil)
+	_ sluice.Policy = (*SlidingWindow)(nil)
+	_ sluice.Policy = (*SlidingLog)(nil)
+	_ sluice.Policy = (*WarmUp)(nil)
+	_ sluice.Policy = (*Shaper)(nil)
+)
