@@ -172,10 +172,10 @@ func (g *Guard) stateChanged(c StateChange) {
 }
 
 // seenPolicy records p as the i-th policy and reports the index it had
-// already, if it is in the chain twice. Policies of a type that cannot be
-// compared are not checked.
+// already, if it is in the chain twice. Only policies held by pointer are
+// checked: two equal values of a type without state decide as one would.
 func seenPolicy(seen map[Policy]int, p Policy, i int) (int, bool) {
-	if !reflect.TypeOf(p).Comparable() {
+	if reflect.ValueOf(p).Kind() != reflect.Pointer {
 		return 0, false
 	}
 	if j, ok := seen[p]; ok {
@@ -312,7 +312,7 @@ type Call struct {
 //	err = call.End(err)
 func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
 	if ctx == nil {
-		return Call{d: allowAll}, ErrNilArgument
+		return Call{}, ErrNilArgument
 	}
 	if g == nil {
 		c.d, c.parent = allowAll, ctx

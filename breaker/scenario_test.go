@@ -51,7 +51,7 @@ type outcome struct {
 
 type simCall struct {
 	route    int
-	done     sluice.Done
+	call     sluice.Call
 	running  bool // it holds a connection
 	stalled  bool // the dependency turned sick while answering it
 	finished bool
@@ -160,7 +160,7 @@ func (s scenario) run(t testing.TB, newPolicy policyMaker) outcome {
 	}
 	finish := func(c *simCall, err error, at time.Duration) {
 		c.finished = true
-		c.done.Finish(err)
+		c.call.End(err)
 		if c.running {
 			release(at)
 		}
@@ -183,11 +183,11 @@ func (s scenario) run(t testing.TB, newPolicy policyMaker) outcome {
 			if arrivals < s.calls {
 				next(c.route, e.at)
 			}
-			_, done, err := g.Admit(routeCtx[c.route])
+			call, err := g.Begin(routeCtx[c.route])
 			if err != nil {
 				break // rejected: the caller's fallback answers
 			}
-			c.done = done
+			c.call = call
 			if sick(e.at) && opened[c.route] < 0 {
 				out.admittedSick++
 			}

@@ -99,9 +99,13 @@ func newClient(dependencyAddr string, logf func(format string, args ...any)) (*h
 		// Outer to inner: an open breaker answers before the bulkhead is
 		// asked; a call the bulkhead turns away gives the breaker its probe
 		// back.
-		return sluice.New(sluice.With(b, limit), sluice.OnStateChange(func(c sluice.StateChange) {
-			logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-		}))
+		// The Guard's timeout bounds each call, until its body is read:
+		// past it the call's context ends, the caller gets a timeout, and
+		// the call counts as a failure of its host.
+		return sluice.New(sluice.With(b, limit), sluice.WithTimeout(timeout),
+			sluice.OnStateChange(func(c sluice.StateChange) {
+				logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+			}))
 	}
 	// A dependency's 429 or 503 with Retry-After holds its breaker open that
 	// long, but never more than a minute, whatever it asks.
@@ -109,9 +113,7 @@ func newClient(dependencyAddr string, logf func(format string, args ...any)) (*h
 	if err != nil {
 		return nil, nil, err
 	}
-	// The timeout is the client's: when it expires the call's context ends,
-	// and the Transport counts the call as a failure of its host.
-	return &http.Client{Transport: rt, Timeout: timeout}, rt, nil
+	return &http.Client{Transport: rt}, rt, nil
 }
 
 // describe makes one call and says how it went, as the calling code sees it.
@@ -128,7 +130,7 @@ func describe(ctx context.Context, c *http.Client) string {
 		// Not sent: the Guard answered at once.
 		s := fmt.Sprintf("not sent: %s by %s", sluice.CauseOf(err), d.Policy)
 		if ra := d.RetryAfter; ra > 0 {
-			s += fmt.Sprintf(", retry after %v", ra.Round(time.Millisecond))
+			s += fmt.Sprintf(", retry after %v", ra.Round(10*time.Millisecond))
 		}
 		return s
 	case errors.As(err, &nerr) && nerr.Timeout():

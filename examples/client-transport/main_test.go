@@ -30,7 +30,7 @@ func TestDemonstration(t *testing.T) {
 	// though the dependency itself is healthy again.
 	assert.Regexp(t, `-> 503 busy  Retry-After: 1   \(dependency saw 5 calls\)\n`+
 		`    \[breaker/inventory.internal: closed -> open\]\n`+
-		`GET http://inventory.internal/stock -> not sent: circuit-open by breaker/inventory.internal, retry after (1s|9\d\dms)   \(dependency saw 5 calls\)\n`+
+		`GET http://inventory.internal/stock -> not sent: circuit-open by breaker/inventory.internal, retry after (1s|9\d0ms)   \(dependency saw 5 calls\)\n`+
 		`   one second later:\n`+
 		`GET http://inventory.internal/stock -> 200 stock=12   \(dependency saw 6 calls\)\n`, got)
 }
