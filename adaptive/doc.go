@@ -23,40 +23,60 @@
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
 // no queue, and moves the limit by the gradient 1.2 × baseline / average:
-// up while latency stays within 20% of the baseline and the limit binds,
-// down in proportion to what was in use once a queue forms (by at most half
-// a window, up by at most half). It never goes below GOMAXPROCS, the
-// requests a CPU-bound server needs in flight to keep its processors busy:
-// a latency that rises below that comes from elsewhere (a noisy
-// neighbour), and lowering the limit further would only cost throughput.
+// up while latency stays within 20% of the baseline and the limit binds
+// (by at most half in a window), down in proportion from what was in use
+// once a queue forms (by at most half). It starts at 20, and never goes
+// below GOMAXPROCS, the requests a CPU-bound server needs in flight to keep
+// its processors busy: a latency that rises below that comes from elsewhere
+// (a noisy neighbour), and lowering the limit further would only cost
+// throughput.
+//
+// Latency is the Shedder's only signal, so at first it cannot tell a
+// service slowed by its own load from one waiting on a dependency that
+// turned slow: it sheds in both cases, until a probe finds that fewer
+// requests in flight are no quicker. Breakers and timeouts answer the
+// second case; a Shedder shared by routes of which one calls a sick
+// dependency sheds the others too, so give it the requests whose cost it
+// should judge.
 //
 // The baseline cannot be learnt from the windows in which the limit binds:
 // their latency already holds the queue the limit let in. Nor from the
 // windows in which it does not bind: on a CPU-bound server the queue is in
 // the scheduler, and a limit too high to bind still lets it form. So the
 // Shedder measures it, in the manner of Envoy's adaptive concurrency
-// filter: in a probe, a window run at a quarter of the limit, counting only
-// the requests admitted in it. A probe that cut the latency in proportion
-// to the concurrency was still past the knee, and the next window probes at
-// half of that again. The first probe comes as soon as the limit binds, as
-// it may start past capacity; later ones every 5 s while it keeps binding.
-// A window quicker than the baseline lowers it, by a quarter of the way.
+// filter: in a probe, a window of 10 requests run at a quarter of the
+// limit, counting only the requests admitted in it (not those draining from
+// the higher limit). A probe that cut the latency nearly in proportion to
+// the concurrency was still past the knee, and the next one probes at half
+// of that again. The first probe comes once the limit has bound for 3
+// windows in a row (a burst that fills it once is no overload, and a probe
+// then would only shed), later ones every 5 s while it keeps binding. A
+// window quicker than the baseline lowers it, by a quarter of the way.
 //
 // # The queue
 //
 // A limit alone rejects the bursts of an open-loop load even below
 // capacity, and leaves the bottleneck idle between a request's end and the
 // next arrival. So the requests over the limit wait in a queue (at most
-// 1000) under the discipline of CoDel with adaptive LIFO: a burst is held
-// in arrival order up to 100 ms each; once the queue has not been empty for
-// 25 ms the newest is served first, so that a surge's first requests do
-// not make all the later ones wait; and once it has not been empty for
-// 100 ms (a standing queue, not a burst), a newcomer waits at most 25 ms,
-// until 100 ms pass without a waiter running out of time. A request that
-// waits is handed the slot the moment one frees, by the Done that frees it.
-// Requests marked sluice.PriorityCritical are served before all others and
-// always wait up to 100 ms: they are shed last. A bulkhead WithQueue uses
-// the same discipline.
+// 1000) under the discipline of CoDel with adaptive LIFO. A burst is held
+// in arrival order, each request up to 100 ms. The queue is overloaded when
+// more requests entered it than left it for a slot by a quarter, over the
+// last 100 ms or the 100 ms before: more load than the slots serve, not a
+// burst. Overloaded and non-empty for 25 ms, it serves the newest first, so
+// that a surge's first requests do not make all the later ones wait;
+// overloaded and non-empty for 100 ms (a standing queue), it gives a
+// newcomer 5 ms, CoDel's target, so that the requests admitted are fresh
+// and the others learn early that they will not be. Requests marked
+// sluice.PriorityCritical are served before all others and always wait up
+// to 100 ms: they are shed last. A bulkhead WithQueue uses the same
+// discipline.
+//
+// A waiter is handed its slot by the Done that frees it, and yields once
+// before it runs: Go runs a goroutine woken by a channel ahead of every
+// other runnable one on its processor, and on a CPU-bound server waiters
+// handing the processors to one another would keep the goroutines that read
+// new requests from running, so that arrivals would queue where no
+// middleware sees them.
 //
 // # Cost
 //
