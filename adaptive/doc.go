@@ -59,16 +59,18 @@
 // capacity, and leaves the bottleneck idle between a request's end and the
 // next arrival. So the requests over the limit wait in a queue (at most
 // 1000) under the discipline of CoDel with adaptive LIFO. A burst is held
-// in arrival order, each request up to 100 ms. The queue is overloaded when
-// more requests entered it than left it for a slot by a quarter, over the
-// last 100 ms or the 100 ms before: more load than the slots serve, not a
-// burst. Overloaded and non-empty for 25 ms, it serves the newest first, so
-// that a surge's first requests do not make all the later ones wait;
-// overloaded and non-empty for 100 ms (a standing queue), it gives a
-// newcomer 5 ms, CoDel's target, so that the requests admitted are fresh
-// and the others learn early that they will not be. Requests marked
-// sluice.PriorityCritical are served before all others and always wait up
-// to 100 ms: they are shed last. A bulkhead WithQueue uses the same
+// in arrival order, each request up to 200 ms: at its capacity a service
+// sees Poisson arrivals run ahead of it for that long, and a request that
+// waited so is still answered within a quarter of a second. The queue is
+// overloaded when more requests entered it than left it for a slot by a
+// quarter, over the last 200 ms or the 200 ms before: more load than the
+// slots serve, not a burst. Overloaded and non-empty for 25 ms, it serves
+// the newest first, so that a surge's first requests do not make all the
+// later ones wait; overloaded and non-empty for 200 ms (a standing queue),
+// it gives a newcomer 5 ms, CoDel's target, so that the requests admitted
+// are fresh and the others learn early that they will not be. Requests
+// marked sluice.PriorityCritical are served before all others and always
+// wait up to 200 ms: they are shed last. A bulkhead WithQueue uses the same
 // discipline.
 //
 // A waiter is handed its slot by the Done that frees it, and yields once

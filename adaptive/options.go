@@ -33,7 +33,7 @@ func WithName(name string) Option {
 // for at most maxWait, and less once the queue stands (see the package doc);
 // a maxWait of 0 lets them wait, in arrival order, until their context is
 // done. WithQueue(0, 0) rejects them at once. The default is
-// WithQueue(1000, 100*time.Millisecond) for NewShedder and no queue for
+// WithQueue(1000, 200*time.Millisecond) for NewShedder and no queue for
 // NewBulkhead.
 func WithQueue(size int, maxWait time.Duration) Option {
 	return func(o *options) error {

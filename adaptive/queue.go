@@ -15,9 +15,9 @@ import (
 // up to maxWait. The queue is overloaded when more requests entered it than
 // left it for a slot by a quarter, over the last maxWait or the one before:
 // a load above what the slots serve, not a burst. Overloaded and non-empty
-// for maxWait/4, it serves the newest first, so that a surge's first
+// for maxWait/8, it serves the newest first, so that a surge's first
 // requests do not make all the later ones wait; overloaded and non-empty for
-// maxWait (a standing queue), a newcomer waits at most maxWait/20, so that
+// maxWait (a standing queue), a newcomer waits at most maxWait/40, so that
 // the requests admitted are fresh and the others learn early that they will
 // not be. Requests marked sluice.PriorityCritical are served before the
 // others and always wait up to maxWait.
@@ -55,8 +55,8 @@ type waiter struct {
 // maxWait/standingWait; overloaded is more in than out by overloadRatio,
 // over at least overloadMin requests.
 const (
-	lifoAfter     = 4
-	standingWait  = 20
+	lifoAfter     = 8
+	standingWait  = 40
 	overloadRatio = 1.25
 	overloadMin   = 10
 )

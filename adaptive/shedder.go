@@ -82,7 +82,7 @@ const notStarted = math.MinInt64
 const shedCoolOff = time.Second
 
 // NewShedder returns a Shedder whose limit is learned from latency, with a
-// queue of up to 1000 requests waiting at most 100 ms (see WithQueue). Its
+// queue of up to 1000 requests waiting at most 200 ms (see WithQueue). Its
 // name defaults to "adaptive/shedder".
 func NewShedder(opts ...Option) (*Shedder, error) {
 	o, err := buildOptions("adaptive/shedder", opts)
@@ -90,7 +90,7 @@ func NewShedder(opts ...Option) (*Shedder, error) {
 		return nil, err
 	}
 	if !o.queueSet {
-		o.queue, o.maxWait = 1000, 100*time.Millisecond
+		o.queue, o.maxWait = 1000, 200*time.Millisecond
 	}
 	est := newGradient(runtime.GOMAXPROCS(0))
 	s := newShedder(o, sluice.ErrOverloaded, est.current())
