@@ -207,7 +207,7 @@ var openRows = []breakerRow{
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
-		br.OpenFor(sluice.Now(), time.Hour)
+		br.OpenFor(context.Background(), sluice.Now(), time.Hour)
 		ctx := context.Background()
 		return func() bool { return br.Admit(ctx, sluice.Now()).Cause == nil }
 	}},

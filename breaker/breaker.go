@@ -480,4 +480,5 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 var (
 	_ sluice.Policy      = (*Breaker)(nil)
 	_ sluice.StateSource = (*Breaker)(nil)
+	_ sluice.Opener      = (*Breaker)(nil)
 )

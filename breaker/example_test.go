@@ -153,7 +153,7 @@ func ExampleBreaker_OpenFor() {
 		panic(err)
 	}
 	now := 5 * time.Second
-	b.OpenFor(now, 30*time.Second) // the dependency answered 503, Retry-After: 30
+	b.OpenFor(context.Background(), now, 30*time.Second) // the dependency answered 503, Retry-After: 30
 	d, _ := admit(b, context.Background(), now+10*time.Second)
 	fmt.Println(d.Allowed, d.RetryAfter)
 	// Output:

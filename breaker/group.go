@@ -140,19 +140,19 @@ func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	}
 }
 
-// OpenForContext opens, as Breaker.OpenFor does, the breaker of the key of a
+// OpenFor opens, as Breaker.OpenFor does, the breaker of the key of a
 // request made with ctx (the breaker Admit would ask for it, made on first
-// use): the adapters call it with the request's context when a dependency's
-// Retry-After or RetryInfo asks to hold off, so that only that key's
-// breaker is held open. A key without a breaker of its own, at a full Group
-// (see WithMaxBreakers), holds nothing open: the overflow breaker it shares
-// serves keys that did not ask to wait.
-func (g *Group) OpenForContext(ctx context.Context, now, d time.Duration) {
+// use): the adapters call it, as a sluice.Opener, with the request's context
+// when a dependency's Retry-After or RetryInfo asks to hold off, so that only
+// that key's breaker is held open. A key without a breaker of its own, at a
+// full Group (see WithMaxBreakers), holds nothing open: the overflow breaker
+// it shares serves keys that did not ask to wait.
+func (g *Group) OpenFor(ctx context.Context, now, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	if m := g.use(ctx, now); !m.shared {
-		m.b.OpenFor(now, d)
+		m.b.OpenFor(ctx, now, d)
 	}
 }
 
@@ -262,4 +262,5 @@ func (g *Group) evict() bool {
 var (
 	_ sluice.Policy      = (*Group)(nil)
 	_ sluice.StateSource = (*Group)(nil)
+	_ sluice.Opener      = (*Group)(nil)
 )

@@ -240,7 +240,7 @@ func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
 			case 1:
 				b.Reset()
 			case 2:
-				b.OpenFor(time.Duration(clock.Load()), ms)
+				b.OpenFor(context.Background(), time.Duration(clock.Load()), ms)
 			default:
 				_ = b.Counts()
 			}
