@@ -138,7 +138,7 @@ func ExampleSwitch() {
 		panic(err)
 	}
 	defer stop()
-	auto, err := degrade.NewAuto(recs, open, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30*time.Second})
+	auto, err := degrade.NewAuto(recs, open, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30 * time.Second})
 	if err != nil {
 		panic(err)
 	}

@@ -28,7 +28,7 @@ func TestTimeoutsTripABreakerAndFallbacksAnswer(t *testing.T) {
 		require.NoError(t, err)
 		defer unsub()
 		sw := newSwitch(t, "payments-degraded", degrade.WithClock(clock))
-		auto, err := degrade.NewAuto(sw, sig, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30*time.Second})
+		auto, err := degrade.NewAuto(sw, sig, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30 * time.Second})
 		require.NoError(t, err)
 
 		fb, err := degrade.New(

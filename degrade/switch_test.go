@@ -234,7 +234,7 @@ func TestAutoWithZeroHoldFlipsAtOnceAndSkipsNaN(t *testing.T) {
 
 func TestAutoResetsItsHoldWhenTheSwitchIsSetByHand(t *testing.T) {
 	s := newSwitch(t, "s")
-	a, err := degrade.NewAuto(s, func() float64 { return 0 }, degrade.Hysteresis{OnAbove: 0.5, OnFor: 10*time.Second, OffBelow: 0.5, OffFor: 10*time.Second})
+	a, err := degrade.NewAuto(s, func() float64 { return 0 }, degrade.Hysteresis{OnAbove: 0.5, OnFor: 10 * time.Second, OffBelow: 0.5, OffFor: 10 * time.Second})
 	require.NoError(t, err)
 	assert.False(t, a.Observe(0, 1)) // the on hold starts at 0
 	s.Set(true)                      // an operator turns it on
@@ -354,7 +354,7 @@ func TestStateSignalFollowsABreaker(t *testing.T) {
 	sig, unsub, err := degrade.StateSignal(src, "open", "half-open")
 	require.NoError(t, err)
 	s := newSwitch(t, "payments-degraded")
-	a, err := degrade.NewAuto(s, sig, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 2*time.Second})
+	a, err := degrade.NewAuto(s, sig, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 2 * time.Second})
 	require.NoError(t, err)
 
 	assert.False(t, a.Observe(0, sig()))
