@@ -110,7 +110,7 @@ var closedRows = []breakerRow{
 		return guardDo(tb, nopPolicy{})
 	}},
 	{name: "sluice-gobreaker-adapter", setup: func(tb testing.TB) func() bool {
-		ad, err := gobreakeradapter.NewFromSettings(gobreakerv2.Settings{Name: "bench"})
+		ad, err := gobreakeradapter.New(gobreakerv2.Settings{Name: "bench"})
 		setupErr(tb, err)
 		ctx := context.Background()
 		return func() bool {
