@@ -39,9 +39,19 @@ type breakerRow struct {
 	probabilistic bool
 }
 
+// alone returns a Guard of br alone: the two-step form of a breaker.
+func alone(br *breaker.Breaker) *sluice.Guard {
+	g, err := sluice.New(sluice.With(br))
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
 func allowFinish(br *breaker.Breaker) func() bool {
+	g, ctx := alone(br), context.Background()
 	return func() bool {
-		call, err := br.Allow()
+		call, err := g.Begin(ctx)
 		if err != nil {
 			return false
 		}
@@ -196,14 +206,16 @@ var closedRows = []breakerRow{
 var openRows = []breakerRow{
 	{name: "sluice", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
-		call, _ := br.Allow()
+		g, ctx := alone(br), context.Background()
+		call, _ := g.Begin(ctx)
 		call.Report(sluice.Failure, nil)
-		return func() bool { _, err := br.Allow(); return err == nil }
+		return func() bool { _, err := g.Begin(ctx); return err == nil }
 	}},
 	{name: "sluice-forced", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
 		br.ForceOpen()
-		return func() bool { _, err := br.Allow(); return err == nil }
+		g, ctx := alone(br), context.Background()
+		return func() bool { _, err := g.Begin(ctx); return err == nil }
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)

@@ -39,7 +39,7 @@
 // # Speed
 //
 // A closed Breaker takes no lock: Admit loads one pointer, Done updates its
-// window with atomic adds, and Allow reads the clock only when a strategy
+// window with atomic adds, and a Guard reads the end clock only when a strategy
 // needs the time (a rolling window or a slow-call threshold). Open, it fails
 // fast on one clock read and two loads.
 //

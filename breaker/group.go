@@ -96,14 +96,6 @@ func (g *Group) Needs() sluice.Needs {
 	return sluice.NeedsEnd
 }
 
-// Len returns the number of breakers the Group holds, the overflow breaker
-// not included.
-func (g *Group) Len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.all)
-}
-
 // Get returns the breaker of key, if the Group holds one.
 func (g *Group) Get(key string) (*Breaker, bool) {
 	if m, ok := g.members.Load(key); ok {
