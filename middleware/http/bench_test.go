@@ -42,8 +42,8 @@ func BenchmarkMiddleware(b *testing.B) {
 		h    http.Handler
 	}{
 		{"bare", next},
-		{"sluice", Middleware(WithGuard(g))(next)},
-		{"sluice-quiet", Middleware(WithGuard(g), WithRenderer(middlewareQuiet()))(next)},
+		{"sluice", mw(b, WithGuard(g))(next)},
+		{"sluice-quiet", mw(b, WithGuard(g), WithRenderer(middlewareQuiet()))(next)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, "/", nil)
