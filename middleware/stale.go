@@ -3,6 +3,7 @@ package middleware
 import (
 	"time"
 
+	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/stale"
 )
 
@@ -33,6 +34,11 @@ type StaleCacheOption = stale.Option
 func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...StaleCacheOption) (*StaleCache, error) {
 	return stale.New(maxEntries, maxAge, maxBody, opts...)
 }
+
+// StaleOnly makes the cache answer only the rejections of the causes given
+// (sluice.CauseCircuitOpen, say, so that a rate-limited client still hears
+// 429 and slows down). Default: every rejection.
+func StaleOnly(causes ...sluice.Cause) StaleCacheOption { return stale.Only(causes...) }
 
 // StaleShared makes the cache keep one copy per route and request URI for
 // every client, as a shared HTTP cache does, rather than one per request

@@ -6,12 +6,16 @@ package stale
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice"
 )
 
 // Cache keeps the last good (200, GET, cacheable) response of each route,
@@ -26,6 +30,7 @@ type Cache struct {
 	maxAge     time.Duration
 	maxBody    int
 	shared     bool
+	causes     []sluice.Cause // nil: every rejection
 
 	mu      sync.Mutex
 	entries map[string]*list.Element
@@ -46,6 +51,11 @@ type Option func(*Cache)
 // Shared makes the cache keep one copy per route and URI for every client.
 func Shared() Option { return func(c *Cache) { c.shared = true } }
 
+// Only makes the cache answer only the rejections of causes.
+func Only(causes ...sluice.Cause) Option {
+	return func(c *Cache) { c.causes = append(c.causes, causes...) }
+}
+
 // New returns a Cache of at most maxEntries responses, each served for at
 // most maxAge after it was stored and kept only when its body is at most
 // maxBody bytes.
@@ -56,6 +66,11 @@ func New(maxEntries int, maxAge time.Duration, maxBody int, opts ...Option) (*Ca
 			return nil, fmt.Errorf("middleware: NewStaleCache: option %d is nil", i)
 		}
 		o(c)
+	}
+	for _, cause := range c.causes {
+		if cause == sluice.CauseNone {
+			return nil, errors.New("middleware: StaleOnly: CauseNone is no cause")
+		}
 	}
 	switch {
 	case maxEntries < 1:
@@ -166,7 +181,10 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 // load returns the copy kept for the request in ctx and its age; false
 // when there is none young enough, or when the request may change state
 // (neither GET nor HEAD).
-func (c *Cache) load(ctx context.Context) (*entry, time.Duration, bool) {
+func (c *Cache) load(ctx context.Context, err error) (*entry, time.Duration, bool) {
+	if c.causes != nil && !slices.Contains(c.causes, sluice.CauseOf(err)) {
+		return nil, 0, false
+	}
 	q, ok := ctx.Value(requestKey{}).(*Request)
 	if !ok || (q.R.Method != http.MethodGet && q.R.Method != http.MethodHead) {
 		return nil, 0, false
@@ -197,7 +215,7 @@ func (c *Cache) Declared(ctx context.Context, err error) (string, bool) {
 	if err == nil {
 		return "", false
 	}
-	if _, _, ok := c.load(ctx); !ok {
+	if _, _, ok := c.load(ctx, err); !ok {
 		return "", false
 	}
 	return name, true
@@ -211,7 +229,7 @@ func (c *Cache) AnswerValue(ctx context.Context, err error) (http.Handler, strin
 	if err == nil {
 		return nil, "", nil
 	}
-	e, age, ok := c.load(ctx)
+	e, age, ok := c.load(ctx, err)
 	if !ok {
 		return nil, "", err
 	}

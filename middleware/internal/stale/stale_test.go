@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
 )
 
 // A kept copy may go to another request: nothing private is kept.
@@ -86,6 +88,20 @@ func TestCacheIsBoundedAndAnswersFromTheRequestInItsContext(t *testing.T) {
 	assert.False(t, ok, "a POST may change state: no copy answers it")
 	_, ok = c.Declared(WithRequest(context.Background(), req("/3", 2*time.Minute)), errRej)
 	assert.False(t, ok, "too old")
+}
+
+func TestOnlyAnswersItsCauses(t *testing.T) {
+	c, err := New(2, time.Minute, 8, Only(sluice.CauseCircuitOpen))
+	require.NoError(t, err)
+	q := &Request{R: httptest.NewRequest(http.MethodGet, "/", nil)}
+	c.Store(q, http.Header{}, []byte("x"))
+	ctx := WithRequest(context.Background(), q)
+	_, ok := c.Declared(ctx, sluice.Rejection(sluice.Decision{Cause: sluice.ErrCircuitOpen}))
+	assert.True(t, ok)
+	_, ok = c.Declared(ctx, sluice.Rejection(sluice.Decision{Cause: sluice.ErrRateLimited}))
+	assert.False(t, ok)
+	_, err = New(2, time.Minute, 8, Only(sluice.CauseNone))
+	assert.Error(t, err)
 }
 
 func TestNewValidates(t *testing.T) {
