@@ -97,7 +97,7 @@ func openBreakerGuard(t testing.TB) *sluice.Guard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br.OpenFor(sluice.Now(), time.Hour)
+	br.OpenFor(context.Background(), sluice.Now(), time.Hour)
 	g, err := sluice.New(sluice.With(br))
 	if err != nil {
 		t.Fatal(err)

@@ -808,7 +808,7 @@ func TestOpenBreakerRejectionsShareOneError(t *testing.T) {
 	clk := sluice.NewManualClock(time.Second)
 	br, err := breaker.New("dep", breaker.WithClock(clk))
 	require.NoError(t, err)
-	br.OpenFor(clk.Now(), time.Minute)
+	br.OpenFor(context.Background(), clk.Now(), time.Minute)
 	g := mustGuard(t, sluice.With(br), sluice.WithClock(clk))
 	first := g.Do(t.Context(), func(context.Context) error { return nil })
 	assert.Equal(t, time.Minute, rejection(t, first).RetryAfter)

@@ -165,6 +165,19 @@ type StateSource interface {
 	Subscribe(fn func(StateChange)) (unsubscribe func())
 }
 
+// Opener is implemented by the policies that a dependency can ask to hold
+// off for a while: a breaker, held open for the Retry-After of an HTTP 503
+// or 429, or the RetryInfo of a gRPC Unavailable or ResourceExhausted. The
+// net/http Transport and the gRPC client interceptors call OpenFor on each
+// policy of their Guard that implements it, with the request's context and
+// the instant the call began, so a custom policy can take part too.
+type Opener interface {
+	// OpenFor stops admitting, from the instant now and for at least d, the
+	// calls that ctx selects: all of them for a breaker.Breaker, those of
+	// ctx's resource for a breaker.Group. A d ≤ 0 asks nothing.
+	OpenFor(ctx context.Context, now, d time.Duration)
+}
+
 func itoa(v int64) string {
 	if v == 0 {
 		return "0"

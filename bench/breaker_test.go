@@ -39,9 +39,19 @@ type breakerRow struct {
 	probabilistic bool
 }
 
+// alone returns a Guard of br alone: the two-step form of a breaker.
+func alone(br *breaker.Breaker) *sluice.Guard {
+	g, err := sluice.New(sluice.With(br))
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
 func allowFinish(br *breaker.Breaker) func() bool {
+	g, ctx := alone(br), context.Background()
 	return func() bool {
-		call, err := br.Allow()
+		call, err := g.Begin(ctx)
 		if err != nil {
 			return false
 		}
@@ -110,7 +120,7 @@ var closedRows = []breakerRow{
 		return guardDo(tb, nopPolicy{})
 	}},
 	{name: "sluice-gobreaker-adapter", setup: func(tb testing.TB) func() bool {
-		ad, err := gobreakeradapter.NewFromSettings(gobreakerv2.Settings{Name: "bench"})
+		ad, err := gobreakeradapter.New(gobreakerv2.Settings{Name: "bench"})
 		setupErr(tb, err)
 		ctx := context.Background()
 		return func() bool {
@@ -196,18 +206,20 @@ var closedRows = []breakerRow{
 var openRows = []breakerRow{
 	{name: "sluice", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
-		call, _ := br.Allow()
+		g, ctx := alone(br), context.Background()
+		call, _ := g.Begin(ctx)
 		call.Report(sluice.Failure, nil)
-		return func() bool { _, err := br.Allow(); return err == nil }
+		return func() bool { _, err := g.Begin(ctx); return err == nil }
 	}},
 	{name: "sluice-forced", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
 		br.ForceOpen()
-		return func() bool { _, err := br.Allow(); return err == nil }
+		g, ctx := alone(br), context.Background()
+		return func() bool { _, err := g.Begin(ctx); return err == nil }
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
-		br.OpenFor(sluice.Now(), time.Hour)
+		br.OpenFor(context.Background(), sluice.Now(), time.Hour)
 		ctx := context.Background()
 		return func() bool { return br.Admit(ctx, sluice.Now()).Cause == nil }
 	}},

@@ -77,13 +77,6 @@ func (a *Adaptive) probability(t tally) float64 {
 	return max(p, 0)
 }
 
-// Requests returns the requests and accepts counted in the window ending at
-// now.
-func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
-	t := a.win.readAt(now)
-	return max(t.total, 0), max(t.lo, 0)
-}
-
 // Admit decides on a request at the monotonic instant now. It is the
 // sluice.Policy method.
 func (a *Adaptive) Admit(_ context.Context, now time.Duration) sluice.Verdict {

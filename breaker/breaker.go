@@ -22,14 +22,14 @@ import (
 // before the breaker opened cannot close or reopen it later.
 //
 // A Breaker is a sluice.Policy and a sluice.StateSource: put it in a Guard's
-// chain, or use Allow, Decide or Execute on their own. The closed state's
+// chain, or use Execute on its own. The closed state's
 // paths take no lock. A Breaker is safe for concurrent use; make one with
 // New.
 type Breaker struct {
 	name     string
 	cfg      *config
 	slow     time.Duration // slow-call threshold; 0 when off
-	env      permitEnv     // shared by the Permits of Allow and Decide
+	env      permitEnv     // the clock, and the Guard Execute runs through
 	need     int64         // probe successes that close the breaker
 	cur      atomic.Pointer[phase]
 	notifier notifier
@@ -181,8 +181,7 @@ func (b *Breaker) Counts() Counts {
 // RetryAfter until its half-open probes, and a half-open one admits it as a
 // probe while probes remain, then rejects with the base open duration as
 // RetryAfter, the wait after which its probes have decided. It is the
-// sluice.Policy method; outside a Guard, Allow and Decide read the clock for
-// you.
+// sluice.Policy method; outside a Guard, Execute reads the clock for you.
 func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
@@ -237,7 +236,7 @@ func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
 // latency. Success and Failure are counted; Ignored and Released are not,
 // and give a half-open probe's slot back for another probe. Outcomes of calls
 // admitted before the last state change are dropped. It is the sluice.Policy
-// method; outside a Guard, use the Permit that Allow returned.
+// method; outside a Guard, Execute reports for you.
 func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	p := b.cur.Load()
 	if !p.owns(t) {
@@ -320,7 +319,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 }
 
 // at returns now, or the breaker's clock when latency is -1: a Guard of
-// policies that need no end instant and a Permit of a breaker that needs
+// policies that need no end instant and Execute on a breaker that needs
 // none to count outcomes leave it unread, and the open period must still
 // start when the call ended.
 func (b *Breaker) at(now, latency time.Duration) time.Duration {
@@ -480,4 +479,5 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 var (
 	_ sluice.Policy      = (*Breaker)(nil)
 	_ sluice.StateSource = (*Breaker)(nil)
+	_ sluice.Opener      = (*Breaker)(nil)
 )

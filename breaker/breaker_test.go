@@ -248,30 +248,36 @@ func TestStateString(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	bad := map[string][]breaker.Option{
-		"consecutive 0":            {breaker.WithConsecutiveFailures(0)},
-		"ratio 0":                  {breaker.WithErrorRatio(0, 10)},
-		"ratio above 1":            {breaker.WithErrorRatio(1.5, 10)},
-		"ratio NaN":                {breaker.WithErrorRatio(nanF(), 10)},
-		"ratio min 0":              {breaker.WithErrorRatio(0.5, 0)},
-		"count 0":                  {breaker.WithErrorCount(0, 1)},
-		"count min 0":              {breaker.WithErrorCount(1, 0)},
-		"slow threshold 0":         {breaker.WithSlowCallRatio(0, 0.5, 1)},
-		"slow ratio 0":             {breaker.WithSlowCallRatio(sec, 0, 1)},
-		"count window 0":           {breaker.WithCountWindow(0)},
-		"count window huge":        {breaker.WithCountWindow(1 << 25)},
-		"min above count window":   {breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 11)},
-		"count above count window": {breaker.WithCountWindow(10), breaker.WithErrorCount(11, 1)},
-		"buckets 0":                {breaker.WithRollingWindow(sec, 0)},
-		"bucket too short":         {breaker.WithRollingWindow(time.Microsecond, 2)},
-		"open 0":                   {breaker.WithOpenDuration(0)},
-		"backoff max below base":   {breaker.WithBackoff(sec, ms)},
-		"probes 0":                 {breaker.WithHalfOpenProbes(0, 1)},
-		"probe ratio 0":            {breaker.WithHalfOpenProbes(1, 0)},
-		"nil clock":                {breaker.WithClock(nil)},
-		"nil classifier":           {breaker.WithClassifier(nil)},
-		"nil listener":             {breaker.OnStateChange(nil)},
-		"adaptive option":          {breaker.WithMultiplier(2)},
-		"group option":             {breaker.WithMaxBreakers(3)},
+		"consecutive 0":             {breaker.WithConsecutiveFailures(0)},
+		"ratio 0":                   {breaker.WithErrorRatio(0, 10)},
+		"ratio above 1":             {breaker.WithErrorRatio(1.5, 10)},
+		"ratio NaN":                 {breaker.WithErrorRatio(nanF(), 10)},
+		"ratio min 0":               {breaker.WithErrorRatio(0.5, 0)},
+		"count 0":                   {breaker.WithErrorCount(0, 1)},
+		"count min 0":               {breaker.WithErrorCount(1, 0)},
+		"slow threshold 0":          {breaker.WithSlowCallRatio(0, 0.5, 1)},
+		"slow ratio 0":              {breaker.WithSlowCallRatio(sec, 0, 1)},
+		"count window 0":            {breaker.WithCountWindow(0)},
+		"count window huge":         {breaker.WithCountWindow(1 << 25)},
+		"min above count window":    {breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 11)},
+		"count above count window":  {breaker.WithCountWindow(10), breaker.WithErrorCount(11, 1)},
+		"buckets 0":                 {breaker.WithRollingWindow(sec, 0)},
+		"bucket too short":          {breaker.WithRollingWindow(time.Microsecond, 2)},
+		"open 0":                    {breaker.WithOpenDuration(0)},
+		"backoff max below base":    {breaker.WithBackoff(sec, ms)},
+		"probes 0":                  {breaker.WithHalfOpenProbes(0, 1)},
+		"probe ratio 0":             {breaker.WithHalfOpenProbes(1, 0)},
+		"nil clock":                 {breaker.WithClock(nil)},
+		"nil classifier":            {breaker.WithClassifier(nil)},
+		"nil listener":              {breaker.OnStateChange(nil)},
+		"adaptive option":           {breaker.WithMultiplier(2)},
+		"group option":              {breaker.WithMaxBreakers(3)},
+		"count and rolling window":  {breaker.WithCountWindow(10), breaker.WithRollingWindow(sec, 10)},
+		"rolling and count window":  {breaker.WithRollingWindow(sec, 10), breaker.WithCountWindow(10)},
+		"open duration and backoff": {breaker.WithOpenDuration(sec), breaker.WithBackoff(sec, 2*sec)},
+		"backoff and open duration": {breaker.WithBackoff(sec, 2*sec), breaker.WithOpenDuration(sec)},
+		"one option twice":          {breaker.WithErrorRatio(0.5, 10), breaker.WithErrorRatio(0.2, 10)},
+		"random without jitter":     {breaker.WithRandom(func() float64 { return 0 })},
 	}
 	for name, opts := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -286,6 +292,12 @@ func TestOptionsValidation(t *testing.T) {
 	assert.ErrorContains(t, err, "WithMaxBreakers does not apply to breaker.New")
 	_, err = breaker.New("x", nil, breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 10))
 	assert.NoError(t, err)
+	_, err = breaker.New("x", breaker.WithCountWindow(10), breaker.WithRollingWindow(sec, 10))
+	assert.ErrorContains(t, err, "WithCountWindow and WithRollingWindow together")
+	_, err = breaker.NewGroup("x", breaker.WithBackoff(sec, 2*sec), breaker.WithOpenDuration(sec))
+	assert.ErrorContains(t, err, "WithOpenDuration and WithBackoff together")
+	_, err = breaker.New("x", breaker.WithJitter(0.1), breaker.WithRandom(func() float64 { return 0 }))
+	assert.NoError(t, err, "WithRandom draws the jitter")
 }
 
 func nanF() float64 { z := 0.0; return z / z }

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"context"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -46,8 +47,10 @@ func (b *Breaker) Reset() {
 // dependency answered with a Retry-After: an open breaker whose open period
 // ends sooner is extended, a closed or half-open one opens. It does not count
 // as a trip for the backoff, and does nothing on a breaker held by
-// ForceOpen or ForceClose, or when d ≤ 0.
-func (b *Breaker) OpenFor(now, d time.Duration) {
+// ForceOpen or ForceClose, or when d ≤ 0. ctx is not read: the breaker holds
+// every call. It implements sluice.Opener, through which the net/http
+// Transport and the gRPC client interceptors call it.
+func (b *Breaker) OpenFor(_ context.Context, now, d time.Duration) {
 	if d <= 0 {
 		return
 	}

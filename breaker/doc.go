@@ -11,18 +11,20 @@
 //     window of the last N calls (WithCountWindow) or of the last stretch of
 //     time (WithRollingWindow), each with a minimum volume. It stays open
 //     for a fixed duration or a capped exponential backoff, optionally
-//     jittered, then admits a set number of probes. ForceOpen, ForceClose, Reset and OpenFor steer it by
-//     hand; listeners hear every state change, outside its lock.
+//     jittered, then admits a set number of probes. ForceOpen, ForceClose,
+//     Reset and OpenFor steer it by hand; listeners hear every state
+//     change, outside its lock.
 //   - Adaptive: Google SRE client-side throttling, rejecting a growing share
 //     of requests as the dependency accepts fewer of them, with no open
 //     state.
 //   - Group: one Breaker per resource or key, made on demand, capped in
-//     number. OpenForContext holds open the breaker of one request's key,
+//     number. Its OpenFor holds open the breaker of one request's key,
 //     as the adapters do when a dependency's Retry-After or RetryInfo asks
 //     to hold off.
 //
-// A rejection is a *sluice.RejectedError matching sluice.ErrCircuitOpen, with
-// RetryAfter the time until the breaker lets a probe through.
+// A rejection matches sluice.ErrRejected and sluice.ErrCircuitOpen, and
+// sluice.RejectionOf reads its RetryAfter: the time until the breaker lets a
+// probe through.
 //
 // # Defaults
 //
@@ -53,7 +55,7 @@
 // # Speed
 //
 // A closed Breaker takes no lock: Admit loads one pointer, Done updates its
-// window with atomic adds, and Allow reads the clock only when a strategy
+// window with atomic adds, and a Guard reads the end clock only when a strategy
 // needs the time (a rolling window or a slow-call threshold). Open, it fails
 // fast on one clock read and two loads.
 //

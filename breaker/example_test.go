@@ -76,13 +76,18 @@ func ExampleNew_guard() {
 	// open 4 2
 }
 
-// The standalone two-step form, for code outside a Guard.
-func ExampleBreaker_Allow() {
+// The two-step form, for code that ends its calls by hand: a Guard of the
+// breaker alone, Begin and End.
+func ExampleBreaker_twoStep() {
 	b, err := breaker.New("inventory")
 	if err != nil {
 		panic(err)
 	}
-	call, err := b.Allow()
+	g, err := sluice.New(sluice.With(b))
+	if err != nil {
+		panic(err)
+	}
+	call, err := g.Begin(context.Background())
 	if err != nil {
 		fmt.Println("rejected:", err)
 		return
@@ -153,7 +158,7 @@ func ExampleBreaker_OpenFor() {
 		panic(err)
 	}
 	now := 5 * time.Second
-	b.OpenFor(now, 30*time.Second) // the dependency answered 503, Retry-After: 30
+	b.OpenFor(context.Background(), now, 30*time.Second) // the dependency answered 503, Retry-After: 30
 	d, _ := admit(b, context.Background(), now+10*time.Second)
 	fmt.Println(d.Allowed, d.RetryAfter)
 	// Output:

@@ -96,14 +96,6 @@ func (g *Group) Needs() sluice.Needs {
 	return sluice.NeedsEnd
 }
 
-// Len returns the number of breakers the Group holds, the overflow breaker
-// not included.
-func (g *Group) Len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.all)
-}
-
 // Get returns the breaker of key, if the Group holds one.
 func (g *Group) Get(key string) (*Breaker, bool) {
 	if m, ok := g.members.Load(key); ok {
@@ -140,19 +132,19 @@ func (g *Group) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	}
 }
 
-// OpenForContext opens, as Breaker.OpenFor does, the breaker of the key of a
+// OpenFor opens, as Breaker.OpenFor does, the breaker of the key of a
 // request made with ctx (the breaker Admit would ask for it, made on first
-// use): the adapters call it with the request's context when a dependency's
-// Retry-After or RetryInfo asks to hold off, so that only that key's
-// breaker is held open. A key without a breaker of its own, at a full Group
-// (see WithMaxBreakers), holds nothing open: the overflow breaker it shares
-// serves keys that did not ask to wait.
-func (g *Group) OpenForContext(ctx context.Context, now, d time.Duration) {
+// use): the adapters call it, as a sluice.Opener, with the request's context
+// when a dependency's Retry-After or RetryInfo asks to hold off, so that only
+// that key's breaker is held open. A key without a breaker of its own, at a
+// full Group (see WithMaxBreakers), holds nothing open: the overflow breaker
+// it shares serves keys that did not ask to wait.
+func (g *Group) OpenFor(ctx context.Context, now, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	if m := g.use(ctx, now); !m.shared {
-		m.b.OpenFor(now, d)
+		m.b.OpenFor(ctx, now, d)
 	}
 }
 
@@ -262,4 +254,5 @@ func (g *Group) evict() bool {
 var (
 	_ sluice.Policy      = (*Group)(nil)
 	_ sluice.StateSource = (*Group)(nil)
+	_ sluice.Opener      = (*Group)(nil)
 )

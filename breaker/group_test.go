@@ -345,18 +345,18 @@ func TestDroppedBreakerDoesNotTrip(t *testing.T) {
 	assert.Equal(t, breaker.StateClosed, a.State(), "a dropped breaker does not open")
 }
 
-// OpenForContext holds open the breaker of the request's key alone.
-func TestGroupOpenForContextHoldsOneKey(t *testing.T) {
+// OpenFor holds open the breaker of the request's key alone.
+func TestGroupOpenForHoldsOneKey(t *testing.T) {
 	g := mustGroup(t)
 	a, b := res("a"), res("b")
-	g.OpenForContext(a, 0, 30*sec)
+	g.OpenFor(a, 0, 30*sec)
 	d, _ := admit(g, a, 10*sec)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 20*sec, d.RetryAfter)
 	d, tk := admit(g, b, 10*sec)
 	assert.True(t, d.Allowed, "another key's breaker is not held")
 	g.Done(tk, sluice.Success, 10*sec, 0)
-	g.OpenForContext(b, 10*sec, 0)
+	g.OpenFor(b, 10*sec, 0)
 	d, _ = admit(g, b, 10*sec)
 	assert.True(t, d.Allowed, "no delay, no hold")
 }
@@ -364,10 +364,10 @@ func TestGroupOpenForContextHoldsOneKey(t *testing.T) {
 // At a full Group whose breakers cannot be dropped, a key's Retry-After does
 // not hold open the overflow breaker that the keys without a breaker of
 // their own share: the others never asked to wait.
-func TestGroupOpenForContextLeavesTheOverflowBreaker(t *testing.T) {
+func TestGroupOpenForLeavesTheOverflowBreaker(t *testing.T) {
 	g := mustGroup(t, breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1))
 	fail(t, g, res("a"), 0) // a is open: it is kept
-	g.OpenForContext(res("b"), sec, 30*sec)
+	g.OpenFor(res("b"), sec, 30*sec)
 	d, tk := admit(g, res("c"), 2*sec)
 	assert.True(t, d.Allowed, "c shares the overflow breaker with b, and asked for no wait")
 	g.Done(tk, sluice.Success, 2*sec, 0)

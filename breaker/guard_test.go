@@ -146,7 +146,7 @@ func TestGuardWithoutEndInstantOpensForTheWholeDuration(t *testing.T) {
 
 	// A probe that fails opens it again, from the probe's end.
 	g, b := guard()
-	b.OpenFor(sluice.Now(), time.Nanosecond)
+	b.OpenFor(ctx, sluice.Now(), time.Nanosecond)
 	require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return boom }), boom)
 	assert.InDelta(t, float64(time.Hour), float64(retryAfter(g)), float64(time.Minute))
 }

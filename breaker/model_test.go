@@ -108,8 +108,18 @@ func randomModel(r *rand.Rand) (*model, []breaker.Option) {
 		}
 		return 1 + r.IntN(20)
 	}
+	// Each strategy at most once: an option given twice is an error.
+	var chosen [4]bool
 	for len(opts) < 2 || r.IntN(2) == 0 {
-		switch r.IntN(4) {
+		k := r.IntN(4)
+		if chosen[k] {
+			if chosen == [4]bool{true, true, true, true} {
+				break
+			}
+			continue
+		}
+		chosen[k] = true
+		switch k {
 		case 0:
 			m.consecutive = 1 + r.IntN(6)
 			opts = append(opts, breaker.WithConsecutiveFailures(m.consecutive))
@@ -230,7 +240,7 @@ func TestStressTransitionsAndCallsKeepListenersInOrder(t *testing.T) {
 			case 1:
 				b.Reset()
 			case 2:
-				b.OpenFor(time.Duration(clock.Load()), ms)
+				b.OpenFor(context.Background(), time.Duration(clock.Load()), ms)
 			default:
 				_ = b.Counts()
 			}

@@ -12,7 +12,8 @@ import (
 
 // Option configures a Breaker, an Adaptive throttle or a Group. Each option
 // says which of them it applies to; a constructor given an option that does
-// not apply to it returns an error naming the option.
+// not apply to it, an option twice, or two options that would override each
+// other, returns an error naming them.
 type Option func(*config) error
 
 // scope is the set of constructors an option applies to.
@@ -110,10 +111,23 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 			return nil, err
 		}
 	}
+	given := make(map[string]bool, len(c.used))
 	for _, u := range c.used {
 		if u.scope&target == 0 {
 			return nil, fmt.Errorf("breaker: %s does not apply to %v", u.name, target)
 		}
+		if given[u.name] && u.name != "OnStateChange" {
+			return nil, fmt.Errorf("breaker: %s given twice: the last would silently replace the first", u.name)
+		}
+		given[u.name] = true
+	}
+	for _, pair := range [][2]string{{"WithCountWindow", "WithRollingWindow"}, {"WithOpenDuration", "WithBackoff"}} {
+		if given[pair[0]] && given[pair[1]] {
+			return nil, fmt.Errorf("breaker: %s and %s together: choose one, the last would silently replace the other", pair[0], pair[1])
+		}
+	}
+	if target == forBreaker && given["WithRandom"] && !given["WithJitter"] {
+		return nil, errors.New("breaker: WithRandom without WithJitter: a breaker draws random numbers only for the jitter")
 	}
 	if c.count == 0 && c.length == 0 {
 		if target == forAdaptive {
@@ -247,7 +261,7 @@ func WithSlowCallRatio(threshold time.Duration, ratio float64, minRequests int) 
 
 // WithCountWindow makes the trip strategies look at the last n counted calls
 // (1 ≤ n ≤ 16777216). This is the default for New and NewGroup, with n = 100.
-// Applies to New and NewGroup.
+// Applies to New and NewGroup; not with WithRollingWindow.
 func WithCountWindow(n int) Option {
 	return func(c *config) error {
 		c.use("WithCountWindow", forBreaker|forGroup)
@@ -262,7 +276,8 @@ func WithCountWindow(n int) Option {
 // WithRollingWindow makes the strategies look at the calls that ended in the
 // last length of time, kept in buckets slices (1 ≤ buckets ≤ 65536, each at
 // least 1µs long): a bucket leaves the window as a whole. The default for
-// NewAdaptive is 10s in 10 buckets. Applies to New, NewAdaptive and NewGroup.
+// NewAdaptive is 10s in 10 buckets. Applies to New, NewAdaptive and NewGroup;
+// not with WithCountWindow.
 func WithRollingWindow(length time.Duration, buckets int) Option {
 	return func(c *config) error {
 		c.use("WithRollingWindow", forBreaker|forAdaptive|forGroup)
@@ -281,7 +296,7 @@ func WithRollingWindow(length time.Duration, buckets int) Option {
 // through; the default is 1s. A probe is one call and a failed one reopens
 // the breaker, so a short default costs a sick dependency about one call a
 // second while the callers fall back, and brings them back within about a
-// second of its healing. Applies to New and NewGroup.
+// second of its healing. Applies to New and NewGroup; not with WithBackoff.
 func WithOpenDuration(d time.Duration) Option {
 	return func(c *config) error {
 		c.use("WithOpenDuration", forBreaker|forGroup)
@@ -296,7 +311,7 @@ func WithOpenDuration(d time.Duration) Option {
 // WithBackoff keeps a tripped breaker open for base the first time, and
 // doubles that each time a probe fails and the breaker reopens, up to max.
 // Closing the breaker brings the next open duration back to base. Applies to
-// New and NewGroup.
+// New and NewGroup; not with WithOpenDuration.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		c.use("WithBackoff", forBreaker|forGroup)
@@ -330,7 +345,7 @@ func WithJitter(fraction float64) Option {
 // probes; it reopens as soon as that ratio can no longer be reached. The
 // default is one probe and a ratio of 1: the first failed probe reopens.
 // A probe keeps its slot until its end is reported (a Guard always reports
-// it; outside one, finish every Permit). Applies to New and NewGroup.
+// it; outside one, Execute does). Applies to New and NewGroup.
 func WithHalfOpenProbes(n int, successRatio float64) Option {
 	return func(c *config) error {
 		c.use("WithHalfOpenProbes", forBreaker|forGroup)
@@ -345,10 +360,9 @@ func WithHalfOpenProbes(n int, successRatio float64) Option {
 	}
 }
 
-// WithClock sets the clock read by the methods that take no instant (Allow,
-// Execute, ForceOpen, Counts...), and by Done and a Permit's Record when
-// they were not given the end instant (sluice.Unread) and an outcome changes
-// the breaker's state; the default is sluice.SystemClock. Inside a Guard the
+// WithClock sets the clock read by the methods that take no instant
+// (Execute, ForceOpen, Counts...), and by Done when it was not given the end
+// instant (latency -1) and an outcome changes the breaker's state; the default is sluice.SystemClock. Inside a Guard the
 // Guard's clock is used: give both the same one. Applies to New, NewAdaptive
 // and NewGroup.
 func WithClock(clk sluice.Clock) Option {
@@ -362,7 +376,7 @@ func WithClock(clk sluice.Clock) Option {
 	}
 }
 
-// WithClassifier sets how Execute and Permit.Finish classify a call's error;
+// WithClassifier sets how Execute classifies a call's error;
 // the default is sluice.DefaultClassifier. Inside a Guard, the Guard's
 // classifier decides. Applies to New, NewAdaptive and NewGroup.
 func WithClassifier(fn sluice.Classifier) Option {

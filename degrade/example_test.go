@@ -109,7 +109,7 @@ func ExampleStale() {
 // breaker opens, off once it has stayed closed for 30 seconds.
 func ExampleSwitch() {
 	clock := sluice.NewManualClock(0)
-	recs, err := degrade.NewSwitch("recommendations", degrade.SwitchClock(clock))
+	recs, err := degrade.NewSwitch("recommendations", degrade.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
@@ -138,7 +138,7 @@ func ExampleSwitch() {
 		panic(err)
 	}
 	defer stop()
-	auto, err := degrade.NewAuto(recs, open, degrade.BoolHysteresis(0, 30*time.Second))
+	auto, err := degrade.NewAuto(recs, open, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30 * time.Second})
 	if err != nil {
 		panic(err)
 	}
@@ -171,7 +171,7 @@ func ExampleSwitch() {
 func ExampleAuto() {
 	clock := sluice.NewManualClock(0)
 	cpu := adaptive.NewManualSampler(0.5, 0) // in production: the sampler the load guard reads
-	rich, err := degrade.NewSwitch("rich-fields", degrade.SwitchClock(clock))
+	rich, err := degrade.NewSwitch("rich-fields", degrade.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}

@@ -27,8 +27,8 @@ func TestTimeoutsTripABreakerAndFallbacksAnswer(t *testing.T) {
 		sig, unsub, err := degrade.StateSignal(br, breaker.StateOpen.String(), breaker.StateHalfOpen.String())
 		require.NoError(t, err)
 		defer unsub()
-		sw := newSwitch(t, "payments-degraded", degrade.SwitchClock(clock))
-		auto, err := degrade.NewAuto(sw, sig, degrade.BoolHysteresis(0, 30*time.Second))
+		sw := newSwitch(t, "payments-degraded", degrade.WithClock(clock))
+		auto, err := degrade.NewAuto(sw, sig, degrade.Hysteresis{OnAbove: 0.5, OffBelow: 0.5, OffFor: 30 * time.Second})
 		require.NoError(t, err)
 
 		fb, err := degrade.New(

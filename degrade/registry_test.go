@@ -20,56 +20,39 @@ func TestRegistry(t *testing.T) {
 	_, ok := r.Get("x")
 	assert.False(t, ok, "a failed Add adds none")
 
-	rich, err := r.Switch("rich-fields")
-	require.NoError(t, err)
-	again, err := r.Switch("rich-fields")
-	require.NoError(t, err)
-	assert.Same(t, rich, again)
-	_, err = r.Switch("")
-	assert.ErrorContains(t, err, "empty name")
+	require.NoError(t, r.Add(newSwitch(t, "rich-fields")))
 
 	got, ok := r.Get("recommendations")
 	assert.True(t, ok)
 	assert.Same(t, recs, got)
 
-	flipped, err := r.Set("recommendations", true)
-	require.NoError(t, err)
-	assert.True(t, flipped)
-	assert.True(t, recs.On())
-	_, err = r.Set("missing", true)
-	assert.ErrorContains(t, err, "no switch")
-
-	flipped, err = r.Pin("recommendations", false)
-	require.NoError(t, err)
-	assert.True(t, flipped)
-	assert.True(t, recs.Pinned())
-	require.NoError(t, r.Unpin("recommendations"))
-	assert.False(t, recs.Pinned())
-	assert.False(t, recs.On(), "unpinned where it was pinned")
-	_, err = r.Pin("missing", true)
-	assert.ErrorContains(t, err, "no switch")
-	assert.ErrorContains(t, r.Unpin("missing"), "no switch")
-
-	assert.Equal(t, []string{"recommendations", "rich-fields"}, r.Names())
+	_, ok = r.Get("missing")
+	assert.False(t, ok)
 	assert.Equal(t, map[string]bool{"recommendations": false, "rich-fields": false}, r.States())
 }
 
-func TestRegistryConcurrentSwitch(t *testing.T) {
+func TestRegistryConcurrentAddAndStates(t *testing.T) {
 	var r degrade.Registry
 	var wg sync.WaitGroup
-	got := make([]*degrade.Switch, 8)
-	for i := range got {
+	errs := make([]error, 8)
+	sws := make([]*degrade.Switch, len(errs))
+	for i := range sws {
+		sws[i] = newSwitch(t, "shared")
+	}
+	for i := range errs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := r.Switch("shared")
-			assert.NoError(t, err)
-			got[i] = s
+			errs[i] = r.Add(sws[i])
 			_ = r.States()
 		}()
 	}
 	wg.Wait()
-	for _, s := range got {
-		assert.Same(t, got[0], s)
+	added := 0
+	for _, err := range errs {
+		if err == nil {
+			added++
+		}
 	}
+	assert.Equal(t, 1, added, "one name, one switch")
 }

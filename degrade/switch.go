@@ -42,58 +42,45 @@ type subscriber struct {
 	fn func(sluice.StateChange)
 }
 
-// The states of a Switch, as its StateChanges name them.
-const (
-	StateOff = "off"
-	StateOn  = "on"
-)
+// Option configures a Switch.
+type Option func(*options) error
 
-// SwitchOption configures a Switch.
-type SwitchOption func(*switchConfig) error
-
-type switchConfig struct {
-	clock sluice.Clock
-	on    bool
+type options struct {
+	clock    sluice.Clock
+	clockSet bool
 }
 
-// SwitchClock makes the Switch, and an Auto driving it, read c instead of
-// sluice.SystemClock.
-func SwitchClock(c sluice.Clock) SwitchOption {
-	return func(cfg *switchConfig) error {
+// WithClock makes the Switch, and an Auto driving it, read c instead of
+// sluice.SystemClock. It is the clock option of every package of sluice.
+func WithClock(c sluice.Clock) Option {
+	return func(o *options) error {
 		if c == nil {
-			return errors.New("degrade: SwitchClock: nil clock")
+			return errors.New("degrade: WithClock: nil clock")
 		}
-		cfg.clock = c
+		if o.clockSet {
+			return errors.New("degrade: WithClock given twice: the last would silently replace the first")
+		}
+		o.clock, o.clockSet = c, true
 		return nil
 	}
 }
 
-// InitiallyOn makes the Switch start on; the default is off.
-func InitiallyOn() SwitchOption {
-	return func(cfg *switchConfig) error {
-		cfg.on = true
-		return nil
-	}
-}
-
-// NewSwitch returns a Switch named name, off unless InitiallyOn is given.
-// The name must not be empty.
-func NewSwitch(name string, opts ...SwitchOption) (*Switch, error) {
+// NewSwitch returns a Switch named name, off: turn it on with Set or Pin.
+// The name must not be empty, and an option may be given once.
+func NewSwitch(name string, opts ...Option) (*Switch, error) {
 	if name == "" {
 		return nil, errors.New("degrade: NewSwitch: empty name")
 	}
-	cfg := switchConfig{clock: sluice.SystemClock}
-	for _, o := range opts {
-		if o == nil {
+	o := options{clock: sluice.SystemClock}
+	for _, opt := range opts {
+		if opt == nil {
 			continue
 		}
-		if err := o(&cfg); err != nil {
+		if err := opt(&o); err != nil {
 			return nil, err
 		}
 	}
-	s := &Switch{name: name, clock: cfg.clock}
-	s.on.Store(cfg.on)
-	return s, nil
+	return &Switch{name: name, clock: o.clock}, nil
 }
 
 // On reports whether the switch is on: whether to degrade.
@@ -195,11 +182,12 @@ func (s *Switch) drain() {
 	s.pending = s.pending[:0]
 }
 
+// stateName names a Switch's state as its StateChanges do: "on" or "off".
 func stateName(on bool) string {
 	if on {
-		return StateOn
+		return "on"
 	}
-	return StateOff
+	return "off"
 }
 
 // Subscribe registers fn, called after every flip of the switch, outside its

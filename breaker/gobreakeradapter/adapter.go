@@ -11,22 +11,13 @@ import (
 	"github.com/sony/gobreaker/v2"
 )
 
-// ErrExcluded is the error the Policy hands gobreaker for an Ignored or
-// Released outcome. A breaker built by NewFromSettings excludes it from its
-// counts; one given to New must exclude it too, with IsExcluded.
-var ErrExcluded = errors.New("gobreakeradapter: outcome not counted")
+// errExcluded is the error the Policy hands gobreaker for an Ignored or
+// Released outcome; New excludes it from gobreaker's counts.
+var errExcluded = errors.New("gobreakeradapter: outcome not counted")
 
 // ErrFailure is the error the Policy hands gobreaker for a Failure outcome.
 // gobreaker's default IsSuccessful counts it as a failure.
 var ErrFailure = errors.New("gobreakeradapter: call failed")
-
-// IsExcluded returns a gobreaker Settings.IsExcluded function that excludes
-// ErrExcluded and whatever next excludes; next may be nil.
-func IsExcluded(next func(error) bool) func(error) bool {
-	return func(err error) bool {
-		return errors.Is(err, ErrExcluded) || (next != nil && next(err))
-	}
-}
 
 // Policy is a sluice.Policy backed by a gobreaker.TwoStepCircuitBreaker. Its
 // rejections match sluice.ErrCircuitOpen, for gobreaker's ErrOpenState and
@@ -34,7 +25,7 @@ func IsExcluded(next func(error) bool) func(error) bool {
 type Policy struct {
 	name    string
 	cb      *gobreaker.TwoStepCircuitBreaker[any]
-	timeout time.Duration // 0: unknown
+	timeout time.Duration // the open duration
 
 	openedAt atomic.Pointer[time.Time] // when the breaker last opened; nil if unknown
 
@@ -45,53 +36,15 @@ type Policy struct {
 	events events
 }
 
-// Option configures a Policy made by New.
-type Option func(*Policy) error
-
-// WithTimeout tells a Policy made by New the open duration its breaker was
-// configured with (gobreaker's Settings.Timeout), so its rejections carry it
-// as RetryAfter, an upper bound of the wait. Without it a Policy made by New
-// rejects with RetryAfter 0: unknown.
-func WithTimeout(d time.Duration) Option {
-	return func(p *Policy) error {
-		if d <= 0 {
-			return errors.New("gobreakeradapter: WithTimeout: duration must be positive")
-		}
-		p.timeout = d
-		return nil
-	}
-}
-
-// New wraps a breaker built elsewhere. Its Settings.IsExcluded must exclude
-// ErrExcluded (see IsExcluded): otherwise Ignored and Released calls count
-// as failures. The Policy cannot hear its state changes, so it is no
-// source of state changes, and it knows RetryAfter only as
-// WithTimeout tells it.
-func New(cb *gobreaker.TwoStepCircuitBreaker[any], opts ...Option) (*Policy, error) {
-	if cb == nil {
-		return nil, errors.New("gobreakeradapter: New: nil breaker")
-	}
-	p := newPolicy(cb.Name())
-	p.cb = cb
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(p); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-// NewFromSettings builds a gobreaker.TwoStepCircuitBreaker from st and wraps
-// it. It adds ErrExcluded to st.IsExcluded, and chains st.OnStateChange so
+// New builds a gobreaker.TwoStepCircuitBreaker from st and wraps it. It
+// makes st.IsExcluded also exclude the Ignored and Released calls, and
+// chains st.OnStateChange so
 // the Policy learns when the breaker opens (for RetryAfter) and reports its
 // state changes to Subscribe's listeners, outside gobreaker's lock. A
 // Timeout of 0 means gobreaker's default of 60s.
-func NewFromSettings(st gobreaker.Settings) (*Policy, error) {
+func New(st gobreaker.Settings) (*Policy, error) {
 	if st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0 {
-		return nil, errors.New("gobreakeradapter: NewFromSettings: negative Timeout, Interval or BucketPeriod")
+		return nil, errors.New("gobreakeradapter: New: negative Timeout, Interval or BucketPeriod")
 	}
 	p := newPolicy(st.Name)
 	p.timeout = st.Timeout
@@ -109,7 +62,10 @@ func NewFromSettings(st gobreaker.Settings) (*Policy, error) {
 			user(name, from, to)
 		}
 	}
-	st.IsExcluded = IsExcluded(st.IsExcluded)
+	userExcluded := st.IsExcluded
+	st.IsExcluded = func(err error) bool {
+		return errors.Is(err, errExcluded) || (userExcluded != nil && userExcluded(err))
+	}
 	p.cb = gobreaker.NewTwoStepCircuitBreaker[any](st)
 	return p, nil
 }
@@ -151,7 +107,7 @@ func (p *Policy) allow() (sluice.Ticket, error) {
 		if !delivered {
 			// A listener panicked: the call will not run, so gobreaker gets
 			// its slot (a half-open probe's) back.
-			done(ErrExcluded)
+			done(errExcluded)
 		}
 	}()
 	p.events.dispatch()
@@ -165,9 +121,6 @@ func (p *Policy) allow() (sluice.Ticket, error) {
 }
 
 func (p *Policy) retryAfter(err error) time.Duration {
-	if p.timeout == 0 {
-		return 0
-	}
 	if errors.Is(err, gobreaker.ErrOpenState) {
 		if at := p.openedAt.Load(); at != nil {
 			if left := p.timeout - time.Since(*at); left > 0 {
@@ -186,7 +139,7 @@ func (p *Policy) retryAfter(err error) time.Duration {
 func (p *Policy) Needs() sluice.Needs { return 0 }
 
 // Done reports the outcome to gobreaker: Success as a nil error, Failure as
-// ErrFailure, Ignored and Released as ErrExcluded. It is the sluice.Policy
+// ErrFailure, Ignored and Released as an error that New excluded. It is the sluice.Policy
 // method.
 func (p *Policy) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	p.mu.Lock()
@@ -202,14 +155,13 @@ func (p *Policy) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	case sluice.Failure:
 		done(ErrFailure)
 	default:
-		done(ErrExcluded)
+		done(errExcluded)
 	}
 	p.events.dispatch()
 }
 
-// Subscribe registers fn, called after each state change of a breaker built
-// by NewFromSettings, outside gobreaker's lock, in order; a Policy made by
-// New never calls it. It implements sluice.StateSource.
+// Subscribe registers fn, called after each state change of the breaker,
+// outside gobreaker's lock, in order. It implements sluice.StateSource.
 func (p *Policy) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 	if fn == nil {
 		return func() {}

@@ -29,25 +29,9 @@ func consecutive(n uint32) func(gobreaker.Counts) bool {
 }
 
 func TestConformance(t *testing.T) {
-	t.Run("New", func(t *testing.T) {
-		policytest.Run(t, policytest.Config{
-			New: func(t *testing.T) sluice.Policy {
-				cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
-					Name: "wrapped", MaxRequests: 2, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
-					IsExcluded: gobreakeradapter.IsExcluded(nil),
-				})
-				p, err := gobreakeradapter.New(cb)
-				require.NoError(t, err)
-				return p
-			},
-			Causes:       []error{sluice.ErrCircuitOpen},
-			NoRetryAfter: true, // New without WithTimeout cannot know
-			WallClock:    true,
-		})
-	})
 	policytest.Run(t, policytest.Config{
 		New: func(t *testing.T) sluice.Policy {
-			p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+			p, err := gobreakeradapter.New(gobreaker.Settings{
 				Name: "conf", MaxRequests: 2, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
 			})
 			require.NoError(t, err)
@@ -60,7 +44,7 @@ func TestConformance(t *testing.T) {
 
 func TestRejectionsAndRetryAfter(t *testing.T) {
 	var heard []string
-	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+	p, err := gobreakeradapter.New(gobreaker.Settings{
 		Name: "pay", Timeout: time.Hour, ReadyToTrip: consecutive(2),
 		OnStateChange: func(name string, from, to gobreaker.State) { heard = append(heard, name+" "+to.String()) },
 	})
@@ -99,7 +83,7 @@ func TestReleasedProbeFreesItsSlot(t *testing.T) {
 }
 
 func releasedProbe(t *testing.T) {
-	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+	p, err := gobreakeradapter.New(gobreaker.Settings{
 		MaxRequests: 1, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
 	})
 	require.NoError(t, err)
@@ -121,51 +105,33 @@ func releasedProbe(t *testing.T) {
 	assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())
 }
 
-func TestNewWrapsAnExistingBreaker(t *testing.T) {
-	cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+func TestIgnoredAndRepeatedOutcomesDoNotCount(t *testing.T) {
+	p, err := gobreakeradapter.New(gobreaker.Settings{
 		Name: "legacy", Timeout: time.Minute, ReadyToTrip: consecutive(1),
-		IsExcluded: gobreakeradapter.IsExcluded(nil),
 	})
-	p, err := gobreakeradapter.New(cb, gobreakeradapter.WithTimeout(time.Minute))
 	require.NoError(t, err)
 	ctx := context.Background()
+	for _, o := range []sluice.Outcome{sluice.Ignored, sluice.Released} {
+		d, tk := admit(p, ctx, 0)
+		require.True(t, d.Allowed)
+		p.Done(tk, o, 0, 0)
+		assert.Equal(t, gobreaker.StateClosed, p.Breaker().State(), "%v", o)
+	}
 	d, tk := admit(p, ctx, 0)
-	require.True(t, d.Allowed)
-	p.Done(tk, sluice.Ignored, 0, 0)
-	assert.Equal(t, gobreaker.StateClosed, cb.State())
-	d, tk = admit(p, ctx, 0)
 	require.True(t, d.Allowed)
 	p.Done(tk, sluice.Failure, 0, 0)
 	p.Done(tk, sluice.Failure, 0, 0) // a second Done for one ticket is ignored
 	d, _ = admit(p, ctx, 0)
 	assert.False(t, d.Allowed)
-	assert.Equal(t, time.Minute, d.RetryAfter)
+	assert.InDelta(t, float64(time.Minute), float64(d.RetryAfter), float64(time.Second))
 
-	unknown, err := gobreakeradapter.New(cb)
-	require.NoError(t, err)
-	d, _ = admit(unknown, ctx, 0)
-	assert.Zero(t, d.RetryAfter, "unknown without WithTimeout")
-
-	_, err = gobreakeradapter.New(nil)
+	_, err = gobreakeradapter.New(gobreaker.Settings{Timeout: -1})
 	assert.Error(t, err)
-	_, err = gobreakeradapter.New(cb, gobreakeradapter.WithTimeout(0))
-	assert.Error(t, err)
-	_, err = gobreakeradapter.NewFromSettings(gobreaker.Settings{Timeout: -1})
-	assert.Error(t, err)
-}
-
-func TestIsExcluded(t *testing.T) {
-	other := errors.New("other")
-	f := gobreakeradapter.IsExcluded(func(err error) bool { return errors.Is(err, other) })
-	assert.True(t, f(gobreakeradapter.ErrExcluded))
-	assert.True(t, f(fmt.Errorf("wrapped: %w", other)))
-	assert.False(t, f(errors.New("x")))
-	assert.False(t, gobreakeradapter.IsExcluded(nil)(nil))
 }
 
 // A team's tuned gobreaker settings, behind a Guard.
-func ExampleNewFromSettings() {
-	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+func ExampleNew() {
+	p, err := gobreakeradapter.New(gobreaker.Settings{
 		Name:        "payments",
 		MaxRequests: 3,
 		Timeout:     30 * time.Second,
@@ -194,11 +160,9 @@ func ExampleNewFromSettings() {
 // decide alike.
 func TestGuardAgreesWhileTheClockStandsStill(t *testing.T) {
 	mk := func() *gobreakeradapter.Policy {
-		cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+		p, err := gobreakeradapter.New(gobreaker.Settings{
 			Name: "still", Timeout: time.Hour, ReadyToTrip: consecutive(3),
-			IsExcluded: gobreakeradapter.IsExcluded(nil),
 		})
-		p, err := gobreakeradapter.New(cb)
 		require.NoError(t, err)
 		return p
 	}
@@ -238,7 +202,7 @@ func TestGuardAgreesWhileTheClockStandsStill(t *testing.T) {
 // the next call may probe.
 func TestPanickingListenerAtAProbeFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{
+		p, err := gobreakeradapter.New(gobreaker.Settings{
 			MaxRequests: 1, Timeout: time.Millisecond, ReadyToTrip: consecutive(1),
 		})
 		require.NoError(t, err)

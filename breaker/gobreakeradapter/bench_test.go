@@ -13,7 +13,7 @@ import (
 // BenchmarkGuardGobreaker is a request through a Guard with a closed
 // gobreaker breaker.
 func BenchmarkGuardGobreaker(b *testing.B) {
-	p, err := gobreakeradapter.NewFromSettings(gobreaker.Settings{Name: "bench"})
+	p, err := gobreakeradapter.New(gobreaker.Settings{Name: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func BenchmarkUnaryServer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		br.OpenFor(sluice.Now(), time.Hour)
+		br.OpenFor(context.Background(), sluice.Now(), time.Hour)
 		i := unary(b, WithGuard(mustGuard(b, sluice.With(br))))
 		b.ReportAllocs()
 		for b.Loop() {

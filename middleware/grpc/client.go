@@ -36,8 +36,8 @@ import (
 // A server that answers Unavailable or ResourceExhausted with an
 // errdetails.RetryInfo (a sluice server's rejection, or any server that
 // follows the gRPC error model) holds every policy of the call's Guard that
-// can be held open (breaker.Breaker's OpenFor; of a breaker.Group, the
-// breaker of the call's key) open for that delay, capped by
+// can be held open (a sluice.Opener: a breaker.Breaker; of a breaker.Group,
+// the breaker of the call's key) open for that delay, capped by
 // WithMaxRetryDelay: the client stops calling a server that asked it to wait.
 //
 // Key functions see the method as the request's Route and the outgoing
@@ -96,19 +96,6 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	return err
 }
 
-// opener is implemented by the policies that can be held open for a time,
-// as breaker.Breaker is.
-type opener interface {
-	OpenFor(now, d time.Duration)
-}
-
-// contextOpener is implemented by the policies that hold open the part of
-// them that a request's context picks, as breaker.Group does (the breaker
-// of the request's key).
-type contextOpener interface {
-	OpenForContext(ctx context.Context, now, d time.Duration)
-}
-
 // holdOpen holds g's breakers open for the delay of err's RetryInfo, capped
 // by WithMaxRetryDelay, from now (an instant on g's clock), when err is a
 // peer's Unavailable or ResourceExhausted that carries one. The client's own
@@ -133,11 +120,8 @@ func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, now time.Duratio
 		return
 	}
 	for _, p := range g.Policies() {
-		switch o := p.(type) {
-		case contextOpener:
-			o.OpenForContext(ctx, now, delay)
-		case opener:
-			o.OpenFor(now, delay)
+		if o, ok := p.(sluice.Opener); ok {
+			o.OpenFor(ctx, now, delay)
 		}
 	}
 }

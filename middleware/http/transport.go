@@ -100,19 +100,6 @@ func WithMaxRetryAfter(d time.Duration) TransportOption {
 	}
 }
 
-// opener is implemented by breakers that can be held open for a time
-// (breaker.Breaker's OpenFor).
-type opener interface {
-	OpenFor(now, d time.Duration)
-}
-
-// contextOpener is implemented by the policies that hold open the part of
-// them that a request's context picks (breaker.Group: the breaker of the
-// request's key).
-type contextOpener interface {
-	OpenForContext(ctx context.Context, now, d time.Duration)
-}
-
 // RoundTripper is an http.RoundTripper that guards each call with its host's
 // Guard. Build it with Transport.
 type RoundTripper struct {
@@ -160,7 +147,7 @@ type hostGuard struct {
 // (5xx a failure, 4xx ignored) when the caller closes the response's body or
 // reads it to the end, so that a concurrency limit counts the call until then.
 // A 429 or 503 with a Retry-After opens every policy of the host's Guard
-// that can be held open (a breaker's OpenFor; of a breaker.Group, the
+// that can be held open (a sluice.Opener: a breaker; of a breaker.Group, the
 // breaker of the host, which the call's resource names) for that long,
 // capped by WithMaxRetryAfter. A call whose context has ended before it is
 // sent is not sent, and counts for nothing (see RoundTrip). next nil means
@@ -467,11 +454,8 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			// breaker drops the outcome of a call from before it opened).
 			now := call.Start()
 			for _, p := range g.Policies() {
-				switch op := p.(type) {
-				case contextOpener:
-					op.OpenForContext(gctx, now, ra)
-				case opener:
-					op.OpenFor(now, ra)
+				if op, ok := p.(sluice.Opener); ok {
+					op.OpenFor(gctx, now, ra)
 				}
 			}
 		}

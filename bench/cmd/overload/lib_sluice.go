@@ -22,7 +22,11 @@ func sluiceServe(w work, p sluice.Policy) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sluicehttp.Middleware(sluicehttp.WithGuard(g))(plain(w)), nil
+	mw, err := sluicehttp.Middleware(sluicehttp.WithGuard(g))
+	if err != nil {
+		return nil, err
+	}
+	return mw(plain(w)), nil
 }
 
 var sluiceShedderLib = shedLib{
