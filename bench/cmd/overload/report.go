@@ -82,7 +82,7 @@ func (rep *report) markdown(w io.Writer) {
 	}
 	if len(rep.dep) > 0 {
 		fmt.Fprintf(w, "### Slow dependency: %.0f requests/s on each of two routes, 16 shared connections; "+
-			"sick (2 s, 25 %% failures) for %s, then healed\n\n", cfg.depRate, cfg.depSick)
+			"sick (2 s, 25 %% failures) for %g s, then healed\n\n", cfg.depRate, cfg.depSick.Seconds())
 		fmt.Fprintf(w, "Median of %d run(s).\n\n", cfg.runs)
 		row(w, "library", "open after (ms)", "calls into the sick dependency", "% answered from fallback", "recovered after healing (ms)")
 		row(w, "---", "---:", "---:", "---:", "---:")
