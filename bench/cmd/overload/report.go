@@ -30,9 +30,16 @@ func levelName(x float64) string {
 func medians(runs []levelStats) levelStats {
 	var g, p, r []float64
 	for _, s := range runs {
-		g, p, r = append(g, s.goodput), append(p, s.p99), append(r, s.rejected)
+		g, r = append(g, s.goodput), append(r, s.rejected)
+		if s.p99 >= 0 {
+			p = append(p, s.p99)
+		}
 	}
-	return levelStats{goodput: median(g), p99: median(p), rejected: median(r)}
+	m := levelStats{goodput: median(g), p99: -1, rejected: median(r)}
+	if len(p) > 0 {
+		m.p99 = median(p)
+	}
+	return m
 }
 
 var scenarioTitle = map[string]string{
@@ -63,7 +70,11 @@ func (rep *report) markdown(w io.Writer) {
 			cells := []string{lib.label}
 			for li := range cfg.levels {
 				m := medians(per[li])
-				cells = append(cells, fmt.Sprintf("%.0f · %.0f · %.0f", m.goodput, m.p99, m.rejected))
+				p99 := "–"
+				if m.p99 >= 0 {
+					p99 = fmt.Sprintf("%.0f", m.p99)
+				}
+				cells = append(cells, fmt.Sprintf("%.0f · %s · %.0f", m.goodput, p99, m.rejected))
 			}
 			row(w, cells...)
 		}
@@ -71,7 +82,7 @@ func (rep *report) markdown(w io.Writer) {
 	}
 	if len(rep.dep) > 0 {
 		fmt.Fprintf(w, "### Slow dependency: %.0f requests/s on each of two routes, 16 shared connections; "+
-			"sick (2 s, 25 %% failures) for %s, then healed\n\n", cfg.depRate, cfg.depSick)
+			"sick (2 s, 25 %% failures) for %g s, then healed\n\n", cfg.depRate, cfg.depSick.Seconds())
 		fmt.Fprintf(w, "Median of %d run(s).\n\n", cfg.runs)
 		row(w, "library", "open after (ms)", "calls into the sick dependency", "% answered from fallback", "recovered after healing (ms)")
 		row(w, "---", "---:", "---:", "---:", "---:")

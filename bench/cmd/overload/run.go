@@ -52,7 +52,7 @@ func defaultConfig() config {
 // levelStats is one library at one load level in one run.
 type levelStats struct {
 	goodput  float64 // answers within the objective per second, % of capacity
-	p99      float64 // ms, of the requests not rejected (unanswered ones at clientTimeout)
+	p99      float64 // ms, of the requests not rejected (unanswered ones at clientTimeout); -1: none was admitted
 	rejected float64 // % of the requests
 	// shed is how many requests were rejected in the whole play, warm-up
 	// included.
@@ -246,6 +246,7 @@ func surgeStats(res []result, warm, dur time.Duration, capacity float64) levelSt
 	if n > 0 {
 		st.rejected = float64(rejected) / float64(n) * 100
 	}
+	st.p99 = -1
 	if len(lats) > 0 {
 		slices.Sort(lats)
 		st.p99 = float64(lats[(len(lats)*99)/100]) / float64(time.Millisecond)
