@@ -81,7 +81,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return newRejection(err, call.Decision())
+		return c.answer(nil, call.Decision(), err).err
 	}
 	if ctx.Err() != nil {
 		// It ended while a policy made it wait: it gives back what the
@@ -206,7 +206,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return nil, newRejection(err, call.Decision())
+		return nil, c.answer(nil, call.Decision(), err).err
 	}
 	if ctx.Err() != nil {
 		call.Report(sluice.Released, nil) // as for a unary call

@@ -27,6 +27,9 @@ type config struct {
 	fallbacks  map[middleware.FallbackKey]Fallback
 	critical   map[string]struct{}
 	resources  bool
+	trailers   bool // a server interceptor: rejections set trailer metadata
+	pushback   bool // the trailers carry gRPC's retry pushback
+	answers    answers
 }
 
 type side uint8
@@ -57,6 +60,8 @@ func build(s side, opts []Option) (*config, error) {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
 	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
+	c.trailers = s == serverSide
+	c.pushback = true
 	if !o.maxRetrySet {
 		c.maxRetry = 10 * time.Minute
 	}

@@ -3,7 +3,6 @@ package sluicegrpc
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -352,38 +351,22 @@ func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *mi
 	if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
 		return fb(ctx, req, d)
 	}
-	set := grpc.SetTrailer
-	if grpc.ServerTransportStreamFromContext(ctx) == nil {
-		set = nil // called directly: no stream to set trailers on
+	a := c.answer(rt, d, err)
+	if a.md != nil {
+		if s := grpc.ServerTransportStreamFromContext(ctx); s != nil {
+			_ = s.SetTrailer(a.md)
+		}
 	}
-	return nil, rejectCall(ctx, rt, d, err, set)
+	return nil, a.err
 }
 
 // MetadataRetryPushback is the trailer metadata key of gRPC's retry
 // pushback: the milliseconds a client's retryPolicy waits before it retries
-// the call (gRFC A6).
+// the call (gRFC A6). A rejection's trailers carry it, unless
+// WithoutRetryPushback turns it off: trailers, not a header, so that the
+// answer is trailers-only, the answer a grpc-go client with a retryPolicy
+// retries, after the pushback.
 const MetadataRetryPushback = "grpc-retry-pushback-ms"
-
-// rejectCall returns the error that answers a rejection, after setting,
-// with set (grpc.SetTrailer, a stream's SetTrailer), the trailer metadata
-// of the rejection: the RateLimit fields when the rejecting policy has a
-// quota, and the retry pushback of its delay. Trailers, not a header: a
-// response with no header is trailers-only, the answer a grpc-go client
-// with a retryPolicy retries, after the pushback.
-func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error, set func(context.Context, metadata.MD) error) error {
-	if set != nil {
-		delay := retryDelay(d)
-		var md metadata.MD
-		if hasQuota(d) {
-			md = quotaMetadata(rt, d, delay)
-		} else {
-			md = make(metadata.MD, 1)
-		}
-		md[MetadataRetryPushback] = []string{strconv.FormatInt(int64(ceilMilli(delay)/time.Millisecond), 10)}
-		_ = set(ctx, md)
-	}
-	return newRejection(err, d)
-}
 
 func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
 	if hasQuota(d) {

@@ -203,9 +203,10 @@ type rejection struct {
 	rej error           // the Guard's rejection, as sluice.Rejection makes it
 	d   sluice.Decision // rej's Decision, as of the rejection
 	st  *status.Status
+	msg string // st's error text, as gRPC's status error has it
 }
 
-func (e *rejection) Error() string              { return e.st.Err().Error() }
+func (e *rejection) Error() string              { return e.msg }
 func (e *rejection) GRPCStatus() *status.Status { return e.st }
 func (e *rejection) Unwrap() error              { return e.rej }
 func (e *rejection) Is(target error) bool       { return target == sluice.ErrRejected }
@@ -222,7 +223,8 @@ func newRejectionCode(err error, d sluice.Decision, code codes.Code) *rejection 
 	if !isGuardRejection(err) {
 		err = sluice.Rejection(d)
 	}
-	return &rejection{rej: err, d: d, st: rejectionStatus(d, code)}
+	st := rejectionStatus(d, code)
+	return &rejection{rej: err, d: d, st: st, msg: st.Err().Error()}
 }
 
 // guardRejection is the type of a Guard's rejections, which sluice keeps

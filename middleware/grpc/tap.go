@@ -153,7 +153,7 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	call, err := rt.Guard.Begin(kctx)
 	if err != nil {
-		return ctx, newRejection(err, call.Decision())
+		return ctx, c.answer(nil, call.Decision(), err).err
 	}
 	a := &tapAdmission{guard: rt.Guard, call: call, parent: kctx}
 	a.stop = context.AfterFunc(ctx, a.abandon)

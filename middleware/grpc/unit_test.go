@@ -169,6 +169,7 @@ type fakeStream struct {
 
 func (f fakeStream) Context() context.Context    { return f.ctx }
 func (f fakeStream) SetHeader(metadata.MD) error { return nil }
+func (f fakeStream) SetTrailer(metadata.MD)      {}
 
 func TestUnguardedMethodsPassThrough(t *testing.T) {
 	rec := &recorder{name: "rec"}
