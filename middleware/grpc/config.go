@@ -61,7 +61,7 @@ func build(s side, opts []Option) (*config, error) {
 	}
 	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
 	c.trailers = s == serverSide
-	c.pushback = true
+	c.pushback = !o.noPushback
 	if !o.maxRetrySet {
 		c.maxRetry = 10 * time.Minute
 	}

@@ -35,7 +35,8 @@
 //   - the delay as gRPC's retry pushback, the grpc-retry-pushback-ms trailer
 //     (7000). The answer has no header (it is trailers-only), so a grpc-go
 //     client whose service config has a retryPolicy for the code retries
-//     the call after the delay.
+//     the call after the delay ([WithoutRetryPushback] leaves it out, for
+//     clients to retry with their own backoff).
 //
 // A unary call can be answered by a [Fallback] instead ([WithFallback]), per
 // method and cause, as the HTTP adapters answer with a fallback response.

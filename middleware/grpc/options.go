@@ -31,6 +31,7 @@ type options struct {
 	skip       middleware.Skipper
 	classify   sluice.Classifier
 	quotaMD    bool
+	noPushback bool
 	msgGuard   *sluice.Guard
 	msgMethods []string
 	timeout    time.Duration
@@ -43,6 +44,21 @@ type options struct {
 	errs        []error
 	serverOnly  []string
 	clientOnly  []string
+	given       map[string]bool // the options that may be given once
+}
+
+// once records that the option name was given, and an error when it was
+// given before: an option given twice would leave one of its values
+// unused.
+func (o *options) once(name string) {
+	if o.given[name] {
+		o.errs = append(o.errs, fmt.Errorf("sluicegrpc: %s given twice", name))
+		return
+	}
+	if o.given == nil {
+		o.given = make(map[string]bool)
+	}
+	o.given[name] = true
 }
 
 // WithGuard makes g guard every method that no WithMethodGuard names (and,
@@ -232,6 +248,20 @@ func WithQuotaMetadata() Option {
 	return func(o *options) {
 		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")
 		o.quotaMD = true
+	}
+}
+
+// WithoutRetryPushback leaves gRPC's retry pushback (the
+// grpc-retry-pushback-ms trailer, see [MetadataRetryPushback]) out of
+// rejections, for servers whose clients' retryPolicy should retry them with
+// its own backoff rather than wait the announced delay. The RetryInfo stays
+// in the status. For server interceptors only. Default: the pushback is
+// sent.
+func WithoutRetryPushback() Option {
+	return func(o *options) {
+		o.serverOnly = append(o.serverOnly, "WithoutRetryPushback")
+		o.once("WithoutRetryPushback")
+		o.noPushback = true
 	}
 }
 
