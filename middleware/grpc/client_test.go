@@ -110,9 +110,9 @@ func TestClientMethodGuardWinsOverTarget(t *testing.T) {
 	shut := &refuser{name: "m", cause: sluice.ErrCircuitOpen}
 	s := serve(t, e, nil, clientOpts(t,
 		WithTargetGuard(e.target, mustGuard(t, sluice.With(shut))),
-		WithMethodGuard(methodCheck, nil))...)
+		WithMethodGuard(methodCheck, mustGuard(t)))...)
 	ctx := withTimeout(t)
-	require.NoError(t, s.check(ctx), "a nil method guard passes through")
+	require.NoError(t, s.check(ctx), "the method's own Guard, which admits every call, decides")
 	_, err := s.watch(ctx)
 	assert.Equal(t, codes.Unavailable, status.Code(err))
 }

@@ -35,10 +35,14 @@ type config struct {
 type side uint8
 
 const (
-	serverSide side = iota
+	serverSide       side = iota // UnaryServerInterceptor
+	streamServerSide             // StreamServerInterceptor
 	clientSide
 	tapSide
 )
+
+// server reports whether s is a server interceptor's side.
+func (s side) server() bool { return s == serverSide || s == streamServerSide }
 
 func build(s side, opts []Option) (*config, error) {
 	var o options
@@ -50,6 +54,9 @@ func build(s side, opts []Option) (*config, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
+	if len(o.routes) == 0 && o.table == nil && len(o.targets) == 0 && (s != streamServerSide || o.msgGuard == nil) {
+		return nil, errors.New("sluicegrpc: no Guard: give WithGuard, WithMethodGuard, WithRoutes or WithTargetGuard")
+	}
 	if s != clientSide && len(o.clientOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s is for client interceptors only", o.clientOnly[0])
 	}
@@ -60,7 +67,7 @@ func build(s side, opts []Option) (*config, error) {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
 	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
-	c.trailers = s == serverSide
+	c.trailers = s.server()
 	c.pushback = !o.noPushback
 	if !o.maxRetrySet {
 		c.maxRetry = 10 * time.Minute
@@ -75,6 +82,9 @@ func build(s side, opts []Option) (*config, error) {
 	case o.table != nil && len(o.routes) > 0:
 		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")
 	case o.table != nil:
+		if len(o.table.Guards()) == 0 {
+			return nil, errors.New("sluicegrpc: WithRoutes: the table has no Guard")
+		}
 		c.routes = o.table
 	default:
 		rs, err := middleware.NewRoutes(o.routes...)
@@ -109,6 +119,16 @@ func build(s side, opts []Option) (*config, error) {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
 		c.keyer = k
+	}
+	if len(o.targets) == 0 {
+		// Without target Guards, the table tells which methods are
+		// guarded: a critical method that none is has no Guard to be
+		// critical to.
+		for _, m := range o.critical {
+			if c.route(m) == nil {
+				return nil, fmt.Errorf("sluicegrpc: WithCriticalMethods: no Guard guards %s", m)
+			}
+		}
 	}
 	c.critical = setOf(o.critical)
 	if o.msgGuard != nil {

@@ -15,7 +15,12 @@
 // a method with neither passes through unguarded. Client interceptors can
 // also keep a Guard per connection target ([WithTargetGuard]), so one
 // interceptor keeps a breaker per dependency. [WithRoutes] shares a
-// middleware.Routes table with the HTTP adapters.
+// middleware.Routes table with the HTTP adapters. [WithSkipper] lets
+// chosen calls (health checks) by.
+//
+// Misconfiguration is an error from the constructor, never a silent
+// default: no Guard at all, a nil Guard, an option given twice, options
+// that exclude each other, a critical method that no Guard guards.
 //
 // # Rejections
 //

@@ -368,7 +368,8 @@ func TestServerMessageGuardRejectionFollowsItsCause(t *testing.T) {
 		b := newBreaker(t, "messages", clk)
 		b.ForceOpen()
 		msgs := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
-		s := start(t, tr, serverOpts(t, WithMessageGuard(msgs, methodChat)))
+		// A message guard alone guards streams only: no unary interceptor.
+		s := start(t, tr, []grpc.ServerOption{grpc.StreamInterceptor(stream(t, WithMessageGuard(msgs, methodChat)))})
 		n, err := s.chat(withTimeout(t), 2)
 		assert.Equal(t, 0, n)
 		got := readWire(t, err)

@@ -28,7 +28,7 @@ import (
 // live as long as they need to, whether a ServerInHandle admitted them or
 // not.
 func StreamServerInterceptor(opts ...Option) (grpc.StreamServerInterceptor, error) {
-	c, err := build(serverSide, opts)
+	c, err := build(streamServerSide, opts)
 	if err != nil {
 		return nil, err
 	}

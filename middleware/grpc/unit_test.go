@@ -177,28 +177,55 @@ func TestUnguardedMethodsPassThrough(t *testing.T) {
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
 	require.NoError(t, err)
 	assert.Empty(t, rec.Outcomes())
-	i = unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithMethodGuard(methodCheck, nil))
+	i = unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithSkipper(func(r middleware.Request) bool { return r.Route() == methodCheck }))
 	_, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
 	require.NoError(t, err)
-	assert.Empty(t, rec.Outcomes(), "a nil method guard overrides the default")
+	assert.Empty(t, rec.Outcomes(), "a skipped method passes by the default Guard")
 }
 
 func TestOptionsAreValidated(t *testing.T) {
 	g := mustGuard(t)
+	table, err := middleware.NewRoutes(middleware.RouteTo(methodCheck, g))
+	require.NoError(t, err)
+	empty, err := middleware.NewRoutes()
+	require.NoError(t, err)
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"), middleware.KeyByHeader("x-api-key"))
+	require.NoError(t, err)
+	skipNone := func(middleware.Request) bool { return false }
 	tests := []struct {
 		name string
 		opts []Option
 	}{
+		{"no guard", nil},
+		{"no guard, only other options", []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithQuotaMetadata()}},
 		{"nil guard", []Option{WithGuard(nil)}},
+		{"nil method guard", []Option{WithGuard(g), WithMethodGuard(methodCheck, nil)}},
+		{"routes and guard", []Option{WithRoutes(table), WithGuard(g)}},
+		{"routes and method guard", []Option{WithRoutes(table), WithMethodGuard(methodCheck, g)}},
+		{"routes twice", []Option{WithRoutes(table), WithRoutes(table)}},
+		{"routes without a guard", []Option{WithRoutes(empty)}},
+		{"key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithKey(middleware.KeyByHeader("b"))}},
+		{"keyer twice", []Option{WithGuard(g), WithKeyer(keyer), WithKeyer(keyer)}},
+		{"keyer and key", []Option{WithGuard(g), WithKeyer(keyer), WithKey(middleware.KeyByHeader("a"))}},
+		{"missing key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithMissingKey(middleware.RejectMissingKey()), WithMissingKey(middleware.SharedKey("x"))}},
+		{"skipper twice", []Option{WithGuard(g), WithSkipper(skipNone), WithSkipper(skipNone)}},
+		{"classifier twice", []Option{WithGuard(g), WithClassifier(Classify), WithClassifier(Classify)}},
+		{"quota metadata twice", []Option{WithGuard(g), WithQuotaMetadata(), WithQuotaMetadata()}},
+		{"method resource twice", []Option{WithGuard(g), WithMethodResource(), WithMethodResource()}},
+		{"critical methods twice", []Option{WithGuard(g), WithCriticalMethods(methodCheck), WithCriticalMethods(methodWatch)}},
+		{"critical method named twice", []Option{WithGuard(g), WithCriticalMethods(methodCheck, methodCheck)}},
+		{"critical method without a guard", []Option{WithMethodGuard(methodWatch, g), WithCriticalMethods(methodCheck)}},
+		{"critical method off the table", []Option{WithRoutes(table), WithCriticalMethods(methodWatch)}},
+		{"message method named twice", []Option{WithGuard(g), WithMessageGuard(g, methodChat, methodChat)}},
 		{"default twice", []Option{WithGuard(g), WithGuard(g)}},
 		{"method without slash", []Option{WithMethodGuard("pkg.Svc/M", g)}},
 		{"method without name", []Option{WithMethodGuard("/pkg.Svc/", g)}},
 		{"method twice", []Option{WithMethodGuard(methodCheck, g), WithMethodGuard(methodCheck, g)}},
 		{"nil routes", []Option{WithRoutes(nil)}},
 		{"no key function", []Option{WithKey()}},
-		{"nil key function", []Option{WithKey(nil)}},
+		{"nil key function", []Option{WithGuard(g), WithKey(nil)}},
 		{"nil keyer", []Option{WithKeyer(nil)}},
-		{"missing key without a key", []Option{WithMissingKey(middleware.RejectMissingKey())}},
+		{"missing key without a key", []Option{WithGuard(g), WithMissingKey(middleware.RejectMissingKey())}},
 		{"nil skipper", []Option{WithSkipper(nil)}},
 		{"nil classifier", []Option{WithClassifier(nil)}},
 		{"no critical method", []Option{WithCriticalMethods()}},
@@ -206,9 +233,9 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"nil message guard", []Option{WithMessageGuard(nil)}},
 		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
 		{"message guard twice", []Option{WithMessageGuard(g), WithMessageGuard(g)}},
-		{"client only: timeout", []Option{WithTimeout(time.Second)}},
-		{"client only: target", []Option{WithTargetGuard("dns:///x", g)}},
-		{"client only: max retry delay", []Option{WithMaxRetryDelay(time.Minute)}},
+		{"client only: timeout", []Option{WithGuard(g), WithTimeout(time.Second)}},
+		{"client only: target", []Option{WithGuard(g), WithTargetGuard("dns:///x", g)}},
+		{"client only: max retry delay", []Option{WithGuard(g), WithMaxRetryDelay(time.Minute)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -218,14 +245,37 @@ func TestOptionsAreValidated(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
-	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g), WithMaxRetryDelay(-time.Second)} {
-		_, err := UnaryClientInterceptor(o)
+	for _, opts := range [][]Option{
+		nil,
+		{WithGuard(g), WithQuotaMetadata()},
+		{WithGuard(g), WithMessageGuard(g)},
+		{WithGuard(g), WithTimeout(0)},
+		{WithGuard(g), WithTimeout(time.Second), WithTimeout(time.Minute)},
+		{WithGuard(g), WithTargetGuard("", g)},
+		{WithGuard(g), WithTargetGuard("dns:///x", nil)},
+		{WithTargetGuard("dns:///x", g), WithTargetGuard("dns:///x", g)},
+		{WithGuard(g), WithMaxRetryDelay(-time.Second)},
+		{WithGuard(g), WithMaxRetryDelay(time.Second), WithMaxRetryDelay(0)},
+		{WithMethodGuard(methodWatch, g), WithCriticalMethods(methodCheck)},
+	} {
+		_, err := UnaryClientInterceptor(opts...)
 		assert.Error(t, err)
-		_, err = StreamClientInterceptor(o)
+		_, err = StreamClientInterceptor(opts...)
 		assert.Error(t, err)
 	}
-	_, err := UnaryServerInterceptor()
-	assert.NoError(t, err, "no options: everything passes through")
+	_, err = ServerInHandle()
+	assert.Error(t, err, "a tap with no Guard")
+
+	// A message guard alone guards a stream interceptor, not a unary one;
+	// a target Guard may guard any method, so a critical one is no error.
+	_, err = StreamServerInterceptor(WithMessageGuard(g))
+	assert.NoError(t, err)
+	_, err = UnaryServerInterceptor(WithMessageGuard(g))
+	assert.Error(t, err)
+	_, err = UnaryClientInterceptor(WithTargetGuard("dns:///x", g), WithCriticalMethods(methodCheck))
+	assert.NoError(t, err)
+	_, err = UnaryServerInterceptor(WithRoutes(table), WithCriticalMethods(methodCheck))
+	assert.NoError(t, err)
 }
 
 func TestQuotaMetadataOnAdmittedCalls(t *testing.T) {
