@@ -4,26 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Fallback answers in place of a call that a Guard's policy rejected or that
 // failed. A Guard takes fallbacks with [WithFallback] as its outermost layer:
-// they see the final error of a request (a *RejectedError, a timeout, the
+// they see the final error of a request (a rejection, a timeout, the
 // protected call's own error) after every policy has counted it, so a breaker
 // still counts the failure that a fallback hides from the caller.
 //
-// Package degrade builds Fallbacks declared by cause, and stale answers.
+// A fallback answers with a value of one type T (a [FallbackOf][T]), and
+// each entry point applies the fallbacks whose answer it can give: [Execute]
+// those of its T, the net/http and Echo middleware those answering an
+// http.Handler, the gRPC unary interceptors those answering a message (any);
+// [Guard.Do] keeps only the error of any of them. Package degrade builds
+// Fallbacks declared by cause, by route, and stale answers.
 type Fallback interface {
-	// Answer is called by [Guard.Do] and [Guard.ApplyFallback] with the
-	// non-nil error of a request. It returns the error the caller gets: nil to
-	// swallow err, err itself to decline, or another error. name names the
-	// declaration that answered ("rate-limited", "stale", ...); it is ""
-	// when none is declared for err, and out is then err.
+	// Declared returns the name of the declaration that answers err for the
+	// request of ctx, and false when none does. It runs no answer.
+	Declared(ctx context.Context, err error) (name string, ok bool)
+	// Answer is called by [Guard.Do] with the non-nil error of a request. It
+	// returns the error the caller gets: nil to swallow err, err itself to
+	// decline, or another error. name names the declaration that answered
+	// ("rate-limited", "stale", ...); it is "" when none is declared for err,
+	// and out is then err.
 	Answer(ctx context.Context, err error) (name string, out error)
 }
 
-// FallbackOf is a Fallback that also answers with a value of type T, for
-// [Execute] of that type.
+// FallbackOf is a Fallback that answers with a value of type T.
 type FallbackOf[T any] interface {
 	Fallback
 	// AnswerValue is Answer with a value: when out is nil, v is the answer
@@ -51,14 +59,17 @@ type FallbackEvent struct {
 // WithFallback adds fallbacks as the Guard's outermost layer; it may be given
 // more than once, and the fallbacks keep the order given.
 //
-// When a request is rejected or its call fails, the fallbacks are asked in
-// order, and the first one with a declaration for the error answers: with a
-// value, or by declining with an error, which then goes to the caller. One
-// without a declaration for the error (a stale cache with nothing for the
-// key) passes it on to the next. [Execute] asks only the fallbacks that
-// answer with its type T (a [FallbackOf][T]); [Guard.Do] asks all of them and
-// keeps only the error. When none answers, the caller gets the error as it
-// is. Panics of the call, and panics of a fallback, go on up the stack.
+// When a request is rejected or its call fails, the fallbacks that answer
+// with the entry point's type are asked in order (see [Fallback]), and the
+// first one with a declaration for the error answers: with a value, or by
+// declining with an error, which then goes to the caller. One without a
+// declaration for the error (a stale cache with nothing for the key) passes
+// it on to the next. When none answers, the caller gets the error as it is;
+// but when a fallback of another type declares an answer for it, that is a
+// mistake in the Guard's declaration, reported as an error rather than
+// skipped ([FallbackValue]). Adapters refuse, when they are built, a Guard
+// with fallbacks they cannot answer with. Panics of the call, and panics of a
+// fallback, go on up the stack.
 func WithFallback(fbs ...Fallback) Option {
 	return func(g *Guard) error {
 		for i, f := range fbs {
@@ -100,18 +111,38 @@ func (g *Guard) applyFallback(ctx context.Context, err error) error {
 	return err
 }
 
-// fallbackValue is the fallback layer of Execute; err is not nil. v is the
-// call's own value, returned with err when no fallback answers.
+// Fallbacks returns the Guard's fallbacks, in the order given to
+// WithFallback: for adapters, to check when they are built that they can
+// answer with each, and to find the ones they feed (a stale cache).
+func (g *Guard) Fallbacks() []Fallback {
+	if g == nil {
+		return nil
+	}
+	return append([]Fallback(nil), g.fallbacks...)
+}
+
+// FallbackValue is the fallback layer of [Execute] for an error err of a
+// call of g, for adapters that answer with a T: the first of g's fallbacks
+// of type T ([FallbackOf]) that declares an answer for err gives it. It
+// returns that answer and nil when the fallback serves, and the zero T with
+// an error otherwise: the fallback's, when it declines; err itself when no
+// fallback declares an answer. When none of type T declares one but a
+// fallback of another type does, the error says so and wraps err. A nil g or
+// err returns the zero T and err.
+func FallbackValue[T any](ctx context.Context, g *Guard, err error) (T, error) {
+	var zero T
+	return fallbackValue(ctx, g, zero, err)
+}
+
+// fallbackValue is FallbackValue; v is the call's own value, returned with
+// the error when no fallback serves.
 func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, error) {
+	if g == nil || err == nil {
+		return v, err
+	}
 	for _, f := range g.fallbacks {
 		fv, ok := f.(FallbackOf[T])
 		if !ok {
-			if name, _ := f.Answer(ctx, err); name != "" {
-				// It has an answer for err, of another type: a mistake
-				// in the Guard's declaration, reported rather than
-				// skipped.
-				return v, fmt.Errorf("sluice: Execute[%T]: fallback %q answers another type: %w", v, name, err)
-			}
 			continue
 		}
 		w, name, out := fv.AnswerValue(ctx, err)
@@ -124,7 +155,27 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 		g.served(ctx, name, err)
 		return w, nil
 	}
+	for i, f := range g.fallbacks {
+		if _, ok := f.(FallbackOf[T]); ok {
+			continue
+		}
+		if name, ok := f.Declared(ctx, err); ok {
+			// An answer for err, of another type: a mistake in the
+			// Guard's declaration, reported rather than skipped.
+			return v, fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
+				i, f, name, typeName[T](), typeName[T](), err)
+		}
+	}
 	return v, err
+}
+
+// typeName names T, interfaces included ("http.Handler", "any").
+func typeName[T any]() string {
+	t := reflect.TypeFor[T]()
+	if t.Kind() == reflect.Interface && t.NumMethod() == 0 && t.Name() == "" {
+		return "any"
+	}
+	return t.String()
 }
 
 func (g *Guard) served(ctx context.Context, name string, err error) {

@@ -63,6 +63,10 @@ func (f fbFunc[T]) AnswerValue(ctx context.Context, err error) (T, string, error
 	return v, f.name, out
 }
 
+func (f fbFunc[T]) Declared(context.Context, error) (string, bool) {
+	return f.name, f.fn != nil
+}
+
 func (f fbFunc[T]) Answer(ctx context.Context, err error) (string, error) {
 	_, name, out := f.AnswerValue(ctx, err)
 	return name, out
@@ -210,19 +214,25 @@ func TestExecuteAsksOnlyFallbacksOfItsType(t *testing.T) {
 	require.Len(t, evs.all(), 1)
 }
 
-// A fallback of another type than Execute's with an answer for the error is
-// a mistake in the Guard's declaration: Execute reports it, wrapping the
-// error, with the call's own value, and no observer hears of an answer.
+// A fallback of another type than Execute's with an answer for the error,
+// when none of Execute's type has one, is a mistake in the Guard's
+// declaration: Execute reports it, wrapping the error, with the call's own
+// value, and no observer hears of an answer. The other type's answer is not
+// run.
 func TestExecuteWithAFallbackOfAnotherTypeIsAnError(t *testing.T) {
 	var evs fbEvents
+	ran := false
+	ints := fbFunc[int]{name: "ints", fn: func(context.Context, error) (int, error) { ran = true; return 42, nil }}
 	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
-		sluice.WithFallback(fbValue("ints", 42), fbValue("strings", "s")))
+		sluice.WithFallback(ints, fbFunc[string]{name: "no strings"}))
 
 	s, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "own", errFallbackCall })
 	require.Error(t, err)
 	assert.ErrorIs(t, err, errFallbackCall)
 	assert.ErrorContains(t, err, `"ints"`)
+	assert.ErrorContains(t, err, "answering string")
 	assert.Equal(t, "own", s)
+	assert.False(t, ran, "the other type's answer ran")
 
 	rej := fbGuard(t, sluice.With(&fbPolicy{name: "limiter", cause: sluice.ErrRateLimited}), sluice.OnFallback(evs.record),
 		sluice.WithFallback(fbValue("ints", 42)))
@@ -238,6 +248,36 @@ func TestExecuteWithAFallbackOfAnotherTypeIsAnError(t *testing.T) {
 	// Do keeps only the error: any fallback's answer stands.
 	require.NoError(t, rej.Do(context.Background(), func(context.Context) error { return nil }))
 	require.Len(t, evs.all(), 1)
+}
+
+// Execute takes the answer of the fallback of its type that declares one,
+// wherever it stands among fallbacks of other types with answers too: those
+// serve other entry points of the same Guard.
+func TestExecuteTakesTheFallbackOfItsType(t *testing.T) {
+	var evs fbEvents
+	g := fbGuard(t, sluice.With(&fbPolicy{name: "p"}), sluice.OnFallback(evs.record),
+		sluice.WithFallback(fbValue("ints", 42), fbValue("strings", "s")))
+
+	s, err := sluice.Execute(context.Background(), g, func(context.Context) (string, error) { return "own", errFallbackCall })
+	require.NoError(t, err)
+	assert.Equal(t, "s", s)
+	n, err := sluice.Execute(context.Background(), g, func(context.Context) (int, error) { return 0, errFallbackCall })
+	require.NoError(t, err)
+	assert.Equal(t, 42, n)
+	require.Len(t, evs.all(), 2)
+	assert.Equal(t, "strings", evs.all()[0].Fallback)
+	assert.Equal(t, "ints", evs.all()[1].Fallback)
+
+	// FallbackValue is the same layer, for adapters.
+	v, err := sluice.FallbackValue[string](context.Background(), g, errFallbackCall)
+	require.NoError(t, err)
+	assert.Equal(t, "s", v)
+	_, err = sluice.FallbackValue[float64](context.Background(), g, errFallbackCall)
+	assert.ErrorIs(t, err, errFallbackCall)
+	assert.ErrorContains(t, err, "answering float64")
+	_, err = sluice.FallbackValue[string](context.Background(), nil, errFallbackCall)
+	assert.Same(t, errFallbackCall, err, "a nil Guard has no fallback")
+	assert.Len(t, g.Fallbacks(), 2)
 }
 
 func TestDoKeepsOnlyTheFallbacksError(t *testing.T) {

@@ -92,7 +92,9 @@ func OnError[T any](fn Func[T]) Rule[T] {
 // Fallbacks is a set of fallbacks declared by cause, for answers of type T.
 // It is a sluice.FallbackOf[T]: give it to a Guard with sluice.WithFallback,
 // and sluice.Execute[T] returns its answers; Guard.Do keeps only their
-// errors.
+// errors. The net/http and Echo middleware serve the answers of a
+// Fallbacks[http.Handler]; the gRPC unary interceptors those of a
+// Fallbacks[any].
 //
 // For an error, the most specific rule answers: the rule of its cause
 // (sluice.CauseOf), then OnRejected for a rejection, then OnError. An error
@@ -144,9 +146,9 @@ func (f *Fallbacks[T]) rule(err error) *Rule[T] {
 	return nil
 }
 
-// Declared returns the name of the rule that answers err, and false when no
-// rule does.
-func (f *Fallbacks[T]) Declared(err error) (string, bool) {
+// Declared implements sluice.Fallback: it returns the name of the rule that
+// answers err, and false when no rule does; ctx is not used.
+func (f *Fallbacks[T]) Declared(_ context.Context, err error) (string, bool) {
 	if err == nil {
 		return "", false
 	}

@@ -190,7 +190,7 @@ func TestMostSpecificRuleWins(t *testing.T) {
 			fb, err := degrade.New(tt.rules...)
 			require.NoError(t, err)
 			v, gotName, out := fb.AnswerValue(context.Background(), tt.err)
-			declared, ok := fb.Declared(tt.err)
+			declared, ok := fb.Declared(context.Background(), tt.err)
 			if tt.want == "" {
 				assert.Empty(t, gotName)
 				assert.Same(t, tt.err, out)
@@ -214,11 +214,11 @@ func TestRuleNames(t *testing.T) {
 		sluice.Rejection(sluice.Decision{Cause: sluice.ErrOverloaded}):  "rejected",
 		errBoom: "default-page",
 	} {
-		name, ok := fb.Declared(err)
+		name, ok := fb.Declared(context.Background(), err)
 		assert.True(t, ok)
 		assert.Equal(t, want, name)
 	}
-	_, ok := fb.Declared(nil)
+	_, ok := fb.Declared(context.Background(), nil)
 	assert.False(t, ok)
 }
 
@@ -314,7 +314,7 @@ func TestTimeoutWhileQueuedInAnInnerGuardIsATimeout(t *testing.T) {
 		}
 		te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(
 			sluice.Decision{Policy: "bulkhead", Cause: sluice.ErrConcurrencyLimited})}
-		name, _ := fb.Declared(te)
+		name, _ := fb.Declared(context.Background(), te)
 		assert.Equal(t, "timeout", name)
 		assert.Equal(t, sluice.CauseTimeout, sluice.CauseOf(te))
 	})

@@ -10,7 +10,8 @@ import (
 
 // Routes declares fallbacks per route: one Guard shared by several routes
 // answers each request with the Fallbacks of its resource, as the adapters
-// set it (sluice.WithResource: an HTTP route pattern, a gRPC method), or with
+// set it (sluice.WithResource: an HTTP route pattern, an Echo route path or
+// the route table's "POST /cart" entry it matched, a gRPC full method), or with
 // the default Fallbacks for the other routes. It is a sluice.FallbackOf[T]
 // for sluice.WithFallback. A Routes is immutable and safe for concurrent
 // use.
@@ -44,6 +45,16 @@ func (r *Routes[T]) pick(ctx context.Context) *Fallbacks[T] {
 		}
 	}
 	return r.def
+}
+
+// Declared implements sluice.Fallback: it returns the name of the rule of
+// the request's route that answers err, and false when none does.
+func (r *Routes[T]) Declared(ctx context.Context, err error) (string, bool) {
+	f := r.pick(ctx)
+	if f == nil {
+		return "", false
+	}
+	return f.Declared(ctx, err)
 }
 
 // AnswerValue implements sluice.FallbackOf: it answers err with the

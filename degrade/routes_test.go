@@ -46,6 +46,11 @@ func TestRoutesAnswerWithTheFallbacksOfTheRequestsRoute(t *testing.T) {
 	name, out := noDefault.Answer(context.Background(), errBoom)
 	assert.Empty(t, name)
 	assert.Same(t, errBoom, out)
+	_, ok := noDefault.Declared(context.Background(), errBoom)
+	assert.False(t, ok, "no route in ctx and no default: nothing declared")
+	name, ok = noDefault.Declared(sluice.WithResource(context.Background(), "GET /search"), errBoom)
+	assert.True(t, ok)
+	assert.Equal(t, "error", name)
 
 	_, err = degrade.NewRoutes[string](nil, nil)
 	assert.ErrorContains(t, err, "no route")

@@ -270,6 +270,20 @@ func (s *Stale[T]) AnswerValue(ctx context.Context, err error) (v T, name string
 	return v, s.name, nil
 }
 
+// Declared implements sluice.Fallback: it reports whether AnswerValue would
+// serve an answer for err in ctx, named as the Stale is, without marking the
+// call as served.
+func (s *Stale[T]) Declared(ctx context.Context, err error) (string, bool) {
+	call, ok := ctx.Value(staleCallKey[T]{s}).(*staleCall[T])
+	if !ok || err == nil {
+		return "", false
+	}
+	if _, _, ok := s.Get(call.key); !ok {
+		return "", false
+	}
+	return s.name, true
+}
+
 // Answer implements sluice.Fallback: it is AnswerValue without the value.
 func (s *Stale[T]) Answer(ctx context.Context, err error) (name string, out error) {
 	_, name, out = s.AnswerValue(ctx, err)

@@ -156,6 +156,8 @@ func TestStaleAnswersBeforeTheFallbacksListedAfterIt(t *testing.T) {
 	name, err := s.Answer(ctx, errBoom)
 	assert.Empty(t, name)
 	assert.Same(t, errBoom, err)
+	_, ok := s.Declared(ctx, errBoom)
+	assert.False(t, ok, "outside Stale.Execute nothing is declared")
 }
 
 func TestStaleWithNilGuard(t *testing.T) {
