@@ -43,13 +43,22 @@
 //     the call after the delay ([WithoutRetryPushback] leaves it out, for
 //     clients to retry with their own backoff).
 //
-// A unary call can be answered by a [Fallback] instead ([WithFallback]), per
-// method and cause, as the HTTP adapters answer with a fallback response.
+// # Fallbacks
+//
+// UnaryServerInterceptor answers with the fallbacks of the method's Guard
+// (sluice.WithFallback), as sluice.Execute does: a rejection, a timeout or a
+// failure that a fallback declares is answered by the fallback's message,
+// or by the status error it declines with. The fallbacks must answer a
+// message (any: degrade.New[any], degrade.Value[any]); a Guard with
+// fallbacks of another type, or with any fallbacks given to an interceptor
+// that cannot answer with them (streams, clients, the tap), makes the
+// constructor fail with an error that says what to declare instead.
 //
 // A handler that returns a sluice rejection its own call met (a client
 // interceptor's breaker open for its dependency, a Guard of its own),
 // wrapped or not, gets the same answer, on a method the interceptor lets
-// through unguarded too: the method's fallback for a unary call, else the
+// through unguarded too: the fallback of the method's Guard for a unary
+// call, else the
 // rejection's status, and the call counts as ignored. A Guard's timeout
 // wrapping a rejection is a timeout, and answered as one.
 // [RejectionOf] reads such a status back into a sluice.Decision on the

@@ -1,7 +1,6 @@
 package sluicegrpc
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,11 +15,11 @@ import (
 // WithMethodGuard and WithTargetGuard (one per method, one per target) is
 // given at most once: a second one is an error, never a silent override.
 // Options of the other
-// side (a per-target guard on a server interceptor, a message guard or a
-// fallback on a client) make a constructor return an error, and so do the
-// options a ServerInHandle refuses. The two server interceptors take the same
-// options, so that one list serves both: UnaryServerInterceptor ignores
-// WithMessageGuard, and StreamServerInterceptor ignores WithFallback.
+// side (a per-target guard on a server interceptor, a message guard on a
+// client) make a constructor return an error, and so do the options a
+// ServerInHandle refuses. The two server interceptors take the same options,
+// so that one list serves both: UnaryServerInterceptor ignores
+// WithMessageGuard.
 type Option func(*options)
 
 type options struct {
@@ -42,7 +41,6 @@ type options struct {
 	maxRetry   time.Duration
 	// maxRetrySet: WithMaxRetryDelay was given (0 turns holding off).
 	maxRetrySet bool
-	fallbacks   map[middleware.FallbackKey]Fallback
 	critical    []string
 	resources   bool
 	errs        []error
@@ -330,43 +328,6 @@ func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 		o.once("WithMessageGuard")
 		o.msgGuard = g
 		o.msgMethods = methods
-	}
-}
-
-// Fallback answers a unary call its Guard rejected, in place of the
-// rejection status: it returns the response (a cached or default answer, a
-// degraded one) or an error of its own. d is the rejecting Decision. The call
-// counts as rejected: the Guard hears nothing of it.
-type Fallback func(ctx context.Context, req any, d sluice.Decision) (resp any, err error)
-
-// WithFallback answers the unary calls of fullMethod rejected for cause
-// with fb instead of a rejection status. fullMethod "" stands for every
-// method and cause sluice.CauseNone for every cause; the most specific
-// fallback wins: method and cause, method, cause, then neither. Streams have
-// no fallback: they are answered with the rejection. For server interceptors
-// only.
-func WithFallback(fullMethod string, cause sluice.Cause, fb Fallback) Option {
-	return func(o *options) {
-		o.serverOnly = append(o.serverOnly, "WithFallback")
-		if fb == nil {
-			o.errs = append(o.errs, errors.New("sluicegrpc: WithFallback: nil fallback"))
-			return
-		}
-		if fullMethod != "" {
-			if err := checkMethod(fullMethod); err != nil {
-				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %w", err))
-				return
-			}
-		}
-		k := middleware.FallbackKey{Route: fullMethod, Cause: cause}
-		if _, dup := o.fallbacks[k]; dup {
-			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %q, %v given twice", fullMethod, cause))
-			return
-		}
-		if o.fallbacks == nil {
-			o.fallbacks = make(map[middleware.FallbackKey]Fallback)
-		}
-		o.fallbacks[k] = fb
 	}
 }
 

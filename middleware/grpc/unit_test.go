@@ -417,8 +417,9 @@ func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 
 // A handler that returns a rejection its own call met (its dependency's
 // breaker open, wrapped in its own words) gets it answered as the
-// interceptor's own: the method's fallback, else the rejection's status
-// with RetryInfo and not the handler's text; the call counts Ignored.
+// interceptor's own: the fallback of the method's Guard, else the
+// rejection's status with RetryInfo and not the handler's text; the call
+// counts Ignored.
 func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
@@ -426,9 +427,7 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	}
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
 	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+		WithMethodGuard("/svc/Fallback", mustGuard(t, sluice.With(rec), sluice.WithFallback(openFallback(t)))))
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	st := status.Convert(err)
 	assert.Equal(t, codes.Unavailable, st.Code())
@@ -446,8 +445,8 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 
 // A call the interceptor lets through unguarded (a method without a
 // Guard, a skipped call) still gets a rejection its handler returns
-// answered as one, as a stream's is: the fallback, else the rejection's
-// status and not the handler's text.
+// answered as one, as a stream's is: the rejection's status and not the
+// handler's text. (With no Guard, no fallback.)
 func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
@@ -455,10 +454,7 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	}
 	rec := &recorder{name: "rec"}
 	i := unary(t, WithMethodGuard(methodWatch, mustGuard(t, sluice.With(rec))),
-		WithSkipper(middleware.SkipRoutes(methodWatch)),
-		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+		WithSkipper(middleware.SkipRoutes(methodWatch)))
 	for _, method := range []string{methodCheck, methodWatch} {
 		_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
 		st := status.Convert(err)
@@ -468,9 +464,6 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 		require.True(t, ok, method)
 		assert.Equal(t, 2*time.Second, got.RetryAfter, method)
 	}
-	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/Fallback"}, handler)
-	require.NoError(t, err)
-	assert.Equal(t, "fallback for breaker/dep", resp)
 	assert.Empty(t, rec.Outcomes())
 }
 
@@ -490,8 +483,8 @@ func TestStreamHandlerReturningARejection(t *testing.T) {
 }
 
 // A handler that returns what its client interceptor answered for a
-// dependency whose breaker is open (an interceptor's own rejection, as
-// Error makes too) gets the method's fallback, as a bare rejection does.
+// dependency whose breaker is open (an interceptor's own rejection) gets
+// the fallback of the method's Guard, as a bare rejection does.
 func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := newBreaker(t, "dep", clk)
@@ -503,10 +496,7 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 		return nil, client(ctx, "/dep.Dep/Get", nil, nil, nil, invoke)
 	}
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
-	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec), sluice.WithFallback(openFallback(t)))))
 	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for breaker/dep", resp)
@@ -522,17 +512,14 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 }
 
 // On a call a ServerInHandle admitted, a handler's rejection answered by
-// the method's fallback counts Ignored for the tap's Guard, as on a call
-// the interceptor admitted.
+// the fallback of the method's Guard counts Ignored for the tap's Guard, as
+// on a call the interceptor admitted.
 func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
 	g := mustGuard(t, sluice.With(rec))
 	handle, err := ServerInHandle(WithGuard(g))
 	require.NoError(t, err)
-	i := unary(t, WithGuard(g),
-		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+	i := unary(t, WithGuard(mustGuard(t, sluice.WithFallback(openFallback(t)))))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ctx, err = handle(ctx, &tap.Info{FullMethodName: methodCheck, Header: metadata.MD{}})
