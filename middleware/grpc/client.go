@@ -20,7 +20,7 @@ import (
 // the method (WithMethodGuard), else of the connection's target
 // (WithTargetGuard), else the default (WithGuard); calls with none pass
 // through. A rejection, an open breaker for one, fails the call at once,
-// without calling the server, with [RejectionStatus] as its error (it also
+// without calling the server, with the rejection status (see the package doc) as its error (it also
 // matches sluice.ErrRejected and its cause with errors.Is). An admitted
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and

@@ -62,7 +62,7 @@
 // rejection's status, and the call counts as ignored. A Guard's timeout
 // wrapping a rejection is a timeout, and answered as one.
 // [RejectionOf] reads such a status back into a sluice.Decision on the
-// client; [Error] converts a rejection into that status. A
+// client. A
 // client interceptor whose server answers Unavailable or ResourceExhausted
 // with a RetryInfo holds its Guard's breakers open for that delay.
 //
@@ -86,9 +86,11 @@
 // # Keys
 //
 // Per-key policies read the call's key from its context. [WithKey] sets it
-// from the peer's address ([KeyByPeer], honouring x-forwarded-for metadata
-// only from trusted proxies), a metadata field ([KeyByMetadata]), a context
-// value ([KeyByContext]) or the method ([KeyByMethod]). A keyed call also
+// with the key functions of package middleware, which see a call as a
+// request: middleware.KeyByIP keys by the peer's address (honouring
+// x-forwarded-for metadata only from trusted proxies), KeyByHeader by a
+// metadata field, KeyByContext by a context value, KeyByRoute by the full
+// method. A keyed call also
 // carries its full method as its resource (sluice.WithResource), as a keyed
 // HTTP request carries its route, so that per-resource policies (a
 // breaker.Group) keep their state per method; [WithMethodResource] sets the

@@ -156,8 +156,9 @@ func WithTargetGuard(target string, g *sluice.Guard) Option {
 }
 
 // WithKey sets how a call's key for per-key limits is found: the first of
-// fns that returns one (see [KeyByPeer], [KeyByMetadata], [KeyByContext],
-// [KeyByMethod]; the KeyFuncs of package middleware work as well). The key is
+// fns that returns one: the KeyFuncs of package middleware, which see the
+// peer's address as a call's RemoteAddr, its metadata as its headers and
+// its full method as its Route. The key is
 // put in the call's context with sluice.WithKey, and the full method with
 // sluice.WithResource as its resource, as middleware.Keyer's Context does
 // for the HTTP adapters. Without WithKey no key is set, and calls cost no

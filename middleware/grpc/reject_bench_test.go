@@ -179,18 +179,18 @@ func TestSharedAnswersFollowTheDelay(t *testing.T) {
 	s.ctx = grpc.NewContextWithServerTransportStream(context.Background(), transportStream{s})
 	i := unary(t, WithGuard(r.g))
 	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
-	reject := func() (error, string) {
-		_, err := i(s.ctx, nil, info, func(context.Context, any) (any, error) { return nil, nil })
-		return err, s.trailer.Get(MetadataRetryPushback)[0]
+	reject := func() (push string, err error) {
+		_, err = i(s.ctx, nil, info, func(context.Context, any) (any, error) { return nil, nil })
+		return s.trailer.Get(MetadataRetryPushback)[0], err
 	}
-	first, push := reject()
-	again, _ := reject()
+	push, first := reject()
+	_, again := reject()
 	assert.Same(t, first, again, "one instant, one answer")
 	assert.Equal(t, "3600000", push)
 	assert.Equal(t, time.Hour, readWire(t, first).delay)
 
 	clk.Advance(1500 * time.Microsecond)
-	later, push := reject()
+	push, later := reject()
 	assert.NotSame(t, first, later)
 	assert.Equal(t, "3599999", push, "the delay left, rounded up to the millisecond")
 	assert.Equal(t, time.Hour-time.Millisecond, readWire(t, later).delay)

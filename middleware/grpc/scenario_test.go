@@ -73,7 +73,7 @@ func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) 
 	// The status alone, as the client gets it: no error of the server's.
 	if d, ok := RejectionOf(st.Err()); ok {
 		res.Cause = sluice.CauseOf(d.Cause)
-		if want := Code(res.Cause); st.Code() != want {
+		if want := codeOf(res.Cause); st.Code() != want {
 			return res, fmt.Errorf("scenario: %s answered with %s, not %s", res.Cause, st.Code(), want)
 		}
 		if d.RetryAfter <= 0 {

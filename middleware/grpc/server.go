@@ -33,7 +33,7 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // UnaryServerInterceptor returns an interceptor that guards unary calls with
 // their method's Guard (WithMethodGuard, else WithGuard; methods with
 // neither pass through). A rejection answers the call, without running the
-// handler, with [RejectionStatus] and trailer metadata only (see
+// handler, with the rejection status (see the package doc) and trailer metadata only (see
 // [MetadataRetryPushback]): the retry pushback of its delay and, when the
 // rejecting policy has a quota, the RateLimit fields; unless a fallback of
 // the method's Guard (sluice.WithFallback) answers it, as it answers a

@@ -14,7 +14,7 @@ import (
 // grpc.InTapHandle) that admits each call with its method's Guard as soon as
 // its headers arrive, before gRPC reads the request or starts a goroutine
 // for it: the cheapest place to turn away calls over a rate limit or an
-// overloaded server. A rejection answers the call with [RejectionStatus]
+// overloaded server. A rejection answers the call with the rejection status (see the package doc)
 // (no metadata can be sent from there: neither the RateLimit fields nor a
 // retry pushback, so a client's retryPolicy retries it with its own
 // backoff). Key functions and skippers see

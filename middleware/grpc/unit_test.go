@@ -69,7 +69,7 @@ func TestWithClassifierOverridesButNeverCountsOwnRejections(t *testing.T) {
 	for _, err := range []error{
 		status.Error(codes.NotFound, "x"),
 		status.Error(codes.Unavailable, "x"),
-		Error(sluice.Rejection(sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited})),
+		rejectionError(sluice.Rejection(sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited})),
 	} {
 		_, got := i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, err })
 		assert.Equal(t, err, got, "the interceptor changed the handler's error")
@@ -97,7 +97,7 @@ func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
 	i := unary(t, WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(b))))
 	inner := mustGuard(t, sluice.With(&refuser{name: "adaptive/inner", cause: sluice.ErrOverloaded, retry: time.Second}))
 	handler := func(ctx context.Context, _ any) (any, error) {
-		return nil, Error(inner.Do(ctx, func(context.Context) error { return nil }))
+		return nil, rejectionError(inner.Do(ctx, func(context.Context) error { return nil }))
 	}
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	got := readWire(t, err)
@@ -107,16 +107,16 @@ func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
 }
 
 func TestErrorConverts(t *testing.T) {
-	assert.NoError(t, Error(nil))
+	assert.NoError(t, rejectionError(nil))
 	plain := errors.New("x")
-	assert.Same(t, plain, Error(plain))
+	assert.Same(t, plain, rejectionError(plain))
 	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
-	err := Error(fmt.Errorf("wrapped: %w", re))
+	err := rejectionError(fmt.Errorf("wrapped: %w", re))
 	assert.ErrorIs(t, err, sluice.ErrRejected)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, "rpc error: code = ResourceExhausted desc = sluice: rate limited; retry after 3s", err.Error())
-	assert.Same(t, err, Error(err), "converting twice")
+	assert.Same(t, err, rejectionError(err), "converting twice")
 	d, ok := RejectionOf(err)
 	require.True(t, ok)
 	assert.Equal(t, 3*time.Second, d.RetryAfter)
@@ -132,16 +132,16 @@ func TestCodesAndReasons(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{sluice.CauseRateLimited, codes.ResourceExhausted, ReasonRateLimited},
-		{sluice.CauseCircuitOpen, codes.Unavailable, ReasonCircuitOpen},
-		{sluice.CauseOverloaded, codes.Unavailable, ReasonOverloaded},
-		{sluice.CauseConcurrencyLimited, codes.Unavailable, ReasonConcurrencyLimited},
-		{sluice.CauseTimeout, codes.DeadlineExceeded, ReasonTimeout},
-		{sluice.CauseNone, codes.Unavailable, ReasonRejected},
+		{sluice.CauseRateLimited, codes.ResourceExhausted, reasonRateLimited},
+		{sluice.CauseCircuitOpen, codes.Unavailable, reasonCircuitOpen},
+		{sluice.CauseOverloaded, codes.Unavailable, reasonOverloaded},
+		{sluice.CauseConcurrencyLimited, codes.Unavailable, reasonConcurrencyLimited},
+		{sluice.CauseTimeout, codes.DeadlineExceeded, reasonTimeout},
+		{sluice.CauseNone, codes.Unavailable, reasonRejected},
 	}
 	for _, tc := range tests {
-		assert.Equal(t, tc.code, Code(tc.cause), tc.cause.String())
-		assert.Equal(t, tc.reason, Reason(tc.cause), tc.cause.String())
+		assert.Equal(t, tc.code, codeOf(tc.cause), tc.cause.String())
+		assert.Equal(t, tc.reason, reasonOf(tc.cause), tc.cause.String())
 		assert.Equal(t, tc.cause, sluice.CauseOf(causeOfReason(tc.reason)))
 	}
 }
@@ -332,7 +332,7 @@ func TestRetryInfoEncoding(t *testing.T) {
 }
 
 func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
-	st := RejectionStatus(sluice.Decision{Policy: "bad\xffname", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen})
+	st := statusOf(sluice.Decision{Policy: "bad\xffname", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen})
 	d, ok := RejectionOf(st.Err())
 	require.True(t, ok)
 	assert.Equal(t, "bad\uFFFDname", d.Policy)
@@ -342,7 +342,7 @@ func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
 // A peer's RetryInfo with a negative delay announces no delay: RejectionOf
 // never returns a negative RetryAfter.
 func TestRejectionOfNegativeRetryDelayIsNone(t *testing.T) {
-	info, err := anypb.New(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: ReasonRateLimited})
+	info, err := anypb.New(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reasonRateLimited})
 	require.NoError(t, err)
 	for _, delay := range []*durationpb.Duration{{Seconds: -30}, {Nanos: -1}, {Seconds: math.MinInt64}} {
 		retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: delay})
@@ -402,17 +402,17 @@ func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 // not a rejection.
 func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
-	own := Error(re)
-	err := Error(fmt.Errorf("fetch account 42 from db-7: %w", own))
+	own := rejectionError(re)
+	err := rejectionError(fmt.Errorf("fetch account 42 from db-7: %w", own))
 	assert.Equal(t, "sluice: rate limited; retry after 3s", status.Convert(err).Message(), "the service's error text went on the wire")
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 
 	te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})}
-	assert.Same(t, te, Error(te), "a timeout was turned into a rejection")
-	_, ok := RejectionOf(Error(te))
+	assert.Same(t, te, rejectionError(te), "a timeout was turned into a rejection")
+	_, ok := RejectionOf(rejectionError(te))
 	assert.False(t, ok)
-	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(Error(te)).Code(), "as gRPC sends a handler's error without a status")
+	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(rejectionError(te)).Code(), "as gRPC sends a handler's error without a status")
 }
 
 // A handler that returns a rejection its own call met (its dependency's
@@ -504,7 +504,7 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 
 	resp, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
 		func(context.Context, any) (any, error) {
-			return nil, Error(sluice.Rejection(sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}))
+			return nil, rejectionError(sluice.Rejection(sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}))
 		})
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for own", resp)
