@@ -74,7 +74,11 @@ func Example_quickStart() {
 		panic(err)
 	}
 	mux := http.NewServeMux()
-	handler := sluicehttp.Middleware(sluicehttp.WithGuard(front))(mux)
+	mw, err := sluicehttp.Middleware(sluicehttp.WithGuard(front))
+	if err != nil {
+		panic(err)
+	}
+	handler := mw(mux)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
 	_ = srv // srv.ListenAndServe()
 	// Output:

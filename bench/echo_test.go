@@ -40,10 +40,10 @@ func echoServers(tb testing.TB) []struct {
 		e    *echo.Echo
 	}{
 		{"bare", newEcho()},
-		{"sluice", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(g)))},
-		{"sluice-quiet", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(g),
+		{"sluice", newEcho(echoMW(tb, sluiceecho.WithGuard(g)))},
+		{"sluice-quiet", newEcho(echoMW(tb, sluiceecho.WithGuard(g),
 			sluiceecho.WithRenderer(middleware.Renderer{QuietAdmitted: true})))},
-		{"sluice-keyed-ip", newEcho(sluiceecho.Middleware(sluiceecho.WithGuard(kg), sluiceecho.WithKeyer(keyer)))},
+		{"sluice-keyed-ip", newEcho(echoMW(tb, sluiceecho.WithGuard(kg), sluiceecho.WithKeyer(keyer)))},
 		{"echo-ratelimiter", newEcho(echomw.RateLimiter(store))},
 	}
 }
@@ -90,4 +90,14 @@ func BenchmarkEchoOverhead(b *testing.B) {
 	for _, c := range echoServers(b) {
 		b.Run(c.name, func(b *testing.B) { serveReused(b, c.e) })
 	}
+}
+
+// echoMW is sluiceecho.Middleware(opts...), which must not fail.
+func echoMW(tb testing.TB, opts ...sluiceecho.Option) echo.MiddlewareFunc {
+	tb.Helper()
+	m, err := sluiceecho.Middleware(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }

@@ -101,10 +101,10 @@ func httpHandlers(tb testing.TB) []struct {
 		h    http.Handler
 	}{
 		{"bare", okHandler},
-		{"sluice", sluicehttp.Middleware(sluicehttp.WithGuard(g))(okHandler)},
-		{"sluice-quiet", sluicehttp.Middleware(sluicehttp.WithGuard(g),
+		{"sluice", httpMW(tb, sluicehttp.WithGuard(g))(okHandler)},
+		{"sluice-quiet", httpMW(tb, sluicehttp.WithGuard(g),
 			sluicehttp.WithRenderer(middleware.Renderer{QuietAdmitted: true}))(okHandler)},
-		{"sluice-keyed-ip", sluicehttp.Middleware(sluicehttp.WithGuard(kg), sluicehttp.WithKeyer(keyer))(okHandler)},
+		{"sluice-keyed-ip", httpMW(tb, sluicehttp.WithGuard(kg), sluicehttp.WithKeyer(keyer))(okHandler)},
 		{"go-zero", zero},
 		{"failsafehttp", fs},
 	}
@@ -238,4 +238,14 @@ func TestHTTPHandlersAnswer(t *testing.T) {
 			t.Errorf("%s: %d %q", c.name, rec.Code, rec.Body.String())
 		}
 	}
+}
+
+// httpMW is sluicehttp.Middleware(opts...), which must not fail.
+func httpMW(tb testing.TB, opts ...sluicehttp.Option) func(http.Handler) http.Handler {
+	tb.Helper()
+	m, err := sluicehttp.Middleware(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }

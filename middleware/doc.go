@@ -17,9 +17,9 @@
 // no method (Echo), picking the "POST /cart" entry over the "/cart" one.
 // A [Keyer] finds each request's key with its [KeyFunc]s (the client
 // address, a header, a cookie, a context value, the route);
-// [KeyPerRoute] gives each route a key function of its own. The adapters'
-// fallbacks are declared by [FallbackKey] (a route, a cause, or both) and
-// found by [LookupFallback], the most specific first.
+// [KeyPerRoute] gives each route a key function of its own. A [StaleCache],
+// one of a Guard's fallbacks, answers the rejections of the Guard's HTTP and
+// Echo routes with copies of their last good GET responses.
 //
 // # Header fields
 //

@@ -2,7 +2,10 @@ package middleware
 
 import "github.com/sluice-go/sluice"
 
-// FallbackKey names the rejections an adapter's fallback answers: those of
+// FallbackKey names the rejections a gRPC fallback answers; the HTTP and
+// Echo adapters serve the Guard's fallbacks instead, and so will the gRPC
+// adapter, which is the last user of FallbackKey and LookupFallback. It
+// names those: those of
 // Route (an HTTP pattern, an Echo route path, a gRPC full method; "" for
 // every route) for Cause (sluice.CauseNone for every cause).
 type FallbackKey struct {

@@ -135,7 +135,11 @@ func (g *guarded) handler() http.Handler {
 		}
 		_, _ = w.Write(body)
 	})
-	return sluicehttp.Middleware(sluicehttp.WithGuard(g.front))(mux)
+	guard, err := sluicehttp.Middleware(sluicehttp.WithGuard(g.front))
+	if err != nil {
+		panic(err) // the options are fixed above: a mistake in this program
+	}
+	return guard(mux)
 }
 
 // fail answers a request whose dependency call failed: a rejection as the

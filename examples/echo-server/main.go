@@ -24,6 +24,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -90,14 +92,20 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	guardWithBreaker := func(name string) (*sluice.Guard, error) {
+	guardWithBreaker := func(name string, opts ...sluice.Option) (*sluice.Guard, error) {
 		b, err := breaker.New(name, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(openFor))
 		if err != nil {
 			return nil, err
 		}
-		return sluice.New(sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
+		return sluice.New(append(opts, sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
 			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-		}))
+		}))...)
+	}
+	// /recommendations answers from a fixed list while its breaker is open:
+	// a fallback of its Guard, which the middleware serves.
+	fixedList, err := degrade.New(degrade.OnCircuitOpen(degrade.Value[http.Handler](http.HandlerFunc(answerDegraded))))
+	if err != nil {
+		return nil, err
 	}
 	plain, err := sluice.New(sluice.With(perIP))
 	if err != nil {
@@ -107,7 +115,7 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	recs, err := guardWithBreaker("recommendations")
+	recs, err := guardWithBreaker("recommendations", sluice.WithFallback(fixedList))
 	if err != nil {
 		return nil, err
 	}
@@ -145,11 +153,11 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	// a connection for as long as it likes.
 	e.Server.ReadHeaderTimeout = 5 * time.Second
 	e.Server.IdleTimeout = time.Minute
-	e.Use(sluiceecho.Middleware(
-		sluiceecho.WithRoutes(a.routes),
-		sluiceecho.WithKeyer(keyer),
-		sluiceecho.WithFallback("/recommendations", sluice.CauseCircuitOpen, degrade),
-	))
+	guard, err := sluiceecho.Middleware(sluiceecho.WithRoutes(a.routes), sluiceecho.WithKeyer(keyer))
+	if err != nil {
+		return nil, err
+	}
+	e.Use(guard)
 	e.GET("/hello", func(c echo.Context) error {
 		key, _ := sluice.KeyFrom(c.Request().Context())
 		return c.String(http.StatusOK, "hello, "+key+"\n")
@@ -175,11 +183,12 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	return a, nil
 }
 
-// degrade answers /recommendations from a fixed list while its breaker is
-// open.
-func degrade(c echo.Context, d sluice.Decision) error {
-	c.Response().Header().Set("X-Degraded", sluice.CauseOf(d.Cause).String())
-	return c.JSON(http.StatusOK, degraded)
+// answerDegraded answers /recommendations from a fixed list, the fallback
+// for an open circuit.
+func answerDegraded(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Degraded", sluice.CauseCircuitOpen.String())
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(degraded)
 }
 
 // close closes every Guard of the route table.

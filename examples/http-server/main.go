@@ -45,6 +45,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -95,26 +96,46 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	}
 	// Each upstream route has a breaker of its own: two failures in a row
 	// open it, and it stays open openFor before one probe may close it.
-	guardWithBreaker := func(name string) (*sluice.Guard, error) {
+	// Its fallbacks answer the route's rejections: the Guard declares them,
+	// and the middleware serves those that answer an http.Handler.
+	guardWithBreaker := func(name string, fallback sluice.Fallback) (*sluice.Guard, error) {
 		b, err := breaker.New(name, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(openFor))
 		if err != nil {
 			return nil, err
 		}
 		// Outer to inner: a request over its IP's budget never reaches the
 		// breaker, and a request the breaker rejects gives its token back.
-		return sluice.New(sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
-			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-		}))
+		return sluice.New(sluice.With(perIP, b), sluice.WithFallback(fallback),
+			sluice.OnStateChange(func(c sluice.StateChange) {
+				logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+			}))
+	}
+	// /prices falls back on the last good answer it gave the same client for
+	// the same URL, for up to a minute; /recommendations on a fixed list.
+	// Both only when their breaker is open: a rate-limited client still
+	// hears 429, so it slows down.
+	stale, err := middleware.NewStaleCache(1000, time.Minute, 64<<10, middleware.StaleOnly(sluice.CauseCircuitOpen))
+	if err != nil {
+		return nil, err
+	}
+	bestsellers, err := degrade.New(degrade.OnCircuitOpen(degrade.Value[http.Handler](
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Degraded", "circuit-open")
+			io.WriteString(w, `{"items":["bestseller-1","bestseller-2"],"degraded":true}`+"\n")
+		}))))
+	if err != nil {
+		return nil, err
 	}
 	plain, err := sluice.New(sluice.With(perIP))
 	if err != nil {
 		return nil, err
 	}
-	prices, err := guardWithBreaker("prices")
+	prices, err := guardWithBreaker("prices", stale)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := guardWithBreaker("recommendations")
+	recs, err := guardWithBreaker("recommendations", bestsellers)
 	if err != nil {
 		return nil, err
 	}
@@ -143,25 +164,6 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		return nil, err
 	}
 
-	// /prices falls back on the last good answer it gave the same client for
-	// the same URL, for up to a minute; /recommendations on a fixed list.
-	// Both only when their breaker is open: a rate-limited client still
-	// hears 429, so it slows down.
-	stale, err := sluicehttp.NewStaleCache(1000, time.Minute, 64<<10)
-	if err != nil {
-		return nil, err
-	}
-	staleFB, err := sluicehttp.StaleFallback(stale)
-	if err != nil {
-		return nil, err
-	}
-	staticFB, err := sluicehttp.StaticFallback(http.StatusOK,
-		http.Header{"Content-Type": {"application/json"}, "X-Degraded": {"circuit-open"}},
-		[]byte(`{"items":["bestseller-1","bestseller-2"],"degraded":true}`+"\n"))
-	if err != nil {
-		return nil, err
-	}
-
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 		key, _ := sluice.KeyFrom(r.Context())
@@ -174,12 +176,11 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		fmt.Fprintf(w, "upstream %s\n", r.PathValue("state"))
 	})
 
-	a.handler = sluicehttp.Middleware(
-		sluicehttp.WithRoutes(a.routes),
-		sluicehttp.WithKeyer(keyer),
-		sluicehttp.WithFallback("GET /prices", sluice.CauseCircuitOpen, staleFB),
-		sluicehttp.WithFallback("GET /recommendations", sluice.CauseCircuitOpen, staticFB),
-	)(mux)
+	guard, err := sluicehttp.Middleware(sluicehttp.WithRoutes(a.routes), sluicehttp.WithKeyer(keyer))
+	if err != nil {
+		return nil, err
+	}
+	a.handler = guard(mux)
 	return a, nil
 }
 

@@ -140,14 +140,17 @@ func newHandler() (http.Handler, *middleware.Routes, error) {
 		io.WriteString(w, "ok\n")
 	})
 
-	h := sluicehttp.Middleware(
+	guard, err := sluicehttp.Middleware(
 		sluicehttp.WithRoutes(routes),
 		sluicehttp.WithKeyer(keyer),
 		// The health check bypasses every guard, the default one included.
 		sluicehttp.WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
-	)(mux)
+	)
+	if err != nil {
+		return nil, nil, err
+	}
 	// Authentication runs first, so that the keyer finds the caller.
-	return apikey.Authenticate(h), routes, nil
+	return apikey.Authenticate(guard(mux)), routes, nil
 }
 
 // start serves h on ln until shutdown is called.

@@ -68,8 +68,11 @@ func handler() (http.Handler, func() error, error) {
 	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello from behind the guard")
 	})
-	h := sluicehttp.Middleware(sluicehttp.WithGuard(guard), sluicehttp.WithKeyer(keyer))(mux)
-	return h, guard.Close, nil
+	mw, err := sluicehttp.Middleware(sluicehttp.WithGuard(guard), sluicehttp.WithKeyer(keyer))
+	if err != nil {
+		return nil, nil, err
+	}
+	return mw(mux), guard.Close, nil
 }
 
 // serve serves on ln until ctx ends.

@@ -153,7 +153,11 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 		})
 	}
 	// Authentication runs first, so that the keyer finds the caller.
-	handler := apikey.Authenticate(sluicehttp.Middleware(sluicehttp.WithRoutes(table), sluicehttp.WithKeyer(keyer))(mux))
+	guard, err := sluicehttp.Middleware(sluicehttp.WithRoutes(table), sluicehttp.WithKeyer(keyer))
+	if err != nil {
+		return err
+	}
+	handler := apikey.Authenticate(guard(mux))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

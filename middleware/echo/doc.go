@@ -6,14 +6,16 @@
 // entry.
 // It answers exactly as the net/http adapter does: admitted requests get the
 // IETF draft RateLimit fields of their Decision; rejected ones get 429 or 503
-// with Retry-After and an RFC 9457 problem body, unless a fallback declared
-// for the route and cause ([WithFallback]) or a deny handler answers. The outcome is classified from the final status, including an
+// with Retry-After and an RFC 9457 problem body, unless a fallback of the
+// route's Guard answering an http.Handler (degrade.New[http.Handler], a
+// middleware.StaleCache) or a deny handler answers. The outcome is
+// classified from the final status, including an
 // error the handler returns (an *echo.HTTPError's code, 500 for any other
 // error) that Echo's error handler renders later. A handler that returns a
 // sluice rejection its own call met (a breaker open for its dependency, as
 // sluicehttp.Transport returns it) gets it answered as the middleware's
-// own (on a route it lets through unguarded too): the route's fallback for
-// the cause, 429 or 503 with Retry-After and the problem body, or the deny
+// own (on a route it lets through unguarded too): the fallbacks of the
+// route's Guard, 429 or 503 with Retry-After and the problem body, or the deny
 // handler's answer. An
 // *echo.HTTPError keeps the status the handler chose, even when its
 // Internal is such a rejection.

@@ -6,73 +6,56 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/core"
 )
 
-// Option configures Middleware. A nil argument to an option leaves its
-// default in place.
+// Option configures Middleware. An option given a nil argument makes
+// Middleware return an error.
 type Option func(*config)
 
 type config struct {
-	routes    *middleware.Routes
-	keyer     *middleware.Keyer
-	skip      echomw.Skipper
-	deny      func(c echo.Context, d sluice.Decision) error
-	classify  middleware.StatusClassifier
-	render    middleware.Renderer
-	resources bool
-	fallbacks map[middleware.FallbackKey]FallbackFunc
+	core.Config
+	skip echomw.Skipper
+	deny func(c echo.Context, d sluice.Decision) error
 }
 
-// FallbackFunc answers a rejected request in place of the rejection, given
-// the Decision that rejected it; what it returns is returned to Echo.
-type FallbackFunc func(c echo.Context, d sluice.Decision) error
-
-// WithRoutes guards requests with the Guard their route maps to in rs: the
-// entry of the method and route path ("POST /cart", as net/http patterns
-// name a method) when rs lists it, else that of the route path (c.Path():
-// "/cart"); a HEAD request without a "HEAD /cart" entry takes the
-// "GET /cart" one, as in net/http. Without it (and without WithGuard) every
-// request passes through.
+// WithRoutes guards requests with the Guard their route maps to in rs, and
+// answers their rejections with that Guard's fallbacks: the entry of the
+// method and route path ("POST /cart", as net/http patterns name a method)
+// when rs lists it, else that of the route path (c.Path(): "/cart"); a HEAD
+// request without a "HEAD /cart" entry takes the "GET /cart" one, as in
+// net/http. Without it (and without WithGuard) every request passes
+// through. It excludes WithGuard.
 func WithRoutes(rs *middleware.Routes) Option {
-	return func(c *config) {
-		if rs != nil {
-			c.routes = rs
-		}
-	}
+	return func(c *config) { c.SetRoutes(rs) }
 }
 
 // WithGuard guards every request with g: shorthand for WithRoutes with g as
-// the only, default, route.
+// the only, default, route. It excludes WithRoutes.
 func WithGuard(g *sluice.Guard) Option {
-	return func(c *config) {
-		if g == nil {
-			return
-		}
-		if rs, err := middleware.NewRoutes(middleware.DefaultRoute(g)); err == nil {
-			c.routes = rs
-		}
-	}
+	return func(c *config) { c.SetGuard(g) }
 }
 
 // WithKeyer puts the key k finds for each request in its context
 // (sluice.WithKey), with its route as its resource (the route path, or the
 // table's entry "POST /cart" that it matched), for the keyed
-// policies of the Guard. A request without a key is handled as k's
-// MissingKey says: rejected with 400 Bad Request, or put in a shared bucket.
+// policies of the Guard. A request without a key is handled as k says:
+// rejected with 400 Bad Request, or put in a shared bucket.
 // Default: no key.
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(c *config) {
-		if k != nil {
-			c.keyer = k
+		if k == nil {
+			c.Errorf("WithKeyer: nil Keyer")
 		}
+		c.Keyer = k
 	}
 }
 
@@ -113,27 +96,29 @@ func KeyByValue(name string) middleware.KeyFunc {
 // It costs the request a new context. WithKeyer does it as well. Default:
 // off.
 func WithRouteResource() Option {
-	return func(c *config) { c.resources = true }
+	return func(c *config) { c.Resources = true }
 }
 
 // WithSkipper lets the requests for which s reports true bypass the guard.
 // Default: echo's DefaultSkipper (none bypass it).
 func WithSkipper(s echomw.Skipper) Option {
 	return func(c *config) {
-		if s != nil {
-			c.skip = s
+		if s == nil {
+			c.Errorf("WithSkipper: nil skipper")
 		}
+		c.skip = s
 	}
 }
 
-// WithDenyHandler answers the rejections that no fallback (WithFallback)
+// WithDenyHandler answers the rejections that no fallback of the Guard
 // answers with fn instead of the default problem response; what fn returns
 // is returned to Echo.
 func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.deny = fn
+		if fn == nil {
+			c.Errorf("WithDenyHandler: nil function")
 		}
+		c.deny = fn
 	}
 }
 
@@ -142,44 +127,18 @@ func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 // 4xx Ignored).
 func WithClassifier(fn middleware.StatusClassifier) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.classify = fn
+		if fn == nil {
+			c.Errorf("WithClassifier: nil classifier")
 		}
+		c.Classify = fn
 	}
 }
 
-// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-// X-RateLimit-Reset to the IETF draft fields. Default: off.
-func WithLegacyHeaders() Option {
-	return func(c *config) { c.render.Legacy = true }
-}
-
-// WithRenderer replaces the whole rendering configuration. Default: the zero
+// WithRenderer sets how decisions are rendered: legacy X-RateLimit fields,
+// quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.render = r }
-}
-
-// WithFallback answers the requests of route rejected for cause with fn
-// instead of a rejection: a cached or reduced answer, a static one. route is
-// Echo's route path ("/cart") or a route table entry that names the method
-// ("POST /cart"), as WithRoutes matches them; "" stands for every route, and
-// cause sluice.CauseNone for every cause. The most specific fallback wins:
-// route and cause, route, cause, then neither. A rejection no fallback
-// answers goes to the deny handler, else to the problem response.
-// RejectionFrom(c) gives fn the Decision as well. Whatever fn answers, the
-// Guard's own rejection counts for nothing (it admitted nothing), and one
-// the handler's call met counts as Ignored. Default: none.
-func WithFallback(route string, cause sluice.Cause, fn FallbackFunc) Option {
-	return func(c *config) {
-		if fn == nil {
-			return
-		}
-		if c.fallbacks == nil {
-			c.fallbacks = make(map[middleware.FallbackKey]FallbackFunc)
-		}
-		c.fallbacks[middleware.FallbackKey{Route: route, Cause: cause}] = fn
-	}
+	return func(c *config) { c.Render = r }
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
@@ -194,22 +153,34 @@ const rejectedKey = "sluice.rejected"
 // deadline, and what the handler then answers, a status or an error Echo
 // renders, is classified as any answer is (a 5xx counts as a failure).
 //
-// A handler that returns a sluice rejection its own call met (wrapped or
-// not; a Guard's timeout wrapping one is a timeout) gets it answered as the
-// middleware answers its own, by the route's fallback for its cause
-// (WithFallback), the deny handler, or with 429 or 503, Retry-After and a
-// problem body, and the request counts as Ignored. So
-// does the handler of a request the middleware lets through unguarded
-// (skipped, or on a route without a Guard). An *echo.HTTPError keeps its
-// code, whatever its Internal, and so does a response already committed.
-func Middleware(opts ...Option) echo.MiddlewareFunc {
-	cfg := config{skip: echomw.DefaultSkipper, classify: middleware.ClassifyHTTPStatus}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+// A rejected request is answered by the Guard's fallbacks answering an
+// http.Handler (degrade.New[http.Handler], a middleware.StaleCache, fed
+// with the good GET responses of the Guard's routes), served with
+// c.Response() and c.Request(), else the deny handler, else with 429 or
+// 503, Retry-After and a problem body. A handler that returns a sluice
+// rejection its own call met (wrapped or not; a Guard's timeout wrapping
+// one is a timeout) gets it answered the same way, and the request counts
+// as Ignored. So does the handler of a request the middleware lets through
+// unguarded (skipped, or on a route without a Guard). An *echo.HTTPError
+// keeps its code, whatever its Internal, and so does a response already
+// committed.
+//
+// It returns an error for an option given a nil argument, for WithGuard
+// together with WithRoutes, and for a Guard with a fallback that answers
+// no http.Handler.
+func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
+	cfg := config{Config: core.New("sluiceecho"), skip: echomw.DefaultSkipper}
+	for i, o := range opts {
+		if o == nil {
+			cfg.Errorf("option %d is nil", i)
+			continue
 		}
+		o(&cfg)
 	}
-	needPattern := cfg.routes.NeedsPattern()
+	if err := cfg.Build(); err != nil {
+		return nil, err
+	}
+	needPattern := cfg.Routes.NeedsPattern()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if cfg.skip(c) {
@@ -217,29 +188,40 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 			}
 			var rt *middleware.Route
 			if needPattern {
-				rt = cfg.routes.MatchMethod(c.Request().Method, c.Path())
+				rt = cfg.Routes.MatchMethod(c.Request().Method, c.Path())
 			} else {
-				rt = cfg.routes.Default()
+				rt = cfg.Routes.Default()
 			}
 			if rt == nil {
 				return cfg.answered(c, nil, next(c))
 			}
-			if cfg.keyer != nil {
-				ctx, err := cfg.keyer.Context(c.Request().Context(), &request{c: c, rt: rt})
+			var key string
+			if cfg.Keyer != nil || cfg.Resources {
+				ctx, k, err := cfg.Context(c.Request().Context(), &request{c: c, rt: rt}, routeOf(c, rt))
 				if err != nil {
-					return cfg.missingKey(c)
+					c.Set(rejectedKey, true)
+					cfg.WriteMissingKey(c.Response(), c.Request().Method)
+					return nil
 				}
-				c.SetRequest(c.Request().WithContext(ctx))
-			} else if cfg.resources {
-				if p := routeOf(c, rt); p != "" {
-					c.SetRequest(c.Request().WithContext(sluice.WithResource(c.Request().Context(), p)))
+				key = k
+				if ctx != c.Request().Context() {
+					c.SetRequest(c.Request().WithContext(ctx))
 				}
 			}
 			call, err := rt.Guard.Begin(c.Request().Context())
 			if err != nil {
-				return cfg.rejected(c, rt, call.Decision())
+				return cfg.rejected(c, rt, key, err, call.Decision(), call.Start())
 			}
-			cfg.render.Admitted(c.Response().Header(), rt, call.Decision())
+			cfg.Render.Admitted(c.Response().Header(), rt, call.Decision())
+			var keep *core.Guard
+			var capture *captureWriter
+			if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
+				if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
+					capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
+					c.Response().Writer = capture
+					defer func() { c.Response().Writer = capture.ResponseWriter }()
+				}
+			}
 			// The request's own context, before the Guard's deadline: its
 			// cancellation, and only its, is a client that went away (an
 			// inner middleware may put a context of its own in the
@@ -274,13 +256,17 @@ func Middleware(opts ...Option) echo.MiddlewareFunc {
 					// open for its dependency): answered as this
 					// middleware answers its own, and Ignored.
 					call.Report(sluice.Ignored, nil)
-					return cfg.rejected(c, rt, d)
+					return cfg.rejected(c, rt, key, cerr, d, call.Start())
 				}
 			}
-			call.Report(cfg.outcome(c, reqCtx, err, cerr), nil)
+			o := cfg.outcome(c, reqCtx, err, cerr)
+			call.Report(o, nil)
+			if capture != nil && !capture.done && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
+				keep.Keep(c.Request(), routeOf(c, rt), key, call.Start(), c.Response().Header(), capture.body)
+			}
 			return err
 		}
-	}
+	}, nil
 }
 
 // answered answers the error err that the handler of a request the
@@ -291,7 +277,7 @@ func (cfg *config) answered(c echo.Context, rt *middleware.Route, err error) err
 		return err
 	}
 	if d, ok := sluice.RejectionOf(err); ok {
-		return cfg.rejected(c, rt, d)
+		return cfg.rejected(c, rt, "", err, d, 0)
 	}
 	return err
 }
@@ -342,7 +328,7 @@ func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr err
 			c.Error(err)
 		}
 	}
-	return cfg.classify(statusOf(c, err))
+	return cfg.Classify(statusOf(c, err))
 }
 
 // statusOf returns the status the client gets: the one written when the
@@ -363,49 +349,53 @@ func statusOf(c echo.Context, err error) int {
 	return http.StatusInternalServerError
 }
 
-func (cfg *config) rejected(c echo.Context, rt *middleware.Route, d sluice.Decision) error {
+// rejected answers the request of c on route rt (nil: unguarded), rejected
+// with err and its Decision d; now is an instant on the Guard's clock.
+func (cfg *config) rejected(c echo.Context, rt *middleware.Route, key string, err error, d sluice.Decision, now time.Duration) error {
 	c.Set(rejectedKey, true)
-	if len(cfg.fallbacks) > 0 {
-		if fn, ok := middleware.LookupFallback(cfg.fallbacks, routeOf(c, rt), sluice.CauseOf(d.Cause)); ok {
-			c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
-			return fn(c, d)
+	if rt != nil {
+		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, now, err, d); fb != nil {
+			c.SetRequest(fr)
+			fb.ServeHTTP(c.Response(), fr)
+			return nil
 		}
 	}
 	if cfg.deny != nil {
-		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), rejectionKey{}, d)))
+		c.SetRequest(c.Request().WithContext(core.WithRejection(c.Request().Context(), d)))
 		return cfg.deny(c, d)
 	}
-	status := cfg.render.Rejected(c.Response().Header(), rt, d)
-	return writeProblem(c, status, cfg.render.AppendProblem(make([]byte, 0, 256), d))
+	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d)
+	return nil
 }
-
-func (cfg *config) missingKey(c echo.Context) error {
-	c.Set(rejectedKey, true)
-	h := c.Response().Header()
-	h.Set(echo.HeaderContentType, middleware.ProblemContentType)
-	h.Set(echo.HeaderCacheControl, "no-store")
-	return writeProblem(c, http.StatusBadRequest, cfg.render.AppendMissingKeyProblem(make([]byte, 0, 256)))
-}
-
-func writeProblem(c echo.Context, status int, body []byte) error {
-	res := c.Response()
-	res.Header().Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
-	res.WriteHeader(status)
-	if c.Request().Method == http.MethodHead {
-		return nil
-	}
-	_, err := res.Write(body)
-	return err
-}
-
-type rejectionKey struct{}
 
 // RejectionFrom returns the Decision that rejected the request, for
 // fallbacks and deny handlers, and false when it was not rejected.
 func RejectionFrom(c echo.Context) (sluice.Decision, bool) {
-	d, ok := c.Request().Context().Value(rejectionKey{}).(sluice.Decision)
-	return d, ok
+	return core.RejectionFrom(c.Request().Context())
 }
+
+// captureWriter keeps the body of a GET response for the stale caches of
+// the route's Guard, up to max bytes.
+type captureWriter struct {
+	http.ResponseWriter
+	body []byte
+	max  int
+	done bool // outgrew max
+}
+
+func (w *captureWriter) Write(b []byte) (int, error) {
+	if !w.done {
+		if len(w.body)+len(b) > w.max {
+			w.done, w.body = true, nil
+		} else {
+			w.body = append(w.body, b...)
+		}
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap returns the writer beneath, for http.ResponseController.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // request shows an echo.Context as a middleware.Request.
 type request struct {

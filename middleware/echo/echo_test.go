@@ -23,7 +23,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -66,21 +68,15 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 		skip["/"+n] = true
 	}
 	e := echo.New()
-	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })}
+	opts := []Option{WithRoutes(rs), WithSkipper(func(c echo.Context) bool { return skip[c.Path()] })}
+	if s.Keyer != nil {
+		opts = append(opts, WithKeyer(s.Keyer))
+	}
 	if s.RouteResource {
 		opts = append(opts, WithRouteResource())
 	}
-	for _, f := range s.Fallbacks {
-		route := ""
-		if f.Route != "" {
-			route = echoPattern(f.Route)
-		}
-		answer := scenario.FallbackAnswer(f)
-		opts = append(opts, WithFallback(route, f.Cause, func(c echo.Context, _ sluice.Decision) error {
-			return c.String(http.StatusOK, answer)
-		}))
-	}
-	e.Use(Middleware(opts...))
+	require.Empty(t, s.Fallbacks, "the Guards declare the fallbacks")
+	e.Use(mw(t, opts...))
 	for _, name := range []string{"a", "b", "health"} {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {
 			e.Add(method, "/"+name, func(c echo.Context) error {
@@ -112,7 +108,41 @@ func echoTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	return serve
 }
 
-func TestScenarios(t *testing.T) { scenario.Run(t, echoTarget) }
+// mw is Middleware(opts...), which must not fail.
+func mw(t testing.TB, opts ...Option) echo.MiddlewareFunc {
+	t.Helper()
+	m, err := Middleware(opts...)
+	require.NoError(t, err)
+	return m
+}
+
+// answering is a fallback handler answering 200 and body.
+func answering(body string) degrade.Func[http.Handler] {
+	return degrade.Value[http.Handler](http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, body)
+	}))
+}
+
+// echoFallback makes the Guard fallbacks of the scenarios.
+func echoFallback(answers map[sluice.Cause]string) (sluice.Fallback, error) {
+	var rules []degrade.Rule[http.Handler]
+	for cause, text := range answers {
+		switch cause {
+		case sluice.CauseRateLimited:
+			rules = append(rules, degrade.OnRateLimited(answering(text)))
+		case sluice.CauseCircuitOpen:
+			rules = append(rules, degrade.OnCircuitOpen(answering(text)))
+		case sluice.CauseNone:
+			rules = append(rules, degrade.OnRejected(answering(text)))
+		default:
+			return nil, fmt.Errorf("no rule for %v", cause)
+		}
+	}
+	return degrade.New(rules...)
+}
+
+func TestScenarios(t *testing.T) { scenario.RunWith(t, echoTarget, echoFallback) }
 
 func TestRejectionFieldsPerCause(t *testing.T) {
 	for _, tt := range []struct {
@@ -126,7 +156,7 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 		{sluice.Decision{Policy: "adaptive/c", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrConcurrencyLimited}, 503, "1"},
 	} {
 		e := echo.New()
-		e.Use(Middleware(WithGuard(newGuard(t, testpolicy.Rejecter{D: tt.d}))))
+		e.Use(mw(t, WithGuard(newGuard(t, testpolicy.Rejecter{D: tt.d}))))
 		e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
 		rec := do(e, http.MethodGet, "/")
 		assert.Equal(t, tt.status, rec.Code)
@@ -156,7 +186,7 @@ func TestAdmittedFields(t *testing.T) {
 	fw, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("ratelimit/api"))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, fw)), WithLegacyHeaders()))
+	e.Use(mw(t, WithGuard(newGuard(t, fw)), WithRenderer(middleware.Renderer{Legacy: true})))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
 	rec := do(e, http.MethodGet, "/")
 	assert.Equal(t, `"ratelimit/api";q=5;w=60`, rec.Header().Get("RateLimit-Policy"))
@@ -192,7 +222,7 @@ func TestClassificationFromFinalStatus(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := testpolicy.NewCounter()
 			e := echo.New()
-			e.Use(Middleware(WithGuard(newGuard(t, c))))
+			e.Use(mw(t, WithGuard(newGuard(t, c))))
 			e.GET("/", tt.handler)
 			do(e, http.MethodGet, "/")
 			assert.Equal(t, map[sluice.Outcome]int{tt.want: 1}, c.Outcomes())
@@ -204,7 +234,7 @@ func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
 	b, err := breaker.New("api", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, b))))
+	e.Use(mw(t, WithGuard(newGuard(t, b))))
 	code := http.StatusForbidden
 	e.GET("/", func(echo.Context) error { return echo.NewHTTPError(code) })
 	for range 5 {
@@ -224,14 +254,14 @@ func TestRoutesByPathAndPassThrough(t *testing.T) {
 	rs, err := middleware.NewRoutes(middleware.RouteTo("/items/:id", g))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(rs)))
+	e.Use(mw(t, WithRoutes(rs)))
 	e.GET("/items/:id", func(c echo.Context) error { return c.NoContent(200) })
 	e.GET("/other", func(c echo.Context) error { return c.NoContent(200) })
 	assert.Equal(t, 503, do(e, http.MethodGet, "/items/3").Code)
 	assert.Equal(t, 200, do(e, http.MethodGet, "/other").Code)
 
 	e2 := echo.New()
-	e2.Use(Middleware())
+	e2.Use(mw(t))
 	e2.GET("/", func(c echo.Context) error { return c.NoContent(200) })
 	assert.Equal(t, 200, do(e2, http.MethodGet, "/").Code)
 }
@@ -239,7 +269,7 @@ func TestRoutesByPathAndPassThrough(t *testing.T) {
 func TestDenyHandlerAndMissingKey(t *testing.T) {
 	g := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	e := echo.New()
-	e.Use(Middleware(WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
+	e.Use(mw(t, WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
 		got, ok := RejectionFrom(c)
 		require.True(t, ok)
 		assert.Equal(t, d, got)
@@ -253,7 +283,7 @@ func TestDenyHandlerAndMissingKey(t *testing.T) {
 	require.NoError(t, err)
 	c := testpolicy.NewCounter()
 	e = echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, c)), WithKeyer(k)))
+	e.Use(mw(t, WithGuard(newGuard(t, c)), WithKeyer(k)))
 	var key, resource string
 	e.GET("/r/:id", func(c echo.Context) error {
 		key, _ = sluice.KeyFrom(c.Request().Context())
@@ -275,8 +305,8 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 	outer := testpolicy.NewCounter()
 	inner := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}})
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, outer))))
-	e.GET("/", func(c echo.Context) error { return c.NoContent(200) }, Middleware(WithGuard(inner)))
+	e.Use(mw(t, WithGuard(newGuard(t, outer))))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(200) }, mw(t, WithGuard(inner)))
 	assert.Equal(t, 503, do(e, http.MethodGet, "/").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
 }
@@ -303,20 +333,20 @@ func TestGuardTimeoutEndsTheHandlersContext(t *testing.T) {
 			return c.Request().Context().Err()
 		}
 		e := echo.New()
-		e.Use(Middleware(WithGuard(newGuard(t, outer))))
-		e.GET("/slow", wait, Middleware(WithGuard(g)))
+		e.Use(mw(t, WithGuard(newGuard(t, outer))))
+		e.GET("/slow", wait, mw(t, WithGuard(g)))
 		e.GET("/gateway", func(c echo.Context) error {
 			if err := wait(c); err != nil {
 				return echo.NewHTTPError(http.StatusGatewayTimeout).SetInternal(err)
 			}
 			return nil
-		}, Middleware(WithGuard(g)))
+		}, mw(t, WithGuard(g)))
 		e.GET("/fast", func(c echo.Context) error {
 			if err := c.Request().Context().Err(); err != nil {
 				return err
 			}
 			return c.String(http.StatusOK, "ok")
-		}, Middleware(WithGuard(g)))
+		}, mw(t, WithGuard(g)))
 
 		assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/slow").Code, "the handler's context error")
 		assert.Equal(t, 150*time.Millisecond, waited)
@@ -332,7 +362,7 @@ func TestGuardTimeoutEndsTheHandlersContext(t *testing.T) {
 func TestPanicIsAFailure(t *testing.T) {
 	c := testpolicy.NewCounter()
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.Use(mw(t, WithGuard(newGuard(t, c))))
 	e.GET("/", func(echo.Context) error { panic("boom") })
 	assert.PanicsWithValue(t, "boom", func() { do(e, http.MethodGet, "/") })
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
@@ -341,7 +371,7 @@ func TestPanicIsAFailure(t *testing.T) {
 func TestHijackAndFlushThroughMiddleware(t *testing.T) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.Use(Middleware(WithGuard(newGuard(t, testpolicy.NewCounter()))))
+	e.Use(mw(t, WithGuard(newGuard(t, testpolicy.NewCounter()))))
 	release := make(chan struct{})
 	e.GET("/stream", func(c echo.Context) error {
 		c.Response().WriteHeader(200)
@@ -394,9 +424,9 @@ func TestHotPathAllocations(t *testing.T) {
 	require.NoError(t, err)
 	g := newGuard(t, fw, b)
 	e := echo.New()
-	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, Middleware(WithGuard(g)))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, mw(t, WithGuard(g)))
 	e.GET("/quiet", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) },
-		Middleware(WithGuard(g), WithRenderer(middleware.Renderer{QuietAdmitted: true})))
+		mw(t, WithGuard(g), WithRenderer(middleware.Renderer{QuietAdmitted: true})))
 	// Echo chains middleware on every request, which costs each middleware a
 	// closure: the baseline is a middleware that does nothing.
 	passThrough := func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -430,7 +460,7 @@ func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
 	group, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, group)), WithRouteResource()))
+	e.Use(mw(t, WithGuard(newGuard(t, group)), WithRouteResource()))
 	var resource string
 	e.GET("/flaky/:id", func(c echo.Context) error {
 		resource, _ = sluice.ResourceFrom(c.Request().Context())
@@ -461,7 +491,7 @@ func TestClassificationAfterCustomErrorHandler(t *testing.T) {
 		}
 		e.DefaultHTTPErrorHandler(err, ec)
 	}
-	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.Use(mw(t, WithGuard(newGuard(t, c))))
 	e.GET("/", func(echo.Context) error { return errNoSuchUser })
 	assert.Equal(t, http.StatusNotFound, do(e, http.MethodGet, "/").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
@@ -473,7 +503,7 @@ func TestClassificationAfterCustomErrorHandler(t *testing.T) {
 func TestInnerMiddlewaresCancelledContextIsNotAClientGone(t *testing.T) {
 	c := testpolicy.NewCounter()
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, c))), echomw.ContextTimeout(time.Minute))
+	e.Use(mw(t, WithGuard(newGuard(t, c))), echomw.ContextTimeout(time.Minute))
 	e.GET("/fail", func(echo.Context) error { return errors.New("database down") })
 	e.GET("/ok", func(ec echo.Context) error { return ec.String(http.StatusOK, "ok") })
 	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/fail").Code)
@@ -487,7 +517,7 @@ func TestInnerMiddlewaresCancelledContextIsNotAClientGone(t *testing.T) {
 func TestHandlersOwnCanceledIsClassifiedByItsStatus(t *testing.T) {
 	c := testpolicy.NewCounter()
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, c))))
+	e.Use(mw(t, WithGuard(newGuard(t, c))))
 	e.GET("/", func(echo.Context) error { return fmt.Errorf("lookup: %w", context.Canceled) })
 	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/").Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
@@ -509,7 +539,7 @@ func TestGuardTimeoutAnsweredWithCanceledIsAFailure(t *testing.T) {
 		require.NoError(t, err)
 		defer g.Close()
 		e := echo.New()
-		e.Use(Middleware(WithGuard(g)))
+		e.Use(mw(t, WithGuard(g)))
 		e.GET("/", func(ec echo.Context) error {
 			<-ec.Request().Context().Done() // the Guard's deadline
 			return context.Canceled
@@ -527,7 +557,7 @@ func TestSameNamedPoliciesNeverGetAnothersWindow(t *testing.T) {
 	perHour, err := ratelimit.NewFixedWindow(3, time.Hour)
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, perSecond, perHour))))
+	e.Use(mw(t, WithGuard(newGuard(t, perSecond, perHour))))
 	e.GET("/", func(ec echo.Context) error { return ec.NoContent(http.StatusNoContent) })
 	for range 3 {
 		do(e, http.MethodGet, "/")
@@ -553,7 +583,7 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	counter := testpolicy.NewCounter()
 	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}})
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, counter))))
+	e.Use(mw(t, WithGuard(newGuard(t, counter))))
 	e.GET("/prices", func(c echo.Context) error {
 		return fmt.Errorf("prices: %w", dep.Do(c.Request().Context(), func(context.Context) error { return nil }))
 	})
@@ -577,7 +607,7 @@ func TestHandlersHTTPErrorKeepsItsCodeOverAnInternalRejection(t *testing.T) {
 	counter := testpolicy.NewCounter()
 	dep := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}})
 	e := echo.New()
-	e.Use(Middleware(WithGuard(newGuard(t, counter))))
+	e.Use(mw(t, WithGuard(newGuard(t, counter))))
 	e.GET("/prices", func(c echo.Context) error {
 		err := dep.Do(c.Request().Context(), func(context.Context) error { return nil })
 		return echo.NewHTTPError(http.StatusBadGateway, "prices unavailable").SetInternal(err)
@@ -602,7 +632,7 @@ func TestDenyHandlerAfterGuardTimeoutGetsALiveContext(t *testing.T) {
 		handlerErr = c.Request().Context().Err()
 		_ = c.NoContent(http.StatusInternalServerError)
 	}
-	e.Use(Middleware(WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
+	e.Use(mw(t, WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
 		denyErr = c.Request().Context().Err()
 		return c.String(http.StatusServiceUnavailable, "later")
 	})))
@@ -627,7 +657,7 @@ func TestRoutesByMethodAndPath(t *testing.T) {
 	require.NoError(t, err)
 	var resources []string
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(routes), WithRouteResource()))
+	e.Use(mw(t, WithRoutes(routes), WithRouteResource()))
 	h := func(c echo.Context) error {
 		r, _ := sluice.ResourceFrom(c.Request().Context())
 		resources = append(resources, r)
@@ -649,7 +679,7 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	routes, err := middleware.NewRoutes(middleware.RouteTo("/guarded", newGuard(t)))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(routes), WithSkipper(func(c echo.Context) bool { return c.Path() == "/skipped" })))
+	e.Use(mw(t, WithRoutes(routes), WithSkipper(func(c echo.Context) bool { return c.Path() == "/skipped" })))
 	h := func(c echo.Context) error {
 		return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
 	}
@@ -689,7 +719,7 @@ func TestKeyByValue(t *testing.T) {
 			return next(c)
 		}
 	})
-	e.Use(Middleware(WithGuard(newGuard(t, rec)), WithKeyer(k)))
+	e.Use(mw(t, WithGuard(newGuard(t, rec)), WithKeyer(k)))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	for _, as := range []string{"alice", "7", "odd", "", "nil", "named"} {
 		require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/?as="+as).Code)
@@ -719,7 +749,7 @@ func TestHeadRequestIsGuardedByTheGetEntry(t *testing.T) {
 	routes, err := middleware.NewRoutes(middleware.RouteTo("GET /items", newGuard(t, get)))
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(routes)))
+	e.Use(mw(t, WithRoutes(routes)))
 	e.Match([]string{http.MethodGet, http.MethodHead}, "/items", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/items").Code)
 	assert.Equal(t, http.StatusOK, do(e, http.MethodHead, "/items").Code)
@@ -732,44 +762,46 @@ func (u *namedUser) String() string { return u.name }
 
 type tenant string
 
-// A rejection is answered by the most specific fallback for its route and
-// cause: route and cause, route, cause, then any; one that none answers
-// goes to the deny handler. A route table entry naming the method is a
-// fallback's route, and so is the route of a handler that returns a
-// rejection its own call met. Every answered rejection counts as Ignored.
+// The fallbacks of each route's Guard answer its rejections by cause, in
+// order; degrade.Routes picks them by route where one Guard serves several
+// (a table entry naming the method is the route); a handler returning a
+// rejection its own call met gets the same answer; one that none answers
+// goes to the deny handler. Every answered rejection counts as Ignored.
 func TestFallbackByRouteAndCause(t *testing.T) {
 	limited := testpolicy.Reject(sluice.ErrRateLimited, time.Second)
 	open := testpolicy.Reject(sluice.ErrCircuitOpen, time.Second)
-	shed := testpolicy.Reject(sluice.ErrOverloaded, time.Second)
 	counter := testpolicy.NewCounter()
 	dep := newGuard(t, open)
-	routes, err := middleware.NewRoutes(
-		middleware.RouteTo("/a", newGuard(t, limited)),
-		middleware.RouteTo("/b", newGuard(t, open)),
-		middleware.RouteTo("/c", newGuard(t, shed)),
-		middleware.RouteTo("POST /cart", newGuard(t, limited)),
-		middleware.RouteTo("/dep", newGuard(t, counter)),
-		middleware.RouteTo("/d", newGuard(t, testpolicy.Reject(sluice.ErrConcurrencyLimited, time.Second))))
-	require.NoError(t, err)
-	answer := func(name string) FallbackFunc {
-		return func(c echo.Context, d sluice.Decision) error {
-			got, ok := RejectionFrom(c)
-			require.True(t, ok)
-			require.Equal(t, d, got)
-			return c.String(http.StatusOK, name+" "+d.Policy)
-		}
+	fbs := func(rules ...degrade.Rule[http.Handler]) *degrade.Fallbacks[http.Handler] {
+		f, err := degrade.New(rules...)
+		require.NoError(t, err)
+		return f
 	}
+	var seen sluice.Decision
+	byRoute, err := degrade.NewRoutes(map[string]*degrade.Fallbacks[http.Handler]{
+		"/a": fbs(degrade.OnRateLimited(answering("a-limited"))),
+		"POST /cart": fbs(degrade.OnRateLimited[http.Handler](func(ctx context.Context, _ error) (http.Handler, error) {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen, _ = core.RejectionFrom(r.Context())
+				_, _ = io.WriteString(w, "cart")
+			}), nil
+		})),
+	}, fbs(degrade.OnCircuitOpen(answering("open"))))
+	require.NoError(t, err)
+	gShared, err := sluice.New(sluice.With(limited), sluice.WithFallback(byRoute))
+	require.NoError(t, err)
+	gDep, err := sluice.New(sluice.With(counter), sluice.WithFallback(fbs(degrade.OnCircuitOpen(answering("dep open")))))
+	require.NoError(t, err)
+	routes, err := middleware.NewRoutes(
+		middleware.RouteTo("/a", gShared),
+		middleware.RouteTo("POST /cart", gShared),
+		middleware.RouteTo("/b", gShared),
+		middleware.RouteTo("/dep", gDep))
+	require.NoError(t, err)
 	e := echo.New()
-	e.Use(Middleware(WithRoutes(routes),
-		WithFallback("/a", sluice.CauseRateLimited, answer("a-limited")),
-		WithFallback("/a", sluice.CauseNone, answer("a-any")),
-		WithFallback("/b", sluice.CauseNone, answer("b-any")),
-		WithFallback("", sluice.CauseOverloaded, answer("overloaded")),
-		WithFallback("", sluice.CauseCircuitOpen, answer("open")),
-		WithFallback("POST /cart", sluice.CauseRateLimited, answer("cart")),
-		WithFallback("/ignored", sluice.CauseNone, nil),
+	e.Use(mw(t, WithRoutes(routes),
 		WithDenyHandler(func(c echo.Context, d sluice.Decision) error { return c.String(http.StatusTeapot, "denied") })))
-	for _, p := range []string{"/a", "/b", "/c", "/cart", "/d"} {
+	for _, p := range []string{"/a", "/b"} {
 		e.GET(p, func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	}
 	e.POST("/cart", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
@@ -781,16 +813,72 @@ func TestFallbackByRouteAndCause(t *testing.T) {
 		code           int
 		body           string
 	}{
-		{http.MethodGet, "/a", http.StatusOK, "a-limited test/reject"},
-		{http.MethodGet, "/b", http.StatusOK, "b-any test/reject"},
-		{http.MethodGet, "/c", http.StatusOK, "overloaded test/reject"},
-		{http.MethodPost, "/cart", http.StatusOK, "cart test/reject"},
-		{http.MethodGet, "/dep", http.StatusOK, "open test/reject"},
-		{http.MethodGet, "/d", http.StatusTeapot, "denied"},
+		{http.MethodGet, "/a", http.StatusOK, "a-limited"},
+		{http.MethodPost, "/cart", http.StatusOK, "cart"},
+		{http.MethodGet, "/b", http.StatusTeapot, "denied"},
+		{http.MethodGet, "/dep", http.StatusOK, "dep open"},
 	} {
 		rec := do(e, tc.method, tc.target)
 		assert.Equal(t, tc.code, rec.Code, "%s %s", tc.method, tc.target)
 		assert.Equal(t, tc.body, rec.Body.String(), "%s %s", tc.method, tc.target)
 	}
+	assert.Equal(t, "test/reject", seen.Policy, "the handler reads the Decision")
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes())
+}
+
+// The stale cache, one of the Guard's fallbacks, is fed with the good GET
+// responses of the Guard's Echo routes and answers their rejections.
+func TestStaleCacheBehindEcho(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	b, err := breaker.New("b", breaker.WithConsecutiveFailures(1), breaker.WithClock(clock))
+	require.NoError(t, err)
+	cache, err := middleware.NewStaleCache(8, time.Minute, 1024)
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock), sluice.WithFallback(cache))
+	require.NoError(t, err)
+	fail := false
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/p", func(c echo.Context) error {
+		if fail {
+			return errors.New("down")
+		}
+		return c.String(http.StatusOK, "prices")
+	})
+	require.Equal(t, "prices", do(e, http.MethodGet, "/p").Body.String())
+	assert.Equal(t, 1, cache.Len())
+	fail = true
+	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/p").Code)
+	clock.Advance(7 * time.Second)
+	rec := do(e, http.MethodGet, "/p")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "prices", rec.Body.String())
+	assert.Equal(t, "7", rec.Header().Get("Age"))
+}
+
+func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
+	g := newGuard(t)
+	rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
+	require.NoError(t, err)
+	strs, err := degrade.New(degrade.OnRejected(degrade.Value("busy")))
+	require.NoError(t, err)
+	gStr, err := sluice.New(sluice.WithFallback(strs))
+	require.NoError(t, err)
+	for name, opts := range map[string][]Option{
+		"nil Guard":        {WithGuard(nil)},
+		"nil routes":       {WithRoutes(nil)},
+		"Guard and routes": {WithGuard(g), WithRoutes(rs)},
+		"nil option":       {nil},
+		"nil keyer":        {WithKeyer(nil)},
+		"nil skipper":      {WithSkipper(nil)},
+		"nil deny handler": {WithDenyHandler(nil)},
+		"nil classifier":   {WithClassifier(nil)},
+		"string fallbacks": {WithGuard(gStr)},
+	} {
+		m, err := Middleware(opts...)
+		assert.Error(t, err, name)
+		assert.Nil(t, m, name)
+	}
+	_, err = Middleware(WithGuard(gStr))
+	assert.ErrorContains(t, err, "degrade.New[http.Handler]")
 }

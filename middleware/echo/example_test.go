@@ -2,6 +2,7 @@ package sluiceecho_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/middleware"
 	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
 )
 
@@ -26,7 +29,11 @@ func ExampleMiddleware() {
 	}
 
 	e := echo.New()
-	e.Use(sluiceecho.Middleware(sluiceecho.WithGuard(g)))
+	guard, err := sluiceecho.Middleware(sluiceecho.WithGuard(g))
+	if err != nil {
+		panic(err)
+	}
+	e.Use(guard)
 	e.GET("/orders/:id", func(c echo.Context) error {
 		if c.Param("id") == "0" {
 			return echo.ErrNotFound // a client error: the breaker does not count it
@@ -51,25 +58,44 @@ func ExampleMiddleware() {
 	// /orders/1 503 Retry-After: true
 }
 
-// A route answers its rejections with a fallback: the catalogue's last
-// known prices when the pricing dependency's breaker is open.
-func ExampleWithFallback() {
+// A route's Guard answers its rejections with its fallbacks, declared once
+// by cause: the catalogue's last known prices when the pricing
+// dependency's breaker is open. Echo serves the handler the fallback
+// answers with.
+func ExampleMiddleware_fallbacks() {
 	b, err := breaker.New("pricing")
 	if err != nil {
 		panic(err)
 	}
 	b.ForceOpen()
-	g, err := sluice.New(sluice.With(b))
+	lastKnown, err := degrade.New(degrade.OnCircuitOpen(degrade.Value[http.Handler](
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Warning", `110 - "stale prices"`)
+			io.WriteString(w, `{"apple":3}`)
+		}))))
+	if err != nil {
+		panic(err)
+	}
+	prices, err := sluice.New(sluice.With(b), sluice.WithFallback(lastKnown))
+	if err != nil {
+		panic(err)
+	}
+	cart, err := sluice.New(sluice.With(b))
+	if err != nil {
+		panic(err)
+	}
+	routes, err := middleware.NewRoutes(middleware.RouteTo("/prices", prices), middleware.RouteTo("/cart", cart))
+	if err != nil {
+		panic(err)
+	}
+	guard, err := sluiceecho.Middleware(sluiceecho.WithRoutes(routes))
 	if err != nil {
 		panic(err)
 	}
 
 	e := echo.New()
-	e.Use(sluiceecho.Middleware(sluiceecho.WithGuard(g),
-		sluiceecho.WithFallback("/prices", sluice.CauseCircuitOpen, func(c echo.Context, d sluice.Decision) error {
-			c.Response().Header().Set("Warning", `110 - "stale prices"`)
-			return c.JSON(http.StatusOK, map[string]int{"apple": 3})
-		})))
+	e.Use(guard)
 	e.GET("/prices", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]int{"apple": 4}) })
 	e.GET("/cart", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 	for _, path := range []string{"/prices", "/cart"} {

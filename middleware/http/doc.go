@@ -7,12 +7,13 @@
 // draft RateLimit and RateLimit-Policy fields of its Decision, runs, and its
 // final status is classified (5xx a failure, 4xx ignored) for the Guard's
 // breakers and load guards. A rejected request is answered, in order of
-// preference, by a [Fallback] for its route and cause (a static response, a
-// handler, or, for GET and HEAD, the stale copy of the last good GET
-// response with Age, kept per client key or, with [StaleShared], one for
-// every client), by the deny handler, or by 429 / 503 with Retry-After
-// and an RFC 9457 problem body that names the cause and never an internal
-// error.
+// preference, by the fallbacks of its route's Guard that answer an
+// http.Handler (sluice.WithFallback with degrade.New[http.Handler], or a
+// middleware.StaleCache: for GET and HEAD, the stale copy of the last good
+// GET response with Age, which the middleware keeps), by the deny handler,
+// or by 429 / 503 with Retry-After and an RFC 9457 problem body that names
+// the cause and never an internal error. [Middleware] returns an error for a
+// misconfiguration, a Guard with a fallback it cannot serve included.
 //
 // The response writer it hands to the handler records the status without
 // allocating, and keeps http.Flusher, http.Hijacker and io.ReaderFrom;
@@ -24,8 +25,8 @@
 // Retry-After asks on 429 and 503, and returns a *sluice.RejectedError
 // without calling the dependency when the Guard rejects. A handler that gets
 // such a rejection passes it to [Reject], which answers it as the middleware
-// answers its own: with the route's fallback (the stale copy of its last
-// good response, say), else the deny handler, else 429 or 503 with
+// answers its own: with the fallbacks of the route's Guard (the stale copy
+// of its last good response, say), else the deny handler, else 429 or 503 with
 // Retry-After (for a request the middleware let through unguarded, Reject
 // answers nothing and reports false). A call whose context has already
 // ended is not sent and counts for nothing. [RoundTripper.Guard] hands out

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -32,7 +33,11 @@ func ExampleMiddleware() {
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "[]") })
-	h := sluicehttp.Middleware(sluicehttp.WithRoutes(routes))(mux)
+	guard, err := sluicehttp.Middleware(sluicehttp.WithRoutes(routes))
+	if err != nil {
+		panic(err)
+	}
+	h := guard(mux)
 
 	for range 3 {
 		rec := httptest.NewRecorder()
@@ -100,51 +105,65 @@ func ExampleTransport() {
 	// rejected: 2m0s 1
 }
 
-func ExampleStaleFallback() {
+// Fallbacks are declared once, on the Guard, by cause: here a stale copy
+// of the route's last good answer first, and a static answer when there is
+// none. The middleware serves the Guard's fallbacks that answer an
+// http.Handler, and keeps the stale copies of the good GET responses.
+func ExampleMiddleware_fallbacks() {
 	clock := sluice.NewManualClock(0)
 	b, err := breaker.New("catalog", breaker.WithConsecutiveFailures(1))
 	if err != nil {
 		panic(err)
 	}
-	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
+	stale, err := middleware.NewStaleCache(1000, 10*time.Minute, 64<<10)
 	if err != nil {
 		panic(err)
 	}
-	stale, err := sluicehttp.NewStaleCache(1000, 10*time.Minute, 64<<10)
+	busy, err := degrade.New(degrade.OnCircuitOpen(degrade.Value[http.Handler](
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "the catalog is resting; try again soon")
+		}))))
 	if err != nil {
 		panic(err)
 	}
-	fb, err := sluicehttp.StaleFallback(stale)
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock), sluice.WithFallback(stale, busy))
 	if err != nil {
 		panic(err)
 	}
 
 	fail := false
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /catalog", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /catalog/{page}", func(w http.ResponseWriter, _ *http.Request) {
 		if fail {
 			w.WriteHeader(http.StatusInternalServerError)
 			return
 		}
 		io.WriteString(w, "catalog v1")
 	})
-	h := sluicehttp.Middleware(sluicehttp.WithGuard(g),
-		sluicehttp.WithFallback("", sluice.CauseCircuitOpen, fb))(mux)
-	get := func() *httptest.ResponseRecorder {
+	guard, err := sluicehttp.Middleware(sluicehttp.WithGuard(g))
+	if err != nil {
+		panic(err)
+	}
+	h := guard(mux)
+	get := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/catalog", nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		return rec
 	}
 
-	get() // a good answer is kept
+	get("/catalog/1") // a good answer is kept
 	fail = true
-	fmt.Println(get().Code) // the failure opens the breaker
+	fmt.Println(get("/catalog/1").Code) // the failure opens the breaker
 	clock.Advance(30 * time.Second)
-	rec := get() // the breaker is open: the stale copy answers
+	rec := get("/catalog/1") // the breaker is open: the stale copy answers
 	fmt.Println(rec.Code, rec.Body.String(), "Age:", rec.Header().Get("Age"))
+	rec = get("/catalog/2") // no copy: the static answer
+	fmt.Println(rec.Code, rec.Body.String())
 	// Output:
 	// 500
 	// 200 catalog v1 Age: 30
+	// 503 the catalog is resting; try again soon
 }
 
 func ExampleReject() {
@@ -164,12 +183,14 @@ func ExampleReject() {
 	defer rt.Close()
 	client := &http.Client{Transport: rt}
 
-	front, err := sluice.New(sluice.WithClock(clock))
+	later, err := degrade.New(degrade.OnCircuitOpen(degrade.Value[http.Handler](
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, "payments are busy: your order is queued\n")
+		}))))
 	if err != nil {
 		panic(err)
 	}
-	later, err := sluicehttp.StaticFallback(http.StatusOK, http.Header{"Content-Type": {"text/plain"}},
-		[]byte("payments are busy: your order is queued\n"))
+	front, err := sluice.New(sluice.WithClock(clock), sluice.WithFallback(later))
 	if err != nil {
 		panic(err)
 	}
@@ -187,8 +208,11 @@ func ExampleReject() {
 		defer resp.Body.Close()
 		http.Error(w, fmt.Sprint("payments answered ", resp.StatusCode), http.StatusBadGateway)
 	})
-	h := sluicehttp.Middleware(sluicehttp.WithGuard(front),
-		sluicehttp.WithFallback("POST /orders", sluice.CauseCircuitOpen, later))(mux)
+	guard, err := sluicehttp.Middleware(sluicehttp.WithGuard(front))
+	if err != nil {
+		panic(err)
+	}
+	h := guard(mux)
 
 	for range 2 {
 		rec := httptest.NewRecorder()

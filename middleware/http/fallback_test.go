@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
@@ -41,22 +42,48 @@ func (s *switchable) Admit(context.Context, time.Duration) sluice.Verdict {
 func (*switchable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (*switchable) Needs() sluice.Needs                                              { return 0 }
 
-// newStale returns a StaleCache of maxEntries copies, kept a minute, of
-// bodies up to 1 KiB, and the StaleFallback that answers from it.
-func newStale(t *testing.T, maxEntries int, opts ...StaleCacheOption) (*StaleCache, Fallback) {
-	t.Helper()
-	cache, err := NewStaleCache(maxEntries, time.Minute, 1024, opts...)
-	require.NoError(t, err)
-	stale, err := StaleFallback(cache)
-	require.NoError(t, err)
-	return cache, stale
+// text is a fallback answering status and body.
+func text(status int, body string) degrade.Func[http.Handler] {
+	return degrade.Value[http.Handler](http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
 }
 
-func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
+func fallbacks(t *testing.T, rules ...degrade.Rule[http.Handler]) *degrade.Fallbacks[http.Handler] {
+	t.Helper()
+	f, err := degrade.New(rules...)
+	require.NoError(t, err)
+	return f
+}
+
+func guardWith(t *testing.T, clock sluice.Clock, p sluice.Policy, fbs ...sluice.Fallback) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(sluice.With(p), sluice.WithClock(clock), sluice.WithFallback(fbs...))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+func newStale(t *testing.T, maxEntries int, opts ...middleware.StaleCacheOption) *middleware.StaleCache {
+	t.Helper()
+	c, err := middleware.NewStaleCache(maxEntries, time.Minute, 1024, opts...)
+	require.NoError(t, err)
+	return c
+}
+
+func openSwitch() *switchable {
+	return &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrCircuitOpen}}
+}
+
+// The stale cache, one of the Guard's fallbacks, is fed with the good GET
+// responses of the Guard's routes and answers their rejections with a copy
+// and its Age.
+func TestStaleCacheServesLastGoodResponseWithAge(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
-	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrCircuitOpen}}
-	g := newGuard(t, clock, sw)
-	cache, stale := newStale(t, 2)
+	sw := openSwitch()
+	cache := newStale(t, 2)
+	g := guardWith(t, clock, sw, cache)
 	n := 0
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +101,8 @@ func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
 	mux.HandleFunc("GET /fails", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusInternalServerError)
 	})
-	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseCircuitOpen, stale))(mux)
+	mux.HandleFunc("POST /items/{id}", func(w http.ResponseWriter, _ *http.Request) {})
+	h := mw(t, WithGuard(g))(mux)
 
 	assert.Equal(t, "1#1", serve(h, http.MethodGet, "/items/1").Body.String())
 	assert.Equal(t, "2#2", serve(h, http.MethodGet, "/items/2").Body.String())
@@ -91,222 +119,113 @@ func TestStaleFallbackServesLastGoodResponseWithAge(t *testing.T) {
 	assert.Equal(t, "1#3", rec.Body.String())
 	assert.Equal(t, "42", rec.Header().Get("Age"))
 	assert.Equal(t, "text/plain", rec.Header().Get("Content-Type"))
-	assert.Equal(t, "2#2", serve(h, http.MethodGet, "/items/2").Body.String())
+	head := serve(h, http.MethodHead, "/items/2")
+	assert.Equal(t, 200, head.Code)
+	assert.Empty(t, head.Body.String(), "HEAD: the fields alone")
 	for _, path := range []string{"/items/3", "/private", "/big", "/fails"} {
 		assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, path).Code, path)
 	}
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodPost, "/items/1").Code, "a POST is never answered from a copy")
 	clock.Advance(time.Minute)
 	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/items/1").Code, "too old")
 	assert.Equal(t, 3, n)
 }
 
-// A stale copy is of a GET response, and answers only GET and HEAD (its
-// header fields, without the body): a request of another method may change
-// state, so a copy of a GET is no answer to it, and it is rejected as usual.
-func TestStaleCopyAnswersOnlyGetAndHead(t *testing.T) {
-	clock, sw, g, cache, stale := staleSetup(t)
-	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseNone, stale))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = io.WriteString(w, r.Method+" answer")
-	}))
-	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodHead} {
-		serve(h, m, "/orders")
-	}
-	assert.Zero(t, cache.Len(), "only GET responses are kept")
-	assert.Equal(t, "GET answer", serve(h, http.MethodGet, "/orders").Body.String())
-	assert.Equal(t, 1, cache.Len())
+// The Guard's fallbacks answer in order: a stale copy first, a static
+// answer when there is none; each cause its own.
+func TestGuardFallbacksAnswerByCause(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	sw := openSwitch()
+	cache := newStale(t, 8)
+	var seen sluice.Decision
+	g := guardWith(t, clock, sw, cache, fallbacks(t,
+		degrade.OnCircuitOpen[http.Handler](func(context.Context, error) (http.Handler, error) {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				seen, _ = RejectionFrom(r)
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = io.WriteString(w, "degraded")
+			}), nil
+		}),
+		degrade.OnRateLimited(text(http.StatusOK, "slow down"))))
+	h := mw(t, WithGuard(g))(statusHandler(http.StatusOK))
 
+	serve(h, http.MethodGet, "/kept")
 	sw.on = true
-	clock.Advance(3 * time.Second)
-	rec := serve(h, http.MethodGet, "/orders")
-	assert.Equal(t, http.StatusOK, rec.Code)
-	assert.Equal(t, "GET answer", rec.Body.String())
-	rec = serve(h, http.MethodHead, "/orders")
-	assert.Equal(t, http.StatusOK, rec.Code)
-	assert.Empty(t, rec.Body.String())
-	assert.Equal(t, "text/plain", rec.Header().Get("Content-Type"))
-	assert.Equal(t, "10", rec.Header().Get("Content-Length"))
-	assert.Equal(t, "3", rec.Header().Get("Age"))
-	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
-		rec = serve(h, m, "/orders")
-		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, m)
-		assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"), m)
-	}
+	assert.Equal(t, "body", serve(h, http.MethodGet, "/kept").Body.String(), "the stale copy first")
+	rec := serve(h, http.MethodGet, "/other")
+	assert.Equal(t, http.StatusAccepted, rec.Code)
+	assert.Equal(t, "degraded", rec.Body.String())
+	assert.Equal(t, "b", seen.Policy)
+	assert.ErrorIs(t, seen.Cause, sluice.ErrCircuitOpen)
+
+	sw.d = sluice.Decision{Policy: "rl", Limit: 10, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
+	assert.Equal(t, "slow down", serve(h, http.MethodGet, "/x").Body.String())
+	sw.d = sluice.Decision{Policy: "shed", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
+	assert.Equal(t, http.StatusServiceUnavailable, serve(h, http.MethodGet, "/x").Code, "no fallback for the cause: the problem response")
 }
 
-// Every stale fallback that may answer a route keeps copies of its good
-// responses, each as large as its own maxBody allows, and none that cannot
-// answer it does: a route's own fallback for every cause takes the place of
-// the general ones, and its own fallback for a cause that of the general
-// one for that cause.
-func TestEveryStaleFallbackThatMayAnswerKeepsACopy(t *testing.T) {
-	clock := sluice.NewManualClock(time.Hour)
-	sw := &switchable{}
-	g := newGuard(t, clock, sw)
-	newCache := func(maxBody int) (*StaleCache, Fallback) {
-		c, err := NewStaleCache(8, time.Minute, maxBody)
-		require.NoError(t, err)
-		fb, err := StaleFallback(c)
-		require.NoError(t, err)
-		return c, fb
-	}
-	aLimited, fbALimited := newCache(4)
-	general, fbGeneral := newCache(1024)
-	generalLimited, fbGeneralLimited := newCache(1024)
-	generalOpen, fbGeneralOpen := newCache(1024)
-	static, err := StaticFallback(http.StatusOK, nil, []byte("static"))
+// Per-route fallbacks follow from the route table (a Guard per route), or
+// from degrade.Routes where one Guard serves several routes.
+func TestFallbacksPerRoute(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	byRoute, err := degrade.NewRoutes(map[string]*degrade.Fallbacks[http.Handler]{
+		"GET /a": fallbacks(t, degrade.OnRejected(text(http.StatusOK, "a's answer"))),
+	}, fallbacks(t, degrade.OnRejected(text(http.StatusOK, "default answer"))))
+	require.NoError(t, err)
+	shared := &switchable{on: true, d: openSwitch().d}
+	gShared := guardWith(t, clock, shared, byRoute)
+	gc := guardWith(t, clock, &switchable{on: true, d: openSwitch().d}, fallbacks(t, degrade.OnCircuitOpen(text(http.StatusOK, "c's answer"))))
+	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /a", gShared), middleware.RouteTo("GET /b", gShared), middleware.RouteTo("GET /c", gc))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /a/{x}", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, r.PathValue("x")) })
-	mux.HandleFunc("GET /b", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "b") })
-	mux.HandleFunc("GET /c", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "c") })
-	h := Middleware(WithGuard(g),
-		WithFallback("GET /a/{x}", sluice.CauseRateLimited, fbALimited),
-		WithFallback("", sluice.CauseRateLimited, fbGeneralLimited), // never answers /a/{x} or /b
-		WithFallback("", sluice.CauseNone, fbGeneral),
-		WithFallback("", sluice.CauseCircuitOpen, fbGeneralOpen),
-		WithFallback("GET /b", sluice.CauseNone, static), // /b: no stale fallback
-	)(mux)
-
-	for _, p := range []string{"/a/1", "/a/longer", "/b", "/c"} {
-		serve(h, http.MethodGet, p)
+	for _, p := range []string{"GET /a", "GET /b", "GET /c"} {
+		mux.Handle(p, statusHandler(http.StatusOK))
 	}
-	assert.Equal(t, 1, aLimited.Len(), "/a/1 only: /a/longer is over its maxBody")
-	assert.Equal(t, 3, general.Len(), "/a/1, /a/longer and /c")
-	assert.Equal(t, 3, generalOpen.Len(), "/a/1, /a/longer and /c")
-	assert.Equal(t, 1, generalLimited.Len(), "/c")
+	h := mw(t, WithRoutes(rs))(mux)
+	assert.Equal(t, "a's answer", serve(h, http.MethodGet, "/a").Body.String())
+	assert.Equal(t, "default answer", serve(h, http.MethodGet, "/b").Body.String())
+	assert.Equal(t, "c's answer", serve(h, http.MethodGet, "/c").Body.String())
+}
 
-	for _, tt := range []struct {
-		cause  error
-		path   string
-		status int
-		body   string
-	}{
-		{sluice.ErrRateLimited, "/a/1", http.StatusOK, "1"},
-		{sluice.ErrRateLimited, "/a/longer", http.StatusTooManyRequests, ""},
-		{sluice.ErrCircuitOpen, "/a/longer", http.StatusOK, "longer"},
-		{sluice.ErrOverloaded, "/a/longer", http.StatusOK, "longer"},
-		{sluice.ErrRateLimited, "/c", http.StatusOK, "c"},
-		{sluice.ErrRateLimited, "/b", http.StatusOK, "static"},
+// A Guard's fallbacks that the middleware cannot serve (they answer no
+// http.Handler) make it fail when it is built, saying what to declare.
+func TestMiddlewareRefusesFallbacksItCannotServe(t *testing.T) {
+	strs, err := degrade.New(degrade.OnRejected(degrade.Value("busy")))
+	require.NoError(t, err)
+	g := guardWith(t, sluice.NewManualClock(0), openSwitch(), strs)
+	_, err = Middleware(WithGuard(g))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "degrade.New[http.Handler]")
+	assert.ErrorContains(t, err, `"b"`, "names the Guard by its policies")
+	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /x", g))
+	require.NoError(t, err)
+	_, err = Middleware(WithRoutes(rs))
+	assert.ErrorContains(t, err, "answers no http.Handler")
+}
+
+func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
+	g := newGuard(t, sluice.NewManualClock(0))
+	rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
+	require.NoError(t, err)
+	for name, opts := range map[string][]Option{
+		"nil Guard":             {WithGuard(nil)},
+		"nil routes":            {WithRoutes(nil)},
+		"Guard and routes":      {WithGuard(g), WithRoutes(rs)},
+		"routes and Guard":      {WithRoutes(rs), WithGuard(g)},
+		"Guard twice":           {WithGuard(g), WithGuard(g)},
+		"nil option":            {nil},
+		"nil keyer":             {WithKeyer(nil)},
+		"nil skipper":           {WithSkipper(nil)},
+		"nil route func":        {WithRouteFunc(nil)},
+		"nil deny handler":      {WithDenyHandler(nil)},
+		"nil status classifier": {WithClassifier(nil)},
 	} {
-		sw.on, sw.d = true, sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: tt.cause}
-		rec := serve(h, http.MethodGet, tt.path)
-		assert.Equal(t, tt.status, rec.Code, "%s %v", tt.path, tt.cause)
-		if tt.body != "" {
-			assert.Equal(t, tt.body, rec.Body.String(), "%s %v", tt.path, tt.cause)
-		}
+		mwf, err := Middleware(opts...)
+		assert.Error(t, err, name)
+		assert.Nil(t, mwf, name)
 	}
-}
-
-func TestStaleCacheIsBounded(t *testing.T) {
-	c, err := NewStaleCache(3, time.Hour, 10)
-	require.NoError(t, err)
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	for i := range 10 {
-		c.store(staleID{"", "k" + strconv.Itoa(i), r}, 200, http.Header{}, []byte("x"), 0)
-	}
-	assert.Equal(t, 3, c.Len())
-	_, _, ok := c.load(c.entryKey(staleID{"", "k9", r}), 0)
-	assert.True(t, ok)
-	_, _, ok = c.load(c.entryKey(staleID{"", "k0", r}), 0)
-	assert.False(t, ok)
-}
-
-func TestStaticAndHandlerFallbacks(t *testing.T) {
-	limited := sluice.Decision{Policy: "p", Limit: 1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
-	open := sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
-	static, err := StaticFallback(http.StatusOK, http.Header{"Content-Type": {"text/plain"}}, []byte("cached menu"))
-	require.NoError(t, err)
-	handler, err := HandlerFallback(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, ok := RejectionFrom(r)
-		require.True(t, ok)
-		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, "degraded:"+sluice.CauseOf(d.Cause).String())
-	}))
-	require.NoError(t, err)
-
-	for _, tt := range []struct {
-		name   string
-		d      sluice.Decision
-		route  string
-		opts   []Option
-		status int
-		body   string
-	}{
-		{"static for any route and cause", limited, "/a", []Option{WithFallback("", sluice.CauseNone, static)}, 200, "cached menu"},
-		{"cause-specific wins", open, "/a", []Option{WithFallback("", sluice.CauseNone, static), WithFallback("", sluice.CauseCircuitOpen, handler)}, 202, "degraded:circuit-open"},
-		{"route-specific wins", limited, "/a", []Option{WithFallback("", sluice.CauseRateLimited, handler), WithFallback("GET /a", sluice.CauseNone, static)}, 200, "cached menu"},
-		{"other route gets none", limited, "/b", []Option{WithFallback("GET /a", sluice.CauseNone, static)}, 429, ""},
-		{"other cause gets none", limited, "/a", []Option{WithFallback("", sluice.CauseCircuitOpen, static)}, 429, ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: tt.d})
-			mux := http.NewServeMux()
-			mux.Handle("GET /a", statusHandler(200))
-			mux.Handle("GET /b", statusHandler(200))
-			h := Middleware(append([]Option{WithGuard(g)}, tt.opts...)...)(mux)
-			rec := serve(h, http.MethodGet, tt.route)
-			assert.Equal(t, tt.status, rec.Code)
-			if tt.body != "" {
-				assert.Equal(t, tt.body, rec.Body.String())
-			} else {
-				assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
-			}
-		})
-	}
-}
-
-func TestFallbackConstructorsValidate(t *testing.T) {
-	_, err := StaticFallback(99, nil, nil)
-	assert.Error(t, err)
-	_, err = StaticFallback(600, nil, nil)
-	assert.Error(t, err)
-	_, err = HandlerFallback(nil)
-	assert.Error(t, err)
-	_, err = StaleFallback(nil)
-	assert.Error(t, err)
-	for _, args := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 1, 0}} {
-		_, err = NewStaleCache(args[0], time.Duration(args[1])*time.Second, args[2])
-		assert.Error(t, err)
-	}
-}
-
-// The stale cache serves one request's answer to others, so it keeps only
-// answers a shared cache would: none marked private, none setting a cookie or
-// varying with request fields, and none to a request with credentials unless
-// marked public.
-func TestStaleCacheKeepsNoPersonalAnswer(t *testing.T) {
-	tests := []struct {
-		name    string
-		reqHdr  http.Header
-		respHdr http.Header
-		kept    bool
-	}{
-		{"plain", nil, nil, true},
-		{"private", nil, http.Header{"Cache-Control": {"max-age=60, private"}}, false},
-		{"no-store", nil, http.Header{"Cache-Control": {"no-store"}}, false},
-		{"sets a cookie", nil, http.Header{"Set-Cookie": {"s=1"}}, false},
-		{"varies", nil, http.Header{"Vary": {"Accept-Language"}}, false},
-		{"request with Authorization", http.Header{"Authorization": {"Bearer alice"}}, nil, false},
-		{"request with a cookie", http.Header{"Cookie": {"session=alice"}}, nil, false},
-		{"credentials but public", http.Header{"Authorization": {"Bearer alice"}}, http.Header{"Cache-Control": {"public, max-age=60"}}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := NewStaleCache(8, time.Hour, 1024)
-			require.NoError(t, err)
-			r := httptest.NewRequest(http.MethodGet, "/me", nil)
-			for k, v := range tt.reqHdr {
-				r.Header[k] = v
-			}
-			h := http.Header{}
-			for k, v := range tt.respHdr {
-				h[k] = v
-			}
-			c.store(staleID{"", "k", r}, http.StatusOK, h, []byte("alice's account"), 0)
-			assert.Equal(t, tt.kept, c.Len() == 1)
-		})
-	}
+	_, err = Middleware()
+	assert.NoError(t, err, "no option: every request passes through")
 }
 
 // A request whose client went away counts for nothing, whatever the handler
@@ -315,7 +234,7 @@ func TestStaleCacheKeepsNoPersonalAnswer(t *testing.T) {
 func TestMiddlewareClientGoneIsIgnored(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		w.WriteHeader(http.StatusBadGateway)
 	}))
@@ -343,7 +262,7 @@ func TestMiddlewareAppliesTheGuardsTimeout(t *testing.T) {
 		require.NoError(t, err)
 		defer g.Close()
 		var waited time.Duration
-		h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			<-r.Context().Done()
 			waited = time.Since(start)
@@ -356,17 +275,6 @@ func TestMiddlewareAppliesTheGuardsTimeout(t *testing.T) {
 	})
 }
 
-// staleSetup returns a Guard that rejects with an open circuit while sw.on,
-// and a stale fallback answering from cache (8 copies, a minute old at most).
-func staleSetup(t *testing.T) (*sluice.ManualClock, *switchable, *sluice.Guard, *StaleCache, Fallback) {
-	t.Helper()
-	clock := sluice.NewManualClock(time.Hour)
-	sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
-	g := newGuard(t, clock, sw)
-	cache, stale := newStale(t, 8)
-	return clock, sw, g, cache, stale
-}
-
 // A StaleShared cache keeps one copy per route and URI: a client keyed
 // apart from the one whose request was kept is answered from it. A cache
 // without the option keeps each key's copies apart.
@@ -374,15 +282,15 @@ func TestStaleSharedAcrossKeys(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		clock := sluice.NewManualClock(time.Hour)
 		sw := &switchable{d: sluice.Decision{Policy: "b", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
-		g := newGuard(t, clock, sw)
-		var opts []StaleCacheOption
+		var opts []middleware.StaleCacheOption
 		if shared {
-			opts = append(opts, StaleShared())
+			opts = append(opts, middleware.StaleShared())
 		}
-		cache, stale := newStale(t, 8, opts...)
+		cache := newStale(t, 8, opts...)
+		g := guardWith(t, clock, sw, cache)
 		keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(nil))
 		require.NoError(t, err)
-		h := Middleware(WithGuard(g), WithKeyer(keyer), WithFallback("", sluice.CauseCircuitOpen, stale))(
+		h := mw(t, WithGuard(g), WithKeyer(keyer))(
 			http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "prices") }))
 		from := func(addr string) *httptest.ResponseRecorder {
 			rec := httptest.NewRecorder()
@@ -413,10 +321,10 @@ func TestStaleSharedAcrossKeys(t *testing.T) {
 func TestRejectAnswersADependencysRejection(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
 	counter := testpolicy.NewCounter()
-	g := newGuard(t, clock, counter)
+	cache := newStale(t, 8)
+	g := guardWith(t, clock, counter, cache)
 	dep := &switchable{d: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 4 * time.Second, Cause: sluice.ErrCircuitOpen}}
 	depGuard := newGuard(t, clock, dep)
-	cache, stale := newStale(t, 8)
 	var answered []bool
 	mux := http.NewServeMux()
 	call := func(w http.ResponseWriter, r *http.Request) {
@@ -433,7 +341,7 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		answered = append(answered, Reject(w, r, sluice.Rejection(dep.d)))
 	})
-	h := Middleware(WithGuard(g), WithFallback("GET /prices", sluice.CauseCircuitOpen, stale))(mux)
+	h := mw(t, WithGuard(g))(mux)
 
 	require.Equal(t, "prices #0", serve(h, http.MethodGet, "/prices").Body.String())
 	dep.on = true
@@ -471,11 +379,9 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 func TestRejectInInnerMiddlewareIsNoGoodResponseForOuter(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
 	outer := testpolicy.NewCounter()
-	og := newGuard(t, clock, outer)
-	ig := newGuard(t, clock, testpolicy.NewCounter())
-	outerCache, outerStale := newStale(t, 8)
-	static, err := StaticFallback(http.StatusOK, nil, []byte("placeholder"))
-	require.NoError(t, err)
+	outerCache := newStale(t, 8)
+	og := guardWith(t, clock, outer, outerCache)
+	ig := guardWith(t, clock, testpolicy.NewCounter(), fallbacks(t, degrade.OnCircuitOpen(text(http.StatusOK, "placeholder"))))
 	dep := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		assert.True(t, Reject(w, r, sluice.Rejection(dep)))
@@ -485,8 +391,7 @@ func TestRejectInInnerMiddlewareIsNoGoodResponseForOuter(t *testing.T) {
 			next.ServeHTTP(struct{ unwrapper }{unwrapper{w}}, r)
 		})
 	}
-	h := Middleware(WithGuard(og), WithFallback("", sluice.CauseNone, outerStale))(
-		between(Middleware(WithGuard(ig), WithFallback("", sluice.CauseCircuitOpen, static))(handler)))
+	h := mw(t, WithGuard(og))(between(mw(t, WithGuard(ig))(handler)))
 	rec := serve(h, http.MethodGet, "/prices")
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "placeholder", rec.Body.String())
@@ -498,10 +403,9 @@ func TestRejectInInnerMiddlewareIsNoGoodResponseForOuter(t *testing.T) {
 // when the handler gets a request rewritten on its way (http.StripPrefix).
 func TestRejectBehindStripPrefixAnswersForTheAdmittedRoute(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
-	g := newGuard(t, clock, testpolicy.NewCounter())
+	g := guardWith(t, clock, testpolicy.NewCounter(), newStale(t, 8))
 	dep := &switchable{d: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}}
 	depGuard := newGuard(t, clock, dep)
-	_, stale := newStale(t, 8)
 	rs, err := middleware.NewRoutes(middleware.RouteTo("/api/", g))
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -512,7 +416,7 @@ func TestRejectBehindStripPrefixAnswersForTheAdmittedRoute(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "prices")
 	})))
-	h := Middleware(WithRoutes(rs), WithFallback("", sluice.CauseCircuitOpen, stale))(mux)
+	h := mw(t, WithRoutes(rs))(mux)
 	require.Equal(t, "prices", serve(h, http.MethodGet, "/api/prices").Body.String())
 	dep.on = true
 	clock.Advance(2 * time.Second)

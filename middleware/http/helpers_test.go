@@ -18,6 +18,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// mw is mw(t, opts...), which must not fail.
+func mw(t testing.TB, opts ...Option) func(http.Handler) http.Handler {
+	t.Helper()
+	m, err := Middleware(opts...)
+	require.NoError(t, err)
+	return m
+}
+
 func newGuard(t testing.TB, clock sluice.Clock, ps ...sluice.Policy) *sluice.Guard {
 	t.Helper()
 	g, err := sluice.New(sluice.With(ps...), sluice.WithClock(clock))

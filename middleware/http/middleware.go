@@ -4,56 +4,35 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
-	"strconv"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/core"
 )
 
-// Option configures Middleware. A nil argument to an option leaves its
-// default in place.
+// Option configures Middleware. An option given a nil argument makes
+// Middleware return an error.
 type Option func(*config)
 
 type config struct {
-	routes    *middleware.Routes
+	core.Config
 	routeFunc func(*http.Request) string
-	keyer     *middleware.Keyer
 	skip      func(*http.Request) bool
 	deny      func(http.ResponseWriter, *http.Request, sluice.Decision)
-	classify  middleware.StatusClassifier
-	render    middleware.Renderer
-	fallbacks map[middleware.FallbackKey]Fallback
-	resources bool
-	// staleByRoute and staleOthers are the stale caches that keep the good
-	// GET responses of each route named by a fallback, and of the others.
-	staleByRoute map[string]*staleSet
-	staleOthers  *staleSet
 }
 
-// WithRoutes guards requests with the Guard their route maps to in rs.
-// Without it (and without WithGuard) every request passes through.
+// WithRoutes guards requests with the Guard their route maps to in rs, and
+// answers their rejections with that Guard's fallbacks. Without it (and
+// without WithGuard) every request passes through. It excludes WithGuard.
 func WithRoutes(rs *middleware.Routes) Option {
-	return func(c *config) {
-		if rs != nil {
-			c.routes = rs
-		}
-	}
+	return func(c *config) { c.SetRoutes(rs) }
 }
 
 // WithGuard guards every request with g: shorthand for WithRoutes with g as
-// the only, default, route.
+// the only, default, route. It excludes WithRoutes.
 func WithGuard(g *sluice.Guard) Option {
-	return func(c *config) {
-		if g == nil {
-			return
-		}
-		rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
-		if err == nil {
-			c.routes = rs
-		}
-	}
+	return func(c *config) { c.SetGuard(g) }
 }
 
 // WithRouteFunc names a request's route with fn, for routers other than
@@ -64,22 +43,24 @@ func WithGuard(g *sluice.Guard) Option {
 // middleware's handler is registered on.
 func WithRouteFunc(fn func(*http.Request) string) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.routeFunc = fn
+		if fn == nil {
+			c.Errorf("WithRouteFunc: nil function")
 		}
+		c.routeFunc = fn
 	}
 }
 
 // WithKeyer puts the key k finds for each request in its context
 // (sluice.WithKey), with the route as its resource (sluice.WithResource), for
-// the keyed policies of the Guard. A request without a key is handled as k's
-// MissingKey says: rejected with 400 Bad Request, or put in a shared bucket.
+// the keyed policies of the Guard. A request without a key is handled as k
+// says: rejected with 400 Bad Request, or put in a shared bucket.
 // Default: no key.
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(c *config) {
-		if k != nil {
-			c.keyer = k
+		if k == nil {
+			c.Errorf("WithKeyer: nil Keyer")
 		}
+		c.Keyer = k
 	}
 }
 
@@ -87,32 +68,34 @@ func WithKeyer(k *middleware.Keyer) Option {
 // resource (sluice.WithResource), for policies that keep state per resource,
 // such as a breaker.Group giving each route its own breaker under one Guard.
 // It costs the request a new context and a copy of the request (two
-// allocations). WithKeyer
-// does it as well. Default: off.
+// allocations). WithKeyer does it as well. Default: off.
 func WithRouteResource() Option {
-	return func(c *config) { c.resources = true }
+	return func(c *config) { c.Resources = true }
 }
 
 // WithSkipper lets the requests for which fn reports true bypass the guard
 // (health checks, metrics). Default: none bypass it. fn runs first, before
-// the route is looked up. To let a route through by its pattern, as
-// middleware.SkipRoutes does for the gRPC adapter, map the pattern to a nil
-// Guard in the route table: middleware.RouteTo("GET /healthz", nil).
+// the route is looked up. To let a route through by its pattern, map the
+// pattern to a nil Guard in the route table:
+// middleware.RouteTo("GET /healthz", nil).
 func WithSkipper(fn func(*http.Request) bool) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.skip = fn
+		if fn == nil {
+			c.Errorf("WithSkipper: nil function")
 		}
+		c.skip = fn
 	}
 }
 
-// WithDenyHandler answers rejections that no fallback answers with fn
-// instead of the default problem response. fn gets the rejecting Decision.
+// WithDenyHandler answers rejections that no fallback of the Guard answers
+// with fn instead of the default problem response. fn gets the rejecting
+// Decision.
 func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.Decision)) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.deny = fn
+		if fn == nil {
+			c.Errorf("WithDenyHandler: nil function")
 		}
+		c.deny = fn
 	}
 }
 
@@ -121,64 +104,50 @@ func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.De
 // Ignored).
 func WithClassifier(fn middleware.StatusClassifier) Option {
 	return func(c *config) {
-		if fn != nil {
-			c.classify = fn
+		if fn == nil {
+			c.Errorf("WithClassifier: nil classifier")
 		}
+		c.Classify = fn
 	}
 }
 
-// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-// X-RateLimit-Reset to the IETF draft fields. Default: off.
-func WithLegacyHeaders() Option {
-	return func(c *config) { c.render.Legacy = true }
-}
-
-// WithRenderer replaces the whole rendering configuration (legacy fields,
-// quiet admitted responses, problem type base). Default: the zero
+// WithRenderer sets how decisions are rendered: legacy X-RateLimit fields,
+// quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.render = r }
-}
-
-// WithFallback answers the requests of route rejected for cause with fb
-// instead of a rejection. route "" stands for every route and cause
-// sluice.CauseNone for every cause; the most specific fallback wins: route
-// and cause, route, cause, then neither. A stale fallback (StaleFallback)
-// answers only GET and HEAD requests, from copies of good GET responses;
-// every stale fallback that may answer a route keeps a copy of that route's
-// good GET responses.
-func WithFallback(route string, cause sluice.Cause, fb Fallback) Option {
-	return func(c *config) {
-		if fb.static == nil && fb.handler == nil && fb.stale == nil {
-			return
-		}
-		if c.fallbacks == nil {
-			c.fallbacks = make(map[middleware.FallbackKey]Fallback)
-		}
-		c.fallbacks[middleware.FallbackKey{Route: route, Cause: cause}] = fb
-	}
+	return func(c *config) { c.Render = r }
 }
 
 // Middleware returns net/http middleware that runs each request through the
 // Guard of its route. An admitted request gets the RateLimit fields of its
 // Decision and runs; its outcome, classified from the final status, is
 // reported to the Guard when the handler returns. A rejected request is
-// answered by a fallback, the deny handler, or a problem response: 429 or
-// 503 with Retry-After, the RateLimit fields and an RFC 9457 body.
-func Middleware(opts ...Option) func(http.Handler) http.Handler {
-	c := config{classify: middleware.ClassifyHTTPStatus}
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
+// answered by the Guard's fallbacks answering an http.Handler
+// (degrade.New[http.Handler], a middleware.StaleCache), else the deny
+// handler, else a problem response: 429 or 503 with Retry-After, the
+// RateLimit fields and an RFC 9457 body.
+//
+// It returns an error for an option given a nil argument, for WithGuard
+// together with WithRoutes, and for a Guard with a fallback that answers
+// no http.Handler.
+func Middleware(opts ...Option) (func(http.Handler) http.Handler, error) {
+	c := config{Config: core.New("sluicehttp")}
+	for i, o := range opts {
+		if o == nil {
+			c.Errorf("option %d is nil", i)
+			continue
 		}
+		o(&c)
 	}
-	c.staleByRoute, c.staleOthers = staleSets(c.fallbacks)
+	if err := c.Build(); err != nil {
+		return nil, err
+	}
 	return func(next http.Handler) http.Handler {
 		h := &handler{config: c, next: next}
 		h.mux, _ = next.(*http.ServeMux)
-		h.needPattern = c.routes.NeedsPattern() || c.keyer != nil || c.resources || len(c.fallbacks) > 0
+		h.needPattern = c.Routes.NeedsPattern() || c.Keyer != nil || c.Resources || c.HasFallbacks()
 		return h
-	}
+	}, nil
 }
 
 type handler struct {
@@ -206,9 +175,9 @@ func (h *handler) pattern(r *http.Request) string {
 func (h *handler) route(r *http.Request) (string, *middleware.Route) {
 	if h.needPattern {
 		pattern := h.pattern(r)
-		return pattern, h.routes.Match(pattern)
+		return pattern, h.Routes.Match(pattern)
 	}
-	return "", h.routes.Default()
+	return "", h.Routes.Default()
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +186,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var pattern string
-	rt := h.routes.Default()
+	rt := h.Routes.Default()
 	if h.needPattern {
 		pattern, rt = h.route(r)
 	}
@@ -227,38 +196,41 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rw := getWriter(w)
 	var key string
-	if h.keyer != nil {
+	if h.Keyer != nil || h.Resources {
 		// The pooled writer carries the request's view, so the key
 		// functions see it without an allocation of its own.
 		rw.view = request{r: r, pattern: pattern}
-		ctx, err := h.keyer.Context(r.Context(), &rw.view)
+		ctx, k, err := h.Context(r.Context(), &rw.view, pattern)
 		rw.view = request{}
 		if err != nil {
 			putWriter(rw)
-			h.missingKey(w, r)
+			markRejected(w)
+			h.WriteMissingKey(w, r.Method)
 			return
 		}
-		key, _ = sluice.KeyFrom(ctx)
-		r = r.WithContext(ctx)
-	} else if h.resources && pattern != "" {
-		r = r.WithContext(sluice.WithResource(r.Context(), pattern))
+		key = k
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
 	}
 	call, err := rt.Guard.Begin(r.Context())
 	if err != nil {
 		putWriter(rw)
-		h.rejected(w, r, rt, pattern, key, call.Decision(), call.Start())
+		h.rejected(w, r, rt, pattern, key, err, call.Decision(), call.Start())
 		return
 	}
-	h.render.Admitted(w.Header(), rt, call.Decision())
+	h.Render.Admitted(w.Header(), rt, call.Decision())
 	rw.h, rw.req, rw.start = h, r, call.Start()
-	var stale *staleSet
-	if len(h.fallbacks) > 0 && r.Method == http.MethodGet {
-		if stale = h.staleFor(pattern); stale != nil {
+	var keep *core.Guard
+	if r.Method == http.MethodGet && h.HasFallbacks() {
+		if keep = h.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
 			rw.capturing = true
-			rw.maxCapture = stale.maxBody
+			rw.maxCapture = keep.MaxBody
+		} else {
+			keep = nil
 		}
 	}
-	defer h.finish(rw, &call, stale, r, pattern, key)
+	defer h.finish(rw, &call, keep, r, pattern, key)
 	if ctx := call.Context(); ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
 		// context ends at the deadline. What the handler then writes is its
@@ -271,8 +243,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // finish reports the request's outcome; it runs deferred so that a panic in
 // the handler is reported as a Failure (http.ErrAbortHandler, the client
-// going away, as Ignored) before it goes on up.
-func (h *handler) finish(rw *responseWriter, call *sluice.Call, stale *staleSet, r *http.Request, pattern, key string) {
+// going away, as Ignored) before it goes on up. It feeds keep's stale
+// caches with a good GET response.
+func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard, r *http.Request, pattern, key string) {
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
 			call.Report(sluice.Ignored, nil)
@@ -293,99 +266,27 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call, stale *staleSet,
 		// says nothing of the dependency.
 		o = sluice.Ignored
 	default:
-		o = h.classify(rw.status)
+		o = h.Classify(rw.status)
 	}
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
-	if stale != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		id, now := staleID{pattern, key, r}, call.Start()
-		for _, c := range stale.caches {
-			c.store(id, http.StatusOK, rw.Header(), rw.capture, now)
-		}
+	if keep != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
+		keep.Keep(r, pattern, key, call.Start(), rw.Header(), rw.capture)
 	}
 	putWriter(rw)
 }
 
-// staleSet is the stale caches that keep the good GET responses of a route.
-type staleSet struct {
-	caches  []*StaleCache
-	maxBody int // the largest maxBody of caches: how much body to capture
-}
-
-func (s *staleSet) add(c *StaleCache) {
-	if slices.Contains(s.caches, c) {
-		return
-	}
-	s.caches = append(s.caches, c)
-	s.maxBody = max(s.maxBody, c.maxBody)
-}
-
-// staleSets returns, for each route that fallbacks name and for every other
-// route, the caches of the stale fallbacks that may answer its requests,
-// each cache once: those of the route's own fallbacks, and those of route
-// "" unless a fallback of the route takes their place (the route's for
-// every cause, or for the same cause). A route whose requests no stale
-// fallback answers has none.
-func staleSets(fallbacks map[middleware.FallbackKey]Fallback) (map[string]*staleSet, *staleSet) {
-	var others *staleSet
-	byRoute := make(map[string]*staleSet)
-	for k, fb := range fallbacks {
-		if k.Route != "" {
-			byRoute[k.Route] = nil
-		} else if fb.stale != nil {
-			if others == nil {
-				others = &staleSet{}
-			}
-			others.add(fb.stale)
-		}
-	}
-	for route := range byRoute {
-		s := &staleSet{}
-		_, everyCause := fallbacks[middleware.FallbackKey{Route: route, Cause: sluice.CauseNone}]
-		for k, fb := range fallbacks {
-			if fb.stale == nil {
-				continue
-			}
-			switch k.Route {
-			case route:
-				s.add(fb.stale)
-			case "":
-				if _, shadowed := fallbacks[middleware.FallbackKey{Route: route, Cause: k.Cause}]; !everyCause && !shadowed {
-					s.add(fb.stale)
-				}
-			}
-		}
-		if len(s.caches) == 0 {
-			s = nil
-		}
-		byRoute[route] = s
-	}
-	return byRoute, others
-}
-
-// staleFor returns the stale caches that keep the good GET responses of
-// route pattern, or nil.
-func (h *handler) staleFor(pattern string) *staleSet {
-	if s, ok := h.staleByRoute[pattern]; ok {
-		return s
-	}
-	return h.staleOthers
-}
-
-type rejectionKey struct{}
-
 // RejectionFrom returns the Decision that rejected r, for fallback and deny
 // handlers, and false when r was not rejected.
 func RejectionFrom(r *http.Request) (sluice.Decision, bool) {
-	d, ok := r.Context().Value(rejectionKey{}).(sluice.Decision)
-	return d, ok
+	return core.RejectionFrom(r.Context())
 }
 
 // Reject answers r, in a handler behind Middleware, as the middleware
 // answers its own rejections, for a sluice rejection err that a call the
 // handler made met: a Transport's breaker open for the dependency, a Guard
-// of the handler's own. The route's fallback for the cause answers (the
+// of the handler's own. The fallbacks of the route's Guard answer (the
 // stale copy of the route's last good response, say), else the deny
 // handler, else 429 or 503 with Retry-After and a problem body; the
 // request then counts as Ignored for the route's Guard, as another
@@ -411,46 +312,21 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	h, ar := rw.h, rw.req
 	pattern, rt := h.route(ar)
 	key, _ := sluice.KeyFrom(ar.Context())
-	h.rejected(rw, ar, rt, pattern, key, d, rw.start)
+	h.rejected(rw, ar, rt, pattern, key, err, d, rw.start)
 	return true
 }
 
-// rejected answers r, rejected with d; now is an instant on the Guard's
-// clock, to tell the age of a stale answer by.
-func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, d sluice.Decision, now time.Duration) {
+// rejected answers r, rejected with err and its Decision d; now is an
+// instant on the Guard's clock, to tell the age of a stale answer by.
+func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, err error, d sluice.Decision, now time.Duration) {
 	markRejected(w)
-	if len(h.fallbacks) > 0 {
-		if fb, ok := middleware.LookupFallback(h.fallbacks, pattern, sluice.CauseOf(d.Cause)); ok {
-			fr := r
-			if fb.handler != nil {
-				fr = r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d))
-			}
-			if fb.serve(w, fr, staleID{pattern, key, r}, now) {
-				return
-			}
-		}
-	}
-	if h.deny != nil {
-		h.deny(w, r.WithContext(context.WithValue(r.Context(), rejectionKey{}, d)), d)
+	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, now, err, d); fb != nil {
+		fb.ServeHTTP(w, fr)
 		return
 	}
-	status := h.render.Rejected(w.Header(), rt, d)
-	body := h.render.AppendProblem(make([]byte, 0, 256), d)
-	writeProblem(w, r, status, body)
-}
-
-func (h *handler) missingKey(w http.ResponseWriter, r *http.Request) {
-	markRejected(w)
-	hd := w.Header()
-	hd.Set("Content-Type", middleware.ProblemContentType)
-	hd.Set("Cache-Control", "no-store")
-	writeProblem(w, r, http.StatusBadRequest, h.render.AppendMissingKeyProblem(make([]byte, 0, 256)))
-}
-
-func writeProblem(w http.ResponseWriter, r *http.Request, status int, body []byte) {
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(body)
+	if h.deny != nil {
+		h.deny(w, r.WithContext(core.WithRejection(r.Context(), d)), d)
+		return
 	}
+	h.WriteRejection(w, r.Method, rt, d)
 }

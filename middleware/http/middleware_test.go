@@ -41,7 +41,7 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 			clock := sluice.NewManualClock(0)
 			g := newGuard(t, clock, testpolicy.Windowed{Policy: testpolicy.Rejecter{D: tt.d}, W: time.Minute})
 			ran := false
-			h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
+			h := mw(t, WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true }))
 			rec := serve(h, http.MethodGet, "/x")
 			assert.False(t, ran)
 			assert.Equal(t, tt.status, rec.Code)
@@ -84,7 +84,7 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 func TestAdmittedFieldsFromRealLimiter(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	g := newGuard(t, clock, newWindow(t, 3, 10*time.Second))
-	h := Middleware(WithGuard(g), WithLegacyHeaders())(statusHandler(200))
+	h := mw(t, WithGuard(g), WithRenderer(middleware.Renderer{Legacy: true}))(statusHandler(200))
 	for want := int64(2); want >= 0; want-- {
 		rec := serve(h, http.MethodGet, "/")
 		require.Equal(t, 200, rec.Code)
@@ -111,7 +111,7 @@ func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
 	b := newBreaker(t, 3, time.Minute)
 	g := newGuard(t, clock, b)
 	status := http.StatusNotFound
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
 	for range 10 {
 		assert.Equal(t, http.StatusNotFound, serve(h, http.MethodGet, "/").Code)
 	}
@@ -127,7 +127,7 @@ func TestServerErrorsTripTheBreakerClientErrorsDoNot(t *testing.T) {
 func TestClassifierOverride(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
-	h := Middleware(WithGuard(g), WithClassifier(func(status int) sluice.Outcome {
+	h := mw(t, WithGuard(g), WithClassifier(func(status int) sluice.Outcome {
 		if status == http.StatusTooManyRequests {
 			return sluice.Failure
 		}
@@ -147,7 +147,7 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 			next.ServeHTTP(struct{ unwrapper }{unwrapper{w}}, r)
 		})
 	}
-	h := Middleware(WithGuard(og))(between(Middleware(WithGuard(ig))(statusHandler(200))))
+	h := mw(t, WithGuard(og))(between(mw(t, WithGuard(ig))(statusHandler(200))))
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
@@ -160,9 +160,9 @@ func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 func TestPanicCountsAsFailureAndGoesOn(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	assert.PanicsWithValue(t, "boom", func() { serve(h, http.MethodGet, "/") })
-	h = Middleware(WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
+	h = mw(t, WithGuard(g))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }))
 	assert.Panics(t, func() { serve(h, http.MethodGet, "/") })
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1, sluice.Ignored: 1}, c.Outcomes())
 }
@@ -175,14 +175,14 @@ func TestSkipperAndUnguardedRoutes(t *testing.T) {
 	mux.Handle("GET /guarded", statusHandler(200))
 	mux.Handle("GET /open", statusHandler(200))
 	mux.Handle("GET /healthz", statusHandler(200))
-	h := Middleware(WithRoutes(rs), WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(mux)
+	h := mw(t, WithRoutes(rs), WithSkipper(func(r *http.Request) bool { return r.URL.Path == "/healthz" }))(mux)
 	assert.Equal(t, 503, serve(h, http.MethodGet, "/guarded").Code)
 	assert.Equal(t, 200, serve(h, http.MethodGet, "/open").Code)
 	assert.Equal(t, 200, serve(h, http.MethodGet, "/healthz").Code)
 
-	skipAll := Middleware(WithGuard(g), WithSkipper(func(*http.Request) bool { return true }))(statusHandler(200))
+	skipAll := mw(t, WithGuard(g), WithSkipper(func(*http.Request) bool { return true }))(statusHandler(200))
 	assert.Equal(t, 200, serve(skipAll, http.MethodGet, "/guarded").Code)
-	none := Middleware()(statusHandler(200))
+	none := mw(t)(statusHandler(200))
 	assert.Equal(t, 200, serve(none, http.MethodGet, "/").Code)
 }
 
@@ -190,14 +190,14 @@ func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
 	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	rs, err := middleware.NewRoutes(middleware.RouteTo("GET /items/{id}", g))
 	require.NoError(t, err)
-	mw := Middleware(WithRoutes(rs))
+	m := mw(t, WithRoutes(rs))
 	mux := http.NewServeMux()
-	mux.Handle("GET /items/{id}", mw(statusHandler(200)))
-	mux.Handle("GET /other", mw(statusHandler(200)))
+	mux.Handle("GET /items/{id}", m(statusHandler(200)))
+	mux.Handle("GET /other", m(statusHandler(200)))
 	assert.Equal(t, 503, serve(mux, http.MethodGet, "/items/7").Code)
 	assert.Equal(t, 200, serve(mux, http.MethodGet, "/other").Code)
 
-	byFunc := Middleware(WithRoutes(rs), WithRouteFunc(func(r *http.Request) string {
+	byFunc := mw(t, WithRoutes(rs), WithRouteFunc(func(r *http.Request) string {
 		if len(r.URL.Path) > 7 && r.URL.Path[:7] == "/items/" {
 			return "GET /items/{id}"
 		}
@@ -223,7 +223,7 @@ func TestWrappedMuxUnderOuterMuxRoutesByItsOwnPattern(t *testing.T) {
 	})
 	inner.Handle("GET /other", statusHandler(http.StatusOK))
 	outer := http.NewServeMux()
-	outer.Handle("/api/", http.StripPrefix("/api", Middleware(WithRoutes(rs), WithRouteResource())(inner)))
+	outer.Handle("/api/", http.StripPrefix("/api", mw(t, WithRoutes(rs), WithRouteResource())(inner)))
 
 	assert.Equal(t, http.StatusOK, serve(outer, http.MethodGet, "/api/items/1").Code)
 	assert.Equal(t, "GET /items/{id}", resource, "the inner mux's pattern is the route")
@@ -238,7 +238,7 @@ func TestMissingKeyIsRejected(t *testing.T) {
 	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Api-Key"))
 	require.NoError(t, err)
 	var gotKey string
-	h := Middleware(WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw(t, WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotKey, _ = sluice.KeyFrom(r.Context())
 	}))
 	rec := serve(h, http.MethodGet, "/")
@@ -258,7 +258,7 @@ func TestDenyHandler(t *testing.T) {
 	d := sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
 	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: d})
 	var seen sluice.Decision
-	h := Middleware(WithGuard(g), WithDenyHandler(func(w http.ResponseWriter, r *http.Request, got sluice.Decision) {
+	h := mw(t, WithGuard(g), WithDenyHandler(func(w http.ResponseWriter, r *http.Request, got sluice.Decision) {
 		seen = got
 		fromCtx, ok := RejectionFrom(r)
 		assert.True(t, ok)
@@ -271,7 +271,7 @@ func TestDenyHandler(t *testing.T) {
 
 func TestHeadRejectionHasNoBody(t *testing.T) {
 	g := newGuard(t, sluice.NewManualClock(0), testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
-	rec := serve(Middleware(WithGuard(g))(statusHandler(200)), http.MethodHead, "/")
+	rec := serve(mw(t, WithGuard(g))(statusHandler(200)), http.MethodHead, "/")
 	assert.Equal(t, 503, rec.Code)
 	assert.Zero(t, rec.Body.Len())
 }
@@ -281,7 +281,7 @@ func TestKeyByCookieThroughMiddleware(t *testing.T) {
 	k, err := middleware.NewKeyer(middleware.SharedKey("anonymous"), middleware.KeyByCookie("session"))
 	require.NoError(t, err)
 	var key string
-	h := Middleware(WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	h := mw(t, WithGuard(g), WithKeyer(k))(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		key, _ = sluice.KeyFrom(r.Context())
 	}))
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -296,7 +296,7 @@ func TestConcurrentRequestsNeverExceedTheLimit(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	g := newGuard(t, clock, newWindow(t, 50, time.Minute), newBreaker(t, 1000, time.Minute))
 	var ok, limited atomic.Int64
-	h := Middleware(WithGuard(g))(statusHandler(200))
+	h := mw(t, WithGuard(g))(statusHandler(200))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -332,7 +332,7 @@ func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
 		w.WriteHeader(http.StatusBadGateway)
 	})
 	mux.Handle("GET /fine", statusHandler(200))
-	h := Middleware(WithGuard(g), WithRouteResource())(mux)
+	h := mw(t, WithGuard(g), WithRouteResource())(mux)
 	for range 2 {
 		assert.Equal(t, http.StatusBadGateway, serve(h, http.MethodGet, "/flaky").Code)
 	}
@@ -343,7 +343,7 @@ func TestRouteResourceGivesEachRouteItsBreaker(t *testing.T) {
 	// Without the resource, both routes share one breaker.
 	shared, err := breaker.NewGroup("shared", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 	require.NoError(t, err)
-	h = Middleware(WithGuard(newGuard(t, sluice.NewManualClock(0), shared)))(mux)
+	h = mw(t, WithGuard(newGuard(t, sluice.NewManualClock(0), shared)))(mux)
 	for range 2 {
 		serve(h, http.MethodGet, "/flaky")
 	}
@@ -361,7 +361,7 @@ func TestConcurrencyLimitIsNoRateLimitQuota(t *testing.T) {
 	g := newGuard(t, sluice.NewManualClock(0), tb, bh)
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			close(entered)
 			<-release

@@ -2,12 +2,16 @@ package sluicehttp
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 )
 
@@ -52,21 +56,15 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 			})
 		}
 	}
-	opts := []Option{WithRoutes(rs), WithKeyer(s.Keyer),
-		WithSkipper(func(r *http.Request) bool { return skip[r.URL.Path] })}
+	opts := []Option{WithRoutes(rs), WithSkipper(func(r *http.Request) bool { return skip[r.URL.Path] })}
+	if s.Keyer != nil {
+		opts = append(opts, WithKeyer(s.Keyer))
+	}
 	if s.RouteResource {
 		opts = append(opts, WithRouteResource())
 	}
-	for _, f := range s.Fallbacks {
-		route := ""
-		if f.Route != "" {
-			route = httpPattern(f.Route)
-		}
-		fb, err := StaticFallback(http.StatusOK, nil, []byte(scenario.FallbackAnswer(f)))
-		require.NoError(t, err)
-		opts = append(opts, WithFallback(route, f.Cause, fb))
-	}
-	h := Middleware(opts...)(mux)
+	require.Empty(t, s.Fallbacks, "the Guards declare the fallbacks")
+	h := mw(t, opts...)(mux)
 	var serve func(scenario.Step) scenario.Result
 	serve = func(st scenario.Step) scenario.Result {
 		ctx, call := scenario.NewCall(context.Background(), st, serve)
@@ -81,4 +79,26 @@ func httpTarget(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Res
 	return serve
 }
 
-func TestScenarios(t *testing.T) { scenario.Run(t, httpTarget) }
+// httpFallback makes the Guard fallbacks of the scenarios: a handler
+// answering 200 and the text.
+func httpFallback(answers map[sluice.Cause]string) (sluice.Fallback, error) {
+	var rules []degrade.Rule[http.Handler]
+	for cause, text := range answers {
+		h := degrade.Value[http.Handler](http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, text)
+		}))
+		switch cause {
+		case sluice.CauseRateLimited:
+			rules = append(rules, degrade.OnRateLimited(h))
+		case sluice.CauseCircuitOpen:
+			rules = append(rules, degrade.OnCircuitOpen(h))
+		case sluice.CauseNone:
+			rules = append(rules, degrade.OnRejected(h))
+		default:
+			return nil, fmt.Errorf("no rule for %v", cause)
+		}
+	}
+	return degrade.New(rules...)
+}
+
+func TestScenarios(t *testing.T) { scenario.RunWith(t, httpTarget, httpFallback) }

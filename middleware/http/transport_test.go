@@ -972,7 +972,8 @@ func TestTransportCallWhoseContextEndsInTheGuardIsReleased(t *testing.T) {
 // swallowing is a Guard fallback that answers every error with success.
 type swallowing struct{}
 
-func (swallowing) Answer(context.Context, error) (string, error) { return "swallow", nil }
+func (swallowing) Answer(context.Context, error) (string, error)  { return "swallow", nil }
+func (swallowing) Declared(context.Context, error) (string, bool) { return "swallow", true }
 
 // A fallback of the host's Guard that swallows a transport error has no
 // response to give: the call still fails, with an error that wraps the
@@ -1008,3 +1009,4 @@ func TestTransportGuardFallbackCannotSwallowATransportError(t *testing.T) {
 type replacing struct{ err error }
 
 func (r replacing) Answer(context.Context, error) (string, error) { return "replace", r.err }
+func (replacing) Declared(context.Context, error) (string, bool)  { return "replace", true }

@@ -20,7 +20,7 @@ import (
 func TestHijackedConnectionWorksThroughMiddleware(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			http.Error(w, err.Error(), 500)
@@ -55,7 +55,7 @@ func TestHijackedConnectionWorksThroughMiddleware(t *testing.T) {
 func TestHijackerInterfaceKept(t *testing.T) {
 	g := newGuard(t, sluice.SystemClock, testpolicy.NewCounter())
 	var isHijacker, isFlusher, isReaderFrom bool
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, isHijacker = w.(http.Hijacker)
 		_, isFlusher = w.(http.Flusher)
 		_, isReaderFrom = w.(io.ReaderFrom)
@@ -70,7 +70,7 @@ func TestFlushedStreamReachesClientBeforeHandlerEnds(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
 	release := make(chan struct{})
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
 		<-release
@@ -94,7 +94,7 @@ func TestFlushedStreamReachesClientBeforeHandlerEnds(t *testing.T) {
 func TestResponseControllerReachesServerWriter(t *testing.T) {
 	g := newGuard(t, sluice.SystemClock, testpolicy.NewCounter())
 	errc := make(chan error, 1)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		rc := http.NewResponseController(w)
 		errc <- rc.SetWriteDeadline(time.Now().Add(time.Minute))
 		_ = rc.Flush()
@@ -122,7 +122,7 @@ func TestFailedFlushLeavesTheStatusToTheHandler(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
 	var flushErr error
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		flushErr = http.NewResponseController(w).Flush()
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
@@ -152,8 +152,10 @@ func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // A GET whose handler takes the connection over (a WebSocket upgrade) has
 // no HTTP response to keep: no stale copy, empty or not, is made of it.
 func TestHijackedGetKeepsNoStaleCopy(t *testing.T) {
-	_, sw, g, cache, stale := staleSetup(t)
-	h := Middleware(WithGuard(g), WithFallback("", sluice.CauseNone, stale))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sw := openSwitch()
+	cache := newStale(t, 8)
+	g := guardWith(t, sluice.NewManualClock(time.Hour), sw, cache)
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -183,7 +185,7 @@ func TestHijackedGetKeepsNoStaleCopy(t *testing.T) {
 func TestReadFromRecordsStatus(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.(io.ReaderFrom).ReadFrom(strings.NewReader("payload"))
 	}))
 	rec := serve(h, http.MethodGet, "/")
@@ -203,7 +205,7 @@ func TestReadFromRecordsStatus(t *testing.T) {
 func TestInformationalStatusIsNotFinal(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.SystemClock, c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
@@ -214,7 +216,7 @@ func TestInformationalStatusIsNotFinal(t *testing.T) {
 func TestHotPathAllocations(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	g := newGuard(t, clock, newWindow(t, 1<<30, time.Hour), newBreaker(t, 5, time.Minute))
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -227,7 +229,7 @@ func TestHotPathAllocations(t *testing.T) {
 	allocs := testing.AllocsPerRun(200, func() { h.ServeHTTP(w, req) })
 	assert.LessOrEqual(t, allocs, slack)
 
-	quiet := Middleware(WithGuard(g), WithRenderer(middlewareQuiet()))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	quiet := mw(t, WithGuard(g), WithRenderer(middlewareQuiet()))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	allocs = testing.AllocsPerRun(200, func() { quiet.ServeHTTP(w, req) })
@@ -245,7 +247,7 @@ func (w *nopWriter) WriteHeader(int)             {}
 func TestWriteStringRecordsStatusAndKeepsStaleCopy(t *testing.T) {
 	c := testpolicy.NewCounter()
 	g := newGuard(t, sluice.NewManualClock(0), c)
-	h := Middleware(WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.(io.StringWriter).WriteString("text")
 	}))
 	rec := serve(h, http.MethodGet, "/")

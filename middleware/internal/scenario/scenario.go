@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,9 +200,15 @@ type Target func(t *testing.T, s Setup) func(st Step) Result
 // Scenario is one sequence of requests through one setup.
 type Scenario struct {
 	Name  string
-	Setup func(clock *sluice.ManualClock) (Setup, error)
+	Setup func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error)
 	Steps []Step
 }
+
+// MakeFallback makes a Guard fallback, of the type a target answers with,
+// that answers the rejections of each cause of answers with its text (HTTP
+// status 200 and the text as the body, gRPC the text as the reply);
+// sluice.CauseNone stands for every rejection.
+type MakeFallback func(answers map[sluice.Cause]string) (sluice.Fallback, error)
 
 // Call is one request on its way through a target.
 type Call struct {
@@ -348,12 +355,18 @@ func FromHTTP(ran bool, status int, header http.Header, body []byte) (Result, er
 // DefaultPeer is the peer of steps that name none.
 const DefaultPeer = "192.0.2.1:1234"
 
-// Run runs every scenario against target.
-func Run(t *testing.T, target Target) {
+// Run runs every scenario against target, which takes the fallbacks of
+// each Setup's Fallbacks.
+func Run(t *testing.T, target Target) { RunWith(t, target, nil) }
+
+// RunWith runs every scenario against target; the scenarios' Guards take
+// their fallbacks made by mk (Setup.Fallbacks is then empty), or, when mk is
+// nil, the target takes them from Setup.Fallbacks.
+func RunWith(t *testing.T, target Target, mk MakeFallback) {
 	for _, sc := range All() {
 		t.Run(sc.Name, func(t *testing.T) {
 			clock := sluice.NewManualClock(time.Hour)
-			s, err := sc.Setup(clock)
+			s, err := sc.Setup(clock, mk)
 			require.NoError(t, err)
 			serve := target(t, s)
 			for i, st := range sc.Steps {
@@ -476,7 +489,7 @@ func All() []Scenario {
 	return []Scenario{
 		{
 			Name: "rate limit on one route, another passes through",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				fw, err := ratelimit.NewFixedWindow(2, 10*time.Second, ratelimit.WithName("ratelimit/a"))
 				if err != nil {
 					return Setup{}, err
@@ -499,7 +512,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "server errors trip the breaker, client errors do not",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				b, err := breaker.New("a", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
 				return everywhere(clock, b, nil, err)
 			},
@@ -517,7 +530,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a client that went away does not trip the breaker",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				b, err := breaker.New("a", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(30*time.Second))
 				return everywhere(clock, b, nil, err)
 			},
@@ -530,7 +543,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "per-client limit ignores a spoofed X-Forwarded-For",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				ipx, err := middleware.NewIPExtractor(middleware.TrustedProxies("10.0.0.0/8"))
 				if err != nil {
 					return Setup{}, err
@@ -555,7 +568,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a missing key is rejected when configured so",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("x-api-key"))
 				if err != nil {
 					return Setup{}, err
@@ -572,7 +585,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a breaker group keeps a breaker per route named as the resource",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				grp, err := breaker.NewGroup("routes", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(30*time.Second))
 				s, err := everywhere(clock, grp, nil, err)
 				s.RouteResource = true
@@ -582,7 +595,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a keyed request names its route as the resource",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				keyer, err := middleware.NewKeyer(middleware.SharedKey("anonymous"), middleware.KeyByHeader("x-api-key"))
 				if err != nil {
 					return Setup{}, err
@@ -594,7 +607,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "skipped route bypasses an open breaker",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				b, err := breaker.New("all", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(5*time.Second))
 				s, err := everywhere(clock, b, nil, err)
 				s.Skip = []string{"health"}
@@ -610,7 +623,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a rejection the handler's call met is answered as the route's own and ignored",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				fw, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("ratelimit/a"))
 				if err != nil {
 					return Setup{}, err
@@ -628,7 +641,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a bulkhead beside a rate limit: the limit's fields, none on a concurrency rejection",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				fw, err := ratelimit.NewFixedWindow(3, time.Minute, ratelimit.WithName("ratelimit/a"))
 				if err != nil {
 					return Setup{}, err
@@ -659,13 +672,36 @@ func All() []Scenario {
 		},
 		{
 			Name: "fallbacks answer rejections by route and cause, the Guard's and the handler's alike",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				fw, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/a"))
 				if err != nil {
 					return Setup{}, err
 				}
 				counter := testpolicy.NewCounter()
-				ga, err := sluice.New(sluice.With(counter, fw), sluice.WithClock(clock))
+				fallbacks := []Fallback{{"a", sluice.CauseRateLimited}, {"", sluice.CauseCircuitOpen}}
+				// With mk, each route's Guard declares the fallbacks of
+				// its route and those of every route.
+				var fa, fb []sluice.Option
+				if mk != nil {
+					for _, f := range []struct {
+						opts   *[]sluice.Option
+						routes []string
+					}{{&fa, []string{"a", ""}}, {&fb, []string{"b", ""}}} {
+						answers := map[sluice.Cause]string{}
+						for _, x := range fallbacks {
+							if slices.Contains(f.routes, x.Route) {
+								answers[x.Cause] = FallbackAnswer(x)
+							}
+						}
+						fall, err := mk(answers)
+						if err != nil {
+							return Setup{}, err
+						}
+						*f.opts = append(*f.opts, sluice.WithFallback(fall))
+					}
+					fallbacks = nil
+				}
+				ga, err := sluice.New(append(fa, sluice.With(counter, fw), sluice.WithClock(clock))...)
 				if err != nil {
 					return Setup{}, err
 				}
@@ -674,12 +710,12 @@ func All() []Scenario {
 					return Setup{}, err
 				}
 				b.ForceOpen()
-				gb, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
+				gb, err := sluice.New(append(fb, sluice.With(b), sluice.WithClock(clock))...)
 				if err != nil {
 					return Setup{}, err
 				}
 				return Setup{Clock: clock, Counter: counter,
-					Fallbacks: []Fallback{{"a", sluice.CauseRateLimited}, {"", sluice.CauseCircuitOpen}},
+					Fallbacks: fallbacks,
 					Routes: func(p func(string) string) (*middleware.Routes, error) {
 						return middleware.NewRoutes(middleware.RouteTo(p("a"), ga), middleware.RouteTo(p("b"), gb))
 					}}, nil
@@ -701,7 +737,7 @@ func All() []Scenario {
 		},
 		{
 			Name: "a route entry naming a method guards that method's requests only",
-			Setup: func(clock *sluice.ManualClock) (Setup, error) {
+			Setup: func(clock *sluice.ManualClock, mk MakeFallback) (Setup, error) {
 				guard := func(name string) (*sluice.Guard, error) {
 					fw, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName(name))
 					if err != nil {

@@ -1,0 +1,229 @@
+// Package core is what the net/http and Echo middleware share: their
+// validated configuration, the route's Guard and its fallbacks, the
+// request's key, and the answers to rejections (a fallback's handler, or a
+// problem response).
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/stale"
+)
+
+// Config is an adapter's configuration, set by its options and checked by
+// Build.
+type Config struct {
+	Routes    *middleware.Routes
+	Keyer     *middleware.Keyer
+	Classify  middleware.StatusClassifier
+	Render    middleware.Renderer
+	Resources bool // put the route in the context as the resource
+
+	pkg       string // the adapter's package name, for errors
+	errs      []error
+	guardSet  bool
+	routesSet bool
+	guards    map[*sluice.Guard]*Guard // the Guards with fallbacks
+}
+
+// Guard is what a Config knows of a Guard with fallbacks.
+type Guard struct {
+	// Stale are the stale caches among its fallbacks, fed with the good GET
+	// responses of its routes.
+	Stale []*stale.Cache
+	// MaxBody is the largest body one of them keeps.
+	MaxBody int
+}
+
+// New returns the default Config of the adapter of package pkg.
+func New(pkg string) Config {
+	return Config{pkg: pkg, Classify: middleware.ClassifyHTTPStatus}
+}
+
+// Errorf records an option's error, which Build returns.
+func (c *Config) Errorf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(c.pkg+": "+format, args...))
+}
+
+// SetGuard makes g guard every request.
+func (c *Config) SetGuard(g *sluice.Guard) {
+	switch {
+	case g == nil:
+		c.Errorf("WithGuard: nil Guard")
+	case c.guardSet || c.routesSet:
+		c.Errorf("WithGuard: a Guard or a route table is already given; map routes to Guards in one table (WithRoutes)")
+	default:
+		c.guardSet = true
+		rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
+		if err != nil {
+			c.Errorf("WithGuard: %w", err)
+			return
+		}
+		c.Routes = rs
+	}
+}
+
+// SetRoutes guards requests with the Guards of rs.
+func (c *Config) SetRoutes(rs *middleware.Routes) {
+	switch {
+	case rs == nil:
+		c.Errorf("WithRoutes: nil route table")
+	case c.guardSet || c.routesSet:
+		c.Errorf("WithRoutes: a Guard or a route table is already given; map routes to Guards in one table")
+	default:
+		c.routesSet = true
+		c.Routes = rs
+	}
+}
+
+// Build checks the configuration: the options' errors, and the fallbacks
+// of every Guard of the table, each of which must answer an http.Handler.
+func (c *Config) Build() error {
+	if err := errors.Join(c.errs...); err != nil {
+		return err
+	}
+	for _, g := range c.Routes.Guards() {
+		fbs := g.Fallbacks()
+		if len(fbs) == 0 {
+			continue
+		}
+		info := &Guard{}
+		for i, f := range fbs {
+			if _, ok := f.(sluice.FallbackOf[http.Handler]); !ok {
+				return fmt.Errorf("%s: fallback %d (%T) of the Guard of %s answers no http.Handler: the middleware serves a handler; declare the HTTP answers with degrade.New[http.Handler] (a static answer, a handler) or a middleware.StaleCache",
+					c.pkg, i, f, policyNames(g))
+			}
+			if s, ok := f.(*stale.Cache); ok {
+				info.Stale = append(info.Stale, s)
+				info.MaxBody = max(info.MaxBody, s.MaxBody())
+			}
+		}
+		if c.guards == nil {
+			c.guards = make(map[*sluice.Guard]*Guard)
+		}
+		c.guards[g] = info
+	}
+	return nil
+}
+
+func policyNames(g *sluice.Guard) string {
+	s := ""
+	for i, p := range g.Policies() {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.Quote(p.Name())
+	}
+	if s == "" {
+		return "no policy"
+	}
+	return "policies " + s
+}
+
+// HasFallbacks reports whether any Guard of the table has fallbacks.
+func (c *Config) HasFallbacks() bool { return c.guards != nil }
+
+// GuardOf returns what the Config knows of g, nil when g has no fallback.
+func (c *Config) GuardOf(g *sluice.Guard) *Guard {
+	if c.guards == nil {
+		return nil
+	}
+	return c.guards[g]
+}
+
+// Context returns ctx carrying the request's key and its route as its
+// resource (WithKeyer), or the route alone (WithRouteResource), and the
+// key. It returns middleware.ErrMissingKey for a request without a key
+// that the Keyer rejects.
+func (c *Config) Context(ctx context.Context, q middleware.Request, route string) (context.Context, string, error) {
+	if c.Keyer != nil {
+		ctx, err := c.Keyer.Context(ctx, q)
+		if err != nil {
+			return ctx, "", err
+		}
+		key, _ := sluice.KeyFrom(ctx)
+		return ctx, key, nil
+	}
+	if c.Resources && route != "" {
+		return sluice.WithResource(ctx, route), "", nil
+	}
+	return ctx, "", nil
+}
+
+// Fallback returns the handler of g's fallback for err, the rejection with
+// Decision d of r (route, key; now on g's clock), with the request to serve
+// it: its context carries the Decision (RejectionFrom). It returns a nil
+// handler when no fallback serves.
+func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error, d sluice.Decision) (http.Handler, *http.Request) {
+	info := c.GuardOf(g)
+	if info == nil {
+		return nil, nil
+	}
+	ctx := r.Context()
+	if _, ok := sluice.ResourceFrom(ctx); !ok && route != "" {
+		// degrade.Routes picks the route's fallbacks by resource.
+		ctx = sluice.WithResource(ctx, route)
+	}
+	if info.Stale != nil {
+		ctx = stale.WithRequest(ctx, &stale.Request{Route: route, Key: key, R: r, Now: now})
+	}
+	ctx = WithRejection(ctx, d)
+	h, ferr := sluice.FallbackValue[http.Handler](ctx, g, err)
+	if ferr != nil || h == nil {
+		return nil, nil
+	}
+	return h, r.WithContext(ctx)
+}
+
+// Keep feeds the stale caches of info with the good GET response to r
+// (route, key; now on the clock of its Guard).
+func (info *Guard) Keep(r *http.Request, route, key string, now time.Duration, header http.Header, body []byte) {
+	q := &stale.Request{Route: route, Key: key, R: r, Now: now}
+	for _, s := range info.Stale {
+		s.Store(q, header, body)
+	}
+}
+
+type rejectionKey struct{}
+
+// WithRejection returns ctx carrying the Decision of a rejection.
+func WithRejection(ctx context.Context, d sluice.Decision) context.Context {
+	return context.WithValue(ctx, rejectionKey{}, d)
+}
+
+// RejectionFrom returns the Decision of the rejection in ctx.
+func RejectionFrom(ctx context.Context) (sluice.Decision, bool) {
+	d, ok := ctx.Value(rejectionKey{}).(sluice.Decision)
+	return d, ok
+}
+
+// WriteRejection answers a rejection d on route rt with the problem
+// response: 429 or 503, Retry-After, the RateLimit fields, a problem body.
+func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *middleware.Route, d sluice.Decision) {
+	status := c.Render.Rejected(w.Header(), rt, d)
+	writeProblem(w, method, status, c.Render.AppendProblem(make([]byte, 0, 256), d))
+}
+
+// WriteMissingKey answers a request without a key that the Keyer rejects:
+// 400 and a problem body.
+func (c *Config) WriteMissingKey(w http.ResponseWriter, method string) {
+	h := w.Header()
+	h.Set("Content-Type", middleware.ProblemContentType)
+	h.Set("Cache-Control", "no-store")
+	writeProblem(w, method, http.StatusBadRequest, c.Render.AppendMissingKeyProblem(make([]byte, 0, 256)))
+}
+
+func writeProblem(w http.ResponseWriter, method string, status int, body []byte) {
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	if method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
+}

@@ -1,0 +1,263 @@
+// Package stale is the cache of good GET responses that the HTTP adapters
+// serve, as a Guard's fallback, in place of a rejection. Package middleware
+// exports it as StaleCache.
+package stale
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Cache keeps the last good (200, GET, cacheable) response of each route,
+// key and request URI (of each route and URI when shared), bounded in
+// entries and in body size, dropping the least recently stored first. It is
+// a sluice.FallbackOf[http.Handler]: in a Guard's fallbacks it answers a
+// rejected GET or HEAD request with the copy kept for it, and the HTTP
+// adapters feed it with the good GET responses of the routes that Guard
+// protects. It is safe for concurrent use.
+type Cache struct {
+	maxEntries int
+	maxAge     time.Duration
+	maxBody    int
+	shared     bool
+	causes     []sluice.Cause // nil: every rejection
+
+	mu      sync.Mutex
+	entries map[string]*list.Element
+	order   list.List // front: most recently stored
+}
+
+type entry struct {
+	key    string
+	status int
+	header http.Header
+	body   []byte
+	stored time.Duration
+}
+
+// Option configures a Cache.
+type Option func(*Cache)
+
+// Shared makes the cache keep one copy per route and URI for every client.
+func Shared() Option { return func(c *Cache) { c.shared = true } }
+
+// Only makes the cache answer only the rejections of causes.
+func Only(causes ...sluice.Cause) Option {
+	return func(c *Cache) { c.causes = append(c.causes, causes...) }
+}
+
+// New returns a Cache of at most maxEntries responses, each served for at
+// most maxAge after it was stored and kept only when its body is at most
+// maxBody bytes.
+func New(maxEntries int, maxAge time.Duration, maxBody int, opts ...Option) (*Cache, error) {
+	c := &Cache{maxEntries: maxEntries, maxAge: maxAge, maxBody: maxBody, entries: make(map[string]*list.Element)}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("middleware: NewStaleCache: option %d is nil", i)
+		}
+		o(c)
+	}
+	for _, cause := range c.causes {
+		if cause == sluice.CauseNone {
+			return nil, errors.New("middleware: StaleOnly: CauseNone is no cause")
+		}
+	}
+	switch {
+	case maxEntries < 1:
+		return nil, fmt.Errorf("middleware: NewStaleCache: maxEntries %d < 1", maxEntries)
+	case maxAge <= 0:
+		return nil, fmt.Errorf("middleware: NewStaleCache: maxAge %v <= 0", maxAge)
+	case maxBody < 1:
+		return nil, fmt.Errorf("middleware: NewStaleCache: maxBody %d < 1", maxBody)
+	}
+	return c, nil
+}
+
+// MaxBody returns the largest body the cache keeps.
+func (c *Cache) MaxBody() int { return c.maxBody }
+
+// Len returns the number of responses kept.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}
+
+// Request names the response to a request, for the cache: its route, its
+// key and the request (its host and URI); Now is the instant, on the
+// clock of the route's Guard, at which the request came.
+type Request struct {
+	Route, Key string
+	R          *http.Request
+	Now        time.Duration
+}
+
+type requestKey struct{}
+
+// WithRequest returns ctx carrying q, for the Cache's answers.
+func WithRequest(ctx context.Context, q *Request) context.Context {
+	return context.WithValue(ctx, requestKey{}, q)
+}
+
+func (c *Cache) entryKey(q *Request) string {
+	key := q.Key
+	if c.shared {
+		key = ""
+	}
+	return q.Route + "\x00" + key + "\x00" + q.R.Host + q.R.URL.RequestURI()
+}
+
+// dropped are the fields a stale copy does not repeat: hop-by-hop fields,
+// the guard's own fields, and cookies, which belong to the request that
+// set them.
+var dropped = []string{
+	"Connection", "Keep-Alive", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
+	"Proxy-Authenticate", "Set-Cookie", "Date", "Age",
+	"Ratelimit", "Ratelimit-Policy", "Retry-After",
+	"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
+}
+
+// Cacheable reports whether the response to r, with header h, may be served
+// to other requests of the same route, key and URI (route and URI alone
+// when shared). Like a shared cache, it keeps nothing marked no-store,
+// no-cache or private, nothing that sets a cookie, nothing that varies with
+// request fields (which the key does not hold), and nothing answered to a
+// request carrying credentials unless the response says public.
+func Cacheable(r *http.Request, h http.Header) bool {
+	public := false
+	for _, v := range h.Values("Cache-Control") {
+		v = strings.ToLower(v)
+		if strings.Contains(v, "no-store") || strings.Contains(v, "no-cache") || strings.Contains(v, "private") {
+			return false
+		}
+		public = public || strings.Contains(v, "public")
+	}
+	if len(h.Values("Set-Cookie")) > 0 || len(h.Values("Vary")) > 0 {
+		return false
+	}
+	if !public && (r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != "") {
+		return false
+	}
+	return true
+}
+
+// Store keeps a copy of the good GET response to q, header and body, when
+// it may be served to others (Cacheable) and its body is small enough.
+func (c *Cache) Store(q *Request, header http.Header, body []byte) {
+	if len(body) > c.maxBody || !Cacheable(q.R, header) {
+		return
+	}
+	key := c.entryKey(q)
+	h := header.Clone()
+	for _, f := range dropped {
+		delete(h, f)
+	}
+	e := &entry{key: key, status: http.StatusOK, header: h, body: append([]byte(nil), body...), stored: q.Now}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		el.Value = e
+		c.order.MoveToFront(el)
+		return
+	}
+	c.entries[key] = c.order.PushFront(e)
+	for c.order.Len() > c.maxEntries {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.entries, last.Value.(*entry).key)
+	}
+}
+
+// load returns the copy kept for the request in ctx and its age; false
+// when there is none young enough, or when the request may change state
+// (neither GET nor HEAD).
+func (c *Cache) load(ctx context.Context, err error) (*entry, time.Duration, bool) {
+	if c.causes != nil && !slices.Contains(c.causes, sluice.CauseOf(err)) {
+		return nil, 0, false
+	}
+	q, ok := ctx.Value(requestKey{}).(*Request)
+	if !ok || (q.R.Method != http.MethodGet && q.R.Method != http.MethodHead) {
+		return nil, 0, false
+	}
+	key := c.entryKey(q)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, 0, false
+	}
+	e := el.Value.(*entry)
+	age := max(q.Now-e.stored, 0)
+	if age > c.maxAge {
+		c.order.Remove(el)
+		delete(c.entries, key)
+		return nil, 0, false
+	}
+	return e, age, true
+}
+
+// name is the name of the Cache's answers in a Guard's fallback events.
+const name = "stale"
+
+// Declared implements sluice.Fallback: it reports whether the cache keeps a
+// copy young enough for the request in ctx.
+func (c *Cache) Declared(ctx context.Context, err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
+	if _, _, ok := c.load(ctx, err); !ok {
+		return "", false
+	}
+	return name, true
+}
+
+// AnswerValue implements sluice.FallbackOf[http.Handler]: the handler
+// answers with the copy kept for the request in ctx and an Age field (a
+// HEAD request gets the header fields alone). It passes (an empty name)
+// when there is none.
+func (c *Cache) AnswerValue(ctx context.Context, err error) (http.Handler, string, error) {
+	if err == nil {
+		return nil, "", nil
+	}
+	e, age, ok := c.load(ctx, err)
+	if !ok {
+		return nil, "", err
+	}
+	return &answer{e: e, age: age}, name, nil
+}
+
+// Answer implements sluice.Fallback, for Guard.Do: it is AnswerValue
+// without the value.
+func (c *Cache) Answer(ctx context.Context, err error) (string, error) {
+	_, n, out := c.AnswerValue(ctx, err)
+	return n, out
+}
+
+// answer serves a kept copy.
+type answer struct {
+	e   *entry
+	age time.Duration
+}
+
+func (a *answer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	for k, v := range a.e.header {
+		h[k] = v
+	}
+	h.Set("Age", strconv.FormatInt(int64(a.age/time.Second), 10))
+	h.Set("Content-Length", strconv.Itoa(len(a.e.body)))
+	w.WriteHeader(a.e.status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(a.e.body)
+	}
+}

@@ -1,0 +1,117 @@
+package stale
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// A kept copy may go to another request: nothing private is kept.
+func TestCacheKeepsNoPersonalAnswer(t *testing.T) {
+	tests := []struct {
+		name    string
+		reqHdr  http.Header
+		respHdr http.Header
+		kept    bool
+	}{
+		{"plain", nil, nil, true},
+		{"private", nil, http.Header{"Cache-Control": {"max-age=60, private"}}, false},
+		{"no-store", nil, http.Header{"Cache-Control": {"no-store"}}, false},
+		{"no-cache", nil, http.Header{"Cache-Control": {"No-Cache"}}, false},
+		{"sets a cookie", nil, http.Header{"Set-Cookie": {"s=1"}}, false},
+		{"varies", nil, http.Header{"Vary": {"Accept-Language"}}, false},
+		{"request with Authorization", http.Header{"Authorization": {"Bearer alice"}}, nil, false},
+		{"request with a cookie", http.Header{"Cookie": {"session=alice"}}, nil, false},
+		{"credentials but public", http.Header{"Authorization": {"Bearer alice"}}, http.Header{"Cache-Control": {"public, max-age=60"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(8, time.Hour, 1024)
+			require.NoError(t, err)
+			r := httptest.NewRequest(http.MethodGet, "/me", nil)
+			for k, v := range tt.reqHdr {
+				r.Header[k] = v
+			}
+			h := http.Header{}
+			for k, v := range tt.respHdr {
+				h[k] = v
+			}
+			c.Store(&Request{Key: "k", R: r}, h, []byte("alice's account"))
+			assert.Equal(t, tt.kept, c.Len() == 1)
+		})
+	}
+}
+
+func TestCacheIsBoundedAndAnswersFromTheRequestInItsContext(t *testing.T) {
+	c, err := New(2, time.Minute, 8)
+	require.NoError(t, err)
+	req := func(path string, now time.Duration) *Request {
+		return &Request{Route: "GET /x", Key: "k", R: httptest.NewRequest(http.MethodGet, path, nil), Now: now}
+	}
+	hdr := http.Header{"Ratelimit": {"x"}, "Content-Type": {"text/plain"}}
+	c.Store(req("/1", 0), hdr, []byte("one"))
+	c.Store(req("/2", 0), hdr, []byte("two"))
+	c.Store(req("/3", 0), hdr, []byte("three"))
+	c.Store(req("/big", 0), hdr, []byte("too big a body"))
+	assert.Equal(t, 2, c.Len(), "the oldest is dropped, the big one never kept")
+
+	errRej := errors.New("rejected")
+	_, ok := c.Declared(context.Background(), errRej)
+	assert.False(t, ok, "no request in the context")
+	_, name, out := c.AnswerValue(WithRequest(context.Background(), req("/1", 0)), errRej)
+	assert.Empty(t, name)
+	assert.Same(t, errRej, out)
+
+	ctx := WithRequest(context.Background(), req("/3", 5*time.Second))
+	name, ok = c.Declared(ctx, errRej)
+	assert.True(t, ok)
+	assert.Equal(t, "stale", name)
+	h, name, out := c.AnswerValue(ctx, errRej)
+	require.NoError(t, out)
+	assert.Equal(t, "stale", name)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/3", nil))
+	assert.Equal(t, "three", rec.Body.String())
+	assert.Equal(t, "5", rec.Header().Get("Age"))
+	assert.Empty(t, rec.Header().Get("Ratelimit"), "the guard's fields are not repeated")
+
+	post := &Request{Route: "GET /x", Key: "k", R: httptest.NewRequest(http.MethodPost, "/3", nil)}
+	_, ok = c.Declared(WithRequest(context.Background(), post), errRej)
+	assert.False(t, ok, "a POST may change state: no copy answers it")
+	_, ok = c.Declared(WithRequest(context.Background(), req("/3", 2*time.Minute)), errRej)
+	assert.False(t, ok, "too old")
+}
+
+func TestOnlyAnswersItsCauses(t *testing.T) {
+	c, err := New(2, time.Minute, 8, Only(sluice.CauseCircuitOpen))
+	require.NoError(t, err)
+	q := &Request{R: httptest.NewRequest(http.MethodGet, "/", nil)}
+	c.Store(q, http.Header{}, []byte("x"))
+	ctx := WithRequest(context.Background(), q)
+	_, ok := c.Declared(ctx, sluice.Rejection(sluice.Decision{Cause: sluice.ErrCircuitOpen}))
+	assert.True(t, ok)
+	_, ok = c.Declared(ctx, sluice.Rejection(sluice.Decision{Cause: sluice.ErrRateLimited}))
+	assert.False(t, ok)
+	_, err = New(2, time.Minute, 8, Only(sluice.CauseNone))
+	assert.Error(t, err)
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, tc := range []struct {
+		entries, body int
+		age           time.Duration
+	}{{0, 1, time.Second}, {1, 0, time.Second}, {1, 1, 0}} {
+		_, err := New(tc.entries, tc.age, tc.body)
+		assert.Error(t, err)
+	}
+	_, err := New(1, time.Second, 1, nil)
+	assert.ErrorContains(t, err, "nil")
+}
