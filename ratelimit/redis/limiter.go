@@ -34,7 +34,7 @@ type limit struct {
 	window      time.Duration // the time to refill the quota, or the window
 	keyFunc     func(context.Context) string
 	perResource bool
-	failure     FailurePolicy
+	failure     failurePolicy
 	local       *localShare
 	keys        keyCache
 	openName    string // name + ":open"
@@ -235,7 +235,7 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 	if alg[0] == 'b' {
 		l.single, l.batch = bucketScripts(alg[1:])
 	}
-	if cfg.failure == FailLocal {
+	if cfg.failure == failLocal {
 		if _, err := share(); err != nil {
 			return nil, fmt.Errorf("redislimit: local fallback: %w", err)
 		}
