@@ -109,7 +109,7 @@ func ExampleServerInHandle() {
 	clock := sluice.NewManualClock(0)
 	perClient, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(1, time.Second)
-	}, ratelimit.WithKeyedName("ratelimit/per-client"))
+	}, ratelimit.WithName("ratelimit/per-client"))
 	check(err)
 	guard, err := sluice.New(sluice.With(perClient), sluice.WithClock(clock))
 	check(err)
