@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -68,8 +69,8 @@ func sentinelFlow(b *testing.B) func() bool {
 
 // BenchmarkLimiter compares one admitted decision, clock read included, of
 // each sluice limiter and of the peer libraries, on one goroutine. The
-// sluice-…-at rows take the instant as an argument: the decision alone, as a
-// Guard runs it.
+// sluice-…-at rows take the instant as an argument, the decision alone, as a
+// Guard runs it: AllowAt for the token bucket, Admit for GCRA.
 func BenchmarkLimiter(b *testing.B) {
 	b.Run("sluice-token-bucket", func(b *testing.B) {
 		l := mustLimiter(ratelimit.NewTokenBucket(hugeLimit, hugeRate))
@@ -94,9 +95,10 @@ func BenchmarkLimiter(b *testing.B) {
 	})
 	b.Run("sluice-gcra-at", func(b *testing.B) {
 		l := mustLimiter(ratelimit.NewGCRA(hugeLimit, hugeRate))
+		ctx := context.Background()
 		b.ReportAllocs()
 		for i := range b.N {
-			l.AllowAt(time.Duration(i))
+			l.Admit(ctx, time.Duration(i))
 		}
 	})
 	b.Run("sluice-warmup", func(b *testing.B) {
@@ -184,12 +186,13 @@ func BenchmarkLimiterParallel(b *testing.B) {
 	})
 	b.Run("sluice-gcra-at", func(b *testing.B) {
 		l := mustLimiter(ratelimit.NewGCRA(hugeLimit, hugeRate))
+		ctx := context.Background()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			var now time.Duration
 			for pb.Next() {
 				now++
-				l.AllowAt(now)
+				l.Admit(ctx, now)
 			}
 		})
 	})

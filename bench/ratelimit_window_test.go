@@ -15,8 +15,8 @@ import (
 
 // windowLimiter is what every window limiter of sluice offers.
 type windowLimiter interface {
+	sluice.Policy
 	Allow() bool
-	AllowAt(now time.Duration) bool
 }
 
 // windowRow is one window limiter, sized so that no call of a benchmark is
@@ -60,8 +60,8 @@ const windowHuge = 1_000_000_000
 const atStep = 50 * time.Nanosecond
 
 // BenchmarkLimiterWindow measures one admitted decision of each window
-// limiter: "allow" reads the clock, "allow-at" is given the instant, as a
-// Guard runs it. The peers' rows (sentinel-flow counts in a sliding window of
+// limiter: "allow" reads the clock, "allow-at" is given the instant through
+// Admit, as a Guard runs it. The peers' rows (sentinel-flow counts in a sliding window of
 // buckets) are BenchmarkLimiter's, in the same run.
 func BenchmarkLimiterWindow(b *testing.B) {
 	for _, row := range windowRows {
@@ -75,10 +75,11 @@ func BenchmarkLimiterWindow(b *testing.B) {
 		b.Run(row.name+"/allow-at", func(b *testing.B) {
 			l := row.make(b)
 			b.ReportAllocs()
+			ctx := context.Background()
 			var now time.Duration
 			for b.Loop() {
 				now += atStep
-				l.AllowAt(now)
+				l.Admit(ctx, now)
 			}
 		})
 	}
@@ -101,9 +102,10 @@ func BenchmarkLimiterWindowParallel(b *testing.B) {
 			l := row.make(b)
 			b.ReportAllocs()
 			clock := sluice.NewManualClock(0)
+			ctx := context.Background()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					l.AllowAt(clock.Advance(atStep))
+					l.Admit(ctx, clock.Advance(atStep))
 				}
 			})
 		})

@@ -74,12 +74,12 @@ func TestBoundarySlidingWindowGranularity(t *testing.T) {
 		}
 		return n
 	}
-	assert.Equal(t, 100, count(sw.AllowAt, 950*ms))
-	assert.Equal(t, 0, count(sw.AllowAt, 1899*ms))
-	assert.Equal(t, 100, count(sw.AllowAt, 1910*ms))
-	assert.Equal(t, 100, count(sl.AllowAt, 950*ms))
-	assert.Equal(t, 0, count(sl.AllowAt, 1910*ms), "the sliding log is exact")
-	assert.Equal(t, 100, count(sl.AllowAt, 1950*ms))
+	assert.Equal(t, 100, count(func(now time.Duration) bool { return sw.allowNAt(now, 1) }, 950*ms))
+	assert.Equal(t, 0, count(func(now time.Duration) bool { return sw.allowNAt(now, 1) }, 1899*ms))
+	assert.Equal(t, 100, count(func(now time.Duration) bool { return sw.allowNAt(now, 1) }, 1910*ms))
+	assert.Equal(t, 100, count(func(now time.Duration) bool { return sl.allowNAt(now, 1) }, 950*ms))
+	assert.Equal(t, 0, count(func(now time.Duration) bool { return sl.allowNAt(now, 1) }, 1910*ms), "the sliding log is exact")
+	assert.Equal(t, 100, count(func(now time.Duration) bool { return sl.allowNAt(now, 1) }, 1950*ms))
 }
 
 // hammer runs 64 goroutines of 500 Admits each against p on one shared
@@ -116,11 +116,11 @@ func hammer(t *testing.T, p sluice.Policy, step time.Duration) (start, end time.
 	return step, time.Duration(clock.Load()), kept.Load()
 }
 
-// decidingLimiter is what every limiter of this package offers besides Policy.
+// decidingLimiter is what every limiter of this package offers: a Policy,
+// and the bare answer of Allow at an instant.
 type decidingLimiter interface {
 	sluice.Policy
-	AllowAt(now time.Duration) bool
-	DecideAt(now time.Duration, n int64) sluice.Decision
+	bareAllower
 }
 
 // assertAllocFree checks that l decides without allocating, through each of
@@ -140,8 +140,8 @@ func assertAllocFree(t *testing.T, l decidingLimiter, step time.Duration) {
 			}
 			l.Done(tk, o, now, 0)
 		}
-		l.AllowAt(now)
-		l.DecideAt(now, 2)
+		l.allowNAt(now, 1)
+		decideAt(l, now, 2)
 	}
 	for range 5000 {
 		call()

@@ -14,17 +14,26 @@ import (
 // waiting would never help: WaitN returns it at once instead of waiting.
 var ErrNeverSatisfiable = fmt.Errorf("%w: the request's cost exceeds the limiter's capacity and can never be satisfied", sluice.ErrRateLimited)
 
-// Option configures any limiter of this package.
+// Option configures a limiter of this package, or a Keyed. WithName and
+// WithClock apply to every constructor; WithMaxKeys, WithIdleTTL,
+// WithJanitor and RequireKey apply to NewKeyed only, and any other
+// constructor given one of them returns an error.
 type Option func(*options) error
 
 type options struct {
 	name  string
 	clock sluice.Clock
+	// Keyed only.
+	maxKeys    int
+	idleTTL    time.Duration
+	janitor    time.Duration
+	requireKey bool
+	keyedOnly  string // the first Keyed-only option given, for the error of another constructor
 }
 
 // WithName sets the name the limiter reports in its decisions, errors and
 // headers; the default is "ratelimit/" followed by the algorithm's name
-// ("ratelimit/token-bucket").
+// ("ratelimit/token-bucket", "ratelimit/keyed").
 func WithName(name string) Option {
 	return func(o *options) error {
 		if name == "" {
@@ -35,9 +44,10 @@ func WithName(name string) Option {
 	}
 }
 
-// WithClock sets the clock read by the limiter's methods that take no
-// instant (Allow, Reserve, Wait); the default is sluice.SystemClock. Inside a
-// Guard, the Guard's clock is used and this one is not read.
+// WithClock sets the clock read by the methods that take no instant (Allow,
+// Reserve, Wait, Keyed's AllowKey) and by a Keyed's janitor; the default is
+// sluice.SystemClock. Inside a Guard, the Guard hands Admit its own instants:
+// give both the same clock.
 func WithClock(c sluice.Clock) Option {
 	return func(o *options) error {
 		if c == nil {
@@ -48,15 +58,33 @@ func WithClock(c sluice.Clock) Option {
 	}
 }
 
-func buildOptions(algorithm string, opts []Option) (options, error) {
-	o := options{name: "ratelimit/" + algorithm, clock: sluice.SystemClock}
+// keyedOption marks o as given the Keyed-only option named name.
+func (o *options) keyedOption(name string) {
+	if o.keyedOnly == "" {
+		o.keyedOnly = name
+	}
+}
+
+func applyOptions(o *options, opts []Option) error {
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
-		if err := opt(&o); err != nil {
-			return o, err
+		if err := opt(o); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// buildOptions applies the options of a limiter of the given algorithm.
+func buildOptions(algorithm string, opts []Option) (options, error) {
+	o := options{name: "ratelimit/" + algorithm, clock: sluice.SystemClock}
+	if err := applyOptions(&o, opts); err != nil {
+		return o, err
+	}
+	if o.keyedOnly != "" {
+		return o, fmt.Errorf("ratelimit: %s: %s applies to NewKeyed only", algorithm, o.keyedOnly)
 	}
 	return o, nil
 }
@@ -96,8 +124,10 @@ func never(name string, limit, remaining int64, reset time.Duration) sluice.Deci
 	return d
 }
 
-// Rate is Count events per Period: PerSecond(100), PerMinute(10), Every(50*time.Millisecond).
-// Its zero value is invalid; constructors reject it.
+// Rate is Count events per Period: PerSecond(100), PerMinute(10), PerHour(5),
+// Every(50*time.Millisecond). Its zero
+// value is invalid; constructors reject it, as they reject a Count or Period
+// of zero or less and more events per Period than it has nanoseconds.
 type Rate struct {
 	Count  int64
 	Period time.Duration
@@ -115,33 +145,12 @@ func PerHour(n int64) Rate { return Rate{Count: n, Period: time.Hour} }
 // Every returns a Rate of one event every interval.
 func Every(interval time.Duration) Rate { return Rate{Count: 1, Period: interval} }
 
-// Interval returns the time between two events at this rate, Period/Count,
-// rounded down to the nanosecond and never below 1ns.
-func (r Rate) Interval() time.Duration {
-	if r.Count <= 0 {
-		return 0
-	}
-	iv := r.Period / time.Duration(r.Count)
-	if iv < 1 {
-		iv = 1
-	}
-	return iv
-}
-
-// PerSec returns the rate in events per second.
-func (r Rate) PerSec() float64 {
-	if r.Period <= 0 {
-		return 0
-	}
-	return float64(r.Count) / r.Period.Seconds()
-}
-
 // String returns "100/1s".
 func (r Rate) String() string { return fmt.Sprintf("%d/%v", r.Count, r.Period) }
 
-// Validate reports why r cannot be used: a Count or Period of zero or less,
+// validate reports why r cannot be used: a Count or Period of zero or less,
 // or more events per Period than it has nanoseconds.
-func (r Rate) Validate() error {
+func (r Rate) validate() error {
 	switch {
 	case r.Count <= 0:
 		return fmt.Errorf("ratelimit: rate %v: count must be positive", r)

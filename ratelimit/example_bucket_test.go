@@ -16,9 +16,18 @@ func ExampleNewTokenBucket() {
 	if err != nil {
 		panic(err)
 	}
+	clock := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(tb), sluice.WithClock(clock),
+		sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
+			fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
+		}))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
 	for _, at := range []time.Duration{0, 0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond} {
-		d := tb.DecideAt(at, 1)
-		fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", at, d.Allowed, d.Remaining, d.RetryAfter)
+		clock.Set(at)
+		_ = g.Do(context.Background(), func(context.Context) error { return nil })
 	}
 	// Output:
 	// at 0s: allowed=true remaining=2 retry-after=0s
@@ -69,13 +78,15 @@ func ExampleTokenBucket_SetRateAt() {
 // GCRA keeps one theoretical arrival time: 100 per second with a burst of
 // 100 admits 100 requests at 0.99s and, 20ms later, the 2 that have refilled.
 func ExampleNewGCRA() {
-	g, err := ratelimit.NewGCRA(ratelimit.PerSecond(100), 100)
+	clock := sluice.NewManualClock(0)
+	limiter, err := ratelimit.NewGCRA(ratelimit.PerSecond(100), 100, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	count := func(at time.Duration) (n int) {
+		clock.Set(at)
 		for range 100 {
-			if g.AllowAt(at) {
+			if limiter.Allow() {
 				n++
 			}
 		}
@@ -83,7 +94,13 @@ func ExampleNewGCRA() {
 	}
 	fmt.Println("at 0.99s:", count(990*time.Millisecond))
 	fmt.Println("at 1.01s:", count(1010*time.Millisecond))
-	d := g.DecideAt(1010*time.Millisecond, 1)
+	// Through a Guard on the same clock, a rejection says when to retry.
+	g, err := sluice.New(sluice.With(limiter), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
 	fmt.Println("retry after", d.RetryAfter, "reset", d.Reset)
 	// Output:
 	// at 0.99s: 100
@@ -98,17 +115,24 @@ func ExampleNewWarmUp() {
 	if err != nil {
 		panic(err)
 	}
-	now, last := time.Duration(0), time.Duration(0)
+	clock := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(w), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	ok := func(context.Context) error { return nil }
+	last := time.Duration(0)
 	for i := range 13 {
-		d := w.DecideAt(now, 1)
-		if !d.Allowed {
-			now += d.RetryAfter
-			w.DecideAt(now, 1)
+		// Each request retries once, when its rejection says to.
+		if d, rejected := sluice.RejectionOf(g.Do(context.Background(), ok)); rejected {
+			clock.Advance(d.RetryAfter)
+			_ = g.Do(context.Background(), ok)
 		}
 		if i > 0 && i%3 == 0 {
-			fmt.Printf("request %d: %v after the one before\n", i, now-last)
+			fmt.Printf("request %d: %v after the one before\n", i, clock.Now()-last)
 		}
-		last = now
+		last = clock.Now()
 	}
 	// Output:
 	// request 3: 250ms after the one before
@@ -117,28 +141,34 @@ func ExampleNewWarmUp() {
 	// request 12: 100ms after the one before
 }
 
-// A shaper spaces requests evenly: through a Guard, Admit waits for each
-// request's turn, up to the maximum wait. DecideAt never waits.
+// A shaper spaces requests evenly: through a Guard, a request waits for its
+// turn, up to the maximum wait, and one whose turn lies further is rejected
+// at once. Allow never waits: it admits a request only when its turn is now.
 func ExampleNewShaper() {
-	s, err := ratelimit.NewShaper(ratelimit.PerSecond(10), 250*time.Millisecond)
+	clock := sluice.NewManualClock(0)
+	s, err := ratelimit.NewShaper(ratelimit.PerSecond(10), 250*time.Millisecond, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	for _, at := range []time.Duration{0, 50 * time.Millisecond, 100 * time.Millisecond} {
-		d := s.DecideAt(at, 1)
-		fmt.Printf("at %v: allowed=%v retry-after=%v queue=%d/%d\n", at, d.Allowed, d.RetryAfter, d.Remaining, d.Limit)
-	}
-	clk := sluice.NewManualClock(0)
-	g, err := sluice.New(sluice.With(s), sluice.WithClock(clk))
+	fmt.Println("at 0s:", s.Allow(), s.Allow()) // the second's turn is at 100ms
+	clock.Set(100 * time.Millisecond)
+	fmt.Println("at 100ms:", s.Allow())
+
+	g, err := sluice.New(sluice.With(s), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	clk.Set(200 * time.Millisecond) // the next turn is now: no wait
-	err = g.Do(context.Background(), func(context.Context) error { return nil })
-	fmt.Println("through the guard:", err)
+	defer g.Close()
+	ok := func(context.Context) error { return nil }
+	clock.Set(200 * time.Millisecond) // the next turn is now: no wait
+	fmt.Println("through the guard:", g.Do(context.Background(), ok))
+	clock.Set(300 * time.Millisecond)
+	s.AllowN(3) // the turns up to 600ms
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
+	fmt.Println("next turn in", d.Reset, "retry after", d.RetryAfter)
 	// Output:
-	// at 0s: allowed=true retry-after=0s queue=2/3
-	// at 50ms: allowed=false retry-after=50ms queue=3/3
-	// at 100ms: allowed=true retry-after=0s queue=2/3
+	// at 0s: true false
+	// at 100ms: true
 	// through the guard: <nil>
+	// next turn in 300ms retry after 50ms
 }

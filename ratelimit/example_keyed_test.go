@@ -18,8 +18,8 @@ func ExampleNewKeyed() {
 	},
 		ratelimit.WithMaxKeys(50_000),
 		ratelimit.WithIdleTTL(time.Minute),
-		ratelimit.WithMissingKey(ratelimit.MissingKeyReject),
-		ratelimit.WithKeyedName("ratelimit/per-client"),
+		ratelimit.RequireKey(),
+		ratelimit.WithName("ratelimit/per-client"),
 	)
 	if err != nil {
 		panic(err)
@@ -48,7 +48,7 @@ func ExampleNewKeyed() {
 	fmt.Println(call(alice), call(alice))
 	fmt.Println(call(alice))
 	fmt.Println(call(bob))
-	fmt.Println(errors.Is(g.Do(context.Background(), func(context.Context) error { return nil }), ratelimit.ErrMissingKey))
+	fmt.Println(errors.Is(g.Do(context.Background(), func(context.Context) error { return nil }), ratelimit.ErrNoKey))
 	fmt.Println(perClient.Len(), "clients")
 	// Output:
 	// ok ok

@@ -19,7 +19,13 @@ func ExampleNewFixedWindow() {
 	}
 	clock.Set(900 * time.Millisecond)
 	fmt.Println(w.Allow(), w.Allow(), w.Allow(), w.Allow())
-	d := w.DecideAt(clock.Now(), 1)
+	// Through a Guard on the same clock, a rejection says when to retry.
+	g, err := sluice.New(sluice.With(w), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
 	fmt.Println("retry after", d.RetryAfter)
 	// A new window: the boundary lets another 3 through at once.
 	clock.Set(1100 * time.Millisecond)
@@ -31,59 +37,84 @@ func ExampleNewFixedWindow() {
 }
 
 func ExampleNewSlidingWindow() {
+	clock := sluice.NewManualClock(0)
 	// 3 requests in any second, tracked in 10 buckets of 100ms.
-	w, err := ratelimit.NewSlidingWindow(3, time.Second, 10)
+	w, err := ratelimit.NewSlidingWindow(3, time.Second, 10, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(w.AllowNAt(900*time.Millisecond, 3))
-	d := w.DecideAt(1100*time.Millisecond, 1)
-	fmt.Println(d.Allowed, "retry after", d.RetryAfter)
-	fmt.Println(w.AllowAt(1900 * time.Millisecond))
+	g, err := sluice.New(sluice.With(w), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	clock.Set(900 * time.Millisecond)
+	fmt.Println(w.AllowN(3))
+	clock.Set(1100 * time.Millisecond)
+	d, rejected := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
+	fmt.Println(rejected, "retry after", d.RetryAfter)
+	clock.Set(1900 * time.Millisecond)
+	fmt.Println(w.Allow())
 	// Output:
 	// true
-	// false retry after 800ms
+	// true retry after 800ms
 	// true
 }
 
 func ExampleNewSlidingLog() {
+	clock := sluice.NewManualClock(0)
 	// At most 2 requests in any 10 seconds, exactly.
-	l, err := ratelimit.NewSlidingLog(2, 10*time.Second, ratelimit.WithName("ratelimit/password-reset"))
+	l, err := ratelimit.NewSlidingLog(2, 10*time.Second, ratelimit.WithName("ratelimit/password-reset"), ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(l.AllowAt(0), l.AllowAt(4*time.Second))
-	d := l.DecideAt(9*time.Second, 1)
-	fmt.Println(d.Allowed, d.Policy, "retry after", d.RetryAfter, "reset", d.Reset)
-	fmt.Println(l.AllowAt(10 * time.Second))
-	d = l.DecideAt(10*time.Second, 3)
-	fmt.Println(errors.Is(d.Cause, ratelimit.ErrNeverSatisfiable))
+	g, err := sluice.New(sluice.With(l), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	ok := func(context.Context) error { return nil }
+	first := l.Allow()
+	clock.Set(4 * time.Second)
+	fmt.Println(first, l.Allow())
+	clock.Set(9 * time.Second)
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
+	fmt.Println(d.Policy, "retry after", d.RetryAfter, "reset", d.Reset)
+	clock.Set(10 * time.Second)
+	fmt.Println(l.Allow())
+	err = g.Do(sluice.WithCost(context.Background(), 3), ok)
+	fmt.Println(errors.Is(err, ratelimit.ErrNeverSatisfiable))
 	// Output:
 	// true true
-	// false ratelimit/password-reset retry after 1s reset 5s
+	// ratelimit/password-reset retry after 1s reset 5s
 	// true
 	// true
 }
 
 func ExampleNewLeakyBucket() {
+	clock := sluice.NewManualClock(0)
 	// Holds 5 units and leaks 10 a second: bursts of 5, then one per 100ms.
-	b, err := ratelimit.NewLeakyBucket(ratelimit.PerSecond(10), 5)
+	b, err := ratelimit.NewLeakyBucket(ratelimit.PerSecond(10), 5, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(b.AllowNAt(0, 5), b.AllowAt(0))
-	d := b.DecideAt(50*time.Millisecond, 1)
-	fmt.Println(d.Allowed, "retry after", d.RetryAfter, "empty in", d.Reset)
+	fmt.Println(b.AllowN(5), b.Allow())
 
-	// In a Guard, the cost of a request comes from its context.
-	g, err := sluice.New(sluice.With(b), sluice.WithClock(sluice.NewManualClock(100*time.Millisecond)))
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	err = g.Do(sluice.WithCost(context.Background(), 2), func(context.Context) error { return nil })
+	defer g.Close()
+	ok := func(context.Context) error { return nil }
+	clock.Set(50 * time.Millisecond)
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
+	fmt.Println("retry after", d.RetryAfter, "empty in", d.Reset)
+	// In a Guard, the cost of a request comes from its context.
+	clock.Set(100 * time.Millisecond)
+	err = g.Do(sluice.WithCost(context.Background(), 2), ok)
 	fmt.Println(errors.Is(err, sluice.ErrRateLimited))
 	// Output:
 	// true false
-	// false retry after 50ms empty in 450ms
+	// retry after 50ms empty in 450ms
 	// true
 }

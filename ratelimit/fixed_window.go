@@ -107,9 +107,6 @@ func slotDiff(a, b uint64, cb uint) int64 {
 // WithName.
 func (w *FixedWindow) Name() string { return w.name }
 
-// Limit returns the limit per window.
-func (w *FixedWindow) Limit() int64 { return w.limit }
-
 // Window returns the length of a window.
 func (w *FixedWindow) Window() time.Duration { return w.window }
 
@@ -139,30 +136,18 @@ func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration
 	}
 }
 
-// Allow is AllowNAt(clock.Now(), 1).
-func (w *FixedWindow) Allow() bool { return w.AllowNAt(w.clock.now(), 1) }
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
+func (w *FixedWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
 
-// AllowN is AllowNAt(clock.Now(), n).
-func (w *FixedWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (w *FixedWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
 
-// AllowAt is AllowNAt(now, 1).
-func (w *FixedWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
-
-// AllowNAt reports whether n units may pass at instant now, and takes them if
-// so.
-func (w *FixedWindow) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (w *FixedWindow) allowNAt(now time.Duration, n int64) bool {
 	res, _, _ := w.take(now, max(n, 1))
 	return res == windowAllowed
-}
-
-// DecideAt decides on a request of cost n (taken as 1 when below 1) at
-// instant now, and takes the units when it admits. Limit is the window's
-// limit, Remaining what is left of it, Reset the time until the window ends
-// (0 when nothing of it is used) and RetryAfter the same on a rejection. A
-// cost above the limit is rejected with ErrNeverSatisfiable.
-func (w *FixedWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := w.decide(now, n)
-	return d
 }
 
 // The answers of the window limiters' take.

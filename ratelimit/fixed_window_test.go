@@ -42,7 +42,7 @@ func TestFixedWindowSteps(t *testing.T) {
 		{at: 260 * ms, n: 4, allowed: false, remaining: 0, reset: 40 * ms, retryAfter: 0},
 		// Negative instants are ordinary instants.
 	})
-	d := w.DecideAt(260*ms, 4)
+	d := decideAt(w, 260*ms, 4)
 	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
 	require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 	assert.Equal(t, int64(3), d.Limit)
@@ -63,9 +63,9 @@ func TestFixedWindowReleaseAfterWindowMovedGivesNothing(t *testing.T) {
 	w := mustFixedWindow(t, 2, 100*ms)
 	d, tk := admit(w, context.Background(), 10*ms)
 	require.True(t, d.Allowed)
-	require.True(t, w.AllowAt(110*ms))
+	require.True(t, w.allowNAt(110*ms, 1))
 	w.Done(tk, sluice.Released, 110*ms, 100*ms)
-	assert.Equal(t, int64(0), w.DecideAt(120*ms, 1).Remaining, "the release of a past window's unit must not refund the current one")
+	assert.Equal(t, int64(0), decideAt(w, 120*ms, 1).Remaining, "the release of a past window's unit must not refund the current one")
 }
 
 func TestFixedWindowValidation(t *testing.T) {
@@ -124,7 +124,7 @@ func TestFixedWindowConcurrentNeverOver(t *testing.T) {
 
 func TestFixedWindowNeverErrorIsRateLimited(t *testing.T) {
 	w := mustFixedWindow(t, 1, time.Second)
-	d := w.DecideAt(0, 2)
+	d := decideAt(w, 0, 2)
 	assert.True(t, errors.Is(d.Cause, sluice.ErrRateLimited))
 	assert.Equal(t, time.Duration(0), d.RetryAfter)
 }

@@ -43,7 +43,7 @@ func interval(r Rate) int64 {
 // tolerance validates r and burst and returns the interval T and the
 // tolerance burst × T.
 func tolerance(algorithm string, r Rate, burst int64) (iv, tau int64, err error) {
-	if err := r.Validate(); err != nil {
+	if err := r.validate(); err != nil {
 		return 0, 0, fmt.Errorf("ratelimit: %s: %w", algorithm, err)
 	}
 	if burst < 1 {
@@ -206,38 +206,23 @@ func (g *GCRA) now() time.Duration {
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Rate returns the rate the limiter was built with.
-func (g *GCRA) Rate() Rate { return g.rate }
-
-// Burst returns the largest cost admitted at once.
-func (g *GCRA) Burst() int64 { return g.burst }
-
 // Window returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
 func (g *GCRA) Window() time.Duration { return time.Duration(g.tau) }
 
-// Allow reports whether one request may proceed now, reading the limiter's
-// clock; shorthand for AllowNAt(clock.Now(), 1).
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
 func (g *GCRA) Allow() bool {
 	_, _, res := tatTake(&g.tat.v, int64(g.now()), g.iv, g.tau)
 	return res == tatAllowed
 }
 
-// AllowN reports whether a request of cost n may proceed now; shorthand for
-// AllowNAt(clock.Now(), n).
-func (g *GCRA) AllowN(n int64) bool { return g.AllowNAt(g.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (g *GCRA) AllowN(n int64) bool { return g.allowNAt(g.now(), n) }
 
-// AllowAt reports whether one request may proceed at instant now, and takes
-// its quota if so.
-func (g *GCRA) AllowAt(now time.Duration) bool {
-	_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)
-	return res == tatAllowed
-}
-
-// AllowNAt reports whether a request of cost n (below 1 counts as 1) may
-// proceed at instant now, and takes its quota if so. A cost above the burst
-// is never admitted.
-func (g *GCRA) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (g *GCRA) allowNAt(now time.Duration, n int64) bool {
 	if n <= 1 {
 		_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)
 		return res == tatAllowed
@@ -247,15 +232,6 @@ func (g *GCRA) AllowNAt(now time.Duration, n int64) bool {
 	}
 	_, _, res := tatTake(&g.tat.v, int64(now), n*g.iv, g.tau)
 	return res == tatAllowed
-}
-
-// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
-// now, taking its quota when it is allowed. A cost above the burst is
-// rejected with ErrNeverSatisfiable.
-func (g *GCRA) DecideAt(now time.Duration, n int64) sluice.Decision {
-	var d sluice.Decision
-	g.decide(&d, now, n)
-	return d
 }
 
 func (g *GCRA) decide(d *sluice.Decision, now time.Duration, n int64) {

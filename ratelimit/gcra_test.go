@@ -44,7 +44,7 @@ func TestGCRASteps(t *testing.T) {
 		{at: 5 * time.Second, allowed: false, remaining: 0, reset: 5100 * m, retryAfter: 4900 * m},
 		{at: 10 * time.Second, allowed: true, remaining: 1, reset: 200 * m},
 	})
-	d := g.DecideAt(20*time.Second, 4)
+	d := decideAt(g, 20*time.Second, 4)
 	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
 	require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 	assert.Equal(t, int64(3), d.Limit)
@@ -67,10 +67,10 @@ func TestGCRANegativeInstants(t *testing.T) {
 // number of nanoseconds is never exceeded: 3/s spaces requests 333333334ns.
 func TestGCRAIntervalRoundsUp(t *testing.T) {
 	g := mustGCRA(t, PerSecond(3), 1)
-	require.True(t, g.AllowAt(0))
-	require.False(t, g.AllowAt(333333333))
-	require.True(t, g.AllowAt(333333334))
-	d := g.DecideAt(333333334, 1)
+	require.True(t, g.allowNAt(0, 1))
+	require.False(t, g.allowNAt(333333333, 1))
+	require.True(t, g.allowNAt(333333334, 1))
+	d := decideAt(g, 333333334, 1)
 	require.False(t, d.Allowed)
 	assert.Equal(t, time.Duration(333333334), d.RetryAfter)
 }
@@ -109,8 +109,6 @@ func TestBucketValidation(t *testing.T) {
 	g := mustGCRA(t, PerSecond(1), 1, WithName("ratelimit/api"))
 	assert.Equal(t, "ratelimit/api", g.Name())
 	assert.Equal(t, "ratelimit/gcra", mustGCRA(t, PerSecond(1), 1).Name())
-	assert.Equal(t, PerSecond(1), g.Rate())
-	assert.Equal(t, int64(1), g.Burst())
 }
 
 func TestGCRAClockOption(t *testing.T) {
@@ -140,16 +138,16 @@ func TestGCRAReleaseAfterLatency(t *testing.T) {
 	// Released 40ms later: its 100ms less the 40ms that have regenerated
 	// since come back, TAT 200ms → 140ms.
 	g.Done(tk, sluice.Released, 40*m, 40*m)
-	d := g.DecideAt(40*m, 1)
+	d := decideAt(g, 40*m, 1)
 	require.True(t, d.Allowed)
 	assert.Equal(t, 200*m, d.Reset)
 	// A release after the debt has regenerated gives nothing.
 	g.Done(tk, sluice.Released, time.Second, time.Second)
-	assert.False(t, g.AllowAt(40*m))
+	assert.False(t, g.allowNAt(40*m, 1))
 	// Other outcomes give nothing back.
 	g.Done(tk, sluice.Success, 40*m, 0)
 	g.Done(tk, sluice.Failure, 40*m, 0)
-	assert.False(t, g.AllowAt(40*m))
+	assert.False(t, g.allowNAt(40*m, 1))
 }
 
 func TestGCRAConformance(t *testing.T) {
@@ -211,7 +209,7 @@ func bucketHammer(t *testing.T, burst int64, iv, step time.Duration, allow func(
 
 func TestGCRAConcurrentNeverOver(t *testing.T) {
 	g := mustGCRA(t, PerSecond(1000), 20)
-	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, g.AllowAt)
+	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, func(now time.Duration) bool { return g.allowNAt(now, 1) })
 	t.Logf("admitted %d", n)
 }
 
@@ -221,13 +219,13 @@ func TestGCRAAllocatesNothing(t *testing.T) {
 	var now time.Duration
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += time.Microsecond
-		g.AllowAt(now)
+		g.allowNAt(now, 1)
 		g.Allow()
 		d, tk := admit(g, ctx, now)
 		if d.Allowed {
 			g.Done(tk, sluice.Released, now, 0)
 		}
-		_ = g.DecideAt(now, 5000)
+		_ = decideAt(g, now, 5000)
 	})
 	assert.Zero(t, allocs)
 }
@@ -246,9 +244,9 @@ func TestBucketOfTheLargestToleranceHoldsItsBurst(t *testing.T) {
 	} {
 		g := mustGCRA(t, tc.r, tc.burst)
 		tb := mustTokenBucket(t, tc.r, tc.burst)
-		limiters := map[string]func(time.Duration, int64) bool{"gcra": g.AllowNAt, "token bucket": tb.AllowNAt}
+		limiters := map[string]func(time.Duration, int64) bool{"gcra": g.allowNAt, "token bucket": tb.AllowNAt}
 		if w, err := NewWarmUp(tc.r, tc.burst, time.Second, 2); err == nil { // its cold interval fits
-			limiters["warm-up"] = w.AllowNAt
+			limiters["warm-up"] = w.allowNAt
 		}
 		for name, allow := range limiters {
 			require.True(t, allow(time.Second, tc.burst), "%s %v: the first burst", name, tc.r)
@@ -256,7 +254,7 @@ func TestBucketOfTheLargestToleranceHoldsItsBurst(t *testing.T) {
 				assert.False(t, allow(time.Second, tc.burst), "%s %v: burst %d admitted again", name, tc.r, i+2)
 			}
 		}
-		d := g.DecideAt(time.Second, tc.burst)
+		d := decideAt(g, time.Second, tc.burst)
 		require.False(t, d.Allowed)
 		assert.Equal(t, time.Duration(1<<62), d.RetryAfter)
 	}

@@ -13,117 +13,73 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// ErrMissingKey is the cause of a Keyed rejection of a request that carries
-// no key (see sluice.WithKey) when the Keyed was built with
-// WithMissingKey(MissingKeyReject). It wraps sluice.ErrRateLimited; waiting
-// does not help, so such rejections carry no RetryAfter.
-var ErrMissingKey = fmt.Errorf("%w: the request carries no key", sluice.ErrRateLimited)
+// ErrNoKey is the cause of a Keyed rejection of a request that carries no
+// key (see sluice.WithKey) when the Keyed was built with RequireKey. It wraps
+// sluice.ErrRateLimited; waiting does not help, so such rejections carry no
+// RetryAfter.
+var ErrNoKey = fmt.Errorf("%w: the request carries no key", sluice.ErrRateLimited)
 
-// MissingKey says what a Keyed does with a request that carries no key.
-type MissingKey uint8
-
-const (
-	// MissingKeyShared limits every request without a key under the empty key
-	// "": they share one limiter. It is the default.
-	MissingKeyShared MissingKey = iota
-	// MissingKeyReject rejects every request without a key with ErrMissingKey.
-	MissingKeyReject
-)
-
-// KeyedOption configures a Keyed.
-type KeyedOption func(*keyedOptions) error
-
-type keyedOptions struct {
-	name    string
-	maxKeys int
-	idleTTL time.Duration
-	janitor time.Duration
-	missing MissingKey
-	clock   sluice.Clock
-}
-
-// DefaultMaxKeys is the number of keys a Keyed holds unless set with
+// defaultMaxKeys is the number of keys a Keyed holds unless set with
 // WithMaxKeys.
-const DefaultMaxKeys = 100_000
+const defaultMaxKeys = 100_000
 
-// WithKeyedName sets the name a Keyed reports in its decisions; the default
-// is "ratelimit/keyed".
-func WithKeyedName(name string) KeyedOption {
-	return func(o *keyedOptions) error {
-		if name == "" {
-			return errors.New("ratelimit: WithKeyedName: empty name")
-		}
-		o.name = name
-		return nil
-	}
-}
-
-// WithMaxKeys caps the number of keys held at once; when a new key comes to
-// a full Keyed, the least recently used key of its shard is evicted (its
-// limiter is forgotten, so that key starts afresh if it comes back). The
-// default is DefaultMaxKeys.
-func WithMaxKeys(n int) KeyedOption {
-	return func(o *keyedOptions) error {
+// WithMaxKeys caps the number of keys a Keyed holds at once; when a new key
+// comes to a full Keyed, the least recently used key of its shard is evicted
+// (its limiter is forgotten, so that key starts afresh if it comes back).
+// The default is 100,000. NewKeyed only.
+func WithMaxKeys(n int) Option {
+	return func(o *options) error {
 		if n < 1 {
 			return fmt.Errorf("ratelimit: WithMaxKeys(%d): want at least 1", n)
 		}
 		o.maxKeys = n
+		o.keyedOption("WithMaxKeys")
 		return nil
 	}
 }
 
-// WithIdleTTL forgets a key that has seen no request for ttl: the next
-// request with that key gets a fresh limiter. Choose ttl no shorter than the
-// time the key's limiter takes to become whole again (its window, or its
-// burst's refill), or forgetting it hands out quota early. Expired keys are
-// dropped lazily, when met on the request path, when a new key needs room,
-// and by the janitor if one runs (WithJanitor). The default, 0, never
-// forgets an idle key; WithMaxKeys still bounds memory.
-func WithIdleTTL(ttl time.Duration) KeyedOption {
-	return func(o *keyedOptions) error {
+// WithIdleTTL makes a Keyed forget a key that has seen no request for ttl:
+// the next request with that key gets a fresh limiter. Choose ttl no shorter
+// than the time the key's limiter takes to become whole again (its window,
+// or its burst's refill), or forgetting it hands out quota early. Expired
+// keys are dropped lazily, when met on the request path, when a new key
+// needs room, and by the janitor if one runs (WithJanitor). The default,
+// 0, never forgets an idle key; WithMaxKeys still bounds memory. NewKeyed
+// only.
+func WithIdleTTL(ttl time.Duration) Option {
+	return func(o *options) error {
 		if ttl < 0 {
 			return fmt.Errorf("ratelimit: WithIdleTTL(%v): negative", ttl)
 		}
 		o.idleTTL = ttl
+		o.keyedOption("WithIdleTTL")
 		return nil
 	}
 }
 
-// WithJanitor starts a goroutine that drops the keys idle for the idle TTL
-// every interval, reading the Keyed's clock (WithKeyedClock); Close stops it.
-// It needs WithIdleTTL. The default is no janitor: idle keys are dropped on
-// the request path only, one or two at a time, never by a sweep.
-func WithJanitor(interval time.Duration) KeyedOption {
-	return func(o *keyedOptions) error {
+// WithJanitor makes a Keyed start a goroutine that drops the keys idle for
+// the idle TTL every interval, reading the Keyed's clock (WithClock); Close
+// stops it. It needs WithIdleTTL. The default is no janitor: idle keys are
+// dropped on the request path only, one or two at a time, never by a sweep.
+// NewKeyed only.
+func WithJanitor(interval time.Duration) Option {
+	return func(o *options) error {
 		if interval <= 0 {
 			return fmt.Errorf("ratelimit: WithJanitor(%v): interval must be positive", interval)
 		}
 		o.janitor = interval
+		o.keyedOption("WithJanitor")
 		return nil
 	}
 }
 
-// WithMissingKey sets what happens to a request without a key; the default
-// is MissingKeyShared.
-func WithMissingKey(m MissingKey) KeyedOption {
-	return func(o *keyedOptions) error {
-		if m != MissingKeyShared && m != MissingKeyReject {
-			return fmt.Errorf("ratelimit: WithMissingKey(%d): unknown behaviour", m)
-		}
-		o.missing = m
-		return nil
-	}
-}
-
-// WithKeyedClock sets the clock read by AllowKey and by the janitor; the
-// default is sluice.SystemClock. It must be the clock of the instants passed
-// to Admit (the Guard's clock).
-func WithKeyedClock(c sluice.Clock) KeyedOption {
-	return func(o *keyedOptions) error {
-		if c == nil {
-			return errors.New("ratelimit: WithKeyedClock: nil clock")
-		}
-		o.clock = c
+// RequireKey makes a Keyed reject every request that carries no key with
+// ErrNoKey. By default such requests are limited under the empty key "":
+// they share one limiter. NewKeyed only.
+func RequireKey() Option {
+	return func(o *options) error {
+		o.requireKey = true
+		o.keyedOption("RequireKey")
 		return nil
 	}
 }
@@ -157,7 +113,7 @@ type Keyed struct {
 	mask       uint64
 	seed       maphash.Seed
 	ttl        time.Duration
-	missing    MissingKey
+	requireKey bool
 	name       string
 	clock      limiterClock
 	needs      sluice.Needs  // what the limiters newLimiter makes need of a Guard
@@ -173,17 +129,16 @@ type Keyed struct {
 // none): the w of the RateLimit-Policy header field.
 func (k *Keyed) Window() time.Duration { return k.window }
 
-// keyDecider is what every limiter of this package offers beyond Policy: a
-// decision that needs no ticket, and a bare answer.
-type keyDecider interface {
-	DecideAt(now time.Duration, n int64) sluice.Decision
-	AllowNAt(now time.Duration, n int64) bool
+// bareAllower is what every limiter of this package offers beyond Policy: a
+// bare answer at an instant, with no ticket to keep and no wait.
+type bareAllower interface {
+	allowNAt(now time.Duration, n int64) bool
 }
 
 type keyedEntry struct {
 	key        string
 	lim        sluice.Policy
-	dec        keyDecider // lim, when it is one; else nil
+	bare       bareAllower // lim, when it is one; else nil
 	last       time.Duration
 	tick       uint64      // the shard's tick when e last moved to the front
 	prev, next *keyedEntry // LRU list; prev is more recent
@@ -234,15 +189,10 @@ const (
 // return a new limiter each time. A newLimiter error at request time rejects that request, with
 // a Cause wrapping both sluice.ErrRateLimited and the error, and a
 // RetryAfter of 1s.
-func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedOption) (*Keyed, error) {
-	o := keyedOptions{name: "ratelimit/keyed", maxKeys: DefaultMaxKeys, clock: sluice.SystemClock}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option) (*Keyed, error) {
+	o := options{name: "ratelimit/keyed", maxKeys: defaultMaxKeys, clock: sluice.SystemClock}
+	if err := applyOptions(&o, opts); err != nil {
+		return nil, err
 	}
 	if newLimiter == nil {
 		return nil, errors.New("ratelimit: NewKeyed: nil newLimiter")
@@ -266,7 +216,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
-		seed: maphash.MakeSeed(), ttl: o.idleTTL, missing: o.missing, name: o.name, clock: newLimiterClock(o.clock),
+		seed: maphash.MakeSeed(), ttl: o.idleTTL, requireKey: o.requireKey, name: o.name, clock: newLimiterClock(o.clock),
 		needs: needs, window: window,
 	}
 	for i := range k.shards {
@@ -287,7 +237,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...KeyedO
 }
 
 // Name returns the Keyed's name, "ratelimit/keyed" unless set with
-// WithKeyedName. Its decisions carry this name, whichever key's limiter
+// WithName. Its decisions carry this name, whichever key's limiter
 // decided.
 func (k *Keyed) Name() string { return k.name }
 
@@ -329,7 +279,7 @@ func (k *Keyed) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 func (k *Keyed) Needs() sluice.Needs { return k.needs }
 
 // errNoKey is enter's error for a request without a key that
-// MissingKeyReject turns away.
+// RequireKey turns away.
 var errNoKey = errors.New("ratelimit: keyed: no key")
 
 // enter finds the entry of the request's key, making it if needed, and
@@ -337,7 +287,7 @@ var errNoKey = errors.New("ratelimit: keyed: no key")
 // newLimiter's.
 func (k *Keyed) enter(ctx context.Context, now time.Duration) (*keyedEntry, *keyedCall, int, int32, error) {
 	key, ok := sluice.KeyFrom(ctx)
-	if !ok && k.missing == MissingKeyReject {
+	if !ok && k.requireKey {
 		return nil, nil, 0, -1, errNoKey
 	}
 	si := int(maphash.String(k.seed, key) & k.mask)
@@ -348,7 +298,7 @@ func (k *Keyed) enter(ctx context.Context, now time.Duration) (*keyedEntry, *key
 // refusal returns the Decision rejecting a request for enter's error.
 func (k *Keyed) refusal(err error) sluice.Decision {
 	if err == errNoKey {
-		return k.missingKey()
+		return k.noKey()
 	}
 	return k.failed(err)
 }
@@ -380,53 +330,27 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	e.lim.Done(inner, o, now, latency)
 }
 
-// AllowKey is AllowKeyAt(clock.Now(), key).
-func (k *Keyed) AllowKey(key string) bool { return k.AllowKeyAt(k.clock.now(), key) }
-
-// AllowKeyAt reports whether a request of cost 1 with key may pass at
-// instant now, and takes the quota if so.
-func (k *Keyed) AllowKeyAt(now time.Duration, key string) bool {
+// AllowKey reports whether a request of cost 1 with key may pass now, by the
+// Keyed's clock (WithClock), and takes the quota if so: for callers outside
+// a Guard, such as a login form limiting attempts per user name. The quota
+// taken is never given back. A key's limiter that is not one of this
+// package's is asked through Admit, and told at once that the call
+// succeeded.
+func (k *Keyed) AllowKey(key string) bool {
+	now := k.clock.now()
 	s := &k.shards[maphash.String(k.seed, key)&k.mask]
 	e, _, _, err := k.lookup(s, key, now, false)
 	switch {
 	case err != nil:
 		return false
-	case e.dec != nil:
-		return e.dec.AllowNAt(now, 1)
+	case e.bare != nil:
+		return e.bare.allowNAt(now, 1)
 	}
-	return decideEntry(e, now, 1).Allowed
-}
-
-// DecideKeyAt decides on a request of cost n with key at instant now, for
-// callers outside a Guard; the quota taken is never given back. A key's
-// limiter that is not one of this package's is asked through Admit, and told
-// the call succeeded at once.
-func (k *Keyed) DecideKeyAt(now time.Duration, key string, n int64) sluice.Decision {
-	s := &k.shards[maphash.String(k.seed, key)&k.mask]
-	e, _, _, err := k.lookup(s, key, now, false)
-	if err != nil {
-		return k.failed(err)
-	}
-	d := decideEntry(e, now, n)
-	d.Policy = k.name
-	return d
-}
-
-// decideEntry decides on a request of cost n at now with e's limiter, with
-// no ticket to keep.
-func decideEntry(e *keyedEntry, now time.Duration, n int64) sluice.Decision {
-	if e.dec != nil {
-		return e.dec.DecideAt(now, n)
-	}
-	ctx := context.Background()
-	if n > 1 {
-		ctx = sluice.WithCost(ctx, n)
-	}
-	v := e.lim.Admit(ctx, now)
+	v := e.lim.Admit(context.Background(), now)
 	if v.Cause == nil {
 		e.lim.Done(v.Ticket, sluice.Success, now, 0)
 	}
-	return v.Decision(e.lim.Name())
+	return v.Cause == nil
 }
 
 // Forget drops key's limiter, if held, so that its next request starts
@@ -443,11 +367,11 @@ func (k *Keyed) Forget(key string) bool {
 	return e != nil
 }
 
-// ExpireAt drops every key that has been idle for the idle TTL at instant
-// now, and returns how many it dropped; the janitor calls it. It walks every
-// key, one shard at a time under that shard's lock. It does nothing without
+// expire drops every key that has been idle for the idle TTL at instant now,
+// and returns how many it dropped; the janitor calls it. It walks every key,
+// one shard at a time under that shard's lock. It does nothing without
 // WithIdleTTL.
-func (k *Keyed) ExpireAt(now time.Duration) int {
+func (k *Keyed) expire(now time.Duration) int {
 	if k.ttl <= 0 {
 		return 0
 	}
@@ -489,13 +413,13 @@ func (k *Keyed) janitor(interval time.Duration) {
 		case <-k.stop:
 			return
 		case <-t.C:
-			k.ExpireAt(k.clock.now())
+			k.expire(k.clock.now())
 		}
 	}
 }
 
-func (k *Keyed) missingKey() sluice.Decision {
-	return sluice.Decision{Policy: k.name, Limit: -1, Cause: ErrMissingKey}
+func (k *Keyed) noKey() sluice.Decision {
+	return sluice.Decision{Policy: k.name, Limit: -1, Cause: ErrNoKey}
 }
 
 func (k *Keyed) failed(err error) sluice.Decision {
@@ -528,7 +452,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 		return nil, nil, -1, err
 	}
 	fresh := &keyedEntry{key: key, lim: lim, last: now}
-	fresh.dec, _ = lim.(keyDecider)
+	fresh.bare, _ = lim.(bareAllower)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()

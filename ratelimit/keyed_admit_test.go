@@ -21,7 +21,11 @@ import (
 // with a seed of its own.)
 func TestKeyedAdmitAgrees(t *testing.T) {
 	boom := errors.New("boom")
-	for _, missing := range []MissingKey{MissingKeyShared, MissingKeyReject} {
+	for _, requireKey := range []bool{false, true} {
+		var opts []Option
+		if requireKey {
+			opts = append(opts, RequireKey())
+		}
 		var allowedA, doneA, allowedB, doneB atomic.Int64
 		newLimiter := func(wrap func(*FixedWindow) sluice.Policy) func(string) (sluice.Policy, error) {
 			return func(key string) (sluice.Policy, error) {
@@ -34,10 +38,10 @@ func TestKeyedAdmitAgrees(t *testing.T) {
 		}
 		a := mustKeyed(t, newLimiter(func(w *FixedWindow) sluice.Policy {
 			return countingLimiter{w, &allowedA, &doneA}
-		}), WithMissingKey(missing))
+		}), opts...)
 		b := mustKeyed(t, newLimiter(func(w *FixedWindow) sluice.Policy {
 			return countingLimiter{admitOnly{w}, &allowedB, &doneB}
-		}), WithMissingKey(missing))
+		}), opts...)
 		// The probe each made at construction admitted nothing.
 		ctxs := []context.Context{keyCtx("a"), keyCtx("b"), context.Background(), keyCtx("bad"), keyCtx("c"), keyCtx("a")}
 		var admitted, rejected, limited int
@@ -52,8 +56,8 @@ func TestKeyedAdmitAgrees(t *testing.T) {
 				switch {
 				case errors.Is(va.Cause, boom):
 					assert.Equal(t, 3, i%len(ctxs), "only the bad key fails")
-				case errors.Is(va.Cause, ErrMissingKey):
-					assert.Equal(t, MissingKeyReject, missing)
+				case errors.Is(va.Cause, ErrNoKey):
+					assert.True(t, requireKey)
 				default:
 					assert.ErrorIs(t, va.Cause, sluice.ErrRateLimited)
 					limited++
@@ -85,7 +89,7 @@ func TestKeyedAdmitsWithoutAllocating(t *testing.T) {
 	} {
 		k := mustKeyed(t, newLimiter)
 		ctx := keyCtx("203.0.113.7")
-		require.True(t, k.AllowKeyAt(0, "203.0.113.7"))
+		require.True(t, allowKeyAt(k, 0, "203.0.113.7"))
 		var now time.Duration
 		allocs := testing.AllocsPerRun(1000, func() {
 			now += ms

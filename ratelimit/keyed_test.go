@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
-func mustKeyed(t testing.TB, newLimiter func(string) (sluice.Policy, error), opts ...KeyedOption) *Keyed {
+func mustKeyed(t testing.TB, newLimiter func(string) (sluice.Policy, error), opts ...Option) *Keyed {
 	t.Helper()
 	k, err := NewKeyed(newLimiter, opts...)
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func sameShard(k *Keyed, n int) []string {
 }
 
 func TestKeyedLimitsEachKeyOnItsOwn(t *testing.T) {
-	k := mustKeyed(t, fixedPer(2, time.Second, nil), WithKeyedName("ratelimit/per-ip"))
+	k := mustKeyed(t, fixedPer(2, time.Second, nil), WithName("ratelimit/per-ip"))
 	runSteps(t, keyedAs(k, "10.0.0.1"), []step{
 		{at: 0, allowed: true, remaining: 1, reset: time.Second},
 		{at: 0, allowed: true, remaining: 0, reset: time.Second},
@@ -65,10 +65,10 @@ func TestKeyedLimitsEachKeyOnItsOwn(t *testing.T) {
 		{at: 10 * ms, allowed: true, remaining: 1, reset: 990 * ms, release: true},
 		{at: 10 * ms, n: 2, allowed: true, remaining: 0, reset: 990 * ms},
 	})
-	d := k.DecideKeyAt(20*ms, "10.0.0.1", 1)
+	d := decideKeyAt(k, 20*ms, "10.0.0.1", 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, "ratelimit/per-ip", d.Policy)
-	assert.True(t, k.AllowKeyAt(20*ms, "10.0.0.3"))
+	assert.True(t, allowKeyAt(k, 20*ms, "10.0.0.3"))
 	assert.Equal(t, 3, k.Len())
 }
 
@@ -94,13 +94,13 @@ func TestKeyedEvictsTheLeastRecentlyUsedKey(t *testing.T) {
 	require.Equal(t, 4, s.cap, "one shard")
 	made.Store(0)
 	for _, key := range keys[:4] {
-		require.True(t, k.AllowKeyAt(0, key))
+		require.True(t, allowKeyAt(k, 0, key))
 	}
-	require.False(t, k.AllowKeyAt(0, keys[0]), "keys[0] is now the most recent")
-	require.True(t, k.AllowKeyAt(0, keys[4]), "a fifth key evicts keys[1]")
+	require.False(t, allowKeyAt(k, 0, keys[0]), "keys[0] is now the most recent")
+	require.True(t, allowKeyAt(k, 0, keys[4]), "a fifth key evicts keys[1]")
 	assert.Equal(t, int64(5), made.Load())
-	assert.False(t, k.AllowKeyAt(0, keys[0]), "keys[0] kept its limiter")
-	assert.True(t, k.AllowKeyAt(0, keys[1]), "keys[1] was evicted and starts afresh")
+	assert.False(t, allowKeyAt(k, 0, keys[0]), "keys[0] kept its limiter")
+	assert.True(t, allowKeyAt(k, 0, keys[1]), "keys[1] was evicted and starts afresh")
 	assert.Equal(t, int64(6), made.Load())
 	assert.Equal(t, 4, len(s.m))
 }
@@ -160,40 +160,40 @@ func TestKeyedReleasedRefundsTheKey(t *testing.T) {
 	k := mustKeyed(t, fixedPer(1, time.Second, nil))
 	d, tk := admit(k, keyCtx("u1"), 0)
 	require.True(t, d.Allowed)
-	require.False(t, k.AllowKeyAt(0, "u1"))
+	require.False(t, allowKeyAt(k, 0, "u1"))
 	k.Done(tk, sluice.Released, 0, 0)
-	assert.True(t, k.AllowKeyAt(0, "u1"))
+	assert.True(t, allowKeyAt(k, 0, "u1"))
 }
 
 func TestKeyedIdleKeysExpire(t *testing.T) {
 	var made atomic.Int64
 	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithIdleTTL(time.Minute), WithMaxKeys(1000))
 	made.Store(0)
-	require.True(t, k.AllowKeyAt(0, "a"))
-	require.False(t, k.AllowKeyAt(59*time.Second, "a"), "still held, last used at 59s")
-	require.False(t, k.AllowKeyAt(118*time.Second, "a"), "idle 59s only: still held")
-	require.True(t, k.AllowKeyAt(178*time.Second, "a"), "idle a minute: a fresh limiter")
+	require.True(t, allowKeyAt(k, 0, "a"))
+	require.False(t, allowKeyAt(k, 59*time.Second, "a"), "still held, last used at 59s")
+	require.False(t, allowKeyAt(k, 118*time.Second, "a"), "idle 59s only: still held")
+	require.True(t, allowKeyAt(k, 178*time.Second, "a"), "idle a minute: a fresh limiter")
 	assert.Equal(t, int64(2), made.Load())
 
 	// A new key drops at most two expired keys of its shard on its way in.
 	k = mustKeyed(t, fixedPer(1, time.Hour, nil), WithIdleTTL(time.Minute), WithMaxKeys(1000))
 	keys := sameShard(k, 4)
 	for _, key := range keys[:3] {
-		k.AllowKeyAt(time.Hour, key)
+		allowKeyAt(k, time.Hour, key)
 	}
 	before := k.Len()
-	k.AllowKeyAt(time.Hour+time.Minute, keys[3])
+	allowKeyAt(k, time.Hour+time.Minute, keys[3])
 	assert.Equal(t, before+1-2, k.Len())
-	assert.Equal(t, 1, k.ExpireAt(time.Hour+time.Minute), "ExpireAt drops the third")
-	assert.Equal(t, 0, k.ExpireAt(time.Hour+time.Minute))
-	assert.Equal(t, 1, k.ExpireAt(2*time.Hour))
+	assert.Equal(t, 1, k.expire(time.Hour+time.Minute), "ExpireAt drops the third")
+	assert.Equal(t, 0, k.expire(time.Hour+time.Minute))
+	assert.Equal(t, 1, k.expire(2*time.Hour))
 }
 
 func TestKeyedJanitorDropsIdleKeysAndStopsOnClose(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
-		k, err := NewKeyed(fixedPer(5, time.Second, nil), WithKeyedClock(clk),
+		k, err := NewKeyed(fixedPer(5, time.Second, nil), WithClock(clk),
 			WithIdleTTL(time.Minute), WithJanitor(10*time.Second))
 		require.NoError(t, err)
 		for i := range 100 {
@@ -231,14 +231,14 @@ func TestKeyedMissingKey(t *testing.T) {
 		assert.True(t, d1.Allowed)
 		assert.True(t, d2.Allowed)
 		assert.False(t, d3.Allowed, "keyless requests share one limiter")
-		assert.True(t, k.AllowKeyAt(0, "someone"))
+		assert.True(t, allowKeyAt(k, 0, "someone"))
 	})
 	t.Run("rejected", func(t *testing.T) {
-		k := mustKeyed(t, fixedPer(2, time.Second, nil), WithMissingKey(MissingKeyReject))
+		k := mustKeyed(t, fixedPer(2, time.Second, nil), RequireKey())
 		d, tk := admit(k, context.Background(), 0)
 		assert.False(t, d.Allowed)
 		assert.Zero(t, tk)
-		assert.ErrorIs(t, d.Cause, ErrMissingKey)
+		assert.ErrorIs(t, d.Cause, ErrNoKey)
 		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 		assert.Equal(t, int64(-1), d.Limit)
 		assert.Equal(t, "ratelimit/keyed", d.Policy)
@@ -264,9 +264,9 @@ func TestKeyedLimiterErrors(t *testing.T) {
 		assert.Zero(t, tk)
 		assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 		assert.Positive(t, d.RetryAfter)
-		assert.False(t, k.AllowKeyAt(0, key))
+		assert.False(t, allowKeyAt(k, 0, key))
 	}
-	assert.ErrorIs(t, k.DecideKeyAt(0, "bad", 1).Cause, boom)
+	assert.ErrorIs(t, decideKeyAt(k, 0, "bad", 1).Cause, boom)
 	assert.Equal(t, 0, k.Len())
 }
 
@@ -275,24 +275,50 @@ func TestKeyedValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		f    func(string) (sluice.Policy, error)
-		opts []KeyedOption
+		opts []Option
 	}{
 		{"nil newLimiter", nil, nil},
 		{"newLimiter fails", func(string) (sluice.Policy, error) { return NewFixedWindow(0, time.Second) }, nil},
 		{"newLimiter returns nil", func(string) (sluice.Policy, error) { return nil, nil }, nil},
-		{"zero max keys", good, []KeyedOption{WithMaxKeys(0)}},
-		{"negative idle TTL", good, []KeyedOption{WithIdleTTL(-time.Second)}},
-		{"zero janitor interval", good, []KeyedOption{WithIdleTTL(time.Second), WithJanitor(0)}},
-		{"janitor without idle TTL", good, []KeyedOption{WithJanitor(time.Second)}},
-		{"unknown missing-key behaviour", good, []KeyedOption{WithMissingKey(7)}},
-		{"empty name", good, []KeyedOption{WithKeyedName("")}},
-		{"nil clock", good, []KeyedOption{WithKeyedClock(nil)}},
+		{"zero max keys", good, []Option{WithMaxKeys(0)}},
+		{"negative idle TTL", good, []Option{WithIdleTTL(-time.Second)}},
+		{"zero janitor interval", good, []Option{WithIdleTTL(time.Second), WithJanitor(0)}},
+		{"janitor without idle TTL", good, []Option{WithJanitor(time.Second)}},
+		{"empty name", good, []Option{WithName("")}},
+		{"nil clock", good, []Option{WithClock(nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := NewKeyed(tc.f, tc.opts...)
 			require.Error(t, err)
 			require.Nil(t, k)
 		})
+	}
+}
+
+// TestKeyedOnlyOptionsRejectedByLimiters gives each option that applies to
+// NewKeyed alone to every other constructor: each must fail, naming it.
+func TestKeyedOnlyOptionsRejectedByLimiters(t *testing.T) {
+	constructors := map[string]func(Option) error{
+		"token bucket":   func(o Option) error { _, err := NewTokenBucket(PerSecond(1), 1, o); return err },
+		"gcra":           func(o Option) error { _, err := NewGCRA(PerSecond(1), 1, o); return err },
+		"leaky bucket":   func(o Option) error { _, err := NewLeakyBucket(PerSecond(1), 1, o); return err },
+		"shaper":         func(o Option) error { _, err := NewShaper(PerSecond(1), 0, o); return err },
+		"warm-up":        func(o Option) error { _, err := NewWarmUp(PerSecond(10), 10, time.Second, 3, o); return err },
+		"fixed window":   func(o Option) error { _, err := NewFixedWindow(1, time.Second, o); return err },
+		"sliding window": func(o Option) error { _, err := NewSlidingWindow(1, time.Second, 10, o); return err },
+		"sliding log":    func(o Option) error { _, err := NewSlidingLog(1, time.Second, o); return err },
+	}
+	options := map[string]Option{
+		"WithMaxKeys": WithMaxKeys(10), "WithIdleTTL": WithIdleTTL(time.Minute),
+		"WithJanitor": WithJanitor(time.Minute), "RequireKey": RequireKey(),
+	}
+	for cname, build := range constructors {
+		require.NoError(t, build(WithName("x")), cname)
+		for oname, o := range options {
+			err := build(o)
+			require.Error(t, err, "%s with %s", cname, oname)
+			assert.Contains(t, err.Error(), oname+" applies to NewKeyed only", cname)
+		}
 	}
 }
 
@@ -330,16 +356,18 @@ func TestKeyedConformance(t *testing.T) {
 }
 
 func TestKeyedAllocs(t *testing.T) {
-	k := mustKeyed(t, fixedPer(1000, time.Second, nil))
+	clk := sluice.NewManualClock(0)
+	k := mustKeyed(t, fixedPer(1000, time.Second, nil), WithClock(clk))
 	ctx := keyCtx("203.0.113.7")
-	require.True(t, k.AllowKeyAt(0, "203.0.113.7"))
+	require.True(t, k.AllowKey("203.0.113.7"))
 	var now time.Duration
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += ms
 		if d, tk := admit(k, ctx, now); d.Allowed {
 			k.Done(tk, sluice.Success, now, 0)
 		}
-		k.AllowKeyAt(now, "203.0.113.7")
+		clk.Set(now)
+		k.AllowKey("203.0.113.7")
 	})
 	assert.Zero(t, allocs)
 }
@@ -405,7 +433,7 @@ func TestKeyedFloodKeepsMemoryBounded(t *testing.T) {
 	key := make([]byte, 0, 16)
 	for i := range flood {
 		key = strconv.AppendInt(key[:0], int64(i), 10)
-		k.AllowKeyAt(time.Duration(i), string(key))
+		allowKeyAt(k, time.Duration(i), string(key))
 		if i == capKeys-1 {
 			atCap := heap() - base
 			t.Logf("heap held by %d keys: %.1f MB", capKeys, float64(atCap)/1e6)
@@ -428,8 +456,8 @@ func TestKeyedDecideKeyWithAnyPolicy(t *testing.T) {
 		}
 		return p, nil
 	})
-	assert.True(t, k.AllowKeyAt(0, "a"))
-	d := k.DecideKeyAt(0, "a", 3)
+	assert.True(t, allowKeyAt(k, 0, "a"))
+	d := decideKeyAt(k, 0, "a", 3)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, "ratelimit/keyed", d.Policy)
 	assert.Equal(t, []sluice.Ticket{1, 2}, s.dones, "each decision is told it ended")
@@ -452,12 +480,12 @@ func TestKeyedKeepsABusyKeyThroughAFlood(t *testing.T) {
 	for i := range 10_000 {
 		if i%10 == 0 {
 			before := s.tick
-			require.True(t, k.AllowKeyAt(0, "hot"))
+			require.True(t, allowKeyAt(k, 0, "hot"))
 			if s.tick != before {
 				moves++
 			}
 		}
-		require.True(t, k.AllowKeyAt(0, "cold"+strconv.Itoa(i)))
+		require.True(t, allowKeyAt(k, 0, "cold"+strconv.Itoa(i)))
 	}
 	assert.Equal(t, int64(1), hotMade.Load(), "the busy key was never evicted")
 	assert.Equal(t, 128, k.Len())
@@ -469,13 +497,13 @@ func TestKeyedForget(t *testing.T) {
 	k := mustKeyed(t, fixedPer(1, time.Hour, nil))
 	d, tk := admit(k, keyCtx("mallory"), 0)
 	require.True(t, d.Allowed)
-	require.False(t, k.AllowKeyAt(0, "mallory"))
+	require.False(t, allowKeyAt(k, 0, "mallory"))
 	assert.True(t, k.Forget("mallory"))
 	assert.False(t, k.Forget("mallory"))
 	assert.False(t, k.Forget("nobody"))
 	k.Done(tk, sluice.Released, 0, 0) // ends on the forgotten limiter
-	assert.True(t, k.AllowKeyAt(0, "mallory"), "a forgotten key starts afresh")
-	assert.False(t, k.AllowKeyAt(0, "mallory"))
+	assert.True(t, allowKeyAt(k, 0, "mallory"), "a forgotten key starts afresh")
+	assert.False(t, allowKeyAt(k, 0, "mallory"))
 }
 
 // countingLimiter counts the Admits that allowed and the Dones it hears.
@@ -516,7 +544,7 @@ func TestKeyedConcurrentChurn(t *testing.T) {
 				return
 			default:
 			}
-			k.ExpireAt(time.Duration(clock.Load()))
+			k.expire(time.Duration(clock.Load()))
 			k.Forget("k" + strconv.Itoa(i%600))
 		}
 	})
@@ -543,4 +571,32 @@ func TestKeyedConcurrentChurn(t *testing.T) {
 	assert.Positive(t, allowed.Load())
 	assert.Equal(t, allowed.Load(), done.Load(), "every admitted call's Done reached its limiter")
 	assert.LessOrEqual(t, k.Len(), 256)
+}
+
+// TestKeyedAllowKey decides by the Keyed's clock: with this package's
+// limiters through their bare answer, and with any other policy through its
+// Admit, followed at once by a Done reporting a Success.
+func TestKeyedAllowKey(t *testing.T) {
+	var allowed, done atomic.Int64
+	for name, newLimiter := range map[string]func(string) (sluice.Policy, error){
+		"this package's limiter": fixedPer(2, time.Second, nil),
+		"another policy": func(string) (sluice.Policy, error) {
+			w, err := NewFixedWindow(2, time.Second)
+			return countingLimiter{w, &allowed, &done}, err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := sluice.NewManualClock(0)
+			k := mustKeyed(t, newLimiter, WithClock(clk))
+			clk.Set(900 * ms)
+			assert.True(t, k.AllowKey("a"))
+			assert.True(t, k.AllowKey("a"))
+			assert.False(t, k.AllowKey("a"), "a's window is full")
+			assert.True(t, k.AllowKey("b"), "b has its own window")
+			clk.Set(time.Second)
+			assert.True(t, k.AllowKey("a"), "a new window, by the Keyed's clock")
+		})
+	}
+	assert.Equal(t, int64(4), allowed.Load())
+	assert.Equal(t, int64(4), done.Load(), "every admission of AllowKey is ended")
 }

@@ -63,7 +63,7 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: leaky bucket: %w", err)
 	}
 	if capacity < 1 {
@@ -85,12 +85,6 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 // Name returns the limiter's name, "ratelimit/leaky-bucket" unless set with
 // WithName.
 func (b *LeakyBucket) Name() string { return b.name }
-
-// Rate returns the leak rate.
-func (b *LeakyBucket) Rate() Rate { return b.rate }
-
-// Capacity returns the bucket's capacity.
-func (b *LeakyBucket) Capacity() int64 { return b.capacity }
 
 // Window returns the time a full bucket takes to drain, capacity × interval:
 // the w of the RateLimit-Policy header field.
@@ -127,35 +121,22 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	tatRefund(&b.emptyAt.v, left, int64(now), nil)
 }
 
-// Allow is AllowNAt(clock.Now(), 1).
-func (b *LeakyBucket) Allow() bool { return b.AllowNAt(b.clock.now(), 1) }
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
+func (b *LeakyBucket) Allow() bool { return b.allowNAt(b.clock.now(), 1) }
 
-// AllowN is AllowNAt(clock.Now(), n).
-func (b *LeakyBucket) AllowN(n int64) bool { return b.AllowNAt(b.clock.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (b *LeakyBucket) AllowN(n int64) bool { return b.allowNAt(b.clock.now(), n) }
 
-// AllowAt is AllowNAt(now, 1).
-func (b *LeakyBucket) AllowAt(now time.Duration) bool { return b.AllowNAt(now, 1) }
-
-// AllowNAt reports whether n units (below 1 counts as 1) fit in the bucket
-// at instant now, and pours them in if so.
-func (b *LeakyBucket) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (b *LeakyBucket) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	if n > b.capacity {
 		return false
 	}
 	_, _, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
 	return res == tatAllowed
-}
-
-// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
-// now, and pours it in when it admits. Limit is the capacity, Remaining the
-// whole units that still fit, Reset the time until the bucket is empty, and
-// RetryAfter the time until n units fit. A cost above the capacity is
-// rejected with ErrNeverSatisfiable.
-func (b *LeakyBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
-	var d sluice.Decision
-	b.decide(&d, now, n)
-	return d
 }
 
 func (b *LeakyBucket) decide(d *sluice.Decision, now time.Duration, n int64) sluice.Ticket {

@@ -283,7 +283,7 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 						lim.Done(tk, sluice.Success, now, 0)
 					}
 				case op < 8:
-					if lim.AllowNAt(now, n) {
+					if lim.allowNAt(now, n) {
 						admitted.Add(n * iv)
 						note(now)
 					}
@@ -344,7 +344,8 @@ func TestPropertyKeyed(t *testing.T) {
 		iv, tau := interval(rt), int64(burst)*interval(rt)
 		maxKeys := 1 + r.IntN(8)
 		pool := 1 + r.IntN(12)
-		var opts []KeyedOption
+		clk := sluice.NewManualClock(0)
+		opts := []Option{WithClock(clk)}
 		if r.IntN(2) == 0 {
 			opts = append(opts, WithIdleTTL(time.Duration(tau)))
 		}
@@ -393,12 +394,13 @@ func TestPropertyKeyed(t *testing.T) {
 					out = append(out, held{tk, key, p.admit(now, n, 0), now})
 				}
 			case op < 8:
-				d := k.DecideKeyAt(now, name, n)
+				d := decideKeyAt(k, now, name, n)
 				if d.Allowed {
 					p.admit(now, n, 0)
 				}
 			case op < 9:
-				if k.AllowKeyAt(now, name) {
+				clk.Set(now)
+				if k.AllowKey(name) {
 					p.admit(now, 1, 0)
 				}
 			case op < 11:
@@ -415,7 +417,7 @@ func TestPropertyKeyed(t *testing.T) {
 					runs[h.key].release(h.adm)
 				}
 			default:
-				k.ExpireAt(now)
+				k.expire(now)
 			}
 			if l := k.Len(); l > maxKeys {
 				fail("%d keys held, cap %d", l, maxKeys)
@@ -464,7 +466,7 @@ func TestPropertyKeyedConcurrent(t *testing.T) {
 					given[key].Add(n)
 				}
 				if r.IntN(50) == 0 {
-					k.ExpireAt(now)
+					k.expire(now)
 				}
 			}
 		})

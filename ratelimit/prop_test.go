@@ -29,11 +29,11 @@ const (
 	propLog                     // limit in (t-window, t], counted at the newest instant decided at
 )
 
-// propLimiter is what every limiter of the package offers.
+// propLimiter is what every limiter of the package offers: a Policy, and
+// the bare answer of AllowN at an instant.
 type propLimiter interface {
 	sluice.Policy
-	DecideAt(now time.Duration, n int64) sluice.Decision
-	AllowNAt(now time.Duration, n int64) bool
+	bareAllower
 }
 
 // propSubject is one limiter under test and the parameters of its bound.
@@ -168,7 +168,7 @@ func (p *propRun) release(adm int) {
 }
 
 // decide asks for n at now through one of the forms (Admit for how 0 and
-// 1, DecideAt, AllowNAt), checks the Decision when there is one, and books
+// 1, Admit followed at once by a Success for 2, the bare allowNAt), checks the Decision when there is one, and books
 // an admission.
 func (p *propRun) decide(now time.Duration, n int64, how int) (sluice.Decision, bool) {
 	ctx := context.Background()
@@ -182,9 +182,9 @@ func (p *propRun) decide(now time.Duration, n int64, how int) (sluice.Decision, 
 	case 0, 1:
 		d, tk = admit(p.s.lim, ctx, now)
 	case 2:
-		d = p.s.lim.DecideAt(now, n)
+		d = decideAt(p.s.lim, now, n)
 	default:
-		d.Allowed = p.s.lim.AllowNAt(now, n)
+		d.Allowed = p.s.lim.allowNAt(now, n)
 		full = false
 	}
 	eff := p.effective(now, d.Allowed)

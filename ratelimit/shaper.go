@@ -69,7 +69,7 @@ type Shaper struct {
 // 2^61ns (73 years) apart, or when maxWait is negative or above 2^61ns: the
 // queue, at most a wait and a cost long, then always fits in an int64.
 func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
-	if err := r.Validate(); err != nil {
+	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: shaper: %w", err)
 	}
 	if interval(r) > maxQueueSpan {
@@ -102,12 +102,6 @@ func (s *Shaper) now() time.Duration {
 
 // Name returns the name given with WithName; default "ratelimit/shaper".
 func (s *Shaper) Name() string { return s.name }
-
-// Rate returns the rate requests are spaced at.
-func (s *Shaper) Rate() Rate { return s.rate }
-
-// MaxWait returns the longest a request waits for its turn.
-func (s *Shaper) MaxWait() time.Duration { return time.Duration(s.maxWait) }
 
 // take claims the turn at max(next, now) for cost n when it starts within
 // maxDelay of now. It returns the turn's start and end, or, when it does not,
@@ -154,39 +148,22 @@ func (s *Shaper) never(now int64) sluice.Decision {
 	return never(s.name, s.limit, s.remaining(now, end), time.Duration(end-now))
 }
 
-// Allow reports whether one request's turn is now, and takes it if so;
-// shorthand for AllowNAt(clock.Now(), 1).
-func (s *Shaper) Allow() bool { return s.AllowNAt(s.now(), 1) }
+// Allow reports whether one request's turn is now, by the shaper's clock
+// (WithClock), and takes it if so. It never waits: Wait does.
+func (s *Shaper) Allow() bool { return s.allowNAt(s.now(), 1) }
 
-// AllowN reports whether the turn of a request of cost n is now; shorthand
-// for AllowNAt(clock.Now(), n).
-func (s *Shaper) AllowN(n int64) bool { return s.AllowNAt(s.now(), n) }
+// AllowN reports whether the turn of a request of cost n (below 1 counts as
+// 1) is now, and takes it if so. It never waits: WaitN does.
+func (s *Shaper) AllowN(n int64) bool { return s.allowNAt(s.now(), n) }
 
-// AllowAt reports whether one request's turn is at instant now, and takes it
-// if so.
-func (s *Shaper) AllowAt(now time.Duration) bool { return s.AllowNAt(now, 1) }
-
-// AllowNAt reports whether the turn of a request of cost n (below 1 counts as
-// 1) is at instant now, and takes it if so. It never waits.
-func (s *Shaper) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (s *Shaper) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	if s.tooCostly(n) {
 		return false
 	}
 	_, _, ok := s.take(int64(now), n, 0)
 	return ok
-}
-
-// DecideAt decides without waiting on a request of cost n (below 1 counts as
-// 1) at instant now: it is allowed, and takes its turn, only when the turn is
-// now. Use Admit or WaitN to wait for a later turn.
-func (s *Shaper) DecideAt(now time.Duration, n int64) sluice.Decision {
-	n = max(n, 1)
-	if s.tooCostly(n) {
-		return s.never(int64(now))
-	}
-	d, _ := s.decideWithin(int64(now), n, 0, nil)
-	return d
 }
 
 // decideWithin takes a turn starting within maxDelay of now and builds the

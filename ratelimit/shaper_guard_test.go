@@ -75,7 +75,7 @@ func TestKeyedOfShapersWaits(t *testing.T) {
 		clk := sluice.NewMonotonicClock()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
 			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
-		}, WithKeyedClock(clk))
+		}, WithClock(clk))
 		require.NoError(t, err)
 		assert.Equal(t, sluice.Waits, k.Needs())
 		inner := &instants{}
@@ -110,7 +110,7 @@ func TestShaperAdmitWithEndedContextTakesNoTurn(t *testing.T) {
 	require.False(t, d.Allowed)
 	assert.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 	assert.ErrorIs(t, d.Cause, context.Canceled)
-	assert.True(t, s.AllowAt(0), "the turn at 0 is still free")
+	assert.True(t, s.allowNAt(0, 1), "the turn at 0 is still free")
 }
 
 // Every limiter with a quota reports the window the RateLimit-Policy field

@@ -41,33 +41,33 @@ func TestShaperSteps(t *testing.T) {
 		{at: 100 * m, allowed: false, remaining: 0, reset: 500 * m, retryAfter: 500 * m},
 		{at: time.Second, allowed: true, remaining: 0, reset: 100 * m},
 	})
-	d := s.DecideAt(0, 1<<62)
+	d := decideAt(s, 0, 1<<62)
 	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
 	assert.Equal(t, int64(1), d.Limit)
 	assert.Equal(t, "ratelimit/shaper", d.Policy)
 }
 
 // TestShaperQueueFields pins Limit and Remaining of a shaper with a queue:
-// maxWait 250ms at 100ms a turn holds 3 unit requests.
+// maxWait 250ms at 100ms a turn holds 3 unit requests. Every request here
+// finds its turn now or beyond the wait, so Admit never sleeps.
 func TestShaperQueueFields(t *testing.T) {
 	const m = time.Millisecond
 	s := mustShaper(t, PerSecond(10), 250*m)
-	d := s.DecideAt(0, 1)
+	d := decideAt(s, 0, 1)
 	require.True(t, d.Allowed)
 	assert.Equal(t, int64(3), d.Limit)
 	assert.Equal(t, int64(2), d.Remaining) // turns at 100ms and 200ms are left
 	assert.Equal(t, 100*m, d.Reset)
-	d = s.DecideAt(0, 1) // its turn is at 100ms: DecideAt never waits
+	assert.False(t, s.allowNAt(0, 1), "its turn is at 100ms: the bare answer never waits")
+	assert.True(t, s.allowNAt(100*m, 2)) // the turns at 100ms and 200ms; the next is at 300ms
+	d = decideAt(s, 0, 1)                // a turn at 300ms lies beyond the 250ms wait
 	require.False(t, d.Allowed)
-	assert.Equal(t, int64(2), d.Remaining)
-	assert.Equal(t, 100*m, d.Reset)
-	assert.Equal(t, 100*m, d.RetryAfter, "a caller that does not wait retries at its turn")
-	assert.False(t, s.AllowAt(0))
-	assert.True(t, s.AllowAt(100*m))
-	assert.False(t, s.AllowNAt(150*m, 2))
-	assert.True(t, s.AllowNAt(200*m, 2))
-	assert.Equal(t, 250*m, s.MaxWait())
-	assert.Equal(t, PerSecond(10), s.Rate())
+	assert.Equal(t, int64(3), d.Limit)
+	assert.Equal(t, int64(0), d.Remaining)
+	assert.Equal(t, 300*m, d.Reset)
+	assert.Equal(t, 50*m, d.RetryAfter, "a caller retries when its turn comes within the wait")
+	assert.False(t, s.allowNAt(250*m, 1))
+	assert.True(t, s.allowNAt(300*m, 1))
 }
 
 func TestShaperValidation(t *testing.T) {
@@ -159,9 +159,9 @@ func TestShaperRejectsBeyondDeadline(t *testing.T) {
 		require.ErrorIs(t, err, sluice.ErrRejected)
 		assert.Equal(t, 100*m, clk.Now())
 		// Nothing was taken: the turn at 200ms is free.
-		assert.True(t, s.AllowAt(200*m))
+		assert.True(t, s.allowNAt(200*m, 1))
 		// Beyond the maximum wait.
-		require.True(t, s.AllowNAt(300*m, 20)) // next turn at 2.3s
+		require.True(t, s.allowNAt(300*m, 20)) // next turn at 2.3s
 		err = s.WaitN(context.Background(), 1)
 		require.ErrorIs(t, err, sluice.ErrRateLimited)
 		require.NotErrorIs(t, err, ErrWouldExceedDeadline)
@@ -254,7 +254,7 @@ func TestShaperReleasedThroughGuard(t *testing.T) {
 		err := g.Do(context.Background(), func(context.Context) error { return nil })
 		require.ErrorIs(t, err, sluice.ErrOverloaded, "the inner policy rejects; the shaper's turn comes back each time")
 	}
-	assert.True(t, s.AllowAt(0))
+	assert.True(t, s.allowNAt(0, 1))
 }
 
 // TestShaperReleasedTurnOfAnyLength pins that a released request gives its
@@ -266,25 +266,25 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 		d, tk := admit(s, sluice.WithCost(context.Background(), 1<<32), 0) // 43s of turn
 		require.True(t, d.Allowed)
 		s.Done(tk, sluice.Released, 0, 0)
-		assert.True(t, s.AllowAt(0), "the released turn is free again")
+		assert.True(t, s.allowNAt(0, 1), "the released turn is free again")
 	})
 	t.Run("a long turn", func(t *testing.T) {
 		s := mustShaper(t, Every(3*time.Hour), 0)
 		d, tk := admit(s, context.Background(), 0)
 		require.True(t, d.Allowed)
 		s.Done(tk, sluice.Released, time.Millisecond, time.Millisecond)
-		assert.True(t, s.AllowAt(time.Millisecond), "the released turn is free again")
+		assert.True(t, s.allowNAt(time.Millisecond, 1), "the released turn is free again")
 	})
 	t.Run("after a wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			clk := sluice.NewMonotonicClock()
 			s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-			require.True(t, s.AllowAt(0))
+			require.True(t, s.allowNAt(0, 1))
 			d, tk := admit(s, sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
 			require.True(t, d.Allowed)
 			require.Equal(t, 100*time.Millisecond, clk.Now())
 			s.Done(tk, sluice.Released, clk.Now(), clk.Now()) // the latency since its Admit
-			assert.True(t, s.AllowAt(clk.Now()), "the released turn is free again")
+			assert.True(t, s.allowNAt(clk.Now(), 1), "the released turn is free again")
 		})
 	})
 	t.Run("a cost its ticket cannot carry", func(t *testing.T) {
@@ -295,7 +295,7 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 			d, tk := admit(s, sluice.WithCost(context.Background(), n), 0)
 			require.True(t, d.Allowed)
 			s.Done(tk, sluice.Released, 0, 0)
-			assert.Equal(t, n < 4, s.AllowAt(0), "cost %d", n)
+			assert.Equal(t, n < 4, s.allowNAt(0, 1), "cost %d", n)
 		}
 	})
 }
@@ -322,7 +322,7 @@ func TestShaperConformance(t *testing.T) {
 
 func TestShaperConcurrentNeverOver(t *testing.T) {
 	s := mustShaper(t, PerSecond(1000), 0)
-	n := bucketHammer(t, 1, time.Millisecond, 10*time.Microsecond, s.AllowAt)
+	n := bucketHammer(t, 1, time.Millisecond, 10*time.Microsecond, func(now time.Duration) bool { return s.allowNAt(now, 1) })
 	t.Logf("admitted %d", n)
 }
 
@@ -332,13 +332,13 @@ func TestShaperAllocatesNothing(t *testing.T) {
 	var now time.Duration
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += 10 * time.Microsecond
-		s.AllowAt(now)
+		s.allowNAt(now, 1)
 		now += 10 * time.Microsecond
 		d, tk := admit(s, ctx, now)
 		if d.Allowed {
 			s.Done(tk, sluice.Released, now, 0)
 		}
-		_ = s.DecideAt(now, 1<<62)
+		_ = decideAt(s, now, 1<<62)
 		s.Allow()
 	})
 	assert.Zero(t, allocs)
@@ -356,7 +356,7 @@ func TestShaperTurnAtTheDeadline(t *testing.T) {
 		d, _ := admit(s, ctx, clk.Now())
 		require.True(t, d.Allowed)
 		assert.Equal(t, 100*time.Millisecond, clk.Now())
-		assert.False(t, s.AllowAt(clk.Now()), "the turn was taken")
+		assert.False(t, s.allowNAt(clk.Now(), 1), "the turn was taken")
 	})
 }
 
@@ -401,17 +401,17 @@ func TestShaperQueueCannotOverflow(t *testing.T) {
 		}
 		n := int64(1<<61) / int64(time.Second) // the largest cost it accepts
 		now := time.Second
-		if !s.AllowNAt(now, n) {
+		if !s.allowNAt(now, n) {
 			t.Fatal("first request rejected")
 		}
-		if s.AllowNAt(now, n+1) {
+		if s.allowNAt(now, n+1) {
 			t.Error("a cost above 2^61ns admitted")
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go s.Admit(sluice.WithCost(ctx, n), now) // queues behind it, within maxWait
 		synctest.Wait()
-		if s.AllowAt(now) {
+		if s.allowNAt(now, 1) {
 			t.Error("a request admitted at once behind a queue 146 years long")
 		}
 		cancel()

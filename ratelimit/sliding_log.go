@@ -75,9 +75,6 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 // WithName.
 func (l *SlidingLog) Name() string { return l.name }
 
-// Limit returns the limit per window.
-func (l *SlidingLog) Limit() int64 { return l.limit }
-
 // Window returns the window's length.
 func (l *SlidingLog) Window() time.Duration { return l.window }
 
@@ -120,30 +117,18 @@ func (l *SlidingLog) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration)
 	}
 }
 
-// Allow is AllowNAt(clock.Now(), 1).
-func (l *SlidingLog) Allow() bool { return l.AllowNAt(l.clock.now(), 1) }
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
+func (l *SlidingLog) Allow() bool { return l.allowNAt(l.clock.now(), 1) }
 
-// AllowN is AllowNAt(clock.Now(), n).
-func (l *SlidingLog) AllowN(n int64) bool { return l.AllowNAt(l.clock.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (l *SlidingLog) AllowN(n int64) bool { return l.allowNAt(l.clock.now(), n) }
 
-// AllowAt is AllowNAt(now, 1).
-func (l *SlidingLog) AllowAt(now time.Duration) bool { return l.AllowNAt(now, 1) }
-
-// AllowNAt reports whether n units may pass at instant now, and logs them if
-// so.
-func (l *SlidingLog) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (l *SlidingLog) allowNAt(now time.Duration, n int64) bool {
 	_, tk := l.decide(now, n, false)
 	return tk != 0
-}
-
-// DecideAt decides on a request of cost n (taken as 1 when below 1) at
-// instant now, and logs it when it admits. Limit is the window's limit,
-// Remaining what is left of it, Reset the time until every logged unit has
-// left the window, and RetryAfter the time until enough have left for n
-// more. A cost above the limit is rejected with ErrNeverSatisfiable.
-func (l *SlidingLog) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := l.decide(now, n, true)
-	return d
 }
 
 // at returns the i-th live entry, oldest first.

@@ -37,7 +37,7 @@ func TestSlidingLogSteps(t *testing.T) {
 		{at: 130 * ms, allowed: true, remaining: 0, reset: 100 * ms},
 		{at: 135 * ms, n: 4, allowed: false, remaining: 0, reset: 95 * ms, retryAfter: 0},
 	})
-	require.ErrorIs(t, l.DecideAt(135*ms, 4).Cause, ErrNeverSatisfiable)
+	require.ErrorIs(t, decideAt(l, 135*ms, 4).Cause, ErrNeverSatisfiable)
 }
 
 // logModel is the sliding log's definition, computed naively: the units of
@@ -195,10 +195,10 @@ func TestSlidingLogHugeWindowHoldsItsLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !l.AllowAt(c.at) {
+		if !l.allowNAt(c.at, 1) {
 			t.Fatalf("window %v: the first request refused", c.window)
 		}
-		if d := l.DecideAt(c.at+1, 1); d.Allowed {
+		if d := decideAt(l, c.at+1, 1); d.Allowed {
 			t.Errorf("window %v: a second request admitted: %+v", c.window, d)
 		}
 	}
@@ -211,19 +211,19 @@ func TestSlidingLogHugeWindowHoldsItsLimit(t *testing.T) {
 // limit.
 func TestSlidingLogLateCallerAfterExpiryDoesNotOverAdmit(t *testing.T) {
 	l := mustSlidingLog(t, 2, 10*time.Second)
-	require.True(t, l.AllowNAt(0, 1))
-	require.True(t, l.AllowNAt(5*time.Second, 1))
+	require.True(t, l.allowNAt(0, 1))
+	require.True(t, l.allowNAt(5*time.Second, 1))
 	// At 12s the entry of 0s has left the window; 2 more do not fit.
-	require.False(t, l.AllowNAt(12*time.Second, 2))
+	require.False(t, l.allowNAt(12*time.Second, 2))
 	// A late caller at 4s finds room, the entry of 0s being gone: it is
 	// counted as of 12s, not as of 4s nor 5s, when the 0s entry was still in.
 	n := 0
-	if l.AllowNAt(4*time.Second, 1) {
+	if l.allowNAt(4*time.Second, 1) {
 		n++
 	}
 	// At 15s the entry of 5s has left, the late one not: one more fits.
 	for range 2 {
-		if l.AllowNAt(15*time.Second, 1) {
+		if l.allowNAt(15*time.Second, 1) {
 			n++
 		}
 	}

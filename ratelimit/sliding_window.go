@@ -81,14 +81,8 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 // WithName.
 func (w *SlidingWindow) Name() string { return w.name }
 
-// Limit returns the limit per window.
-func (w *SlidingWindow) Limit() int64 { return w.limit }
-
 // Window returns the window's length.
 func (w *SlidingWindow) Window() time.Duration { return w.window }
-
-// Buckets returns the number of buckets of the window.
-func (w *SlidingWindow) Buckets() int { return int(w.nb) }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *SlidingWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -114,30 +108,18 @@ func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Durati
 	w.mu.Unlock()
 }
 
-// Allow is AllowNAt(clock.Now(), 1).
-func (w *SlidingWindow) Allow() bool { return w.AllowNAt(w.clock.now(), 1) }
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
+func (w *SlidingWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
 
-// AllowN is AllowNAt(clock.Now(), n).
-func (w *SlidingWindow) AllowN(n int64) bool { return w.AllowNAt(w.clock.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (w *SlidingWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
 
-// AllowAt is AllowNAt(now, 1).
-func (w *SlidingWindow) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
-
-// AllowNAt reports whether n units may pass at instant now, and takes them if
-// so.
-func (w *SlidingWindow) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (w *SlidingWindow) allowNAt(now time.Duration, n int64) bool {
 	_, tk := w.decide(now, n, false)
 	return tk != 0
-}
-
-// DecideAt decides on a request of cost n (taken as 1 when below 1) at
-// instant now, and takes the units when it admits. Limit is the window's
-// limit, Remaining what is left of it, Reset the time until every counted
-// unit has left the window, and RetryAfter the time until enough have left
-// for n more. A cost above the limit is rejected with ErrNeverSatisfiable.
-func (w *SlidingWindow) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _ := w.decide(now, n, true)
-	return d
 }
 
 func (w *SlidingWindow) slot(k int64) int {

@@ -40,19 +40,19 @@ func TestSlidingWindowSteps(t *testing.T) {
 		// A jump past the whole window empties every bucket.
 		{at: time.Hour, n: 3, allowed: true, remaining: 0, reset: 100 * ms},
 	})
-	require.ErrorIs(t, w.DecideAt(time.Hour, 4).Cause, ErrNeverSatisfiable)
+	require.ErrorIs(t, decideAt(w, time.Hour, 4).Cause, ErrNeverSatisfiable)
 }
 
 func TestSlidingWindowReleaseAfterBucketLeft(t *testing.T) {
 	w := mustSlidingWindow(t, 2, 100*ms, 4)
 	_, tk := admit(w, context.Background(), 0)
-	require.True(t, w.AllowAt(110*ms))
+	require.True(t, w.allowNAt(110*ms, 1))
 	// Its bucket left at 100ms; bucket 4, now current, shares its slot.
 	w.Done(tk, sluice.Released, 110*ms, 110*ms)
-	d := w.DecideAt(110*ms, 1)
+	d := decideAt(w, 110*ms, 1)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, int64(0), d.Remaining)
-	assert.False(t, w.AllowAt(110*ms))
+	assert.False(t, w.allowNAt(110*ms, 1))
 }
 
 func TestSlidingWindowValidation(t *testing.T) {
@@ -83,7 +83,6 @@ func TestSlidingWindowClockAndName(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	w := mustSlidingWindow(t, 2, time.Second, 10, WithClock(clk), WithName("ratelimit/search"))
 	assert.Equal(t, "ratelimit/search", w.Name())
-	assert.Equal(t, 10, w.Buckets())
 	assert.True(t, w.Allow())
 	clk.Advance(500 * ms)
 	assert.True(t, w.AllowN(1))

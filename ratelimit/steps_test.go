@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,4 +54,45 @@ func runSteps(t *testing.T, p sluice.Policy, steps []step) {
 			p.Done(tk, o, s.at, 0)
 		}
 	}
+}
+
+// decideAt decides on a request of cost n at instant now through p's Admit,
+// and reports an admission as a Success at once, so the quota taken is kept:
+// the decision a caller outside a Guard would get.
+func decideAt(p sluice.Policy, now time.Duration, n int64) sluice.Decision {
+	d, tk := admit(p, costCtx(n), now)
+	if d.Allowed {
+		p.Done(tk, sluice.Success, now, 0)
+	}
+	return d
+}
+
+// allowKeyAt reports whether k admits a request of cost 1 with key at
+// instant now, through its Admit, keeping the quota taken.
+func allowKeyAt(k *Keyed, now time.Duration, key string) bool {
+	return decideKeyAt(k, now, key, 1).Allowed
+}
+
+// decideKeyAt decides on a request of cost n with key at instant now
+// through k's Admit, as decideAt does.
+func decideKeyAt(k *Keyed, now time.Duration, key string, n int64) sluice.Decision {
+	return decideAt(keyedAs(k, key), now, n)
+}
+
+var (
+	costMu   sync.Mutex
+	costCtxs = map[int64]context.Context{}
+)
+
+// costCtx returns a context of cost n, made once per n, so that the
+// allocation tests can decide through Admit at any cost.
+func costCtx(n int64) context.Context {
+	costMu.Lock()
+	defer costMu.Unlock()
+	ctx := costCtxs[n]
+	if ctx == nil {
+		ctx = sluice.WithCost(context.Background(), n)
+		costCtxs[n] = ctx
+	}
+	return ctx
 }

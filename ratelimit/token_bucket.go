@@ -45,10 +45,14 @@ type bucketConfig struct {
 // the refill), and its rate and burst can change at runtime (SetRate,
 // SetBurst), keeping the tokens it holds.
 //
-// Most callers want Allow (drop what exceeds the rate) or Wait (delay it).
-// Every method that reads the clock has an …At form taking the monotonic
-// instant. A clock that jumps backwards never admits extra: the bucket waits
-// until the clock has caught up.
+// Most callers want Allow (drop what exceeds the rate) or Wait (delay it);
+// in a Guard, Admit decides. For parity with golang.org/x/time/rate, and
+// only on this limiter, every method that reads the clock has an …At form
+// taking the monotonic instant instead (AllowAt, AllowNAt, ReserveNAt,
+// SetRateAt, SetBurstAt, TokensAt), so that a caller porting code written
+// for rate.Limiter keeps its shape; the other limiters take instants through
+// Admit alone. A clock that jumps backwards never admits extra: the bucket
+// waits until the clock has caught up.
 //
 // Create one with NewTokenBucket; the zero value is not usable. A TokenBucket
 // is safe for concurrent use.
@@ -178,14 +182,8 @@ func (tb *TokenBucket) AllowNAt(now time.Duration, n int64) bool {
 	}
 }
 
-// DecideAt decides on a request of n tokens (below 1 counts as 1) at instant
-// now, taking them when it is allowed. More than the burst is rejected with
-// ErrNeverSatisfiable.
-func (tb *TokenBucket) DecideAt(now time.Duration, n int64) sluice.Decision {
-	var d sluice.Decision
-	tb.decide(&d, now, n)
-	return d
-}
+// allowNAt is AllowNAt, the bare answer a Keyed asks its key limiters for.
+func (tb *TokenBucket) allowNAt(now time.Duration, n int64) bool { return tb.AllowNAt(now, n) }
 
 func (tb *TokenBucket) decide(d *sluice.Decision, now time.Duration, n int64) {
 	n = max(n, 1)

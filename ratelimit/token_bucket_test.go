@@ -46,7 +46,7 @@ func TestTokenBucketSteps(t *testing.T) {
 		{at: time.Second, allowed: false, remaining: 0, reset: 1300 * m, retryAfter: 1100 * m},
 		{at: 2100 * m, allowed: true, remaining: 0, reset: 300 * m},
 	})
-	d := tb.DecideAt(0, 4)
+	d := decideAt(tb, 0, 4)
 	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
 	assert.Equal(t, int64(3), d.Limit)
 	assert.Equal(t, "ratelimit/token-bucket", d.Policy)
@@ -407,7 +407,7 @@ func TestTokenBucketAllocatesNothing(t *testing.T) {
 		if d.Allowed {
 			tb.Done(tk, sluice.Released, now, 0)
 		}
-		_ = tb.DecideAt(now, 5000)
+		_ = decideAt(tb, now, 5000)
 		r := tb.ReserveNAt(now, 2)
 		r.CancelAt(now)
 	})

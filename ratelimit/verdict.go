@@ -21,9 +21,10 @@ func verdict(d *sluice.Decision, t sluice.Ticket) sluice.Verdict {
 	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks: a Guard that should delay requests
-// instead of rejecting them uses a Shaper.
+// Admit decides on one request at instant now, whose cost in tokens is
+// sluice.CostFrom(ctx), and takes the tokens when it admits. More than the
+// burst is rejected with ErrNeverSatisfiable. It never blocks: a Guard that
+// should delay requests instead of rejecting them uses a Shaper.
 func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	n := sluice.CostFrom(ctx)
 	if c := tb.cfg.Load(); max(n, 1) <= c.burst {
@@ -45,39 +46,57 @@ func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) sluice.Verd
 	return verdict(&d, sluice.Ticket(n))
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks.
+// Admit decides on one request at instant now, whose cost is
+// sluice.CostFrom(ctx), and takes its quota when it admits. A cost above the
+// burst is rejected with ErrNeverSatisfiable. It never blocks.
 func (g *GCRA) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := g.admitD(ctx, now)
 	return verdict(&d, t)
 }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
+// and pours it in when it admits. Limit is the capacity, Remaining the whole
+// units that still fit, Reset the time until the bucket is empty, and
+// RetryAfter the time until the cost fits. A cost above the capacity is
+// rejected with ErrNeverSatisfiable.
 func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := b.admitD(ctx, now)
 	return verdict(&d, t)
 }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
+// and takes the units when it admits. Limit is the window's limit, Remaining
+// what is left of it, Reset the time until the window ends (0 when nothing
+// of it is used) and RetryAfter the same on a rejection. A cost above the
+// limit is rejected with ErrNeverSatisfiable.
 func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)
 }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
+// and takes the units when it admits. Limit is the window's limit, Remaining
+// what is left of it, Reset the time until every counted unit has left the
+// window, and RetryAfter the time until enough have left for the cost. A
+// cost above the limit is rejected with ErrNeverSatisfiable.
 func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)
 }
 
-// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now.
+// Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
+// and logs it when it admits. Limit is the window's limit, Remaining what is
+// left of it, Reset the time until every logged unit has left the window,
+// and RetryAfter the time until enough have left for the cost. A cost above
+// the limit is rejected with ErrNeverSatisfiable.
 func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := l.admitD(ctx, now)
 	return verdict(&d, t)
 }
 
-// Admit decides on one request at instant now; its cost is
-// sluice.CostFrom(ctx). It never blocks.
+// Admit decides on one request at instant now, whose cost is
+// sluice.CostFrom(ctx), and takes its quota when it admits. More than the
+// burst is rejected with ErrNeverSatisfiable. It never blocks.
 func (w *WarmUp) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)

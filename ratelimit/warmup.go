@@ -128,41 +128,22 @@ func (w *WarmUp) now() time.Duration {
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
-// Rate returns the stable rate, reached once warm.
-func (w *WarmUp) Rate() Rate { return w.rate }
-
-// Burst returns the largest cost admitted at once.
-func (w *WarmUp) Burst() int64 { return w.burst }
-
 // Window returns the time a warm limiter takes to refill its whole burst,
 // burst × interval: the w of the RateLimit-Policy header field.
 func (w *WarmUp) Window() time.Duration { return time.Duration(w.tau) }
 
-// Allow reports whether one request may proceed now, and takes its quota if
-// so; shorthand for AllowNAt(clock.Now(), 1).
-func (w *WarmUp) Allow() bool { return w.AllowNAt(w.now(), 1) }
+// Allow reports whether one request may pass now, by the limiter's clock
+// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
+func (w *WarmUp) Allow() bool { return w.allowNAt(w.now(), 1) }
 
-// AllowN reports whether a request of cost n may proceed now; shorthand for
-// AllowNAt(clock.Now(), n).
-func (w *WarmUp) AllowN(n int64) bool { return w.AllowNAt(w.now(), n) }
+// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
+// now, by the limiter's clock, and takes its quota if so.
+func (w *WarmUp) AllowN(n int64) bool { return w.allowNAt(w.now(), n) }
 
-// AllowAt reports whether one request may proceed at instant now, and takes
-// its quota if so.
-func (w *WarmUp) AllowAt(now time.Duration) bool { return w.AllowNAt(now, 1) }
-
-// AllowNAt reports whether a request of cost n (below 1 counts as 1) may
-// proceed at instant now, and takes its quota if so.
-func (w *WarmUp) AllowNAt(now time.Duration, n int64) bool {
+// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+func (w *WarmUp) allowNAt(now time.Duration, n int64) bool {
 	_, _, ok := w.decide(int64(now), max(n, 1), false)
 	return ok
-}
-
-// DecideAt decides on a request of cost n (below 1 counts as 1) at instant
-// now, taking its quota when it is allowed. More than the burst is rejected
-// with ErrNeverSatisfiable.
-func (w *WarmUp) DecideAt(now time.Duration, n int64) sluice.Decision {
-	d, _, _ := w.decide(int64(now), max(n, 1), true)
-	return d
 }
 
 // admitD decides as Admit does, with its answer as a Decision.

@@ -39,7 +39,7 @@ func TestWarmUpSteps(t *testing.T) {
 		// The clock jumps back: nothing extra.
 		{at: 100 * m, allowed: false, remaining: 0, reset: 710 * m, retryAfter: 710 * m},
 	})
-	d := w.DecideAt(time.Hour, 2)
+	d := decideAt(w, time.Hour, 2)
 	require.ErrorIs(t, d.Cause, ErrNeverSatisfiable)
 	assert.Equal(t, int64(1), d.Limit)
 	assert.Equal(t, "ratelimit/warm-up", d.Policy)
@@ -53,11 +53,11 @@ func admitSaturated(t *testing.T, w *WarmUp, start time.Duration, count int) ([]
 	now, gaps := start, make([]time.Duration, 0, count)
 	last := now
 	for i := range count {
-		d := w.DecideAt(now, 1)
+		d := decideAt(w, now, 1)
 		if !d.Allowed {
 			require.Positive(t, d.RetryAfter)
 			now += d.RetryAfter
-			d = w.DecideAt(now, 1)
+			d = decideAt(w, now, 1)
 			require.True(t, d.Allowed, "admitted at the instant RetryAfter named")
 		}
 		if i > 0 {
@@ -99,11 +99,11 @@ func TestWarmUpColdBurst(t *testing.T) {
 	// Cold permits cost 290, 270, 250, 230ms: the TAT passes 900ms after 4.
 	// Remaining counts what the cold costs leave, not burst - 1.
 	for want := int64(3); want >= 0; want-- {
-		d := w.DecideAt(0, 1)
+		d := decideAt(w, 0, 1)
 		require.True(t, d.Allowed)
 		assert.Equal(t, want, d.Remaining)
 	}
-	d := w.DecideAt(0, 1)
+	d := decideAt(w, 0, 1)
 	require.False(t, d.Allowed)
 	assert.Zero(t, d.Remaining)
 	assert.Equal(t, 1040*m-900*m, d.RetryAfter)
@@ -112,12 +112,12 @@ func TestWarmUpColdBurst(t *testing.T) {
 	// bucket is full again, before any idle time cools it: a warm bucket
 	// admits its whole burst at once.
 	_, end := admitSaturated(t, w, 0, 30)
-	d = w.DecideAt(end, 1)
+	d = decideAt(w, end, 1)
 	require.False(t, d.Allowed)
 	full := end + d.Reset
-	assert.Equal(t, int64(10), w.DecideAt(full, 1).Remaining+1, "warm: the whole burst")
+	assert.Equal(t, int64(10), decideAt(w, full, 1).Remaining+1, "warm: the whole burst")
 	burst := 1
-	for w.AllowAt(full) {
+	for w.allowNAt(full, 1) {
 		burst++
 	}
 	assert.Equal(t, 10, burst)
@@ -148,8 +148,6 @@ func TestWarmUpValidation(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	w := mustWarmUp(t, PerSecond(10), 2, time.Second, 3, WithClock(clk), WithName("ratelimit/cold"))
 	assert.Equal(t, "ratelimit/cold", w.Name())
-	assert.Equal(t, PerSecond(10), w.Rate())
-	assert.Equal(t, int64(2), w.Burst())
 	assert.True(t, w.Allow())
 	assert.False(t, w.AllowN(2))
 	clk.Advance(time.Second)
@@ -170,17 +168,17 @@ func TestWarmUpReleaseOfAnEarlierAdmission(t *testing.T) {
 	require.True(t, d.Allowed) // costs 270ms
 	assert.Equal(t, 560*m, d.Reset)
 	w.Done(first, sluice.Released, 0, 0) // not the latest: its stable 100ms
-	assert.Equal(t, 460*m, w.DecideAt(0, 3).Reset)
+	assert.Equal(t, 460*m, decideAt(w, 0, 3).Reset)
 	// The latest, but the state has moved since it was admitted: its stable
 	// 100ms too.
 	w.Done(second, sluice.Released, 0, 0)
-	d = w.DecideAt(0, 2)
+	d = decideAt(w, 0, 2)
 	require.False(t, d.Allowed)
 	assert.Equal(t, 360*m, d.Reset)
 	// Success and Failure give nothing back.
 	w.Done(first, sluice.Success, 0, 0)
 	w.Done(first, sluice.Failure, 0, 0)
-	assert.Equal(t, 360*m, w.DecideAt(0, 2).Reset)
+	assert.Equal(t, 360*m, decideAt(w, 0, 2).Reset)
 }
 
 // TestWarmUpReleaseOfALargeEarlierAdmission pins that an earlier admission
@@ -193,10 +191,10 @@ func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
 		w := mustWarmUp(t, PerSecond(burst), burst, time.Second, 3)
 		d, tk := admit(w, sluice.WithCost(ctx, n), 0)
 		require.True(t, d.Allowed)
-		require.True(t, w.AllowAt(d.Reset), "a later admission: the first is not the latest any more")
-		busy := w.DecideAt(0, burst+1).Reset // the time until TAT; takes nothing
+		require.True(t, w.allowNAt(d.Reset, 1), "a later admission: the first is not the latest any more")
+		busy := decideAt(w, 0, burst+1).Reset // the time until TAT; takes nothing
 		w.Done(tk, sluice.Released, 0, 0)
-		assert.Equal(t, time.Duration(n)*10, busy-w.DecideAt(0, burst+1).Reset, "cost %d", n)
+		assert.Equal(t, time.Duration(n)*10, busy-decideAt(w, 0, burst+1).Reset, "cost %d", n)
 	}
 	t.Run("a cost its ticket cannot carry", func(t *testing.T) {
 		// A burst of 2^32 or more leaves 32 bits of the ticket to the cost: an
@@ -206,20 +204,20 @@ func TestWarmUpReleaseOfALargeEarlierAdmission(t *testing.T) {
 			w := mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
 			d, tk := admit(w, sluice.WithCost(ctx, n), 0)
 			require.True(t, d.Allowed)
-			require.True(t, w.AllowAt(0))
-			busy := w.DecideAt(0, burst+1).Reset
+			require.True(t, w.allowNAt(0, 1))
+			busy := decideAt(w, 0, burst+1).Reset
 			w.Done(tk, sluice.Released, 0, 0)
 			want := time.Duration(n)
 			if n >= 1<<32 {
 				want = 0
 			}
-			assert.Equal(t, want, busy-w.DecideAt(0, burst+1).Reset, "cost %d", n)
+			assert.Equal(t, want, busy-decideAt(w, 0, burst+1).Reset, "cost %d", n)
 			// The latest admission is undone exactly all the same.
 			w = mustWarmUp(t, PerSecond(1_000_000_000), burst, time.Second, 3)
 			d, tk = admit(w, sluice.WithCost(ctx, n), 0)
 			require.True(t, d.Allowed)
 			w.Done(tk, sluice.Released, 0, 0)
-			assert.Zero(t, w.DecideAt(0, burst+1).Reset, "cost %d", n)
+			assert.Zero(t, decideAt(w, 0, burst+1).Reset, "cost %d", n)
 		}
 	})
 }
@@ -235,7 +233,7 @@ func TestWarmUpConformance(t *testing.T) {
 
 func TestWarmUpConcurrentNeverOver(t *testing.T) {
 	w := mustWarmUp(t, PerSecond(1000), 20, 50*time.Millisecond, 3)
-	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, w.AllowAt)
+	n := bucketHammer(t, 20, time.Millisecond, 10*time.Microsecond, func(now time.Duration) bool { return w.allowNAt(now, 1) })
 	t.Logf("admitted %d", n)
 }
 
@@ -245,13 +243,13 @@ func TestWarmUpAllocatesNothing(t *testing.T) {
 	var now time.Duration
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += time.Microsecond
-		w.AllowAt(now)
+		w.allowNAt(now, 1)
 		w.Allow()
 		d, tk := admit(w, ctx, now)
 		if d.Allowed {
 			w.Done(tk, sluice.Released, now, 0)
 		}
-		_ = w.DecideAt(now, 5000)
+		_ = decideAt(w, now, 5000)
 	})
 	assert.Zero(t, allocs)
 }
@@ -291,14 +289,14 @@ func TestWarmUpRemainingMatchesAdmissionsAtOneInstant(t *testing.T) {
 		now := time.Duration(rng.IntN(1e9))
 		for range 50 {
 			now += time.Duration(rng.IntN(3000))
-			d := w.DecideAt(now, 1)
+			d := decideAt(w, now, 1)
 			if !d.Allowed {
 				continue
 			}
 			// Count, then put the state back for the next step.
 			tat, stored, gen, last := w.tat, w.stored, w.gen, w.last
 			n := int64(0)
-			for n <= d.Remaining && w.AllowAt(now) {
+			for n <= d.Remaining && w.allowNAt(now, 1) {
 				n++
 			}
 			w.tat, w.stored, w.gen, w.last = tat, stored, gen, last

@@ -88,7 +88,7 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	// second), shared by every route's Guard: one budget per client.
 	perIP, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 4, ratelimit.WithName("ratelimit/per-ip"))
-	}, ratelimit.WithKeyedName("ratelimit/per-ip"), ratelimit.WithMaxKeys(10_000))
+	}, ratelimit.WithName("ratelimit/per-ip"), ratelimit.WithMaxKeys(10_000))
 	if err != nil {
 		return nil, err
 	}

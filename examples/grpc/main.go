@@ -242,7 +242,7 @@ func describe(err error) string {
 		case *errdetails.RetryInfo:
 			s += "  RetryInfo: " + d.GetRetryDelay().AsDuration().Round(time.Millisecond).String()
 		case *errdetails.ErrorInfo:
-			s += "  ErrorInfo: " + d.GetReason() + " by " + d.GetMetadata()[sluicegrpc.MetadataPolicy]
+			s += "  ErrorInfo: " + d.GetReason() + " by " + d.GetMetadata()["policy"]
 		}
 	}
 	return s

@@ -94,7 +94,7 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 	// sits in every route's Guard, so a client has one budget for the service.
 	perIP, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 4, ratelimit.WithName("ratelimit/per-ip"))
-	}, ratelimit.WithKeyedName("ratelimit/per-ip"), ratelimit.WithMaxKeys(10_000))
+	}, ratelimit.WithName("ratelimit/per-ip"), ratelimit.WithMaxKeys(10_000))
 	if err != nil {
 		return nil, err
 	}

@@ -67,7 +67,7 @@ func main() {
 // newLimiter.
 func perCaller(name string, newLimiter func() (sluice.Policy, error)) (*sluice.Guard, error) {
 	keyed, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return newLimiter() },
-		ratelimit.WithKeyedName(name), ratelimit.WithMaxKeys(10_000))
+		ratelimit.WithName(name), ratelimit.WithMaxKeys(10_000))
 	if err != nil {
 		return nil, err
 	}

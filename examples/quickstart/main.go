@@ -44,7 +44,7 @@ func handler() (http.Handler, func() error, error) {
 	// One token bucket per client IP, at most 10,000 clients remembered.
 	perClient, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewTokenBucket(ratelimit.PerSecond(5), 10)
-	}, ratelimit.WithKeyedName("per-client"), ratelimit.WithMaxKeys(10_000))
+	}, ratelimit.WithName("per-client"), ratelimit.WithMaxKeys(10_000))
 	if err != nil {
 		return nil, nil, err
 	}

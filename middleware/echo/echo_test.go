@@ -830,7 +830,7 @@ func TestFallbackByRouteAndCause(t *testing.T) {
 // responses of the Guard's Echo routes and answers their rejections.
 func TestStaleCacheBehindEcho(t *testing.T) {
 	clock := sluice.NewManualClock(0)
-	b, err := breaker.New("b", breaker.WithConsecutiveFailures(1), breaker.WithClock(clock))
+	b, err := breaker.New("b", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute), breaker.WithClock(clock))
 	require.NoError(t, err)
 	cache, err := middleware.NewStaleCache(8, time.Minute, 1024)
 	require.NoError(t, err)

@@ -49,17 +49,4 @@ func BenchmarkUnaryServer(b *testing.B) {
 			_, _ = i(ctx, nil, info, ok)
 		}
 	})
-	b.Run("interceptor-reject", func(b *testing.B) {
-		// A breaker held open: every call is rejected.
-		br, err := breaker.New("bench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		br.OpenFor(context.Background(), sluice.Now(), time.Hour)
-		i := unary(b, WithGuard(mustGuard(b, sluice.With(br))))
-		b.ReportAllocs()
-		for b.Loop() {
-			_, _ = i(ctx, nil, info, ok)
-		}
-	})
 }

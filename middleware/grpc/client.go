@@ -20,7 +20,7 @@ import (
 // the method (WithMethodGuard), else of the connection's target
 // (WithTargetGuard), else the default (WithGuard); calls with none pass
 // through. A rejection, an open breaker for one, fails the call at once,
-// without calling the server, with [RejectionStatus] as its error (it also
+// without calling the server, with the rejection status (see the package doc) as its error (it also
 // matches sluice.ErrRejected and its cause with errors.Is). An admitted
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
@@ -81,7 +81,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return newRejection(err, call.Decision())
+		return c.answer(nil, call.Decision(), err).err
 	}
 	if ctx.Err() != nil {
 		// It ended while a policy made it wait: it gives back what the
@@ -190,7 +190,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return nil, newRejection(err, call.Decision())
+		return nil, c.answer(nil, call.Decision(), err).err
 	}
 	if ctx.Err() != nil {
 		call.Report(sluice.Released, nil) // as for a unary call

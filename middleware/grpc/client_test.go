@@ -50,7 +50,7 @@ func TestClientRateLimitFailsWithoutCallingTheServer(t *testing.T) {
 			err := call.do(ctx, s)
 			got := readWire(t, err)
 			assert.Equal(t, codes.ResourceExhausted, got.code, call.name)
-			assert.Equal(t, ReasonRateLimited, got.reason, call.name)
+			assert.Equal(t, reasonRateLimited, got.reason, call.name)
 			assert.ErrorIs(t, err, sluice.ErrRejected)
 		}
 		assert.Equal(t, int64(len(calls)), s.health.calls.Load())
@@ -110,9 +110,9 @@ func TestClientMethodGuardWinsOverTarget(t *testing.T) {
 	shut := &refuser{name: "m", cause: sluice.ErrCircuitOpen}
 	s := serve(t, e, nil, clientOpts(t,
 		WithTargetGuard(e.target, mustGuard(t, sluice.With(shut))),
-		WithMethodGuard(methodCheck, nil))...)
+		WithMethodGuard(methodCheck, mustGuard(t)))...)
 	ctx := withTimeout(t)
-	require.NoError(t, s.check(ctx), "a nil method guard passes through")
+	require.NoError(t, s.check(ctx), "the method's own Guard, which admits every call, decides")
 	_, err := s.watch(ctx)
 	assert.Equal(t, codes.Unavailable, status.Code(err))
 }
@@ -243,7 +243,7 @@ func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
 func TestClientKeysFromOutgoingMetadata(t *testing.T) {
 	rec := &recorder{name: "rec"}
 	s := start(t, transports[0], nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithKey(KeyByMetadata("x-tenant"), KeyByMethod()))...)
+		WithKey(middleware.KeyByHeader("x-tenant"), middleware.KeyByRoute()))...)
 	ctx := withTimeout(t)
 	require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme")))
 	_, err := s.watch(ctx)

@@ -1,6 +1,7 @@
 package sluicegrpc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -24,18 +25,25 @@ type config struct {
 	msgMethods map[string]struct{}
 	timeout    time.Duration
 	maxRetry   time.Duration
-	fallbacks  map[middleware.FallbackKey]Fallback
+	fallbacks  map[*sluice.Guard][]sluice.Fallback // the Guards with fallbacks: UnaryServerInterceptor applies them
 	critical   map[string]struct{}
 	resources  bool
+	trailers   bool // a server interceptor: rejections set trailer metadata
+	pushback   bool // the trailers carry gRPC's retry pushback
+	answers    answers
 }
 
 type side uint8
 
 const (
-	serverSide side = iota
+	serverSide       side = iota // UnaryServerInterceptor
+	streamServerSide             // StreamServerInterceptor
 	clientSide
 	tapSide
 )
+
+// server reports whether s is a server interceptor's side.
+func (s side) server() bool { return s == serverSide || s == streamServerSide }
 
 func build(s side, opts []Option) (*config, error) {
 	var o options
@@ -47,6 +55,9 @@ func build(s side, opts []Option) (*config, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
+	if len(o.routes) == 0 && o.table == nil && len(o.targets) == 0 && (s != streamServerSide || o.msgGuard == nil) {
+		return nil, errors.New("sluicegrpc: no Guard: give WithGuard, WithMethodGuard, WithRoutes or WithTargetGuard")
+	}
 	if s != clientSide && len(o.clientOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s is for client interceptors only", o.clientOnly[0])
 	}
@@ -56,7 +67,9 @@ func build(s side, opts []Option) (*config, error) {
 	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
-	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, fallbacks: o.fallbacks, resources: o.resources}
+	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, resources: o.resources}
+	c.trailers = s.server()
+	c.pushback = !o.noPushback
 	if !o.maxRetrySet {
 		c.maxRetry = 10 * time.Minute
 	}
@@ -70,6 +83,9 @@ func build(s side, opts []Option) (*config, error) {
 	case o.table != nil && len(o.routes) > 0:
 		return nil, errors.New("sluicegrpc: WithRoutes excludes WithGuard and WithMethodGuard")
 	case o.table != nil:
+		if len(o.table.Guards()) == 0 {
+			return nil, errors.New("sluicegrpc: WithRoutes: the table has no Guard")
+		}
 		c.routes = o.table
 	default:
 		rs, err := middleware.NewRoutes(o.routes...)
@@ -105,6 +121,16 @@ func build(s side, opts []Option) (*config, error) {
 		}
 		c.keyer = k
 	}
+	if len(o.targets) == 0 {
+		// Without target Guards, the table tells which methods are
+		// guarded: a critical method that none is has no Guard to be
+		// critical to.
+		for _, m := range o.critical {
+			if c.route(m) == nil {
+				return nil, fmt.Errorf("sluicegrpc: WithCriticalMethods: no Guard guards %s", m)
+			}
+		}
+	}
 	c.critical = setOf(o.critical)
 	if o.msgGuard != nil {
 		rs, err := middleware.NewRoutes(middleware.DefaultRoute(o.msgGuard))
@@ -114,6 +140,9 @@ func build(s side, opts []Option) (*config, error) {
 		c.msgRoute = rs.Default()
 	}
 	c.msgMethods = setOf(o.msgMethods)
+	if err := c.checkFallbacks(s); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -153,14 +182,64 @@ func (c *config) clientRoute(method, target string) *middleware.Route {
 	return c.route(method)
 }
 
-// fallback returns the most specific fallback for a call of method
-// rejected for cause, nil when there is none.
-func (c *config) fallback(method string, cause sluice.Cause) Fallback {
-	if c.fallbacks == nil {
-		return nil
+// checkFallbacks checks that the interceptor of side s can answer with the
+// fallbacks of each of its Guards, and keeps those of the Guards that have
+// some. Only UnaryServerInterceptor answers with fallbacks, those answering
+// a message (a sluice.FallbackOf[any]): the response, or the status error
+// it declines with. A Guard with others is an error that says what to
+// declare: fallbacks are never skipped in silence.
+func (c *config) checkFallbacks(s side) error {
+	guards := append(c.routes.Guards(), c.targets.Guards()...)
+	if c.msgGuard != nil {
+		if fbs := c.msgGuard.Fallbacks(); len(fbs) > 0 {
+			return fmt.Errorf("sluicegrpc: WithMessageGuard: the Guard has fallbacks (%T), which cannot answer a message: give it a Guard without fallbacks", fbs[0])
+		}
 	}
-	fb, _ := middleware.LookupFallback(c.fallbacks, method, cause)
-	return fb
+	for _, g := range guards {
+		fbs := g.Fallbacks()
+		if len(fbs) == 0 {
+			continue
+		}
+		switch s {
+		case streamServerSide:
+			return fmt.Errorf("sluicegrpc: StreamServerInterceptor: a Guard has fallbacks (%T), which cannot answer a stream: give the stream interceptor options of its own, with Guards without fallbacks", fbs[0])
+		case clientSide:
+			return fmt.Errorf("sluicegrpc: a client interceptor cannot answer with a Guard's fallbacks (%T): run the call with sluice.Execute under that Guard, or give the interceptor a Guard without fallbacks", fbs[0])
+		case tapSide:
+			return fmt.Errorf("sluicegrpc: ServerInHandle cannot answer with a Guard's fallbacks (%T): leave that Guard to UnaryServerInterceptor", fbs[0])
+		}
+		for i, f := range fbs {
+			if _, ok := f.(sluice.FallbackOf[any]); !ok {
+				return fmt.Errorf("sluicegrpc: fallback %d (%T) of a Guard answers another type than a gRPC message: declare it answering any, as degrade.New[any] does", i, f)
+			}
+		}
+		if c.fallbacks == nil {
+			c.fallbacks = make(map[*sluice.Guard][]sluice.Fallback)
+		}
+		c.fallbacks[g] = fbs
+	}
+	return nil
+}
+
+// fallback answers err, the error a unary call on route rt ended with, with
+// the fallbacks of rt's Guard, as sluice.Execute does: ok reports whether
+// one declares an answer for err; resp is its answer, out nil or the
+// error it declined with.
+func (c *config) fallback(ctx context.Context, rt *middleware.Route, err error) (resp any, out error, ok bool) {
+	if c.fallbacks == nil || rt == nil {
+		return nil, err, false
+	}
+	fbs := c.fallbacks[rt.Guard]
+	for _, f := range fbs {
+		if _, ok = f.Declared(ctx, err); ok {
+			break
+		}
+	}
+	if !ok {
+		return nil, err, false
+	}
+	resp, out = sluice.FallbackValue[any](ctx, rt.Guard, err)
+	return resp, out, true
 }
 
 func (c *config) messageRoute(method string) *middleware.Route {

@@ -15,7 +15,12 @@
 // a method with neither passes through unguarded. Client interceptors can
 // also keep a Guard per connection target ([WithTargetGuard]), so one
 // interceptor keeps a breaker per dependency. [WithRoutes] shares a
-// middleware.Routes table with the HTTP adapters.
+// middleware.Routes table with the HTTP adapters. [WithSkipper] lets
+// chosen calls (health checks) by.
+//
+// Misconfiguration is an error from the constructor, never a silent
+// default: no Guard at all, a nil Guard, an option given twice, options
+// that exclude each other, a critical method that no Guard guards.
 //
 // # Rejections
 //
@@ -35,19 +40,29 @@
 //   - the delay as gRPC's retry pushback, the grpc-retry-pushback-ms trailer
 //     (7000). The answer has no header (it is trailers-only), so a grpc-go
 //     client whose service config has a retryPolicy for the code retries
-//     the call after the delay.
+//     the call after the delay ([WithoutRetryPushback] leaves it out, for
+//     clients to retry with their own backoff).
 //
-// A unary call can be answered by a [Fallback] instead ([WithFallback]), per
-// method and cause, as the HTTP adapters answer with a fallback response.
+// # Fallbacks
+//
+// UnaryServerInterceptor answers with the fallbacks of the method's Guard
+// (sluice.WithFallback), as sluice.Execute does: a rejection, a timeout or a
+// failure that a fallback declares is answered by the fallback's message,
+// or by the status error it declines with. The fallbacks must answer a
+// message (any: degrade.New[any], degrade.Value[any]); a Guard with
+// fallbacks of another type, or with any fallbacks given to an interceptor
+// that cannot answer with them (streams, clients, the tap), makes the
+// constructor fail with an error that says what to declare instead.
 //
 // A handler that returns a sluice rejection its own call met (a client
 // interceptor's breaker open for its dependency, a Guard of its own),
 // wrapped or not, gets the same answer, on a method the interceptor lets
-// through unguarded too: the method's fallback for a unary call, else the
+// through unguarded too: the fallback of the method's Guard for a unary
+// call, else the
 // rejection's status, and the call counts as ignored. A Guard's timeout
 // wrapping a rejection is a timeout, and answered as one.
 // [RejectionOf] reads such a status back into a sluice.Decision on the
-// client; [Error] converts a rejection into that status. A
+// client. A
 // client interceptor whose server answers Unavailable or ResourceExhausted
 // with a RetryInfo holds its Guard's breakers open for that delay.
 //
@@ -71,9 +86,11 @@
 // # Keys
 //
 // Per-key policies read the call's key from its context. [WithKey] sets it
-// from the peer's address ([KeyByPeer], honouring x-forwarded-for metadata
-// only from trusted proxies), a metadata field ([KeyByMetadata]), a context
-// value ([KeyByContext]) or the method ([KeyByMethod]). A keyed call also
+// with the key functions of package middleware, which see a call as a
+// request: middleware.KeyByIP keys by the peer's address (honouring
+// x-forwarded-for metadata only from trusted proxies), KeyByHeader by a
+// metadata field, KeyByContext by a context value, KeyByRoute by the full
+// method. A keyed call also
 // carries its full method as its resource (sluice.WithResource), as a keyed
 // HTTP request carries its route, so that per-resource policies (a
 // breaker.Group) keep their state per method; [WithMethodResource] sets the

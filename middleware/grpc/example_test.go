@@ -109,7 +109,7 @@ func ExampleServerInHandle() {
 	clock := sluice.NewManualClock(0)
 	perClient, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(1, time.Second)
-	}, ratelimit.WithKeyedName("ratelimit/per-client"))
+	}, ratelimit.WithName("ratelimit/per-client"))
 	check(err)
 	guard, err := sluice.New(sluice.With(perClient), sluice.WithClock(clock))
 	check(err)
@@ -118,7 +118,7 @@ func ExampleServerInHandle() {
 	check(err)
 
 	handle, err := sluicegrpc.ServerInHandle(sluicegrpc.WithGuard(guard),
-		sluicegrpc.WithKey(sluicegrpc.KeyByPeer(ips)))
+		sluicegrpc.WithKey(middleware.KeyByIP(ips)))
 	check(err)
 	// Installed with grpc.NewServer(grpc.InTapHandle(handle)).
 	call := func(from, forwardedFor string) {
@@ -244,30 +244,3 @@ func ExampleStreamClientInterceptor() {
 type endedStream struct{ grpc.ClientStream }
 
 func (endedStream) RecvMsg(any) error { return io.EOF }
-
-// A handler that runs a Guard of its own answers its rejections as the
-// interceptors do.
-func ExampleError() {
-	// The Guard's clock stands still here, so that the delay printed is
-	// the policy's to the nanosecond: a Guard's rejection counts its delay
-	// down from when the rejection came.
-	inner, err := sluice.New(sluice.With(&shedding{}), sluice.WithClock(sluice.NewManualClock(0)))
-	check(err)
-	err = sluicegrpc.Error(inner.Do(context.Background(), func(context.Context) error { return nil }))
-	describe(err)
-	fmt.Println(errors.Is(err, sluice.ErrOverloaded))
-	// Output:
-	// Unavailable overloaded by adaptive/search, retry in 2s
-	// true
-}
-
-// shedding is a policy that sheds every request, as an overloaded load
-// guard does.
-type shedding struct{}
-
-func (*shedding) Name() string        { return "adaptive/search" }
-func (*shedding) Needs() sluice.Needs { return 0 }
-func (*shedding) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrOverloaded}
-}
-func (*shedding) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

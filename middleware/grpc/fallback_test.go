@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -14,69 +15,116 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestFallbackAnswersARejectedUnaryCall(t *testing.T) {
+// openFallback is a Guard's fallback that answers the rejections of an open
+// circuit with "fallback for " and the rejecting policy's name.
+func openFallback(t testing.TB) sluice.Fallback {
+	fb, err := degrade.New(degrade.OnCircuitOpen(func(_ context.Context, err error) (any, error) {
+		d, _ := sluice.RejectionOf(err)
+		return "fallback for " + d.Policy, nil
+	}))
+	require.NoError(t, err)
+	return fb
+}
+
+// A Guard's fallback answering a message answers a rejected unary call
+// over the wire, and its OnFallback observer hears of it.
+func TestGuardFallbackAnswersARejectedUnaryCall(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		shed := &refuser{name: "adaptive/cpu", cause: sluice.ErrOverloaded, retry: time.Second}
-		g := mustGuard(t, sluice.With(shed))
-		var seen sluice.Decision
-		degraded := func(_ context.Context, req any, d sluice.Decision) (any, error) {
-			seen = d
-			require.IsType(t, &healthpb.HealthCheckRequest{}, req)
-			return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
-		}
-		s := start(t, tr, serverOpts(t, WithGuard(g), WithFallback(methodCheck, sluice.CauseOverloaded, degraded)))
-		ctx := withTimeout(t)
-		resp, err := healthpb.NewHealthClient(s.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		fb, err := degrade.New(degrade.OnOverloaded(degrade.Value[any](
+			&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})))
+		require.NoError(t, err)
+		served := make(chan sluice.FallbackEvent, 1)
+		g := mustGuard(t, sluice.With(shed), sluice.WithFallback(fb),
+			sluice.OnFallback(func(_ context.Context, ev sluice.FallbackEvent) { served <- ev }))
+		s := start(t, tr, []grpc.ServerOption{grpc.UnaryInterceptor(unary(t, WithGuard(g)))})
+		resp, err := healthpb.NewHealthClient(s.conn).Check(withTimeout(t), &healthpb.HealthCheckRequest{})
 		require.NoError(t, err)
 		assert.Equal(t, healthpb.HealthCheckResponse_NOT_SERVING, resp.GetStatus())
-		assert.Equal(t, "adaptive/cpu", seen.Policy)
 		assert.Zero(t, s.health.calls.Load())
-
-		_, err = s.watch(ctx)
-		assert.Equal(t, codes.Unavailable, status.Code(err), "streams have no fallback")
+		ev := <-served
+		assert.Equal(t, "adaptive/cpu", ev.Policy)
+		assert.Equal(t, sluice.CauseOverloaded, ev.Cause)
 	})
 }
 
-func TestFallbackMostSpecificWins(t *testing.T) {
-	answer := func(s string) Fallback {
-		return func(context.Context, any, sluice.Decision) (any, error) { return s, nil }
-	}
-	i := unary(t,
-		WithGuard(mustGuard(t, sluice.With(&refuser{name: "r", cause: sluice.ErrRateLimited}))),
-		WithMethodGuard(methodWatch, mustGuard(t, sluice.With(&refuser{name: "o", cause: sluice.ErrCircuitOpen}))),
-		WithMethodGuard("/a.B/C", mustGuard(t, sluice.With(&refuser{name: "o", cause: sluice.ErrCircuitOpen}))),
-		WithMethodGuard("/a.B/D", mustGuard(t, sluice.With(&refuser{name: "o", cause: sluice.ErrOverloaded}))),
-		WithFallback(methodCheck, sluice.CauseRateLimited, answer("method and cause")),
-		WithFallback(methodCheck, sluice.CauseNone, answer("method")),
-		WithFallback(methodWatch, sluice.CauseNone, answer("method, any cause")),
-		WithFallback("", sluice.CauseCircuitOpen, answer("cause")),
-		WithFallback("", sluice.CauseNone, answer("any")),
+// The Guard's fallbacks answer what Execute's would: a timeout, a failure,
+// by their declaration; one that declines answers with its status error;
+// a rejection no fallback declares keeps its status and trailers.
+func TestGuardFallbackAnswersAsExecuteDoes(t *testing.T) {
+	fb, err := degrade.New(
+		degrade.OnTimeout(degrade.Value[any]("partial")),
+		degrade.OnRateLimited(func(context.Context, error) (any, error) {
+			return nil, status.Error(codes.ResourceExhausted, "come back tomorrow")
+		}),
+		degrade.OnError(func(_ context.Context, err error) (any, error) {
+			if status.Code(err) == codes.NotFound {
+				return nil, err // declined: the handler's own answer
+			}
+			return "degraded", nil
+		}),
 	)
-	never := func(context.Context, any) (any, error) { panic("the handler ran") }
-	for method, want := range map[string]string{
-		methodCheck: "method and cause",
-		methodWatch: "method, any cause",
-		"/a.B/C":    "cause",
-		"/a.B/D":    "any",
-	} {
-		resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, never)
-		require.NoError(t, err, method)
-		assert.Equal(t, want, resp, method)
-	}
+	require.NoError(t, err)
+	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 4)}
+	g := mustGuard(t, sluice.With(rec), sluice.WithTimeout(time.Millisecond), sluice.WithFallback(fb))
+	i := unary(t, WithGuard(g))
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	ctx := context.Background()
+
+	resp, err := i(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+		<-ctx.Done() // the Guard's deadline
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "partial", resp)
+	assert.Equal(t, sluice.Failure, rec.next(t), "the timeout still counts")
+
+	resp, err = i(ctx, nil, info, func(context.Context, any) (any, error) { return nil, status.Error(codes.Unavailable, "down") })
+	require.NoError(t, err)
+	assert.Equal(t, "degraded", resp)
+	assert.Equal(t, sluice.Failure, rec.next(t))
+
+	_, err = i(ctx, nil, info, func(context.Context, any) (any, error) { return nil, status.Error(codes.NotFound, "no such") })
+	assert.Equal(t, codes.NotFound, status.Code(err))
+	assert.Equal(t, sluice.Ignored, rec.next(t))
+
+	limited := mustGuard(t, sluice.With(&refuser{name: "ratelimit/r", cause: sluice.ErrRateLimited}), sluice.WithFallback(fb))
+	_, err = unary(t, WithGuard(limited))(ctx, nil, info, func(context.Context, any) (any, error) { panic("the handler ran") })
+	assert.Equal(t, "come back tomorrow", status.Convert(err).Message(), "the fallback declined with its own status")
+
+	onlyLimits, err := degrade.New(degrade.OnRateLimited(degrade.Value[any]("later")))
+	require.NoError(t, err)
+	shut := mustGuard(t, sluice.With(&refuser{name: "breaker/b", cause: sluice.ErrCircuitOpen}), sluice.WithFallback(onlyLimits))
+	ks := &keptStream{}
+	ks.ctx = grpc.NewContextWithServerTransportStream(ctx, transportStream{ks})
+	_, err = unary(t, WithGuard(shut))(ks.ctx, nil, info, func(context.Context, any) (any, error) { panic("the handler ran") })
+	assert.Equal(t, codes.Unavailable, status.Code(err), "no fallback declared for an open circuit")
+	assert.Equal(t, []string{"1000"}, ks.trailer.Get(MetadataRetryPushback))
 }
 
-func TestFallbackOptionIsValidated(t *testing.T) {
-	fb := func(context.Context, any, sluice.Decision) (any, error) { return nil, nil }
-	for _, opts := range [][]Option{
-		{WithFallback(methodCheck, sluice.CauseNone, nil)},
-		{WithFallback("Check", sluice.CauseNone, fb)},
-		{WithFallback("", sluice.CauseNone, fb), WithFallback("", sluice.CauseNone, fb)},
+// A Guard's fallbacks that an interceptor cannot answer with make its
+// constructor fail, saying what to declare: never skipped in silence.
+func TestGuardFallbacksTheInterceptorCannotAnswerWith(t *testing.T) {
+	g := mustGuard(t, sluice.WithFallback(openFallback(t)))
+	strs, err := degrade.New(degrade.OnCircuitOpen(degrade.Value("text")))
+	require.NoError(t, err)
+	other := mustGuard(t, sluice.WithFallback(strs))
+
+	_, err = UnaryServerInterceptor(WithGuard(g))
+	require.NoError(t, err, "a message answers a unary call")
+	for name, build := range map[string]func() error{
+		"unary, another type": func() error { _, err := UnaryServerInterceptor(WithMethodGuard(methodCheck, other)); return err },
+		"stream":              func() error { _, err := StreamServerInterceptor(WithGuard(g)); return err },
+		"message guard": func() error {
+			_, err := StreamServerInterceptor(WithGuard(mustGuard(t)), WithMessageGuard(g))
+			return err
+		},
+		"unary client":  func() error { _, err := UnaryClientInterceptor(WithTargetGuard("dns:///x", g)); return err },
+		"stream client": func() error { _, err := StreamClientInterceptor(WithGuard(g)); return err },
+		"tap":           func() error { _, err := ServerInHandle(WithGuard(g)); return err },
 	} {
-		_, err := UnaryServerInterceptor(opts...)
-		assert.Error(t, err)
+		err := build()
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "fallback", name)
 	}
-	_, err := UnaryClientInterceptor(WithFallback("", sluice.CauseNone, fb))
-	assert.Error(t, err)
-	_, err = ServerInHandle(WithFallback("", sluice.CauseNone, fb))
-	assert.Error(t, err)
 }

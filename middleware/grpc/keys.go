@@ -5,33 +5,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sluice-go/sluice/middleware"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
-
-// KeyByPeer keys calls by the client's address as e finds it: the peer's
-// address, or, when the peer is one of e's trusted proxies, the right-most
-// untrusted address of the x-forwarded-for (or forwarded, x-real-ip)
-// metadata. Calls over a connection without an IP address (a Unix socket,
-// an in-memory listener) have no key.
-func KeyByPeer(e *middleware.IPExtractor) middleware.KeyFunc { return middleware.KeyByIP(e) }
-
-// KeyByMetadata keys calls by the first value of the metadata field name
-// (an API key, a tenant id): the incoming metadata on a server, the outgoing
-// metadata on a client. Calls without it have no key.
-func KeyByMetadata(name string) middleware.KeyFunc { return middleware.KeyByHeader(name) }
-
-// KeyByContext keys calls by a value an earlier interceptor put in the
-// context (the authenticated user): fn returns it, and false when there is
-// none.
-func KeyByContext(fn func(ctx context.Context) (string, bool)) middleware.KeyFunc {
-	return middleware.KeyByContext(fn)
-}
-
-// KeyByMethod keys calls by their full method, so that each method has its
-// own quota within one Guard.
-func KeyByMethod() middleware.KeyFunc { return middleware.KeyByRoute() }
 
 // request shows a gRPC call to key functions and skippers as a
 // middleware.Request. md is the tap's header metadata; when nil, the

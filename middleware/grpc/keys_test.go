@@ -43,8 +43,8 @@ func TestKeyByPeerHonoursForwardedForOnlyFromTrustedPeers(t *testing.T) {
 			rec := &recorder{name: "rec"}
 			e := ipExtractor(t, middleware.TrustedProxies(tc.trusted...))
 			g := mustGuard(t, sluice.With(rec))
-			sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g), WithKey(KeyByPeer(e)))},
-				serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(KeyByPeer(e)))...)
+			sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g), WithKey(middleware.KeyByIP(e)))},
+				serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(middleware.KeyByIP(e)))...)
 			s := start(t, tcp, sopts)
 			ctx := withTimeout(t)
 			for _, v := range tc.xff {
@@ -69,7 +69,7 @@ func TestKeyFunctions(t *testing.T) {
 		}
 		return h(ctx, req)
 	}
-	user := KeyByContext(func(ctx context.Context) (string, bool) {
+	user := middleware.KeyByContext(func(ctx context.Context) (string, bool) {
 		u, ok := ctx.Value(userKey{}).(string)
 		return u, ok
 	})
@@ -81,13 +81,13 @@ func TestKeyFunctions(t *testing.T) {
 			want    string
 			wantErr codes.Code
 		}{
-			{name: "metadata", opts: []Option{WithKey(KeyByMetadata("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
+			{name: "metadata", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
 			{name: "context value", opts: []Option{WithKey(user)}, md: []string{"x-user", "ada"}, want: "ada"},
-			{name: "method", opts: []Option{WithKey(KeyByMethod())}, want: methodCheck},
-			{name: "first that finds one", opts: []Option{WithKey(KeyByMetadata("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
-			{name: "missing: shared key", opts: []Option{WithKey(KeyByMetadata("x-api-key")), WithMissingKey(middleware.SharedKey("anonymous"))}, want: "anonymous"},
-			{name: "missing: default shared key", opts: []Option{WithKey(KeyByMetadata("x-api-key"))}, want: "unknown"},
-			{name: "missing: rejected", opts: []Option{WithKey(KeyByMetadata("x-api-key")), WithMissingKey(middleware.RejectMissingKey())}, wantErr: codes.InvalidArgument},
+			{name: "method", opts: []Option{WithKey(middleware.KeyByRoute())}, want: methodCheck},
+			{name: "first that finds one", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
+			{name: "missing: shared key", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithMissingKey(middleware.SharedKey("anonymous"))}, want: "anonymous"},
+			{name: "missing: default shared key", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"))}, want: "unknown"},
+			{name: "missing: rejected", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithMissingKey(middleware.RejectMissingKey())}, wantErr: codes.InvalidArgument},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
@@ -154,7 +154,7 @@ func TestKeyedCallsAndMethodResourceGiveEachMethodItsBreaker(t *testing.T) {
 		opt  Option
 	}{
 		{"WithKeyer", WithKeyer(keyer)},
-		{"WithKey", WithKey(KeyByMetadata("x-api-key"))},
+		{"WithKey", WithKey(middleware.KeyByHeader("x-api-key"))},
 		{"WithMethodResource", WithMethodResource()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,9 +1,9 @@
 package sluicegrpc
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,12 +11,15 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 )
 
-// Option configures an interceptor or a ServerInHandle. Options of the other
-// side (a per-target guard on a server interceptor, a message guard or a
-// fallback on a client) make a constructor return an error, and so do the
-// options a ServerInHandle refuses. The two server interceptors take the same
-// options, so that one list serves both: UnaryServerInterceptor ignores
-// WithMessageGuard, and StreamServerInterceptor ignores WithFallback.
+// Option configures an interceptor or a ServerInHandle. Every option but
+// WithMethodGuard and WithTargetGuard (one per method, one per target) is
+// given at most once: a second one is an error, never a silent override.
+// Options of the other
+// side (a per-target guard on a server interceptor, a message guard on a
+// client) make a constructor return an error, and so do the options a
+// ServerInHandle refuses. The two server interceptors take the same options,
+// so that one list serves both: UnaryServerInterceptor ignores
+// WithMessageGuard.
 type Option func(*options)
 
 type options struct {
@@ -31,23 +34,41 @@ type options struct {
 	skip       middleware.Skipper
 	classify   sluice.Classifier
 	quotaMD    bool
+	noPushback bool
 	msgGuard   *sluice.Guard
 	msgMethods []string
 	timeout    time.Duration
 	maxRetry   time.Duration
 	// maxRetrySet: WithMaxRetryDelay was given (0 turns holding off).
 	maxRetrySet bool
-	fallbacks   map[middleware.FallbackKey]Fallback
 	critical    []string
 	resources   bool
 	errs        []error
 	serverOnly  []string
 	clientOnly  []string
+	given       map[string]bool // the options that may be given once
+}
+
+// once records that the option name was given, and an error when it was
+// given before: an option given twice would leave one of its values
+// unused.
+func (o *options) once(name string) {
+	if o.given[name] {
+		o.errs = append(o.errs, fmt.Errorf("sluicegrpc: %s given twice", name))
+		return
+	}
+	if o.given == nil {
+		o.given = make(map[string]bool)
+	}
+	o.given[name] = true
 }
 
 // WithGuard makes g guard every method that no WithMethodGuard names (and,
 // on a client, that no WithTargetGuard's target matches). Without it, such
-// methods pass through unguarded.
+// methods pass through unguarded. An interceptor needs a Guard: WithGuard,
+// WithMethodGuard, WithRoutes or WithTargetGuard (or, for
+// StreamServerInterceptor, WithMessageGuard); without any, its constructor
+// returns an error.
 func WithGuard(g *sluice.Guard) Option {
 	return func(o *options) {
 		if g == nil {
@@ -59,17 +80,36 @@ func WithGuard(g *sluice.Guard) Option {
 }
 
 // WithMethodGuard makes g guard the method fullMethod ("/pkg.Service/Method",
-// as grpc.UnaryServerInfo.FullMethod gives it). A nil g makes the method pass
-// through unguarded even when there is a default guard.
+// as grpc.UnaryServerInfo.FullMethod gives it). A method given twice, or a
+// nil g, is an error: to let a method through unguarded under a default
+// Guard, skip it (WithSkipper).
 func WithMethodGuard(fullMethod string, g *sluice.Guard) Option {
 	return func(o *options) {
 		if err := checkMethod(fullMethod); err != nil {
 			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMethodGuard: %w", err))
 			return
 		}
+		if g == nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMethodGuard: nil guard for %s (to let it through unguarded, skip it with WithSkipper)", fullMethod))
+			return
+		}
 		o.routes = append(o.routes, middleware.RouteTo(fullMethod, g))
 		o.methods = append(o.methods, fullMethod)
 	}
+}
+
+// checkMethods checks that each of methods is a full method name, named
+// once.
+func checkMethods(methods []string) error {
+	for i, m := range methods {
+		if err := checkMethod(m); err != nil {
+			return err
+		}
+		if slices.Contains(methods[:i], m) {
+			return fmt.Errorf("%s named twice", m)
+		}
+	}
+	return nil
 }
 
 func checkMethod(m string) error {
@@ -82,9 +122,11 @@ func checkMethod(m string) error {
 
 // WithRoutes uses rs, a table built with middleware.NewRoutes whose patterns
 // are full method names, instead of WithGuard and WithMethodGuard (which it
-// excludes). It lets several adapters share one table.
+// excludes). It lets several adapters share one table. A table with no
+// Guard at all is an error.
 func WithRoutes(rs *middleware.Routes) Option {
 	return func(o *options) {
+		o.once("WithRoutes")
 		if rs == nil {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithRoutes: nil table"))
 			return
@@ -97,7 +139,7 @@ func WithRoutes(rs *middleware.Routes) Option {
 // target (grpc.ClientConn.Target, the string given to grpc.NewClient) is
 // target, unless a WithMethodGuard names the method. For client interceptors
 // only: one interceptor shared by several connections then keeps a breaker
-// per dependency.
+// per dependency. A target given twice, or a nil g, is an error.
 func WithTargetGuard(target string, g *sluice.Guard) Option {
 	return func(o *options) {
 		o.clientOnly = append(o.clientOnly, "WithTargetGuard")
@@ -105,19 +147,25 @@ func WithTargetGuard(target string, g *sluice.Guard) Option {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithTargetGuard: empty target"))
 			return
 		}
+		if g == nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithTargetGuard: nil guard for %s", target))
+			return
+		}
 		o.targets = append(o.targets, middleware.RouteTo(target, g))
 	}
 }
 
 // WithKey sets how a call's key for per-key limits is found: the first of
-// fns that returns one (see [KeyByPeer], [KeyByMetadata], [KeyByContext],
-// [KeyByMethod]; the KeyFuncs of package middleware work as well). The key is
+// fns that returns one: the KeyFuncs of package middleware, which see the
+// peer's address as a call's RemoteAddr, its metadata as its headers and
+// its full method as its Route. The key is
 // put in the call's context with sluice.WithKey, and the full method with
 // sluice.WithResource as its resource, as middleware.Keyer's Context does
 // for the HTTP adapters. Without WithKey no key is set, and calls cost no
 // allocation for it.
 func WithKey(fns ...middleware.KeyFunc) Option {
 	return func(o *options) {
+		o.once("WithKey")
 		if len(fns) == 0 {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithKey: no key function"))
 			return
@@ -132,6 +180,7 @@ func WithKey(fns ...middleware.KeyFunc) Option {
 // its resource (k.Context).
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(o *options) {
+		o.once("WithKeyer")
 		if k == nil {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithKeyer: nil keyer"))
 			return
@@ -145,7 +194,10 @@ func WithKeyer(k *middleware.Keyer) Option {
 // InvalidArgument, middleware.SharedKey(k) limits it under k. Default: the
 // shared key "unknown".
 func WithMissingKey(m middleware.MissingKey) Option {
-	return func(o *options) { o.missing, o.missingSet = m, true }
+	return func(o *options) {
+		o.once("WithMissingKey")
+		o.missing, o.missingSet = m, true
+	}
 }
 
 // WithSkipper lets the calls for which s reports true bypass the guard
@@ -154,6 +206,7 @@ func WithMissingKey(m middleware.MissingKey) Option {
 // its headers. Default: none skipped.
 func WithSkipper(s middleware.Skipper) Option {
 	return func(o *options) {
+		o.once("WithSkipper")
 		if s == nil {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithSkipper: nil skipper"))
 			return
@@ -172,24 +225,28 @@ func WithSkipper(s middleware.Skipper) Option {
 // it, so an outgoing call never keeps the resource of the inbound call
 // whose handler makes it.
 func WithMethodResource() Option {
-	return func(o *options) { o.resources = true }
+	return func(o *options) {
+		o.once("WithMethodResource")
+		o.resources = true
+	}
 }
 
 // WithCriticalMethods marks the calls of methods (health checks, the
 // service's core calls) with sluice.PriorityCritical in their context, so
 // that a load guard sheds them last. Default: every call has
-// sluice.PriorityNormal.
+// sluice.PriorityNormal. A method that no Guard guards (when the
+// interceptor can tell: no default Guard, no target Guard, and no route
+// for it) is an error, as is a method named twice.
 func WithCriticalMethods(methods ...string) Option {
 	return func(o *options) {
+		o.once("WithCriticalMethods")
 		if len(methods) == 0 {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithCriticalMethods: no method"))
 			return
 		}
-		for _, m := range methods {
-			if err := checkMethod(m); err != nil {
-				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithCriticalMethods: %w", err))
-				return
-			}
+		if err := checkMethods(methods); err != nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithCriticalMethods: %w", err))
+			return
 		}
 		o.critical = append(o.critical, methods...)
 	}
@@ -205,6 +262,7 @@ func WithCriticalMethods(methods ...string) Option {
 // UnaryServerInterceptor).
 func WithClassifier(c sluice.Classifier) Option {
 	return func(o *options) {
+		o.once("WithClassifier")
 		if c == nil {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithClassifier: nil classifier"))
 			return
@@ -231,7 +289,22 @@ func WithClassifier(c sluice.Classifier) Option {
 func WithQuotaMetadata() Option {
 	return func(o *options) {
 		o.serverOnly = append(o.serverOnly, "WithQuotaMetadata")
+		o.once("WithQuotaMetadata")
 		o.quotaMD = true
+	}
+}
+
+// WithoutRetryPushback leaves gRPC's retry pushback (the
+// grpc-retry-pushback-ms trailer, see [MetadataRetryPushback]) out of
+// rejections, for servers whose clients' retryPolicy should retry them with
+// its own backoff rather than wait the announced delay. The RetryInfo stays
+// in the status. For server interceptors only. Default: the pushback is
+// sent.
+func WithoutRetryPushback() Option {
+	return func(o *options) {
+		o.serverOnly = append(o.serverOnly, "WithoutRetryPushback")
+		o.once("WithoutRetryPushback")
+		o.noPushback = true
 	}
 }
 
@@ -249,55 +322,13 @@ func WithMessageGuard(g *sluice.Guard, methods ...string) Option {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithMessageGuard: nil guard"))
 			return
 		}
-		for _, m := range methods {
-			if err := checkMethod(m); err != nil {
-				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMessageGuard: %w", err))
-				return
-			}
-		}
-		if o.msgGuard != nil {
-			o.errs = append(o.errs, errors.New("sluicegrpc: WithMessageGuard given twice"))
+		if err := checkMethods(methods); err != nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMessageGuard: %w", err))
 			return
 		}
+		o.once("WithMessageGuard")
 		o.msgGuard = g
 		o.msgMethods = methods
-	}
-}
-
-// Fallback answers a unary call its Guard rejected, in place of the
-// rejection status: it returns the response (a cached or default answer, a
-// degraded one) or an error of its own. d is the rejecting Decision. The call
-// counts as rejected: the Guard hears nothing of it.
-type Fallback func(ctx context.Context, req any, d sluice.Decision) (resp any, err error)
-
-// WithFallback answers the unary calls of fullMethod rejected for cause
-// with fb instead of a rejection status. fullMethod "" stands for every
-// method and cause sluice.CauseNone for every cause; the most specific
-// fallback wins: method and cause, method, cause, then neither. Streams have
-// no fallback: they are answered with the rejection. For server interceptors
-// only.
-func WithFallback(fullMethod string, cause sluice.Cause, fb Fallback) Option {
-	return func(o *options) {
-		o.serverOnly = append(o.serverOnly, "WithFallback")
-		if fb == nil {
-			o.errs = append(o.errs, errors.New("sluicegrpc: WithFallback: nil fallback"))
-			return
-		}
-		if fullMethod != "" {
-			if err := checkMethod(fullMethod); err != nil {
-				o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %w", err))
-				return
-			}
-		}
-		k := middleware.FallbackKey{Route: fullMethod, Cause: cause}
-		if _, dup := o.fallbacks[k]; dup {
-			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithFallback: %q, %v given twice", fullMethod, cause))
-			return
-		}
-		if o.fallbacks == nil {
-			o.fallbacks = make(map[middleware.FallbackKey]Fallback)
-		}
-		o.fallbacks[k] = fb
 	}
 }
 
@@ -307,7 +338,10 @@ func WithFallback(fullMethod string, cause sluice.Cause, fb Fallback) Option {
 // bounded: they live as long as their context. For client interceptors only.
 // Default: no timeout.
 func WithTimeout(d time.Duration) Option {
-	return clientDuration("WithTimeout", d, func(o *options) { o.timeout = d })
+	return clientDuration("WithTimeout", d, func(o *options) {
+		o.once("WithTimeout")
+		o.timeout = d
+	})
 }
 
 // WithMaxRetryDelay caps how long a server's RetryInfo may hold a client
@@ -318,6 +352,7 @@ func WithTimeout(d time.Duration) Option {
 func WithMaxRetryDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.clientOnly = append(o.clientOnly, "WithMaxRetryDelay")
+		o.once("WithMaxRetryDelay")
 		if d < 0 {
 			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMaxRetryDelay: %v is negative", d))
 			return

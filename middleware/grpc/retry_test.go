@@ -73,3 +73,38 @@ func TestRejectionIsRetriedByARetryPolicyAfterThePushback(t *testing.T) {
 		}
 	})
 }
+
+// Without the pushback, a stock client's retryPolicy retries a rejection
+// with its own backoff (a millisecond here), not after the rejection's
+// delay of a minute; the RetryInfo still announces the delay.
+func TestWithoutRetryPushback(t *testing.T) {
+	const delay = time.Minute
+	p := &rejectFirst{cause: sluice.ErrCircuitOpen, retry: delay}
+	p.n.Store(1)
+	s := start(t, transports[0], serverOpts(t, WithGuard(mustGuard(t, sluice.With(p))), WithoutRetryPushback()),
+		grpc.WithDefaultServiceConfig(retryConfig))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.check(ctx), "retried at once, before the delay")
+	assert.Equal(t, int64(-1), p.n.Load(), "the policy was asked twice")
+
+	ks := &keptStream{}
+	ks.ctx = grpc.NewContextWithServerTransportStream(context.Background(), transportStream{ks})
+	for _, opts := range [][]Option{nil, {WithoutRetryPushback()}} {
+		p.n.Store(1)
+		i := unary(t, append(opts, WithGuard(mustGuard(t, sluice.With(p))))...)
+		_, err := i(ks.ctx, nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
+		assert.Equal(t, delay, readWire(t, err).delay, "the RetryInfo stays")
+		_, _, ok := quota(t, ks.trailer)
+		assert.True(t, ok, "the quota stays")
+		if opts == nil {
+			assert.Equal(t, []string{"60000"}, ks.trailer.Get(MetadataRetryPushback))
+		} else {
+			assert.Empty(t, ks.trailer.Get(MetadataRetryPushback))
+		}
+	}
+	_, err := UnaryClientInterceptor(WithGuard(mustGuard(t)), WithoutRetryPushback())
+	assert.Error(t, err, "for servers only")
+	_, err = UnaryServerInterceptor(WithGuard(mustGuard(t)), WithoutRetryPushback(), WithoutRetryPushback())
+	assert.Error(t, err, "given twice")
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/stretchr/testify/require"
@@ -72,7 +73,7 @@ func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) 
 	// The status alone, as the client gets it: no error of the server's.
 	if d, ok := RejectionOf(st.Err()); ok {
 		res.Cause = sluice.CauseOf(d.Cause)
-		if want := Code(res.Cause); st.Code() != want {
+		if want := codeOf(res.Cause); st.Code() != want {
 			return res, fmt.Errorf("scenario: %s answered with %s, not %s", res.Cause, st.Code(), want)
 		}
 		if d.RetryAfter <= 0 {
@@ -93,10 +94,17 @@ func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) 
 // returns a rejection its call met.
 func TestScenarios(t *testing.T) {
 	scenario.Run(t, func(t *testing.T, s scenario.Setup) func(scenario.Step) scenario.Result {
-		rs, err := s.Routes(scenarioMethod)
+		var names []string // the route names the table lists
+		rs, err := s.Routes(func(name string) string {
+			names = append(names, name)
+			return scenarioMethod(name)
+		})
 		require.NoError(t, err)
 		for _, g := range rs.Guards() {
 			t.Cleanup(func() { _ = g.Close() })
+		}
+		if len(s.Fallbacks) > 0 {
+			rs = withGuardFallbacks(t, s, rs, names)
 		}
 		opts := []Option{WithRoutes(rs), WithQuotaMetadata()}
 		if s.Keyer != nil {
@@ -111,16 +119,6 @@ func TestScenarios(t *testing.T) {
 				skip = append(skip, scenarioMethod(n))
 			}
 			opts = append(opts, WithSkipper(middleware.SkipRoutes(skip...)))
-		}
-		for _, f := range s.Fallbacks {
-			method := ""
-			if f.Route != "" {
-				method = scenarioMethod(f.Route)
-			}
-			answer := scenario.FallbackAnswer(f)
-			opts = append(opts, WithFallback(method, f.Cause, func(context.Context, any, sluice.Decision) (any, error) {
-				return answer, nil
-			}))
 		}
 		intercept := unary(t, opts...)
 		handler := func(ctx context.Context, _ any) (any, error) {
@@ -163,4 +161,70 @@ func TestScenarios(t *testing.T) {
 		}
 		return serve
 	})
+}
+
+// withGuardFallbacks returns rs, whose routes are the route names, with
+// each route's Guard declaring the scenario's fallbacks for it, each
+// answering its FallbackAnswer as the reply: the scenario declares them per
+// route and cause, and sluicegrpc answers with a route's Guard's
+// fallbacks. Each new Guard runs the policies of the one it replaces.
+func withGuardFallbacks(t *testing.T, s scenario.Setup, rs *middleware.Routes, names []string) *middleware.Routes {
+	t.Helper()
+	guard := func(g *sluice.Guard, route string) *sluice.Guard {
+		var own, every []degrade.Rule[any]
+		for _, f := range s.Fallbacks {
+			if f.Route != "" && f.Route != route {
+				continue
+			}
+			rule := causeRule(t, f.Cause, degrade.Value[any](scenario.FallbackAnswer(f)))
+			if f.Route == "" {
+				every = append(every, rule)
+			} else {
+				own = append(own, rule)
+			}
+		}
+		opts := []sluice.Option{sluice.With(g.Policies()...), sluice.WithClock(s.Clock)}
+		// A route's own fallback comes first, as the most specific.
+		for _, rules := range [][]degrade.Rule[any]{own, every} {
+			if len(rules) > 0 {
+				fb, err := degrade.New(rules...)
+				require.NoError(t, err)
+				opts = append(opts, sluice.WithFallback(fb))
+			}
+		}
+		return mustGuard(t, opts...)
+	}
+	var routes []middleware.RoutesOption
+	for _, n := range names {
+		if rt := rs.Match(scenarioMethod(n)); rt != nil && rt.Guard != nil {
+			routes = append(routes, middleware.RouteTo(scenarioMethod(n), guard(rt.Guard, n)))
+		}
+	}
+	if def := rs.Default(); def != nil {
+		routes = append(routes, middleware.DefaultRoute(guard(def.Guard, "")))
+	}
+	out, err := middleware.NewRoutes(routes...)
+	require.NoError(t, err)
+	return out
+}
+
+// causeRule is the degrade rule answering cause c (every rejection for
+// CauseNone) with fn.
+func causeRule(t *testing.T, c sluice.Cause, fn degrade.Func[any]) degrade.Rule[any] {
+	switch c {
+	case sluice.CauseRateLimited:
+		return degrade.OnRateLimited(fn)
+	case sluice.CauseCircuitOpen:
+		return degrade.OnCircuitOpen(fn)
+	case sluice.CauseOverloaded:
+		return degrade.OnOverloaded(fn)
+	case sluice.CauseConcurrencyLimited:
+		return degrade.OnConcurrencyLimited(fn)
+	case sluice.CauseTimeout:
+		return degrade.OnTimeout(fn)
+	case sluice.CauseNone:
+		return degrade.OnRejected(fn)
+	}
+	t.Fatalf("no rule for cause %v", c)
+	return degrade.Rule[any]{}
 }

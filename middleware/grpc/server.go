@@ -3,7 +3,6 @@ package sluicegrpc
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -34,11 +33,14 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // UnaryServerInterceptor returns an interceptor that guards unary calls with
 // their method's Guard (WithMethodGuard, else WithGuard; methods with
 // neither pass through). A rejection answers the call, without running the
-// handler, with [RejectionStatus] and trailer metadata only (see
+// handler, with the rejection status (see the package doc) and trailer metadata only (see
 // [MetadataRetryPushback]): the retry pushback of its delay and, when the
-// rejecting policy has a quota, the RateLimit fields. A sluice rejection that the handler
-// returns (one its own call met) is answered the same way, by the method's
-// fallback or the rejection's status, whether the interceptor guarded the
+// rejecting policy has a quota, the RateLimit fields; unless a fallback of
+// the method's Guard (sluice.WithFallback) answers it, as it answers a
+// timeout or a failure it declares (see the package doc). A sluice
+// rejection that the handler returns (one its own call met) is answered the
+// same way, by that fallback or the rejection's status, whether the
+// interceptor guarded the
 // call (which then counts as Ignored) or let it through unguarded. An
 // admitted call's outcome is the handler's returned error, classified by
 // WithClassifier (default [Classify]); a handler that panics is a Failure,
@@ -97,7 +99,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return c.rejectUnary(ctx, req, info.FullMethod, rt, call.Decision(), err)
+		return c.rejectUnary(ctx, rt, call.Decision(), err)
 	}
 	// The handler's context: with the Guard's deadline (sluice.WithTimeout),
 	// when it has one, and the held quota metadata.
@@ -151,13 +153,33 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 
 // endServed ends call, a call this server served whose context, as gRPC
 // gave it to the interceptor, is ctx, with err, the handler's error: past
-// the call's deadline (the Guard's sluice.WithTimeout), err is answered
-// with DeadlineExceeded and classified as such.
+// the call's deadline (the Guard's sluice.WithTimeout), err is classified
+// as DeadlineExceeded and returned as the Guard's *sluice.TimeoutError,
+// for the fallbacks to see; handlerError answers it with DeadlineExceeded.
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
 	if timedOut(call, ctx, err) {
-		return timeoutStatus(call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+		return ownTimeout(call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
 	}
 	call.Report(c.serverOutcome(ctx, err), nil)
+	return err
+}
+
+// callTimeout is the error of a call that ran past its own Guard's deadline
+// (sluice.WithTimeout), as the Guard's call reported it: the fallbacks see
+// it as the Guard's *sluice.TimeoutError, and, when none answers, it is
+// answered with DeadlineExceeded. A timeout the handler returns (of a Guard
+// of its own) is no callTimeout, and goes out as it is.
+type callTimeout struct{ *sluice.TimeoutError }
+
+// Unwrap returns the Guard's timeout, for errors.As.
+func (e callTimeout) Unwrap() error { return e.TimeoutError }
+
+// ownTimeout marks err, a call's timeout as its Guard reported it, as a
+// callTimeout.
+func ownTimeout(err error) error {
+	if te, ok := err.(*sluice.TimeoutError); ok {
+		return callTimeout{te}
+	}
 	return err
 }
 
@@ -180,26 +202,27 @@ func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
 // handlerError is the answer to a call of method on route rt whose handler
 // returned resp and err. A sluice rejection the handler returns, one its own
 // call met (a client interceptor's breaker open for its dependency), is
-// answered as the interceptor answers its own: the method's fallback, or
+// answered as the interceptor answers its own: the fallback of rt's Guard, or
 // the rejection's status, never the error's text. held is the admitted
 // call's quota metadata, held back from the header (nil when none is): a
 // rejection answered with a quota of its own sends that one instead, as
 // the HTTP adapters replace the fields; every other answer sends it.
 func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error, held *heldQuota) (any, error) {
 	r, d, re := rejectionIn(err)
-	held.release(r == nil && re != nil && hasQuota(d) &&
-		c.fallback(method, sluice.CauseOf(d.Cause)) == nil)
+	fresp, fout, served := c.fallback(ctx, rt, err)
+	held.release(!served && r == nil && re != nil && hasQuota(d))
 	switch {
+	case served:
+		return fresp, fout
 	case r != nil:
-		// An interceptor's own rejection (a client interceptor's, or one
-		// a handler made with Error): its status stands, unless the
-		// method has a fallback for it.
-		if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
-			return fb(ctx, req, d)
-		}
+		// An interceptor's own rejection (a client interceptor's): its
+		// status stands.
 		return resp, r
 	case re != nil:
-		return c.rejectUnary(ctx, req, method, rt, d, re)
+		return c.answerUnary(ctx, rt, d, re)
+	}
+	if t, ok := err.(callTimeout); ok {
+		return resp, timeoutStatus(t.TimeoutError)
 	}
 	return resp, err
 }
@@ -243,7 +266,7 @@ func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error
 		// tells the timeout as the Guard has it.
 		<-a.call.Context().Done()
 		if timedOut(&a.call, a.parent, err) {
-			return timeoutStatus(a.call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+			return ownTimeout(a.call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
 		}
 	}
 	a.call.Report(c.serverOutcome(ctx, err), nil)
@@ -273,7 +296,7 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 		if !skip {
 			call, err := rt.Guard.Begin(ctx)
 			if err != nil {
-				resp, err = c.rejectUnary(ctx, req, info.FullMethod, rt, call.Decision(), err)
+				resp, err = c.rejectUnary(ctx, rt, call.Decision(), err)
 				return resp, false, nil, err
 			}
 			hctx = call.Context()
@@ -346,44 +369,35 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 	return ctx, false, nil
 }
 
-// rejectUnary answers a rejected unary call: with its fallback when one is
-// set for its method and cause, else with the rejection.
-func (c *config) rejectUnary(ctx context.Context, req any, method string, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
-	if fb := c.fallback(method, sluice.CauseOf(d.Cause)); fb != nil {
-		return fb(ctx, req, d)
+// rejectUnary answers a unary call on route rt that its Guard rejected
+// with err and Decision d: with the Guard's fallback when one declares an
+// answer, else with the rejection.
+func (c *config) rejectUnary(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
+	if resp, out, ok := c.fallback(ctx, rt, err); ok {
+		return resp, out
 	}
-	set := grpc.SetTrailer
-	if grpc.ServerTransportStreamFromContext(ctx) == nil {
-		set = nil // called directly: no stream to set trailers on
+	return c.answerUnary(ctx, rt, d, err)
+}
+
+// answerUnary answers a unary call on route rt with the rejection err, of
+// Decision d: its trailers are set, and its error returned.
+func (c *config) answerUnary(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
+	a := c.answer(rt, d, err)
+	if a.md != nil {
+		if s := grpc.ServerTransportStreamFromContext(ctx); s != nil {
+			_ = s.SetTrailer(a.md)
+		}
 	}
-	return nil, rejectCall(ctx, rt, d, err, set)
+	return nil, a.err
 }
 
 // MetadataRetryPushback is the trailer metadata key of gRPC's retry
 // pushback: the milliseconds a client's retryPolicy waits before it retries
-// the call (gRFC A6).
+// the call (gRFC A6). A rejection's trailers carry it, unless
+// WithoutRetryPushback turns it off: trailers, not a header, so that the
+// answer is trailers-only, the answer a grpc-go client with a retryPolicy
+// retries, after the pushback.
 const MetadataRetryPushback = "grpc-retry-pushback-ms"
-
-// rejectCall returns the error that answers a rejection, after setting,
-// with set (grpc.SetTrailer, a stream's SetTrailer), the trailer metadata
-// of the rejection: the RateLimit fields when the rejecting policy has a
-// quota, and the retry pushback of its delay. Trailers, not a header: a
-// response with no header is trailers-only, the answer a grpc-go client
-// with a retryPolicy retries, after the pushback.
-func rejectCall(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error, set func(context.Context, metadata.MD) error) error {
-	if set != nil {
-		delay := retryDelay(d)
-		var md metadata.MD
-		if hasQuota(d) {
-			md = quotaMetadata(rt, d, delay)
-		} else {
-			md = make(metadata.MD, 1)
-		}
-		md[MetadataRetryPushback] = []string{strconv.FormatInt(int64(ceilMilli(delay)/time.Millisecond), 10)}
-		_ = set(ctx, md)
-	}
-	return newRejection(err, d)
-}
 
 func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
 	if hasQuota(d) {

@@ -46,7 +46,7 @@ func readWire(t *testing.T, err error) wire {
 			w.retry = true
 			w.delay = v.GetRetryDelay().AsDuration()
 		case *errdetails.ErrorInfo:
-			w.reason, w.domain, w.policy = v.GetReason(), v.GetDomain(), v.GetMetadata()[MetadataPolicy]
+			w.reason, w.domain, w.policy = v.GetReason(), v.GetDomain(), v.GetMetadata()[metadataPolicy]
 		case error:
 			t.Fatalf("undecodable detail: %v", v)
 		}
@@ -103,7 +103,7 @@ var causes = []cause{
 			return fixedWindow(t, "ratelimit/check", 2, 10*time.Second, clk)
 		},
 		admitted: 2,
-		want:     wire{code: codes.ResourceExhausted, delay: 10 * time.Second, reason: ReasonRateLimited, policy: "ratelimit/check"},
+		want:     wire{code: codes.ResourceExhausted, delay: 10 * time.Second, reason: reasonRateLimited, policy: "ratelimit/check"},
 		quota:    true,
 	},
 	{
@@ -113,21 +113,21 @@ var causes = []cause{
 			b.ForceOpen()
 			return b
 		},
-		want: wire{code: codes.Unavailable, delay: 30 * time.Second, reason: ReasonCircuitOpen, policy: "breaker/backend"},
+		want: wire{code: codes.Unavailable, delay: 30 * time.Second, reason: reasonCircuitOpen, policy: "breaker/backend"},
 	},
 	{
 		name: "overloaded",
 		policy: func(*testing.T, sluice.Clock) sluice.Policy {
 			return &refuser{name: "adaptive/cpu", cause: sluice.ErrOverloaded, retry: 2500 * time.Millisecond}
 		},
-		want: wire{code: codes.Unavailable, delay: 2500 * time.Millisecond, reason: ReasonOverloaded, policy: "adaptive/cpu"},
+		want: wire{code: codes.Unavailable, delay: 2500 * time.Millisecond, reason: reasonOverloaded, policy: "adaptive/cpu"},
 	},
 	{
 		name: "concurrency limited, delay unknown",
 		policy: func(*testing.T, sluice.Clock) sluice.Policy {
 			return &refuser{name: "adaptive/inflight", cause: sluice.ErrConcurrencyLimited}
 		},
-		want: wire{code: codes.Unavailable, delay: time.Second, reason: ReasonConcurrencyLimited, policy: "adaptive/inflight"},
+		want: wire{code: codes.Unavailable, delay: time.Second, reason: reasonConcurrencyLimited, policy: "adaptive/inflight"},
 	},
 }
 
@@ -172,7 +172,7 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 						assert.True(t, got.retry, "RetryInfo missing")
 						assert.Equal(t, c.want.delay, got.delay)
 						assert.Equal(t, c.want.reason, got.reason)
-						assert.Equal(t, ErrorDomain, got.domain)
+						assert.Equal(t, errorDomain, got.domain)
 						assert.Equal(t, c.want.policy, got.policy)
 						assert.Contains(t, got.msg, strings.ToLower(strings.ReplaceAll(c.want.reason, "_", " ")), "the message names the cause")
 						assert.Equal(t, before, s.health.calls.Load(), "the handler ran")
@@ -181,7 +181,7 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 						require.True(t, ok)
 						assert.Equal(t, c.want.policy, d.Policy)
 						assert.Equal(t, c.want.delay, d.RetryAfter)
-						assert.Equal(t, Reason(sluice.CauseOf(d.Cause)), c.want.reason)
+						assert.Equal(t, reasonOf(sluice.CauseOf(d.Cause)), c.want.reason)
 
 						if call.method == methodChat {
 							return // a raw stream has no grpc.Header call option
@@ -214,9 +214,9 @@ func TestServerRejectionOnTheWire(t *testing.T) {
 // TestServerRejectionMessageNamesOnlyTheCause pins that a rejection's message is
 // the guard's own, whatever the handlers return.
 func TestServerRejectionMessageNamesOnlyTheCause(t *testing.T) {
-	st := RejectionStatus(sluice.Decision{Policy: "ratelimit/x", Limit: 5, RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited})
+	st := statusOf(sluice.Decision{Policy: "ratelimit/x", Limit: 5, RetryAfter: 1500 * time.Millisecond, Cause: sluice.ErrRateLimited})
 	assert.Equal(t, "sluice: rate limited; retry after 1.5s", st.Message())
-	st = RejectionStatus(sluice.Decision{Policy: "breaker/x", Limit: -1, Cause: sluice.ErrCircuitOpen})
+	st = statusOf(sluice.Decision{Policy: "breaker/x", Limit: -1, Cause: sluice.ErrCircuitOpen})
 	assert.Equal(t, "sluice: circuit open; retry after 1s", st.Message())
 	assert.Equal(t, codes.Unavailable, st.Code())
 }
@@ -263,7 +263,7 @@ func tripTable(t *testing.T, s *server, b *breaker.Breaker) {
 					}
 					got := readWire(t, err)
 					assert.Equal(t, codes.Unavailable, got.code)
-					assert.Equal(t, ReasonCircuitOpen, got.reason)
+					assert.Equal(t, reasonCircuitOpen, got.reason)
 					assert.Equal(t, b.Name(), got.policy)
 					assert.Equal(t, time.Minute, got.delay)
 					d, ok := RejectionOf(err)
@@ -345,7 +345,7 @@ func TestServerMessageGuardEndsTheStream(t *testing.T) {
 				assert.Equal(t, 3, n, "echoes before the rejection")
 				got := readWire(t, err)
 				assert.Equal(t, codes.ResourceExhausted, got.code)
-				assert.Equal(t, ReasonRateLimited, got.reason)
+				assert.Equal(t, reasonRateLimited, got.reason)
 				assert.Equal(t, "ratelimit/messages", got.policy)
 				assert.Equal(t, 10*time.Second, got.delay)
 				assert.Equal(t, sluice.Ignored, rec.next(t), "the guard's own rejection counted")
@@ -368,12 +368,13 @@ func TestServerMessageGuardRejectionFollowsItsCause(t *testing.T) {
 		b := newBreaker(t, "messages", clk)
 		b.ForceOpen()
 		msgs := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
-		s := start(t, tr, serverOpts(t, WithMessageGuard(msgs, methodChat)))
+		// A message guard alone guards streams only: no unary interceptor.
+		s := start(t, tr, []grpc.ServerOption{grpc.StreamInterceptor(stream(t, WithMessageGuard(msgs, methodChat)))})
 		n, err := s.chat(withTimeout(t), 2)
 		assert.Equal(t, 0, n)
 		got := readWire(t, err)
 		assert.Equal(t, codes.Unavailable, got.code)
-		assert.Equal(t, ReasonCircuitOpen, got.reason)
+		assert.Equal(t, reasonCircuitOpen, got.reason)
 	})
 }
 

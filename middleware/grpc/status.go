@@ -17,30 +17,30 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// ErrorDomain is the domain of the errdetails.ErrorInfo that every sluice
+// errorDomain is the domain of the errdetails.ErrorInfo that every sluice
 // rejection carries.
-const ErrorDomain = "sluice"
+const errorDomain = "sluice"
 
-// MetadataPolicy is the key, in the ErrorInfo's metadata, of the name of the
+// metadataPolicy is the key, in the ErrorInfo's metadata, of the name of the
 // policy that rejected.
-const MetadataPolicy = "policy"
+const metadataPolicy = "policy"
 
 // The ErrorInfo reasons, one per cause, in the UPPER_SNAKE_CASE that
 // google.rpc.ErrorInfo asks for.
 const (
-	ReasonRateLimited        = "RATE_LIMITED"
-	ReasonCircuitOpen        = "CIRCUIT_OPEN"
-	ReasonOverloaded         = "OVERLOADED"
-	ReasonConcurrencyLimited = "CONCURRENCY_LIMITED"
-	ReasonTimeout            = "TIMEOUT"
-	ReasonRejected           = "REJECTED"
+	reasonRateLimited        = "RATE_LIMITED"
+	reasonCircuitOpen        = "CIRCUIT_OPEN"
+	reasonOverloaded         = "OVERLOADED"
+	reasonConcurrencyLimited = "CONCURRENCY_LIMITED"
+	reasonTimeout            = "TIMEOUT"
+	reasonRejected           = "REJECTED"
 )
 
 // Code returns the gRPC code a rejection with cause c is answered with: rate
 // limited is ResourceExhausted; circuit open, overloaded and concurrency
 // limited are Unavailable; a timeout is DeadlineExceeded. Any other cause is
 // Unavailable.
-func Code(c sluice.Cause) codes.Code {
+func codeOf(c sluice.Cause) codes.Code {
 	switch c {
 	case sluice.CauseRateLimited:
 		return codes.ResourceExhausted
@@ -53,35 +53,35 @@ func Code(c sluice.Cause) codes.Code {
 // Reason returns the ErrorInfo reason of cause c: "RATE_LIMITED",
 // "CIRCUIT_OPEN", "OVERLOADED", "CONCURRENCY_LIMITED", "TIMEOUT", or
 // "REJECTED" for CauseNone.
-func Reason(c sluice.Cause) string {
+func reasonOf(c sluice.Cause) string {
 	switch c {
 	case sluice.CauseRateLimited:
-		return ReasonRateLimited
+		return reasonRateLimited
 	case sluice.CauseCircuitOpen:
-		return ReasonCircuitOpen
+		return reasonCircuitOpen
 	case sluice.CauseOverloaded:
-		return ReasonOverloaded
+		return reasonOverloaded
 	case sluice.CauseConcurrencyLimited:
-		return ReasonConcurrencyLimited
+		return reasonConcurrencyLimited
 	case sluice.CauseTimeout:
-		return ReasonTimeout
+		return reasonTimeout
 	}
-	return ReasonRejected
+	return reasonRejected
 }
 
 // causeOfReason returns the sluice error of an ErrorInfo reason, nil for an
 // unknown one.
 func causeOfReason(reason string) error {
 	switch reason {
-	case ReasonRateLimited:
+	case reasonRateLimited:
 		return sluice.ErrRateLimited
-	case ReasonCircuitOpen:
+	case reasonCircuitOpen:
 		return sluice.ErrCircuitOpen
-	case ReasonOverloaded:
+	case reasonOverloaded:
 		return sluice.ErrOverloaded
-	case ReasonConcurrencyLimited:
+	case reasonConcurrencyLimited:
 		return sluice.ErrConcurrencyLimited
-	case ReasonTimeout:
+	case reasonTimeout:
 		return sluice.ErrTimeout
 	}
 	return nil
@@ -116,22 +116,17 @@ func causeText(c sluice.Cause) string {
 	return "rejected"
 }
 
-// RejectionStatus returns the gRPC status that answers the rejection d: the
-// code of its cause (see [Code]), a message naming the cause and the delay,
-// an errdetails.RetryInfo with d.RetryAfter (one second when the policy
+// rejectionStatus returns the gRPC status that answers the rejection d
+// with code: a message naming the cause and the delay, an
+// errdetails.RetryInfo with d.RetryAfter (one second when the policy
 // cannot know it, as the HTTP adapters' Retry-After), and an
-// errdetails.ErrorInfo whose reason names the cause (see [Reason]), whose
-// domain is [ErrorDomain] and whose metadata holds the policy's name under
-// [MetadataPolicy].
-func RejectionStatus(d sluice.Decision) *status.Status {
-	return rejectionStatus(d, Code(sluice.CauseOf(d.Cause)))
-}
-
+// errdetails.ErrorInfo whose reason names the cause, whose domain is
+// "sluice" and whose metadata holds the policy's name under "policy".
 func rejectionStatus(d sluice.Decision, code codes.Code) *status.Status {
 	c := sluice.CauseOf(d.Cause)
 	delay := retryDelay(d)
 	p := &spb.Status{Code: int32(code), Message: message(c, delay), Details: []*anypb.Any{retryInfo(delay)}}
-	if info := errorInfo(Reason(c), d.Policy); info != nil {
+	if info := errorInfo(reasonOf(c), d.Policy); info != nil {
 		p.Details = append(p.Details, info)
 	}
 	return status.FromProto(p)
@@ -180,9 +175,9 @@ func errorInfo(reason, policy string) *anypb.Any {
 	if a, ok := errorInfos.Load(k); ok {
 		return a.(*anypb.Any)
 	}
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
 	if policy != "" {
-		info.Metadata = map[string]string{MetadataPolicy: strings.ToValidUTF8(policy, "\uFFFD")}
+		info.Metadata = map[string]string{metadataPolicy: strings.ToValidUTF8(policy, "\uFFFD")}
 	}
 	a, err := anypb.New(info)
 	if err != nil {
@@ -203,9 +198,10 @@ type rejection struct {
 	rej error           // the Guard's rejection, as sluice.Rejection makes it
 	d   sluice.Decision // rej's Decision, as of the rejection
 	st  *status.Status
+	msg string // st's error text, as gRPC's status error has it
 }
 
-func (e *rejection) Error() string              { return e.st.Err().Error() }
+func (e *rejection) Error() string              { return e.msg }
 func (e *rejection) GRPCStatus() *status.Status { return e.st }
 func (e *rejection) Unwrap() error              { return e.rej }
 func (e *rejection) Is(target error) bool       { return target == sluice.ErrRejected }
@@ -214,7 +210,7 @@ func (e *rejection) Is(target error) bool       { return target == sluice.ErrRej
 // Decision d (one is made when err is none), answered with the code of its
 // cause.
 func newRejection(err error, d sluice.Decision) *rejection {
-	return newRejectionCode(err, d, Code(sluice.CauseOf(d.Cause)))
+	return newRejectionCode(err, d, codeOf(sluice.CauseOf(d.Cause)))
 }
 
 // newRejectionCode is newRejection answered with code.
@@ -222,7 +218,8 @@ func newRejectionCode(err error, d sluice.Decision, code codes.Code) *rejection 
 	if !isGuardRejection(err) {
 		err = sluice.Rejection(d)
 	}
-	return &rejection{rej: err, d: d, st: rejectionStatus(d, code)}
+	st := rejectionStatus(d, code)
+	return &rejection{rej: err, d: d, st: st, msg: st.Err().Error()}
 }
 
 // guardRejection is the type of a Guard's rejections, which sluice keeps
@@ -237,14 +234,14 @@ func isGuardRejection(err error) bool {
 
 // Error converts a sluice rejection (an error matching sluice.ErrRejected and
 // carrying a rejection of a Guard, as sluice.RejectionOf reads it) into an
-// error that gRPC sends as [RejectionStatus] of its Decision, and that still
+// error that gRPC sends as the rejection status of its Decision, and that still
 // matches sluice.ErrRejected and its cause with errors.Is; the errors that
 // wrap the rejection are dropped, so that their text does not go on the
 // wire. A Guard's timeout wrapping an inner Guard's rejection is a timeout,
 // not a rejection (as sluice.DefaultClassifier has it), and is returned as
 // it is, as is any other error, nil included. A handler that runs its own
-// Guard returns Error(err) to answer its rejections as the interceptors do.
-func Error(err error) error {
+// Guard returns rejectionError(err) to answer its rejections as the interceptors do.
+func rejectionError(err error) error {
 	r, d, rej := rejectionIn(err)
 	switch {
 	case r != nil:
@@ -331,11 +328,11 @@ func RejectionOf(err error) (sluice.Decision, bool) {
 	for _, det := range st.Details() {
 		switch v := det.(type) {
 		case *errdetails.ErrorInfo:
-			if v.GetDomain() != ErrorDomain {
+			if v.GetDomain() != errorDomain {
 				continue
 			}
 			found = true
-			d.Policy = v.GetMetadata()[MetadataPolicy]
+			d.Policy = v.GetMetadata()[metadataPolicy]
 			cause := causeOfReason(v.GetReason())
 			if cause == nil {
 				cause = sluice.ErrRejected

@@ -56,7 +56,7 @@ func FuzzRejectionStatusRoundTrip(f *testing.F) {
 			c = want
 		}
 		d := sluice.Decision{Policy: policy, RetryAfter: time.Duration(retry), Cause: c, Limit: limit, Remaining: remaining}
-		err := overTheWire(t, RejectionStatus(d).Err())
+		err := overTheWire(t, statusOf(d).Err())
 		got, ok := RejectionOf(err)
 		if !ok {
 			t.Fatalf("RejectionOf(%v) not ok", err)
@@ -70,7 +70,7 @@ func FuzzRejectionStatusRoundTrip(f *testing.F) {
 			sluice.CauseOf(got.Cause) != sluice.CauseOf(c) || !errors.Is(got.Cause, c) {
 			t.Fatalf("%+v came back as %+v", d, got)
 		}
-		if status.Code(err) != Code(sluice.CauseOf(c)) {
+		if status.Code(err) != codeOf(sluice.CauseOf(c)) {
 			t.Fatalf("code %v for cause %v", status.Code(err), c)
 		}
 
@@ -114,7 +114,7 @@ func FuzzRejectionOf(f *testing.F) {
 		p := &spb.Status{Code: int32(code % 17), Message: "m"}
 		var details []*anypb.Any
 		if hasInfo {
-			a, err := anypb.New(&errdetails.ErrorInfo{Domain: domain, Reason: reason, Metadata: map[string]string{MetadataPolicy: policy}})
+			a, err := anypb.New(&errdetails.ErrorInfo{Domain: domain, Reason: reason, Metadata: map[string]string{metadataPolicy: policy}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +136,7 @@ func FuzzRejectionOf(f *testing.F) {
 		}
 		err := overTheWire(t, status.FromProto(p).Err())
 		got, ok := RejectionOf(err)
-		if ok != (hasInfo && domain == ErrorDomain) {
+		if ok != (hasInfo && domain == errorDomain) {
 			t.Fatalf("RejectionOf(%v) ok = %v", err, ok)
 		}
 		if !ok {
@@ -154,4 +154,9 @@ func FuzzRejectionOf(f *testing.F) {
 			t.Fatalf("reason %q read as cause %v", reason, got.Cause)
 		}
 	})
+}
+
+// statusOf is the status the interceptors answer the rejection d with.
+func statusOf(d sluice.Decision) *status.Status {
+	return rejectionStatus(d, codeOf(sluice.CauseOf(d.Cause)))
 }

@@ -28,7 +28,7 @@ import (
 // live as long as they need to, whether a ServerInHandle admitted them or
 // not.
 func StreamServerInterceptor(opts ...Option) (grpc.StreamServerInterceptor, error) {
-	c, err := build(serverSide, opts)
+	c, err := build(streamServerSide, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -62,11 +62,11 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if rt == nil && msg == nil && a == nil {
 		return handler(srv, ss) // nothing to guard, no outcome to record
 	}
-	w := &serverStream{ServerStream: ss, ctx: ss.Context()}
 	if rt == nil && msg == nil {
+		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return Error(err)
+		return c.streamError(ss, rt, err)
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
 	if err != nil {
@@ -74,9 +74,10 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return err
 	}
 	if skip {
+		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return Error(err)
+		return c.streamError(ss, rt, err)
 	}
 	// The stream's admission by the route's Guard; the zero Call, which
 	// Report leaves alone, when the route has none. The Guard's deadline
@@ -86,14 +87,14 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		call, err = rt.Guard.Begin(ctx)
 		if err != nil {
 			a.record(sluice.Released)
-			return rejectCall(ctx, rt, call.Decision(), err, streamTrailer(ss))
+			return c.rejectStream(ss, rt, call.Decision(), err)
 		}
 		if c.quotaMD {
 			setQuota(ctx, rt, call.Decision(), streamHeader(ss))
 		}
 	}
 	defer call.Report(sluice.Failure, nil) // the handler panicked; nothing once reported
-	w.ctx, w.msg = ctx, msg
+	w := &serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}
 	err = handler(srv, w)
 	if r := w.rejected.Load(); r != nil {
 		err = r
@@ -103,7 +104,32 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	a.record(o)
 	// A rejection the handler's own call met goes out as a rejection
 	// status, as the interceptor's own do, not as the handler's text.
-	return Error(err)
+	return c.streamError(ss, rt, err)
+}
+
+// rejectStream answers the rejection err, with Decision d, of a stream ss
+// on route rt: its trailers are set, and the error returned.
+func (c *config) rejectStream(ss grpc.ServerStream, rt *middleware.Route, d sluice.Decision, err error) error {
+	a := c.answer(rt, d, err)
+	if a.md != nil {
+		ss.SetTrailer(a.md)
+	}
+	return a.err
+}
+
+// streamError is the error that ends a stream ss on route rt whose handler
+// returned err: a sluice rejection that err is or wraps is answered as the
+// interceptor answers its own (an interceptor's own rejection, a client's,
+// stands as it is); any other error is returned as it is.
+func (c *config) streamError(ss grpc.ServerStream, rt *middleware.Route, err error) error {
+	r, d, rej := rejectionIn(err)
+	switch {
+	case r != nil:
+		return r
+	case rej != nil:
+		return c.rejectStream(ss, rt, d, rej)
+	}
+	return err
 }
 
 // streamOutcome is the outcome of the stream w whose handler returned err:
@@ -127,20 +153,12 @@ func streamHeader(ss grpc.ServerStream) func(context.Context, metadata.MD) error
 	return func(_ context.Context, md metadata.MD) error { return ss.SetHeader(md) }
 }
 
-// streamTrailer adapts a stream's SetTrailer to the shape of
-// grpc.SetTrailer.
-func streamTrailer(ss grpc.ServerStream) func(context.Context, metadata.MD) error {
-	return func(_ context.Context, md metadata.MD) error {
-		ss.SetTrailer(md)
-		return nil
-	}
-}
-
 // serverStream is a guarded stream as its handler sees it: its context
 // carries the call's key, each received message is asked for when a message
 // guard is set, and it notes when gRPC tells that the client went away.
 type serverStream struct {
 	grpc.ServerStream
+	c        *config
 	ctx      context.Context
 	msg      *middleware.Route
 	rejected atomic.Pointer[rejection]
@@ -195,12 +213,11 @@ func (s *serverStream) RecvMsg(m any) error {
 	}
 	call, err := s.msg.Guard.Begin(s.ctx)
 	if err != nil {
-		d := call.Decision()
-		r := newRejection(err, d)
-		if d.Limit >= 0 && d.Policy != "" {
-			s.ServerStream.SetTrailer(quotaMetadata(s.msg, d, retryDelay(d)))
+		a := s.c.answer(s.msg, call.Decision(), err)
+		if a.md != nil {
+			s.ServerStream.SetTrailer(a.md)
 		}
-		s.rejected.CompareAndSwap(nil, r)
+		s.rejected.CompareAndSwap(nil, a.err)
 		return s.rejected.Load()
 	}
 	call.Report(sluice.Success, nil)

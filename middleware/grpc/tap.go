@@ -14,7 +14,7 @@ import (
 // grpc.InTapHandle) that admits each call with its method's Guard as soon as
 // its headers arrive, before gRPC reads the request or starts a goroutine
 // for it: the cheapest place to turn away calls over a rate limit or an
-// overloaded server. A rejection answers the call with [RejectionStatus]
+// overloaded server. A rejection answers the call with the rejection status (see the package doc)
 // (no metadata can be sent from there: neither the RateLimit fields nor a
 // retry pushback, so a client's retryPolicy retries it with its own
 // backoff). Key functions and skippers see
@@ -153,7 +153,7 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	call, err := rt.Guard.Begin(kctx)
 	if err != nil {
-		return ctx, newRejection(err, call.Decision())
+		return ctx, c.answer(nil, call.Decision(), err).err
 	}
 	a := &tapAdmission{guard: rt.Guard, call: call, parent: kctx}
 	a.stop = context.AfterFunc(ctx, a.abandon)

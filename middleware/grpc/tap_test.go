@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -40,7 +41,7 @@ func TestTapRejectsBeforeTheHandler(t *testing.T) {
 				err := call.do(ctx, s)
 				got := readWire(t, err)
 				assert.Equal(t, codes.ResourceExhausted, got.code)
-				assert.Equal(t, ReasonRateLimited, got.reason)
+				assert.Equal(t, reasonRateLimited, got.reason)
 				assert.Equal(t, "ratelimit/tap", got.policy)
 				assert.Equal(t, 5*time.Second, got.delay)
 				assert.Equal(t, int64(1), s.health.calls.Load())
@@ -67,7 +68,7 @@ func TestTapAndInterceptorWithTheirOwnGuards(t *testing.T) {
 		for _, call := range calls {
 			inner.off.Store(false)
 			got := readWire(t, call.do(ctx, s))
-			assert.Equal(t, ReasonCircuitOpen, got.reason, call.name)
+			assert.Equal(t, reasonCircuitOpen, got.reason, call.name)
 			assert.Equal(t, sluice.Released, outer.next(t), "%s: an inner rejection releases the tap's admission", call.name)
 
 			inner.off.Store(true)
@@ -148,7 +149,7 @@ func TestTappedCallWhoseClientLeftIsNotAdmittedAgain(t *testing.T) {
 func TestTapKeysFromHeaderMetadata(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		rec := &recorder{name: "rec"}
-		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(KeyByMetadata("X-Api-Key")))})
+		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(middleware.KeyByHeader("X-Api-Key")))})
 		ctx := withTimeout(t)
 		require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-api-key", "tenant-7")))
 		require.NoError(t, s.check(ctx))

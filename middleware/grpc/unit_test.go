@@ -69,7 +69,7 @@ func TestWithClassifierOverridesButNeverCountsOwnRejections(t *testing.T) {
 	for _, err := range []error{
 		status.Error(codes.NotFound, "x"),
 		status.Error(codes.Unavailable, "x"),
-		Error(sluice.Rejection(sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited})),
+		rejectionError(sluice.Rejection(sluice.Decision{Policy: "inner", Limit: -1, Cause: sluice.ErrRateLimited})),
 	} {
 		_, got := i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, err })
 		assert.Equal(t, err, got, "the interceptor changed the handler's error")
@@ -97,7 +97,7 @@ func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
 	i := unary(t, WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(b))))
 	inner := mustGuard(t, sluice.With(&refuser{name: "adaptive/inner", cause: sluice.ErrOverloaded, retry: time.Second}))
 	handler := func(ctx context.Context, _ any) (any, error) {
-		return nil, Error(inner.Do(ctx, func(context.Context) error { return nil }))
+		return nil, rejectionError(inner.Do(ctx, func(context.Context) error { return nil }))
 	}
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	got := readWire(t, err)
@@ -107,16 +107,16 @@ func TestNestedGuardRejectionDoesNotTripTheOuterBreaker(t *testing.T) {
 }
 
 func TestErrorConverts(t *testing.T) {
-	assert.NoError(t, Error(nil))
+	assert.NoError(t, rejectionError(nil))
 	plain := errors.New("x")
-	assert.Same(t, plain, Error(plain))
+	assert.Same(t, plain, rejectionError(plain))
 	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
-	err := Error(fmt.Errorf("wrapped: %w", re))
+	err := rejectionError(fmt.Errorf("wrapped: %w", re))
 	assert.ErrorIs(t, err, sluice.ErrRejected)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.Equal(t, "rpc error: code = ResourceExhausted desc = sluice: rate limited; retry after 3s", err.Error())
-	assert.Same(t, err, Error(err), "converting twice")
+	assert.Same(t, err, rejectionError(err), "converting twice")
 	d, ok := RejectionOf(err)
 	require.True(t, ok)
 	assert.Equal(t, 3*time.Second, d.RetryAfter)
@@ -132,16 +132,16 @@ func TestCodesAndReasons(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{sluice.CauseRateLimited, codes.ResourceExhausted, ReasonRateLimited},
-		{sluice.CauseCircuitOpen, codes.Unavailable, ReasonCircuitOpen},
-		{sluice.CauseOverloaded, codes.Unavailable, ReasonOverloaded},
-		{sluice.CauseConcurrencyLimited, codes.Unavailable, ReasonConcurrencyLimited},
-		{sluice.CauseTimeout, codes.DeadlineExceeded, ReasonTimeout},
-		{sluice.CauseNone, codes.Unavailable, ReasonRejected},
+		{sluice.CauseRateLimited, codes.ResourceExhausted, reasonRateLimited},
+		{sluice.CauseCircuitOpen, codes.Unavailable, reasonCircuitOpen},
+		{sluice.CauseOverloaded, codes.Unavailable, reasonOverloaded},
+		{sluice.CauseConcurrencyLimited, codes.Unavailable, reasonConcurrencyLimited},
+		{sluice.CauseTimeout, codes.DeadlineExceeded, reasonTimeout},
+		{sluice.CauseNone, codes.Unavailable, reasonRejected},
 	}
 	for _, tc := range tests {
-		assert.Equal(t, tc.code, Code(tc.cause), tc.cause.String())
-		assert.Equal(t, tc.reason, Reason(tc.cause), tc.cause.String())
+		assert.Equal(t, tc.code, codeOf(tc.cause), tc.cause.String())
+		assert.Equal(t, tc.reason, reasonOf(tc.cause), tc.cause.String())
 		assert.Equal(t, tc.cause, sluice.CauseOf(causeOfReason(tc.reason)))
 	}
 }
@@ -169,6 +169,7 @@ type fakeStream struct {
 
 func (f fakeStream) Context() context.Context    { return f.ctx }
 func (f fakeStream) SetHeader(metadata.MD) error { return nil }
+func (f fakeStream) SetTrailer(metadata.MD)      {}
 
 func TestUnguardedMethodsPassThrough(t *testing.T) {
 	rec := &recorder{name: "rec"}
@@ -176,28 +177,55 @@ func TestUnguardedMethodsPassThrough(t *testing.T) {
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
 	require.NoError(t, err)
 	assert.Empty(t, rec.Outcomes())
-	i = unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithMethodGuard(methodCheck, nil))
+	i = unary(t, WithGuard(mustGuard(t, sluice.With(rec))), WithSkipper(func(r middleware.Request) bool { return r.Route() == methodCheck }))
 	_, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return nil, nil })
 	require.NoError(t, err)
-	assert.Empty(t, rec.Outcomes(), "a nil method guard overrides the default")
+	assert.Empty(t, rec.Outcomes(), "a skipped method passes by the default Guard")
 }
 
 func TestOptionsAreValidated(t *testing.T) {
 	g := mustGuard(t)
+	table, err := middleware.NewRoutes(middleware.RouteTo(methodCheck, g))
+	require.NoError(t, err)
+	empty, err := middleware.NewRoutes()
+	require.NoError(t, err)
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"), middleware.KeyByHeader("x-api-key"))
+	require.NoError(t, err)
+	skipNone := func(middleware.Request) bool { return false }
 	tests := []struct {
 		name string
 		opts []Option
 	}{
+		{"no guard", nil},
+		{"no guard, only other options", []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithQuotaMetadata()}},
 		{"nil guard", []Option{WithGuard(nil)}},
+		{"nil method guard", []Option{WithGuard(g), WithMethodGuard(methodCheck, nil)}},
+		{"routes and guard", []Option{WithRoutes(table), WithGuard(g)}},
+		{"routes and method guard", []Option{WithRoutes(table), WithMethodGuard(methodCheck, g)}},
+		{"routes twice", []Option{WithRoutes(table), WithRoutes(table)}},
+		{"routes without a guard", []Option{WithRoutes(empty)}},
+		{"key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithKey(middleware.KeyByHeader("b"))}},
+		{"keyer twice", []Option{WithGuard(g), WithKeyer(keyer), WithKeyer(keyer)}},
+		{"keyer and key", []Option{WithGuard(g), WithKeyer(keyer), WithKey(middleware.KeyByHeader("a"))}},
+		{"missing key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithMissingKey(middleware.RejectMissingKey()), WithMissingKey(middleware.SharedKey("x"))}},
+		{"skipper twice", []Option{WithGuard(g), WithSkipper(skipNone), WithSkipper(skipNone)}},
+		{"classifier twice", []Option{WithGuard(g), WithClassifier(Classify), WithClassifier(Classify)}},
+		{"quota metadata twice", []Option{WithGuard(g), WithQuotaMetadata(), WithQuotaMetadata()}},
+		{"method resource twice", []Option{WithGuard(g), WithMethodResource(), WithMethodResource()}},
+		{"critical methods twice", []Option{WithGuard(g), WithCriticalMethods(methodCheck), WithCriticalMethods(methodWatch)}},
+		{"critical method named twice", []Option{WithGuard(g), WithCriticalMethods(methodCheck, methodCheck)}},
+		{"critical method without a guard", []Option{WithMethodGuard(methodWatch, g), WithCriticalMethods(methodCheck)}},
+		{"critical method off the table", []Option{WithRoutes(table), WithCriticalMethods(methodWatch)}},
+		{"message method named twice", []Option{WithGuard(g), WithMessageGuard(g, methodChat, methodChat)}},
 		{"default twice", []Option{WithGuard(g), WithGuard(g)}},
 		{"method without slash", []Option{WithMethodGuard("pkg.Svc/M", g)}},
 		{"method without name", []Option{WithMethodGuard("/pkg.Svc/", g)}},
 		{"method twice", []Option{WithMethodGuard(methodCheck, g), WithMethodGuard(methodCheck, g)}},
 		{"nil routes", []Option{WithRoutes(nil)}},
 		{"no key function", []Option{WithKey()}},
-		{"nil key function", []Option{WithKey(nil)}},
+		{"nil key function", []Option{WithGuard(g), WithKey(nil)}},
 		{"nil keyer", []Option{WithKeyer(nil)}},
-		{"missing key without a key", []Option{WithMissingKey(middleware.RejectMissingKey())}},
+		{"missing key without a key", []Option{WithGuard(g), WithMissingKey(middleware.RejectMissingKey())}},
 		{"nil skipper", []Option{WithSkipper(nil)}},
 		{"nil classifier", []Option{WithClassifier(nil)}},
 		{"no critical method", []Option{WithCriticalMethods()}},
@@ -205,9 +233,9 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"nil message guard", []Option{WithMessageGuard(nil)}},
 		{"bad message method", []Option{WithMessageGuard(g, "Chat")}},
 		{"message guard twice", []Option{WithMessageGuard(g), WithMessageGuard(g)}},
-		{"client only: timeout", []Option{WithTimeout(time.Second)}},
-		{"client only: target", []Option{WithTargetGuard("dns:///x", g)}},
-		{"client only: max retry delay", []Option{WithMaxRetryDelay(time.Minute)}},
+		{"client only: timeout", []Option{WithGuard(g), WithTimeout(time.Second)}},
+		{"client only: target", []Option{WithGuard(g), WithTargetGuard("dns:///x", g)}},
+		{"client only: max retry delay", []Option{WithGuard(g), WithMaxRetryDelay(time.Minute)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -217,14 +245,37 @@ func TestOptionsAreValidated(t *testing.T) {
 			assert.Error(t, err)
 		})
 	}
-	for _, o := range []Option{WithQuotaMetadata(), WithMessageGuard(g), WithTimeout(0), WithTargetGuard("", g), WithMaxRetryDelay(-time.Second)} {
-		_, err := UnaryClientInterceptor(o)
+	for _, opts := range [][]Option{
+		nil,
+		{WithGuard(g), WithQuotaMetadata()},
+		{WithGuard(g), WithMessageGuard(g)},
+		{WithGuard(g), WithTimeout(0)},
+		{WithGuard(g), WithTimeout(time.Second), WithTimeout(time.Minute)},
+		{WithGuard(g), WithTargetGuard("", g)},
+		{WithGuard(g), WithTargetGuard("dns:///x", nil)},
+		{WithTargetGuard("dns:///x", g), WithTargetGuard("dns:///x", g)},
+		{WithGuard(g), WithMaxRetryDelay(-time.Second)},
+		{WithGuard(g), WithMaxRetryDelay(time.Second), WithMaxRetryDelay(0)},
+		{WithMethodGuard(methodWatch, g), WithCriticalMethods(methodCheck)},
+	} {
+		_, err := UnaryClientInterceptor(opts...)
 		assert.Error(t, err)
-		_, err = StreamClientInterceptor(o)
+		_, err = StreamClientInterceptor(opts...)
 		assert.Error(t, err)
 	}
-	_, err := UnaryServerInterceptor()
-	assert.NoError(t, err, "no options: everything passes through")
+	_, err = ServerInHandle()
+	assert.Error(t, err, "a tap with no Guard")
+
+	// A message guard alone guards a stream interceptor, not a unary one;
+	// a target Guard may guard any method, so a critical one is no error.
+	_, err = StreamServerInterceptor(WithMessageGuard(g))
+	assert.NoError(t, err)
+	_, err = UnaryServerInterceptor(WithMessageGuard(g))
+	assert.Error(t, err)
+	_, err = UnaryClientInterceptor(WithTargetGuard("dns:///x", g), WithCriticalMethods(methodCheck))
+	assert.NoError(t, err)
+	_, err = UnaryServerInterceptor(WithRoutes(table), WithCriticalMethods(methodCheck))
+	assert.NoError(t, err)
 }
 
 func TestQuotaMetadataOnAdmittedCalls(t *testing.T) {
@@ -281,7 +332,7 @@ func TestRetryInfoEncoding(t *testing.T) {
 }
 
 func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
-	st := RejectionStatus(sluice.Decision{Policy: "bad\xffname", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen})
+	st := statusOf(sluice.Decision{Policy: "bad\xffname", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen})
 	d, ok := RejectionOf(st.Err())
 	require.True(t, ok)
 	assert.Equal(t, "bad\uFFFDname", d.Policy)
@@ -291,7 +342,7 @@ func TestRejectionStatusWithAnInvalidPolicyName(t *testing.T) {
 // A peer's RetryInfo with a negative delay announces no delay: RejectionOf
 // never returns a negative RetryAfter.
 func TestRejectionOfNegativeRetryDelayIsNone(t *testing.T) {
-	info, err := anypb.New(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: ReasonRateLimited})
+	info, err := anypb.New(&errdetails.ErrorInfo{Domain: errorDomain, Reason: reasonRateLimited})
 	require.NoError(t, err)
 	for _, delay := range []*durationpb.Duration{{Seconds: -30}, {Nanos: -1}, {Seconds: math.MinInt64}} {
 		retry, err := anypb.New(&errdetails.RetryInfo{RetryDelay: delay})
@@ -351,23 +402,24 @@ func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 // not a rejection.
 func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 	re := sluice.Rejection(sluice.Decision{Policy: "ratelimit/a", Limit: 10, RetryAfter: 3 * time.Second, Cause: sluice.ErrRateLimited})
-	own := Error(re)
-	err := Error(fmt.Errorf("fetch account 42 from db-7: %w", own))
+	own := rejectionError(re)
+	err := rejectionError(fmt.Errorf("fetch account 42 from db-7: %w", own))
 	assert.Equal(t, "sluice: rate limited; retry after 3s", status.Convert(err).Message(), "the service's error text went on the wire")
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 
 	te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})}
-	assert.Same(t, te, Error(te), "a timeout was turned into a rejection")
-	_, ok := RejectionOf(Error(te))
+	assert.Same(t, te, rejectionError(te), "a timeout was turned into a rejection")
+	_, ok := RejectionOf(rejectionError(te))
 	assert.False(t, ok)
-	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(Error(te)).Code(), "as gRPC sends a handler's error without a status")
+	assert.Equal(t, codes.DeadlineExceeded, status.FromContextError(rejectionError(te)).Code(), "as gRPC sends a handler's error without a status")
 }
 
 // A handler that returns a rejection its own call met (its dependency's
 // breaker open, wrapped in its own words) gets it answered as the
-// interceptor's own: the method's fallback, else the rejection's status
-// with RetryInfo and not the handler's text; the call counts Ignored.
+// interceptor's own: the fallback of the method's Guard, else the
+// rejection's status with RetryInfo and not the handler's text; the call
+// counts Ignored.
 func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
@@ -375,9 +427,7 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	}
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
 	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+		WithMethodGuard("/svc/Fallback", mustGuard(t, sluice.With(rec), sluice.WithFallback(openFallback(t)))))
 	_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	st := status.Convert(err)
 	assert.Equal(t, codes.Unavailable, st.Code())
@@ -395,8 +445,8 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 
 // A call the interceptor lets through unguarded (a method without a
 // Guard, a skipped call) still gets a rejection its handler returns
-// answered as one, as a stream's is: the fallback, else the rejection's
-// status and not the handler's text.
+// answered as one, as a stream's is: the rejection's status and not the
+// handler's text. (With no Guard, no fallback.)
 func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
 	handler := func(context.Context, any) (any, error) {
@@ -404,10 +454,7 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 	}
 	rec := &recorder{name: "rec"}
 	i := unary(t, WithMethodGuard(methodWatch, mustGuard(t, sluice.With(rec))),
-		WithSkipper(middleware.SkipRoutes(methodWatch)),
-		WithFallback("/svc/Fallback", sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+		WithSkipper(middleware.SkipRoutes(methodWatch)))
 	for _, method := range []string{methodCheck, methodWatch} {
 		_, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
 		st := status.Convert(err)
@@ -417,9 +464,6 @@ func TestUnguardedHandlerReturningARejection(t *testing.T) {
 		require.True(t, ok, method)
 		assert.Equal(t, 2*time.Second, got.RetryAfter, method)
 	}
-	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/Fallback"}, handler)
-	require.NoError(t, err)
-	assert.Equal(t, "fallback for breaker/dep", resp)
 	assert.Empty(t, rec.Outcomes())
 }
 
@@ -439,8 +483,8 @@ func TestStreamHandlerReturningARejection(t *testing.T) {
 }
 
 // A handler that returns what its client interceptor answered for a
-// dependency whose breaker is open (an interceptor's own rejection, as
-// Error makes too) gets the method's fallback, as a bare rejection does.
+// dependency whose breaker is open (an interceptor's own rejection) gets
+// the fallback of the method's Guard, as a bare rejection does.
 func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	b := newBreaker(t, "dep", clk)
@@ -452,10 +496,7 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 		return nil, client(ctx, "/dep.Dep/Get", nil, nil, nil, invoke)
 	}
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
-	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(rec), sluice.WithFallback(openFallback(t)))))
 	resp, err := i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, handler)
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for breaker/dep", resp)
@@ -463,7 +504,7 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 
 	resp, err = i(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
 		func(context.Context, any) (any, error) {
-			return nil, Error(sluice.Rejection(sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}))
+			return nil, rejectionError(sluice.Rejection(sluice.Decision{Policy: "own", Limit: -1, Cause: sluice.ErrCircuitOpen}))
 		})
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for own", resp)
@@ -471,17 +512,14 @@ func TestHandlerReturningAClientRejectionGetsTheFallback(t *testing.T) {
 }
 
 // On a call a ServerInHandle admitted, a handler's rejection answered by
-// the method's fallback counts Ignored for the tap's Guard, as on a call
-// the interceptor admitted.
+// the fallback of the method's Guard counts Ignored for the tap's Guard, as
+// on a call the interceptor admitted.
 func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
 	rec := &recorder{name: "rec", ended: make(chan sluice.Outcome, 2)}
 	g := mustGuard(t, sluice.With(rec))
 	handle, err := ServerInHandle(WithGuard(g))
 	require.NoError(t, err)
-	i := unary(t, WithGuard(g),
-		WithFallback(methodCheck, sluice.CauseCircuitOpen, func(_ context.Context, _ any, got sluice.Decision) (any, error) {
-			return "fallback for " + got.Policy, nil
-		}))
+	i := unary(t, WithGuard(mustGuard(t, sluice.WithFallback(openFallback(t)))))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ctx, err = handle(ctx, &tap.Info{FullMethodName: methodCheck, Header: metadata.MD{}})

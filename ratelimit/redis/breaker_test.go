@@ -50,7 +50,7 @@ func TestBreakerOpenTimeCountsFromTheFailure(t *testing.T) {
 	require.Equal(t, 1, log.count(EventRedisError), "a call went to Redis while the breaker was open")
 }
 
-// FailClosed's RetryAfter is the open time left of the breaker's latest
+// failClosed's RetryAfter is the open time left of the breaker's latest
 // opening, even while another goroutine is still delivering an earlier
 // state change to a slow observer.
 func TestClosedRetryAfterWhileAChangeIsDelivered(t *testing.T) {

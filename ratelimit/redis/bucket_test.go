@@ -88,7 +88,7 @@ func TestSlidingWindowStepsMatchLocal(t *testing.T) {
 		local[path] = w
 	}
 	key := func(path string) []string {
-		return []string{DefaultPrefix + ":test/ring/" + path + uniqueName("") + ":{x}"}
+		return []string{defaultPrefix + ":test/ring/" + path + uniqueName("") + ":{x}"}
 	}
 	keys := map[string][]string{"single": key("single"), "all": key("all"), "batch": key("batch")}
 

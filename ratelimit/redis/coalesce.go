@@ -123,10 +123,10 @@ func (l *Limiter) putWaiter(w *waiter) {
 // request holds its own ticket of the breaker around Redis; the sender of a
 // call reports the call's outcome with its ticket, and the other requests
 // of its batch only a success (see above).
-func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	bt, ok := l.br.acquire(now)
 	if !ok {
-		return l.fallback(ctx, c, now, track)
+		return l.fallback(ctx, c, now)
 	}
 	w := l.getWaiter()
 	w.ctx, w.c, w.now, w.ep, w.bt = ctx, c, now, l.deadlines.get(), bt
@@ -165,7 +165,7 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 				c2.keys[0], c2.tags[0] = key, tag
 				at := failedAt(now, ep)
 				l.br.failure(bt, at)
-				return l.failed(ctx, c2, now, at, errQueueTimeout, track)
+				return l.failed(ctx, c2, now, at, errQueueTimeout)
 			}
 			<-w.wake // decided or leading: the wake is sent
 		}
@@ -185,10 +185,10 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 			// not Redis's failure.
 			l.br.ignore(bt, at)
 		}
-		return l.failed(ctx, c, now, at, err, track)
+		return l.failed(ctx, c, now, at, err)
 	}
 	l.br.success(bt, now)
-	return l.decided(c, cost, now, track)
+	return l.decided(c, cost, now)
 }
 
 // send makes the call for batch, whose first request is the caller's own,

@@ -408,7 +408,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	c, hook := hookedClient(t, s.Addr)
 	var log eventLog
 	l, err := NewGCRA(c, rateOf(time.Second), 100, WithName(uniqueName("batch-fails")),
-		WithTimeout(20*time.Second), WithBreaker(DefaultBreakerFailures, time.Minute), WithObserver(log.observe))
+		WithTimeout(20*time.Second), WithBreaker(defaultBreakerFailures, time.Minute), WithObserver(log.observe))
 	require.NoError(t, err)
 	gate, flown := make(chan struct{}), make(chan struct{})
 	hook.before = func(n int64) {
@@ -436,7 +436,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	for hook.calls.Load() < maxFlights {
 		time.Sleep(time.Millisecond)
 	}
-	const queued = 2 * DefaultBreakerFailures
+	const queued = 2 * defaultBreakerFailures
 	for range queued {
 		queue.Go(func() {
 			d, _ := admitD(l, ctx, sluice.Now())

@@ -45,9 +45,10 @@ var (
 // or the open breaker answers first.
 //
 // Every Admit that allows must be followed by exactly one Done with its
-// Ticket, as a Guard does; outside a Guard, use Decide.
+// Ticket, as a Guard does: outside one, run the call through a Guard of
+// this limiter alone.
 func (l *Limiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
-	d, t := l.admit(ctx, now, true)
+	d, t := l.admit(ctx, now)
 	if !d.Allowed {
 		return sluice.Verdict{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter, Cause: d.Cause}
 	}
@@ -57,13 +58,6 @@ func (l *Limiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 // Needs returns 0: the limiter neither waits in Admit beyond its Redis
 // call's timeout nor needs the end of a call.
 func (l *Limiter) Needs() sluice.Needs { return 0 }
-
-// Decide decides on one request like Admit, at sluice.Now(), for use outside
-// a Guard: an admitted request's quota is kept (it cannot be released).
-func (l *Limiter) Decide(ctx context.Context) sluice.Decision {
-	d, _ := l.admit(ctx, sluice.Now(), false)
-	return d
-}
 
 // Done gives back, on sluice.Released, the quota that Admit took: one more
 // round trip to Redis (skipped while the breaker is open), or the local
@@ -118,7 +112,7 @@ func (l *Limiter) track(c *call) sluice.Ticket {
 	return t
 }
 
-func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	cost := sluice.CostFrom(ctx)
 	for _, m := range l.limits {
 		if cost > m.quota {
@@ -152,7 +146,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		if l.observer != nil {
 			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: ErrCrossSlot})
 		}
-		return l.fallback(ctx, c, now, track)
+		return l.fallback(ctx, c, now)
 	}
 	// The arguments of decideScript, which a refund runs.
 	c.args[0] = modeAdmit
@@ -162,11 +156,11 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, m.periodArg, m.quotaArg, boxed, zeroArg
 	}
 	if l.lanes != nil {
-		return l.admitCoalesced(ctx, c, cost, now, track)
+		return l.admitCoalesced(ctx, c, cost, now)
 	}
 	bt, ok := l.br.acquire(now)
 	if !ok {
-		return l.fallback(ctx, c, now, track)
+		return l.fallback(ctx, c, now)
 	}
 	ep := l.deadlines.get()
 	c.ctx = callCtx{parent: ctx, ep: ep}
@@ -182,10 +176,10 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration, track bool) (slu
 	if err != nil {
 		failedAt := failedAt(now, ep)
 		l.br.failure(bt, failedAt)
-		return l.failed(ctx, c, now, failedAt, err, track)
+		return l.failed(ctx, c, now, failedAt, err)
 	}
 	l.br.success(bt, now)
-	return l.decided(c, cost, now, track)
+	return l.decided(c, cost, now)
 }
 
 // run sends script to Redis with the context ctx of a call that began in
@@ -216,17 +210,17 @@ func failedAt(now time.Duration, ep *deadlineEpoch) time.Duration {
 // failure policies. They still decide at now, the instant the request was
 // admitted at: a local limiter must see the instants of its Guard's clock,
 // not ones moved on by the wait for Redis.
-func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error, track bool) (sluice.Decision, sluice.Ticket) {
+func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error) (sluice.Decision, sluice.Ticket) {
 	l.topo.failed(err)
 	if l.observer != nil {
 		l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
 	}
-	return l.fallback(ctx, c, now, track)
+	return l.fallback(ctx, c, now)
 }
 
 // decided turns the limits' decisions in c.ds, as Redis answered them, into
 // the request's.
-func (l *Limiter) decided(c *call, cost int64, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	d := l.compose(c.ds)
 	if !d.Allowed {
 		// Only a rejection of cost 1 is remembered: its RetryAfter holds for
@@ -241,10 +235,6 @@ func (l *Limiter) decided(c *call, cost int64, now time.Duration, track bool) (s
 				}
 			}
 		}
-		l.putCall(c)
-		return d, 0
-	}
-	if !track {
 		l.putCall(c)
 		return d, 0
 	}
@@ -283,15 +273,15 @@ func (l *Limiter) compose(ds []sluice.Decision) sluice.Decision {
 
 // fallback decides by the limits' failure policies, in order, stopping at
 // the first rejection and giving back what the local limiters before it took.
-func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, track bool) (sluice.Decision, sluice.Ticket) {
+func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	var d sluice.Decision
 	anyLocal := false
 	for i, m := range l.limits {
 		var di sluice.Decision
 		switch m.failure {
-		case FailOpen:
+		case failOpen:
 			di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
-		case FailClosed:
+		case failClosed:
 			di = sluice.Decision{Policy: m.closedName, Limit: -1, Cause: ErrUnavailable,
 				RetryAfter: l.br.openLeft(now)}
 		default:
@@ -324,7 +314,7 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration, trac
 	if l.observer != nil {
 		l.observer(Event{Kind: EventFallback, Policy: l.name, At: now, Decision: d})
 	}
-	if !anyLocal || !track {
+	if !anyLocal {
 		l.putCall(c)
 		return d, 0
 	}

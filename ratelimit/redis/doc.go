@@ -69,7 +69,8 @@
 // While Redis cannot decide, each limiter's failure policy does: WithFailOpen
 // (the default) admits, WithFailClosed rejects with ErrUnavailable (HTTP 503),
 // WithLocalFallback(n) decides with a local limiter of the same algorithm
-// holding 1/n of the limit, n being the number of instances. Such decisions
+// holding 1/n of the limit, n being the number of instances; give one of
+// them at most, as two would contradict each other. Such decisions
 // carry the limiter's own name, as a Guard names every decision by its
 // policy's Name: a local share's quota reaches clients in the RateLimit
 // fields under the limiter's name; fail-open admissions carry no quota,

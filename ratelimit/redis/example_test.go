@@ -62,10 +62,16 @@ func ExampleAll() {
 	if err != nil {
 		panic(err)
 	}
+	g, err := sluice.New(sluice.With(both), sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
+		fmt.Println(d.Allowed, d.Limit, d.Remaining)
+	}))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
 	ctx := sluice.WithResource(sluice.WithKey(context.Background(), "user-2"), "/search")
 	for range 3 {
-		d := both.Decide(ctx)
-		fmt.Println(d.Allowed, d.Limit, d.Remaining)
+		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
 	// Output:
 	// true 2 1
@@ -73,7 +79,7 @@ func ExampleAll() {
 	// false 2 0
 }
 
-// While Redis is unreachable, a FailClosed limiter rejects with
+// While Redis is unreachable, a limiter built WithFailClosed rejects with
 // ErrUnavailable, a cause that adapters answer with 503.
 func ExampleWithFailClosed() {
 	// Nothing listens on port 1: Redis is unreachable.
@@ -84,7 +90,13 @@ func ExampleWithFailClosed() {
 	if err != nil {
 		panic(err)
 	}
-	d := limiter.Decide(context.Background())
-	fmt.Println(d.Allowed, d.Policy, errors.Is(d.Cause, redislimit.ErrUnavailable))
-	// Output: false example/closed:closed true
+	g, err := sluice.New(sluice.With(limiter))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	err = g.Do(context.Background(), func(context.Context) error { return nil })
+	d, rejected := sluice.RejectionOf(err)
+	fmt.Println(!rejected, d.Policy, errors.Is(err, redislimit.ErrUnavailable))
+	// Output: false example/closed true
 }

@@ -71,7 +71,7 @@ func (rb *redisBreaker) openLeft(now time.Duration) time.Duration {
 	return left
 }
 
-// localShare keeps one local limiter per key for the FailLocal policy, with at
+// localShare keeps one local limiter per key for the failLocal policy, with at
 // most max keys.
 type localShare struct {
 	mu   sync.Mutex

@@ -25,12 +25,12 @@ func newServer(t *testing.T) *redistest.Server {
 	return s
 }
 
-// checkTTLs fails t when a key under DefaultPrefix on s has no TTL.
+// checkTTLs fails t when a key under defaultPrefix on s has no TTL.
 func checkTTLs(t *testing.T, s *redistest.Server) {
 	t.Helper()
 	cursor := "0"
 	for {
-		reply, err := s.Do("SCAN", cursor, "MATCH", DefaultPrefix+":*", "COUNT", "1000")
+		reply, err := s.Do("SCAN", cursor, "MATCH", defaultPrefix+":*", "COUNT", "1000")
 		if err != nil {
 			return // the test stopped the server
 		}
@@ -108,7 +108,7 @@ func ringOf(window time.Duration) int {
 // carry: the tests read it to know who decided.
 func admitD(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	if l, ok := p.(*Limiter); ok {
-		return l.admit(ctx, now, true)
+		return l.admit(ctx, now)
 	}
 	v := p.Admit(ctx, now)
 	return v.Decision(p.Name()), v.Ticket

@@ -34,7 +34,7 @@ type limit struct {
 	window      time.Duration // the time to refill the quota, or the window
 	keyFunc     func(context.Context) string
 	perResource bool
-	failure     FailurePolicy
+	failure     failurePolicy
 	local       *localShare
 	keys        keyCache
 	openName    string // name + ":open"
@@ -136,8 +136,8 @@ func bucketsFor(w time.Duration) int {
 
 func newRated(client redis.UniversalClient, algorithm string, alg byte, r ratelimit.Rate, burst int64, opts []Option,
 	local func(ratelimit.Rate, int64, string) (sluice.Policy, error)) (*Limiter, error) {
-	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("redislimit: %s: %w", algorithm, err)
+	if r.Count <= 0 || r.Period <= 0 {
+		return nil, fmt.Errorf("redislimit: %s: rate %v: want a positive count and period", algorithm, r)
 	}
 	if burst < 1 {
 		return nil, fmt.Errorf("redislimit: %s: burst %d must be at least 1", algorithm, burst)
@@ -235,7 +235,7 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 	if alg[0] == 'b' {
 		l.single, l.batch = bucketScripts(alg[1:])
 	}
-	if cfg.failure == FailLocal {
+	if cfg.failure == failLocal {
 		if _, err := share(); err != nil {
 			return nil, fmt.Errorf("redislimit: local fallback: %w", err)
 		}

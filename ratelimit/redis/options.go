@@ -10,40 +10,19 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// FailurePolicy is what a limiter does when Redis cannot decide: it is
+// failurePolicy is what a limiter does when Redis cannot decide: it is
 // unreachable, too slow (past the limiter's timeout), or the breaker around it
-// is open. The default is FailOpen.
-type FailurePolicy uint8
+// is open. It is set by one of WithFailOpen (the default), WithFailClosed and
+// WithLocalFallback.
+type failurePolicy uint8
 
 const (
-	// FailOpen admits every request while Redis cannot decide. The decision
-	// names the policy with the suffix ":open", has Limit -1 and Remaining 0.
-	FailOpen FailurePolicy = iota
-	// FailClosed rejects every request while Redis cannot decide, with a cause
-	// wrapping ErrUnavailable (and so sluice.ErrCircuitOpen: HTTP 503) and the
-	// suffix ":closed" on the policy's name.
-	FailClosed
-	// FailLocal decides with a local limiter of the same algorithm, per key,
-	// holding this instance's share of the limit (the limit divided by the
-	// expected number of instances, see WithLocalFallback). Its decisions name
-	// the policy with the suffix ":local".
-	FailLocal
+	failOpen failurePolicy = iota
+	failClosed
+	failLocal
 )
 
-// String returns "open", "closed" or "local".
-func (f FailurePolicy) String() string {
-	switch f {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	case FailLocal:
-		return "local"
-	}
-	return fmt.Sprintf("FailurePolicy(%d)", uint8(f))
-}
-
-// ErrUnavailable is the cause of a FailClosed rejection: Redis could not
+// ErrUnavailable is the cause of a failClosed rejection: Redis could not
 // decide. It wraps sluice.ErrCircuitOpen, so adapters answer 503, not 429.
 var ErrUnavailable = fmt.Errorf("%w: redis limiter unavailable", sluice.ErrCircuitOpen)
 
@@ -52,12 +31,12 @@ var ErrUnavailable = fmt.Errorf("%w: redis limiter unavailable", sluice.ErrCircu
 // request is then decided by the failure policies.
 var ErrCrossSlot = errors.New("redislimit: the combined limits' keys hash to different cluster slots")
 
-// DefaultTimeout is the time a decision waits for Redis before the failure
+// defaultTimeout is the time a decision waits for Redis before the failure
 // policy decides instead.
-const DefaultTimeout = 50 * time.Millisecond
+const defaultTimeout = 50 * time.Millisecond
 
-// DefaultPrefix is the first part of every key the limiters write.
-const DefaultPrefix = "sluice"
+// defaultPrefix is the first part of every key the limiters write.
+const defaultPrefix = "sluice"
 
 // Option configures a limiter built by NewGCRA, NewTokenBucket,
 // NewFixedWindow, NewSlidingWindow, NewSlidingWindowWeighted or All.
@@ -68,7 +47,7 @@ type config struct {
 	prefix        string
 	keyFunc       func(context.Context) string
 	perResource   bool
-	failure       FailurePolicy
+	failure       failurePolicy
 	instances     int64
 	timeout       time.Duration
 	failures      int
@@ -76,6 +55,8 @@ type config struct {
 	observer      func(Event)
 	negCache      int
 	memberOnly    []string // options set that All does not take
+	failureSet    string   // the option that set the failure policy, if one did
+	observerSet   bool
 	breakerSet    bool
 	timeoutSet    bool
 	localCapacity int
@@ -85,13 +66,13 @@ type config struct {
 func defaultConfig(algorithm string) config {
 	return config{
 		name:          "ratelimit/redis/" + algorithm,
-		prefix:        DefaultPrefix,
+		prefix:        defaultPrefix,
 		keyFunc:       keyFromContext,
-		failure:       FailOpen,
+		failure:       failOpen,
 		instances:     1,
-		timeout:       DefaultTimeout,
-		failures:      DefaultBreakerFailures,
-		openFor:       DefaultBreakerOpen,
+		timeout:       defaultTimeout,
+		failures:      defaultBreakerFailures,
+		openFor:       defaultBreakerOpen,
 		localCapacity: 65536,
 	}
 }
@@ -133,7 +114,7 @@ func WithName(name string) Option {
 }
 
 // WithPrefix sets the first part of the limiter's keys; the default is
-// DefaultPrefix, "sluice". It must not contain '{' or '}'.
+// "sluice". It must not contain '{' or '}'.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		if prefix == "" || strings.ContainsAny(prefix, "{}") {
@@ -171,45 +152,52 @@ func WithPerResource() Option {
 	}
 }
 
-// WithFailOpen makes the limiter admit every request while Redis cannot
-// decide. It is the default.
-func WithFailOpen() Option {
-	return func(c *config) error {
-		c.failure = FailOpen
-		c.memberOnly = append(c.memberOnly, "WithFailOpen")
-		return nil
+// setFailure sets the failure policy f by the option named by, which must be
+// the only one: two failure policies, or one given twice, are an error.
+func (c *config) setFailure(f failurePolicy, by string) error {
+	if c.failureSet != "" {
+		return fmt.Errorf("redislimit: %s: the failure policy is set already, by %s: give one of WithFailOpen, WithFailClosed and WithLocalFallback, once", by, c.failureSet)
 	}
+	c.failure, c.failureSet = f, by
+	c.memberOnly = append(c.memberOnly, by)
+	return nil
+}
+
+// WithFailOpen makes the limiter admit every request while Redis cannot
+// decide. It is the default. Its decisions then have Limit -1 and Remaining
+// 0, and, as the observer's EventFallback carries them, name the policy with
+// the suffix ":open". It excludes WithFailClosed and WithLocalFallback.
+func WithFailOpen() Option {
+	return func(c *config) error { return c.setFailure(failOpen, "WithFailOpen") }
 }
 
 // WithFailClosed makes the limiter reject every request while Redis cannot
-// decide.
+// decide, with a cause wrapping ErrUnavailable (and so sluice.ErrCircuitOpen:
+// HTTP 503); the observer's EventFallback names the policy with the suffix
+// ":closed". It excludes WithFailOpen and WithLocalFallback.
 func WithFailClosed() Option {
-	return func(c *config) error {
-		c.failure = FailClosed
-		c.memberOnly = append(c.memberOnly, "WithFailClosed")
-		return nil
-	}
+	return func(c *config) error { return c.setFailure(failClosed, "WithFailClosed") }
 }
 
 // WithLocalFallback makes the limiter decide locally while Redis cannot, with
 // this instance's share of the limit: the rate, burst or window limit divided
 // by instances, the number of instances expected to share the limit (at least
-// 1 unit each). At most 65536 keys are tracked locally; beyond that an
-// arbitrary key's local state is dropped.
+// 1 unit each), with a local limiter of the same algorithm per key, named
+// with the suffix ":local" in the observer's events. At most 65536 keys are
+// tracked locally; beyond that an arbitrary key's local state is dropped. It
+// excludes WithFailOpen and WithFailClosed.
 func WithLocalFallback(instances int) Option {
 	return func(c *config) error {
 		if instances < 1 {
 			return fmt.Errorf("redislimit: WithLocalFallback(%d): want at least 1 instance", instances)
 		}
-		c.failure = FailLocal
 		c.instances = int64(instances)
-		c.memberOnly = append(c.memberOnly, "WithLocalFallback")
-		return nil
+		return c.setFailure(failLocal, "WithLocalFallback")
 	}
 }
 
 // WithTimeout sets how long one decision waits for Redis before its failure
-// policy decides instead; the default is DefaultTimeout, 50 ms. It replaces
+// policy decides instead; the default is 50 ms. It replaces
 // the request context's own deadline and cancellation for that call: a
 // decision is owed either way. Calls starting within timeout/16 of each other
 // share one deadline, so a call's deadline is between 15/16 of the timeout and
@@ -225,19 +213,18 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// DefaultBreakerFailures is the number of consecutive Redis failures that
+// defaultBreakerFailures is the number of consecutive Redis failures that
 // open the breaker around Redis.
-const DefaultBreakerFailures = 5
+const defaultBreakerFailures = 5
 
-// DefaultBreakerOpen is how long the breaker around Redis stays open before
+// defaultBreakerOpen is how long the breaker around Redis stays open before
 // one half-open probe tries Redis again.
-const DefaultBreakerOpen = time.Second
+const defaultBreakerOpen = time.Second
 
 // WithBreaker sets the breaker around Redis: it opens after failures
-// consecutive failed calls (default DefaultBreakerFailures, 5); while open,
-// decisions go to the failure policy without touching Redis; after openFor
-// (default DefaultBreakerOpen, 1 s) one request probes Redis, and its success
-// closes the breaker.
+// consecutive failed calls (default 5); while open, decisions go to the
+// failure policy without touching Redis; after openFor (default 1 s) one
+// request probes Redis, and its success closes the breaker.
 func WithBreaker(failures int, openFor time.Duration) Option {
 	return func(c *config) error {
 		if failures < 1 || openFor <= 0 {
@@ -253,13 +240,17 @@ func WithBreaker(failures int, openFor time.Duration) Option {
 // WithObserver registers fn, called for every decision the failure policy
 // made instead of Redis, every failed Redis call and every change of the
 // breaker's state. It runs on the request's goroutine, outside every lock;
-// keep it short. The default is none.
+// keep it short. The default is none. A limiter has one observer: a second
+// WithObserver is an error, not a replacement of the first.
 func WithObserver(fn func(Event)) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return errors.New("redislimit: WithObserver: nil function")
 		}
-		c.observer = fn
+		if c.observerSet {
+			return errors.New("redislimit: WithObserver given twice: a limiter has one observer; fan out in the function")
+		}
+		c.observer, c.observerSet = fn, true
 		return nil
 	}
 }

@@ -235,6 +235,12 @@ func TestConstructorsValidate(t *testing.T) {
 	_, cases["nil observer"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithObserver(nil))
 	_, cases["bad negative cache"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithNegativeCache(0))
 	_, cases["empty All"] = All(nil)
+	_, cases["fail open and closed"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithFailOpen(), WithFailClosed())
+	_, cases["fail closed and open"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithFailClosed(), WithFailOpen())
+	_, cases["fail open and local"] = NewFixedWindow(c, 1, time.Second, WithFailOpen(), WithLocalFallback(2))
+	_, cases["fail local and closed"] = NewTokenBucket(c, ratelimit.PerSecond(1), 1, WithLocalFallback(2), WithFailClosed())
+	_, cases["fail closed twice"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithFailClosed(), WithFailClosed())
+	_, cases["two observers"] = NewGCRA(c, ratelimit.PerSecond(1), 1, WithObserver(func(Event) {}), WithObserver(func(Event) {}))
 	g, err := NewGCRA(c, ratelimit.PerSecond(1), 1)
 	require.NoError(t, err)
 	_, cases["All with a member option"] = All([]*Limiter{g}, WithFailClosed())
@@ -245,5 +251,12 @@ func TestConstructorsValidate(t *testing.T) {
 	_, cases["All across clients"] = All([]*Limiter{g, g2})
 	for name, err := range cases {
 		assert.Error(t, err, name)
+	}
+	_, err = NewGCRA(c, ratelimit.PerSecond(1), 1, WithFailOpen(), WithFailClosed())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "WithFailClosed: the failure policy is set already, by WithFailOpen")
+	for _, o := range []Option{WithFailOpen(), WithFailClosed(), WithLocalFallback(2)} {
+		_, err := NewGCRA(c, ratelimit.PerSecond(1), 1, o)
+		assert.NoError(t, err, "one failure policy alone is fine")
 	}
 }
