@@ -17,7 +17,7 @@ import (
 // a load above what the slots serve, not a burst. Overloaded and non-empty
 // for maxWait/8, it serves the newest first, so that a surge's first
 // requests do not make all the later ones wait; overloaded and non-empty for
-// maxWait (a standing queue), a newcomer waits at most maxWait/40, so that
+// maxWait/4 (a standing queue), a newcomer waits at most maxWait/40, so that
 // the requests admitted are fresh and the others learn early that they will
 // not be. Requests marked sluice.PriorityCritical are served before the
 // others and always wait up to maxWait.
@@ -51,11 +51,14 @@ type waiter struct {
 }
 
 // The queue's discipline (see queue): newest first once overloaded and
-// non-empty for maxWait/lifoAfter; a newcomer to a standing queue waits
-// maxWait/standingWait; overloaded is more in than out by overloadRatio,
+// non-empty for maxWait/lifoAfter; standing once overloaded and non-empty
+// for maxWait/standingAfter, less than a wait, or the early waiters would
+// all run out of time together, empty the queue and start it afresh; a
+// newcomer to a standing queue waits maxWait/standingWait; overloaded is more in than out by overloadRatio,
 // over at least overloadMin requests.
 const (
 	lifoAfter     = 8
+	standingAfter = 4
 	standingWait  = 40
 	overloadRatio = 1.25
 	overloadMin   = 10
@@ -90,7 +93,7 @@ func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duratio
 		}
 		over := q.overloaded(now)
 		q.lifo = over && now-q.since > q.maxWait/lifoAfter
-		q.standing = over && now-q.since > q.maxWait
+		q.standing = over && now-q.since > q.maxWait/standingAfter
 		q.in++
 	}
 	w, ok := q.pool.Get().(*waiter)

@@ -91,8 +91,9 @@ func TestQueueServesInOrderUnlessOverloaded(t *testing.T) {
 
 // Overloaded (more requests entering the queue than leaving it), a queue
 // non-empty for an eighth of its wait serves the newest first; non-empty
-// for a whole wait, it gives a newcomer a fortieth of it, while the early
-// ones keep theirs.
+// for a quarter, it gives a newcomer a fortieth of the wait, while the
+// early ones keep theirs, and goes on doing so through the moment they all
+// run out of time together.
 func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		epoch := time.Now()
@@ -118,18 +119,18 @@ func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
 		assert.Equal(t, 30*ms, a.at)
 
 		time.Sleep(60 * ms)
-		keeps := send(ctx, b, now) // at 90 ms: it keeps the queue standing
+		standing := send(ctx, b, now) // at 90 ms
 		time.Sleep(22 * ms)
-		late := send(ctx, b, now) // at 112 ms
+		late := send(ctx, b, now) // at 112 ms, after the early ones ran out at 100-111
 		a = <-early[0].got
 		assert.False(t, a.allowed)
 		assert.Equal(t, 100*ms, a.at, "the first keeps its whole wait")
 		a = <-late.got
 		assert.False(t, a.allowed)
-		assert.Equal(t, 114*ms+ms/2, a.at, "a newcomer to a standing queue waits 2.5 ms")
-		a = <-keeps.got
+		assert.Equal(t, 114*ms+ms/2, a.at, "still standing after it emptied")
+		a = <-standing.got
 		assert.False(t, a.allowed)
-		assert.Equal(t, 190*ms, a.at)
+		assert.Equal(t, 92*ms+ms/2, a.at, "a newcomer to a standing queue waits 2.5 ms")
 		for _, e := range early[1:] {
 			<-e.got
 		}
