@@ -66,7 +66,7 @@
 // quarter, over the last 200 ms or the 200 ms before: more load than the
 // slots serve, not a burst. Overloaded and non-empty for 25 ms, it serves
 // the newest first, so that a surge's first requests do not make all the
-// later ones wait; overloaded and non-empty for 200 ms (a standing queue),
+// later ones wait; overloaded and non-empty for 50 ms (a standing queue),
 // it gives a newcomer 5 ms, CoDel's target, so that the requests admitted
 // are fresh and the others learn early that they will not be. Requests
 // marked sluice.PriorityCritical are served before all others and always
