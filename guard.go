@@ -427,7 +427,7 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	for i, p := range g.policies {
 		v := p.Admit(ctx, now)
 		if v.Cause != nil {
-			return g.rejected(ctx, c, i, now, &v)
+			return g.rejected(ctx, c, i, now, &v, want)
 		}
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = v.Ticket
@@ -456,13 +456,19 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 
 // rejected ends the admission of c, which policy i rejected at now with v:
 // the policies before it are released, and the rejection is returned.
-func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, v *Verdict) error {
+func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, v *Verdict, want bool) error {
 	c.live = false
-	c.end(g, i-1, Released, now)
-	c.more, c.ats = nil, nil
-	c.d = v.Decision(g.names[i])
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
+	if i > 0 {
+		c.end(g, i-1, Released, now)
+	}
+	if c.more != nil || c.ats != nil {
+		c.more, c.ats = nil, nil
+	}
+	if want || len(g.onDecision) > 0 {
+		c.d = v.Decision(g.names[i])
+		if len(g.onDecision) > 0 {
+			g.decided(ctx, c.d)
+		}
 	}
 	return g.rejection(i, now, v)
 }
@@ -538,7 +544,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
 			}
-			return g.rejected(ctx, c, i, now, &v)
+			return g.rejected(ctx, c, i, now, &v, true)
 		}
 		if c.more != nil {
 			c.more[i] = v.Ticket

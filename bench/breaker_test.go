@@ -211,6 +211,11 @@ var openRows = []breakerRow{
 		call.Report(sluice.Failure, nil)
 		return func() bool { _, err := g.Begin(ctx); return err == nil }
 	}},
+	{name: "sluice-do", setup: func(tb testing.TB) func() bool {
+		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
+		br.OpenFor(context.Background(), sluice.Now(), time.Hour)
+		return guardDo(tb, br)
+	}},
 	{name: "sluice-forced", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)
 		br.ForceOpen()
