@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -203,14 +202,6 @@ func closedLoop(client *http.Client, url string, workers int, warm, dur time.Dur
 type cpuMeter struct {
 	wall time.Time
 	cpu  time.Duration
-}
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func startCPU() cpuMeter { return cpuMeter{wall: time.Now(), cpu: processCPU()} }

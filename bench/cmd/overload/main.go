@@ -32,7 +32,7 @@ func main() {
 		serveSpec = flag.String("serve", "", "run as the server `scenario/library` (used by the program itself)")
 		burn      = flag.Int("burn", 0, "rounds of CPU work per half-millisecond chunk (used with -serve)")
 		scenarios = flag.String("scenarios", "cpu,pool,dep", "scenarios to play: cpu, pool, dep")
-		libs      = flag.String("libs", "", "libraries to play, comma-separated (default all); names as in the tables' first column's keys: "+libNames())
+		libs      = flag.String("libs", "", "libraries to play, comma-separated (default all): "+libNames())
 		levels    = flag.String("levels", "0.5,1,2,4", "load levels, as multiples of capacity")
 		warm      = flag.Duration("warmup", 2*time.Second, "warm-up at each level, not counted")
 		dur       = flag.Duration("duration", 4*time.Second, "measured time at each level")
