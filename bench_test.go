@@ -184,3 +184,22 @@ func TestGuardDoAllocatesNothing(t *testing.T) {
 		t.Fatalf("Begin and End allocate %v times per call, want 0", n)
 	}
 }
+
+// waitingNop admits at once, but declares that it may wait, as a queued
+// concurrency limit does: a Guard then keeps each policy's admission instant.
+type waitingNop struct{ nopPolicy }
+
+func (waitingNop) Needs() sluice.Needs { return sluice.Waits | sluice.NeedsEnd }
+
+// A chain with a policy that may wait allocates nothing per call either:
+// the instants it keeps fit in the Call.
+func TestGuardWithAWaitingPolicyAllocatesNothing(t *testing.T) {
+	g, err := sluice.New(sluice.With(waitingNop{}, nopPolicy{name: "second"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
+		t.Errorf("a call through a chain that may wait allocates %v times, want 0", n)
+	}
+}

@@ -295,7 +295,9 @@ type Call struct {
 	ran     bool // the call was handed over to run
 	tickets [4]Ticket
 	more    []Ticket
-	ats     []time.Duration // after a wait: the instant each policy admitted at
+	ats     [4]time.Duration // with waited: the instant each policy admitted at
+	atsMore []time.Duration  // the same, for a chain longer than ats
+	waited  bool             // the chain has a policy that may wait: ats are kept
 }
 
 // Begin asks every policy, outer to inner, to admit a call. When all admit,
@@ -461,8 +463,8 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	if i > 0 {
 		c.end(g, i-1, Released, now)
 	}
-	if c.more != nil || c.ats != nil {
-		c.more, c.ats = nil, nil
+	if c.more != nil || c.waited {
+		c.more, c.atsMore, c.waited = nil, nil, false
 	}
 	if want || len(g.onDecision) > 0 {
 		c.d = v.Decision(g.names[i])
@@ -532,13 +534,18 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	// After a policy that may wait, the instant moves on; the instant each
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
-	at := make([]time.Duration, len(g.policies))
-	if g.waits != nil {
-		c.ats = at // for a Released, here or later (a panic, a release)
+	// Kept for a Released, here or later (a panic, a release).
+	c.waited = g.waits != nil
+	if c.waited && len(g.policies) > len(c.ats) {
+		c.atsMore = make([]time.Duration, len(g.policies))
 	}
 	best, bi := Verdict{Limit: -1}, -1
 	for i, p := range g.policies {
-		at[i] = now
+		if c.atsMore != nil {
+			c.atsMore[i] = now
+		} else if i < len(c.ats) {
+			c.ats[i] = now
+		}
 		v := p.Admit(ctx, now)
 		if v.Cause != nil {
 			if g.waits != nil && g.waits[i] {
@@ -613,8 +620,12 @@ func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 // Released after a wait, how long ago its own Admit was, which differs from
 // the call's start.
 func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
-	if o == Released && c.ats != nil {
-		return max(now-c.ats[i], 0)
+	if o == Released && c.waited {
+		at := c.ats[min(i, len(c.ats)-1)]
+		if c.atsMore != nil {
+			at = c.atsMore[i]
+		}
+		return max(now-at, 0)
 	}
 	return max(now-c.start, 0)
 }
