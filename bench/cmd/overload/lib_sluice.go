@@ -44,10 +44,15 @@ var sluiceShedderLib = shedLib{
 // sluiceBreakerLib: per route, a breaker tripping at 50 % failures over at
 // least 20 calls of its default window, open 1 s; a 100 ms call timeout;
 // a fallback for every rejection and failure.
-var sluiceBreakerLib = breakerLib{
-	name:  "sluice",
-	label: "sluice breaker",
-	build: func(dep *dependency) (caller, error) {
+var sluiceBreakerLib = sluiceBreaker("sluice", "sluice breaker, 50 % of ≥ 20 calls",
+	breaker.WithErrorRatio(tripRatio, tripMinCalls), breaker.WithOpenDuration(openFor))
+
+// sluiceDefaultBreakerLib: the same with the breaker at its defaults (5
+// failures in a row, open 1 s), as a user gets it.
+var sluiceDefaultBreakerLib = sluiceBreaker("sluice-defaults", "sluice breaker, defaults")
+
+func sluiceBreaker(name, label string, opts ...breaker.Option) breakerLib {
+	return breakerLib{name: name, label: label, build: func(dep *dependency) (caller, error) {
 		fb, err := degrade.New(
 			degrade.OnRejected(func(_ context.Context, err error) (answer, error) {
 				if errors.Is(err, sluice.ErrCircuitOpen) {
@@ -63,9 +68,7 @@ var sluiceBreakerLib = breakerLib{
 		}
 		guards := map[string]*sluice.Guard{}
 		for _, route := range []string{routeA, routeB} {
-			br, err := breaker.New(route,
-				breaker.WithErrorRatio(tripRatio, tripMinCalls),
-				breaker.WithOpenDuration(openFor))
+			br, err := breaker.New(route, opts...)
 			if err != nil {
 				return nil, err
 			}
@@ -87,5 +90,5 @@ var sluiceBreakerLib = breakerLib{
 			}
 			return a
 		}, nil
-	},
+	}}
 }

@@ -100,6 +100,7 @@ var shedLibs = []shedLib{
 var breakerLibs = []breakerLib{
 	{"unguarded", "unguarded (100 ms deadline only)", unguardedCaller},
 	sluiceBreakerLib,
+	sluiceDefaultBreakerLib,
 	{"gobreaker", "gobreaker v2", gobreakerCaller},
 	{"failsafe-go", "failsafe-go breaker", failsafeCaller},
 	{"hystrix", "hystrix-go", hystrixCaller},
