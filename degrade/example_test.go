@@ -76,7 +76,7 @@ func ExampleNew() {
 // key is served, with its age for an HTTP Age header.
 func ExampleStale() {
 	clock := sluice.NewManualClock(0)
-	prices, err := degrade.NewStale[string](10*time.Minute, 10_000, degrade.StaleClock(clock))
+	prices, err := degrade.NewStale[string](10*time.Minute, 10_000, degrade.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}

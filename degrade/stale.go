@@ -2,7 +2,6 @@ package degrade
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,47 +48,16 @@ type staleEntry[T any] struct {
 	prev, next *staleEntry[T] // prev is newer, next older
 }
 
-// StaleOption configures a Stale.
-type StaleOption func(*staleConfig) error
-
-type staleConfig struct {
-	clock sluice.Clock
-	name  string
-}
-
-// StaleClock makes the Stale measure ages on c instead of sluice.SystemClock.
-func StaleClock(c sluice.Clock) StaleOption {
-	return func(cfg *staleConfig) error {
-		if c == nil {
-			return errors.New("degrade: StaleClock: nil clock")
-		}
-		cfg.clock = c
-		return nil
-	}
-}
-
-// StaleName names the Stale in the Guard's fallback events; the default is
-// "stale".
-func StaleName(name string) StaleOption {
-	return func(cfg *staleConfig) error {
-		if name == "" {
-			return errors.New("degrade: StaleName: empty name")
-		}
-		cfg.name = name
-		return nil
-	}
-}
-
 // NewStale returns a Stale that serves answers up to maxAge old and remembers
 // them for at most maxEntries keys. Both must be positive.
-func NewStale[T any](maxAge time.Duration, maxEntries int, opts ...StaleOption) (*Stale[T], error) {
+func NewStale[T any](maxAge time.Duration, maxEntries int, opts ...Option) (*Stale[T], error) {
 	if maxAge <= 0 {
 		return nil, fmt.Errorf("degrade: NewStale: max age %v is not positive", maxAge)
 	}
 	if maxEntries <= 0 {
 		return nil, fmt.Errorf("degrade: NewStale: max entries %d is not positive", maxEntries)
 	}
-	cfg := staleConfig{clock: sluice.SystemClock, name: "stale"}
+	cfg := options{clock: sluice.SystemClock}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -97,6 +65,9 @@ func NewStale[T any](maxAge time.Duration, maxEntries int, opts ...StaleOption) 
 		if err := o(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.name == "" {
+		cfg.name = "stale"
 	}
 	return &Stale[T]{
 		clock:      cfg.clock,

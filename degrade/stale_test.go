@@ -16,7 +16,7 @@ import (
 
 func newStale(t testing.TB, maxAge time.Duration, maxEntries int, clock sluice.Clock) *degrade.Stale[string] {
 	t.Helper()
-	s, err := degrade.NewStale[string](maxAge, maxEntries, degrade.StaleClock(clock))
+	s, err := degrade.NewStale[string](maxAge, maxEntries, degrade.WithClock(clock))
 	require.NoError(t, err)
 	return s
 }
@@ -205,11 +205,11 @@ func TestNewStaleValidates(t *testing.T) {
 	assert.ErrorContains(t, err, "max age")
 	_, err = degrade.NewStale[int](time.Second, 0)
 	assert.ErrorContains(t, err, "max entries")
-	_, err = degrade.NewStale[int](time.Second, 1, degrade.StaleClock(nil))
+	_, err = degrade.NewStale[int](time.Second, 1, degrade.WithClock(nil))
 	assert.ErrorContains(t, err, "nil clock")
-	_, err = degrade.NewStale[int](time.Second, 1, degrade.StaleName(""))
+	_, err = degrade.NewStale[int](time.Second, 1, degrade.WithName(""))
 	assert.ErrorContains(t, err, "empty name")
-	s, err := degrade.NewStale[int](time.Hour, 1, degrade.StaleName("price-cache"), nil)
+	s, err := degrade.NewStale[int](time.Hour, 1, degrade.WithName("price-cache"), nil)
 	require.NoError(t, err)
 	s.Put("k", 1)
 	var evs events
@@ -320,4 +320,13 @@ func TestStaleExecuteAllocatesOnce(t *testing.T) {
 	ctx := context.Background()
 	fn := func(context.Context) (int, error) { return 1, nil }
 	assert.LessOrEqual(t, testing.AllocsPerRun(200, func() { _, _ = s.Execute(ctx, g, "k", fn) }), 1.0)
+}
+
+// A Switch is named by NewSwitch's argument: WithName, which names a
+// Stale, is an error there rather than ignored.
+func TestWithNameOnASwitchIsAnError(t *testing.T) {
+	_, err := degrade.NewSwitch("s", degrade.WithName("other"))
+	require.Error(t, err)
+	_, err = degrade.NewStale[int](time.Hour, 1, degrade.WithName("a"), degrade.WithName("b"))
+	require.Error(t, err)
 }

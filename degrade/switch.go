@@ -42,16 +42,18 @@ type subscriber struct {
 	fn func(sluice.StateChange)
 }
 
-// Option configures a Switch.
+// Option configures a Switch or a Stale.
 type Option func(*options) error
 
 type options struct {
 	clock    sluice.Clock
 	clockSet bool
+	name     string // a Stale's; "" unless WithName
 }
 
-// WithClock makes the Switch, and an Auto driving it, read c instead of
-// sluice.SystemClock. It is the clock option of every package of sluice.
+// WithClock makes a Switch, and an Auto driving it, or a Stale measuring
+// ages, read c instead of sluice.SystemClock. It is the clock option of
+// every package of sluice.
 func WithClock(c sluice.Clock) Option {
 	return func(o *options) error {
 		if c == nil {
@@ -61,6 +63,22 @@ func WithClock(c sluice.Clock) Option {
 			return errors.New("degrade: WithClock given twice: the last would silently replace the first")
 		}
 		o.clock, o.clockSet = c, true
+		return nil
+	}
+}
+
+// WithName names a Stale in the Guard's fallback events; the default is
+// "stale". A Switch is named by NewSwitch's argument: given to NewSwitch,
+// WithName is an error.
+func WithName(name string) Option {
+	return func(o *options) error {
+		if name == "" {
+			return errors.New("degrade: WithName: empty name")
+		}
+		if o.name != "" {
+			return errors.New("degrade: WithName given twice: the last would silently replace the first")
+		}
+		o.name = name
 		return nil
 	}
 }
@@ -79,6 +97,9 @@ func NewSwitch(name string, opts ...Option) (*Switch, error) {
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
+	}
+	if o.name != "" {
+		return nil, errors.New("degrade: NewSwitch: WithName applies to NewStale; a Switch is named by NewSwitch's argument")
 	}
 	return &Switch{name: name, clock: o.clock}, nil
 }
