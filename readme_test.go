@@ -36,3 +36,30 @@ func TestReadmeQuickStartIsTheExample(t *testing.T) {
 		t.Errorf("README.md's Quick start is not the body of Example_quickStart:\n%s", body.String())
 	}
 }
+
+// The per-client section of README.md is the body of
+// ExampleMiddleware_perClient up to the handler it wraps.
+func TestReadmePerClientIsTheExample(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("middleware/http/example_perclient_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(example)
+	start := strings.Index(src, "\tperClient, err :=")
+	end := strings.Index(src, "\th := mw(")
+	if start < 0 || end < start {
+		t.Fatal("ExampleMiddleware_perClient's body not found")
+	}
+	var body strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(src[start:end], "\n"), "\n") {
+		body.WriteString(strings.TrimPrefix(line, "\t"))
+		body.WriteByte('\n')
+	}
+	if !strings.Contains(string(readme), "```go\n"+body.String()+"h := mw(handler)\n```\n") {
+		t.Errorf("README.md's per-client section is not the body of ExampleMiddleware_perClient:\n%s", body.String())
+	}
+}
