@@ -38,6 +38,8 @@ type Guard struct {
 	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
 	untimed    bool                            // no policy NeedsEnd: Done reads no clock
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
+	name       string                          // WithName
+	obs        *observation                    // nil: unobserved; see observe.go
 }
 
 // Option configures a Guard.
@@ -160,6 +162,12 @@ func New(opts ...Option) (*Guard, error) {
 			if s, ok := p.(StateSource); ok {
 				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
 			}
+		}
+	}
+	if g.obs != nil {
+		g.untimed = false // the observers hear each call's latency
+		if err := g.attach(); err != nil {
+			return nil, err
 		}
 	}
 	return g, nil
@@ -291,8 +299,10 @@ type Call struct {
 	cancel  context.CancelFunc
 	d       Decision
 	start   time.Duration
-	n       int  // the policies that admitted, the first n of the chain
-	ran     bool // the call was handed over to run
+	wait    time.Duration // how long the call waited in the policies that may
+	n       int           // the policies that admitted, the first n of the chain
+	ran     bool          // the call was handed over to run
+	shard   uint8         // an observed call's shard of the Guard's counters
 	tickets [4]Ticket
 	more    []Ticket
 	ats     []time.Duration // after a wait: the instant each policy admitted at
@@ -399,6 +409,9 @@ func (c *Call) Report(o Outcome, err error) error {
 		}
 	}
 	c.end(g, c.n-1, o, now)
+	if g.obs != nil {
+		g.obs.ended(c, o, err, now)
+	}
 	return err
 }
 
@@ -444,6 +457,9 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if want && !tight {
 		c.d = allowAll
 	}
+	if g.obs != nil {
+		g.obs.admitted(c)
+	}
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
@@ -464,7 +480,11 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	if len(g.onDecision) > 0 {
 		g.decided(ctx, c.d)
 	}
-	return g.rejection(i, now, v)
+	err := g.rejection(i, now, v)
+	if g.obs != nil {
+		g.obs.rejected(ctx, g, i, v.Cause, err, c.wait)
+	}
+	return err
 }
 
 // rejection returns the error of policy i's rejection v at now. Rejections
@@ -537,6 +557,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		if v.Cause != nil {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
+				c.wait = now - at[0]
 			}
 			return g.rejected(ctx, c, i, now, &v)
 		}
@@ -556,7 +577,11 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		}
 	}
 	c.start = now
+	c.wait = now - at[0]
 	c.d = allowAll
+	if g.obs != nil {
+		g.obs.admitted(c)
+	}
 	if bi >= 0 {
 		c.d = best.Decision(g.names[bi])
 	}
