@@ -190,8 +190,9 @@ func TestGuardDoAllocatesNothing(t *testing.T) {
 // with it: what is left is the cost of observation to the Guard itself.
 type quiet struct{}
 
-func (quiet) Attach(*sluice.Guard) (func(), error)      { return nil, nil }
-func (quiet) Observe(context.Context, sluice.CallEvent) {}
+func (quiet) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(context.Context, sluice.CallEvent) {}, nil, nil
+}
 
 // BenchmarkGuardObserved puts a Guard of a rate limiter and a breaker, the
 // common chain, beside the same Guard observed: its counters kept, its

@@ -30,20 +30,21 @@ func (g *Guard) Name() string {
 	return g.name
 }
 
-// Observer watches a Guard: it is told how each of its calls ended, and may
-// read the Guard's counters ([Guard.Stats]) and its policies whenever it
+// Observer watches Guards: it is told how each of their calls ended, and
+// may read a Guard's counters ([Guard.Stats]) and its policies whenever it
 // likes. Packages of their own turn that into metrics and logs.
 type Observer interface {
 	// Attach is called by New once the Guard g is built. It returns the
-	// function the Guard's Close calls to let go of g (nil for none), or an
-	// error, which New returns.
-	Attach(g *Guard) (detach func(), err error)
-	// Observe is told, once per call, how a call through the Guard ended: a
-	// rejection, when it is decided; an admitted call, when End or Report
-	// ends it. It runs on the call's goroutine, outside every lock, with the
-	// context the call began with; keep it short, and do not keep e.Err
-	// past its return unless you mean to hold the call's error.
-	Observe(ctx context.Context, e CallEvent)
+	// function to tell, once per call, how a call through g ended (nil for
+	// none), the function g's Close calls to let go of g (nil for none),
+	// or an error, which New returns.
+	//
+	// observe hears a rejection when it is decided, and an admitted call
+	// when End or Report ends it. It runs on the call's goroutine, outside
+	// every lock, with the context the call began with; keep it short, and
+	// do not keep e.Err past its return unless you mean to hold the call's
+	// error.
+	Attach(g *Guard) (observe func(ctx context.Context, e CallEvent), detach func(), err error)
 }
 
 // CallEvent is what an [Observer] hears of one call.
@@ -172,8 +173,9 @@ func (g *Guard) Stats() Stats {
 // pays.
 type observation struct {
 	observers []Observer
-	stride    int             // counters per shard, a whole number of cache lines
-	counts    []atomic.Uint64 // statShards × stride
+	calls     []func(context.Context, CallEvent) // what the observers gave
+	stride    int                                // counters per shard, a whole number of cache lines
+	counts    []atomic.Uint64                    // statShards × stride
 }
 
 // The counters of a shard, by slot: the calls admitted by every policy,
@@ -220,12 +222,12 @@ func (ob *observation) admitted(c *Call) {
 // and err at now.
 func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 	ob.counts[int(c.shard)*ob.stride+slotOutcomes+int(o)].Add(1)
-	if len(ob.observers) == 0 {
+	if len(ob.calls) == 0 {
 		return
 	}
 	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
-	for _, o := range ob.observers {
-		o.Observe(c.parent, e)
+	for _, fn := range ob.calls {
+		fn(c.parent, e)
 	}
 }
 
@@ -234,9 +236,12 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, wait time.Duration) {
 	cs := causeOf(cause)
 	ob.add(slotRejected + i*numCauses + int(cs))
+	if len(ob.calls) == 0 {
+		return
+	}
 	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait}
-	for _, o := range ob.observers {
-		o.Observe(ctx, e)
+	for _, fn := range ob.calls {
+		fn(ctx, e)
 	}
 }
 
@@ -263,7 +268,7 @@ func causeOf(err error) Cause {
 func (g *Guard) attach() error {
 	g.obs.init(len(g.policies))
 	for _, o := range g.obs.observers {
-		detach, err := o.Attach(g)
+		observe, detach, err := o.Attach(g)
 		if err != nil {
 			for _, d := range g.unsubs {
 				d()
@@ -273,6 +278,9 @@ func (g *Guard) attach() error {
 		}
 		if detach != nil {
 			g.unsubs = append(g.unsubs, detach)
+		}
+		if observe != nil {
+			g.obs.calls = append(g.obs.calls, observe)
 		}
 	}
 	return nil

@@ -22,15 +22,15 @@ type events struct {
 	fail     error
 }
 
-func (e *events) Attach(g *sluice.Guard) (func(), error) {
+func (e *events) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
 	if e.fail != nil {
-		return nil, e.fail
+		return nil, nil, e.fail
 	}
 	e.attached = append(e.attached, g)
-	return func() { e.detached++ }, nil
+	return e.observe, func() { e.detached++ }, nil
 }
 
-func (e *events) Observe(_ context.Context, ev sluice.CallEvent) {
+func (e *events) observe(_ context.Context, ev sluice.CallEvent) {
 	e.mu.Lock()
 	e.got = append(e.got, ev)
 	e.mu.Unlock()
