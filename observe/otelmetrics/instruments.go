@@ -111,7 +111,7 @@ type (
 		Burst() int64
 		Tokens() float64
 	}
-	keyed interface{ Len() int }
+	keyed       interface{ Len() int }
 	concurrency interface {
 		Stats() adaptive.LimitStats
 	}
@@ -139,9 +139,9 @@ var breakerStates = [...]struct {
 type policyWatch struct {
 	p        sluice.Policy
 	attr     attribute.KeyValue
-	plain    metric.ObserveOption                      // guard, policy
-	admitted metric.ObserveOption                      // result=admitted
-	rejected [len(causeNames)]metric.ObserveOption     // result=rejected, by cause
+	plain    metric.ObserveOption                     // guard, policy
+	admitted metric.ObserveOption                     // result=admitted
+	rejected [len(causeNames)]metric.ObserveOption    // result=rejected, by cause
 	states   [len(breakerStates)]metric.ObserveOption // by breaker state
 }
 
