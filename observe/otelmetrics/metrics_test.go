@@ -66,7 +66,7 @@ func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[strin
 			if k != "" {
 				k += ","
 			}
-			k += string(kv.Key) + "=" + kv.Value.Emit()
+			k += string(kv.Key) + "=" + kv.Value.String()
 		}
 		return k
 	}
