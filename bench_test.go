@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,91 @@ func TestGuardWithAWaitingPolicyAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
 		t.Errorf("a call through a chain that may wait allocates %v times, want 0", n)
+	}
+}
+
+// quiet is an Observer that attaches and hears every call, and does nothing
+// with it: what is left is the cost of observation to the Guard itself.
+type quiet struct{}
+
+func (quiet) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(context.Context, sluice.CallEvent) {}, nil, nil
+}
+
+// BenchmarkGuardObserved puts a Guard of a rate limiter and a breaker, the
+// common chain, beside the same Guard observed: its counters kept, its
+// observer told of each call. Sub-benchmarks alternate, so that a drift of
+// the machine falls on both. The breaker counts on a count window, so the
+// unobserved Guard reads the clock once per call, and the observed one,
+// for the latency, twice; "timed" has it count on a rolling window, which
+// needs the end of each call: both Guards read the clock twice.
+func BenchmarkGuardObserved(b *testing.B) {
+	ctx := context.Background()
+	build := func(timed, observed bool) *sluice.Guard {
+		l, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1e9), 1e9)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var bo []breaker.Option
+		if timed {
+			bo = append(bo, breaker.WithRollingWindow(10*time.Second, 10))
+		}
+		br, err := breaker.New("dep", bo...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts := []sluice.Option{sluice.With(l, br)}
+		if observed {
+			opts = append(opts, sluice.WithName("dep"), sluice.WithObserver(quiet{}))
+		}
+		g, err := sluice.New(opts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = g.Close() })
+		return g
+	}
+	for _, mode := range []string{"serial", "parallel", "timed", "timed-parallel"} {
+		for _, observed := range []bool{false, true} {
+			g := build(strings.HasPrefix(mode, "timed"), observed)
+			name := mode + "/unobserved"
+			if observed {
+				name = mode + "/observed"
+			}
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				if !strings.HasSuffix(mode, "parallel") {
+					for b.Loop() {
+						_ = g.Do(ctx, nop)
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						_ = g.Do(ctx, nop)
+					}
+				})
+			})
+		}
+	}
+}
+
+// An observed Guard allocates nothing per call, admitted or rejected.
+func TestObservedGuardAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	br, err := breaker.New("dep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(br), sluice.WithObserver(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
+		t.Errorf("an observed call allocates %v times, want 0", n)
+	}
+	br.OpenFor(ctx, sluice.Now(), time.Hour)
+	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
+		t.Errorf("an observed rejection allocates %v times, want 0", n)
 	}
 }

@@ -179,6 +179,9 @@ func typeName[T any]() string {
 }
 
 func (g *Guard) served(ctx context.Context, name string, err error) {
+	if g.obs != nil {
+		g.obs.add(slotFallbacks + int(CauseOf(err)))
+	}
 	if len(g.onFallback) == 0 {
 		return
 	}

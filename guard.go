@@ -38,6 +38,8 @@ type Guard struct {
 	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
 	untimed    bool                            // no policy NeedsEnd: Done reads no clock
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
+	name       string                          // WithName
+	obs        *observation                    // nil: unobserved; see observe.go
 }
 
 // Option configures a Guard.
@@ -160,6 +162,12 @@ func New(opts ...Option) (*Guard, error) {
 			if s, ok := p.(StateSource); ok {
 				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
 			}
+		}
+	}
+	if g.obs != nil {
+		g.untimed = false // the observers hear each call's latency
+		if err := g.attach(); err != nil {
+			return nil, err
 		}
 	}
 	return g, nil
@@ -291,8 +299,10 @@ type Call struct {
 	cancel  context.CancelFunc
 	d       Decision
 	start   time.Duration
-	n       int  // the policies that admitted, the first n of the chain
-	ran     bool // the call was handed over to run
+	wait    time.Duration // how long the call waited in the policies that may
+	n       int           // the policies that admitted, the first n of the chain
+	ran     bool          // the call was handed over to run
+	shard   uint8         // an observed call's shard of the Guard's counters
 	tickets [4]Ticket
 	more    []Ticket
 	ats     [4]time.Duration // with waited: the instant each policy admitted at
@@ -401,6 +411,9 @@ func (c *Call) Report(o Outcome, err error) error {
 		}
 	}
 	c.end(g, c.n-1, o, now)
+	if g.obs != nil {
+		g.obs.ended(c, o, err, now)
+	}
 	return err
 }
 
@@ -446,6 +459,9 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if want && !tight {
 		c.d = allowAll
 	}
+	if g.obs != nil {
+		g.obs.admitted(c)
+	}
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
@@ -472,7 +488,11 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 			g.decided(ctx, c.d)
 		}
 	}
-	return g.rejection(i, now, v)
+	err := g.rejection(i, now, v)
+	if g.obs != nil {
+		g.obs.rejected(ctx, g, i, v.Cause, err, c.wait)
+	}
+	return err
 }
 
 // rejection returns the error of policy i's rejection v at now. Rejections
@@ -527,6 +547,7 @@ func cacheable(cause error) bool {
 // a policy that may wait.
 func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	now := g.now()
+	arrived := now
 	if len(g.policies) > len(c.tickets) {
 		c.more = make([]Ticket, len(g.policies))
 	}
@@ -550,6 +571,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		if v.Cause != nil {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
+				c.wait = now - arrived
 			}
 			return g.rejected(ctx, c, i, now, &v, true)
 		}
@@ -569,7 +591,11 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		}
 	}
 	c.start = now
+	c.wait = now - arrived
 	c.d = allowAll
+	if g.obs != nil {
+		g.obs.admitted(c)
+	}
 	if bi >= 0 {
 		c.d = best.Decision(g.names[bi])
 	}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/observe/otelmetrics"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// observedGuard builds a Guard of a token bucket and a breaker, reported on
+// the OpenTelemetry SDK through otelmetrics when observed.
+func observedGuard(tb testing.TB, observed bool) *sluice.Guard {
+	l, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1e9), 1e9)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	br, err := breaker.New("dep")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts := []sluice.Option{sluice.With(l, br)}
+	if observed {
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		tb.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+		m, err := otelmetrics.New(provider)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		opts = append(opts, sluice.WithName("dep"), sluice.WithObserver(m))
+	}
+	g, err := sluice.New(opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// BenchmarkGuardObserved is the same Guard unobserved and observed with
+// OpenTelemetry's SDK, side by side; run it with -count and compare with
+// benchstat, the two alternate within each count.
+func BenchmarkGuardObserved(b *testing.B) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	for _, observed := range []bool{false, true} {
+		g := observedGuard(b, observed)
+		name := "unobserved"
+		if observed {
+			name = "otel"
+		}
+		run(b, name, func() { _ = g.Do(ctx, fn) })
+	}
+}
+
+// Observation with OpenTelemetry's SDK allocates nothing per call.
+func TestObservedGuardAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	for _, observed := range []bool{false, true} {
+		g := observedGuard(t, observed)
+		_ = g.Do(ctx, fn) // the first call builds the SDK's series
+		if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, fn) }); n != 0 {
+			t.Errorf("observed %v: %v allocations per call, want 0", observed, n)
+		}
+	}
+}

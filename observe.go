@@ -1,0 +1,287 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// WithName names the Guard, for the observers that report it (metrics, logs)
+// and for its Stats. Names are the Guard's identity to an operator: give
+// each Guard of a service its own. The default is no name, which an
+// [Observer] may refuse. name must not be empty.
+func WithName(name string) Option {
+	return func(g *Guard) error {
+		if name == "" {
+			return errors.New("sluice: WithName: empty name")
+		}
+		g.name = name
+		return nil
+	}
+}
+
+// Name returns the name given with [WithName]; "" when none was.
+func (g *Guard) Name() string {
+	if g == nil {
+		return ""
+	}
+	return g.name
+}
+
+// Observer watches Guards: it is told how each of their calls ended, and
+// may read a Guard's counters ([Guard.Stats]) and its policies whenever it
+// likes. Packages of their own turn that into metrics and logs.
+type Observer interface {
+	// Attach is called by New once the Guard g is built. It returns the
+	// function to tell, once per call, how a call through g ended (nil for
+	// none), the function g's Close calls to let go of g (nil for none),
+	// or an error, which New returns.
+	//
+	// observe hears a rejection when it is decided, and an admitted call
+	// when End or Report ends it. It runs on the call's goroutine, outside
+	// every lock, with the context the call began with; keep it short, and
+	// do not keep e.Err past its return unless you mean to hold the call's
+	// error.
+	Attach(g *Guard) (observe func(ctx context.Context, e CallEvent), detach func(), err error)
+}
+
+// CallEvent is what an [Observer] hears of one call.
+type CallEvent struct {
+	// Admitted is true for a call that every policy admitted.
+	Admitted bool
+	// Policy names the policy that rejected the call; "" when Admitted.
+	Policy string
+	// Cause is the rejection's cause; CauseNone when Admitted, and for a
+	// rejection whose cause is not one of sluice's.
+	Cause Cause
+	// Outcome is how an admitted call ended; Released for a rejection.
+	Outcome Outcome
+	// Err is the error the call ended with, after the Guard's timeout
+	// mapping (a [*TimeoutError]); nil when the caller reported the
+	// outcome without one. For a rejection, the rejection.
+	Err error
+	// Wait is how long the call waited in the policies that may wait (a
+	// shaper, a concurrency queue); 0 when none did.
+	Wait time.Duration
+	// Latency is how long an admitted call ran, from the end of its
+	// admission to its end; 0 for a rejection.
+	Latency time.Duration
+}
+
+// WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
+// how each call ended. It may be given more than once. A Guard without one
+// keeps no counters and pays nothing for observation: its call path checks
+// one pointer.
+//
+// An observed Guard reads its clock at the end of every call, for the
+// latency, even when no policy needs it ([NeedsEnd]).
+func WithObserver(o Observer) Option {
+	return func(g *Guard) error {
+		if isNil(o) {
+			return errors.New("sluice: WithObserver: nil observer")
+		}
+		if g.obs == nil {
+			g.obs = &observation{}
+		}
+		g.obs.observers = append(g.obs.observers, o)
+		return nil
+	}
+}
+
+// Stats is a snapshot of an observed Guard's counters, since it was built.
+type Stats struct {
+	// Guard is the Guard's name ([WithName]).
+	Guard string
+	// Policies holds the counters of each policy of the chain, outer to
+	// inner.
+	Policies []PolicyStats
+	// Fallbacks counts the requests a fallback answered instead of their
+	// error, indexed by the [Cause] of the error it replaced (CauseNone: a
+	// failure of the call that was no timeout).
+	Fallbacks [numCauses]uint64
+}
+
+// numCauses is the number of Causes, CauseNone included.
+const numCauses = int(CauseTimeout) + 1
+
+// PolicyStats counts what one policy of a Guard decided and heard.
+type PolicyStats struct {
+	// Policy is the policy's Name.
+	Policy string
+	// Admitted counts the calls the policy admitted.
+	Admitted uint64
+	// Rejected counts the calls the policy rejected, indexed by the [Cause]
+	// of the rejection (CauseNone: a cause that is not one of sluice's).
+	Rejected [numCauses]uint64
+	// Outcomes counts the calls the policy admitted that have ended,
+	// indexed by [Outcome]: Released counts those an inner policy rejected.
+	// Admitted less their sum is the policy's calls in flight.
+	Outcomes [Released + 1]uint64
+}
+
+// Stats returns the Guard's counters. A Guard built without [WithObserver]
+// keeps none: its Stats has the policies' names and zero counts.
+func (g *Guard) Stats() Stats {
+	if g == nil {
+		return Stats{}
+	}
+	s := Stats{Guard: g.name, Policies: make([]PolicyStats, len(g.policies))}
+	for i := range s.Policies {
+		s.Policies[i].Policy = g.names[i]
+	}
+	ob := g.obs
+	if ob == nil {
+		return s
+	}
+	// The counters are kept per call and per rejecting policy; what each
+	// policy admitted and released follows from them. A call every policy
+	// admitted was admitted by each; one that policy j rejected was
+	// admitted, then released, by the policies before j.
+	var admitted uint64
+	var outcomes [Released + 1]uint64
+	for sh := range statShards {
+		admitted += ob.load(sh, slotAdmitted)
+		for o := range outcomes {
+			outcomes[o] += ob.load(sh, slotOutcomes+o)
+		}
+		for c := range s.Fallbacks {
+			s.Fallbacks[c] += ob.load(sh, slotFallbacks+c)
+		}
+	}
+	rejectedAfter := uint64(0) // rejections by the policies inner to i
+	for i := len(s.Policies) - 1; i >= 0; i-- {
+		p := &s.Policies[i]
+		for sh := range statShards {
+			for c := range p.Rejected {
+				p.Rejected[c] += ob.load(sh, slotRejected+i*numCauses+c)
+			}
+		}
+		p.Admitted = admitted + rejectedAfter
+		p.Outcomes = outcomes
+		p.Outcomes[Released] += rejectedAfter
+		for _, n := range p.Rejected {
+			rejectedAfter += n
+		}
+	}
+	return s
+}
+
+// observation is an observed Guard's counters and observers. A Guard keeps a
+// pointer to it, nil when unobserved: that nil is all an unobserved call
+// pays.
+type observation struct {
+	observers []Observer
+	calls     []func(context.Context, CallEvent) // what the observers gave
+	stride    int                                // counters per shard, a whole number of cache lines
+	counts    []atomic.Uint64                    // statShards × stride
+}
+
+// The counters of a shard, by slot: the calls admitted by every policy,
+// their outcomes, the fallbacks by cause, then the rejections by policy and
+// cause.
+const (
+	slotAdmitted  = 0
+	slotOutcomes  = 1
+	slotFallbacks = slotOutcomes + int(Released) + 1
+	slotRejected  = slotFallbacks + numCauses
+)
+
+// statShards spreads the counters over cache lines, so that calls on
+// different cores rarely add to the same one.
+const statShards = 8
+
+func (ob *observation) init(policies int) {
+	n := slotRejected + policies*numCauses
+	ob.stride = (n + 7) &^ 7 // 8 counters: a cache line of 64 bytes
+	ob.counts = make([]atomic.Uint64, statShards*ob.stride)
+}
+
+func (ob *observation) load(shard, slot int) uint64 {
+	return ob.counts[shard*ob.stride+slot].Load()
+}
+
+// shard picks a shard at random: the runtime's per-thread generator is
+// cheaper than any shared state.
+func shard() uint8 { return uint8(rand.Uint32() & (statShards - 1)) }
+
+// add counts one at slot in a shard picked at random.
+func (ob *observation) add(slot int) {
+	ob.counts[int(shard())*ob.stride+slot].Add(1)
+}
+
+// admitted counts a call every policy admitted, in a shard its end will
+// count in too: one cache line per call.
+func (ob *observation) admitted(c *Call) {
+	c.shard = shard()
+	ob.counts[int(c.shard)*ob.stride+slotAdmitted].Add(1)
+}
+
+// ended counts and reports the end of c, admitted by every policy, with o
+// and err at now.
+func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
+	ob.counts[int(c.shard)*ob.stride+slotOutcomes+int(o)].Add(1)
+	if len(ob.calls) == 0 {
+		return
+	}
+	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
+	for _, fn := range ob.calls {
+		fn(c.parent, e)
+	}
+}
+
+// rejected counts and reports policy i's rejection of a call with cause
+// and error err, after the call waited wait.
+func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, wait time.Duration) {
+	cs := causeOf(cause)
+	ob.add(slotRejected + i*numCauses + int(cs))
+	if len(ob.calls) == 0 {
+		return
+	}
+	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait}
+	for _, fn := range ob.calls {
+		fn(ctx, e)
+	}
+}
+
+// causeOf is CauseOf, with the sentinels themselves, which is what
+// policies answer, found without unwrapping.
+func causeOf(err error) Cause {
+	switch err {
+	case ErrRateLimited:
+		return CauseRateLimited
+	case ErrCircuitOpen:
+		return CauseCircuitOpen
+	case ErrOverloaded:
+		return CauseOverloaded
+	case ErrConcurrencyLimited:
+		return CauseConcurrencyLimited
+	case ErrTimeout:
+		return CauseTimeout
+	}
+	return CauseOf(err)
+}
+
+// attach attaches the Guard's observers; on an error, it detaches those
+// already attached.
+func (g *Guard) attach() error {
+	g.obs.init(len(g.policies))
+	for _, o := range g.obs.observers {
+		observe, detach, err := o.Attach(g)
+		if err != nil {
+			for _, d := range g.unsubs {
+				d()
+			}
+			g.unsubs = nil
+			return err
+		}
+		if detach != nil {
+			g.unsubs = append(g.unsubs, detach)
+		}
+		if observe != nil {
+			g.obs.calls = append(g.obs.calls, observe)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,283 @@
+package otelmetrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	sluiceecho "github.com/sluice-go/sluice/middleware/echo"
+	sluicegrpc "github.com/sluice-go/sluice/middleware/grpc"
+	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/observe/otelmetrics"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// setup returns a Metrics on a manual reader, and a Guard named name that
+// it reports: a fixed window of 4 requests a minute before a breaker.
+func setup(t *testing.T, name string) (*sdkmetric.ManualReader, *sluice.Guard) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	m, err := otelmetrics.New(provider)
+	require.NoError(t, err)
+	limit, err := ratelimit.NewFixedWindow(4, time.Minute, ratelimit.WithName("ratelimit/api"))
+	require.NoError(t, err)
+	br, err := breaker.New("backend")
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName(name), sluice.With(limit, br),
+		sluice.WithClock(sluice.NewManualClock(time.Second)), sluice.WithObserver(m))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	return reader, g
+}
+
+// script is the traffic every adapter carries: three successes, a failure,
+// then two requests the fixed window rejects.
+var script = []bool{true, true, true, false, true, true}
+
+// points collects reader and returns, for the metric name, each data
+// point's value (a sum's, a gauge's, or a histogram's count) by its
+// attributes, written as "k=v,k=v" in the order of the set.
+func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]float64{}
+	key := func(s attribute.Set) string {
+		k := ""
+		for _, kv := range s.ToSlice() {
+			if k != "" {
+				k += ","
+			}
+			k += string(kv.Key) + "=" + kv.Value.String()
+		}
+		return k
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					out[key(p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					out[key(p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					out[key(p.Attributes)] = p.Value
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					out[key(p.Attributes)] = float64(p.Count)
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", name, m.Data)
+			}
+		}
+	}
+	return out
+}
+
+// runDo, runHTTP, runEcho and runGRPC carry the script through Do, the
+// net/http middleware, the Echo middleware and the gRPC unary server
+// interceptor.
+func runDo(t *testing.T, g *sluice.Guard) {
+	for _, ok := range script {
+		_ = g.Do(t.Context(), func(context.Context) error {
+			if !ok {
+				return errors.New("backend down")
+			}
+			return nil
+		})
+	}
+}
+
+func runHTTP(t *testing.T, g *sluice.Guard) {
+	mw, err := sluicehttp.Middleware(sluicehttp.WithGuard(g))
+	require.NoError(t, err)
+	for _, ok := range script {
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if !ok {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}))
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items", nil))
+	}
+}
+
+func runEcho(t *testing.T, g *sluice.Guard) {
+	mw, err := sluiceecho.Middleware(sluiceecho.WithGuard(g))
+	require.NoError(t, err)
+	for _, ok := range script {
+		e := echo.New()
+		e.Use(mw)
+		e.GET("/items", func(c echo.Context) error {
+			if !ok {
+				return echo.NewHTTPError(http.StatusInternalServerError)
+			}
+			return c.NoContent(http.StatusOK)
+		})
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/items", nil))
+	}
+}
+
+func runGRPC(t *testing.T, g *sluice.Guard) {
+	icpt, err := sluicegrpc.UnaryServerInterceptor(sluicegrpc.WithGuard(g))
+	require.NoError(t, err)
+	info := &grpc.UnaryServerInfo{FullMethod: "/shop.Items/List"}
+	for _, ok := range script {
+		_, _ = icpt(t.Context(), "req", info, func(context.Context, any) (any, error) {
+			if !ok {
+				return nil, status.Error(codes.Internal, "backend down")
+			}
+			return "resp", nil
+		})
+	}
+}
+
+func TestEveryEntryPointCountsTheSameScriptAlike(t *testing.T) {
+	for name, run := range map[string]func(*testing.T, *sluice.Guard){
+		"Do": runDo, "net/http": runHTTP, "echo": runEcho, "grpc": runGRPC,
+	} {
+		t.Run(name, func(t *testing.T) {
+			reader, g := setup(t, "api")
+			run(t, g)
+
+			assert.Equal(t, map[string]float64{
+				"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=admitted":                           4,
+				"sluice.cause=rate_limited,sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=rejected": 2,
+				"sluice.guard=api,sluice.policy=breaker/backend,sluice.result=admitted":                         4,
+			}, points(t, reader, "sluice.requests"))
+			assert.Equal(t, map[string]float64{
+				"sluice.guard=api,sluice.outcome=success":                   3,
+				"error.type=_OTHER,sluice.guard=api,sluice.outcome=failure": 1,
+			}, points(t, reader, "sluice.call.duration"))
+			assert.Equal(t, map[string]float64{
+				"sluice.circuit_breaker.state=closed,sluice.guard=api,sluice.policy=breaker/backend":    1,
+				"sluice.circuit_breaker.state=open,sluice.guard=api,sluice.policy=breaker/backend":      0,
+				"sluice.circuit_breaker.state=half_open,sluice.guard=api,sluice.policy=breaker/backend": 0,
+			}, points(t, reader, "sluice.circuit_breaker.state"))
+			assert.Equal(t, map[string]float64{
+				"sluice.guard=api,sluice.policy=breaker/backend": 0.25,
+			}, points(t, reader, "sluice.circuit_breaker.failure_ratio"))
+		})
+	}
+}
+
+func TestBreakerTransitionsAndFallbacksAreCounted(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := otelmetrics.New(provider)
+	require.NoError(t, err)
+	br, err := breaker.New("backend", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
+	require.NoError(t, err)
+	fb := fallback{}
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(br), sluice.WithObserver(m), sluice.WithFallback(fb))
+	require.NoError(t, err)
+	defer g.Close()
+	for range 4 { // two failures open the breaker; two rejections answered by the fallback
+		_ = g.Do(t.Context(), func(context.Context) error { return errors.New("down") })
+	}
+	assert.Equal(t, map[string]float64{
+		"sluice.circuit_breaker.from=closed,sluice.circuit_breaker.to=open,sluice.guard=api,sluice.policy=breaker/backend": 1,
+	}, points(t, reader, "sluice.circuit_breaker.transitions"))
+	assert.Equal(t, map[string]float64{"sluice.cause=circuit_open,sluice.guard=api": 2},
+		points(t, reader, "sluice.fallback.invocations"))
+	assert.Equal(t, float64(1),
+		points(t, reader, "sluice.circuit_breaker.state")["sluice.circuit_breaker.state=open,sluice.guard=api,sluice.policy=breaker/backend"])
+}
+
+// fallback answers a circuit-open rejection with success.
+type fallback struct{}
+
+func (fallback) Declared(_ context.Context, err error) (string, bool) {
+	return "circuit-open", errors.Is(err, sluice.ErrCircuitOpen)
+}
+
+func (f fallback) Answer(ctx context.Context, err error) (string, error) {
+	if name, ok := f.Declared(ctx, err); ok {
+		return name, nil
+	}
+	return "", err
+}
+
+// A limiter keyed by client sees 100,000 keys: the series do not move.
+func TestKeysNeverBecomeAttributes(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := otelmetrics.New(provider, otelmetrics.WithResourceAttribute("http.route"))
+	require.NoError(t, err)
+	perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewFixedWindow(1, time.Hour)
+	}, ratelimit.WithName("ratelimit/per-client"))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(perKey), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g.Close()
+
+	series := func() int {
+		n := 0
+		for _, name := range []string{"sluice.requests", "sluice.call.duration", "sluice.circuit_breaker.transitions",
+			"sluice.rate_limiter.keys", "sluice.fallback.invocations"} {
+			n += len(points(t, reader, name))
+		}
+		return n
+	}
+	// Per client: a failed call, then a rejection by its spent window.
+	call := func(key string) {
+		ctx := sluice.WithKeyAndResource(t.Context(), key, "GET /items")
+		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
+		_ = g.Do(ctx, func(context.Context) error { return nil })
+	}
+	call("warm-up")
+	before := series()
+	require.NotZero(t, before)
+	for i := range 100_000 {
+		call(fmt.Sprintf("10.0.%d.%d", i/256, i%256))
+	}
+	assert.Equal(t, before, series(), "100,000 keys add no series")
+	assert.Equal(t, float64(2*100_001), points(t, reader, "sluice.requests")["sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=admitted"]+
+		points(t, reader, "sluice.requests")["sluice.cause=rate_limited,sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=rejected"])
+}
+
+func TestNewAndAttachRefuseBadInput(t *testing.T) {
+	_, err := otelmetrics.New(nil)
+	assert.ErrorContains(t, err, "nil MeterProvider")
+	provider := sdkmetric.NewMeterProvider()
+	_, err = otelmetrics.New(provider, otelmetrics.WithResourceAttribute(""))
+	assert.ErrorContains(t, err, "empty key")
+	m, err := otelmetrics.New(provider)
+	require.NoError(t, err)
+	_, err = sluice.New(sluice.WithObserver(m))
+	assert.ErrorContains(t, err, "sluice.WithName")
+	g, err := sluice.New(sluice.WithName("a"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	_, err = sluice.New(sluice.WithName("a"), sluice.WithObserver(m))
+	assert.ErrorContains(t, err, `"a" is reported already`)
+	require.NoError(t, g.Close())
+	g, err = sluice.New(sluice.WithName("a"), sluice.WithObserver(m))
+	require.NoError(t, err, "a closed Guard's name is free again")
+	require.NoError(t, g.Close())
+}

@@ -1,0 +1,129 @@
+package prommetrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/observe/otelmetrics"
+	"github.com/sluice-go/sluice/observe/prommetrics"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// scrape gets h's exposition and parses it.
+func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(rec.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+func labels(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, l := range m.GetLabel() {
+		out[l.GetName()] = l.GetValue()
+	}
+	return out
+}
+
+func TestScrapeShowsSluiceMetricsUnderPrometheusNames(t *testing.T) {
+	metrics, handler, err := prommetrics.New(prommetrics.WithMetricsOptions(otelmetrics.WithResourceAttribute("http.route")))
+	require.NoError(t, err)
+	limit, err := ratelimit.NewTokenBucket(ratelimit.Every(time.Hour), 2, ratelimit.WithName("ratelimit/api"))
+	require.NoError(t, err)
+	br, err := breaker.New("backend", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
+	require.NoError(t, err)
+	clk := sluice.NewManualClock(time.Second)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(limit, br), sluice.WithClock(clk), sluice.WithObserver(metrics))
+	require.NoError(t, err)
+	defer g.Close()
+
+	ctx := sluice.WithResource(t.Context(), "GET /items")
+	for _, fail := range []bool{false, true, false} { // ok; a failure opens the breaker; rejected by the limiter
+		_ = g.Do(ctx, func(context.Context) error {
+			clk.Advance(30 * time.Millisecond)
+			if fail {
+				return errors.New("down")
+			}
+			return nil
+		})
+	}
+	fams := scrape(t, handler)
+
+	req := fams["sluice_requests_total"]
+	require.NotNil(t, req, "families: %v", keys(fams))
+	assert.Equal(t, dto.MetricType_COUNTER, req.GetType())
+	got := map[string]float64{}
+	for _, m := range req.GetMetric() {
+		l := labels(m)
+		assert.Equal(t, "api", l["sluice_guard"])
+		got[l["sluice_policy"]+" "+l["sluice_result"]+" "+l["sluice_cause"]] = m.GetCounter().GetValue()
+	}
+	assert.Equal(t, map[string]float64{
+		"ratelimit/api admitted ":             2,
+		"ratelimit/api rejected rate_limited": 1,
+		"breaker/backend admitted ":           2,
+	}, got)
+
+	dur := fams["sluice_call_duration_seconds"]
+	require.NotNil(t, dur)
+	assert.Equal(t, dto.MetricType_HISTOGRAM, dur.GetType())
+	assert.Contains(t, dur.GetHelp(), "Duration")
+	byOutcome := map[string]uint64{}
+	for _, m := range dur.GetMetric() {
+		l := labels(m)
+		assert.Equal(t, "GET /items", l["http_route"])
+		byOutcome[l["sluice_outcome"]+" "+l["error_type"]] = m.GetHistogram().GetSampleCount()
+		assert.InDelta(t, 0.030*float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum(), 1e-9, "seconds")
+	}
+	assert.Equal(t, map[string]uint64{"success ": 1, "failure _OTHER": 1}, byOutcome)
+
+	state := fams["sluice_circuit_breaker_state"]
+	require.NotNil(t, state)
+	assert.Equal(t, dto.MetricType_GAUGE, state.GetType())
+	for _, m := range state.GetMetric() {
+		want := 0.0
+		if labels(m)["sluice_circuit_breaker_state"] == "open" {
+			want = 1
+		}
+		assert.Equal(t, want, m.GetGauge().GetValue(), labels(m))
+	}
+	trans := fams["sluice_circuit_breaker_transitions_total"]
+	require.NotNil(t, trans)
+	require.Len(t, trans.GetMetric(), 1)
+	assert.Equal(t, "open", labels(trans.GetMetric()[0])["sluice_circuit_breaker_to"])
+
+	lim := fams["sluice_rate_limiter_limit"]
+	require.NotNil(t, lim, "families: %v", keys(fams))
+	assert.Equal(t, 2.0, lim.GetMetric()[0].GetGauge().GetValue())
+}
+
+func keys(m map[string]*dto.MetricFamily) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestNewRefusesBadInput(t *testing.T) {
+	_, _, err := prommetrics.New(prommetrics.WithRegistry(nil))
+	assert.ErrorContains(t, err, "nil registry")
+	_, _, err = prommetrics.New(nil)
+	assert.ErrorContains(t, err, "nil Option")
+}

@@ -1,0 +1,167 @@
+// Package statelog logs the state changes of a Guard's policies through a
+// *slog.Logger: a breaker opening, a load guard starting to shed, a
+// degradation switch flipping, the breaker a Redis limiter keeps around
+// Redis opening (its failure policy engaged) and closing again.
+//
+//	logs, _ := statelog.New(slog.Default())
+//	g, _ := sluice.New(sluice.WithName("payments"), sluice.With(payments), sluice.WithObserver(logs))
+//
+// Each record is at level Warn when a policy starts to refuse (open,
+// shedding, on) and Info otherwise, with the attributes sluice.guard,
+// sluice.policy, from and to. Records are rate-limited per policy, so a
+// flapping breaker cannot flood the log: past the limit, changes are
+// counted, and the next record says how many were left out (suppressed).
+package statelog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Logger is a sluice.Observer that logs the state changes of the policies
+// of the Guards given it.
+type Logger struct {
+	log   *slog.Logger
+	clock sluice.Clock
+	burst int
+	every time.Duration
+}
+
+// Option configures a Logger.
+type Option func(*Logger) error
+
+// WithLimit lets through at most burst records per policy at once, then one
+// every interval. The default is 5 at once, then one every 10 seconds.
+// burst and every must be positive.
+func WithLimit(burst int, every time.Duration) Option {
+	return func(l *Logger) error {
+		if burst < 1 || every <= 0 {
+			return fmt.Errorf("statelog: WithLimit(%d, %v): want a positive burst and interval", burst, every)
+		}
+		l.burst, l.every = burst, every
+		return nil
+	}
+}
+
+// WithClock makes the Logger's rate limit read c instead of
+// sluice.SystemClock.
+func WithClock(c sluice.Clock) Option {
+	return func(l *Logger) error {
+		if c == nil {
+			return errors.New("statelog: WithClock: nil clock")
+		}
+		l.clock = c
+		return nil
+	}
+}
+
+// New returns a Logger writing to log.
+func New(log *slog.Logger, opts ...Option) (*Logger, error) {
+	if log == nil {
+		return nil, errors.New("statelog: nil *slog.Logger")
+	}
+	l := &Logger{log: log, clock: sluice.SystemClock, burst: 5, every: 10 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("statelog: nil Option")
+		}
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Attach implements sluice.Observer: it subscribes to the state changes of
+// every policy of g that reports them (sluice.StateSource); g's Close
+// unsubscribes. It hears no calls.
+func (l *Logger) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	var unsubs []func()
+	for _, p := range g.Policies() {
+		src, ok := p.(sluice.StateSource)
+		if !ok {
+			continue
+		}
+		pl := &policyLog{l: l, guard: g.Name(), policy: p.Name(), tokens: float64(l.burst)}
+		unsubs = append(unsubs, src.Subscribe(pl.changed))
+	}
+	return nil, func() {
+		for _, u := range unsubs {
+			u()
+		}
+	}, nil
+}
+
+// policyLog logs one policy's changes, within its Logger's rate.
+type policyLog struct {
+	l             *Logger
+	guard, policy string
+
+	mu         sync.Mutex
+	tokens     float64
+	last       time.Duration
+	started    bool
+	suppressed int
+}
+
+func (p *policyLog) changed(c sluice.StateChange) {
+	now := p.l.clock.Now()
+	p.mu.Lock()
+	if p.started {
+		p.tokens = min(p.tokens+float64(now-p.last)/float64(p.l.every), float64(p.l.burst))
+	}
+	p.started, p.last = true, now
+	if p.tokens < 1 {
+		p.suppressed++
+		p.mu.Unlock()
+		return
+	}
+	p.tokens--
+	suppressed := p.suppressed
+	p.suppressed = 0
+	p.mu.Unlock()
+
+	level, msg := describe(c)
+	attrs := []slog.Attr{
+		slog.String("sluice.guard", p.guard),
+		slog.String("sluice.policy", p.policy),
+		slog.String("from", c.From),
+		slog.String("to", c.To),
+	}
+	if c.Policy != p.policy {
+		// A breaker group's member: the member's name is the key it
+		// serves, for the log only, never for metrics.
+		attrs = append(attrs, slog.String("member", c.Policy))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	p.l.log.LogAttrs(context.Background(), level, msg, attrs...)
+}
+
+// describe returns the level and message of a change.
+func describe(c sluice.StateChange) (slog.Level, string) {
+	switch c.To {
+	case "open":
+		return slog.LevelWarn, "sluice: circuit breaker opened"
+	case "half-open":
+		return slog.LevelInfo, "sluice: circuit breaker half-open"
+	case "closed":
+		return slog.LevelInfo, "sluice: circuit breaker closed"
+	case "shedding":
+		return slog.LevelWarn, "sluice: load guard shedding"
+	case "normal":
+		return slog.LevelInfo, "sluice: load guard recovered"
+	case "on":
+		return slog.LevelWarn, "sluice: switch flipped on"
+	case "off":
+		return slog.LevelInfo, "sluice: switch flipped off"
+	}
+	return slog.LevelInfo, "sluice: state changed"
+}

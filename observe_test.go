@@ -1,0 +1,147 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// events is an Observer that keeps what it hears.
+type events struct {
+	mu       sync.Mutex
+	got      []sluice.CallEvent
+	attached []*sluice.Guard
+	detached int
+	fail     error
+}
+
+func (e *events) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	if e.fail != nil {
+		return nil, nil, e.fail
+	}
+	e.attached = append(e.attached, g)
+	return e.observe, func() { e.detached++ }, nil
+}
+
+func (e *events) observe(_ context.Context, ev sluice.CallEvent) {
+	e.mu.Lock()
+	e.got = append(e.got, ev)
+	e.mu.Unlock()
+}
+
+func TestObservedGuardCountsEachPolicysDecisionsAndOutcomes(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", -1)
+	inner := newRecorder("inner", 3) // admits 3, then rejects: rate limited
+	ev := &events{}
+	fb := sluice.WithFallback(fbFunc[int]{name: "rate-limited", fn: func(_ context.Context, err error) (int, error) {
+		if errors.Is(err, sluice.ErrRateLimited) {
+			return 0, nil
+		}
+		return 0, err
+	}})
+	g := mustGuard(t, sluice.WithName("payments"), sluice.With(outer, inner), sluice.WithClock(clk),
+		sluice.WithObserver(ev), fb)
+	require.Equal(t, []*sluice.Guard{g}, ev.attached)
+
+	boom := errors.New("boom")
+	results := []error{nil, boom, context.Canceled}
+	for _, want := range results {
+		_ = g.Do(t.Context(), func(context.Context) error {
+			clk.Advance(20 * time.Millisecond)
+			return want
+		})
+	}
+	for range 2 { // rejected by inner, answered by the fallback
+		require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	}
+
+	s := g.Stats()
+	assert.Equal(t, "payments", s.Guard)
+	require.Len(t, s.Policies, 2)
+	o, in := s.Policies[0], s.Policies[1]
+	assert.Equal(t, "outer", o.Policy)
+	assert.Equal(t, uint64(5), o.Admitted, "outer admitted every call")
+	assert.Equal(t, [4]uint64{1, 1, 1, 2}, o.Outcomes, "success, failure, ignored, released by inner's rejections")
+	assert.Equal(t, uint64(3), in.Admitted)
+	assert.Equal(t, [4]uint64{1, 1, 1, 0}, in.Outcomes)
+	assert.Equal(t, uint64(2), in.Rejected[sluice.CauseRateLimited])
+	assert.Equal(t, uint64(0), o.Rejected[sluice.CauseRateLimited])
+	assert.Equal(t, uint64(2), s.Fallbacks[sluice.CauseRateLimited])
+
+	require.Len(t, ev.got, 5)
+	assert.Equal(t, sluice.CallEvent{Admitted: true, Outcome: sluice.Success, Latency: 20 * time.Millisecond}, ev.got[0])
+	assert.Equal(t, sluice.Failure, ev.got[1].Outcome)
+	assert.ErrorIs(t, ev.got[1].Err, boom)
+	assert.Equal(t, sluice.Ignored, ev.got[2].Outcome)
+	rej := ev.got[3]
+	assert.False(t, rej.Admitted)
+	assert.Equal(t, "inner", rej.Policy)
+	assert.Equal(t, sluice.CauseRateLimited, rej.Cause)
+	assert.Equal(t, sluice.Released, rej.Outcome)
+	assert.ErrorIs(t, rej.Err, sluice.ErrRateLimited)
+
+	require.NoError(t, g.Close())
+	assert.Equal(t, 1, ev.detached, "Close detaches the observer")
+}
+
+func TestObservedGuardHearsTheWaitInAPolicy(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 300 * time.Millisecond}
+	ev := &events{}
+	g := mustGuard(t, sluice.With(queue), sluice.WithClock(clk), sluice.WithObserver(ev))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error {
+		clk.Advance(50 * time.Millisecond)
+		return nil
+	}))
+	require.Len(t, ev.got, 1)
+	assert.Equal(t, 300*time.Millisecond, ev.got[0].Wait)
+	assert.Equal(t, 50*time.Millisecond, ev.got[0].Latency)
+}
+
+func TestUnobservedGuardKeepsNoCounts(t *testing.T) {
+	g := mustGuard(t, sluice.With(newRecorder("p", -1)))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	s := g.Stats()
+	assert.Equal(t, []sluice.PolicyStats{{Policy: "p"}}, s.Policies)
+	assert.Equal(t, "", g.Name())
+}
+
+func TestObservationOptionsRefuseBadInput(t *testing.T) {
+	_, err := sluice.New(sluice.WithName(""))
+	assert.ErrorContains(t, err, "empty name")
+	_, err = sluice.New(sluice.WithObserver(nil))
+	assert.ErrorContains(t, err, "nil observer")
+	var typedNil *events
+	_, err = sluice.New(sluice.WithObserver(typedNil))
+	assert.ErrorContains(t, err, "nil observer")
+
+	refused := errors.New("no name")
+	first, second := &events{}, &events{fail: refused}
+	_, err = sluice.New(sluice.WithObserver(first), sluice.WithObserver(second))
+	assert.ErrorIs(t, err, refused)
+	assert.Equal(t, 1, first.detached, "a failed New detaches the observers it attached")
+}
+
+func TestObservedGuardCountsUnderConcurrency(t *testing.T) {
+	g := mustGuard(t, sluice.With(newRecorder("p", -1)), sluice.WithObserver(&events{}))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				_ = g.Do(context.Background(), func(context.Context) error { return nil })
+			}
+		})
+	}
+	wg.Wait()
+	p := g.Stats().Policies[0]
+	assert.Equal(t, uint64(8000), p.Admitted)
+	assert.Equal(t, uint64(8000), p.Outcomes[sluice.Success])
+}
