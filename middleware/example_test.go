@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
@@ -34,27 +33,6 @@ func ExampleIPExtractor_ClientIP() {
 	// 2001:db8:aa:bb::
 }
 
-func ExampleRenderer_Rejected() {
-	d := sluice.Decision{
-		Policy: "ratelimit/per-ip", Limit: 100, Remaining: 0,
-		Reset: time.Minute, RetryAfter: 6500 * time.Millisecond, Cause: sluice.ErrRateLimited,
-	}
-	h := http.Header{}
-	var r middleware.Renderer
-	status := r.Rejected(h, nil, d)
-	fmt.Println(status)
-	fmt.Println("Retry-After:", h.Get("Retry-After"))
-	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
-	fmt.Println("RateLimit:", h.Get("RateLimit"))
-	fmt.Printf("%s", r.AppendProblem(nil, d))
-	// Output:
-	// 429
-	// Retry-After: 7
-	// RateLimit-Policy: "ratelimit/per-ip";q=100
-	// RateLimit: "ratelimit/per-ip";r=0;t=7
-	// {"type":"urn:sluice:problem:rate-limited","title":"Too Many Requests","status":429,"detail":"The request rate limit is exceeded; retry after the delay in Retry-After.","retryAfter":7}
-}
-
 func ExampleNewRoutes() {
 	api, err := sluice.New()
 	if err != nil {
@@ -67,11 +45,14 @@ func ExampleNewRoutes() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(rs.Match("GET /items").Guard == api)
-	fmt.Println(rs.Match("GET /healthz") == nil)
+	fmt.Println(rs != nil)
+
+	// A malformed pattern is an error, not a route that never matches.
+	_, err = middleware.NewRoutes(middleware.RouteTo("GET /x/{", api))
+	fmt.Println(err)
 	// Output:
 	// true
-	// true
+	// middleware: RouteTo: malformed pattern "GET /x/{": bad wildcard segment "{": a wildcard is a whole segment, {name} or {name...}
 }
 
 func ExampleClassifyGRPCCode() {

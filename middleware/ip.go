@@ -7,10 +7,6 @@ import (
 	"strings"
 )
 
-// HeaderGetter returns every value of a request header or metadata field,
-// in the order received; nil when it is absent. http.Header's Values method
-// and gRPC metadata.MD's Get method are HeaderGetters.
-type HeaderGetter func(name string) []string
 
 // The proxy header fields an IPExtractor can read.
 const (
@@ -149,10 +145,10 @@ func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 	return e, nil
 }
 
-// ParseAddr parses a peer address as net/http's RemoteAddr and gRPC's peer
+// parseAddr parses a peer address as net/http's RemoteAddr and gRPC's peer
 // give it ("192.0.2.1:1234", "[2001:db8::1]:443", or a bare address), and
 // normalises it: IPv4-mapped addresses become IPv4, zones are dropped.
-func ParseAddr(s string) (netip.Addr, bool) {
+func parseAddr(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return netip.Addr{}, false
@@ -176,8 +172,8 @@ func ParseAddr(s string) (netip.Addr, bool) {
 
 func normal(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 
-// Trusted reports whether a is within a trusted proxy prefix.
-func (e *IPExtractor) Trusted(a netip.Addr) bool {
+// isTrusted reports whether a is within a trusted proxy prefix.
+func (e *IPExtractor) isTrusted(a netip.Addr) bool {
 	for _, p := range e.trusted {
 		if p.Contains(a) {
 			return true
@@ -188,15 +184,17 @@ func (e *IPExtractor) Trusted(a netip.Addr) bool {
 
 // ClientIP returns the client's address for a request whose direct peer is
 // remoteAddr and whose header fields get returns (nil: none), masked to the
-// configured prefix. It reports false when remoteAddr is not an address (a
+// configured prefix. get returns every value of a header or metadata field,
+// in the order received, nil when absent: http.Header's Values method and
+// gRPC metadata.MD's Get method fit. It reports false when remoteAddr is not an address (a
 // Unix socket, an in-memory pipe).
-func (e *IPExtractor) ClientIP(remoteAddr string, get HeaderGetter) (netip.Addr, bool) {
-	peer, ok := ParseAddr(remoteAddr)
+func (e *IPExtractor) ClientIP(remoteAddr string, get func(name string) []string) (netip.Addr, bool) {
+	peer, ok := parseAddr(remoteAddr)
 	if !ok {
 		return netip.Addr{}, false
 	}
 	client := peer
-	if get != nil && len(e.trusted) > 0 && e.Trusted(peer) {
+	if get != nil && len(e.trusted) > 0 && e.isTrusted(peer) {
 		client = e.fromHeaders(peer, get)
 	}
 	return e.mask(client), true
@@ -220,7 +218,7 @@ func (e *IPExtractor) mask(a netip.Addr) netip.Addr {
 // fromHeaders walks the first proxy header present from right to left.
 // last is the nearest address known so far (the peer, then each trusted hop);
 // it is the answer when the chain ends in garbage or holds only trusted hops.
-func (e *IPExtractor) fromHeaders(peer netip.Addr, get HeaderGetter) netip.Addr {
+func (e *IPExtractor) fromHeaders(peer netip.Addr, get func(name string) []string) netip.Addr {
 	for _, h := range e.headers {
 		vals := get(h)
 		if len(vals) == 0 {
@@ -228,7 +226,7 @@ func (e *IPExtractor) fromHeaders(peer netip.Addr, get HeaderGetter) netip.Addr 
 		}
 		last := peer
 		if h == HeaderXRealIP {
-			a, ok := ParseAddr(vals[len(vals)-1])
+			a, ok := parseAddr(vals[len(vals)-1])
 			if !ok {
 				return last
 			}
@@ -251,12 +249,12 @@ func (e *IPExtractor) fromHeaders(peer netip.Addr, get HeaderGetter) netip.Addr 
 				if h == HeaderForwarded {
 					a, ok = forwardedFor(elem)
 				} else {
-					a, ok = ParseAddr(elem)
+					a, ok = parseAddr(elem)
 				}
 				if !ok {
 					return last
 				}
-				if !e.Trusted(a) {
+				if !e.isTrusted(a) {
 					return a
 				}
 				last = a

@@ -156,10 +156,10 @@ func FuzzClientIPChain(f *testing.F) {
 			t.Fatalf("ClientIP(%q) not ok", remote)
 		}
 		want, known := normal(peer), true
-		if e.Trusted(normal(peer)) {
+		if e.isTrusted(normal(peer)) {
 			known = false
 			for i := len(addrs) - 2; i >= 0; i-- {
-				if a := normal(addrs[i]); !e.Trusted(a) {
+				if a := normal(addrs[i]); !e.isTrusted(a) {
 					want, known = a, true
 					break
 				}
@@ -171,7 +171,7 @@ func FuzzClientIPChain(f *testing.F) {
 		if known && got != want {
 			t.Fatalf("%s %q from %s: got %v, want %v", field, lines, remote, got, want)
 		}
-		if !known && !e.Trusted(got) {
+		if !known && !e.isTrusted(got) {
 			// Every hop is trusted: the client's text decides, but only
 			// with an address that it holds.
 			if _, ok := addrIn(spoof, got); !ok {
@@ -181,11 +181,11 @@ func FuzzClientIPChain(f *testing.F) {
 	})
 }
 
-// addrIn reports whether some substring of s parses (as ParseAddr does) to a.
+// addrIn reports whether some substring of s parses (as parseAddr does) to a.
 func addrIn(s string, a netip.Addr) (string, bool) {
 	for i := 0; i < len(s); i++ {
 		for j := i + 1; j <= len(s); j++ {
-			if b, ok := ParseAddr(s[i:j]); ok && b == a {
+			if b, ok := parseAddr(s[i:j]); ok && b == a {
 				return s[i:j], true
 			}
 		}
@@ -219,10 +219,10 @@ func FuzzClientIP(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		peer, peerOK := ParseAddr(remote)
+		peer, peerOK := parseAddr(remote)
 		got, ok := plain.ClientIP(remote, h.Values)
 		if ok != peerOK {
-			t.Fatalf("ClientIP(%q) ok %v, ParseAddr ok %v", remote, ok, peerOK)
+			t.Fatalf("ClientIP(%q) ok %v, parseAddr ok %v", remote, ok, peerOK)
 		}
 		if !ok {
 			return
@@ -231,9 +231,9 @@ func FuzzClientIP(f *testing.F) {
 			t.Fatalf("ClientIP(%q) = %v, not normalised", remote, got)
 		}
 		if peer.Is4In6() || peer.Zone() != "" {
-			t.Fatalf("ParseAddr(%q) = %v, not normalised", remote, peer)
+			t.Fatalf("parseAddr(%q) = %v, not normalised", remote, peer)
 		}
-		if !plain.Trusted(peer) && got != peer {
+		if !plain.isTrusted(peer) && got != peer {
 			t.Fatalf("untrusted peer %v: headers read, got %v", peer, got)
 		}
 		if got != peer {
@@ -276,8 +276,8 @@ func FuzzParseAddr(f *testing.F) {
 	f.Add("1.2.3.4", uint16(0), " [1.2.3.4]:80 ")
 	f.Add("::1", uint16(65535), "[::1%]")
 	f.Fuzz(func(t *testing.T, addr string, port uint16, raw string) {
-		if a, ok := ParseAddr(raw); ok && (!a.IsValid() || a.Is4In6() || a.Zone() != "") {
-			t.Fatalf("ParseAddr(%q) = %v, not normalised", raw, a)
+		if a, ok := parseAddr(raw); ok && (!a.IsValid() || a.Is4In6() || a.Zone() != "") {
+			t.Fatalf("parseAddr(%q) = %v, not normalised", raw, a)
 		}
 		a, err := netip.ParseAddr(addr)
 		if err != nil {
@@ -289,8 +289,8 @@ func FuzzParseAddr(f *testing.F) {
 			forms = append(forms, "["+a.String()+"]")
 		}
 		for _, s := range forms {
-			if got, ok := ParseAddr(s); !ok || got != want {
-				t.Fatalf("ParseAddr(%q) = %v, %v; want %v", s, got, ok, want)
+			if got, ok := parseAddr(s); !ok || got != want {
+				t.Fatalf("parseAddr(%q) = %v, %v; want %v", s, got, ok, want)
 			}
 		}
 	})
@@ -315,11 +315,11 @@ func FuzzTrustedProxies(f *testing.F) {
 		if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
 			t.Fatalf("%q kept as %v", cidr, p)
 		}
-		if !e.Trusted(p.Addr()) {
+		if !e.isTrusted(p.Addr()) {
 			t.Fatalf("%q: %v not trusted", cidr, p.Addr())
 		}
 		if a, err := netip.ParseAddr(strings.SplitN(cidr, "/", 2)[0]); err == nil && !strings.Contains(cidr, "/") {
-			if !e.Trusted(normal(a)) {
+			if !e.isTrusted(normal(a)) {
 				t.Fatalf("%q: the address itself is not trusted", cidr)
 			}
 		}

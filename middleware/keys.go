@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"strconv"
 
 	"github.com/sluice-go/sluice"
 )
@@ -156,7 +157,7 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	}
 	for i, f := range fns {
 		if f == nil {
-			return nil, errors.New("middleware: NewKeyer: key function " + itoa(int64(i)) + " is nil")
+			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is nil")
 		}
 	}
 	if !missing.reject && missing.key == "" {
@@ -165,9 +166,9 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	return &Keyer{fns: append([]KeyFunc(nil), fns...), missing: missing}, nil
 }
 
-// Key returns r's key, or ErrMissingKey when r has none and the Keyer
+// key returns r's key, or ErrMissingKey when r has none and the Keyer
 // rejects such requests. A nil Keyer returns "" and no error.
-func (k *Keyer) Key(r Request) (string, error) {
+func (k *Keyer) key(r Request) (string, error) {
 	if k == nil {
 		return "", nil
 	}
@@ -182,15 +183,15 @@ func (k *Keyer) Key(r Request) (string, error) {
 	return k.missing.key, nil
 }
 
-// Context returns ctx carrying r's key (sluice.WithKey) and, when r has a
+// keyContext returns ctx carrying r's key (sluice.WithKey) and, when r has a
 // route, the route as its resource (sluice.WithResource), for the keyed
-// policies of a Guard. It returns ErrMissingKey as Key does. A nil Keyer
+// policies of a Guard. It returns ErrMissingKey as key does. A nil Keyer
 // returns ctx as it is.
-func (k *Keyer) Context(ctx context.Context, r Request) (context.Context, error) {
+func (k *Keyer) keyContext(ctx context.Context, r Request) (context.Context, error) {
 	if k == nil {
 		return ctx, nil
 	}
-	key, err := k.Key(r)
+	key, err := k.key(r)
 	if err != nil {
 		return ctx, err
 	}

@@ -49,7 +49,7 @@ func TestKeyer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			shared, err := NewKeyer(MissingKey{}, tt.fn)
 			require.NoError(t, err)
-			k, err := shared.Key(tt.r)
+			k, err := shared.key(tt.r)
 			require.NoError(t, err)
 			if tt.missing {
 				assert.Equal(t, "unknown", k)
@@ -59,7 +59,7 @@ func TestKeyer(t *testing.T) {
 
 			strict, err := NewKeyer(RejectMissingKey(), tt.fn)
 			require.NoError(t, err)
-			k, err = strict.Key(tt.r)
+			k, err = strict.key(tt.r)
 			if tt.missing {
 				assert.ErrorIs(t, err, ErrMissingKey)
 			} else {
@@ -73,10 +73,10 @@ func TestKeyer(t *testing.T) {
 func TestKeyerFallsThroughInOrder(t *testing.T) {
 	k, err := NewKeyer(SharedKey("anon"), KeyByHeader("X-Api-Key"), KeyByCookie("session"))
 	require.NoError(t, err)
-	got, err := k.Key(fakeRequest{cookies: map[string]string{"session": "s9"}})
+	got, err := k.key(fakeRequest{cookies: map[string]string{"session": "s9"}})
 	require.NoError(t, err)
 	assert.Equal(t, "s9", got)
-	got, err = k.Key(fakeRequest{})
+	got, err = k.key(fakeRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, "anon", got)
 
@@ -89,19 +89,19 @@ func TestKeyerFallsThroughInOrder(t *testing.T) {
 func TestKeyerContext(t *testing.T) {
 	k, err := NewKeyer(RejectMissingKey(), KeyByHeader("X-Api-Key"))
 	require.NoError(t, err)
-	ctx, err := k.Context(context.Background(), fakeRequest{route: "GET /x", header: map[string][]string{"X-Api-Key": {"k7"}}})
+	ctx, err := k.keyContext(context.Background(), fakeRequest{route: "GET /x", header: map[string][]string{"X-Api-Key": {"k7"}}})
 	require.NoError(t, err)
 	key, _ := sluice.KeyFrom(ctx)
 	res, _ := sluice.ResourceFrom(ctx)
 	assert.Equal(t, "k7", key)
 	assert.Equal(t, "GET /x", res)
 
-	ctx, err = k.Context(context.Background(), fakeRequest{header: map[string][]string{"X-Api-Key": {"k8"}}})
+	ctx, err = k.keyContext(context.Background(), fakeRequest{header: map[string][]string{"X-Api-Key": {"k8"}}})
 	require.NoError(t, err)
 	_, ok := sluice.ResourceFrom(ctx)
 	assert.False(t, ok, "no route, no resource")
 
-	_, err = k.Context(context.Background(), fakeRequest{})
+	_, err = k.keyContext(context.Background(), fakeRequest{})
 	assert.ErrorIs(t, err, ErrMissingKey)
 }
 
@@ -136,10 +136,10 @@ func TestNilKeyerKeysNothing(t *testing.T) {
 	var k *Keyer
 	r := fakeRequest{route: "GET /a", header: map[string][]string{"X-Api-Key": {"k1"}}}
 	require.NotPanics(t, func() {
-		key, err := k.Key(r)
+		key, err := k.key(r)
 		assert.NoError(t, err)
 		assert.Empty(t, key)
-		ctx, err := k.Context(context.Background(), r)
+		ctx, err := k.keyContext(context.Background(), r)
 		assert.NoError(t, err)
 		_, ok := sluice.KeyFrom(ctx)
 		assert.False(t, ok, "no key")
@@ -153,7 +153,7 @@ func TestNilKeyerKeysNothing(t *testing.T) {
 func TestKeyByIPWithoutExtractor(t *testing.T) {
 	k, err := NewKeyer(RejectMissingKey(), KeyByIP(nil))
 	require.NoError(t, err)
-	key, err := k.Key(fakeRequest{remote: "192.0.2.7:5555", header: map[string][]string{HeaderXForwardedFor: {"198.51.100.1"}}})
+	key, err := k.key(fakeRequest{remote: "192.0.2.7:5555", header: map[string][]string{HeaderXForwardedFor: {"198.51.100.1"}}})
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.7", key)
 }
@@ -177,11 +177,11 @@ func TestKeyPerRoute(t *testing.T) {
 		{fakeRequest{route: "GET /items/{id}", remote: "192.0.2.1:1", header: map[string][]string{"X-Api-Key": {"k1"}}}, "192.0.2.1"},
 		{fakeRequest{route: "GET /other", remote: "192.0.2.1:1"}, "GET /other"},
 	} {
-		got, err := k.Key(tt.r)
+		got, err := k.key(tt.r)
 		require.NoError(t, err, tt.r.route)
 		assert.Equal(t, tt.want, got, tt.r.route)
 	}
-	_, err = k.Key(fakeRequest{route: "POST /orders", remote: "192.0.2.1:1"})
+	_, err = k.key(fakeRequest{route: "POST /orders", remote: "192.0.2.1:1"})
 	assert.ErrorIs(t, err, ErrMissingKey, "not keyed by address instead")
 	none := KeyPerRoute(map[string]KeyFunc{"GET /a": nil}, nil)
 	_, ok := none(fakeRequest{route: "GET /a"})

@@ -1,272 +1,65 @@
 package middleware
 
 import (
-	"errors"
-	"fmt"
-	"net/http"
-	"strings"
-	"sync/atomic"
-	"time"
+	"context"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
-
-// Windowed is implemented by rate limiters that know the length of their
-// window (a fixed or sliding window's size, a token bucket's time to refill
-// its burst). The route table reads it once per policy to fill the w
-// parameter of the RateLimit-Policy field; a policy without it gets no w.
-type Windowed interface {
-	Window() time.Duration
-}
-
-// Route is one entry of a [Routes] table: the Guard that protects the route
-// and what the table learnt about the Guard's policies when it was built.
-// A nil *Route lets every request through.
-type Route struct {
-	// Pattern is the route as it was registered: an HTTP pattern, a gRPC full
-	// method; "" for the default route.
-	Pattern string
-	// Guard protects the route; nil lets every request through.
-	Guard    *sluice.Guard
-	policies []policySlot
-	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
-}
-
-// policySlot is what a Route knows of one policy of its Guard: its window,
-// and the header values that depend only on the policy's name, quota and
-// window, made once and shared by every response.
-type policySlot struct {
-	name   string
-	window time.Duration
-	fields atomic.Pointer[policyFields]
-}
-
-// policyFields are the header values of one policy's quota. They are
-// immutable once made; the slices have no spare capacity, so a handler that
-// appends to them copies.
-type policyFields struct {
-	name   string
-	limit  int64
-	window time.Duration
-	policy []string // RateLimit-Policy
-	limitV []string // X-RateLimit-Limit
-	prefix string   // RateLimit up to r's value: "name";r=
-	// last is a recent RateLimit value made for the policy (one in
-	// shareEvery is kept): while the policy's r and t stay the same (a limit
-	// well above the traffic keeps r at the burst less one), responses share
-	// it instead of formatting their own.
-	last atomic.Pointer[rateLimitValue]
-}
-
-func newPolicyFields(name string, limit int64, window time.Duration) *policyFields {
-	b := AppendRateLimitPolicy(nil, name, limit, window)
-	pol := string(b)
-	pre := string(append(appendSFString(nil, name), ";r="...))
-	lim := itoa(sfInt(limit))
-	return &policyFields{
-		name: name, limit: limit, window: window,
-		policy: []string{pol}, limitV: []string{lim}, prefix: pre,
-	}
-}
-
-func newRoute(pattern string, g *sluice.Guard) *Route {
-	ps := g.Policies()
-	r := &Route{Pattern: pattern, Guard: g, policies: make([]policySlot, len(ps))}
-	for i, p := range ps {
-		r.policies[i].name = p.Name()
-		if w, ok := p.(Windowed); ok && w.Window() > 0 {
-			r.policies[i].window = w.Window()
-		}
-	}
-	// Policies may share a name (two limiters of one algorithm, each with
-	// its default name) and a Decision names only the policy: when their
-	// windows differ, which one decided is unknown, and the w parameter is
-	// left out rather than given wrong.
-	for i := range r.policies {
-		for j := range i {
-			if r.policies[i].name == r.policies[j].name && r.policies[i].window != r.policies[j].window {
-				r.policies[i].window, r.policies[j].window = 0, 0
-			}
-		}
-	}
-	return r
-}
-
-// Window returns the window of the route's policy named policy, as its
-// Windowed method reports it, or 0 when it has none.
-func (r *Route) Window(policy string) time.Duration {
-	if r == nil {
-		return 0
-	}
-	for i := range r.policies {
-		if r.policies[i].name == policy {
-			return r.policies[i].window
-		}
-	}
-	return 0
-}
-
-// fields returns the quota fields of d's policy, made once per policy and
-// quota and shared after.
-func (r *Route) fields(d *sluice.Decision) *policyFields {
-	if r == nil {
-		return newPolicyFields(d.Policy, d.Limit, 0)
-	}
-	slot := &r.other
-	var window time.Duration
-	for i := range r.policies {
-		if r.policies[i].name == d.Policy {
-			slot, window = &r.policies[i].fields, r.policies[i].window
-			break
-		}
-	}
-	if f := slot.Load(); f != nil && f.name == d.Policy && f.limit == d.Limit {
-		return f
-	}
-	f := newPolicyFields(d.Policy, d.Limit, window)
-	slot.Store(f)
-	return f
-}
 
 // Routes maps routes to Guards, with a default for routes it does not list.
 // A route mapped to a nil Guard, or an unlisted route when there is no
-// default, passes through unguarded. The zero value, and a nil *Routes, guard
-// nothing. A Routes is immutable once built and safe for concurrent use.
+// default, passes through unguarded. The adapters take one with their
+// WithRoutes option. A Routes is immutable once built and safe for
+// concurrent use.
 type Routes struct {
-	byPattern map[string]*Route
-	def       *Route
-	methods   bool // some pattern names a method ("POST /cart")
+	t *routing.Routes
 }
 
 // RoutesOption configures a Routes table.
-type RoutesOption func(*Routes) error
+type RoutesOption struct {
+	o routing.RoutesOption
+}
 
-// RouteTo maps pattern (an HTTP pattern such as "GET /items/{id}", a gRPC full
-// method such as "/pkg.Service/Method") to g. A nil g makes the route pass
-// through even when the table has a default.
+// RouteTo maps pattern (an HTTP pattern such as "GET /items/{id}", an Echo
+// route path such as "/items/:id", a gRPC full method such as
+// "/pkg.Service/Method") to g. A nil g makes the route pass through even when
+// the table has a default. An empty pattern, a pattern given twice and a
+// malformed wildcard ("GET /x/{") make NewRoutes fail.
 func RouteTo(pattern string, g *sluice.Guard) RoutesOption {
-	return func(rs *Routes) error {
-		if pattern == "" {
-			return errors.New("middleware: RouteTo: empty pattern (use DefaultRoute for the default)")
-		}
-		if _, dup := rs.byPattern[pattern]; dup {
-			return fmt.Errorf("middleware: RouteTo: route %q given twice", pattern)
-		}
-		rs.byPattern[pattern] = newRoute(pattern, g)
-		if strings.Contains(pattern, " ") {
-			rs.methods = true
-		}
-		return nil
-	}
+	return RoutesOption{routing.RouteTo(pattern, g)}
 }
 
 // DefaultRoute makes g guard every route the table does not list. Without it,
 // unlisted routes pass through.
 func DefaultRoute(g *sluice.Guard) RoutesOption {
-	return func(rs *Routes) error {
-		if rs.def != nil {
-			return errors.New("middleware: DefaultRoute given twice")
-		}
-		rs.def = newRoute("", g)
-		return nil
-	}
+	return RoutesOption{routing.DefaultRoute(g)}
 }
 
-// NewRoutes builds a route table.
+// NewRoutes builds a route table. It fails on an empty or malformed pattern,
+// a pattern given twice, or a default given twice.
 func NewRoutes(opts ...RoutesOption) (*Routes, error) {
-	rs := &Routes{byPattern: make(map[string]*Route)}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(rs); err != nil {
-			return nil, err
-		}
+	os := make([]routing.RoutesOption, len(opts))
+	for i, o := range opts {
+		os[i] = o.o
 	}
-	if rs.def != nil && rs.def.Guard == nil {
-		rs.def = nil
+	t, err := routing.NewRoutes(os...)
+	if err != nil {
+		return nil, err
 	}
-	return rs, nil
+	return &Routes{t: t}, nil
 }
 
-// Match returns the Route for pattern: its own entry, else the default, else
-// nil (pass through).
-func (rs *Routes) Match(pattern string) *Route {
-	if rs == nil {
+func init() {
+	routing.TableOf = func(rs any) *routing.Routes {
+		if r, _ := rs.(*Routes); r != nil {
+			return r.t
+		}
 		return nil
 	}
-	if len(rs.byPattern) > 0 {
-		if r, ok := rs.byPattern[pattern]; ok {
-			if r.Guard == nil {
-				return nil
-			}
-			return r
-		}
+	routing.KeyContext = func(k any, ctx context.Context, r any) (context.Context, error) {
+		kr, _ := k.(*Keyer)
+		q, _ := r.(Request)
+		return kr.keyContext(ctx, q)
 	}
-	return rs.def
-}
-
-// MatchMethod returns the Route for a request of method on route path, for
-// routers whose routes carry no method (Echo's c.Path()): the entry
-// "METHOD path", as net/http patterns name a method, when the table lists
-// it, else Match(path). As in net/http, a HEAD request without a "HEAD path"
-// entry matches the "GET path" one.
-func (rs *Routes) MatchMethod(method, path string) *Route {
-	if rs != nil && rs.methods {
-		if r, ok := rs.byMethod(method, path); ok {
-			return r
-		}
-		if method == http.MethodHead {
-			if r, ok := rs.byMethod(http.MethodGet, path); ok {
-				return r
-			}
-		}
-	}
-	return rs.Match(path)
-}
-
-// byMethod returns the Route of the entry "method path", nil for one mapped
-// to a nil Guard, and whether the table lists it.
-func (rs *Routes) byMethod(method, path string) (*Route, bool) {
-	var buf [128]byte
-	key := append(append(append(buf[:0], method...), ' '), path...)
-	r, ok := rs.byPattern[string(key)] // the lookup allocates nothing
-	if !ok || r.Guard == nil {
-		return nil, ok
-	}
-	return r, true
-}
-
-// Default returns the default Route, or nil when there is none.
-func (rs *Routes) Default() *Route {
-	if rs == nil {
-		return nil
-	}
-	return rs.def
-}
-
-// NeedsPattern reports whether the table lists any route, that is whether
-// an adapter must work out a request's route before calling Match. When it
-// reports false, Match answers the default for every route.
-func (rs *Routes) NeedsPattern() bool { return rs != nil && len(rs.byPattern) > 0 }
-
-// Guards returns every distinct non-nil Guard of the table, the default
-// first; for closing them together.
-func (rs *Routes) Guards() []*sluice.Guard {
-	if rs == nil {
-		return nil
-	}
-	seen := make(map[*sluice.Guard]bool)
-	var out []*sluice.Guard
-	add := func(r *Route) {
-		if r != nil && r.Guard != nil && !seen[r.Guard] {
-			seen[r.Guard] = true
-			out = append(out, r.Guard)
-		}
-	}
-	add(rs.def)
-	for _, r := range rs.byPattern {
-		add(r)
-	}
-	return out
 }

@@ -1,76 +1,37 @@
 package middleware
 
 import (
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
-func TestRoutes(t *testing.T) {
-	def := mustGuard(t)
-	items := mustGuard(t, windowed{name: "ratelimit/items", w: 90 * time.Second})
-	rs, err := NewRoutes(DefaultRoute(def), RouteTo("GET /items", items), RouteTo("GET /healthz", nil))
-	require.NoError(t, err)
-	assert.True(t, rs.NeedsPattern())
-	assert.Same(t, items, rs.Match("GET /items").Guard)
-	assert.Equal(t, "GET /items", rs.Match("GET /items").Pattern)
-	assert.Equal(t, 90*time.Second, rs.Match("GET /items").Window("ratelimit/items"))
-	assert.Zero(t, rs.Match("GET /items").Window("other"))
-	assert.Nil(t, rs.Match("GET /healthz"), "a route mapped to nil passes through")
-	assert.Same(t, def, rs.Match("POST /other").Guard)
-	assert.Same(t, def, rs.Default().Guard)
-	assert.ElementsMatch(t, rs.Guards(), rs.Guards())
-	assert.Len(t, rs.Guards(), 2)
-
-	noDefault, err := NewRoutes(RouteTo("GET /items", items))
-	require.NoError(t, err)
-	assert.Nil(t, noDefault.Match("GET /other"), "an unmatched route passes through")
-
-	var nilRoutes *Routes
-	assert.Nil(t, nilRoutes.Match("x"))
-	assert.False(t, nilRoutes.NeedsPattern())
-	var nilRoute *Route
-	assert.Zero(t, nilRoute.Window("x"))
-
-	only, err := NewRoutes(DefaultRoute(def))
-	require.NoError(t, err)
-	assert.False(t, only.NeedsPattern())
-
-	_, err = NewRoutes(RouteTo("", def))
-	assert.Error(t, err)
-	_, err = NewRoutes(RouteTo("a", def), RouteTo("a", def))
-	assert.Error(t, err)
-	_, err = NewRoutes(DefaultRoute(def), DefaultRoute(def))
-	assert.Error(t, err)
-}
-
-// MatchMethod finds "METHOD path" entries first, without allocating.
-func TestMatchMethod(t *testing.T) {
+// NewRoutes builds the table the adapters read, and refuses what would
+// otherwise be a route that silently never matches.
+func TestNewRoutes(t *testing.T) {
 	g := mustGuard(t)
-	rs, err := NewRoutes(RouteTo("POST /cart", g), RouteTo("/cart", g), RouteTo("DELETE /cart", nil), DefaultRoute(g))
+	rs, err := NewRoutes(DefaultRoute(g), RouteTo("GET /items/{id}", g), RouteTo("GET /files/{path...}", nil), RouteTo("/pkg.Svc/Method", g), RouteTo("/echo/:id", g))
 	require.NoError(t, err)
-	assert.Equal(t, "POST /cart", rs.MatchMethod("POST", "/cart").Pattern)
-	assert.Equal(t, "/cart", rs.MatchMethod("GET", "/cart").Pattern)
-	assert.Nil(t, rs.MatchMethod("DELETE", "/cart"), "mapped to no Guard: passes through")
-	assert.Equal(t, "", rs.MatchMethod("GET", "/other").Pattern, "the default")
-	long := "/" + strings.Repeat("x", 300)
-	assert.Equal(t, "", rs.MatchMethod("GET", long).Pattern)
-	assert.Zero(t, testing.AllocsPerRun(100, func() { rs.MatchMethod("POST", "/cart") }))
-	var nilRoutes *Routes
-	assert.Nil(t, nilRoutes.MatchMethod("GET", "/"))
-}
+	tbl := routing.TableOf(rs)
+	require.NotNil(t, tbl)
+	assert.Same(t, g, tbl.Match("GET /items/{id}").Guard)
+	assert.Nil(t, tbl.Match("GET /files/{path...}"))
+	assert.Same(t, g, tbl.Default().Guard)
+	assert.Nil(t, routing.TableOf((*Routes)(nil)))
 
-// A HEAD request matches the "GET path" entry when the table has no
-// "HEAD path" one, as net/http's patterns match it.
-func TestMatchMethodHeadFindsTheGetEntry(t *testing.T) {
-	g := mustGuard(t)
-	rs, err := NewRoutes(RouteTo("GET /items", g), RouteTo("HEAD /own", g), RouteTo("GET /own", g))
-	require.NoError(t, err)
-	assert.Equal(t, "GET /items", rs.MatchMethod("HEAD", "/items").Pattern)
-	assert.Equal(t, "HEAD /own", rs.MatchMethod("HEAD", "/own").Pattern)
-	assert.Nil(t, rs.MatchMethod("POST", "/items"), "unlisted, no default")
-	assert.Zero(t, testing.AllocsPerRun(100, func() { rs.MatchMethod("HEAD", "/items") }))
+	for _, bad := range []string{"GET /x/{", "/x/}", "/x/{}", "/x/{...}", "/x/a{id}", "/x/{id}b", "/x/{{id}}"} {
+		_, err := NewRoutes(RouteTo(bad, g))
+		if assert.Error(t, err, bad) {
+			assert.Contains(t, err.Error(), "malformed pattern")
+		}
+	}
+	_, err = NewRoutes(RouteTo("", g))
+	assert.Error(t, err)
+	_, err = NewRoutes(RouteTo("/a", g), RouteTo("/a", g))
+	assert.Error(t, err)
+	_, err = NewRoutes(DefaultRoute(g), DefaultRoute(g))
+	assert.Error(t, err)
 }

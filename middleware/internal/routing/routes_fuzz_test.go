@@ -1,4 +1,4 @@
-package middleware
+package routing
 
 import (
 	"strings"
@@ -14,6 +14,7 @@ import (
 func FuzzRoutesMatch(f *testing.F) {
 	f.Add("GET /items/{id}\n/pkg.Service/Method\nGET /", "GET /items/{id}", uint8(1), true)
 	f.Add("a\na", "a", uint8(0), false)
+	f.Add("GET /x/{\n/y/{id}", "/y/{id}", uint8(0), true)
 	f.Add("\n/x", "", uint8(2), true)
 	f.Add("GET /x\nget /x", "GET /x ", uint8(3), false)
 	f.Fuzz(func(t *testing.T, list, query string, nilMask uint8, withDefault bool) {
@@ -34,7 +35,7 @@ func FuzzRoutesMatch(f *testing.F) {
 			if nilMask>>(i%8)&1 != 0 {
 				rg = nil
 			}
-			bad = bad || p == "" || seen[p]
+			bad = bad || p == "" || seen[p] || checkPattern(p) != nil
 			seen[p] = true
 			opts = append(opts, RouteTo(p, rg))
 		}

@@ -1,0 +1,55 @@
+package routing
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// windowed is a policy that admits everything and reports a window.
+type windowed struct {
+	name string
+	w    time.Duration
+}
+
+func (p windowed) Name() string { return p.name }
+func (windowed) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
+}
+func (windowed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (windowed) Needs() sluice.Needs                                              { return 0 }
+func (p windowed) Window() time.Duration                                          { return p.w }
+
+func mustGuard(t *testing.T, ps ...sluice.Policy) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(sluice.With(ps...))
+	require.NoError(t, err)
+	return g
+}
+
+// fakeRequest is a Request with fixed fields.
+type fakeRequest struct {
+	ctx     context.Context
+	route   string
+	remote  string
+	header  map[string][]string
+	cookies map[string]string
+}
+
+func (r fakeRequest) Context() context.Context {
+	if r.ctx == nil {
+		return context.Background()
+	}
+	return r.ctx
+}
+func (r fakeRequest) Route() string               { return r.route }
+func (r fakeRequest) RemoteAddr() string          { return r.remote }
+func (r fakeRequest) Header(name string) []string { return r.header[name] }
+func (r fakeRequest) Cookie(name string) (string, bool) {
+	v, ok := r.cookies[name]
+	return v, ok
+}
