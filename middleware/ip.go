@@ -7,15 +7,15 @@ import (
 	"strings"
 )
 
-
-// The proxy header fields an IPExtractor can read.
+// The proxy header fields an IPExtractor can read, as ProxyHeaders names
+// them.
 const (
-	// HeaderForwarded is the RFC 7239 field: for=192.0.2.60;proto=https.
-	HeaderForwarded = "Forwarded"
-	// HeaderXForwardedFor is the de facto field: client, proxy1, proxy2.
-	HeaderXForwardedFor = "X-Forwarded-For"
-	// HeaderXRealIP holds one address, set by the proxy in front.
-	HeaderXRealIP = "X-Real-IP"
+	// headerForwarded is the RFC 7239 field: for=192.0.2.60;proto=https.
+	headerForwarded = "Forwarded"
+	// headerXForwardedFor is the de facto field: client, proxy1, proxy2.
+	headerXForwardedFor = "X-Forwarded-For"
+	// headerXRealIP holds one address, set by the proxy in front.
+	headerXRealIP = "X-Real-IP"
 )
 
 // IPExtractor finds a request's client address. By default it is the direct
@@ -79,8 +79,9 @@ func TrustedProxies(cidrs ...string) IPOption {
 // when your proxies set it and strip a client's own copy: a field a proxy
 // passes through untouched lets a client pick its address (a proxy that
 // appends to X-Forwarded-For while forwarding the client's Forwarded as it
-// came would, with Forwarded preferred, hand the client that choice). Only the
-// three fields of this package are understood.
+// came would, with Forwarded preferred, hand the client that choice). Three
+// fields are understood, named in any case: "Forwarded" (RFC 7239),
+// "X-Forwarded-For" and "X-Real-IP"; any other name is an error.
 func ProxyHeaders(names ...string) IPOption {
 	return func(e *IPExtractor) error {
 		if len(names) == 0 {
@@ -89,12 +90,12 @@ func ProxyHeaders(names ...string) IPOption {
 		e.headers = e.headers[:0]
 		for _, n := range names {
 			switch {
-			case strings.EqualFold(n, HeaderForwarded):
-				e.headers = append(e.headers, HeaderForwarded)
-			case strings.EqualFold(n, HeaderXForwardedFor):
-				e.headers = append(e.headers, HeaderXForwardedFor)
-			case strings.EqualFold(n, HeaderXRealIP):
-				e.headers = append(e.headers, HeaderXRealIP)
+			case strings.EqualFold(n, headerForwarded):
+				e.headers = append(e.headers, headerForwarded)
+			case strings.EqualFold(n, headerXForwardedFor):
+				e.headers = append(e.headers, headerXForwardedFor)
+			case strings.EqualFold(n, headerXRealIP):
+				e.headers = append(e.headers, headerXRealIP)
 			default:
 				return fmt.Errorf("middleware: ProxyHeaders: unknown header %q", n)
 			}
@@ -130,7 +131,7 @@ func IPv4Prefix(bits int) IPOption {
 // NewIPExtractor builds an IPExtractor.
 func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 	e := &IPExtractor{
-		headers: []string{HeaderXForwardedFor},
+		headers: []string{headerXForwardedFor},
 		v4bits:  32,
 		v6bits:  128,
 	}
@@ -225,7 +226,7 @@ func (e *IPExtractor) fromHeaders(peer netip.Addr, get func(name string) []strin
 			continue
 		}
 		last := peer
-		if h == HeaderXRealIP {
+		if h == headerXRealIP {
 			a, ok := parseAddr(vals[len(vals)-1])
 			if !ok {
 				return last
@@ -246,7 +247,7 @@ func (e *IPExtractor) fromHeaders(peer netip.Addr, get func(name string) []strin
 				}
 				var a netip.Addr
 				var ok bool
-				if h == HeaderForwarded {
+				if h == headerForwarded {
 					a, ok = forwardedFor(elem)
 				} else {
 					a, ok = parseAddr(elem)

@@ -111,9 +111,9 @@ func FuzzClientIPChain(f *testing.F) {
 			return
 		}
 		spoof, host = headerText(spoof), headerText(host)
-		field := HeaderXForwardedFor
+		field := headerXForwardedFor
 		if forwarded {
-			field = HeaderForwarded
+			field = headerForwarded
 		}
 		e, err := NewIPExtractor(TrustedProxies(fuzzTrusted...), ProxyHeaders(field))
 		if err != nil {
@@ -209,13 +209,13 @@ func FuzzClientIP(f *testing.F) {
 			return
 		}
 		h := http.Header{}
-		for _, kv := range [][2]string{{HeaderXForwardedFor, xff}, {HeaderForwarded, fwd}, {HeaderXRealIP, real}} {
+		for _, kv := range [][2]string{{headerXForwardedFor, xff}, {headerForwarded, fwd}, {headerXRealIP, real}} {
 			if kv[1] != "" {
 				h[http.CanonicalHeaderKey(kv[0])] = strings.Split(kv[1], "\n")
 			}
 		}
 		plain, err := NewIPExtractor(TrustedProxies(fuzzTrusted...),
-			ProxyHeaders(HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP))
+			ProxyHeaders(headerForwarded, headerXForwardedFor, headerXRealIP))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func FuzzClientIP(f *testing.F) {
 		}
 		v6bits, v4bits := int(v6%128)+1, int(v4%32)+1
 		masked, err := NewIPExtractor(TrustedProxies(fuzzTrusted...),
-			ProxyHeaders(HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP), IPv6Prefix(v6bits), IPv4Prefix(v4bits))
+			ProxyHeaders(headerForwarded, headerXForwardedFor, headerXRealIP), IPv6Prefix(v6bits), IPv4Prefix(v4bits))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 func TestClientIP(t *testing.T) {
 	trusted := []IPOption{TrustedProxies("10.0.0.0/8", "192.0.2.7", "fd00::/8")}
 	// allHeaders reads every proxy field this package knows, Forwarded first.
-	allHeaders := append([]IPOption{ProxyHeaders(HeaderForwarded, HeaderXForwardedFor, HeaderXRealIP)}, trusted...)
+	allHeaders := append([]IPOption{ProxyHeaders(headerForwarded, headerXForwardedFor, headerXRealIP)}, trusted...)
 	tests := []struct {
 		name   string
 		opts   []IPOption
@@ -264,7 +264,7 @@ func TestForwardedForNodes(t *testing.T) {
 // hides the element boundaries nor lets the client's own Forwarded name the
 // address.
 func TestForwardedQuotedStringsKeepElements(t *testing.T) {
-	e, err := NewIPExtractor(TrustedProxies("10.0.0.0/8"), ProxyHeaders(HeaderForwarded))
+	e, err := NewIPExtractor(TrustedProxies("10.0.0.0/8"), ProxyHeaders(headerForwarded))
 	require.NoError(t, err)
 	for _, fwd := range []string{
 		`for=6.6.6.6;, for=198.51.100.7;host="x\\"`,

@@ -153,7 +153,7 @@ func TestNilKeyerKeysNothing(t *testing.T) {
 func TestKeyByIPWithoutExtractor(t *testing.T) {
 	k, err := NewKeyer(RejectMissingKey(), KeyByIP(nil))
 	require.NoError(t, err)
-	key, err := k.key(fakeRequest{remote: "192.0.2.7:5555", header: map[string][]string{HeaderXForwardedFor: {"198.51.100.1"}}})
+	key, err := k.key(fakeRequest{remote: "192.0.2.7:5555", header: map[string][]string{headerXForwardedFor: {"198.51.100.1"}}})
 	require.NoError(t, err)
 	assert.Equal(t, "192.0.2.7", key)
 }

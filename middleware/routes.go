@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -62,4 +63,20 @@ func init() {
 		q, _ := r.(Request)
 		return kr.keyContext(ctx, q)
 	}
+}
+
+// Close closes every distinct Guard of the table (sluice.Guard.Close), for
+// shutting down together the Guards a server's routes map to. It returns
+// their errors joined. A nil *Routes has nothing to close.
+func (rs *Routes) Close() error {
+	if rs == nil {
+		return nil
+	}
+	var errs []error
+	for _, g := range rs.t.Guards() {
+		if err := g.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -35,3 +35,24 @@ func TestNewRoutes(t *testing.T) {
 	_, err = NewRoutes(DefaultRoute(g), DefaultRoute(g))
 	assert.Error(t, err)
 }
+
+// closing is a policy that counts its Close calls.
+type closing struct {
+	windowed
+	n *int
+}
+
+func (c closing) Close() error { *c.n++; return nil }
+
+// Close closes each Guard of the table once, the default's too.
+func TestRoutesClose(t *testing.T) {
+	var na, nb int
+	a := mustGuard(t, closing{windowed{name: "a"}, &na})
+	b := mustGuard(t, closing{windowed{name: "b"}, &nb})
+	rs, err := NewRoutes(DefaultRoute(a), RouteTo("/a", a), RouteTo("/b", b), RouteTo("/none", nil))
+	require.NoError(t, err)
+	require.NoError(t, rs.Close())
+	assert.Equal(t, 1, na)
+	assert.Equal(t, 1, nb)
+	assert.NoError(t, (*Routes)(nil).Close())
+}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
-	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -142,18 +142,22 @@ func (g *guarded) handler() http.Handler {
 	return guard(mux)
 }
 
-// fail answers a request whose dependency call failed: a rejection as the
-// middleware renders one (429 or 503 with Retry-After and a problem body, so
-// that the client knows when to come back), a timeout with 504 Gateway
-// Timeout, anything else with 502 Bad Gateway.
+// fail answers a request whose dependency call failed: a rejection with 429
+// (rate limited) or 503 and Retry-After in whole seconds, at least 1, as the
+// middleware answers its own (so that the client knows when to come back),
+// a timeout with 504 Gateway Timeout, anything else with 502 Bad Gateway.
 func fail(w http.ResponseWriter, err error) {
 	d, rejected := sluice.RejectionOf(err)
 	switch {
 	case rejected:
-		var r middleware.Renderer
-		status := r.Rejected(w.Header(), nil, d)
-		w.WriteHeader(status)
-		_, _ = w.Write(r.AppendProblem(nil, d))
+		status := http.StatusServiceUnavailable
+		if sluice.CauseOf(d.Cause) == sluice.CauseRateLimited {
+			status = http.StatusTooManyRequests
+		}
+		retry := max(int64((d.RetryAfter+time.Second-1)/time.Second), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+		w.Header().Set("Cache-Control", "no-store")
+		http.Error(w, d.Cause.Error(), status)
 	case errors.Is(err, sluice.ErrTimeout):
 		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
 	default:

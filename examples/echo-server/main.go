@@ -193,9 +193,7 @@ func answerDegraded(w http.ResponseWriter, _ *http.Request) {
 
 // close closes every Guard of the route table.
 func (a *app) close() {
-	for _, g := range a.routes.Guards() {
-		g.Close()
-	}
+	_ = a.routes.Close()
 }
 
 // start serves a on ln until shutdown is called.

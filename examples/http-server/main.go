@@ -211,9 +211,7 @@ func (a *app) upstream(body string) http.HandlerFunc {
 
 // close closes every Guard of the route table.
 func (a *app) close() {
-	for _, g := range a.routes.Guards() {
-		g.Close()
-	}
+	_ = a.routes.Close()
 }
 
 // start serves a on ln until shutdown is called.

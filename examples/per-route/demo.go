@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/sluice-go/sluice/middleware"
 )
 
 // run starts the server on a free loopback port and plays the demonstration
@@ -113,7 +111,7 @@ func (c *client) show(ctx context.Context, method, path, apiKey string) error {
 		}
 	}
 	fmt.Fprintln(c.out)
-	if resp.Header.Get("Content-Type") == middleware.ProblemContentType {
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
 		fmt.Fprintf(c.out, "     %s\n", body)
 	}
 	return nil

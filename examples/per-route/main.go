@@ -170,9 +170,7 @@ func start(h http.Handler, ln net.Listener) (shutdown func() error) {
 }
 
 func closeAll(routes *middleware.Routes) {
-	for _, g := range routes.Guards() {
-		g.Close()
-	}
+	_ = routes.Close()
 }
 
 func serveUntil(ctx context.Context, addr string, out io.Writer) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // Option configures Middleware. An option given a nil argument makes
@@ -138,7 +139,7 @@ func WithClassifier(fn middleware.StatusClassifier) Option {
 // quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.Render = r }
+	return func(c *config) { c.SetRenderer(r) }
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
@@ -186,7 +187,7 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 			if cfg.skip(c) {
 				return cfg.answered(c, nil, next(c))
 			}
-			var rt *middleware.Route
+			var rt *routing.Route
 			if needPattern {
 				rt = cfg.Routes.MatchMethod(c.Request().Method, c.Path())
 			} else {
@@ -272,7 +273,7 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 // answered answers the error err that the handler of a request the
 // middleware lets through unguarded returned: a rejection its own call met
 // as the middleware answers its own, any other error as it is.
-func (cfg *config) answered(c echo.Context, rt *middleware.Route, err error) error {
+func (cfg *config) answered(c echo.Context, rt *routing.Route, err error) error {
 	if err == nil || c.Response().Committed || isHTTPError(err) {
 		return err
 	}
@@ -351,7 +352,7 @@ func statusOf(c echo.Context, err error) int {
 
 // rejected answers the request of c on route rt (nil: unguarded), rejected
 // with err and its Decision d; now is an instant on the Guard's clock.
-func (cfg *config) rejected(c echo.Context, rt *middleware.Route, key string, err error, d sluice.Decision, now time.Duration) error {
+func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err error, d sluice.Decision, now time.Duration) error {
 	c.Set(rejectedKey, true)
 	if rt != nil {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, now, err, d); fb != nil {
@@ -400,12 +401,12 @@ func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // request shows an echo.Context as a middleware.Request.
 type request struct {
 	c  echo.Context
-	rt *middleware.Route // the route the request matched
+	rt *routing.Route // the route the request matched
 }
 
 // routeOf is the route of the request c that matched rt: the table's
 // pattern when it names the method ("POST /cart"), else Echo's route path.
-func routeOf(c echo.Context, rt *middleware.Route) string {
+func routeOf(c echo.Context, rt *routing.Route) string {
 	if rt != nil && strings.Contains(rt.Pattern, " ") {
 		return rt.Pattern
 	}

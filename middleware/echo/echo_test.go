@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -161,10 +162,10 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 		rec := do(e, http.MethodGet, "/")
 		assert.Equal(t, tt.status, rec.Code)
 		assert.Equal(t, tt.retry, rec.Header().Get("Retry-After"))
-		assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+		assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
 		var p map[string]any
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
-		assert.Equal(t, middleware.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
+		assert.Equal(t, routing.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
 		assert.NotContains(t, rec.Body.String(), tt.d.Cause.Error())
 		if tt.d.Limit < 0 {
 			assert.Empty(t, rec.Header().Get("RateLimit"))
@@ -594,7 +595,7 @@ func TestHandlerReturningARejectionIsAnsweredAsOne(t *testing.T) {
 	rec := do(e, http.MethodGet, "/prices")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	assert.Equal(t, "3", rec.Header().Get("Retry-After"))
-	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+	assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
 	assert.NotContains(t, rec.Body.String(), "prices:", "no error text on the wire")
 	rec = do(e, http.MethodGet, "/late")
 	assert.Equal(t, http.StatusAccepted, rec.Code)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -15,9 +15,9 @@ import (
 // set before it. Both are immutable and shared by every rejection that
 // agrees with the one they were made for.
 type answer struct {
-	rej   error             // the Guard's rejection answered; its identity is the key
-	rt    *middleware.Route // the route whose windows the quota fields name
-	ms    int64             // the announced delay, in whole milliseconds
+	rej   error          // the Guard's rejection answered; its identity is the key
+	rt    *routing.Route // the route whose windows the quota fields name
+	ms    int64          // the announced delay, in whole milliseconds
 	err   *rejection
 	md    metadata.MD // nil on a client and in the tap
 	pol   string      // rej's policy and cause: an answer to replace
@@ -42,7 +42,7 @@ type answers struct {
 // on route rt (nil on a client); trailers asks for its trailer metadata.
 // It is made when no kept answer agrees, and kept unless rej is not one of
 // a Guard's shared rejections.
-func (c *config) answer(rt *middleware.Route, d sluice.Decision, rej error) *answer {
+func (c *config) answer(rt *routing.Route, d sluice.Decision, rej error) *answer {
 	d.RetryAfter = ceilMilli(retryDelay(d))
 	ms := int64(d.RetryAfter / time.Millisecond)
 	shared := isGuardRejection(rej)
@@ -78,7 +78,7 @@ func (c *config) answer(rt *middleware.Route, d sluice.Decision, rej error) *ans
 // Decision d, which announces a delay of ms milliseconds: the RateLimit
 // fields when the rejecting policy has a quota, and gRPC's retry pushback
 // unless WithoutRetryPushback turned it off; nil when it has neither.
-func (c *config) rejectionMetadata(rt *middleware.Route, d sluice.Decision, ms int64) metadata.MD {
+func (c *config) rejectionMetadata(rt *routing.Route, d sluice.Decision, ms int64) metadata.MD {
 	var md metadata.MD
 	if hasQuota(d) {
 		md = quotaMetadata(rt, d, d.RetryAfter)

@@ -8,20 +8,21 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // config is what the constructors build from the options: immutable, shared
 // by every call.
 type config struct {
-	routes     *middleware.Routes
+	routes     *routing.Routes
 	methods    map[string]struct{} // the methods WithMethodGuard names
-	targets    *middleware.Routes
+	targets    *routing.Routes
 	keyer      *middleware.Keyer
 	skip       middleware.Skipper
 	classify   sluice.Classifier
 	quotaMD    bool
 	msgGuard   *sluice.Guard
-	msgRoute   *middleware.Route // msgGuard's, for the window of its quota
+	msgRoute   *routing.Route // msgGuard's, for the window of its quota
 	msgMethods map[string]struct{}
 	timeout    time.Duration
 	maxRetry   time.Duration
@@ -88,7 +89,7 @@ func build(s side, opts []Option) (*config, error) {
 		}
 		c.routes = o.table
 	default:
-		rs, err := middleware.NewRoutes(o.routes...)
+		rs, err := routing.NewRoutes(o.routes...)
 		if err != nil {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
@@ -99,7 +100,7 @@ func build(s side, opts []Option) (*config, error) {
 			return nil, errors.New("sluicegrpc: WithRoutes excludes WithTargetGuard")
 		}
 		c.methods = setOf(o.methods)
-		rs, err := middleware.NewRoutes(o.targets...)
+		rs, err := routing.NewRoutes(o.targets...)
 		if err != nil {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
@@ -133,7 +134,7 @@ func build(s side, opts []Option) (*config, error) {
 	}
 	c.critical = setOf(o.critical)
 	if o.msgGuard != nil {
-		rs, err := middleware.NewRoutes(middleware.DefaultRoute(o.msgGuard))
+		rs, err := routing.NewRoutes(routing.DefaultRoute(o.msgGuard))
 		if err != nil {
 			return nil, fmt.Errorf("sluicegrpc: %w", err)
 		}
@@ -159,7 +160,7 @@ func setOf(names []string) map[string]struct{} {
 }
 
 // route returns the route guarding method, nil when it passes through.
-func (c *config) route(method string) *middleware.Route {
+func (c *config) route(method string) *routing.Route {
 	r := c.routes.Match(method)
 	if r == nil || r.Guard == nil {
 		return nil
@@ -169,7 +170,7 @@ func (c *config) route(method string) *middleware.Route {
 
 // clientRoute returns the route guarding a client call: the method's own
 // entry, else the target's, else the default.
-func (c *config) clientRoute(method, target string) *middleware.Route {
+func (c *config) clientRoute(method, target string) *routing.Route {
 	if c.targets == nil {
 		return c.route(method)
 	}
@@ -225,7 +226,7 @@ func (c *config) checkFallbacks(s side) error {
 // the fallbacks of rt's Guard, as sluice.Execute does: ok reports whether
 // one declares an answer for err; resp is its answer, out nil or the
 // error it declined with.
-func (c *config) fallback(ctx context.Context, rt *middleware.Route, err error) (resp any, out error, ok bool) {
+func (c *config) fallback(ctx context.Context, rt *routing.Route, err error) (resp any, out error, ok bool) {
 	if c.fallbacks == nil || rt == nil {
 		return nil, err, false
 	}
@@ -242,7 +243,7 @@ func (c *config) fallback(ctx context.Context, rt *middleware.Route, err error) 
 	return resp, out, true
 }
 
-func (c *config) messageRoute(method string) *middleware.Route {
+func (c *config) messageRoute(method string) *routing.Route {
 	if c.msgRoute == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // Option configures an interceptor or a ServerInHandle. Every option but
@@ -23,10 +24,10 @@ import (
 type Option func(*options)
 
 type options struct {
-	routes     []middleware.RoutesOption
+	routes     []routing.RoutesOption
 	methods    []string
-	table      *middleware.Routes
-	targets    []middleware.RoutesOption
+	table      *routing.Routes
+	targets    []routing.RoutesOption
 	keyFns     []middleware.KeyFunc
 	keyer      *middleware.Keyer
 	missing    middleware.MissingKey
@@ -75,7 +76,7 @@ func WithGuard(g *sluice.Guard) Option {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithGuard: nil guard"))
 			return
 		}
-		o.routes = append(o.routes, middleware.DefaultRoute(g))
+		o.routes = append(o.routes, routing.DefaultRoute(g))
 	}
 }
 
@@ -93,7 +94,7 @@ func WithMethodGuard(fullMethod string, g *sluice.Guard) Option {
 			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithMethodGuard: nil guard for %s (to let it through unguarded, skip it with WithSkipper)", fullMethod))
 			return
 		}
-		o.routes = append(o.routes, middleware.RouteTo(fullMethod, g))
+		o.routes = append(o.routes, routing.RouteTo(fullMethod, g))
 		o.methods = append(o.methods, fullMethod)
 	}
 }
@@ -131,7 +132,7 @@ func WithRoutes(rs *middleware.Routes) Option {
 			o.errs = append(o.errs, errors.New("sluicegrpc: WithRoutes: nil table"))
 			return
 		}
-		o.table = rs
+		o.table = routing.TableOf(rs)
 	}
 }
 
@@ -151,7 +152,7 @@ func WithTargetGuard(target string, g *sluice.Guard) Option {
 			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: WithTargetGuard: nil guard for %s", target))
 			return
 		}
-		o.targets = append(o.targets, middleware.RouteTo(target, g))
+		o.targets = append(o.targets, routing.RouteTo(target, g))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -79,7 +80,7 @@ func fromGRPC(ran bool, err error, header metadata.MD) (scenario.Result, error) 
 		if d.RetryAfter <= 0 {
 			return res, fmt.Errorf("scenario: %s answered without a RetryInfo delay", res.Cause)
 		}
-		res.RetryAfter = middleware.RetryAfterSeconds(d.RetryAfter)
+		res.RetryAfter = routing.RetryAfterSeconds(d.RetryAfter)
 	} else if st.Code() == codes.InvalidArgument && !ran {
 		res.MissingKey = true
 	}
@@ -100,7 +101,7 @@ func TestScenarios(t *testing.T) {
 			return scenarioMethod(name)
 		})
 		require.NoError(t, err)
-		for _, g := range rs.Guards() {
+		for _, g := range routing.TableOf(rs).Guards() {
 			t.Cleanup(func() { _ = g.Close() })
 		}
 		if len(s.Fallbacks) > 0 {
@@ -196,11 +197,11 @@ func withGuardFallbacks(t *testing.T, s scenario.Setup, rs *middleware.Routes, n
 	}
 	var routes []middleware.RoutesOption
 	for _, n := range names {
-		if rt := rs.Match(scenarioMethod(n)); rt != nil && rt.Guard != nil {
+		if rt := routing.TableOf(rs).Match(scenarioMethod(n)); rt != nil && rt.Guard != nil {
 			routes = append(routes, middleware.RouteTo(scenarioMethod(n), guard(rt.Guard, n)))
 		}
 	}
-	if def := rs.Default(); def != nil {
+	if def := routing.TableOf(rs).Default(); def != nil {
 		routes = append(routes, middleware.DefaultRoute(guard(def.Guard, "")))
 	}
 	out, err := middleware.NewRoutes(routes...)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -207,7 +207,7 @@ func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
 // call's quota metadata, held back from the header (nil when none is): a
 // rejection answered with a quota of its own sends that one instead, as
 // the HTTP adapters replace the fields; every other answer sends it.
-func (c *config) handlerError(ctx context.Context, req any, method string, rt *middleware.Route, resp any, err error, held *heldQuota) (any, error) {
+func (c *config) handlerError(ctx context.Context, req any, method string, rt *routing.Route, resp any, err error, held *heldQuota) (any, error) {
 	r, d, re := rejectionIn(err)
 	fresp, fout, served := c.fallback(ctx, rt, err)
 	held.release(!served && r == nil && re != nil && hasQuota(d))
@@ -357,7 +357,7 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 		return ctx, true, nil
 	}
 	if c.keyer != nil {
-		kctx, err := c.keyer.Context(ctx, r)
+		kctx, err := routing.KeyContext(c.keyer, ctx, r)
 		if err != nil {
 			return ctx, false, errMissingKey
 		}
@@ -372,7 +372,7 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 // rejectUnary answers a unary call on route rt that its Guard rejected
 // with err and Decision d: with the Guard's fallback when one declares an
 // answer, else with the rejection.
-func (c *config) rejectUnary(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
+func (c *config) rejectUnary(ctx context.Context, rt *routing.Route, d sluice.Decision, err error) (any, error) {
 	if resp, out, ok := c.fallback(ctx, rt, err); ok {
 		return resp, out
 	}
@@ -381,7 +381,7 @@ func (c *config) rejectUnary(ctx context.Context, rt *middleware.Route, d sluice
 
 // answerUnary answers a unary call on route rt with the rejection err, of
 // Decision d: its trailers are set, and its error returned.
-func (c *config) answerUnary(ctx context.Context, rt *middleware.Route, d sluice.Decision, err error) (any, error) {
+func (c *config) answerUnary(ctx context.Context, rt *routing.Route, d sluice.Decision, err error) (any, error) {
 	a := c.answer(rt, d, err)
 	if a.md != nil {
 		if s := grpc.ServerTransportStreamFromContext(ctx); s != nil {
@@ -399,7 +399,7 @@ func (c *config) answerUnary(ctx context.Context, rt *middleware.Route, d sluice
 // retries, after the pushback.
 const MetadataRetryPushback = "grpc-retry-pushback-ms"
 
-func setQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
+func setQuota(ctx context.Context, rt *routing.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
 	if hasQuota(d) {
 		_ = set(ctx, quotaMetadata(rt, d, d.Reset))
 	}
@@ -426,7 +426,7 @@ type heldQuota struct {
 // admitted with d, with a heldQuota holding d's quota metadata; without a
 // transport stream in ctx (an interceptor called directly), it sets the
 // metadata at once, as setQuota does.
-func holdQuota(ctx context.Context, rt *middleware.Route, d sluice.Decision) (context.Context, *heldQuota) {
+func holdQuota(ctx context.Context, rt *routing.Route, d sluice.Decision) (context.Context, *heldQuota) {
 	if !hasQuota(d) {
 		return ctx, nil
 	}
@@ -476,10 +476,10 @@ func retryDelay(d sluice.Decision) time.Duration {
 }
 
 // quotaMetadata renders d's quota as the draft RateLimit fields.
-func quotaMetadata(rt *middleware.Route, d sluice.Decision, reset time.Duration) metadata.MD {
+func quotaMetadata(rt *routing.Route, d sluice.Decision, reset time.Duration) metadata.MD {
 	var buf [128]byte
-	pol := string(middleware.AppendRateLimitPolicy(buf[:0], d.Policy, d.Limit, rt.Window(d.Policy)))
-	lim := string(middleware.AppendRateLimit(buf[:0], d.Policy, d.Remaining, reset))
+	pol := string(routing.AppendRateLimitPolicy(buf[:0], d.Policy, d.Limit, rt.Window(d.Policy)))
+	lim := string(routing.AppendRateLimit(buf[:0], d.Policy, d.Remaining, reset))
 	return metadata.MD{MetadataRateLimitPolicy: {pol}, MetadataRateLimit: {lim}}
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -93,7 +93,7 @@ func FuzzRejectionStatusRoundTrip(f *testing.F) {
 				check("q", min(limit, 999_999_999_999_999))
 			} else {
 				check("r", min(max(remaining, 0), 999_999_999_999_999))
-				check("t", middleware.RetryAfterSeconds(delay))
+				check("t", routing.RetryAfterSeconds(delay))
 			}
 		}
 	})

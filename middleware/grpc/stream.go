@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -109,7 +109,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 
 // rejectStream answers the rejection err, with Decision d, of a stream ss
 // on route rt: its trailers are set, and the error returned.
-func (c *config) rejectStream(ss grpc.ServerStream, rt *middleware.Route, d sluice.Decision, err error) error {
+func (c *config) rejectStream(ss grpc.ServerStream, rt *routing.Route, d sluice.Decision, err error) error {
 	a := c.answer(rt, d, err)
 	if a.md != nil {
 		ss.SetTrailer(a.md)
@@ -121,7 +121,7 @@ func (c *config) rejectStream(ss grpc.ServerStream, rt *middleware.Route, d slui
 // returned err: a sluice rejection that err is or wraps is answered as the
 // interceptor answers its own (an interceptor's own rejection, a client's,
 // stands as it is); any other error is returned as it is.
-func (c *config) streamError(ss grpc.ServerStream, rt *middleware.Route, err error) error {
+func (c *config) streamError(ss grpc.ServerStream, rt *routing.Route, err error) error {
 	r, d, rej := rejectionIn(err)
 	switch {
 	case r != nil:
@@ -160,7 +160,7 @@ type serverStream struct {
 	grpc.ServerStream
 	c        *config
 	ctx      context.Context
-	msg      *middleware.Route
+	msg      *routing.Route
 	rejected atomic.Pointer[rejection]
 	end      atomic.Int32 // 0, then streamGone or streamEndedByServer, once
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
@@ -354,7 +355,7 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 	rec = serve(h, http.MethodGet, "/orders")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no fallback: the problem body")
 	assert.Equal(t, "4", rec.Header().Get("Retry-After"))
-	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+	assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
 
 	rec = serve(h, http.MethodGet, "/late")
 	assert.Equal(t, http.StatusAccepted, rec.Code, "a response begun is left alone")

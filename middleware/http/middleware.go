@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // Option configures Middleware. An option given a nil argument makes
@@ -115,7 +116,7 @@ func WithClassifier(fn middleware.StatusClassifier) Option {
 // quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.Render = r }
+	return func(c *config) { c.SetRenderer(r) }
 }
 
 // Middleware returns net/http middleware that runs each request through the
@@ -172,7 +173,7 @@ func (h *handler) pattern(r *http.Request) string {
 
 // route returns r's route pattern, when the middleware needs it, and the
 // table's Route for it.
-func (h *handler) route(r *http.Request) (string, *middleware.Route) {
+func (h *handler) route(r *http.Request) (string, *routing.Route) {
 	if h.needPattern {
 		pattern := h.pattern(r)
 		return pattern, h.Routes.Match(pattern)
@@ -318,7 +319,7 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 
 // rejected answers r, rejected with err and its Decision d; now is an
 // instant on the Guard's clock, to tell the age of a stale answer by.
-func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *middleware.Route, pattern, key string, err error, d sluice.Decision, now time.Duration) {
+func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.Route, pattern, key string, err error, d sluice.Decision, now time.Duration) {
 	markRejected(w)
 	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, now, err, d); fb != nil {
 		fb.ServeHTTP(w, fr)

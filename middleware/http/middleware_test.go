@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -45,14 +46,14 @@ func TestRejectionFieldsPerCause(t *testing.T) {
 			rec := serve(h, http.MethodGet, "/x")
 			assert.False(t, ran)
 			assert.Equal(t, tt.status, rec.Code)
-			assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+			assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
 			ra, err := strconv.ParseInt(rec.Header().Get("Retry-After"), 10, 64)
 			require.NoError(t, err)
 			assert.Equal(t, tt.retry, ra)
 
 			var p map[string]any
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
-			assert.Equal(t, middleware.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
+			assert.Equal(t, routing.DefaultProblemTypeBase+sluice.CauseOf(tt.d.Cause).String(), p["type"])
 			assert.EqualValues(t, tt.status, p["status"])
 			assert.NotContains(t, rec.Body.String(), tt.d.Cause.Error())
 			assert.Equal(t, strconv.Itoa(rec.Body.Len()), rec.Header().Get("Content-Length"))
@@ -243,7 +244,7 @@ func TestMissingKeyIsRejected(t *testing.T) {
 	}))
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, http.StatusBadRequest, rec.Code)
-	assert.Equal(t, middleware.ProblemContentType, rec.Header().Get("Content-Type"))
+	assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
 	assert.Empty(t, c.Outcomes())
 
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -368,8 +369,8 @@ func TestConcurrencyLimitIsNoRateLimitQuota(t *testing.T) {
 		}
 	}))
 	rec := serve(h, http.MethodGet, "/")
-	assert.Equal(t, `"per-route";q=100;w=1`, rec.Header().Get(middleware.FieldRateLimitPolicy))
-	assert.Equal(t, `"per-route";r=99;t=1`, rec.Header().Get(middleware.FieldRateLimit))
+	assert.Equal(t, `"per-route";q=100;w=1`, rec.Header().Get(routing.FieldRateLimitPolicy))
+	assert.Equal(t, `"per-route";r=99;t=1`, rec.Header().Get(routing.FieldRateLimit))
 	done := make(chan struct{})
 	go func() { serve(h, http.MethodGet, "/hold"); close(done) }()
 	<-entered
@@ -377,6 +378,6 @@ func TestConcurrencyLimitIsNoRateLimitQuota(t *testing.T) {
 	close(release)
 	<-done
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
-	assert.Empty(t, rec.Header().Get(middleware.FieldRateLimit), "a concurrency rejection is no rate quota")
+	assert.Empty(t, rec.Header().Get(routing.FieldRateLimit), "a concurrency rejection is no rate quota")
 	assert.NotEmpty(t, rec.Header().Get("Retry-After"))
 }

@@ -14,16 +14,17 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/stale"
 )
 
 // Config is an adapter's configuration, set by its options and checked by
 // Build.
 type Config struct {
-	Routes    *middleware.Routes
+	Routes    *routing.Routes
 	Keyer     *middleware.Keyer
 	Classify  middleware.StatusClassifier
-	Render    middleware.Renderer
+	Render    routing.Renderer
 	Resources bool // put the route in the context as the resource
 
 	pkg       string // the adapter's package name, for errors
@@ -61,7 +62,7 @@ func (c *Config) SetGuard(g *sluice.Guard) {
 		c.Errorf("WithGuard: a Guard or a route table is already given; map routes to Guards in one table (WithRoutes)")
 	default:
 		c.guardSet = true
-		rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
+		rs, err := routing.NewRoutes(routing.DefaultRoute(g))
 		if err != nil {
 			c.Errorf("WithGuard: %w", err)
 			return
@@ -79,7 +80,7 @@ func (c *Config) SetRoutes(rs *middleware.Routes) {
 		c.Errorf("WithRoutes: a Guard or a route table is already given; map routes to Guards in one table")
 	default:
 		c.routesSet = true
-		c.Routes = rs
+		c.Routes = routing.TableOf(rs)
 	}
 }
 
@@ -144,7 +145,7 @@ func (c *Config) GuardOf(g *sluice.Guard) *Guard {
 // that the Keyer rejects.
 func (c *Config) Context(ctx context.Context, q middleware.Request, route string) (context.Context, string, error) {
 	if c.Keyer != nil {
-		ctx, err := c.Keyer.Context(ctx, q)
+		ctx, err := routing.KeyContext(c.Keyer, ctx, q)
 		if err != nil {
 			return ctx, "", err
 		}
@@ -206,7 +207,7 @@ func RejectionFrom(ctx context.Context) (sluice.Decision, bool) {
 
 // WriteRejection answers a rejection d on route rt with the problem
 // response: 429 or 503, Retry-After, the RateLimit fields, a problem body.
-func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *middleware.Route, d sluice.Decision) {
+func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *routing.Route, d sluice.Decision) {
 	status := c.Render.Rejected(w.Header(), rt, d)
 	writeProblem(w, method, status, c.Render.AppendProblem(make([]byte, 0, 256), d))
 }
@@ -215,7 +216,7 @@ func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *middle
 // 400 and a problem body.
 func (c *Config) WriteMissingKey(w http.ResponseWriter, method string) {
 	h := w.Header()
-	h.Set("Content-Type", middleware.ProblemContentType)
+	h.Set("Content-Type", routing.ProblemContentType)
 	h.Set("Cache-Control", "no-store")
 	writeProblem(w, method, http.StatusBadRequest, c.Render.AppendMissingKeyProblem(make([]byte, 0, 256)))
 }
@@ -227,3 +228,6 @@ func writeProblem(w http.ResponseWriter, method string, status int, body []byte)
 		_, _ = w.Write(body)
 	}
 }
+
+// SetRenderer renders header fields and problem bodies as r says.
+func (c *Config) SetRenderer(r middleware.Renderer) { c.Render = routing.Renderer(r) }

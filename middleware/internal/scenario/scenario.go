@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -280,7 +281,7 @@ func Act(ctx context.Context) (Handler, error) {
 // causeOfType returns the cause a problem type names
 // ("urn:sluice:problem:rate-limited"), and false for another type.
 func causeOfType(typ string) (sluice.Cause, bool) {
-	name, ok := strings.CutPrefix(typ, middleware.DefaultProblemTypeBase)
+	name, ok := strings.CutPrefix(typ, routing.DefaultProblemTypeBase)
 	if !ok {
 		return sluice.CauseNone, false
 	}
@@ -317,8 +318,8 @@ func HTTPRequest(ctx context.Context, st Step) *http.Request {
 // run is a missing key.
 func FromHTTP(ran bool, status int, header http.Header, body []byte) (Result, error) {
 	res := Result{
-		RateLimitPolicy: joinValues(header.Values(middleware.FieldRateLimitPolicy)),
-		RateLimit:       joinValues(header.Values(middleware.FieldRateLimit)),
+		RateLimitPolicy: joinValues(header.Values(routing.FieldRateLimitPolicy)),
+		RateLimit:       joinValues(header.Values(routing.FieldRateLimit)),
 		Leaked:          bytes.Contains(body, []byte(WrapperText)),
 	}
 	if status == http.StatusOK {
@@ -338,7 +339,7 @@ func FromHTTP(ran bool, status int, header http.Header, body []byte) (Result, er
 				res.Cause = c
 			}
 		}
-		if want := middleware.HTTPStatus(res.Cause); status != want {
+		if want := routing.HTTPStatus(res.Cause); status != want {
 			return res, fmt.Errorf("scenario: %s answered with %d, not %d", res.Cause, status, want)
 		}
 		s, err := strconv.ParseInt(header.Get("Retry-After"), 10, 64)
