@@ -1,20 +1,20 @@
-// Package middleware is the transport-neutral core shared by sluice's
-// adapters (middleware/http, middleware/echo, middleware/grpc): the route
-// table that maps a route to a *sluice.Guard, client IP and key extraction,
-// outcome classification of HTTP statuses and gRPC codes, and the rendering of
-// a rejection into status, header fields and an RFC 9457 problem body.
+// Package middleware is what sluice's adapters (middleware/http,
+// middleware/echo, middleware/grpc) are configured with, the same for each:
+// the route table that maps a route to a *sluice.Guard, client IP and key
+// extraction, skippers, outcome classification of HTTP statuses and gRPC
+// codes, the stale cache, and how a rejection is rendered ([Renderer]).
 //
-// The adapters stay small: each turns its transport's request into a
-// [Request], looks up the route's [Route] in a [Routes] table, asks the
-// route's Guard, and renders the Decision with the helpers of this package, so
-// that every transport answers the same request the same way.
+// Each adapter turns its transport's request into a [Request], finds the
+// route's Guard in a [Routes] table, asks it, and renders the Decision the
+// same way, so that every transport answers the same request the same way.
 //
 // # Routes and keys
 //
 // A [Routes] table maps a route pattern (an http.ServeMux pattern such as
-// "GET /items/{id}", a gRPC full method) to its Guard, with a default for
-// unlisted routes; [Routes.MatchMethod] serves routers whose routes carry
-// no method (Echo), picking the "POST /cart" entry over the "/cart" one.
+// "GET /items/{id}", an Echo route path, a gRPC full method) to its Guard,
+// with a default for unlisted routes; for routers whose routes carry no
+// method (Echo), a "POST /cart" entry is picked over the "/cart" one.
+// [Routes.Close] closes every Guard of the table.
 // A [Keyer] finds each request's key with its [KeyFunc]s (the client
 // address, a header, a cookie, a context value, the route);
 // [KeyPerRoute] gives each route a key function of its own. A [StaleCache],
@@ -25,14 +25,14 @@
 //
 // A rejection for a rate limit is answered with 429 Too Many Requests, one for
 // an open circuit, an overloaded service or a full concurrency limit with 503
-// Service Unavailable ([HTTPStatus]). Every rejection carries Retry-After in
+// Service Unavailable. Every rejection carries Retry-After in
 // whole seconds, rounded up. Decisions that carry a quota (Limit ≥ 0) are
 // also described with the IETF draft fields (draft-ietf-httpapi-ratelimit-headers):
 //
 //	RateLimit-Policy: "ratelimit/per-ip";q=100;w=60
 //	RateLimit: "ratelimit/per-ip";r=0;t=7
 //
-// and, on request, the older X-RateLimit-Limit, X-RateLimit-Remaining and
+// and, on request ([Renderer]), the older X-RateLimit-Limit, X-RateLimit-Remaining and
 // X-RateLimit-Reset fields. On a rejection t equals Retry-After.
 //
 // # Client IP
