@@ -179,9 +179,16 @@ func (b *retrier) delay(n int) time.Duration {
 // MaxBackoff, the wait would not end before ctx's deadline, or g's retry
 // budget is spent (counted in [Stats].BudgetRefusals). A true answer spends
 // one retry of the budget. The caller decides whether the failure is worth
-// a retry: this asks nothing of the error.
+// a retry: this asks nothing of the error. With attempts 0 it only tells
+// whether g declares retries, spending nothing: 0 and true if it does.
 func (g *Guard) RetryDelay(ctx context.Context, attempts int, atLeast time.Duration) (time.Duration, bool) {
-	if g == nil || g.retry == nil || ctx == nil || ctx.Err() != nil {
+	if g == nil || g.retry == nil {
+		return 0, false
+	}
+	if attempts == 0 {
+		return 0, true
+	}
+	if ctx == nil || ctx.Err() != nil {
 		return 0, false
 	}
 	b := g.retry

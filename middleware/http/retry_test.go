@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/retrytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -117,15 +117,7 @@ func TestTransportRetriesWithinItsBackoffBounds(t *testing.T) {
 			gaps[0] = append(gaps[0], dep.at[1].Sub(dep.at[0]))
 			gaps[1] = append(gaps[1], dep.at[2].Sub(dep.at[1]))
 		}
-		for i, bound := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond} {
-			lo, hi := gaps[i][0], gaps[i][0]
-			for _, g := range gaps[i] {
-				require.LessOrEqual(t, g, bound)
-				lo, hi = min(lo, g), max(hi, g)
-			}
-			assert.Less(t, lo, bound/5, "retry %d: the delays do not spread", i+1)
-			assert.Greater(t, hi, bound*4/5, "retry %d: the delays do not spread", i+1)
-		}
+		retrytest.Spread(t, gaps[:], []time.Duration{100 * time.Millisecond, 200 * time.Millisecond})
 		g, ok := rt.Guard("dep.test")
 		require.True(t, ok)
 		assert.Equal(t, uint64(300), g.Stats().Attempts)
@@ -231,26 +223,11 @@ func TestTransportRetryBudgetHolds(t *testing.T) {
 			return answer(503), nil
 		}}
 		rt := retryTransport(t, dep, sluice.Retry{Attempts: 3, Backoff: time.Millisecond, MaxBackoff: time.Millisecond})
-		var requests atomic.Int64
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range 64 {
-			wg.Go(func() {
-				for range 40 {
-					requests.Add(1)
-					resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
-					assert.NoError(t, err)
-					assert.Equal(t, 503, resp.StatusCode)
-				}
-			})
-		}
-		wg.Wait()
-		secs := time.Since(start).Seconds()
-		retries := dep.calls() - int(requests.Load())
-		bound := 0.1*float64(requests.Load()) + 1*secs + 10
-		t.Logf("%d requests, %d retries in %.2fs; bound %.0f", requests.Load(), retries, secs, bound)
-		assert.LessOrEqual(t, float64(retries), bound)
-		assert.Greater(t, retries, int(requests.Load())/20, "the budget allowed far less than its share")
+		retrytest.Storm(t, 40, 0.1, 1, func() {
+			resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
+			assert.NoError(t, err)
+			assert.Equal(t, 503, resp.StatusCode)
+		}, dep.calls)
 	})
 }
 
