@@ -76,7 +76,7 @@ type retrier struct {
 	mu        sync.Mutex
 	balance   float64       // retries the budget has to give
 	lastCalls uint64        // calls less retries, as of the last update
-	lastAt    time.Duration // the instant of the last update
+	lastAt    time.Time // the instant of the last update
 	started   bool
 }
 
@@ -135,8 +135,9 @@ func (b *retrier) attemptsMade() uint64 {
 
 // withdraw takes one retry from the budget at now, and reports whether it
 // had one. The budget grows by ratio for each call (attempts less retries)
-// and by floor a second, up to cap.
-func (b *retrier) withdraw(now time.Duration) bool {
+// and by floor a second, up to cap. Its time is the time package's, as the
+// backoff's and the deadline's are (testing/synctest fakes it).
+func (b *retrier) withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	calls := b.attemptsMade() - b.retries.Load()
@@ -144,11 +145,14 @@ func (b *retrier) withdraw(now time.Duration) bool {
 		if calls > b.lastCalls {
 			b.balance += b.ratio * float64(calls-b.lastCalls)
 		}
-		if now > b.lastAt {
-			b.balance += b.floor * (now - b.lastAt).Seconds()
+		if now.After(b.lastAt) {
+			b.balance += b.floor * now.Sub(b.lastAt).Seconds()
 		}
 	}
-	b.started, b.lastCalls, b.lastAt = true, max(calls, b.lastCalls), max(now, b.lastAt)
+	b.started, b.lastCalls = true, max(calls, b.lastCalls)
+	if now.After(b.lastAt) {
+		b.lastAt = now
+	}
 	b.balance = min(b.balance, b.cap)
 	if b.balance < 1 {
 		b.refusals.Add(1)
@@ -199,7 +203,7 @@ func (g *Guard) RetryDelay(ctx context.Context, attempts int, atLeast time.Durat
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 		return 0, false // the next attempt could not even start in time
 	}
-	if !b.withdraw(g.now()) {
+	if !b.withdraw(time.Now()) {
 		return 0, false
 	}
 	return d, true

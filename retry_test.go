@@ -42,7 +42,7 @@ func TestWithRetryRefusesBadDeclarations(t *testing.T) {
 // retryGuard is a Guard on a clock of the bubble that retries as r says.
 func retryGuard(t *testing.T, r sluice.Retry, opts ...sluice.Option) *sluice.Guard {
 	t.Helper()
-	g, err := sluice.New(append([]sluice.Option{sluice.WithClock(sluice.NewMonotonicClock()), sluice.WithRetry(r)}, opts...)...)
+	g, err := sluice.New(append([]sluice.Option{sluice.WithRetry(r)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close() })
 	return g
@@ -146,7 +146,7 @@ func TestRetryStopsAtTheCallersDeadline(t *testing.T) {
 // cancelled call, nor an error the Classifier does not count as a failure.
 func TestRetryNeverFollowsARejectionOrACancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1, ratelimit.WithClock(sluice.NewMonotonicClock()))
+		limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
 		require.NoError(t, err)
 		g := retryGuard(t, sluice.Retry{Budget: 1, MinPerSecond: 100}, sluice.With(limit))
 		ran := 0
@@ -176,7 +176,7 @@ func TestRetryNeverFollowsARejectionOrACancel(t *testing.T) {
 // fallback, outermost, answers that last error.
 func TestRetryEndsWhenTheBreakerOpens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(2), breaker.WithClock(sluice.NewMonotonicClock()))
+		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(2))
 		require.NoError(t, err)
 		fb, err := degrade.New(degrade.OnRejected(degrade.Value("cached")))
 		require.NoError(t, err)

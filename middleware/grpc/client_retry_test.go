@@ -65,7 +65,7 @@ func unavailableUntil(k int) func(int) (error, metadata.MD) {
 // says, with opts, on a clock of the bubble, and the Guard.
 func retrying(t *testing.T, r sluice.Retry, opts ...sluice.Option) (grpc.UnaryClientInterceptor, *sluice.Guard) {
 	t.Helper()
-	g, err := sluice.New(append([]sluice.Option{sluice.WithClock(sluice.NewMonotonicClock()), sluice.WithRetry(r)}, opts...)...)
+	g, err := sluice.New(append([]sluice.Option{sluice.WithRetry(r)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close() })
 	in, err := UnaryClientInterceptor(WithGuard(g))
@@ -214,7 +214,7 @@ func TestClientRetryBudgetHolds(t *testing.T) {
 // breaker's when it opens mid-retry; nor is a call its caller cancelled.
 func TestClientNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1, ratelimit.WithClock(sluice.NewMonotonicClock()))
+		limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
 		require.NoError(t, err)
 		in, _ := retrying(t, generousRetry, sluice.With(limit))
 		s := &fakeServer{answer: unavailable}
@@ -223,7 +223,7 @@ func TestClientNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 		assert.Equal(t, 1, s.calls())
 
-		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(2), breaker.WithClock(sluice.NewMonotonicClock()))
+		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(2))
 		require.NoError(t, err)
 		in, _ = retrying(t, sluice.Retry{Attempts: 5, Budget: 1, MinPerSecond: 100}, sluice.With(b))
 		s = &fakeServer{answer: unavailable}

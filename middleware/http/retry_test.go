@@ -76,9 +76,8 @@ func failingUntil(n int) func(int, *http.Request) (*http.Response, error) {
 // with opts, on a clock of the bubble.
 func retryTransport(t *testing.T, dep http.RoundTripper, r sluice.Retry, opts ...sluice.Option) *RoundTripper {
 	t.Helper()
-	clock := sluice.NewMonotonicClock()
 	rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
-		return sluice.New(append([]sluice.Option{sluice.WithClock(clock), sluice.WithRetry(r)}, opts...)...)
+		return sluice.New(append([]sluice.Option{sluice.WithRetry(r)}, opts...)...)
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close() })
@@ -180,7 +179,7 @@ func TestTransportRetryHonoursRetryAfter(t *testing.T) {
 // returned at once when it does not.
 func TestTransportRetriesASluiceServersRejectionAfterItsDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		limit, err := ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: 2 * time.Second}, 1, ratelimit.WithClock(sluice.NewMonotonicClock()))
+		limit, err := ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: 2 * time.Second}, 1)
 		require.NoError(t, err)
 		server, err := sluice.New(sluice.With(limit))
 		require.NoError(t, err)
@@ -279,8 +278,7 @@ func TestTransportReplaysTheBodyByteForByte(t *testing.T) {
 // whose caller gave up, nor a cancelled transport error.
 func TestTransportNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute),
-			breaker.WithClock(sluice.NewMonotonicClock()))
+		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Minute))
 		require.NoError(t, err)
 		dep := &recorder{answer: failing}
 		rt := retryTransport(t, dep, generous, sluice.With(b))
