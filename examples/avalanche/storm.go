@@ -320,8 +320,8 @@ func (r *stormResult) summarize(cfg stormConfig, d *stormDependency) {
 	r.recovery = depRecovery(d.served, cfg.Calm+cfg.Slow, 2*r.p99[0]+5*time.Millisecond)
 }
 
-// depRecovery is the time from healAt to the first tenth of a second from
-// which on the calls the dependency saw arrive in each tenth were answered
+// depRecovery is the time from healAt to the end of the first tenth of a
+// second from which on the calls the dependency saw arrive in each tenth were answered
 // within bound at the median (a tenth that saw none counts for nothing); -1
 // if that never happened. The median, so that a burst of a loaded machine
 // does not hide a drained queue.
@@ -348,7 +348,7 @@ func depRecovery(s []served, healAt, bound time.Duration) time.Duration {
 			continue
 		}
 		if first < 0 {
-			first = b * tenth
+			first = (b + 1) * tenth
 		}
 	}
 	return first
@@ -389,8 +389,15 @@ func stormTable(cfg stormConfig, runs ...*stormResult) string {
 	}
 	b.WriteString("\n")
 	for _, r := range runs {
-		fmt.Fprintf(&b, "%-8s amplification %.2f× from the slowdown on; dependency back to its calm latency %s after it healed\n",
-			r.name, r.amplification(), fmtRecovery(r.recovery))
+		fmt.Fprintf(&b, "%-8s amplification %.2f× from the slowdown on; dependency back to its calm latency: %s\n",
+			r.name, r.amplification(), fmtStormRecovery(r.recovery))
 	}
 	return b.String()
+}
+
+func fmtStormRecovery(d time.Duration) string {
+	if d < 0 {
+		return "never (within the run)"
+	}
+	return "within " + fmtDur(d) + " of the heal"
 }

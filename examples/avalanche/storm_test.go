@@ -44,8 +44,8 @@ func TestDepRecovery(t *testing.T) {
 		{at: heal + 230*ms, latency: 12 * ms},
 		{at: heal + 510*ms, latency: 11 * ms}, // tenth 5, after three empty ones
 	}
-	if got := depRecovery(s, heal, 50*ms); got != 200*ms {
-		t.Errorf("recovery = %v, want 200ms", got)
+	if got := depRecovery(s, heal, 50*ms); got != 300*ms {
+		t.Errorf("recovery = %v, want 300ms", got)
 	}
 	if got := depRecovery(s[:5], heal, 50*ms); got != -1 {
 		t.Errorf("recovery = %v, want -1", got)
