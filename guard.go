@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // Guard runs calls through a chain of policies, listed outer to inner.
@@ -204,7 +206,7 @@ func (g *Guard) Policies() []Policy {
 // now reads the Guard's clock; small enough to inline.
 func (g *Guard) now() time.Duration {
 	if g.clock == nil {
-		return time.Since(processStart)
+		return monoclock.Now()
 	}
 	return g.clock.Now()
 }
@@ -405,7 +407,7 @@ func (c *Call) Report(o Outcome, err error) error {
 	now := c.start
 	if !g.untimed || o == Released {
 		if g.clock == nil {
-			now = time.Since(processStart)
+			now = monoclock.Now()
 		} else {
 			now = g.clock.Now()
 		}
@@ -433,7 +435,7 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	want = want || len(g.onDecision) > 0
 	var now time.Duration
 	if g.clock == nil {
-		now = time.Since(processStart) // inlined: one read of the runtime's clock
+		now = monoclock.Now() // inlined: one read of the runtime's clock
 	} else {
 		now = g.clock.Now()
 	}

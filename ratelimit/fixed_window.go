@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // FixedWindow admits at most limit cost units in each window of time
@@ -39,7 +40,7 @@ type FixedWindow struct {
 }
 
 // limiterClock reads a limiter's clock for the methods that take no instant,
-// calling sluice.Now directly, not through the interface, for SystemClock.
+// calling monoclock.Now directly, not through the interface, for SystemClock.
 type limiterClock struct {
 	c   sluice.Clock
 	sys bool
@@ -51,7 +52,7 @@ func newLimiterClock(c sluice.Clock) limiterClock {
 
 func (c limiterClock) now() time.Duration {
 	if c.sys {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return c.c.Now()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // cacheLine is the padding that keeps a hot state word alone on its cache
@@ -198,7 +199,7 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 
 func (g *GCRA) now() time.Duration {
 	if g.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return g.clock.Now()
 }

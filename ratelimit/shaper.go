@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
@@ -95,7 +96,7 @@ func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 
 func (s *Shaper) now() time.Duration {
 	if s.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return s.clock.Now()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // WarmUp is a token bucket with a cold start: after the limiter has been idle,
@@ -120,7 +121,7 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 
 func (w *WarmUp) now() time.Duration {
 	if w.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return w.clock.Now()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
@@ -649,7 +650,7 @@ func (slowDependency) RoundTrip(r *http.Request) (*http.Response, error) {
 // the breaker counts; a fast answer keeps its body readable.
 func TestTransportAppliesTheGuardsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithClock(clk))
 		require.NoError(t, err)
 		rt, err := Transport(slowDependency{}, func(string) (*sluice.Guard, error) {
