@@ -31,8 +31,6 @@ type Guard struct {
 	waits      []bool   // per policy: its Admit may block; nil when none may
 	clock      Clock    // nil: SystemClock, read without an interface call
 	classify   Classifier
-	onDecision []func(context.Context, Decision)
-	onState    []func(StateChange)
 	unsubsMu   sync.Mutex
 	unsubs     []func()
 	fallbacks  []Fallback // outermost layer; see fallback.go
@@ -101,33 +99,6 @@ func WithClassifier(c Classifier) Option {
 	}
 }
 
-// OnDecision registers fn, called once per request with the Guard's decision:
-// the rejecting policy's Decision, or, when all admitted, the one whose quota
-// is tightest. It runs on the request's goroutine, outside every lock; keep it
-// short.
-func OnDecision(fn func(ctx context.Context, d Decision)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnDecision: nil function")
-		}
-		g.onDecision = append(g.onDecision, fn)
-		return nil
-	}
-}
-
-// OnStateChange registers fn, called after each state change of any policy in
-// the chain that implements StateSource (breakers, load guards), outside the
-// policy's locks.
-func OnStateChange(fn func(StateChange)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnStateChange: nil function")
-		}
-		g.onState = append(g.onState, fn)
-		return nil
-	}
-}
-
 // New builds a Guard. A Guard with no policies lets everything through.
 func New(opts ...Option) (*Guard, error) {
 	g := &Guard{classify: DefaultClassifier}
@@ -159,13 +130,6 @@ func New(opts ...Option) (*Guard, error) {
 			g.untimed = false
 		}
 	}
-	if len(g.onState) > 0 {
-		for _, p := range g.policies {
-			if s, ok := p.(StateSource); ok {
-				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
-			}
-		}
-	}
 	if g.obs != nil {
 		g.untimed = false // the observers hear each call's latency
 		if err := g.attach(); err != nil {
@@ -173,12 +137,6 @@ func New(opts ...Option) (*Guard, error) {
 		}
 	}
 	return g, nil
-}
-
-func (g *Guard) stateChanged(c StateChange) {
-	for _, fn := range g.onState {
-		fn(c)
-	}
 }
 
 // seenPolicy records p as the i-th policy and reports the index it had
@@ -211,7 +169,7 @@ func (g *Guard) now() time.Duration {
 	return g.clock.Now()
 }
 
-// Close removes the Guard's state-change subscriptions and closes every policy
+// Close detaches the Guard's observers and closes every policy
 // of its chain that implements io.Closer (a janitor, a CPU sampler's share).
 // Closing twice is harmless.
 func (g *Guard) Close() error {
@@ -432,7 +390,6 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.waits != nil || len(g.policies) > len(c.tickets) {
 		return g.beginSlow(ctx, c)
 	}
-	want = want || len(g.onDecision) > 0
 	var now time.Duration
 	if g.clock == nil {
 		now = monoclock.Now() // inlined: one read of the runtime's clock
@@ -467,9 +424,6 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
 }
@@ -484,11 +438,8 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	if c.more != nil || c.waited {
 		c.more, c.atsMore, c.waited = nil, nil, false
 	}
-	if want || len(g.onDecision) > 0 {
+	if want {
 		c.d = v.Decision(g.names[i])
-		if len(g.onDecision) > 0 {
-			g.decided(ctx, c.d)
-		}
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
@@ -604,17 +555,8 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
-}
-
-func (g *Guard) decided(ctx context.Context, d Decision) {
-	for _, fn := range g.onDecision {
-		fn(ctx, d)
-	}
 }
 
 func (c *Call) ticket(i int) Ticket {
@@ -659,8 +601,8 @@ func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
 }
 
 // endOnPanic ends a Call that a panic left open: the call's own panic is a
-// Failure; one before the call ran (a policy's Admit, an OnDecision
-// observer) releases the policies that had admitted.
+// Failure; one before the call ran (a policy's Admit)
+// releases the policies that had admitted.
 func (c *Call) endOnPanic() {
 	if !c.live {
 		return

@@ -41,8 +41,8 @@ func TestGuardInnerRejectionsNeverTrip(t *testing.T) {
 	// The most sensitive breaker: one failure opens it.
 	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithErrorRatio(0.01, 1))
 	var changes []sluice.StateChange
-	g, err := sluice.New(sluice.With(b, &rejectMost{}), sluice.WithClock(clk),
-		sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c) }))
+	defer b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })()
+	g, err := sluice.New(sluice.With(b, &rejectMost{}), sluice.WithClock(clk))
 	require.NoError(t, err)
 	defer g.Close()
 	ctx := context.Background()

@@ -786,7 +786,8 @@ func TestTransportPanicAfterTheAnswerClosesTheResponse(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return sluice.New(sluice.With(b), sluice.OnStateChange(func(sluice.StateChange) { panic("listener bug") }))
+			b.Subscribe(func(sluice.StateChange) { panic("listener bug") })
+			return sluice.New(sluice.With(b))
 		}, nil},
 		{"upgrade", http.StatusSwitchingProtocols, func() (*sluice.Guard, error) {
 			return sluice.New(sluice.With(panicOnce{new(atomic.Int32)}))
