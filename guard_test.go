@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/policytest"
+	"github.com/sluice-go/sluice/internal/reqid"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -473,7 +474,7 @@ var ctxSink context.Context
 // hidden by the outer; reading them allocates nothing, and setting both at
 // once allocates once.
 func TestKeyAndResourceTogether(t *testing.T) {
-	ctx := sluice.WithKeyAndResource(t.Context(), "alice", "GET /a")
+	ctx := reqid.WithKeyAndResource(t.Context(), "alice", "GET /a")
 	wrapped, cancel := context.WithCancel(sluice.WithCost(ctx, 2))
 	defer cancel()
 	for _, c := range []context.Context{ctx, wrapped} {
@@ -497,7 +498,7 @@ func TestKeyAndResourceTogether(t *testing.T) {
 	assert.False(t, ok, "a resource alone is no key")
 
 	base := context.Background()
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { ctxSink = sluice.WithKeyAndResource(base, "alice", "GET /a") }))
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { ctxSink = reqid.WithKeyAndResource(base, "alice", "GET /a") }))
 	assert.Zero(t, testing.AllocsPerRun(100, func() {
 		_, _ = sluice.KeyFrom(wrapped)
 		_, _ = sluice.ResourceFrom(wrapped)

@@ -247,7 +247,7 @@ func TestKeysNeverBecomeAttributes(t *testing.T) {
 	}
 	// Per client: a failed call, then a rejection by its spent window.
 	call := func(key string) {
-		ctx := sluice.WithKeyAndResource(t.Context(), key, "GET /items")
+		ctx := sluice.WithKey(sluice.WithResource(t.Context(), "GET /items"), key)
 		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
 		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
