@@ -131,9 +131,11 @@ func New(opts ...Option) (*Guard, error) {
 		}
 	}
 	if g.obs != nil {
-		g.untimed = false // the observers hear each call's latency
 		if err := g.attach(); err != nil {
 			return nil, err
+		}
+		if len(g.obs.calls) > 0 {
+			g.untimed = false // an observer hears each call's latency
 		}
 	}
 	return g, nil

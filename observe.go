@@ -75,8 +75,10 @@ type CallEvent struct {
 // keeps no counters and pays nothing for observation: its call path checks
 // one pointer.
 //
-// An observed Guard reads its clock at the end of every call, for the
-// latency, even when no policy needs it ([NeedsEnd]).
+// A Guard with an observer that hears its calls (one whose Attach returns
+// an observe function) reads its clock at the end of every call, for the
+// latency, even when no policy needs it ([NeedsEnd]); one whose observers
+// only read [Guard.Stats] or subscribe to state changes does not.
 func WithObserver(o Observer) Option {
 	return func(g *Guard) error {
 		if isNil(o) {

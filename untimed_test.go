@@ -106,3 +106,32 @@ func TestGuardReadsNoEndInstantWhenNoPolicyNeedsIt(t *testing.T) {
 		assert.Equal(t, end-admit, lat, name)
 	}
 }
+
+// statsOnly is an Observer that hears no calls: it reads Stats alone.
+type statsOnly struct{}
+
+func (statsOnly) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return nil, nil, nil
+}
+
+func TestObservedGuardReadsTheEndInstantOnlyForAnObserverOfCalls(t *testing.T) {
+	ctx := context.Background()
+	a := &endSpy{name: "a", untimed: true}
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}))
+	require.NoError(t, err)
+	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(time.Millisecond); return nil }))
+	admit, end, lat := a.last()
+	assert.Equal(t, admit, end, "no observer hears the latency: no end instant is read")
+	assert.Equal(t, time.Duration(-1), lat)
+	assert.Equal(t, uint64(1), g.Stats().Policies[0].Outcomes[sluice.Success], "the counters are kept all the same")
+
+	ev := &events{}
+	g, err = sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}), sluice.WithObserver(ev))
+	require.NoError(t, err)
+	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(time.Millisecond); return nil }))
+	admit, end, lat = a.last()
+	assert.GreaterOrEqual(t, end-admit, time.Millisecond, "an observer of calls hears the latency")
+	assert.Equal(t, end-admit, lat)
+	require.Len(t, ev.got, 1)
+	assert.GreaterOrEqual(t, ev.got[0].Latency, time.Millisecond)
+}
