@@ -11,9 +11,9 @@ import (
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	fsratelimiter "github.com/failsafe-go/failsafe-go/ratelimiter"
 	zerobreaker "github.com/zeromicro/go-zero/core/breaker"
-	xrate "golang.org/x/time/rate"
 	"github.com/zeromicro/go-zero/core/load"
 	"github.com/zeromicro/go-zero/core/logx"
+	xrate "golang.org/x/time/rate"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
