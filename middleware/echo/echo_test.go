@@ -850,9 +850,13 @@ func TestStaleCacheBehindEcho(t *testing.T) {
 	require.Equal(t, "prices", do(e, http.MethodGet, "/p").Body.String())
 	assert.Equal(t, 1, cache.Len())
 	fail = true
-	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/p").Code)
-	clock.Advance(7 * time.Second)
+	// The failure opens the breaker, and the stale copy answers it.
 	rec := do(e, http.MethodGet, "/p")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "prices", rec.Body.String())
+	assert.Equal(t, "0", rec.Header().Get("Age"))
+	clock.Advance(7 * time.Second)
+	rec = do(e, http.MethodGet, "/p")
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "prices", rec.Body.String())
 	assert.Equal(t, "7", rec.Header().Get("Age"))
@@ -883,4 +887,27 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 	}
 	_, err = Middleware(WithGuard(gStr))
 	assert.ErrorContains(t, err, "degrade.New[http.Handler]")
+}
+
+// TestCauses plays the causes table through Middleware: each fallback of
+// the Guard answers 200 and its text.
+func TestCauses(t *testing.T) {
+	answer := func(text string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, text) })
+	}
+	scenario.RunCauses(t, answer, func(t *testing.T, g *sluice.Guard) func(scenario.Work) string {
+		e := echo.New()
+		e.Use(mw(t, WithGuard(g)))
+		e.GET("/a", func(c echo.Context) error {
+			switch scenario.WorkFrom(c.Request().Context()) {
+			case scenario.Fail:
+				return errors.New("down")
+			case scenario.Hang:
+				<-c.Request().Context().Done()
+				return c.Request().Context().Err()
+			}
+			return c.String(http.StatusOK, "ok")
+		})
+		return func(w scenario.Work) string { return scenario.ServeWork(e, w) }
+	})
 }
