@@ -25,7 +25,7 @@ const maxExact = int64(1) << 52
 // and failure policy.
 type limit struct {
 	name        string
-	keyPre      string // "<prefix>:<name>:<alg>:"
+	keyPre      string                    // "<prefix>:<name>:<alg>:"
 	algArg      any                       // pre-boxed script argument
 	nums        atomic.Pointer[limitNums] // replaced by SetLimit
 	single      *script                   // the admission of a Limiter with this limit alone
@@ -37,9 +37,9 @@ type limit struct {
 	keys        keyCache
 	// remake builds a Limiter of this limit's constructor and options with
 	// the numbers SetLimit is given: its validation, and its numbers.
-	remake func(limit int64, window time.Duration) (*Limiter, error)
-	openName    string // name + ":open"
-	closedName  string // name + ":closed"
+	remake     func(limit int64, window time.Duration) (*Limiter, error)
+	openName   string // name + ":open"
+	closedName string // name + ":closed"
 }
 
 // limitNums are the numbers of a limit, as the scripts take them.
