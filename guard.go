@@ -45,6 +45,7 @@ type Guard struct {
 	shadowAll  bool                            // SetShadow(""): the whole Guard
 	shadowSet  uint64                          // the policies shadowed by name
 	shadowInit []string                        // WithShadow
+	retry      *retrier                        // nil: no retries; see retry.go
 }
 
 // Option configures a Guard.
@@ -215,6 +216,9 @@ var ErrNilArgument = errors.New("sluice: nil context or function")
 // otherwise (a [*TimeoutError] past the Guard's deadline); a fallback of
 // the Guard ([WithFallback]) may answer either with nil or another error.
 //
+// With [WithRetry], a call that failed runs fn again, each attempt
+// admitted afresh, and the fallbacks answer the last attempt's error.
+//
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
@@ -223,6 +227,13 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		_, err := retried(ctx, g, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+		if err != nil && len(g.fallbacks) > 0 {
+			return g.applyFallback(ctx, err)
+		}
+		return err
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -244,6 +255,13 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		v, err := retried(ctx, g, fn)
+		if err != nil {
+			return fallbackValue(ctx, g, v, err)
+		}
+		return v, nil
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -402,6 +420,9 @@ var allowAll = Decision{Allowed: true, Limit: -1}
 // no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.parent = ctx
+	if g.retry != nil {
+		g.retry.began()
+	}
 	if g.waits != nil || len(g.policies) > len(c.tickets) {
 		return g.beginSlow(ctx, c)
 	}
