@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -619,4 +620,18 @@ func TestTokensExpire(t *testing.T) {
 		assert.False(t, d.validToken(tok, time.Now()))
 		assert.False(t, d.validToken("not base64!", time.Now()))
 	})
+}
+
+// The dashboard's server side is the standard library and sluice's core:
+// a program that serves it pulls in nothing else.
+func TestDashboardImportsOnlyTheStandardLibraryAndTheCore(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	for _, dep := range strings.Fields(string(out)) {
+		switch strings.TrimPrefix(dep, "github.com/sluice-go/sluice") {
+		case "", "/ratelimit", "/breaker", "/degrade", "/adaptive", "/observe/dashboard":
+		default:
+			t.Errorf("the dashboard depends on %s", dep)
+		}
+	}
 }
