@@ -51,7 +51,7 @@ func newFixture(t *testing.T, opts ...Option) *fixture {
 	f.bucket, err = ratelimit.NewTokenBucket(ratelimit.PerSecond(100), 100, ratelimit.WithName("global"))
 	require.NoError(t, err)
 	f.keyed, err = ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-		return ratelimit.NewTokenBucket(ratelimit.PerMinute(2), 2)
+		return ratelimit.NewTokenBucket(ratelimit.Rate{Count: 2, Period: time.Minute}, 2)
 	}, ratelimit.WithName("per-client"))
 	require.NoError(t, err)
 	bulk, err := adaptive.NewBulkhead(10, adaptive.WithName("bulkhead"))

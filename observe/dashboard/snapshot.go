@@ -34,7 +34,6 @@ type (
 	}
 	keyed       interface{ Len() int }
 	concurrency interface{ Stats() adaptive.Stats }
-	windowed    interface{ Window() time.Duration }
 )
 
 // state is the snapshot the page draws, at api/state and on each event of
@@ -207,11 +206,6 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		add("remaining", "%d", int64(max(p.Tokens(), 0)))
 	case keyed:
 		add("keys", "%d", p.Len())
-	}
-	if w, ok := p.(windowed); ok {
-		if _, isBucket := p.(bucket); !isBucket {
-			add("window", "%v", w.Window())
-		}
 	}
 	if d.authorize == nil {
 		return
