@@ -137,6 +137,9 @@ type guardWatch struct {
 	unsubs []func()
 	// fallbacks is the Guard's fallback count last shown, by cause.
 	fallbacks []uint64
+	// calls counts the calls of a Guard without policies, whose Stats
+	// have no counts.
+	calls atomic.Uint64
 }
 
 // Attach implements sluice.Observer: New of a Guard given d calls it. It
@@ -187,6 +190,9 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	observe := func(ctx context.Context, e sluice.CallEvent) {
 		d.series.add(time.Now(), &e)
+		if len(w.policies) == 0 {
+			w.calls.Add(1)
+		}
 		if !e.Admitted && w.keys != nil {
 			if t := w.keys[e.Policy]; t != nil {
 				if key, ok := sluice.KeyFrom(ctx); ok {

@@ -121,8 +121,9 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	st := w.g.Stats()
 	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Policies: make([]policyView, len(w.policies))}
 	if n := len(st.Policies); n > 0 {
-		in := st.Policies[n-1]
-		v.Admitted = in.Admitted // the innermost admits only what all did
+		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
+	} else {
+		v.Admitted = w.calls.Load() // every call, once it ended
 	}
 	d.fallbackEvents(w, st.Fallbacks[:], now)
 	for _, n := range st.Fallbacks {
