@@ -270,7 +270,7 @@ func TestKeysNeverBecomeAttributes(t *testing.T) {
 	}
 	// Per client: a failed call, then a rejection by its spent window.
 	call := func(key string) {
-		ctx := sluice.WithKeyAndResource(t.Context(), key, "GET /items")
+		ctx := sluice.WithKey(sluice.WithResource(t.Context(), "GET /items"), key)
 		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
 		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
@@ -303,4 +303,15 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	g, err = sluice.New(sluice.WithName("a"), sluice.WithObserver(m))
 	require.NoError(t, err, "a closed Guard's name is free again")
 	require.NoError(t, g.Close())
+}
+
+func TestShadowRejectionsAreCountedApart(t *testing.T) {
+	reader, g := setup(t, "api")
+	require.NoError(t, g.SetShadow("ratelimit/api", true))
+	runDo(t, g)
+	assert.Equal(t, map[string]float64{
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=admitted":        4,
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=shadow_rejected": 2,
+		"sluice.guard=api,sluice.policy=breaker/backend,sluice.result=admitted":      6,
+	}, points(t, reader, "sluice.requests"))
 }
