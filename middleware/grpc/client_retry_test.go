@@ -238,3 +238,36 @@ func TestClientNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 		assert.Equal(t, 1, s.calls())
 	})
 }
+
+// Against a real sluice server: its rejection is retried by sluice's
+// client after its pushback, and the retry succeeds; a pushback the
+// call's deadline cannot wait for is not waited for.
+func TestClientRetriesASluiceServersRejectionAfterThePushback(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, c := range serverRejections {
+			t.Run(c.name, func(t *testing.T) {
+				const delay = 150 * time.Millisecond
+				p := rejectingOnce(c.cause, delay)
+				client, err := sluice.New(sluice.WithRetry(sluice.Retry{Backoff: time.Millisecond, MaxBackoff: time.Second, Budget: 1}))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = client.Close() })
+				s := start(t, tr, serverOpts(t, WithGuard(mustGuard(t, sluice.With(p)))), clientOpts(t, WithGuard(client))...)
+				began := time.Now()
+				require.NoError(t, s.check(withTimeout(t)), "the rejection was not retried")
+				assert.GreaterOrEqual(t, time.Since(began), delay, "the retry did not wait for the pushback")
+				assert.Equal(t, int64(-1), p.n.Load(), "the server's policy was asked twice")
+
+				// A pushback of 2 s against a deadline of 0.5 s.
+				p.n.Store(1)
+				p.retry = 2 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				began = time.Now()
+				err = s.check(ctx)
+				assert.Less(t, time.Since(began), 500*time.Millisecond, "the call waited for a retry it could not make")
+				assert.Contains(t, []codes.Code{codes.ResourceExhausted, codes.Unavailable}, status.Code(err), "the rejection is the caller's")
+				assert.Equal(t, int64(0), p.n.Load(), "retried past the deadline")
+			})
+		}
+	})
+}
