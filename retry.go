@@ -176,16 +176,18 @@ func (b *retrier) delay(n int) time.Duration {
 
 // RetryDelay decides whether a call of g may be tried again, for adapters
 // that run their own attempts ([Guard.Do] and [Execute] ask it
-// themselves): attempts is how many the call has made, and atLeast the
-// delay its peer asked for (0 when none). It returns how long to wait
-// before the next attempt, and true; or false when g declares no retries
+// themselves): attempts is how many the call has made, began when the last
+// of them started (the zero Time when unknown), and atLeast the delay its
+// peer asked for (0 when none). It returns how long to wait before the
+// next attempt, and true; or false when g declares no retries
 // ([WithRetry]), the attempts are spent, atLeast passes the Retry's
-// MaxBackoff, the wait would not end before ctx's deadline, or g's retry
-// budget is spent (counted in [Stats].BudgetRefusals). A true answer spends
-// one retry of the budget. The caller decides whether the failure is worth
-// a retry: this asks nothing of the error. With attempts 0 it only tells
-// whether g declares retries, spending nothing: 0 and true if it does.
-func (g *Guard) RetryDelay(ctx context.Context, attempts int, atLeast time.Duration) (time.Duration, bool) {
+// MaxBackoff, the next attempt, were it to take as long as the last, could
+// not end before ctx's deadline, or g's retry budget is spent (counted in
+// [Stats].BudgetRefusals). A true answer spends one retry of the budget.
+// The caller decides whether the failure is worth a retry: this asks
+// nothing of the error. With attempts 0 it only tells whether g declares
+// retries, spending nothing: 0 and true if it does.
+func (g *Guard) RetryDelay(ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
 	if g == nil || g.retry == nil {
 		return 0, false
 	}
@@ -200,8 +202,14 @@ func (g *Guard) RetryDelay(ctx context.Context, attempts int, atLeast time.Durat
 		return 0, false
 	}
 	d := max(b.delay(attempts), atLeast)
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return 0, false // the next attempt could not even start in time
+	if dl, ok := ctx.Deadline(); ok {
+		var took time.Duration
+		if !began.IsZero() {
+			took = max(time.Since(began), 0)
+		}
+		if time.Until(dl) <= d+took {
+			return 0, false // the next attempt could not end in time
+		}
 	}
 	if !b.withdraw(time.Now()) {
 		return 0, false
@@ -228,12 +236,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // a failed call again as g's Retry declares: it returns the last attempt's
 // value and error.
 func retried[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
+	_, timed := ctx.Deadline()
 	for n := 1; ; n++ {
+		var began time.Time
+		if timed {
+			began = time.Now() // how long an attempt takes, for the deadline
+		}
 		v, ran, err := attempt(ctx, g, fn)
 		if err == nil || !ran || ctx.Err() != nil || g.classify(err) != Failure {
 			return v, err
 		}
-		d, ok := g.RetryDelay(ctx, n, 0)
+		d, ok := g.RetryDelay(ctx, n, began, 0)
 		if !ok || !sleep(ctx, d) {
 			return v, err
 		}

@@ -115,30 +115,37 @@ func TestRetryBackoffIsBoundedAndJittered(t *testing.T) {
 	})
 }
 
-// One deadline spans every attempt: no attempt starts that could not finish
-// before it, and the failure is returned as soon as the wait would pass it.
+// One deadline spans every attempt: no attempt starts that, taking as long
+// as the last did, could not end before it, and the failure is returned as
+// soon as that is so, rather than when the deadline comes.
 func TestRetryStopsAtTheCallersDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		const took = 20 * time.Millisecond
 		g := retryGuard(t, sluice.Retry{Attempts: 10, Backoff: 40 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, Budget: 1, MinPerSecond: 100})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		dl, _ := ctx.Deadline()
 		var starts []time.Time
-		err := g.Do(ctx, func(ctx context.Context) error {
+		err := g.Do(ctx, func(context.Context) error {
 			starts = append(starts, time.Now())
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-			}
+			time.Sleep(took) // an attempt that does not heed its context
 			return errDown
 		})
 		assert.ErrorIs(t, err, errDown)
 		assert.GreaterOrEqual(t, len(starts), 2, "no retry within a deadline that left room for one")
 		for _, s := range starts {
-			assert.True(t, s.Before(dl), "an attempt started at %v, past the deadline", s.Sub(start))
+			assert.False(t, s.Add(took).After(dl), "an attempt started %v before the deadline, too late to end", dl.Sub(s))
 		}
-		assert.LessOrEqual(t, time.Since(start), 100*time.Millisecond, "the call waited for a retry it could not make")
+		assert.True(t, time.Now().Before(dl), "the call waited for a retry it could not make")
+
+		// An attempt that took most of the time leaves none for another.
+		ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		start, n := time.Now(), 0
+		err = g.Do(ctx, func(context.Context) error { n++; time.Sleep(60 * time.Millisecond); return errDown })
+		assert.ErrorIs(t, err, errDown)
+		assert.Equal(t, 1, n, "retried with 40ms left for a 60ms attempt")
+		assert.Equal(t, 60*time.Millisecond, time.Since(start))
 	})
 }
 
@@ -217,21 +224,21 @@ func TestRetryDelayHonoursTheMinimumAskedFor(t *testing.T) {
 		g := retryGuard(t, sluice.Retry{Backoff: time.Millisecond, MaxBackoff: time.Second, Budget: 1, MinPerSecond: 100})
 		ctx := context.Background()
 		for range 20 {
-			d, ok := g.RetryDelay(ctx, 1, 700*time.Millisecond)
+			d, ok := g.RetryDelay(ctx, 1, time.Time{}, 700*time.Millisecond)
 			require.True(t, ok)
 			assert.GreaterOrEqual(t, d, 700*time.Millisecond)
 		}
-		_, ok := g.RetryDelay(ctx, 1, 2*time.Second)
+		_, ok := g.RetryDelay(ctx, 1, time.Time{}, 2*time.Second)
 		assert.False(t, ok, "a delay past MaxBackoff was granted")
 		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
-		_, ok = g.RetryDelay(short, 1, 700*time.Millisecond)
+		_, ok = g.RetryDelay(short, 1, time.Time{}, 700*time.Millisecond)
 		assert.False(t, ok, "a delay past the deadline was granted")
-		_, ok = g.RetryDelay(ctx, 3, 0)
+		_, ok = g.RetryDelay(ctx, 3, time.Time{}, 0)
 		assert.False(t, ok, "a fourth attempt was granted of three")
 
 		var none *sluice.Guard
-		_, ok = none.RetryDelay(ctx, 1, 0)
+		_, ok = none.RetryDelay(ctx, 1, time.Time{}, 0)
 		assert.False(t, ok)
 	})
 }

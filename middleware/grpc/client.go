@@ -89,7 +89,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	if _, retries := rt.Guard.RetryDelay(ctx, 0, 0); retries {
+	if _, retries := rt.Guard.RetryDelay(ctx, 0, time.Time{}, 0); retries {
 		return c.unaryRetried(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
 	}
 	return c.unaryAttempt(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
@@ -125,6 +125,7 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 	opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 	for attempts := 1; ; attempts++ {
 		trailer = nil
+		began := time.Now() // how long an attempt takes, for the deadline
 		err := c.unaryAttempt(ctx, g, method, req, reply, cc, invoker, opts)
 		if err == nil || ctx.Err() != nil || errors.Is(err, sluice.ErrRejected) {
 			return err
@@ -136,7 +137,7 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 		if !ok {
 			return err
 		}
-		d, ok := g.RetryDelay(ctx, attempts, atLeast)
+		d, ok := g.RetryDelay(ctx, attempts, began, atLeast)
 		if !ok {
 			return err
 		}

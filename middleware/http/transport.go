@@ -443,6 +443,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if ctx := call.Context(); ctx != gctx && req.Header.Get("Upgrade") == "" {
 			sent = req.WithContext(ctx)
 		}
+		began := time.Now() // how long an attempt takes, for the deadline
 		resp, err = t.next.RoundTrip(sent)
 		if err != nil {
 			if resp != nil && resp.Body != nil {
@@ -454,7 +455,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					o = t.cfg.classify(nil, err)
 				}
 				if o == sluice.Failure && req.Context().Err() == nil {
-					if d, ok := g.RetryDelay(req.Context(), attempts, 0); ok {
+					if d, ok := g.RetryDelay(req.Context(), attempts, began, 0); ok {
 						call.Report(o, err)
 						if req, err = t.again(req, d); err != nil {
 							return nil, err
@@ -497,7 +498,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		// The peer's Retry-After is the least delay; one past the Retry's
 		// MaxBackoff ends the retries.
 		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), time.Hour)
-		d, ok := g.RetryDelay(req.Context(), attempts, atLeast)
+		d, ok := g.RetryDelay(req.Context(), attempts, began, atLeast)
 		if !ok {
 			break
 		}

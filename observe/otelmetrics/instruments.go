@@ -2,6 +2,7 @@ package otelmetrics
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -244,7 +245,7 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 			o.ObserveInt64(in.shedding, shed, pw.plain)
 		}
 	}
-	if _, retries := w.g.RetryDelay(context.Background(), 0, 0); retries {
+	if _, retries := w.g.RetryDelay(context.Background(), 0, time.Time{}, 0); retries {
 		set := metric.WithAttributeSet(attribute.NewSet(w.guard))
 		o.ObserveInt64(in.rtAttempts, int64(s.Attempts), set)
 		o.ObserveInt64(in.rtRetries, int64(s.Retries), set)
