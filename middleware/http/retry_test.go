@@ -310,3 +310,98 @@ func TestTransportNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 		assert.Equal(t, 2, dep.calls())
 	})
 }
+
+// Retry-After as an HTTP-date is a least delay as delay-seconds is.
+func TestTransportRetryHonoursARetryAfterDate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dep := &recorder{}
+		dep.answer = func(n int, _ *http.Request) (*http.Response, error) {
+			if n == 1 {
+				return answer(503, "Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat)), nil
+			}
+			return answer(200), nil
+		}
+		rt := retryTransport(t, dep, generous)
+		resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
+		require.NoError(t, err)
+		assert.Equal(t, 200, resp.StatusCode)
+		require.Len(t, dep.at, 2)
+		// The date has whole seconds: the wait is at least 2s, at most 3s.
+		assert.GreaterOrEqual(t, dep.at[1].Sub(dep.at[0]), 2*time.Second)
+		assert.LessOrEqual(t, dep.at[1].Sub(dep.at[0]), 3*time.Second)
+	})
+}
+
+// countedBody is a response body that counts how much of it was read and
+// whether it was closed.
+type countedBody struct {
+	io.Reader
+	read   int
+	closed bool
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	b.read += n
+	return n, err
+}
+
+func (b *countedBody) Close() error { b.closed = true; return nil }
+
+// The answer of a failed attempt is read (so its connection is reused)
+// and closed before the retry; the caller's answer is left to the caller.
+func TestTransportClosesTheAnswersOfFailedAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var bodies []*countedBody
+		dep := &recorder{answer: func(n int, _ *http.Request) (*http.Response, error) {
+			b := &countedBody{Reader: strings.NewReader("unavailable")}
+			bodies = append(bodies, b)
+			status := 503
+			if n == 3 {
+				status = 200
+			}
+			return &http.Response{StatusCode: status, Header: http.Header{}, Body: b}, nil
+		}}
+		rt := retryTransport(t, dep, generous)
+		req, err := http.NewRequest(http.MethodGet, "http://dep.test/x", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		require.Len(t, bodies, 3)
+		for i, b := range bodies[:2] {
+			assert.True(t, b.closed, "the answer of attempt %d was left open", i+1)
+			assert.Equal(t, len("unavailable"), b.read, "the answer of attempt %d was not drained", i+1)
+		}
+		assert.False(t, bodies[2].closed, "the caller's answer was closed")
+		require.NoError(t, resp.Body.Close())
+		assert.True(t, bodies[2].closed)
+	})
+}
+
+// A failed attempt's request body, replayed through GetBody, is closed on
+// every path: sent (by the RoundTripper beneath), and not sent because the
+// Guard's own limiter rejected the retry.
+func TestTransportClosesTheReplayedBodyWhenTheRetryIsRejected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
+		require.NoError(t, err)
+		dep := &recorder{answer: failing}
+		rt := retryTransport(t, dep, generous, sluice.With(limit))
+		var made []*countedBody
+		req, err := http.NewRequest(http.MethodPut, "http://dep.test/x", nil)
+		require.NoError(t, err)
+		req.GetBody = func() (io.ReadCloser, error) {
+			b := &countedBody{Reader: strings.NewReader("v")}
+			made = append(made, b)
+			return b, nil
+		}
+		req.Body, _ = req.GetBody()
+		_, err = rt.RoundTrip(req)
+		assert.ErrorIs(t, err, sluice.ErrRateLimited)
+		assert.Equal(t, 1, dep.calls())
+		require.Len(t, made, 2)
+		for i, b := range made {
+			assert.True(t, b.closed, "body %d left open", i+1)
+		}
+	})
+}
