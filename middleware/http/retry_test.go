@@ -150,23 +150,13 @@ func TestTransportRetryStopsAtTheDeadline(t *testing.T) {
 // returned at once.
 func TestTransportRetryHonoursRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dep := &recorder{answer: func(n int, _ *http.Request) (*http.Response, error) {
-			if n%2 == 1 {
-				return answer(429, "Retry-After", "2"), nil
-			}
-			return answer(200), nil
-		}}
-		rt := retryTransport(t, dep, generous)
-		resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
-		require.NoError(t, err)
-		assert.Equal(t, 200, resp.StatusCode)
-		require.Len(t, dep.at, 2)
-		assert.GreaterOrEqual(t, dep.at[1].Sub(dep.at[0]), 2*time.Second)
+		dep, rt, gap := retriedAfter(t, 429, func() string { return "2" })
+		assert.GreaterOrEqual(t, gap, 2*time.Second)
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		start := time.Now()
-		resp, err = send(t, rt, ctx, http.MethodGet, nil)
+		resp, err := send(t, rt, ctx, http.MethodGet, nil)
 		require.NoError(t, err)
 		assert.Equal(t, 429, resp.StatusCode)
 		assert.Equal(t, 3, dep.calls(), "retried though the deadline came before the Retry-After")
@@ -311,24 +301,34 @@ func TestTransportNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 	})
 }
 
+// retriedAfter sends a GET whose first answer is status with the
+// Retry-After retryAfter gives, and whose second is 200; it returns the
+// dependency, the Transport, and the wait between the two attempts.
+func retriedAfter(t *testing.T, status int, retryAfter func() string) (*recorder, *RoundTripper, time.Duration) {
+	t.Helper()
+	dep := &recorder{answer: func(n int, _ *http.Request) (*http.Response, error) {
+		if n%2 == 1 {
+			return answer(status, "Retry-After", retryAfter()), nil
+		}
+		return answer(200), nil
+	}}
+	rt := retryTransport(t, dep, generous)
+	resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 200, resp.StatusCode)
+	require.Len(t, dep.at, 2)
+	return dep, rt, dep.at[1].Sub(dep.at[0])
+}
+
 // Retry-After as an HTTP-date is a least delay as delay-seconds is.
 func TestTransportRetryHonoursARetryAfterDate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dep := &recorder{}
-		dep.answer = func(n int, _ *http.Request) (*http.Response, error) {
-			if n == 1 {
-				return answer(503, "Retry-After", time.Now().Add(3*time.Second).UTC().Format(http.TimeFormat)), nil
-			}
-			return answer(200), nil
-		}
-		rt := retryTransport(t, dep, generous)
-		resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
-		require.NoError(t, err)
-		assert.Equal(t, 200, resp.StatusCode)
-		require.Len(t, dep.at, 2)
+		_, _, gap := retriedAfter(t, 503, func() string {
+			return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
+		})
 		// The date has whole seconds: the wait is at least 2s, at most 3s.
-		assert.GreaterOrEqual(t, dep.at[1].Sub(dep.at[0]), 2*time.Second)
-		assert.LessOrEqual(t, dep.at[1].Sub(dep.at[0]), 3*time.Second)
+		assert.GreaterOrEqual(t, gap, 2*time.Second)
+		assert.LessOrEqual(t, gap, 3*time.Second)
 	})
 }
 
