@@ -242,3 +242,20 @@ func TestRetryDelayHonoursTheMinimumAskedFor(t *testing.T) {
 		assert.False(t, ok)
 	})
 }
+
+// A Guard that declares retries allocates nothing on a call it admits and
+// that succeeds, nor on one its open breaker rejects, by Do or Execute.
+func TestRetryGuardAllocatesNothingOnAdmitAndReject(t *testing.T) {
+	ctx := context.Background()
+	b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
+	require.NoError(t, err)
+	open := retryGuard(t, sluice.Retry{}, sluice.With(b))
+	_ = open.Do(ctx, func(context.Context) error { return errDown })
+	require.ErrorIs(t, open.Do(ctx, nop), sluice.ErrCircuitOpen)
+	ok := retryGuard(t, sluice.Retry{}, sluice.With(nopPolicy{}))
+	value := func(context.Context) (int, error) { return 1, nil }
+	for name, g := range map[string]*sluice.Guard{"admit": ok, "reject": open} {
+		assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }), "%s: Do allocates", name)
+		assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = sluice.Execute(ctx, g, value) }), "%s: Execute allocates", name)
+	}
+}
