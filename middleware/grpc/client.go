@@ -47,7 +47,8 @@ import (
 // own rejection), each attempt admitted afresh and drawing on the Guard's
 // retry budget, after at least the delay the server asked for
 // (grpc-retry-pushback-ms, RetryInfo) and never past the call's deadline; a
-// negative pushback ends the retries, as gRPC's own retries read it. Give
+// pushback that is negative, unreadable or repeated ends the retries, as
+// gRPC's own retries read it. Give
 // each target its Guard (WithTargetGuard) for a budget per target.
 //
 // Key functions see the method as the request's Route and the outgoing
@@ -154,10 +155,13 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 // pushback returns the least delay before a retry that a server asked for
 // in its failure err and trailer: the longer of grpc-retry-pushback-ms and
 // RetryInfo, 0 when it asked for none; false when its pushback says not to
-// retry (negative or unreadable).
+// retry (negative, unreadable, or given more than once).
 func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
 	var d time.Duration
 	if v := trailer.Get(MetadataRetryPushback); len(v) > 0 {
+		if len(v) > 1 {
+			return 0, false // ambiguous: gRPC's own retries give up too
+		}
 		ms, perr := strconv.ParseInt(v[0], 10, 64)
 		if perr != nil || ms < 0 {
 			return 0, false

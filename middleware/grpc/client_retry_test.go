@@ -158,9 +158,11 @@ func TestClientRetryHonoursThePushback(t *testing.T) {
 			{"both: the longer", func() (metadata.MD, error) {
 				return metadata.Pairs(MetadataRetryPushback, "900"), retryInfo(300 * time.Millisecond)
 			}, 0, 2, 900 * time.Millisecond},
-			{"negative pushback", func() (metadata.MD, error) {
-				return metadata.Pairs(MetadataRetryPushback, "-1"), status.Error(codes.Unavailable, "down")
-			}, 0, 1, 0},
+			{"negative pushback", refusing("-1"), 0, 1, 0},
+			{"garbage pushback", refusing("soon"), 0, 1, 0},
+			{"fractional pushback", refusing("1.5"), 0, 1, 0},
+			{"empty pushback", refusing(""), 0, 1, 0},
+			{"repeated pushback", refusing("10", "20"), 0, 1, 0},
 			{"past the deadline", func() (metadata.MD, error) {
 				return metadata.Pairs(MetadataRetryPushback, "1500"), status.Error(codes.Unavailable, "down")
 			}, time.Second, 1, 0},
@@ -192,6 +194,16 @@ func TestClientRetryHonoursThePushback(t *testing.T) {
 			assert.GreaterOrEqual(t, s.at[1].Sub(s.at[0]), c.atLeast, c.name)
 		}
 	})
+}
+
+// refusing answers Unavailable with the grpc-retry-pushback-ms values
+// given, each a value of its own.
+func refusing(pushbacks ...string) func() (metadata.MD, error) {
+	return func() (metadata.MD, error) {
+		md := metadata.MD{}
+		md.Append(MetadataRetryPushback, pushbacks...)
+		return md, status.Error(codes.Unavailable, "down")
+	}
 }
 
 // Under 64 callers against a server that always fails, retries add at
