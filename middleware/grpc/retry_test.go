@@ -40,11 +40,11 @@ func rejectingOnce(cause error, retry time.Duration) *rejectFirst {
 }
 
 // serverRejections are the causes of a sluice server's rejections that a
-// client's retries must wait out: a quota's, and an open breaker's.
+// client's retries must wait out: a quota's, an open breaker's, a shedder's.
 var serverRejections = []struct {
 	name  string
 	cause error
-}{{"rate limited", sluice.ErrRateLimited}, {"circuit open", sluice.ErrCircuitOpen}}
+}{{"rate limited", sluice.ErrRateLimited}, {"circuit open", sluice.ErrCircuitOpen}, {"overloaded", sluice.ErrOverloaded}}
 
 // retryConfig is a service config whose retryPolicy retries Check on the
 // codes of sluice's rejections, with a backoff far shorter than the
@@ -80,6 +80,28 @@ func TestRejectionIsRetriedByARetryPolicyAfterThePushback(t *testing.T) {
 				assert.Equal(t, int64(1), s.health.calls.Load(), "the handler's calls")
 				assert.Equal(t, int64(-1), p.n.Load(), "the policy was asked twice")
 				assert.GreaterOrEqual(t, took, delay, "the retry did not wait for the pushback")
+			})
+		}
+	})
+}
+
+// A pushback longer than what is left of the call's deadline is never
+// retried by a stock client: the call fails without a second attempt.
+func TestRejectionPushbackPastTheDeadlineIsNotRetried(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, c := range serverRejections {
+			t.Run(c.name, func(t *testing.T) {
+				p := rejectingOnce(c.cause, time.Minute)
+				s := start(t, tr, serverOpts(t, WithGuard(mustGuard(t, sluice.With(p)))),
+					grpc.WithDefaultServiceConfig(retryConfig))
+				// A real wait, bounded: the loopback server runs on the wall
+				// clock, and grpc-go waits the pushback out to the deadline.
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				err := s.check(ctx)
+				require.Error(t, err)
+				assert.Equal(t, int64(0), p.n.Load(), "the policy was asked again: the call was retried")
+				assert.Zero(t, s.health.calls.Load(), "the handler ran")
 			})
 		}
 	})
