@@ -168,9 +168,15 @@ func (b *retrier) withdraw(now time.Time) bool {
 func (b *retrier) delay(n int) time.Duration {
 	bound := b.backoff
 	for i := 1; i < n && bound < b.ceil; i++ {
+		if bound > b.ceil/2 {
+			bound = b.ceil // and no doubling past the largest Duration
+			break
+		}
 		bound *= 2
 	}
-	bound = min(bound, b.ceil)
+	if bound == math.MaxInt64 {
+		return rand.N(bound)
+	}
 	return rand.N(bound + 1)
 }
 

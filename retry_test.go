@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -257,5 +258,18 @@ func TestRetryGuardAllocatesNothingOnAdmitAndReject(t *testing.T) {
 	for name, g := range map[string]*sluice.Guard{"admit": ok, "reject": open} {
 		assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }), "%s: Do allocates", name)
 		assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = sluice.Execute(ctx, g, value) }), "%s: Execute allocates", name)
+	}
+}
+
+// Bounds near the largest Duration do not overflow as they double: a
+// retry is refused for the deadline, not by a panic.
+func TestRetryDelayOfHugeBackoffs(t *testing.T) {
+	g := retryGuard(t, sluice.Retry{Attempts: 5, Backoff: 1 << 62, MaxBackoff: math.MaxInt64, Budget: 1, MinPerSecond: 100})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for n := 1; n < 5; n++ {
+		d, ok := g.RetryDelay(ctx, n, time.Time{}, 0)
+		assert.GreaterOrEqual(t, d, time.Duration(0), "retry %d", n)
+		_ = ok // an hour is most likely too short, but may not be
 	}
 }
