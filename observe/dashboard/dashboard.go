@@ -107,6 +107,7 @@ func New(opts ...Option) (*Dashboard, error) {
 			return nil, err
 		}
 	}
+	d.series.init()
 	if _, err := rand.Read(d.secret[:]); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -189,7 +190,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		})
 	}
 	observe := func(ctx context.Context, e sluice.CallEvent) {
-		d.series.add(time.Now(), &e)
+		d.series.add(&e)
 		if len(w.policies) == 0 {
 			w.calls.Add(1)
 		}

@@ -348,22 +348,6 @@ func BenchmarkSnapshot50Guards10000Keys(b *testing.B) {
 	}
 }
 
-func BenchmarkObserve(b *testing.B) {
-	d, err := New()
-	require.NoError(b, err)
-	g, err := sluice.New(sluice.WithName("g"), sluice.WithObserver(d))
-	require.NoError(b, err)
-	defer g.Close()
-	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			_ = g.Do(ctx, fn)
-		}
-	})
-}
-
 func TestPageAndAssets(t *testing.T) {
 	for _, actions := range []bool{false, true} {
 		var opts []Option
@@ -633,5 +617,33 @@ func TestDashboardImportsOnlyTheStandardLibraryAndTheCore(t *testing.T) {
 		default:
 			t.Errorf("the dashboard depends on %s", dep)
 		}
+	}
+}
+
+// BenchmarkObserved runs a call through a Guard with a token bucket,
+// unobserved and observed by a Dashboard, side by side.
+func BenchmarkObserved(b *testing.B) {
+	d, err := New()
+	require.NoError(b, err)
+	for _, observed := range []bool{false, true} {
+		b.Run(fmt.Sprint("dashboard=", observed), func(b *testing.B) {
+			bucket, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1e9), 1e9)
+			require.NoError(b, err)
+			opts := []sluice.Option{sluice.WithName("g"), sluice.With(bucket)}
+			if observed {
+				opts = append(opts, sluice.WithObserver(d))
+			}
+			g, err := sluice.New(opts...)
+			require.NoError(b, err)
+			defer g.Close()
+			ctx := context.Background()
+			fn := func(context.Context) error { return nil }
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_ = g.Do(ctx, fn)
+				}
+			})
+		})
 	}
 }

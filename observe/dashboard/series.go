@@ -41,12 +41,28 @@ type second struct {
 // the Unix second. Adding is a few atomic adds; a slot is cleared by the
 // first call of its new second, under a lock taken once a second.
 type series struct {
+	// start is when the series began: the Unix second of a call is found
+	// from the monotonic time since, one clock read where time.Now takes
+	// two.
+	start     time.Time
+	startNano int64 // start's Unix time in nanoseconds
+
 	mu   sync.Mutex // clears slots
 	ring [ringSeconds]second
 }
 
-func (s *series) slot(now time.Time) *second {
-	sec := now.Unix()
+func (s *series) init() {
+	s.start = time.Now()
+	s.startNano = s.start.UnixNano()
+}
+
+// unix returns the current Unix second.
+func (s *series) unix() int64 {
+	return (s.startNano + int64(time.Since(s.start))) / int64(time.Second)
+}
+
+func (s *series) slot() *second {
+	sec := s.unix()
 	sl := &s.ring[sec&(ringSeconds-1)]
 	if sl.unix.Load() != sec {
 		s.mu.Lock()
@@ -65,9 +81,9 @@ func (s *series) slot(now time.Time) *second {
 	return sl
 }
 
-// add counts one call that ended at now.
-func (s *series) add(now time.Time, e *sluice.CallEvent) {
-	sl := s.slot(now)
+// add counts one call that ends now.
+func (s *series) add(e *sluice.CallEvent) {
+	sl := s.slot()
 	if !e.Admitted {
 		sl.rejected[e.Cause%sluice.Cause(len(causes))].Add(1)
 		return
@@ -109,9 +125,9 @@ type chart struct {
 	P99 []float64 `json:"p99"`
 }
 
-// chart reads the chartSeconds whole seconds before now.
-func (s *series) chart(now time.Time) chart {
-	end := now.Unix() // the second under way is not whole: left out
+// chart reads the chartSeconds whole seconds before this one.
+func (s *series) chart() chart {
+	end := s.unix() // the second under way is not whole: left out
 	c := chart{Start: end - chartSeconds, Admitted: make([]uint64, chartSeconds),
 		Rejected: map[string][]uint64{}, P50: make([]float64, chartSeconds), P99: make([]float64, chartSeconds)}
 	var lat [latBuckets]uint32

@@ -98,7 +98,7 @@ type actionsView struct {
 
 // snapshot reads everything the page shows, at now.
 func (d *Dashboard) snapshot(now time.Time) state {
-	s := state{Time: now, Chart: d.series.chart(now)}
+	s := state{Time: now, Chart: d.series.chart()}
 	s.Actions = actionsView{Enabled: d.authorize != nil, Done: d.actionsDone.Load(), Refused: d.actionsRefused.Load()}
 	d.mu.Lock()
 	guards := append([]*guardWatch(nil), d.guards...)
