@@ -17,17 +17,17 @@ func ExampleNewTokenBucket() {
 		panic(err)
 	}
 	clock := sluice.NewManualClock(0)
-	g, err := sluice.New(sluice.With(tb), sluice.WithClock(clock),
-		sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
-			fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
-		}))
+	g, err := sluice.New(sluice.With(tb), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	for _, at := range []time.Duration{0, 0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond} {
 		clock.Set(at)
-		_ = g.Do(context.Background(), func(context.Context) error { return nil })
+		call, err := g.Begin(context.Background())
+		d := call.Decision()
+		fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
+		_ = call.End(err)
 	}
 	// Output:
 	// at 0s: allowed=true remaining=2 retry-after=0s
@@ -59,17 +59,19 @@ func ExampleTokenBucket_ReserveNAt() {
 }
 
 // Changing the rate at runtime keeps the tokens the bucket holds.
-func ExampleTokenBucket_SetRateAt() {
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+func ExampleTokenBucket_SetLimit() {
+	clock := sluice.NewManualClock(0)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	tb.AllowNAt(0, 10) // empty
-	if err := tb.SetRateAt(0, ratelimit.PerSecond(100)); err != nil {
+	tb.AllowN(10) // empty
+	if err := tb.SetLimit(ratelimit.PerSecond(100), 10); err != nil {
 		panic(err)
 	}
-	fmt.Printf("%.0f tokens after 50ms at the new rate\n", tb.TokensAt(50*time.Millisecond))
-	fmt.Println(tb.SetRateAt(0, ratelimit.Rate{}) != nil)
+	clock.Advance(50 * time.Millisecond)
+	fmt.Printf("%.0f tokens after 50ms at the new rate\n", tb.Tokens())
+	fmt.Println(tb.SetLimit(ratelimit.Rate{}, 10) != nil)
 	// Output:
 	// 5 tokens after 50ms at the new rate
 	// true

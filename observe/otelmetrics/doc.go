@@ -17,7 +17,7 @@
 // conventions (aspnetcore.rate_limiting.*):
 //
 //   - sluice.requests, counter {request}: sluice.guard, sluice.policy,
-//     sluice.result (admitted, rejected), sluice.cause on rejections
+//     sluice.result (admitted, rejected, shadow_rejected), sluice.cause on rejections
 //     (rate_limited, circuit_open, overloaded, concurrency_limited, timeout,
 //     other);
 //   - sluice.call.duration, histogram s: sluice.guard, sluice.outcome
@@ -37,7 +37,9 @@
 //   - sluice.load.shedding, gauge, 1 while a load shedder sheds (the
 //     Shedder learns from latency, and samples no CPU);
 //   - sluice.fallback.invocations, counter {invocation}: sluice.guard,
-//     sluice.cause.
+//     sluice.cause;
+//   - sluice.retry.attempts, .retries and .budget_refusals, counters, by
+//     sluice.guard, for a Guard that retries (sluice.WithRetry).
 //
 // Attributes stay bounded: a Guard's name, its policies' names, fixed
 // enumerations, and at most [MaxResources] resources per Guard. No

@@ -28,6 +28,9 @@ type instruments struct {
 	ccInflight  metric.Int64ObservableGauge
 	ccQueued    metric.Int64ObservableGauge
 	shedding    metric.Int64ObservableGauge
+	rtAttempts  metric.Int64ObservableCounter
+	rtRetries   metric.Int64ObservableCounter
+	rtRefusals  metric.Int64ObservableCounter
 }
 
 // durationBuckets are the bounds, in seconds, of the duration histograms:
@@ -87,12 +90,22 @@ func (in *instruments) create(m metric.Meter) error {
 	in.shedding, e = m.Int64ObservableGauge("sluice.load.shedding",
 		metric.WithDescription("1 while a load shedder sheds, 0 otherwise."))
 	try(e)
+	in.rtAttempts, e = m.Int64ObservableCounter("sluice.retry.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts of the calls of a Guard that retries, retries included."))
+	try(e)
+	in.rtRetries, e = m.Int64ObservableCounter("sluice.retry.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries a Guard's retry budget granted."))
+	try(e)
+	in.rtRefusals, e = m.Int64ObservableCounter("sluice.retry.budget_refusals", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries a Guard's retry budget refused."))
+	try(e)
 	return err
 }
 
 func (in *instruments) observables() []metric.Observable {
 	return []metric.Observable{in.requests, in.fallbacks, in.cbState, in.cbFailRatio, in.rlLimit,
-		in.rlRemaining, in.rlKeys, in.ccLimit, in.ccInflight, in.ccQueued, in.shedding}
+		in.rlRemaining, in.rlKeys, in.ccLimit, in.ccInflight, in.ccQueued, in.shedding,
+		in.rtAttempts, in.rtRetries, in.rtRefusals}
 }
 
 // The policies a watch reads, by what they offer. They are read through
@@ -134,6 +147,7 @@ type policyWatch struct {
 	attr     attribute.KeyValue
 	plain    metric.ObserveOption                     // guard, policy
 	admitted metric.ObserveOption                     // result=admitted
+	shadow   metric.ObserveOption                     // result=shadow_rejected
 	rejected [len(causeNames)]metric.ObserveOption    // result=rejected, by cause
 	states   [len(breakerStates)]metric.ObserveOption // by breaker state
 }
@@ -141,6 +155,7 @@ type policyWatch struct {
 func (pw *policyWatch) init(w *watch) {
 	pw.plain = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr))
 	pw.admitted = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "admitted")))
+	pw.shadow = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "shadow_rejected")))
 	for c, name := range causeNames {
 		pw.rejected[c] = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr,
 			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name)))
@@ -186,7 +201,12 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 	for i := range w.policies {
 		pw := &w.policies[i]
 		ps := s.Policies[i]
-		o.ObserveInt64(in.requests, int64(ps.Admitted), pw.admitted)
+		// A call a policy rejected in shadow mode, and let through, is
+		// counted once: as shadow_rejected, not as admitted.
+		o.ObserveInt64(in.requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted)
+		if ps.ShadowRejected > 0 {
+			o.ObserveInt64(in.requests, int64(ps.ShadowRejected), pw.shadow)
+		}
 		for c, n := range ps.Rejected {
 			if n > 0 {
 				o.ObserveInt64(in.requests, int64(n), pw.rejected[c])
@@ -223,6 +243,12 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(in.shedding, shed, pw.plain)
 		}
+	}
+	if _, retries := w.g.RetryDelay(context.Background(), 0, 0); retries {
+		set := metric.WithAttributeSet(attribute.NewSet(w.guard))
+		o.ObserveInt64(in.rtAttempts, int64(s.Attempts), set)
+		o.ObserveInt64(in.rtRetries, int64(s.Retries), set)
+		o.ObserveInt64(in.rtRefusals, int64(s.BudgetRefusals), set)
 	}
 	for c, n := range s.Fallbacks {
 		if n > 0 {
