@@ -3,7 +3,8 @@
 // rejected calls per second by cause and of call latency (p50, p99), the
 // last 100 events with their wall-clock times, and, when an authorizer
 // allows it, admin actions: force a breaker open or closed and reset it,
-// change a token bucket's rate and burst, flip a degradation switch.
+// change a token bucket's rate and burst, put a policy in shadow mode and
+// back (sluice.Guard.SetShadow), flip a degradation switch.
 //
 // A Dashboard is a [sluice.Observer]: give it to each Guard it shows with
 // sluice.WithObserver. It is also the http.Handler of the page; mount it in

@@ -71,7 +71,9 @@
   let cells = {};
 
   function policyCells(p) {
-    const details = (p.details || []).map((d) => d.name + ' ' + d.value).join(' · ');
+    const figures = (p.details || []).map((d) => d.name + ' ' + d.value);
+    if (p.shadowRejected) figures.push('would have rejected ' + fmt(p.shadowRejected) + ' in shadow mode');
+    const details = figures.join(' · ');
     const keys = (p.topKeys || []).map((k) => k.key + ' ' + fmt(k.rejected)).join(', ');
     return {
       state: p.state || '',
@@ -98,8 +100,8 @@
         td.append(input, b);
         continue;
       }
-      const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) },
-        a === 'open' ? 'force open' : a === 'close' ? 'force close' : a);
+      const label = { open: 'force open', close: 'force close', shadow: 'shadow mode', enforce: 'enforce' }[a] || a;
+      const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) }, label);
       b.addEventListener('click', () => act({ guard: g.name, policy: String(i), action: a }));
       td.append(b);
     }
