@@ -83,9 +83,10 @@ func WithSwitches(switches ...*degrade.Switch) Option {
 }
 
 // WithRules shows the version of the rules in force and the result of the
-// last reload, as status reports them: the version, when it was loaded, and
-// the error of the last reload (nil when it succeeded). A change of either
-// shows in the event list. The default is no rules shown.
+// last reload, as status reports them: the version, when the last load
+// ended, and why it failed (nil when it succeeded). For a rules loader,
+// status returns its status's version, time and error. A change of any of
+// the three shows in the event list. The default is no rules shown.
 func WithRules(status func() (version string, loaded time.Time, err error)) Option {
 	return func(d *Dashboard) error {
 		if status == nil {
