@@ -186,6 +186,7 @@ fetch(%q, {method: 'POST', mode: 'no-cors', body: new URLSearchParams({token: %q
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 			chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-gpu", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
 			chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(allocCtx)

@@ -131,8 +131,8 @@ type guardWatch struct {
 	name     string
 	policies []sluice.Policy
 	// state is the state each policy last reported through
-	// sluice.StateSource; nil before its first change.
-	state []atomic.Pointer[string]
+	// sluice.StateSource, and when; nil before its first change.
+	state []atomic.Pointer[stateSeen]
 	// keys counts the rejections by key of the keyed limiters, by policy
 	// name; nil for the others.
 	keys   map[string]*topKeys
@@ -153,7 +153,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		return nil, nil, errors.New("dashboard: the Guard has no name: give it one with sluice.WithName")
 	}
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
-	w.state = make([]atomic.Pointer[string], len(w.policies))
+	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
 	for i, p := range w.policies {
 		if _, ok := p.(keyed); ok {
 			if w.keys == nil {
@@ -163,9 +163,9 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 		if src, ok := p.(sluice.StateSource); ok {
 			w.unsubs = append(w.unsubs, src.Subscribe(func(c sluice.StateChange) {
-				to := c.To
-				w.state[i].Store(&to)
-				d.events.add(event{Time: time.Now(), Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
+				now := time.Now()
+				w.state[i].Store(&stateSeen{c.To, now})
+				d.events.add(event{Time: now, Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
 			}))
 		}
 	}
@@ -204,6 +204,12 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 	}
 	return observe, detach, nil
+}
+
+// stateSeen is a policy's state as it last reported it, and when.
+type stateSeen struct {
+	state string
+	since time.Time
 }
 
 func (w *guardWatch) unsubscribe() {

@@ -175,6 +175,7 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 		assert.Contains(t, bulk.Details, detail{"limit", "10"})
 		assert.Equal(t, "breaker/payments", br.Name)
 		assert.Equal(t, "open", br.State)
+		assert.Contains(t, br.Details, detail{"for", "1s"}, "since it opened")
 		assert.Equal(t, map[string]uint64{"circuit-open": 6}, br.Rejected)
 		assert.Empty(t, br.Actions, "no authorizer: no actions")
 		assert.False(t, s.Actions.Enabled)

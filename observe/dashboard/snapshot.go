@@ -149,10 +149,14 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 				v.Rejected[causes[c]] += n
 			}
 		}
-		if s := w.state[i].Load(); s != nil {
-			pv.State = *s
+		seen := w.state[i].Load()
+		if seen != nil {
+			pv.State = seen.state
 		}
 		d.describe(&pv, p)
+		if seen != nil && pv.State == seen.state {
+			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
+		}
 		if t := w.keys[ps.Policy]; t != nil {
 			pv.TopKeys = t.top()
 		}
