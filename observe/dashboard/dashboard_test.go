@@ -251,6 +251,17 @@ func TestEventsKeepTheLast100NewestFirst(t *testing.T) {
 	require.Len(t, got, maxEvents)
 	assert.Equal(t, "249", got[0].Text)
 	assert.Equal(t, "150", got[maxEvents-1].Text)
+
+	// The same event again and again is counted, and pushes out nothing.
+	t0 := time.Unix(1e9, 0)
+	for i := range 1000 {
+		l.add(event{Time: t0.Add(time.Duration(i) * time.Second), Kind: "refused", Text: "open pay 1: refused: cross-origin request"})
+	}
+	got = l.last()
+	require.Len(t, got, maxEvents)
+	assert.Equal(t, event{Time: t0.Add(999 * time.Second), Kind: "refused", Text: "open pay 1: refused: cross-origin request", Times: 1000}, got[0])
+	assert.Equal(t, "249", got[1].Text)
+	assert.Equal(t, "151", got[maxEvents-1].Text)
 }
 
 func TestLatencyBuckets(t *testing.T) {
@@ -595,7 +606,7 @@ func TestActions(t *testing.T) {
 	assert.Equal(t, []switchView{{"recommendations", true, true}}, s.Switches)
 	kinds := map[string]int{}
 	for _, e := range s.Events {
-		kinds[e.Kind]++
+		kinds[e.Kind] += e.Times // like refusals in a row are one event
 	}
 	assert.Equal(t, map[string]int{"action": 8, "refused": 11, "state": 3}, kinds,
 		"state changes: the breaker opened and closed, the switch turned on")

@@ -26,5 +26,7 @@
 //
 // The snapshot is bounded whatever the traffic: per keyed limiter, the key
 // count and the 10 keys with the most rejections, out of a bounded sample,
-// never every key.
+// never every key. Those keys are what the adapters key requests by (client
+// addresses, user names): where they are not for every reader of the page,
+// serve it only behind the program's own authentication.
 package dashboard

@@ -178,7 +178,7 @@
         el('time', { datetime: e.time }, t.toLocaleTimeString('en-GB', { hour12: false })),
         el('span', { class: 'ev ' + e.kind }, e.kind),
         el('span', {}, [e.guard, e.policy].filter(Boolean).join(' / ')),
-        el('span', {}, e.text));
+        el('span', {}, e.text + (e.times > 1 ? ' (×' + fmt(e.times) + ')' : '')));
     }) : [el('li', { class: 'empty' }, 'No event yet.')]));
   }
 
