@@ -183,6 +183,7 @@
   }
 
   function render(s) {
+    const t0 = performance.now();
     const sig = JSON.stringify([s.guards.map((g) => [g.name, g.policies.map((p) => [p.name, p.actions])]),
       (s.switches || []).map((x) => x.name)]);
     if (sig !== shape) {
@@ -199,6 +200,8 @@
     const st = $('status');
     st.textContent = 'live · ' + new Date(s.time).toLocaleTimeString('en-GB', { hour12: false });
     st.className = 'status live';
+    // How long this snapshot took to draw, for whoever measures the page.
+    document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
   }
 
   async function refresh() {
