@@ -209,6 +209,29 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 	})
 }
 
+func TestShadowRejectionsAreCharted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		require.NoError(t, err)
+		one, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1, ratelimit.WithName("one"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("g"), sluice.With(one), sluice.WithShadow("one"), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer g.Close()
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		for range 3 {
+			require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
+		}
+		time.Sleep(time.Second)
+		s := getState(t, d)
+		assert.Equal(t, uint64(3), s.Chart.Admitted[chartSeconds-1])
+		require.Len(t, s.Chart.Shadow, chartSeconds)
+		assert.Equal(t, uint64(2), s.Chart.Shadow[chartSeconds-1], "two would have been rejected")
+		assert.Empty(t, s.Chart.Rejected)
+		assert.Equal(t, uint64(2), s.Guards[0].Policies[0].ShadowRejected)
+	})
+}
+
 func TestFallbacksAndRulesShowAsEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		version, reloadErr := "v1", error(nil)

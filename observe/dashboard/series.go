@@ -33,6 +33,7 @@ const (
 type second struct {
 	unix     atomic.Int64 // the second it counts; another: stale
 	admitted atomic.Uint64
+	shadow   atomic.Uint64 // admitted calls a policy in shadow mode rejected
 	rejected [len(causes)]atomic.Uint64
 	latency  [latBuckets]atomic.Uint32
 }
@@ -68,6 +69,7 @@ func (s *series) slot() *second {
 		s.mu.Lock()
 		if sl.unix.Load() != sec {
 			sl.admitted.Store(0)
+			sl.shadow.Store(0)
 			for i := range sl.rejected {
 				sl.rejected[i].Store(0)
 			}
@@ -89,6 +91,9 @@ func (s *series) add(e *sluice.CallEvent) {
 		return
 	}
 	sl.admitted.Add(1)
+	if e.Shadow {
+		sl.shadow.Add(1)
+	}
 	sl.latency[latBucket(e.Latency)].Add(1)
 }
 
@@ -118,6 +123,9 @@ type chart struct {
 	Start    int64               `json:"start"`
 	Admitted []uint64            `json:"admitted"`
 	Rejected map[string][]uint64 `json:"rejected"` // by cause; causes never seen are left out
+	// Shadow counts the admitted calls that a policy in shadow mode would
+	// have rejected; nil when there were none.
+	Shadow []uint64 `json:"shadow"`
 	// P50 and P99 are the call latency percentiles in milliseconds, the
 	// upper bounds of the buckets they fall in; 0 for a second without
 	// calls.
@@ -138,6 +146,12 @@ func (s *series) chart() chart {
 			continue
 		}
 		c.Admitted[i] = sl.admitted.Load()
+		if n := sl.shadow.Load(); n > 0 {
+			if c.Shadow == nil {
+				c.Shadow = make([]uint64, chartSeconds)
+			}
+			c.Shadow[i] = n
+		}
 		for cause := range sl.rejected {
 			n := sl.rejected[cause].Load()
 			if n == 0 {

@@ -59,6 +59,7 @@
   function drawCharts(c) {
     const calls = [{ name: 'admitted', values: c.admitted }];
     for (const [cause, values] of Object.entries(c.rejected || {})) calls.push({ name: cause, values: values });
+    if (c.shadow) calls.push({ name: 'shadow', values: c.shadow });
     chart($('calls'), calls, '');
     $('calls-legend').replaceChildren(...calls.flatMap((s) => [el('i', { class: 'k ' + s.name }), s.name + ' ']));
     chart($('latency'), [{ name: 'p50', values: c.p50 }, { name: 'p99', values: c.p99 }], '');
