@@ -140,7 +140,18 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 		if window != old.window {
 			idx = floorDiv(int64(now), int64(window))
 		}
-		c.state.Store(uint64(idx)<<c.cb | min(used, uint64(limit)))
+		if used > uint64(limit) {
+			// Keep the count above a lowered limit, so that raising it
+			// back in the same window gives nothing twice: widen the count
+			// field when the window allows, else the window counts as full.
+			cb := uint(bits.Len64(used + 1))
+			if checkGranularity("fixed window", int64(used), 1<<40-2, window, cb) == nil {
+				c.cb, c.cmask = cb, 1<<cb-1
+			} else {
+				used = uint64(limit)
+			}
+		}
+		c.state.Store(uint64(idx)<<c.cb | used)
 	}
 	w.cfg.Store(c)
 	return nil
