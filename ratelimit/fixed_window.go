@@ -128,6 +128,7 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	c.since = now
 	used := s & old.cmask
 	if used == old.cmask {
+		c.since = old.since    // nothing admitted yet: no release to drop
 		c.state.Store(c.cmask) // pristine
 	} else {
 		cur := floorDiv(int64(now), int64(old.window))

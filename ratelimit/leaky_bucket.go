@@ -118,7 +118,9 @@ func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	at := old.emptyAt.v.Swap(tatFrozen)
 	now := b.clock.now()
 	c.since = now
-	if at != emptyTAT {
+	if at == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	} else {
 		at = convertTAT(at, int64(now), old.unit, c.unit)
 	}
 	c.emptyAt.v.Store(at)

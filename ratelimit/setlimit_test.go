@@ -186,3 +186,46 @@ func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	}
 	assert.Equal(t, 3, n, "a new key has the new burst")
 }
+
+// A limiter changed before it admitted anything gives back what a later
+// release returns: Keyed changes every new key's limiter that way.
+func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
+	clk := sluice.NewManualClock(time.Hour)
+	for name, mk := range map[string]func() (sluice.Policy, error){
+		"fixed-window": func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(1, time.Hour, ratelimit.WithClock(clk)) },
+		"leaky-bucket": func() (sluice.Policy, error) {
+			return ratelimit.NewLeakyBucket(ratelimit.PerHour(1), 1, ratelimit.WithClock(clk))
+		},
+		"sliding-window": func() (sluice.Policy, error) {
+			return ratelimit.NewSlidingWindow(1, time.Hour, 2, ratelimit.WithClock(clk))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return mk() }, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
+				switch p := p.(type) {
+				case *ratelimit.FixedWindow:
+					return p.SetLimit(2, time.Hour)
+				case *ratelimit.LeakyBucket:
+					return p.SetLimit(ratelimit.PerHour(2), 2)
+				case *ratelimit.SlidingWindow:
+					return p.SetLimit(2, time.Hour, 2)
+				}
+				return nil
+			}))
+			ctx := sluice.WithKey(context.Background(), "new")
+			clk.Advance(time.Millisecond)
+			v := k.Admit(ctx, clk.Now())
+			require.NoError(t, v.Cause)
+			k.Done(v.Ticket, sluice.Released, clk.Now(), 0)
+			ok := 0
+			for range 3 {
+				if k.Admit(ctx, clk.Now()).Cause == nil {
+					ok++
+				}
+			}
+			assert.Equal(t, 2, ok, "the release gave its quota back")
+		})
+	}
+}

@@ -136,6 +136,9 @@ func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 	}
 	next := old.next.v.Swap(tatFrozen)
 	c.since = s.now()
+	if next == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	}
 	c.next.v.Store(next)
 	s.cfg.Store(c)
 	return nil

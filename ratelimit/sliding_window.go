@@ -104,7 +104,9 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 	if err := w.shape(limit, window, buckets); err != nil {
 		return err
 	}
-	w.since = now
+	if w.started {
+		w.since = now // releases of earlier admissions are dropped
+	}
 	if w.nb == nb && w.bucket == bucket {
 		return nil
 	}

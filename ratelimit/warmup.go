@@ -153,7 +153,9 @@ func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor 
 	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
 	w.warmUpNums = nums
 	w.last.valid = false
-	w.since = time.Duration(now)
+	if w.tat != emptyTAT {
+		w.since = time.Duration(now) // releases of earlier admissions are dropped
+	}
 	return nil
 }
 
