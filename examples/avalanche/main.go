@@ -9,6 +9,7 @@
 //
 //	go run ./examples/avalanche
 //	go run ./examples/avalanche -rate 800 -plot /tmp/avalanche.png
+//	go run ./examples/avalanche -dashboard   # and open the address it prints
 package main
 
 import (
@@ -27,10 +28,19 @@ func main() {
 	flag.DurationVar(&cfg.Sick, "sick", cfg.Sick, "length of the phase in which the dependency is sick")
 	flag.DurationVar(&cfg.Recovered, "recovered", cfg.Recovered, "length of the phase after it healed")
 	plotPath := flag.String("plot", filepath.Join(os.TempDir(), "sluice-avalanche.png"), "where to write the plot (PNG)")
+	dash := flag.Bool("dashboard", false, "serve a live dashboard of the guarded run on loopback, and print its address")
 	flag.Parse()
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "avalanche:", err)
 		os.Exit(2)
+	}
+	if *dash {
+		stopDashboard, err := startDashboard(&cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "avalanche:", err)
+			os.Exit(1)
+		}
+		defer stopDashboard()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
@@ -649,7 +650,7 @@ func (slowDependency) RoundTrip(r *http.Request) (*http.Response, error) {
 // the breaker counts; a fast answer keeps its body readable.
 func TestTransportAppliesTheGuardsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithClock(clk))
 		require.NoError(t, err)
 		rt, err := Transport(slowDependency{}, func(string) (*sluice.Guard, error) {
@@ -785,7 +786,8 @@ func TestTransportPanicAfterTheAnswerClosesTheResponse(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return sluice.New(sluice.With(b), sluice.OnStateChange(func(sluice.StateChange) { panic("listener bug") }))
+			b.Subscribe(func(sluice.StateChange) { panic("listener bug") })
+			return sluice.New(sluice.With(b))
 		}, nil},
 		{"upgrade", http.StatusSwitchingProtocols, func() (*sluice.Guard, error) {
 			return sluice.New(sluice.With(panicOnce{new(atomic.Int32)}))
