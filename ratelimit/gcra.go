@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // cacheLine is the padding that keeps a hot state word alone on its cache
@@ -170,13 +169,11 @@ func floorDiv(a, b int64) int64 {
 // Create one with NewGCRA; the zero value is not usable. A GCRA is safe for
 // concurrent use.
 type GCRA struct {
-	tat      paddedTAT
-	iv, tau  int64
-	burst    int64
-	rate     Rate
-	name     string
-	clock    sluice.Clock
-	sysClock bool // clock is sluice.SystemClock: read it without an interface call
+	tat     paddedTAT
+	iv, tau int64
+	burst   int64
+	rate    Rate
+	name    string
 }
 
 // NewGCRA returns a GCRA admitting r on average with bursts of up to burst
@@ -187,21 +184,13 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("gcra", opts)
+	o, err := buildOptions("gcra", false, opts)
 	if err != nil {
 		return nil, err
 	}
-	g := &GCRA{iv: iv, tau: tau, burst: burst, rate: r, name: o.name, clock: o.clock,
-		sysClock: o.clock == sluice.SystemClock}
+	g := &GCRA{iv: iv, tau: tau, burst: burst, rate: r, name: o.name}
 	g.tat.v.Store(emptyTAT)
 	return g, nil
-}
-
-func (g *GCRA) now() time.Duration {
-	if g.sysClock {
-		return monoclock.Now()
-	}
-	return g.clock.Now()
 }
 
 // Name returns the name given with WithName; default "ratelimit/gcra".
@@ -211,18 +200,8 @@ func (g *GCRA) Name() string { return g.name }
 // × interval: the w of the RateLimit-Policy header field.
 func (g *GCRA) Window() time.Duration { return time.Duration(g.tau) }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (g *GCRA) Allow() bool {
-	_, _, res := tatTake(&g.tat.v, int64(g.now()), g.iv, g.tau)
-	return res == tatAllowed
-}
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (g *GCRA) AllowN(n int64) bool { return g.allowNAt(g.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (g *GCRA) allowNAt(now time.Duration, n int64) bool {
 	if n <= 1 {
 		_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)

@@ -43,7 +43,6 @@ type LeakyBucket struct {
 	cb       uint  // bits of the cost in a ticket
 	cmask    uint64
 	name     string
-	clock    limiterClock
 
 	relMu       sync.Mutex // serialises releases, so each knows of the others
 	lastRelease int64      // instant of the latest release; noRelease at first
@@ -59,7 +58,7 @@ const noRelease = math.MinInt64
 // (capacity · interval must stay below 2^(63-bits(capacity)) nanoseconds:
 // about 104 days for a capacity of 1000).
 func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error) {
-	o, err := buildOptions("leaky-bucket", opts)
+	o, err := buildOptions("leaky-bucket", false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +75,7 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 		return nil, fmt.Errorf("ratelimit: leaky bucket: capacity %d at %v takes too long to drain", capacity, r)
 	}
 	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: int64(full),
-		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
+		cb: cb, cmask: 1<<cb - 1, name: o.name}
 	b.emptyAt.v.Store(emptyTAT)
 	b.lastRelease = noRelease
 	return b, nil
@@ -121,15 +120,8 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	tatRefund(&b.emptyAt.v, left, int64(now), nil)
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (b *LeakyBucket) Allow() bool { return b.allowNAt(b.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (b *LeakyBucket) AllowN(n int64) bool { return b.allowNAt(b.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (b *LeakyBucket) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	if n > b.capacity {

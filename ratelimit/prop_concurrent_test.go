@@ -400,7 +400,7 @@ func TestPropertyKeyed(t *testing.T) {
 				}
 			case op < 9:
 				clk.Set(now)
-				if k.AllowKey(name) {
+				if allowKey(k, now, name) {
 					p.admit(now, 1, 0)
 				}
 			case op < 11:

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
@@ -37,8 +36,7 @@ var (
 //
 // As a sluice.Policy, Admit blocks until the turn, on a timer that follows
 // fake time inside a testing/synctest bubble; a turn due exactly at the
-// context's deadline is kept. The Allow forms never wait: they admit only a
-// request whose turn is now. A decision allocates nothing, except the timer
+// context's deadline is kept. A decision allocates nothing, except the timer
 // of a request that has to wait.
 //
 // Decision.Limit is the queue's length in unit requests, maxWait/T + 1;
@@ -56,12 +54,10 @@ type Shaper struct {
 	// A ticket carries the delay from the request's Admit to its turn, at
 	// most maxWait, in its high bits, and the request's cost in the low cb =
 	// 64 - bits.Len64(maxWait) ones (cmask).
-	cb       uint
-	cmask    uint64
-	rate     Rate
-	name     string
-	clock    sluice.Clock
-	sysClock bool
+	cb    uint
+	cmask uint64
+	rate  Rate
+	name  string
 }
 
 // NewShaper returns a Shaper spacing requests at r, each waiting at most
@@ -82,23 +78,16 @@ func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 	if int64(maxWait) > maxQueueSpan {
 		return nil, errors.New("ratelimit: shaper: maximum wait exceeds 2^61ns")
 	}
-	o, err := buildOptions("shaper", opts)
+	o, err := buildOptions("shaper", false, opts)
 	if err != nil {
 		return nil, err
 	}
 	iv := interval(r)
 	cb := uint(64 - bits.Len64(uint64(maxWait)))
 	s := &Shaper{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1,
-		rate: r, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+		rate: r, name: o.name}
 	s.next.v.Store(emptyTAT)
 	return s, nil
-}
-
-func (s *Shaper) now() time.Duration {
-	if s.sysClock {
-		return monoclock.Now()
-	}
-	return s.clock.Now()
 }
 
 // Name returns the name given with WithName; default "ratelimit/shaper".
@@ -149,15 +138,8 @@ func (s *Shaper) never(now int64) sluice.Decision {
 	return never(s.name, s.limit, s.remaining(now, end), time.Duration(end-now))
 }
 
-// Allow reports whether one request's turn is now, by the shaper's clock
-// (WithClock), and takes it if so. It never waits: Wait does.
-func (s *Shaper) Allow() bool { return s.allowNAt(s.now(), 1) }
-
-// AllowN reports whether the turn of a request of cost n (below 1 counts as
-// 1) is now, and takes it if so. It never waits: WaitN does.
-func (s *Shaper) AllowN(n int64) bool { return s.allowNAt(s.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (s *Shaper) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	if s.tooCostly(n) {
@@ -252,33 +234,6 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 		d.Cause = cause
 		return d, [2]int64{}
 	}
-}
-
-// Wait waits for the turn of one request; shorthand for WaitN(ctx, 1).
-func (s *Shaper) Wait(ctx context.Context) error { return s.WaitN(ctx, 1) }
-
-// WaitN waits for the turn of a request of cost n (below 1 counts as 1),
-// reading the limiter's clock. It returns at once a *sluice.RejectedError
-// when the turn lies beyond the maximum wait (ErrRateLimited) or ctx's
-// deadline (ErrWouldExceedDeadline), taking nothing; when ctx ends during
-// the wait it gives the turn back and returns ctx.Err().
-func (s *Shaper) WaitN(ctx context.Context, n int64) error {
-	n = max(n, 1)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := int64(s.now())
-	if s.tooCostly(n) {
-		return sluice.Rejection(s.never(now))
-	}
-	d, _ := s.wait(ctx, now, n)
-	switch {
-	case d.Allowed:
-		return nil
-	case errors.Is(d.Cause, ErrWaitAbandoned):
-		return ctx.Err()
-	}
-	return sluice.Rejection(d)
 }
 
 // Done gives back, on sluice.Released, the turn that Admit took, when no

@@ -45,7 +45,7 @@ func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Durat
 func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		s := mustShaper(t, PerSecond(10), time.Second)
 		assert.Equal(t, sluice.Waits, s.Needs())
 		inner := &instants{}
 		g, err := sluice.New(sluice.With(s, inner), sluice.WithClock(clk))
@@ -75,7 +75,7 @@ func TestKeyedOfShapersWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
-			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
+			return NewShaper(PerSecond(10), time.Second)
 		}, WithClock(clk))
 		require.NoError(t, err)
 		assert.Equal(t, sluice.Waits, k.Needs())

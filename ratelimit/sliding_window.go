@@ -38,7 +38,6 @@ type SlidingWindow struct {
 	cb     uint
 	cmask  uint64
 	name   string
-	clock  limiterClock
 }
 
 // maxBuckets bounds the ring, which a rejection may scan whole.
@@ -52,7 +51,7 @@ const maxBuckets = 1 << 16
 // or a bucket is too short to count limit units exactly (at least
 // 4·2^bits(limit) nanoseconds).
 func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
-	o, err := buildOptions("sliding-window", opts)
+	o, err := buildOptions("sliding-window", false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +72,7 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 	}
 	return &SlidingWindow{
 		counts: make([]int64, buckets), limit: limit, window: window, bucket: bucket,
-		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock),
+		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name,
 	}, nil
 }
 
@@ -108,15 +107,8 @@ func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Durati
 	w.mu.Unlock()
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *SlidingWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *SlidingWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *SlidingWindow) allowNAt(now time.Duration, n int64) bool {
 	_, tk := w.decide(now, n, false)
 	return tk != 0

@@ -73,7 +73,7 @@ func NewTokenBucket(r Rate, burst int64, opts ...Option) (*TokenBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("token-bucket", opts)
+	o, err := buildOptions("token-bucket", true, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // WarmUp is a token bucket with a cold start: after the limiter has been idle,
@@ -56,9 +55,7 @@ type WarmUp struct {
 	slope          float64 // extra ns per permit above threshold, per permit
 	coolDown       float64 // idle ns that add one permit to the store
 
-	name     string
-	clock    sluice.Clock
-	sysClock bool
+	name string
 }
 
 // warmUpAdmission is the state before the latest admission, so that releasing
@@ -102,14 +99,13 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 	case coldFactor > maxTolerance/iv:
 		return nil, errors.New("ratelimit: warm-up: cold interval spans more than 2^62ns")
 	}
-	o, err := buildOptions("warm-up", opts)
+	o, err := buildOptions("warm-up", false, opts)
 	if err != nil {
 		return nil, err
 	}
 	cb := min(uint(bits.Len64(uint64(burst))), warmUpMaxCostBits)
 	w := &WarmUp{tat: emptyTAT, iv: iv, tau: tau, burst: burst, cb: cb, cmask: 1<<cb - 1, rate: r,
-		warmUp: warmUp, coldFactor: coldFactor, name: o.name, clock: o.clock,
-		sysClock: o.clock == sluice.SystemClock}
+		warmUp: warmUp, coldFactor: coldFactor, name: o.name}
 	stable, cold, period := float64(iv), float64(coldFactor*iv), float64(warmUp)
 	w.threshold = 0.5 * period / stable
 	w.maxStored = w.threshold + 2*period/(stable+cold)
@@ -119,13 +115,6 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 	return w, nil
 }
 
-func (w *WarmUp) now() time.Duration {
-	if w.sysClock {
-		return monoclock.Now()
-	}
-	return w.clock.Now()
-}
-
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
@@ -133,15 +122,8 @@ func (w *WarmUp) Name() string { return w.name }
 // burst × interval: the w of the RateLimit-Policy header field.
 func (w *WarmUp) Window() time.Duration { return time.Duration(w.tau) }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *WarmUp) Allow() bool { return w.allowNAt(w.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *WarmUp) AllowN(n int64) bool { return w.allowNAt(w.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *WarmUp) allowNAt(now time.Duration, n int64) bool {
 	_, _, ok := w.decide(int64(now), max(n, 1), false)
 	return ok
