@@ -38,26 +38,6 @@ func ExampleNewTokenBucket() {
 	// at 100ms: allowed=true remaining=0 retry-after=0s
 }
 
-// Reserving tokens ahead of time: the reservation says how long to wait, and
-// a cancelled one gives its tokens back.
-func ExampleTokenBucket_ReserveNAt() {
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 2)
-	if err != nil {
-		panic(err)
-	}
-	now := time.Duration(0)
-	first := tb.ReserveNAt(now, 2)
-	second := tb.ReserveNAt(now, 1)
-	fmt.Println("first waits", first.DelayFrom(now), "second waits", second.DelayFrom(now))
-	fmt.Println("more than the burst:", tb.ReserveNAt(now, 3).OK())
-	second.CancelAt(now)
-	fmt.Println("after cancelling, a token at", tb.ReserveNAt(now, 1).DelayFrom(now))
-	// Output:
-	// first waits 0s second waits 100ms
-	// more than the burst: false
-	// after cancelling, a token at 100ms
-}
-
 // Changing the rate at runtime keeps the tokens the bucket holds.
 func ExampleTokenBucket_SetRateAt() {
 	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)

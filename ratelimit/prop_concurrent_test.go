@@ -291,14 +291,14 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 					if tb == nil {
 						continue
 					}
-					res := tb.ReserveNAt(now, n)
-					if !res.OK() {
+					res := tb.reserveNAt(now, n)
+					if !res.ok {
 						continue
 					}
 					admitted.Add(n * iv)
-					note(now + res.DelayFrom(now))
+					note(now + res.delayFrom(now))
 					if r.IntN(2) == 0 {
-						res.CancelAt(now)
+						res.cancelAt(now)
 						given.Add(n * iv)
 					}
 				}
