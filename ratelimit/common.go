@@ -132,10 +132,11 @@ func never(name string, limit, remaining int64, reset time.Duration) sluice.Deci
 	return d
 }
 
-// Rate is Count events per Period: PerSecond(100), PerMinute(10), PerHour(5),
-// Every(50*time.Millisecond). Its zero
-// value is invalid; constructors reject it, as they reject a Count or Period
-// of zero or less and more events per Period than it has nanoseconds.
+// Rate is Count events per Period: PerSecond(100), Every(50*time.Millisecond)
+// (one event each interval), or, for any other period, a literal such as
+// Rate{Count: 10, Period: time.Minute}. Its zero value is invalid;
+// constructors reject it, as they reject a Count or Period of zero or less
+// and more events per Period than it has nanoseconds.
 type Rate struct {
 	Count  int64
 	Period time.Duration
@@ -143,12 +144,6 @@ type Rate struct {
 
 // PerSecond returns a Rate of n per second.
 func PerSecond(n int64) Rate { return Rate{Count: n, Period: time.Second} }
-
-// PerMinute returns a Rate of n per minute.
-func PerMinute(n int64) Rate { return Rate{Count: n, Period: time.Minute} }
-
-// PerHour returns a Rate of n per hour.
-func PerHour(n int64) Rate { return Rate{Count: n, Period: time.Hour} }
 
 // Every returns a Rate of one event every interval.
 func Every(interval time.Duration) Rate { return Rate{Count: 1, Period: interval} }

@@ -91,7 +91,7 @@ func TestBucketValidation(t *testing.T) {
 		{"faster than a nanosecond", Rate{Count: 10, Period: 5}, 1, nil},
 		{"zero burst", PerSecond(1), 0, nil},
 		{"negative burst", PerSecond(1), -3, nil},
-		{"burst overflows", PerHour(1), math.MaxInt64 / 2, nil},
+		{"burst overflows", Rate{Count: 1, Period: time.Hour}, math.MaxInt64 / 2, nil},
 		{"empty name", PerSecond(1), 1, []Option{WithName("")}},
 		{"nil clock", PerSecond(1), 1, []Option{WithClock(nil)}},
 	} {

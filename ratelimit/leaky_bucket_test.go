@@ -92,7 +92,7 @@ func TestLeakyBucketValidation(t *testing.T) {
 		{"zero period", Rate{Count: 1}, 10},
 		{"zero capacity", PerSecond(10), 0},
 		{"negative capacity", PerSecond(10), -3},
-		{"drains too slowly to track", PerHour(1), 1 << 30},
+		{"drains too slowly to track", Rate{Count: 1, Period: time.Hour}, 1 << 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := NewLeakyBucket(tc.rate, tc.capacity)

@@ -34,7 +34,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 		gain  int64 // burst gained
 		burst int64
 	}
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), PerMinute(100), Every(time.Millisecond)}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Rate{Count: 100, Period: time.Minute}, Every(time.Millisecond)}
 	bursts := []int64{1, 2, 5, 10, 40}
 	propSeeds(t, propBudget(t), func(seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))

@@ -443,7 +443,7 @@ func propBudget(t *testing.T) time.Duration {
 // randomRate returns a rate and burst of a few shapes: whole intervals,
 // intervals rounded up, tiny and large bursts.
 func randomRate(r *rand.Rand) (Rate, int64) {
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Every(time.Millisecond), PerMinute(100), {Count: 3, Period: 10}}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Every(time.Millisecond), Rate{Count: 100, Period: time.Minute}, {Count: 3, Period: 10}}
 	return rates[r.IntN(len(rates))], []int64{1, 2, 3, 5, 10, 40}[r.IntN(6)]
 }
 

@@ -121,7 +121,7 @@ func TestLimitersReportTheirWindow(t *testing.T) {
 	gcra, err := NewGCRA(PerSecond(10), 5)
 	require.NoError(t, err)
 	assert.Equal(t, 500*time.Millisecond, gcra.Window())
-	tb, err := NewTokenBucket(PerMinute(60), 30)
+	tb, err := NewTokenBucket(Rate{Count: 60, Period: time.Minute}, 30)
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, tb.Window())
 	require.NoError(t, tb.SetRate(PerSecond(10)))

@@ -98,7 +98,7 @@ func TestShaperValidation(t *testing.T) {
 	clk.Advance(100 * time.Millisecond)
 	assert.True(t, s.allowNAt(clk.Now(), 2))
 	assert.False(t, s.allowNAt(clk.Now(), 1<<62))
-	sys := mustShaper(t, PerHour(1), 0)
+	sys := mustShaper(t, Rate{Count: 1, Period: time.Hour}, 0)
 	assert.True(t, sys.allowNAt(monoclock.Now(), 1))
 	assert.False(t, sys.allowNAt(monoclock.Now(), 1))
 }

@@ -66,7 +66,7 @@ func TestTokenBucketClock(t *testing.T) {
 	assert.Equal(t, PerSecond(2), tb.Rate())
 	assert.Equal(t, int64(2), tb.Burst())
 	// The system clock works without an injected one.
-	s := mustTokenBucket(t, PerHour(1), 1)
+	s := mustTokenBucket(t, Rate{Count: 1, Period: time.Hour}, 1)
 	assert.True(t, s.Allow())
 	assert.False(t, s.Allow())
 }
@@ -485,7 +485,7 @@ func TestTokenBucketWaitTokensAtTheDeadline(t *testing.T) {
 // Reservations that pile up debt stop being granted before the TAT would
 // overflow: the bucket never reads full again after a flood of them.
 func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
-	tb, err := NewTokenBucket(PerHour(1), 1000)
+	tb, err := NewTokenBucket(Rate{Count: 1, Period: time.Hour}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

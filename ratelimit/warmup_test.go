@@ -137,7 +137,7 @@ func TestWarmUpValidation(t *testing.T) {
 		{"negative warm-up", PerSecond(1), 1, -time.Second, 3, nil},
 		{"cold factor 1", PerSecond(1), 1, time.Second, 1, nil},
 		{"cold factor 0", PerSecond(1), 1, time.Second, 0, nil},
-		{"cold interval overflows", PerHour(1), 1, time.Second, 1 << 50, nil},
+		{"cold interval overflows", Rate{Count: 1, Period: time.Hour}, 1, time.Second, 1 << 50, nil},
 		{"warm-up period overflows", PerSecond(1), 1, time.Duration(maxTolerance/2 + 1), 3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestWarmUpValidation(t *testing.T) {
 	assert.False(t, w.allowNAt(clk.Now(), 2))
 	clk.Advance(time.Second)
 	assert.True(t, w.allowNAt(clk.Now(), 2))
-	s := mustWarmUp(t, PerHour(1), 1, time.Second, 3)
+	s := mustWarmUp(t, Rate{Count: 1, Period: time.Hour}, 1, time.Second, 3)
 	assert.True(t, s.allowNAt(monoclock.Now(), 1))
 	assert.False(t, s.allowNAt(monoclock.Now(), 1))
 }
