@@ -34,7 +34,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 		gain  int64 // burst gained
 		burst int64
 	}
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), PerMinute(100), Every(time.Millisecond)}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Rate{Count: 100, Period: time.Minute}, Every(time.Millisecond)}
 	bursts := []int64{1, 2, 5, 10, 40}
 	propSeeds(t, propBudget(t), func(seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -291,14 +291,14 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 					if tb == nil {
 						continue
 					}
-					res := tb.ReserveNAt(now, n)
-					if !res.OK() {
+					res := tb.reserveNAt(now, n)
+					if !res.ok {
 						continue
 					}
 					admitted.Add(n * iv)
-					note(now + res.DelayFrom(now))
+					note(now + res.delayFrom(now))
 					if r.IntN(2) == 0 {
-						res.CancelAt(now)
+						res.cancelAt(now)
 						given.Add(n * iv)
 					}
 				}
@@ -400,7 +400,7 @@ func TestPropertyKeyed(t *testing.T) {
 				}
 			case op < 9:
 				clk.Set(now)
-				if k.AllowKey(name) {
+				if allowKey(k, now, name) {
 					p.admit(now, 1, 0)
 				}
 			case op < 11:

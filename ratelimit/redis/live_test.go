@@ -28,7 +28,7 @@ func admitted(t *testing.T, g *sluice.Guard, n int) int {
 func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
-	l, err := NewGCRA(c, ratelimit.PerHour(1), 2, WithName(uniqueName("live")), WithTimeout(time.Second), WithFailClosed())
+	l, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("live")), WithTimeout(time.Second), WithFailClosed())
 	require.NoError(t, err)
 	g, err := sluice.New(sluice.With(l))
 	require.NoError(t, err)
@@ -49,7 +49,7 @@ func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	require.Error(t, l.SetLimit(5, 0))
 	assert.Equal(t, 5*time.Hour, l.Window())
 
-	other, err := NewGCRA(c, ratelimit.PerHour(1), 2, WithName(uniqueName("live")))
+	other, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("live")))
 	require.NoError(t, err)
 	all, err := All([]*Limiter{l, other})
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestShadowedRedisLimiterDecidesAsAnEnforcingOne(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	mk := func() *Limiter {
-		l, err := NewGCRA(c, ratelimit.PerHour(1), 4, WithName(uniqueName("shadow")), WithTimeout(time.Second), WithFailClosed())
+		l, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 4, WithName(uniqueName("shadow")), WithTimeout(time.Second), WithFailClosed())
 		require.NoError(t, err)
 		return l
 	}
