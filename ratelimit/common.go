@@ -48,7 +48,7 @@ func WithName(name string) Option {
 }
 
 // WithClock sets the clock a TokenBucket reads in its methods that take no
-// instant (Allow, Wait, Tokens, SetRate...), or a Keyed's janitor reads; the
+// instant (Allow, Wait, Tokens, SetLimit...), or a Keyed's janitor reads; the
 // default is sluice.SystemClock. The other limiters read no clock: a Guard
 // hands Admit its own instants (give the Guard and the limiter the same
 // clock), and they decide only through it.

@@ -15,10 +15,10 @@ import (
 )
 
 // TestPropertyTokenBucketReconfigured drives a TokenBucket through random
-// admissions, releases, SetRateAt and SetBurstAt, the clock going forward,
+// admissions, releases, rate and burst changes (SetLimit), the clock going forward,
 // and checks over every interval that it admits no more than the tokens it
 // held at the start, the burst it gained, the refill at the rates in force
-// and what was given back; and that SetBurstAt keeps the tokens missing,
+// and what was given back; and that a burst change keeps the tokens missing,
 // SetRateAt the tokens held (rounded towards fewer).
 func TestPropertyTokenBucketReconfigured(t *testing.T) {
 	type adm struct {

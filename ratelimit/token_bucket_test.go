@@ -198,7 +198,7 @@ func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
 	})
 }
 
-func TestTokenBucketSetRate(t *testing.T) {
+func TestTokenBucketSetLimitRate(t *testing.T) {
 	const m = time.Millisecond
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 10))
@@ -216,7 +216,7 @@ func TestTokenBucketSetRate(t *testing.T) {
 	assert.Equal(t, PerSecond(10), tb.Rate())
 }
 
-func TestTokenBucketSetBurst(t *testing.T) {
+func TestTokenBucketSetLimitBurst(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 3))
 	require.NoError(t, tb.setBurstAt(0, 20))
@@ -320,10 +320,10 @@ func abandonedWait(t *testing.T, tb *TokenBucket, during func()) {
 	require.ErrorIs(t, <-errc, context.Canceled)
 }
 
-// TestTokenBucketWaitCancelAfterSetRate pins the exception of WaitN's doc:
-// a wait abandoned after SetRate ran during it gives nothing back, as
+// TestTokenBucketWaitCancelAfterSetLimit pins the exception of WaitN's doc:
+// a wait abandoned after SetLimit ran during it gives nothing back, as
 // CancelAt does for a reservation made before a reconfiguration.
-func TestTokenBucketWaitCancelAfterSetRate(t *testing.T) {
+func TestTokenBucketWaitCancelAfterSetLimit(t *testing.T) {
 	spentBucket(t, func(t *testing.T, clk sluice.Clock, tb *TokenBucket) {
 		abandonedWait(t, tb, func() { // its token comes at 100ms
 			require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
@@ -517,10 +517,10 @@ func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
 	}
 }
 
-// A request admitted before SetBurst lowered the burst below its cost still
+// A request admitted before SetLimit lowered the burst below its cost still
 // gives its tokens back when released, and the bucket is then full at its
 // new burst, not in debt.
-func TestTokenBucketReleaseAfterSetBurst(t *testing.T) {
+func TestTokenBucketReleaseAfterSetLimit(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 5)
 	d, tk := admit(tb, sluice.WithCost(context.Background(), 5), 0)
 	require.True(t, d.Allowed)
