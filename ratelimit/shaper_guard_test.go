@@ -45,7 +45,7 @@ func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Durat
 func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		s := mustShaper(t, PerSecond(10), time.Second)
 		assert.Equal(t, sluice.Waits, s.Needs())
 		inner := &instants{}
 		g, err := sluice.New(sluice.With(s, inner), sluice.WithClock(clk))
@@ -75,7 +75,7 @@ func TestKeyedOfShapersWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
-			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
+			return NewShaper(PerSecond(10), time.Second)
 		}, WithClock(clk))
 		require.NoError(t, err)
 		assert.Equal(t, sluice.Waits, k.Needs())
@@ -121,7 +121,7 @@ func TestLimitersReportTheirWindow(t *testing.T) {
 	gcra, err := NewGCRA(PerSecond(10), 5)
 	require.NoError(t, err)
 	assert.Equal(t, 500*time.Millisecond, gcra.Window())
-	tb, err := NewTokenBucket(PerMinute(60), 30)
+	tb, err := NewTokenBucket(Rate{Count: 60, Period: time.Minute}, 30)
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, tb.Window())
 	require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
