@@ -89,10 +89,6 @@ type Result[T any] struct {
 	Age time.Duration
 }
 
-// AgeSeconds returns Age in whole seconds, rounded down, as an HTTP Age
-// header carries it.
-func (r Result[T]) AgeSeconds() int64 { return int64(r.Age / time.Second) }
-
 // Put remembers v as the answer for key, now.
 func (s *Stale[T]) Put(key string, v T) {
 	now := s.clock.Now()
