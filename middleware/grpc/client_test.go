@@ -277,7 +277,7 @@ func TestClientStreamCancelledByItsCallerIsIgnoredByACodeClassifier(t *testing.T
 	seen := make(chan codes.Code, 2)
 	byCode := func(err error) sluice.Outcome {
 		seen <- status.Code(err)
-		return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+		return classifyCode(status.Code(err))
 	}
 	i, err := StreamClientInterceptor(WithGuard(mustGuard(t, sluice.With(rec))), WithClassifier(byCode))
 	require.NoError(t, err)

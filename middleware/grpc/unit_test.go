@@ -525,3 +525,15 @@ func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
 	assert.Equal(t, "fallback for breaker/dep", resp)
 	assert.Equal(t, sluice.Ignored, rec.next(t))
 }
+
+func TestClassifyCode(t *testing.T) {
+	for code, want := range map[codes.Code]sluice.Outcome{
+		codes.OK: sluice.Success, codes.Canceled: sluice.Ignored, codes.Unknown: sluice.Failure,
+		codes.InvalidArgument: sluice.Ignored, codes.DeadlineExceeded: sluice.Failure, codes.NotFound: sluice.Ignored,
+		codes.PermissionDenied: sluice.Ignored, codes.ResourceExhausted: sluice.Ignored, codes.Unimplemented: sluice.Ignored,
+		codes.Internal: sluice.Failure, codes.Unavailable: sluice.Failure, codes.DataLoss: sluice.Failure,
+		codes.Unauthenticated: sluice.Ignored,
+	} {
+		assert.Equal(t, want, classifyCode(code), code.String())
+	}
+}
