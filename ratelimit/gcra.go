@@ -196,9 +196,9 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Window returns the time the limiter takes to refill its whole burst, burst
+// rateWindow returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
-func (g *GCRA) Window() time.Duration { return time.Duration(g.tau) }
+func (g *GCRA) rateWindow() time.Duration { return time.Duration(g.tau) }
 
 // allowNAt decides on a request of cost n at now, taking its quota when it
 // is admitted: the bare answer, with no ticket, of the step tables in tests.

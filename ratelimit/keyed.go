@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // ErrNoKey is the cause of a Keyed rejection of a request that carries no
@@ -125,10 +126,10 @@ type Keyed struct {
 	stopped   chan struct{}
 }
 
-// Window returns the window of the limiters newLimiter makes, as the one it
+// rateWindow returns the window of the limiters newLimiter makes, as the one it
 // made for the empty key at construction reports it (0 when they report
 // none): the w of the RateLimit-Policy header field.
-func (k *Keyed) Window() time.Duration { return k.window }
+func (k *Keyed) rateWindow() time.Duration { return k.window }
 
 type keyedEntry struct {
 	key        string
@@ -202,9 +203,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	}
 	needs := probe.Needs()
 	var window time.Duration
-	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
-		window = wd.Window()
-	}
+	window = policywindow.Of(probe)
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)

@@ -85,9 +85,9 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 // WithName.
 func (b *LeakyBucket) Name() string { return b.name }
 
-// Window returns the time a full bucket takes to drain, capacity × interval:
+// rateWindow returns the time a full bucket takes to drain, capacity × interval:
 // the w of the RateLimit-Policy header field.
-func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.full) }
+func (b *LeakyBucket) rateWindow() time.Duration { return time.Duration(b.full) }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (b *LeakyBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

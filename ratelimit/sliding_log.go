@@ -74,8 +74,8 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 // WithName.
 func (l *SlidingLog) Name() string { return l.name }
 
-// Window returns the window's length.
-func (l *SlidingLog) Window() time.Duration { return l.window }
+// rateWindow returns the window's length.
+func (l *SlidingLog) rateWindow() time.Duration { return l.window }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (l *SlidingLog) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -80,8 +80,8 @@ func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Op
 // WithName.
 func (w *SlidingWindow) Name() string { return w.name }
 
-// Window returns the window's length.
-func (w *SlidingWindow) Window() time.Duration { return w.window }
+// rateWindow returns the window's length.
+func (w *SlidingWindow) rateWindow() time.Duration { return w.window }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *SlidingWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -118,9 +118,9 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
-// Window returns the time a warm limiter takes to refill its whole burst,
+// rateWindow returns the time a warm limiter takes to refill its whole burst,
 // burst × interval: the w of the RateLimit-Policy header field.
-func (w *WarmUp) Window() time.Duration { return time.Duration(w.tau) }
+func (w *WarmUp) rateWindow() time.Duration { return time.Duration(w.tau) }
 
 // allowNAt decides on a request of cost n at now, taking its quota when it
 // is admitted: the bare answer, with no ticket, of the step tables in tests.
