@@ -139,14 +139,6 @@ func (s *Stale[T]) Delete(key string) {
 	}
 }
 
-// Len returns the number of keys remembered, expired ones included until
-// they are looked up or pushed out.
-func (s *Stale[T]) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.entries)
-}
-
 func (s *Stale[T]) pushNewest(e *staleEntry[T]) {
 	e.prev, e.next = nil, s.newest
 	if s.newest != nil {
