@@ -27,6 +27,7 @@ type Route struct {
 	Guard    *sluice.Guard
 	policies []policySlot
 	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
+	problem  atomic.Pointer[Problem]      // the route's last problem answer
 }
 
 // policySlot is what a Route knows of one policy of its Guard: its window,
