@@ -40,6 +40,11 @@ type Guard struct {
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
 	name       string                          // WithName
 	obs        *observation                    // nil: unobserved; see observe.go
+	shadow     atomic.Uint64                   // bit i: policy i is in shadow mode; see shadow.go
+	shadowMu   sync.Mutex                      // serialises SetShadow
+	shadowAll  bool                            // SetShadow(""): the whole Guard
+	shadowSet  uint64                          // the policies shadowed by name
+	shadowInit []string                        // WithShadow
 }
 
 // Option configures a Guard.
@@ -155,6 +160,11 @@ func New(opts ...Option) (*Guard, error) {
 		}
 		if needs&NeedsEnd != 0 {
 			g.untimed = false
+		}
+	}
+	for _, name := range g.shadowInit {
+		if err := g.setShadowLocked(name, true); err != nil {
+			return nil, err
 		}
 	}
 	if len(g.onState) > 0 {
@@ -308,6 +318,9 @@ type Call struct {
 	ats     [4]time.Duration // with waited: the instant each policy admitted at
 	atsMore []time.Duration  // the same, for a chain longer than ats
 	waited  bool             // the chain has a policy that may wait: ats are kept
+	skip    uint64           // bit i: policy i rejected the call in shadow mode; it hears no end
+	// shadowCause is the cause of the first shadow rejection, when skip is set.
+	shadowCause Cause
 }
 
 // Begin asks every policy, outer to inner, to admit a call. When all admit,
@@ -442,7 +455,12 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	for i, p := range g.policies {
 		v := p.Admit(ctx, now)
 		if v.Cause != nil {
-			return g.rejected(ctx, c, i, now, &v, want)
+			if g.shadow.Load()>>i&1 == 0 {
+				return g.rejected(ctx, c, i, now, &v, want)
+			}
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			continue
 		}
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = v.Ticket
@@ -568,12 +586,20 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.ats[i] = now
 		}
 		v := p.Admit(ctx, now)
-		if v.Cause != nil {
+		if v.Cause != nil && g.shadow.Load()>>i&1 == 0 {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
 				c.wait = now - arrived
 			}
 			return g.rejected(ctx, c, i, now, &v, true)
+		}
+		if v.Cause != nil {
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			if g.waits != nil && g.waits[i] {
+				now = g.now()
+			}
+			continue
 		}
 		if c.more != nil {
 			c.more[i] = v.Ticket
@@ -634,6 +660,9 @@ func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 	}()
 	untimed := g.untimed && o != Released
 	for ; i >= 0; i-- {
+		if c.skip != 0 && c.skip>>i&1 != 0 {
+			continue // it rejected the call in shadow mode: it took nothing
+		}
 		lat := time.Duration(-1)
 		if !untimed {
 			lat = c.latency(i, o, now)

@@ -68,6 +68,10 @@ type CallEvent struct {
 	// Latency is how long an admitted call ran, from the end of its
 	// admission to its end; 0 for a rejection.
 	Latency time.Duration
+	// Shadow is true for an admitted call that a policy in shadow mode
+	// ([Guard.SetShadow]) rejected: Policy names the first that did, and
+	// Cause is its rejection's cause.
+	Shadow bool
 }
 
 // WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
@@ -119,6 +123,10 @@ type PolicyStats struct {
 	// indexed by [Outcome]: Released counts those an inner policy rejected.
 	// Admitted less their sum is the policy's calls in flight.
 	Outcomes [Released + 1]uint64
+	// ShadowRejected counts the calls the policy rejected in shadow mode
+	// ([Guard.SetShadow]) and let through; they count in Admitted and
+	// Outcomes too, as calls it let pass.
+	ShadowRejected uint64
 }
 
 // Stats returns the Guard's counters. A Guard built without [WithObserver]
@@ -157,6 +165,7 @@ func (g *Guard) Stats() Stats {
 			for c := range p.Rejected {
 				p.Rejected[c] += ob.load(sh, slotRejected+i*numCauses+c)
 			}
+			p.ShadowRejected += ob.load(sh, ob.slotShadow+i)
 		}
 		p.Admitted = admitted + rejectedAfter
 		p.Outcomes = outcomes
@@ -172,15 +181,16 @@ func (g *Guard) Stats() Stats {
 // pointer to it, nil when unobserved: that nil is all an unobserved call
 // pays.
 type observation struct {
-	observers []Observer
-	calls     []func(context.Context, CallEvent) // what the observers gave
-	stride    int                                // counters per shard, a whole number of cache lines
-	counts    []atomic.Uint64                    // statShards × stride
+	observers  []Observer
+	calls      []func(context.Context, CallEvent) // what the observers gave
+	stride     int                                // counters per shard, a whole number of cache lines
+	slotShadow int                                // the first of the shadow rejections by policy
+	counts     []atomic.Uint64                    // statShards × stride
 }
 
 // The counters of a shard, by slot: the calls admitted by every policy,
 // their outcomes, the fallbacks by cause, then the rejections by policy and
-// cause.
+// cause, then the shadow rejections by policy (slotShadow).
 const (
 	slotAdmitted  = 0
 	slotOutcomes  = 1
@@ -193,7 +203,8 @@ const (
 const statShards = 8
 
 func (ob *observation) init(policies int) {
-	n := slotRejected + policies*numCauses
+	ob.slotShadow = slotRejected + policies*numCauses
+	n := ob.slotShadow + policies
 	ob.stride = (n + 7) &^ 7 // 8 counters: a cache line of 64 bytes
 	ob.counts = make([]atomic.Uint64, statShards*ob.stride)
 }
@@ -226,6 +237,9 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 		return
 	}
 	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
+	if c.skip != 0 {
+		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause
+	}
 	for _, fn := range ob.calls {
 		fn(c.parent, e)
 	}

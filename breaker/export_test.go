@@ -17,7 +17,7 @@ func (a *Adaptive) Allow() (sluice.Call, error) { return a.env.g.Begin(context.B
 // Requests returns the requests and accepts counted in the window ending at
 // now.
 func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
-	t := a.win.readAt(now)
+	t := a.win.Load().readAt(now)
 	return max(t.total, 0), max(t.lo, 0)
 }
 

@@ -37,7 +37,8 @@ type Group struct {
 	chunks  []atomic.Pointer[chunk]
 	gens    atomic.Uint64
 	subs    notifier // the listeners of every member's changes
-	// memberCfg is cfg without its listeners, which the Group calls itself.
+	// memberCfg is cfg without its listeners, which the Group calls
+	// itself, and with Reconfigure's numbers; guarded by mu.
 	memberCfg *config
 
 	mu       sync.Mutex // guards creation, eviction and the fields below

@@ -73,6 +73,7 @@ type config struct {
 	jitter            float64
 	probes            int64
 	probeRatio        float64
+	need              int64 // probe successes that close the breaker
 
 	clock     sluice.Clock
 	classify  sluice.Classifier
@@ -129,6 +130,8 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 	if target == forBreaker && given["WithRandom"] && !given["WithJitter"] {
 		return nil, errors.New("breaker: WithRandom without WithJitter: a breaker draws random numbers only for the jitter")
 	}
+	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
+	c.need = max(int64(math.Ceil(c.probeRatio*float64(c.probes)-1e-9)), 1)
 	if c.count == 0 && c.length == 0 {
 		if target == forAdaptive {
 			c.length, c.buckets = defaultWindow, defaultBuckets
@@ -153,6 +156,50 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// needs is what a breaker of configuration c needs of a Guard: nothing
+// when it counts outcomes in a count window, has no slow-call strategy and
+// reads SystemClock (system).
+func needs(c *config, system bool) sluice.Needs {
+	if c.count > 0 && c.slowThreshold == 0 && system {
+		return 0
+	}
+	return sluice.NeedsEnd
+}
+
+// fixedOptions are the options that say how a breaker is wired, not its
+// numbers: Reconfigure refuses them.
+var fixedOptions = map[string]bool{"WithClock": true, "WithClassifier": true, "OnStateChange": true,
+	"WithRandom": true, "WithKeyFunc": true, "WithMaxBreakers": true}
+
+// rebuildConfig builds the configuration that Reconfigure replaces old with:
+// opts as the constructor of target takes them, with old's wiring (clock,
+// classifier, listeners, random source, key function, size).
+func rebuildConfig(target scope, old *config, opts []Option) (*config, error) {
+	c, err := buildConfig(target, append([]Option{withRandomOf(old)}, opts...))
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range c.used[1:] {
+		if fixedOptions[u.name] {
+			return nil, fmt.Errorf("breaker: Reconfigure: %s cannot change at run time", u.name)
+		}
+	}
+	c.used = nil
+	c.clock, c.classify, c.listeners = old.clock, old.classify, old.listeners
+	c.key, c.maxBreakers = old.key, old.maxBreakers
+	return c, nil
+}
+
+// withRandomOf gives a rebuilt configuration old's random source, as if
+// WithRandom had been given with it, so that WithJitter alone is accepted.
+func withRandomOf(old *config) Option {
+	return func(c *config) error {
+		c.use("withRandomOf", forBreaker|forAdaptive|forGroup)
+		c.random = old.random
+		return nil
+	}
 }
 
 func resourceKey(ctx context.Context) string {

@@ -59,17 +59,19 @@ func ExampleTokenBucket_ReserveNAt() {
 }
 
 // Changing the rate at runtime keeps the tokens the bucket holds.
-func ExampleTokenBucket_SetRateAt() {
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+func ExampleTokenBucket_SetLimit() {
+	clock := sluice.NewManualClock(0)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10, ratelimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
-	tb.AllowNAt(0, 10) // empty
-	if err := tb.SetRateAt(0, ratelimit.PerSecond(100)); err != nil {
+	tb.AllowN(10) // empty
+	if err := tb.SetLimit(ratelimit.PerSecond(100), 10); err != nil {
 		panic(err)
 	}
-	fmt.Printf("%.0f tokens after 50ms at the new rate\n", tb.TokensAt(50*time.Millisecond))
-	fmt.Println(tb.SetRateAt(0, ratelimit.Rate{}) != nil)
+	clock.Advance(50 * time.Millisecond)
+	fmt.Printf("%.0f tokens after 50ms at the new rate\n", tb.Tokens())
+	fmt.Println(tb.SetLimit(ratelimit.Rate{}, 10) != nil)
 	// Output:
 	// 5 tokens after 50ms at the new rate
 	// true

@@ -72,9 +72,9 @@ func TestLeakyBucketReleaseTakesOutWhatHasNotLeaked(t *testing.T) {
 			d, tk := admit(with, sluice.WithCost(context.Background(), 2), 0)
 			require.True(t, d.Allowed)
 			with.Done(tk, sluice.Released, tc.latency, tc.latency)
-			assert.Equal(t, without.emptyAt.v.Load() < int64(tc.latency), with.emptyAt.v.Load() <= int64(tc.latency), "both empty, or neither")
-			if without.emptyAt.v.Load() > int64(tc.latency) {
-				assert.Equal(t, without.emptyAt.v.Load(), with.emptyAt.v.Load())
+			assert.Equal(t, without.cfg.Load().emptyAt.v.Load() < int64(tc.latency), with.cfg.Load().emptyAt.v.Load() <= int64(tc.latency), "both empty, or neither")
+			if without.cfg.Load().emptyAt.v.Load() > int64(tc.latency) {
+				assert.Equal(t, without.cfg.Load().emptyAt.v.Load(), with.cfg.Load().emptyAt.v.Load())
 			}
 			assert.Equal(t, decideAt(without, tc.latency, 1), decideAt(with, tc.latency, 1))
 		})

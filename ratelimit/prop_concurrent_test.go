@@ -90,7 +90,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 			case op < 18:
 				before := tb.TokensAt(now)
 				nr := rates[r.IntN(len(rates))]
-				if err := tb.SetRateAt(now, nr); err != nil {
+				if err := tb.setRateAt(now, nr); err != nil {
 					fail("SetRateAt(%v): %v", nr, err)
 				}
 				after := tb.TokensAt(now)
@@ -102,7 +102,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 			default:
 				before, old := tb.TokensAt(now), tb.Burst()
 				nb := bursts[r.IntN(len(bursts))]
-				if err := tb.SetBurstAt(now, nb); err != nil {
+				if err := tb.setBurstAt(now, nb); err != nil {
 					fail("SetBurstAt(%d): %v", nb, err)
 				}
 				after := tb.TokensAt(now)
@@ -318,7 +318,7 @@ func TestPropertyConcurrentBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	concurrentBound(t, g, nil, 20, g.iv)
+	concurrentBound(t, g, nil, 20, g.cfg.Load().iv)
 	tb, err := NewTokenBucket(PerSecond(1000), 20)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestPropertyConcurrentBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	concurrentBound(t, lb, nil, 20, lb.unit)
+	concurrentBound(t, lb, nil, 20, lb.cfg.Load().unit)
 }
 
 // TestPropertyKeyed drives a Keyed of GCRAs with random keys, costs,

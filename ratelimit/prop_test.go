@@ -467,7 +467,7 @@ func TestPropertyTATLimiters(t *testing.T) {
 				t.Fatal(err)
 			}
 			return propSubject{name: "gcra " + rt.String(), lim: g, kind: propTAT, capacity: burst,
-				iv: g.iv, tau: g.tau, unitRem: true, fullAt: true}
+				iv: g.cfg.Load().iv, tau: g.cfg.Load().tau, unitRem: true, fullAt: true}
 		},
 		func(r *rand.Rand) propSubject {
 			rt, burst := randomRate(r)
@@ -486,7 +486,7 @@ func TestPropertyTATLimiters(t *testing.T) {
 				t.Fatal(err)
 			}
 			return propSubject{name: "leaky bucket " + rt.String(), lim: b, kind: propTAT, capacity: burst,
-				iv: b.unit, tau: b.full, unitRem: true, fullAt: true}
+				iv: b.cfg.Load().unit, tau: b.cfg.Load().full, unitRem: true, fullAt: true}
 		},
 		func(r *rand.Rand) propSubject {
 			// Not at nanosecond intervals: there the cost of each unit

@@ -123,7 +123,7 @@ func TestLimitersReportTheirWindow(t *testing.T) {
 	tb, err := NewTokenBucket(PerMinute(60), 30)
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, tb.Window())
-	require.NoError(t, tb.SetRate(PerSecond(10)))
+	require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
 	assert.Equal(t, 3*time.Second, tb.Window(), "follows a new rate")
 	lb, err := NewLeakyBucket(PerSecond(4), 8)
 	require.NoError(t, err)

@@ -56,13 +56,8 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case limit < 1:
-		return nil, fmt.Errorf("ratelimit: sliding log: limit %d must be at least 1", limit)
-	case limit > 1<<20:
-		return nil, fmt.Errorf("ratelimit: sliding log: limit %d is above 2^20; use a sliding window", limit)
-	case window <= 0:
-		return nil, fmt.Errorf("ratelimit: sliding log: window %v must be positive", window)
+	if err := checkLog(limit, window); err != nil {
+		return nil, err
 	}
 	return &SlidingLog{
 		ring:  make([]logEntry, min(limit, 16)),
@@ -71,12 +66,42 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	}, nil
 }
 
+func checkLog(limit int64, window time.Duration) error {
+	switch {
+	case limit < 1:
+		return fmt.Errorf("ratelimit: sliding log: limit %d must be at least 1", limit)
+	case limit > 1<<20:
+		return fmt.Errorf("ratelimit: sliding log: limit %d is above 2^20; use a sliding window", limit)
+	case window <= 0:
+		return fmt.Errorf("ratelimit: sliding log: window %v must be positive", window)
+	}
+	return nil
+}
+
+// SetLimit changes the limit and the window, validated as NewSlidingLog
+// validates them: on an error nothing changes. The log is kept: every
+// logged request counts against the new limit until it is older than the
+// new window. Safe while requests are decided.
+func (l *SlidingLog) SetLimit(limit int64, window time.Duration) error {
+	if err := checkLog(limit, window); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.limit, l.window = limit, window
+	l.mu.Unlock()
+	return nil
+}
+
 // Name returns the limiter's name, "ratelimit/sliding-log" unless set with
 // WithName.
 func (l *SlidingLog) Name() string { return l.name }
 
 // Window returns the window's length.
-func (l *SlidingLog) Window() time.Duration { return l.window }
+func (l *SlidingLog) Window() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.window
+}
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (l *SlidingLog) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -42,14 +42,14 @@ type bucketConfig struct {
 // same state as GCRA, in one atomic word on its own cache line: Allow takes no
 // lock and allocates nothing. Unlike GCRA, a token bucket also reserves tokens
 // ahead of time (Reserve, Wait: the bucket may then run into debt, repaid by
-// the refill), and its rate and burst can change at runtime (SetRate,
-// SetBurst), keeping the tokens it holds.
+// the refill), and its rate and burst can change at runtime (SetLimit),
+// keeping the tokens it holds.
 //
 // Most callers want Allow (drop what exceeds the rate) or Wait (delay it);
 // in a Guard, Admit decides. For parity with golang.org/x/time/rate, and
 // only on this limiter, every method that reads the clock has an …At form
 // taking the monotonic instant instead (AllowAt, AllowNAt, ReserveNAt,
-// SetRateAt, SetBurstAt, TokensAt), so that a caller porting code written
+// TokensAt), so that a caller porting code written
 // for rate.Limiter keeps its shape; the other limiters take instants through
 // Admit alone. A clock that jumps backwards never admits extra: the bucket
 // waits until the clock has caught up.
@@ -58,7 +58,7 @@ type bucketConfig struct {
 // is safe for concurrent use.
 type TokenBucket struct {
 	cfg      atomic.Pointer[bucketConfig]
-	mu       sync.Mutex // serialises SetRate and SetBurst
+	mu       sync.Mutex // serialises SetLimit
 	name     string
 	clock    sluice.Clock
 	sysClock bool
@@ -142,7 +142,7 @@ func (tb *TokenBucket) Allow() bool {
 	if _, _, res := tatTake(&c.tat.v, int64(now), c.iv, c.tau); res != tatMoved {
 		return res == tatAllowed
 	}
-	return tb.allowOne(int64(now)) // SetRate or SetBurst froze the state
+	return tb.allowOne(int64(now)) // SetLimit froze the state
 }
 
 // AllowN reports whether n tokens are available now, and takes them if so;
@@ -226,7 +226,7 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 	for {
 		c := tb.cfg.Load()
 		// The ticket is the cost admitted, which may exceed a burst lowered
-		// since (SetBurst): give back what it took all the same. The refund
+		// since (SetLimit): give back what it took all the same. The refund
 		// stays within n × interval, above the edge of waiting
 		// reservations, and the bucket within its burst.
 		if int64(t) > maxTolerance/c.iv {
@@ -303,7 +303,7 @@ func (r *Reservation) Cancel() {
 // these to a newcomer would let it share a later reservation's instant
 // beyond the burst. Its tokens then stay taken and come back only by the
 // refill, even when the later ones are cancelled in turn. A reservation
-// made before a SetRate or SetBurst gives nothing back. Cancelling twice
+// made before a SetLimit gives nothing back. Cancelling twice
 // does nothing.
 func (r *Reservation) CancelAt(now time.Duration) {
 	if !r.ok || r.done {
@@ -425,8 +425,8 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // after now, as ReserveNAt refuses); in both cases it takes nothing.
 // When ctx ends during the wait, it cancels the reservation as CancelAt
 // does, and returns ctx.Err(): the tokens come back only when nothing was
-// taken after them (the waiter was the last), and never when SetRate or
-// SetBurst ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
+// taken after them (the waiter was the last), and never when SetLimit
+// ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
 // returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
@@ -477,42 +477,28 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	}
 }
 
-// SetRate changes the refill rate now; shorthand for SetRateAt(clock.Now(), r).
-func (tb *TokenBucket) SetRate(r Rate) error { return tb.SetRateAt(tb.now(), r) }
-
-// SetRateAt changes the refill rate at instant now. The bucket keeps the
-// tokens it holds at now (its debt, if reservations made one), rounded
-// towards fewer; reservations already granted keep their instants. It
-// returns an error, and changes nothing, when r is invalid or burst × its
-// interval exceeds 2^62ns.
-func (tb *TokenBucket) SetRateAt(now time.Duration, r Rate) error {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	old := tb.cfg.Load()
-	c, err := newBucketConfig(r, old.burst)
-	if err != nil {
-		return err
-	}
-	tb.moveTo(old, c, int64(now))
-	return nil
+// SetLimit changes the refill rate and the capacity now, by the bucket's
+// clock, validated as NewTokenBucket validates them: on an error nothing
+// changes. The bucket keeps what it lacks: the tokens missing from a full
+// bucket stay missing (rescaled to the new rate, rounded towards fewer
+// tokens), so a full bucket is full at its new size and one that lacked 3
+// tokens still lacks 3; reservations already granted keep their instants.
+// Safe while requests are decided.
+func (tb *TokenBucket) SetLimit(r Rate, burst int64) error {
+	return setBucket(&tb.cfg, &tb.mu, "token bucket", r, burst, int64(tb.now()))
 }
 
-// SetBurst changes the capacity now; shorthand for SetBurstAt(clock.Now(), burst).
-func (tb *TokenBucket) SetBurst(burst int64) error { return tb.SetBurstAt(tb.now(), burst) }
-
-// SetBurstAt changes the capacity at instant now. The tokens missing from a
-// full bucket stay missing: a bucket that was full is full at its new size,
-// and one that lacked 3 tokens still lacks 3. It returns an error, and
-// changes nothing, when burst < 1 or burst × interval exceeds 2^62ns.
-func (tb *TokenBucket) SetBurstAt(now time.Duration, burst int64) error {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	old := tb.cfg.Load()
-	c, err := newBucketConfig(old.rate, burst)
+// setBucket moves the bucket configuration held by cfg to rate r and burst
+// at now, under mu; see TokenBucket.SetLimit.
+func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r Rate, burst, now int64) error {
+	iv, tau, err := tolerance(what, r, burst)
 	if err != nil {
 		return err
 	}
-	tb.moveTo(old, c, int64(now))
+	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}
+	mu.Lock()
+	defer mu.Unlock()
+	moveTo(cfg, cfg.Load(), c, now)
 	return nil
 }
 
@@ -520,11 +506,11 @@ func (tb *TokenBucket) SetBurstAt(now time.Duration, burst int64) error {
 // and publishes c. Decisions that see the frozen word reload the
 // configuration; they spin only for the few instructions between the freeze
 // and the publication.
-func (tb *TokenBucket) moveTo(old, c *bucketConfig, now int64) {
+func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) {
 	tat := old.tat.v.Swap(tatFrozen)
 	c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
 	c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
-	tb.cfg.Store(c)
+	cfg.Store(c)
 }
 
 // convertTAT rescales the debt tat - now from interval from to interval to,

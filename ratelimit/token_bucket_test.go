@@ -128,7 +128,7 @@ func TestTokenBucketCancelOwesOnlyWhatIsLeft(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(1), 1)
 		require.True(t, tb.AllowAt(0))
 		a := tb.ReserveNAt(0, 1)
-		require.NoError(t, tb.SetBurstAt(0, 2)) // still 2 short of full
+		require.NoError(t, tb.setBurstAt(0, 2)) // still 2 short of full
 		a.CancelAt(0)
 		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
 	})
@@ -202,37 +202,37 @@ func TestTokenBucketSetRate(t *testing.T) {
 	const m = time.Millisecond
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 10))
-	require.NoError(t, tb.SetRateAt(0, PerSecond(20)))
+	require.NoError(t, tb.setRateAt(0, PerSecond(20)))
 	assert.Equal(t, PerSecond(20), tb.Rate())
 	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
 	assert.InDelta(t, 5, tb.TokensAt(250*m), 1e-9)
 	// Down again: the 5 missing tokens stay missing at the slower rate.
-	require.NoError(t, tb.SetRateAt(250*m, PerSecond(10)))
+	require.NoError(t, tb.setRateAt(250*m, PerSecond(10)))
 	assert.InDelta(t, 5, tb.TokensAt(250*m), 1e-9)
 	assert.InDelta(t, 10, tb.TokensAt(750*m), 1e-9)
 
-	require.Error(t, tb.SetRateAt(0, Rate{}))
-	require.Error(t, tb.SetRate(Rate{Count: 5}))
+	require.Error(t, tb.setRateAt(0, Rate{}))
+	require.Error(t, tb.SetLimit(Rate{Count: 5}, tb.Burst()))
 	assert.Equal(t, PerSecond(10), tb.Rate())
 }
 
 func TestTokenBucketSetBurst(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 3))
-	require.NoError(t, tb.SetBurstAt(0, 20))
+	require.NoError(t, tb.setBurstAt(0, 20))
 	assert.Equal(t, int64(20), tb.Burst())
 	assert.InDelta(t, 17, tb.TokensAt(0), 1e-9)
 	assert.True(t, tb.AllowNAt(0, 17))
 	assert.False(t, tb.AllowAt(0))
-	require.NoError(t, tb.SetBurstAt(0, 5))
+	require.NoError(t, tb.setBurstAt(0, 5))
 	assert.InDelta(t, -15, tb.TokensAt(0), 1e-9)
 	assert.InDelta(t, 5, tb.TokensAt(2*time.Second), 1e-9)
 
-	require.Error(t, tb.SetBurstAt(0, 0))
-	require.Error(t, tb.SetBurst(math.MaxInt64))
+	require.Error(t, tb.setBurstAt(0, 0))
+	require.Error(t, tb.SetLimit(tb.Rate(), math.MaxInt64))
 	assert.Equal(t, int64(5), tb.Burst())
-	require.NoError(t, tb.SetBurst(6))
-	require.NoError(t, tb.SetRate(PerSecond(12)))
+	require.NoError(t, tb.SetLimit(tb.Rate(), 6))
+	require.NoError(t, tb.SetLimit(PerSecond(12), tb.Burst()))
 }
 
 func TestTokenBucketWait(t *testing.T) {
@@ -326,7 +326,7 @@ func abandonedWait(t *testing.T, tb *TokenBucket, during func()) {
 func TestTokenBucketWaitCancelAfterSetRate(t *testing.T) {
 	spentBucket(t, func(t *testing.T, clk sluice.Clock, tb *TokenBucket) {
 		abandonedWait(t, tb, func() { // its token comes at 100ms
-			require.NoError(t, tb.SetRate(PerSecond(10)))
+			require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
 			time.Sleep(30 * time.Millisecond)
 		})
 		assert.InDelta(t, -0.7, tb.TokensAt(clk.Now()), 1e-9, "the waiter's token stays taken")
@@ -381,10 +381,10 @@ func TestTokenBucketConcurrentReconfigure(t *testing.T) {
 				r = PerSecond(400)
 			}
 			now := time.Duration(latest.Load())
-			if err := tb.SetRateAt(now, r); err != nil {
+			if err := tb.setRateAt(now, r); err != nil {
 				panic(err)
 			}
-			if err := tb.SetBurstAt(now, 10+int64(i%11)); err != nil {
+			if err := tb.setBurstAt(now, 10+int64(i%11)); err != nil {
 				panic(err)
 			}
 		}
@@ -524,7 +524,7 @@ func TestTokenBucketReleaseAfterSetBurst(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 5)
 	d, tk := admit(tb, sluice.WithCost(context.Background(), 5), 0)
 	require.True(t, d.Allowed)
-	require.NoError(t, tb.SetBurstAt(0, 2))
+	require.NoError(t, tb.setBurstAt(0, 2))
 	require.Equal(t, -3.0, tb.TokensAt(0), "the missing tokens stay missing")
 	tb.Done(tk, sluice.Released, 0, 0)
 	assert.Equal(t, 2.0, tb.TokensAt(0), "full at the new burst")
@@ -576,8 +576,8 @@ func TestTokenBucketAdmitAgreesWithDecide(t *testing.T) {
 	admitted, rejected := 0, 0
 	for i, s := range steps {
 		if i == 7 {
-			require.NoError(t, a.SetBurstAt(s.at, 8))
-			require.NoError(t, f.SetBurstAt(s.at, 8))
+			require.NoError(t, a.setBurstAt(s.at, 8))
+			require.NoError(t, f.setBurstAt(s.at, 8))
 		}
 		ctx := sluice.WithCost(context.Background(), s.cost)
 		want, wt := a.admitD(ctx, s.at)

@@ -17,7 +17,7 @@
 // conventions (aspnetcore.rate_limiting.*):
 //
 //   - sluice.requests, counter {request}: sluice.guard, sluice.policy,
-//     sluice.result (admitted, rejected), sluice.cause on rejections
+//     sluice.result (admitted, rejected, shadow_rejected), sluice.cause on rejections
 //     (rate_limited, circuit_open, overloaded, concurrency_limited, timeout,
 //     other);
 //   - sluice.call.duration, histogram s: sluice.guard, sluice.outcome

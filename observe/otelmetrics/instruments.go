@@ -134,6 +134,7 @@ type policyWatch struct {
 	attr     attribute.KeyValue
 	plain    metric.ObserveOption                     // guard, policy
 	admitted metric.ObserveOption                     // result=admitted
+	shadow   metric.ObserveOption                     // result=shadow_rejected
 	rejected [len(causeNames)]metric.ObserveOption    // result=rejected, by cause
 	states   [len(breakerStates)]metric.ObserveOption // by breaker state
 }
@@ -141,6 +142,7 @@ type policyWatch struct {
 func (pw *policyWatch) init(w *watch) {
 	pw.plain = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr))
 	pw.admitted = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "admitted")))
+	pw.shadow = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "shadow_rejected")))
 	for c, name := range causeNames {
 		pw.rejected[c] = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr,
 			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name)))
@@ -186,7 +188,12 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 	for i := range w.policies {
 		pw := &w.policies[i]
 		ps := s.Policies[i]
-		o.ObserveInt64(in.requests, int64(ps.Admitted), pw.admitted)
+		// A call a policy rejected in shadow mode, and let through, is
+		// counted once: as shadow_rejected, not as admitted.
+		o.ObserveInt64(in.requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted)
+		if ps.ShadowRejected > 0 {
+			o.ObserveInt64(in.requests, int64(ps.ShadowRejected), pw.shadow)
+		}
 		for c, n := range ps.Rejected {
 			if n > 0 {
 				o.ObserveInt64(in.requests, int64(n), pw.rejected[c])

@@ -281,3 +281,14 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	require.NoError(t, err, "a closed Guard's name is free again")
 	require.NoError(t, g.Close())
 }
+
+func TestShadowRejectionsAreCountedApart(t *testing.T) {
+	reader, g := setup(t, "api")
+	require.NoError(t, g.SetShadow("ratelimit/api", true))
+	runDo(t, g)
+	assert.Equal(t, map[string]float64{
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=admitted":        4,
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=shadow_rejected": 2,
+		"sluice.guard=api,sluice.policy=breaker/backend,sluice.result=admitted":      6,
+	}, points(t, reader, "sluice.requests"))
+}
