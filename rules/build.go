@@ -185,29 +185,80 @@ func closePolicy(p sluice.Policy) {
 	}
 }
 
-// canUpdate reports whether b's policy can take to's numbers in place: b
-// and to are of the same shape.
-func canUpdate(b *built, to *policySpec) bool {
-	switch b.p.(type) {
-	case *degrade.Shed:
-		return b.spec.retryAfter == to.retryAfter
-	case *ratelimit.TokenBucket:
-		return true
-	}
-	return false
-}
+// errNotInPlace says a policy cannot take new numbers in place.
+var errNotInPlace = errors.New("its kind cannot change this in place")
 
-// update sets to's numbers on b's policy in place, as canUpdate allowed.
-// The constructor has accepted them already.
+// update sets to's numbers on b's policy in place, through its setter,
+// which validates them as its constructor does and on an error changes
+// nothing; b.spec and to are of the same shape.
 func update(b *built, to *policySpec) error {
 	switch p := b.p.(type) {
-	case *ratelimit.TokenBucket:
-		return errors.Join(p.SetRate(to.rate), p.SetBurst(to.burst))
 	case *degrade.Shed:
+		if b.spec.retryAfter != to.retryAfter {
+			return errNotInPlace
+		}
 		b.sw.Set(to.on)
+		return nil
+	case *ratelimit.Keyed:
+		return p.SetLimit(func(p sluice.Policy) error { return setLocal(p, b.spec, to) })
+	case *redislimit.Limiter:
+		limit, window := to.limit, to.window
+		if to.kind == "gcra" || to.kind == "token-bucket" {
+			// A burst of limit refilled in window: the rate limit/window.
+			limit = to.burst
+			window = time.Duration(to.burst) * to.rate.Period / time.Duration(to.rate.Count)
+			if window*time.Duration(to.rate.Count) != time.Duration(to.burst)*to.rate.Period {
+				return errNotInPlace
+			}
+		}
+		if b.spec.buckets != to.buckets {
+			return errNotInPlace
+		}
+		return p.SetLimit(limit, window)
 	}
-	return nil
+	return setLocal(b.p, b.spec, to)
 }
+
+// setLocal sets to's numbers on p, a policy of this process's memory made
+// from from.
+func setLocal(p sluice.Policy, from, to *policySpec) error {
+	switch p := p.(type) {
+	case *ratelimit.TokenBucket:
+		return p.SetLimit(to.rate, to.burst)
+	case *ratelimit.GCRA:
+		return p.SetLimit(to.rate, to.burst)
+	case *ratelimit.LeakyBucket:
+		return p.SetLimit(to.rate, to.capacity)
+	case *ratelimit.FixedWindow:
+		return p.SetLimit(to.limit, to.window)
+	case *ratelimit.SlidingWindow:
+		return p.SetLimit(to.limit, to.window, to.buckets)
+	case *ratelimit.SlidingLog:
+		return p.SetLimit(to.limit, to.window)
+	case *ratelimit.WarmUp:
+		return p.SetLimit(to.rate, to.burst, to.warmUp, to.coldFactor)
+	case *ratelimit.Shaper:
+		return p.SetLimit(to.rate, to.maxWait)
+	case *breaker.Breaker:
+		return p.Reconfigure(breakerOptions(to)...)
+	case *adaptive.Shedder:
+		if to.kind == "bulkhead" && (from.maxWait > 0) != (to.maxWait > 0) {
+			return errNotInPlace // a queue cannot come or go at run time
+		}
+		o := shedderOptions(to)
+		if to.kind == "shedder" && to.maxWait == 0 {
+			o = append(o, adaptive.WithQueue(defaultQueue, defaultMaxWait))
+		}
+		return p.Reconfigure(int(to.limit), o...)
+	}
+	return errNotInPlace
+}
+
+// The queue of a shedder the file gives none, as NewShedder makes it.
+const (
+	defaultQueue   = 1000
+	defaultMaxWait = 200 * time.Millisecond
+)
 
 // fallbackHandler is a static answer: status, header fields and body.
 type fallbackHandler struct {
@@ -371,7 +422,7 @@ func where(file string, at pos, what string, err error) error {
 // changes none of it keeps the Guard.
 func signature(g *guardSpec, ps []sluice.Policy, fbs string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v|%v|%s|", g.timeout, g.shadow, fbs)
+	fmt.Fprintf(&b, "%v|%s|", g.timeout, fbs)
 	if g.key != nil {
 		fmt.Fprintf(&b, "%+v|", *g.key)
 	}

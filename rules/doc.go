@@ -86,7 +86,22 @@
 // last n calls. A shed turns its route away while on is true
 // (degrade.Shed), and a reload that flips on flips its switch.
 //
-// Every number is checked as the policy's constructor checks it.
+// Every number is checked as the policy's constructor checks it. Every
+// kind takes new numbers in place, through its setter (SetLimit,
+// Reconfigure), but for a shed's retry_after, a bulkhead gaining or losing
+// its queue, a Redis bucket whose rate and burst make no whole window, and
+// the changes a setter refuses (a breaker's count window turned rolling):
+// those policies are made anew, and Status.Changes says why.
+//
+// # Shadow
+//
+// shadow: true on a policy, or on a guard for all its policies, puts it in
+// shadow mode (sluice.WithShadow): it decides every request as it would
+// when enforcing, and what it would reject is counted
+// (sluice.PolicyStats.ShadowRejected, the observers) but goes through. A
+// reload that only turns shadow modes on or off keeps the Guard, and its
+// counters, and sets the modes in place (sluice.Guard.SetShadow). Give the
+// Guards an observer with [WithGuardOptions] to count.
 //
 // # Versions
 //

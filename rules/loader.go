@@ -30,6 +30,7 @@ type Loader struct {
 	b        builder
 	log      *slog.Logger
 	onReload []func(Status)
+	guardOpt func(guard string) []sluice.Option
 
 	mu       sync.Mutex // serialises loads
 	cur      atomic.Pointer[state]
@@ -89,6 +90,23 @@ func WithLogger(lg *slog.Logger) Option {
 			return errors.New("rules: WithLogger: nil logger")
 		}
 		l.log = lg
+		return nil
+	}
+}
+
+// WithGuardOptions gives every Guard the Loader makes the options fn
+// returns for the guard's name in the file: an observer (sluice.WithObserver)
+// to count its decisions, shadow rejections among them, say. A Guard is
+// named after its guard (sluice.WithName) unless the options name it
+// otherwise. When a reload rebuilds a guard, its old Guard is closed
+// (sluice.Guard.Close, which lets its observers go) just before its
+// successor is made. Default: no options.
+func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
+	return func(l *Loader) error {
+		if fn == nil {
+			return errors.New("rules: WithGuardOptions: nil function")
+		}
+		l.guardOpt = fn
 		return nil
 	}
 }
@@ -249,14 +267,17 @@ func (l *Loader) load(data []byte) (bool, error) {
 
 // build makes the state of s, keeping what it can of old (nil for the
 // first load): a policy whose spec is unchanged is kept, one whose numbers
-// changed is updated in place when its kind can be, and the others are new.
-// Nothing of old changes until every part of s has been built.
+// changed takes them in place when its kind can, and the others are made
+// anew. Nothing of old changes until every part of s has been checked.
 func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
+	type change struct {
+		prev, made *built
+	}
 	var (
 		errs    []error
 		made    []*built // new policies, closed if the load fails
-		updates []func()
-		changes []string
+		changed []change // policies of old with new numbers
+		out     []string
 	)
 	next := &state{spec: s, policies: map[string]*built{}, guards: map[string]*sluice.Guard{}, sigs: map[string]string{}}
 	for _, ps := range s.policies {
@@ -268,124 +289,165 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 			next.policies[ps.name] = &built{spec: ps, p: prev.p, sw: prev.sw}
 			continue
 		}
-		b, err := l.b.newPolicy(ps) // validates the numbers as the constructor does
+		b, err := l.b.newPolicy(ps) // checks the numbers as the constructor does
 		if err != nil {
 			errs = append(errs, where(l.path, ps.at, "policy "+ps.name, err))
 			continue
 		}
+		made = append(made, b)
+		next.policies[ps.name] = b
 		switch {
 		case prev == nil:
-			made = append(made, b)
-			next.policies[ps.name] = b
-			changes = append(changes, fmt.Sprintf("policy %s: new %s", ps.name, ps.kind))
-		case prev.spec.sameShape(ps) && canUpdate(prev, ps):
-			closePolicy(b.p)
-			prev, ps := prev, ps
-			next.policies[ps.name] = &built{spec: ps, p: prev.p, sw: prev.sw}
-			updates = append(updates, func() {
-				if err := update(prev, ps); err != nil {
-					l.log.Error("sluice rules: a policy refused numbers its constructor took", "policy", ps.name, "error", err)
-				}
-			})
-			changes = append(changes, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(prev.spec, ps)))
+			out = append(out, fmt.Sprintf("policy %s: new %s", ps.name, ps.kind))
+		case prev.spec.sameShape(ps):
+			changed = append(changed, change{prev, b})
 		default:
-			made = append(made, b)
-			next.policies[ps.name] = b
-			changes = append(changes, fmt.Sprintf("policy %s: rebuilt: %s", ps.name, diff(prev.spec, ps)))
+			out = append(out, fmt.Sprintf("policy %s: rebuilt: %s", ps.name, diff(prev.spec, ps)))
 		}
 	}
-	if len(errs) == 0 {
-		errs = l.buildGuards(old, next, &changes)
-	}
+	keys, fbs := l.guardParts(s, &errs)
 	if len(errs) > 0 {
 		for _, b := range made {
 			closePolicy(b.p)
 		}
 		return nil, nil, errors.Join(errs...)
 	}
-	for _, u := range updates {
-		u()
+	// The file is sound: the policies of old take their new numbers, or,
+	// when they cannot, give way to the new ones.
+	for _, c := range changed {
+		ps := c.made.spec
+		if err := update(c.prev, ps); err != nil {
+			out = append(out, fmt.Sprintf("policy %s: rebuilt: %s (%v)", ps.name, diff(c.prev.spec, ps), err))
+			continue
+		}
+		closePolicy(c.made.p)
+		next.policies[ps.name] = &built{spec: ps, p: c.prev.p, sw: c.prev.sw}
+		out = append(out, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(c.prev.spec, ps)))
+	}
+	if err := l.assemble(old, next, keys, fbs, &out); err != nil {
+		return nil, nil, err
 	}
 	if old != nil {
+		for name, g := range old.guards {
+			if next.guards[name] == nil {
+				_ = g.Close()
+				out = append(out, "guard "+name+": removed")
+			}
+		}
 		for name, b := range old.policies {
 			if nb := next.policies[name]; nb == nil || nb.p != b.p {
 				closePolicy(b.p)
 				if nb == nil {
-					changes = append(changes, fmt.Sprintf("policy %s: removed", name))
+					out = append(out, fmt.Sprintf("policy %s: removed", name))
 				}
 			}
 		}
-		changes = append(changes, routeChanges(old.spec, s)...)
+		out = append(out, routeChanges(old.spec, s)...)
 	}
-	return next, changes, nil
+	return next, out, nil
 }
 
-// buildGuards makes the Guards, the route table and the Keyer of next.
-func (l *Loader) buildGuards(old *state, next *state, changes *[]string) []error {
-	s := next.spec
-	var errs []error
+// guardParts makes each guard's key function and fallbacks, which may
+// fail on what the parser cannot check (a proxy's prefix), so that they
+// are checked before any policy changes.
+func (l *Loader) guardParts(s *spec, errs *[]error) (map[string]middleware.KeyFunc, map[string]fallbacks) {
 	keys := map[string]middleware.KeyFunc{}
-	keyed := false
+	fbs := map[string]fallbacks{}
+	for _, gs := range s.guards {
+		fn, err := keyFunc(gs.key)
+		if err != nil {
+			*errs = append(*errs, where(l.path, gs.at, "guard "+gs.name+": key", err))
+		}
+		keys[gs.name] = fn
+		fb, desc, err := fallbacksOf(s, gs.name)
+		if err != nil {
+			*errs = append(*errs, where(l.path, gs.at, "guard "+gs.name+": fallbacks", err))
+		}
+		fbs[gs.name] = fallbacks{fb, desc}
+	}
+	return keys, fbs
+}
+
+// fallbacks are a guard's fallbacks and their description.
+type fallbacks struct {
+	fb   sluice.Fallback
+	desc string
+}
+
+// assemble makes the Guards, the route table and the Keyer of next from
+// its policies, keeping each Guard of old whose parts are the same, and
+// setting its shadow modes to the file's.
+func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) error {
+	s := next.spec
 	for _, gs := range s.guards {
 		ps := make([]sluice.Policy, len(gs.policies))
 		for i, p := range gs.policies {
 			ps[i] = next.policies[p.name].p
 		}
-		fb, fbs, err := fallbacksOf(s, gs.name)
-		if err != nil {
-			errs = append(errs, where(l.path, gs.at, "guard "+gs.name+": fallbacks", err))
-			continue
-		}
-		sig := signature(gs, ps, fbs)
+		sig := signature(gs, ps, fbs[gs.name].desc)
 		next.sigs[gs.name] = sig
 		if old != nil && old.sigs[gs.name] == sig {
-			next.guards[gs.name] = old.guards[gs.name]
-		} else {
-			opts := []sluice.Option{sluice.With(ps...)}
-			if gs.timeout > 0 {
-				opts = append(opts, sluice.WithTimeout(gs.timeout))
-			}
-			if fb != nil {
-				opts = append(opts, sluice.WithFallback(fb))
-			}
-			g, err := sluice.New(opts...)
-			if err != nil {
-				errs = append(errs, where(l.path, gs.at, "guard "+gs.name, err))
-				continue
-			}
+			g := old.guards[gs.name]
 			next.guards[gs.name] = g
-			if old != nil && old.guards[gs.name] != nil {
-				*changes = append(*changes, "guard "+gs.name+": rebuilt")
+			if err := setShadows(g, gs, ps, old.spec.byName[gs.name], out); err != nil {
+				return where(l.path, gs.at, "guard "+gs.name, err)
+			}
+			continue
+		}
+		opts := []sluice.Option{sluice.WithName(gs.name), sluice.With(ps...)}
+		if l.guardOpt != nil {
+			opts = append(opts, l.guardOpt(gs.name)...)
+		}
+		if gs.timeout > 0 {
+			opts = append(opts, sluice.WithTimeout(gs.timeout))
+		}
+		if fb := fbs[gs.name].fb; fb != nil {
+			opts = append(opts, sluice.WithFallback(fb))
+		}
+		if gs.shadow {
+			opts = append(opts, sluice.WithShadow(""))
+		}
+		for i, p := range gs.policies {
+			if p.shadow {
+				opts = append(opts, sluice.WithShadow(ps[i].Name()))
 			}
 		}
-		fn, err := keyFunc(gs.key)
+		if old != nil && old.guards[gs.name] != nil {
+			// Its observers let go of it, for its successor of the same
+			// name; it serves on until the new rules are in force.
+			if err := old.guards[gs.name].Close(); err != nil {
+				l.log.Error("sluice rules: closing a guard rebuilt", "guard", gs.name, "error", err)
+			}
+			*out = append(*out, "guard "+gs.name+": rebuilt")
+		}
+		g, err := sluice.New(opts...)
 		if err != nil {
-			errs = append(errs, where(l.path, gs.at, "guard "+gs.name+": key", err))
+			return where(l.path, gs.at, "guard "+gs.name, err)
 		}
-		if fn == nil {
-			fn = noKey
-		} else {
-			keyed = true
-		}
-		keys[gs.name] = fn
+		next.guards[gs.name] = g
 	}
-	if len(errs) > 0 {
-		return errs
+	byRoute := map[string]middleware.KeyFunc{}
+	keyed := false
+	keyOf := func(guard string) middleware.KeyFunc {
+		if fn := keys[guard]; fn != nil {
+			keyed = true
+			return fn
+		}
+		return noKey
 	}
 	var ropts []middleware.RoutesOption
-	byRoute := map[string]middleware.KeyFunc{}
 	for _, r := range s.routes {
 		ropts = append(ropts, middleware.RouteTo(r.pattern, next.guards[r.guard]))
-		byRoute[r.pattern] = keys[r.guard]
+		byRoute[r.pattern] = keyOf(r.guard)
 	}
 	var other middleware.KeyFunc
 	if s.def != "" {
 		ropts = append(ropts, middleware.DefaultRoute(next.guards[s.def]))
-		other = keys[s.def]
+		other = keyOf(s.def)
 	}
 	rs, err := middleware.NewRoutes(ropts...)
 	if err != nil {
-		return []error{fmt.Errorf("%s: routes: %w", l.path, err)}
+		return fmt.Errorf("%s: routes: %w", l.path, err)
 	}
 	next.routes = rs
 	if keyed {
@@ -397,9 +459,30 @@ func (l *Loader) buildGuards(old *state, next *state, changes *[]string) []error
 		}
 		k, err := middleware.NewKeyer(missing, middleware.KeyPerRoute(byRoute, other))
 		if err != nil {
-			return []error{fmt.Errorf("%s: keys: %w", l.path, err)}
+			return fmt.Errorf("%s: keys: %w", l.path, err)
 		}
 		next.keyer = k
+	}
+	return nil
+}
+
+// setShadows sets the shadow modes of g, kept from the rules before (was),
+// to those gs declares; ps are its policies.
+func setShadows(g *sluice.Guard, gs *guardSpec, ps []sluice.Policy, was *guardSpec, out *[]string) error {
+	mode := map[bool]string{true: "shadow", false: "enforcing"}
+	if gs.shadow != was.shadow {
+		if err := g.SetShadow("", gs.shadow); err != nil {
+			return err
+		}
+		*out = append(*out, "guard "+gs.name+": "+mode[gs.shadow])
+	}
+	for i, p := range gs.policies {
+		if p.shadow != was.policies[i].shadow {
+			if err := g.SetShadow(ps[i].Name(), p.shadow); err != nil {
+				return err
+			}
+			*out = append(*out, "policy "+p.name+": "+mode[p.shadow])
+		}
 	}
 	return nil
 }
@@ -412,8 +495,8 @@ func diff(from, to *policySpec) string {
 	f, t := reflect.ValueOf(*from), reflect.ValueOf(*to)
 	var out string
 	for i := range f.NumField() {
-		name := f.Type().Field(i).Name
-		if name == "at" || name == "shape" {
+		name := f.Type().Field(i).Tag.Get("rules")
+		if name == "" || name == "shadow" {
 			continue
 		}
 		a, b := show(f.Field(i)), show(t.Field(i))
@@ -432,8 +515,11 @@ func diff(from, to *policySpec) string {
 
 // show formats a field of a policySpec.
 func show(v reflect.Value) string {
-	if v.Type() == reflect.TypeFor[ratelimit.Rate]() {
+	switch v.Type() {
+	case reflect.TypeFor[ratelimit.Rate]():
 		return ratelimit.Rate{Count: v.Field(0).Int(), Period: time.Duration(v.Field(1).Int())}.String()
+	case reflect.TypeFor[time.Duration]():
+		return time.Duration(v.Int()).String()
 	}
 	return fmt.Sprint(v)
 }

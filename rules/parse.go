@@ -43,44 +43,44 @@ type guardSpec struct {
 // tell whether a reload changed it.
 type policySpec struct {
 	at    pos
-	name  string
-	kind  string
-	store string // "" (local) or "redis"
-	fail  string // Redis failure policy: "", "open", "closed"
+	name  string `rules:"name"`
+	kind  string `rules:"kind"`
+	store string `rules:"store"` // "" (local) or "redis"
+	fail  string `rules:"fail"`  // Redis failure policy: "", "open", "closed"
 
-	perKey  bool
-	maxKeys int
-	shadow  bool
+	perKey  bool `rules:"per_key"`
+	maxKeys int  `rules:"max_keys"`
+	shadow  bool `rules:"shadow"`
 
-	rate       ratelimit.Rate
-	burst      int64
-	limit      int64
-	capacity   int64
-	window     time.Duration
-	buckets    int
-	maxWait    time.Duration
-	warmUp     time.Duration
-	coldFactor int64
+	rate       ratelimit.Rate `rules:"rate"`
+	burst      int64          `rules:"burst"`
+	limit      int64          `rules:"limit"`
+	capacity   int64          `rules:"capacity"`
+	window     time.Duration  `rules:"window"`
+	buckets    int            `rules:"buckets"`
+	maxWait    time.Duration  `rules:"max_wait"`
+	warmUp     time.Duration  `rules:"warm_up"`
+	coldFactor int64          `rules:"cold_factor"`
 
-	consecutive int
-	errorRatio  float64
-	errorCount  int
-	minRequests int
-	slowCall    time.Duration
-	slowRatio   float64
-	windowCalls int
-	openFor     time.Duration
-	halfOpen    int
-	queue       int
-	on          bool
-	retryAfter  time.Duration
-	shape       int // how many window shapes were given
+	consecutive int           `rules:"consecutive_failures"`
+	errorRatio  float64       `rules:"error_ratio"`
+	errorCount  int           `rules:"error_count"`
+	minRequests int           `rules:"min_requests"`
+	slowCall    time.Duration `rules:"slow_call"`
+	slowRatio   float64       `rules:"slow_ratio"`
+	windowCalls int           `rules:"window_calls"`
+	openFor     time.Duration `rules:"open_for"`
+	halfOpen    int           `rules:"half_open_probes"`
+	queue       int           `rules:"queue"`
+	on          bool          `rules:"on"`
+	retryAfter  time.Duration `rules:"retry_after"`
+	shape       int           // how many window shapes were given
 }
 
-// numbersOnly returns p without its place in the file, for comparing what
-// a reload changed.
+// numbersOnly returns p without its place in the file and its shadow mode,
+// which its Guard keeps, for comparing what a reload changed.
 func (p policySpec) numbersOnly() policySpec {
-	p.at = pos{}
+	p.at, p.shadow = pos{}, false
 	return p
 }
 
@@ -357,6 +357,9 @@ func (p *parser) rate(n *yaml.Node, what string) ratelimit.Rate {
 func (p *parser) guards(s *spec, n *yaml.Node) {
 	p.fields(n, "guards", func(name string, v *yaml.Node) {
 		g := &guardSpec{name: name, at: at(v)}
+		if name == "" {
+			p.errf(v, "a guard needs a name")
+		}
 		if name == "none" {
 			p.errf(v, "a guard may not be named \"none\": a route mapped to none is unguarded")
 		}
