@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -346,6 +347,12 @@ func fallbacksOf(s *spec, g string) (sluice.Fallback, string, error) {
 		}
 		if m[r], err = make1(fs); err != nil {
 			return nil, "", err
+		}
+	}
+	// Where in the file they are is no part of what they answer.
+	for _, fs := range append([][]fallbackSpec{all}, slices.Collect(maps.Values(byRoute))...) {
+		for i := range fs {
+			fs[i].at = pos{}
 		}
 	}
 	if len(m) == 0 {

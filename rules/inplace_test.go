@@ -63,13 +63,18 @@ func TestABulkheadGainingAQueueIsRebuilt(t *testing.T) {
 	}, l.Status().Changes)
 }
 
-func TestABreakerKeepsItsOpenStateThroughNewNumbers(t *testing.T) {
+// A breaker keeps its open state through a reload that leaves it be, and
+// through one that changes its numbers.
+func TestABreakerKeepsItsOpenState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, path := newLoader(t, breakerRules)
 		mw, err := l.HTTP()
 		require.NoError(t, err)
 		h := mw(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 		assert.Equal(t, []int{502, 503}, statuses(h, "/pay", 2))
+		writeRules(t, path, strings.Replace(breakerRules, "burst: 100", "burst: 50", 1))
+		require.NoError(t, l.Reload())
+		assert.Equal(t, []int{503}, statuses(h, "/pay", 1))
 		writeRules(t, path, strings.Replace(breakerRules, "consecutive_failures: 1, open_for: 1m", "consecutive_failures: 2, open_for: 2m", 1))
 		require.NoError(t, l.Reload())
 		g, _ := l.Guard("pay")
