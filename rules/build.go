@@ -426,13 +426,11 @@ func where(file string, at pos, what string, err error) error {
 }
 
 // signature describes what a guard is built from, so that a reload that
-// changes none of it keeps the Guard.
+// changes none of it keeps the Guard. Its key is not part of it: the
+// adapters' Keyer finds the key.
 func signature(g *guardSpec, ps []sluice.Policy, fbs string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v|%s|", g.timeout, fbs)
-	if g.key != nil {
-		fmt.Fprintf(&b, "%+v|", *g.key)
-	}
 	for _, p := range ps {
 		fmt.Fprintf(&b, "%p,", p)
 	}
