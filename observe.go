@@ -79,8 +79,10 @@ type CallEvent struct {
 // keeps no counters and pays nothing for observation: its call path checks
 // one pointer.
 //
-// An observed Guard reads its clock at the end of every call, for the
-// latency, even when no policy needs it ([NeedsEnd]).
+// A Guard with an observer that hears its calls (one whose Attach returns
+// an observe function) reads its clock at the end of every call, for the
+// latency, even when no policy needs it ([NeedsEnd]); one whose observers
+// only read [Guard.Stats] or subscribe to state changes does not.
 func WithObserver(o Observer) Option {
 	return func(g *Guard) error {
 		if isNil(o) {
@@ -105,6 +107,10 @@ type Stats struct {
 	// error, indexed by the [Cause] of the error it replaced (CauseNone: a
 	// failure of the call that was no timeout).
 	Fallbacks [numCauses]uint64
+	// Attempts, Retries and BudgetRefusals count, for a Guard that declares
+	// retries ([WithRetry]), whether observed or not: its calls, retries
+	// included; the retries it granted; and those its retry budget refused.
+	Attempts, Retries, BudgetRefusals uint64
 }
 
 // numCauses is the number of Causes, CauseNone included.
@@ -130,7 +136,8 @@ type PolicyStats struct {
 }
 
 // Stats returns the Guard's counters. A Guard built without [WithObserver]
-// keeps none: its Stats has the policies' names and zero counts.
+// keeps none but its retry counters: its Stats has the policies' names and
+// zero counts.
 func (g *Guard) Stats() Stats {
 	if g == nil {
 		return Stats{}
@@ -138,6 +145,9 @@ func (g *Guard) Stats() Stats {
 	s := Stats{Guard: g.name, Policies: make([]PolicyStats, len(g.policies))}
 	for i := range s.Policies {
 		s.Policies[i].Policy = g.names[i]
+	}
+	if r := g.retry; r != nil {
+		s.Attempts, s.Retries, s.BudgetRefusals = r.attemptsMade(), r.retries.Load(), r.refusals.Load()
 	}
 	ob := g.obs
 	if ob == nil {

@@ -43,7 +43,7 @@ func ExampleBreaker_Execute() {
 }
 
 // A breaker in a Guard's chain: the Guard hands it the time and classifies
-// errors; a Guard observer hears its state changes.
+// errors; a subscriber hears its state changes.
 func ExampleNew_guard() {
 	clk := sluice.NewManualClock(0)
 	b, err := breaker.New("search",
@@ -54,8 +54,8 @@ func ExampleNew_guard() {
 	if err != nil {
 		panic(err)
 	}
-	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk),
-		sluice.OnStateChange(func(c sluice.StateChange) { fmt.Println(c.Policy, c.From, "->", c.To) }))
+	b.Subscribe(func(c sluice.StateChange) { fmt.Println(c.Policy, c.From, "->", c.To) })
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 func mustGroup(t *testing.T, opts ...breaker.Option) *breaker.Group {
@@ -233,9 +234,9 @@ func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, key := range []string{"a", "b"} {
 		wg.Go(func() {
-			d, tk := admit(g, res(key), sluice.Now())
+			d, tk := admit(g, res(key), monoclock.Now())
 			if assert.True(t, d.Allowed) {
-				g.Done(tk, sluice.Failure, sluice.Now(), 0)
+				g.Done(tk, sluice.Failure, monoclock.Now(), 0)
 			}
 		})
 	}

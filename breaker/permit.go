@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 func randFloat() float64 { return rand.Float64() }
@@ -34,7 +35,7 @@ func (e *permitEnv) bind(p sluice.Policy) {
 
 func (e *permitEnv) now() time.Duration {
 	if e.system {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return e.clock.Now()
 }

@@ -17,17 +17,17 @@ func ExampleNewTokenBucket() {
 		panic(err)
 	}
 	clock := sluice.NewManualClock(0)
-	g, err := sluice.New(sluice.With(tb), sluice.WithClock(clock),
-		sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
-			fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
-		}))
+	g, err := sluice.New(sluice.With(tb), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	for _, at := range []time.Duration{0, 0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond} {
 		clock.Set(at)
-		_ = g.Do(context.Background(), func(context.Context) error { return nil })
+		call, err := g.Begin(context.Background())
+		d := call.Decision()
+		fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
+		_ = call.End(err)
 	}
 	// Output:
 	// at 0s: allowed=true remaining=2 retry-after=0s

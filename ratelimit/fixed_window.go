@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // FixedWindow admits at most limit cost units in each window of time
@@ -55,7 +56,7 @@ type windowConfig struct {
 const windowFrozen = ^uint64(0)
 
 // limiterClock reads a limiter's clock for the methods that take no instant,
-// calling sluice.Now directly, not through the interface, for SystemClock.
+// calling monoclock.Now directly, not through the interface, for SystemClock.
 type limiterClock struct {
 	c   sluice.Clock
 	sys bool
@@ -67,7 +68,7 @@ func newLimiterClock(c sluice.Clock) limiterClock {
 
 func (c limiterClock) now() time.Duration {
 	if c.sys {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return c.c.Now()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // cacheLine is the padding that keeps a hot state word alone on its cache
@@ -209,7 +210,7 @@ func (g *GCRA) SetLimit(r Rate, burst int64) error {
 
 func (g *GCRA) now() time.Duration {
 	if g.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return g.clock.Now()
 }

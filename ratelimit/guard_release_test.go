@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // rejecter rejects every request.
@@ -26,7 +27,7 @@ func (rejecter) Needs() sluice.Needs                                            
 // then rejected further in gives back only what had not leaked yet.
 func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		bucket, err := NewLeakyBucket(PerSecond(1), 3, WithClock(clk))
 		require.NoError(t, err)
 		shaper := mustShaper(t, PerSecond(1), 2*time.Second, WithClock(clk))
@@ -58,7 +59,7 @@ func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 // caller does not wait behind an empty turn.
 func TestShaperReleasedInGuardGivesItsTurnBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		shaper := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		g, err := sluice.New(sluice.With(shaper, rejecter{}), sluice.WithClock(clk))
 		require.NoError(t, err)

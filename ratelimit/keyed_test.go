@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -192,7 +193,7 @@ func TestKeyedIdleKeysExpire(t *testing.T) {
 func TestKeyedJanitorDropsIdleKeysAndStopsOnClose(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		k, err := NewKeyed(fixedPer(5, time.Second, nil), WithClock(clk),
 			WithIdleTTL(time.Minute), WithJanitor(10*time.Second))
 		require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
@@ -155,7 +156,7 @@ func (s *Shaper) config() *shaperConfig {
 
 func (s *Shaper) now() time.Duration {
 	if s.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return s.clock.Now()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // instants is a policy that admits everything and notes the instants and
@@ -43,7 +44,7 @@ func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Durat
 // the end of its wait, and the latency they hear is the call's own.
 func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		assert.Equal(t, sluice.Waits, s.Needs())
 		inner := &instants{}
@@ -72,7 +73,7 @@ func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 // Keyed Waits exactly when the limiters it makes do.
 func TestKeyedOfShapersWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
 			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
 		}, WithClock(clk))

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -109,7 +110,7 @@ func TestShaperAdmitSpacesRequests(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), 250*m, WithClock(clk))
 		type result struct {
 			d  sluice.Decision
@@ -142,7 +143,7 @@ func TestShaperAdmitSpacesRequests(t *testing.T) {
 func TestShaperRejectsBeyondDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		require.True(t, s.Allow())
 		ctx, cancel := context.WithTimeout(context.Background(), 150*m)
@@ -179,7 +180,7 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		require.True(t, s.Allow()) // turn 0; next at 100ms
 		ctx, cancel := context.WithCancel(context.Background())
@@ -219,7 +220,7 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 
 func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		require.True(t, s.Allow())
 		// The deadline is far when the wait starts, then moves closer: a
@@ -277,7 +278,7 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 	})
 	t.Run("after a wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			clk := sluice.NewMonotonicClock()
+			clk := monoclock.New()
 			s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 			require.True(t, s.allowNAt(0, 1))
 			d, tk := admit(s, sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
@@ -348,7 +349,7 @@ func TestShaperAllocatesNothing(t *testing.T) {
 // deadline is kept.
 func TestShaperTurnAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		require.True(t, s.Allow())
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -364,7 +365,7 @@ func TestShaperTurnAtTheDeadline(t *testing.T) {
 // together run 100ms apart, and every one is reported done.
 func TestShaperThroughGuardWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
 		g, err := sluice.New(sluice.With(s), sluice.WithClock(clk))
 		require.NoError(t, err)

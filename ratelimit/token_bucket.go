@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // ErrWouldExceedDeadline is the cause of a rejection by a waiting method
@@ -93,7 +94,7 @@ func newBucketConfig(r Rate, burst int64) (*bucketConfig, error) {
 
 func (tb *TokenBucket) now() time.Duration {
 	if tb.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return tb.clock.Now()
 }
@@ -134,7 +135,7 @@ func (tb *TokenBucket) state(now int64) (*bucketConfig, int64) {
 func (tb *TokenBucket) Allow() bool {
 	var now time.Duration
 	if tb.sysClock {
-		now = sluice.Now() // inlined: one read of the runtime's clock
+		now = monoclock.Now() // inlined: one read of the runtime's clock
 	} else {
 		now = tb.clock.Now()
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -182,7 +183,7 @@ func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
 	})
 	t.Run("an abandoned WaitN", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			clk := sluice.NewMonotonicClock()
+			clk := monoclock.New()
 			tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
 			d, tk := admit(tb, context.Background(), clk.Now())
 			require.True(t, d.Allowed)
@@ -238,7 +239,7 @@ func TestTokenBucketSetBurst(t *testing.T) {
 func TestTokenBucketWait(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		tb := mustTokenBucket(t, PerSecond(10), 2, WithClock(clk))
 		ctx := context.Background()
 		start := clk.Now()
@@ -253,7 +254,7 @@ func TestTokenBucketWait(t *testing.T) {
 
 func TestTokenBucketWaitRejectsUpFront(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		tb := mustTokenBucket(t, PerSecond(10), 2, WithClock(clk))
 		require.True(t, tb.AllowN(2))
 
@@ -299,7 +300,7 @@ func TestTokenBucketWaitCancelGivesBack(t *testing.T) {
 func spentBucket(t *testing.T, fn func(t *testing.T, clk sluice.Clock, tb *TokenBucket)) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
 		require.True(t, tb.Allow())
 		fn(t, clk, tb)
@@ -471,7 +472,7 @@ func TestTokenBucketConcurrentMixedNeverOver(t *testing.T) {
 // the race with the deadline.
 func TestTokenBucketWaitTokensAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		tb := mustTokenBucket(t, PerSecond(10), 1, WithClock(clk))
 		require.True(t, tb.Allow())
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

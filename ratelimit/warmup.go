@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // WarmUp is a token bucket with a cold start: after the limiter has been idle,
@@ -159,7 +160,7 @@ func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor 
 
 func (w *WarmUp) now() time.Duration {
 	if w.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return w.clock.Now()
 }

@@ -37,7 +37,9 @@
 //   - sluice.load.shedding, gauge, 1 while a load shedder sheds (the
 //     Shedder learns from latency, and samples no CPU);
 //   - sluice.fallback.invocations, counter {invocation}: sluice.guard,
-//     sluice.cause.
+//     sluice.cause;
+//   - sluice.retry.attempts, .retries and .budget_refusals, counters, by
+//     sluice.guard, for a Guard that retries (sluice.WithRetry).
 //
 // Attributes stay bounded: a Guard's name, its policies' names, fixed
 // enumerations, and at most [MaxResources] resources per Guard. No

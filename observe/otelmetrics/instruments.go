@@ -28,6 +28,9 @@ type instruments struct {
 	ccInflight  metric.Int64ObservableGauge
 	ccQueued    metric.Int64ObservableGauge
 	shedding    metric.Int64ObservableGauge
+	rtAttempts  metric.Int64ObservableCounter
+	rtRetries   metric.Int64ObservableCounter
+	rtRefusals  metric.Int64ObservableCounter
 }
 
 // durationBuckets are the bounds, in seconds, of the duration histograms:
@@ -87,12 +90,22 @@ func (in *instruments) create(m metric.Meter) error {
 	in.shedding, e = m.Int64ObservableGauge("sluice.load.shedding",
 		metric.WithDescription("1 while a load shedder sheds, 0 otherwise."))
 	try(e)
+	in.rtAttempts, e = m.Int64ObservableCounter("sluice.retry.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts of the calls of a Guard that retries, retries included."))
+	try(e)
+	in.rtRetries, e = m.Int64ObservableCounter("sluice.retry.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries a Guard's retry budget granted."))
+	try(e)
+	in.rtRefusals, e = m.Int64ObservableCounter("sluice.retry.budget_refusals", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries a Guard's retry budget refused."))
+	try(e)
 	return err
 }
 
 func (in *instruments) observables() []metric.Observable {
 	return []metric.Observable{in.requests, in.fallbacks, in.cbState, in.cbFailRatio, in.rlLimit,
-		in.rlRemaining, in.rlKeys, in.ccLimit, in.ccInflight, in.ccQueued, in.shedding}
+		in.rlRemaining, in.rlKeys, in.ccLimit, in.ccInflight, in.ccQueued, in.shedding,
+		in.rtAttempts, in.rtRetries, in.rtRefusals}
 }
 
 // The policies a watch reads, by what they offer. They are read through
@@ -230,6 +243,12 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 			}
 			o.ObserveInt64(in.shedding, shed, pw.plain)
 		}
+	}
+	if _, retries := w.g.RetryDelay(context.Background(), 0, 0); retries {
+		set := metric.WithAttributeSet(attribute.NewSet(w.guard))
+		o.ObserveInt64(in.rtAttempts, int64(s.Attempts), set)
+		o.ObserveInt64(in.rtRetries, int64(s.Retries), set)
+		o.ObserveInt64(in.rtRefusals, int64(s.BudgetRefusals), set)
 	}
 	for c, n := range s.Fallbacks {
 		if n > 0 {

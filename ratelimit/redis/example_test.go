@@ -62,16 +62,17 @@ func ExampleAll() {
 	if err != nil {
 		panic(err)
 	}
-	g, err := sluice.New(sluice.With(both), sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
-		fmt.Println(d.Allowed, d.Limit, d.Remaining)
-	}))
+	g, err := sluice.New(sluice.With(both))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	ctx := sluice.WithResource(sluice.WithKey(context.Background(), "user-2"), "/search")
 	for range 3 {
-		_ = g.Do(ctx, func(context.Context) error { return nil })
+		call, err := g.Begin(ctx)
+		d := call.Decision()
+		fmt.Println(d.Allowed, d.Limit, d.Remaining)
+		_ = call.End(err)
 	}
 	// Output:
 	// true 2 1
