@@ -109,13 +109,14 @@ func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 	return &windowConfig{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1}, nil
 }
 
-// SetLimit changes the limit and the window now, by the limiter's clock,
-// validated as NewFixedWindow validates them: on an error nothing changes.
-// With the window unchanged, the units used in the current window stay
-// used (a window already past the new limit admits nothing more until it
-// ends); with a new window, counting starts afresh in the new window that
-// holds now, charged with what the current one used. Safe while requests
-// are decided; a request released after the change gives nothing back.
+// SetLimit changes the limit and the window, validated as NewFixedWindow
+// validates them: on an error nothing changes. With the window unchanged,
+// the units used in the current window stay used (a window already past
+// the new limit admits nothing more until it ends); with a new window,
+// they are counted in the new window that holds the current one's end,
+// until that window ends. Safe while requests are decided; a request
+// admitted before the change and released after it, within the window it
+// was counted in, gives nothing back.
 func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	c, err := newWindowConfig(limit, window)
 	if err != nil {
@@ -125,23 +126,37 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	defer w.mu.Unlock()
 	old := w.cfg.Load()
 	s := old.state.Swap(windowFrozen)
-	now := w.clock.now()
-	c.since = now
 	used := s & old.cmask
 	if used == old.cmask {
+		c.since = old.since    // nothing admitted yet: no release to drop
 		c.state.Store(c.cmask) // pristine
 	} else {
-		cur := floorDiv(int64(now), int64(old.window))
-		idx := cur
-		if diff := slotDiff(uint64(cur)<<old.cb, s, old.cb); diff <= 0 {
-			idx = cur - diff
-		} else {
-			used = 0
-		}
+		// The index of the window the state counts in: kept modulo
+		// 2^(64-cb), which holds every index of an instant a window of
+		// this length can tell apart (see checkGranularity).
+		idx := int64(s) >> old.cb
+		end := time.Duration(idx+1) * old.window // the end of that window
+		// Every admission counted so far came before that end: its
+		// release, cut for the old numbers, gives nothing back.
+		c.since = end - 1
 		if window != old.window {
-			idx = floorDiv(int64(now), int64(window))
+			// The count moves to the new window that holds the old one's
+			// last instant, so it is held no shorter than it would have
+			// been; a later instant starts afresh, as in any new window.
+			idx = floorDiv(int64(end)-1, int64(window))
 		}
-		c.state.Store(uint64(idx)<<c.cb | min(used, uint64(limit)))
+		if used > uint64(limit) {
+			// Keep the count above a lowered limit, so that raising it
+			// back in the same window gives nothing twice: widen the count
+			// field when the window allows, else the window counts as full.
+			cb := uint(bits.Len64(used + 1))
+			if checkGranularity("fixed window", int64(used), 1<<40-2, window, cb) == nil {
+				c.cb, c.cmask = cb, 1<<cb-1
+			} else {
+				used = uint64(limit)
+			}
+		}
+		c.state.Store(uint64(idx)<<c.cb | used)
 	}
 	w.cfg.Store(c)
 	return nil

@@ -199,13 +199,13 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	return g, nil
 }
 
-// SetLimit changes the rate and the burst now, by the limiter's clock,
-// validated as NewGCRA validates them: on an error nothing changes. The
-// limiter keeps what it lacks of a full burst, rescaled to the new rate
-// and rounded towards less, so a limiter that was full is full at its new
-// size. Safe while requests are decided.
+// SetLimit changes the rate and the burst, validated as NewGCRA validates
+// them: on an error nothing changes. The limiter keeps its theoretical
+// arrival time, the instant it is full again, as the Redis GCRA does: a
+// full limiter is full at its new size, and one that lacks tokens repays
+// the same time. Safe while requests are decided.
 func (g *GCRA) SetLimit(r Rate, burst int64) error {
-	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, int64(g.now()))
+	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, keepTAT)
 }
 
 func (g *GCRA) now() time.Duration {

@@ -101,12 +101,13 @@ func newLeakyConfig(r Rate, capacity int64) (*leakyConfig, error) {
 	return &leakyConfig{rate: r, capacity: capacity, unit: unit, full: int64(full), cb: cb, cmask: 1<<cb - 1}, nil
 }
 
-// SetLimit changes the rate and the capacity now, by the limiter's clock,
-// validated as NewLeakyBucket validates them: on an error nothing changes.
-// The bucket keeps its content, rescaled to the new rate and rounded up,
-// even above a capacity lowered below it: it then admits nothing until it
-// has leaked below the new capacity. Safe while requests are decided; a
-// request released after the change takes nothing out.
+// SetLimit changes the rate and the capacity, validated as NewLeakyBucket
+// validates them: on an error nothing changes. The bucket keeps the
+// instant it will be empty, so its content drains in the time it would
+// have, even above a capacity lowered below it: it then admits nothing
+// until it has leaked below the new capacity. Safe while requests are
+// decided; a request admitted before the change and released before the
+// bucket would have emptied takes nothing out.
 func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	c, err := newLeakyConfig(r, capacity)
 	if err != nil {
@@ -116,10 +117,11 @@ func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	defer b.mu.Unlock()
 	old := b.cfg.Load()
 	at := old.emptyAt.v.Swap(tatFrozen)
-	now := b.clock.now()
-	c.since = now
-	if at != emptyTAT {
-		at = convertTAT(at, int64(now), old.unit, c.unit)
+	// Every admission so far came before the instant the bucket empties:
+	// its release, cut for the old numbers, takes nothing out.
+	c.since = time.Duration(at)
+	if at == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
 	}
 	c.emptyAt.v.Store(at)
 	b.cfg.Store(c)

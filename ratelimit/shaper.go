@@ -116,14 +116,13 @@ func newShaperConfig(r Rate, maxWait time.Duration) (*shaperConfig, error) {
 	return &shaperConfig{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1, rate: r}, nil
 }
 
-// SetLimit changes the rate and the maximum wait now, by the shaper's
-// clock, validated as NewShaper validates them: on an error nothing
-// changes. Turns already taken keep their instants; the next turn is free
+// SetLimit changes the rate and the maximum wait, validated as NewShaper
+// validates them: on an error nothing changes. Turns already taken keep their instants; the next turn is free
 // when the last one taken ends, and is then spaced at the new rate. A
 // shaper that never waits (maxWait 0) cannot be given a wait, nor one that
 // waits be made never to: a Guard asks once whether its Admit may block.
-// Safe while requests are decided; a request released after the change
-// gives nothing back.
+// Safe while requests are decided; a request admitted before the change
+// and released before the last turn taken ends gives nothing back.
 func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 	c, err := newShaperConfig(r, maxWait)
 	if err != nil {
@@ -136,7 +135,12 @@ func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 		return fmt.Errorf("ratelimit: shaper: SetLimit cannot change a maximum wait of %v to %v: whether Admit waits is fixed", time.Duration(old.maxWait), maxWait)
 	}
 	next := old.next.v.Swap(tatFrozen)
-	c.since = s.now()
+	// Every admission so far came before the end of the last turn taken:
+	// its release, cut for the old numbers, gives nothing back.
+	c.since = time.Duration(next)
+	if next == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	}
 	c.next.v.Store(next)
 	s.cfg.Store(c)
 	return nil

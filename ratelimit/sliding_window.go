@@ -88,23 +88,26 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 	return nil
 }
 
-// SetLimit changes the limit, the window and its number of buckets now, by
-// the limiter's clock, validated as NewSlidingWindow validates them: on an
-// error nothing changes. The units counted in the window stay counted:
-// with the same window and buckets, in their buckets; with another shape,
-// each bucket's count moves to the new bucket that holds the old one's end
-// (the newest at most), so it leaves the window no sooner than it would
-// have. Safe while requests are decided; a request released after the
-// change gives nothing back.
+// SetLimit changes the limit, the window and its number of buckets,
+// validated as NewSlidingWindow validates them: on an error nothing
+// changes. The units counted in the window stay counted: with the same
+// window and buckets, in their buckets; with another shape, each bucket's
+// count moves to the new bucket that holds the old one's end, so it
+// leaves the window no sooner than it would have. Safe while requests are
+// decided; a request admitted before the change and released after it,
+// within the newest bucket, gives nothing back.
 func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int) error {
-	now := w.clock.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	counts, head, nb, bucket := w.counts, w.head, w.nb, w.bucket
 	if err := w.shape(limit, window, buckets); err != nil {
 		return err
 	}
-	w.since = now
+	if w.started {
+		// Every admission so far came before the newest bucket's end:
+		// its release, cut for the old numbers, gives nothing back.
+		w.since = time.Duration(head+1)*bucket - 1
+	}
 	if w.nb == nb && w.bucket == bucket {
 		return nil
 	}
@@ -112,7 +115,7 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 	if !w.started {
 		return nil
 	}
-	w.head = max(floorDiv(int64(now), int64(w.bucket)), floorDiv(int64(head+1)*int64(bucket)-1, int64(w.bucket)))
+	w.head = floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
 	for k := head - nb + 1; k <= head; k++ {
 		i := k % nb
 		if i < 0 {

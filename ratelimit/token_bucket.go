@@ -489,8 +489,13 @@ func (tb *TokenBucket) SetLimit(r Rate, burst int64) error {
 	return setBucket(&tb.cfg, &tb.mu, "token bucket", r, burst, int64(tb.now()))
 }
 
+// keepTAT, as setBucket's instant, keeps the theoretical arrival time as
+// it is instead of converting what the bucket lacks to the new rate.
+const keepTAT = math.MinInt64
+
 // setBucket moves the bucket configuration held by cfg to rate r and burst
-// at now, under mu; see TokenBucket.SetLimit.
+// at now, under mu; see TokenBucket.SetLimit. With now keepTAT, the TAT
+// stays as it is (see GCRA.SetLimit).
 func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r Rate, burst, now int64) error {
 	iv, tau, err := tolerance(what, r, burst)
 	if err != nil {
@@ -509,8 +514,13 @@ func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r
 // and the publication.
 func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) {
 	tat := old.tat.v.Swap(tatFrozen)
-	c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
-	c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	if now == keepTAT {
+		c.tat.v.Store(tat)
+		c.edge.Store(old.edge.Load())
+	} else {
+		c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
+		c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	}
 	cfg.Store(c)
 }
 

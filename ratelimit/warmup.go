@@ -134,27 +134,28 @@ func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) 
 }
 
 // SetLimit changes the rate, the burst, the warm-up period and the cold
-// factor now, by the limiter's clock, validated as NewWarmUp validates
-// them: on an error nothing changes. The limiter keeps what it lacks of a
-// full burst, rescaled to the new rate and rounded towards less, and how
-// cold it is, as a share of its new store of cold permits. Safe while
-// requests are decided; a request released after the change gives
-// nothing back.
+// factor, validated as NewWarmUp validates them: on an error nothing
+// changes. The limiter keeps the instant it is full again, so a full one
+// is full at its new size, and how cold it is, as a share of its new
+// store of cold permits. Safe while requests are decided; a request
+// admitted before the change and released before the limiter would be
+// full again gives nothing back.
 func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor int64) error {
 	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
 	if err != nil {
 		return err
 	}
-	now := int64(w.now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.tat != emptyTAT {
-		w.tat = convertTAT(w.tat, now, w.iv, nums.iv)
-	}
 	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
 	w.warmUpNums = nums
 	w.last.valid = false
-	w.since = time.Duration(now)
+	if w.tat != emptyTAT {
+		// Every admission so far came before the instant the limiter is
+		// full again: its release, cut for the old numbers, gives nothing
+		// back.
+		w.since = time.Duration(w.tat)
+	}
 	return nil
 }
 

@@ -169,9 +169,9 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 			return "", fmt.Errorf("%s: want a positive whole number, not %q", act, value)
 		}
 		if act == "rate" {
-			err = t.SetRate(ratelimit.PerSecond(n))
+			err = t.SetLimit(ratelimit.PerSecond(n), t.Burst())
 		} else {
-			err = t.SetBurst(n)
+			err = t.SetLimit(t.Rate(), n)
 		}
 		if err != nil {
 			return "", err

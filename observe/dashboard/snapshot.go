@@ -29,8 +29,9 @@ type (
 		Tokens() float64
 	}
 	retuner interface {
-		SetRate(ratelimit.Rate) error
-		SetBurst(int64) error
+		Rate() ratelimit.Rate
+		Burst() int64
+		SetLimit(ratelimit.Rate, int64) error
 	}
 	keyed       interface{ Len() int }
 	concurrency interface{ Stats() adaptive.Stats }
