@@ -51,7 +51,7 @@ type Version struct {
 
 // Status is what the last load of the file did.
 type Status struct {
-	// Version is the rules' in force.
+	// Version is that of the rules in force.
 	Version Version
 	// At is when the last load ended, whether it loaded new rules, found the
 	// file unchanged, or failed.
