@@ -123,3 +123,36 @@ default: api
 		assert.Same(t, g, g2, "a change of shadow modes keeps the Guard and its counters")
 	})
 }
+
+// unique is an observer that, as the metrics exporters do, refuses a
+// second Guard of a name it reports already, until the first lets go.
+type unique struct{ names map[string]bool }
+
+func (u *unique) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	if u.names[g.Name()] {
+		return nil, nil, fmt.Errorf("guard %q is reported already", g.Name())
+	}
+	u.names[g.Name()] = true
+	return nil, func() { delete(u.names, g.Name()) }, nil
+}
+
+func TestARebuiltGuardLetsItsObserversGoFirst(t *testing.T) {
+	u := &unique{names: map[string]bool{}}
+	l, path := newLoader(t, twoLimits, WithGuardOptions(func(string) []sluice.Option {
+		return []sluice.Option{sluice.WithObserver(u)}
+	}))
+	assert.Equal(t, map[string]bool{"items": true, "cart": true}, u.names)
+	writeRules(t, path, strings.Replace(twoLimits, "kind: fixed-window, limit: 1", "kind: sliding-log, limit: 5", 1))
+	require.NoError(t, l.Reload())
+	assert.Contains(t, l.Status().Changes, "guard cart: rebuilt")
+	assert.Equal(t, map[string]bool{"items": true, "cart": true}, u.names)
+
+	// A guard gone from the file is closed.
+	writeRules(t, path, strings.Replace(strings.Replace(twoLimits, `  - {route: "GET /cart", guard: cart}`+"\n", "", 1),
+		"  cart:\n    policies:\n      - {name: cart-window, kind: fixed-window, limit: 1, window: 1m}\n", "", 1))
+	require.NoError(t, l.Reload())
+	assert.Contains(t, l.Status().Changes, "guard cart: removed")
+	assert.Equal(t, map[string]bool{"items": true}, u.names)
+	require.NoError(t, l.Close())
+	assert.Empty(t, u.names)
+}
