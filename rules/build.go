@@ -106,6 +106,8 @@ func newLocal(ps *policySpec) (sluice.Policy, error) {
 		return ratelimit.NewShaper(ps.rate, ps.maxWait, name)
 	case "breaker":
 		return breaker.New(ps.name, breakerOptions(ps)...)
+	case "throttle":
+		return breaker.NewAdaptive(ps.name, throttleOptions(ps)...)
 	case "shedder":
 		return adaptive.NewShedder(shedderOptions(ps)...)
 	case "bulkhead":
@@ -129,11 +131,7 @@ func breakerOptions(ps *policySpec) []breaker.Option {
 		o = append(o, breaker.WithSlowCallRatio(ps.slowCall, ps.slowRatio, ps.minRequests))
 	}
 	if ps.window > 0 {
-		buckets := ps.buckets
-		if buckets == 0 {
-			buckets = 10
-		}
-		o = append(o, breaker.WithRollingWindow(ps.window, buckets))
+		o = append(o, breaker.WithRollingWindow(ps.window, rollingBuckets(ps)))
 	}
 	if ps.windowCalls > 0 {
 		o = append(o, breaker.WithCountWindow(ps.windowCalls))
@@ -143,6 +141,29 @@ func breakerOptions(ps *policySpec) []breaker.Option {
 	}
 	if ps.halfOpen > 0 {
 		o = append(o, breaker.WithHalfOpenProbes(ps.halfOpen, 1))
+	}
+	return o
+}
+
+// rollingBuckets is the number of buckets of a breaker's or throttle's
+// rolling window: 10 unless the file says.
+func rollingBuckets(ps *policySpec) int {
+	if ps.buckets == 0 {
+		return 10
+	}
+	return ps.buckets
+}
+
+func throttleOptions(ps *policySpec) []breaker.Option {
+	var o []breaker.Option
+	if ps.multiplier > 0 {
+		o = append(o, breaker.WithMultiplier(ps.multiplier))
+	}
+	if ps.minRequests > 0 {
+		o = append(o, breaker.WithMinThrottleRequests(ps.minRequests))
+	}
+	if ps.window > 0 {
+		o = append(o, breaker.WithRollingWindow(ps.window, rollingBuckets(ps)))
 	}
 	return o
 }
@@ -242,6 +263,8 @@ func setLocal(p sluice.Policy, from, to *policySpec) error {
 		return p.SetLimit(to.rate, to.maxWait)
 	case *breaker.Breaker:
 		return p.Reconfigure(breakerOptions(to)...)
+	case *breaker.Adaptive:
+		return p.Reconfigure(throttleOptions(to)...)
 	case *adaptive.Shedder:
 		if to.kind == "bulkhead" && (from.maxWait > 0) != (to.maxWait > 0) {
 			return errNotInPlace // a queue cannot come or go at run time

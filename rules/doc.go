@@ -70,6 +70,8 @@
 //	                                      min_requests window buckets (10)
 //	                                      window_calls (100) open_for (1s)
 //	                                      half_open_probes (1)
+//	throttle                              multiplier (2) min_requests (0)
+//	                                      window buckets (10s, 10)
 //	shedder                               queue max_wait (1000, 200ms)
 //	bulkhead        limit                 queue max_wait (none)
 //	shed                                  on (false) retry_after (1s)
@@ -83,7 +85,8 @@
 // otherwise). A breaker trips on the rules given, together; min_requests
 // goes with error_ratio, error_count and slow_call, slow_ratio with
 // slow_call; window is a rolling window of that length, window_calls the
-// last n calls. A shed turns its route away while on is true
+// last n calls. A throttle is the adaptive client-side throttle of
+// breaker.NewAdaptive, named "breaker/" and its name in decisions. A shed turns its route away while on is true
 // (degrade.Shed), and a reload that flips on flips its switch.
 //
 // Every number is checked as the policy's constructor checks it. Every

@@ -31,6 +31,7 @@ func TestEveryKindTakesNewNumbersInPlace(t *testing.T) {
 		{"{name: p, kind: warm-up, rate: 10/s, burst: 10, warm_up: 10s, cold_factor: 3}", "{name: p, kind: warm-up, rate: 20/s, burst: 10, warm_up: 5s, cold_factor: 3}"},
 		{"{name: p, kind: shaper, rate: 10/s, max_wait: 1s}", "{name: p, kind: shaper, rate: 20/s, max_wait: 2s}"},
 		{"{name: p, kind: breaker, consecutive_failures: 3}", "{name: p, kind: breaker, consecutive_failures: 5, open_for: 10s}"},
+		{"{name: p, kind: throttle}", "{name: p, kind: throttle, multiplier: 1.5, min_requests: 20, window: 30s}"},
 		{"{name: p, kind: shedder}", "{name: p, kind: shedder, queue: 10, max_wait: 50ms}"},
 		{"{name: p, kind: bulkhead, limit: 4}", "{name: p, kind: bulkhead, limit: 8}"},
 		{"{name: p, kind: shed}", "{name: p, kind: shed, on: true}"},

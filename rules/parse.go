@@ -71,6 +71,7 @@ type policySpec struct {
 	windowCalls int           `rules:"window_calls"`
 	openFor     time.Duration `rules:"open_for"`
 	halfOpen    int           `rules:"half_open_probes"`
+	multiplier  float64       `rules:"multiplier"`
 	queue       int           `rules:"queue"`
 	on          bool          `rules:"on"`
 	retryAfter  time.Duration `rules:"retry_after"`
@@ -132,6 +133,7 @@ var kinds = map[string]struct{ need, may string }{
 	"shaper":         {"rate max_wait", "per_key max_keys"},
 	"breaker": {"", "consecutive_failures error_ratio error_count min_requests slow_call slow_ratio " +
 		"window window_calls buckets open_for half_open_probes"},
+	"throttle": {"", "multiplier min_requests window buckets"},
 	"shedder":  {"", "queue max_wait"},
 	"bulkhead": {"limit", "queue max_wait"},
 	"shed":     {"", "on retry_after"},
@@ -297,6 +299,19 @@ func (p *parser) ratio(n *yaml.Node, what string) float64 {
 	v, err := strconv.ParseFloat(n.Value, 64)
 	if err != nil || !(v > 0 && v <= 1) {
 		p.errf(n, "%s: %q is not a ratio in (0, 1]", what, n.Value)
+		return 0
+	}
+	return v
+}
+
+// float parses a number of at least min.
+func (p *parser) float(n *yaml.Node, what string, min float64) float64 {
+	if !p.scalar(n, what) {
+		return 0
+	}
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < min {
+		p.errf(n, "%s: %q is not a number of at least %v", what, n.Value, min)
 		return 0
 	}
 	return v
@@ -497,6 +512,8 @@ func (p *parser) policy(n *yaml.Node) *policySpec {
 			pol.openFor = p.duration(v, k)
 		case "half_open_probes":
 			pol.halfOpen = p.integer(v, k, 1)
+		case "multiplier":
+			pol.multiplier = p.float(v, k, 1)
 		case "queue":
 			pol.queue = p.integer(v, k, 0)
 		case "on":
@@ -555,6 +572,10 @@ func (p *parser) policyRules(n *yaml.Node, pol *policySpec, given map[string]*ya
 		if (pol.slowCall > 0) != (pol.slowRatio > 0) {
 			p.errf(n, "policy %q: slow_call and slow_ratio go together", pol.name)
 		}
+		if pol.buckets > 0 && pol.window == 0 {
+			p.errf(given["buckets"], "policy %q: buckets needs window", pol.name)
+		}
+	case "throttle":
 		if pol.buckets > 0 && pol.window == 0 {
 			p.errf(given["buckets"], "policy %q: buckets needs window", pol.name)
 		}

@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 		"guards:\n  a:\n    key: {ip: {trusted_proxies: [10.0.0.0/8]}}\n    policies:\n      - {name: p, kind: sliding-window, limit: 5, window: 1s, per_key: true}\n",
 		"guards:\n  a:\n    policies:\n      - {name: s, kind: shed, on: true}\nfallbacks:\n  - {cause: rejected, status: 503, body: x}\n",
 		"guards: {a: {policies: [{name: b, kind: breaker, error_ratio: 0.5, min_requests: 10, window: 10s}]}}",
+		"guards: {a: {policies: [{name: t, kind: throttle, multiplier: 1.5, window: 10s, buckets: 5}]}}",
 		"guards: &a {x: *a}",
 		"- [",
 		"",
