@@ -13,7 +13,7 @@ import (
 // it would reject, but lets them through until it enforces.
 func ExampleGuard_SetShadow() {
 	clock := sluice.NewManualClock(time.Second)
-	limit, err := ratelimit.NewFixedWindow(3, time.Minute, ratelimit.WithName("per-minute"), ratelimit.WithClock(clock))
+	limit, err := ratelimit.NewFixedWindow(3, time.Minute, ratelimit.WithName("per-minute"))
 	if err != nil {
 		panic(err)
 	}

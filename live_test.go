@@ -53,25 +53,25 @@ func policyKinds() []policyKind {
 			return must[*ratelimit.TokenBucket](t)(ratelimit.NewTokenBucket(rate, 3, ratelimit.WithClock(clk)))
 		}},
 		{"gcra", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.GCRA](t)(ratelimit.NewGCRA(rate, 3, ratelimit.WithClock(clk)))
+			return must[*ratelimit.GCRA](t)(ratelimit.NewGCRA(rate, 3))
 		}},
 		{"leaky-bucket", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.LeakyBucket](t)(ratelimit.NewLeakyBucket(rate, 3, ratelimit.WithClock(clk)))
+			return must[*ratelimit.LeakyBucket](t)(ratelimit.NewLeakyBucket(rate, 3))
 		}},
 		{"fixed-window", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.FixedWindow](t)(ratelimit.NewFixedWindow(5, 200*time.Millisecond, ratelimit.WithClock(clk)))
+			return must[*ratelimit.FixedWindow](t)(ratelimit.NewFixedWindow(5, 200*time.Millisecond))
 		}},
 		{"sliding-window", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.SlidingWindow](t)(ratelimit.NewSlidingWindow(5, 200*time.Millisecond, 4, ratelimit.WithClock(clk)))
+			return must[*ratelimit.SlidingWindow](t)(ratelimit.NewSlidingWindow(5, 200*time.Millisecond, 4))
 		}},
 		{"sliding-log", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.SlidingLog](t)(ratelimit.NewSlidingLog(5, 200*time.Millisecond, ratelimit.WithClock(clk)))
+			return must[*ratelimit.SlidingLog](t)(ratelimit.NewSlidingLog(5, 200*time.Millisecond))
 		}},
 		{"warm-up", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.WarmUp](t)(ratelimit.NewWarmUp(rate, 3, time.Second, 3, ratelimit.WithClock(clk)))
+			return must[*ratelimit.WarmUp](t)(ratelimit.NewWarmUp(rate, 3, time.Second, 3))
 		}},
 		{"shaper", func(t *testing.T, clk sluice.Clock) sluice.Policy {
-			return must[*ratelimit.Shaper](t)(ratelimit.NewShaper(rate, 0, ratelimit.WithClock(clk)))
+			return must[*ratelimit.Shaper](t)(ratelimit.NewShaper(rate, 0))
 		}},
 		{"keyed", func(t *testing.T, clk sluice.Clock) sluice.Policy {
 			return must[*ratelimit.Keyed](t)(ratelimit.NewKeyed(func(string) (sluice.Policy, error) {

@@ -76,8 +76,6 @@ func TestReconfigureRefusesWiringAndChangesOfNeeds(t *testing.T) {
 	b := mustNew(t, breaker.WithConsecutiveFailures(3))
 	for _, opts := range [][]breaker.Option{
 		{breaker.WithClock(sluice.NewManualClock(0))},
-		{breaker.WithClassifier(sluice.DefaultClassifier)},
-		{breaker.OnStateChange(func(string, breaker.State, breaker.State) {})},
 		{breaker.WithRandom(func() float64 { return 0 })},
 		{breaker.WithRollingWindow(time.Second, 10)},               // needs the end of each call
 		{breaker.WithSlowCallRatio(time.Second, 0.5, 10)},          // so does this

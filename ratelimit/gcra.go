@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // cacheLine is the padding that keeps a hot state word alone on its cache
@@ -172,11 +171,9 @@ func floorDiv(a, b int64) int64 {
 // Create one with NewGCRA; the zero value is not usable. A GCRA is safe for
 // concurrent use.
 type GCRA struct {
-	cfg      atomic.Pointer[bucketConfig] // its edge is unused: a GCRA has no reservations
-	mu       sync.Mutex                   // serialises SetLimit
-	name     string
-	clock    sluice.Clock
-	sysClock bool // clock is sluice.SystemClock: read it without an interface call
+	cfg  atomic.Pointer[bucketConfig] // its edge is unused: a GCRA has no reservations
+	mu   sync.Mutex                   // serialises SetLimit
+	name string
 }
 
 // NewGCRA returns a GCRA admitting r on average with bursts of up to burst
@@ -187,14 +184,14 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("gcra", opts)
+	o, err := buildOptions("gcra", false, opts)
 	if err != nil {
 		return nil, err
 	}
 	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}
 	c.tat.v.Store(emptyTAT)
 	c.edge.Store(emptyTAT)
-	g := &GCRA{name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	g := &GCRA{name: o.name}
 	g.cfg.Store(c)
 	return g, nil
 }
@@ -208,27 +205,12 @@ func (g *GCRA) SetLimit(r Rate, burst int64) error {
 	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, keepTAT)
 }
 
-func (g *GCRA) now() time.Duration {
-	if g.sysClock {
-		return monoclock.Now()
-	}
-	return g.clock.Now()
-}
-
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Window returns the time the limiter takes to refill its whole burst, burst
+// rateWindow returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
-func (g *GCRA) Window() time.Duration { return time.Duration(g.cfg.Load().tau) }
-
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (g *GCRA) Allow() bool { return g.allowNAt(g.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (g *GCRA) AllowN(n int64) bool { return g.allowNAt(g.now(), n) }
+func (g *GCRA) rateWindow() time.Duration { return time.Duration(g.cfg.Load().tau) }
 
 // allowNAt is AllowN at instant now: the bare answer, with no ticket.
 func (g *GCRA) allowNAt(now time.Duration, n int64) bool {

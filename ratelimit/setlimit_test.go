@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"testing"
 	"time"
 
@@ -47,49 +48,49 @@ func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
 			return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Every(100*ms), 0)
 		}},
 		{"gcra", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewGCRA(ratelimit.Every(100*ms), 3, ratelimit.WithClock(clk))
+			return ratelimit.NewGCRA(ratelimit.Every(100*ms), 3)
 		}, 3, func(p sluice.Policy) error {
 			return p.(*ratelimit.GCRA).SetLimit(ratelimit.Every(100*ms), 5)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.GCRA).SetLimit(ratelimit.Rate{}, 5)
 		}},
 		{"leaky-bucket", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewLeakyBucket(ratelimit.Every(100*ms), 3, ratelimit.WithClock(clk))
+			return ratelimit.NewLeakyBucket(ratelimit.Every(100*ms), 3)
 		}, 3, func(p sluice.Policy) error {
 			return p.(*ratelimit.LeakyBucket).SetLimit(ratelimit.Every(100*ms), 5)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.LeakyBucket).SetLimit(ratelimit.Every(100*ms), -1)
 		}},
 		{"fixed-window", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewFixedWindow(3, time.Second, ratelimit.WithClock(clk))
+			return ratelimit.NewFixedWindow(3, time.Second)
 		}, 3, func(p sluice.Policy) error {
 			return p.(*ratelimit.FixedWindow).SetLimit(5, time.Second)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.FixedWindow).SetLimit(5, 0)
 		}},
 		{"sliding-window", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewSlidingWindow(3, time.Second, 4, ratelimit.WithClock(clk))
+			return ratelimit.NewSlidingWindow(3, time.Second, 4)
 		}, 3, func(p sluice.Policy) error {
 			return p.(*ratelimit.SlidingWindow).SetLimit(5, 2*time.Second, 8)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.SlidingWindow).SetLimit(5, time.Second, 3)
 		}},
 		{"sliding-log", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewSlidingLog(3, time.Second, ratelimit.WithClock(clk))
+			return ratelimit.NewSlidingLog(3, time.Second)
 		}, 3, func(p sluice.Policy) error {
 			return p.(*ratelimit.SlidingLog).SetLimit(5, time.Second)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.SlidingLog).SetLimit(1<<21, time.Second)
 		}},
 		{"warm-up", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewWarmUp(ratelimit.Every(100*ms), 3, 10*ms, 2, ratelimit.WithClock(clk))
+			return ratelimit.NewWarmUp(ratelimit.Every(100*ms), 3, 10*ms, 2)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.WarmUp).SetLimit(ratelimit.Every(100*ms), 5, 10*ms, 2)
 		}, 2, func(p sluice.Policy) error {
 			return p.(*ratelimit.WarmUp).SetLimit(ratelimit.Every(100*ms), 5, 10*ms, 1)
 		}},
 		{"shaper", func(clk sluice.Clock) (sluice.Policy, error) {
-			return ratelimit.NewShaper(ratelimit.Every(100*ms), 0, ratelimit.WithClock(clk))
+			return ratelimit.NewShaper(ratelimit.Every(100*ms), 0)
 		}, 1, func(p sluice.Policy) error {
 			return p.(*ratelimit.Shaper).SetLimit(ratelimit.Every(50*ms), 0)
 		}, 0, func(p sluice.Policy) error {
@@ -101,8 +102,8 @@ func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
 			p, err := c.make(clk)
 			require.NoError(t, err)
 			window := func() time.Duration {
-				if w, ok := p.(interface{ Window() time.Duration }); ok {
-					return w.Window()
+				if w := policywindow.Of(p); w > 0 {
+					return w
 				}
 				return -1
 			}
@@ -131,7 +132,7 @@ func TestTokenBucketSetLimitKeepsWhatItLacks(t *testing.T) {
 
 func TestFixedWindowLoweredThenRaisedGivesNothingTwice(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	w, err := ratelimit.NewFixedWindow(100, time.Second, ratelimit.WithClock(clk))
+	w, err := ratelimit.NewFixedWindow(100, time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, 80, allowedOf(w, clk, 80))
 	require.NoError(t, w.SetLimit(3, time.Second))
@@ -144,13 +145,13 @@ func TestFixedWindowLoweredThenRaisedGivesNothingTwice(t *testing.T) {
 
 func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	w, err := ratelimit.NewSlidingWindow(4, time.Second, 4, ratelimit.WithClock(clk))
+	w, err := ratelimit.NewSlidingWindow(4, time.Second, 4)
 	require.NoError(t, err)
 	assert.Equal(t, 4, allowedOf(w, clk, 4)) // in the bucket [0, 250ms)
 	clk.Advance(500 * time.Millisecond)
 	require.NoError(t, w.SetLimit(4, 2*time.Second, 2))
 	assert.Zero(t, allowedOf(w, clk, 1), "still counted")
-	assert.Equal(t, 2*time.Second, w.Window())
+	assert.Equal(t, 2*time.Second, policywindow.Of(w))
 	clk.Advance(1500 * time.Millisecond) // the old bucket's end plus the new window has passed
 	assert.Equal(t, 4, allowedOf(w, clk, 5))
 }
@@ -158,23 +159,25 @@ func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
-		return ratelimit.NewTokenBucket(ratelimit.PerHour(1), 1, ratelimit.WithClock(clk))
-	}, ratelimit.WithClock(clk))
+		return ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 1, ratelimit.WithClock(clk))
+	})
 	require.NoError(t, err)
 	at := func(key string) context.Context { return sluice.WithKey(context.Background(), key) }
 	admit := func(key string) bool { return k.Admit(at(key), clk.Now()).Cause == nil }
 	require.True(t, admit("held"))
 	require.False(t, admit("held"))
 
-	bad := func(p sluice.Policy) error { return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.PerHour(1), 0) }
+	bad := func(p sluice.Policy) error {
+		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 0)
+	}
 	require.Error(t, k.SetLimit(bad), "tried on a probe first")
 	require.Error(t, k.SetLimit(nil))
 	require.False(t, admit("held"), "nothing changed")
 
 	require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
-		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.PerHour(1), 3)
+		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 3)
 	}))
-	assert.Equal(t, 3*time.Hour, k.Window())
+	assert.Equal(t, 3*time.Hour, policywindow.Of(k))
 	n := 0
 	for admit("held") {
 		n++
@@ -192,12 +195,12 @@ func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
 	clk := sluice.NewManualClock(time.Hour)
 	for name, mk := range map[string]func() (sluice.Policy, error){
-		"fixed-window": func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(1, time.Hour, ratelimit.WithClock(clk)) },
+		"fixed-window": func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(1, time.Hour) },
 		"leaky-bucket": func() (sluice.Policy, error) {
-			return ratelimit.NewLeakyBucket(ratelimit.PerHour(1), 1, ratelimit.WithClock(clk))
+			return ratelimit.NewLeakyBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 1)
 		},
 		"sliding-window": func() (sluice.Policy, error) {
-			return ratelimit.NewSlidingWindow(1, time.Hour, 2, ratelimit.WithClock(clk))
+			return ratelimit.NewSlidingWindow(1, time.Hour, 2)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -208,7 +211,7 @@ func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
 				case *ratelimit.FixedWindow:
 					return p.SetLimit(2, time.Hour)
 				case *ratelimit.LeakyBucket:
-					return p.SetLimit(ratelimit.PerHour(2), 2)
+					return p.SetLimit(ratelimit.Rate{Count: 2, Period: time.Hour}, 2)
 				case *ratelimit.SlidingWindow:
 					return p.SetLimit(2, time.Hour, 2)
 				}

@@ -28,16 +28,16 @@ func admitted(t *testing.T, g *sluice.Guard, n int) int {
 func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
-	l, err := NewGCRA(c, ratelimit.PerHour(1), 2, WithName(uniqueName("live")), WithTimeout(time.Second), WithFailClosed())
+	l, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("live")), WithTimeout(time.Second), WithFailClosed())
 	require.NoError(t, err)
 	g, err := sluice.New(sluice.With(l))
 	require.NoError(t, err)
 	assert.Equal(t, 2, admitted(t, g, 4), "a burst of 2")
-	assert.Equal(t, 2*time.Hour, l.Window())
+	assert.Equal(t, 2*time.Hour, l.rateWindow())
 
 	// 5 per 5h: the same rate, a burst of 5; the 2 taken stay taken.
 	require.NoError(t, l.SetLimit(5, 5*time.Hour))
-	assert.Equal(t, 5*time.Hour, l.Window())
+	assert.Equal(t, 5*time.Hour, l.rateWindow())
 	assert.Equal(t, 3, admitted(t, g, 5))
 	d := g.Do(t.Context(), func(context.Context) error { return nil })
 	dec, ok := sluice.RejectionOf(d)
@@ -47,9 +47,9 @@ func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	// Bad numbers change nothing.
 	require.Error(t, l.SetLimit(0, time.Hour))
 	require.Error(t, l.SetLimit(5, 0))
-	assert.Equal(t, 5*time.Hour, l.Window())
+	assert.Equal(t, 5*time.Hour, l.rateWindow())
 
-	other, err := NewGCRA(c, ratelimit.PerHour(1), 2, WithName(uniqueName("live")))
+	other, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("live")))
 	require.NoError(t, err)
 	all, err := All([]*Limiter{l, other})
 	require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestShadowedRedisLimiterDecidesAsAnEnforcingOne(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	mk := func() *Limiter {
-		l, err := NewGCRA(c, ratelimit.PerHour(1), 4, WithName(uniqueName("shadow")), WithTimeout(time.Second), WithFailClosed())
+		l, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 4, WithName(uniqueName("shadow")), WithTimeout(time.Second), WithFailClosed())
 		require.NoError(t, err)
 		return l
 	}
