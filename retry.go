@@ -74,8 +74,8 @@ type retrier struct {
 	refusals atomic.Uint64             // retries the budget refused
 
 	mu        sync.Mutex
-	balance   float64       // retries the budget has to give
-	lastCalls uint64        // calls less retries, as of the last update
+	balance   float64   // retries the budget has to give
+	lastCalls uint64    // calls less retries, as of the last update
 	lastAt    time.Time // the instant of the last update
 	started   bool
 }
@@ -229,7 +229,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // value and error.
 func retried[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
 	for n := 1; ; n++ {
-		v, err, ran := attempt(ctx, g, fn)
+		v, ran, err := attempt(ctx, g, fn)
 		if err == nil || !ran || ctx.Err() != nil || g.classify(err) != Failure {
 			return v, err
 		}
@@ -242,12 +242,12 @@ func retried[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 
 // attempt is one attempt of retried: the call's value and error, and
 // whether the Guard's policies admitted it.
-func attempt[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (v T, err error, ran bool) {
+func attempt[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (v T, ran bool, err error) {
 	var c Call
 	defer c.endOnPanic()
 	if err := g.begin(ctx, &c, false); err != nil {
-		return v, err, false
+		return v, false, err
 	}
 	v, err = fn(c.Context())
-	return v, c.finish(err), true
+	return v, true, c.finish(err)
 }

@@ -6,6 +6,8 @@
 // turns slow and failing midway, a frontend with one route on each, and an
 // open-loop load on both routes. It plays the scenario twice, guarded by
 // sluice and then unguarded, prints a table per phase, and writes a plot.
+// Then it plays a retry storm (storm.go): callers that retry naively
+// against callers that retry on sluice's budget.
 //
 //	go run ./examples/avalanche
 //	go run ./examples/avalanche -rate 800 -plot /tmp/avalanche.png
@@ -46,6 +48,10 @@ func main() {
 	defer stop()
 	if err := play(ctx, cfg, *plotPath); err != nil {
 		fmt.Fprintln(os.Stderr, "avalanche:", err)
+		os.Exit(1)
+	}
+	if err := playStormPhase(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "avalanche: retry storm:", err)
 		os.Exit(1)
 	}
 }

@@ -240,9 +240,10 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 // status with a RetryInfo holds the breakers open as for a unary call. A
 // stream whose context has already ended, or ends while a policy makes it
 // wait, goes on unguarded, as a unary call does.
-// WithTimeout does not apply to streams, and nor do the Guard's retries: the
-// messages a stream sent cannot be sent again without keeping them all, as
-// gRPC's own retries (a service config's retryPolicy) do for streams.
+// WithTimeout does not apply to streams, and nor do the Guard's retries: a
+// stream that never reached the server gRPC already retries itself, and one
+// that did has sent messages that cannot be sent again without keeping them
+// all, as gRPC's own retries (a service config's retryPolicy) do.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 // fakeServer is a fake invoker: it answers each call with answer, with its
 // trailer set as a server's would be, and notes when each call came.
 type fakeServer struct {
-	answer func(n int) (error, metadata.MD)
+	answer func(n int) (metadata.MD, error)
 	mu     sync.Mutex
 	at     []time.Time
 }
@@ -35,7 +35,7 @@ func (s *fakeServer) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.Cli
 	s.at = append(s.at, time.Now())
 	n := len(s.at)
 	s.mu.Unlock()
-	err, md := s.answer(n)
+	md, err := s.answer(n)
 	for _, o := range opts {
 		if tr, ok := o.(grpc.TrailerCallOption); ok {
 			*tr.TrailerAddr = md
@@ -50,12 +50,12 @@ func (s *fakeServer) calls() int {
 	return len(s.at)
 }
 
-func unavailable(int) (error, metadata.MD) { return status.Error(codes.Unavailable, "down"), nil }
+func unavailable(int) (metadata.MD, error) { return nil, status.Error(codes.Unavailable, "down") }
 
-func unavailableUntil(k int) func(int) (error, metadata.MD) {
-	return func(n int) (error, metadata.MD) {
+func unavailableUntil(k int) func(int) (metadata.MD, error) {
+	return func(n int) (metadata.MD, error) {
 		if n < k {
-			return status.Error(codes.Unavailable, "down"), nil
+			return nil, status.Error(codes.Unavailable, "down")
 		}
 		return nil, nil
 	}
@@ -106,7 +106,7 @@ func TestClientRetriesOnlyUnavailableAndResourceExhausted(t *testing.T) {
 			codes.Unknown:           1,
 			codes.InvalidArgument:   1,
 		} {
-			s := &fakeServer{answer: func(int) (error, metadata.MD) { return status.Error(code, "no"), nil }}
+			s := &fakeServer{answer: func(int) (metadata.MD, error) { return nil, status.Error(code, "no") }}
 			err := callThrough(in, context.Background(), s)
 			assert.Equal(t, code, status.Code(err))
 			assert.Equal(t, tries, s.calls(), "%v", code)
@@ -117,9 +117,9 @@ func TestClientRetriesOnlyUnavailableAndResourceExhausted(t *testing.T) {
 func TestClientRetryStopsAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in, _ := retrying(t, sluice.Retry{Attempts: 50, Backoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Budget: 1, MinPerSecond: 1000})
-		s := &fakeServer{answer: func(int) (error, metadata.MD) {
+		s := &fakeServer{answer: func(int) (metadata.MD, error) {
 			time.Sleep(30 * time.Millisecond)
-			return status.Error(codes.Unavailable, "down"), nil
+			return nil, status.Error(codes.Unavailable, "down")
 		}}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -145,29 +145,29 @@ func TestClientRetryHonoursThePushback(t *testing.T) {
 		in, _ := retrying(t, generousRetry)
 		for _, c := range []struct {
 			name    string
-			first   func() (error, metadata.MD)
+			first   func() (metadata.MD, error)
 			timeout time.Duration
 			tries   int
 			atLeast time.Duration
 		}{
-			{"pushback", func() (error, metadata.MD) {
-				return status.Error(codes.Unavailable, "down"), metadata.Pairs(MetadataRetryPushback, "1500")
+			{"pushback", func() (metadata.MD, error) {
+				return metadata.Pairs(MetadataRetryPushback, "1500"), status.Error(codes.Unavailable, "down")
 			}, 0, 2, 1500 * time.Millisecond},
-			{"retry info", func() (error, metadata.MD) { return retryInfo(700 * time.Millisecond), nil }, 0, 2, 700 * time.Millisecond},
-			{"both: the longer", func() (error, metadata.MD) {
-				return retryInfo(300 * time.Millisecond), metadata.Pairs(MetadataRetryPushback, "900")
+			{"retry info", func() (metadata.MD, error) { return nil, retryInfo(700 * time.Millisecond) }, 0, 2, 700 * time.Millisecond},
+			{"both: the longer", func() (metadata.MD, error) {
+				return metadata.Pairs(MetadataRetryPushback, "900"), retryInfo(300 * time.Millisecond)
 			}, 0, 2, 900 * time.Millisecond},
-			{"negative pushback", func() (error, metadata.MD) {
-				return status.Error(codes.Unavailable, "down"), metadata.Pairs(MetadataRetryPushback, "-1")
+			{"negative pushback", func() (metadata.MD, error) {
+				return metadata.Pairs(MetadataRetryPushback, "-1"), status.Error(codes.Unavailable, "down")
 			}, 0, 1, 0},
-			{"past the deadline", func() (error, metadata.MD) {
-				return status.Error(codes.Unavailable, "down"), metadata.Pairs(MetadataRetryPushback, "1500")
+			{"past the deadline", func() (metadata.MD, error) {
+				return metadata.Pairs(MetadataRetryPushback, "1500"), status.Error(codes.Unavailable, "down")
 			}, time.Second, 1, 0},
-			{"past MaxBackoff", func() (error, metadata.MD) {
-				return status.Error(codes.Unavailable, "down"), metadata.Pairs(MetadataRetryPushback, "60000")
+			{"past MaxBackoff", func() (metadata.MD, error) {
+				return metadata.Pairs(MetadataRetryPushback, "60000"), status.Error(codes.Unavailable, "down")
 			}, 0, 1, 0},
 		} {
-			s := &fakeServer{answer: func(n int) (error, metadata.MD) {
+			s := &fakeServer{answer: func(n int) (metadata.MD, error) {
 				if n == 1 {
 					return c.first()
 				}
@@ -199,9 +199,9 @@ func TestClientRetryHonoursThePushback(t *testing.T) {
 func TestClientRetryBudgetHolds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in, g := retrying(t, sluice.Retry{Backoff: time.Millisecond, MaxBackoff: time.Millisecond})
-		s := &fakeServer{answer: func(int) (error, metadata.MD) {
+		s := &fakeServer{answer: func(int) (metadata.MD, error) {
 			time.Sleep(5 * time.Millisecond)
-			return status.Error(codes.Unavailable, "down"), nil
+			return nil, status.Error(codes.Unavailable, "down")
 		}}
 		retrytest.Storm(t, 40, 0.1, 1, func() {
 			assert.Equal(t, codes.Unavailable, status.Code(callThrough(in, context.Background(), s)))
@@ -233,8 +233,41 @@ func TestClientNeverRetriesItsOwnRejectionOrACancel(t *testing.T) {
 
 		in, _ = retrying(t, generousRetry)
 		ctx, cancel := context.WithCancel(context.Background())
-		s = &fakeServer{answer: func(int) (error, metadata.MD) { cancel(); return status.Error(codes.Unavailable, "down"), nil }}
+		s = &fakeServer{answer: func(int) (metadata.MD, error) { cancel(); return nil, status.Error(codes.Unavailable, "down") }}
 		assert.Error(t, callThrough(in, ctx, s))
 		assert.Equal(t, 1, s.calls())
+	})
+}
+
+// Against a real sluice server: its rejection is retried by sluice's
+// client after its pushback, and the retry succeeds; a pushback the
+// call's deadline cannot wait for is not waited for.
+func TestClientRetriesASluiceServersRejectionAfterThePushback(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		for _, c := range serverRejections {
+			t.Run(c.name, func(t *testing.T) {
+				const delay = 150 * time.Millisecond
+				p := rejectingOnce(c.cause, delay)
+				client, err := sluice.New(sluice.WithRetry(sluice.Retry{Backoff: time.Millisecond, MaxBackoff: time.Second, Budget: 1}))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = client.Close() })
+				s := start(t, tr, serverOpts(t, WithGuard(mustGuard(t, sluice.With(p)))), clientOpts(t, WithGuard(client))...)
+				began := time.Now()
+				require.NoError(t, s.check(withTimeout(t)), "the rejection was not retried")
+				assert.GreaterOrEqual(t, time.Since(began), delay, "the retry did not wait for the pushback")
+				assert.Equal(t, int64(-1), p.n.Load(), "the server's policy was asked twice")
+
+				// A pushback of 2 s against a deadline of 0.5 s.
+				p.n.Store(1)
+				p.retry = 2 * time.Second
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				began = time.Now()
+				err = s.check(ctx)
+				assert.Less(t, time.Since(began), 500*time.Millisecond, "the call waited for a retry it could not make")
+				assert.Contains(t, []codes.Code{codes.ResourceExhausted, codes.Unavailable}, status.Code(err), "the rejection is the caller's")
+				assert.Equal(t, int64(0), p.n.Load(), "retried past the deadline")
+			})
+		}
 	})
 }
