@@ -232,3 +232,18 @@ func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
 		})
 	}
 }
+
+func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
+	g, err := ratelimit.NewGCRA(ratelimit.Every(time.Second), 2)
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Hour
+	a, b := g.Admit(ctx, now), g.Admit(ctx, now)
+	require.NoError(t, a.Cause)
+	require.NoError(t, b.Cause)
+	g.Done(a.Ticket, sluice.Released, now, 0)
+	require.NoError(t, g.Admit(ctx, now).Cause, "a release before any change gives its quota back")
+	require.NoError(t, g.SetLimit(ratelimit.Every(10*time.Second), 1)) // 2s of debt: full in 2s
+	g.Done(b.Ticket, sluice.Released, now, 0)
+	require.Error(t, g.Admit(ctx, now).Cause, "cut at 1s a token, it would give back 10s")
+}
