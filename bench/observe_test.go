@@ -25,12 +25,12 @@ func observedGuard(tb testing.TB, observed bool) *sluice.Guard {
 	}
 	opts := []sluice.Option{sluice.With(l, br)}
 	if observed {
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		tb.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-		m, err := otelmetrics.New(provider)
+		m, err := otelmetrics.New()
 		if err != nil {
 			tb.Fatal(err)
 		}
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader(sdkmetric.WithProducer(m))))
+		tb.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 		opts = append(opts, sluice.WithName("dep"), sluice.WithObserver(m))
 	}
 	g, err := sluice.New(opts...)

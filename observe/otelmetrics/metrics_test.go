@@ -32,11 +32,7 @@ import (
 // it reports: a fixed window of 4 requests a minute before a breaker.
 func setup(t *testing.T, name string) (*sdkmetric.ManualReader, *sluice.Guard) {
 	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-	m, err := otelmetrics.New(provider)
-	require.NoError(t, err)
+	m, reader := newReader(t)
 	limit, err := ratelimit.NewFixedWindow(4, time.Minute, ratelimit.WithName("ratelimit/api"))
 	require.NoError(t, err)
 	br, err := breaker.New("backend")
@@ -46,6 +42,18 @@ func setup(t *testing.T, name string) (*sdkmetric.ManualReader, *sluice.Guard) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close() })
 	return reader, g
+}
+
+// newReader returns a Metrics made with opts, and a manual reader that
+// collects it.
+func newReader(t *testing.T, opts ...otelmetrics.Option) (*otelmetrics.Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	m, err := otelmetrics.New(opts...)
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(m))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	return m, reader
 }
 
 // script is the traffic every adapter carries: three successes, a failure,
@@ -60,16 +68,6 @@ func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[strin
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	out := map[string]float64{}
-	key := func(s attribute.Set) string {
-		k := ""
-		for _, kv := range s.ToSlice() {
-			if k != "" {
-				k += ","
-			}
-			k += string(kv.Key) + "=" + kv.Value.String()
-		}
-		return k
-	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != name {
@@ -98,6 +96,18 @@ func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[strin
 		}
 	}
 	return out
+}
+
+// key writes an attribute set as "k=v,k=v", in the order of the set.
+func key(s attribute.Set) string {
+	k := ""
+	for _, kv := range s.ToSlice() {
+		if k != "" {
+			k += ","
+		}
+		k += string(kv.Key) + "=" + kv.Value.String()
+	}
+	return k
 }
 
 // runDo, runHTTP, runEcho and runGRPC carry the script through Do, the
@@ -187,10 +197,7 @@ func TestEveryEntryPointCountsTheSameScriptAlike(t *testing.T) {
 }
 
 func TestBreakerTransitionsAndFallbacksAreCounted(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := otelmetrics.New(provider)
-	require.NoError(t, err)
+	m, reader := newReader(t)
 	br, err := breaker.New("backend", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 	require.NoError(t, err)
 	fb := fallback{}
@@ -225,10 +232,7 @@ func (f fallback) Answer(ctx context.Context, err error) (string, error) {
 
 // A limiter keyed by client sees 100,000 keys: the series do not move.
 func TestKeysNeverBecomeAttributes(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := otelmetrics.New(provider, otelmetrics.WithResourceAttribute("http.route"))
-	require.NoError(t, err)
+	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
 	perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(1, time.Hour)
 	}, ratelimit.WithName("ratelimit/per-client"))
@@ -264,11 +268,10 @@ func TestKeysNeverBecomeAttributes(t *testing.T) {
 
 func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	_, err := otelmetrics.New(nil)
-	assert.ErrorContains(t, err, "nil MeterProvider")
-	provider := sdkmetric.NewMeterProvider()
-	_, err = otelmetrics.New(provider, otelmetrics.WithResourceAttribute(""))
+	assert.ErrorContains(t, err, "nil Option")
+	_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(""))
 	assert.ErrorContains(t, err, "empty key")
-	m, err := otelmetrics.New(provider)
+	m, err := otelmetrics.New()
 	require.NoError(t, err)
 	_, err = sluice.New(sluice.WithObserver(m))
 	assert.ErrorContains(t, err, "sluice.WithName")
