@@ -230,39 +230,52 @@ func (f fallback) Answer(ctx context.Context, err error) (string, error) {
 	return "", err
 }
 
-// A limiter keyed by client sees 100,000 keys: the series do not move.
+// A limiter and a breaker group keyed by client see 100,000 keys, each
+// key's breaker opening: the series do not move.
 func TestKeysNeverBecomeAttributes(t *testing.T) {
 	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
 	perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(1, time.Hour)
 	}, ratelimit.WithName("ratelimit/per-client"))
 	require.NoError(t, err)
-	g, err := sluice.New(sluice.WithName("api"), sluice.With(perKey), sluice.WithObserver(m))
+	clk := sluice.NewManualClock(time.Second) // no breaker's open time ends
+	perClient, err := breaker.NewGroup("per-client", breaker.WithConsecutiveFailures(1), breaker.WithMaxBreakers(64),
+		breaker.WithKeyFunc(func(ctx context.Context) string { k, _ := sluice.KeyFrom(ctx); return k }), breaker.WithClock(clk))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(perKey, perClient), sluice.WithClock(clk), sluice.WithObserver(m))
 	require.NoError(t, err)
 	defer g.Close()
 
 	series := func() int {
 		n := 0
 		for _, name := range []string{"sluice.requests", "sluice.call.duration", "sluice.circuit_breaker.transitions",
-			"sluice.rate_limiter.keys", "sluice.fallback.invocations"} {
+			"sluice.rate_limiter.keys", "sluice.fallback.invocations", "sluice.wait.duration"} {
 			n += len(points(t, reader, name))
 		}
 		return n
 	}
 	// Per client: a failed call, then a rejection by its spent window.
 	call := func(key string) {
-		ctx := sluice.WithKeyAndResource(t.Context(), key, "GET /items")
+		ctx := sluice.WithResource(sluice.WithKey(t.Context(), key), "GET /items")
 		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
 		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
-	call("warm-up")
+	// The warm-up's 100 keys fill the Group with 64 open breakers, then
+	// open its overflow breaker, which rejects the keys after them: every
+	// series the test can reach is there.
+	for i := range 100 {
+		call(fmt.Sprintf("warm-up-%d", i))
+	}
 	before := series()
 	require.NotZero(t, before)
 	for i := range 100_000 {
 		call(fmt.Sprintf("10.0.%d.%d", i/256, i%256))
 	}
 	assert.Equal(t, before, series(), "100,000 keys add no series")
-	assert.Equal(t, float64(2*100_001), points(t, reader, "sluice.requests")["sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=admitted"]+
+	assert.Equal(t, map[string]float64{
+		"sluice.circuit_breaker.from=closed,sluice.circuit_breaker.to=open,sluice.guard=api,sluice.policy=breaker/per-client": 65,
+	}, points(t, reader, "sluice.circuit_breaker.transitions"), "64 breakers and the overflow one opened, under the Group's name")
+	assert.Equal(t, float64(2*100_100), points(t, reader, "sluice.requests")["sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=admitted"]+
 		points(t, reader, "sluice.requests")["sluice.cause=rate_limited,sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=rejected"])
 }
 

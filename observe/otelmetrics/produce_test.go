@@ -3,6 +3,7 @@ package otelmetrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"testing/synctest"
@@ -204,4 +205,23 @@ func TestRedisErrorsAndFailurePolicyDecisions(t *testing.T) {
 		"sluice.policy=redis/closed,sluice.result=rejected":  2,
 		"sluice.policy=redis/hung-up,sluice.result=admitted": 1,
 	}, points(t, reader, "sluice.redis.failure_policy.decisions"))
+}
+
+// Past MaxResources, the calls of further resources are counted under
+// "_OTHER": a resource taken from a path cannot grow the series.
+func TestResourcesPastTheMostAreOther(t *testing.T) {
+	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
+	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g.Close()
+	for i := range otelmetrics.MaxResources + 100 {
+		ctx := sluice.WithResource(t.Context(), fmt.Sprintf("GET /items/%d", i))
+		require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
+	}
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil })) // no resource
+	got := points(t, reader, "sluice.call.duration")
+	assert.Len(t, got, otelmetrics.MaxResources+2)
+	assert.Equal(t, float64(1), got["http.route=GET /items/0,sluice.guard=api,sluice.outcome=success"])
+	assert.Equal(t, float64(100), got["http.route=_OTHER,sluice.guard=api,sluice.outcome=success"])
+	assert.Equal(t, float64(1), got["sluice.guard=api,sluice.outcome=success"])
 }
