@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
-	"time"
 )
 
 // Fallback answers in place of a call that a Guard's policy rejected or that
@@ -182,7 +180,7 @@ func typeName[T any]() string {
 
 func (g *Guard) served(ctx context.Context, name string, err error) {
 	if g.obs != nil {
-		g.obs.add(slotFallbacks+int(CauseOf(err)), time.Duration(rand.Uint64())) // no instant at hand
+		g.obs.add(slotFallbacks + int(CauseOf(err)))
 	}
 	if len(g.onFallback) == 0 {
 		return

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // Guard runs calls through a chain of policies, listed outer to inner.
@@ -29,8 +31,6 @@ type Guard struct {
 	waits      []bool   // per policy: its Admit may block; nil when none may
 	clock      Clock    // nil: SystemClock, read without an interface call
 	classify   Classifier
-	onDecision []func(context.Context, Decision)
-	onState    []func(StateChange)
 	unsubsMu   sync.Mutex
 	unsubs     []func()
 	fallbacks  []Fallback // outermost layer; see fallback.go
@@ -40,6 +40,12 @@ type Guard struct {
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
 	name       string                          // WithName
 	obs        *observation                    // nil: unobserved; see observe.go
+	shadow     atomic.Uint64                   // bit i: policy i is in shadow mode; see shadow.go
+	shadowMu   sync.Mutex                      // serialises SetShadow
+	shadowAll  bool                            // SetShadow(""): the whole Guard
+	shadowSet  uint64                          // the policies shadowed by name
+	shadowInit []string                        // WithShadow
+	retry      *retrier                        // nil: no retries; see retry.go
 }
 
 // Option configures a Guard.
@@ -99,33 +105,6 @@ func WithClassifier(c Classifier) Option {
 	}
 }
 
-// OnDecision registers fn, called once per request with the Guard's decision:
-// the rejecting policy's Decision, or, when all admitted, the one whose quota
-// is tightest. It runs on the request's goroutine, outside every lock; keep it
-// short.
-func OnDecision(fn func(ctx context.Context, d Decision)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnDecision: nil function")
-		}
-		g.onDecision = append(g.onDecision, fn)
-		return nil
-	}
-}
-
-// OnStateChange registers fn, called after each state change of any policy in
-// the chain that implements StateSource (breakers, load guards), outside the
-// policy's locks.
-func OnStateChange(fn func(StateChange)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnStateChange: nil function")
-		}
-		g.onState = append(g.onState, fn)
-		return nil
-	}
-}
-
 // New builds a Guard. A Guard with no policies lets everything through.
 func New(opts ...Option) (*Guard, error) {
 	g := &Guard{classify: DefaultClassifier}
@@ -157,11 +136,9 @@ func New(opts ...Option) (*Guard, error) {
 			g.untimed = false
 		}
 	}
-	if len(g.onState) > 0 {
-		for _, p := range g.policies {
-			if s, ok := p.(StateSource); ok {
-				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
-			}
+	for _, name := range g.shadowInit {
+		if err := g.setShadowLocked(name, true); err != nil {
+			return nil, err
 		}
 	}
 	if g.obs != nil {
@@ -173,12 +150,6 @@ func New(opts ...Option) (*Guard, error) {
 		}
 	}
 	return g, nil
-}
-
-func (g *Guard) stateChanged(c StateChange) {
-	for _, fn := range g.onState {
-		fn(c)
-	}
 }
 
 // seenPolicy records p as the i-th policy and reports the index it had
@@ -206,12 +177,12 @@ func (g *Guard) Policies() []Policy {
 // now reads the Guard's clock; small enough to inline.
 func (g *Guard) now() time.Duration {
 	if g.clock == nil {
-		return time.Since(processStart)
+		return monoclock.Now()
 	}
 	return g.clock.Now()
 }
 
-// Close removes the Guard's state-change subscriptions and closes every policy
+// Close detaches the Guard's observers and closes every policy
 // of its chain that implements io.Closer (a janitor, a CPU sampler's share).
 // Closing twice is harmless.
 func (g *Guard) Close() error {
@@ -245,6 +216,9 @@ var ErrNilArgument = errors.New("sluice: nil context or function")
 // otherwise (a [*TimeoutError] past the Guard's deadline); a fallback of
 // the Guard ([WithFallback]) may answer either with nil or another error.
 //
+// With [WithRetry], a call that failed runs fn again, each attempt
+// admitted afresh, and the fallbacks answer the last attempt's error.
+//
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
@@ -253,6 +227,13 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		_, err := retried(ctx, g, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+		if err != nil && len(g.fallbacks) > 0 {
+			return g.applyFallback(ctx, err)
+		}
+		return err
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -274,6 +255,13 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		v, err := retried(ctx, g, fn)
+		if err != nil {
+			return fallbackValue(ctx, g, v, err)
+		}
+		return v, nil
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -310,6 +298,9 @@ type Call struct {
 	ats     [4]time.Duration // with waited: the instant each policy admitted at
 	atsMore []time.Duration  // the same, for a chain longer than ats
 	waited  bool             // the chain has a policy that may wait: ats are kept
+	skip    uint64           // bit i: policy i rejected the call in shadow mode; it hears no end
+	// shadowCause is the cause of the first shadow rejection, when skip is set.
+	shadowCause Cause
 }
 
 // Begin asks every policy, outer to inner, to admit a call. When all admit,
@@ -407,7 +398,7 @@ func (c *Call) Report(o Outcome, err error) error {
 	now := c.start
 	if !g.untimed || o == Released {
 		if g.clock == nil {
-			now = time.Since(processStart)
+			now = monoclock.Now()
 		} else {
 			now = g.clock.Now()
 		}
@@ -429,13 +420,15 @@ var allowAll = Decision{Allowed: true, Limit: -1}
 // no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.parent = ctx
+	if g.retry != nil {
+		g.retry.began()
+	}
 	if g.waits != nil || len(g.policies) > len(c.tickets) {
 		return g.beginSlow(ctx, c)
 	}
-	want = want || len(g.onDecision) > 0
 	var now time.Duration
 	if g.clock == nil {
-		now = time.Since(processStart) // inlined: one read of the runtime's clock
+		now = monoclock.Now() // inlined: one read of the runtime's clock
 	} else {
 		now = g.clock.Now()
 	}
@@ -444,7 +437,12 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	for i, p := range g.policies {
 		v := p.Admit(ctx, now)
 		if v.Cause != nil {
-			return g.rejected(ctx, c, i, now, &v, want)
+			if g.shadow.Load()>>i&1 == 0 {
+				return g.rejected(ctx, c, i, now, &v, want)
+			}
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			continue
 		}
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = v.Ticket
@@ -467,9 +465,6 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
 }
@@ -484,11 +479,8 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	if c.more != nil || c.waited {
 		c.more, c.atsMore, c.waited = nil, nil, false
 	}
-	if want || len(g.onDecision) > 0 {
+	if want {
 		c.d = v.Decision(g.names[i])
-		if len(g.onDecision) > 0 {
-			g.decided(ctx, c.d)
-		}
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
@@ -570,12 +562,20 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.ats[i] = now
 		}
 		v := p.Admit(ctx, now)
-		if v.Cause != nil {
+		if v.Cause != nil && g.shadow.Load()>>i&1 == 0 {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
 				c.wait = now - arrived
 			}
 			return g.rejected(ctx, c, i, now, &v, true)
+		}
+		if v.Cause != nil {
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			if g.waits != nil && g.waits[i] {
+				now = g.now()
+			}
+			continue
 		}
 		if c.more != nil {
 			c.more[i] = v.Ticket
@@ -604,17 +604,8 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
-}
-
-func (g *Guard) decided(ctx context.Context, d Decision) {
-	for _, fn := range g.onDecision {
-		fn(ctx, d)
-	}
 }
 
 func (c *Call) ticket(i int) Ticket {
@@ -636,6 +627,9 @@ func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 	}()
 	untimed := g.untimed && o != Released
 	for ; i >= 0; i-- {
+		if c.skip != 0 && c.skip>>i&1 != 0 {
+			continue // it rejected the call in shadow mode: it took nothing
+		}
 		lat := time.Duration(-1)
 		if !untimed {
 			lat = c.latency(i, o, now)
@@ -659,8 +653,8 @@ func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
 }
 
 // endOnPanic ends a Call that a panic left open: the call's own panic is a
-// Failure; one before the call ran (a policy's Admit, an OnDecision
-// observer) releases the policies that had admitted.
+// Failure; one before the call ran (a policy's Admit)
+// releases the policies that had admitted.
 func (c *Call) endOnPanic() {
 	if !c.live {
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // endSpy admits everything and keeps the admission instants, and the end
@@ -76,7 +77,7 @@ func TestGuardReadsNoEndInstantWhenNoPolicyNeedsIt(t *testing.T) {
 	c, err := g.Begin(ctx)
 	require.NoError(t, err)
 	time.Sleep(time.Millisecond)
-	before := sluice.Now()
+	before := monoclock.Now()
 	require.NoError(t, c.Report(sluice.Released, nil))
 	for _, p := range []*endSpy{a, b} {
 		admit, end, lat := p.last()

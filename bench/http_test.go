@@ -13,6 +13,7 @@ import (
 	zerobreaker "github.com/zeromicro/go-zero/core/breaker"
 	"github.com/zeromicro/go-zero/core/load"
 	"github.com/zeromicro/go-zero/core/logx"
+	xrate "golang.org/x/time/rate"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
@@ -81,7 +82,8 @@ func keyedByIP(tb testing.TB) (*sluice.Guard, *middleware.Keyer) {
 // httpHandlers returns the handlers compared: the bare handler and the same
 // handler behind each library's middleware with a rate limiter and a breaker
 // (go-zero: its breaker and load-shedding handlers, as rest.Server chains
-// them).
+// them; xrate-handwritten: an x/time/rate Limiter in a few lines of
+// middleware, the baseline a user weighs a library against).
 func httpHandlers(tb testing.TB) []struct {
 	name string
 	h    http.Handler
@@ -105,9 +107,24 @@ func httpHandlers(tb testing.TB) []struct {
 		{"sluice-quiet", httpMW(tb, sluicehttp.WithGuard(g),
 			sluicehttp.WithRenderer(middleware.Renderer{QuietAdmitted: true}))(okHandler)},
 		{"sluice-keyed-ip", httpMW(tb, sluicehttp.WithGuard(kg), sluicehttp.WithKeyer(keyer))(okHandler)},
+		{"xrate-handwritten", xrateMiddleware(xrate.NewLimiter(xrate.Limit(1_000_000_000), 1_000_000_000), okHandler)},
 		{"go-zero", zero},
 		{"failsafehttp", fs},
 	}
+}
+
+// xrateMiddleware is the middleware a user writes by hand around an
+// x/time/rate Limiter: one Allow per request, 429 with Retry-After when it
+// refuses.
+func xrateMiddleware(l *xrate.Limiter, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.Allow() {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // zeroBreakerShedding guards next with go-zero's breaker and adaptive load

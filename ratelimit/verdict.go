@@ -140,7 +140,7 @@ func (w *WarmUp) Needs() sluice.Needs { return 0 }
 // Needs returns sluice.Waits when the shaper has a maximum wait: its Admit
 // then blocks until the request's turn.
 func (s *Shaper) Needs() sluice.Needs {
-	if s.maxWait > 0 {
+	if s.cfg.Load().maxWait > 0 {
 		return sluice.Waits
 	}
 	return 0

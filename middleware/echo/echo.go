@@ -158,7 +158,11 @@ const rejectedKey = "sluice.rejected"
 // http.Handler (degrade.New[http.Handler], a middleware.StaleCache, fed
 // with the good GET responses of the Guard's routes), served with
 // c.Response() and c.Request(), else the deny handler, else with 429 or
-// 503, Retry-After and a problem body. A handler that returns a sluice
+// 503, Retry-After and a problem body. An error the handler returns
+// without having answered (not an *echo.HTTPError), past the Guard's
+// deadline a timeout, is answered by the fallback of the Guard declared for
+// it, if any (degrade.OnTimeout, degrade.OnError), and counts as the 500
+// it would have been. A handler that returns a sluice
 // rejection its own call met (wrapped or not; a Guard's timeout wrapping
 // one is a timeout) gets it answered the same way, and the request counts
 // as Ignored. So does the handler of a request the middleware lets through
@@ -258,6 +262,19 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 					// middleware answers its own, and Ignored.
 					call.Report(sluice.Ignored, nil)
 					return cfg.rejected(c, rt, key, cerr, d, call.Start())
+				}
+				if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
+					cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), cerr) {
+					// A failure, or the Guard's timeout, that a fallback
+					// of the Guard answers: counted as the 500 it would
+					// have been, and answered by the fallback.
+					ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
+					if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), ferr, call.Decision()); fb != nil {
+						c.SetRequest(fr)
+						fb.ServeHTTP(c.Response(), fr)
+						return nil
+					}
+					return err
 				}
 			}
 			o := cfg.outcome(c, reqCtx, err, cerr)

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -320,7 +321,7 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 func TestGuardTimeoutEndsTheHandlersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		outer, inner := testpolicy.NewCounter(), testpolicy.NewCounter()
-		g, err := sluice.New(sluice.With(inner), sluice.WithClock(sluice.NewMonotonicClock()), sluice.WithTimeout(150*time.Millisecond))
+		g, err := sluice.New(sluice.With(inner), sluice.WithClock(monoclock.New()), sluice.WithTimeout(150*time.Millisecond))
 		require.NoError(t, err)
 		defer g.Close()
 		var waited time.Duration
@@ -849,9 +850,13 @@ func TestStaleCacheBehindEcho(t *testing.T) {
 	require.Equal(t, "prices", do(e, http.MethodGet, "/p").Body.String())
 	assert.Equal(t, 1, cache.Len())
 	fail = true
-	assert.Equal(t, http.StatusInternalServerError, do(e, http.MethodGet, "/p").Code)
-	clock.Advance(7 * time.Second)
+	// The failure opens the breaker, and the stale copy answers it.
 	rec := do(e, http.MethodGet, "/p")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "prices", rec.Body.String())
+	assert.Equal(t, "0", rec.Header().Get("Age"))
+	clock.Advance(7 * time.Second)
+	rec = do(e, http.MethodGet, "/p")
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "prices", rec.Body.String())
 	assert.Equal(t, "7", rec.Header().Get("Age"))
@@ -882,4 +887,27 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 	}
 	_, err = Middleware(WithGuard(gStr))
 	assert.ErrorContains(t, err, "degrade.New[http.Handler]")
+}
+
+// TestCauses plays the causes table through Middleware: each fallback of
+// the Guard answers 200 and its text.
+func TestCauses(t *testing.T) {
+	answer := func(text string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, text) })
+	}
+	scenario.RunCauses(t, answer, func(t *testing.T, g *sluice.Guard) func(scenario.Work) string {
+		e := echo.New()
+		e.Use(mw(t, WithGuard(g)))
+		e.GET("/a", func(c echo.Context) error {
+			switch scenario.WorkFrom(c.Request().Context()) {
+			case scenario.Fail:
+				return errors.New("down")
+			case scenario.Hang:
+				<-c.Request().Context().Done()
+				return c.Request().Context().Err()
+			}
+			return c.String(http.StatusOK, "ok")
+		})
+		return func(w scenario.Work) string { return scenario.ServeWork(e, w) }
+	})
 }

@@ -229,3 +229,30 @@ func causeRule(t *testing.T, c sluice.Cause, fn degrade.Func[any]) degrade.Rule[
 	t.Fatalf("no rule for cause %v", c)
 	return degrade.Rule[any]{}
 }
+
+// TestCauses plays the causes table through the unary server interceptor:
+// each fallback of the Guard answers with its text as the reply.
+func TestCauses(t *testing.T) {
+	scenario.RunCauses(t, func(text string) any { return text }, func(t *testing.T, g *sluice.Guard) func(scenario.Work) string {
+		intercept := unary(t, WithGuard(g))
+		handler := func(ctx context.Context, _ any) (any, error) {
+			switch scenario.WorkFrom(ctx) {
+			case scenario.Fail:
+				return nil, status.Error(codes.Unavailable, "down")
+			case scenario.Hang:
+				<-ctx.Done()
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return "ok", nil
+		}
+		const method = "/sluice.scenario.Service/A"
+		return func(w scenario.Work) string {
+			ctx := grpc.NewContextWithServerTransportStream(scenario.WithWork(context.Background(), w), &headerStream{method: method})
+			resp, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, handler)
+			if err != nil {
+				return scenario.Failed(status.Code(err))
+			}
+			return resp.(string)
+		}
+	})
+}

@@ -154,14 +154,15 @@ func ExampleMiddleware_fallbacks() {
 
 	get("/catalog/1") // a good answer is kept
 	fail = true
-	fmt.Println(get("/catalog/1").Code) // the failure opens the breaker
+	rec := get("/catalog/1") // the failure opens the breaker; the stale copy answers it
+	fmt.Println(rec.Code, rec.Body.String(), "Age:", rec.Header().Get("Age"))
 	clock.Advance(30 * time.Second)
-	rec := get("/catalog/1") // the breaker is open: the stale copy answers
+	rec = get("/catalog/1") // the breaker is open: the stale copy answers
 	fmt.Println(rec.Code, rec.Body.String(), "Age:", rec.Header().Get("Age"))
 	rec = get("/catalog/2") // no copy: the static answer
 	fmt.Println(rec.Code, rec.Body.String())
 	// Output:
-	// 500
+	// 200 catalog v1 Age: 0
 	// 200 catalog v1 Age: 30
 	// 503 the catalog is resting; try again soon
 }

@@ -126,7 +126,11 @@ func WithRenderer(r middleware.Renderer) Option {
 // answered by the Guard's fallbacks answering an http.Handler
 // (degrade.New[http.Handler], a middleware.StaleCache), else the deny
 // handler, else a problem response: 429 or 503 with Retry-After, the
-// RateLimit fields and an RFC 9457 body.
+// RateLimit fields and an RFC 9457 body. A handler's failure that a
+// fallback of the Guard declares an answer for (degrade.OnError; past the
+// Guard's deadline degrade.OnTimeout) is answered by it: a 5xx status is
+// held back, and the body written after it dropped, as is a response left
+// unwritten by the deadline; the request counts as the failure it was.
 //
 // It returns an error for an option given a nil argument, for WithGuard
 // together with WithRoutes, and for a Guard with a fallback that answers
@@ -231,6 +235,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			keep = nil
 		}
 	}
+	if h.HasFallbacks() && h.GuardOf(rt.Guard) != nil {
+		rw.answer, rw.rt, rw.pattern, rw.key = true, rt, pattern, key
+		if ctx := call.Context(); ctx != r.Context() {
+			rw.cctx = ctx
+		}
+	}
 	defer h.finish(rw, &call, keep, r, pattern, key)
 	if ctx := call.Context(); ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
@@ -269,6 +279,11 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard
 	default:
 		o = h.Classify(rw.status)
 	}
+	if rw.answer && !rw.rejected && !rw.hijacked && (rw.held || rw.status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
+		h.answerFailure(rw, call)
+		putWriter(rw)
+		return
+	}
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
@@ -276,6 +291,31 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard
 		keep.Keep(r, pattern, key, call.Start(), rw.Header(), rw.capture)
 	}
 	putWriter(rw)
+}
+
+// answerFailure ends call, whose handler failed (rw holds back its 5xx, or
+// it wrote nothing by the Guard's deadline), as a failure, and answers it
+// with the fallback of the Guard declared for it. The header fields that
+// described the handler's dropped body go with it. Should the fallback
+// decline, the held status goes out, without the body.
+func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
+	code := rw.status
+	o := h.Classify(code)
+	if code == 0 {
+		code, o = http.StatusGatewayTimeout, sluice.Failure
+	}
+	err := call.Report(o, core.FailedStatus(code))
+	rw.held = false
+	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, err, call.Decision())
+	if fb == nil {
+		rw.w.WriteHeader(code)
+		return
+	}
+	hd := rw.w.Header()
+	for _, f := range []string{"Content-Type", "Content-Length", "X-Content-Type-Options"} {
+		delete(hd, f)
+	}
+	fb.ServeHTTP(rw.w, fr)
 }
 
 // RejectionFrom returns the Decision that rejected r, for fallback and deny

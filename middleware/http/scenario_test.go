@@ -102,3 +102,26 @@ func httpFallback(answers map[sluice.Cause]string) (sluice.Fallback, error) {
 }
 
 func TestScenarios(t *testing.T) { scenario.RunWith(t, httpTarget, httpFallback) }
+
+// TestCauses plays the causes table through Middleware: each fallback of
+// the Guard answers 200 and its text.
+func TestCauses(t *testing.T) {
+	scenario.RunCauses(t, answerText, func(t *testing.T, g *sluice.Guard) func(scenario.Work) string {
+		h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch scenario.WorkFrom(r.Context()) {
+			case scenario.Fail:
+				http.Error(w, "down", http.StatusInternalServerError)
+			case scenario.Hang:
+				<-r.Context().Done()
+			default:
+				_, _ = io.WriteString(w, "ok")
+			}
+		}))
+		return func(w scenario.Work) string { return scenario.ServeWork(h, w) }
+	})
+}
+
+// answerText is a handler answering 200 and text.
+func answerText(text string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, text) })
+}

@@ -2,11 +2,16 @@ package sluicehttp
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/core"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // responseWriter records the status a handler answers with, and whether an
@@ -31,6 +36,14 @@ type responseWriter struct {
 	h     *handler
 	req   *http.Request
 	start time.Duration // the call's arrival on its Guard's clock
+	// answer is set when the fallbacks of the route's Guard may answer the
+	// handler's failure: a 5xx status, or nothing written by the Guard's
+	// deadline. held is set once a 5xx is held back for one; the handler's
+	// body is then dropped.
+	answer, held bool
+	rt           *routing.Route
+	pattern, key string
+	cctx         context.Context // the call's context, when the Guard has a timeout
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
@@ -53,16 +66,48 @@ func putWriter(rw *responseWriter) {
 // Header returns the header map of the writer beneath.
 func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
 
-// WriteHeader records the first final status and passes it on.
+// WriteHeader records the first final status and passes it on; a 5xx
+// that a fallback of the Guard answers is held back.
 func (rw *responseWriter) WriteHeader(code int) {
+	if rw.held {
+		return
+	}
+	if rw.status == 0 && code >= 500 && rw.answer && rw.declared(code) {
+		rw.status, rw.held = code, true
+		return
+	}
 	if rw.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		rw.status = code
 	}
 	rw.w.WriteHeader(code)
 }
 
+// timedOut reports whether the Guard's deadline for the call has passed,
+// its client still there.
+func (rw *responseWriter) timedOut() bool {
+	return rw.cctx != nil && rw.cctx.Err() == context.DeadlineExceeded && rw.req.Context().Err() == nil
+}
+
+// failure returns the error that the handler's answer code is to the
+// Guard's fallbacks: a timeout once the Guard's deadline has passed.
+func (rw *responseWriter) failure(code int) error {
+	if rw.timedOut() {
+		return &sluice.TimeoutError{Err: core.FailedStatus(code)}
+	}
+	return core.FailedStatus(code)
+}
+
+// declared reports whether a fallback of the Guard answers the handler's
+// failure, code.
+func (rw *responseWriter) declared(code int) bool {
+	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, rw.failure(code))
+}
+
 // Write records an implicit 200 and passes the bytes on.
 func (rw *responseWriter) Write(b []byte) (int, error) {
+	if rw.held {
+		return len(b), nil
+	}
 	if rw.status == 0 {
 		rw.status = http.StatusOK
 	}
@@ -75,6 +120,9 @@ func (rw *responseWriter) Write(b []byte) (int, error) {
 // WriteString writes s without copying it to a byte slice when the writer
 // beneath takes strings, as io.WriteString would on that writer.
 func (rw *responseWriter) WriteString(s string) (int, error) {
+	if rw.held {
+		return len(s), nil
+	}
 	if rw.status == 0 {
 		rw.status = http.StatusOK
 	}
@@ -105,6 +153,9 @@ func (rw *responseWriter) Flush() { _ = rw.FlushError() }
 // as http.TimeoutHandler's) leaves the status to what the handler writes
 // next.
 func (rw *responseWriter) FlushError() error {
+	if rw.held {
+		return nil
+	}
 	err := http.NewResponseController(rw.w).Flush()
 	if err == nil && rw.status == 0 {
 		rw.status = http.StatusOK
@@ -126,6 +177,9 @@ func (rw *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // ReadFrom copies from src with the writer beneath's io.ReaderFrom when it
 // has one (sendfile on a TCP connection).
 func (rw *responseWriter) ReadFrom(src io.Reader) (int64, error) {
+	if rw.held {
+		return io.Copy(io.Discard, src)
+	}
 	if rw.status == 0 {
 		rw.status = http.StatusOK
 	}

@@ -25,7 +25,7 @@
 // conventions (aspnetcore.rate_limiting.*):
 //
 //   - sluice.requests, counter {request}: sluice.guard, sluice.policy,
-//     sluice.result (admitted, rejected), sluice.cause on rejections
+//     sluice.result (admitted, rejected, shadow_rejected), sluice.cause on rejections
 //     (rate_limited, circuit_open, overloaded, concurrency_limited, timeout,
 //     other);
 //   - sluice.call.duration, histogram s: sluice.guard, sluice.outcome
@@ -47,6 +47,8 @@
 //     Shedder learns from latency, and samples no CPU);
 //   - sluice.fallback.invocations, counter {invocation}: sluice.guard,
 //     sluice.cause;
+//   - sluice.retry.attempts, .retries and .budget_refusals, counters, by
+//     sluice.guard, for a Guard that retries (sluice.WithRetry);
 //   - sluice.redis.errors, counter {error}: sluice.policy, error.type
 //     (timeout, _OTHER); sluice.redis.failure_policy.decisions, counter
 //     {request}: sluice.policy, sluice.result (admitted, rejected); for the

@@ -1,6 +1,7 @@
 package otelmetrics
 
 import (
+	"context"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,9 @@ const (
 	shedding
 	redisErrors
 	redisDecisions
+	rtAttempts
+	rtRetries
+	rtRefusals
 	numInstruments
 )
 
@@ -63,6 +67,9 @@ var instruments = [numInstruments]struct {
 	shedding:       {"sluice.load.shedding", "", "1 while a load shedder sheds, 0 otherwise.", kindGauge},
 	redisErrors:    {"sluice.redis.errors", "{error}", "Calls of Redis limiters to Redis that failed or timed out.", kindCounter},
 	redisDecisions: {"sluice.redis.failure_policy.decisions", "{request}", "Requests a Redis limiter's failure policy decided instead of Redis.", kindCounter},
+	rtAttempts:     {"sluice.retry.attempts", "{attempt}", "Attempts of the calls of a Guard that retries, retries included.", kindCounter},
+	rtRetries:      {"sluice.retry.retries", "{retry}", "Retries a Guard's retry budget granted.", kindCounter},
+	rtRefusals:     {"sluice.retry.budget_refusals", "{retry}", "Retries a Guard's retry budget refused.", kindCounter},
 }
 
 // builder gathers the data points of one collection, by instrument.
@@ -149,6 +156,7 @@ type policyWatch struct {
 	attr     attribute.KeyValue
 	plain    attribute.Set                                          // guard, policy
 	admitted attribute.Set                                          // result=admitted
+	shadow   attribute.Set                                          // result=shadow_rejected
 	rejected [len(causeNames)]attribute.Set                         // result=rejected, by cause
 	states   [len(breakerStates)]attribute.Set                      // by breaker state
 	trans    *[len(breakerStates)][len(breakerStates)]atomic.Uint64 // transitions, by from and to
@@ -157,6 +165,7 @@ type policyWatch struct {
 func (pw *policyWatch) init(w *watch) {
 	pw.plain = attribute.NewSet(w.guard, pw.attr)
 	pw.admitted = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "admitted"))
+	pw.shadow = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "shadow_rejected"))
 	for c, name := range causeNames {
 		pw.rejected[c] = attribute.NewSet(w.guard, pw.attr,
 			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name))
@@ -202,7 +211,12 @@ func (w *watch) collect(b *builder) {
 	for i := range w.policies {
 		pw := &w.policies[i]
 		ps := s.Policies[i]
-		b.int(requests, int64(ps.Admitted), pw.admitted, w.start)
+		// A call a policy rejected in shadow mode, and let through, is
+		// counted once: as shadow_rejected, not as admitted.
+		b.int(requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted, w.start)
+		if ps.ShadowRejected > 0 {
+			b.int(requests, int64(ps.ShadowRejected), pw.shadow, w.start)
+		}
 		for c, n := range ps.Rejected {
 			if n > 0 {
 				b.int(requests, int64(n), pw.rejected[c], w.start)
@@ -240,6 +254,12 @@ func (w *watch) collect(b *builder) {
 			}
 			b.int(shedding, shed, pw.plain, w.start)
 		}
+	}
+	if _, retries := w.g.RetryDelay(context.Background(), 0, 0); retries {
+		set := attribute.NewSet(w.guard)
+		b.int(rtAttempts, int64(s.Attempts), set, w.start)
+		b.int(rtRetries, int64(s.Retries), set, w.start)
+		b.int(rtRefusals, int64(s.BudgetRefusals), set, w.start)
 	}
 	for c, n := range s.Fallbacks {
 		if n > 0 {

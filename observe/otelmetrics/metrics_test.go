@@ -216,6 +216,26 @@ func TestBreakerTransitionsAndFallbacksAreCounted(t *testing.T) {
 		points(t, reader, "sluice.circuit_breaker.state")["sluice.circuit_breaker.state=open,sluice.guard=api,sluice.policy=breaker/backend"])
 }
 
+func TestRetriesAreCounted(t *testing.T) {
+	m, reader := newReader(t)
+	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m),
+		sluice.WithRetry(sluice.Retry{Attempts: 2, Backoff: time.Microsecond, MinPerSecond: 1}))
+	require.NoError(t, err)
+	defer g.Close()
+	for range 3 { // the budget starts with one retry: the first call's
+		_ = g.Do(t.Context(), func(context.Context) error { return errors.New("down") })
+	}
+	for name, want := range map[string]float64{"sluice.retry.attempts": 4, "sluice.retry.retries": 1, "sluice.retry.budget_refusals": 2} {
+		assert.Equal(t, map[string]float64{"sluice.guard=api": want}, points(t, reader, name), name)
+	}
+	// A Guard that does not retry has no retry series.
+	plain, err := sluice.New(sluice.WithName("plain"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer plain.Close()
+	_ = plain.Do(t.Context(), func(context.Context) error { return errors.New("down") })
+	assert.NotContains(t, points(t, reader, "sluice.retry.attempts"), "sluice.guard=plain")
+}
+
 // fallback answers a circuit-open rejection with success.
 type fallback struct{}
 
@@ -256,7 +276,7 @@ func TestKeysNeverBecomeAttributes(t *testing.T) {
 	}
 	// Per client: a failed call, then a rejection by its spent window.
 	call := func(key string) {
-		ctx := sluice.WithResource(sluice.WithKey(t.Context(), key), "GET /items")
+		ctx := sluice.WithKey(sluice.WithResource(t.Context(), "GET /items"), key)
 		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
 		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
@@ -296,4 +316,15 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	g, err = sluice.New(sluice.WithName("a"), sluice.WithObserver(m))
 	require.NoError(t, err, "a closed Guard's name is free again")
 	require.NoError(t, g.Close())
+}
+
+func TestShadowRejectionsAreCountedApart(t *testing.T) {
+	reader, g := setup(t, "api")
+	require.NoError(t, g.SetShadow("ratelimit/api", true))
+	runDo(t, g)
+	assert.Equal(t, map[string]float64{
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=admitted":        4,
+		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=shadow_rejected": 2,
+		"sluice.guard=api,sluice.policy=breaker/backend,sluice.result=admitted":      6,
+	}, points(t, reader, "sluice.requests"))
 }

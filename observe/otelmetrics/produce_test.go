@@ -90,7 +90,7 @@ func TestWaitsAreCounted(t *testing.T) {
 		m, reader := newReader(t)
 		clk := bubbleClock{time.Now()}
 		shaper, err := ratelimit.NewShaper(ratelimit.Every(100*time.Millisecond), 150*time.Millisecond,
-			ratelimit.WithName("shaper"), ratelimit.WithClock(clk))
+			ratelimit.WithName("shaper"))
 		require.NoError(t, err)
 		g, err := sluice.New(sluice.WithName("api"), sluice.With(shaper), sluice.WithClock(clk), sluice.WithObserver(m))
 		require.NoError(t, err)

@@ -162,7 +162,7 @@ func TestWindow(t *testing.T) {
 	defer client.Close()
 	g, err := NewGCRA(client, ratelimit.PerSecond(10), 20, WithName("g"))
 	require.NoError(t, err)
-	tb, err := NewTokenBucket(client, ratelimit.PerMinute(6), 6, WithName("t"))
+	tb, err := NewTokenBucket(client, ratelimit.Rate{Count: 6, Period: time.Minute}, 6, WithName("t"))
 	require.NoError(t, err)
 	f, err := NewFixedWindow(client, 6, time.Minute, WithName("f"))
 	require.NoError(t, err)

@@ -159,28 +159,63 @@ func (c *Config) Context(ctx context.Context, q middleware.Request, route string
 }
 
 // Fallback returns the handler of g's fallback for err, the rejection with
-// Decision d of r (route, key; now on g's clock), with the request to serve
-// it: its context carries the Decision (RejectionFrom). It returns a nil
+// Decision d of r (route, key; now on g's clock), or the failure of its
+// admitted call (d then has no Cause), with the request to serve it: its
+// context carries a rejection's Decision (RejectionFrom). It returns a nil
 // handler when no fallback serves.
 func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error, d sluice.Decision) (http.Handler, *http.Request) {
 	info := c.GuardOf(g)
 	if info == nil {
 		return nil, nil
 	}
-	ctx := r.Context()
-	if _, ok := sluice.ResourceFrom(ctx); !ok && route != "" {
-		// degrade.Routes picks the route's fallbacks by resource.
-		ctx = sluice.WithResource(ctx, route)
+	ctx := fallbackContext(info, r, route, key, now)
+	if d.Cause != nil {
+		ctx = WithRejection(ctx, d)
 	}
-	if info.Stale != nil {
-		ctx = stale.WithRequest(ctx, &stale.Request{Route: route, Key: key, R: r, Now: now})
-	}
-	ctx = WithRejection(ctx, d)
 	h, ferr := sluice.FallbackValue[http.Handler](ctx, g, err)
 	if ferr != nil || h == nil {
 		return nil, nil
 	}
 	return h, r.WithContext(ctx)
+}
+
+// Declares reports whether a fallback of g declares an answer for err, the
+// error of r's call (route, key; now on g's clock), without running it.
+func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error) bool {
+	info := c.GuardOf(g)
+	if info == nil {
+		return false
+	}
+	ctx := fallbackContext(info, r, route, key, now)
+	for _, f := range g.Fallbacks() {
+		if _, ok := f.Declared(ctx, err); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// fallbackContext returns r's context as the fallbacks of info read it:
+// with the route as the resource (degrade.Routes picks the route's
+// fallbacks by resource) and, for stale caches, the request.
+func fallbackContext(info *Guard, r *http.Request, route, key string, now time.Duration) context.Context {
+	ctx := r.Context()
+	if _, ok := sluice.ResourceFrom(ctx); !ok && route != "" {
+		ctx = sluice.WithResource(ctx, route)
+	}
+	if info.Stale != nil {
+		ctx = stale.WithRequest(ctx, &stale.Request{Route: route, Key: key, R: r, Now: now})
+	}
+	return ctx
+}
+
+// FailedStatus is the error a handler's failure answer (a 5xx status) is
+// to a Guard's fallbacks: it answers with a degrade.OnError rule, or
+// OnTimeout once the Guard's deadline has passed.
+type FailedStatus int
+
+func (s FailedStatus) Error() string {
+	return "handler answered " + strconv.Itoa(int(s)) + " " + http.StatusText(int(s))
 }
 
 // Keep feeds the stale caches of info with the good GET response to r
