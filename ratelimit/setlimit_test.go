@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"testing"
 	"time"
 
@@ -101,8 +102,8 @@ func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
 			p, err := c.make(clk)
 			require.NoError(t, err)
 			window := func() time.Duration {
-				if w, ok := p.(interface{ Window() time.Duration }); ok {
-					return w.Window()
+				if w := policywindow.Of(p); w > 0 {
+					return w
 				}
 				return -1
 			}
@@ -150,7 +151,7 @@ func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 	clk.Advance(500 * time.Millisecond)
 	require.NoError(t, w.SetLimit(4, 2*time.Second, 2))
 	assert.Zero(t, allowedOf(w, clk, 1), "still counted")
-	assert.Equal(t, 2*time.Second, w.Window())
+	assert.Equal(t, 2*time.Second, policywindow.Of(w))
 	clk.Advance(1500 * time.Millisecond) // the old bucket's end plus the new window has passed
 	assert.Equal(t, 4, allowedOf(w, clk, 5))
 }
@@ -176,7 +177,7 @@ func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
 		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 3)
 	}))
-	assert.Equal(t, 3*time.Hour, k.Window())
+	assert.Equal(t, 3*time.Hour, policywindow.Of(k))
 	n := 0
 	for admit("held") {
 		n++
