@@ -484,7 +484,7 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, v.Cause, err, c.wait)
+		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait)
 	}
 	return err
 }
