@@ -207,9 +207,9 @@ func (g *Guard) Close() error {
 	return errors.Join(errs...)
 }
 
-// ErrNilArgument is returned by Do, Execute and Begin for a nil context or
+// errNilArgument is returned by Do, Execute and Begin for a nil context or
 // function: a programming error, reported rather than a panic.
-var ErrNilArgument = errors.New("sluice: nil context or function")
+var errNilArgument = errors.New("sluice: nil context or function")
 
 // Do runs fn as one call through the Guard: Begin, fn with the call's
 // context, End. It returns the rejection when a policy rejects, fn's error
@@ -223,7 +223,7 @@ var ErrNilArgument = errors.New("sluice: nil context or function")
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 	if ctx == nil || fn == nil {
-		return ErrNilArgument
+		return errNilArgument
 	}
 	if g == nil {
 		return fn(ctx)
@@ -251,7 +251,7 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
 	if ctx == nil || fn == nil {
 		var zero T
-		return zero, ErrNilArgument
+		return zero, errNilArgument
 	}
 	if g == nil {
 		return fn(ctx)
@@ -317,7 +317,7 @@ type Call struct {
 //	err = call.End(err)
 func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
 	if ctx == nil {
-		return Call{}, ErrNilArgument
+		return Call{}, errNilArgument
 	}
 	if g == nil {
 		c.d, c.parent = allowAll, ctx

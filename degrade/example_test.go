@@ -92,7 +92,7 @@ func ExampleStale() {
 
 	clock.Advance(90 * time.Second)
 	r, err = prices.Execute(context.Background(), g, "sku-1", down)
-	fmt.Printf("%s stale=%v Age: %d\n", r.Value, r.Stale, r.AgeSeconds())
+	fmt.Printf("%s stale=%v Age: %d\n", r.Value, r.Stale, int64(r.Age/time.Second))
 
 	clock.Advance(time.Hour)
 	_, err = prices.Execute(context.Background(), g, "sku-1", down)

@@ -6,7 +6,19 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
+
+func init() {
+	// The adapters read a limiter's window for the RateLimit-Policy header
+	// field through package policywindow.
+	policywindow.Register(func(p any) time.Duration {
+		if w, ok := p.(interface{ rateWindow() time.Duration }); ok {
+			return w.rateWindow()
+		}
+		return 0
+	})
+}
 
 // ErrNeverSatisfiable is the cause of a rejection for a request whose cost is
 // larger than the limiter could ever grant at once (n > burst, n > the

@@ -167,8 +167,8 @@ func slotDiff(a, b uint64, cb uint) int64 {
 // WithName.
 func (w *FixedWindow) Name() string { return w.name }
 
-// Window returns the length of a window.
-func (w *FixedWindow) Window() time.Duration { return w.cfg.Load().window }
+// rateWindow returns the length of a window.
+func (w *FixedWindow) rateWindow() time.Duration { return w.cfg.Load().window }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *FixedWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -208,9 +208,9 @@ func (g *GCRA) SetLimit(r Rate, burst int64) error {
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Window returns the time the limiter takes to refill its whole burst, burst
+// rateWindow returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
-func (g *GCRA) Window() time.Duration { return time.Duration(g.cfg.Load().tau) }
+func (g *GCRA) rateWindow() time.Duration { return time.Duration(g.cfg.Load().tau) }
 
 // allowNAt is AllowN at instant now: the bare answer, with no ticket.
 func (g *GCRA) allowNAt(now time.Duration, n int64) bool {

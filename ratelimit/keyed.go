@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // ErrNoKey is the cause of a Keyed rejection of a request that carries no
@@ -128,10 +129,10 @@ type Keyed struct {
 	stopped   chan struct{}
 }
 
-// Window returns the window of the limiters newLimiter makes, as the one it
+// rateWindow returns the window of the limiters newLimiter makes, as the one it
 // made for the empty key at construction reports it (0 when they report
 // none): the w of the RateLimit-Policy header field.
-func (k *Keyed) Window() time.Duration { return time.Duration(k.window.Load()) }
+func (k *Keyed) rateWindow() time.Duration { return time.Duration(k.window.Load()) }
 
 // SetLimit changes the numbers of every key's limiter, those held and
 // those to come, with update, which changes one limiter in place (with its
@@ -160,8 +161,8 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
 	k.update.Store(&update)
-	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
-		k.window.Store(int64(wd.Window()))
+	if wd, ok := probe.(interface{ rateWindow() time.Duration }); ok {
+		k.window.Store(int64(wd.rateWindow()))
 	}
 	// A key made meanwhile is inserted under its shard's lock after it
 	// read the update: either the walk below finds it, or it read this one.
@@ -254,9 +255,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	}
 	needs := probe.Needs()
 	var window time.Duration
-	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
-		window = wd.Window()
-	}
+	window = policywindow.Of(probe)
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)

@@ -143,9 +143,9 @@ func (b *LeakyBucket) config() (*leakyConfig, int64) {
 // WithName.
 func (b *LeakyBucket) Name() string { return b.name }
 
-// Window returns the time a full bucket takes to drain, capacity × interval:
+// rateWindow returns the time a full bucket takes to drain, capacity × interval:
 // the w of the RateLimit-Policy header field.
-func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.cfg.Load().full) }
+func (b *LeakyBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().full) }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (b *LeakyBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -100,12 +101,7 @@ func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
 			clk := sluice.NewManualClock(time.Hour)
 			p, err := c.make(clk)
 			require.NoError(t, err)
-			window := func() time.Duration {
-				if w, ok := p.(interface{ Window() time.Duration }); ok {
-					return w.Window()
-				}
-				return -1
-			}
+			window := func() time.Duration { return policywindow.Of(p) }
 			w := window()
 			require.Error(t, c.bad(p))
 			assert.Equal(t, w, window(), "a refused change changes nothing")
@@ -150,7 +146,7 @@ func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 	clk.Advance(500 * time.Millisecond)
 	require.NoError(t, w.SetLimit(4, 2*time.Second, 2))
 	assert.Zero(t, allowedOf(w, clk, 1), "still counted")
-	assert.Equal(t, 2*time.Second, w.Window())
+	assert.Equal(t, 2*time.Second, policywindow.Of(w))
 	clk.Advance(1500 * time.Millisecond) // the old bucket's end plus the new window has passed
 	assert.Equal(t, 4, allowedOf(w, clk, 5))
 }
@@ -176,7 +172,7 @@ func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
 		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 3)
 	}))
-	assert.Equal(t, 3*time.Hour, k.Window())
+	assert.Equal(t, 3*time.Hour, policywindow.Of(k))
 	n := 0
 	for admit("held") {
 		n++

@@ -14,15 +14,15 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
+// errWaitAbandoned is the cause of a Shaper's rejection when the request's
 // context ended while it waited for its turn. It wraps sluice.ErrRateLimited;
 // the Decision's Cause also matches the context's error (context.Canceled or
-// context.DeadlineExceeded).
-var ErrWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
+// context.DeadlineExceeded), which is how callers tell it.
+var errWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
 
 var (
-	errAbandonedCanceled = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.Canceled)
-	errAbandonedDeadline = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.DeadlineExceeded)
+	errAbandonedCanceled = fmt.Errorf("%w (%w)", errWaitAbandoned, context.Canceled)
+	errAbandonedDeadline = fmt.Errorf("%w (%w)", errWaitAbandoned, context.DeadlineExceeded)
 )
 
 // Shaper is the leaky bucket as a queue: it spaces requests evenly at its

@@ -194,7 +194,7 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 		cancel()
 		<-done
 		require.False(t, d.Allowed)
-		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		require.ErrorIs(t, d.Cause, errWaitAbandoned)
 		require.ErrorIs(t, d.Cause, context.Canceled)
 		require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 		// As if it had never come: the turn at 100ms is free.
@@ -239,7 +239,7 @@ func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 			cancel3(context.DeadlineExceeded)
 		}()
 		d, _ = admit(s, ctx3, clk.Now())
-		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		require.ErrorIs(t, d.Cause, errWaitAbandoned)
 		assert.True(t, errors.Is(d.Cause, context.Canceled))
 	})
 }

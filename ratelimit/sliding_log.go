@@ -95,8 +95,8 @@ func (l *SlidingLog) SetLimit(limit int64, window time.Duration) error {
 // WithName.
 func (l *SlidingLog) Name() string { return l.name }
 
-// Window returns the window's length.
-func (l *SlidingLog) Window() time.Duration {
+// rateWindow returns the window's length.
+func (l *SlidingLog) rateWindow() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.window

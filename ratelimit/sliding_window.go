@@ -139,8 +139,8 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 // WithName.
 func (w *SlidingWindow) Name() string { return w.name }
 
-// Window returns the window's length.
-func (w *SlidingWindow) Window() time.Duration {
+// rateWindow returns the window's length.
+func (w *SlidingWindow) rateWindow() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.window

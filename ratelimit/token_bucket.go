@@ -513,6 +513,6 @@ func convertTAT(tat, now, from, to int64) int64 {
 	return now + int64(q)
 }
 
-// Window returns the time the bucket takes to refill its whole burst, burst
+// rateWindow returns the time the bucket takes to refill its whole burst, burst
 // × interval at the current rate: the w of the RateLimit-Policy header field.
-func (b *TokenBucket) Window() time.Duration { return time.Duration(b.cfg.Load().tau) }
+func (b *TokenBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().tau) }

@@ -158,9 +158,9 @@ func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor 
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
-// Window returns the time a warm limiter takes to refill its whole burst,
+// rateWindow returns the time a warm limiter takes to refill its whole burst,
 // burst × interval: the w of the RateLimit-Policy header field.
-func (w *WarmUp) Window() time.Duration {
+func (w *WarmUp) rateWindow() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return time.Duration(w.tau)

@@ -33,11 +33,11 @@ func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	g, err := sluice.New(sluice.With(l))
 	require.NoError(t, err)
 	assert.Equal(t, 2, admitted(t, g, 4), "a burst of 2")
-	assert.Equal(t, 2*time.Hour, l.Window())
+	assert.Equal(t, 2*time.Hour, l.rateWindow())
 
 	// 5 per 5h: the same rate, a burst of 5; the 2 taken stay taken.
 	require.NoError(t, l.SetLimit(5, 5*time.Hour))
-	assert.Equal(t, 5*time.Hour, l.Window())
+	assert.Equal(t, 5*time.Hour, l.rateWindow())
 	assert.Equal(t, 3, admitted(t, g, 5))
 	d := g.Do(t.Context(), func(context.Context) error { return nil })
 	dec, ok := sluice.RejectionOf(d)
@@ -47,7 +47,7 @@ func TestSetLimitTakesEffectOnTheNextCall(t *testing.T) {
 	// Bad numbers change nothing.
 	require.Error(t, l.SetLimit(0, time.Hour))
 	require.Error(t, l.SetLimit(5, 0))
-	assert.Equal(t, 5*time.Hour, l.Window())
+	assert.Equal(t, 5*time.Hour, l.rateWindow())
 
 	other, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("live")))
 	require.NoError(t, err)
