@@ -254,8 +254,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
 	needs := probe.Needs()
-	var window time.Duration
-	window = policywindow.Of(probe)
+	window := policywindow.Of(probe)
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
