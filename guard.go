@@ -316,22 +316,31 @@ type Call struct {
 //	}
 //	err = call.End(err)
 func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
+	err = g.beginInto(ctx, &c)
+	return c, err
+}
+
+// beginInto is Begin writing the call into c. Begin is small enough to be
+// inlined, so that the Call is made where its caller keeps it.
+func (g *Guard) beginInto(ctx context.Context, c *Call) error {
 	if ctx == nil {
-		return Call{}, errNilArgument
+		return errNilArgument
 	}
 	if g == nil {
 		c.d, c.parent = allowAll, ctx
-		return c, nil
+		return nil
 	}
-	admitted := false
-	defer func() {
-		if !admitted {
-			c.endOnPanic() // a policy's Admit or an observer panicked
-		}
-	}()
-	err = g.begin(ctx, &c, true)
-	admitted = true
-	return c, err
+	defer c.releaseOnPanic()
+	return g.begin(ctx, c, true)
+}
+
+// releaseOnPanic releases the policies that admitted c when a policy's
+// Admit or an observer panicked while it was begun: c is then live but was
+// never handed over to run. Once begun, c is left as it is.
+func (c *Call) releaseOnPanic() {
+	if c.live && !c.ran {
+		c.Report(Released, nil)
+	}
 }
 
 // Context returns the context to run the call with: the one given to Begin,
