@@ -2,32 +2,46 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test deps vet unit scenario bench-test bench bench-overload lint
+.PHONY: test deps need vet unit scenario bench-test bench bench-overload lint screenshot
 
 test: deps vet unit scenario bench-test
 
 # deps installs what the tests need: redis-server (tests start their own
-# private servers on loopback; nothing is left running).
+# private servers on loopback; nothing is left running) and chromium (the
+# dashboard's browser test drives it headless).
 deps:
-	@if command -v redis-server >/dev/null 2>&1; then \
-		echo "redis-server: $$(redis-server --version | cut -d' ' -f3)"; \
+	@$(MAKE) --no-print-directory need PKG=redis-server BIN=redis-server \
+		MAC='brew install redis'
+	@$(MAKE) --no-print-directory need PKG=chromium BIN=chromium \
+		MAC='brew install --cask chromium'
+
+# need installs the Debian package PKG when the command BIN is missing and
+# the user is root, and otherwise says what to install.
+need:
+	@if command -v $(BIN) >/dev/null 2>&1; then \
+		echo "$(BIN): $$(command -v $(BIN))"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing redis-server with apt-get"; \
+		echo "installing $(PKG) with apt-get"; \
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null && \
-		redis-server --version; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(PKG) >/dev/null && \
+		command -v $(BIN); \
 	else \
-		echo "redis-server is missing: install it (Debian/Ubuntu: sudo apt-get install redis-server;"; \
-		echo "macOS: brew install redis), or run 'make test' as root on Debian to have it installed."; \
+		echo "$(BIN) is missing: install it (Debian/Ubuntu: sudo apt-get install $(PKG);"; \
+		echo "macOS: $(MAC)), or run 'make test' as root on Debian to have it installed."; \
 		exit 1; \
 	fi
+
+# screenshot retakes docs/dashboard.png, the README's picture of the
+# dashboard, with the browser test.
+screenshot: deps
+	SLUICE_DASHBOARD_SCREENSHOT=1 $(GO) test -count=1 -run TestDashboardInABrowser ./observe/dashboard
 
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
 unit:
-	SLUICE_REQUIRE_REDIS=1 $(GO) test -race -shuffle=on -timeout 15m ./...
+	SLUICE_REQUIRE_REDIS=1 SLUICE_REQUIRE_BROWSER=1 $(GO) test -race -shuffle=on -timeout 15m ./...
 
 # scenario plays the avalanche demo, shortened, and checks what sluice
 # promises. It measures latencies, so it runs without the race detector.

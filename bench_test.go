@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -98,7 +99,7 @@ func openBreakerGuard(t testing.TB) *sluice.Guard {
 	if err != nil {
 		t.Fatal(err)
 	}
-	br.OpenFor(context.Background(), sluice.Now(), time.Hour)
+	br.OpenFor(context.Background(), monoclock.Now(), time.Hour)
 	g, err := sluice.New(sluice.With(br))
 	if err != nil {
 		t.Fatal(err)
@@ -168,9 +169,9 @@ func (shedAll) Admit(context.Context, time.Duration) sluice.Verdict {
 
 // BenchmarkClock is the floor under every Guard: one monotonic read.
 func BenchmarkClock(b *testing.B) {
-	b.Run("sluice.Now", func(b *testing.B) {
+	b.Run("SystemClock", func(b *testing.B) {
 		for b.Loop() {
-			_ = sluice.Now()
+			_ = sluice.SystemClock.Now()
 		}
 	})
 	b.Run("time.Now", func(b *testing.B) {
@@ -304,7 +305,7 @@ func TestObservedGuardAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
 		t.Errorf("an observed call allocates %v times, want 0", n)
 	}
-	br.OpenFor(ctx, sluice.Now(), time.Hour)
+	br.OpenFor(ctx, monoclock.Now(), time.Hour)
 	if n := testing.AllocsPerRun(1000, func() { _ = g.Do(ctx, nop) }); n != 0 {
 		t.Errorf("an observed rejection allocates %v times, want 0", n)
 	}

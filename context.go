@@ -1,86 +1,36 @@
 package sluice
 
-import "context"
+import (
+	"context"
+
+	"github.com/sluice-go/sluice/internal/reqid"
+)
 
 type ctxKey uint8
 
 const (
-	keyKey ctxKey = iota
-	resourceKey
-	costKey
+	costKey ctxKey = iota
 	priorityKey
 )
 
 // WithKey returns a context whose requests are limited under key: a client
 // IP, a user, a header value. Keyed policies read it with KeyFrom. Adapters
 // set it from their key extractor. It costs one allocation.
-func WithKey(ctx context.Context, key string) context.Context {
-	return &idCtx{Context: ctx, key: key, has: hasKey}
-}
+func WithKey(ctx context.Context, key string) context.Context { return reqid.WithKey(ctx, key) }
 
-// KeyFrom returns the key set by WithKey or WithKeyAndResource, and whether
-// one was set.
-func KeyFrom(ctx context.Context) (string, bool) {
-	if c, ok := ctx.(*idCtx); ok && c.has&hasKey != 0 {
-		return c.key, true
-	}
-	if c, ok := ctx.Value(keyKey).(*idCtx); ok {
-		return c.key, true
-	}
-	return "", false
-}
+// KeyFrom returns the key set by WithKey, and whether one was set.
+func KeyFrom(ctx context.Context) (string, bool) { return reqid.Key(ctx) }
 
 // WithResource returns a context naming the resource a request is for: an
 // HTTP route pattern, a gRPC full method, a dependency's host. It costs one
 // allocation.
 func WithResource(ctx context.Context, resource string) context.Context {
-	return &idCtx{Context: ctx, res: resource, has: hasResource}
+	return reqid.WithResource(ctx, resource)
 }
 
-// WithKeyAndResource is WithKey and WithResource at once, in one allocation.
-func WithKeyAndResource(ctx context.Context, key, resource string) context.Context {
-	return &idCtx{Context: ctx, key: key, res: resource, has: hasKey | hasResource}
-}
-
-// ResourceFrom returns the resource set by WithResource or
-// WithKeyAndResource, and whether one was set.
-func ResourceFrom(ctx context.Context) (string, bool) {
-	if c, ok := ctx.(*idCtx); ok && c.has&hasResource != 0 {
-		return c.res, true
-	}
-	if c, ok := ctx.Value(resourceKey).(*idCtx); ok {
-		return c.res, true
-	}
-	return "", false
-}
-
-// idCtx carries a request's key, its resource, or both, in one value: the
-// key and the resource are read back without the allocation a string in an
-// interface would cost, as its Value answers with the idCtx itself.
-type idCtx struct {
-	context.Context
-	key, res string
-	has      uint8
-}
-
-const (
-	hasKey uint8 = 1 << iota
-	hasResource
-)
-
-func (c *idCtx) Value(k any) any {
-	switch k {
-	case keyKey:
-		if c.has&hasKey != 0 {
-			return c
-		}
-	case resourceKey:
-		if c.has&hasResource != 0 {
-			return c
-		}
-	}
-	return c.Context.Value(k)
-}
+// ResourceFrom returns the resource set by WithResource, and whether one was
+// set.
+func ResourceFrom(ctx context.Context) (string, bool) { return reqid.Resource(ctx) }
 
 // WithCost returns a context whose requests cost n units of a rate limit's
 // quota instead of 1. A cost below 1 is taken as 1.

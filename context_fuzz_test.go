@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/reqid"
 )
 
 type otherKey struct{}
@@ -33,7 +34,7 @@ func FuzzContextHelpers(f *testing.F) {
 			case 1:
 				ctx, wantRes, hasRes = sluice.WithResource(ctx, r), r, true
 			case 2:
-				ctx = sluice.WithKeyAndResource(ctx, k, r)
+				ctx = reqid.WithKeyAndResource(ctx, k, r)
 				wantKey, hasKey, wantRes, hasRes = k, true, r, true
 			case 3:
 				c := cost + int64(i)

@@ -44,6 +44,28 @@
 // admitted are released, so no token, concurrency slot or half-open probe
 // leaks.
 //
+// # Operating it live
+//
+// Every policy's numbers change while it runs, validated as its
+// constructor validates them: a limiter's SetLimit, a breaker's or a
+// Shedder's Reconfigure. A policy in shadow mode ([WithShadow],
+// [Guard.SetShadow]) decides every call as when enforcing, but lets
+// through the calls it would reject, and counts them
+// ([PolicyStats].ShadowRejected, [CallEvent].Shadow): a new limit can be
+// watched before it rejects anything.
+//
+// # Retries
+//
+// A Guard declared [WithRetry] tries a failed call again, with exponential
+// backoff and full jitter, within the caller's deadline and a retry budget
+// (10% of its calls by default). The layers compose in one order, outer to
+// inner: the fallbacks, then the retries, then the policies of the chain.
+// Each attempt is admitted afresh, so a breaker counts each as one call, and
+// a rejection by the Guard's own policies (an open breaker, a spent limit)
+// ends the retries; the fallbacks answer the last attempt's error. The
+// sluicehttp Transport and the sluicegrpc client interceptors retry the same
+// way, with the Guard of each target ([Guard.RetryDelay]).
+//
 // # Writing a policy
 //
 // A [Policy] is four methods: Name; Admit, which answers a [Verdict] at the

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // Guard runs calls through a chain of policies, listed outer to inner.
@@ -29,8 +31,6 @@ type Guard struct {
 	waits      []bool   // per policy: its Admit may block; nil when none may
 	clock      Clock    // nil: SystemClock, read without an interface call
 	classify   Classifier
-	onDecision []func(context.Context, Decision)
-	onState    []func(StateChange)
 	unsubsMu   sync.Mutex
 	unsubs     []func()
 	fallbacks  []Fallback // outermost layer; see fallback.go
@@ -40,6 +40,12 @@ type Guard struct {
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
 	name       string                          // WithName
 	obs        *observation                    // nil: unobserved; see observe.go
+	shadow     atomic.Uint64                   // bit i: policy i is in shadow mode; see shadow.go
+	shadowMu   sync.Mutex                      // serialises SetShadow
+	shadowAll  bool                            // SetShadow(""): the whole Guard
+	shadowSet  uint64                          // the policies shadowed by name
+	shadowInit []string                        // WithShadow
+	retry      *retrier                        // nil: no retries; see retry.go
 }
 
 // Option configures a Guard.
@@ -99,33 +105,6 @@ func WithClassifier(c Classifier) Option {
 	}
 }
 
-// OnDecision registers fn, called once per request with the Guard's decision:
-// the rejecting policy's Decision, or, when all admitted, the one whose quota
-// is tightest. It runs on the request's goroutine, outside every lock; keep it
-// short.
-func OnDecision(fn func(ctx context.Context, d Decision)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnDecision: nil function")
-		}
-		g.onDecision = append(g.onDecision, fn)
-		return nil
-	}
-}
-
-// OnStateChange registers fn, called after each state change of any policy in
-// the chain that implements StateSource (breakers, load guards), outside the
-// policy's locks.
-func OnStateChange(fn func(StateChange)) Option {
-	return func(g *Guard) error {
-		if fn == nil {
-			return errors.New("sluice: OnStateChange: nil function")
-		}
-		g.onState = append(g.onState, fn)
-		return nil
-	}
-}
-
 // New builds a Guard. A Guard with no policies lets everything through.
 func New(opts ...Option) (*Guard, error) {
 	g := &Guard{classify: DefaultClassifier}
@@ -157,26 +136,20 @@ func New(opts ...Option) (*Guard, error) {
 			g.untimed = false
 		}
 	}
-	if len(g.onState) > 0 {
-		for _, p := range g.policies {
-			if s, ok := p.(StateSource); ok {
-				g.unsubs = append(g.unsubs, s.Subscribe(g.stateChanged))
-			}
-		}
-	}
-	if g.obs != nil {
-		g.untimed = false // the observers hear each call's latency
-		if err := g.attach(); err != nil {
+	for _, name := range g.shadowInit {
+		if err := g.setShadowLocked(name, true); err != nil {
 			return nil, err
 		}
 	}
-	return g, nil
-}
-
-func (g *Guard) stateChanged(c StateChange) {
-	for _, fn := range g.onState {
-		fn(c)
+	if g.obs != nil {
+		if err := g.attach(); err != nil {
+			return nil, err
+		}
+		if len(g.obs.calls) > 0 {
+			g.untimed = false // an observer hears each call's latency
+		}
 	}
+	return g, nil
 }
 
 // seenPolicy records p as the i-th policy and reports the index it had
@@ -204,12 +177,12 @@ func (g *Guard) Policies() []Policy {
 // now reads the Guard's clock; small enough to inline.
 func (g *Guard) now() time.Duration {
 	if g.clock == nil {
-		return time.Since(processStart)
+		return monoclock.Now()
 	}
 	return g.clock.Now()
 }
 
-// Close removes the Guard's state-change subscriptions and closes every policy
+// Close detaches the Guard's observers and closes every policy
 // of its chain that implements io.Closer (a janitor, a CPU sampler's share).
 // Closing twice is harmless.
 func (g *Guard) Close() error {
@@ -234,23 +207,33 @@ func (g *Guard) Close() error {
 	return errors.Join(errs...)
 }
 
-// ErrNilArgument is returned by Do, Execute and Begin for a nil context or
+// errNilArgument is returned by Do, Execute and Begin for a nil context or
 // function: a programming error, reported rather than a panic.
-var ErrNilArgument = errors.New("sluice: nil context or function")
+var errNilArgument = errors.New("sluice: nil context or function")
 
 // Do runs fn as one call through the Guard: Begin, fn with the call's
 // context, End. It returns the rejection when a policy rejects, fn's error
 // otherwise (a [*TimeoutError] past the Guard's deadline); a fallback of
 // the Guard ([WithFallback]) may answer either with nil or another error.
 //
+// With [WithRetry], a call that failed runs fn again, each attempt
+// admitted afresh, and the fallbacks answer the last attempt's error.
+//
 // If fn panics, every policy that admitted it hears of a Failure, and the panic
 // goes on up the stack.
 func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 	if ctx == nil || fn == nil {
-		return ErrNilArgument
+		return errNilArgument
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		_, err := retried(ctx, g, func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) })
+		if err != nil && len(g.fallbacks) > 0 {
+			return g.applyFallback(ctx, err)
+		}
+		return err
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -268,10 +251,17 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (T, error) {
 	if ctx == nil || fn == nil {
 		var zero T
-		return zero, ErrNilArgument
+		return zero, errNilArgument
 	}
 	if g == nil {
 		return fn(ctx)
+	}
+	if g.retry != nil {
+		v, err := retried(ctx, g, fn)
+		if err != nil {
+			return fallbackValue(ctx, g, v, err)
+		}
+		return v, nil
 	}
 	var c Call
 	defer c.endOnPanic()
@@ -308,6 +298,9 @@ type Call struct {
 	ats     [4]time.Duration // with waited: the instant each policy admitted at
 	atsMore []time.Duration  // the same, for a chain longer than ats
 	waited  bool             // the chain has a policy that may wait: ats are kept
+	skip    uint64           // bit i: policy i rejected the call in shadow mode; it hears no end
+	// shadowCause is the cause of the first shadow rejection, when skip is set.
+	shadowCause Cause
 }
 
 // Begin asks every policy, outer to inner, to admit a call. When all admit,
@@ -331,7 +324,7 @@ func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
 // inlined, so that the Call is made where its caller keeps it.
 func (g *Guard) beginInto(ctx context.Context, c *Call) error {
 	if ctx == nil {
-		return ErrNilArgument
+		return errNilArgument
 	}
 	if g == nil {
 		c.d, c.parent = allowAll, ctx
@@ -414,7 +407,7 @@ func (c *Call) Report(o Outcome, err error) error {
 	now := c.start
 	if !g.untimed || o == Released {
 		if g.clock == nil {
-			now = time.Since(processStart)
+			now = monoclock.Now()
 		} else {
 			now = g.clock.Now()
 		}
@@ -436,13 +429,15 @@ var allowAll = Decision{Allowed: true, Limit: -1}
 // no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.parent = ctx
+	if g.retry != nil {
+		g.retry.began()
+	}
 	if g.waits != nil || len(g.policies) > len(c.tickets) {
 		return g.beginSlow(ctx, c)
 	}
-	want = want || len(g.onDecision) > 0
 	var now time.Duration
 	if g.clock == nil {
-		now = time.Since(processStart) // inlined: one read of the runtime's clock
+		now = monoclock.Now() // inlined: one read of the runtime's clock
 	} else {
 		now = g.clock.Now()
 	}
@@ -451,7 +446,12 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	for i, p := range g.policies {
 		v := p.Admit(ctx, now)
 		if v.Cause != nil {
-			return g.rejected(ctx, c, i, now, &v, want)
+			if g.shadow.Load()>>i&1 == 0 {
+				return g.rejected(ctx, c, i, now, &v, want)
+			}
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			continue
 		}
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = v.Ticket
@@ -474,9 +474,6 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
 }
@@ -491,15 +488,12 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	if c.more != nil || c.waited {
 		c.more, c.atsMore, c.waited = nil, nil, false
 	}
-	if want || len(g.onDecision) > 0 {
+	if want {
 		c.d = v.Decision(g.names[i])
-		if len(g.onDecision) > 0 {
-			g.decided(ctx, c.d)
-		}
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, v.Cause, err, c.wait)
+		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait)
 	}
 	return err
 }
@@ -577,12 +571,20 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.ats[i] = now
 		}
 		v := p.Admit(ctx, now)
-		if v.Cause != nil {
+		if v.Cause != nil && g.shadow.Load()>>i&1 == 0 {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
 				c.wait = now - arrived
 			}
 			return g.rejected(ctx, c, i, now, &v, true)
+		}
+		if v.Cause != nil {
+			g.shadowed(c, i, &v)
+			c.n = i + 1
+			if g.waits != nil && g.waits[i] {
+				now = g.now()
+			}
+			continue
 		}
 		if c.more != nil {
 			c.more[i] = v.Ticket
@@ -611,17 +613,8 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
-	if len(g.onDecision) > 0 {
-		g.decided(ctx, c.d)
-	}
 	c.ran = true
 	return nil
-}
-
-func (g *Guard) decided(ctx context.Context, d Decision) {
-	for _, fn := range g.onDecision {
-		fn(ctx, d)
-	}
 }
 
 func (c *Call) ticket(i int) Ticket {
@@ -643,6 +636,9 @@ func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 	}()
 	untimed := g.untimed && o != Released
 	for ; i >= 0; i-- {
+		if c.skip != 0 && c.skip>>i&1 != 0 {
+			continue // it rejected the call in shadow mode: it took nothing
+		}
 		lat := time.Duration(-1)
 		if !untimed {
 			lat = c.latency(i, o, now)
@@ -666,8 +662,8 @@ func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
 }
 
 // endOnPanic ends a Call that a panic left open: the call's own panic is a
-// Failure; one before the call ran (a policy's Admit, an OnDecision
-// observer) releases the policies that had admitted.
+// Failure; one before the call ran (a policy's Admit)
+// releases the policies that had admitted.
 func (c *Call) endOnPanic() {
 	if !c.live {
 		return

@@ -68,6 +68,10 @@ type CallEvent struct {
 	// Latency is how long an admitted call ran, from the end of its
 	// admission to its end; 0 for a rejection.
 	Latency time.Duration
+	// Shadow is true for an admitted call that a policy in shadow mode
+	// ([Guard.SetShadow]) rejected: Policy names the first that did, and
+	// Cause is its rejection's cause.
+	Shadow bool
 }
 
 // WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
@@ -75,8 +79,10 @@ type CallEvent struct {
 // keeps no counters and pays nothing for observation: its call path checks
 // one pointer.
 //
-// An observed Guard reads its clock at the end of every call, for the
-// latency, even when no policy needs it ([NeedsEnd]).
+// A Guard with an observer that hears its calls (one whose Attach returns
+// an observe function) reads its clock at the end of every call, for the
+// latency, even when no policy needs it ([NeedsEnd]); one whose observers
+// only read [Guard.Stats] or subscribe to state changes does not.
 func WithObserver(o Observer) Option {
 	return func(g *Guard) error {
 		if isNil(o) {
@@ -101,6 +107,10 @@ type Stats struct {
 	// error, indexed by the [Cause] of the error it replaced (CauseNone: a
 	// failure of the call that was no timeout).
 	Fallbacks [numCauses]uint64
+	// Attempts, Retries and BudgetRefusals count, for a Guard that declares
+	// retries ([WithRetry]), whether observed or not: its calls, retries
+	// included; the retries it granted; and those its retry budget refused.
+	Attempts, Retries, BudgetRefusals uint64
 }
 
 // numCauses is the number of Causes, CauseNone included.
@@ -119,10 +129,15 @@ type PolicyStats struct {
 	// indexed by [Outcome]: Released counts those an inner policy rejected.
 	// Admitted less their sum is the policy's calls in flight.
 	Outcomes [Released + 1]uint64
+	// ShadowRejected counts the calls the policy rejected in shadow mode
+	// ([Guard.SetShadow]) and let through; they count in Admitted and
+	// Outcomes too, as calls it let pass.
+	ShadowRejected uint64
 }
 
 // Stats returns the Guard's counters. A Guard built without [WithObserver]
-// keeps none: its Stats has the policies' names and zero counts.
+// keeps none but its retry counters: its Stats has the policies' names and
+// zero counts.
 func (g *Guard) Stats() Stats {
 	if g == nil {
 		return Stats{}
@@ -130,6 +145,9 @@ func (g *Guard) Stats() Stats {
 	s := Stats{Guard: g.name, Policies: make([]PolicyStats, len(g.policies))}
 	for i := range s.Policies {
 		s.Policies[i].Policy = g.names[i]
+	}
+	if r := g.retry; r != nil {
+		s.Attempts, s.Retries, s.BudgetRefusals = r.attemptsMade(), r.retries.Load(), r.refusals.Load()
 	}
 	ob := g.obs
 	if ob == nil {
@@ -157,6 +175,7 @@ func (g *Guard) Stats() Stats {
 			for c := range p.Rejected {
 				p.Rejected[c] += ob.load(sh, slotRejected+i*numCauses+c)
 			}
+			p.ShadowRejected += ob.load(sh, ob.slotShadow+i)
 		}
 		p.Admitted = admitted + rejectedAfter
 		p.Outcomes = outcomes
@@ -172,15 +191,16 @@ func (g *Guard) Stats() Stats {
 // pointer to it, nil when unobserved: that nil is all an unobserved call
 // pays.
 type observation struct {
-	observers []Observer
-	calls     []func(context.Context, CallEvent) // what the observers gave
-	stride    int                                // counters per shard, a whole number of cache lines
-	counts    []atomic.Uint64                    // statShards × stride
+	observers  []Observer
+	calls      []func(context.Context, CallEvent) // what the observers gave
+	stride     int                                // counters per shard, a whole number of cache lines
+	slotShadow int                                // the first of the shadow rejections by policy
+	counts     []atomic.Uint64                    // statShards × stride
 }
 
 // The counters of a shard, by slot: the calls admitted by every policy,
 // their outcomes, the fallbacks by cause, then the rejections by policy and
-// cause.
+// cause, then the shadow rejections by policy (slotShadow).
 const (
 	slotAdmitted  = 0
 	slotOutcomes  = 1
@@ -193,7 +213,8 @@ const (
 const statShards = 8
 
 func (ob *observation) init(policies int) {
-	n := slotRejected + policies*numCauses
+	ob.slotShadow = slotRejected + policies*numCauses
+	n := ob.slotShadow + policies
 	ob.stride = (n + 7) &^ 7 // 8 counters: a cache line of 64 bytes
 	ob.counts = make([]atomic.Uint64, statShards*ob.stride)
 }
@@ -202,8 +223,17 @@ func (ob *observation) load(shard, slot int) uint64 {
 	return ob.counts[shard*ob.stride+slot].Load()
 }
 
-// shard picks a shard at random: the runtime's per-thread generator is
-// cheaper than any shared state.
+// shardAt picks the shard of a call that arrived at now from the
+// instant's low bits, which differ from call to call like random ones and
+// cost nothing to read (a random number costs a few nanoseconds). The bits
+// above are folded in for clocks whose resolution is coarser than a
+// nanosecond; a clock that stands still (a ManualClock) puts every call
+// in one shard, which is right all the same.
+func shardAt(now time.Duration) uint8 {
+	return uint8(now^now>>10^now>>20) & (statShards - 1)
+}
+
+// shard picks a shard at random, where no instant is at hand.
 func shard() uint8 { return uint8(rand.Uint32() & (statShards - 1)) }
 
 // add counts one at slot in a shard picked at random.
@@ -211,10 +241,15 @@ func (ob *observation) add(slot int) {
 	ob.counts[int(shard())*ob.stride+slot].Add(1)
 }
 
+// addAt counts one at slot in the shard of the instant now.
+func (ob *observation) addAt(slot int, now time.Duration) {
+	ob.counts[int(shardAt(now))*ob.stride+slot].Add(1)
+}
+
 // admitted counts a call every policy admitted, in a shard its end will
 // count in too: one cache line per call.
 func (ob *observation) admitted(c *Call) {
-	c.shard = shard()
+	c.shard = shardAt(c.start)
 	ob.counts[int(c.shard)*ob.stride+slotAdmitted].Add(1)
 }
 
@@ -226,16 +261,19 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 		return
 	}
 	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
+	if c.skip != 0 {
+		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause
+	}
 	for _, fn := range ob.calls {
 		fn(c.parent, e)
 	}
 }
 
-// rejected counts and reports policy i's rejection of a call with cause
-// and error err, after the call waited wait.
-func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, wait time.Duration) {
+// rejected counts and reports policy i's rejection at now of a call with
+// cause and error err, after the call waited wait.
+func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, now, wait time.Duration) {
 	cs := causeOf(cause)
-	ob.add(slotRejected + i*numCauses + int(cs))
+	ob.addAt(slotRejected+i*numCauses+int(cs), now)
 	if len(ob.calls) == 0 {
 		return
 	}

@@ -156,8 +156,9 @@ type StateChange struct {
 }
 
 // StateSource is implemented by policies whose state changes (breakers, load
-// shedders). A Guard built with [OnStateChange] subscribes to every policy of
-// its chain that implements it, and unsubscribes on Close.
+// shedders). An [Observer] subscribes to those of its Guard's chain in
+// Attach and unsubscribes in its detach function, as package
+// observe/statelog does.
 //
 // Subscribe registers fn, called outside the policy's locks after each change,
 // in the order the changes happened; the returned function removes it.

@@ -40,7 +40,7 @@ func TestPanicAfterAWaitReleasesEachPolicyFromItsOwnAdmit(t *testing.T) {
 }
 
 // doneBoom is a policy whose Done panics (as a breaker's Done does when an
-// OnStateChange listener panics on the change it delivers).
+// state-change listener panics on the change it delivers).
 type doneBoom struct{}
 
 func (doneBoom) Name() string { return "boom" }
@@ -67,7 +67,7 @@ func TestPanicInADoneStillEndsTheOuterPolicies(t *testing.T) {
 	}
 }
 
-// The same with the library's own policies: a panicking OnStateChange
+// The same with the library's own policies: a panicking state-change
 // listener runs inside the breaker's Done, and the bulkhead outside it must
 // still get its slot back.
 func TestPanickingStateListenerLeaksNoBulkheadSlot(t *testing.T) {
@@ -80,13 +80,13 @@ func TestPanickingStateListenerLeaksNoBulkheadSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	panicked := false
-	g, err := sluice.New(sluice.With(bh, br),
-		sluice.OnStateChange(func(sluice.StateChange) {
-			if !panicked {
-				panicked = true
-				panic("listener") // a bug in the user's listener, once
-			}
-		}))
+	defer br.Subscribe(func(sluice.StateChange) {
+		if !panicked {
+			panicked = true
+			panic("listener") // a bug in the user's listener, once
+		}
+	})()
+	g, err := sluice.New(sluice.With(bh, br))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func TestPanickingStateListenerLeaksNoBulkheadSlot(t *testing.T) {
 // Close may be called from two goroutines at once: a Guard is safe for
 // concurrent use, and closing twice is harmless.
 func TestConcurrentCloseIsSafe(t *testing.T) {
-	p := &stateful{recorder: newRecorder("breaker/x", -1)}
-	g, err := sluice.New(sluice.With(p), sluice.OnStateChange(func(sluice.StateChange) {}))
+	ev := &events{}
+	g, err := sluice.New(sluice.With(newRecorder("breaker/x", -1)), sluice.WithObserver(ev))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +119,9 @@ func TestConcurrentCloseIsSafe(t *testing.T) {
 		go func() { defer wg.Done(); _ = g.Close() }()
 	}
 	wg.Wait()
+	if ev.detached != 1 {
+		t.Fatalf("the observer was detached %d times, want once", ev.detached)
+	}
 }
 
 // A nested Guard's rejection is Ignored by the outer Guard whatever its

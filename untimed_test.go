@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // endSpy admits everything and keeps the admission instants, and the end
@@ -76,7 +77,7 @@ func TestGuardReadsNoEndInstantWhenNoPolicyNeedsIt(t *testing.T) {
 	c, err := g.Begin(ctx)
 	require.NoError(t, err)
 	time.Sleep(time.Millisecond)
-	before := sluice.Now()
+	before := monoclock.Now()
 	require.NoError(t, c.Report(sluice.Released, nil))
 	for _, p := range []*endSpy{a, b} {
 		admit, end, lat := p.last()
@@ -104,4 +105,33 @@ func TestGuardReadsNoEndInstantWhenNoPolicyNeedsIt(t *testing.T) {
 		assert.GreaterOrEqual(t, lat, time.Millisecond, name)
 		assert.Equal(t, end-admit, lat, name)
 	}
+}
+
+// statsOnly is an Observer that hears no calls: it reads Stats alone.
+type statsOnly struct{}
+
+func (statsOnly) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return nil, nil, nil
+}
+
+func TestObservedGuardReadsTheEndInstantOnlyForAnObserverOfCalls(t *testing.T) {
+	ctx := context.Background()
+	a := &endSpy{name: "a", untimed: true}
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}))
+	require.NoError(t, err)
+	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(time.Millisecond); return nil }))
+	admit, end, lat := a.last()
+	assert.Equal(t, admit, end, "no observer hears the latency: no end instant is read")
+	assert.Equal(t, time.Duration(-1), lat)
+	assert.Equal(t, uint64(1), g.Stats().Policies[0].Outcomes[sluice.Success], "the counters are kept all the same")
+
+	ev := &events{}
+	g, err = sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}), sluice.WithObserver(ev))
+	require.NoError(t, err)
+	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(time.Millisecond); return nil }))
+	admit, end, lat = a.last()
+	assert.GreaterOrEqual(t, end-admit, time.Millisecond, "an observer of calls hears the latency")
+	assert.Equal(t, end-admit, lat)
+	require.Len(t, ev.got, 1)
+	assert.GreaterOrEqual(t, ev.got[0].Latency, time.Millisecond)
 }

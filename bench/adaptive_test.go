@@ -51,13 +51,13 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 	policy := func(p sluice.Policy) adaptiveOp {
 		untimed := p.Needs()&sluice.NeedsEnd == 0
 		return func() bool {
-			now := sluice.Now()
+			now := monoNow()
 			v := p.Admit(ctx, now)
 			if v.Cause == nil {
 				if untimed {
 					p.Done(v.Ticket, sluice.Success, now, -1)
 				} else {
-					end := sluice.Now()
+					end := monoNow()
 					p.Done(v.Ticket, sluice.Success, end, end-now)
 				}
 			}

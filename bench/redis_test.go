@@ -54,7 +54,7 @@ func sluiceRedis(newLimiter func(c redis.UniversalClient) (*redislimit.Limiter, 
 		}
 		keyed := sluice.WithKey(context.Background(), key)
 		return func(context.Context) bool {
-			v := l.Admit(keyed, sluice.Now())
+			v := l.Admit(keyed, monoNow())
 			if v.Cause == nil {
 				l.Done(v.Ticket, sluice.Success, 0, -1)
 			}

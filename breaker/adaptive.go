@@ -3,6 +3,8 @@ package breaker
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -28,18 +30,17 @@ import (
 // An Adaptive is a sluice.Policy, safe for concurrent use; make one with
 // NewAdaptive.
 type Adaptive struct {
-	name   string
-	k      float64
-	minReq int64
-	random func() float64
-	env    permitEnv
-	win    *timeWindow // requests (total), accepts (lo)
+	name string
+	cfg  atomic.Pointer[config] // k, minThrottle, random; replaced whole by Reconfigure
+	env  permitEnv
+	win  atomic.Pointer[timeWindow] // requests (total), accepts (lo)
+	mu   sync.Mutex                 // serialises Reconfigure
 }
 
 // NewAdaptive returns an adaptive throttle named "breaker/" + name. The
 // defaults are K = 2 and a window of 10s in 10 buckets; the options that
 // apply are WithMultiplier, WithRollingWindow, WithRandom,
-// WithMinThrottleRequests, WithClock and WithClassifier.
+// WithMinThrottleRequests and WithClock.
 func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 	if name == "" {
 		return nil, errors.New("breaker: NewAdaptive: empty name")
@@ -48,15 +49,10 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Adaptive{
-		name:   "breaker/" + name,
-		k:      cfg.k,
-		minReq: cfg.minThrottle,
-		random: cfg.random,
-		win:    newTimeWindow(cfg.length, cfg.buckets, true),
-	}
-	a.env = newPermitEnv(cfg.clock, cfg.classify)
-	a.env.bind(a)
+	a := &Adaptive{name: "breaker/" + name}
+	a.cfg.Store(cfg)
+	a.win.Store(newTimeWindow(cfg.length, cfg.buckets, true))
+	a.env = newPermitEnv(cfg.clock)
 	return a, nil
 }
 
@@ -66,14 +62,14 @@ func (a *Adaptive) Name() string { return a.name }
 // RejectProbability returns the probability with which a request arriving at
 // instant now would be rejected.
 func (a *Adaptive) RejectProbability(now time.Duration) float64 {
-	return a.probability(a.win.readAt(now))
+	return a.probability(a.cfg.Load(), a.win.Load().readAt(now))
 }
 
-func (a *Adaptive) probability(t tally) float64 {
-	if t.total < a.minReq || t.total <= 0 {
+func (a *Adaptive) probability(c *config, t tally) float64 {
+	if t.total < c.minThrottle || t.total <= 0 {
 		return 0
 	}
-	p := (float64(t.total) - a.k*float64(max(t.lo, 0))) / float64(t.total+1)
+	p := (float64(t.total) - c.k*float64(max(t.lo, 0))) / float64(t.total+1)
 	return max(p, 0)
 }
 
@@ -81,7 +77,7 @@ func (a *Adaptive) probability(t tally) float64 {
 // sluice.Policy method.
 func (a *Adaptive) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	if !a.admit(now) {
-		return sluice.Verdict{Limit: -1, RetryAfter: a.win.width, Cause: sluice.ErrCircuitOpen}
+		return sluice.Verdict{Limit: -1, RetryAfter: a.win.Load().width, Cause: sluice.ErrCircuitOpen}
 	}
 	return sluice.Verdict{Limit: -1}
 }
@@ -93,10 +89,11 @@ func (a *Adaptive) Needs() sluice.Needs { return sluice.NeedsEnd }
 // admit reports whether a request at now passes; a request it rejects counts
 // as a request not accepted.
 func (a *Adaptive) admit(now time.Duration) bool {
-	e := a.win.epoch(now)
-	a.win.advance(e)
-	if p := a.probability(a.win.read()); p > 0 && a.random() < p {
-		a.win.add(e, 1, 0, 0)
+	w, c := a.win.Load(), a.cfg.Load()
+	e := w.epoch(now)
+	w.advance(e)
+	if p := a.probability(c, w.read()); p > 0 && c.random() < p {
+		w.add(e, 1, 0, 0)
 		return false
 	}
 	return true
@@ -106,11 +103,12 @@ func (a *Adaptive) admit(now time.Duration) bool {
 // dependency accepted, a Failure as one it did not. Ignored and Released
 // requests are not counted. It is the sluice.Policy method.
 func (a *Adaptive) Done(_ sluice.Ticket, o sluice.Outcome, now, _ time.Duration) {
+	w := a.win.Load()
 	switch o {
 	case sluice.Success:
-		a.win.add(a.win.epoch(now), 1, 1, 0)
+		w.add(w.epoch(now), 1, 1, 0)
 	case sluice.Failure:
-		a.win.add(a.win.epoch(now), 1, 0, 0)
+		w.add(w.epoch(now), 1, 0, 0)
 	}
 }
 

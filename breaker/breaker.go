@@ -22,15 +22,13 @@ import (
 // before the breaker opened cannot close or reopen it later.
 //
 // A Breaker is a sluice.Policy and a sluice.StateSource: put it in a Guard's
-// chain, or use Execute on its own. The closed state's
-// paths take no lock. A Breaker is safe for concurrent use; make one with
+// chain, even alone (sluice.New(sluice.With(b)), then Do or Execute, as
+// gobreaker's Execute). The closed state's paths take no lock. A Breaker is safe for concurrent use; make one with
 // New.
 type Breaker struct {
 	name     string
-	cfg      *config
-	slow     time.Duration // slow-call threshold; 0 when off
-	env      permitEnv     // the clock, and the Guard Execute runs through
-	need     int64         // probe successes that close the breaker
+	cfg      atomic.Pointer[config] // replaced whole by Reconfigure
+	env      permitEnv              // the clock
 	cur      atomic.Pointer[phase]
 	notifier notifier
 	sink     *notifier // a Group's queue, fed under mu; nil outside a Group
@@ -95,28 +93,20 @@ func New(name string, opts ...Option) (*Breaker, error) {
 }
 
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
-	b := &Breaker{name: name, cfg: cfg, slow: cfg.slowThreshold, gen: genBase}
-	b.env = newPermitEnv(cfg.clock, cfg.classify)
-	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
-	b.need = int64(math.Ceil(cfg.probeRatio*float64(cfg.probes) - 1e-9))
-	if b.need < 1 {
-		b.need = 1
-	}
-	for _, fn := range cfg.listeners {
-		b.notifier.add(subscriber{typed: fn})
-	}
+	b := &Breaker{name: name, gen: genBase}
+	b.cfg.Store(cfg)
+	b.env = newPermitEnv(cfg.clock)
 	p := &phase{gen: genBase, state: StateClosed}
 	b.newWindow(p)
 	b.cur.Store(p)
-	b.env.bind(b)
 	return b
 }
 
 func (b *Breaker) newWindow(p *phase) {
-	if b.cfg.count > 0 {
-		p.cw = newCountWindow(b.cfg.count)
+	if c := b.cfg.Load(); c.count > 0 {
+		p.cw = newCountWindow(c.count)
 	} else {
-		p.tw = newTimeWindow(b.cfg.length, b.cfg.buckets, false)
+		p.tw = newTimeWindow(c.length, c.buckets, false)
 	}
 }
 
@@ -126,10 +116,7 @@ func (b *Breaker) newWindow(p *phase) {
 // reads the clock itself when such an outcome trips it or is a half-open
 // probe's. It returns sluice.NeedsEnd otherwise.
 func (b *Breaker) Needs() sluice.Needs {
-	if b.cfg.count > 0 && b.slow == 0 && b.env.system {
-		return 0
-	}
-	return sluice.NeedsEnd
+	return needs(b.cfg.Load(), b.env.system)
 }
 
 // Name returns "breaker/" followed by the name given to New.
@@ -181,7 +168,7 @@ func (b *Breaker) Counts() Counts {
 // RetryAfter until its half-open probes, and a half-open one admits it as a
 // probe while probes remain, then rejects with the base open duration as
 // RetryAfter, the wait after which its probes have decided. It is the
-// sluice.Policy method; outside a Guard, Execute reads the clock for you.
+// sluice.Policy method, which a Guard calls.
 func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
@@ -202,7 +189,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 			return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
 		case StateOpen:
 			if p.forced {
-				return b.reject(b.cfg.openBase)
+				return b.reject(b.cfg.Load().openBase)
 			}
 			if now < p.openUntil {
 				return b.reject(p.openUntil - now)
@@ -216,8 +203,8 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 		case StateHalfOpen:
 			for {
 				n := p.taken.Load()
-				if n >= b.cfg.probes {
-					return b.reject(b.cfg.openBase)
+				if n >= b.cfg.Load().probes {
+					return b.reject(b.cfg.Load().openBase)
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
 					return sluice.Verdict{Ticket: p.ticket(true), Limit: -1}
@@ -236,7 +223,7 @@ func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
 // latency. Success and Failure are counted; Ignored and Released are not,
 // and give a half-open probe's slot back for another probe. Outcomes of calls
 // admitted before the last state change are dropped. It is the sluice.Policy
-// method; outside a Guard, Execute reports for you.
+// method, which a Guard calls.
 func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	p := b.cur.Load()
 	if !p.owns(t) {
@@ -244,7 +231,7 @@ func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	switch {
 	case p.state == StateClosed:
-		if o == sluice.Success && p.cw != nil && (b.slow <= 0 || latency <= b.slow) &&
+		if slow := b.cfg.Load().slowThreshold; o == sluice.Success && p.cw != nil && (slow <= 0 || latency <= slow) &&
 			p.consec.Load() == 0 && p.cw.steady() {
 			// The common case, told without doneClosed's calls: a success
 			// ends no run of failures and leaves a count window full of
@@ -267,7 +254,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	default:
 		return
 	}
-	if b.slow > 0 && latency > b.slow {
+	if slow := b.cfg.Load().slowThreshold; slow > 0 && latency > slow {
 		code |= codeSlow
 	}
 	var run int64
@@ -319,8 +306,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 }
 
 // at returns now, or the breaker's clock when latency is -1: a Guard of
-// policies that need no end instant and Execute on a breaker that needs
-// none to count outcomes leave it unread, and the open period must still
+// policies that need no end instant leaves it unread, and the open period must still
 // start when the call ended.
 func (b *Breaker) at(now, latency time.Duration) time.Duration {
 	if latency < 0 {
@@ -368,7 +354,7 @@ func (b *Breaker) failRun(p *phase, e int64) int64 {
 
 // tripped reports whether a trip strategy's condition holds.
 func (b *Breaker) tripped(t tally, run int64) bool {
-	c := b.cfg
+	c := b.cfg.Load()
 	if c.consecutive > 0 && run >= c.consecutive {
 		return true
 	}
@@ -391,7 +377,8 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		p.taken.Add(-1)
 		return
 	}
-	ok := o == sluice.Success && (b.slow == 0 || latency <= b.slow)
+	cfg := b.cfg.Load()
+	ok := o == sluice.Success && (cfg.slowThreshold == 0 || latency <= cfg.slowThreshold)
 	var draw float64
 	if !ok {
 		draw = b.jitterDraw()
@@ -404,11 +391,12 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		} else {
 			b.halfs.fail++
 		}
+		cfg := b.cfg.Load() // under mu: Reconfigure cannot change it meanwhile
 		switch {
-		case b.halfs.succ >= b.need:
+		case b.halfs.succ >= cfg.need:
 			b.trips = 0
 			b.setPhase(p, StateClosed, now, 0, false)
-		case b.halfs.fail > b.cfg.probes-b.need:
+		case b.halfs.fail > cfg.probes-cfg.need:
 			b.trips++
 			b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
 		}
@@ -421,26 +409,28 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 // opening in a row, shortened by the jitter's share draw. Called with b.mu
 // held.
 func (b *Breaker) openDuration(draw float64) time.Duration {
-	d := b.cfg.openBase
-	for i := 1; i < b.trips && d < b.cfg.openMax; i++ {
-		if d > b.cfg.openMax/2 {
-			d = b.cfg.openMax // doubled, it would pass the cap (or overflow)
+	c := b.cfg.Load()
+	d := c.openBase
+	for i := 1; i < b.trips && d < c.openMax; i++ {
+		if d > c.openMax/2 {
+			d = c.openMax // doubled, it would pass the cap (or overflow)
 			break
 		}
 		d *= 2
 	}
-	d = min(d, b.cfg.openMax)
-	d -= time.Duration(float64(d) * b.cfg.jitter * draw)
+	d = min(d, c.openMax)
+	d -= time.Duration(float64(d) * c.jitter * draw)
 	return max(d, 1)
 }
 
 // jitterDraw draws the random number of the next open duration's jitter,
 // before the lock is taken: the user's random source never runs under it.
 func (b *Breaker) jitterDraw() float64 {
-	if b.cfg.jitter == 0 {
+	c := b.cfg.Load()
+	if c.jitter == 0 {
 		return 0
 	}
-	r := b.cfg.random()
+	r := c.random()
 	if !(r > 0) { // NaN too: a source out of its contract jitters nothing
 		return 0
 	}
@@ -469,9 +459,9 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 	b.cur.Store(np)
 	if old.state != to {
 		c := sluice.StateChange{Policy: b.name, From: old.state.String(), To: to.String(), At: now}
-		b.notifier.queue(c, old.state, to)
+		b.notifier.queue(c)
 		if b.sink != nil && !b.gone {
-			b.sink.queue(c, old.state, to)
+			b.sink.queue(c)
 		}
 	}
 }

@@ -65,7 +65,7 @@ func (b *Breaker) OpenFor(_ context.Context, now, d time.Duration) {
 
 // Subscribe registers fn, called after every state change of the breaker
 // with its name, the two states and the instant. It implements
-// sluice.StateSource, so a Guard's sluice.OnStateChange hears the breaker.
+// sluice.StateSource, so observers (observe/statelog) hear the breaker.
 //
 // Listeners run outside the breaker's lock, one change at a time, in the
 // order the changes happened, each change once: a listener may call back into

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -40,8 +41,8 @@ func TestGuardInnerRejectionsNeverTrip(t *testing.T) {
 	// The most sensitive breaker: one failure opens it.
 	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithErrorRatio(0.01, 1))
 	var changes []sluice.StateChange
-	g, err := sluice.New(sluice.With(b, &rejectMost{}), sluice.WithClock(clk),
-		sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c) }))
+	defer b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })()
+	g, err := sluice.New(sluice.With(b, &rejectMost{}), sluice.WithClock(clk))
 	require.NoError(t, err)
 	defer g.Close()
 	ctx := context.Background()
@@ -146,7 +147,7 @@ func TestGuardWithoutEndInstantOpensForTheWholeDuration(t *testing.T) {
 
 	// A probe that fails opens it again, from the probe's end.
 	g, b := guard()
-	b.OpenFor(ctx, sluice.Now(), time.Nanosecond)
+	b.OpenFor(ctx, monoclock.Now(), time.Nanosecond)
 	require.ErrorIs(t, g.Do(ctx, func(context.Context) error { return boom }), boom)
 	assert.InDelta(t, float64(time.Hour), float64(retryAfter(g)), float64(time.Minute))
 }

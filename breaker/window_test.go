@@ -200,7 +200,7 @@ func TestAdaptiveCountsPast2To31Accepts(t *testing.T) {
 	a, err := NewAdaptive("long", WithRollingWindow(24*time.Hour, 1440))
 	require.NoError(t, err)
 	now := time.Hour
-	a.win.add(a.win.epoch(now), math.MaxInt32, math.MaxInt32, 0) // as 2³¹-1 accepted calls
+	a.win.Load().add(a.win.Load().epoch(now), math.MaxInt32, math.MaxInt32, 0) // as 2³¹-1 accepted calls
 	a.Done(0, sluice.Success, now, 0)
 	req, acc := a.Requests(now)
 	assert.Equal(t, req, acc, "every request was accepted")

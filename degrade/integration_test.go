@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // Timeouts are failures a real breaker counts: after two, it opens, and the
@@ -19,7 +20,7 @@ import (
 // A switch following the breaker turns on with it.
 func TestTimeoutsTripABreakerAndFallbacksAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clock := sluice.NewMonotonicClock()
+		clock := monoclock.New()
 		br, err := breaker.New("payments", breaker.WithConsecutiveFailures(2),
 			breaker.WithOpenDuration(time.Minute), breaker.WithClock(clock))
 		require.NoError(t, err)

@@ -16,8 +16,7 @@ import (
 // and the RetryAfter it was made with. While the switch is off it admits
 // every request, with Limit -1.
 //
-// Shed is a sluice.StateSource: a Guard built with sluice.OnStateChange
-// reports the switch's flips.
+// Shed is a sluice.StateSource: its Subscribe reports the switch's flips.
 type Shed struct {
 	sw         *Switch
 	name       string

@@ -32,7 +32,8 @@ func TestShedTurnsTheRouteAwayWhileTheSwitchIsOn(t *testing.T) {
 	var seen changes
 	fb, err := degrade.New(degrade.OnOverloaded(degrade.Value("basic page")))
 	require.NoError(t, err)
-	g := newGuard(t, sluice.With(p), sluice.OnStateChange(seen.record), sluice.WithFallback(fb))
+	defer p.Subscribe(seen.record)()
+	g := newGuard(t, sluice.With(p), sluice.WithFallback(fb))
 	full := func(context.Context) (string, error) { return "full page", nil }
 
 	v, err := sluice.Execute(context.Background(), g, full)

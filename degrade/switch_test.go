@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // changes records state changes.
@@ -245,7 +246,7 @@ func TestAutoResetsItsHoldWhenTheSwitchIsSetByHand(t *testing.T) {
 
 func TestAutoRunFollowsTheSignalOnTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clock := sluice.NewMonotonicClock()
+		clock := monoclock.New()
 		s := newSwitch(t, "overload", degrade.WithClock(clock))
 		var seen changes
 		s.Subscribe(seen.record)

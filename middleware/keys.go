@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/reqid"
 )
 
 // Request is what the adapters show of a request to key functions and
@@ -196,7 +197,7 @@ func (k *Keyer) keyContext(ctx context.Context, r Request) (context.Context, err
 		return ctx, err
 	}
 	if rt := r.Route(); rt != "" {
-		return sluice.WithKeyAndResource(ctx, key, rt), nil
+		return reqid.WithKeyAndResource(ctx, key, rt), nil
 	}
 	return sluice.WithKey(ctx, key), nil
 }

@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,7 +13,7 @@ import (
 )
 
 // FixedWindow admits at most limit cost units in each window of time
-// [k·window, (k+1)·window), counted from instant 0 of the limiter's clock.
+// [k·window, (k+1)·window), counted from instant 0 of the Guard's clock.
 //
 // It is the simplest limiter and the cheapest: one atomic word holds the
 // window's index and what it has used, updated with compare-and-swap. Its
@@ -24,37 +26,32 @@ import (
 // so it never admits extra. Make one with NewFixedWindow; the zero value is
 // not usable.
 type FixedWindow struct {
+	cfg  atomic.Pointer[windowConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
+}
+
+// windowConfig is one configuration of a FixedWindow with its own state
+// word; SetLimit moves the state to a new one and freezes the old word, so
+// a decision racing with the change retries on the new configuration.
+type windowConfig struct {
 	// state packs the index of the current window (high bits, modulo
 	// 2^(64-cb)) and the units used in it (low cb bits). The count field set
-	// to all ones (more than limit) marks the pristine limiter.
+	// to all ones (more than limit) marks the pristine limiter; windowFrozen
+	// a configuration replaced by SetLimit.
 	state atomic.Uint64
 	_     [cacheLine - 8]byte // keeps the fields below, read by every decision, off the line state's writes move between cores
 
 	limit  int64
 	window time.Duration
-	cb     uint   // bits of the count field
-	cmask  uint64 // 1<<cb - 1
-	name   string
-	clock  limiterClock
+	cb     uint          // bits of the count field
+	cmask  uint64        // 1<<cb - 1
+	since  time.Duration // the instant SetLimit made it; releases of earlier admissions are dropped
 }
 
-// limiterClock reads a limiter's clock for the methods that take no instant,
-// calling sluice.Now directly, not through the interface, for SystemClock.
-type limiterClock struct {
-	c   sluice.Clock
-	sys bool
-}
-
-func newLimiterClock(c sluice.Clock) limiterClock {
-	return limiterClock{c: c, sys: c == sluice.SystemClock}
-}
-
-func (c limiterClock) now() time.Duration {
-	if c.sys {
-		return sluice.Now()
-	}
-	return c.c.Now()
-}
+// windowFrozen is the state word of a replaced windowConfig: all ones, a
+// count above any limit in a window that is never current.
+const windowFrozen = ^uint64(0)
 
 // NewFixedWindow returns a limiter that admits limit cost units per window.
 //
@@ -63,10 +60,22 @@ func (c limiterClock) now() time.Duration {
 // 4·2^bits(limit+1) nanoseconds, bits(n) being the length of n in binary:
 // 512ns for a limit of 100, 4.2ms for a limit of a million).
 func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWindow, error) {
-	o, err := buildOptions("fixed-window", opts)
+	o, err := buildOptions("fixed-window", false, opts)
 	if err != nil {
 		return nil, err
 	}
+	c, err := newWindowConfig(limit, window)
+	if err != nil {
+		return nil, err
+	}
+	c.since = math.MinInt64
+	c.state.Store(c.cmask) // pristine
+	w := &FixedWindow{name: o.name}
+	w.cfg.Store(c)
+	return w, nil
+}
+
+func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("ratelimit: fixed window: limit %d must be at least 1", limit)
 	}
@@ -77,9 +86,60 @@ func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWi
 	if err := checkGranularity("fixed window", limit, 1<<40-2, window, cb); err != nil {
 		return nil, err
 	}
-	w := &FixedWindow{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
-	w.state.Store(w.cmask) // pristine
-	return w, nil
+	return &windowConfig{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1}, nil
+}
+
+// SetLimit changes the limit and the window, validated as NewFixedWindow
+// validates them: on an error nothing changes. With the window unchanged,
+// the units used in the current window stay used (a window already past
+// the new limit admits nothing more until it ends); with a new window,
+// they are counted in the new window that holds the current one's end,
+// until that window ends. Safe while requests are decided; a request
+// admitted before the change and released after it, within the window it
+// was counted in, gives nothing back.
+func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
+	c, err := newWindowConfig(limit, window)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.cfg.Load()
+	s := old.state.Swap(windowFrozen)
+	used := s & old.cmask
+	if used == old.cmask {
+		c.since = old.since    // nothing admitted yet: no release to drop
+		c.state.Store(c.cmask) // pristine
+	} else {
+		// The index of the window the state counts in: kept modulo
+		// 2^(64-cb), which holds every index of an instant a window of
+		// this length can tell apart (see checkGranularity).
+		idx := int64(s) >> old.cb
+		end := time.Duration(idx+1) * old.window // the end of that window
+		// Every admission counted so far came before that end: its
+		// release, cut for the old numbers, gives nothing back.
+		c.since = end - 1
+		if window != old.window {
+			// The count moves to the new window that holds the old one's
+			// last instant, so it is held no shorter than it would have
+			// been; a later instant starts afresh, as in any new window.
+			idx = floorDiv(int64(end)-1, int64(window))
+		}
+		if used > uint64(limit) {
+			// Keep the count above a lowered limit, so that raising it
+			// back in the same window gives nothing twice: widen the count
+			// field when the window allows, else the window counts as full.
+			cb := uint(bits.Len64(used + 1))
+			if checkGranularity("fixed window", int64(used), 1<<40-2, window, cb) == nil {
+				c.cb, c.cmask = cb, 1<<cb-1
+			} else {
+				used = uint64(limit)
+			}
+		}
+		c.state.Store(uint64(idx)<<c.cb | used)
+	}
+	w.cfg.Store(c)
+	return nil
 }
 
 // checkGranularity reports an error when a counter of cb bits per slot of
@@ -107,8 +167,8 @@ func slotDiff(a, b uint64, cb uint) int64 {
 // WithName.
 func (w *FixedWindow) Name() string { return w.name }
 
-// Window returns the length of a window.
-func (w *FixedWindow) Window() time.Duration { return w.window }
+// rateWindow returns the length of a window.
+func (w *FixedWindow) rateWindow() time.Duration { return w.cfg.Load().window }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *FixedWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -118,35 +178,32 @@ func (w *FixedWindow) admitD(ctx context.Context, now time.Duration) (sluice.Dec
 // Done gives back what the admitted request took when o is sluice.Released
 // and the window it was counted in is still the current one; other outcomes
 // change nothing.
-func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released {
 		return
 	}
-	n := uint64(t) & w.cmask
+	c := w.cfg.Load()
+	if now-max(latency, 0) <= c.since {
+		return // admitted before a SetLimit, on another configuration
+	}
+	n := uint64(t) & c.cmask
 	for {
-		s := w.state.Load()
-		used := s & w.cmask
-		if used == w.cmask || slotDiff(s, uint64(t), w.cb) != 0 {
-			return // pristine, or the window has moved on
+		s := c.state.Load()
+		used := s & c.cmask
+		if used == c.cmask || slotDiff(s, uint64(t), c.cb) != 0 {
+			return // pristine, replaced, or the window has moved on
 		}
 		give := min(n, used)
-		if give == 0 || w.state.CompareAndSwap(s, s-give) {
+		if give == 0 || c.state.CompareAndSwap(s, s-give) {
 			return
 		}
 	}
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *FixedWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *FixedWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *FixedWindow) allowNAt(now time.Duration, n int64) bool {
-	res, _, _ := w.take(now, max(n, 1))
+	_, res, _, _ := w.take(now, max(n, 1))
 	return res == windowAllowed
 }
 
@@ -160,40 +217,46 @@ const (
 // take decides on n >= 1 units at now and takes them when it admits. It
 // returns its answer, the window they are counted in and the units used in
 // it before them.
-func (w *FixedWindow) take(now time.Duration, n int64) (res int, idx, used int64) {
-	cur := floorDiv(int64(now), int64(w.window))
+func (w *FixedWindow) take(now time.Duration, n int64) (c *windowConfig, res int, idx, used int64) {
+	c = w.cfg.Load()
+	cur := floorDiv(int64(now), int64(c.window))
 	for {
-		s := w.state.Load()
-		idx, used = cur, int64(s&w.cmask)
-		if uint64(used) == w.cmask {
+		s := c.state.Load()
+		if s == windowFrozen {
+			c = w.cfg.Load() // SetLimit moved the state: decide on the new one
+			cur = floorDiv(int64(now), int64(c.window))
+			continue
+		}
+		idx, used = cur, int64(s&c.cmask)
+		if uint64(used) == c.cmask {
 			used = 0 // pristine: adopt the current window
-		} else if diff := slotDiff(uint64(cur)<<w.cb, s, w.cb); diff <= 0 {
+		} else if diff := slotDiff(uint64(cur)<<c.cb, s, c.cb); diff <= 0 {
 			idx = cur - diff // same window, or now lies before it: count there
 		} else {
 			used = 0 // a later window starts afresh
 		}
 		switch {
-		case n > w.limit:
-			return windowNever, idx, used
-		case used+n > w.limit:
-			return windowRejected, idx, used
-		case w.state.CompareAndSwap(s, uint64(idx)<<w.cb|uint64(used+n)):
-			return windowAllowed, idx, used
+		case n > c.limit:
+			return c, windowNever, idx, used
+		case used+n > c.limit:
+			return c, windowRejected, idx, min(used, c.limit)
+		case c.state.CompareAndSwap(s, uint64(idx)<<c.cb|uint64(used+n)):
+			return c, windowAllowed, idx, used
 		}
 	}
 }
 
 func (w *FixedWindow) decide(now time.Duration, n int64) (sluice.Decision, sluice.Ticket) {
 	n = max(n, 1)
-	res, idx, used := w.take(now, n)
-	reset := time.Duration(idx+1)*w.window - now
+	c, res, idx, used := w.take(now, n)
+	reset := time.Duration(idx+1)*c.window - now
 	switch res {
 	case windowAllowed:
-		return allow(w.name, w.limit, w.limit-used-n, reset), sluice.Ticket(uint64(idx)<<w.cb | uint64(n))
+		return allow(w.name, c.limit, c.limit-used-n, reset), sluice.Ticket(uint64(idx)<<c.cb | uint64(n))
 	case windowRejected:
-		return reject(w.name, w.limit, w.limit-used, reset, reset), 0
+		return reject(w.name, c.limit, c.limit-used, reset, reset), 0
 	}
-	return never(w.name, w.limit, w.limit-used, resetIf(used > 0, reset)), 0
+	return never(w.name, c.limit, max(c.limit-used, 0), resetIf(used > 0, reset)), 0
 }
 
 // resetIf returns d when cond holds and 0 otherwise.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +66,7 @@ const (
 )
 
 // tatFrozen marks a state word whose state has moved to a new configuration
-// (see TokenBucket.SetRate); no instant reaches it.
+// (see TokenBucket.SetLimit); no instant reaches it.
 const tatFrozen = math.MaxInt64
 
 // tatTake is the heart of GCRA and of the token bucket. The state word holds
@@ -169,13 +171,9 @@ func floorDiv(a, b int64) int64 {
 // Create one with NewGCRA; the zero value is not usable. A GCRA is safe for
 // concurrent use.
 type GCRA struct {
-	tat      paddedTAT
-	iv, tau  int64
-	burst    int64
-	rate     Rate
-	name     string
-	clock    sluice.Clock
-	sysClock bool // clock is sluice.SystemClock: read it without an interface call
+	cfg  atomic.Pointer[bucketConfig] // its edge is unused: a GCRA has no reservations
+	mu   sync.Mutex                   // serialises SetLimit
+	name string
 }
 
 // NewGCRA returns a GCRA admitting r on average with bursts of up to burst
@@ -186,63 +184,71 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("gcra", opts)
+	o, err := buildOptions("gcra", false, opts)
 	if err != nil {
 		return nil, err
 	}
-	g := &GCRA{iv: iv, tau: tau, burst: burst, rate: r, name: o.name, clock: o.clock,
-		sysClock: o.clock == sluice.SystemClock}
-	g.tat.v.Store(emptyTAT)
+	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r, since: math.MinInt64}
+	c.tat.v.Store(emptyTAT)
+	c.edge.Store(emptyTAT)
+	g := &GCRA{name: o.name}
+	g.cfg.Store(c)
 	return g, nil
 }
 
-func (g *GCRA) now() time.Duration {
-	if g.sysClock {
-		return sluice.Now()
-	}
-	return g.clock.Now()
+// SetLimit changes the rate and the burst, validated as NewGCRA validates
+// them: on an error nothing changes. The limiter keeps its theoretical
+// arrival time, the instant it is full again, as the Redis GCRA does: a
+// full limiter is full at its new size, and one that lacks tokens repays
+// the same time. Safe while requests are decided.
+func (g *GCRA) SetLimit(r Rate, burst int64) error {
+	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, keepTAT)
 }
 
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Window returns the time the limiter takes to refill its whole burst, burst
+// rateWindow returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
-func (g *GCRA) Window() time.Duration { return time.Duration(g.tau) }
-
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (g *GCRA) Allow() bool {
-	_, _, res := tatTake(&g.tat.v, int64(g.now()), g.iv, g.tau)
-	return res == tatAllowed
-}
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (g *GCRA) AllowN(n int64) bool { return g.allowNAt(g.now(), n) }
+func (g *GCRA) rateWindow() time.Duration { return time.Duration(g.cfg.Load().tau) }
 
 // allowNAt is AllowN at instant now: the bare answer, with no ticket.
 func (g *GCRA) allowNAt(now time.Duration, n int64) bool {
-	if n <= 1 {
-		_, _, res := tatTake(&g.tat.v, int64(now), g.iv, g.tau)
-		return res == tatAllowed
+	n = max(n, 1)
+	for {
+		c := g.cfg.Load()
+		if n > c.burst {
+			return false
+		}
+		_, _, res := tatTake(&c.tat.v, int64(now), n*c.iv, c.tau)
+		if res != tatMoved {
+			return res == tatAllowed
+		}
+		runtime.Gosched() // SetLimit froze the state
 	}
-	if n > g.burst {
-		return false
-	}
-	_, _, res := tatTake(&g.tat.v, int64(now), n*g.iv, g.tau)
-	return res == tatAllowed
 }
 
 func (g *GCRA) decide(d *sluice.Decision, now time.Duration, n int64) {
 	n = max(n, 1)
-	if n > g.burst {
-		base := max(g.tat.v.Load(), int64(now))
-		*d = never(g.name, g.burst, floorDiv(int64(now)+g.tau-base, g.iv), time.Duration(base-int64(now)))
-		return
+	for {
+		c := g.cfg.Load()
+		if n > c.burst {
+			base := c.tat.v.Load()
+			if base == tatFrozen {
+				runtime.Gosched()
+				continue
+			}
+			base = max(base, int64(now))
+			*d = never(g.name, c.burst, floorDiv(int64(now)+c.tau-base, c.iv), time.Duration(base-int64(now)))
+			return
+		}
+		base, next, res := tatTake(&c.tat.v, int64(now), n*c.iv, c.tau)
+		if res != tatMoved {
+			tatDecision(d, g.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+			return
+		}
+		runtime.Gosched()
 	}
-	base, next, res := tatTake(&g.tat.v, int64(now), n*g.iv, g.tau)
-	tatDecision(d, g.name, g.burst, g.iv, g.tau, int64(now), base, next, res)
 }
 
 // admitD decides as Admit does, with its answer as a Decision.
@@ -254,10 +260,15 @@ func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, 
 }
 
 // Done gives back, on sluice.Released, the quota that Admit took, less what
-// has regenerated in the latency since; other outcomes change nothing.
-func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
-	if o != sluice.Released || t == 0 || int64(t) > g.burst {
+// has regenerated in the latency since, unless a SetLimit came between;
+// other outcomes change nothing.
+func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	if o != sluice.Released || t == 0 {
 		return
 	}
-	tatRefund(&g.tat.v, releaseRefund(int64(t), g.iv, latency), math.MinInt64, nil)
+	c := g.cfg.Load()
+	if int64(t) > c.burst || int64(now-max(latency, 0)) <= c.since {
+		return // admitted before a SetLimit, at another rate: give back nothing
+	}
+	tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, nil)
 }

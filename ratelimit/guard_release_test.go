@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // rejecter rejects every request.
@@ -26,10 +27,10 @@ func (rejecter) Needs() sluice.Needs                                            
 // then rejected further in gives back only what had not leaked yet.
 func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
-		bucket, err := NewLeakyBucket(PerSecond(1), 3, WithClock(clk))
+		clk := monoclock.New()
+		bucket, err := NewLeakyBucket(PerSecond(1), 3)
 		require.NoError(t, err)
-		shaper := mustShaper(t, PerSecond(1), 2*time.Second, WithClock(clk))
+		shaper := mustShaper(t, PerSecond(1), 2*time.Second)
 		require.True(t, shaper.allowNAt(0, 1), "the shaper's turn at 0 is taken: the next waits 1s")
 		g, err := sluice.New(sluice.With(bucket, shaper, rejecter{}), sluice.WithClock(clk))
 		require.NoError(t, err)
@@ -58,8 +59,8 @@ func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 // caller does not wait behind an empty turn.
 func TestShaperReleasedInGuardGivesItsTurnBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
-		shaper := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		clk := monoclock.New()
+		shaper := mustShaper(t, PerSecond(10), time.Second)
 		g, err := sluice.New(sluice.With(shaper, rejecter{}), sluice.WithClock(clk))
 		require.NoError(t, err)
 		defer g.Close()

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -34,7 +36,19 @@ import (
 // late caller) sees the bucket fuller than it was, so it never admits extra.
 // Make one with NewLeakyBucket; the zero value is not usable.
 type LeakyBucket struct {
-	emptyAt paddedTAT // instant the bucket is empty; emptyTAT at first
+	cfg  atomic.Pointer[leakyConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
+
+	relMu       sync.Mutex // serialises releases, so each knows of the others
+	lastRelease int64      // instant of the latest release; noRelease at first
+}
+
+// leakyConfig is one configuration of a LeakyBucket with its own state
+// word; SetLimit moves the state to a new one and freezes the old word, so
+// a decision racing with the change retries on the new configuration.
+type leakyConfig struct {
+	emptyAt paddedTAT // instant the bucket is empty; emptyTAT at first, tatFrozen once replaced
 
 	rate     Rate
 	capacity int64
@@ -42,11 +56,7 @@ type LeakyBucket struct {
 	full     int64 // capacity · unit
 	cb       uint  // bits of the cost in a ticket
 	cmask    uint64
-	name     string
-	clock    limiterClock
-
-	relMu       sync.Mutex // serialises releases, so each knows of the others
-	lastRelease int64      // instant of the latest release; noRelease at first
+	since    time.Duration // the instant SetLimit made it; releases of earlier admissions are dropped
 }
 
 const noRelease = math.MinInt64
@@ -59,10 +69,22 @@ const noRelease = math.MinInt64
 // (capacity · interval must stay below 2^(63-bits(capacity)) nanoseconds:
 // about 104 days for a capacity of 1000).
 func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error) {
-	o, err := buildOptions("leaky-bucket", opts)
+	o, err := buildOptions("leaky-bucket", false, opts)
 	if err != nil {
 		return nil, err
 	}
+	c, err := newLeakyConfig(r, capacity)
+	if err != nil {
+		return nil, err
+	}
+	c.since = math.MinInt64
+	c.emptyAt.v.Store(emptyTAT)
+	b := &LeakyBucket{name: o.name, lastRelease: noRelease}
+	b.cfg.Store(c)
+	return b, nil
+}
+
+func newLeakyConfig(r Rate, capacity int64) (*leakyConfig, error) {
 	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: leaky bucket: %w", err)
 	}
@@ -75,20 +97,55 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 	if hi != 0 || full >= 1<<(63-cb) {
 		return nil, fmt.Errorf("ratelimit: leaky bucket: capacity %d at %v takes too long to drain", capacity, r)
 	}
-	b := &LeakyBucket{rate: r, capacity: capacity, unit: unit, full: int64(full),
-		cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock)}
-	b.emptyAt.v.Store(emptyTAT)
-	b.lastRelease = noRelease
-	return b, nil
+	return &leakyConfig{rate: r, capacity: capacity, unit: unit, full: int64(full), cb: cb, cmask: 1<<cb - 1}, nil
+}
+
+// SetLimit changes the rate and the capacity, validated as NewLeakyBucket
+// validates them: on an error nothing changes. The bucket keeps the
+// instant it will be empty, so its content drains in the time it would
+// have, even above a capacity lowered below it: it then admits nothing
+// until it has leaked below the new capacity. Safe while requests are
+// decided; a request admitted before the change and released before the
+// bucket would have emptied takes nothing out.
+func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
+	c, err := newLeakyConfig(r, capacity)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := b.cfg.Load()
+	at := old.emptyAt.v.Swap(tatFrozen)
+	// Every admission so far came before the instant the bucket empties:
+	// its release, cut for the old numbers, takes nothing out.
+	c.since = time.Duration(at)
+	if at == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	}
+	c.emptyAt.v.Store(at)
+	b.cfg.Store(c)
+	return nil
+}
+
+// config returns the current configuration and its state word, waiting out
+// a SetLimit that has frozen it and not yet published its successor.
+func (b *LeakyBucket) config() (*leakyConfig, int64) {
+	for {
+		c := b.cfg.Load()
+		if at := c.emptyAt.v.Load(); at != tatFrozen {
+			return c, at
+		}
+		runtime.Gosched()
+	}
 }
 
 // Name returns the limiter's name, "ratelimit/leaky-bucket" unless set with
 // WithName.
 func (b *LeakyBucket) Name() string { return b.name }
 
-// Window returns the time a full bucket takes to drain, capacity × interval:
+// rateWindow returns the time a full bucket takes to drain, capacity × interval:
 // the w of the RateLimit-Policy header field.
-func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.full) }
+func (b *LeakyBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().full) }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (b *LeakyBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -104,52 +161,66 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	if o != sluice.Released || t == 0 {
 		return
 	}
-	cost := int64(uint64(t)&b.cmask) * b.unit
 	latency = max(latency, 0)
 	admitted := int64(now - latency)
 	b.relMu.Lock()
 	defer b.relMu.Unlock()
+	c := b.cfg.Load()
+	if admitted <= int64(c.since) {
+		return // admitted before a SetLimit, on another configuration
+	}
+	cost := int64(uint64(t)&c.cmask) * c.unit
 	// The request's last unit leaks out at its admit instant plus the offset
 	// kept in the ticket, unless a release since then moved it forward: it
 	// has leaked for latency at most, so cost-latency of it is surely left.
 	left := max(cost-int64(latency), 0)
 	if b.lastRelease < admitted {
-		end := admitted + int64(uint64(t)>>b.cb)
+		end := admitted + int64(uint64(t)>>c.cb)
 		left = min(end-int64(now), cost)
 	}
 	b.lastRelease = max(b.lastRelease, int64(now))
-	tatRefund(&b.emptyAt.v, left, int64(now), nil)
+	tatRefund(&c.emptyAt.v, left, int64(now), nil)
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (b *LeakyBucket) Allow() bool { return b.allowNAt(b.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (b *LeakyBucket) AllowN(n int64) bool { return b.allowNAt(b.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (b *LeakyBucket) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
-	if n > b.capacity {
-		return false
+	for {
+		c := b.cfg.Load()
+		if n > c.capacity {
+			return false
+		}
+		_, _, res := tatTake(&c.emptyAt.v, int64(now), n*c.unit, c.full)
+		if res != tatMoved {
+			return res == tatAllowed
+		}
+		runtime.Gosched() // SetLimit froze the state
 	}
-	_, _, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
-	return res == tatAllowed
 }
 
 func (b *LeakyBucket) decide(d *sluice.Decision, now time.Duration, n int64) sluice.Ticket {
 	n = max(n, 1)
-	if n > b.capacity {
-		base := max(b.emptyAt.v.Load(), int64(now))
-		*d = never(b.name, b.capacity, floorDiv(int64(now)+b.full-base, b.unit), time.Duration(base-int64(now)))
-		return 0
+	for {
+		c := b.cfg.Load()
+		if n > c.capacity {
+			c, at := b.config()
+			if n <= c.capacity {
+				continue // the capacity grew meanwhile
+			}
+			base := max(at, int64(now))
+			*d = never(b.name, c.capacity, floorDiv(int64(now)+c.full-base, c.unit), time.Duration(base-int64(now)))
+			return 0
+		}
+		base, next, res := tatTake(&c.emptyAt.v, int64(now), n*c.unit, c.full)
+		if res == tatMoved {
+			runtime.Gosched() // SetLimit froze the state
+			continue
+		}
+		tatDecision(d, b.name, c.capacity, c.unit, c.full, int64(now), base, next, res)
+		if res != tatAllowed {
+			return 0
+		}
+		return sluice.Ticket(uint64(next-int64(now))<<c.cb | uint64(n))
 	}
-	base, next, res := tatTake(&b.emptyAt.v, int64(now), n*b.unit, b.full)
-	tatDecision(d, b.name, b.capacity, b.unit, b.full, int64(now), base, next, res)
-	if res != tatAllowed {
-		return 0
-	}
-	return sluice.Ticket(uint64(next-int64(now))<<b.cb | uint64(n))
 }

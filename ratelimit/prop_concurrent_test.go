@@ -15,10 +15,10 @@ import (
 )
 
 // TestPropertyTokenBucketReconfigured drives a TokenBucket through random
-// admissions, releases, SetRateAt and SetBurstAt, the clock going forward,
+// admissions, releases, rate and burst changes (SetLimit), the clock going forward,
 // and checks over every interval that it admits no more than the tokens it
 // held at the start, the burst it gained, the refill at the rates in force
-// and what was given back; and that SetBurstAt keeps the tokens missing,
+// and what was given back; and that a burst change keeps the tokens missing,
 // SetRateAt the tokens held (rounded towards fewer).
 func TestPropertyTokenBucketReconfigured(t *testing.T) {
 	type adm struct {
@@ -34,7 +34,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 		gain  int64 // burst gained
 		burst int64
 	}
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), PerMinute(100), Every(time.Millisecond)}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Rate{Count: 100, Period: time.Minute}, Every(time.Millisecond)}
 	bursts := []int64{1, 2, 5, 10, 40}
 	propSeeds(t, propBudget(t), func(seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -90,7 +90,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 			case op < 18:
 				before := tb.TokensAt(now)
 				nr := rates[r.IntN(len(rates))]
-				if err := tb.SetRateAt(now, nr); err != nil {
+				if err := tb.setRateAt(now, nr); err != nil {
 					fail("SetRateAt(%v): %v", nr, err)
 				}
 				after := tb.TokensAt(now)
@@ -102,7 +102,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 			default:
 				before, old := tb.TokensAt(now), tb.Burst()
 				nb := bursts[r.IntN(len(bursts))]
-				if err := tb.SetBurstAt(now, nb); err != nil {
+				if err := tb.setBurstAt(now, nb); err != nil {
 					fail("SetBurstAt(%d): %v", nb, err)
 				}
 				after := tb.TokensAt(now)
@@ -291,14 +291,14 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 					if tb == nil {
 						continue
 					}
-					res := tb.ReserveNAt(now, n)
-					if !res.OK() {
+					res := tb.reserveNAt(now, n)
+					if !res.ok {
 						continue
 					}
 					admitted.Add(n * iv)
-					note(now + res.DelayFrom(now))
+					note(now + res.delayFrom(now))
 					if r.IntN(2) == 0 {
-						res.CancelAt(now)
+						res.cancelAt(now)
 						given.Add(n * iv)
 					}
 				}
@@ -318,7 +318,7 @@ func TestPropertyConcurrentBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	concurrentBound(t, g, nil, 20, g.iv)
+	concurrentBound(t, g, nil, 20, g.cfg.Load().iv)
 	tb, err := NewTokenBucket(PerSecond(1000), 20)
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func TestPropertyConcurrentBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	concurrentBound(t, lb, nil, 20, lb.unit)
+	concurrentBound(t, lb, nil, 20, lb.cfg.Load().unit)
 }
 
 // TestPropertyKeyed drives a Keyed of GCRAs with random keys, costs,
@@ -400,7 +400,7 @@ func TestPropertyKeyed(t *testing.T) {
 				}
 			case op < 9:
 				clk.Set(now)
-				if k.AllowKey(name) {
+				if allowKey(k, now, name) {
 					p.admit(now, 1, 0)
 				}
 			case op < 11:

@@ -4,21 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
 )
 
-// ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
+// errWaitAbandoned is the cause of a Shaper's rejection when the request's
 // context ended while it waited for its turn. It wraps sluice.ErrRateLimited;
 // the Decision's Cause also matches the context's error (context.Canceled or
-// context.DeadlineExceeded).
-var ErrWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
+// context.DeadlineExceeded), which is how callers tell it.
+var errWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
 
 var (
-	errAbandonedCanceled = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.Canceled)
-	errAbandonedDeadline = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.DeadlineExceeded)
+	errAbandonedCanceled = fmt.Errorf("%w (%w)", errWaitAbandoned, context.Canceled)
+	errAbandonedDeadline = fmt.Errorf("%w (%w)", errWaitAbandoned, context.DeadlineExceeded)
 )
 
 // Shaper is the leaky bucket as a queue: it spaces requests evenly at its
@@ -36,8 +40,7 @@ var (
 //
 // As a sluice.Policy, Admit blocks until the turn, on a timer that follows
 // fake time inside a testing/synctest bubble; a turn due exactly at the
-// context's deadline is kept. The Allow forms never wait: they admit only a
-// request whose turn is now. A decision allocates nothing, except the timer
+// context's deadline is kept. A decision allocates nothing, except the timer
 // of a request that has to wait.
 //
 // Decision.Limit is the queue's length in unit requests, maxWait/T + 1;
@@ -48,19 +51,26 @@ var (
 // NewShaper; the zero value is not usable. A Shaper is safe for concurrent
 // use.
 type Shaper struct {
-	next    paddedTAT // the instant the next turn is free
+	cfg  atomic.Pointer[shaperConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
+}
+
+// shaperConfig is one configuration of a Shaper with its own state word;
+// SetLimit moves the state to a new one and freezes the old word, so a
+// decision racing with the change retries on the new configuration.
+type shaperConfig struct {
+	next    paddedTAT // the instant the next turn is free; tatFrozen once replaced
 	iv      int64
 	maxWait int64
 	limit   int64
 	// A ticket carries the delay from the request's Admit to its turn, at
 	// most maxWait, in its high bits, and the request's cost in the low cb =
 	// 64 - bits.Len64(maxWait) ones (cmask).
-	cb       uint
-	cmask    uint64
-	rate     Rate
-	name     string
-	clock    sluice.Clock
-	sysClock bool
+	cb    uint
+	cmask uint64
+	rate  Rate
+	since time.Duration // the instant SetLimit made it; releases of earlier admissions are dropped
 }
 
 // NewShaper returns a Shaper spacing requests at r, each waiting at most
@@ -69,6 +79,22 @@ type Shaper struct {
 // 2^61ns (73 years) apart, or when maxWait is negative or above 2^61ns: the
 // queue, at most a wait and a cost long, then always fits in an int64.
 func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
+	c, err := newShaperConfig(r, maxWait)
+	if err != nil {
+		return nil, err
+	}
+	o, err := buildOptions("shaper", false, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.since = math.MinInt64
+	c.next.v.Store(emptyTAT)
+	s := &Shaper{name: o.name}
+	s.cfg.Store(c)
+	return s, nil
+}
+
+func newShaperConfig(r Rate, maxWait time.Duration) (*shaperConfig, error) {
 	if err := r.validate(); err != nil {
 		return nil, fmt.Errorf("ratelimit: shaper: %w", err)
 	}
@@ -81,23 +107,51 @@ func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 	if int64(maxWait) > maxQueueSpan {
 		return nil, errors.New("ratelimit: shaper: maximum wait exceeds 2^61ns")
 	}
-	o, err := buildOptions("shaper", opts)
-	if err != nil {
-		return nil, err
-	}
 	iv := interval(r)
 	cb := uint(64 - bits.Len64(uint64(maxWait)))
-	s := &Shaper{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1,
-		rate: r, name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
-	s.next.v.Store(emptyTAT)
-	return s, nil
+	return &shaperConfig{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1, rate: r}, nil
 }
 
-func (s *Shaper) now() time.Duration {
-	if s.sysClock {
-		return sluice.Now()
+// SetLimit changes the rate and the maximum wait, validated as NewShaper
+// validates them: on an error nothing changes. Turns already taken keep their instants; the next turn is free
+// when the last one taken ends, and is then spaced at the new rate. A
+// shaper that never waits (maxWait 0) cannot be given a wait, nor one that
+// waits be made never to: a Guard asks once whether its Admit may block.
+// Safe while requests are decided; a request admitted before the change
+// and released before the last turn taken ends gives nothing back.
+func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
+	c, err := newShaperConfig(r, maxWait)
+	if err != nil {
+		return err
 	}
-	return s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.cfg.Load()
+	if (old.maxWait > 0) != (maxWait > 0) {
+		return fmt.Errorf("ratelimit: shaper: SetLimit cannot change a maximum wait of %v to %v: whether Admit waits is fixed", time.Duration(old.maxWait), maxWait)
+	}
+	next := old.next.v.Swap(tatFrozen)
+	// Every admission so far came before the end of the last turn taken:
+	// its release, cut for the old numbers, gives nothing back.
+	c.since = time.Duration(next)
+	if next == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	}
+	c.next.v.Store(next)
+	s.cfg.Store(c)
+	return nil
+}
+
+// config returns the current configuration, waiting out a SetLimit that
+// has frozen it and not yet published its successor.
+func (s *Shaper) config() *shaperConfig {
+	for {
+		c := s.cfg.Load()
+		if c.next.v.Load() != tatFrozen {
+			return c
+		}
+		runtime.Gosched()
+	}
 }
 
 // Name returns the name given with WithName; default "ratelimit/shaper".
@@ -106,28 +160,34 @@ func (s *Shaper) Name() string { return s.name }
 // take claims the turn at max(next, now) for cost n when it starts within
 // maxDelay of now. It returns the turn's start and end, or, when it does not,
 // the start it would have had.
-func (s *Shaper) take(now, n, maxDelay int64) (start, end int64, ok bool) {
+func (s *Shaper) take(now, n, maxDelay int64) (c *shaperConfig, start, end int64, ok bool) {
+	c = s.cfg.Load()
 	for {
-		next := s.next.v.Load()
+		next := c.next.v.Load()
+		if next == tatFrozen {
+			runtime.Gosched() // SetLimit moved the state: take the turn on the new one
+			c = s.cfg.Load()
+			continue
+		}
 		start = max(next, now)
 		if start-now > maxDelay {
-			return start, 0, false
+			return c, start, 0, false
 		}
-		end = start + n*s.iv
-		if s.next.v.CompareAndSwap(next, end) {
-			return start, end, true
+		end = start + n*c.iv
+		if c.next.v.CompareAndSwap(next, end) {
+			return c, start, end, true
 		}
 	}
 }
 
 // giveBack returns the turn [start, end) when it is still the last one.
-func (s *Shaper) giveBack(start, end int64) {
+func (s *shaperConfig) giveBack(start, end int64) {
 	s.next.v.CompareAndSwap(end, start)
 }
 
 // remaining is how many unit requests would still be admitted at instant at
 // when the queue ends at end.
-func (s *Shaper) remaining(at, end int64) int64 {
+func (s *shaperConfig) remaining(at, end int64) int64 {
 	if end-at > s.maxWait {
 		return 0
 	}
@@ -141,78 +201,72 @@ const maxQueueSpan = maxTolerance / 2
 
 // tooCostly reports whether n × T spans more than maxQueueSpan: such a cost
 // is never satisfiable.
-func (s *Shaper) tooCostly(n int64) bool { return n > maxQueueSpan/s.iv }
+func (s *shaperConfig) tooCostly(n int64) bool { return n > maxQueueSpan/s.iv }
 
-func (s *Shaper) never(now int64) sluice.Decision {
-	end := max(s.next.v.Load(), now)
-	return never(s.name, s.limit, s.remaining(now, end), time.Duration(end-now))
+func (s *Shaper) never(c *shaperConfig, now int64) sluice.Decision {
+	end := max(c.next.v.Load(), now)
+	return never(s.name, c.limit, c.remaining(now, end), time.Duration(end-now))
 }
 
-// Allow reports whether one request's turn is now, by the shaper's clock
-// (WithClock), and takes it if so. It never waits: Wait does.
-func (s *Shaper) Allow() bool { return s.allowNAt(s.now(), 1) }
-
-// AllowN reports whether the turn of a request of cost n (below 1 counts as
-// 1) is now, and takes it if so. It never waits: WaitN does.
-func (s *Shaper) AllowN(n int64) bool { return s.allowNAt(s.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (s *Shaper) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
-	if s.tooCostly(n) {
+	if s.cfg.Load().tooCostly(n) {
 		return false
 	}
-	_, _, ok := s.take(int64(now), n, 0)
+	_, _, _, ok := s.take(int64(now), n, 0)
 	return ok
 }
 
 // decideWithin takes a turn starting within maxDelay of now and builds the
 // Decision as of the turn's start. A rejection's cause is cause, or
 // ErrRateLimited when nil.
-func (s *Shaper) decideWithin(now, n, maxDelay int64, cause error) (sluice.Decision, [2]int64) {
-	start, end, ok := s.take(now, n, maxDelay)
+func (s *Shaper) decideWithin(now, n, maxDelay int64, cause error) (*shaperConfig, sluice.Decision, [2]int64) {
+	c, start, end, ok := s.take(now, n, maxDelay)
 	if !ok {
-		d := reject(s.name, s.limit, s.remaining(now, start), time.Duration(start-now), time.Duration(start-now-maxDelay))
+		d := reject(s.name, c.limit, c.remaining(now, start), time.Duration(start-now), time.Duration(start-now-maxDelay))
 		if cause != nil {
 			d.Cause = cause
 		}
-		return d, [2]int64{}
+		return c, d, [2]int64{}
 	}
-	return allow(s.name, s.limit, s.remaining(start, end), time.Duration(end-start)), [2]int64{start, end}
+	return c, allow(s.name, c.limit, c.remaining(start, end), time.Duration(end-start)), [2]int64{start, end}
 }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (s *Shaper) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	n := sluice.CostFrom(ctx)
-	if s.tooCostly(n) {
-		return s.never(int64(now)), 0
+	if c := s.config(); c.tooCostly(n) {
+		return s.never(c, int64(now)), 0
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller is gone already: take no turn it would not use.
-		d := reject(s.name, s.limit, 0, 0, time.Duration(s.iv))
+		c := s.cfg.Load()
+		d := reject(s.name, c.limit, 0, 0, time.Duration(c.iv))
 		d.Cause = errAbandonedCanceled
 		if errors.Is(err, context.DeadlineExceeded) {
 			d.Cause = errAbandonedDeadline
 		}
 		return d, 0
 	}
-	d, turn := s.wait(ctx, int64(now), n)
+	c, d, turn := s.wait(ctx, int64(now), n)
 	if !d.Allowed {
 		return d, 0
 	}
-	if uint64(n) > s.cmask {
+	if uint64(n) > c.cmask {
 		return d, 0 // too large to carry: a release gives nothing back (see Done)
 	}
 	// The turn starts within maxWait of now, so the delay fits its bits.
-	return d, sluice.Ticket(uint64(turn[0]-int64(now))<<s.cb | uint64(n))
+	return d, sluice.Ticket(uint64(turn[0]-int64(now))<<c.cb | uint64(n))
 }
 
 // wait takes a turn for cost n arriving at now and sleeps until it.
-func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]int64) {
+func (s *Shaper) wait(ctx context.Context, now, n int64) (*shaperConfig, sluice.Decision, [2]int64) {
 	// Under a deadline, one instant for its room and the wait's start, so
 	// that a turn the room admits is not given up by the wait.
 	var start time.Time
-	budget := s.maxWait
+	budget := s.cfg.Load().maxWait
 	var cause error
 	if dl, ok := ctx.Deadline(); ok {
 		start = time.Now()
@@ -220,13 +274,13 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 			budget, cause = left, ErrWouldExceedDeadline
 		}
 	}
-	d, turn := s.decideWithin(now, n, max(budget, -1), cause)
+	c, d, turn := s.decideWithin(now, n, max(budget, -1), cause)
 	if !d.Allowed {
-		return d, turn
+		return c, d, turn
 	}
 	delay := turn[0] - now
 	if delay <= 0 {
-		return d, turn
+		return c, d, turn
 	}
 	if start.IsZero() {
 		start = time.Now()
@@ -235,49 +289,22 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (sluice.Decision, [2]in
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return d, turn
+		return c, d, turn
 	case <-ctx.Done():
 		// The timer's own clock says whether the turn came as ctx ended
 		// (Stop cannot: it stops a timer whose value was not received).
 		if time.Since(start) >= time.Duration(delay) {
-			return d, turn // it is taken
+			return c, d, turn // it is taken
 		}
-		s.giveBack(turn[0], turn[1])
+		c.giveBack(turn[0], turn[1])
 		cause := errAbandonedCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			cause = errAbandonedDeadline
 		}
-		d = reject(s.name, s.limit, d.Remaining, d.Reset, time.Duration(delay))
+		d = reject(s.name, c.limit, d.Remaining, d.Reset, time.Duration(delay))
 		d.Cause = cause
-		return d, [2]int64{}
+		return c, d, [2]int64{}
 	}
-}
-
-// Wait waits for the turn of one request; shorthand for WaitN(ctx, 1).
-func (s *Shaper) Wait(ctx context.Context) error { return s.WaitN(ctx, 1) }
-
-// WaitN waits for the turn of a request of cost n (below 1 counts as 1),
-// reading the limiter's clock. It returns at once a *sluice.RejectedError
-// when the turn lies beyond the maximum wait (ErrRateLimited) or ctx's
-// deadline (ErrWouldExceedDeadline), taking nothing; when ctx ends during
-// the wait it gives the turn back and returns ctx.Err().
-func (s *Shaper) WaitN(ctx context.Context, n int64) error {
-	n = max(n, 1)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := int64(s.now())
-	if s.tooCostly(n) {
-		return sluice.Rejection(s.never(now))
-	}
-	d, _ := s.wait(ctx, now, n)
-	switch {
-	case d.Allowed:
-		return nil
-	case errors.Is(d.Cause, ErrWaitAbandoned):
-		return ctx.Err()
-	}
-	return sluice.Rejection(d)
 }
 
 // Done gives back, on sluice.Released, the turn that Admit took, when no
@@ -291,7 +318,11 @@ func (s *Shaper) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durat
 	if o != sluice.Released || t == 0 {
 		return
 	}
-	n := int64(uint64(t) & s.cmask)
-	start := int64(now-latency) + int64(uint64(t)>>s.cb)
-	s.giveBack(start, start+n*s.iv)
+	c := s.cfg.Load()
+	if now-max(latency, 0) <= c.since {
+		return // admitted before a SetLimit, on another configuration
+	}
+	n := int64(uint64(t) & c.cmask)
+	start := int64(now-latency) + int64(uint64(t)>>c.cb)
+	c.giveBack(start, start+n*c.iv)
 }

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -37,8 +38,8 @@ type SlidingWindow struct {
 	nb     int64
 	cb     uint
 	cmask  uint64
+	since  time.Duration // the instant of the last SetLimit: releases of earlier admissions are dropped
 	name   string
-	clock  limiterClock
 }
 
 // maxBuckets bounds the ring, which a rejection may scan whole.
@@ -52,37 +53,98 @@ const maxBuckets = 1 << 16
 // or a bucket is too short to count limit units exactly (at least
 // 4·2^bits(limit) nanoseconds).
 func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
-	o, err := buildOptions("sliding-window", opts)
+	o, err := buildOptions("sliding-window", false, opts)
 	if err != nil {
 		return nil, err
 	}
+	w := &SlidingWindow{name: o.name, since: math.MinInt64}
+	if err := w.shape(limit, window, buckets); err != nil {
+		return nil, err
+	}
+	w.counts = make([]int64, buckets)
+	return w, nil
+}
+
+// shape checks the numbers of a sliding window and, when they are valid,
+// sets them (not the ring), holding w.mu or before w is shared.
+func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) error {
 	switch {
 	case limit < 1:
-		return nil, fmt.Errorf("ratelimit: sliding window: limit %d must be at least 1", limit)
+		return fmt.Errorf("ratelimit: sliding window: limit %d must be at least 1", limit)
 	case window <= 0:
-		return nil, fmt.Errorf("ratelimit: sliding window: window %v must be positive", window)
+		return fmt.Errorf("ratelimit: sliding window: window %v must be positive", window)
 	case buckets < 1 || buckets > maxBuckets:
-		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets, want 1 to %d", buckets, maxBuckets)
+		return fmt.Errorf("ratelimit: sliding window: %d buckets, want 1 to %d", buckets, maxBuckets)
 	case window%time.Duration(buckets) != 0:
-		return nil, fmt.Errorf("ratelimit: sliding window: %d buckets do not divide the window %v", buckets, window)
+		return fmt.Errorf("ratelimit: sliding window: %d buckets do not divide the window %v", buckets, window)
 	}
 	bucket := window / time.Duration(buckets)
 	cb := uint(bits.Len64(uint64(limit)))
 	if err := checkGranularity("sliding window bucket", limit, 1<<40-1, bucket, cb); err != nil {
-		return nil, err
+		return err
 	}
-	return &SlidingWindow{
-		counts: make([]int64, buckets), limit: limit, window: window, bucket: bucket,
-		nb: int64(buckets), cb: cb, cmask: 1<<cb - 1, name: o.name, clock: newLimiterClock(o.clock),
-	}, nil
+	w.limit, w.window, w.bucket, w.nb, w.cb, w.cmask = limit, window, bucket, int64(buckets), cb, 1<<cb-1
+	return nil
+}
+
+// SetLimit changes the limit, the window and its number of buckets,
+// validated as NewSlidingWindow validates them: on an error nothing
+// changes. The units counted in the window stay counted: with the same
+// window and buckets, in their buckets; with another shape, each bucket's
+// count moves to the new bucket that holds the old one's end, so it
+// leaves the window no sooner than it would have. Safe while requests are
+// decided; a request admitted before the change and released after it,
+// within the newest bucket, gives nothing back.
+func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	counts, head, nb, bucket := w.counts, w.head, w.nb, w.bucket
+	if err := w.shape(limit, window, buckets); err != nil {
+		return err
+	}
+	if w.started {
+		// Every admission so far came before the newest bucket's end:
+		// its release, cut for the old numbers, gives nothing back.
+		w.since = time.Duration(head+1)*bucket - 1
+	}
+	if w.nb == nb && w.bucket == bucket {
+		return nil
+	}
+	w.counts = make([]int64, buckets)
+	if !w.started {
+		return nil
+	}
+	w.head = floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
+	for k := head - nb + 1; k <= head; k++ {
+		i := k % nb
+		if i < 0 {
+			i += nb
+		}
+		n := counts[i]
+		if n == 0 {
+			continue
+		}
+		// The new bucket holding the old one's last instant.
+		nk := min(floorDiv((k+1)*int64(bucket)-1, int64(w.bucket)), w.head)
+		if nk > w.head-w.nb {
+			w.counts[w.slot(nk)] += n
+		} else {
+			w.counts[w.slot(w.head-w.nb+1)] += n
+		}
+	}
+	return nil
 }
 
 // Name returns the limiter's name, "ratelimit/sliding-window" unless set with
 // WithName.
 func (w *SlidingWindow) Name() string { return w.name }
 
-// Window returns the window's length.
-func (w *SlidingWindow) Window() time.Duration { return w.window }
+// rateWindow returns the window's length.
+func (w *SlidingWindow) rateWindow() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.window
+}
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *SlidingWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -91,13 +153,13 @@ func (w *SlidingWindow) admitD(ctx context.Context, now time.Duration) (sluice.D
 
 // Done gives back what the admitted request took when o is sluice.Released
 // and its bucket is still in the window; other outcomes change nothing.
-func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released {
 		return
 	}
-	n := int64(uint64(t) & w.cmask)
 	w.mu.Lock()
-	if w.started {
+	n := int64(uint64(t) & w.cmask)
+	if w.started && now-max(latency, 0) > w.since {
 		if back := slotDiff(uint64(w.head)<<w.cb, uint64(t), w.cb); back >= 0 && back < w.nb {
 			i := w.slot(w.head - back)
 			give := min(n, w.counts[i])
@@ -108,15 +170,8 @@ func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Durati
 	w.mu.Unlock()
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *SlidingWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *SlidingWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *SlidingWindow) allowNAt(now time.Duration, n int64) bool {
 	_, tk := w.decide(now, n, false)
 	return tk != 0

@@ -96,3 +96,9 @@ func costCtx(n int64) context.Context {
 	}
 	return ctx
 }
+
+// bareAllower is what every limiter of this package offers the step tables:
+// a bare answer at an instant, with no ticket to keep and no wait.
+type bareAllower interface {
+	allowNAt(now time.Duration, n int64) bool
+}

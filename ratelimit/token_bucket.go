@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // ErrWouldExceedDeadline is the cause of a rejection by a waiting method
@@ -33,6 +34,10 @@ type bucketConfig struct {
 	// release never moves TAT below it, so a waiting reservation's turn is
 	// never shared with a newcomer.
 	edge atomic.Int64
+	// since, for a GCRA, is the TAT at the SetLimit that made this
+	// configuration: an admission before it was charged at another rate,
+	// and its release gives nothing back. A TokenBucket converts instead.
+	since int64
 }
 
 // TokenBucket is a token bucket of burst tokens refilled at a Rate: a request
@@ -42,14 +47,14 @@ type bucketConfig struct {
 // same state as GCRA, in one atomic word on its own cache line: Allow takes no
 // lock and allocates nothing. Unlike GCRA, a token bucket also reserves tokens
 // ahead of time (Reserve, Wait: the bucket may then run into debt, repaid by
-// the refill), and its rate and burst can change at runtime (SetRate,
-// SetBurst), keeping the tokens it holds.
+// the refill), and its rate and burst can change at runtime (SetLimit),
+// keeping the tokens it holds.
 //
 // Most callers want Allow (drop what exceeds the rate) or Wait (delay it);
 // in a Guard, Admit decides. For parity with golang.org/x/time/rate, and
 // only on this limiter, every method that reads the clock has an …At form
 // taking the monotonic instant instead (AllowAt, AllowNAt, ReserveNAt,
-// SetRateAt, SetBurstAt, TokensAt), so that a caller porting code written
+// TokensAt), so that a caller porting code written
 // for rate.Limiter keeps its shape; the other limiters take instants through
 // Admit alone. A clock that jumps backwards never admits extra: the bucket
 // waits until the clock has caught up.
@@ -58,7 +63,7 @@ type bucketConfig struct {
 // is safe for concurrent use.
 type TokenBucket struct {
 	cfg      atomic.Pointer[bucketConfig]
-	mu       sync.Mutex // serialises SetRate and SetBurst
+	mu       sync.Mutex // serialises SetLimit
 	name     string
 	clock    sluice.Clock
 	sysClock bool
@@ -72,7 +77,7 @@ func NewTokenBucket(r Rate, burst int64, opts ...Option) (*TokenBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("token-bucket", opts)
+	o, err := buildOptions("token-bucket", true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +98,7 @@ func newBucketConfig(r Rate, burst int64) (*bucketConfig, error) {
 
 func (tb *TokenBucket) now() time.Duration {
 	if tb.sysClock {
-		return sluice.Now()
+		return monoclock.Now()
 	}
 	return tb.clock.Now()
 }
@@ -134,7 +139,7 @@ func (tb *TokenBucket) state(now int64) (*bucketConfig, int64) {
 func (tb *TokenBucket) Allow() bool {
 	var now time.Duration
 	if tb.sysClock {
-		now = sluice.Now() // inlined: one read of the runtime's clock
+		now = monoclock.Now() // inlined: one read of the runtime's clock
 	} else {
 		now = tb.clock.Now()
 	}
@@ -142,7 +147,7 @@ func (tb *TokenBucket) Allow() bool {
 	if _, _, res := tatTake(&c.tat.v, int64(now), c.iv, c.tau); res != tatMoved {
 		return res == tatAllowed
 	}
-	return tb.allowOne(int64(now)) // SetRate or SetBurst froze the state
+	return tb.allowOne(int64(now)) // SetLimit froze the state
 }
 
 // AllowN reports whether n tokens are available now, and takes them if so;
@@ -226,7 +231,7 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 	for {
 		c := tb.cfg.Load()
 		// The ticket is the cost admitted, which may exceed a burst lowered
-		// since (SetBurst): give back what it took all the same. The refund
+		// since (SetLimit): give back what it took all the same. The refund
 		// stays within n × interval, above the edge of waiting
 		// reservations, and the bucket within its burst.
 		if int64(t) > maxTolerance/c.iv {
@@ -241,12 +246,11 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 	}
 }
 
-// Reservation is a promise of tokens at a future instant, returned by
-// TokenBucket.Reserve and its variants. It is a value: keep it in a variable
-// and call Cancel on that variable if the action will not happen. Only the
-// last reservation gives its tokens back when cancelled (see CancelAt).
-// Its zero value is a reservation that was not granted.
-type Reservation struct {
+// reservation is a promise of tokens at a future instant, made by WaitN,
+// which cancels it when its context ends first. Only the last reservation
+// gives its tokens back when cancelled (see cancelAt). Its zero value is a
+// reservation that was not granted.
+type reservation struct {
 	tb  *TokenBucket
 	cfg *bucketConfig
 	n   int64
@@ -260,39 +264,17 @@ type Reservation struct {
 	done   bool // cancelled
 }
 
-// OK reports whether the tokens were reserved. A request for more tokens than
-// the burst is never granted.
-func (r Reservation) OK() bool { return r.ok }
-
-// Delay returns how long to wait from now, on the bucket's clock, before the
-// reserved tokens are there; 0 when they already are. It returns
-// math.MaxInt64 for a reservation that was not granted.
-func (r Reservation) Delay() time.Duration {
-	if !r.ok {
-		return math.MaxInt64
-	}
-	return r.DelayFrom(r.tb.now())
-}
-
-// DelayFrom returns how long to wait from instant now before the reserved
+// delayFrom returns how long to wait from instant now before the reserved
 // tokens are there; 0 when they already are, math.MaxInt64 when the
 // reservation was not granted.
-func (r Reservation) DelayFrom(now time.Duration) time.Duration {
+func (r reservation) delayFrom(now time.Duration) time.Duration {
 	if !r.ok {
 		return math.MaxInt64
 	}
 	return time.Duration(max(r.act-int64(now), 0))
 }
 
-// Cancel gives the reservation up now, on the bucket's clock; shorthand for
-// CancelAt(clock.Now()), which says what it gives back.
-func (r *Reservation) Cancel() {
-	if r.ok {
-		r.CancelAt(r.tb.now())
-	}
-}
-
-// CancelAt gives the reservation up at instant now. It gives its tokens
+// cancelAt gives the reservation up at instant now. It gives its tokens
 // back, less what has refilled since, only while it is the last: the bucket
 // stands where the reservation left it, with nothing taken after it (or all
 // of that given back already) and no admission made before it released
@@ -303,9 +285,9 @@ func (r *Reservation) Cancel() {
 // these to a newcomer would let it share a later reservation's instant
 // beyond the burst. Its tokens then stay taken and come back only by the
 // refill, even when the later ones are cancelled in turn. A reservation
-// made before a SetRate or SetBurst gives nothing back. Cancelling twice
+// made before a SetLimit gives nothing back. Cancelling twice
 // does nothing.
-func (r *Reservation) CancelAt(now time.Duration) {
+func (r *reservation) cancelAt(now time.Duration) {
 	if !r.ok || r.done {
 		return
 	}
@@ -350,30 +332,14 @@ func (r *Reservation) CancelAt(now time.Duration) {
 	}
 }
 
-// Reserve reserves one token now; shorthand for ReserveNAt(clock.Now(), 1).
-func (tb *TokenBucket) Reserve() Reservation { return tb.ReserveNAt(tb.now(), 1) }
-
-// ReserveN reserves n tokens now; shorthand for ReserveNAt(clock.Now(), n).
-func (tb *TokenBucket) ReserveN(n int64) Reservation { return tb.ReserveNAt(tb.now(), n) }
-
-// ReserveNAt reserves n tokens (below 1 counts as 1) at instant now, however
-// long the wait for them; the Reservation says how long (DelayFrom). It is
-// granted unless n exceeds the burst, or the reservations already granted
-// reach so far ahead that this one's tokens would come more than 2^62ns
-// (146 years) after now.
-func (tb *TokenBucket) ReserveNAt(now time.Duration, n int64) Reservation {
-	r, _ := tb.reserve(int64(now), max(n, 1), math.MaxInt64)
-	return r
-}
-
 // reserve takes n tokens at now when they are there within maxDelay, and
 // returns the reservation, or, when it is not granted, the delay that was
 // needed (0 when n exceeds the burst).
-func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
+func (tb *TokenBucket) reserve(now, n, maxDelay int64) (reservation, int64) {
 	for {
 		c := tb.cfg.Load()
 		if n > c.burst {
-			return Reservation{}, 0
+			return reservation{}, 0
 		}
 		tat := c.tat.v.Load()
 		if tat == tatFrozen {
@@ -384,12 +350,12 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if base-now > maxTolerance-n*c.iv {
 			// Reservations pile up debt without bound; kept within 2^62ns
 			// of now, the TAT never overflows.
-			return Reservation{}, math.MaxInt64
+			return reservation{}, math.MaxInt64
 		}
 		next := base + n*c.iv
 		act := max(next-c.tau, now)
 		if act-now > maxDelay {
-			return Reservation{}, act - now
+			return reservation{}, act - now
 		}
 		var prevEdge int64
 		raised := false
@@ -411,7 +377,7 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if !c.tat.v.CompareAndSwap(tat, next) {
 			continue
 		}
-		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, edge: prevEdge, raised: raised, ok: true}, 0
+		return reservation{tb: tb, cfg: c, n: n, tat: next, act: act, edge: prevEdge, raised: raised, ok: true}, 0
 	}
 }
 
@@ -425,8 +391,8 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // after now, as ReserveNAt refuses); in both cases it takes nothing.
 // When ctx ends during the wait, it cancels the reservation as CancelAt
 // does, and returns ctx.Err(): the tokens come back only when nothing was
-// taken after them (the waiter was the last), and never when SetRate or
-// SetBurst ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
+// taken after them (the waiter was the last), and never when SetLimit
+// ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
 // returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
@@ -472,47 +438,38 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 		if time.Since(start) >= time.Duration(delay) {
 			return nil // they are taken
 		}
-		r.CancelAt(tb.now())
+		r.cancelAt(tb.now())
 		return ctx.Err()
 	}
 }
 
-// SetRate changes the refill rate now; shorthand for SetRateAt(clock.Now(), r).
-func (tb *TokenBucket) SetRate(r Rate) error { return tb.SetRateAt(tb.now(), r) }
-
-// SetRateAt changes the refill rate at instant now. The bucket keeps the
-// tokens it holds at now (its debt, if reservations made one), rounded
-// towards fewer; reservations already granted keep their instants. It
-// returns an error, and changes nothing, when r is invalid or burst × its
-// interval exceeds 2^62ns.
-func (tb *TokenBucket) SetRateAt(now time.Duration, r Rate) error {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	old := tb.cfg.Load()
-	c, err := newBucketConfig(r, old.burst)
-	if err != nil {
-		return err
-	}
-	tb.moveTo(old, c, int64(now))
-	return nil
+// SetLimit changes the refill rate and the capacity now, by the bucket's
+// clock, validated as NewTokenBucket validates them: on an error nothing
+// changes. The bucket keeps what it lacks: the tokens missing from a full
+// bucket stay missing (rescaled to the new rate, rounded towards fewer
+// tokens), so a full bucket is full at its new size and one that lacked 3
+// tokens still lacks 3; reservations already granted keep their instants.
+// Safe while requests are decided.
+func (tb *TokenBucket) SetLimit(r Rate, burst int64) error {
+	return setBucket(&tb.cfg, &tb.mu, "token bucket", r, burst, int64(tb.now()))
 }
 
-// SetBurst changes the capacity now; shorthand for SetBurstAt(clock.Now(), burst).
-func (tb *TokenBucket) SetBurst(burst int64) error { return tb.SetBurstAt(tb.now(), burst) }
+// keepTAT, as setBucket's instant, keeps the theoretical arrival time as
+// it is instead of converting what the bucket lacks to the new rate.
+const keepTAT = math.MinInt64
 
-// SetBurstAt changes the capacity at instant now. The tokens missing from a
-// full bucket stay missing: a bucket that was full is full at its new size,
-// and one that lacked 3 tokens still lacks 3. It returns an error, and
-// changes nothing, when burst < 1 or burst × interval exceeds 2^62ns.
-func (tb *TokenBucket) SetBurstAt(now time.Duration, burst int64) error {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	old := tb.cfg.Load()
-	c, err := newBucketConfig(old.rate, burst)
+// setBucket moves the bucket configuration held by cfg to rate r and burst
+// at now, under mu; see TokenBucket.SetLimit. With now keepTAT, the TAT
+// stays as it is (see GCRA.SetLimit).
+func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r Rate, burst, now int64) error {
+	iv, tau, err := tolerance(what, r, burst)
 	if err != nil {
 		return err
 	}
-	tb.moveTo(old, c, int64(now))
+	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}
+	mu.Lock()
+	defer mu.Unlock()
+	moveTo(cfg, cfg.Load(), c, now)
 	return nil
 }
 
@@ -520,11 +477,20 @@ func (tb *TokenBucket) SetBurstAt(now time.Duration, burst int64) error {
 // and publishes c. Decisions that see the frozen word reload the
 // configuration; they spin only for the few instructions between the freeze
 // and the publication.
-func (tb *TokenBucket) moveTo(old, c *bucketConfig, now int64) {
+func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) {
 	tat := old.tat.v.Swap(tatFrozen)
-	c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
-	c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
-	tb.cfg.Store(c)
+	if now == keepTAT {
+		c.since = old.since
+		if tat != emptyTAT {
+			c.since = tat
+		}
+		c.tat.v.Store(tat)
+		c.edge.Store(old.edge.Load())
+	} else {
+		c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
+		c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	}
+	cfg.Store(c)
 }
 
 // convertTAT rescales the debt tat - now from interval from to interval to,
@@ -547,6 +513,6 @@ func convertTAT(tat, now, from, to int64) int64 {
 	return now + int64(q)
 }
 
-// Window returns the time the bucket takes to refill its whole burst, burst
+// rateWindow returns the time the bucket takes to refill its whole burst, burst
 // × interval at the current rate: the w of the RateLimit-Policy header field.
-func (b *TokenBucket) Window() time.Duration { return time.Duration(b.cfg.Load().tau) }
+func (b *TokenBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().tau) }

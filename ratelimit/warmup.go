@@ -43,7 +43,14 @@ type WarmUp struct {
 	stored float64 // cold permits in the store, 0..maxStored
 	gen    uint64  // admissions so far
 	last   warmUpAdmission
+	since  time.Duration // the instant of the last SetLimit: releases of earlier admissions are dropped
+	warmUpNums
 
+	name string
+}
+
+// warmUpNums are a WarmUp's numbers, all changed at once by SetLimit.
+type warmUpNums struct {
 	iv, tau, burst int64
 	cb             uint   // bits of the cost in a ticket
 	cmask          uint64 // 1<<cb - 1
@@ -54,10 +61,6 @@ type WarmUp struct {
 	maxStored      float64
 	slope          float64 // extra ns per permit above threshold, per permit
 	coolDown       float64 // idle ns that add one permit to the store
-
-	name     string
-	clock    sluice.Clock
-	sysClock bool
 }
 
 // warmUpAdmission is the state before the latest admission, so that releasing
@@ -85,62 +88,86 @@ const warmUpMaxCostBits = 32
 // 2^61ns (73 years), coldFactor < 2, or the cold interval or burst ×
 // interval exceeds 2^62ns.
 func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts ...Option) (*WarmUp, error) {
-	iv, tau, err := tolerance("warm-up", r, burst)
+	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
 	if err != nil {
 		return nil, err
+	}
+	o, err := buildOptions("warm-up", false, opts)
+	if err != nil {
+		return nil, err
+	}
+	w := &WarmUp{tat: emptyTAT, since: math.MinInt64, warmUpNums: nums, name: o.name}
+	w.stored = w.maxStored
+	return w, nil
+}
+
+func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) (warmUpNums, error) {
+	iv, tau, err := tolerance("warm-up", r, burst)
+	if err != nil {
+		return warmUpNums{}, err
 	}
 	switch {
 	case warmUp <= 0:
-		return nil, fmt.Errorf("ratelimit: warm-up: period %v must be positive", warmUp)
+		return warmUpNums{}, fmt.Errorf("ratelimit: warm-up: period %v must be positive", warmUp)
 	case warmUp > time.Duration(maxTolerance/2):
 		// A cold request's extra cost stays below the period: with the
 		// tolerance it must still fit an instant.
-		return nil, fmt.Errorf("ratelimit: warm-up: period %v spans more than 2^61ns", warmUp)
+		return warmUpNums{}, fmt.Errorf("ratelimit: warm-up: period %v spans more than 2^61ns", warmUp)
 	case coldFactor < 2:
-		return nil, fmt.Errorf("ratelimit: warm-up: cold factor %d must be at least 2", coldFactor)
+		return warmUpNums{}, fmt.Errorf("ratelimit: warm-up: cold factor %d must be at least 2", coldFactor)
 	case coldFactor > maxTolerance/iv:
-		return nil, errors.New("ratelimit: warm-up: cold interval spans more than 2^62ns")
-	}
-	o, err := buildOptions("warm-up", opts)
-	if err != nil {
-		return nil, err
+		return warmUpNums{}, errors.New("ratelimit: warm-up: cold interval spans more than 2^62ns")
 	}
 	cb := min(uint(bits.Len64(uint64(burst))), warmUpMaxCostBits)
-	w := &WarmUp{tat: emptyTAT, iv: iv, tau: tau, burst: burst, cb: cb, cmask: 1<<cb - 1, rate: r,
-		warmUp: warmUp, coldFactor: coldFactor, name: o.name, clock: o.clock,
-		sysClock: o.clock == sluice.SystemClock}
+	w := warmUpNums{iv: iv, tau: tau, burst: burst, cb: cb, cmask: 1<<cb - 1, rate: r,
+		warmUp: warmUp, coldFactor: coldFactor}
 	stable, cold, period := float64(iv), float64(coldFactor*iv), float64(warmUp)
 	w.threshold = 0.5 * period / stable
 	w.maxStored = w.threshold + 2*period/(stable+cold)
 	w.slope = (cold - stable) / (w.maxStored - w.threshold)
 	w.coolDown = period / w.maxStored
-	w.stored = w.maxStored
 	return w, nil
 }
 
-func (w *WarmUp) now() time.Duration {
-	if w.sysClock {
-		return sluice.Now()
+// SetLimit changes the rate, the burst, the warm-up period and the cold
+// factor, validated as NewWarmUp validates them: on an error nothing
+// changes. The limiter keeps the instant it is full again, so a full one
+// is full at its new size, and how cold it is, as a share of its new
+// store of cold permits. Safe while requests are decided; a request
+// admitted before the change and released before the limiter would be
+// full again gives nothing back.
+func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor int64) error {
+	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
+	if err != nil {
+		return err
 	}
-	return w.clock.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
+	w.warmUpNums = nums
+	w.last.valid = false
+	if w.tat != emptyTAT {
+		// Every admission so far came before the instant the limiter is
+		// full again: its release, cut for the old numbers, gives nothing
+		// back.
+		w.since = time.Duration(w.tat)
+	}
+	return nil
 }
 
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
-// Window returns the time a warm limiter takes to refill its whole burst,
+// rateWindow returns the time a warm limiter takes to refill its whole burst,
 // burst × interval: the w of the RateLimit-Policy header field.
-func (w *WarmUp) Window() time.Duration { return time.Duration(w.tau) }
+func (w *WarmUp) rateWindow() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Duration(w.tau)
+}
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *WarmUp) Allow() bool { return w.allowNAt(w.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *WarmUp) AllowN(n int64) bool { return w.allowNAt(w.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *WarmUp) allowNAt(now time.Duration, n int64) bool {
 	_, _, ok := w.decide(int64(now), max(n, 1), false)
 	return ok
@@ -157,6 +184,7 @@ func (w *WarmUp) admitD(ctx context.Context, now time.Duration) (sluice.Decision
 // in only when full is set.
 func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket, bool) {
 	w.mu.Lock()
+	nums := &w.warmUpNums
 	tat := w.tat
 	base := max(tat, now)
 	// Idle time since the bucket was last full cools the limiter down.
@@ -165,15 +193,16 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 		stored = min(w.maxStored, stored+float64(now-tat)/w.coolDown)
 	}
 	if next := base + n*w.iv; n > w.burst || base-now > w.tau-n*w.iv { // next - now may overflow
+		nums := *nums // read outside the lock: a copy SetLimit cannot change
 		w.mu.Unlock()
 		if !full {
 			return sluice.Decision{}, 0, false
 		}
-		remaining, reset := w.remaining(stored, now+w.tau-w.iv-base), time.Duration(base-now)
-		if n > w.burst {
-			return never(w.name, w.burst, remaining, reset), 0, false
+		remaining, reset := nums.remaining(stored, now+nums.tau-nums.iv-base), time.Duration(base-now)
+		if n > nums.burst {
+			return never(w.name, nums.burst, remaining, reset), 0, false
 		}
-		return reject(w.name, w.burst, remaining, reset, time.Duration(next-w.tau-now)), 0, false
+		return reject(w.name, nums.burst, remaining, reset, time.Duration(next-nums.tau-now)), 0, false
 	}
 	taken := min(float64(n), stored)
 	next := base + w.cost(stored, taken, n)
@@ -185,11 +214,13 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	w.gen++
 	w.tat = next
 	w.stored = stored - taken
-	w.mu.Unlock()
 	if !full {
+		w.mu.Unlock()
 		return sluice.Decision{}, t, true
 	}
-	return allow(w.name, w.burst, w.remaining(stored-taken, now+w.tau-w.iv-next), time.Duration(next-now)), t, true
+	cp := *nums // read outside the lock: a copy SetLimit cannot change
+	w.mu.Unlock()
+	return allow(w.name, cp.burst, cp.remaining(stored-taken, now+cp.tau-cp.iv-next), time.Duration(next-now)), t, true
 }
 
 // remaining counts the unit requests that would still be admitted at once
@@ -199,7 +230,7 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 // permits above the threshold is jT + slope×(a×j - j²/2), a the permits
 // above it: the count is the smaller root of that quadratic, then exact
 // costs settle the rounding.
-func (w *WarmUp) remaining(stored float64, budget int64) int64 {
+func (w *warmUpNums) remaining(stored float64, budget int64) int64 {
 	if budget < 0 {
 		return 0
 	}
@@ -233,14 +264,14 @@ func (w *WarmUp) remaining(stored float64, budget int64) int64 {
 // after, each level's area rounded up on its own: the costs of requests
 // taken one after another then add up to the cost of taking them at once,
 // as Remaining counts them.
-func (w *WarmUp) cost(stored, taken float64, n int64) int64 {
+func (w *warmUpNums) cost(stored, taken float64, n int64) int64 {
 	return n*w.iv + w.extra(stored) - w.extra(stored-taken)
 }
 
 // extra returns, rounded up to the ns, the area above T under the interval
 // from an empty store up to a store holding stored: slope×a²/2 for the a
 // permits above the threshold.
-func (w *WarmUp) extra(stored float64) int64 {
+func (w *warmUpNums) extra(stored float64) int64 {
 	a := stored - w.threshold
 	if a <= 0 {
 		return 0
@@ -253,13 +284,16 @@ func (w *WarmUp) extra(stored float64) int64 {
 // stable cost less what has refilled in the latency since, unless its cost
 // was 2^32 or more (with a burst that large), which its ticket cannot carry.
 // Other outcomes change nothing.
-func (w *WarmUp) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+func (w *WarmUp) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released {
 		return
 	}
-	n := int64(uint64(t) & w.cmask)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if now-max(latency, 0) <= w.since {
+		return // admitted before a SetLimit, on other numbers
+	}
+	n := int64(uint64(t) & w.cmask)
 	if w.last.valid && t == w.last.ticket && w.tat == w.last.tatAfter {
 		w.tat, w.stored = w.last.tatBefore, w.last.stored
 		w.last.valid = false

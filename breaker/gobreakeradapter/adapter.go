@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -57,7 +58,7 @@ func New(st gobreaker.Settings) (*Policy, error) {
 			t := time.Now()
 			p.openedAt.Store(&t)
 		}
-		p.events.queue(sluice.StateChange{Policy: p.name, From: from.String(), To: to.String(), At: sluice.Now()})
+		p.events.queue(sluice.StateChange{Policy: p.name, From: from.String(), To: to.String(), At: monoclock.Now()})
 		if user != nil {
 			user(name, from, to)
 		}

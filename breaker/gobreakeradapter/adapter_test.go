@@ -51,7 +51,8 @@ func TestRejectionsAndRetryAfter(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "breaker/pay", p.Name())
 	var changes []sluice.StateChange
-	g, err := sluice.New(sluice.With(p), sluice.OnStateChange(func(c sluice.StateChange) { changes = append(changes, c) }))
+	defer p.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })()
+	g, err := sluice.New(sluice.With(p))
 	require.NoError(t, err)
 	defer g.Close()
 	ctx := context.Background()

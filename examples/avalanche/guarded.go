@@ -69,7 +69,7 @@ func newGuarded(cfg Config, depBase string, client *http.Client) (frontend, erro
 	if err != nil {
 		return nil, err
 	}
-	if g.front, err = sluice.New(sluice.With(limiter, load)); err != nil {
+	if g.front, err = sluice.New(append(cfg.guard("front-door"), sluice.With(limiter, load))...); err != nil {
 		return nil, err
 	}
 
@@ -86,7 +86,8 @@ func newGuarded(cfg Config, depBase string, client *http.Client) (frontend, erro
 		if err != nil {
 			return nil, err
 		}
-		opts := append([]sluice.Option{sluice.With(b, bulkhead), sluice.WithTimeout(5*healthy + 20*time.Millisecond)}, extra...)
+		opts := append(cfg.guard(name), sluice.With(b, bulkhead), sluice.WithTimeout(5*healthy+20*time.Millisecond))
+		opts = append(opts, extra...)
 		return sluice.New(opts...)
 	}
 	// The catalog breaker looks at the error ratio of the last calls; the

@@ -6,9 +6,12 @@
 // turns slow and failing midway, a frontend with one route on each, and an
 // open-loop load on both routes. It plays the scenario twice, guarded by
 // sluice and then unguarded, prints a table per phase, and writes a plot.
+// Then it plays a retry storm (storm.go): callers that retry naively
+// against callers that retry on sluice's budget.
 //
 //	go run ./examples/avalanche
 //	go run ./examples/avalanche -rate 800 -plot /tmp/avalanche.png
+//	go run ./examples/avalanche -dashboard   # and open the address it prints
 package main
 
 import (
@@ -27,15 +30,28 @@ func main() {
 	flag.DurationVar(&cfg.Sick, "sick", cfg.Sick, "length of the phase in which the dependency is sick")
 	flag.DurationVar(&cfg.Recovered, "recovered", cfg.Recovered, "length of the phase after it healed")
 	plotPath := flag.String("plot", filepath.Join(os.TempDir(), "sluice-avalanche.png"), "where to write the plot (PNG)")
+	dash := flag.Bool("dashboard", false, "serve a live dashboard of the guarded run on loopback, and print its address")
 	flag.Parse()
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "avalanche:", err)
 		os.Exit(2)
 	}
+	if *dash {
+		stopDashboard, err := startDashboard(&cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "avalanche:", err)
+			os.Exit(1)
+		}
+		defer stopDashboard()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := play(ctx, cfg, *plotPath); err != nil {
 		fmt.Fprintln(os.Stderr, "avalanche:", err)
+		os.Exit(1)
+	}
+	if err := playStormPhase(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "avalanche: retry storm:", err)
 		os.Exit(1)
 	}
 }

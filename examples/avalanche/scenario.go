@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/sluice-go/sluice/observe/dashboard"
 )
 
 // Config is one scenario: how long each phase lasts, the load, and how the
@@ -25,6 +27,8 @@ type Config struct {
 	SickErrorEvery int           // when sick, every n-th call to it fails with a 500
 	PoolSize       int           // the frontend's connections to the dependency (shared by both routes)
 	ClientTimeout  time.Duration // how long a user waits for an answer
+	// Dashboard, when not nil, shows the guarded frontend's Guards live.
+	Dashboard *dashboard.Dashboard
 }
 
 // DefaultConfig is the scenario `go run ./examples/avalanche` plays.

@@ -102,10 +102,10 @@ func newClient(dependencyAddr string, logf func(format string, args ...any)) (*h
 		// The Guard's timeout bounds each call, until its body is read:
 		// past it the call's context ends, the caller gets a timeout, and
 		// the call counts as a failure of its host.
-		return sluice.New(sluice.With(b, limit), sluice.WithTimeout(timeout),
-			sluice.OnStateChange(func(c sluice.StateChange) {
-				logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-			}))
+		b.Subscribe(func(c sluice.StateChange) {
+			logf("    [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+		})
+		return sluice.New(sluice.With(b, limit), sluice.WithTimeout(timeout))
 	}
 	// A dependency's 429 or 503 with Retry-After holds its breaker open that
 	// long, but never more than a minute, whatever it asks.

@@ -97,9 +97,10 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sluice.New(append(opts, sluice.With(perIP, b), sluice.OnStateChange(func(c sluice.StateChange) {
+		b.Subscribe(func(c sluice.StateChange) {
 			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-		}))...)
+		})
+		return sluice.New(append(opts, sluice.With(perIP, b))...)
 	}
 	// /recommendations answers from a fixed list while its breaker is open:
 	// a fallback of its Guard, which the middleware serves.

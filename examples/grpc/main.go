@@ -204,9 +204,10 @@ func newClient(target string, logf func(format string, args ...any)) (*grpc.Clie
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := sluice.New(sluice.With(b), sluice.OnStateChange(func(c sluice.StateChange) {
+	b.Subscribe(func(c sluice.StateChange) {
 		logf("    [client %s: %s -> %s]\n", c.Policy, c.From, c.To)
-	}))
+	})
+	g, err := sluice.New(sluice.With(b))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -116,10 +116,10 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		}
 		// Outer to inner: a request over its IP's budget never reaches the
 		// breaker, and a request the breaker rejects gives its token back.
-		return sluice.New(sluice.With(shed, perIP, b), sluice.WithFallback(fallback),
-			sluice.OnStateChange(func(c sluice.StateChange) {
-				logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
-			}))
+		b.Subscribe(func(c sluice.StateChange) {
+			logf("     [%s: %s -> %s]\n", c.Policy, c.From, c.To)
+		})
+		return sluice.New(sluice.With(shed, perIP, b), sluice.WithFallback(fallback))
 	}
 	// /prices falls back on the last good answer it gave the same client for
 	// the same URL, for up to a minute; /recommendations on a fixed list.

@@ -1,9 +1,11 @@
 // Command observability runs a guarded HTTP service on loopback with a
 // Prometheus /metrics endpoint, sends it traffic that trips a rate limiter
 // and a circuit breaker, logs the breaker's state changes, and prints the
-// scraped lines that matter:
+// scraped lines that matter. It serves the live dashboard too; with -serve
+// it keeps serving both after the traffic, until interrupted:
 //
 //	go run ./examples/observability
+//	go run ./examples/observability -serve
 //
 // grafana-dashboard.json, beside it, charts the same metrics.
 package main
@@ -11,12 +13,15 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -24,6 +29,7 @@ import (
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
+	"github.com/sluice-go/sluice/observe/dashboard"
 	"github.com/sluice-go/sluice/observe/otelmetrics"
 	"github.com/sluice-go/sluice/observe/prommetrics"
 	"github.com/sluice-go/sluice/observe/statelog"
@@ -31,21 +37,39 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+	keep := flag.Bool("serve", false, "keep serving /metrics and the dashboard after the traffic, until interrupted")
+	flag.Parse()
+	var hold func()
+	if *keep {
+		hold = func() {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			fmt.Println("serving until interrupted (Ctrl-C)")
+			<-ctx.Done()
+		}
+	}
+	if err := run(os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)), hold); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
 // run serves the guarded service, drives it, and writes the scraped lines
-// that matter to out.
-func run(out io.Writer, log *slog.Logger) error {
+// that matter to out; then, if hold is not nil, it calls it before it
+// stops serving.
+func run(out io.Writer, log *slog.Logger, hold func()) error {
 	metrics, metricsHandler, err := prommetrics.New(
 		prommetrics.WithMetricsOptions(otelmetrics.WithResourceAttribute("http.route")))
 	if err != nil {
 		return err
 	}
 	logs, err := statelog.New(log)
+	if err != nil {
+		return err
+	}
+	// The dashboard: read-only here; dashboard.WithAuthorizer turns on its
+	// admin actions.
+	dash, err := dashboard.New()
 	if err != nil {
 		return err
 	}
@@ -56,7 +80,8 @@ func run(out io.Writer, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	search, err := sluice.New(sluice.WithName("search"), sluice.With(limit), sluice.WithObserver(metrics))
+	search, err := sluice.New(sluice.WithName("search"), sluice.With(limit),
+		sluice.WithObserver(metrics), sluice.WithObserver(dash))
 	if err != nil {
 		return err
 	}
@@ -66,7 +91,7 @@ func run(out io.Writer, log *slog.Logger) error {
 		return err
 	}
 	pay, err := sluice.New(sluice.WithName("pay"), sluice.With(payments),
-		sluice.WithObserver(metrics), sluice.WithObserver(logs))
+		sluice.WithObserver(metrics), sluice.WithObserver(logs), sluice.WithObserver(dash))
 	if err != nil {
 		return err
 	}
@@ -87,6 +112,7 @@ func run(out io.Writer, log *slog.Logger) error {
 	})
 	root := http.NewServeMux()
 	root.Handle("GET /metrics", metricsHandler)
+	root.Handle("/debug/sluice/", dash)
 	root.Handle("/", guard(app))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -130,7 +156,33 @@ func run(out io.Writer, log *slog.Logger) error {
 			fmt.Fprintln(out, line)
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return err
+	}
+
+	// The dashboard's snapshot holds the same counts.
+	state, err := get("/debug/sluice/api/state")
+	if err != nil {
+		return err
+	}
+	var snap struct {
+		Guards []struct {
+			Name     string
+			Admitted uint64
+			Rejected map[string]uint64
+		}
+	}
+	if err := json.Unmarshal([]byte(state), &snap); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "dashboard: %s/debug/sluice/\n", base)
+	for _, g := range snap.Guards {
+		fmt.Fprintf(out, "  guard %s: admitted %d, rejected %v\n", g.Name, g.Admitted, g.Rejected)
+	}
+	if hold != nil {
+		hold()
+	}
+	return nil
 }
 
 // matters picks the lines worth reading from the exposition: the counts,

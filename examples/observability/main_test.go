@@ -16,7 +16,7 @@ import (
 // The example trips its limiter and its breaker, and the scrape shows both.
 func TestObservabilityExample(t *testing.T) {
 	var out, logs bytes.Buffer
-	require.NoError(t, run(&out, slog.New(slog.NewJSONHandler(&logs, nil))))
+	require.NoError(t, run(&out, slog.New(slog.NewJSONHandler(&logs, nil)), nil))
 	got := out.String()
 	for _, want := range []string{
 		`sluice_requests_total{sluice_guard="search",sluice_policy="ratelimit/search",sluice_result="admitted"} 5`,
@@ -26,6 +26,8 @@ func TestObservabilityExample(t *testing.T) {
 		`sluice_call_duration_seconds_count{error_type="_OTHER",http_route="GET /pay",sluice_guard="pay",sluice_outcome="failure"} 3`,
 		`sluice_call_duration_seconds_count{http_route="GET /search",sluice_guard="search",sluice_outcome="success"} 5`,
 		`sluice_circuit_breaker_state{sluice_circuit_breaker_state="open",sluice_guard="pay",sluice_policy="breaker/payments"} 1`,
+		"  guard pay: admitted 3, rejected map[circuit-open:2]\n",
+		"  guard search: admitted 5, rejected map[rate-limited:3]\n",
 	} {
 		assert.Contains(t, got, want)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -320,7 +321,7 @@ func TestInnerRejectionDoesNotCountForOuterGuard(t *testing.T) {
 func TestGuardTimeoutEndsTheHandlersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		outer, inner := testpolicy.NewCounter(), testpolicy.NewCounter()
-		g, err := sluice.New(sluice.With(inner), sluice.WithClock(sluice.NewMonotonicClock()), sluice.WithTimeout(150*time.Millisecond))
+		g, err := sluice.New(sluice.With(inner), sluice.WithClock(monoclock.New()), sluice.WithTimeout(150*time.Millisecond))
 		require.NoError(t, err)
 		defer g.Close()
 		var waited time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -39,6 +41,14 @@ import (
 // can be held open (a sluice.Opener: a breaker.Breaker; of a breaker.Group,
 // the breaker of the call's key) open for that delay, capped by
 // WithMaxRetryDelay: the client stops calling a server that asked it to wait.
+//
+// A call whose Guard is declared with sluice.WithRetry is tried again when
+// an attempt fails with Unavailable or ResourceExhausted (not by the Guard's
+// own rejection), each attempt admitted afresh and drawing on the Guard's
+// retry budget, after at least the delay the server asked for
+// (grpc-retry-pushback-ms, RetryInfo) and never past the call's deadline; a
+// negative pushback ends the retries, as gRPC's own retries read it. Give
+// each target its Guard (WithTargetGuard) for a budget per target.
 //
 // Key functions see the method as the request's Route and the outgoing
 // metadata as its headers.
@@ -79,7 +89,15 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	call, err := rt.Guard.Begin(ctx)
+	if _, retries := rt.Guard.RetryDelay(ctx, 0, 0); retries {
+		return c.unaryRetried(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
+	}
+	return c.unaryAttempt(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
+}
+
+// unaryAttempt is one attempt of a unary call guarded by g.
+func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	call, err := g.Begin(ctx)
 	if err != nil {
 		return c.answer(nil, call.Decision(), err).err
 	}
@@ -91,9 +109,67 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 	}
 	err = c.invoke(ctx, &call, method, req, reply, cc, invoker, opts)
 	if err != nil {
-		c.holdOpen(ctx, rt.Guard, call.Start(), err)
+		c.holdOpen(ctx, g, call.Start(), err)
 	}
 	return err
+}
+
+// unaryRetried runs a unary call guarded by g, which declares retries
+// (sluice.WithRetry): an attempt that fails with Unavailable or
+// ResourceExhausted, not by g's own rejection, is tried again after at
+// least the delay the server asked for, in its grpc-retry-pushback-ms
+// trailer or its RetryInfo, while g's retry budget and ctx's deadline
+// allow. A pushback that is negative or unreadable means: do not retry.
+func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	var trailer metadata.MD
+	opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
+	for attempts := 1; ; attempts++ {
+		trailer = nil
+		err := c.unaryAttempt(ctx, g, method, req, reply, cc, invoker, opts)
+		if err == nil || ctx.Err() != nil || errors.Is(err, sluice.ErrRejected) {
+			return err
+		}
+		if code := status.Code(err); code != codes.Unavailable && code != codes.ResourceExhausted {
+			return err
+		}
+		atLeast, ok := pushback(trailer, err)
+		if !ok {
+			return err
+		}
+		d, ok := g.RetryDelay(ctx, attempts, atLeast)
+		if !ok {
+			return err
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// pushback returns the least delay before a retry that a server asked for
+// in its failure err and trailer: the longer of grpc-retry-pushback-ms and
+// RetryInfo, 0 when it asked for none; false when its pushback says not to
+// retry (negative or unreadable).
+func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
+	var d time.Duration
+	if v := trailer.Get(MetadataRetryPushback); len(v) > 0 {
+		ms, perr := strconv.ParseInt(v[0], 10, 64)
+		if perr != nil || ms < 0 {
+			return 0, false
+		}
+		d = time.Duration(min(ms, int64(time.Hour/time.Millisecond))) * time.Millisecond
+	}
+	st, _ := status.FromError(err)
+	for _, det := range st.Details() {
+		if ri, ok := det.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			d = max(d, ri.GetRetryDelay().AsDuration())
+		}
+	}
+	return d, true
 }
 
 // holdOpen holds g's breakers open for the delay of err's RetryInfo, capped
@@ -164,7 +240,10 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 // status with a RetryInfo holds the breakers open as for a unary call. A
 // stream whose context has already ended, or ends while a policy makes it
 // wait, goes on unguarded, as a unary call does.
-// WithTimeout does not apply to streams.
+// WithTimeout does not apply to streams, and nor do the Guard's retries: a
+// stream that never reached the server gRPC already retries itself, and one
+// that did has sent messages that cannot be sent again without keeping them
+// all, as gRPC's own retries (a service config's retryPolicy) do.
 func StreamClientInterceptor(opts ...Option) (grpc.StreamClientInterceptor, error) {
 	c, err := build(clientSide, opts)
 	if err != nil {

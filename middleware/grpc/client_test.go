@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/stretchr/testify/assert"
@@ -147,7 +148,7 @@ func TestClientStreamOutcomes(t *testing.T) {
 
 func TestClientTimeoutIsAFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		b := newBreaker(t, "slow", clk, breaker.WithConsecutiveFailures(1))
 		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
 		i, err := UnaryClientInterceptor(WithGuard(g), WithTimeout(300*time.Millisecond))
@@ -243,7 +244,7 @@ func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
 func TestClientKeysFromOutgoingMetadata(t *testing.T) {
 	rec := &recorder{name: "rec"}
 	s := start(t, transports[0], nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithKey(middleware.KeyByHeader("x-tenant"), middleware.KeyByRoute()))...)
+		withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-tenant"), middleware.KeyByRoute()))...)
 	ctx := withTimeout(t)
 	require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme")))
 	_, err := s.watch(ctx)
@@ -276,7 +277,7 @@ func TestClientStreamCancelledByItsCallerIsIgnoredByACodeClassifier(t *testing.T
 	seen := make(chan codes.Code, 2)
 	byCode := func(err error) sluice.Outcome {
 		seen <- status.Code(err)
-		return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+		return classifyCode(status.Code(err))
 	}
 	i, err := StreamClientInterceptor(WithGuard(mustGuard(t, sluice.With(rec))), WithClassifier(byCode))
 	require.NoError(t, err)
@@ -341,7 +342,7 @@ func TestClientStreamEndsOnOpenAndSendErrors(t *testing.T) {
 // deadline, the caller gets DeadlineExceeded, and a breaker counts it.
 func TestGuardTimeoutAppliesToUnaryCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		b := newBreaker(t, "slow", clk, breaker.WithConsecutiveFailures(2))
 		g := mustGuard(t, sluice.WithClock(clk), sluice.With(b), sluice.WithTimeout(200*time.Millisecond))
 		var waited time.Duration

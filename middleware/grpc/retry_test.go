@@ -31,6 +31,21 @@ func (r *rejectFirst) Admit(context.Context, time.Duration) sluice.Verdict {
 }
 func (*rejectFirst) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
+// rejectingOnce returns a rejectFirst that rejects its first request with
+// cause and delay retry.
+func rejectingOnce(cause error, retry time.Duration) *rejectFirst {
+	p := &rejectFirst{cause: cause, retry: retry}
+	p.n.Store(1)
+	return p
+}
+
+// serverRejections are the causes of a sluice server's rejections that a
+// client's retries must wait out: a quota's, and an open breaker's.
+var serverRejections = []struct {
+	name  string
+	cause error
+}{{"rate limited", sluice.ErrRateLimited}, {"circuit open", sluice.ErrCircuitOpen}}
+
 // retryConfig is a service config whose retryPolicy retries Check on the
 // codes of sluice's rejections, with a backoff far shorter than the
 // rejections' delay: a retry that waits the delay waits the pushback.
@@ -50,14 +65,10 @@ const retryConfig = `{"methodConfig": [{
 // the retry succeeds.
 func TestRejectionIsRetriedByARetryPolicyAfterThePushback(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
-		for _, c := range []struct {
-			name  string
-			cause error
-		}{{"rate limited", sluice.ErrRateLimited}, {"circuit open", sluice.ErrCircuitOpen}} {
+		for _, c := range serverRejections {
 			t.Run(c.name, func(t *testing.T) {
 				const delay = 150 * time.Millisecond
-				p := &rejectFirst{cause: c.cause, retry: delay}
-				p.n.Store(1)
+				p := rejectingOnce(c.cause, delay)
 				g := mustGuard(t, sluice.With(p))
 				s := start(t, tr, serverOpts(t, WithGuard(g), WithQuotaMetadata()),
 					grpc.WithDefaultServiceConfig(retryConfig))

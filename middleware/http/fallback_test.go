@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -257,7 +258,7 @@ func withDeadlinePassed() context.Context {
 // context ends at the deadline.
 func TestMiddlewareAppliesTheGuardsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		c := testpolicy.NewCounter()
 		g, err := sluice.New(sluice.With(c), sluice.WithClock(clk), sluice.WithTimeout(150*time.Millisecond))
 		require.NoError(t, err)

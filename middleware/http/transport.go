@@ -152,6 +152,15 @@ type hostGuard struct {
 // capped by WithMaxRetryAfter. A call whose context has ended before it is
 // sent is not sent, and counts for nothing (see RoundTrip). next nil means
 // http.DefaultTransport.
+//
+// A host's Guard declared with sluice.WithRetry has its failed calls sent
+// again, each attempt admitted afresh and sharing the Guard's retry budget:
+// a 429, 502, 503 or 504 (after its Retry-After, if any, which the Retry's
+// MaxBackoff caps), or an error of the RoundTripper beneath that is a
+// failure. Only what is safe to repeat is: a GET, HEAD, OPTIONS, PUT or
+// DELETE, or a request with an Idempotency-Key header, whose body, if any,
+// GetBody gives again (http.NewRequest sets it for in-memory bodies). The
+// caller gets the last attempt's answer.
 func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOption) (*RoundTripper, error) {
 	if guards == nil {
 		return nil, errors.New("sluicehttp: Transport: nil GuardFactory")
@@ -311,14 +320,6 @@ func (t *RoundTripper) Guard(host string) (*sluice.Guard, bool) {
 	return g, g != nil
 }
 
-// Hosts returns the number of hosts whose Guards are kept (more than
-// WithMaxHosts while more hosts than that have calls in flight).
-func (t *RoundTripper) Hosts() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.lru.Len()
-}
-
 // Close closes every kept Guard, whether or not its host has calls in
 // flight, and forgets them.
 func (t *RoundTripper) Close() error {
@@ -411,53 +412,94 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.end(hg)
 	}()
 	gctx := sluice.WithResource(req.Context(), host) // the context the Guard decides with
-	if call, err = g.Begin(gctx); err != nil {
-		closeRequestBody(req)
-		return nil, err
-	}
-	if err := req.Context().Err(); err != nil {
-		// It ended while a policy made it wait: never sent, it gives back
-		// what the Guard took.
-		call.Report(sluice.Released, nil)
-		closeRequestBody(req)
-		return nil, err
-	}
-	// The Guard's call timeout (sluice.WithTimeout) runs until the response's
-	// body ends. An upgrade keeps its connection and runs without it.
-	if ctx := call.Context(); ctx != gctx && req.Header.Get("Upgrade") == "" {
-		req = req.WithContext(ctx)
-	}
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		if resp != nil && resp.Body != nil {
-			discard(resp.Body)
+	// A request safe to repeat is tried again as its host's Guard declares
+	// (sluice.WithRetry): each attempt admitted afresh, its body replayed.
+	replay := repeatable(req)
+	var resp *http.Response
+	var o sluice.Outcome
+	for attempts := 1; ; attempts++ {
+		if call, err = g.Begin(gctx); err != nil {
+			closeRequestBody(req)
+			return nil, err
 		}
-		if t.cfg.classify != nil {
-			return nil, call.Report(t.cfg.classify(nil, err), err)
+		if err := req.Context().Err(); err != nil {
+			// It ended while a policy made it wait: never sent, it gives back
+			// what the Guard took.
+			call.Report(sluice.Released, nil)
+			closeRequestBody(req)
+			return nil, err
 		}
-		if out := call.End(err); out != nil {
-			return nil, out
+		// The Guard's call timeout (sluice.WithTimeout) runs until the response's
+		// body ends. An upgrade keeps its connection and runs without it.
+		sent := req
+		if ctx := call.Context(); ctx != gctx && req.Header.Get("Upgrade") == "" {
+			sent = req.WithContext(ctx)
 		}
-		// A RoundTripper owes a response or an error: a fallback of the
-		// Guard that swallowed the error has no response to give.
-		return nil, fmt.Errorf("sluicehttp: Transport: a fallback of the Guard of %q answered without a response, which a RoundTripper cannot return: %w", host, err)
-	}
-	unreturned = resp
-	o := middleware.ClassifyHTTPStatus(resp.StatusCode)
-	if t.cfg.classify != nil {
-		o = t.cfg.classify(resp, nil)
-	}
-	if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && t.cfg.maxRetryAfter > 0 {
-		if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
-			// The breakers open now; the call itself ends with its body, as
-			// any other, so a concurrency limit counts it until then (a
-			// breaker drops the outcome of a call from before it opened).
-			now := call.Start()
-			for _, p := range g.Policies() {
-				if op, ok := p.(sluice.Opener); ok {
-					op.OpenFor(gctx, now, ra)
+		resp, err = t.next.RoundTrip(sent)
+		if err != nil {
+			if resp != nil && resp.Body != nil {
+				discard(resp.Body)
+			}
+			if replay {
+				o := sluice.DefaultClassifier(err)
+				if t.cfg.classify != nil {
+					o = t.cfg.classify(nil, err)
+				}
+				if o == sluice.Failure && req.Context().Err() == nil {
+					if d, ok := g.RetryDelay(req.Context(), attempts, 0); ok {
+						call.Report(o, err)
+						if req, err = t.again(req, d); err != nil {
+							return nil, err
+						}
+						continue
+					}
 				}
 			}
+			if t.cfg.classify != nil {
+				return nil, call.Report(t.cfg.classify(nil, err), err)
+			}
+			if out := call.End(err); out != nil {
+				return nil, out
+			}
+			// A RoundTripper owes a response or an error: a fallback of the
+			// Guard that swallowed the error has no response to give.
+			return nil, fmt.Errorf("sluicehttp: Transport: a fallback of the Guard of %q answered without a response, which a RoundTripper cannot return: %w", host, err)
+		}
+		unreturned = resp
+		o = middleware.ClassifyHTTPStatus(resp.StatusCode)
+		if t.cfg.classify != nil {
+			o = t.cfg.classify(resp, nil)
+		}
+		if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && t.cfg.maxRetryAfter > 0 {
+			if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
+				// The breakers open now; the call itself ends with its body, as
+				// any other, so a concurrency limit counts it until then (a
+				// breaker drops the outcome of a call from before it opened).
+				now := call.Start()
+				for _, p := range g.Policies() {
+					if op, ok := p.(sluice.Opener); ok {
+						op.OpenFor(gctx, now, ra)
+					}
+				}
+			}
+		}
+		if !replay || !retryStatus(resp.StatusCode) {
+			break
+		}
+		// The peer's Retry-After is the least delay; one past the Retry's
+		// MaxBackoff ends the retries.
+		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), time.Hour)
+		d, ok := g.RetryDelay(req.Context(), attempts, atLeast)
+		if !ok {
+			break
+		}
+		if resp.Body != nil {
+			discard(resp.Body)
+		}
+		unreturned = nil
+		call.Report(o, nil)
+		if req, err = t.again(req, d); err != nil {
+			return nil, err
 		}
 	}
 	// A body that is a whole connection (101 Switching Protocols) is handed
@@ -483,8 +525,13 @@ func (t *RoundTripper) guardBody(body io.ReadCloser, st *bodyState) *guardedBody
 }
 
 // retryAfter parses a Retry-After field: delay-seconds (1*DIGIT, however
-// many) or an HTTP-date.
+// many) or an HTTP-date, capped by WithMaxRetryAfter.
 func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
+	return t.parseRetryAfter(v, t.cfg.maxRetryAfter)
+}
+
+// parseRetryAfter is retryAfter capped at limit.
+func (t *RoundTripper) parseRetryAfter(v string, limit time.Duration) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
@@ -495,11 +542,11 @@ func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
 		switch {
 		case errors.Is(err, strconv.ErrRange):
 			// Still a delay, longer than any cap.
-			return t.cfg.maxRetryAfter, true
+			return limit, true
 		case err != nil, s == 0:
 			return 0, false
-		case s > int64(t.cfg.maxRetryAfter/time.Second):
-			return t.cfg.maxRetryAfter, true
+		case s > int64(limit/time.Second):
+			return limit, true
 		}
 		d = time.Duration(s) * time.Second
 	} else if at, err := http.ParseTime(v); err == nil {
@@ -510,7 +557,7 @@ func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
 	} else {
 		return 0, false
 	}
-	return min(d, t.cfg.maxRetryAfter), true
+	return min(d, limit), true
 }
 
 // digits reports whether s is all ASCII digits.
@@ -521,6 +568,52 @@ func digits(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// repeatable reports whether req may be sent again: its method is safe to
+// repeat (GET, HEAD, OPTIONS, PUT, DELETE) or it carries an Idempotency-Key,
+// and its body, if any, can be had again (GetBody). An upgrade never is.
+func repeatable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil || req.Header.Get("Upgrade") != "" {
+		return false
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != ""
+}
+
+// retryStatus reports whether a response with status code says the same
+// request may fare better later: 429, 502, 503, 504.
+func retryStatus(code int) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// again waits d and returns req ready to be sent once more, its body
+// replayed; the error of its context when it ends first, or of GetBody.
+func (t *RoundTripper) again(req *http.Request, d time.Duration) (*http.Request, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	if req.GetBody == nil || req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("sluicehttp: Transport: replaying the request's body: %w", err)
+	}
+	r := *req // a shallow copy: RoundTrip must not change the caller's request
+	r.Body = body
+	return &r, nil
 }
 
 // discard drains a little of a body nobody will read, so its connection can

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
@@ -649,7 +650,7 @@ func (slowDependency) RoundTrip(r *http.Request) (*http.Response, error) {
 // the breaker counts; a fast answer keeps its body readable.
 func TestTransportAppliesTheGuardsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clk := sluice.NewMonotonicClock()
+		clk := monoclock.New()
 		b, err := breaker.New("dep", breaker.WithConsecutiveFailures(1), breaker.WithClock(clk))
 		require.NoError(t, err)
 		rt, err := Transport(slowDependency{}, func(string) (*sluice.Guard, error) {
@@ -785,7 +786,8 @@ func TestTransportPanicAfterTheAnswerClosesTheResponse(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return sluice.New(sluice.With(b), sluice.OnStateChange(func(sluice.StateChange) { panic("listener bug") }))
+			b.Subscribe(func(sluice.StateChange) { panic("listener bug") })
+			return sluice.New(sluice.With(b))
 		}, nil},
 		{"upgrade", http.StatusSwitchingProtocols, func() (*sluice.Guard, error) {
 			return sluice.New(sluice.With(panicOnce{new(atomic.Int32)}))
@@ -900,12 +902,12 @@ func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) { return b[r.
 func TestTransportCallWhoseContextEndsWhileItsGuardIsMadeIsNotCounted(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	var b *breaker.Breaker
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dep := &fakeDependency{status: http.StatusOK}
 	next := failsEnded(dep)
 	rt, err := Transport(next, func(string) (*sluice.Guard, error) {
-		<-ctx.Done() // the call's deadline passes while its Guard is made
+		cancel() // the call's context ends while its Guard is made
 		var err error
 		b, err = breaker.New("dep", breaker.WithConsecutiveFailures(1))
 		if err != nil {
@@ -919,8 +921,9 @@ func TestTransportCallWhoseContextEndsWhileItsGuardIsMadeIsNotCounted(t *testing
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://a.test/x", body)
 	require.NoError(t, err)
 	_, err = rt.RoundTrip(req)
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, context.Canceled)
 	assert.True(t, body.closed)
+	require.NotNil(t, b, "the Guard is made for the call")
 	assert.Equal(t, breaker.StateClosed, b.State(), "a call never sent is no failure of the host")
 	assert.Zero(t, dep.calls.Load())
 }
@@ -1010,3 +1013,11 @@ type replacing struct{ err error }
 
 func (r replacing) Answer(context.Context, error) (string, error) { return "replace", r.err }
 func (replacing) Declared(context.Context, error) (string, bool)  { return "replace", true }
+
+// Hosts returns the number of hosts whose Guards are kept (more than
+// WithMaxHosts while more hosts than that have calls in flight).
+func (t *RoundTripper) Hosts() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lru.Len()
+}

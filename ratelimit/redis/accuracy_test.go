@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -65,13 +66,13 @@ func TestAccuracy(t *testing.T) {
 								return
 							default:
 							}
-							d, tk := admitD(l, ctx, sluice.Now())
+							d, tk := admitD(l, ctx, monoclock.Now())
 							if d.Policy != name {
 								fallbacks.Add(1)
 							}
 							if d.Allowed {
 								admitted.Add(1)
-								l.Done(tk, sluice.Success, sluice.Now(), 0)
+								l.Done(tk, sluice.Success, monoclock.Now(), 0)
 							}
 						}
 					})

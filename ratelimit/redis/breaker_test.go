@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -32,20 +33,20 @@ func TestBreakerOpenTimeCountsFromTheFailure(t *testing.T) {
 		WithFailClosed(), WithTimeout(timeout), WithBreaker(1, openFor), WithObserver(log.observe))
 	require.NoError(t, err)
 	ctx := context.Background()
-	d, tk := admitD(l, ctx, sluice.Now()) // a connection in the pool
+	d, tk := admitD(l, ctx, monoclock.Now()) // a connection in the pool
 	require.True(t, d.Allowed)
-	l.Done(tk, sluice.Success, sluice.Now(), 0)
+	l.Done(tk, sluice.Success, monoclock.Now(), 0)
 
 	require.NoError(t, s.Pause())
 	defer func() { require.NoError(t, s.Resume()) }()
-	d, _ = admitD(l, ctx, sluice.Now()) // times out after 300ms and trips the breaker
+	d, _ = admitD(l, ctx, monoclock.Now()) // times out after 300ms and trips the breaker
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.Equal(t, []string{"closed>open"}, log.transitions())
 	require.Greater(t, d.RetryAfter, openFor/2, "open for openFor from the failure")
 	// 150ms after the failure: past the open time counted from the call's
 	// start (400ms after it), within the one counted from the failure.
 	time.Sleep(150 * time.Millisecond)
-	d, _ = admitD(l, ctx, sluice.Now())
+	d, _ = admitD(l, ctx, monoclock.Now())
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.Equal(t, 1, log.count(EventRedisError), "a call went to Redis while the breaker was open")
 }

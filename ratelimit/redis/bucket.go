@@ -27,6 +27,16 @@ const maxRingBuckets = 256
 // buckets is 1 to 256 (1 makes a fixed window); window is a whole number of
 // microseconds that buckets divides into whole microseconds.
 func NewSlidingWindow(client redis.UniversalClient, limit int64, window time.Duration, buckets int, opts ...Option) (*Limiter, error) {
+	l, err := buildRing(client, limit, window, buckets, opts)
+	if err == nil {
+		l.limits[0].remake = func(n int64, w time.Duration) (*Limiter, error) {
+			return buildRing(client, n, w, buckets, opts)
+		}
+	}
+	return l, err
+}
+
+func buildRing(client redis.UniversalClient, limit int64, window time.Duration, buckets int, opts []Option) (*Limiter, error) {
 	const algorithm = "sliding-window"
 	switch {
 	case limit < 1 || limit > maxExact:

@@ -219,7 +219,7 @@ func (l *Limiter) send(sh *laneShard, key string, batch []*waiter) {
 			err = parseReply(reply, lead.c.ds, lead.c.marks)
 		}
 	} else {
-		lead.args = append(lead.args[:0], m.periodArg, m.quotaArg)
+		lead.args = append(lead.args[:0], lead.c.args[2], lead.c.args[3]) // the lead's period and quota
 		for _, w := range batch {
 			lead.args = append(lead.args, w.c.args[4]) // the cost, boxed
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // The batch script of each algorithm decides a run of requests as that
@@ -220,8 +221,8 @@ func TestCoalescedRequestsAreDecidedTogether(t *testing.T) {
 			for i := range requests {
 				wg.Go(func() {
 					var tk sluice.Ticket
-					ds[i], tk = admitD(l, ctx, sluice.Now())
-					l.Done(tk, sluice.Success, sluice.Now(), 0)
+					ds[i], tk = admitD(l, ctx, monoclock.Now())
+					l.Done(tk, sluice.Success, monoclock.Now(), 0)
 				})
 			}
 			awaitQueue(t, l, requests-maxFlights)
@@ -268,13 +269,13 @@ func TestCoalescedRequestWaitsAtMostItsTimeout(t *testing.T) {
 	ctx := sluice.WithKey(context.Background(), "hot")
 	var wg sync.WaitGroup
 	for range maxFlights {
-		wg.Go(func() { l.Admit(ctx, sluice.Now()) })
+		wg.Go(func() { l.Admit(ctx, monoclock.Now()) })
 	}
 	for hook.calls.Load() < maxFlights {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
-	d, _ := admitD(l, ctx, sluice.Now())
+	d, _ := admitD(l, ctx, monoclock.Now())
 	waited := time.Since(start)
 	require.Equal(t, l.Name()+":closed", d.Policy)
 	require.GreaterOrEqual(t, waited, timeout*15/16)
@@ -317,7 +318,7 @@ func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 					panics.Add(1)
 				}
 			}()
-			ds[i], _ = admitD(l, ctx, sluice.Now())
+			ds[i], _ = admitD(l, ctx, monoclock.Now())
 		})
 	}
 	awaitQueue(t, l, requests-maxFlights)
@@ -335,7 +336,7 @@ func TestCoalescedSenderPanicFreesItsBatch(t *testing.T) {
 	require.Zero(t, keys)
 	// The key goes to Redis again.
 	hook.before = nil
-	d, _ := admitD(l, ctx, sluice.Now())
+	d, _ := admitD(l, ctx, monoclock.Now())
 	assert.Equal(t, l.Name(), d.Policy)
 }
 
@@ -375,7 +376,7 @@ func TestCoalescingKeepsFewLanes(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range keys {
 		wg.Go(func() {
-			d, _ := admitD(l, sluice.WithKey(context.Background(), "k"+strconv.Itoa(i)), sluice.Now())
+			d, _ := admitD(l, sluice.WithKey(context.Background(), "k"+strconv.Itoa(i)), monoclock.Now())
 			assert.Equal(t, l.Name(), d.Policy)
 		})
 	}
@@ -429,7 +430,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	var flights, queue sync.WaitGroup
 	for range maxFlights {
 		flights.Go(func() {
-			d, _ := admitD(l, ctx, sluice.Now())
+			d, _ := admitD(l, ctx, monoclock.Now())
 			assert.Equal(t, l.Name(), d.Policy)
 		})
 	}
@@ -439,7 +440,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	const queued = 2 * defaultBreakerFailures
 	for range queued {
 		queue.Go(func() {
-			d, _ := admitD(l, ctx, sluice.Now())
+			d, _ := admitD(l, ctx, monoclock.Now())
 			assert.Equal(t, l.Name()+":open", d.Policy)
 		})
 	}
@@ -451,7 +452,7 @@ func TestCoalescedBatchFailureIsOneFailedCall(t *testing.T) {
 	require.Equal(t, int64(maxFlights+1), hook.calls.Load(), "script calls")
 	require.Equal(t, queued, log.count(EventRedisError), "each request of the batch hears of the failure")
 	require.Empty(t, log.transitions(), "one failed call opened the breaker")
-	d, _ := admitD(l, ctx, sluice.Now())
+	d, _ := admitD(l, ctx, monoclock.Now())
 	require.Equal(t, l.Name(), d.Policy, "the next request goes to Redis")
 }
 
@@ -482,11 +483,11 @@ func TestPanickingProbeEndsItsTicket(t *testing.T) {
 				}
 			}
 			ctx := sluice.WithKey(context.Background(), "k")
-			d, _ := admitD(l, ctx, sluice.Now())
+			d, _ := admitD(l, ctx, monoclock.Now())
 			require.Equal(t, l.Name()+":open", d.Policy)
 			time.Sleep(2 * openFor)
-			require.Panics(t, func() { l.Admit(ctx, sluice.Now()) }, "the probe")
-			d, _ = admitD(l, ctx, sluice.Now())
+			require.Panics(t, func() { l.Admit(ctx, monoclock.Now()) }, "the probe")
+			d, _ = admitD(l, ctx, monoclock.Now())
 			require.Equal(t, l.Name(), d.Policy, "the next request probes Redis")
 			require.Equal(t, int64(3), hook.calls.Load())
 		})
@@ -506,24 +507,24 @@ func TestCoalescedBatchLeavesOutRequestsThatGaveUp(t *testing.T) {
 	ctx := sluice.WithKey(context.Background(), "hot")
 	var wg sync.WaitGroup
 	for range maxFlights {
-		wg.Go(func() { l.Admit(ctx, sluice.Now()) })
+		wg.Go(func() { l.Admit(ctx, monoclock.Now()) })
 	}
 	for hook.calls.Load() < maxFlights {
 		time.Sleep(time.Millisecond)
 	}
 	var first sluice.Decision
-	wg.Go(func() { first, _ = admitD(l, ctx, sluice.Now()) })
+	wg.Go(func() { first, _ = admitD(l, ctx, monoclock.Now()) })
 	awaitQueue(t, l, 1)
 	// The next request's deadline comes before the first's, as when it took
 	// its deadline epoch first and reached the queue second.
 	long := l.deadlines
 	l.deadlines = newEpochs(20 * time.Millisecond)
-	d, _ := admitD(l, ctx, sluice.Now())
+	d, _ := admitD(l, ctx, monoclock.Now())
 	l.deadlines = long
 	require.Equal(t, l.Name()+":open", d.Policy, "the request that gave up")
 	close(gate)
 	wg.Wait()
 	require.Equal(t, l.Name(), first.Policy)
-	d, _ = admitD(l, ctx, sluice.Now())
+	d, _ = admitD(l, ctx, monoclock.Now())
 	require.Equal(t, int64(quota-maxFlights-2), d.Remaining, "Redis charged the request that gave up")
 }

@@ -115,8 +115,8 @@ func (l *Limiter) track(c *call) sluice.Ticket {
 func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	cost := sluice.CostFrom(ctx)
 	for _, m := range l.limits {
-		if cost > m.quota {
-			return sluice.Decision{Policy: l.name, Limit: m.quota, Cause: ratelimit.ErrNeverSatisfiable}, 0
+		if q := m.nums.Load().quota; cost > q {
+			return sluice.Decision{Policy: l.name, Limit: q, Cause: ratelimit.ErrNeverSatisfiable}, 0
 		}
 	}
 	c := l.getCall()
@@ -153,7 +153,8 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision
 	boxed := any(cost)
 	for i, m := range l.limits {
 		j := 1 + 5*i
-		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, m.periodArg, m.quotaArg, boxed, zeroArg
+		n := m.nums.Load()
+		c.args[j], c.args[j+1], c.args[j+2], c.args[j+3], c.args[j+4] = m.algArg, n.periodArg, n.quotaArg, boxed, zeroArg
 	}
 	if l.lanes != nil {
 		return l.admitCoalesced(ctx, c, cost, now)
@@ -248,7 +249,7 @@ func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decisi
 func (l *Limiter) compose(ds []sluice.Decision) sluice.Decision {
 	best := -1
 	for i := range ds {
-		ds[i].Limit = l.limits[i].quota
+		ds[i].Limit = l.limits[i].nums.Load().quota
 		if !ds[i].Allowed {
 			if best < 0 || ds[best].Allowed || ds[i].RetryAfter > ds[best].RetryAfter {
 				best = i
@@ -285,7 +286,7 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (slu
 			di = sluice.Decision{Policy: m.closedName, Limit: -1, Cause: ErrUnavailable,
 				RetryAfter: l.br.openLeft(now)}
 		default:
-			p, err := m.local.get(c.keys[i])
+			p, err := m.local.Load().get(c.keys[i])
 			if err != nil { // validated at construction: cannot happen
 				di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
 				break

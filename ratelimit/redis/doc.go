@@ -76,7 +76,7 @@
 // fields under the limiter's name; fail-open admissions carry no quota,
 // fail-closed rejections only Retry-After. The observer (WithObserver) hears
 // which failure policy decided, of every Redis error and of every change of
-// the breaker's state, which a Guard's OnStateChange also receives.
+// the breaker's state, which the limiter's Subscribe also reports.
 //
 // WithNegativeCache keeps a rejected key's RetryAfter in memory and rejects
 // the key locally until it has passed, without a round trip.

@@ -22,7 +22,7 @@ func Example() {
 	// address of the test's Redis.)
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
-	limiter, err := redislimit.NewGCRA(client, ratelimit.PerMinute(10), 10,
+	limiter, err := redislimit.NewGCRA(client, ratelimit.Rate{Count: 10, Period: time.Minute}, 10,
 		redislimit.WithName("example/api"), redislimit.WithLocalFallback(4))
 	if err != nil {
 		panic(err)
@@ -49,7 +49,7 @@ func Example() {
 func ExampleAll() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
-	perUser, err := redislimit.NewGCRA(client, ratelimit.PerMinute(100), 100, redislimit.WithName("example/user"))
+	perUser, err := redislimit.NewGCRA(client, ratelimit.Rate{Count: 100, Period: time.Minute}, 100, redislimit.WithName("example/user"))
 	if err != nil {
 		panic(err)
 	}
@@ -62,16 +62,17 @@ func ExampleAll() {
 	if err != nil {
 		panic(err)
 	}
-	g, err := sluice.New(sluice.With(both), sluice.OnDecision(func(_ context.Context, d sluice.Decision) {
-		fmt.Println(d.Allowed, d.Limit, d.Remaining)
-	}))
+	g, err := sluice.New(sluice.With(both))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	ctx := sluice.WithResource(sluice.WithKey(context.Background(), "user-2"), "/search")
 	for range 3 {
-		_ = g.Do(ctx, func(context.Context) error { return nil })
+		call, err := g.Begin(ctx)
+		d := call.Decision()
+		fmt.Println(d.Allowed, d.Limit, d.Remaining)
+		_ = call.End(err)
 	}
 	// Output:
 	// true 2 1

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -118,10 +119,10 @@ func runFailover(t *testing.T, ls []*Limiter, master, replica *redistest.Server)
 			l := ls[li]
 			for !stop.Load() {
 				begin := since()
-				d, tk := admitD(l, ctx, sluice.Now())
+				d, tk := admitD(l, ctx, monoclock.Now())
 				end := since()
 				if d.Allowed {
-					l.Done(tk, sluice.Success, sluice.Now(), 0)
+					l.Done(tk, sluice.Success, monoclock.Now(), 0)
 				}
 				records[g] = append(records[g], failoverRecord{at: begin, took: end - begin, limiter: li, policy: d.Policy, allowed: d.Allowed})
 				if d.Policy == l.Name() {

@@ -132,6 +132,13 @@ func (c *negCache) get(key string, now time.Duration) (sluice.Decision, bool) {
 	return d, true
 }
 
+// clear forgets every remembered rejection.
+func (c *negCache) clear() {
+	c.mu.Lock()
+	clear(c.m)
+	c.mu.Unlock()
+}
+
 func (c *negCache) put(key string, now time.Duration, d sluice.Decision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

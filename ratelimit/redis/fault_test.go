@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -119,7 +120,7 @@ func TestFailurePolicies(t *testing.T) {
 				s := newServer(t)
 				c := newClient(t, s.Addr)
 				var log eventLog
-				l, err := NewGCRA(c, ratelimit.PerHour(burst), burst, fp.opt, WithName(uniqueName("fault")),
+				l, err := NewGCRA(c, ratelimit.Rate{Count: burst, Period: time.Hour}, burst, fp.opt, WithName(uniqueName("fault")),
 					WithTimeout(timeout), WithBreaker(threshold, openFor), WithObserver(log.observe))
 				require.NoError(t, err)
 				var changes []sluice.StateChange
@@ -128,21 +129,21 @@ func TestFailurePolicies(t *testing.T) {
 				defer unsub()
 				ctx := sluice.WithKey(context.Background(), "frank")
 
-				d, tk := admitD(l, ctx, sluice.Now())
+				d, tk := admitD(l, ctx, monoclock.Now())
 				require.True(t, d.Allowed)
 				require.Equal(t, l.Name(), d.Policy)
-				l.Done(tk, sluice.Success, sluice.Now(), 0)
+				l.Done(tk, sluice.Success, monoclock.Now(), 0)
 
 				f.inject(t, s)
 				var ds []sluice.Decision
 				var lat []time.Duration
 				for range 400 {
 					start := time.Now()
-					d, tk := admitD(l, ctx, sluice.Now())
+					d, tk := admitD(l, ctx, monoclock.Now())
 					lat = append(lat, time.Since(start))
 					require.Equal(t, l.Name()+fp.suffix, d.Policy)
 					if d.Allowed {
-						l.Done(tk, sluice.Success, sluice.Now(), 0)
+						l.Done(tk, sluice.Success, monoclock.Now(), 0)
 					}
 					ds = append(ds, d)
 				}
@@ -158,9 +159,9 @@ func TestFailurePolicies(t *testing.T) {
 				f.clear(t, s)
 				back := time.Now()
 				for {
-					d, tk := admitD(l, ctx, sluice.Now())
+					d, tk := admitD(l, ctx, monoclock.Now())
 					if d.Allowed {
-						l.Done(tk, sluice.Success, sluice.Now(), 0)
+						l.Done(tk, sluice.Success, monoclock.Now(), 0)
 					}
 					if d.Policy == l.Name() {
 						break
@@ -201,12 +202,12 @@ func TestScriptFlushMidRun(t *testing.T) {
 					return
 				default:
 				}
-				d, tk := admitD(l, context.Background(), sluice.Now())
+				d, tk := admitD(l, context.Background(), monoclock.Now())
 				if d.Policy != l.Name() || !d.Allowed {
 					errs <- errors.New("a decision not made by Redis: " + d.Policy)
 					return
 				}
-				l.Done(tk, sluice.Success, sluice.Now(), 0)
+				l.Done(tk, sluice.Success, monoclock.Now(), 0)
 			}
 		})
 	}
@@ -267,13 +268,13 @@ func TestOutageUnderConcurrency(t *testing.T) {
 				redis := 0
 				for time.Now().Before(end) {
 					start := time.Now()
-					d, tk := admitD(l, context.Background(), sluice.Now())
+					d, tk := admitD(l, context.Background(), monoclock.Now())
 					mine = append(mine, time.Since(start))
 					if d.Policy == l.Name() {
 						redis++
 					}
 					if d.Allowed {
-						l.Done(tk, sluice.Success, sluice.Now(), 0)
+						l.Done(tk, sluice.Success, monoclock.Now(), 0)
 					}
 				}
 				mu.Lock()
@@ -291,7 +292,7 @@ func TestOutageUnderConcurrency(t *testing.T) {
 	require.NoError(t, s.Pause())
 	lat, _ := run(300 * time.Millisecond)
 	require.NoError(t, s.Resume())
-	resumed := sluice.Now()
+	resumed := monoclock.Now()
 	slices.Sort(lat)
 	assert.LessOrEqual(t, lat[len(lat)*99/100], timeout+schedSlack, "p99 of %d decisions during the outage", len(lat))
 	t.Logf("%d decisions during the outage: p99 %v, slowest %v", len(lat), lat[len(lat)*99/100], lat[len(lat)-5:])
@@ -321,10 +322,10 @@ func TestLocalFallbackDecidesAtTheGuardsInstant(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens: every call fails at once
 	c := newClient(t, addr)
-	l, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithLocalFallback(1), WithName(uniqueName("local-instant")),
+	l, err := NewTokenBucket(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithLocalFallback(1), WithName(uniqueName("local-instant")),
 		WithBreaker(10, time.Minute))
 	require.NoError(t, err)
-	want, err := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 2)
+	want, err := ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 2)
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "k")
 	const now = 5 * time.Hour // the Guard's clock; it does not move

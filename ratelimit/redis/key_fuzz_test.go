@@ -51,8 +51,8 @@ func FuzzRedisKeys(f *testing.F) {
 		if (a.keyPre == b.keyPre) != (prefixA == prefixB && nameA == nameB) {
 			t.Fatalf("prefix %q name %q and prefix %q name %q: keys start %q and %q", prefixA, nameA, prefixB, nameB, a.keyPre, b.keyPre)
 		}
-		ctxA := sluice.WithKeyAndResource(context.Background(), userA, resA)
-		ctxB := sluice.WithKeyAndResource(context.Background(), userB, resB)
+		ctxA := sluice.WithKey(sluice.WithResource(context.Background(), resA), userA)
+		ctxB := sluice.WithKey(sluice.WithResource(context.Background(), resB), userB)
 		for _, tc := range []struct {
 			m    *limit
 			ctx  context.Context

@@ -8,11 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -24,21 +26,29 @@ const maxExact = int64(1) << 52
 // and failure policy.
 type limit struct {
 	name        string
-	keyPre      string // "<prefix>:<name>:<alg>:"
-	algArg      any    // pre-boxed script arguments
-	periodArg   any
-	quotaArg    any
-	single      *script // the admission of a Limiter with this limit alone
-	batch       *script // and of requests coalesced (coalesce.go)
-	quota       int64
-	window      time.Duration // the time to refill the quota, or the window
+	keyPre      string                    // "<prefix>:<name>:<alg>:"
+	algArg      any                       // pre-boxed script argument
+	nums        atomic.Pointer[limitNums] // replaced by SetLimit
+	single      *script                   // the admission of a Limiter with this limit alone
+	batch       *script                   // and of requests coalesced (coalesce.go)
 	keyFunc     func(context.Context) string
 	perResource bool
 	failure     failurePolicy
-	local       *localShare
+	local       atomic.Pointer[localShare] // failLocal's; replaced by SetLimit
 	keys        keyCache
-	openName    string // name + ":open"
-	closedName  string // name + ":closed"
+	// remake builds a Limiter of this limit's constructor and options with
+	// the numbers SetLimit is given: its validation, and its numbers.
+	remake     func(limit int64, window time.Duration) (*Limiter, error)
+	openName   string // name + ":open"
+	closedName string // name + ":closed"
+}
+
+// limitNums are the numbers of a limit, as the scripts take them.
+type limitNums struct {
+	periodArg any // pre-boxed script arguments
+	quotaArg  any
+	quota     int64
+	window    time.Duration // the time to refill the quota, or the window
 }
 
 // Limiter is a rate limit whose state lives in Redis, shared by every
@@ -101,7 +111,7 @@ func NewTokenBucket(client redis.UniversalClient, r ratelimit.Rate, burst int64,
 // NewFixedWindow returns a limiter admitting up to limit cost units per key
 // in each window, windows aligned on Redis time (a multiple of window since
 // the Unix epoch). Reset and RetryAfter are the time to the window's end.
-// window is counted in whole microseconds.
+// rateWindow is counted in whole microseconds.
 func NewFixedWindow(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
 	return newWindowed(client, "fixed-window", 'f', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(l, w, ratelimit.WithName(name))
@@ -136,6 +146,17 @@ func bucketsFor(w time.Duration) int {
 
 func newRated(client redis.UniversalClient, algorithm string, alg byte, r ratelimit.Rate, burst int64, opts []Option,
 	local func(ratelimit.Rate, int64, string) (sluice.Policy, error)) (*Limiter, error) {
+	l, err := buildRated(client, algorithm, alg, r, burst, opts, local)
+	if err == nil {
+		l.limits[0].remake = func(n int64, w time.Duration) (*Limiter, error) {
+			return buildRated(client, algorithm, alg, ratelimit.Rate{Count: n, Period: w}, n, opts, local)
+		}
+	}
+	return l, err
+}
+
+func buildRated(client redis.UniversalClient, algorithm string, alg byte, r ratelimit.Rate, burst int64, opts []Option,
+	local func(ratelimit.Rate, int64, string) (sluice.Policy, error)) (*Limiter, error) {
 	if r.Count <= 0 || r.Period <= 0 {
 		return nil, fmt.Errorf("redislimit: %s: rate %v: want a positive count and period", algorithm, r)
 	}
@@ -168,6 +189,17 @@ func newRated(client redis.UniversalClient, algorithm string, alg byte, r rateli
 }
 
 func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim int64, window time.Duration, opts []Option,
+	local func(int64, time.Duration, string) (sluice.Policy, error)) (*Limiter, error) {
+	l, err := buildWindowed(client, algorithm, alg, lim, window, opts, local)
+	if err == nil {
+		l.limits[0].remake = func(n int64, w time.Duration) (*Limiter, error) {
+			return buildWindowed(client, algorithm, alg, n, w, opts, local)
+		}
+	}
+	return l, err
+}
+
+func buildWindowed(client redis.UniversalClient, algorithm string, alg byte, lim int64, window time.Duration, opts []Option,
 	local func(int64, time.Duration, string) (sluice.Policy, error)) (*Limiter, error) {
 	if lim < 1 {
 		return nil, fmt.Errorf("redislimit: %s: limit %d must be at least 1", algorithm, lim)
@@ -222,16 +254,14 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 		algArg:      alg,
 		single:      singleScripts[alg[0]],
 		batch:       batchScripts[alg[0]],
-		periodArg:   strconv.FormatInt(period, 10),
-		quotaArg:    strconv.FormatInt(quota, 10),
-		quota:       quota,
-		window:      windowOf(alg, period, quota),
 		keyFunc:     cfg.keyFunc,
 		perResource: cfg.perResource,
 		failure:     cfg.failure,
 		openName:    cfg.name + ":open",
 		closedName:  cfg.name + ":closed",
 	}
+	l.nums.Store(&limitNums{periodArg: strconv.FormatInt(period, 10), quotaArg: strconv.FormatInt(quota, 10),
+		quota: quota, window: windowOf(alg, period, quota)})
 	if alg[0] == 'b' {
 		l.single, l.batch = bucketScripts(alg[1:])
 	}
@@ -239,7 +269,7 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 		if _, err := share(); err != nil {
 			return nil, fmt.Errorf("redislimit: local fallback: %w", err)
 		}
-		l.local = &localShare{m: make(map[string]sluice.Policy), max: cfg.localCapacity, make: share}
+		l.local.Store(&localShare{m: make(map[string]sluice.Policy), max: cfg.localCapacity, make: share})
 	}
 	br, err := newRedisBreaker(cfg.failures, cfg.openFor)
 	if err != nil {
@@ -366,15 +396,26 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 // Name returns the limiter's name, as given by WithName.
 func (l *Limiter) Name() string { return l.name }
 
-// Window returns the limiter's window: a fixed or sliding window's length,
+func init() {
+	// The adapters read a limiter's window for the RateLimit-Policy header
+	// field through package policywindow.
+	policywindow.Register(func(p any) time.Duration {
+		if l, ok := p.(*Limiter); ok {
+			return l.rateWindow()
+		}
+		return 0
+	})
+}
+
+// rateWindow returns the limiter's window: a fixed or sliding window's length,
 // a GCRA's or token bucket's time to refill its burst; for a limiter built by
 // All, the window its limits share, or 0 when they differ (its Decision
 // does not say which limit decided). The middleware gives it to clients as
 // the w parameter of RateLimit-Policy.
-func (l *Limiter) Window() time.Duration {
-	w := l.limits[0].window
+func (l *Limiter) rateWindow() time.Duration {
+	w := l.limits[0].nums.Load().window
 	for _, m := range l.limits[1:] {
-		if m.window != w {
+		if m.nums.Load().window != w {
 			return 0
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -27,14 +28,14 @@ func TestLateReleaseGivesBackNoOtherRequestsCharge(t *testing.T) {
 			l, err := alg.make(c, 1, iv, WithName(uniqueName(alg.name)), WithTimeout(time.Second))
 			require.NoError(t, err)
 			ctx := sluice.WithKey(context.Background(), "alice")
-			startA := sluice.Now()
+			startA := monoclock.Now()
 			a, ta := admitD(l, ctx, startA)
 			require.True(t, a.Allowed)
 			time.Sleep(iv + 100*time.Millisecond) // a token came back
-			b, tb := admitD(l, ctx, sluice.Now())
+			b, tb := admitD(l, ctx, monoclock.Now())
 			require.True(t, b.Allowed, "%+v", b)
 			// A's token came back already.
-			d := releaseThenAdmit(ctx, l, ta, tb, sluice.Now()-startA)
+			d := releaseThenAdmit(ctx, l, ta, tb, monoclock.Now()-startA)
 			require.False(t, d.Allowed, "burst 1, a second request within one interval of B: %+v", d)
 		})
 	}
@@ -50,10 +51,10 @@ func TestReleaseAtOnceGivesTheCostBack(t *testing.T) {
 			require.NoError(t, err)
 			ctx := sluice.WithKey(context.Background(), "bob")
 			for range 3 {
-				at := sluice.Now()
+				at := monoclock.Now()
 				d, tk := admitD(l, ctx, at)
 				require.True(t, d.Allowed, "%+v", d)
-				now := sluice.Now()
+				now := monoclock.Now()
 				l.Done(tk, sluice.Released, now, now-at)
 			}
 		})
@@ -87,8 +88,8 @@ func TestSlidingWindowReleaseAfterTheTurnGivesBackToThePreviousWindow(t *testing
 	ctx := sluice.WithKey(context.Background(), "alice")
 	key, _ := l.limits[0].key(ctx)
 	ta, tb := acrossTheTurn(t, ctx, l, func(a sluice.Decision) time.Duration { return a.Reset - window })
-	l.Done(tb, sluice.Success, sluice.Now(), 0)
-	l.Done(ta, sluice.Released, sluice.Now(), 0)
+	l.Done(tb, sluice.Success, monoclock.Now(), 0)
+	l.Done(ta, sluice.Released, monoclock.Now(), 0)
 	state, err := c.HMGet(context.Background(), key, "c", "p").Result()
 	require.NoError(t, err)
 	require.Equal(t, []any{"1", "0"}, state, "B still counted in the current window, A gone from the previous")
@@ -121,13 +122,13 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, c.HSet(ctx, key, tc.state(tm.UnixMicro())...).Err())
 		require.NoError(t, c.PExpire(ctx, key, 5*time.Second).Err())
-		d, _ := admitD(l, ctx, sluice.Now())
+		d, _ := admitD(l, ctx, monoclock.Now())
 		require.False(t, d.Allowed, "%s: %+v", l.Name(), d)
 		require.Greater(t, d.RetryAfter, 300*time.Millisecond, "%s: the lag is part of the wait", l.Name())
 		time.Sleep(d.RetryAfter + 10*time.Millisecond)
-		d2, tk := admitD(l, ctx, sluice.Now())
+		d2, tk := admitD(l, ctx, monoclock.Now())
 		if d2.Allowed {
-			l.Done(tk, sluice.Success, sluice.Now(), 0)
+			l.Done(tk, sluice.Success, monoclock.Now(), 0)
 		}
 		require.True(t, d2.Allowed, "%s: rejected with RetryAfter %v, then again after it: %+v", l.Name(), d.RetryAfter, d2)
 	}
@@ -138,14 +139,14 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 func TestPrefixAndNameDoNotRunTogether(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
-	a, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithPrefix("sluice:billing"), WithName("login"))
+	a, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithPrefix("sluice:billing"), WithName("login"))
 	require.NoError(t, err)
-	b, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithPrefix("sluice"), WithName("billing:login"))
+	b, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithPrefix("sluice"), WithName("billing:login"))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "alice")
-	d, _ := admitD(a, ctx, sluice.Now())
+	d, _ := admitD(a, ctx, monoclock.Now())
 	require.True(t, d.Allowed)
-	d, _ = admitD(b, ctx, sluice.Now())
+	d, _ = admitD(b, ctx, monoclock.Now())
 	require.True(t, d.Allowed, "%q charged by %q: %+v", b.Name(), a.Name(), d)
 }
 
@@ -153,12 +154,12 @@ func TestPrefixAndNameDoNotRunTogether(t *testing.T) {
 // decides a third request while b still holds its quota, and returns that
 // decision.
 func releaseThenAdmit(ctx context.Context, l *Limiter, a, b sluice.Ticket, latency time.Duration) sluice.Decision {
-	l.Done(a, sluice.Released, sluice.Now(), latency)
-	d, tc := admitD(l, ctx, sluice.Now())
+	l.Done(a, sluice.Released, monoclock.Now(), latency)
+	d, tc := admitD(l, ctx, monoclock.Now())
 	if d.Allowed {
-		l.Done(tc, sluice.Success, sluice.Now(), 0)
+		l.Done(tc, sluice.Success, monoclock.Now(), 0)
 	}
-	l.Done(b, sluice.Success, sluice.Now(), 0)
+	l.Done(b, sluice.Success, monoclock.Now(), 0)
 	return d
 }
 
@@ -166,10 +167,10 @@ func releaseThenAdmit(ctx context.Context, l *Limiter, a, b sluice.Ticket, laten
 // more, into the next window, and admits request B there.
 func acrossTheTurn(t *testing.T, ctx context.Context, l *Limiter, untilNext func(sluice.Decision) time.Duration) (a, b sluice.Ticket) {
 	t.Helper()
-	ad, a := admitD(l, ctx, sluice.Now())
+	ad, a := admitD(l, ctx, monoclock.Now())
 	require.True(t, ad.Allowed)
 	time.Sleep(untilNext(ad) + 20*time.Millisecond)
-	bd, b := admitD(l, ctx, sluice.Now())
+	bd, b := admitD(l, ctx, monoclock.Now())
 	require.True(t, bd.Allowed, "%+v", bd)
 	return a, b
 }

@@ -1,0 +1,113 @@
+package breaker
+
+import (
+	"errors"
+
+	"github.com/sluice-go/sluice"
+)
+
+// Reconfigure changes the breaker's numbers while it runs: its trip
+// strategies, window, open duration or backoff, jitter and half-open
+// probes. opts are New's options and are validated as New validates
+// them, as a whole: a setting not given takes its default, as in New.
+// WithClock and WithRandom say how the breaker is wired and cannot
+// change. On an error nothing changes.
+//
+// The breaker keeps its state: an open breaker stays open until the end
+// of its current open spell, a half-open one counts its probes against
+// the new numbers, and a closed one keeps its counts when its window has
+// the same shape (the same count, or the same length and buckets), and
+// starts a new window otherwise. A change that would alter what the
+// breaker needs of a Guard (the end of each call: see Needs) is refused,
+// since a Guard asks once.
+func (b *Breaker) Reconfigure(opts ...Option) error {
+	old := b.cfg.Load()
+	c, err := rebuildConfig(forBreaker, old, opts)
+	if err != nil {
+		return err
+	}
+	if err := sameNeeds(old, c, b.env.system); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.reconfigure(c)
+	b.mu.Unlock()
+	return nil
+}
+
+// reconfigure publishes c, starting a closed breaker's new window when
+// its shape changed. Called with b.mu held.
+func (b *Breaker) reconfigure(c *config) {
+	old := b.cfg.Swap(c)
+	p := b.cur.Load()
+	if p.state != StateClosed || sameWindow(old, c) {
+		return
+	}
+	// A new generation with the new window, in the same state: the
+	// outcomes of calls admitted before are dropped, as the window they
+	// were counted in is gone. No state change to report.
+	b.gen++
+	np := &phase{gen: b.gen, state: StateClosed, forced: p.forced}
+	b.newWindow(np)
+	b.cur.Store(np)
+}
+
+func sameWindow(a, b *config) bool {
+	return a.count == b.count && a.length == b.length && a.buckets == b.buckets
+}
+
+func sameNeeds(old, c *config, system bool) error {
+	if needs(old, system) != needs(c, system) {
+		return errors.New("breaker: Reconfigure: the change alters what the breaker needs of a Guard (a count window without a slow-call strategy needs no end instant; a rolling window or a slow-call strategy does): build a new breaker")
+	}
+	return nil
+}
+
+// Reconfigure changes the numbers of every breaker of the Group, those it
+// holds and those it makes later, as Breaker.Reconfigure does. opts are
+// NewGroup's options; WithKeyFunc and WithMaxBreakers, like the wiring
+// options Breaker.Reconfigure refuses, cannot change.
+func (g *Group) Reconfigure(opts ...Option) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.memberCfg
+	c, err := rebuildConfig(forGroup, old, opts)
+	if err != nil {
+		return err
+	}
+	if err := sameNeeds(old, c, old.clock == sluice.SystemClock); err != nil {
+		return err
+	}
+	g.memberCfg = c
+	ms := g.all
+	if g.overflow != nil {
+		ms = append(ms[:len(ms):len(ms)], g.overflow)
+	}
+	for _, m := range ms {
+		m.b.mu.Lock()
+		m.b.reconfigure(c)
+		m.b.mu.Unlock()
+	}
+	return nil
+}
+
+// Reconfigure changes the throttle's numbers while it runs: its
+// multiplier, window and minimum of requests. opts are NewAdaptive's
+// options, validated as NewAdaptive validates them, as a whole: a setting
+// not given takes its default. WithClock and WithRandom cannot change. On an error nothing changes. The throttle keeps its
+// counts when the window keeps its length and buckets, and starts an empty
+// window otherwise.
+func (a *Adaptive) Reconfigure(opts ...Option) error {
+	old := a.cfg.Load()
+	c, err := rebuildConfig(forAdaptive, old, opts)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !sameWindow(old, c) {
+		a.win.Store(newTimeWindow(c.length, c.buckets, true))
+	}
+	a.cfg.Store(c)
+	return nil
+}

@@ -1,0 +1,232 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
+)
+
+// Dashboard shows the Guards it observes on a live page. It is a
+// [sluice.Observer] and an [http.Handler]; make one with [New]. It starts
+// no goroutine: the page's streams run on the server's.
+type Dashboard struct {
+	authorize func(*http.Request) bool
+	log       *slog.Logger
+	rules     func() (version string, loaded time.Time, err error)
+	switches  []*degrade.Switch
+	secret    [32]byte // signs the pages' tokens
+	csrf      *http.CrossOriginProtection
+
+	series series
+	events events
+
+	mu        sync.Mutex
+	guards    []*guardWatch // by name
+	rulesSeen rulesView     // the rules status last shown
+
+	actionsDone, actionsRefused atomic.Uint64
+}
+
+// Option configures a Dashboard.
+type Option func(*Dashboard) error
+
+// WithAuthorizer turns the admin actions on: an action is taken only when
+// authorize allows its request (after the cross-origin and token checks).
+// The default is no authorizer: the page is read-only and every action is
+// refused with 403 Forbidden.
+func WithAuthorizer(authorize func(r *http.Request) bool) Option {
+	return func(d *Dashboard) error {
+		if authorize == nil {
+			return errors.New("dashboard: WithAuthorizer: nil function")
+		}
+		d.authorize = authorize
+		return nil
+	}
+}
+
+// WithLogger logs the admin actions, taken and refused, to log instead of
+// slog.Default().
+func WithLogger(log *slog.Logger) Option {
+	return func(d *Dashboard) error {
+		if log == nil {
+			return errors.New("dashboard: WithLogger: nil logger")
+		}
+		d.log = log
+		return nil
+	}
+}
+
+// WithSwitches shows the degradation switches given, and with an authorizer
+// lets the page pin each on or off (degrade.Switch.Pin). The default is
+// none.
+func WithSwitches(switches ...*degrade.Switch) Option {
+	return func(d *Dashboard) error {
+		for i, sw := range switches {
+			if sw == nil {
+				return fmt.Errorf("dashboard: WithSwitches: switch %d is nil", i)
+			}
+		}
+		d.switches = append(d.switches, switches...)
+		return nil
+	}
+}
+
+// WithRules shows the version of the rules in force and the result of the
+// last reload, as status reports them: the version, when the last load
+// ended, and why it failed (nil when it succeeded). For a rules loader,
+// status returns its status's version, time and error. A change of any of
+// the three shows in the event list. The default is no rules shown.
+func WithRules(status func() (version string, loaded time.Time, err error)) Option {
+	return func(d *Dashboard) error {
+		if status == nil {
+			return errors.New("dashboard: WithRules: nil function")
+		}
+		d.rules = status
+		return nil
+	}
+}
+
+// New returns a Dashboard configured by opts.
+func New(opts ...Option) (*Dashboard, error) {
+	d := &Dashboard{log: slog.Default(), csrf: http.NewCrossOriginProtection()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("dashboard: nil Option")
+		}
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	d.series.init()
+	if _, err := rand.Read(d.secret[:]); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	names := map[string]bool{}
+	for _, sw := range d.switches {
+		if names[sw.Name()] {
+			return nil, fmt.Errorf("dashboard: WithSwitches: two switches named %q", sw.Name())
+		}
+		names[sw.Name()] = true
+		sw.Subscribe(func(c sluice.StateChange) {
+			d.events.add(event{Time: time.Now(), Kind: "state", Policy: c.Policy, Text: c.From + " → " + c.To})
+		})
+	}
+	return d, nil
+}
+
+// guardWatch is what a Dashboard keeps of one Guard.
+type guardWatch struct {
+	g        *sluice.Guard
+	name     string
+	policies []sluice.Policy
+	// state is the state each policy last reported through
+	// sluice.StateSource, and when; nil before its first change.
+	state []atomic.Pointer[stateSeen]
+	// keys counts the rejections by key of the keyed limiters, by policy
+	// name; nil for the others.
+	keys   map[string]*topKeys
+	unsubs []func()
+	// fallbacks is the Guard's fallback count last shown, by cause.
+	fallbacks []uint64
+	// calls counts the calls of a Guard without policies, whose Stats
+	// have no counts.
+	calls atomic.Uint64
+}
+
+// Attach implements sluice.Observer: New of a Guard given d calls it. It
+// refuses a Guard without a name (sluice.WithName) and one whose name a
+// Guard shown by d has already.
+func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	name := g.Name()
+	if name == "" {
+		return nil, nil, errors.New("dashboard: the Guard has no name: give it one with sluice.WithName")
+	}
+	w := &guardWatch{g: g, name: name, policies: g.Policies()}
+	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
+	for i, p := range w.policies {
+		if _, ok := p.(keyed); ok {
+			if w.keys == nil {
+				w.keys = map[string]*topKeys{}
+			}
+			w.keys[p.Name()] = &topKeys{}
+		}
+		if src, ok := p.(sluice.StateSource); ok {
+			w.unsubs = append(w.unsubs, src.Subscribe(func(c sluice.StateChange) {
+				now := time.Now()
+				w.state[i].Store(&stateSeen{c.To, now})
+				d.events.add(event{Time: now, Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
+			}))
+		}
+	}
+	d.mu.Lock()
+	i, found := slices.BinarySearchFunc(d.guards, name, func(w *guardWatch, name string) int {
+		return cmp.Compare(w.name, name)
+	})
+	if found {
+		d.mu.Unlock()
+		w.unsubscribe()
+		return nil, nil, fmt.Errorf("dashboard: a Guard named %q is shown already", name)
+	}
+	d.guards = slices.Insert(d.guards, i, w)
+	d.mu.Unlock()
+
+	var once sync.Once
+	detach := func() {
+		once.Do(func() {
+			w.unsubscribe()
+			d.mu.Lock()
+			d.guards = slices.DeleteFunc(d.guards, func(x *guardWatch) bool { return x == w })
+			d.mu.Unlock()
+		})
+	}
+	observe := func(ctx context.Context, e sluice.CallEvent) {
+		d.series.add(&e)
+		if len(w.policies) == 0 {
+			w.calls.Add(1)
+		}
+		if !e.Admitted && w.keys != nil {
+			if t := w.keys[e.Policy]; t != nil {
+				if key, ok := sluice.KeyFrom(ctx); ok {
+					t.add(key)
+				}
+			}
+		}
+	}
+	return observe, detach, nil
+}
+
+// stateSeen is a policy's state as it last reported it, and when.
+type stateSeen struct {
+	state string
+	since time.Time
+}
+
+func (w *guardWatch) unsubscribe() {
+	for _, u := range w.unsubs {
+		u()
+	}
+	w.unsubs = nil
+}
+
+// guard returns the Guard named name.
+func (d *Dashboard) guard(name string) *guardWatch {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, w := range d.guards {
+		if w.name == name {
+			return w
+		}
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package dashboard
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// The policies a Dashboard reads, by what they offer: a policy of a user's
+// that offers the same methods is shown alike.
+type (
+	breakerState interface {
+		State() breaker.State
+		Counts() breaker.Counts
+	}
+	forcer interface {
+		ForceOpen()
+		ForceClose()
+		Reset()
+	}
+	bucket interface {
+		Rate() ratelimit.Rate
+		Burst() int64
+		Tokens() float64
+	}
+	retuner interface {
+		Rate() ratelimit.Rate
+		Burst() int64
+		SetLimit(r ratelimit.Rate, burst int64) error
+	}
+	keyed       interface{ Len() int }
+	concurrency interface{ Stats() adaptive.Stats }
+)
+
+// state is the snapshot the page draws, at api/state and on each event of
+// api/events.
+type state struct {
+	Time     time.Time    `json:"time"`
+	Guards   []guardView  `json:"guards"`
+	Switches []switchView `json:"switches,omitempty"`
+	Chart    chart        `json:"chart"`
+	Events   []event      `json:"events"`
+	Rules    *rulesView   `json:"rules,omitempty"`
+	Actions  actionsView  `json:"actions"`
+}
+
+type guardView struct {
+	Name     string            `json:"name"`
+	Admitted uint64            `json:"admitted"` // by every policy
+	Rejected map[string]uint64 `json:"rejected"` // by cause, by any policy
+	// Fallbacks counts the calls a fallback answered.
+	Fallbacks uint64       `json:"fallbacks"`
+	Policies  []policyView `json:"policies"`
+}
+
+type policyView struct {
+	Name     string            `json:"name"`
+	Kind     string            `json:"kind"` // the policy's Go type: "breaker.Breaker"
+	State    string            `json:"state,omitempty"`
+	Admitted uint64            `json:"admitted"`
+	Rejected map[string]uint64 `json:"rejected"` // by cause
+	Inflight uint64            `json:"inflight"`
+	// ShadowRejected counts the calls the policy rejected in shadow mode
+	// and let through.
+	ShadowRejected uint64 `json:"shadowRejected"`
+	// Details are the figures that the policy's kind has, in order.
+	Details []detail `json:"details,omitempty"`
+	// TopKeys are a keyed limiter's keys with the most rejections.
+	TopKeys []keyCount `json:"topKeys,omitempty"`
+	// Actions are the admin actions the policy takes: "open", "close",
+	// "reset", "rate", "burst", "shadow" and "enforce"; none without an
+	// authorizer.
+	Actions []string `json:"actions,omitempty"`
+}
+
+type detail struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type switchView struct {
+	Name   string `json:"name"`
+	On     bool   `json:"on"`
+	Pinned bool   `json:"pinned"`
+}
+
+type rulesView struct {
+	Version string    `json:"version"`
+	Loaded  time.Time `json:"loaded"`
+	Error   string    `json:"error,omitempty"`
+}
+
+type actionsView struct {
+	Enabled bool   `json:"enabled"`
+	Done    uint64 `json:"done"`
+	Refused uint64 `json:"refused"`
+}
+
+// snapshot reads everything the page shows, at now.
+func (d *Dashboard) snapshot(now time.Time) state {
+	s := state{Time: now, Chart: d.series.chart()}
+	s.Actions = actionsView{Enabled: d.authorize != nil, Done: d.actionsDone.Load(), Refused: d.actionsRefused.Load()}
+	d.mu.Lock()
+	guards := append([]*guardWatch(nil), d.guards...)
+	d.mu.Unlock()
+	s.Guards = make([]guardView, 0, len(guards))
+	for _, w := range guards {
+		s.Guards = append(s.Guards, d.guardView(w, now))
+	}
+	for _, sw := range d.switches {
+		s.Switches = append(s.Switches, switchView{Name: sw.Name(), On: sw.On(), Pinned: sw.Pinned()})
+	}
+	if d.rules != nil {
+		s.Rules = d.rulesView(now)
+	}
+	s.Events = d.events.last()
+	return s
+}
+
+func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
+	st := w.g.Stats()
+	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Policies: make([]policyView, len(w.policies))}
+	if n := len(st.Policies); n > 0 {
+		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
+	} else {
+		v.Admitted = w.calls.Load() // every call, once it ended
+	}
+	d.fallbackEvents(w, st.Fallbacks[:], now)
+	for _, n := range st.Fallbacks {
+		v.Fallbacks += n
+	}
+	for i, p := range w.policies {
+		ps := st.Policies[i]
+		pv := policyView{Name: ps.Policy, Kind: kind(p), Admitted: ps.Admitted, Rejected: map[string]uint64{},
+			ShadowRejected: ps.ShadowRejected}
+		ended := uint64(0)
+		for _, n := range ps.Outcomes {
+			ended += n
+		}
+		pv.Inflight = ps.Admitted - min(ended, ps.Admitted)
+		for c, n := range ps.Rejected {
+			if n > 0 {
+				pv.Rejected[causes[c]] = n
+				v.Rejected[causes[c]] += n
+			}
+		}
+		seen := w.state[i].Load()
+		if seen != nil {
+			pv.State = seen.state
+		}
+		d.describe(&pv, p)
+		if seen != nil && pv.State == seen.state {
+			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
+		}
+		if t := w.keys[ps.Policy]; t != nil {
+			pv.TopKeys = t.top()
+		}
+		v.Policies[i] = pv
+	}
+	return v
+}
+
+// fallbackEvents adds an event for the fallbacks a Guard answered since
+// they were last shown.
+func (d *Dashboard) fallbackEvents(w *guardWatch, counts []uint64, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w.fallbacks == nil {
+		w.fallbacks = make([]uint64, len(counts))
+	}
+	for c, n := range counts {
+		if n > w.fallbacks[c] {
+			d.events.add(event{Time: now, Kind: "fallback", Guard: w.name,
+				Text: fmt.Sprintf("%d answered by a fallback (%s)", n-w.fallbacks[c], causes[c])})
+			w.fallbacks[c] = n
+		}
+	}
+}
+
+// kind names p's type without its pointer: "breaker.Breaker".
+func kind(p sluice.Policy) string {
+	return strings.TrimPrefix(fmt.Sprintf("%T", p), "*")
+}
+
+// describe fills in the state, details and actions of p's kind.
+func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
+	add := func(name string, format string, args ...any) {
+		pv.Details = append(pv.Details, detail{name, fmt.Sprintf(format, args...)})
+	}
+	switch p := p.(type) {
+	case breakerState:
+		pv.State = p.State().String()
+		c := p.Counts()
+		add("requests", "%d", c.Requests)
+		add("failures", "%d", c.Failures)
+		add("in a row", "%d", c.ConsecutiveFailures)
+		if c.ProbesAdmitted > 0 {
+			add("probes", "%d", c.ProbesAdmitted)
+		}
+	case concurrency:
+		st := p.Stats()
+		pv.State = st.State
+		add("limit", "%d", st.Limit)
+		add("in flight", "%d", st.Inflight)
+		add("queued", "%d", st.Waiting)
+		if st.AvgRT > 0 {
+			add("avg RT", "%v", st.AvgRT.Round(10*time.Microsecond))
+		}
+	case bucket:
+		add("rate", "%v", p.Rate())
+		add("burst", "%d", p.Burst())
+		add("remaining", "%d", int64(max(p.Tokens(), 0)))
+	case keyed:
+		add("keys", "%d", p.Len())
+	}
+	if d.authorize == nil {
+		return
+	}
+	if _, ok := p.(forcer); ok {
+		pv.Actions = append(pv.Actions, "open", "close", "reset")
+	}
+	if _, ok := p.(retuner); ok {
+		pv.Actions = append(pv.Actions, "rate", "burst")
+	}
+	pv.Actions = append(pv.Actions, "shadow", "enforce")
+}
+
+// rulesView reads the rules' status, and adds an event when it changed
+// since it was last shown.
+func (d *Dashboard) rulesView(now time.Time) *rulesView {
+	version, loaded, err := d.rules()
+	v := rulesView{Version: version, Loaded: loaded}
+	if err != nil {
+		v.Error = err.Error()
+	}
+	d.mu.Lock()
+	changed := v != d.rulesSeen
+	d.rulesSeen = v
+	d.mu.Unlock()
+	if changed {
+		text := "rules " + version + " in force"
+		if v.Error != "" {
+			text = "reload failed, rules " + version + " stay in force: " + v.Error
+		}
+		d.events.add(event{Time: now, Kind: "reload", Text: text})
+	}
+	return &v
+}

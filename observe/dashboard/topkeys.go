@@ -1,0 +1,66 @@
+package dashboard
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+)
+
+const (
+	topN        = 10   // keys shown per keyed limiter
+	keysTracked = 1024 // keys counted per keyed limiter
+)
+
+// topKeys counts a keyed limiter's rejections by key, for at most
+// keysTracked keys: when a new key finds it full, the keys with the fewest
+// rejections are forgotten, all at once, so keys rejected often stay and
+// those met once make room.
+type topKeys struct {
+	mu     sync.Mutex
+	counts map[string]uint64
+}
+
+type keyCount struct {
+	Key      string `json:"key"`
+	Rejected uint64 `json:"rejected"`
+}
+
+func (t *topKeys) add(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = make(map[string]uint64)
+	}
+	if _, ok := t.counts[key]; !ok {
+		if len(t.counts) >= keysTracked {
+			low := uint64(math.MaxUint64)
+			for _, n := range t.counts {
+				low = min(low, n)
+			}
+			for k, n := range t.counts {
+				if n == low {
+					delete(t.counts, k)
+				}
+			}
+		}
+	}
+	t.counts[key]++
+}
+
+// top returns the topN keys with the most rejections, most first.
+func (t *topKeys) top() []keyCount {
+	t.mu.Lock()
+	all := make([]keyCount, 0, len(t.counts))
+	for k, n := range t.counts {
+		all = append(all, keyCount{k, n})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(all, func(a, b keyCount) int {
+		if c := cmp.Compare(b.Rejected, a.Rejected); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	return all[:min(len(all), topN)]
+}

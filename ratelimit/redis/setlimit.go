@@ -1,0 +1,41 @@
+package redislimit
+
+import (
+	"errors"
+	"time"
+)
+
+// SetLimit changes the limiter's numbers to limit cost units per window:
+// for a GCRA or a token bucket, a burst of limit refilled in window (a
+// rate of limit per window, the window of its RateLimit-Policy header);
+// for a window, limit and the window's length (for NewSlidingWindow,
+// divided into the same number of buckets). The numbers are validated, and
+// rounded, as the constructor does: on an error nothing changes.
+//
+// The change takes effect with the next script call, which carries the
+// numbers: the keys stay the same, so every instance sharing the limit
+// must be given the same change. State in Redis is kept as the algorithm
+// stores it: a GCRA's or token bucket's instant at which it is full again
+// (so a full bucket is full at its new size, and one in debt repays the
+// same time), a window's count while the window keeps its length. The
+// local share of WithLocalFallback starts afresh. A Limiter built by All
+// of several limits refuses: change the members, and All follows.
+func (l *Limiter) SetLimit(limit int64, window time.Duration) error {
+	if len(l.limits) != 1 || l.limits[0].remake == nil {
+		return errors.New("redislimit: SetLimit on a Limiter of several limits (All): set each on the Limiter given to All")
+	}
+	m := l.limits[0]
+	p, err := m.remake(limit, window)
+	if err != nil {
+		return err
+	}
+	pm := p.limits[0]
+	if loc := pm.local.Load(); loc != nil {
+		m.local.Store(loc)
+	}
+	m.nums.Store(pm.nums.Load())
+	if l.neg != nil {
+		l.neg.clear() // rejections remembered under the old numbers
+	}
+	return nil
+}

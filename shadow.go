@@ -1,0 +1,97 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+)
+
+// Shadow mode: a shadowed policy decides every call exactly as it would
+// when enforcing, but a call it rejects goes on through the rest of the
+// chain. The policy took nothing for the call it rejected, as with any
+// rejection, and hears nothing of how the call ended: a shadowed limiter
+// is charged what an enforcing one would be, and a shadowed breaker opens
+// and closes on its own outcomes only, so its would-reject count is what
+// enforcement would have rejected on the same traffic.
+
+// maxShadowed is the number of leading policies of a chain that can be
+// shadowed: one bit each in a word.
+const maxShadowed = 64
+
+// WithShadow starts the Guard with the policy named policy (its Name) in
+// shadow mode, or, for "", the whole Guard: every policy of its chain.
+// It may be given more than once. New fails for a name that is not in the
+// chain. By default nothing is shadowed; [Guard.SetShadow] changes it at
+// run time.
+func WithShadow(policy string) Option {
+	return func(g *Guard) error {
+		g.shadowInit = append(g.shadowInit, policy)
+		return nil
+	}
+}
+
+// SetShadow puts the policy named policy (its Name; all the policies of
+// that name) in shadow mode when on is true, and back to enforcing when
+// on is false; policy "" does the same for the whole Guard, apart from the
+// policies shadowed by name, which stay as they are. A shadowed policy
+// decides each call as when enforcing, but a call it rejects goes through
+// and is counted in [PolicyStats].ShadowRejected and reported to the
+// observers ([CallEvent].Shadow) instead. SetShadow returns an error, and
+// changes nothing, for a name that is not in the chain. It is safe to call
+// while calls run; a call decides with the modes it finds.
+func (g *Guard) SetShadow(policy string, on bool) error {
+	if g == nil {
+		return errors.New("sluice: SetShadow on a nil Guard")
+	}
+	g.shadowMu.Lock()
+	defer g.shadowMu.Unlock()
+	return g.setShadowLocked(policy, on)
+}
+
+func (g *Guard) setShadowLocked(policy string, on bool) error {
+	if policy == "" {
+		g.shadowAll = on
+	} else {
+		var mask uint64
+		for i, n := range g.names {
+			if n != policy {
+				continue
+			}
+			if i >= maxShadowed {
+				return fmt.Errorf("sluice: SetShadow: policy %q is policy %d of the chain; only the first %d can be shadowed", policy, i, maxShadowed)
+			}
+			mask |= 1 << i
+		}
+		if mask == 0 {
+			return fmt.Errorf("sluice: SetShadow: no policy named %q in the chain", policy)
+		}
+		if on {
+			g.shadowSet |= mask
+		} else {
+			g.shadowSet &^= mask
+		}
+	}
+	eff := g.shadowSet
+	if g.shadowAll {
+		eff = ^uint64(0)
+	}
+	g.shadow.Store(eff)
+	return nil
+}
+
+// shadowed lets a call on past policy i, which rejected it with v while in
+// shadow mode: the policy is left out of the call's end, and the
+// rejection is counted and kept for the observers.
+func (g *Guard) shadowed(c *Call, i int, v *Verdict) {
+	if c.skip == 0 {
+		c.shadowCause = causeOf(v.Cause)
+	}
+	c.skip |= 1 << i
+	if g.obs != nil {
+		g.obs.add(g.obs.slotShadow + i)
+	}
+}
+
+// shadowPolicy returns the index of the first policy that rejected c in
+// shadow mode; c.skip must not be 0.
+func (c *Call) shadowPolicy() int { return bits.TrailingZeros64(c.skip) }

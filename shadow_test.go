@@ -1,0 +1,121 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+func TestShadowedPolicyLetsItsRejectionsThroughAndHearsNoEnd(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", -1)
+	lim := newRecorder("limit", 2) // admits 2, then would reject
+	ev := &events{}
+	g := mustGuard(t, sluice.With(outer, lim), sluice.WithClock(clk), sluice.WithObserver(ev),
+		sluice.WithShadow("limit"))
+
+	ran := 0
+	for range 5 {
+		require.NoError(t, g.Do(t.Context(), func(context.Context) error { ran++; return nil }))
+	}
+	assert.Equal(t, 5, ran, "every call ran")
+	assert.Len(t, lim.doneCalls(), 2, "the shadowed policy hears the end of the calls it admitted only")
+	assert.Len(t, outer.doneCalls(), 5)
+
+	s := g.Stats()
+	assert.Equal(t, uint64(3), s.Policies[1].ShadowRejected)
+	assert.Equal(t, uint64(0), s.Policies[0].ShadowRejected)
+	assert.Equal(t, [sluice.CauseTimeout + 1]uint64{}, s.Policies[1].Rejected, "no rejection counted")
+	require.Len(t, ev.got, 5)
+	for i, e := range ev.got {
+		assert.True(t, e.Admitted, i)
+		if i < 2 {
+			assert.False(t, e.Shadow, i)
+			continue
+		}
+		assert.True(t, e.Shadow, i)
+		assert.Equal(t, "limit", e.Policy)
+		assert.Equal(t, sluice.CauseRateLimited, e.Cause)
+	}
+
+	// Back to enforcing: the same policy now rejects.
+	require.NoError(t, g.SetShadow("limit", false))
+	err := g.Do(t.Context(), func(context.Context) error { ran++; return nil })
+	require.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Equal(t, 5, ran)
+}
+
+func TestShadowedPolicyIsReleasedWhenALaterPolicyRejects(t *testing.T) {
+	first := newRecorder("first", 0) // would reject everything
+	second := newRecorder("second", 1)
+	third := newRecorder("third", 0) // rejects for real
+	g := mustGuard(t, sluice.With(first, second, third), sluice.WithShadow("first"))
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Empty(t, first.doneCalls(), "it admitted nothing, so it is told nothing")
+	require.Len(t, second.doneCalls(), 1)
+	assert.Equal(t, sluice.Released, second.doneCalls()[0].outcome)
+	assert.Equal(t, int64(1), second.quota.Load(), "second got its quota back")
+}
+
+func TestShadowWholeGuard(t *testing.T) {
+	a, b := newRecorder("a", 0), newRecorder("b", 0)
+	g := mustGuard(t, sluice.With(a, b), sluice.WithObserver(&events{}))
+	require.NoError(t, g.SetShadow("", true))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	s := g.Stats()
+	assert.Equal(t, uint64(1), s.Policies[0].ShadowRejected)
+	assert.Equal(t, uint64(1), s.Policies[1].ShadowRejected)
+
+	// A policy shadowed by name stays shadowed when the Guard's flag is off.
+	require.NoError(t, g.SetShadow("b", true))
+	require.NoError(t, g.SetShadow("", false))
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	d, ok := sluice.RejectionOf(err)
+	require.True(t, ok)
+	assert.Equal(t, "a", d.Policy)
+	require.NoError(t, g.SetShadow("a", true))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+}
+
+func TestShadowRefusesUnknownNames(t *testing.T) {
+	a := newRecorder("a", -1)
+	_, err := sluice.New(sluice.With(a), sluice.WithShadow("nope"))
+	require.Error(t, err)
+	g := mustGuard(t, sluice.With(a))
+	require.Error(t, g.SetShadow("nope", true))
+	var nilGuard *sluice.Guard
+	require.Error(t, nilGuard.SetShadow("", true))
+}
+
+func TestShadowOnAWaitingChainAndALongChain(t *testing.T) {
+	// Chains longer than a Call's inline tickets take the slow path.
+	ps := make([]sluice.Policy, 6)
+	recs := make([]*recorder, 6)
+	for i := range ps {
+		recs[i] = newRecorder(string(rune('a'+i)), -1)
+		ps[i] = recs[i]
+	}
+	recs[3].quota.Store(0)
+	recs[3].limit = 0
+	g := mustGuard(t, sluice.With(ps...), sluice.WithShadow("d"), sluice.WithObserver(&events{}))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	assert.Empty(t, recs[3].doneCalls())
+	for i, r := range recs {
+		if i != 3 {
+			assert.Len(t, r.doneCalls(), 1, i)
+		}
+	}
+	assert.Equal(t, uint64(1), g.Stats().Policies[3].ShadowRejected)
+
+	boom := errors.New("boom")
+	err := g.Do(t.Context(), func(context.Context) error { return boom })
+	require.ErrorIs(t, err, boom)
+	assert.Equal(t, sluice.Failure, recs[5].doneCalls()[1].outcome)
+}
