@@ -489,7 +489,7 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 		c.more, c.atsMore, c.waited = nil, nil, false
 	}
 	if want {
-		c.d = v.Decision(g.names[i])
+		c.d = v.decision(g.names[i])
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
@@ -518,7 +518,7 @@ func (g *Guard) rejection(i int, now time.Duration, v *Verdict) error {
 		e.hasRetry == (v.RetryAfter > 0) && (e.d.Reset > 0) == (v.Reset > 0) {
 		return e
 	}
-	e := &rejectedError{d: v.Decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
+	e := &rejectedError{d: v.decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
 	if cacheable(v.Cause) {
 		g.rejs[i].Store(e)
 	}
@@ -608,7 +608,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		g.obs.admitted(c)
 	}
 	if bi >= 0 {
-		c.d = best.Decision(g.names[bi])
+		c.d = best.decision(g.names[bi])
 	}
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)
