@@ -161,9 +161,7 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
 	k.update.Store(&update)
-	if wd, ok := probe.(interface{ rateWindow() time.Duration }); ok {
-		k.window.Store(int64(wd.rateWindow()))
-	}
+	k.window.Store(int64(policywindow.Of(probe)))
 	// A key made meanwhile is inserted under its shard's lock after it
 	// read the update: either the walk below finds it, or it read this one.
 	var errs []error
