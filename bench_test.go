@@ -131,7 +131,11 @@ func spentLimiterGuard(t testing.TB) *sluice.Guard {
 // the rejections of a policy whose answers agree.
 func TestGuardRejectionAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
-	for name, g := range map[string]*sluice.Guard{"open breaker": openBreakerGuard(t), "spent rate limiter": spentLimiterGuard(t)} {
+	overloaded, err := sluice.New(sluice.With(shedAll{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range map[string]*sluice.Guard{"open breaker": openBreakerGuard(t), "spent rate limiter": spentLimiterGuard(t), "overloaded": overloaded} {
 		var err error
 		if n := testing.AllocsPerRun(1000, func() { err = g.Do(ctx, nop) }); n != 0 {
 			t.Errorf("%s: a rejection by Do allocates %v times, want 0", name, n)
@@ -145,7 +149,22 @@ func TestGuardRejectionAllocatesNothing(t *testing.T) {
 		}); n != 0 {
 			t.Errorf("%s: a rejection by Begin allocates %v times, want 0", name, n)
 		}
+		if n := testing.AllocsPerRun(1000, func() {
+			_, err = sluice.Execute(ctx, g, func(context.Context) (int, error) { return 1, nil })
+		}); n != 0 {
+			t.Errorf("%s: a rejection by Execute allocates %v times, want 0", name, n)
+		}
+		if sluice.CauseOf(err) == sluice.CauseNone {
+			t.Errorf("%s: Execute: %v is no rejection", name, err)
+		}
 	}
+}
+
+// shedAll rejects every call as an overloaded service does.
+type shedAll struct{ nopPolicy }
+
+func (shedAll) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
 }
 
 // BenchmarkClock is the floor under every Guard: one monotonic read.

@@ -44,6 +44,16 @@
 // admitted are released, so no token, concurrency slot or half-open probe
 // leaks.
 //
+// # Operating it live
+//
+// Every policy's numbers change while it runs, validated as its
+// constructor validates them: a limiter's SetLimit, a breaker's or a
+// Shedder's Reconfigure. A policy in shadow mode ([WithShadow],
+// [Guard.SetShadow]) decides every call as when enforcing, but lets
+// through the calls it would reject, and counts them
+// ([PolicyStats].ShadowRejected, [CallEvent].Shadow): a new limit can be
+// watched before it rejects anything.
+//
 // # Retries
 //
 // A Guard declared [WithRetry] tries a failed call again, with exponential

@@ -168,7 +168,7 @@ func TestSamplerFixtures(t *testing.T) {
 			root := copyTree(t, filepath.Join("testdata", tt.fixture))
 			s, err := NewSystemSampler(SamplerConfig{Root: root, Decay: 0.5})
 			require.NoError(t, err)
-			assert.Equal(t, tt.source, s.Source())
+			assert.Equal(t, tt.source, s.source())
 			if tt.cores > 0 {
 				_, cores, wall, err := s.src.read()
 				require.NoError(t, err)

@@ -32,7 +32,7 @@ func ExampleNewShedder() {
 		calls = append(calls, call)
 	}
 	_, err = g.Begin(ctx)
-	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.State())
+	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.Stats().State)
 	for i := range calls {
 		_ = calls[i].End(nil)
 	}
@@ -79,10 +79,10 @@ func ExampleNewSystemSampler() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(s.Source(), s.Load1())
+	fmt.Println(s.Load1())
 	_, err = adaptive.NewSystemSampler(adaptive.SamplerConfig{Root: "testdata/none"})
 	fmt.Println(err)
 	// Output:
-	// cgroup2 2.5
+	// 2.5
 	// adaptive: no CPU usage source: none of cgroup v2 cpu.stat, cgroup v1 cpuacct.usage or /proc/stat is readable
 }

@@ -10,45 +10,6 @@ import (
 	"time"
 )
 
-// Sampler reports the load of the machine or container the process runs in,
-// for what decides by it (a degrade.Auto switch, a dashboard). Both methods
-// must be cheap and safe for concurrent use: an atomic load, never a file
-// read.
-type Sampler interface {
-	// CPU returns the smoothed CPU usage as a fraction of the CPU the process
-	// may use: 0 idle, 1 all of it.
-	CPU() float64
-	// Load1 returns the one-minute load average, or 0 where it is unknown.
-	Load1() float64
-}
-
-// ManualSampler is a Sampler that reports what it is told: for tests,
-// examples, and services that measure load themselves. Its zero value
-// reports 0 for both. It is safe for concurrent use.
-type ManualSampler struct {
-	cpu, load atomic.Uint64
-}
-
-// NewManualSampler returns a ManualSampler reporting cpu and load1.
-func NewManualSampler(cpu, load1 float64) *ManualSampler {
-	s := &ManualSampler{}
-	s.SetCPU(cpu)
-	s.SetLoad1(load1)
-	return s
-}
-
-// CPU returns the last value given to SetCPU.
-func (s *ManualSampler) CPU() float64 { return math.Float64frombits(s.cpu.Load()) }
-
-// Load1 returns the last value given to SetLoad1.
-func (s *ManualSampler) Load1() float64 { return math.Float64frombits(s.load.Load()) }
-
-// SetCPU sets the CPU usage reported, as a fraction.
-func (s *ManualSampler) SetCPU(f float64) { s.cpu.Store(math.Float64bits(f)) }
-
-// SetLoad1 sets the one-minute load average reported.
-func (s *ManualSampler) SetLoad1(l float64) { s.load.Store(math.Float64bits(l)) }
-
 // SamplerConfig configures a SystemSampler. The zero value reads the real
 // machine every 250 ms with a decay of 0.8.
 type SamplerConfig struct {
@@ -75,8 +36,9 @@ type SamplerConfig struct {
 // where that exists.
 //
 // The readings are taken by one goroutine, started by the first Start and
-// stopped when every Start has been matched by a Stop; readers only load an
-// atomic.
+// stopped when every Start has been matched by a Stop; readers (CPU, Load1)
+// only load an atomic, so what decides by the load (a degrade.Auto switch
+// given s.CPU as its signal, a dashboard) may read it on every request.
 type SystemSampler struct {
 	cfg     SamplerConfig
 	src     cpuSource
@@ -129,9 +91,9 @@ func NewSystemSampler(cfg SamplerConfig) (*SystemSampler, error) {
 	return s, nil
 }
 
-// Source names where the CPU usage is read: "cgroup2", "cgroup1" or
+// source names where the CPU usage is read: "cgroup2", "cgroup1" or
 // "procstat".
-func (s *SystemSampler) Source() string { return s.src.kind() }
+func (s *SystemSampler) source() string { return s.src.kind() }
 
 // CPU returns the smoothed CPU usage as a fraction of the CPU the process may
 // use; 0 until two readings have been taken.

@@ -407,8 +407,8 @@ func (s *Shedder) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 	}
 }
 
-// State returns "normal" or "shedding".
-func (s *Shedder) State() string {
+// state returns "normal" or "shedding".
+func (s *Shedder) state() string {
 	if s.shedding.Load() {
 		return StateShedding
 	}
@@ -442,7 +442,7 @@ func (s *Shedder) Stats() Stats {
 		Inflight: s.inflight.Load(),
 		Waiting:  s.waiting.Load(),
 		AvgRT:    time.Duration(s.lastAvg.Load()),
-		State:    s.State(),
+		State:    s.state(),
 	}
 	if s.est != nil {
 		s.mu.Lock()

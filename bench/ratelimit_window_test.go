@@ -16,7 +16,6 @@ import (
 // windowLimiter is what every window limiter of sluice offers.
 type windowLimiter interface {
 	sluice.Policy
-	Allow() bool
 }
 
 // windowRow is one window limiter, sized so that no call of a benchmark is
@@ -60,16 +59,17 @@ const windowHuge = 1_000_000_000
 const atStep = 50 * time.Nanosecond
 
 // BenchmarkLimiterWindow measures one admitted decision of each window
-// limiter: "allow" reads the clock, "allow-at" is given the instant through
-// Admit, as a Guard runs it. The peers' rows (sentinel-flow counts in a sliding window of
+// limiter through Admit: "allow" with a fresh clock reading, "allow-at" given
+// the instant, as a Guard runs it. The peers' rows (sentinel-flow counts in a sliding window of
 // buckets) are BenchmarkLimiter's, in the same run.
 func BenchmarkLimiterWindow(b *testing.B) {
 	for _, row := range windowRows {
 		b.Run(row.name+"/allow", func(b *testing.B) {
 			l := row.make(b)
+			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				l.Allow()
+				l.Admit(ctx, monoNow())
 			}
 		})
 		b.Run(row.name+"/allow-at", func(b *testing.B) {
@@ -91,10 +91,11 @@ func BenchmarkLimiterWindowParallel(b *testing.B) {
 	for _, row := range windowRows {
 		b.Run(row.name+"/allow", func(b *testing.B) {
 			l := row.make(b)
+			ctx := context.Background()
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					l.Allow()
+					l.Admit(ctx, monoNow())
 				}
 			})
 		})
@@ -148,25 +149,46 @@ var manyKeys = func() []string {
 
 const oneKey = "203.0.113.7"
 
+// oneKeyCtx and manyKeyCtxs carry oneKey and manyKeys, made once.
+var (
+	oneKeyCtx   = sluice.WithKey(context.Background(), oneKey)
+	manyKeyCtxs = func() []context.Context {
+		ctxs := make([]context.Context, len(manyKeys))
+		for i, key := range manyKeys {
+			ctxs[i] = sluice.WithKey(context.Background(), key)
+		}
+		return ctxs
+	}()
+)
+
+// allowKey decides on one request with the key of ctx, reading the clock,
+// and ends its admission, as a Guard does.
+func allowKey(k *ratelimit.Keyed, ctx context.Context) {
+	now := monoNow()
+	if v := k.Admit(ctx, now); v.Cause == nil {
+		k.Done(v.Ticket, sluice.Success, now, -1)
+	}
+}
+
 // BenchmarkLimiterKeyed measures one admitted decision on a key the store
-// already holds, clock read included: sluice's Keyed (AllowKey; "admit" is
-// the Guard's path, Admit and Done with the key in the context and the
-// instant given) next to Echo's memory store (Allow(identifier)).
+// already holds, clock read included: sluice's Keyed (Admit and Done with
+// the key in the context; "admit" is given the instant, as a Guard does)
+// next to Echo's memory store (Allow(identifier)).
 func BenchmarkLimiterKeyed(b *testing.B) {
 	b.Run("sluice", func(b *testing.B) {
 		k := keyedLimiter(b, false)
-		k.AllowKey(oneKey)
+		allowKey(k, oneKeyCtx)
 		b.ReportAllocs()
 		for b.Loop() {
-			k.AllowKey(oneKey)
+			allowKey(k, oneKeyCtx)
 		}
 	})
 	b.Run("sluice-fixed-window", func(b *testing.B) {
 		k := keyedLimiter(b, true)
-		k.AllowKey(oneKey)
+		allowKey(k, oneKeyCtx)
 		b.ReportAllocs()
 		for b.Loop() {
-			k.AllowKey(oneKey)
+			allowKey(k, oneKeyCtx)
 		}
 	})
 	b.Run("sluice-admit", func(b *testing.B) {
@@ -191,13 +213,13 @@ func BenchmarkLimiterKeyed(b *testing.B) {
 	})
 	b.Run("sluice/10k-keys", func(b *testing.B) {
 		k := keyedLimiter(b, false)
-		for _, key := range manyKeys {
-			k.AllowKey(key)
+		for _, ctx := range manyKeyCtxs {
+			allowKey(k, ctx)
 		}
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			k.AllowKey(manyKeys[i])
+			allowKey(k, manyKeyCtxs[i])
 			if i++; i == len(manyKeys) {
 				i = 0
 			}
@@ -228,7 +250,7 @@ func BenchmarkLimiterKeyedParallel(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				k.AllowKey(oneKey)
+				allowKey(k, oneKeyCtx)
 			}
 		})
 	})
@@ -243,14 +265,14 @@ func BenchmarkLimiterKeyedParallel(b *testing.B) {
 	})
 	b.Run("sluice/10k-keys", func(b *testing.B) {
 		k := keyedLimiter(b, false)
-		for _, key := range manyKeys {
-			k.AllowKey(key)
+		for _, ctx := range manyKeyCtxs {
+			allowKey(k, ctx)
 		}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
 			for pb.Next() {
-				k.AllowKey(manyKeys[i])
+				allowKey(k, manyKeyCtxs[i])
 				if i++; i == len(manyKeys) {
 					i = 0
 				}

@@ -40,7 +40,7 @@ type Adaptive struct {
 // NewAdaptive returns an adaptive throttle named "breaker/" + name. The
 // defaults are K = 2 and a window of 10s in 10 buckets; the options that
 // apply are WithMultiplier, WithRollingWindow, WithRandom,
-// WithMinThrottleRequests, WithClock and WithClassifier.
+// WithMinThrottleRequests and WithClock.
 func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 	if name == "" {
 		return nil, errors.New("breaker: NewAdaptive: empty name")
@@ -52,8 +52,7 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 	a := &Adaptive{name: "breaker/" + name}
 	a.cfg.Store(cfg)
 	a.win.Store(newTimeWindow(cfg.length, cfg.buckets, true))
-	a.env = newPermitEnv(cfg.clock, cfg.classify)
-	a.env.bind(a)
+	a.env = newPermitEnv(cfg.clock)
 	return a, nil
 }
 

@@ -22,13 +22,13 @@ import (
 // before the breaker opened cannot close or reopen it later.
 //
 // A Breaker is a sluice.Policy and a sluice.StateSource: put it in a Guard's
-// chain, or use Execute on its own. The closed state's
-// paths take no lock. A Breaker is safe for concurrent use; make one with
+// chain, even alone (sluice.New(sluice.With(b)), then Do or Execute, as
+// gobreaker's Execute). The closed state's paths take no lock. A Breaker is safe for concurrent use; make one with
 // New.
 type Breaker struct {
 	name     string
 	cfg      atomic.Pointer[config] // replaced whole by Reconfigure
-	env      permitEnv              // the clock, and the Guard Execute runs through
+	env      permitEnv              // the clock
 	cur      atomic.Pointer[phase]
 	notifier notifier
 	sink     *notifier // a Group's queue, fed under mu; nil outside a Group
@@ -95,14 +95,10 @@ func New(name string, opts ...Option) (*Breaker, error) {
 func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, gen: genBase}
 	b.cfg.Store(cfg)
-	b.env = newPermitEnv(cfg.clock, cfg.classify)
-	for _, fn := range cfg.listeners {
-		b.notifier.add(subscriber{typed: fn})
-	}
+	b.env = newPermitEnv(cfg.clock)
 	p := &phase{gen: genBase, state: StateClosed}
 	b.newWindow(p)
 	b.cur.Store(p)
-	b.env.bind(b)
 	return b
 }
 
@@ -172,7 +168,7 @@ func (b *Breaker) Counts() Counts {
 // RetryAfter until its half-open probes, and a half-open one admits it as a
 // probe while probes remain, then rejects with the base open duration as
 // RetryAfter, the wait after which its probes have decided. It is the
-// sluice.Policy method; outside a Guard, Execute reads the clock for you.
+// sluice.Policy method, which a Guard calls.
 func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
@@ -227,7 +223,7 @@ func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
 // latency. Success and Failure are counted; Ignored and Released are not,
 // and give a half-open probe's slot back for another probe. Outcomes of calls
 // admitted before the last state change are dropped. It is the sluice.Policy
-// method; outside a Guard, Execute reports for you.
+// method, which a Guard calls.
 func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	p := b.cur.Load()
 	if !p.owns(t) {
@@ -310,8 +306,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 }
 
 // at returns now, or the breaker's clock when latency is -1: a Guard of
-// policies that need no end instant and Execute on a breaker that needs
-// none to count outcomes leave it unread, and the open period must still
+// policies that need no end instant leaves it unread, and the open period must still
 // start when the call ended.
 func (b *Breaker) at(now, latency time.Duration) time.Duration {
 	if latency < 0 {
@@ -464,9 +459,9 @@ func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, for
 	b.cur.Store(np)
 	if old.state != to {
 		c := sluice.StateChange{Policy: b.name, From: old.state.String(), To: to.String(), At: now}
-		b.notifier.queue(c, old.state, to)
+		b.notifier.queue(c)
 		if b.sink != nil && !b.gone {
-			b.sink.queue(c, old.state, to)
+			b.sink.queue(c)
 		}
 	}
 }

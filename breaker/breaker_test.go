@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 const (
@@ -29,7 +30,7 @@ var (
 // Verdict stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return policytest.DecisionOf(v, p.Name()), v.Ticket
 }
 
 // rejection returns the Decision of the rejection err, failing t when err
@@ -268,8 +269,6 @@ func TestOptionsValidation(t *testing.T) {
 		"probes 0":                  {breaker.WithHalfOpenProbes(0, 1)},
 		"probe ratio 0":             {breaker.WithHalfOpenProbes(1, 0)},
 		"nil clock":                 {breaker.WithClock(nil)},
-		"nil classifier":            {breaker.WithClassifier(nil)},
-		"nil listener":              {breaker.OnStateChange(nil)},
 		"adaptive option":           {breaker.WithMultiplier(2)},
 		"group option":              {breaker.WithMaxBreakers(3)},
 		"count and rolling window":  {breaker.WithCountWindow(10), breaker.WithRollingWindow(sec, 10)},
@@ -493,25 +492,27 @@ func TestRunAcrossTheEpochWrapStartsAgain(t *testing.T) {
 	})
 }
 
-// A classifier that panics on an error it did not expect leaves Execute's
+// A Guard's classifier that panics on an error it did not expect leaves the
 // call a failure, as a panicking call is: the probe it ran does not keep its
 // slot, and the breaker is not held half-open for good.
-func TestExecuteWithAPanickingClassifierEndsTheCall(t *testing.T) {
+func TestAPanickingClassifierEndsTheCall(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	odd := errors.New("odd")
-	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
-		breaker.WithClassifier(func(err error) sluice.Outcome {
-			if errors.Is(err, odd) {
-				panic("classifier")
-			}
-			return sluice.DefaultClassifier(err)
-		}))
-	require.Error(t, b.Execute(func() error { return errors.New("boom") }))
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk), sluice.WithClassifier(func(err error) sluice.Outcome {
+		if errors.Is(err, odd) {
+			panic("classifier")
+		}
+		return sluice.DefaultClassifier(err)
+	}))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.Error(t, g.Do(ctx, func(context.Context) error { return errors.New("boom") }))
 	require.Equal(t, breaker.StateOpen, b.State())
 	clk.Advance(sec)
-	assert.PanicsWithValue(t, "classifier", func() { _ = b.Execute(func() error { return odd }) })
+	assert.PanicsWithValue(t, "classifier", func() { _ = g.Do(ctx, func(context.Context) error { return odd }) })
 	assert.Equal(t, breaker.StateOpen, b.State(), "the probe failed")
 	clk.Advance(sec)
-	require.NoError(t, b.Execute(func() error { return nil }), "the next probe goes through")
+	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }), "the next probe goes through")
 	assert.Equal(t, breaker.StateClosed, b.State())
 }

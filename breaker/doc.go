@@ -2,8 +2,9 @@
 // fails fast instead of piling up on it, and lets a few calls through now
 // and then to notice its recovery.
 //
-// Three policies, all sluice.Policy values for a Guard's chain and all usable
-// on their own:
+// Three policies, all sluice.Policy values for a Guard's chain; one used
+// alone goes in a Guard of its own (sluice.New(sluice.With(b)), then Do or
+// sluice.Execute, as gobreaker's Execute):
 //
 //   - Breaker: the circuit breaker state machine (closed, open, half-open)
 //     with a generation counter. Its trip strategies (consecutive failures,

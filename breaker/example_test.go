@@ -10,30 +10,33 @@ import (
 	"github.com/sluice-go/sluice/breaker"
 )
 
-// A breaker on its own: Execute runs the call and counts its outcome.
-func ExampleBreaker_Execute() {
-	clk := sluice.NewManualClock(0)
+// A breaker on its own, as gobreaker's Execute: a Guard of the breaker
+// alone runs the call and counts its outcome.
+func ExampleNew() {
 	b, err := breaker.New("payments",
-		breaker.WithClock(clk),
 		breaker.WithConsecutiveFailures(3),
 		breaker.WithOpenDuration(10*time.Second),
-		breaker.OnStateChange(func(name string, from, to breaker.State) {
-			fmt.Printf("%s: %v -> %v\n", name, from, to)
-		}),
 	)
 	if err != nil {
 		panic(err)
 	}
+	b.Subscribe(func(c sluice.StateChange) { fmt.Printf("%s: %s -> %s\n", c.Policy, c.From, c.To) })
+	clk := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(b), sluice.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
 	down := errors.New("connection refused")
 	for range 3 {
-		_ = b.Execute(func() error { return down })
+		_ = g.Do(ctx, func(context.Context) error { return down })
 	}
-	err = b.Execute(func() error { return nil })
+	err = g.Do(ctx, func(context.Context) error { return nil })
 	if d, ok := sluice.RejectionOf(err); ok {
 		fmt.Println("rejected:", errors.Is(err, sluice.ErrCircuitOpen), "retry after", d.RetryAfter)
 	}
 	clk.Advance(10 * time.Second)
-	fmt.Println("probe:", b.Execute(func() error { return nil }))
+	fmt.Println("probe:", g.Do(ctx, func(context.Context) error { return nil }))
 	// Output:
 	// breaker/payments: closed -> open
 	// rejected: true retry after 10s

@@ -37,8 +37,8 @@ type Group struct {
 	chunks  []atomic.Pointer[chunk]
 	gens    atomic.Uint64
 	subs    notifier // the listeners of every member's changes
-	// memberCfg is cfg without its listeners, which the Group calls
-	// itself, and with Reconfigure's numbers; guarded by mu.
+	// memberCfg is the members' configuration: cfg, with Reconfigure's
+	// numbers; guarded by mu.
 	memberCfg *config
 
 	mu       sync.Mutex // guards creation, eviction and the fields below
@@ -72,14 +72,8 @@ func NewGroup(name string, opts ...Option) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{name: "breaker/" + name, cfg: cfg, max: cfg.maxBreakers}
-	// OnStateChange functions hear the members through the Group's queue,
-	// one change at a time, not each member's on its own.
 	mc := *cfg
-	mc.listeners = nil
 	g.memberCfg = &mc
-	for _, fn := range cfg.listeners {
-		g.subs.add(subscriber{typed: fn})
-	}
 	// One more slot than members, for the overflow breaker.
 	g.chunks = make([]atomic.Pointer[chunk], (g.max+1+chunkSize-1)/chunkSize)
 	return g, nil
@@ -95,6 +89,15 @@ func (g *Group) Needs() sluice.Needs {
 		return 0
 	}
 	return sluice.NeedsEnd
+}
+
+// Len returns the number of keys the Group holds a breaker for; the
+// overflow breaker, which keys share once WithMaxBreakers is reached, is
+// not one.
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.all)
 }
 
 // Get returns the breaker of key, if the Group holds one.

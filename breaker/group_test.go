@@ -36,9 +36,7 @@ func fail(t *testing.T, g *breaker.Group, ctx context.Context, now time.Duration
 func TestGroupOneBreakerPerResource(t *testing.T) {
 	var mu sync.Mutex
 	var changes []sluice.StateChange
-	var typed []string
-	g := mustGroup(t, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec),
-		breaker.OnStateChange(func(name string, from, to breaker.State) { typed = append(typed, name+" "+to.String()) }))
+	g := mustGroup(t, breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec))
 	g.Subscribe(func(c sluice.StateChange) {
 		mu.Lock()
 		changes = append(changes, c)
@@ -63,7 +61,6 @@ func TestGroupOneBreakerPerResource(t *testing.T) {
 	assert.False(t, ok)
 	require.Len(t, changes, 1)
 	assert.Equal(t, sluice.StateChange{Policy: "breaker/deps/payments", From: "closed", To: "open", At: 0}, changes[0])
-	assert.Equal(t, []string{"breaker/deps/payments open"}, typed)
 }
 
 func TestGroupKeyFunc(t *testing.T) {
@@ -212,8 +209,7 @@ func TestGroupAdmitInAGuard(t *testing.T) {
 	}), "an open member's rejections")
 }
 
-// The Group's listeners, Subscribe's and OnStateChange's, hear one change at
-// a time even when two members trip together on two goroutines.
+// The Group's listeners hear one change at a time even when two members trip together on two goroutines.
 func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 	var in, overlaps atomic.Int32
 	heard := 0 // no lock: one change at a time
@@ -228,8 +224,8 @@ func TestGroupListenersHearOneChangeAtATime(t *testing.T) {
 		heard++
 		in.Add(-1)
 	}
-	g := mustGroup(t, breaker.WithConsecutiveFailures(1),
-		breaker.OnStateChange(func(string, breaker.State, breaker.State) { listen() }))
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1))
+	g.Subscribe(func(sluice.StateChange) { listen() })
 	g.Subscribe(func(sluice.StateChange) { listen() })
 	var wg sync.WaitGroup
 	for _, key := range []string{"a", "b"} {

@@ -179,12 +179,13 @@ func TestConcurrentFailuresTripOnce(t *testing.T) {
 	} {
 		var opened atomic.Int64
 		var changes atomic.Int64
-		b := mustNew(t, append(opts, breaker.OnStateChange(func(_ string, _, to breaker.State) {
+		b := mustNew(t, opts...)
+		b.Subscribe(func(c sluice.StateChange) {
 			changes.Add(1)
-			if to == breaker.StateOpen {
+			if c.To == breaker.StateOpen.String() {
 				opened.Add(1)
 			}
-		}))...)
+		})
 		var wg sync.WaitGroup
 		var start sync.WaitGroup
 		start.Add(1)

@@ -6,17 +6,10 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// subscriber is a state-change listener: a sluice.StateSource subscriber or
-// an OnStateChange function.
+// subscriber is a state-change listener, added by Subscribe.
 type subscriber struct {
-	id    uint64
-	fn    func(sluice.StateChange)
-	typed func(name string, from, to State)
-}
-
-type change struct {
-	c        sluice.StateChange
-	from, to State
+	id uint64
+	fn func(sluice.StateChange)
 }
 
 // notifier delivers state changes to listeners outside the breaker's lock,
@@ -27,15 +20,15 @@ type change struct {
 // next, so no change is lost, repeated or reordered, and nothing deadlocks.
 type notifier struct {
 	mu         sync.Mutex
-	pending    []change
+	pending    []sluice.StateChange
 	delivering bool
 	subs       []subscriber // copy on write
 	nextID     uint64
 }
 
-func (n *notifier) queue(c sluice.StateChange, from, to State) {
+func (n *notifier) queue(c sluice.StateChange) {
 	n.mu.Lock()
-	n.pending = append(n.pending, change{c: c, from: from, to: to})
+	n.pending = append(n.pending, c)
 	n.mu.Unlock()
 }
 
@@ -97,11 +90,7 @@ func (n *notifier) dispatch() {
 		subs := n.subs
 		n.mu.Unlock()
 		for _, s := range subs {
-			if s.fn != nil {
-				s.fn(c.c)
-			} else {
-				s.typed(c.c.Policy, c.from, c.to)
-			}
+			s.fn(c)
 		}
 	}
 }

@@ -75,9 +75,7 @@ type config struct {
 	probeRatio        float64
 	need              int64 // probe successes that close the breaker
 
-	clock     sluice.Clock
-	classify  sluice.Classifier
-	listeners []func(name string, from, to State)
+	clock sluice.Clock
 
 	// Adaptive.
 	k           float64
@@ -98,7 +96,6 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 		probes:      1,
 		probeRatio:  1,
 		clock:       sluice.SystemClock,
-		classify:    sluice.DefaultClassifier,
 		k:           defaultK,
 		random:      randFloat,
 		key:         resourceKey,
@@ -117,7 +114,7 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 		if u.scope&target == 0 {
 			return nil, fmt.Errorf("breaker: %s does not apply to %v", u.name, target)
 		}
-		if given[u.name] && u.name != "OnStateChange" {
+		if given[u.name] {
 			return nil, fmt.Errorf("breaker: %s given twice: the last would silently replace the first", u.name)
 		}
 		given[u.name] = true
@@ -170,12 +167,11 @@ func needs(c *config, system bool) sluice.Needs {
 
 // fixedOptions are the options that say how a breaker is wired, not its
 // numbers: Reconfigure refuses them.
-var fixedOptions = map[string]bool{"WithClock": true, "WithClassifier": true, "OnStateChange": true,
-	"WithRandom": true, "WithKeyFunc": true, "WithMaxBreakers": true}
+var fixedOptions = map[string]bool{"WithClock": true, "WithRandom": true, "WithKeyFunc": true, "WithMaxBreakers": true}
 
 // rebuildConfig builds the configuration that Reconfigure replaces old with:
 // opts as the constructor of target takes them, with old's wiring (clock,
-// classifier, listeners, random source, key function, size).
+// random source, key function, size).
 func rebuildConfig(target scope, old *config, opts []Option) (*config, error) {
 	c, err := buildConfig(target, append([]Option{withRandomOf(old)}, opts...))
 	if err != nil {
@@ -187,7 +183,7 @@ func rebuildConfig(target scope, old *config, opts []Option) (*config, error) {
 		}
 	}
 	c.used = nil
-	c.clock, c.classify, c.listeners = old.clock, old.classify, old.listeners
+	c.clock = old.clock
 	c.key, c.maxBreakers = old.key, old.maxBreakers
 	return c, nil
 }
@@ -392,7 +388,7 @@ func WithJitter(fraction float64) Option {
 // probes; it reopens as soon as that ratio can no longer be reached. The
 // default is one probe and a ratio of 1: the first failed probe reopens.
 // A probe keeps its slot until its end is reported (a Guard always reports
-// it; outside one, Execute does). Applies to New and NewGroup.
+// it). Applies to New and NewGroup.
 func WithHalfOpenProbes(n int, successRatio float64) Option {
 	return func(c *config) error {
 		c.use("WithHalfOpenProbes", forBreaker|forGroup)
@@ -408,10 +404,10 @@ func WithHalfOpenProbes(n int, successRatio float64) Option {
 }
 
 // WithClock sets the clock read by the methods that take no instant
-// (Execute, ForceOpen, Counts...), and by Done when it was not given the end
-// instant (latency -1) and an outcome changes the breaker's state; the default is sluice.SystemClock. Inside a Guard the
-// Guard's clock is used: give both the same one. Applies to New, NewAdaptive
-// and NewGroup.
+// (ForceOpen, Counts...), and by Done when it was not given the end instant
+// (latency -1) and an outcome changes the breaker's state; the default is
+// sluice.SystemClock. Inside a Guard the Guard's clock is used: give both
+// the same one. Applies to New, NewAdaptive and NewGroup.
 func WithClock(clk sluice.Clock) Option {
 	return func(c *config) error {
 		c.use("WithClock", forBreaker|forAdaptive|forGroup)
@@ -419,35 +415,6 @@ func WithClock(clk sluice.Clock) Option {
 			return errors.New("breaker: WithClock: nil clock")
 		}
 		c.clock = clk
-		return nil
-	}
-}
-
-// WithClassifier sets how Execute classifies a call's error;
-// the default is sluice.DefaultClassifier. Inside a Guard, the Guard's
-// classifier decides. Applies to New, NewAdaptive and NewGroup.
-func WithClassifier(fn sluice.Classifier) Option {
-	return func(c *config) error {
-		c.use("WithClassifier", forBreaker|forAdaptive|forGroup)
-		if fn == nil {
-			return errors.New("breaker: WithClassifier: nil classifier")
-		}
-		c.classify = fn
-		return nil
-	}
-}
-
-// OnStateChange registers fn, called after every state change with the
-// breaker's name and the two states; see Breaker.Subscribe for the order and
-// locking guarantees. In a Group, fn hears every member. Applies to New and
-// NewGroup.
-func OnStateChange(fn func(name string, from, to State)) Option {
-	return func(c *config) error {
-		c.use("OnStateChange", forBreaker|forGroup)
-		if fn == nil {
-			return errors.New("breaker: OnStateChange: nil function")
-		}
-		c.listeners = append(c.listeners, fn)
 		return nil
 	}
 }

@@ -10,8 +10,8 @@ import (
 // strategies, window, open duration or backoff, jitter and half-open
 // probes. opts are New's options and are validated as New validates
 // them, as a whole: a setting not given takes its default, as in New.
-// WithClock, WithClassifier, OnStateChange and WithRandom say how the
-// breaker is wired and cannot change. On an error nothing changes.
+// WithClock and WithRandom say how the breaker is wired and cannot
+// change. On an error nothing changes.
 //
 // The breaker keeps its state: an open breaker stays open until the end
 // of its current open spell, a half-open one counts its probes against
@@ -78,7 +78,7 @@ func (g *Group) Reconfigure(opts ...Option) error {
 	if err := sameNeeds(old, c, old.clock == sluice.SystemClock); err != nil {
 		return err
 	}
-	g.memberCfg = c // without listeners, as old: the Group calls its own
+	g.memberCfg = c
 	ms := g.all
 	if g.overflow != nil {
 		ms = append(ms[:len(ms):len(ms)], g.overflow)
@@ -94,8 +94,7 @@ func (g *Group) Reconfigure(opts ...Option) error {
 // Reconfigure changes the throttle's numbers while it runs: its
 // multiplier, window and minimum of requests. opts are NewAdaptive's
 // options, validated as NewAdaptive validates them, as a whole: a setting
-// not given takes its default. WithClock, WithClassifier and WithRandom
-// cannot change. On an error nothing changes. The throttle keeps its
+// not given takes its default. WithClock and WithRandom cannot change. On an error nothing changes. The throttle keeps its
 // counts when the window keeps its length and buckets, and starts an empty
 // window otherwise.
 func (a *Adaptive) Reconfigure(opts ...Option) error {

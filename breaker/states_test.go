@@ -259,20 +259,19 @@ func TestOpenFor(t *testing.T) {
 }
 
 func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
-	type tr struct{ from, to breaker.State }
+	type tr struct{ from, to string }
 	var got []tr
-	var b *breaker.Breaker
-	b = mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec),
-		breaker.OnStateChange(func(name string, from, to breaker.State) {
-			assert.Equal(t, "breaker/test", name)
-			got = append(got, tr{from, to})
-			// Calling back in must not deadlock.
-			_ = b.State()
-			_ = b.Counts()
-			if to == breaker.StateHalfOpen {
-				b.ForceClose() // a change caused by a listener comes after it
-			}
-		}))
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(sec))
+	b.Subscribe(func(c sluice.StateChange) {
+		assert.Equal(t, "breaker/test", c.Policy)
+		got = append(got, tr{c.From, c.To})
+		// Calling back in must not deadlock.
+		_ = b.State()
+		_ = b.Counts()
+		if c.To == breaker.StateHalfOpen.String() {
+			b.ForceClose() // a change caused by a listener comes after it
+		}
+	})
 	var changes []sluice.StateChange
 	unsub := b.Subscribe(func(c sluice.StateChange) { changes = append(changes, c) })
 	ctx := context.Background()
@@ -280,11 +279,7 @@ func TestListenersSeeEveryTransitionOnceInOrderAndMayCallBack(t *testing.T) {
 	b.Done(tk, F, 0, 0)
 	d, _ := admit(b, ctx, sec) // open → half-open, whose listener closes it
 	assert.True(t, d.Allowed)
-	assert.Equal(t, []tr{
-		{breaker.StateClosed, breaker.StateOpen},
-		{breaker.StateOpen, breaker.StateHalfOpen},
-		{breaker.StateHalfOpen, breaker.StateClosed},
-	}, got)
+	assert.Equal(t, []tr{{"closed", "open"}, {"open", "half-open"}, {"half-open", "closed"}}, got)
 	require.Len(t, changes, 3)
 	assert.Equal(t, sluice.StateChange{Policy: "breaker/test", From: "closed", To: "open", At: 0}, changes[0])
 	assert.Equal(t, "half-open", changes[1].To)
@@ -354,12 +349,13 @@ func TestListenersOrderUnderConcurrentTransitions(t *testing.T) {
 
 func TestListenerPanicDoesNotStopLaterDeliveries(t *testing.T) {
 	var n int
-	b := mustNew(t, breaker.OnStateChange(func(_ string, _, to breaker.State) {
+	b := mustNew(t)
+	b.Subscribe(func(sluice.StateChange) {
 		n++
 		if n == 1 {
 			panic("listener failed")
 		}
-	}))
+	})
 	assert.Panics(t, b.ForceOpen)
 	b.ForceClose()
 	assert.Equal(t, 2, n)

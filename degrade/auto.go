@@ -88,13 +88,12 @@ func NewAuto(sw *Switch, signal func() float64, h Hysteresis) (*Auto, error) {
 // Check reads the signal and the switch's clock, sets the switch as the
 // hysteresis says, and reports whether it is on.
 func (a *Auto) Check() bool {
-	return a.Observe(a.sw.clock.Now(), a.signal())
+	return a.observe(a.sw.clock.Now(), a.signal())
 }
 
-// Observe takes v as the signal's reading at the monotonic instant now, sets
-// the switch as the hysteresis says, and reports whether it is on. Check is
-// shorthand for Observe at the switch clock's reading with the signal's.
-func (a *Auto) Observe(now time.Duration, v float64) bool {
+// observe takes v as the signal's reading at the monotonic instant now, sets
+// the switch as the hysteresis says, and reports whether it is on.
+func (a *Auto) observe(now time.Duration, v float64) bool {
 	if math.IsNaN(v) || a.sw.Pinned() {
 		return a.sw.On()
 	}

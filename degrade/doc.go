@@ -17,8 +17,8 @@
 //     guard's shedding, CPU above a level) with hysteresis, so it does not
 //     flap; pinned by hand, it is left alone by its Auto until unpinned. A
 //     [Shed] policy turns a whole non-core route away while its switch is
-//     on, and a [Registry] keeps switches by name, for an admin endpoint to
-//     set, pin and unpin them.
+//     on. Each switch has a Name, for an admin endpoint that keeps its
+//     switches in a map to set, pin and unpin them.
 //
 // Call timeouts are a Guard option of the root package, sluice.WithTimeout:
 // a timeout error matches sluice.ErrTimeout, and a fallback declared with

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -93,7 +92,7 @@ func ExampleStale() {
 
 	clock.Advance(90 * time.Second)
 	r, err = prices.Execute(context.Background(), g, "sku-1", down)
-	fmt.Printf("%s stale=%v Age: %d\n", r.Value, r.Stale, r.AgeSeconds())
+	fmt.Printf("%s stale=%v Age: %d\n", r.Value, r.Stale, int64(r.Age/time.Second))
 
 	clock.Advance(time.Hour)
 	_, err = prices.Execute(context.Background(), g, "sku-1", down)
@@ -170,13 +169,15 @@ func ExampleSwitch() {
 // so a usage hovering around one level does not make it flap.
 func ExampleAuto() {
 	clock := sluice.NewManualClock(0)
-	cpu := adaptive.NewManualSampler(0.5, 0) // in production: the sampler the load guard reads
+	// In production: the CPU method of an adaptive.SystemSampler.
+	usage := 0.5
+	cpu := func() float64 { return usage }
 	rich, err := degrade.NewSwitch("rich-fields", degrade.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	rich.Subscribe(func(c sluice.StateChange) { fmt.Printf("%v: %s -> %s\n", c.At, c.From, c.To) })
-	auto, err := degrade.NewAuto(rich, cpu.CPU, degrade.Hysteresis{
+	auto, err := degrade.NewAuto(rich, cpu, degrade.Hysteresis{
 		OnAbove: 0.85, OnFor: 10 * time.Second,
 		OffBelow: 0.6, OffFor: 30 * time.Second,
 	})
@@ -185,9 +186,9 @@ func ExampleAuto() {
 	}
 
 	// In production: go auto.Run(ctx, time.Second). Here the clock steps.
-	for s, usage := range []float64{0.9, 0.95, 0.7, 0.9, 0.9, 0.9, 0.7, 0.5, 0.5, 0.5, 0.5} {
+	for s, u := range []float64{0.9, 0.95, 0.7, 0.9, 0.9, 0.9, 0.7, 0.5, 0.5, 0.5, 0.5} {
 		clock.Set(time.Duration(s) * 10 * time.Second)
-		cpu.SetCPU(usage)
+		usage = u
 		auto.Check()
 	}
 	fmt.Println("on:", rich.On())

@@ -18,11 +18,6 @@ func Value[T any](v T) Func[T] {
 	return func(context.Context, error) (T, error) { return v, nil }
 }
 
-// Swallow is a Func for Guard.Do: it answers every error with success, so
-// the call's error is hidden from the caller (the Guard's policies still
-// count it). Declare it as degrade.OnCircuitOpen(degrade.Swallow).
-func Swallow(context.Context, error) (struct{}, error) { return struct{}{}, nil }
-
 // kind is the slot a Rule fills, from the most specific to the least: one per
 // sluice.Cause, then any rejection, then any error.
 type kind uint8
@@ -156,13 +151,6 @@ func (f *Fallbacks[T]) Declared(_ context.Context, err error) (string, bool) {
 		return r.name, true
 	}
 	return "", false
-}
-
-// Apply answers err with its most specific rule. When no rule answers, it
-// returns the zero T and err.
-func (f *Fallbacks[T]) Apply(ctx context.Context, err error) (T, error) {
-	v, _, out := f.AnswerValue(ctx, err)
-	return v, out
 }
 
 // AnswerValue implements sluice.FallbackOf: it answers err with its most

@@ -237,8 +237,9 @@ func TestDecliningFallbackReturnsTheOriginalError(t *testing.T) {
 	assert.ErrorIs(t, g.Do(context.Background(), func(context.Context) error { return nil }), sluice.ErrRateLimited)
 	assert.Empty(t, evs.all())
 
-	v, err := fb.Apply(context.Background(), errBoom)
+	v, name, err := fb.AnswerValue(context.Background(), errBoom)
 	assert.Same(t, errBoom, err, "an undeclared error goes through")
+	assert.Empty(t, name)
 	assert.Zero(t, v)
 }
 
@@ -254,7 +255,7 @@ func TestFallbackPanicPropagates(t *testing.T) {
 }
 
 func TestDoAppliesFallbacks(t *testing.T) {
-	fb, err := degrade.New(degrade.OnCircuitOpen(degrade.Swallow))
+	fb, err := degrade.New(degrade.OnCircuitOpen(degrade.Value(struct{}{})))
 	require.NoError(t, err)
 	g := newGuard(t, sluice.With(openBreaker(t)), sluice.WithFallback(fb))
 	ran := false

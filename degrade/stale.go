@@ -89,10 +89,6 @@ type Result[T any] struct {
 	Age time.Duration
 }
 
-// AgeSeconds returns Age in whole seconds, rounded down, as an HTTP Age
-// header carries it.
-func (r Result[T]) AgeSeconds() int64 { return int64(r.Age / time.Second) }
-
 // Put remembers v as the answer for key, now.
 func (s *Stale[T]) Put(key string, v T) {
 	now := s.clock.Now()
@@ -141,14 +137,6 @@ func (s *Stale[T]) Delete(key string) {
 		s.unlink(e)
 		delete(s.entries, key)
 	}
-}
-
-// Len returns the number of keys remembered, expired ones included until
-// they are looked up or pushed out.
-func (s *Stale[T]) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.entries)
 }
 
 func (s *Stale[T]) pushNewest(e *staleEntry[T]) {

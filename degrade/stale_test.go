@@ -71,11 +71,6 @@ func TestStaleServesTheLastGoodAnswerWithItsAge(t *testing.T) {
 	}
 }
 
-func TestStaleAgeSeconds(t *testing.T) {
-	assert.Equal(t, int64(0), degrade.Result[int]{Age: 999 * time.Millisecond}.AgeSeconds())
-	assert.Equal(t, int64(61), degrade.Result[int]{Age: 61500 * time.Millisecond}.AgeSeconds())
-}
-
 func TestStaleServesRejectedRequests(t *testing.T) {
 	clock := sluice.NewManualClock(time.Hour)
 	s := newStale(t, time.Minute, 10, clock)

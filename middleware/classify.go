@@ -21,32 +21,3 @@ func ClassifyHTTPStatus(status int) sluice.Outcome {
 	}
 	return sluice.Ignored
 }
-
-// The gRPC status codes, numbered as google.golang.org/grpc/codes numbers
-// them, so that this package need not import gRPC.
-const (
-	codeOK               = 0
-	codeUnknown          = 2
-	codeDeadlineExceeded = 4
-	codeInternal         = 13
-	codeUnavailable      = 14
-	codeDataLoss         = 15
-)
-
-// CodeClassifier decides what a gRPC status code (codes.Code as a uint32)
-// says about the health of the handler or dependency that returned it.
-type CodeClassifier func(code uint32) sluice.Outcome
-
-// ClassifyGRPCCode is the default CodeClassifier: OK is a Success;
-// Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are a Failure;
-// every other code (Canceled, InvalidArgument, NotFound, ResourceExhausted,
-// ...) is Ignored.
-func ClassifyGRPCCode(code uint32) sluice.Outcome {
-	switch code {
-	case codeOK:
-		return sluice.Success
-	case codeUnavailable, codeDeadlineExceeded, codeInternal, codeUnknown, codeDataLoss:
-		return sluice.Failure
-	}
-	return sluice.Ignored
-}

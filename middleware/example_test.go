@@ -55,11 +55,8 @@ func ExampleNewRoutes() {
 	// middleware: RouteTo: malformed pattern "GET /x/{": bad wildcard segment "{": a wildcard is a whole segment, {name} or {name...}
 }
 
-func ExampleClassifyGRPCCode() {
-	// google.golang.org/grpc/codes: 0 OK, 5 NotFound, 14 Unavailable.
-	fmt.Println(middleware.ClassifyGRPCCode(0), middleware.ClassifyGRPCCode(5), middleware.ClassifyGRPCCode(14))
+func ExampleClassifyHTTPStatus() {
 	fmt.Println(middleware.ClassifyHTTPStatus(200), middleware.ClassifyHTTPStatus(404), middleware.ClassifyHTTPStatus(502))
 	// Output:
-	// success ignored failure
 	// success ignored failure
 }

@@ -120,14 +120,6 @@ func TestClassifiers(t *testing.T) {
 	} {
 		assert.Equal(t, want, ClassifyHTTPStatus(status), status)
 	}
-	// google.golang.org/grpc/codes numbering.
-	for code, want := range map[uint32]sluice.Outcome{
-		0: sluice.Success, 1: sluice.Ignored, 2: sluice.Failure, 3: sluice.Ignored, 4: sluice.Failure,
-		5: sluice.Ignored, 7: sluice.Ignored, 8: sluice.Ignored, 12: sluice.Ignored, 13: sluice.Failure,
-		14: sluice.Failure, 15: sluice.Failure, 16: sluice.Ignored,
-	} {
-		assert.Equal(t, want, ClassifyGRPCCode(code), code)
-	}
 }
 
 // A nil *Keyer keys nothing, as its doc says: Key and Context neither panic

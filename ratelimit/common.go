@@ -6,23 +6,38 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
+
+func init() {
+	// The adapters read a limiter's window for the RateLimit-Policy header
+	// field through package policywindow.
+	policywindow.Register(func(p any) time.Duration {
+		if w, ok := p.(interface{ rateWindow() time.Duration }); ok {
+			return w.rateWindow()
+		}
+		return 0
+	})
+}
 
 // ErrNeverSatisfiable is the cause of a rejection for a request whose cost is
 // larger than the limiter could ever grant at once (n > burst, n > the
 // window's limit). It wraps sluice.ErrRateLimited, so adapters answer 429, but
-// waiting would never help: WaitN returns it at once instead of waiting.
+// waiting would never help: a Shaper, or TokenBucket.WaitN, returns it at once
+// instead of waiting.
 var ErrNeverSatisfiable = fmt.Errorf("%w: the request's cost exceeds the limiter's capacity and can never be satisfied", sluice.ErrRateLimited)
 
-// Option configures a limiter of this package, or a Keyed. WithName and
-// WithClock apply to every constructor; WithMaxKeys, WithIdleTTL,
-// WithJanitor and RequireKey apply to NewKeyed only, and any other
-// constructor given one of them returns an error.
+// Option configures a limiter of this package, or a Keyed. WithName applies
+// to every constructor; WithClock to NewTokenBucket and NewKeyed, the two
+// that read a clock of their own; WithMaxKeys, WithIdleTTL, WithJanitor and
+// RequireKey to NewKeyed only. A constructor given an option that does not
+// apply to it returns an error.
 type Option func(*options) error
 
 type options struct {
-	name  string
-	clock sluice.Clock
+	name     string
+	clock    sluice.Clock
+	clockSet bool // WithClock was given
 	// Keyed only.
 	maxKeys    int
 	idleTTL    time.Duration
@@ -44,16 +59,17 @@ func WithName(name string) Option {
 	}
 }
 
-// WithClock sets the clock read by the methods that take no instant (Allow,
-// Reserve, Wait, Keyed's AllowKey) and by a Keyed's janitor; the default is
-// sluice.SystemClock. Inside a Guard, the Guard hands Admit its own instants:
-// give both the same clock.
+// WithClock sets the clock a TokenBucket reads in its methods that take no
+// instant (Allow, Wait, Tokens, SetLimit...), or a Keyed's janitor reads; the
+// default is sluice.SystemClock. The other limiters read no clock: a Guard
+// hands Admit its own instants (give the Guard and the limiter the same
+// clock), and they decide only through it.
 func WithClock(c sluice.Clock) Option {
 	return func(o *options) error {
 		if c == nil {
 			return errors.New("ratelimit: WithClock: nil clock")
 		}
-		o.clock = c
+		o.clock, o.clockSet = c, true
 		return nil
 	}
 }
@@ -77,14 +93,18 @@ func applyOptions(o *options, opts []Option) error {
 	return nil
 }
 
-// buildOptions applies the options of a limiter of the given algorithm.
-func buildOptions(algorithm string, opts []Option) (options, error) {
+// buildOptions applies the options of a limiter of the given algorithm;
+// readsClock tells whether it takes WithClock.
+func buildOptions(algorithm string, readsClock bool, opts []Option) (options, error) {
 	o := options{name: "ratelimit/" + algorithm, clock: sluice.SystemClock}
 	if err := applyOptions(&o, opts); err != nil {
 		return o, err
 	}
 	if o.keyedOnly != "" {
 		return o, fmt.Errorf("ratelimit: %s: %s applies to NewKeyed only", algorithm, o.keyedOnly)
+	}
+	if o.clockSet && !readsClock {
+		return o, fmt.Errorf("ratelimit: %s: WithClock: this limiter reads no clock of its own; give the clock to the Guard (sluice.WithClock)", algorithm)
 	}
 	return o, nil
 }
@@ -124,10 +144,11 @@ func never(name string, limit, remaining int64, reset time.Duration) sluice.Deci
 	return d
 }
 
-// Rate is Count events per Period: PerSecond(100), PerMinute(10), PerHour(5),
-// Every(50*time.Millisecond). Its zero
-// value is invalid; constructors reject it, as they reject a Count or Period
-// of zero or less and more events per Period than it has nanoseconds.
+// Rate is Count events per Period: PerSecond(100), Every(50*time.Millisecond)
+// (one event each interval), or, for any other period, a literal such as
+// Rate{Count: 10, Period: time.Minute}. Its zero value is invalid;
+// constructors reject it, as they reject a Count or Period of zero or less
+// and more events per Period than it has nanoseconds.
 type Rate struct {
 	Count  int64
 	Period time.Duration
@@ -135,12 +156,6 @@ type Rate struct {
 
 // PerSecond returns a Rate of n per second.
 func PerSecond(n int64) Rate { return Rate{Count: n, Period: time.Second} }
-
-// PerMinute returns a Rate of n per minute.
-func PerMinute(n int64) Rate { return Rate{Count: n, Period: time.Minute} }
-
-// PerHour returns a Rate of n per hour.
-func PerHour(n int64) Rate { return Rate{Count: n, Period: time.Hour} }
 
 // Every returns a Rate of one event every interval.
 func Every(interval time.Duration) Rate { return Rate{Count: 1, Period: interval} }

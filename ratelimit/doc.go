@@ -14,9 +14,11 @@
 //
 // Every limiter is a sluice.Policy: a Guard hands its Admit the instant it
 // read, and the Decision carries Limit, Remaining, Reset and RetryAfter for
-// the adapters' headers. Outside a Guard, Allow and AllowN decide by the
-// limiter's clock (WithClock). Only the token bucket also has …At forms that
-// take the instant, as golang.org/x/time/rate does. Every constructor
+// the adapters' headers. A limiter decides through a Guard, even used alone
+// (sluice.New(sluice.With(limit)), then Do or Begin): the Guard reads the
+// clock, takes the cost from the context and ends each admission. Only the
+// token bucket also has methods of its own (Allow, Wait, and their N and …At
+// forms), for parity with golang.org/x/time/rate. Every constructor
 // validates its parameters and options and returns an error, and no limiter
 // admits extra when the clock jumps backwards.
 package ratelimit

@@ -38,26 +38,6 @@ func ExampleNewTokenBucket() {
 	// at 100ms: allowed=true remaining=0 retry-after=0s
 }
 
-// Reserving tokens ahead of time: the reservation says how long to wait, and
-// a cancelled one gives its tokens back.
-func ExampleTokenBucket_ReserveNAt() {
-	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 2)
-	if err != nil {
-		panic(err)
-	}
-	now := time.Duration(0)
-	first := tb.ReserveNAt(now, 2)
-	second := tb.ReserveNAt(now, 1)
-	fmt.Println("first waits", first.DelayFrom(now), "second waits", second.DelayFrom(now))
-	fmt.Println("more than the burst:", tb.ReserveNAt(now, 3).OK())
-	second.CancelAt(now)
-	fmt.Println("after cancelling, a token at", tb.ReserveNAt(now, 1).DelayFrom(now))
-	// Output:
-	// first waits 0s second waits 100ms
-	// more than the burst: false
-	// after cancelling, a token at 100ms
-}
-
 // Changing the rate at runtime keeps the tokens the bucket holds.
 func ExampleTokenBucket_SetLimit() {
 	clock := sluice.NewManualClock(0)
@@ -80,15 +60,21 @@ func ExampleTokenBucket_SetLimit() {
 // GCRA keeps one theoretical arrival time: 100 per second with a burst of
 // 100 admits 100 requests at 0.99s and, 20ms later, the 2 that have refilled.
 func ExampleNewGCRA() {
-	clock := sluice.NewManualClock(0)
-	limiter, err := ratelimit.NewGCRA(ratelimit.PerSecond(100), 100, ratelimit.WithClock(clock))
+	limiter, err := ratelimit.NewGCRA(ratelimit.PerSecond(100), 100)
 	if err != nil {
 		panic(err)
 	}
+	clock := sluice.NewManualClock(0)
+	g, err := sluice.New(sluice.With(limiter), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer g.Close()
+	ok := func(context.Context) error { return nil }
 	count := func(at time.Duration) (n int) {
 		clock.Set(at)
 		for range 100 {
-			if limiter.Allow() {
+			if g.Do(context.Background(), ok) == nil {
 				n++
 			}
 		}
@@ -96,13 +82,8 @@ func ExampleNewGCRA() {
 	}
 	fmt.Println("at 0.99s:", count(990*time.Millisecond))
 	fmt.Println("at 1.01s:", count(1010*time.Millisecond))
-	// Through a Guard on the same clock, a rejection says when to retry.
-	g, err := sluice.New(sluice.With(limiter), sluice.WithClock(clock))
-	if err != nil {
-		panic(err)
-	}
-	defer g.Close()
-	d, _ := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
+	// A rejection says when to retry.
+	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
 	fmt.Println("retry after", d.RetryAfter, "reset", d.Reset)
 	// Output:
 	// at 0.99s: 100
@@ -145,32 +126,31 @@ func ExampleNewWarmUp() {
 
 // A shaper spaces requests evenly: through a Guard, a request waits for its
 // turn, up to the maximum wait, and one whose turn lies further is rejected
-// at once. Allow never waits: it admits a request only when its turn is now.
+// at once.
 func ExampleNewShaper() {
-	clock := sluice.NewManualClock(0)
-	s, err := ratelimit.NewShaper(ratelimit.PerSecond(10), 250*time.Millisecond, ratelimit.WithClock(clock))
+	s, err := ratelimit.NewShaper(ratelimit.PerSecond(10), 250*time.Millisecond)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("at 0s:", s.Allow(), s.Allow()) // the second's turn is at 100ms
-	clock.Set(100 * time.Millisecond)
-	fmt.Println("at 100ms:", s.Allow())
-
+	clock := sluice.NewManualClock(0)
 	g, err := sluice.New(sluice.With(s), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	ok := func(context.Context) error { return nil }
-	clock.Set(200 * time.Millisecond) // the next turn is now: no wait
-	fmt.Println("through the guard:", g.Do(context.Background(), ok))
-	clock.Set(300 * time.Millisecond)
-	s.AllowN(3) // the turns up to 600ms
+	fmt.Println("at 0s:", g.Do(context.Background(), ok)) // the next turn is at 100ms
+	clock.Set(100 * time.Millisecond)
+	fmt.Println("at 100ms:", g.Do(context.Background(), ok))
+	clock.Set(200 * time.Millisecond)
+	// A request of cost 4 takes the turns up to 600ms.
+	fmt.Println("at 200ms:", g.Do(sluice.WithCost(context.Background(), 4), ok))
+	clock.Set(300 * time.Millisecond) // the next turn, at 600ms, is 300ms away
 	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
 	fmt.Println("next turn in", d.Reset, "retry after", d.RetryAfter)
 	// Output:
-	// at 0s: true false
-	// at 100ms: true
-	// through the guard: <nil>
+	// at 0s: <nil>
+	// at 100ms: <nil>
+	// at 200ms: <nil>
 	// next turn in 300ms retry after 50ms
 }

@@ -13,25 +13,28 @@ import (
 func ExampleNewFixedWindow() {
 	clock := sluice.NewManualClock(0)
 	// 3 requests a second, counted in windows [0s, 1s), [1s, 2s), ...
-	w, err := ratelimit.NewFixedWindow(3, time.Second, ratelimit.WithClock(clock))
+	w, err := ratelimit.NewFixedWindow(3, time.Second)
 	if err != nil {
 		panic(err)
 	}
-	clock.Set(900 * time.Millisecond)
-	fmt.Println(w.Allow(), w.Allow(), w.Allow(), w.Allow())
-	// Through a Guard on the same clock, a rejection says when to retry.
 	g, err := sluice.New(sluice.With(w), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
+	allow := func(n int64) bool {
+		return g.Do(sluice.WithCost(context.Background(), n), func(context.Context) error { return nil }) == nil
+	}
+	clock.Set(900 * time.Millisecond)
+	fmt.Println(allow(1), allow(1), allow(1))
+	// A rejection says when to retry.
 	d, _ := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
 	fmt.Println("retry after", d.RetryAfter)
 	// A new window: the boundary lets another 3 through at once.
 	clock.Set(1100 * time.Millisecond)
-	fmt.Println(w.AllowN(3))
+	fmt.Println(allow(3))
 	// Output:
-	// true true true false
+	// true true true
 	// retry after 100ms
 	// true
 }
@@ -39,7 +42,7 @@ func ExampleNewFixedWindow() {
 func ExampleNewSlidingWindow() {
 	clock := sluice.NewManualClock(0)
 	// 3 requests in any second, tracked in 10 buckets of 100ms.
-	w, err := ratelimit.NewSlidingWindow(3, time.Second, 10, ratelimit.WithClock(clock))
+	w, err := ratelimit.NewSlidingWindow(3, time.Second, 10)
 	if err != nil {
 		panic(err)
 	}
@@ -48,13 +51,16 @@ func ExampleNewSlidingWindow() {
 		panic(err)
 	}
 	defer g.Close()
+	allow := func(n int64) bool {
+		return g.Do(sluice.WithCost(context.Background(), n), func(context.Context) error { return nil }) == nil
+	}
 	clock.Set(900 * time.Millisecond)
-	fmt.Println(w.AllowN(3))
+	fmt.Println(allow(3))
 	clock.Set(1100 * time.Millisecond)
 	d, rejected := sluice.RejectionOf(g.Do(context.Background(), func(context.Context) error { return nil }))
 	fmt.Println(rejected, "retry after", d.RetryAfter)
 	clock.Set(1900 * time.Millisecond)
-	fmt.Println(w.Allow())
+	fmt.Println(allow(1))
 	// Output:
 	// true
 	// true retry after 800ms
@@ -64,7 +70,7 @@ func ExampleNewSlidingWindow() {
 func ExampleNewSlidingLog() {
 	clock := sluice.NewManualClock(0)
 	// At most 2 requests in any 10 seconds, exactly.
-	l, err := ratelimit.NewSlidingLog(2, 10*time.Second, ratelimit.WithName("ratelimit/password-reset"), ratelimit.WithClock(clock))
+	l, err := ratelimit.NewSlidingLog(2, 10*time.Second, ratelimit.WithName("ratelimit/password-reset"))
 	if err != nil {
 		panic(err)
 	}
@@ -74,14 +80,14 @@ func ExampleNewSlidingLog() {
 	}
 	defer g.Close()
 	ok := func(context.Context) error { return nil }
-	first := l.Allow()
+	first := g.Do(context.Background(), ok) == nil
 	clock.Set(4 * time.Second)
-	fmt.Println(first, l.Allow())
+	fmt.Println(first, g.Do(context.Background(), ok) == nil)
 	clock.Set(9 * time.Second)
 	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
 	fmt.Println(d.Policy, "retry after", d.RetryAfter, "reset", d.Reset)
 	clock.Set(10 * time.Second)
-	fmt.Println(l.Allow())
+	fmt.Println(g.Do(context.Background(), ok) == nil)
 	err = g.Do(sluice.WithCost(context.Background(), 3), ok)
 	fmt.Println(errors.Is(err, ratelimit.ErrNeverSatisfiable))
 	// Output:
@@ -94,22 +100,21 @@ func ExampleNewSlidingLog() {
 func ExampleNewLeakyBucket() {
 	clock := sluice.NewManualClock(0)
 	// Holds 5 units and leaks 10 a second: bursts of 5, then one per 100ms.
-	b, err := ratelimit.NewLeakyBucket(ratelimit.PerSecond(10), 5, ratelimit.WithClock(clock))
+	b, err := ratelimit.NewLeakyBucket(ratelimit.PerSecond(10), 5)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(b.AllowN(5), b.Allow())
-
 	g, err := sluice.New(sluice.With(b), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
 	ok := func(context.Context) error { return nil }
+	// The cost of a request comes from its context.
+	fmt.Println(g.Do(sluice.WithCost(context.Background(), 5), ok) == nil, g.Do(context.Background(), ok) == nil)
 	clock.Set(50 * time.Millisecond)
 	d, _ := sluice.RejectionOf(g.Do(context.Background(), ok))
 	fmt.Println("retry after", d.RetryAfter, "empty in", d.Reset)
-	// In a Guard, the cost of a request comes from its context.
 	clock.Set(100 * time.Millisecond)
 	err = g.Do(sluice.WithCost(context.Background(), 2), ok)
 	fmt.Println(errors.Is(err, sluice.ErrRateLimited))

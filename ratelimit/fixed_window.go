@@ -10,11 +10,10 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // FixedWindow admits at most limit cost units in each window of time
-// [k·window, (k+1)·window), counted from instant 0 of the limiter's clock.
+// [k·window, (k+1)·window), counted from instant 0 of the Guard's clock.
 //
 // It is the simplest limiter and the cheapest: one atomic word holds the
 // window's index and what it has used, updated with compare-and-swap. Its
@@ -27,10 +26,9 @@ import (
 // so it never admits extra. Make one with NewFixedWindow; the zero value is
 // not usable.
 type FixedWindow struct {
-	cfg   atomic.Pointer[windowConfig]
-	mu    sync.Mutex // serialises SetLimit
-	name  string
-	clock limiterClock
+	cfg  atomic.Pointer[windowConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
 }
 
 // windowConfig is one configuration of a FixedWindow with its own state
@@ -55,24 +53,6 @@ type windowConfig struct {
 // count above any limit in a window that is never current.
 const windowFrozen = ^uint64(0)
 
-// limiterClock reads a limiter's clock for the methods that take no instant,
-// calling monoclock.Now directly, not through the interface, for SystemClock.
-type limiterClock struct {
-	c   sluice.Clock
-	sys bool
-}
-
-func newLimiterClock(c sluice.Clock) limiterClock {
-	return limiterClock{c: c, sys: c == sluice.SystemClock}
-}
-
-func (c limiterClock) now() time.Duration {
-	if c.sys {
-		return monoclock.Now()
-	}
-	return c.c.Now()
-}
-
 // NewFixedWindow returns a limiter that admits limit cost units per window.
 //
 // It fails when limit < 1 or above 2^40-2, window <= 0, or window is too
@@ -80,7 +60,7 @@ func (c limiterClock) now() time.Duration {
 // 4·2^bits(limit+1) nanoseconds, bits(n) being the length of n in binary:
 // 512ns for a limit of 100, 4.2ms for a limit of a million).
 func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWindow, error) {
-	o, err := buildOptions("fixed-window", opts)
+	o, err := buildOptions("fixed-window", false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +70,7 @@ func NewFixedWindow(limit int64, window time.Duration, opts ...Option) (*FixedWi
 	}
 	c.since = math.MinInt64
 	c.state.Store(c.cmask) // pristine
-	w := &FixedWindow{name: o.name, clock: newLimiterClock(o.clock)}
+	w := &FixedWindow{name: o.name}
 	w.cfg.Store(c)
 	return w, nil
 }
@@ -109,13 +89,14 @@ func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 	return &windowConfig{limit: limit, window: window, cb: cb, cmask: 1<<cb - 1}, nil
 }
 
-// SetLimit changes the limit and the window now, by the limiter's clock,
-// validated as NewFixedWindow validates them: on an error nothing changes.
-// With the window unchanged, the units used in the current window stay
-// used (a window already past the new limit admits nothing more until it
-// ends); with a new window, counting starts afresh in the new window that
-// holds now, charged with what the current one used. Safe while requests
-// are decided; a request released after the change gives nothing back.
+// SetLimit changes the limit and the window, validated as NewFixedWindow
+// validates them: on an error nothing changes. With the window unchanged,
+// the units used in the current window stay used (a window already past
+// the new limit admits nothing more until it ends); with a new window,
+// they are counted in the new window that holds the current one's end,
+// until that window ends. Safe while requests are decided; a request
+// admitted before the change and released after it, within the window it
+// was counted in, gives nothing back.
 func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	c, err := newWindowConfig(limit, window)
 	if err != nil {
@@ -125,23 +106,37 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	defer w.mu.Unlock()
 	old := w.cfg.Load()
 	s := old.state.Swap(windowFrozen)
-	now := w.clock.now()
-	c.since = now
 	used := s & old.cmask
 	if used == old.cmask {
+		c.since = old.since    // nothing admitted yet: no release to drop
 		c.state.Store(c.cmask) // pristine
 	} else {
-		cur := floorDiv(int64(now), int64(old.window))
-		idx := cur
-		if diff := slotDiff(uint64(cur)<<old.cb, s, old.cb); diff <= 0 {
-			idx = cur - diff
-		} else {
-			used = 0
-		}
+		// The index of the window the state counts in: kept modulo
+		// 2^(64-cb), which holds every index of an instant a window of
+		// this length can tell apart (see checkGranularity).
+		idx := int64(s) >> old.cb
+		end := time.Duration(idx+1) * old.window // the end of that window
+		// Every admission counted so far came before that end: its
+		// release, cut for the old numbers, gives nothing back.
+		c.since = end - 1
 		if window != old.window {
-			idx = floorDiv(int64(now), int64(window))
+			// The count moves to the new window that holds the old one's
+			// last instant, so it is held no shorter than it would have
+			// been; a later instant starts afresh, as in any new window.
+			idx = floorDiv(int64(end)-1, int64(window))
 		}
-		c.state.Store(uint64(idx)<<c.cb | min(used, uint64(limit)))
+		if used > uint64(limit) {
+			// Keep the count above a lowered limit, so that raising it
+			// back in the same window gives nothing twice: widen the count
+			// field when the window allows, else the window counts as full.
+			cb := uint(bits.Len64(used + 1))
+			if checkGranularity("fixed window", int64(used), 1<<40-2, window, cb) == nil {
+				c.cb, c.cmask = cb, 1<<cb-1
+			} else {
+				used = uint64(limit)
+			}
+		}
+		c.state.Store(uint64(idx)<<c.cb | used)
 	}
 	w.cfg.Store(c)
 	return nil
@@ -172,8 +167,8 @@ func slotDiff(a, b uint64, cb uint) int64 {
 // WithName.
 func (w *FixedWindow) Name() string { return w.name }
 
-// Window returns the length of a window.
-func (w *FixedWindow) Window() time.Duration { return w.cfg.Load().window }
+// rateWindow returns the length of a window.
+func (w *FixedWindow) rateWindow() time.Duration { return w.cfg.Load().window }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (w *FixedWindow) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -205,15 +200,8 @@ func (w *FixedWindow) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	}
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *FixedWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *FixedWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *FixedWindow) allowNAt(now time.Duration, n int64) bool {
 	_, res, _, _ := w.take(now, max(n, 1))
 	return res == windowAllowed

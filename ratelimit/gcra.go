@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // cacheLine is the padding that keeps a hot state word alone on its cache
@@ -172,11 +171,9 @@ func floorDiv(a, b int64) int64 {
 // Create one with NewGCRA; the zero value is not usable. A GCRA is safe for
 // concurrent use.
 type GCRA struct {
-	cfg      atomic.Pointer[bucketConfig] // its edge is unused: a GCRA has no reservations
-	mu       sync.Mutex                   // serialises SetLimit
-	name     string
-	clock    sluice.Clock
-	sysClock bool // clock is sluice.SystemClock: read it without an interface call
+	cfg  atomic.Pointer[bucketConfig] // its edge is unused: a GCRA has no reservations
+	mu   sync.Mutex                   // serialises SetLimit
+	name string
 }
 
 // NewGCRA returns a GCRA admitting r on average with bursts of up to burst
@@ -187,48 +184,33 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("gcra", opts)
+	o, err := buildOptions("gcra", false, opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}
+	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r, since: math.MinInt64}
 	c.tat.v.Store(emptyTAT)
 	c.edge.Store(emptyTAT)
-	g := &GCRA{name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	g := &GCRA{name: o.name}
 	g.cfg.Store(c)
 	return g, nil
 }
 
-// SetLimit changes the rate and the burst now, by the limiter's clock,
-// validated as NewGCRA validates them: on an error nothing changes. The
-// limiter keeps what it lacks of a full burst, rescaled to the new rate
-// and rounded towards less, so a limiter that was full is full at its new
-// size. Safe while requests are decided.
+// SetLimit changes the rate and the burst, validated as NewGCRA validates
+// them: on an error nothing changes. The limiter keeps its theoretical
+// arrival time, the instant it is full again, as the Redis GCRA does: a
+// full limiter is full at its new size, and one that lacks tokens repays
+// the same time. Safe while requests are decided.
 func (g *GCRA) SetLimit(r Rate, burst int64) error {
-	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, int64(g.now()))
-}
-
-func (g *GCRA) now() time.Duration {
-	if g.sysClock {
-		return monoclock.Now()
-	}
-	return g.clock.Now()
+	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, keepTAT)
 }
 
 // Name returns the name given with WithName; default "ratelimit/gcra".
 func (g *GCRA) Name() string { return g.name }
 
-// Window returns the time the limiter takes to refill its whole burst, burst
+// rateWindow returns the time the limiter takes to refill its whole burst, burst
 // × interval: the w of the RateLimit-Policy header field.
-func (g *GCRA) Window() time.Duration { return time.Duration(g.cfg.Load().tau) }
-
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (g *GCRA) Allow() bool { return g.allowNAt(g.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (g *GCRA) AllowN(n int64) bool { return g.allowNAt(g.now(), n) }
+func (g *GCRA) rateWindow() time.Duration { return time.Duration(g.cfg.Load().tau) }
 
 // allowNAt is AllowN at instant now: the bare answer, with no ticket.
 func (g *GCRA) allowNAt(now time.Duration, n int64) bool {
@@ -278,14 +260,15 @@ func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, 
 }
 
 // Done gives back, on sluice.Released, the quota that Admit took, less what
-// has regenerated in the latency since; other outcomes change nothing.
-func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+// has regenerated in the latency since, unless a SetLimit came between;
+// other outcomes change nothing.
+func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released || t == 0 {
 		return
 	}
 	c := g.cfg.Load()
-	if int64(t) > c.burst {
-		return // more than a burst lowered since: give back nothing
+	if int64(t) > c.burst || int64(now-max(latency, 0)) <= c.since {
+		return // admitted before a SetLimit, at another rate: give back nothing
 	}
 	tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, nil)
 }

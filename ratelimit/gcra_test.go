@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -90,7 +91,7 @@ func TestBucketValidation(t *testing.T) {
 		{"faster than a nanosecond", Rate{Count: 10, Period: 5}, 1, nil},
 		{"zero burst", PerSecond(1), 0, nil},
 		{"negative burst", PerSecond(1), -3, nil},
-		{"burst overflows", PerHour(1), math.MaxInt64 / 2, nil},
+		{"burst overflows", Rate{Count: 1, Period: time.Hour}, math.MaxInt64 / 2, nil},
 		{"empty name", PerSecond(1), 1, []Option{WithName("")}},
 		{"nil clock", PerSecond(1), 1, []Option{WithClock(nil)}},
 	} {
@@ -113,18 +114,18 @@ func TestBucketValidation(t *testing.T) {
 
 func TestGCRAClockOption(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	g := mustGCRA(t, PerSecond(1), 2, WithClock(clk))
-	assert.True(t, g.Allow())
-	assert.True(t, g.Allow())
-	assert.False(t, g.Allow())
-	assert.False(t, g.AllowN(2))
+	g := mustGCRA(t, PerSecond(1), 2)
+	assert.True(t, g.allowNAt(clk.Now(), 1))
+	assert.True(t, g.allowNAt(clk.Now(), 1))
+	assert.False(t, g.allowNAt(clk.Now(), 1))
+	assert.False(t, g.allowNAt(clk.Now(), 2))
 	clk.Advance(2 * time.Second)
-	assert.True(t, g.AllowN(2))
-	assert.False(t, g.AllowN(3))
+	assert.True(t, g.allowNAt(clk.Now(), 2))
+	assert.False(t, g.allowNAt(clk.Now(), 3))
 	// The system clock works without an injected one.
 	s := mustGCRA(t, PerSecond(1), 1)
-	assert.True(t, s.Allow())
-	assert.False(t, s.Allow())
+	assert.True(t, s.allowNAt(monoclock.Now(), 1))
+	assert.False(t, s.allowNAt(monoclock.Now(), 1))
 }
 
 // TestGCRAReleaseAfterLatency pins that a release long after the admission
@@ -220,7 +221,6 @@ func TestGCRAAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += time.Microsecond
 		g.allowNAt(now, 1)
-		g.Allow()
 		d, tk := admit(g, ctx, now)
 		if d.Allowed {
 			g.Done(tk, sluice.Released, now, 0)

@@ -28,9 +28,9 @@ func (rejecter) Needs() sluice.Needs                                            
 func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		bucket, err := NewLeakyBucket(PerSecond(1), 3, WithClock(clk))
+		bucket, err := NewLeakyBucket(PerSecond(1), 3)
 		require.NoError(t, err)
-		shaper := mustShaper(t, PerSecond(1), 2*time.Second, WithClock(clk))
+		shaper := mustShaper(t, PerSecond(1), 2*time.Second)
 		require.True(t, shaper.allowNAt(0, 1), "the shaper's turn at 0 is taken: the next waits 1s")
 		g, err := sluice.New(sluice.With(bucket, shaper, rejecter{}), sluice.WithClock(clk))
 		require.NoError(t, err)
@@ -60,7 +60,7 @@ func TestLeakyBucketReleasedAfterAShapersWait(t *testing.T) {
 func TestShaperReleasedInGuardGivesItsTurnBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		shaper := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		shaper := mustShaper(t, PerSecond(10), time.Second)
 		g, err := sluice.New(sluice.With(shaper, rejecter{}), sluice.WithClock(clk))
 		require.NoError(t, err)
 		defer g.Close()

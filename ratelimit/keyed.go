@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // ErrNoKey is the cause of a Keyed rejection of a request that carries no
@@ -127,10 +129,10 @@ type Keyed struct {
 	stopped   chan struct{}
 }
 
-// Window returns the window of the limiters newLimiter makes, as the one it
+// rateWindow returns the window of the limiters newLimiter makes, as the one it
 // made for the empty key at construction reports it (0 when they report
 // none): the w of the RateLimit-Policy header field.
-func (k *Keyed) Window() time.Duration { return time.Duration(k.window.Load()) }
+func (k *Keyed) rateWindow() time.Duration { return time.Duration(k.window.Load()) }
 
 // SetLimit changes the numbers of every key's limiter, those held and
 // those to come, with update, which changes one limiter in place (with its
@@ -159,9 +161,7 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
 	k.update.Store(&update)
-	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
-		k.window.Store(int64(wd.Window()))
-	}
+	k.window.Store(int64(policywindow.Of(probe)))
 	// A key made meanwhile is inserted under its shard's lock after it
 	// read the update: either the walk below finds it, or it read this one.
 	var errs []error
@@ -181,16 +181,9 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 	return nil
 }
 
-// bareAllower is what every limiter of this package offers beyond Policy: a
-// bare answer at an instant, with no ticket to keep and no wait.
-type bareAllower interface {
-	allowNAt(now time.Duration, n int64) bool
-}
-
 type keyedEntry struct {
 	key        string
 	lim        sluice.Policy
-	bare       bareAllower // lim, when it is one; else nil
 	last       time.Duration
 	tick       uint64      // the shard's tick when e last moved to the front
 	prev, next *keyedEntry // LRU list; prev is more recent
@@ -259,10 +252,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
 	needs := probe.Needs()
-	var window time.Duration
-	if wd, ok := probe.(interface{ Window() time.Duration }); ok {
-		window = wd.Window()
-	}
+	window := policywindow.Of(probe)
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
@@ -383,29 +373,6 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	e.lim.Done(inner, o, now, latency)
 }
 
-// AllowKey reports whether a request of cost 1 with key may pass now, by the
-// Keyed's clock (WithClock), and takes the quota if so: for callers outside
-// a Guard, such as a login form limiting attempts per user name. The quota
-// taken is never given back. A key's limiter that is not one of this
-// package's is asked through Admit, and told at once that the call
-// succeeded.
-func (k *Keyed) AllowKey(key string) bool {
-	now := k.clock.now()
-	s := &k.shards[maphash.String(k.seed, key)&k.mask]
-	e, _, _, err := k.lookup(s, key, now, false)
-	switch {
-	case err != nil:
-		return false
-	case e.bare != nil:
-		return e.bare.allowNAt(now, 1)
-	}
-	v := e.lim.Admit(context.Background(), now)
-	if v.Cause == nil {
-		e.lim.Done(v.Ticket, sluice.Success, now, 0)
-	}
-	return v.Cause == nil
-}
-
 // Forget drops key's limiter, if held, so that its next request starts
 // afresh (after a successful login, say), and reports whether it was held.
 // Calls in flight still end on the old limiter.
@@ -505,7 +472,6 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 		return nil, nil, -1, err
 	}
 	fresh := &keyedEntry{key: key, lim: lim, last: now}
-	fresh.bare, _ = lim.(bareAllower)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -625,4 +591,22 @@ func (s *keyedShard) unlink(e *keyedEntry) {
 func (s *keyedShard) remove(e *keyedEntry) {
 	s.unlink(e)
 	delete(s.m, e.key)
+}
+
+// limiterClock reads a Keyed's clock for its janitor, calling monoclock.Now
+// directly, not through the interface, for SystemClock.
+type limiterClock struct {
+	c   sluice.Clock
+	sys bool
+}
+
+func newLimiterClock(c sluice.Clock) limiterClock {
+	return limiterClock{c: c, sys: c == sluice.SystemClock}
+}
+
+func (c limiterClock) now() time.Duration {
+	if c.sys {
+		return monoclock.Now()
+	}
+	return c.c.Now()
 }

@@ -36,10 +36,9 @@ import (
 // late caller) sees the bucket fuller than it was, so it never admits extra.
 // Make one with NewLeakyBucket; the zero value is not usable.
 type LeakyBucket struct {
-	cfg   atomic.Pointer[leakyConfig]
-	mu    sync.Mutex // serialises SetLimit
-	name  string
-	clock limiterClock
+	cfg  atomic.Pointer[leakyConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
 
 	relMu       sync.Mutex // serialises releases, so each knows of the others
 	lastRelease int64      // instant of the latest release; noRelease at first
@@ -70,7 +69,7 @@ const noRelease = math.MinInt64
 // (capacity · interval must stay below 2^(63-bits(capacity)) nanoseconds:
 // about 104 days for a capacity of 1000).
 func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error) {
-	o, err := buildOptions("leaky-bucket", opts)
+	o, err := buildOptions("leaky-bucket", false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +79,7 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 	}
 	c.since = math.MinInt64
 	c.emptyAt.v.Store(emptyTAT)
-	b := &LeakyBucket{name: o.name, clock: newLimiterClock(o.clock), lastRelease: noRelease}
+	b := &LeakyBucket{name: o.name, lastRelease: noRelease}
 	b.cfg.Store(c)
 	return b, nil
 }
@@ -101,12 +100,13 @@ func newLeakyConfig(r Rate, capacity int64) (*leakyConfig, error) {
 	return &leakyConfig{rate: r, capacity: capacity, unit: unit, full: int64(full), cb: cb, cmask: 1<<cb - 1}, nil
 }
 
-// SetLimit changes the rate and the capacity now, by the limiter's clock,
-// validated as NewLeakyBucket validates them: on an error nothing changes.
-// The bucket keeps its content, rescaled to the new rate and rounded up,
-// even above a capacity lowered below it: it then admits nothing until it
-// has leaked below the new capacity. Safe while requests are decided; a
-// request released after the change takes nothing out.
+// SetLimit changes the rate and the capacity, validated as NewLeakyBucket
+// validates them: on an error nothing changes. The bucket keeps the
+// instant it will be empty, so its content drains in the time it would
+// have, even above a capacity lowered below it: it then admits nothing
+// until it has leaked below the new capacity. Safe while requests are
+// decided; a request admitted before the change and released before the
+// bucket would have emptied takes nothing out.
 func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	c, err := newLeakyConfig(r, capacity)
 	if err != nil {
@@ -116,10 +116,11 @@ func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	defer b.mu.Unlock()
 	old := b.cfg.Load()
 	at := old.emptyAt.v.Swap(tatFrozen)
-	now := b.clock.now()
-	c.since = now
-	if at != emptyTAT {
-		at = convertTAT(at, int64(now), old.unit, c.unit)
+	// Every admission so far came before the instant the bucket empties:
+	// its release, cut for the old numbers, takes nothing out.
+	c.since = time.Duration(at)
+	if at == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
 	}
 	c.emptyAt.v.Store(at)
 	b.cfg.Store(c)
@@ -142,9 +143,9 @@ func (b *LeakyBucket) config() (*leakyConfig, int64) {
 // WithName.
 func (b *LeakyBucket) Name() string { return b.name }
 
-// Window returns the time a full bucket takes to drain, capacity × interval:
+// rateWindow returns the time a full bucket takes to drain, capacity × interval:
 // the w of the RateLimit-Policy header field.
-func (b *LeakyBucket) Window() time.Duration { return time.Duration(b.cfg.Load().full) }
+func (b *LeakyBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().full) }
 
 // admitD decides as Admit does, with its answer as a Decision.
 func (b *LeakyBucket) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
@@ -181,15 +182,8 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	tatRefund(&c.emptyAt.v, left, int64(now), nil)
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (b *LeakyBucket) Allow() bool { return b.allowNAt(b.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (b *LeakyBucket) AllowN(n int64) bool { return b.allowNAt(b.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (b *LeakyBucket) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	for {

@@ -92,7 +92,7 @@ func TestLeakyBucketValidation(t *testing.T) {
 		{"zero period", Rate{Count: 1}, 10},
 		{"zero capacity", PerSecond(10), 0},
 		{"negative capacity", PerSecond(10), -3},
-		{"drains too slowly to track", PerHour(1), 1 << 30},
+		{"drains too slowly to track", Rate{Count: 1, Period: time.Hour}, 1 << 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := NewLeakyBucket(tc.rate, tc.capacity)
@@ -104,14 +104,14 @@ func TestLeakyBucketValidation(t *testing.T) {
 
 func TestLeakyBucketClockAndName(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	b := mustLeakyBucket(t, Every(100*ms), 2, WithClock(clk), WithName("ratelimit/upload"))
+	b := mustLeakyBucket(t, Every(100*ms), 2, WithName("ratelimit/upload"))
 	assert.Equal(t, "ratelimit/upload", b.Name())
-	assert.True(t, b.AllowN(2))
-	assert.False(t, b.Allow())
+	assert.True(t, b.allowNAt(clk.Now(), 2))
+	assert.False(t, b.allowNAt(clk.Now(), 1))
 	clk.Advance(100 * ms)
-	assert.True(t, b.Allow())
-	assert.False(t, b.AllowN(1))
-	assert.False(t, b.AllowN(3))
+	assert.True(t, b.allowNAt(clk.Now(), 1))
+	assert.False(t, b.allowNAt(clk.Now(), 1))
+	assert.False(t, b.allowNAt(clk.Now(), 3))
 }
 
 func TestLeakyBucketConformance(t *testing.T) {

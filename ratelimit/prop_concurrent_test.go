@@ -15,10 +15,10 @@ import (
 )
 
 // TestPropertyTokenBucketReconfigured drives a TokenBucket through random
-// admissions, releases, SetRateAt and SetBurstAt, the clock going forward,
+// admissions, releases, rate and burst changes (SetLimit), the clock going forward,
 // and checks over every interval that it admits no more than the tokens it
 // held at the start, the burst it gained, the refill at the rates in force
-// and what was given back; and that SetBurstAt keeps the tokens missing,
+// and what was given back; and that a burst change keeps the tokens missing,
 // SetRateAt the tokens held (rounded towards fewer).
 func TestPropertyTokenBucketReconfigured(t *testing.T) {
 	type adm struct {
@@ -34,7 +34,7 @@ func TestPropertyTokenBucketReconfigured(t *testing.T) {
 		gain  int64 // burst gained
 		burst int64
 	}
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), PerMinute(100), Every(time.Millisecond)}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Rate{Count: 100, Period: time.Minute}, Every(time.Millisecond)}
 	bursts := []int64{1, 2, 5, 10, 40}
 	propSeeds(t, propBudget(t), func(seed uint64) {
 		r := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -291,14 +291,14 @@ func concurrentBound(t *testing.T, lim propLimiter, tb *TokenBucket, burst, iv i
 					if tb == nil {
 						continue
 					}
-					res := tb.ReserveNAt(now, n)
-					if !res.OK() {
+					res := tb.reserveNAt(now, n)
+					if !res.ok {
 						continue
 					}
 					admitted.Add(n * iv)
-					note(now + res.DelayFrom(now))
+					note(now + res.delayFrom(now))
 					if r.IntN(2) == 0 {
-						res.CancelAt(now)
+						res.cancelAt(now)
 						given.Add(n * iv)
 					}
 				}
@@ -400,7 +400,7 @@ func TestPropertyKeyed(t *testing.T) {
 				}
 			case op < 9:
 				clk.Set(now)
-				if k.AllowKey(name) {
+				if allowKey(k, now, name) {
 					p.admit(now, 1, 0)
 				}
 			case op < 11:

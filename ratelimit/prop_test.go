@@ -80,7 +80,7 @@ type propRun struct {
 	adms     []propAdmission
 	rels     []propRelease
 	out      []propOutstanding
-	res      []Reservation
+	res      []reservation
 	resAdm   []int
 	trace    []string
 	head     int64 // propSliding: newest bucket seen
@@ -337,17 +337,17 @@ func (p *propRun) reserveOrCancel() {
 		r, i := p.res[k], p.resAdm[k]
 		p.res, p.resAdm = slices.Delete(p.res, k, k+1), slices.Delete(p.resAdm, k, k+1)
 		p.logf("cancel reservation %d at %v", i, p.now)
-		r.CancelAt(p.now)
+		r.cancelAt(p.now)
 		// Whatever CancelAt gives back is at most the reservation's tokens.
 		p.release(i)
 		return
 	}
 	n := 1 + p.r.Int64N(p.s.capacity)
-	r := p.s.tb.ReserveNAt(p.now, n)
-	if !r.OK() {
+	r := p.s.tb.reserveNAt(p.now, n)
+	if !r.ok {
 		p.fatalf("reservation of %d refused", n)
 	}
-	at := p.now + r.DelayFrom(p.now)
+	at := p.now + r.delayFrom(p.now)
 	p.logf("reserve %d at %v: act %v", n, p.now, at)
 	i := p.admit(at, n, int64(at))
 	p.res, p.resAdm = append(p.res, r), append(p.resAdm, i)
@@ -443,7 +443,7 @@ func propBudget(t *testing.T) time.Duration {
 // randomRate returns a rate and burst of a few shapes: whole intervals,
 // intervals rounded up, tiny and large bursts.
 func randomRate(r *rand.Rand) (Rate, int64) {
-	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Every(time.Millisecond), PerMinute(100), {Count: 3, Period: 10}}
+	rates := []Rate{PerSecond(10), PerSecond(3), PerSecond(7), Every(time.Millisecond), Rate{Count: 100, Period: time.Minute}, {Count: 3, Period: 10}}
 	return rates[r.IntN(len(rates))], []int64{1, 2, 3, 5, 10, 40}[r.IntN(6)]
 }
 

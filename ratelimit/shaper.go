@@ -12,18 +12,17 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
-// ErrWaitAbandoned is the cause of a Shaper's rejection when the request's
+// errWaitAbandoned is the cause of a Shaper's rejection when the request's
 // context ended while it waited for its turn. It wraps sluice.ErrRateLimited;
 // the Decision's Cause also matches the context's error (context.Canceled or
-// context.DeadlineExceeded).
-var ErrWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
+// context.DeadlineExceeded), which is how callers tell it.
+var errWaitAbandoned = fmt.Errorf("%w: the context ended while the request waited for its turn", sluice.ErrRateLimited)
 
 var (
-	errAbandonedCanceled = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.Canceled)
-	errAbandonedDeadline = fmt.Errorf("%w (%w)", ErrWaitAbandoned, context.DeadlineExceeded)
+	errAbandonedCanceled = fmt.Errorf("%w (%w)", errWaitAbandoned, context.Canceled)
+	errAbandonedDeadline = fmt.Errorf("%w (%w)", errWaitAbandoned, context.DeadlineExceeded)
 )
 
 // Shaper is the leaky bucket as a queue: it spaces requests evenly at its
@@ -41,8 +40,7 @@ var (
 //
 // As a sluice.Policy, Admit blocks until the turn, on a timer that follows
 // fake time inside a testing/synctest bubble; a turn due exactly at the
-// context's deadline is kept. The Allow forms never wait: they admit only a
-// request whose turn is now. A decision allocates nothing, except the timer
+// context's deadline is kept. A decision allocates nothing, except the timer
 // of a request that has to wait.
 //
 // Decision.Limit is the queue's length in unit requests, maxWait/T + 1;
@@ -53,11 +51,9 @@ var (
 // NewShaper; the zero value is not usable. A Shaper is safe for concurrent
 // use.
 type Shaper struct {
-	cfg      atomic.Pointer[shaperConfig]
-	mu       sync.Mutex // serialises SetLimit
-	name     string
-	clock    sluice.Clock
-	sysClock bool
+	cfg  atomic.Pointer[shaperConfig]
+	mu   sync.Mutex // serialises SetLimit
+	name string
 }
 
 // shaperConfig is one configuration of a Shaper with its own state word;
@@ -87,13 +83,13 @@ func NewShaper(r Rate, maxWait time.Duration, opts ...Option) (*Shaper, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("shaper", opts)
+	o, err := buildOptions("shaper", false, opts)
 	if err != nil {
 		return nil, err
 	}
 	c.since = math.MinInt64
 	c.next.v.Store(emptyTAT)
-	s := &Shaper{name: o.name, clock: o.clock, sysClock: o.clock == sluice.SystemClock}
+	s := &Shaper{name: o.name}
 	s.cfg.Store(c)
 	return s, nil
 }
@@ -116,14 +112,13 @@ func newShaperConfig(r Rate, maxWait time.Duration) (*shaperConfig, error) {
 	return &shaperConfig{iv: iv, maxWait: int64(maxWait), limit: int64(maxWait)/iv + 1, cb: cb, cmask: 1<<cb - 1, rate: r}, nil
 }
 
-// SetLimit changes the rate and the maximum wait now, by the shaper's
-// clock, validated as NewShaper validates them: on an error nothing
-// changes. Turns already taken keep their instants; the next turn is free
+// SetLimit changes the rate and the maximum wait, validated as NewShaper
+// validates them: on an error nothing changes. Turns already taken keep their instants; the next turn is free
 // when the last one taken ends, and is then spaced at the new rate. A
 // shaper that never waits (maxWait 0) cannot be given a wait, nor one that
 // waits be made never to: a Guard asks once whether its Admit may block.
-// Safe while requests are decided; a request released after the change
-// gives nothing back.
+// Safe while requests are decided; a request admitted before the change
+// and released before the last turn taken ends gives nothing back.
 func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 	c, err := newShaperConfig(r, maxWait)
 	if err != nil {
@@ -136,7 +131,12 @@ func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 		return fmt.Errorf("ratelimit: shaper: SetLimit cannot change a maximum wait of %v to %v: whether Admit waits is fixed", time.Duration(old.maxWait), maxWait)
 	}
 	next := old.next.v.Swap(tatFrozen)
-	c.since = s.now()
+	// Every admission so far came before the end of the last turn taken:
+	// its release, cut for the old numbers, gives nothing back.
+	c.since = time.Duration(next)
+	if next == emptyTAT {
+		c.since = old.since // nothing admitted yet: no release to drop
+	}
 	c.next.v.Store(next)
 	s.cfg.Store(c)
 	return nil
@@ -152,13 +152,6 @@ func (s *Shaper) config() *shaperConfig {
 		}
 		runtime.Gosched()
 	}
-}
-
-func (s *Shaper) now() time.Duration {
-	if s.sysClock {
-		return monoclock.Now()
-	}
-	return s.clock.Now()
 }
 
 // Name returns the name given with WithName; default "ratelimit/shaper".
@@ -215,15 +208,8 @@ func (s *Shaper) never(c *shaperConfig, now int64) sluice.Decision {
 	return never(s.name, c.limit, c.remaining(now, end), time.Duration(end-now))
 }
 
-// Allow reports whether one request's turn is now, by the shaper's clock
-// (WithClock), and takes it if so. It never waits: Wait does.
-func (s *Shaper) Allow() bool { return s.allowNAt(s.now(), 1) }
-
-// AllowN reports whether the turn of a request of cost n (below 1 counts as
-// 1) is now, and takes it if so. It never waits: WaitN does.
-func (s *Shaper) AllowN(n int64) bool { return s.allowNAt(s.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (s *Shaper) allowNAt(now time.Duration, n int64) bool {
 	n = max(n, 1)
 	if s.cfg.Load().tooCostly(n) {
@@ -319,33 +305,6 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (*shaperConfig, sluice.
 		d.Cause = cause
 		return c, d, [2]int64{}
 	}
-}
-
-// Wait waits for the turn of one request; shorthand for WaitN(ctx, 1).
-func (s *Shaper) Wait(ctx context.Context) error { return s.WaitN(ctx, 1) }
-
-// WaitN waits for the turn of a request of cost n (below 1 counts as 1),
-// reading the limiter's clock. It returns at once a *sluice.RejectedError
-// when the turn lies beyond the maximum wait (ErrRateLimited) or ctx's
-// deadline (ErrWouldExceedDeadline), taking nothing; when ctx ends during
-// the wait it gives the turn back and returns ctx.Err().
-func (s *Shaper) WaitN(ctx context.Context, n int64) error {
-	n = max(n, 1)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := int64(s.now())
-	if c := s.config(); c.tooCostly(n) {
-		return sluice.Rejection(s.never(c, now))
-	}
-	_, d, _ := s.wait(ctx, now, n)
-	switch {
-	case d.Allowed:
-		return nil
-	case errors.Is(d.Cause, ErrWaitAbandoned):
-		return ctx.Err()
-	}
-	return sluice.Rejection(d)
 }
 
 // Done gives back, on sluice.Released, the turn that Admit took, when no

@@ -45,7 +45,7 @@ func (p *instants) Done(_ sluice.Ticket, _ sluice.Outcome, _, latency time.Durat
 func TestShaperInGuardHandsTheWaitsEndOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		s := mustShaper(t, PerSecond(10), time.Second)
 		assert.Equal(t, sluice.Waits, s.Needs())
 		inner := &instants{}
 		g, err := sluice.New(sluice.With(s, inner), sluice.WithClock(clk))
@@ -75,7 +75,7 @@ func TestKeyedOfShapersWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
 		k, err := NewKeyed(func(string) (sluice.Policy, error) {
-			return NewShaper(PerSecond(10), time.Second, WithClock(clk))
+			return NewShaper(PerSecond(10), time.Second)
 		}, WithClock(clk))
 		require.NoError(t, err)
 		assert.Equal(t, sluice.Waits, k.Needs())
@@ -120,19 +120,19 @@ func TestShaperAdmitWithEndedContextTakesNoTurn(t *testing.T) {
 func TestLimitersReportTheirWindow(t *testing.T) {
 	gcra, err := NewGCRA(PerSecond(10), 5)
 	require.NoError(t, err)
-	assert.Equal(t, 500*time.Millisecond, gcra.Window())
-	tb, err := NewTokenBucket(PerMinute(60), 30)
+	assert.Equal(t, 500*time.Millisecond, gcra.rateWindow())
+	tb, err := NewTokenBucket(Rate{Count: 60, Period: time.Minute}, 30)
 	require.NoError(t, err)
-	assert.Equal(t, 30*time.Second, tb.Window())
+	assert.Equal(t, 30*time.Second, tb.rateWindow())
 	require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
-	assert.Equal(t, 3*time.Second, tb.Window(), "follows a new rate")
+	assert.Equal(t, 3*time.Second, tb.rateWindow(), "follows a new rate")
 	lb, err := NewLeakyBucket(PerSecond(4), 8)
 	require.NoError(t, err)
-	assert.Equal(t, 2*time.Second, lb.Window())
+	assert.Equal(t, 2*time.Second, lb.rateWindow())
 	wu, err := NewWarmUp(PerSecond(10), 10, time.Second, 3)
 	require.NoError(t, err)
-	assert.Equal(t, time.Second, wu.Window())
+	assert.Equal(t, time.Second, wu.rateWindow())
 	k, err := NewKeyed(func(string) (sluice.Policy, error) { return NewSlidingWindow(5, 10*time.Second, 10) })
 	require.NoError(t, err)
-	assert.Equal(t, 10*time.Second, k.Window())
+	assert.Equal(t, 10*time.Second, k.rateWindow())
 }

@@ -91,16 +91,16 @@ func TestShaperValidation(t *testing.T) {
 		})
 	}
 	clk := sluice.NewManualClock(0)
-	s := mustShaper(t, PerSecond(10), 0, WithClock(clk), WithName("ratelimit/smooth"))
+	s := mustShaper(t, PerSecond(10), 0, WithName("ratelimit/smooth"))
 	assert.Equal(t, "ratelimit/smooth", s.Name())
-	assert.True(t, s.Allow())
-	assert.False(t, s.Allow())
+	assert.True(t, s.allowNAt(clk.Now(), 1))
+	assert.False(t, s.allowNAt(clk.Now(), 1))
 	clk.Advance(100 * time.Millisecond)
-	assert.True(t, s.AllowN(2))
-	assert.False(t, s.AllowN(1<<62))
-	sys := mustShaper(t, PerHour(1), 0)
-	assert.True(t, sys.Allow())
-	assert.False(t, sys.Allow())
+	assert.True(t, s.allowNAt(clk.Now(), 2))
+	assert.False(t, s.allowNAt(clk.Now(), 1<<62))
+	sys := mustShaper(t, Rate{Count: 1, Period: time.Hour}, 0)
+	assert.True(t, sys.allowNAt(monoclock.Now(), 1))
+	assert.False(t, sys.allowNAt(monoclock.Now(), 1))
 }
 
 // TestShaperAdmitSpacesRequests has five requests arrive at once at a shaper
@@ -111,7 +111,7 @@ func TestShaperAdmitSpacesRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), 250*m, WithClock(clk))
+		s := mustShaper(t, PerSecond(10), 250*m)
 		type result struct {
 			d  sluice.Decision
 			at time.Duration
@@ -144,18 +144,18 @@ func TestShaperRejectsBeyondDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-		require.True(t, s.Allow())
+		s := mustShaper(t, PerSecond(10), time.Second)
+		require.True(t, s.allowNAt(clk.Now(), 1))
 		ctx, cancel := context.WithTimeout(context.Background(), 150*m)
 		defer cancel()
-		require.NoError(t, s.Wait(ctx)) // turn at 100ms
+		require.NoError(t, waitTurn(s, ctx, clk, 1)) // turn at 100ms
 		assert.Equal(t, 100*m, clk.Now())
 		// The next turn is at 200ms, past the deadline at 150ms: at once.
 		d, _ := admit(s, ctx, clk.Now())
 		require.False(t, d.Allowed)
 		require.ErrorIs(t, d.Cause, ErrWouldExceedDeadline)
 		assert.Equal(t, 50*m, d.RetryAfter)
-		err := s.Wait(ctx)
+		err := waitTurn(s, ctx, clk, 1)
 		require.ErrorIs(t, err, ErrWouldExceedDeadline)
 		require.ErrorIs(t, err, sluice.ErrRejected)
 		assert.Equal(t, 100*m, clk.Now())
@@ -163,13 +163,13 @@ func TestShaperRejectsBeyondDeadline(t *testing.T) {
 		assert.True(t, s.allowNAt(200*m, 1))
 		// Beyond the maximum wait.
 		require.True(t, s.allowNAt(300*m, 20)) // next turn at 2.3s
-		err = s.WaitN(context.Background(), 1)
+		err = waitTurn(s, context.Background(), clk, 1)
 		require.ErrorIs(t, err, sluice.ErrRateLimited)
 		require.NotErrorIs(t, err, ErrWouldExceedDeadline)
-		require.ErrorIs(t, s.WaitN(context.Background(), 1<<62), ErrNeverSatisfiable)
+		require.ErrorIs(t, waitTurn(s, context.Background(), clk, 1<<62), ErrNeverSatisfiable)
 		dead, cancelDead := context.WithCancel(context.Background())
 		cancelDead()
-		require.ErrorIs(t, s.Wait(dead), context.Canceled)
+		require.ErrorIs(t, waitTurn(s, dead, clk, 1), context.Canceled)
 	})
 }
 
@@ -181,8 +181,8 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m = time.Millisecond
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-		require.True(t, s.Allow()) // turn 0; next at 100ms
+		s := mustShaper(t, PerSecond(10), time.Second)
+		require.True(t, s.allowNAt(clk.Now(), 1)) // turn 0; next at 100ms
 		ctx, cancel := context.WithCancel(context.Background())
 		var d sluice.Decision
 		done := make(chan struct{})
@@ -194,26 +194,26 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 		cancel()
 		<-done
 		require.False(t, d.Allowed)
-		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		require.ErrorIs(t, d.Cause, errWaitAbandoned)
 		require.ErrorIs(t, d.Cause, context.Canceled)
 		require.ErrorIs(t, d.Cause, sluice.ErrRateLimited)
 		// As if it had never come: the turn at 100ms is free.
-		require.NoError(t, s.Wait(context.Background()))
+		require.NoError(t, waitTurn(s, context.Background(), clk, 1))
 		assert.Equal(t, 100*m, clk.Now())
 
 		// Middle of the queue: a waits for 200ms, b for 300ms; a gives up.
 		ctxA, cancelA := context.WithCancel(context.Background())
 		errA := make(chan error)
-		go func() { errA <- s.Wait(ctxA) }()
+		go func() { errA <- waitTurn(s, ctxA, clk, 1) }()
 		synctest.Wait()
 		errB := make(chan error)
-		go func() { errB <- s.Wait(context.Background()) }()
+		go func() { errB <- waitTurn(s, context.Background(), clk, 1) }()
 		synctest.Wait()
 		cancelA()
 		require.ErrorIs(t, <-errA, context.Canceled)
 		require.NoError(t, <-errB)
 		assert.Equal(t, 300*m, clk.Now(), "b keeps its turn")
-		require.NoError(t, s.Wait(context.Background()))
+		require.NoError(t, waitTurn(s, context.Background(), clk, 1))
 		assert.Equal(t, 400*m, clk.Now())
 	})
 }
@@ -221,8 +221,8 @@ func TestShaperCancelledWaiterGivesTurnBack(t *testing.T) {
 func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-		require.True(t, s.Allow())
+		s := mustShaper(t, PerSecond(10), time.Second)
+		require.True(t, s.allowNAt(clk.Now(), 1))
 		// The deadline is far when the wait starts, then moves closer: a
 		// parent context that ends first.
 		parent, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
@@ -239,7 +239,7 @@ func TestShaperWaitAbandonedByDeadline(t *testing.T) {
 			cancel3(context.DeadlineExceeded)
 		}()
 		d, _ = admit(s, ctx3, clk.Now())
-		require.ErrorIs(t, d.Cause, ErrWaitAbandoned)
+		require.ErrorIs(t, d.Cause, errWaitAbandoned)
 		assert.True(t, errors.Is(d.Cause, context.Canceled))
 	})
 }
@@ -279,7 +279,7 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 	t.Run("after a wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			clk := monoclock.New()
-			s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+			s := mustShaper(t, PerSecond(10), time.Second)
 			require.True(t, s.allowNAt(0, 1))
 			d, tk := admit(s, sluice.WithCost(context.Background(), 3), 0) // waits for its turn at 100ms
 			require.True(t, d.Allowed)
@@ -340,7 +340,6 @@ func TestShaperAllocatesNothing(t *testing.T) {
 			s.Done(tk, sluice.Released, now, 0)
 		}
 		_ = decideAt(s, now, 1<<62)
-		s.Allow()
 	})
 	assert.Zero(t, allocs)
 }
@@ -350,8 +349,8 @@ func TestShaperAllocatesNothing(t *testing.T) {
 func TestShaperTurnAtTheDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
-		require.True(t, s.Allow())
+		s := mustShaper(t, PerSecond(10), time.Second)
+		require.True(t, s.allowNAt(clk.Now(), 1))
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		d, _ := admit(s, ctx, clk.Now())
@@ -366,7 +365,7 @@ func TestShaperTurnAtTheDeadline(t *testing.T) {
 func TestShaperThroughGuardWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := monoclock.New()
-		s := mustShaper(t, PerSecond(10), time.Second, WithClock(clk))
+		s := mustShaper(t, PerSecond(10), time.Second)
 		g, err := sluice.New(sluice.With(s), sluice.WithClock(clk))
 		require.NoError(t, err)
 		defer g.Close()
@@ -418,4 +417,17 @@ func TestShaperQueueCannotOverflow(t *testing.T) {
 		cancel()
 		synctest.Wait()
 	})
+}
+
+// waitTurn takes the turn of a request of cost n through Admit at clk's
+// reading, waiting for it as a Guard does, and returns its rejection, if
+// any.
+func waitTurn(s *Shaper, ctx context.Context, clk sluice.Clock, n int64) error {
+	if n != 1 {
+		ctx = sluice.WithCost(ctx, n)
+	}
+	if d, _ := admit(s, ctx, clk.Now()); !d.Allowed {
+		return sluice.Rejection(d)
+	}
+	return nil
 }

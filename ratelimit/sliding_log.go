@@ -36,7 +36,6 @@ type SlidingLog struct {
 	limit  int64
 	window time.Duration
 	name   string
-	clock  limiterClock
 }
 
 type logEntry struct {
@@ -52,7 +51,7 @@ type logEntry struct {
 // would grow to tens of megabytes; a SlidingWindow counts any limit in one
 // word per bucket).
 func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingLog, error) {
-	o, err := buildOptions("sliding-log", opts)
+	o, err := buildOptions("sliding-log", false, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +61,7 @@ func NewSlidingLog(limit int64, window time.Duration, opts ...Option) (*SlidingL
 	return &SlidingLog{
 		ring:  make([]logEntry, min(limit, 16)),
 		last:  math.MinInt64,
-		limit: limit, window: window, name: o.name, clock: newLimiterClock(o.clock),
+		limit: limit, window: window, name: o.name,
 	}, nil
 }
 
@@ -96,8 +95,8 @@ func (l *SlidingLog) SetLimit(limit int64, window time.Duration) error {
 // WithName.
 func (l *SlidingLog) Name() string { return l.name }
 
-// Window returns the window's length.
-func (l *SlidingLog) Window() time.Duration {
+// rateWindow returns the window's length.
+func (l *SlidingLog) rateWindow() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.window
@@ -142,15 +141,8 @@ func (l *SlidingLog) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration)
 	}
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (l *SlidingLog) Allow() bool { return l.allowNAt(l.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (l *SlidingLog) AllowN(n int64) bool { return l.allowNAt(l.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (l *SlidingLog) allowNAt(now time.Duration, n int64) bool {
 	_, tk := l.decide(now, n, false)
 	return tk != 0

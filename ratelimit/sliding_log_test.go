@@ -154,15 +154,15 @@ func TestSlidingLogValidation(t *testing.T) {
 
 func TestSlidingLogClockAndName(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	l := mustSlidingLog(t, 2, time.Second, WithClock(clk), WithName("ratelimit/otp"))
+	l := mustSlidingLog(t, 2, time.Second, WithName("ratelimit/otp"))
 	assert.Equal(t, "ratelimit/otp", l.Name())
-	assert.True(t, l.Allow())
+	assert.True(t, l.allowNAt(clk.Now(), 1))
 	clk.Advance(999 * ms)
-	assert.True(t, l.AllowN(1))
-	assert.False(t, l.Allow())
+	assert.True(t, l.allowNAt(clk.Now(), 1))
+	assert.False(t, l.allowNAt(clk.Now(), 1))
 	clk.Advance(ms)
-	assert.True(t, l.Allow())
-	assert.False(t, l.AllowN(1))
+	assert.True(t, l.allowNAt(clk.Now(), 1))
+	assert.False(t, l.allowNAt(clk.Now(), 1))
 }
 
 func TestSlidingLogConformance(t *testing.T) {

@@ -40,7 +40,6 @@ type SlidingWindow struct {
 	cmask  uint64
 	since  time.Duration // the instant of the last SetLimit: releases of earlier admissions are dropped
 	name   string
-	clock  limiterClock
 }
 
 // maxBuckets bounds the ring, which a rejection may scan whole.
@@ -54,11 +53,11 @@ const maxBuckets = 1 << 16
 // or a bucket is too short to count limit units exactly (at least
 // 4·2^bits(limit) nanoseconds).
 func NewSlidingWindow(limit int64, window time.Duration, buckets int, opts ...Option) (*SlidingWindow, error) {
-	o, err := buildOptions("sliding-window", opts)
+	o, err := buildOptions("sliding-window", false, opts)
 	if err != nil {
 		return nil, err
 	}
-	w := &SlidingWindow{name: o.name, clock: newLimiterClock(o.clock), since: math.MinInt64}
+	w := &SlidingWindow{name: o.name, since: math.MinInt64}
 	if err := w.shape(limit, window, buckets); err != nil {
 		return nil, err
 	}
@@ -88,23 +87,26 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 	return nil
 }
 
-// SetLimit changes the limit, the window and its number of buckets now, by
-// the limiter's clock, validated as NewSlidingWindow validates them: on an
-// error nothing changes. The units counted in the window stay counted:
-// with the same window and buckets, in their buckets; with another shape,
-// each bucket's count moves to the new bucket that holds the old one's end
-// (the newest at most), so it leaves the window no sooner than it would
-// have. Safe while requests are decided; a request released after the
-// change gives nothing back.
+// SetLimit changes the limit, the window and its number of buckets,
+// validated as NewSlidingWindow validates them: on an error nothing
+// changes. The units counted in the window stay counted: with the same
+// window and buckets, in their buckets; with another shape, each bucket's
+// count moves to the new bucket that holds the old one's end, so it
+// leaves the window no sooner than it would have. Safe while requests are
+// decided; a request admitted before the change and released after it,
+// within the newest bucket, gives nothing back.
 func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int) error {
-	now := w.clock.now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	counts, head, nb, bucket := w.counts, w.head, w.nb, w.bucket
 	if err := w.shape(limit, window, buckets); err != nil {
 		return err
 	}
-	w.since = now
+	if w.started {
+		// Every admission so far came before the newest bucket's end:
+		// its release, cut for the old numbers, gives nothing back.
+		w.since = time.Duration(head+1)*bucket - 1
+	}
 	if w.nb == nb && w.bucket == bucket {
 		return nil
 	}
@@ -112,7 +114,7 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 	if !w.started {
 		return nil
 	}
-	w.head = max(floorDiv(int64(now), int64(w.bucket)), floorDiv(int64(head+1)*int64(bucket)-1, int64(w.bucket)))
+	w.head = floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
 	for k := head - nb + 1; k <= head; k++ {
 		i := k % nb
 		if i < 0 {
@@ -137,8 +139,8 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 // WithName.
 func (w *SlidingWindow) Name() string { return w.name }
 
-// Window returns the window's length.
-func (w *SlidingWindow) Window() time.Duration {
+// rateWindow returns the window's length.
+func (w *SlidingWindow) rateWindow() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.window
@@ -168,15 +170,8 @@ func (w *SlidingWindow) Done(t sluice.Ticket, o sluice.Outcome, now, latency tim
 	w.mu.Unlock()
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *SlidingWindow) Allow() bool { return w.allowNAt(w.clock.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *SlidingWindow) AllowN(n int64) bool { return w.allowNAt(w.clock.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *SlidingWindow) allowNAt(now time.Duration, n int64) bool {
 	_, tk := w.decide(now, n, false)
 	return tk != 0

@@ -81,15 +81,15 @@ func TestSlidingWindowValidation(t *testing.T) {
 
 func TestSlidingWindowClockAndName(t *testing.T) {
 	clk := sluice.NewManualClock(0)
-	w := mustSlidingWindow(t, 2, time.Second, 10, WithClock(clk), WithName("ratelimit/search"))
+	w := mustSlidingWindow(t, 2, time.Second, 10, WithName("ratelimit/search"))
 	assert.Equal(t, "ratelimit/search", w.Name())
-	assert.True(t, w.Allow())
+	assert.True(t, w.allowNAt(clk.Now(), 1))
 	clk.Advance(500 * ms)
-	assert.True(t, w.AllowN(1))
-	assert.False(t, w.Allow())
+	assert.True(t, w.allowNAt(clk.Now(), 1))
+	assert.False(t, w.allowNAt(clk.Now(), 1))
 	clk.Advance(500 * ms) // the first unit leaves
-	assert.True(t, w.Allow())
-	assert.False(t, w.AllowN(1))
+	assert.True(t, w.allowNAt(clk.Now(), 1))
+	assert.False(t, w.allowNAt(clk.Now(), 1))
 }
 
 func TestSlidingWindowConformance(t *testing.T) {

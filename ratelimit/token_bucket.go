@@ -34,6 +34,10 @@ type bucketConfig struct {
 	// release never moves TAT below it, so a waiting reservation's turn is
 	// never shared with a newcomer.
 	edge atomic.Int64
+	// since, for a GCRA, is the TAT at the SetLimit that made this
+	// configuration: an admission before it was charged at another rate,
+	// and its release gives nothing back. A TokenBucket converts instead.
+	since int64
 }
 
 // TokenBucket is a token bucket of burst tokens refilled at a Rate: a request
@@ -73,7 +77,7 @@ func NewTokenBucket(r Rate, burst int64, opts ...Option) (*TokenBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("token-bucket", opts)
+	o, err := buildOptions("token-bucket", true, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -242,12 +246,11 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 	}
 }
 
-// Reservation is a promise of tokens at a future instant, returned by
-// TokenBucket.Reserve and its variants. It is a value: keep it in a variable
-// and call Cancel on that variable if the action will not happen. Only the
-// last reservation gives its tokens back when cancelled (see CancelAt).
-// Its zero value is a reservation that was not granted.
-type Reservation struct {
+// reservation is a promise of tokens at a future instant, made by WaitN,
+// which cancels it when its context ends first. Only the last reservation
+// gives its tokens back when cancelled (see cancelAt). Its zero value is a
+// reservation that was not granted.
+type reservation struct {
 	tb  *TokenBucket
 	cfg *bucketConfig
 	n   int64
@@ -261,39 +264,17 @@ type Reservation struct {
 	done   bool // cancelled
 }
 
-// OK reports whether the tokens were reserved. A request for more tokens than
-// the burst is never granted.
-func (r Reservation) OK() bool { return r.ok }
-
-// Delay returns how long to wait from now, on the bucket's clock, before the
-// reserved tokens are there; 0 when they already are. It returns
-// math.MaxInt64 for a reservation that was not granted.
-func (r Reservation) Delay() time.Duration {
-	if !r.ok {
-		return math.MaxInt64
-	}
-	return r.DelayFrom(r.tb.now())
-}
-
-// DelayFrom returns how long to wait from instant now before the reserved
+// delayFrom returns how long to wait from instant now before the reserved
 // tokens are there; 0 when they already are, math.MaxInt64 when the
 // reservation was not granted.
-func (r Reservation) DelayFrom(now time.Duration) time.Duration {
+func (r reservation) delayFrom(now time.Duration) time.Duration {
 	if !r.ok {
 		return math.MaxInt64
 	}
 	return time.Duration(max(r.act-int64(now), 0))
 }
 
-// Cancel gives the reservation up now, on the bucket's clock; shorthand for
-// CancelAt(clock.Now()), which says what it gives back.
-func (r *Reservation) Cancel() {
-	if r.ok {
-		r.CancelAt(r.tb.now())
-	}
-}
-
-// CancelAt gives the reservation up at instant now. It gives its tokens
+// cancelAt gives the reservation up at instant now. It gives its tokens
 // back, less what has refilled since, only while it is the last: the bucket
 // stands where the reservation left it, with nothing taken after it (or all
 // of that given back already) and no admission made before it released
@@ -306,7 +287,7 @@ func (r *Reservation) Cancel() {
 // refill, even when the later ones are cancelled in turn. A reservation
 // made before a SetLimit gives nothing back. Cancelling twice
 // does nothing.
-func (r *Reservation) CancelAt(now time.Duration) {
+func (r *reservation) cancelAt(now time.Duration) {
 	if !r.ok || r.done {
 		return
 	}
@@ -351,30 +332,14 @@ func (r *Reservation) CancelAt(now time.Duration) {
 	}
 }
 
-// Reserve reserves one token now; shorthand for ReserveNAt(clock.Now(), 1).
-func (tb *TokenBucket) Reserve() Reservation { return tb.ReserveNAt(tb.now(), 1) }
-
-// ReserveN reserves n tokens now; shorthand for ReserveNAt(clock.Now(), n).
-func (tb *TokenBucket) ReserveN(n int64) Reservation { return tb.ReserveNAt(tb.now(), n) }
-
-// ReserveNAt reserves n tokens (below 1 counts as 1) at instant now, however
-// long the wait for them; the Reservation says how long (DelayFrom). It is
-// granted unless n exceeds the burst, or the reservations already granted
-// reach so far ahead that this one's tokens would come more than 2^62ns
-// (146 years) after now.
-func (tb *TokenBucket) ReserveNAt(now time.Duration, n int64) Reservation {
-	r, _ := tb.reserve(int64(now), max(n, 1), math.MaxInt64)
-	return r
-}
-
 // reserve takes n tokens at now when they are there within maxDelay, and
 // returns the reservation, or, when it is not granted, the delay that was
 // needed (0 when n exceeds the burst).
-func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
+func (tb *TokenBucket) reserve(now, n, maxDelay int64) (reservation, int64) {
 	for {
 		c := tb.cfg.Load()
 		if n > c.burst {
-			return Reservation{}, 0
+			return reservation{}, 0
 		}
 		tat := c.tat.v.Load()
 		if tat == tatFrozen {
@@ -385,12 +350,12 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if base-now > maxTolerance-n*c.iv {
 			// Reservations pile up debt without bound; kept within 2^62ns
 			// of now, the TAT never overflows.
-			return Reservation{}, math.MaxInt64
+			return reservation{}, math.MaxInt64
 		}
 		next := base + n*c.iv
 		act := max(next-c.tau, now)
 		if act-now > maxDelay {
-			return Reservation{}, act - now
+			return reservation{}, act - now
 		}
 		var prevEdge int64
 		raised := false
@@ -412,7 +377,7 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (Reservation, int64) {
 		if !c.tat.v.CompareAndSwap(tat, next) {
 			continue
 		}
-		return Reservation{tb: tb, cfg: c, n: n, tat: next, act: act, edge: prevEdge, raised: raised, ok: true}, 0
+		return reservation{tb: tb, cfg: c, n: n, tat: next, act: act, edge: prevEdge, raised: raised, ok: true}, 0
 	}
 }
 
@@ -473,7 +438,7 @@ func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 		if time.Since(start) >= time.Duration(delay) {
 			return nil // they are taken
 		}
-		r.CancelAt(tb.now())
+		r.cancelAt(tb.now())
 		return ctx.Err()
 	}
 }
@@ -489,8 +454,13 @@ func (tb *TokenBucket) SetLimit(r Rate, burst int64) error {
 	return setBucket(&tb.cfg, &tb.mu, "token bucket", r, burst, int64(tb.now()))
 }
 
+// keepTAT, as setBucket's instant, keeps the theoretical arrival time as
+// it is instead of converting what the bucket lacks to the new rate.
+const keepTAT = math.MinInt64
+
 // setBucket moves the bucket configuration held by cfg to rate r and burst
-// at now, under mu; see TokenBucket.SetLimit.
+// at now, under mu; see TokenBucket.SetLimit. With now keepTAT, the TAT
+// stays as it is (see GCRA.SetLimit).
 func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r Rate, burst, now int64) error {
 	iv, tau, err := tolerance(what, r, burst)
 	if err != nil {
@@ -509,8 +479,17 @@ func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r
 // and the publication.
 func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) {
 	tat := old.tat.v.Swap(tatFrozen)
-	c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
-	c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	if now == keepTAT {
+		c.since = old.since
+		if tat != emptyTAT {
+			c.since = tat
+		}
+		c.tat.v.Store(tat)
+		c.edge.Store(old.edge.Load())
+	} else {
+		c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
+		c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+	}
 	cfg.Store(c)
 }
 
@@ -534,6 +513,6 @@ func convertTAT(tat, now, from, to int64) int64 {
 	return now + int64(q)
 }
 
-// Window returns the time the bucket takes to refill its whole burst, burst
+// rateWindow returns the time the bucket takes to refill its whole burst, burst
 // × interval at the current rate: the w of the RateLimit-Policy header field.
-func (b *TokenBucket) Window() time.Duration { return time.Duration(b.cfg.Load().tau) }
+func (b *TokenBucket) rateWindow() time.Duration { return time.Duration(b.cfg.Load().tau) }

@@ -66,7 +66,7 @@ func TestTokenBucketClock(t *testing.T) {
 	assert.Equal(t, PerSecond(2), tb.Rate())
 	assert.Equal(t, int64(2), tb.Burst())
 	// The system clock works without an injected one.
-	s := mustTokenBucket(t, PerHour(1), 1)
+	s := mustTokenBucket(t, Rate{Count: 1, Period: time.Hour}, 1)
 	assert.True(t, s.Allow())
 	assert.False(t, s.Allow())
 }
@@ -74,24 +74,23 @@ func TestTokenBucketClock(t *testing.T) {
 func TestTokenBucketReserve(t *testing.T) {
 	const m = time.Millisecond
 	tb := mustTokenBucket(t, PerSecond(10), 2)
-	r1 := tb.ReserveNAt(0, 2)
-	require.True(t, r1.OK())
-	assert.Zero(t, r1.DelayFrom(0))
-	r2 := tb.ReserveNAt(0, 1)
-	require.True(t, r2.OK())
-	assert.Equal(t, 100*m, r2.DelayFrom(0))
-	assert.Equal(t, 60*m, r2.DelayFrom(40*m))
+	r1 := tb.reserveNAt(0, 2)
+	require.True(t, r1.ok)
+	assert.Zero(t, r1.delayFrom(0))
+	r2 := tb.reserveNAt(0, 1)
+	require.True(t, r2.ok)
+	assert.Equal(t, 100*m, r2.delayFrom(0))
+	assert.Equal(t, 60*m, r2.delayFrom(40*m))
 	assert.InDelta(t, -1, tb.TokensAt(0), 1e-9)
-	big := tb.ReserveNAt(0, 3)
-	assert.False(t, big.OK())
-	assert.Equal(t, time.Duration(math.MaxInt64), big.DelayFrom(0))
-	assert.Equal(t, time.Duration(math.MaxInt64), big.Delay())
-	big.Cancel() // a reservation that was not granted gives nothing back
+	big := tb.reserveNAt(0, 3)
+	assert.False(t, big.ok)
+	assert.Equal(t, time.Duration(math.MaxInt64), big.delayFrom(0))
+	big.cancelAt(0) // a reservation that was not granted gives nothing back
 
 	// Cancelling the last reservation gives its token back.
-	r2.CancelAt(0)
+	r2.cancelAt(0)
 	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
-	r2.CancelAt(0) // twice: nothing more
+	r2.cancelAt(0) // twice: nothing more
 	assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
 	assert.True(t, tb.AllowAt(100*m))
 }
@@ -101,36 +100,36 @@ func TestTokenBucketCancelOwesOnlyWhatIsLeft(t *testing.T) {
 	t.Run("partly refilled", func(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(10), 2)
 		require.True(t, tb.AllowNAt(0, 2))
-		r := tb.ReserveNAt(0, 1) // its token comes at 100ms; the bucket is whole at 300ms
+		r := tb.reserveNAt(0, 1) // its token comes at 100ms; the bucket is whole at 300ms
 		// Cancelled at 250ms: without r the bucket would be whole since 200ms.
-		r.CancelAt(250 * m)
+		r.cancelAt(250 * m)
 		assert.InDelta(t, 2, tb.TokensAt(250*m), 1e-9)
 	})
 	t.Run("after the bucket refilled", func(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(10), 2)
-		r := tb.ReserveNAt(0, 1)
+		r := tb.reserveNAt(0, 1)
 		require.True(t, tb.AllowAt(0))
-		r.CancelAt(time.Second)
+		r.cancelAt(time.Second)
 		assert.False(t, tb.AllowNAt(0, 2))
 		assert.True(t, tb.AllowAt(0+100*m))
 	})
 	t.Run("later reservations count on it", func(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(1), 1)
 		require.True(t, tb.AllowAt(0))
-		a := tb.ReserveNAt(0, 1) // at 1s
-		b := tb.ReserveNAt(0, 1) // at 2s
-		assert.Equal(t, 2*time.Second, b.DelayFrom(0))
-		a.CancelAt(0)
+		a := tb.reserveNAt(0, 1) // at 1s
+		b := tb.reserveNAt(0, 1) // at 2s
+		assert.Equal(t, 2*time.Second, b.delayFrom(0))
+		a.cancelAt(0)
 		// b keeps its turn at 2s; nobody else may take a turn at 2s.
-		c := tb.ReserveNAt(0, 1)
-		assert.Equal(t, 3*time.Second, c.DelayFrom(0))
+		c := tb.reserveNAt(0, 1)
+		assert.Equal(t, 3*time.Second, c.delayFrom(0))
 	})
 	t.Run("after a reconfiguration", func(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(1), 1)
 		require.True(t, tb.AllowAt(0))
-		a := tb.ReserveNAt(0, 1)
+		a := tb.reserveNAt(0, 1)
 		require.NoError(t, tb.setBurstAt(0, 2)) // still 2 short of full
-		a.CancelAt(0)
+		a.cancelAt(0)
 		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
 	})
 }
@@ -141,8 +140,8 @@ func TestTokenBucketReleaseKeepsWaitingTurns(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(1), 1)
 	d, tk := admit(tb, context.Background(), 0)
 	require.True(t, d.Allowed)
-	r := tb.ReserveNAt(0, 1)
-	require.Equal(t, time.Second, r.DelayFrom(0))
+	r := tb.reserveNAt(0, 1)
+	require.Equal(t, time.Second, r.delayFrom(0))
 	tb.Done(tk, sluice.Released, 0, 0)
 	assert.False(t, tb.AllowAt(time.Second), "the turn at 1s belongs to the reservation")
 	assert.True(t, tb.AllowAt(2*time.Second))
@@ -158,9 +157,9 @@ func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
 		tb := mustTokenBucket(t, PerSecond(10), 1)
 		d, tk := admit(tb, context.Background(), 0) // the bucket's only token
 		require.True(t, d.Allowed)
-		r := tb.ReserveNAt(0, 1) // its token comes at 100ms
-		require.Equal(t, 100*m, r.DelayFrom(0))
-		r.CancelAt(30 * m)
+		r := tb.reserveNAt(0, 1) // its token comes at 100ms
+		require.Equal(t, 100*m, r.delayFrom(0))
+		r.cancelAt(30 * m)
 		tb.Done(tk, sluice.Released, 30*m, 30*m) // the admission never ran
 		assert.InDelta(t, 1, tb.TokensAt(30*m), 1e-9, "the released token is back")
 		assert.True(t, tb.AllowAt(30*m))
@@ -171,12 +170,12 @@ func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
 		_, first := admit(tb, ctx, 0)
 		d, second := admit(tb, ctx, 0) // the bucket is empty
 		require.True(t, d.Allowed)
-		a := tb.ReserveNAt(0, 1) // at 100ms
-		b := tb.ReserveNAt(0, 1) // at 200ms
-		b.CancelAt(0)
+		a := tb.reserveNAt(0, 1) // at 100ms
+		b := tb.reserveNAt(0, 1) // at 200ms
+		b.cancelAt(0)
 		tb.Done(first, sluice.Released, 0, 0) // a still waits: kept
 		assert.InDelta(t, -1, tb.TokensAt(0), 1e-9)
-		a.CancelAt(0)
+		a.cancelAt(0)
 		assert.InDelta(t, 0, tb.TokensAt(0), 1e-9)
 		tb.Done(second, sluice.Released, 0, 0) // nobody waits any more
 		assert.InDelta(t, 1, tb.TokensAt(0), 1e-9, "the released token is back")
@@ -199,7 +198,7 @@ func TestTokenBucketCancelledWaiterLeavesNoTrace(t *testing.T) {
 	})
 }
 
-func TestTokenBucketSetRate(t *testing.T) {
+func TestTokenBucketSetLimitRate(t *testing.T) {
 	const m = time.Millisecond
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 10))
@@ -217,7 +216,7 @@ func TestTokenBucketSetRate(t *testing.T) {
 	assert.Equal(t, PerSecond(10), tb.Rate())
 }
 
-func TestTokenBucketSetBurst(t *testing.T) {
+func TestTokenBucketSetLimitBurst(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 10)
 	require.True(t, tb.AllowNAt(0, 3))
 	require.NoError(t, tb.setBurstAt(0, 20))
@@ -321,10 +320,10 @@ func abandonedWait(t *testing.T, tb *TokenBucket, during func()) {
 	require.ErrorIs(t, <-errc, context.Canceled)
 }
 
-// TestTokenBucketWaitCancelAfterSetRate pins the exception of WaitN's doc:
-// a wait abandoned after SetRate ran during it gives nothing back, as
+// TestTokenBucketWaitCancelAfterSetLimit pins the exception of WaitN's doc:
+// a wait abandoned after SetLimit ran during it gives nothing back, as
 // CancelAt does for a reservation made before a reconfiguration.
-func TestTokenBucketWaitCancelAfterSetRate(t *testing.T) {
+func TestTokenBucketWaitCancelAfterSetLimit(t *testing.T) {
 	spentBucket(t, func(t *testing.T, clk sluice.Clock, tb *TokenBucket) {
 		abandonedWait(t, tb, func() { // its token comes at 100ms
 			require.NoError(t, tb.SetLimit(PerSecond(10), tb.Burst()))
@@ -409,8 +408,8 @@ func TestTokenBucketAllocatesNothing(t *testing.T) {
 			tb.Done(tk, sluice.Released, now, 0)
 		}
 		_ = decideAt(tb, now, 5000)
-		r := tb.ReserveNAt(now, 2)
-		r.CancelAt(now)
+		r := tb.reserveNAt(now, 2)
+		r.cancelAt(now)
 	})
 	assert.Zero(t, allocs)
 }
@@ -449,14 +448,14 @@ func TestTokenBucketConcurrentMixedNeverOver(t *testing.T) {
 						tb.Done(tk, sluice.Released, time.Duration(now), 0)
 					}
 				case 2:
-					r := tb.ReserveNAt(time.Duration(now), 2)
-					r.CancelAt(time.Duration(now))
+					r := tb.reserveNAt(time.Duration(now), 2)
+					r.cancelAt(time.Duration(now))
 				case 3:
-					if r := tb.ReserveNAt(time.Duration(now), 1); r.DelayFrom(time.Duration(now)) <= 2*iv {
+					if r := tb.reserveNAt(time.Duration(now), 1); r.delayFrom(time.Duration(now)) <= 2*iv {
 						used.Add(1)
-						observe(now + int64(r.DelayFrom(time.Duration(now))))
+						observe(now + int64(r.delayFrom(time.Duration(now))))
 					} else {
-						r.CancelAt(time.Duration(now))
+						r.cancelAt(time.Duration(now))
 					}
 				}
 			}
@@ -486,22 +485,22 @@ func TestTokenBucketWaitTokensAtTheDeadline(t *testing.T) {
 // Reservations that pile up debt stop being granted before the TAT would
 // overflow: the bucket never reads full again after a flood of them.
 func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
-	tb, err := NewTokenBucket(PerHour(1), 1000)
+	tb, err := NewTokenBucket(Rate{Count: 1, Period: time.Hour}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var prev time.Duration
 	refused := false
 	for i := range 3000 {
-		r := tb.ReserveNAt(0, 1000)
-		if !r.OK() {
+		r := tb.reserveNAt(0, 1000)
+		if !r.ok {
 			refused = true
 			break
 		}
-		if d := r.DelayFrom(0); d < prev || d > time.Duration(maxTolerance) {
+		if d := r.delayFrom(0); d < prev || d > time.Duration(maxTolerance) {
 			t.Fatalf("reservation %d: delay %v after %v", i, d, prev)
 		}
-		prev = r.DelayFrom(0)
+		prev = r.delayFrom(0)
 		if tb.AllowAt(0) {
 			t.Fatalf("after %d reservations of a full burst each, Allow admits at once", i+1)
 		}
@@ -518,10 +517,10 @@ func TestTokenBucketReservationsCannotOverflow(t *testing.T) {
 	}
 }
 
-// A request admitted before SetBurst lowered the burst below its cost still
+// A request admitted before SetLimit lowered the burst below its cost still
 // gives its tokens back when released, and the bucket is then full at its
 // new burst, not in debt.
-func TestTokenBucketReleaseAfterSetBurst(t *testing.T) {
+func TestTokenBucketReleaseAfterSetLimit(t *testing.T) {
 	tb := mustTokenBucket(t, PerSecond(10), 5)
 	d, tk := admit(tb, sluice.WithCost(context.Background(), 5), 0)
 	require.True(t, d.Allowed)
@@ -540,15 +539,15 @@ func TestTokenBucketNonLastCancelsKeepTheBurst(t *testing.T) {
 	const s = time.Second
 	tb := mustTokenBucket(t, PerSecond(1), 4)
 	require.True(t, tb.AllowNAt(0, 4)) // the bucket is empty
-	a := tb.ReserveNAt(0, 4)           // at 4s
-	b := tb.ReserveNAt(0, 4)           // at 8s
-	c := tb.ReserveNAt(0, 1)           // at 9s
-	require.Equal(t, 9*s, c.DelayFrom(0))
-	b.CancelAt(0) // neither is the last: c was granted behind them
-	a.CancelAt(0)
+	a := tb.reserveNAt(0, 4)           // at 4s
+	b := tb.reserveNAt(0, 4)           // at 8s
+	c := tb.reserveNAt(0, 1)           // at 9s
+	require.Equal(t, 9*s, c.delayFrom(0))
+	b.cancelAt(0) // neither is the last: c was granted behind them
+	a.cancelAt(0)
 
 	// c takes its token at 9s; with it, at most the burst may go at 9s.
-	require.Zero(t, c.DelayFrom(9*s))
+	require.Zero(t, c.delayFrom(9*s))
 	used := c.n
 	for i := 0; i < 8 && tb.AllowAt(9*s); i++ {
 		used++
@@ -593,4 +592,14 @@ func TestTokenBucketAdmitAgreesWithDecide(t *testing.T) {
 	}
 	assert.Positive(t, admitted)
 	assert.Positive(t, rejected)
+}
+
+// reserveNAt reserves n tokens (below 1 counts as 1) at instant now, however
+// long the wait for them; the reservation says how long (delayFrom). It is
+// granted unless n exceeds the burst, or the reservations already granted
+// reach so far ahead that this one's tokens would come more than 2^62ns
+// (146 years) after now.
+func (tb *TokenBucket) reserveNAt(now time.Duration, n int64) reservation {
+	r, _ := tb.reserve(int64(now), max(n, 1), math.MaxInt64)
+	return r
 }

@@ -106,7 +106,8 @@ func (w *WarmUp) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 // cost is sluice.CostFrom(ctx). It rejects at once, taking nothing, when the
 // turn lies beyond the maximum wait (ErrRateLimited) or beyond ctx's deadline
 // (ErrWouldExceedDeadline); when ctx ends during the wait, it gives the turn
-// back and rejects with ErrWaitAbandoned.
+// back and rejects with a cause that matches ErrRateLimited and ctx's error
+// (context.Canceled or context.DeadlineExceeded).
 func (s *Shaper) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	d, t := s.admitD(ctx, now)
 	return verdict(&d, t)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
 // WarmUp is a token bucket with a cold start: after the limiter has been idle,
@@ -47,9 +46,7 @@ type WarmUp struct {
 	since  time.Duration // the instant of the last SetLimit: releases of earlier admissions are dropped
 	warmUpNums
 
-	name     string
-	clock    sluice.Clock
-	sysClock bool
+	name string
 }
 
 // warmUpNums are a WarmUp's numbers, all changed at once by SetLimit.
@@ -95,12 +92,11 @@ func NewWarmUp(r Rate, burst int64, warmUp time.Duration, coldFactor int64, opts
 	if err != nil {
 		return nil, err
 	}
-	o, err := buildOptions("warm-up", opts)
+	o, err := buildOptions("warm-up", false, opts)
 	if err != nil {
 		return nil, err
 	}
-	w := &WarmUp{tat: emptyTAT, since: math.MinInt64, warmUpNums: nums, name: o.name, clock: o.clock,
-		sysClock: o.clock == sluice.SystemClock}
+	w := &WarmUp{tat: emptyTAT, since: math.MinInt64, warmUpNums: nums, name: o.name}
 	w.stored = w.maxStored
 	return w, nil
 }
@@ -134,57 +130,44 @@ func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) 
 }
 
 // SetLimit changes the rate, the burst, the warm-up period and the cold
-// factor now, by the limiter's clock, validated as NewWarmUp validates
-// them: on an error nothing changes. The limiter keeps what it lacks of a
-// full burst, rescaled to the new rate and rounded towards less, and how
-// cold it is, as a share of its new store of cold permits. Safe while
-// requests are decided; a request released after the change gives
-// nothing back.
+// factor, validated as NewWarmUp validates them: on an error nothing
+// changes. The limiter keeps the instant it is full again, so a full one
+// is full at its new size, and how cold it is, as a share of its new
+// store of cold permits. Safe while requests are decided; a request
+// admitted before the change and released before the limiter would be
+// full again gives nothing back.
 func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor int64) error {
 	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
 	if err != nil {
 		return err
 	}
-	now := int64(w.now())
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.tat != emptyTAT {
-		w.tat = convertTAT(w.tat, now, w.iv, nums.iv)
-	}
 	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
 	w.warmUpNums = nums
 	w.last.valid = false
-	w.since = time.Duration(now)
-	return nil
-}
-
-func (w *WarmUp) now() time.Duration {
-	if w.sysClock {
-		return monoclock.Now()
+	if w.tat != emptyTAT {
+		// Every admission so far came before the instant the limiter is
+		// full again: its release, cut for the old numbers, gives nothing
+		// back.
+		w.since = time.Duration(w.tat)
 	}
-	return w.clock.Now()
+	return nil
 }
 
 // Name returns the name given with WithName; default "ratelimit/warm-up".
 func (w *WarmUp) Name() string { return w.name }
 
-// Window returns the time a warm limiter takes to refill its whole burst,
+// rateWindow returns the time a warm limiter takes to refill its whole burst,
 // burst × interval: the w of the RateLimit-Policy header field.
-func (w *WarmUp) Window() time.Duration {
+func (w *WarmUp) rateWindow() time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return time.Duration(w.tau)
 }
 
-// Allow reports whether one request may pass now, by the limiter's clock
-// (WithClock), and takes its quota if so. In a Guard, Admit decides instead.
-func (w *WarmUp) Allow() bool { return w.allowNAt(w.now(), 1) }
-
-// AllowN reports whether a request of cost n (below 1 counts as 1) may pass
-// now, by the limiter's clock, and takes its quota if so.
-func (w *WarmUp) AllowN(n int64) bool { return w.allowNAt(w.now(), n) }
-
-// allowNAt is AllowN at instant now: the bare answer, with no ticket.
+// allowNAt decides on a request of cost n at now, taking its quota when it
+// is admitted: the bare answer, with no ticket, of the step tables in tests.
 func (w *WarmUp) allowNAt(now time.Duration, n int64) bool {
 	_, _, ok := w.decide(int64(now), max(n, 1), false)
 	return ok

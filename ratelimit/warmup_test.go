@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -136,7 +137,7 @@ func TestWarmUpValidation(t *testing.T) {
 		{"negative warm-up", PerSecond(1), 1, -time.Second, 3, nil},
 		{"cold factor 1", PerSecond(1), 1, time.Second, 1, nil},
 		{"cold factor 0", PerSecond(1), 1, time.Second, 0, nil},
-		{"cold interval overflows", PerHour(1), 1, time.Second, 1 << 50, nil},
+		{"cold interval overflows", Rate{Count: 1, Period: time.Hour}, 1, time.Second, 1 << 50, nil},
 		{"warm-up period overflows", PerSecond(1), 1, time.Duration(maxTolerance/2 + 1), 3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,15 +147,15 @@ func TestWarmUpValidation(t *testing.T) {
 		})
 	}
 	clk := sluice.NewManualClock(0)
-	w := mustWarmUp(t, PerSecond(10), 2, time.Second, 3, WithClock(clk), WithName("ratelimit/cold"))
+	w := mustWarmUp(t, PerSecond(10), 2, time.Second, 3, WithName("ratelimit/cold"))
 	assert.Equal(t, "ratelimit/cold", w.Name())
-	assert.True(t, w.Allow())
-	assert.False(t, w.AllowN(2))
+	assert.True(t, w.allowNAt(clk.Now(), 1))
+	assert.False(t, w.allowNAt(clk.Now(), 2))
 	clk.Advance(time.Second)
-	assert.True(t, w.AllowN(2))
-	s := mustWarmUp(t, PerHour(1), 1, time.Second, 3)
-	assert.True(t, s.Allow())
-	assert.False(t, s.Allow())
+	assert.True(t, w.allowNAt(clk.Now(), 2))
+	s := mustWarmUp(t, Rate{Count: 1, Period: time.Hour}, 1, time.Second, 3)
+	assert.True(t, s.allowNAt(monoclock.Now(), 1))
+	assert.False(t, s.allowNAt(monoclock.Now(), 1))
 }
 
 // TestWarmUpReleaseOfAnEarlierAdmission pins that releasing an admission
@@ -244,7 +245,6 @@ func TestWarmUpAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += time.Microsecond
 		w.allowNAt(now, 1)
-		w.Allow()
 		d, tk := admit(w, ctx, now)
 		if d.Allowed {
 			w.Done(tk, sluice.Released, now, 0)

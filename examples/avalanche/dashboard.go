@@ -35,12 +35,11 @@ func startDashboard(cfg *Config) (stop func(), err error) {
 	return func() { _ = srv.Close() }, nil
 }
 
-// guard returns the options every Guard of the guarded frontend gets: its
-// name, and the dashboard when one is served.
+// guard returns the options every Guard of the guarded frontend gets when
+// a dashboard is served: its name, and the dashboard; none otherwise.
 func (c Config) guard(name string) []sluice.Option {
-	opts := []sluice.Option{sluice.WithName(name)}
-	if c.Dashboard != nil {
-		opts = append(opts, sluice.WithObserver(c.Dashboard))
+	if c.Dashboard == nil {
+		return nil
 	}
-	return opts
+	return []sluice.Option{sluice.WithName(name), sluice.WithObserver(c.Dashboard)}
 }

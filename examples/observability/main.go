@@ -1,11 +1,11 @@
 // Command observability runs a guarded HTTP service on loopback with a
 // Prometheus /metrics endpoint, sends it traffic that trips a rate limiter
 // and a circuit breaker, logs the breaker's state changes, and prints the
-// scraped lines that matter. It serves the live dashboard too; with
-// -dashboard it keeps serving it after the traffic, until interrupted:
+// scraped lines that matter. It serves the live dashboard too; with -serve
+// it keeps serving both after the traffic, until interrupted:
 //
 //	go run ./examples/observability
-//	go run ./examples/observability -dashboard
+//	go run ./examples/observability -serve
 //
 // grafana-dashboard.json, beside it, charts the same metrics.
 package main
@@ -37,14 +37,14 @@ import (
 )
 
 func main() {
-	keep := flag.Bool("dashboard", false, "keep serving the dashboard after the traffic, until interrupted")
+	keep := flag.Bool("serve", false, "keep serving /metrics and the dashboard after the traffic, until interrupted")
 	flag.Parse()
 	var hold func()
 	if *keep {
 		hold = func() {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			fmt.Println("serving the dashboard until interrupted (Ctrl-C)")
+			fmt.Println("serving until interrupted (Ctrl-C)")
 			<-ctx.Done()
 		}
 	}

@@ -84,7 +84,7 @@ func newHandler() (http.Handler, *middleware.Routes, error) {
 		return nil, nil, err
 	}
 	checkout, err := perCaller("ratelimit/checkout", func() (sluice.Policy, error) {
-		return ratelimit.NewGCRA(ratelimit.PerMinute(2), 2, ratelimit.WithName("ratelimit/checkout"))
+		return ratelimit.NewGCRA(ratelimit.Rate{Count: 2, Period: time.Minute}, 2, ratelimit.WithName("ratelimit/checkout"))
 	})
 	if err != nil {
 		return nil, nil, err

@@ -119,7 +119,7 @@ func runInstance(name, redisAddr string, in io.Reader, out io.Writer) error {
 		// The name is part of the Redis keys: every instance must give a
 		// limit the same name to share it.
 		limitName := "fleet" + strings.TrimPrefix(route, "GET ")
-		limiter, err := redislimit.NewGCRA(client, ratelimit.PerMinute(6), 6, policy,
+		limiter, err := redislimit.NewGCRA(client, ratelimit.Rate{Count: 6, Period: time.Minute}, 6, policy,
 			redislimit.WithName(limitName),
 			// Two failed calls open the breaker around Redis: after that, an
 			// outage costs the requests nothing.

@@ -5,14 +5,13 @@ import (
 	"errors"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // Classify is the default classifier of the interceptors. nil (codes.OK) is a
 // Success. A sluice rejection and a cancelled context are Ignored. Any other
-// error is classified by its gRPC code with middleware.ClassifyGRPCCode:
-// Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are failures,
+// error is classified by its gRPC code: Unavailable, DeadlineExceeded, Internal, Unknown and DataLoss are failures,
 // every other code is Ignored. An error that carries no status (a plain Go
 // error from a handler, which gRPC sends as Unknown) is a Failure, and so are
 // context.DeadlineExceeded and a Guard's timeout (sluice.ErrTimeout), even
@@ -28,7 +27,21 @@ func Classify(err error) sluice.Outcome {
 		// timeout before the cancellation or the rejection it wraps.
 		return sluice.DefaultClassifier(err)
 	}
-	return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+	return classifyCode(status.Code(err))
+}
+
+// classifyCode says what a gRPC status code tells of the health of what
+// returned it: OK is a Success; Unavailable, DeadlineExceeded, Internal,
+// Unknown and DataLoss are a Failure; every other code (Canceled,
+// InvalidArgument, NotFound, ResourceExhausted, ...) is Ignored.
+func classifyCode(code codes.Code) sluice.Outcome {
+	switch code {
+	case codes.OK:
+		return sluice.Success
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.DataLoss:
+		return sluice.Failure
+	}
+	return sluice.Ignored
 }
 
 // outcome classifies err with the configured classifier; sluice's own

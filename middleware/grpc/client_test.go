@@ -244,7 +244,7 @@ func TestClientWithoutRetryInfoDoesNotHoldTheBreaker(t *testing.T) {
 func TestClientKeysFromOutgoingMetadata(t *testing.T) {
 	rec := &recorder{name: "rec"}
 	s := start(t, transports[0], nil, clientOpts(t, WithGuard(mustGuard(t, sluice.With(rec))),
-		WithKey(middleware.KeyByHeader("x-tenant"), middleware.KeyByRoute()))...)
+		withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-tenant"), middleware.KeyByRoute()))...)
 	ctx := withTimeout(t)
 	require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-tenant", "acme")))
 	_, err := s.watch(ctx)
@@ -277,7 +277,7 @@ func TestClientStreamCancelledByItsCallerIsIgnoredByACodeClassifier(t *testing.T
 	seen := make(chan codes.Code, 2)
 	byCode := func(err error) sluice.Outcome {
 		seen <- status.Code(err)
-		return middleware.ClassifyGRPCCode(uint32(status.Code(err)))
+		return classifyCode(status.Code(err))
 	}
 	i, err := StreamClientInterceptor(WithGuard(mustGuard(t, sluice.With(rec))), WithClassifier(byCode))
 	require.NoError(t, err)

@@ -106,22 +106,7 @@ func build(s side, opts []Option) (*config, error) {
 		}
 		c.targets = rs
 	}
-	if o.keyer != nil {
-		if len(o.keyFns) > 0 || o.missingSet {
-			return nil, errors.New("sluicegrpc: WithKeyer excludes WithKey and WithMissingKey")
-		}
-		c.keyer = o.keyer
-	}
-	if o.missingSet && len(o.keyFns) == 0 && o.keyer == nil {
-		return nil, errors.New("sluicegrpc: WithMissingKey without WithKey")
-	}
-	if len(o.keyFns) > 0 {
-		k, err := middleware.NewKeyer(o.missing, o.keyFns...)
-		if err != nil {
-			return nil, fmt.Errorf("sluicegrpc: %w", err)
-		}
-		c.keyer = k
-	}
+	c.keyer = o.keyer
 	if len(o.targets) == 0 {
 		// Without target Guards, the table tells which methods are
 		// guarded: a critical method that none is has no Guard to be

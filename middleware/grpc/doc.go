@@ -85,8 +85,8 @@
 //
 // # Keys
 //
-// Per-key policies read the call's key from its context. [WithKey] sets it
-// with the key functions of package middleware, which see a call as a
+// Per-key policies read the call's key from its context. [WithKeyer] sets it
+// with a middleware.Keyer of the key functions of package middleware, which see a call as a
 // request: middleware.KeyByIP keys by the peer's address (honouring
 // x-forwarded-for metadata only from trusted proxies), KeyByHeader by a
 // metadata field, KeyByContext by a context value, KeyByRoute by the full

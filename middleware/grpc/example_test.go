@@ -117,8 +117,9 @@ func ExampleServerInHandle() {
 	ips, err := middleware.NewIPExtractor(middleware.TrustedProxies("10.0.0.0/8"))
 	check(err)
 
-	handle, err := sluicegrpc.ServerInHandle(sluicegrpc.WithGuard(guard),
-		sluicegrpc.WithKey(middleware.KeyByIP(ips)))
+	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"), middleware.KeyByIP(ips))
+	check(err)
+	handle, err := sluicegrpc.ServerInHandle(sluicegrpc.WithGuard(guard), sluicegrpc.WithKeyer(keyer))
 	check(err)
 	// Installed with grpc.NewServer(grpc.InTapHandle(handle)).
 	call := func(from, forwardedFor string) {

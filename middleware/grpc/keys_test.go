@@ -43,8 +43,8 @@ func TestKeyByPeerHonoursForwardedForOnlyFromTrustedPeers(t *testing.T) {
 			rec := &recorder{name: "rec"}
 			e := ipExtractor(t, middleware.TrustedProxies(tc.trusted...))
 			g := mustGuard(t, sluice.With(rec))
-			sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g), WithKey(middleware.KeyByIP(e)))},
-				serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(middleware.KeyByIP(e)))...)
+			sopts := append([]grpc.ServerOption{tapHandle(t, WithGuard(g), withKey(t, middleware.MissingKey{}, middleware.KeyByIP(e)))},
+				serverOpts(t, WithGuard(mustGuard(t, sluice.With(rec))), withKey(t, middleware.MissingKey{}, middleware.KeyByIP(e)))...)
 			s := start(t, tcp, sopts)
 			ctx := withTimeout(t)
 			for _, v := range tc.xff {
@@ -81,13 +81,13 @@ func TestKeyFunctions(t *testing.T) {
 			want    string
 			wantErr codes.Code
 		}{
-			{name: "metadata", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
-			{name: "context value", opts: []Option{WithKey(user)}, md: []string{"x-user", "ada"}, want: "ada"},
-			{name: "method", opts: []Option{WithKey(middleware.KeyByRoute())}, want: methodCheck},
-			{name: "first that finds one", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
-			{name: "missing: shared key", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithMissingKey(middleware.SharedKey("anonymous"))}, want: "anonymous"},
-			{name: "missing: default shared key", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key"))}, want: "unknown"},
-			{name: "missing: rejected", opts: []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithMissingKey(middleware.RejectMissingKey())}, wantErr: codes.InvalidArgument},
+			{name: "metadata", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
+			{name: "context value", opts: []Option{withKey(t, middleware.MissingKey{}, user)}, md: []string{"x-user", "ada"}, want: "ada"},
+			{name: "method", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByRoute())}, want: methodCheck},
+			{name: "first that finds one", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
+			{name: "missing: shared key", opts: []Option{withKey(t, middleware.SharedKey("anonymous"), middleware.KeyByHeader("x-api-key"))}, want: "anonymous"},
+			{name: "missing: default shared key", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"))}, want: "unknown"},
+			{name: "missing: rejected", opts: []Option{withKey(t, middleware.RejectMissingKey(), middleware.KeyByHeader("x-api-key"))}, wantErr: codes.InvalidArgument},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
@@ -154,7 +154,6 @@ func TestKeyedCallsAndMethodResourceGiveEachMethodItsBreaker(t *testing.T) {
 		opt  Option
 	}{
 		{"WithKeyer", WithKeyer(keyer)},
-		{"WithKey", WithKey(middleware.KeyByHeader("x-api-key"))},
 		{"WithMethodResource", WithMethodResource()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -221,4 +220,13 @@ func TestMethodResourceInEveryConstructor(t *testing.T) {
 		assert.Equal(t, []string{methodCheck, ""}, got)
 		assert.Equal(t, []string{methodCheck}, skipped.Resources())
 	})
+}
+
+// withKey keys calls with a Keyer of fns, which does with a call none of
+// them keys what missing says.
+func withKey(t testing.TB, missing middleware.MissingKey, fns ...middleware.KeyFunc) Option {
+	t.Helper()
+	k, err := middleware.NewKeyer(missing, fns...)
+	require.NoError(t, err)
+	return WithKeyer(k)
 }

@@ -28,10 +28,7 @@ type options struct {
 	methods    []string
 	table      *routing.Routes
 	targets    []routing.RoutesOption
-	keyFns     []middleware.KeyFunc
 	keyer      *middleware.Keyer
-	missing    middleware.MissingKey
-	missingSet bool
 	skip       middleware.Skipper
 	classify   sluice.Classifier
 	quotaMD    bool
@@ -156,29 +153,13 @@ func WithTargetGuard(target string, g *sluice.Guard) Option {
 	}
 }
 
-// WithKey sets how a call's key for per-key limits is found: the first of
-// fns that returns one: the KeyFuncs of package middleware, which see the
-// peer's address as a call's RemoteAddr, its metadata as its headers and
-// its full method as its Route. The key is
-// put in the call's context with sluice.WithKey, and the full method with
-// sluice.WithResource as its resource, as middleware.Keyer's Context does
-// for the HTTP adapters. Without WithKey no key is set, and calls cost no
+// WithKeyer finds each call's key for per-key limits with k, a
+// middleware.Keyer (which may be shared with other adapters): its KeyFuncs
+// see the peer's address as a call's RemoteAddr, its metadata as its headers
+// and its full method as its Route. The call's context gets the key
+// (sluice.WithKey) and the full method as its resource (sluice.WithResource),
+// in one allocation. Without WithKeyer no key is set, and calls cost no
 // allocation for it.
-func WithKey(fns ...middleware.KeyFunc) Option {
-	return func(o *options) {
-		o.once("WithKey")
-		if len(fns) == 0 {
-			o.errs = append(o.errs, errors.New("sluicegrpc: WithKey: no key function"))
-			return
-		}
-		o.keyFns = append(o.keyFns, fns...)
-	}
-}
-
-// WithKeyer finds each call's key with k, a middleware.Keyer shared with
-// other adapters, instead of WithKey and WithMissingKey (which it excludes).
-// As with WithKey, the call's context gets the key and the full method as
-// its resource (k.Context).
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(o *options) {
 		o.once("WithKeyer")
@@ -187,17 +168,6 @@ func WithKeyer(k *middleware.Keyer) Option {
 			return
 		}
 		o.keyer = k
-	}
-}
-
-// WithMissingKey sets what happens to a call for which no key function of
-// WithKey finds a key: middleware.RejectMissingKey() answers it with
-// InvalidArgument, middleware.SharedKey(k) limits it under k. Default: the
-// shared key "unknown".
-func WithMissingKey(m middleware.MissingKey) Option {
-	return func(o *options) {
-		o.once("WithMissingKey")
-		o.missing, o.missingSet = m, true
 	}
 }
 
@@ -220,8 +190,8 @@ func WithSkipper(s middleware.Skipper) Option {
 // resource (sluice.WithResource), for policies that keep state per
 // resource, such as a breaker.Group giving each method its own breaker
 // under one Guard: the gRPC form of the HTTP adapters' WithRouteResource.
-// It costs the call a new context (one small allocation). WithKey and
-// WithKeyer do it as well. A skipped call gets no resource. Default: off in
+// It costs the call a new context (one small allocation). WithKeyer does
+// it as well. A skipped call gets no resource. Default: off in
 // the server interceptors and the tap; the client interceptors always do
 // it, so an outgoing call never keeps the resource of the inbound call
 // whose handler makes it.

@@ -52,7 +52,7 @@ func rejecting(tb testing.TB, clk sluice.Clock) []struct {
 		tb.Fatal(err)
 	}
 	br.OpenFor(context.Background(), clk.Now(), time.Hour)
-	lim, err := ratelimit.NewFixedWindow(1, time.Hour, ratelimit.WithName("ratelimit/bench"), ratelimit.WithClock(clk))
+	lim, err := ratelimit.NewFixedWindow(1, time.Hour, ratelimit.WithName("ratelimit/bench"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -26,8 +26,8 @@ const (
 	MetadataRateLimitPolicy = "ratelimit-policy"
 )
 
-// errMissingKey answers a call that carries no key when WithMissingKey
-// rejects such calls.
+// errMissingKey answers a call that carries no key when the Keyer
+// rejects such calls (middleware.RejectMissingKey).
 var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carries no key to limit it by")
 
 // UnaryServerInterceptor returns an interceptor that guards unary calls with
@@ -56,7 +56,7 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // Guard's, when it is another).
 //
 // An admitted call costs no allocation unless the interceptor has to find a
-// key (WithKey), consult a skipper, mark a critical method, name the method
+// key (WithKeyer), consult a skipper, mark a critical method, name the method
 // as the call's resource (WithMethodResource) or send quota metadata
 // (WithQuotaMetadata).
 func UnaryServerInterceptor(opts ...Option) (grpc.UnaryServerInterceptor, error) {
@@ -331,7 +331,7 @@ func (c *config) identifies() bool {
 // identify applies the skipper, the key functions, the priority and the
 // resource. md is the tap's header metadata, nil in interceptors; outgoing
 // marks a client call, whose headers are its outgoing metadata. It returns
-// ctx with the call's key and, when it has one (WithKey, WithKeyer) or
+// ctx with the call's key and, when it has one (WithKeyer) or
 // WithMethodResource asks for it, the method as its resource, as
 // middleware.Keyer's Context does; whether the call skips the guard; and
 // the error that answers a call without a key when such calls are rejected.

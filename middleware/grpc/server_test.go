@@ -74,7 +74,7 @@ func quota(t *testing.T, md metadata.MD) (policy, limit sfv.Item, ok bool) {
 
 func fixedWindow(t testing.TB, name string, limit int64, window time.Duration, clk sluice.Clock) *ratelimit.FixedWindow {
 	t.Helper()
-	l, err := ratelimit.NewFixedWindow(limit, window, ratelimit.WithName(name), ratelimit.WithClock(clk))
+	l, err := ratelimit.NewFixedWindow(limit, window, ratelimit.WithName(name))
 	require.NoError(t, err)
 	return l
 }

@@ -149,7 +149,7 @@ func TestTappedCallWhoseClientLeftIsNotAdmittedAgain(t *testing.T) {
 func TestTapKeysFromHeaderMetadata(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		rec := &recorder{name: "rec"}
-		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))), WithKey(middleware.KeyByHeader("X-Api-Key")))})
+		s := start(t, tr, []grpc.ServerOption{tapHandle(t, WithGuard(mustGuard(t, sluice.With(rec))), withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("X-Api-Key")))})
 		ctx := withTimeout(t)
 		require.NoError(t, s.check(metadata.AppendToOutgoingContext(ctx, "x-api-key", "tenant-7")))
 		require.NoError(t, s.check(ctx))

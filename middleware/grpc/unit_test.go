@@ -197,17 +197,14 @@ func TestOptionsAreValidated(t *testing.T) {
 		opts []Option
 	}{
 		{"no guard", nil},
-		{"no guard, only other options", []Option{WithKey(middleware.KeyByHeader("x-api-key")), WithQuotaMetadata()}},
+		{"no guard, only other options", []Option{WithKeyer(keyer), WithQuotaMetadata()}},
 		{"nil guard", []Option{WithGuard(nil)}},
 		{"nil method guard", []Option{WithGuard(g), WithMethodGuard(methodCheck, nil)}},
 		{"routes and guard", []Option{WithRoutes(table), WithGuard(g)}},
 		{"routes and method guard", []Option{WithRoutes(table), WithMethodGuard(methodCheck, g)}},
 		{"routes twice", []Option{WithRoutes(table), WithRoutes(table)}},
 		{"routes without a guard", []Option{WithRoutes(empty)}},
-		{"key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithKey(middleware.KeyByHeader("b"))}},
 		{"keyer twice", []Option{WithGuard(g), WithKeyer(keyer), WithKeyer(keyer)}},
-		{"keyer and key", []Option{WithGuard(g), WithKeyer(keyer), WithKey(middleware.KeyByHeader("a"))}},
-		{"missing key twice", []Option{WithGuard(g), WithKey(middleware.KeyByHeader("a")), WithMissingKey(middleware.RejectMissingKey()), WithMissingKey(middleware.SharedKey("x"))}},
 		{"skipper twice", []Option{WithGuard(g), WithSkipper(skipNone), WithSkipper(skipNone)}},
 		{"classifier twice", []Option{WithGuard(g), WithClassifier(Classify), WithClassifier(Classify)}},
 		{"quota metadata twice", []Option{WithGuard(g), WithQuotaMetadata(), WithQuotaMetadata()}},
@@ -222,10 +219,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		{"method without name", []Option{WithMethodGuard("/pkg.Svc/", g)}},
 		{"method twice", []Option{WithMethodGuard(methodCheck, g), WithMethodGuard(methodCheck, g)}},
 		{"nil routes", []Option{WithRoutes(nil)}},
-		{"no key function", []Option{WithKey()}},
-		{"nil key function", []Option{WithGuard(g), WithKey(nil)}},
 		{"nil keyer", []Option{WithKeyer(nil)}},
-		{"missing key without a key", []Option{WithGuard(g), WithMissingKey(middleware.RejectMissingKey())}},
 		{"nil skipper", []Option{WithSkipper(nil)}},
 		{"nil classifier", []Option{WithClassifier(nil)}},
 		{"no critical method", []Option{WithCriticalMethods()}},
@@ -530,4 +524,16 @@ func TestTappedHandlerRejectionAnsweredByAFallbackIsIgnored(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "fallback for breaker/dep", resp)
 	assert.Equal(t, sluice.Ignored, rec.next(t))
+}
+
+func TestClassifyCode(t *testing.T) {
+	for code, want := range map[codes.Code]sluice.Outcome{
+		codes.OK: sluice.Success, codes.Canceled: sluice.Ignored, codes.Unknown: sluice.Failure,
+		codes.InvalidArgument: sluice.Ignored, codes.DeadlineExceeded: sluice.Failure, codes.NotFound: sluice.Ignored,
+		codes.PermissionDenied: sluice.Ignored, codes.ResourceExhausted: sluice.Ignored, codes.Unimplemented: sluice.Ignored,
+		codes.Internal: sluice.Failure, codes.Unavailable: sluice.Failure, codes.DataLoss: sluice.Failure,
+		codes.Unauthenticated: sluice.Ignored,
+	} {
+		assert.Equal(t, want, classifyCode(code), code.String())
+	}
 }

@@ -320,14 +320,6 @@ func (t *RoundTripper) Guard(host string) (*sluice.Guard, bool) {
 	return g, g != nil
 }
 
-// Hosts returns the number of hosts whose Guards are kept (more than
-// WithMaxHosts while more hosts than that have calls in flight).
-func (t *RoundTripper) Hosts() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.lru.Len()
-}
-
 // Close closes every kept Guard, whether or not its host has calls in
 // flight, and forgets them.
 func (t *RoundTripper) Close() error {

@@ -1013,3 +1013,11 @@ type replacing struct{ err error }
 
 func (r replacing) Answer(context.Context, error) (string, error) { return "replace", r.err }
 func (replacing) Declared(context.Context, error) (string, bool)  { return "replace", true }
+
+// Hosts returns the number of hosts whose Guards are kept (more than
+// WithMaxHosts while more hosts than that have calls in flight).
+func (t *RoundTripper) Hosts() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lru.Len()
+}

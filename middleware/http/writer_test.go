@@ -236,6 +236,31 @@ func TestHotPathAllocations(t *testing.T) {
 	assert.LessOrEqual(t, allocs, slack)
 }
 
+// A flood of rejections allocates nothing: a route's problem answer is
+// shared while its rejections agree on the cause and the delay.
+func TestRejectionAllocatesNothing(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	open := newBreaker(t, 1, time.Minute)
+	open.ForceOpen()
+	for name, p := range map[string]sluice.Policy{
+		"open breaker": open,
+		"spent limit":  newWindow(t, 1, time.Hour),
+		"overloaded":   testpolicy.Reject(sluice.ErrOverloaded, time.Second),
+	} {
+		h := mw(t, WithGuard(newGuard(t, clock, p)))(statusHandler(http.StatusNoContent))
+		serve(h, http.MethodGet, "/") // spends the limit
+		rec := serve(h, http.MethodGet, "/")
+		require.Contains(t, []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}, rec.Code, name)
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		w := &nopWriter{h: http.Header{}}
+		slack := 0.0
+		if raceEnabled {
+			slack = 1
+		}
+		assert.LessOrEqual(t, testing.AllocsPerRun(200, func() { h.ServeHTTP(w, req) }), slack, name)
+	}
+}
+
 // nopWriter is a ResponseWriter that keeps nothing, so that allocation
 // counts see only the middleware's.
 type nopWriter struct{ h http.Header }

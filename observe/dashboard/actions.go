@@ -169,14 +169,23 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 			return "", fmt.Errorf("%s: want a positive whole number, not %q", act, value)
 		}
 		if act == "rate" {
-			err = t.SetRate(ratelimit.PerSecond(n))
+			err = t.SetLimit(ratelimit.PerSecond(n), t.Burst())
 		} else {
-			err = t.SetBurst(n)
+			err = t.SetLimit(t.Rate(), n)
 		}
 		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("%s %s set to %d", name, act, n), nil
+	case "shadow", "enforce":
+		// By name, as SetShadow goes: every policy of the chain so named.
+		if err := w.g.SetShadow(p.Name(), act == "shadow"); err != nil {
+			return "", err
+		}
+		if act == "shadow" {
+			return name + " in shadow mode: it rejects nothing, and counts what it would", nil
+		}
+		return name + " enforcing", nil
 	}
 	return "", fmt.Errorf("%s takes no action %q", name, act)
 }

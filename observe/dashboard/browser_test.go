@@ -110,6 +110,7 @@ func newSite(t *testing.T) *site {
 	})))
 	mux.Handle("/debug/sluice/", s.admin)
 	mux.Handle("/debug/sluice-ro/", s.readOnly)
+	mux.Handle("/debug/sluice-many/", manyGuards(t, 50, 1000))
 	s.srv = httptest.NewServer(mux)
 	t.Cleanup(s.srv.Close)
 	return s
@@ -186,6 +187,7 @@ fetch(%q, {method: 'POST', mode: 'no-cors', body: new URLSearchParams({token: %q
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 			chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-gpu", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
 			chromedp.UserDataDir(t.TempDir()))...)
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(allocCtx)
@@ -228,8 +230,7 @@ fetch(%q, {method: 'POST', mode: 'no-cors', body: new URLSearchParams({token: %q
 		s.drive(t, 15*time.Second)
 	}
 	s.drive(t, 2500*time.Millisecond)
-	q, _ := json.Marshal(lineBefore)
-	step("traffic shows", poll(admitted+` !== '0'`), poll(chartLine+` !== `+string(q)),
+	step("traffic shows", poll(admitted+` !== '0'`), poll(chartLine+` !== `+jsString(lineBefore)),
 		poll(`document.querySelector('#calls path[data-series="rate-limited"]') !== null`))
 
 	// Forcing the breaker open from the page makes the next request 503;
@@ -277,4 +278,22 @@ fetch(%q, {method: 'POST', mode: 'no-cors', body: new URLSearchParams({token: %q
 	assert.Equal(t, "403", status)
 	assert.Equal(t, breaker.StateClosed, s.br.State())
 	assert.Equal(t, http.StatusOK, s.get(t))
+
+	// With 50 Guards the page draws them all and keeps up with the stream.
+	step("50 guards", chromedp.Navigate(s.srv.URL+"/debug/sluice-many/"),
+		poll(`document.querySelectorAll('.guard').length === 50`),
+		poll(`document.body.dataset.renderMs !== undefined`))
+	first := eval(`document.getElementById('status').textContent`)
+	step("next snapshot", poll(`document.getElementById('status').textContent !== `+jsString(first)))
+	t.Logf("50 guards: a snapshot drawn in %s ms; api/state fetched and decoded in %s ms",
+		eval(`document.body.dataset.renderMs`),
+		eval(`(async () => { const t0 = performance.now(); await (await fetch('api/state')).json(); return (performance.now() - t0).toFixed(1); })()`))
+	assert.Equal(t, "10", eval(`String(document.querySelectorAll('.guard[data-guard="guard-7"] .keys')[0].textContent.split(', ').length)`),
+		"10 keys shown of 1000")
+}
+
+// jsString quotes s for a JavaScript expression.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

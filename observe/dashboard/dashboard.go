@@ -83,9 +83,10 @@ func WithSwitches(switches ...*degrade.Switch) Option {
 }
 
 // WithRules shows the version of the rules in force and the result of the
-// last reload, as status reports them: the version, when it was loaded, and
-// the error of the last reload (nil when it succeeded). A change of either
-// shows in the event list. The default is no rules shown.
+// last reload, as status reports them: the version, when the last load
+// ended, and why it failed (nil when it succeeded). For a rules loader,
+// status returns its status's version, time and error. A change of any of
+// the three shows in the event list. The default is no rules shown.
 func WithRules(status func() (version string, loaded time.Time, err error)) Option {
 	return func(d *Dashboard) error {
 		if status == nil {
@@ -107,6 +108,7 @@ func New(opts ...Option) (*Dashboard, error) {
 			return nil, err
 		}
 	}
+	d.series.init()
 	if _, err := rand.Read(d.secret[:]); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
 	}
@@ -129,8 +131,8 @@ type guardWatch struct {
 	name     string
 	policies []sluice.Policy
 	// state is the state each policy last reported through
-	// sluice.StateSource; nil before its first change.
-	state []atomic.Pointer[string]
+	// sluice.StateSource, and when; nil before its first change.
+	state []atomic.Pointer[stateSeen]
 	// keys counts the rejections by key of the keyed limiters, by policy
 	// name; nil for the others.
 	keys   map[string]*topKeys
@@ -151,7 +153,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		return nil, nil, errors.New("dashboard: the Guard has no name: give it one with sluice.WithName")
 	}
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
-	w.state = make([]atomic.Pointer[string], len(w.policies))
+	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
 	for i, p := range w.policies {
 		if _, ok := p.(keyed); ok {
 			if w.keys == nil {
@@ -161,9 +163,9 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 		if src, ok := p.(sluice.StateSource); ok {
 			w.unsubs = append(w.unsubs, src.Subscribe(func(c sluice.StateChange) {
-				to := c.To
-				w.state[i].Store(&to)
-				d.events.add(event{Time: time.Now(), Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
+				now := time.Now()
+				w.state[i].Store(&stateSeen{c.To, now})
+				d.events.add(event{Time: now, Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
 			}))
 		}
 	}
@@ -189,7 +191,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		})
 	}
 	observe := func(ctx context.Context, e sluice.CallEvent) {
-		d.series.add(time.Now(), &e)
+		d.series.add(&e)
 		if len(w.policies) == 0 {
 			w.calls.Add(1)
 		}
@@ -202,6 +204,12 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 	}
 	return observe, detach, nil
+}
+
+// stateSeen is a policy's state as it last reported it, and when.
+type stateSeen struct {
+	state string
+	since time.Time
 }
 
 func (w *guardWatch) unsubscribe() {

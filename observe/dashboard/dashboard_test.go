@@ -175,6 +175,7 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 		assert.Contains(t, bulk.Details, detail{"limit", "10"})
 		assert.Equal(t, "breaker/payments", br.Name)
 		assert.Equal(t, "open", br.State)
+		assert.Contains(t, br.Details, detail{"for", "1s"}, "since it opened")
 		assert.Equal(t, map[string]uint64{"circuit-open": 6}, br.Rejected)
 		assert.Empty(t, br.Actions, "no authorizer: no actions")
 		assert.False(t, s.Actions.Enabled)
@@ -205,6 +206,29 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 		c = getState(t, f.d).Chart
 		assert.Equal(t, make([]uint64, chartSeconds), c.Admitted)
 		assert.Empty(t, c.Rejected)
+	})
+}
+
+func TestShadowRejectionsAreCharted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		require.NoError(t, err)
+		one, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1, ratelimit.WithName("one"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("g"), sluice.With(one), sluice.WithShadow("one"), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer g.Close()
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+		for range 3 {
+			require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
+		}
+		time.Sleep(time.Second)
+		s := getState(t, d)
+		assert.Equal(t, uint64(3), s.Chart.Admitted[chartSeconds-1])
+		require.Len(t, s.Chart.Shadow, chartSeconds)
+		assert.Equal(t, uint64(2), s.Chart.Shadow[chartSeconds-1], "two would have been rejected")
+		assert.Empty(t, s.Chart.Rejected)
+		assert.Equal(t, uint64(2), s.Guards[0].Policies[0].ShadowRejected)
 	})
 }
 
@@ -250,6 +274,17 @@ func TestEventsKeepTheLast100NewestFirst(t *testing.T) {
 	require.Len(t, got, maxEvents)
 	assert.Equal(t, "249", got[0].Text)
 	assert.Equal(t, "150", got[maxEvents-1].Text)
+
+	// The same event again and again is counted, and pushes out nothing.
+	t0 := time.Unix(1e9, 0)
+	for i := range 1000 {
+		l.add(event{Time: t0.Add(time.Duration(i) * time.Second), Kind: "refused", Text: "open pay 1: refused: cross-origin request"})
+	}
+	got = l.last()
+	require.Len(t, got, maxEvents)
+	assert.Equal(t, event{Time: t0.Add(999 * time.Second), Kind: "refused", Text: "open pay 1: refused: cross-origin request", Times: 1000}, got[0])
+	assert.Equal(t, "249", got[1].Text)
+	assert.Equal(t, "151", got[maxEvents-1].Text)
 }
 
 func TestLatencyBuckets(t *testing.T) {
@@ -346,22 +381,6 @@ func BenchmarkSnapshot50Guards10000Keys(b *testing.B) {
 		rec := httptest.NewRecorder()
 		d.ServeHTTP(rec, req)
 	}
-}
-
-func BenchmarkObserve(b *testing.B) {
-	d, err := New()
-	require.NoError(b, err)
-	g, err := sluice.New(sluice.WithName("g"), sluice.WithObserver(d))
-	require.NoError(b, err)
-	defer g.Close()
-	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			_ = g.Do(ctx, fn)
-		}
-	})
 }
 
 func TestPageAndAssets(t *testing.T) {
@@ -551,6 +570,16 @@ func TestActions(t *testing.T) {
 	rec = post(f.d, form("guard", "pay", "policy", "3", "action", "reset"))
 	require.Equal(t, http.StatusOK, rec.Code, "a request without browser headers is no cross-site one")
 
+	// In shadow mode the per-client limiter lets through the call it
+	// rejects, and counts it; enforcing again, it rejects.
+	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "1", "action", "shadow"), sameOrigin...).Code)
+	for range 3 {
+		require.NoError(t, f.call("carol", false))
+	}
+	assert.Equal(t, uint64(1), getState(t, f.d).Guards[0].Policies[1].ShadowRejected)
+	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "1", "action", "enforce"), sameOrigin...).Code)
+	require.ErrorIs(t, f.call("carol", false), sluice.ErrRateLimited)
+
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "0", "action", "rate", "value", "7"), sameOrigin...).Code)
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "0", "action", "burst", "value", "3"), sameOrigin...).Code)
 	assert.Equal(t, ratelimit.PerSecond(7), f.bucket.Rate())
@@ -593,17 +622,18 @@ func TestActions(t *testing.T) {
 	assert.Equal(t, breaker.StateClosed, f.br.State())
 
 	s := getState(t, f.d)
-	assert.Equal(t, actionsView{Enabled: true, Done: 6, Refused: 11}, s.Actions)
-	assert.Equal(t, []string{"open", "close", "reset"}, s.Guards[0].Policies[3].Actions)
-	assert.Equal(t, []string{"rate", "burst"}, s.Guards[0].Policies[0].Actions)
+	assert.Equal(t, actionsView{Enabled: true, Done: 8, Refused: 11}, s.Actions)
+	assert.Equal(t, []string{"open", "close", "reset", "shadow", "enforce"}, s.Guards[0].Policies[3].Actions)
+	assert.Equal(t, []string{"rate", "burst", "shadow", "enforce"}, s.Guards[0].Policies[0].Actions)
+	assert.Equal(t, []string{"shadow", "enforce"}, s.Guards[0].Policies[1].Actions)
 	assert.Equal(t, []switchView{{"recommendations", true, true}}, s.Switches)
 	kinds := map[string]int{}
 	for _, e := range s.Events {
-		kinds[e.Kind]++
+		kinds[e.Kind] += e.Times // like refusals in a row are one event
 	}
-	assert.Equal(t, map[string]int{"action": 6, "refused": 11, "state": 3}, kinds,
+	assert.Equal(t, map[string]int{"action": 8, "refused": 11, "state": 3}, kinds,
 		"state changes: the breaker opened and closed, the switch turned on")
-	assert.Equal(t, 6, strings.Count(logs.String(), `"msg":"sluice dashboard: action taken"`))
+	assert.Equal(t, 8, strings.Count(logs.String(), `"msg":"sluice dashboard: action taken"`))
 	assert.Equal(t, 11, strings.Count(logs.String(), `"msg":"sluice dashboard: action refused"`))
 }
 
@@ -628,10 +658,39 @@ func TestDashboardImportsOnlyTheStandardLibraryAndTheCore(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
 	for _, dep := range strings.Fields(string(out)) {
-		switch strings.TrimPrefix(dep, "github.com/sluice-go/sluice") {
-		case "", "/ratelimit", "/breaker", "/degrade", "/adaptive", "/observe/dashboard":
+		switch dep := strings.TrimPrefix(dep, "github.com/sluice-go/sluice"); {
+		case strings.HasPrefix(dep, "/internal/"):
+		case dep == "", dep == "/ratelimit", dep == "/breaker", dep == "/degrade", dep == "/adaptive", dep == "/observe/dashboard":
 		default:
 			t.Errorf("the dashboard depends on %s", dep)
 		}
+	}
+}
+
+// BenchmarkObserved runs a call through a Guard with a token bucket,
+// unobserved and observed by a Dashboard, side by side.
+func BenchmarkObserved(b *testing.B) {
+	d, err := New()
+	require.NoError(b, err)
+	for _, observed := range []bool{false, true} {
+		b.Run(fmt.Sprint("dashboard=", observed), func(b *testing.B) {
+			bucket, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1e9), 1e9)
+			require.NoError(b, err)
+			opts := []sluice.Option{sluice.WithName("g"), sluice.With(bucket)}
+			if observed {
+				opts = append(opts, sluice.WithObserver(d))
+			}
+			g, err := sluice.New(opts...)
+			require.NoError(b, err)
+			defer g.Close()
+			ctx := context.Background()
+			fn := func(context.Context) error { return nil }
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					_ = g.Do(ctx, fn)
+				}
+			})
+		})
 	}
 }

@@ -3,7 +3,8 @@
 // rejected calls per second by cause and of call latency (p50, p99), the
 // last 100 events with their wall-clock times, and, when an authorizer
 // allows it, admin actions: force a breaker open or closed and reset it,
-// change a token bucket's rate and burst, flip a degradation switch.
+// change a token bucket's rate and burst, put a policy in shadow mode and
+// back (sluice.Guard.SetShadow), flip a degradation switch.
 //
 // A Dashboard is a [sluice.Observer]: give it to each Guard it shows with
 // sluice.WithObserver. It is also the http.Handler of the page; mount it in
@@ -25,5 +26,7 @@
 //
 // The snapshot is bounded whatever the traffic: per keyed limiter, the key
 // count and the 10 keys with the most rejections, out of a bounded sample,
-// never every key.
+// never every key. Those keys are what the adapters key requests by (client
+// addresses, user names): where they are not for every reader of the page,
+// serve it only behind the program's own authentication.
 package dashboard

@@ -33,6 +33,7 @@ const (
 type second struct {
 	unix     atomic.Int64 // the second it counts; another: stale
 	admitted atomic.Uint64
+	shadow   atomic.Uint64 // admitted calls a policy in shadow mode rejected
 	rejected [len(causes)]atomic.Uint64
 	latency  [latBuckets]atomic.Uint32
 }
@@ -41,17 +42,34 @@ type second struct {
 // the Unix second. Adding is a few atomic adds; a slot is cleared by the
 // first call of its new second, under a lock taken once a second.
 type series struct {
+	// start is when the series began: the Unix second of a call is found
+	// from the monotonic time since, one clock read where time.Now takes
+	// two.
+	start     time.Time
+	startNano int64 // start's Unix time in nanoseconds
+
 	mu   sync.Mutex // clears slots
 	ring [ringSeconds]second
 }
 
-func (s *series) slot(now time.Time) *second {
-	sec := now.Unix()
+func (s *series) init() {
+	s.start = time.Now()
+	s.startNano = s.start.UnixNano()
+}
+
+// unix returns the current Unix second.
+func (s *series) unix() int64 {
+	return (s.startNano + int64(time.Since(s.start))) / int64(time.Second)
+}
+
+func (s *series) slot() *second {
+	sec := s.unix()
 	sl := &s.ring[sec&(ringSeconds-1)]
 	if sl.unix.Load() != sec {
 		s.mu.Lock()
 		if sl.unix.Load() != sec {
 			sl.admitted.Store(0)
+			sl.shadow.Store(0)
 			for i := range sl.rejected {
 				sl.rejected[i].Store(0)
 			}
@@ -65,14 +83,17 @@ func (s *series) slot(now time.Time) *second {
 	return sl
 }
 
-// add counts one call that ended at now.
-func (s *series) add(now time.Time, e *sluice.CallEvent) {
-	sl := s.slot(now)
+// add counts one call that ends now.
+func (s *series) add(e *sluice.CallEvent) {
+	sl := s.slot()
 	if !e.Admitted {
 		sl.rejected[e.Cause%sluice.Cause(len(causes))].Add(1)
 		return
 	}
 	sl.admitted.Add(1)
+	if e.Shadow {
+		sl.shadow.Add(1)
+	}
 	sl.latency[latBucket(e.Latency)].Add(1)
 }
 
@@ -102,6 +123,9 @@ type chart struct {
 	Start    int64               `json:"start"`
 	Admitted []uint64            `json:"admitted"`
 	Rejected map[string][]uint64 `json:"rejected"` // by cause; causes never seen are left out
+	// Shadow counts the admitted calls that a policy in shadow mode would
+	// have rejected; nil when there were none.
+	Shadow []uint64 `json:"shadow"`
 	// P50 and P99 are the call latency percentiles in milliseconds, the
 	// upper bounds of the buckets they fall in; 0 for a second without
 	// calls.
@@ -109,9 +133,9 @@ type chart struct {
 	P99 []float64 `json:"p99"`
 }
 
-// chart reads the chartSeconds whole seconds before now.
-func (s *series) chart(now time.Time) chart {
-	end := now.Unix() // the second under way is not whole: left out
+// chart reads the chartSeconds whole seconds before this one.
+func (s *series) chart() chart {
+	end := s.unix() // the second under way is not whole: left out
 	c := chart{Start: end - chartSeconds, Admitted: make([]uint64, chartSeconds),
 		Rejected: map[string][]uint64{}, P50: make([]float64, chartSeconds), P99: make([]float64, chartSeconds)}
 	var lat [latBuckets]uint32
@@ -122,6 +146,12 @@ func (s *series) chart(now time.Time) chart {
 			continue
 		}
 		c.Admitted[i] = sl.admitted.Load()
+		if n := sl.shadow.Load(); n > 0 {
+			if c.Shadow == nil {
+				c.Shadow = make([]uint64, chartSeconds)
+			}
+			c.Shadow[i] = n
+		}
 		for cause := range sl.rejected {
 			n := sl.rejected[cause].Load()
 			if n == 0 {

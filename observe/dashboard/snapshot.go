@@ -29,8 +29,9 @@ type (
 		Tokens() float64
 	}
 	retuner interface {
-		SetRate(ratelimit.Rate) error
-		SetBurst(int64) error
+		Rate() ratelimit.Rate
+		Burst() int64
+		SetLimit(r ratelimit.Rate, burst int64) error
 	}
 	keyed       interface{ Len() int }
 	concurrency interface{ Stats() adaptive.Stats }
@@ -64,12 +65,16 @@ type policyView struct {
 	Admitted uint64            `json:"admitted"`
 	Rejected map[string]uint64 `json:"rejected"` // by cause
 	Inflight uint64            `json:"inflight"`
+	// ShadowRejected counts the calls the policy rejected in shadow mode
+	// and let through.
+	ShadowRejected uint64 `json:"shadowRejected"`
 	// Details are the figures that the policy's kind has, in order.
 	Details []detail `json:"details,omitempty"`
 	// TopKeys are a keyed limiter's keys with the most rejections.
 	TopKeys []keyCount `json:"topKeys,omitempty"`
 	// Actions are the admin actions the policy takes: "open", "close",
-	// "reset", "rate", "burst"; none without an authorizer.
+	// "reset", "rate", "burst", "shadow" and "enforce"; none without an
+	// authorizer.
 	Actions []string `json:"actions,omitempty"`
 }
 
@@ -98,7 +103,7 @@ type actionsView struct {
 
 // snapshot reads everything the page shows, at now.
 func (d *Dashboard) snapshot(now time.Time) state {
-	s := state{Time: now, Chart: d.series.chart(now)}
+	s := state{Time: now, Chart: d.series.chart()}
 	s.Actions = actionsView{Enabled: d.authorize != nil, Done: d.actionsDone.Load(), Refused: d.actionsRefused.Load()}
 	d.mu.Lock()
 	guards := append([]*guardWatch(nil), d.guards...)
@@ -131,7 +136,8 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	}
 	for i, p := range w.policies {
 		ps := st.Policies[i]
-		pv := policyView{Name: ps.Policy, Kind: kind(p), Admitted: ps.Admitted, Rejected: map[string]uint64{}}
+		pv := policyView{Name: ps.Policy, Kind: kind(p), Admitted: ps.Admitted, Rejected: map[string]uint64{},
+			ShadowRejected: ps.ShadowRejected}
 		ended := uint64(0)
 		for _, n := range ps.Outcomes {
 			ended += n
@@ -143,10 +149,14 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 				v.Rejected[causes[c]] += n
 			}
 		}
-		if s := w.state[i].Load(); s != nil {
-			pv.State = *s
+		seen := w.state[i].Load()
+		if seen != nil {
+			pv.State = seen.state
 		}
 		d.describe(&pv, p)
+		if seen != nil && pv.State == seen.state {
+			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
+		}
 		if t := w.keys[ps.Policy]; t != nil {
 			pv.TopKeys = t.top()
 		}
@@ -217,6 +227,7 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 	if _, ok := p.(retuner); ok {
 		pv.Actions = append(pv.Actions, "rate", "burst")
 	}
+	pv.Actions = append(pv.Actions, "shadow", "enforce")
 }
 
 // rulesView reads the rules' status, and adds an event when it changed

@@ -17,7 +17,7 @@ import (
 // perUserAndRoute is a per-user limit of 5 and a per-user-and-route limit of
 // 2, decided together.
 func perUserAndRoute(t *testing.T, c redis.UniversalClient) (*Limiter, *Limiter, *Limiter) {
-	user, err := NewGCRA(c, ratelimit.PerHour(5), 5, WithName(uniqueName("user")))
+	user, err := NewGCRA(c, ratelimit.Rate{Count: 5, Period: time.Hour}, 5, WithName(uniqueName("user")))
 	require.NoError(t, err)
 	route, err := NewFixedWindow(c, 2, longWindow(), WithName(uniqueName("route")), WithPerResource())
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestNegativeCacheRejectsWithoutRedis(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
 	var fallbacks int
-	l, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithName(uniqueName("neg")), WithNegativeCache(100),
+	l, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithName(uniqueName("neg")), WithNegativeCache(100),
 		WithObserver(func(e Event) {
 			if e.Kind == EventFallback {
 				fallbacks++
@@ -284,9 +284,9 @@ func TestMicrosSaturates(t *testing.T) {
 func TestNegativeCacheUnderAllAnswersTheLongestWait(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
-	short, err := NewGCRA(c, ratelimit.PerMinute(1), 1, WithName(uniqueName("short")))
+	short, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Minute}, 1, WithName(uniqueName("short")))
 	require.NoError(t, err)
-	long, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithName(uniqueName("long")))
+	long, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithName(uniqueName("long")))
 	require.NoError(t, err)
 	all, err := All([]*Limiter{short, long}, WithName(uniqueName("all")), WithNegativeCache(100))
 	require.NoError(t, err)

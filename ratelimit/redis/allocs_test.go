@@ -46,7 +46,7 @@ func TestAllocations(t *testing.T) {
 	assert.Zero(t, allocs)
 
 	// The negative cache answering.
-	l, err = NewGCRA(c, ratelimit.PerHour(1), 1, WithName(uniqueName("neg")), WithNegativeCache(10))
+	l, err = NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithName(uniqueName("neg")), WithNegativeCache(10))
 	require.NoError(t, err)
 	l.Admit(context.Background(), 0)
 	d, _ := admitD(l, context.Background(), 0)

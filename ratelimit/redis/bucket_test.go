@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -199,6 +200,6 @@ func TestSlidingWindowRejectsBadParameters(t *testing.T) {
 	}
 	l, err := NewSlidingWindow(c, 10, time.Minute, 6)
 	require.NoError(t, err)
-	assert.Equal(t, time.Minute, l.Window())
+	assert.Equal(t, time.Minute, policywindow.Of(l))
 	assert.Equal(t, "ratelimit/redis/sliding-window", l.Name())
 }

@@ -115,7 +115,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("concurrent decisions", func(t *testing.T) {
-		user, err := NewGCRA(c, ratelimit.PerHour(400), 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
+		user, err := NewGCRA(c, ratelimit.Rate{Count: 400, Period: time.Hour}, 400, WithName(uniqueName("user")), WithTimeout(2*time.Second))
 		require.NoError(t, err)
 		route, err := NewSlidingWindowWeighted(c, 1000, time.Hour, WithName(uniqueName("route")), WithPerResource(), WithTimeout(2*time.Second))
 		require.NoError(t, err)
@@ -147,9 +147,9 @@ func TestCluster(t *testing.T) {
 
 	t.Run("All across slots", func(t *testing.T) {
 		var log eventLog
-		byUser, err := NewGCRA(c, ratelimit.PerHour(5), 5, WithName(uniqueName("user")))
+		byUser, err := NewGCRA(c, ratelimit.Rate{Count: 5, Period: time.Hour}, 5, WithName(uniqueName("user")))
 		require.NoError(t, err)
-		byRoute, err := NewGCRA(c, ratelimit.PerHour(5), 5, WithName(uniqueName("route")),
+		byRoute, err := NewGCRA(c, ratelimit.Rate{Count: 5, Period: time.Hour}, 5, WithName(uniqueName("route")),
 			WithKeyFunc(func(ctx context.Context) string { r, _ := sluice.ResourceFrom(ctx); return r }))
 		require.NoError(t, err)
 		all, err := All([]*Limiter{byUser, byRoute}, WithObserver(log.observe))

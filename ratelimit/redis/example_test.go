@@ -22,7 +22,7 @@ func Example() {
 	// address of the test's Redis.)
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
-	limiter, err := redislimit.NewGCRA(client, ratelimit.PerMinute(10), 10,
+	limiter, err := redislimit.NewGCRA(client, ratelimit.Rate{Count: 10, Period: time.Minute}, 10,
 		redislimit.WithName("example/api"), redislimit.WithLocalFallback(4))
 	if err != nil {
 		panic(err)
@@ -49,7 +49,7 @@ func Example() {
 func ExampleAll() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	defer client.Close()
-	perUser, err := redislimit.NewGCRA(client, ratelimit.PerMinute(100), 100, redislimit.WithName("example/user"))
+	perUser, err := redislimit.NewGCRA(client, ratelimit.Rate{Count: 100, Period: time.Minute}, 100, redislimit.WithName("example/user"))
 	if err != nil {
 		panic(err)
 	}

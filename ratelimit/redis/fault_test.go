@@ -120,7 +120,7 @@ func TestFailurePolicies(t *testing.T) {
 				s := newServer(t)
 				c := newClient(t, s.Addr)
 				var log eventLog
-				l, err := NewGCRA(c, ratelimit.PerHour(burst), burst, fp.opt, WithName(uniqueName("fault")),
+				l, err := NewGCRA(c, ratelimit.Rate{Count: burst, Period: time.Hour}, burst, fp.opt, WithName(uniqueName("fault")),
 					WithTimeout(timeout), WithBreaker(threshold, openFor), WithObserver(log.observe))
 				require.NoError(t, err)
 				var changes []sluice.StateChange
@@ -322,10 +322,10 @@ func TestLocalFallbackDecidesAtTheGuardsInstant(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens: every call fails at once
 	c := newClient(t, addr)
-	l, err := NewTokenBucket(c, ratelimit.PerHour(1), 2, WithLocalFallback(1), WithName(uniqueName("local-instant")),
+	l, err := NewTokenBucket(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithLocalFallback(1), WithName(uniqueName("local-instant")),
 		WithBreaker(10, time.Minute))
 	require.NoError(t, err)
-	want, err := ratelimit.NewTokenBucket(ratelimit.PerHour(1), 2)
+	want, err := ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 2)
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "k")
 	const now = 5 * time.Hour // the Guard's clock; it does not move

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -110,7 +111,7 @@ func NewTokenBucket(client redis.UniversalClient, r ratelimit.Rate, burst int64,
 // NewFixedWindow returns a limiter admitting up to limit cost units per key
 // in each window, windows aligned on Redis time (a multiple of window since
 // the Unix epoch). Reset and RetryAfter are the time to the window's end.
-// window is counted in whole microseconds.
+// rateWindow is counted in whole microseconds.
 func NewFixedWindow(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
 	return newWindowed(client, "fixed-window", 'f', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(l, w, ratelimit.WithName(name))
@@ -395,12 +396,23 @@ func All(limiters []*Limiter, opts ...Option) (*Limiter, error) {
 // Name returns the limiter's name, as given by WithName.
 func (l *Limiter) Name() string { return l.name }
 
-// Window returns the limiter's window: a fixed or sliding window's length,
+func init() {
+	// The adapters read a limiter's window for the RateLimit-Policy header
+	// field through package policywindow.
+	policywindow.Register(func(p any) time.Duration {
+		if l, ok := p.(*Limiter); ok {
+			return l.rateWindow()
+		}
+		return 0
+	})
+}
+
+// rateWindow returns the limiter's window: a fixed or sliding window's length,
 // a GCRA's or token bucket's time to refill its burst; for a limiter built by
 // All, the window its limits share, or 0 when they differ (its Decision
 // does not say which limit decided). The middleware gives it to clients as
 // the w parameter of RateLimit-Policy.
-func (l *Limiter) Window() time.Duration {
+func (l *Limiter) rateWindow() time.Duration {
 	w := l.limits[0].nums.Load().window
 	for _, m := range l.limits[1:] {
 		if m.nums.Load().window != w {

@@ -139,9 +139,9 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 func TestPrefixAndNameDoNotRunTogether(t *testing.T) {
 	s := newServer(t)
 	c := newClient(t, s.Addr)
-	a, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithPrefix("sluice:billing"), WithName("login"))
+	a, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithPrefix("sluice:billing"), WithName("login"))
 	require.NoError(t, err)
-	b, err := NewGCRA(c, ratelimit.PerHour(1), 1, WithPrefix("sluice"), WithName("billing:login"))
+	b, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1, WithPrefix("sluice"), WithName("billing:login"))
 	require.NoError(t, err)
 	ctx := sluice.WithKey(context.Background(), "alice")
 	d, _ := admitD(a, ctx, monoclock.Now())

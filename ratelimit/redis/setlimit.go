@@ -5,24 +5,24 @@ import (
 	"time"
 )
 
-// SetLimit changes the limiter's numbers to limit cost units per window,
-// window as Window reports it: for a GCRA or a token bucket, a burst of
-// limit refilled at limit per window (a rate of limit/window); for a
-// window, limit and the window's length (for NewSlidingWindow, divided
-// into the same number of buckets). The numbers are validated, and
+// SetLimit changes the limiter's numbers to limit cost units per window:
+// for a GCRA or a token bucket, a burst of limit refilled in window (a
+// rate of limit per window, the window of its RateLimit-Policy header);
+// for a window, limit and the window's length (for NewSlidingWindow,
+// divided into the same number of buckets). The numbers are validated, and
 // rounded, as the constructor does: on an error nothing changes.
 //
 // The change takes effect with the next script call, which carries the
 // numbers: the keys stay the same, so every instance sharing the limit
-// must be given the same change. State in Redis is kept where the
-// algorithm reads it the same way under the new numbers: a GCRA's or
-// token bucket's theoretical arrival time, a window's count while the
-// window's length is unchanged. The local share of WithLocalFallback
-// starts afresh. A Limiter built by All decides its members' limits:
-// change those, and All follows.
+// must be given the same change. State in Redis is kept as the algorithm
+// stores it: a GCRA's or token bucket's instant at which it is full again
+// (so a full bucket is full at its new size, and one in debt repays the
+// same time), a window's count while the window keeps its length. The
+// local share of WithLocalFallback starts afresh. A Limiter built by All
+// of several limits refuses: change the members, and All follows.
 func (l *Limiter) SetLimit(limit int64, window time.Duration) error {
 	if len(l.limits) != 1 || l.limits[0].remake == nil {
-		return errors.New("redislimit: SetLimit on a Limiter built by All: set each limit on the Limiter given to All")
+		return errors.New("redislimit: SetLimit on a Limiter of several limits (All): set each on the Limiter given to All")
 	}
 	m := l.limits[0]
 	p, err := m.remake(limit, window)

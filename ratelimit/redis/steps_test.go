@@ -222,7 +222,7 @@ func TestConstructorsValidate(t *testing.T) {
 	_, cases["zero rate"] = NewGCRA(c, ratelimit.Rate{}, 1)
 	_, cases["zero burst"] = NewTokenBucket(c, ratelimit.PerSecond(1), 0)
 	_, cases["sub-µs interval"] = NewGCRA(c, ratelimit.PerSecond(2_000_000), 1)
-	_, cases["huge burst"] = NewGCRA(c, ratelimit.PerHour(1), 1<<40)
+	_, cases["huge burst"] = NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 1<<40)
 	_, cases["zero limit"] = NewFixedWindow(c, 0, time.Second)
 	_, cases["sub-µs window"] = NewSlidingWindowWeighted(c, 1, 1500*time.Nanosecond)
 	_, cases["huge window limit"] = NewFixedWindow(c, 1<<40, time.Hour)

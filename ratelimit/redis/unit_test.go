@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -162,7 +163,7 @@ func TestWindow(t *testing.T) {
 	defer client.Close()
 	g, err := NewGCRA(client, ratelimit.PerSecond(10), 20, WithName("g"))
 	require.NoError(t, err)
-	tb, err := NewTokenBucket(client, ratelimit.PerMinute(6), 6, WithName("t"))
+	tb, err := NewTokenBucket(client, ratelimit.Rate{Count: 6, Period: time.Minute}, 6, WithName("t"))
 	require.NoError(t, err)
 	f, err := NewFixedWindow(client, 6, time.Minute, WithName("f"))
 	require.NoError(t, err)
@@ -170,17 +171,17 @@ func TestWindow(t *testing.T) {
 	require.NoError(t, err)
 	local, err := ratelimit.NewGCRA(ratelimit.PerSecond(10), 20)
 	require.NoError(t, err)
-	assert.Equal(t, local.Window(), g.Window())
-	assert.Equal(t, 2*time.Second, g.Window())
-	assert.Equal(t, time.Minute, tb.Window())
-	assert.Equal(t, time.Minute, f.Window())
-	assert.Equal(t, time.Second, s.Window())
+	assert.Equal(t, policywindow.Of(local), policywindow.Of(g))
+	assert.Equal(t, 2*time.Second, policywindow.Of(g))
+	assert.Equal(t, time.Minute, policywindow.Of(tb))
+	assert.Equal(t, time.Minute, policywindow.Of(f))
+	assert.Equal(t, time.Second, policywindow.Of(s))
 	same, err := All([]*Limiter{tb, f})
 	require.NoError(t, err)
-	assert.Equal(t, time.Minute, same.Window())
+	assert.Equal(t, time.Minute, policywindow.Of(same))
 	mixed, err := All([]*Limiter{g, f})
 	require.NoError(t, err)
-	assert.Zero(t, mixed.Window(), "which limit decided is unknown")
+	assert.Zero(t, policywindow.Of(mixed), "which limit decided is unknown")
 }
 
 // A reply is five integers per limit and nothing else: a number past

@@ -214,6 +214,11 @@ func fallbackContext(info *Guard, r *http.Request, route, key string, now time.D
 // OnTimeout once the Guard's deadline has passed.
 type FailedStatus int
 
+// TimedOut is the error that a handler's answer code, past the Guard's
+// deadline, is to the Guard's fallbacks: a timeout (sluice.ErrTimeout)
+// with the FailedStatus.
+func TimedOut(code int) error { return fmt.Errorf("%w: %w", sluice.ErrTimeout, FailedStatus(code)) }
+
 func (s FailedStatus) Error() string {
 	return "handler answered " + strconv.Itoa(int(s)) + " " + http.StatusText(int(s))
 }
@@ -243,8 +248,14 @@ func RejectionFrom(ctx context.Context) (sluice.Decision, bool) {
 // WriteRejection answers a rejection d on route rt with the problem
 // response: 429 or 503, Retry-After, the RateLimit fields, a problem body.
 func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *routing.Route, d sluice.Decision) {
-	status := c.Render.Rejected(w.Header(), rt, d)
-	writeProblem(w, method, status, c.Render.AppendProblem(make([]byte, 0, 256), d))
+	h := w.Header()
+	status := c.Render.Rejected(h, rt, d)
+	p := c.Render.Problem(rt, d)
+	h["Content-Length"] = p.Length
+	w.WriteHeader(status)
+	if method != http.MethodHead {
+		_, _ = w.Write(p.Body)
+	}
 }
 
 // WriteMissingKey answers a request without a key that the Keyer rejects:

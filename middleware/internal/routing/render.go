@@ -294,6 +294,37 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 	slabs.Put(sl)
 }
 
+// Problem is the body of a rejection's problem answer and its
+// Content-Length value. It is immutable once made and shared by the answers
+// that agree on it: write Body, never into it, and replace Length in a
+// header, never write into it.
+type Problem struct {
+	Body   []byte
+	Length []string
+	cause  sluice.Cause
+	retry  int64
+	base   string
+}
+
+// Problem returns the problem answer to the rejection d on route rt, which
+// may be nil. A route keeps its last answer, so that a run of rejections
+// that agree on the cause and the delay in whole seconds (an open breaker's
+// for a second at a time, a spent limit's) share one, and allocate nothing.
+func (r *Renderer) Problem(rt *Route, d sluice.Decision) *Problem {
+	c, retry := sluice.CauseOf(d.Cause), max(RetryAfterSeconds(d.RetryAfter), 1)
+	if rt != nil {
+		if p := rt.problem.Load(); p != nil && p.cause == c && p.retry == retry && p.base == r.ProblemTypeBase {
+			return p
+		}
+	}
+	body := r.AppendProblem(make([]byte, 0, 256), d)
+	p := &Problem{Body: body[:len(body):len(body)], Length: []string{strconv.Itoa(len(body))}, cause: c, retry: retry, base: r.ProblemTypeBase}
+	if rt != nil {
+		rt.problem.Store(p)
+	}
+	return p
+}
+
 // ProblemTitle returns the title of the problem body for cause c: "Too Many
 // Requests", "Service Unavailable".
 func ProblemTitle(c sluice.Cause) string {

@@ -307,3 +307,27 @@ func TestFieldValuesOutliveTheirSlab(t *testing.T) {
 		require.Equal(t, []string{k.want}, k.h[FieldRateLimit])
 	}
 }
+
+// A route shares its problem answer between rejections that agree on the
+// cause, the delay in whole seconds and the problem type base, and makes a
+// new one when any of them changes.
+func TestProblemIsSharedWhileRejectionsAgree(t *testing.T) {
+	rt := &Route{}
+	open := func(retry time.Duration) sluice.Decision {
+		return sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: retry, Cause: sluice.ErrCircuitOpen}
+	}
+	var r Renderer
+	want := func(d sluice.Decision, base *Renderer) string { return string(base.AppendProblem(nil, d)) }
+	p := r.Problem(rt, open(29500*time.Millisecond))
+	assert.Equal(t, want(open(30*time.Second), &r), string(p.Body))
+	assert.Equal(t, []string{strconv.Itoa(len(p.Body))}, p.Length)
+	assert.Same(t, p, r.Problem(rt, open(29100*time.Millisecond)), "the same second: shared")
+	next := r.Problem(rt, open(28*time.Second))
+	assert.NotSame(t, p, next)
+	assert.Equal(t, want(open(28*time.Second), &r), string(next.Body))
+	limited := sluice.Decision{Policy: "ratelimit/a", Limit: 5, RetryAfter: 28 * time.Second, Cause: sluice.ErrRateLimited}
+	assert.Equal(t, want(limited, &r), string(r.Problem(rt, limited).Body), "another cause")
+	other := Renderer{ProblemTypeBase: "https://example.com/problems/"}
+	assert.Equal(t, want(limited, &other), string(other.Problem(rt, limited).Body), "another base")
+	assert.Equal(t, want(limited, &r), string(r.Problem(nil, limited).Body), "no route: made afresh")
+}

@@ -13,15 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
-
-// Windowed is implemented by rate limiters that know the length of their
-// window (a fixed or sliding window's size, a token bucket's time to refill
-// its burst). The route table reads it once per policy to fill the w
-// parameter of the RateLimit-Policy field; a policy without it gets no w.
-type Windowed interface {
-	Window() time.Duration
-}
 
 // Route is one entry of a [Routes] table: the Guard that protects the route
 // and what the table learnt about the Guard's policies when it was built.
@@ -34,6 +27,7 @@ type Route struct {
 	Guard    *sluice.Guard
 	policies []policySlot
 	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
+	problem  atomic.Pointer[Problem]      // the route's last problem answer
 }
 
 // policySlot is what a Route knows of one policy of its Guard: its window,
@@ -78,9 +72,11 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 	r := &Route{Pattern: pattern, Guard: g, policies: make([]policySlot, len(ps))}
 	for i, p := range ps {
 		r.policies[i].name = p.Name()
-		if w, ok := p.(Windowed); ok && w.Window() > 0 {
-			r.policies[i].window = w.Window()
-		}
+		// The rate limiters' windows (a fixed or sliding window's size, a
+		// token bucket's time to refill its burst), read once per policy
+		// to fill the w parameter of the RateLimit-Policy field; a policy
+		// without one gets no w.
+		r.policies[i].window = policywindow.Of(p)
 	}
 	// Policies may share a name (two limiters of one algorithm, each with
 	// its default name) and a Decision names only the policy: when their
@@ -96,8 +92,8 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 	return r
 }
 
-// Window returns the window of the route's policy named policy, as its
-// Windowed method reports it, or 0 when it has none.
+// Window returns the window of the route's policy named policy, as package
+// policywindow reports it, or 0 when it has none.
 func (r *Route) Window(policy string) time.Duration {
 	if r == nil {
 		return 0

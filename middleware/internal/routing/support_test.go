@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // windowed is a policy that admits everything and reports a window.
@@ -22,7 +23,15 @@ func (windowed) Admit(context.Context, time.Duration) sluice.Verdict {
 }
 func (windowed) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (windowed) Needs() sluice.Needs                                              { return 0 }
-func (p windowed) Window() time.Duration                                          { return p.w }
+
+func init() {
+	policywindow.Register(func(p any) time.Duration {
+		if w, ok := p.(windowed); ok {
+			return w.w
+		}
+		return 0
+	})
+}
 
 func mustGuard(t *testing.T, ps ...sluice.Policy) *sluice.Guard {
 	t.Helper()

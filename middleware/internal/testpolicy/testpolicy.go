@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // Rejecter rejects every request with its Decision.
@@ -74,14 +75,21 @@ func (c *Counter) Outcomes() map[sluice.Outcome]int {
 	return out
 }
 
-// Windowed gives a policy a Window, as the windowed limiters have.
+// Windowed gives a policy the window W, as the windowed limiters have one,
+// which package policywindow reports.
 type Windowed struct {
 	sluice.Policy
 	W time.Duration
 }
 
-// Window returns W.
-func (p Windowed) Window() time.Duration { return p.W }
+func init() {
+	policywindow.Register(func(p any) time.Duration {
+		if w, ok := p.(Windowed); ok {
+			return w.W
+		}
+		return 0
+	})
+}
 
 // EndingContext is a context whose deadline passes when End is called.
 type EndingContext struct {

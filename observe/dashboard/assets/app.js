@@ -59,6 +59,7 @@
   function drawCharts(c) {
     const calls = [{ name: 'admitted', values: c.admitted }];
     for (const [cause, values] of Object.entries(c.rejected || {})) calls.push({ name: cause, values: values });
+    if (c.shadow) calls.push({ name: 'shadow', values: c.shadow });
     chart($('calls'), calls, '');
     $('calls-legend').replaceChildren(...calls.flatMap((s) => [el('i', { class: 'k ' + s.name }), s.name + ' ']));
     chart($('latency'), [{ name: 'p50', values: c.p50 }, { name: 'p99', values: c.p99 }], '');
@@ -71,7 +72,9 @@
   let cells = {};
 
   function policyCells(p) {
-    const details = (p.details || []).map((d) => d.name + ' ' + d.value).join(' · ');
+    const figures = (p.details || []).map((d) => d.name + ' ' + d.value);
+    if (p.shadowRejected) figures.push('would have rejected ' + fmt(p.shadowRejected) + ' in shadow mode');
+    const details = figures.join(' · ');
     const keys = (p.topKeys || []).map((k) => k.key + ' ' + fmt(k.rejected)).join(', ');
     return {
       state: p.state || '',
@@ -98,8 +101,8 @@
         td.append(input, b);
         continue;
       }
-      const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) },
-        a === 'open' ? 'force open' : a === 'close' ? 'force close' : a);
+      const label = { open: 'force open', close: 'force close', shadow: 'shadow mode', enforce: 'enforce' }[a] || a;
+      const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) }, label);
       b.addEventListener('click', () => act({ guard: g.name, policy: String(i), action: a }));
       td.append(b);
     }
@@ -176,11 +179,12 @@
         el('time', { datetime: e.time }, t.toLocaleTimeString('en-GB', { hour12: false })),
         el('span', { class: 'ev ' + e.kind }, e.kind),
         el('span', {}, [e.guard, e.policy].filter(Boolean).join(' / ')),
-        el('span', {}, e.text));
+        el('span', {}, e.text + (e.times > 1 ? ' (×' + fmt(e.times) + ')' : '')));
     }) : [el('li', { class: 'empty' }, 'No event yet.')]));
   }
 
   function render(s) {
+    const t0 = performance.now();
     const sig = JSON.stringify([s.guards.map((g) => [g.name, g.policies.map((p) => [p.name, p.actions])]),
       (s.switches || []).map((x) => x.name)]);
     if (sig !== shape) {
@@ -197,6 +201,8 @@
     const st = $('status');
     st.textContent = 'live · ' + new Date(s.time).toLocaleTimeString('en-GB', { hour12: false });
     st.className = 'status live';
+    // How long this snapshot took to draw, for whoever measures the page.
+    document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);
   }
 
   async function refresh() {

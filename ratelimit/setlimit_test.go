@@ -1,0 +1,244 @@
+package ratelimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// allowedOf counts how many of n unit requests at the clock's instant p
+// admits.
+func allowedOf(p sluice.Policy, clk *sluice.ManualClock, n int) int {
+	ok := 0
+	for range n {
+		if v := p.Admit(context.Background(), clk.Now()); v.Cause == nil {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestSetLimitKeepsStateAndRefusesBadNumbers walks each limiter through a
+// change that keeps what it has counted, and one with bad numbers, which
+// is an error and changes nothing.
+func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name string
+		make func(clk sluice.Clock) (sluice.Policy, error)
+		// before: admitted of 10 at the start; raise: the change;
+		// after: admitted of 10 right after it.
+		before int
+		raise  func(p sluice.Policy) error
+		after  int
+		bad    func(p sluice.Policy) error
+	}{
+		{"token-bucket", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewTokenBucket(ratelimit.Every(100*ms), 3, ratelimit.WithClock(clk))
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Every(100*ms), 5)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Every(100*ms), 0)
+		}},
+		{"gcra", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewGCRA(ratelimit.Every(100*ms), 3)
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.GCRA).SetLimit(ratelimit.Every(100*ms), 5)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.GCRA).SetLimit(ratelimit.Rate{}, 5)
+		}},
+		{"leaky-bucket", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewLeakyBucket(ratelimit.Every(100*ms), 3)
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.LeakyBucket).SetLimit(ratelimit.Every(100*ms), 5)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.LeakyBucket).SetLimit(ratelimit.Every(100*ms), -1)
+		}},
+		{"fixed-window", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewFixedWindow(3, time.Second)
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.FixedWindow).SetLimit(5, time.Second)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.FixedWindow).SetLimit(5, 0)
+		}},
+		{"sliding-window", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewSlidingWindow(3, time.Second, 4)
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.SlidingWindow).SetLimit(5, 2*time.Second, 8)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.SlidingWindow).SetLimit(5, time.Second, 3)
+		}},
+		{"sliding-log", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewSlidingLog(3, time.Second)
+		}, 3, func(p sluice.Policy) error {
+			return p.(*ratelimit.SlidingLog).SetLimit(5, time.Second)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.SlidingLog).SetLimit(1<<21, time.Second)
+		}},
+		{"warm-up", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewWarmUp(ratelimit.Every(100*ms), 3, 10*ms, 2)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.WarmUp).SetLimit(ratelimit.Every(100*ms), 5, 10*ms, 2)
+		}, 2, func(p sluice.Policy) error {
+			return p.(*ratelimit.WarmUp).SetLimit(ratelimit.Every(100*ms), 5, 10*ms, 1)
+		}},
+		{"shaper", func(clk sluice.Clock) (sluice.Policy, error) {
+			return ratelimit.NewShaper(ratelimit.Every(100*ms), 0)
+		}, 1, func(p sluice.Policy) error {
+			return p.(*ratelimit.Shaper).SetLimit(ratelimit.Every(50*ms), 0)
+		}, 0, func(p sluice.Policy) error {
+			return p.(*ratelimit.Shaper).SetLimit(ratelimit.Every(50*ms), time.Second) // would start waiting
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := sluice.NewManualClock(time.Hour)
+			p, err := c.make(clk)
+			require.NoError(t, err)
+			window := func() time.Duration { return policywindow.Of(p) }
+			w := window()
+			require.Error(t, c.bad(p))
+			assert.Equal(t, w, window(), "a refused change changes nothing")
+			assert.Equal(t, c.before, allowedOf(p, clk, 10))
+			require.NoError(t, c.raise(p))
+			assert.Equal(t, c.after, allowedOf(p, clk, 10), "what was taken stays taken")
+		})
+	}
+}
+
+func TestTokenBucketSetLimitKeepsWhatItLacks(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	require.True(t, tb.AllowN(4)) // 6 left, 4 missing
+	require.NoError(t, tb.SetLimit(ratelimit.PerSecond(100), 20))
+	assert.InDelta(t, 16, tb.Tokens(), 1e-9, "4 missing of 20")
+	assert.Equal(t, ratelimit.PerSecond(100), tb.Rate())
+	assert.Equal(t, int64(20), tb.Burst())
+	clk.Advance(40 * time.Millisecond)
+	assert.InDelta(t, 20, tb.Tokens(), 1e-9, "refilled at the new rate")
+}
+
+func TestFixedWindowLoweredThenRaisedGivesNothingTwice(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	w, err := ratelimit.NewFixedWindow(100, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, 80, allowedOf(w, clk, 80))
+	require.NoError(t, w.SetLimit(3, time.Second))
+	assert.Zero(t, allowedOf(w, clk, 5))
+	require.NoError(t, w.SetLimit(100, time.Second))
+	assert.Equal(t, 20, allowedOf(w, clk, 50), "80 stay counted")
+	clk.Advance(time.Second)
+	assert.Equal(t, 50, allowedOf(w, clk, 50), "a new window starts afresh")
+}
+
+func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	w, err := ratelimit.NewSlidingWindow(4, time.Second, 4)
+	require.NoError(t, err)
+	assert.Equal(t, 4, allowedOf(w, clk, 4)) // in the bucket [0, 250ms)
+	clk.Advance(500 * time.Millisecond)
+	require.NoError(t, w.SetLimit(4, 2*time.Second, 2))
+	assert.Zero(t, allowedOf(w, clk, 1), "still counted")
+	assert.Equal(t, 2*time.Second, policywindow.Of(w))
+	clk.Advance(1500 * time.Millisecond) // the old bucket's end plus the new window has passed
+	assert.Equal(t, 4, allowedOf(w, clk, 5))
+}
+
+func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 1, ratelimit.WithClock(clk))
+	})
+	require.NoError(t, err)
+	at := func(key string) context.Context { return sluice.WithKey(context.Background(), key) }
+	admit := func(key string) bool { return k.Admit(at(key), clk.Now()).Cause == nil }
+	require.True(t, admit("held"))
+	require.False(t, admit("held"))
+
+	bad := func(p sluice.Policy) error {
+		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 0)
+	}
+	require.Error(t, k.SetLimit(bad), "tried on a probe first")
+	require.Error(t, k.SetLimit(nil))
+	require.False(t, admit("held"), "nothing changed")
+
+	require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
+		return p.(*ratelimit.TokenBucket).SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 3)
+	}))
+	assert.Equal(t, 3*time.Hour, policywindow.Of(k))
+	n := 0
+	for admit("held") {
+		n++
+	}
+	assert.Equal(t, 2, n, "the held key keeps its 1 taken, of 3")
+	n = 0
+	for admit("new") {
+		n++
+	}
+	assert.Equal(t, 3, n, "a new key has the new burst")
+}
+
+// A limiter changed before it admitted anything gives back what a later
+// release returns: Keyed changes every new key's limiter that way.
+func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
+	clk := sluice.NewManualClock(time.Hour)
+	for name, mk := range map[string]func() (sluice.Policy, error){
+		"fixed-window": func() (sluice.Policy, error) { return ratelimit.NewFixedWindow(1, time.Hour) },
+		"leaky-bucket": func() (sluice.Policy, error) {
+			return ratelimit.NewLeakyBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 1)
+		},
+		"sliding-window": func() (sluice.Policy, error) {
+			return ratelimit.NewSlidingWindow(1, time.Hour, 2)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return mk() }, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			require.NoError(t, k.SetLimit(func(p sluice.Policy) error {
+				switch p := p.(type) {
+				case *ratelimit.FixedWindow:
+					return p.SetLimit(2, time.Hour)
+				case *ratelimit.LeakyBucket:
+					return p.SetLimit(ratelimit.Rate{Count: 2, Period: time.Hour}, 2)
+				case *ratelimit.SlidingWindow:
+					return p.SetLimit(2, time.Hour, 2)
+				}
+				return nil
+			}))
+			ctx := sluice.WithKey(context.Background(), "new")
+			clk.Advance(time.Millisecond)
+			v := k.Admit(ctx, clk.Now())
+			require.NoError(t, v.Cause)
+			k.Done(v.Ticket, sluice.Released, clk.Now(), 0)
+			ok := 0
+			for range 3 {
+				if k.Admit(ctx, clk.Now()).Cause == nil {
+					ok++
+				}
+			}
+			assert.Equal(t, 2, ok, "the release gave its quota back")
+		})
+	}
+}
+
+func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
+	g, err := ratelimit.NewGCRA(ratelimit.Every(time.Second), 2)
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Hour
+	a, b := g.Admit(ctx, now), g.Admit(ctx, now)
+	require.NoError(t, a.Cause)
+	require.NoError(t, b.Cause)
+	g.Done(a.Ticket, sluice.Released, now, 0)
+	require.NoError(t, g.Admit(ctx, now).Cause, "a release before any change gives its quota back")
+	require.NoError(t, g.SetLimit(ratelimit.Every(10*time.Second), 1)) // 2s of debt: full in 2s
+	g.Done(b.Ticket, sluice.Released, now, 0)
+	require.Error(t, g.Admit(ctx, now).Cause, "cut at 1s a token, it would give back 10s")
+}

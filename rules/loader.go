@@ -1,0 +1,550 @@
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// Loader holds the rules of one file and the Guards made from them, and
+// loads the file again on Reload or, once Watch has started, when it
+// changes. A file that fails to load changes nothing: the rules in force
+// stay. A Loader is safe for concurrent use; Close stops it.
+type Loader struct {
+	path     string
+	b        builder
+	log      *slog.Logger
+	onReload []func(Status)
+	guardOpt func(guard string) []sluice.Option
+
+	mu       sync.Mutex // serialises loads
+	cur      atomic.Pointer[state]
+	status   atomic.Pointer[Status]
+	failures uint64
+	closed   bool
+	w        *watcher // nil until Watch
+}
+
+// Version identifies the rules in force.
+type Version struct {
+	// N counts the rules loaded since New, the first being 1: a reload that
+	// changes the file's content adds one.
+	N uint64
+	// Hash is the SHA-256 of the file's content, in hex.
+	Hash string
+}
+
+// Status is what the last load of the file did.
+type Status struct {
+	// Version is that of the rules in force.
+	Version Version
+	// At is when the last load ended, whether it loaded new rules, found the
+	// file unchanged, or failed.
+	At time.Time
+	// Err is why the last load failed: every error of the file, each with
+	// its line, joined; a file that could not be read. It is nil when the
+	// last load succeeded or found the file unchanged.
+	Err error
+	// Changes says what the rules in force changed from the ones before
+	// them, a line per change: "policy api: rate 100/1s → 10/1s (in place)".
+	Changes []string
+	// Failures counts the loads that failed since New.
+	Failures uint64
+}
+
+// Option configures a Loader.
+type Option func(*Loader) error
+
+// WithRedis gives the Loader the Redis client of the policies the file
+// keeps in Redis (store: redis). Without it, such a policy is an error.
+func WithRedis(c redis.UniversalClient) Option {
+	return func(l *Loader) error {
+		if c == nil {
+			return errors.New("rules: WithRedis: nil client")
+		}
+		l.b.redis = c
+		return nil
+	}
+}
+
+// WithLogger makes the Loader log its loads to lg: Info for rules loaded,
+// Error for a file that failed. Default: slog.Default().
+func WithLogger(lg *slog.Logger) Option {
+	return func(l *Loader) error {
+		if lg == nil {
+			return errors.New("rules: WithLogger: nil logger")
+		}
+		l.log = lg
+		return nil
+	}
+}
+
+// WithGuardOptions gives every Guard the Loader makes the options fn
+// returns for the guard's name in the file: an observer (sluice.WithObserver)
+// to count its decisions, shadow rejections among them, say. A Guard is
+// named after its guard (sluice.WithName) unless the options name it
+// otherwise. When a reload rebuilds a guard, its old Guard is closed
+// (sluice.Guard.Close, which lets its observers go) just before its
+// successor is made. Default: no options.
+func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
+	return func(l *Loader) error {
+		if fn == nil {
+			return errors.New("rules: WithGuardOptions: nil function")
+		}
+		l.guardOpt = fn
+		return nil
+	}
+}
+
+// OnReload registers fn, called after every load but the first and those
+// that find the file unchanged, with its Status. Loads are serialised, and
+// fn runs within one: it must not call Reload.
+func OnReload(fn func(Status)) Option {
+	return func(l *Loader) error {
+		if fn == nil {
+			return errors.New("rules: OnReload: nil function")
+		}
+		l.onReload = append(l.onReload, fn)
+		return nil
+	}
+}
+
+// New loads the rules file at path (YAML, or JSON when its name ends in
+// .json; see the package doc for the schema). It returns every error the
+// file holds, each with its line, when it cannot be loaded. No goroutine
+// runs until Watch.
+func New(path string, opts ...Option) (*Loader, error) {
+	l := &Loader{path: path, log: slog.Default()}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(l); err != nil {
+			return nil, err
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.load(data); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Reload reads the file again and, when its content changed, loads it: the
+// new rules take the place of the old ones at once, or, when the file fails
+// to load, the old ones stay in force and Reload returns why. A file that
+// is missing keeps the rules in force too. Call it on SIGHUP, say, or from
+// an admin endpoint; Watch calls it when the file changes.
+func (l *Loader) Reload() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("rules: Reload after Close")
+	}
+	data, err := os.ReadFile(l.path)
+	if err != nil {
+		err = fmt.Errorf("rules: %w; the rules of version %d stay in force", err, l.cur.Load().version.N)
+		l.failed(err)
+		return err
+	}
+	changed, err := l.load(data)
+	if err != nil {
+		l.failed(err)
+		return err
+	}
+	if changed {
+		l.notify()
+	}
+	return nil
+}
+
+func (l *Loader) failed(err error) {
+	l.failures++
+	st := *l.status.Load()
+	st.At, st.Err, st.Failures = time.Now(), err, l.failures
+	l.status.Store(&st)
+	l.log.Error("sluice rules: the file failed to load; the rules in force stay", "file", l.path,
+		"version", st.Version.N, "error", err)
+	l.notify()
+}
+
+func (l *Loader) notify() {
+	st := *l.status.Load()
+	for _, fn := range l.onReload {
+		fn(st)
+	}
+}
+
+// Status returns what the last load did.
+func (l *Loader) Status() Status { return *l.status.Load() }
+
+// Version returns the version of the rules in force.
+func (l *Loader) Version() Version { return l.cur.Load().version }
+
+// Guard returns the Guard of the rules in force named name, for calls made
+// with sluice.Guard.Do or sluice.Execute; false when no guard has that
+// name. A reload that changes the guard makes a new Guard, which a later
+// call of Guard returns; the adapters of the Loader (HTTP, Echo) follow it
+// themselves.
+func (l *Loader) Guard(name string) (*sluice.Guard, bool) {
+	g, ok := l.cur.Load().guards[name]
+	return g, ok
+}
+
+// Close stops the watcher, if any, and closes the Guards of the rules in
+// force (sluice.Guard.Close). Closing twice is harmless.
+func (l *Loader) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	w := l.w
+	l.mu.Unlock()
+	if w != nil {
+		w.stop()
+	}
+	var errs []error
+	if st := l.cur.Load(); st != nil {
+		for _, g := range st.guards {
+			errs = append(errs, g.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// load loads data, under l.mu; it reports whether the rules changed.
+func (l *Loader) load(data []byte) (bool, error) {
+	sum := sha256.Sum256(data)
+	hash := hex.EncodeToString(sum[:])
+	old := l.cur.Load()
+	if old != nil && old.version.Hash == hash {
+		st := *l.status.Load()
+		st.At, st.Err = time.Now(), nil
+		l.status.Store(&st)
+		return false, nil
+	}
+	s, err := parse(l.path, data)
+	if err != nil {
+		return false, err
+	}
+	next, changes, err := l.build(old, s)
+	if err != nil {
+		return false, err
+	}
+	next.version = Version{N: 1, Hash: hash}
+	if old != nil {
+		next.version.N = old.version.N + 1
+	}
+	l.cur.Store(next)
+	st := &Status{Version: next.version, At: time.Now(), Changes: changes, Failures: l.failures}
+	l.status.Store(st)
+	l.log.Info("sluice rules: loaded", "file", l.path, "version", next.version.N,
+		"hash", hash[:12], "changes", len(changes))
+	return true, nil
+}
+
+// build makes the state of s, keeping what it can of old (nil for the
+// first load): a policy whose spec is unchanged is kept, one whose numbers
+// changed takes them in place when its kind can, and the others are made
+// anew. Nothing of old changes until every part of s has been checked.
+func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
+	type change struct {
+		prev, made *built
+	}
+	var (
+		errs    []error
+		made    []*built // new policies, closed if the load fails
+		changed []change // policies of old with new numbers
+		out     []string
+	)
+	next := &state{spec: s, policies: map[string]*built{}, guards: map[string]*sluice.Guard{}, sigs: map[string]string{}}
+	for _, ps := range s.policies {
+		var prev *built
+		if old != nil {
+			prev = old.policies[ps.name]
+		}
+		if prev != nil && prev.spec.numbersOnly() == ps.numbersOnly() {
+			next.policies[ps.name] = &built{spec: ps, p: prev.p, sw: prev.sw}
+			continue
+		}
+		b, err := l.b.newPolicy(ps) // checks the numbers as the constructor does
+		if err != nil {
+			errs = append(errs, where(l.path, ps.at, "policy "+ps.name, err))
+			continue
+		}
+		made = append(made, b)
+		next.policies[ps.name] = b
+		switch {
+		case prev == nil:
+			out = append(out, fmt.Sprintf("policy %s: new %s", ps.name, ps.kind))
+		case prev.spec.sameShape(ps):
+			changed = append(changed, change{prev, b})
+		default:
+			out = append(out, fmt.Sprintf("policy %s: rebuilt: %s", ps.name, diff(prev.spec, ps)))
+		}
+	}
+	keys, fbs := l.guardParts(s, &errs)
+	if len(errs) > 0 {
+		for _, b := range made {
+			closePolicy(b.p)
+		}
+		return nil, nil, errors.Join(errs...)
+	}
+	// The file is sound: the policies of old take their new numbers, or,
+	// when they cannot, give way to the new ones.
+	for _, c := range changed {
+		ps := c.made.spec
+		if err := update(c.prev, ps); err != nil {
+			out = append(out, fmt.Sprintf("policy %s: rebuilt: %s (%v)", ps.name, diff(c.prev.spec, ps), err))
+			continue
+		}
+		closePolicy(c.made.p)
+		next.policies[ps.name] = &built{spec: ps, p: c.prev.p, sw: c.prev.sw}
+		out = append(out, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(c.prev.spec, ps)))
+	}
+	if err := l.assemble(old, next, keys, fbs, &out); err != nil {
+		return nil, nil, err
+	}
+	if old != nil {
+		for name, g := range old.guards {
+			if next.guards[name] == nil {
+				_ = g.Close()
+				out = append(out, "guard "+name+": removed")
+			}
+		}
+		for name, b := range old.policies {
+			if nb := next.policies[name]; nb == nil || nb.p != b.p {
+				closePolicy(b.p)
+				if nb == nil {
+					out = append(out, fmt.Sprintf("policy %s: removed", name))
+				}
+			}
+		}
+		out = append(out, routeChanges(old.spec, s)...)
+	}
+	return next, out, nil
+}
+
+// guardParts makes each guard's key function and fallbacks, which may
+// fail on what the parser cannot check (a proxy's prefix), so that they
+// are checked before any policy changes.
+func (l *Loader) guardParts(s *spec, errs *[]error) (map[string]middleware.KeyFunc, map[string]fallbacks) {
+	keys := map[string]middleware.KeyFunc{}
+	fbs := map[string]fallbacks{}
+	for _, gs := range s.guards {
+		fn, err := keyFunc(gs.key)
+		if err != nil {
+			*errs = append(*errs, where(l.path, gs.at, "guard "+gs.name+": key", err))
+		}
+		keys[gs.name] = fn
+		fb, desc, err := fallbacksOf(s, gs.name)
+		if err != nil {
+			*errs = append(*errs, where(l.path, gs.at, "guard "+gs.name+": fallbacks", err))
+		}
+		fbs[gs.name] = fallbacks{fb, desc}
+	}
+	return keys, fbs
+}
+
+// fallbacks are a guard's fallbacks and their description.
+type fallbacks struct {
+	fb   sluice.Fallback
+	desc string
+}
+
+// assemble makes the Guards, the route table and the Keyer of next from
+// its policies, keeping each Guard of old whose parts are the same, and
+// setting its shadow modes to the file's.
+func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) error {
+	s := next.spec
+	for _, gs := range s.guards {
+		ps := make([]sluice.Policy, len(gs.policies))
+		for i, p := range gs.policies {
+			ps[i] = next.policies[p.name].p
+		}
+		sig := signature(gs, ps, fbs[gs.name].desc)
+		next.sigs[gs.name] = sig
+		if old != nil && old.sigs[gs.name] == sig {
+			g := old.guards[gs.name]
+			next.guards[gs.name] = g
+			if err := setShadows(g, gs, ps, old.spec.byName[gs.name], out); err != nil {
+				return where(l.path, gs.at, "guard "+gs.name, err)
+			}
+			continue
+		}
+		opts := []sluice.Option{sluice.WithName(gs.name), sluice.With(ps...)}
+		if l.guardOpt != nil {
+			opts = append(opts, l.guardOpt(gs.name)...)
+		}
+		if gs.timeout > 0 {
+			opts = append(opts, sluice.WithTimeout(gs.timeout))
+		}
+		if fb := fbs[gs.name].fb; fb != nil {
+			opts = append(opts, sluice.WithFallback(fb))
+		}
+		if gs.shadow {
+			opts = append(opts, sluice.WithShadow(""))
+		}
+		for i, p := range gs.policies {
+			if p.shadow {
+				opts = append(opts, sluice.WithShadow(ps[i].Name()))
+			}
+		}
+		if old != nil && old.guards[gs.name] != nil {
+			// Its observers let go of it, for its successor of the same
+			// name; it serves on until the new rules are in force.
+			if err := old.guards[gs.name].Close(); err != nil {
+				l.log.Error("sluice rules: closing a guard rebuilt", "guard", gs.name, "error", err)
+			}
+			*out = append(*out, "guard "+gs.name+": rebuilt")
+		}
+		g, err := sluice.New(opts...)
+		if err != nil {
+			return where(l.path, gs.at, "guard "+gs.name, err)
+		}
+		next.guards[gs.name] = g
+	}
+	byRoute := map[string]middleware.KeyFunc{}
+	keyed := false
+	keyOf := func(guard string) middleware.KeyFunc {
+		if fn := keys[guard]; fn != nil {
+			keyed = true
+			return fn
+		}
+		return noKey
+	}
+	var ropts []middleware.RoutesOption
+	for _, r := range s.routes {
+		ropts = append(ropts, middleware.RouteTo(r.pattern, next.guards[r.guard]))
+		byRoute[r.pattern] = keyOf(r.guard)
+	}
+	var other middleware.KeyFunc
+	if s.def != "" {
+		ropts = append(ropts, middleware.DefaultRoute(next.guards[s.def]))
+		other = keyOf(s.def)
+	}
+	rs, err := middleware.NewRoutes(ropts...)
+	if err != nil {
+		return fmt.Errorf("%s: routes: %w", l.path, err)
+	}
+	next.routes = rs
+	if keyed {
+		missing := middleware.SharedKey(sharedKey)
+		for _, gs := range s.guards {
+			if gs.key != nil && gs.key.reject {
+				missing = middleware.RejectMissingKey()
+			}
+		}
+		k, err := middleware.NewKeyer(missing, middleware.KeyPerRoute(byRoute, other))
+		if err != nil {
+			return fmt.Errorf("%s: keys: %w", l.path, err)
+		}
+		next.keyer = k
+	}
+	return nil
+}
+
+// setShadows sets the shadow modes of g, kept from the rules before (was),
+// to those gs declares; ps are its policies.
+func setShadows(g *sluice.Guard, gs *guardSpec, ps []sluice.Policy, was *guardSpec, out *[]string) error {
+	mode := map[bool]string{true: "shadow", false: "enforcing"}
+	if gs.shadow != was.shadow {
+		if err := g.SetShadow("", gs.shadow); err != nil {
+			return err
+		}
+		*out = append(*out, "guard "+gs.name+": "+mode[gs.shadow])
+	}
+	for i, p := range gs.policies {
+		if p.shadow != was.policies[i].shadow {
+			if err := g.SetShadow(ps[i].Name(), p.shadow); err != nil {
+				return err
+			}
+			*out = append(*out, "policy "+p.name+": "+mode[p.shadow])
+		}
+	}
+	return nil
+}
+
+// diff says which numbers differ between from and to.
+func diff(from, to *policySpec) string {
+	if from.kind != to.kind {
+		return "kind " + from.kind + " → " + to.kind
+	}
+	f, t := reflect.ValueOf(*from), reflect.ValueOf(*to)
+	var out string
+	for i := range f.NumField() {
+		name := f.Type().Field(i).Tag.Get("rules")
+		if name == "" || name == "shadow" {
+			continue
+		}
+		a, b := show(f.Field(i)), show(t.Field(i))
+		if a != b {
+			if out != "" {
+				out += ", "
+			}
+			out += fmt.Sprintf("%s %s → %s", name, a, b)
+		}
+	}
+	if out == "" {
+		return "unchanged"
+	}
+	return out
+}
+
+// show formats a field of a policySpec.
+func show(v reflect.Value) string {
+	switch v.Type() {
+	case reflect.TypeFor[ratelimit.Rate]():
+		return ratelimit.Rate{Count: v.Field(0).Int(), Period: time.Duration(v.Field(1).Int())}.String()
+	case reflect.TypeFor[time.Duration]():
+		return time.Duration(v.Int()).String()
+	}
+	return fmt.Sprint(v)
+}
+
+// routeChanges says which routes moved to another guard, appeared or went.
+func routeChanges(from, to *spec) []string {
+	var out []string
+	was := map[string]string{}
+	for _, r := range from.routes {
+		was[r.pattern] = r.guard
+	}
+	for _, r := range to.routes {
+		switch g, ok := was[r.pattern]; {
+		case !ok:
+			out = append(out, fmt.Sprintf("route %s: new, guard %s", r.pattern, r.guard))
+		case g != r.guard:
+			out = append(out, fmt.Sprintf("route %s: guard %s → %s", r.pattern, g, r.guard))
+		}
+		delete(was, r.pattern)
+	}
+	for _, p := range slices.Sorted(maps.Keys(was)) {
+		out = append(out, "route "+p+": removed")
+	}
+	if from.def != to.def {
+		out = append(out, fmt.Sprintf("default route: guard %q → %q", from.def, to.def))
+	}
+	return out
+}

@@ -1,0 +1,704 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// spec is a parsed and checked rules file.
+type spec struct {
+	guards    []*guardSpec // in the file's order
+	byName    map[string]*guardSpec
+	policies  []*policySpec // every guard's, in the file's order
+	routes    []routeSpec
+	def       string // the default route's guard; "" for none
+	defAt     pos
+	fallbacks []fallbackSpec
+}
+
+type guardSpec struct {
+	name     string
+	at       pos
+	timeout  time.Duration
+	shadow   bool
+	key      *keySpec
+	policies []*policySpec
+}
+
+// policySpec is one policy of a guard. Every field but line is compared to
+// tell whether a reload changed it.
+type policySpec struct {
+	at    pos
+	name  string `rules:"name"`
+	kind  string `rules:"kind"`
+	store string `rules:"store"` // "" (local) or "redis"
+	fail  string `rules:"fail"`  // Redis failure policy: "", "open", "closed"
+
+	perKey  bool `rules:"per_key"`
+	maxKeys int  `rules:"max_keys"`
+	shadow  bool `rules:"shadow"`
+
+	rate       ratelimit.Rate `rules:"rate"`
+	burst      int64          `rules:"burst"`
+	limit      int64          `rules:"limit"`
+	capacity   int64          `rules:"capacity"`
+	window     time.Duration  `rules:"window"`
+	buckets    int            `rules:"buckets"`
+	maxWait    time.Duration  `rules:"max_wait"`
+	warmUp     time.Duration  `rules:"warm_up"`
+	coldFactor int64          `rules:"cold_factor"`
+
+	consecutive int           `rules:"consecutive_failures"`
+	errorRatio  float64       `rules:"error_ratio"`
+	errorCount  int           `rules:"error_count"`
+	minRequests int           `rules:"min_requests"`
+	slowCall    time.Duration `rules:"slow_call"`
+	slowRatio   float64       `rules:"slow_ratio"`
+	windowCalls int           `rules:"window_calls"`
+	openFor     time.Duration `rules:"open_for"`
+	halfOpen    int           `rules:"half_open_probes"`
+	multiplier  float64       `rules:"multiplier"`
+	queue       int           `rules:"queue"`
+	on          bool          `rules:"on"`
+	retryAfter  time.Duration `rules:"retry_after"`
+	shape       int           // how many window shapes were given
+}
+
+// numbersOnly returns p without its place in the file and its shadow mode,
+// which its Guard keeps, for comparing what a reload changed.
+func (p policySpec) numbersOnly() policySpec {
+	p.at, p.shadow = pos{}, false
+	return p
+}
+
+// sameShape reports whether p and q are the same kind of policy, so that q's
+// numbers can be set on p's policy in place.
+func (p *policySpec) sameShape(q *policySpec) bool {
+	return p.kind == q.kind && p.store == q.store && p.fail == q.fail && p.perKey == q.perKey && p.maxKeys == q.maxKeys
+}
+
+type keySpec struct {
+	header, cookie string
+	ip             bool
+	proxies        []string
+	proxyHeaders   []string
+	v4, v6         int
+	reject         bool // a request without a key is rejected (400)
+}
+
+type routeSpec struct {
+	at      pos
+	pattern string
+	guard   string // "none": unguarded
+}
+
+type fallbackSpec struct {
+	at      pos
+	route   string // "": every route
+	cause   string
+	status  int
+	headers http.Header
+	body    string
+}
+
+// pos is a place in the file.
+type pos struct{ line, col int }
+
+func at(n *yaml.Node) pos { return pos{n.Line, n.Column} }
+
+// kinds lists each policy kind with the fields it requires and those it
+// also accepts (name, kind and shadow are accepted by all).
+var kinds = map[string]struct{ need, may string }{
+	"token-bucket":   {"rate burst", "per_key max_keys store fail"},
+	"gcra":           {"rate burst", "per_key max_keys store fail"},
+	"leaky-bucket":   {"rate capacity", "per_key max_keys"},
+	"fixed-window":   {"limit window", "per_key max_keys store fail"},
+	"sliding-window": {"limit window", "buckets per_key max_keys store fail"},
+	"sliding-log":    {"limit window", "per_key max_keys"},
+	"warm-up":        {"rate burst warm_up cold_factor", "per_key max_keys"},
+	"shaper":         {"rate max_wait", "per_key max_keys"},
+	"breaker": {"", "consecutive_failures error_ratio error_count min_requests slow_call slow_ratio " +
+		"window window_calls buckets open_for half_open_probes"},
+	"throttle": {"", "multiplier min_requests window buckets"},
+	"shedder":  {"", "queue max_wait"},
+	"bulkhead": {"limit", "queue max_wait"},
+	"shed":     {"", "on retry_after"},
+}
+
+// causes are the causes a fallback may name.
+var causes = []string{"rate-limited", "circuit-open", "overloaded", "concurrency-limited", "timeout", "rejected", "error"}
+
+// parse reads a rules file: YAML, or JSON, which the YAML parser reads as
+// well. name prefixes the locations of the errors, all of which are
+// returned joined.
+func parse(name string, data []byte) (*spec, error) {
+	p := &parser{file: name}
+	if strings.HasSuffix(name, ".json") && !json.Valid(data) {
+		var v any
+		err := json.Unmarshal(data, &v)
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty file: no guard", name)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("%s:%d: a second document: a rules file holds one", name, extra.Line)
+	}
+	s := &spec{byName: map[string]*guardSpec{}}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	p.fields(root, "the file", func(k string, v *yaml.Node) {
+		switch k {
+		case "guards":
+			p.guards(s, v)
+		case "routes":
+			p.list(v, "routes", func(n *yaml.Node) { p.route(s, n) })
+		case "default":
+			s.def, s.defAt = p.str(v, k), at(v)
+		case "fallbacks":
+			p.list(v, "fallbacks", func(n *yaml.Node) { p.fallback(s, n) })
+		default:
+			p.errf(v, "unknown field %q (want guards, routes, default, fallbacks)", k)
+		}
+	})
+	if len(p.errs) == 0 {
+		p.check(s)
+	}
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return s, nil
+}
+
+type parser struct {
+	file string
+	errs []error
+}
+
+func (p *parser) errf(n *yaml.Node, format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%s:%d:%d: %s", p.file, n.Line, n.Column, fmt.Sprintf(format, args...)))
+}
+
+// fields calls fn with each key of the mapping n and its value; a key
+// given twice is an error.
+func (p *parser) fields(n *yaml.Node, what string, fn func(k string, v *yaml.Node)) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, "%s must be a mapping", what)
+		return
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			p.errf(k, "a key of %s is not a string", what)
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			p.errf(k, "%q given twice in %s (first on line %d)", k.Value, what, line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		fn(k.Value, v)
+	}
+}
+
+func (p *parser) list(n *yaml.Node, what string, fn func(*yaml.Node)) {
+	if n.Kind != yaml.SequenceNode {
+		p.errf(n, "%s must be a list", what)
+		return
+	}
+	for _, c := range n.Content {
+		fn(c)
+	}
+}
+
+func (p *parser) scalar(n *yaml.Node, what string) bool {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errf(n, "%s must be a single value", what)
+		return false
+	}
+	return true
+}
+
+func (p *parser) str(n *yaml.Node, what string) string {
+	if !p.scalar(n, what) {
+		return ""
+	}
+	if n.Value == "" {
+		p.errf(n, "%s is empty", what)
+	}
+	return n.Value
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) bool {
+	if !p.scalar(n, what) {
+		return false
+	}
+	b, err := strconv.ParseBool(n.Value)
+	if err != nil || n.Tag != "!!bool" {
+		p.errf(n, "%s: %q is not true or false", what, n.Value)
+	}
+	return b
+}
+
+// count parses a whole number of at least min.
+func (p *parser) count(n *yaml.Node, what string, min int64) int64 {
+	if !p.scalar(n, what) {
+		return 0
+	}
+	v, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		p.errf(n, "%s: %q is not a whole number", what, n.Value)
+		return 0
+	}
+	if v < min {
+		p.errf(n, "%s: %d is less than %d", what, v, min)
+	}
+	return v
+}
+
+func (p *parser) integer(n *yaml.Node, what string, min int64) int {
+	v := p.count(n, what, min)
+	if v > math.MaxInt32 {
+		p.errf(n, "%s: %d is too large", what, v)
+		return 0
+	}
+	return int(v)
+}
+
+// ratio parses a number in (0, 1].
+func (p *parser) ratio(n *yaml.Node, what string) float64 {
+	if !p.scalar(n, what) {
+		return 0
+	}
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || !(v > 0 && v <= 1) {
+		p.errf(n, "%s: %q is not a ratio in (0, 1]", what, n.Value)
+		return 0
+	}
+	return v
+}
+
+// float parses a number of at least min.
+func (p *parser) float(n *yaml.Node, what string, min float64) float64 {
+	if !p.scalar(n, what) {
+		return 0
+	}
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < min {
+		p.errf(n, "%s: %q is not a number of at least %v", what, n.Value, min)
+		return 0
+	}
+	return v
+}
+
+// duration parses a positive Go duration ("250ms", "2s", "1m").
+func (p *parser) duration(n *yaml.Node, what string) time.Duration {
+	if !p.scalar(n, what) {
+		return 0
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		p.errf(n, "%s: %q is not a duration (such as 250ms, 2s, 1m)", what, n.Value)
+		return 0
+	}
+	if d <= 0 {
+		p.errf(n, "%s: %v is not positive", what, d)
+	}
+	return d
+}
+
+// rate parses "count/period": 100/s, 5/min, 1000/h, 3/250ms.
+func (p *parser) rate(n *yaml.Node, what string) ratelimit.Rate {
+	if !p.scalar(n, what) {
+		return ratelimit.Rate{}
+	}
+	c, per, ok := strings.Cut(n.Value, "/")
+	if !ok {
+		p.errf(n, "%s: %q is not count/period (such as 100/s, 5/min)", what, n.Value)
+		return ratelimit.Rate{}
+	}
+	count, err := strconv.ParseInt(strings.TrimSpace(c), 10, 64)
+	if err != nil {
+		p.errf(n, "%s: %q is not a whole number", what, c)
+		return ratelimit.Rate{}
+	}
+	if count < 1 {
+		p.errf(n, "%s: the count %d is not positive", what, count)
+	}
+	per = strings.TrimSpace(per)
+	var period time.Duration
+	switch per {
+	case "s", "sec", "second":
+		period = time.Second
+	case "m", "min", "minute":
+		period = time.Minute
+	case "h", "hour":
+		period = time.Hour
+	default:
+		period, err = time.ParseDuration(per)
+		if err != nil || period <= 0 {
+			p.errf(n, "%s: the period %q is not s, min, h or a positive duration", what, per)
+		}
+	}
+	return ratelimit.Rate{Count: count, Period: period}
+}
+
+func (p *parser) guards(s *spec, n *yaml.Node) {
+	p.fields(n, "guards", func(name string, v *yaml.Node) {
+		g := &guardSpec{name: name, at: at(v)}
+		if name == "" {
+			p.errf(v, "a guard needs a name")
+		}
+		if name == "none" {
+			p.errf(v, "a guard may not be named \"none\": a route mapped to none is unguarded")
+		}
+		p.fields(v, "guard "+strconv.Quote(name), func(k string, v *yaml.Node) {
+			switch k {
+			case "timeout":
+				g.timeout = p.duration(v, k)
+			case "shadow":
+				g.shadow = p.boolean(v, k)
+			case "key":
+				g.key = p.key(v)
+			case "policies":
+				p.list(v, "policies", func(n *yaml.Node) {
+					if pol := p.policy(n); pol != nil {
+						g.policies = append(g.policies, pol)
+					}
+				})
+			default:
+				p.errf(v, "guard %q: unknown field %q (want policies, key, timeout, shadow)", name, k)
+			}
+		})
+		s.guards = append(s.guards, g)
+		s.byName[name] = g
+	})
+}
+
+func (p *parser) key(n *yaml.Node) *keySpec {
+	k := &keySpec{}
+	from := 0
+	p.fields(n, "key", func(f string, v *yaml.Node) {
+		switch f {
+		case "header":
+			k.header, from = p.str(v, f), from+1
+		case "cookie":
+			k.cookie, from = p.str(v, f), from+1
+		case "ip":
+			k.ip, from = true, from+1
+			if v.Kind == yaml.ScalarNode && (v.Tag == "!!null" || v.Value == "true") {
+				return
+			}
+			p.fields(v, "ip", func(f string, v *yaml.Node) {
+				switch f {
+				case "trusted_proxies":
+					p.list(v, f, func(n *yaml.Node) { k.proxies = append(k.proxies, p.str(n, f)) })
+				case "proxy_headers":
+					p.list(v, f, func(n *yaml.Node) { k.proxyHeaders = append(k.proxyHeaders, p.str(n, f)) })
+				case "ipv4_prefix":
+					k.v4 = p.integer(v, f, 1)
+				case "ipv6_prefix":
+					k.v6 = p.integer(v, f, 1)
+				default:
+					p.errf(v, "ip: unknown field %q (want trusted_proxies, proxy_headers, ipv4_prefix, ipv6_prefix)", f)
+				}
+			})
+		case "missing":
+			switch m := p.str(v, f); m {
+			case "reject":
+				k.reject = true
+			case "shared":
+			default:
+				p.errf(v, "missing: %q is not reject or shared", m)
+			}
+		default:
+			p.errf(v, "key: unknown field %q (want header, cookie, ip, missing)", f)
+		}
+	})
+	if from != 1 {
+		p.errf(n, "key: give exactly one of header, cookie, ip")
+	}
+	return k
+}
+
+func (p *parser) policy(n *yaml.Node) *policySpec {
+	pol := &policySpec{at: at(n)}
+	given := map[string]*yaml.Node{}
+	p.fields(n, "a policy", func(k string, v *yaml.Node) {
+		given[k] = v
+		switch k {
+		case "name":
+			pol.name = p.str(v, k)
+		case "kind":
+			pol.kind = p.str(v, k)
+		case "shadow":
+			pol.shadow = p.boolean(v, k)
+		case "store":
+			if pol.store = p.str(v, k); pol.store != "redis" && pol.store != "local" {
+				p.errf(v, "store: %q is not local or redis", pol.store)
+			}
+			if pol.store == "local" {
+				pol.store = ""
+			}
+		case "fail":
+			if pol.fail = p.str(v, k); pol.fail != "open" && pol.fail != "closed" {
+				p.errf(v, "fail: %q is not open or closed", pol.fail)
+			}
+		case "per_key":
+			pol.perKey = p.boolean(v, k)
+		case "max_keys":
+			pol.maxKeys = p.integer(v, k, 1)
+		case "rate":
+			pol.rate = p.rate(v, k)
+		case "burst":
+			pol.burst = p.count(v, k, 1)
+		case "limit":
+			pol.limit = p.count(v, k, 1)
+		case "capacity":
+			pol.capacity = p.count(v, k, 1)
+		case "window":
+			pol.window = p.duration(v, k)
+			pol.shape++
+		case "buckets":
+			pol.buckets = p.integer(v, k, 1)
+		case "max_wait":
+			pol.maxWait = p.duration(v, k)
+		case "warm_up":
+			pol.warmUp = p.duration(v, k)
+		case "cold_factor":
+			pol.coldFactor = p.count(v, k, 2)
+		case "consecutive_failures":
+			pol.consecutive = p.integer(v, k, 1)
+		case "error_ratio":
+			pol.errorRatio = p.ratio(v, k)
+		case "error_count":
+			pol.errorCount = p.integer(v, k, 1)
+		case "slow_call":
+			pol.slowCall = p.duration(v, k)
+		case "slow_ratio":
+			pol.slowRatio = p.ratio(v, k)
+		case "min_requests":
+			pol.minRequests = p.integer(v, k, 1)
+		case "window_calls":
+			pol.windowCalls = p.integer(v, k, 1)
+			pol.shape++
+		case "open_for":
+			pol.openFor = p.duration(v, k)
+		case "half_open_probes":
+			pol.halfOpen = p.integer(v, k, 1)
+		case "multiplier":
+			pol.multiplier = p.float(v, k, 1)
+		case "queue":
+			pol.queue = p.integer(v, k, 0)
+		case "on":
+			pol.on = p.boolean(v, k)
+		case "retry_after":
+			pol.retryAfter = p.duration(v, k)
+		default:
+			p.errf(v, "unknown policy field %q", k)
+		}
+	})
+	if pol.name == "" {
+		p.errf(n, "a policy needs a name")
+		return nil
+	}
+	kind, ok := kinds[pol.kind]
+	if !ok {
+		p.errf(n, "policy %q: unknown kind %q (want %s)", pol.name, pol.kind, strings.Join(kindNames(), ", "))
+		return nil
+	}
+	may := strings.Fields(kind.need + " " + kind.may + " name kind shadow")
+	for f, v := range given {
+		if !slices.Contains(may, f) {
+			p.errf(v, "policy %q: a %s takes no %s", pol.name, pol.kind, f)
+		}
+	}
+	for f := range strings.FieldsSeq(kind.need) {
+		if given[f] == nil {
+			p.errf(n, "policy %q: a %s needs %s", pol.name, pol.kind, f)
+		}
+	}
+	p.policyRules(n, pol, given)
+	return pol
+}
+
+// policyRules checks what the kinds table cannot say: which fields go
+// together.
+func (p *parser) policyRules(n *yaml.Node, pol *policySpec, given map[string]*yaml.Node) {
+	if pol.maxKeys > 0 && !pol.perKey {
+		p.errf(given["max_keys"], "policy %q: max_keys needs per_key: true", pol.name)
+	}
+	if given["fail"] != nil && pol.store != "redis" {
+		p.errf(given["fail"], "policy %q: fail needs store: redis", pol.name)
+	}
+	if pol.store == "redis" && pol.perKey {
+		p.errf(given["per_key"], "policy %q: a Redis limit keys itself by the request's key; leave per_key out", pol.name)
+	}
+	switch pol.kind {
+	case "breaker":
+		if pol.shape > 1 {
+			p.errf(n, "policy %q: give window (a rolling window) or window_calls (the last n calls), not both", pol.name)
+		}
+		needMin := pol.errorRatio > 0 || pol.errorCount > 0 || pol.slowCall > 0
+		if needMin != (pol.minRequests > 0) {
+			p.errf(n, "policy %q: min_requests goes with error_ratio, error_count or slow_call, and only with them", pol.name)
+		}
+		if (pol.slowCall > 0) != (pol.slowRatio > 0) {
+			p.errf(n, "policy %q: slow_call and slow_ratio go together", pol.name)
+		}
+		if pol.buckets > 0 && pol.window == 0 {
+			p.errf(given["buckets"], "policy %q: buckets needs window", pol.name)
+		}
+	case "throttle":
+		if pol.buckets > 0 && pol.window == 0 {
+			p.errf(given["buckets"], "policy %q: buckets needs window", pol.name)
+		}
+	case "sliding-window":
+		if pol.buckets == 0 {
+			pol.buckets = 10
+		}
+	case "shedder", "bulkhead":
+		if (given["queue"] != nil) != (given["max_wait"] != nil) {
+			p.errf(n, "policy %q: queue and max_wait go together", pol.name)
+		}
+	}
+}
+
+func kindNames() []string {
+	var ks []string
+	for k := range kinds {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func (p *parser) route(s *spec, n *yaml.Node) {
+	r := routeSpec{at: at(n)}
+	p.fields(n, "a route", func(k string, v *yaml.Node) {
+		switch k {
+		case "route":
+			r.pattern = p.str(v, k)
+		case "guard":
+			r.guard = p.str(v, k)
+		default:
+			p.errf(v, "route: unknown field %q (want route, guard)", k)
+		}
+	})
+	if r.pattern == "" || r.guard == "" {
+		p.errf(n, "a route needs route and guard")
+		return
+	}
+	if _, err := middleware.NewRoutes(middleware.RouteTo(r.pattern, nil)); err != nil {
+		p.errf(n, "route %q: %v", r.pattern, err)
+	}
+	s.routes = append(s.routes, r)
+}
+
+func (p *parser) fallback(s *spec, n *yaml.Node) {
+	f := fallbackSpec{at: at(n)}
+	p.fields(n, "a fallback", func(k string, v *yaml.Node) {
+		switch k {
+		case "route":
+			f.route = p.str(v, k)
+		case "cause":
+			if f.cause = p.str(v, k); !slices.Contains(causes, f.cause) {
+				p.errf(v, "cause: %q is not one of %s", f.cause, strings.Join(causes, ", "))
+			}
+		case "status":
+			if f.status = p.integer(v, k, 100); f.status > 599 {
+				p.errf(v, "status: %d is not an HTTP status", f.status)
+			}
+		case "headers":
+			f.headers = http.Header{}
+			p.fields(v, "headers", func(h string, v *yaml.Node) {
+				f.headers.Set(h, p.str(v, h))
+			})
+		case "body":
+			if p.scalar(v, k) {
+				f.body = v.Value
+			}
+		default:
+			p.errf(v, "fallback: unknown field %q (want route, cause, status, headers, body)", k)
+		}
+	})
+	if f.cause == "" || f.status == 0 {
+		p.errf(n, "a fallback needs cause and status")
+	}
+	s.fallbacks = append(s.fallbacks, f)
+}
+
+// check checks what spans the file: names that must be unique, and names
+// that must refer to something.
+func (p *parser) check(s *spec) {
+	node := func(p pos) *yaml.Node { return &yaml.Node{Line: p.line, Column: p.col} }
+	if len(s.guards) == 0 {
+		p.errs = append(p.errs, fmt.Errorf("%s: no guard", p.file))
+	}
+	names := map[string]int{}
+	for _, g := range s.guards {
+		for _, pol := range g.policies {
+			if line, dup := names[pol.name]; dup {
+				p.errf(node(pol.at), "policy name %q is used twice (first on line %d): a name keeps a policy's state across reloads, so it must be unique", pol.name, line)
+			}
+			names[pol.name] = pol.at.line
+			s.policies = append(s.policies, pol)
+			if pol.perKey && g.key == nil {
+				p.errf(node(pol.at), "policy %q is per_key but guard %q has no key", pol.name, g.name)
+			}
+		}
+	}
+	guard := func(at pos, name string) {
+		if _, ok := s.byName[name]; !ok && name != "none" {
+			p.errf(node(at), "no guard named %q", name)
+		}
+	}
+	routes := map[string]int{}
+	for _, r := range s.routes {
+		if line, dup := routes[r.pattern]; dup {
+			p.errf(node(r.at), "route %q is given twice (first on line %d)", r.pattern, line)
+		}
+		routes[r.pattern] = r.at.line
+		guard(r.at, r.guard)
+	}
+	if s.def != "" {
+		guard(s.defAt, s.def)
+	}
+	type fk struct{ route, cause string }
+	fbs := map[fk]int{}
+	for _, f := range s.fallbacks {
+		if _, ok := routes[f.route]; !ok && f.route != "" {
+			p.errf(node(f.at), "fallback for route %q, which no route lists", f.route)
+		}
+		if line, dup := fbs[fk{f.route, f.cause}]; dup {
+			p.errf(node(f.at), "a second fallback for route %q and cause %s (first on line %d)", f.route, f.cause, line)
+		}
+		fbs[fk{f.route, f.cause}] = f.at.line
+	}
+}

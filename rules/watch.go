@@ -1,0 +1,110 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// quiet is how long the file's directory must be still after an event
+// before the file is loaded again: an editor's save, a ConfigMap's swap,
+// each a burst of events, load once.
+const quiet = 100 * time.Millisecond
+
+// watcher is a running Watch: a goroutine that hears the file's directory,
+// and one that loads the file once a burst of events is over.
+type watcher struct {
+	fs   *fsnotify.Watcher
+	done chan struct{}
+	ends chan struct{} // each goroutine sends once as it ends
+}
+
+// Watch starts watching the file's directory, and loads the file again
+// (see Reload) 100 ms after the last of a burst of changes there. Watching
+// the directory rather than the file sees a file replaced by a rename (as
+// editors save) and the symlink swap by which Kubernetes updates a
+// mounted ConfigMap. A file removed keeps the rules in force, until one is
+// written again. Watch starts two goroutines, which Close stops; it fails
+// when the Loader is closed or watches already.
+func (l *Loader) Watch() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		return errors.New("rules: Watch after Close")
+	case l.w != nil:
+		return errors.New("rules: Watch called twice")
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("rules: Watch: %w", err)
+	}
+	if err := fw.Add(filepath.Dir(l.path)); err != nil {
+		_ = fw.Close()
+		return fmt.Errorf("rules: Watch: %w", err)
+	}
+	w := &watcher{fs: fw, done: make(chan struct{}), ends: make(chan struct{}, 2)}
+	kick := make(chan struct{}, 1)
+	go func() {
+		defer func() { w.ends <- struct{}{} }()
+		w.listen(l, kick)
+	}()
+	go func() {
+		defer func() { w.ends <- struct{}{} }()
+		debounce(kick, quiet, w.done, func() { _ = l.Reload() })
+	}()
+	l.w = w
+	return nil
+}
+
+// listen passes on, to kick, every event of the directory until the
+// fsnotify watcher is closed. Any event may concern the file (a rename
+// over it, a swap of the ..data symlink it points through), and a reload
+// of an unchanged file changes nothing, so none is told apart.
+func (w *watcher) listen(l *Loader, kick chan<- struct{}) {
+	for {
+		select {
+		case _, ok := <-w.fs.Events:
+			if !ok {
+				return
+			}
+			select {
+			case kick <- struct{}{}:
+			default:
+			}
+		case err, ok := <-w.fs.Errors:
+			if !ok {
+				return
+			}
+			l.log.Error("sluice rules: watching the file", "file", l.path, "error", err)
+		}
+	}
+}
+
+func (w *watcher) stop() {
+	close(w.done)
+	_ = w.fs.Close()
+	<-w.ends
+	<-w.ends
+}
+
+// debounce calls fire once events has been quiet for d after a burst of
+// sends, until stop is closed.
+func debounce(events <-chan struct{}, d time.Duration, stop <-chan struct{}, fire func()) {
+	t := time.NewTimer(d)
+	t.Stop()
+	for {
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-events:
+			t.Reset(d)
+		case <-t.C:
+			fire()
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package rules
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The fsnotify tests wait on the OS's notifications: a bounded real wait,
+// of at most one second for an edit to be applied.
+const applied = time.Second
+
+func watching(t *testing.T, content string) (*Loader, string) {
+	t.Helper()
+	l, path := newLoader(t, content)
+	require.NoError(t, l.Watch())
+	return l, path
+}
+
+func waitVersion(t *testing.T, l *Loader, n uint64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return l.Version().N == n }, applied, 5*time.Millisecond,
+		"version %d not loaded within %v; status %+v", n, applied, l.Status())
+}
+
+func TestWatchAppliesAnEditWithinASecond(t *testing.T) {
+	l, path := watching(t, twoLimits)
+	h := serve(t, l)
+	assert.Equal(t, []int{200, 429}, statuses(h, "/cart", 2))
+	writeRules(t, path, strings.Replace(twoLimits, "limit: 1, window: 1m", "limit: 1, window: 2m", 1))
+	waitVersion(t, l, 2)
+	assert.Contains(t, l.Status().Changes[0], "policy cart-window:")
+}
+
+func TestWatchSeesARenameOverTheFile(t *testing.T) {
+	l, path := watching(t, twoLimits)
+	tmp := filepath.Join(filepath.Dir(path), ".rules.yaml.swp")
+	writeRules(t, tmp, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	require.NoError(t, os.Rename(tmp, path))
+	waitVersion(t, l, 2)
+}
+
+// TestWatchSeesAConfigMapSwap lays out a directory as Kubernetes mounts a
+// ConfigMap: rules.yaml → ..data/rules.yaml, ..data → a timestamped
+// directory; an update writes a new directory and renames a new ..data
+// symlink over the old one.
+func TestWatchSeesAConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	mount := func(name, content string) {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, name), 0o755))
+		writeRules(t, filepath.Join(dir, name, "rules.yaml"), content)
+	}
+	mount("..2026_01", twoLimits)
+	require.NoError(t, os.Symlink("..2026_01", filepath.Join(dir, "..data")))
+	path := filepath.Join(dir, "rules.yaml")
+	require.NoError(t, os.Symlink(filepath.Join("..data", "rules.yaml"), path))
+	l, err := New(path, WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	mount("..2026_02", strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	require.NoError(t, os.Symlink("..2026_02", filepath.Join(dir, "..data_tmp")))
+	require.NoError(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "..2026_01")))
+	waitVersion(t, l, 2)
+}
+
+func TestWatchKeepsTheRulesWhenTheFileGoesAndLoadsItsReturn(t *testing.T) {
+	l, path := watching(t, twoLimits)
+	require.NoError(t, os.Remove(path))
+	require.Eventually(t, func() bool { return l.Status().Err != nil }, applied, 5*time.Millisecond)
+	assert.ErrorIs(t, l.Status().Err, os.ErrNotExist)
+	assert.Equal(t, uint64(1), l.Version().N)
+	_, ok := l.Guard("items")
+	assert.True(t, ok)
+
+	writeRules(t, path, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	waitVersion(t, l, 2)
+	assert.NoError(t, l.Status().Err)
+}
+
+func TestWatchReportsABrokenFileAndKeepsTheRules(t *testing.T) {
+	l, path := watching(t, twoLimits)
+	writeRules(t, path, "guards: [")
+	require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
+	assert.Equal(t, uint64(1), l.Version().N)
+	assert.ErrorContains(t, l.Status().Err, "rules.yaml")
+}
+
+func TestWatchTwiceFails(t *testing.T) {
+	l, _ := watching(t, twoLimits)
+	assert.Error(t, l.Watch())
+}
+
+func TestDebounceFiresOnceAfterABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		events, stop := make(chan struct{}), make(chan struct{})
+		var fired []time.Duration
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			debounce(events, 100*time.Millisecond, stop, func() { fired = append(fired, time.Since(start)) })
+		}()
+		// A burst: five events 30 ms apart, then quiet.
+		for range 5 {
+			events <- struct{}{}
+			time.Sleep(30 * time.Millisecond)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, []time.Duration{220 * time.Millisecond}, fired, "once, 100 ms after the last event at 120 ms")
+
+		// A lone event later fires on its own.
+		events <- struct{}{}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Equal(t, []time.Duration{220 * time.Millisecond, 1250 * time.Millisecond}, fired)
+
+		// An event whose quiet period is cut short by stop never fires.
+		events <- struct{}{}
+		close(stop)
+		<-done
+		time.Sleep(time.Second)
+		assert.Len(t, fired, 2)
+	})
+}
