@@ -111,6 +111,9 @@ type Stats struct {
 	// retries ([WithRetry]), whether observed or not: its calls, retries
 	// included; the retries it granted; and those its retry budget refused.
 	Attempts, Retries, BudgetRefusals uint64
+	// Shadowed is true while the whole Guard is in shadow mode
+	// ([Guard.SetShadow] with policy "", or [WithShadow]("")).
+	Shadowed bool
 }
 
 // numCauses is the number of Causes, CauseNone included.
@@ -133,6 +136,9 @@ type PolicyStats struct {
 	// ([Guard.SetShadow]) and let through; they count in Admitted and
 	// Outcomes too, as calls it let pass.
 	ShadowRejected uint64
+	// Shadowed is true while the policy is in shadow mode, by its name or
+	// as part of a shadowed Guard.
+	Shadowed bool
 }
 
 // Stats returns the Guard's counters. A Guard built without [WithObserver]
@@ -143,8 +149,13 @@ func (g *Guard) Stats() Stats {
 		return Stats{}
 	}
 	s := Stats{Guard: g.name, Policies: make([]PolicyStats, len(g.policies))}
+	g.shadowMu.Lock()
+	s.Shadowed = g.shadowAll
+	g.shadowMu.Unlock()
+	shadowed := g.shadow.Load()
 	for i := range s.Policies {
 		s.Policies[i].Policy = g.names[i]
+		s.Policies[i].Shadowed = i < maxShadowed && shadowed>>i&1 != 0
 	}
 	if r := g.retry; r != nil {
 		s.Attempts, s.Retries, s.BudgetRefusals = r.attemptsMade(), r.retries.Load(), r.refusals.Load()

@@ -229,6 +229,10 @@ func TestShadowRejectionsAreCharted(t *testing.T) {
 		assert.Equal(t, uint64(2), s.Chart.Shadow[chartSeconds-1], "two would have been rejected")
 		assert.Empty(t, s.Chart.Rejected)
 		assert.Equal(t, uint64(2), s.Guards[0].Policies[0].ShadowRejected)
+		assert.True(t, s.Guards[0].Policies[0].Shadowed)
+		assert.False(t, s.Guards[0].Shadowed, "shadowed by name, not as a whole")
+		require.NoError(t, g.SetShadow("", true))
+		assert.True(t, getState(t, d).Guards[0].Shadowed)
 	})
 }
 
@@ -576,8 +580,13 @@ func TestActions(t *testing.T) {
 	for range 3 {
 		require.NoError(t, f.call("carol", false))
 	}
-	assert.Equal(t, uint64(1), getState(t, f.d).Guards[0].Policies[1].ShadowRejected)
+	st := getState(t, f.d)
+	assert.Equal(t, uint64(1), st.Guards[0].Policies[1].ShadowRejected)
+	assert.True(t, st.Guards[0].Policies[1].Shadowed)
+	assert.False(t, st.Guards[0].Policies[0].Shadowed)
+	assert.False(t, st.Guards[0].Shadowed)
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "1", "action", "enforce"), sameOrigin...).Code)
+	assert.False(t, getState(t, f.d).Guards[0].Policies[1].Shadowed)
 	require.ErrorIs(t, f.call("carol", false), sluice.ErrRateLimited)
 
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "0", "action", "rate", "value", "7"), sameOrigin...).Code)

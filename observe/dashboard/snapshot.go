@@ -54,8 +54,10 @@ type guardView struct {
 	Admitted uint64            `json:"admitted"` // by every policy
 	Rejected map[string]uint64 `json:"rejected"` // by cause, by any policy
 	// Fallbacks counts the calls a fallback answered.
-	Fallbacks uint64       `json:"fallbacks"`
-	Policies  []policyView `json:"policies"`
+	Fallbacks uint64 `json:"fallbacks"`
+	// Shadowed is true while the whole Guard is in shadow mode.
+	Shadowed bool         `json:"shadowed"`
+	Policies []policyView `json:"policies"`
 }
 
 type policyView struct {
@@ -68,6 +70,8 @@ type policyView struct {
 	// ShadowRejected counts the calls the policy rejected in shadow mode
 	// and let through.
 	ShadowRejected uint64 `json:"shadowRejected"`
+	// Shadowed is true while the policy is in shadow mode.
+	Shadowed bool `json:"shadowed"`
 	// Details are the figures that the policy's kind has, in order.
 	Details []detail `json:"details,omitempty"`
 	// TopKeys are a keyed limiter's keys with the most rejections.
@@ -124,7 +128,8 @@ func (d *Dashboard) snapshot(now time.Time) state {
 
 func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	st := w.g.Stats()
-	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Policies: make([]policyView, len(w.policies))}
+	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Shadowed: st.Shadowed,
+		Policies: make([]policyView, len(w.policies))}
 	if n := len(st.Policies); n > 0 {
 		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
 	} else {
@@ -137,7 +142,7 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	for i, p := range w.policies {
 		ps := st.Policies[i]
 		pv := policyView{Name: ps.Policy, Kind: kind(p), Admitted: ps.Admitted, Rejected: map[string]uint64{},
-			ShadowRejected: ps.ShadowRejected}
+			ShadowRejected: ps.ShadowRejected, Shadowed: ps.Shadowed}
 		ended := uint64(0)
 		for _, n := range ps.Outcomes {
 			ended += n
