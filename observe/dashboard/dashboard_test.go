@@ -176,6 +176,7 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 		assert.Equal(t, "breaker/payments", br.Name)
 		assert.Equal(t, "open", br.State)
 		assert.Contains(t, br.Details, detail{"for", "1s"}, "since it opened")
+		assert.Contains(t, br.Details, detail{"next probe in", "59s"}, "open for a minute")
 		assert.Equal(t, map[string]uint64{"circuit-open": 6}, br.Rejected)
 		assert.Empty(t, br.Actions, "no authorizer: no actions")
 		assert.False(t, s.Actions.Enabled)

@@ -207,6 +207,9 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		if c.ProbesAdmitted > 0 {
 			add("probes", "%d", c.ProbesAdmitted)
 		}
+		if c.NextProbe > 0 {
+			add("next probe in", "%v", c.NextProbe.Truncate(time.Second))
+		}
 	case concurrency:
 		st := p.Stats()
 		pv.State = st.State
