@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/degrade"
 )
 
@@ -25,6 +26,7 @@ type Dashboard struct {
 	log       *slog.Logger
 	rules     func() (version string, loaded time.Time, err error)
 	switches  []*degrade.Switch
+	sampler   adaptive.Sampler
 	secret    [32]byte // signs the pages' tokens
 	csrf      *http.CrossOriginProtection
 
@@ -93,6 +95,20 @@ func WithRules(status func() (version string, loaded time.Time, err error)) Opti
 			return errors.New("dashboard: WithRules: nil function")
 		}
 		d.rules = status
+		return nil
+	}
+}
+
+// WithSampler shows the CPU usage that s reports (as an
+// adaptive.SystemSampler does, once started) beside each load guard
+// (adaptive.Shedder), which itself decides by latency and reads no CPU.
+// The default is no CPU shown.
+func WithSampler(s adaptive.Sampler) Option {
+	return func(d *Dashboard) error {
+		if s == nil {
+			return errors.New("dashboard: WithSampler: nil sampler")
+		}
+		d.sampler = s
 		return nil
 	}
 }

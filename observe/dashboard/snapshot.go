@@ -219,6 +219,9 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		if st.AvgRT > 0 {
 			add("avg RT", "%v", st.AvgRT.Round(10*time.Microsecond))
 		}
+		if d.sampler != nil {
+			add("CPU", "%.0f%%", 100*d.sampler.CPU())
+		}
 	case bucket:
 		add("rate", "%v", p.Rate())
 		add("burst", "%d", p.Burst())
