@@ -72,6 +72,11 @@ type CallEvent struct {
 	// ([Guard.SetShadow]) rejected: Policy names the first that did, and
 	// Cause is its rejection's cause.
 	Shadow bool
+	// Decision is what the Guard decided on the call, as [Call.Decision]
+	// tells it: for an admitted call, the quota of its policy with the
+	// least Remaining (Limit -1 when none has a quota); for a rejection,
+	// the rejecting policy's.
+	Decision Decision
 }
 
 // WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
@@ -257,7 +262,7 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 	if len(ob.calls) == 0 {
 		return
 	}
-	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
+	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0), Decision: c.d}
 	if c.skip != 0 {
 		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause
 	}
@@ -268,13 +273,13 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 
 // rejected counts and reports policy i's rejection of a call with cause
 // and error err, after the call waited wait.
-func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, wait time.Duration) {
+func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, wait time.Duration, d *Decision) {
 	cs := causeOf(cause)
 	ob.add(slotRejected + i*numCauses + int(cs))
 	if len(ob.calls) == 0 {
 		return
 	}
-	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait}
+	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait, Decision: *d}
 	for _, fn := range ob.calls {
 		fn(ctx, e)
 	}
