@@ -151,7 +151,10 @@ type guardWatch struct {
 	state []atomic.Pointer[stateSeen]
 	// keys counts the rejections by key of the keyed limiters, by policy
 	// name; nil for the others.
-	keys   map[string]*topKeys
+	keys map[string]*topKeys
+	// quota is the quota each policy last decided with (a Decision's
+	// Limit, Remaining and Reset), by policy name.
+	quota  map[string]*quotaSeen
 	unsubs []func()
 	// fallbacks is the Guard's fallback count last shown, by cause.
 	fallbacks []uint64
@@ -170,7 +173,9 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
 	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
+	w.quota = make(map[string]*quotaSeen, len(w.policies))
 	for i, p := range w.policies {
+		w.quota[p.Name()] = &quotaSeen{}
 		if _, ok := p.(keyed); ok {
 			if w.keys == nil {
 				w.keys = map[string]*topKeys{}
@@ -208,6 +213,11 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	observe := func(ctx context.Context, e sluice.CallEvent) {
 		d.series.add(&e)
+		if e.Decision.Limit >= 0 {
+			if q := w.quota[e.Decision.Policy]; q != nil {
+				q.store(&e.Decision)
+			}
+		}
 		if len(w.policies) == 0 {
 			w.calls.Add(1)
 		}
@@ -220,6 +230,18 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 	}
 	return observe, detach, nil
+}
+
+// quotaSeen is the quota a policy last decided with; limit is -1 before
+// any.
+type quotaSeen struct {
+	limit, remaining, reset atomic.Int64
+}
+
+func (q *quotaSeen) store(d *sluice.Decision) {
+	q.limit.Store(d.Limit + 1) // 0: none seen
+	q.remaining.Store(d.Remaining)
+	q.reset.Store(int64(d.Reset))
 }
 
 // stateSeen is a policy's state as it last reported it, and when.

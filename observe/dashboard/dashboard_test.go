@@ -211,6 +211,57 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 	})
 }
 
+func TestLimitersShowTheirQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		require.NoError(t, err)
+		fixed, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("fixed"))
+		require.NoError(t, err)
+		gcra, err := ratelimit.NewGCRA(ratelimit.PerSecond(10), 20, ratelimit.WithName("gcra"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("g"), sluice.With(gcra, fixed), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer g.Close()
+		perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+			return ratelimit.NewSlidingLog(2, time.Hour)
+		}, ratelimit.WithName("per-key"))
+		require.NoError(t, err)
+		k, err := sluice.New(sluice.WithName("k"), sluice.With(perKey), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer k.Close()
+		figures := func(guard, policy int) map[string]string {
+			m := map[string]string{}
+			for _, dt := range getState(t, d).Guards[guard].Policies[policy].Details {
+				m[dt.Name] = dt.Value
+			}
+			return m
+		}
+		ok := func(context.Context) error { return nil }
+		assert.Empty(t, figures(0, 1), "nothing decided yet")
+		for range 3 {
+			require.NoError(t, g.Do(context.Background(), ok))
+		}
+		// The fixed window has the least left: the admitted calls tell its quota.
+		f := figures(0, 1)
+		reset, err := time.ParseDuration(f["reset in"])
+		require.NoError(t, err, "the time until the window ends")
+		assert.Positive(t, reset)
+		assert.LessOrEqual(t, reset, time.Minute)
+		delete(f, "reset in")
+		assert.Equal(t, map[string]string{"limit": "5", "window": "1m0s", "remaining": "2"}, f)
+		for range 3 { // two more admitted, then it rejects
+			_ = g.Do(context.Background(), ok)
+		}
+		assert.Equal(t, "0", figures(0, 1)["remaining"])
+		assert.Equal(t, uint64(1), getState(t, d).Guards[0].Policies[1].Rejected["rate-limited"])
+
+		for i := range 3 {
+			_ = k.Do(sluice.WithKey(context.Background(), fmt.Sprint(i%2)), ok)
+		}
+		assert.Equal(t, map[string]string{"keys": "2", "limit per key": "2", "window": "1h0m0s"}, figures(1, 0))
+	})
+}
+
 // cpuAt is a Sampler whose CPU usage the test sets.
 type cpuAt float64
 

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -159,6 +160,9 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 			pv.State = seen.state
 		}
 		d.describe(&pv, p)
+		if _, ok := p.(bucket); !ok {
+			describeQuota(&pv, p, w.quota[ps.Policy])
+		}
 		if seen != nil && pv.State == seen.state {
 			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
 		}
@@ -239,6 +243,33 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		pv.Actions = append(pv.Actions, "rate", "burst")
 	}
 	pv.Actions = append(pv.Actions, "shadow", "enforce")
+}
+
+// describeQuota adds the figures of a limiter that shows none of its own:
+// its limit, window and remaining quota as of the last call it decided,
+// and the time until its quota is whole. A keyed limiter's quota is per
+// key: only its limit and window show.
+func describeQuota(pv *policyView, p sluice.Policy, q *quotaSeen) {
+	if q == nil || q.limit.Load() == 0 {
+		return
+	}
+	add := func(name, value string) { pv.Details = append(pv.Details, detail{name, value}) }
+	_, perKey := p.(keyed)
+	if perKey {
+		add("limit per key", fmt.Sprint(q.limit.Load()-1))
+	} else {
+		add("limit", fmt.Sprint(q.limit.Load()-1))
+	}
+	if w := policywindow.Of(p); w > 0 {
+		add("window", w.String())
+	}
+	if perKey {
+		return
+	}
+	add("remaining", fmt.Sprint(q.remaining.Load()))
+	if r := time.Duration(q.reset.Load()); r > 0 {
+		add("reset in", r.Round(time.Millisecond).String())
+	}
 }
 
 // rulesView reads the rules' status, and adds an event when it changed
