@@ -34,8 +34,9 @@ type Dashboard struct {
 	events events
 
 	mu        sync.Mutex
-	guards    []*guardWatch // by name
-	rulesSeen rulesView     // the rules status last shown
+	guards    []*guardWatch         // by name
+	rulesSeen rulesView             // the rules status last shown
+	redis     map[string]*redisSeen // by limiter name; see redis.go
 
 	actionsDone, actionsRefused atomic.Uint64
 }
