@@ -736,7 +736,7 @@ func TestDashboardImportsOnlyTheStandardLibraryAndTheCore(t *testing.T) {
 	require.NoError(t, err, string(out))
 	for _, dep := range strings.Fields(string(out)) {
 		switch dep := strings.TrimPrefix(dep, "github.com/sluice-go/sluice"); {
-		case strings.HasPrefix(dep, "/internal/"):
+		case strings.HasPrefix(dep, "/internal/"), strings.HasPrefix(dep, "/observe/dashboard/internal/"):
 		case dep == "", dep == "/ratelimit", dep == "/breaker", dep == "/degrade", dep == "/adaptive", dep == "/observe/dashboard":
 		default:
 			t.Errorf("the dashboard depends on %s", dep)
