@@ -56,6 +56,11 @@ type guardView struct {
 	Rejected map[string]uint64 `json:"rejected"` // by cause, by any policy
 	// Fallbacks counts the calls a fallback answered.
 	Fallbacks uint64 `json:"fallbacks"`
+	// Retries and BudgetRefusals are, for a Guard that retries
+	// (sluice.WithRetry), the retries it granted and those its budget
+	// refused.
+	Retries        uint64 `json:"retries,omitempty"`
+	BudgetRefusals uint64 `json:"budgetRefusals,omitempty"`
 	// Shadowed is true while the whole Guard is in shadow mode.
 	Shadowed bool         `json:"shadowed"`
 	Policies []policyView `json:"policies"`
@@ -130,6 +135,7 @@ func (d *Dashboard) snapshot(now time.Time) state {
 func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	st := w.g.Stats()
 	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Shadowed: st.Shadowed,
+		Retries: st.Retries, BudgetRefusals: st.BudgetRefusals,
 		Policies: make([]policyView, len(w.policies))}
 	if n := len(st.Policies); n > 0 {
 		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did

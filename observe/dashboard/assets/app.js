@@ -87,6 +87,7 @@
   }
   function guardSummary(g) {
     return 'admitted ' + fmt(g.admitted) + ' · rejected ' + fmt(sum(g.rejected)) + ' · fallbacks ' + fmt(g.fallbacks) +
+      (g.retries || g.budgetRefusals ? ' · retries ' + fmt(g.retries || 0) + ' · refused by the budget ' + fmt(g.budgetRefusals || 0) : '') +
       (g.shadowed ? ' · shadow mode' : '');
   }
 
