@@ -316,22 +316,31 @@ type Call struct {
 //	}
 //	err = call.End(err)
 func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
+	err = g.beginInto(ctx, &c)
+	return c, err
+}
+
+// beginInto is Begin writing the call into c. Begin is small enough to be
+// inlined, so that the Call is made where its caller keeps it.
+func (g *Guard) beginInto(ctx context.Context, c *Call) error {
 	if ctx == nil {
-		return Call{}, errNilArgument
+		return errNilArgument
 	}
 	if g == nil {
 		c.d, c.parent = allowAll, ctx
-		return c, nil
+		return nil
 	}
-	admitted := false
-	defer func() {
-		if !admitted {
-			c.endOnPanic() // a policy's Admit or an observer panicked
-		}
-	}()
-	err = g.begin(ctx, &c, true)
-	admitted = true
-	return c, err
+	defer c.releaseOnPanic()
+	return g.begin(ctx, c, true)
+}
+
+// releaseOnPanic releases the policies that admitted c when a policy's
+// Admit or an observer panicked while it was begun: c is then live but was
+// never handed over to run. Once begun, c is left as it is.
+func (c *Call) releaseOnPanic() {
+	if c.live && !c.ran {
+		c.Report(Released, nil)
+	}
 }
 
 // Context returns the context to run the call with: the one given to Begin,
@@ -483,11 +492,11 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 		c.more, c.atsMore, c.waited = nil, nil, false
 	}
 	if want {
-		c.d = v.Decision(g.names[i])
+		c.d = v.decision(g.names[i])
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, v.Cause, err, c.wait, &c.d)
+		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait, &c.d)
 	}
 	return err
 }
@@ -512,7 +521,7 @@ func (g *Guard) rejection(i int, now time.Duration, v *Verdict) error {
 		e.hasRetry == (v.RetryAfter > 0) && (e.d.Reset > 0) == (v.Reset > 0) {
 		return e
 	}
-	e := &rejectedError{d: v.Decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
+	e := &rejectedError{d: v.decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
 	if cacheable(v.Cause) {
 		g.rejs[i].Store(e)
 	}
@@ -602,7 +611,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		g.obs.admitted(c)
 	}
 	if bi >= 0 {
-		c.d = best.Decision(g.names[bi])
+		c.d = best.decision(g.names[bi])
 	}
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)

@@ -97,9 +97,9 @@ type Verdict struct {
 	Cause error
 }
 
-// Decision returns the Decision that v stands for, by the policy named
+// decision returns the Decision that v stands for, by the policy named
 // policy.
-func (v Verdict) Decision(policy string) Decision {
+func (v Verdict) decision(policy string) Decision {
 	return Decision{Allowed: v.Cause == nil, Policy: policy, Limit: v.Limit,
 		Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
 }

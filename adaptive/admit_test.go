@@ -11,13 +11,14 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // admit asks p to admit a request at now, and returns the Decision its
 // Verdict stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return policytest.DecisionOf(v, p.Name()), v.Ticket
 }
 
 // TestGuardAgreesWithAdmitWhileHeld drives two policies alike, one through

@@ -10,18 +10,6 @@ import (
 	"time"
 )
 
-// Sampler reports the load of the machine or container the process runs in,
-// for what decides by it (a degrade.Auto switch, a dashboard). Both methods
-// must be cheap and safe for concurrent use: an atomic load, never a file
-// read.
-type Sampler interface {
-	// CPU returns the smoothed CPU usage as a fraction of the CPU the process
-	// may use: 0 idle, 1 all of it.
-	CPU() float64
-	// Load1 returns the one-minute load average, or 0 where it is unknown.
-	Load1() float64
-}
-
 // SamplerConfig configures a SystemSampler. The zero value reads the real
 // machine every 250 ms with a decay of 0.8.
 type SamplerConfig struct {
@@ -48,8 +36,9 @@ type SamplerConfig struct {
 // where that exists.
 //
 // The readings are taken by one goroutine, started by the first Start and
-// stopped when every Start has been matched by a Stop; readers only load an
-// atomic.
+// stopped when every Start has been matched by a Stop; readers (CPU, Load1)
+// only load an atomic, so what decides by the load (a degrade.Auto switch
+// given s.CPU as its signal, a dashboard) may read it on every request.
 type SystemSampler struct {
 	cfg     SamplerConfig
 	src     cpuSource

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"testing"
+	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -25,12 +26,12 @@ func observedGuard(tb testing.TB, observed bool) *sluice.Guard {
 	}
 	opts := []sluice.Option{sluice.With(l, br)}
 	if observed {
-		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		tb.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-		m, err := otelmetrics.New(provider)
+		m, err := otelmetrics.New()
 		if err != nil {
 			tb.Fatal(err)
 		}
+		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader(sdkmetric.WithProducer(m))))
+		tb.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
 		opts = append(opts, sluice.WithName("dep"), sluice.WithObserver(m))
 	}
 	g, err := sluice.New(opts...)
@@ -68,4 +69,29 @@ func TestObservedGuardAllocatesNothing(t *testing.T) {
 			t.Errorf("observed %v: %v allocations per call, want 0", observed, n)
 		}
 	}
+}
+
+// BenchmarkGuardObservedOverhead runs the unobserved and the observed
+// Guard in alternate batches of 256 calls within one loop, so that a
+// machine whose load changes during the run slows both alike, and reports
+// the observed Guard's time per call over the unobserved one's
+// (observed/unobserved) besides the ns/op of a pair of calls.
+func BenchmarkGuardObservedOverhead(b *testing.B) {
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	guards := [2]*sluice.Guard{observedGuard(b, false), observedGuard(b, true)}
+	var spent [2]time.Duration
+	const batch = 256
+	b.ReportAllocs()
+	for b.Loop() {
+		for i, g := range guards {
+			start := time.Now()
+			for range batch {
+				_ = g.Do(ctx, fn)
+			}
+			spent[i] += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "observed/unobserved")
+	b.ReportMetric(float64(spent[1]-spent[0])/float64(b.N*batch), "overhead-ns/call")
 }

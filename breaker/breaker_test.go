@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 const (
@@ -29,7 +30,7 @@ var (
 // Verdict stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return policytest.DecisionOf(v, p.Name()), v.Ticket
 }
 
 // rejection returns the Decision of the rejection err, failing t when err

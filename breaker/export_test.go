@@ -49,11 +49,3 @@ func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
 	t := a.win.Load().readAt(now)
 	return max(t.total, 0), max(t.lo, 0)
 }
-
-// Len returns the number of breakers the Group holds, the overflow breaker
-// not included.
-func (g *Group) Len() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.all)
-}

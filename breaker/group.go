@@ -91,6 +91,15 @@ func (g *Group) Needs() sluice.Needs {
 	return sluice.NeedsEnd
 }
 
+// Len returns the number of keys the Group holds a breaker for; the
+// overflow breaker, which keys share once WithMaxBreakers is reached, is
+// not one.
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.all)
+}
+
 // Get returns the breaker of key, if the Group holds one.
 func (g *Group) Get(key string) (*Breaker, bool) {
 	if m, ok := g.members.Load(key); ok {

@@ -188,7 +188,7 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}
+	c := &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r, since: math.MinInt64}
 	c.tat.v.Store(emptyTAT)
 	c.edge.Store(emptyTAT)
 	g := &GCRA{name: o.name}
@@ -260,14 +260,15 @@ func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, 
 }
 
 // Done gives back, on sluice.Released, the quota that Admit took, less what
-// has regenerated in the latency since; other outcomes change nothing.
-func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+// has regenerated in the latency since, unless a SetLimit came between;
+// other outcomes change nothing.
+func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released || t == 0 {
 		return
 	}
 	c := g.cfg.Load()
-	if int64(t) > c.burst {
-		return // more than a burst lowered since: give back nothing
+	if int64(t) > c.burst || int64(now-max(latency, 0)) <= c.since {
+		return // admitted before a SetLimit, at another rate: give back nothing
 	}
 	tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, nil)
 }

@@ -161,9 +161,7 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
 	k.update.Store(&update)
-	if wd, ok := probe.(interface{ rateWindow() time.Duration }); ok {
-		k.window.Store(int64(wd.rateWindow()))
-	}
+	k.window.Store(int64(policywindow.Of(probe)))
 	// A key made meanwhile is inserted under its shard's lock after it
 	// read the update: either the walk below finds it, or it read this one.
 	var errs []error
@@ -254,8 +252,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
 	needs := probe.Needs()
-	var window time.Duration
-	window = policywindow.Of(probe)
+	window := policywindow.Of(probe)
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)

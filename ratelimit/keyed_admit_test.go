@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // TestKeyedAdmitAgrees drives two Keyeds alike, one of this package's
@@ -49,7 +50,7 @@ func TestKeyedAdmitAgrees(t *testing.T) {
 			now := time.Duration(i) * ms / 3
 			ctx := ctxs[i%len(ctxs)]
 			va, vb := a.Admit(ctx, now), b.Admit(ctx, now)
-			da, db := va.Decision(a.Name()), vb.Decision(b.Name())
+			da, db := policytest.DecisionOf(va, a.Name()), policytest.DecisionOf(vb, b.Name())
 			require.Equal(t, da, db, "call %d at %v", i, now)
 			if va.Cause != nil {
 				rejected++

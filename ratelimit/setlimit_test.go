@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"github.com/sluice-go/sluice/internal/policywindow"
 	"testing"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -101,12 +101,7 @@ func TestSetLimitKeepsStateAndRefusesBadNumbers(t *testing.T) {
 			clk := sluice.NewManualClock(time.Hour)
 			p, err := c.make(clk)
 			require.NoError(t, err)
-			window := func() time.Duration {
-				if w := policywindow.Of(p); w > 0 {
-					return w
-				}
-				return -1
-			}
+			window := func() time.Duration { return policywindow.Of(p) }
 			w := window()
 			require.Error(t, c.bad(p))
 			assert.Equal(t, w, window(), "a refused change changes nothing")
@@ -231,4 +226,19 @@ func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
 			assert.Equal(t, 2, ok, "the release gave its quota back")
 		})
 	}
+}
+
+func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
+	g, err := ratelimit.NewGCRA(ratelimit.Every(time.Second), 2)
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Hour
+	a, b := g.Admit(ctx, now), g.Admit(ctx, now)
+	require.NoError(t, a.Cause)
+	require.NoError(t, b.Cause)
+	g.Done(a.Ticket, sluice.Released, now, 0)
+	require.NoError(t, g.Admit(ctx, now).Cause, "a release before any change gives its quota back")
+	require.NoError(t, g.SetLimit(ratelimit.Every(10*time.Second), 1)) // 2s of debt: full in 2s
+	g.Done(b.Ticket, sluice.Released, now, 0)
+	require.Error(t, g.Admit(ctx, now).Cause, "cut at 1s a token, it would give back 10s")
 }

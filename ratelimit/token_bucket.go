@@ -34,6 +34,10 @@ type bucketConfig struct {
 	// release never moves TAT below it, so a waiting reservation's turn is
 	// never shared with a newcomer.
 	edge atomic.Int64
+	// since, for a GCRA, is the TAT at the SetLimit that made this
+	// configuration: an admission before it was charged at another rate,
+	// and its release gives nothing back. A TokenBucket converts instead.
+	since int64
 }
 
 // TokenBucket is a token bucket of burst tokens refilled at a Rate: a request
@@ -476,6 +480,10 @@ func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r
 func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) {
 	tat := old.tat.v.Swap(tatFrozen)
 	if now == keepTAT {
+		c.since = old.since
+		if tat != emptyTAT {
+			c.since = tat
+		}
 		c.tat.v.Store(tat)
 		c.edge.Store(old.edge.Load())
 	} else {

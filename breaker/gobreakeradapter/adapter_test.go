@@ -21,7 +21,7 @@ import (
 // Verdict stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return policytest.DecisionOf(v, p.Name()), v.Ticket
 }
 
 func consecutive(n uint32) func(gobreaker.Counts) bool {

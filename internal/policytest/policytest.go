@@ -113,7 +113,14 @@ func Run(t *testing.T, cfg Config) {
 // its Ticket.
 func Admit(ctx context.Context, p sluice.Policy, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return DecisionOf(v, p.Name()), v.Ticket
+}
+
+// DecisionOf returns the Decision that v stands for, by the policy named
+// policy, as a Guard builds it.
+func DecisionOf(v sluice.Verdict, policy string) sluice.Decision {
+	return sluice.Decision{Allowed: v.Cause == nil, Policy: policy, Limit: v.Limit,
+		Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
 }
 
 // needs checks that the policy declares only the flags sluice knows, and
@@ -182,7 +189,7 @@ func admitCtx(t *testing.T) (context.Context, context.CancelFunc) {
 // Decision contract for policy p (see CheckDecision).
 func CheckVerdict(t testing.TB, cfg Config, p sluice.Policy, v sluice.Verdict) {
 	t.Helper()
-	CheckDecision(t, cfg, p, v.Decision(p.Name()))
+	CheckDecision(t, cfg, p, DecisionOf(v, p.Name()))
 }
 
 // CheckDecision fails t when d breaks the Decision contract for policy p.
@@ -245,7 +252,7 @@ func sequential(t *testing.T, cfg Config) {
 		}
 		v := p.Admit(ctx, now)
 		CheckVerdict(t, cfg, p, v)
-		d, tk := v.Decision(p.Name()), v.Ticket
+		d, tk := DecisionOf(v, p.Name()), v.Ticket
 		if d.Allowed {
 			p.Done(tk, cfg.Outcome(admitted), now+cfg.Latency, cfg.Latency)
 			admitted++

@@ -428,3 +428,36 @@ func TestRejectBehindStripPrefixAnswersForTheAdmittedRoute(t *testing.T) {
 	assert.Equal(t, "prices", rec.Body.String(), "the stale copy")
 	assert.Equal(t, "2", rec.Header().Get("Age"))
 }
+
+// A handler's 5xx is held back for the Guard's fallback declared for
+// failures, with the header fields that described its body; without such a
+// fallback it goes out as the handler wrote it. Either way the request
+// counts as a failure.
+func TestFailureFallbackReplacesA5xx(t *testing.T) {
+	failing := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Handler", "kept")
+		http.Error(w, "down: db at 10.0.0.7", http.StatusInternalServerError)
+	})
+	for _, tc := range []struct {
+		name   string
+		rules  []degrade.Rule[http.Handler]
+		status int
+		body   string
+	}{
+		{"no failure fallback", []degrade.Rule[http.Handler]{degrade.OnRateLimited(text(http.StatusOK, "later"))}, http.StatusInternalServerError, "down: db at 10.0.0.7\n"},
+		{"a failure fallback", []degrade.Rule[http.Handler]{degrade.OnError(text(http.StatusOK, "cached answer"))}, http.StatusOK, "cached answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			counter := testpolicy.NewCounter()
+			g := guardWith(t, sluice.NewManualClock(0), counter, fallbacks(t, tc.rules...))
+			rec := serve(mw(t, WithGuard(g))(failing), http.MethodGet, "/")
+			assert.Equal(t, tc.status, rec.Code)
+			assert.Equal(t, tc.body, rec.Body.String())
+			assert.Equal(t, "kept", rec.Header().Get("X-Handler"))
+			if tc.status == http.StatusOK {
+				assert.Empty(t, rec.Header().Get("X-Content-Type-Options"), "the dropped body's fields go with it")
+			}
+			assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes())
+		})
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
@@ -92,7 +91,7 @@ func (rw *responseWriter) timedOut() bool {
 // Guard's fallbacks: a timeout once the Guard's deadline has passed.
 func (rw *responseWriter) failure(code int) error {
 	if rw.timedOut() {
-		return &sluice.TimeoutError{Err: core.FailedStatus(code)}
+		return core.TimedOut(code)
 	}
 	return core.FailedStatus(code)
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/degrade"
 )
 
@@ -26,8 +25,8 @@ type Dashboard struct {
 	log       *slog.Logger
 	rules     func() (version string, loaded time.Time, err error)
 	switches  []*degrade.Switch
-	sampler   adaptive.Sampler
-	secret    [32]byte // signs the pages' tokens
+	cpu       func() float64 // WithCPU
+	secret    [32]byte       // signs the pages' tokens
 	csrf      *http.CrossOriginProtection
 
 	series series
@@ -100,16 +99,18 @@ func WithRules(status func() (version string, loaded time.Time, err error)) Opti
 	}
 }
 
-// WithSampler shows the CPU usage that s reports (as an
-// adaptive.SystemSampler does, once started) beside each load guard
-// (adaptive.Shedder), which itself decides by latency and reads no CPU.
-// The default is no CPU shown.
-func WithSampler(s adaptive.Sampler) Option {
+// WithCPU shows the CPU usage that cpu reports, a fraction from 0 (idle)
+// to 1 (all the CPU the process may use), beside each load guard
+// (adaptive.Shedder), which decides by latency and reads no CPU itself. A
+// started adaptive.SystemSampler's CPU method is one. It is called once
+// per snapshot and load guard: it must be cheap. The default is no CPU
+// shown.
+func WithCPU(cpu func() float64) Option {
 	return func(d *Dashboard) error {
-		if s == nil {
-			return errors.New("dashboard: WithSampler: nil sampler")
+		if cpu == nil {
+			return errors.New("dashboard: WithCPU: nil function")
 		}
-		d.sampler = s
+		d.cpu = cpu
 		return nil
 	}
 }

@@ -95,7 +95,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"nil logger":        WithLogger(nil),
 		"nil switch":        WithSwitches(sw, nil),
 		"nil rules":         WithRules(nil),
-		"nil sampler":       WithSampler(nil),
+		"nil cpu":           WithCPU(nil),
 		"duplicate switche": WithSwitches(sw, sw),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -262,18 +262,12 @@ func TestLimitersShowTheirQuota(t *testing.T) {
 	})
 }
 
-// cpuAt is a Sampler whose CPU usage the test sets.
-type cpuAt float64
-
-func (c cpuAt) CPU() float64   { return float64(c) }
-func (c cpuAt) Load1() float64 { return 0 }
-
-func TestLoadGuardShowsTheSamplersCPU(t *testing.T) {
-	f := newFixture(t, WithSampler(cpuAt(0.42)))
+func TestLoadGuardShowsTheCPU(t *testing.T) {
+	f := newFixture(t, WithCPU(func() float64 { return 0.42 }))
 	bulk := getState(t, f.d).Guards[0].Policies[2]
 	assert.Contains(t, bulk.Details, detail{"CPU", "42%"})
 	for _, dt := range getState(t, newFixture(t).d).Guards[0].Policies[2].Details {
-		assert.NotEqual(t, "CPU", dt.Name, "no sampler, no CPU")
+		assert.NotEqual(t, "CPU", dt.Name, "no WithCPU, no CPU")
 	}
 }
 

@@ -19,7 +19,7 @@
 //
 // Per policy it shows what the policy's kind has: a breaker's counts and,
 // while open, the time to its next probe; a load guard's limit, in-flight
-// and queued calls, and the CPU usage of [WithSampler]; a token bucket's
+// and queued calls, and the CPU usage that [WithCPU] reads; a token bucket's
 // rate, burst and tokens; any other limiter's limit, window and remaining
 // quota as its last decision carried them; shadow mode. A Redis limiter's
 // failure policy and Redis's last error show when its observer is the one

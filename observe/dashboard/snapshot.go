@@ -230,8 +230,8 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		if st.AvgRT > 0 {
 			add("avg RT", "%v", st.AvgRT.Round(10*time.Microsecond))
 		}
-		if d.sampler != nil {
-			add("CPU", "%.0f%%", 100*d.sampler.CPU())
+		if d.cpu != nil {
+			add("CPU", "%.0f%%", 100*d.cpu())
 		}
 	case bucket:
 		add("rate", "%v", p.Rate())

@@ -1,17 +1,25 @@
-// Package otelmetrics reports sluice Guards on OpenTelemetry metric
-// instruments, under sluice's own names.
+// Package otelmetrics reports sluice Guards as OpenTelemetry metrics, under
+// sluice's own names.
 //
-// Build one [Metrics] from a MeterProvider with [New], then give it to every
-// Guard, each with a name of its own:
+// Build one [Metrics] with [New], give it to the SDK's reader as a producer,
+// then give it to every Guard, each with a name of its own:
 //
-//	m, _ := otelmetrics.New(provider)
-//	g, _ := sluice.New(sluice.WithName("payments"), sluice.With(limit, payments), sluice.WithObserver(m))
+//	metrics, _ := otelmetrics.New()
+//	reader := sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithProducer(metrics))
+//	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+//	g, _ := sluice.New(sluice.WithName("payments"), sluice.With(limit, payments), sluice.WithObserver(metrics))
 //
-// Counts are read by pull: the observable instruments read each Guard's
-// counters ([sluice.Guard.Stats]) and its policies' state when the reader
-// collects, so a Guard pays nothing for them per call. Only the histograms
-// of call and wait durations, and breaker transitions, are recorded as they
-// happen.
+// Everything is read by pull: a call adds to atomic counters (the Guard's
+// own, [sluice.Guard.Stats], and the duration histograms that Metrics keeps
+// in buckets of its own) and the reader turns them into data points when it
+// collects. A call pays a few atomic adds, and no lookup, lock or
+// allocation in the SDK, which recording each call into an SDK histogram
+// would cost; the SDK has no histogram read by callback, hence a producer.
+// Its data are cumulative, since each Guard was attached; the SDK's views
+// and temporality preferences do not apply to a producer's data.
+//
+// The histograms' buckets are fixed, in seconds: 0.001, 0.0025, 0.005,
+// 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, and above.
 //
 // The instruments, following the shape of OpenTelemetry's rate-limiting
 // conventions (aspnetcore.rate_limiting.*):
@@ -32,14 +40,19 @@
 //     sluice.circuit_breaker.from and .to; sluice.circuit_breaker.failure_ratio,
 //     gauge;
 //   - sluice.rate_limiter.limit and .remaining, gauges {request}, for token
-//     buckets; sluice.rate_limiter.keys, gauge {key}, for keyed limiters;
+//     buckets; sluice.rate_limiter.keys, gauge {key}, for keyed limiters
+//     and breaker groups;
 //   - sluice.concurrency.limit, .inflight, .queued, gauges {request};
 //   - sluice.load.shedding, gauge, 1 while a load shedder sheds (the
 //     Shedder learns from latency, and samples no CPU);
 //   - sluice.fallback.invocations, counter {invocation}: sluice.guard,
 //     sluice.cause;
 //   - sluice.retry.attempts, .retries and .budget_refusals, counters, by
-//     sluice.guard, for a Guard that retries (sluice.WithRetry).
+//     sluice.guard, for a Guard that retries (sluice.WithRetry);
+//   - sluice.redis.errors, counter {error}: sluice.policy, error.type
+//     (timeout, _OTHER); sluice.redis.failure_policy.decisions, counter
+//     {request}: sluice.policy, sluice.result (admitted, rejected); for the
+//     Redis limiters given [Metrics.ObserveRedis] as their observer.
 //
 // Attributes stay bounded: a Guard's name, its policies' names, fixed
 // enumerations, and at most [MaxResources] resources per Guard. No

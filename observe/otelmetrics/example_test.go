@@ -12,18 +12,19 @@ import (
 )
 
 func ExampleNew() {
-	reader := sdkmetric.NewManualReader() // in production: a periodic OTLP reader
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-
-	metrics, err := otelmetrics.New(provider)
+	metrics, err := otelmetrics.New()
 	if err != nil {
 		panic(err)
 	}
+	// In production, a periodic reader: sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithProducer(metrics)).
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(metrics))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	g, err := sluice.New(sluice.WithName("payments"), sluice.WithObserver(metrics))
 	if err != nil {
 		panic(err)
 	}
 	defer g.Close()
+	defer provider.Shutdown(context.Background())
 
 	_ = g.Do(context.Background(), func(context.Context) error { return nil })
 	var rm metricdata.ResourceMetrics

@@ -2,110 +2,119 @@ package otelmetrics
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 )
 
-// instruments are sluice's instruments on one Meter.
-type instruments struct {
-	meter       metric.Meter
-	requests    metric.Int64ObservableCounter
-	fallbacks   metric.Int64ObservableCounter
-	duration    metric.Float64Histogram
-	wait        metric.Float64Histogram
-	cbState     metric.Int64ObservableGauge
-	cbTrans     metric.Int64Counter
-	cbFailRatio metric.Float64ObservableGauge
-	rlLimit     metric.Int64ObservableGauge
-	rlRemaining metric.Int64ObservableGauge
-	rlKeys      metric.Int64ObservableGauge
-	ccLimit     metric.Int64ObservableGauge
-	ccInflight  metric.Int64ObservableGauge
-	ccQueued    metric.Int64ObservableGauge
-	shedding    metric.Int64ObservableGauge
-	rtAttempts  metric.Int64ObservableCounter
-	rtRetries   metric.Int64ObservableCounter
-	rtRefusals  metric.Int64ObservableCounter
+// instrument is one of sluice's metrics.
+type instrument int
+
+const (
+	requests instrument = iota
+	fallbacks
+	callDuration
+	waitDuration
+	cbState
+	cbTransitions
+	cbFailRatio
+	rlLimit
+	rlRemaining
+	rlKeys
+	ccLimit
+	ccInflight
+	ccQueued
+	shedding
+	redisErrors
+	redisDecisions
+	rtAttempts
+	rtRetries
+	rtRefusals
+	numInstruments
+)
+
+// The kinds of data an instrument produces.
+const (
+	kindCounter   = iota // a monotonic cumulative Sum[int64]
+	kindGauge            // a Gauge[int64]
+	kindRatio            // a Gauge[float64]
+	kindHistogram        // a cumulative Histogram[float64]
+)
+
+var instruments = [numInstruments]struct {
+	name, unit, desc string
+	kind             int
+}{
+	requests:       {"sluice.requests", "{request}", "Requests a Guard's policies admitted or rejected.", kindCounter},
+	fallbacks:      {"sluice.fallback.invocations", "{invocation}", "Requests a Guard's fallbacks answered instead of their error.", kindCounter},
+	callDuration:   {"sluice.call.duration", "s", "Duration of the calls a Guard admitted, from admission to end.", kindHistogram},
+	waitDuration:   {"sluice.wait.duration", "s", "Time requests waited in a Guard's shapers and queues.", kindHistogram},
+	cbState:        {"sluice.circuit_breaker.state", "", "1 for a circuit breaker's current state, 0 for the others.", kindGauge},
+	cbTransitions:  {"sluice.circuit_breaker.transitions", "{transition}", "State changes of circuit breakers.", kindCounter},
+	cbFailRatio:    {"sluice.circuit_breaker.failure_ratio", "1", "Failures over requests in a circuit breaker's window.", kindRatio},
+	rlLimit:        {"sluice.rate_limiter.limit", "{request}", "A token bucket's burst.", kindGauge},
+	rlRemaining:    {"sluice.rate_limiter.remaining", "{request}", "Whole tokens left in a token bucket.", kindGauge},
+	rlKeys:         {"sluice.rate_limiter.keys", "{key}", "Keys a keyed limiter or a breaker group keeps state for.", kindGauge},
+	ccLimit:        {"sluice.concurrency.limit", "{request}", "A concurrency limit's current limit.", kindGauge},
+	ccInflight:     {"sluice.concurrency.inflight", "{request}", "Requests holding a slot of a concurrency limit.", kindGauge},
+	ccQueued:       {"sluice.concurrency.queued", "{request}", "Requests waiting in a concurrency limit's queue.", kindGauge},
+	shedding:       {"sluice.load.shedding", "", "1 while a load shedder sheds, 0 otherwise.", kindGauge},
+	redisErrors:    {"sluice.redis.errors", "{error}", "Calls of Redis limiters to Redis that failed or timed out.", kindCounter},
+	redisDecisions: {"sluice.redis.failure_policy.decisions", "{request}", "Requests a Redis limiter's failure policy decided instead of Redis.", kindCounter},
+	rtAttempts:     {"sluice.retry.attempts", "{attempt}", "Attempts of the calls of a Guard that retries, retries included.", kindCounter},
+	rtRetries:      {"sluice.retry.retries", "{retry}", "Retries a Guard's retry budget granted.", kindCounter},
+	rtRefusals:     {"sluice.retry.budget_refusals", "{retry}", "Retries a Guard's retry budget refused.", kindCounter},
 }
 
-// durationBuckets are the bounds, in seconds, of the duration histograms:
-// from a millisecond to a minute.
-var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+// builder gathers the data points of one collection, by instrument.
+type builder struct {
+	now    time.Time
+	ints   [numInstruments][]metricdata.DataPoint[int64]
+	floats [numInstruments][]metricdata.DataPoint[float64]
+	hists  [numInstruments][]metricdata.HistogramDataPoint[float64]
+}
 
-func (in *instruments) create(m metric.Meter) error {
-	in.meter = m
-	var err error
-	try := func(e error) {
-		if err == nil {
-			err = e
-		}
+func (b *builder) int(in instrument, v int64, attrs attribute.Set, start time.Time) {
+	b.ints[in] = append(b.ints[in], metricdata.DataPoint[int64]{Attributes: attrs, StartTime: start, Time: b.now, Value: v})
+}
+
+func (b *builder) float(in instrument, v float64, attrs attribute.Set, start time.Time) {
+	b.floats[in] = append(b.floats[in], metricdata.DataPoint[float64]{Attributes: attrs, StartTime: start, Time: b.now, Value: v})
+}
+
+// histogram adds h's point, if it counted anything.
+func (b *builder) histogram(in instrument, h *lazyHistogram, attrs attribute.Set, start time.Time) {
+	if p, ok := h.point(attrs, start, b.now); ok {
+		b.hists[in] = append(b.hists[in], p)
 	}
-	var e error
-	in.requests, e = m.Int64ObservableCounter("sluice.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests a Guard's policies admitted or rejected."))
-	try(e)
-	in.fallbacks, e = m.Int64ObservableCounter("sluice.fallback.invocations", metric.WithUnit("{invocation}"),
-		metric.WithDescription("Requests a Guard's fallbacks answered instead of their error."))
-	try(e)
-	in.duration, e = m.Float64Histogram("sluice.call.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of the calls a Guard admitted, from admission to end."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	try(e)
-	in.wait, e = m.Float64Histogram("sluice.wait.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time requests waited in a Guard's shapers and queues."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	try(e)
-	in.cbState, e = m.Int64ObservableGauge("sluice.circuit_breaker.state",
-		metric.WithDescription("1 for a circuit breaker's current state, 0 for the others."))
-	try(e)
-	in.cbTrans, e = m.Int64Counter("sluice.circuit_breaker.transitions", metric.WithUnit("{transition}"),
-		metric.WithDescription("State changes of circuit breakers."))
-	try(e)
-	in.cbFailRatio, e = m.Float64ObservableGauge("sluice.circuit_breaker.failure_ratio", metric.WithUnit("1"),
-		metric.WithDescription("Failures over requests in a circuit breaker's window."))
-	try(e)
-	in.rlLimit, e = m.Int64ObservableGauge("sluice.rate_limiter.limit", metric.WithUnit("{request}"),
-		metric.WithDescription("A token bucket's burst."))
-	try(e)
-	in.rlRemaining, e = m.Int64ObservableGauge("sluice.rate_limiter.remaining", metric.WithUnit("{request}"),
-		metric.WithDescription("Whole tokens left in a token bucket."))
-	try(e)
-	in.rlKeys, e = m.Int64ObservableGauge("sluice.rate_limiter.keys", metric.WithUnit("{key}"),
-		metric.WithDescription("Keys a keyed limiter keeps state for."))
-	try(e)
-	in.ccLimit, e = m.Int64ObservableGauge("sluice.concurrency.limit", metric.WithUnit("{request}"),
-		metric.WithDescription("A concurrency limit's current limit."))
-	try(e)
-	in.ccInflight, e = m.Int64ObservableGauge("sluice.concurrency.inflight", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests holding a slot of a concurrency limit."))
-	try(e)
-	in.ccQueued, e = m.Int64ObservableGauge("sluice.concurrency.queued", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests waiting in a concurrency limit's queue."))
-	try(e)
-	in.shedding, e = m.Int64ObservableGauge("sluice.load.shedding",
-		metric.WithDescription("1 while a load shedder sheds, 0 otherwise."))
-	try(e)
-	in.rtAttempts, e = m.Int64ObservableCounter("sluice.retry.attempts", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts of the calls of a Guard that retries, retries included."))
-	try(e)
-	in.rtRetries, e = m.Int64ObservableCounter("sluice.retry.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries a Guard's retry budget granted."))
-	try(e)
-	in.rtRefusals, e = m.Int64ObservableCounter("sluice.retry.budget_refusals", metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries a Guard's retry budget refused."))
-	try(e)
-	return err
 }
 
-func (in *instruments) observables() []metric.Observable {
-	return []metric.Observable{in.requests, in.fallbacks, in.cbState, in.cbFailRatio, in.rlLimit,
-		in.rlRemaining, in.rlKeys, in.ccLimit, in.ccInflight, in.ccQueued, in.shedding,
-		in.rtAttempts, in.rtRetries, in.rtRefusals}
+// metrics returns the instruments that have data points, in their order.
+func (b *builder) metrics() []metricdata.Metrics {
+	var out []metricdata.Metrics
+	for in, d := range instruments {
+		m := metricdata.Metrics{Name: d.name, Description: d.desc, Unit: d.unit}
+		switch {
+		case d.kind == kindCounter && len(b.ints[in]) > 0:
+			m.Data = metricdata.Sum[int64]{DataPoints: b.ints[in], Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
+		case d.kind == kindGauge && len(b.ints[in]) > 0:
+			m.Data = metricdata.Gauge[int64]{DataPoints: b.ints[in]}
+		case d.kind == kindRatio && len(b.floats[in]) > 0:
+			m.Data = metricdata.Gauge[float64]{DataPoints: b.floats[in]}
+		case d.kind == kindHistogram && len(b.hists[in]) > 0:
+			m.Data = metricdata.Histogram[float64]{DataPoints: b.hists[in], Temporality: metricdata.CumulativeTemporality}
+		default:
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // The policies a watch reads, by what they offer. They are read through
@@ -145,73 +154,75 @@ var breakerStates = [...]struct {
 type policyWatch struct {
 	p        sluice.Policy
 	attr     attribute.KeyValue
-	plain    metric.ObserveOption                     // guard, policy
-	admitted metric.ObserveOption                     // result=admitted
-	shadow   metric.ObserveOption                     // result=shadow_rejected
-	rejected [len(causeNames)]metric.ObserveOption    // result=rejected, by cause
-	states   [len(breakerStates)]metric.ObserveOption // by breaker state
+	plain    attribute.Set                                          // guard, policy
+	admitted attribute.Set                                          // result=admitted
+	shadow   attribute.Set                                          // result=shadow_rejected
+	rejected [len(causeNames)]attribute.Set                         // result=rejected, by cause
+	states   [len(breakerStates)]attribute.Set                      // by breaker state
+	trans    *[len(breakerStates)][len(breakerStates)]atomic.Uint64 // transitions, by from and to
 }
 
 func (pw *policyWatch) init(w *watch) {
-	pw.plain = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr))
-	pw.admitted = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "admitted")))
-	pw.shadow = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "shadow_rejected")))
+	pw.plain = attribute.NewSet(w.guard, pw.attr)
+	pw.admitted = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "admitted"))
+	pw.shadow = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.result", "shadow_rejected"))
 	for c, name := range causeNames {
-		pw.rejected[c] = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr,
-			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name)))
+		pw.rejected[c] = attribute.NewSet(w.guard, pw.attr,
+			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name))
 	}
 	if _, ok := pw.p.(breakerState); ok {
 		for i, s := range breakerStates {
-			pw.states[i] = metric.WithAttributeSet(attribute.NewSet(w.guard, pw.attr,
-				attribute.String("sluice.circuit_breaker.state", s.name)))
+			pw.states[i] = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.circuit_breaker.state", s.name))
 		}
 	}
 	if src, ok := pw.p.(sluice.StateSource); ok {
 		// Transitions by the policy's name, never by the name a change
 		// carries: a breaker group names the member that changed.
-		kvs := []attribute.KeyValue{w.guard, pw.attr}
-		in := &w.m.inst
+		trans := new([len(breakerStates)][len(breakerStates)]atomic.Uint64)
+		pw.trans = trans
 		w.unsubs = append(w.unsubs, src.Subscribe(func(c sluice.StateChange) {
-			from, okf := breakerStateName(c.From)
-			to, okt := breakerStateName(c.To)
-			if !okf || !okt {
-				return // a shedder's or a switch's states: not a breaker's
+			from, okf := breakerStateIndex(c.From)
+			to, okt := breakerStateIndex(c.To)
+			if okf && okt { // not a shedder's or a switch's states
+				trans[from][to].Add(1)
 			}
-			in.cbTrans.Add(context.Background(), 1, metric.WithAttributes(append(kvs[:len(kvs):len(kvs)],
-				attribute.String("sluice.circuit_breaker.from", from),
-				attribute.String("sluice.circuit_breaker.to", to))...))
 		}))
 	}
 }
 
-func breakerStateName(s string) (string, bool) {
+// breakerStateIndex returns the index in breakerStates of a breaker's
+// state as a StateChange names it.
+func breakerStateIndex(s string) (int, bool) {
 	switch s {
-	case "closed", "open":
-		return s, true
+	case "closed":
+		return 0, true
+	case "open":
+		return 1, true
 	case "half-open":
-		return "half_open", true
+		return 2, true
 	}
-	return "", false
+	return 0, false
 }
 
-// collect observes the Guard's counters and its policies' state.
-func (w *watch) collect(_ context.Context, o metric.Observer) error {
-	in := &w.m.inst
+// collect adds the Guard's counters, histograms and its policies' state to
+// b.
+func (w *watch) collect(b *builder) {
 	s := w.g.Stats()
 	for i := range w.policies {
 		pw := &w.policies[i]
 		ps := s.Policies[i]
 		// A call a policy rejected in shadow mode, and let through, is
 		// counted once: as shadow_rejected, not as admitted.
-		o.ObserveInt64(in.requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted)
+		b.int(requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted, w.start)
 		if ps.ShadowRejected > 0 {
-			o.ObserveInt64(in.requests, int64(ps.ShadowRejected), pw.shadow)
+			b.int(requests, int64(ps.ShadowRejected), pw.shadow, w.start)
 		}
 		for c, n := range ps.Rejected {
 			if n > 0 {
-				o.ObserveInt64(in.requests, int64(n), pw.rejected[c])
+				b.int(requests, int64(n), pw.rejected[c], w.start)
 			}
 		}
+		pw.collectTransitions(b, w)
 		switch p := pw.p.(type) {
 		case breakerState:
 			cur := p.State()
@@ -220,41 +231,56 @@ func (w *watch) collect(_ context.Context, o metric.Observer) error {
 				if st.s == cur {
 					v = 1
 				}
-				o.ObserveInt64(in.cbState, v, pw.states[j])
+				b.int(cbState, v, pw.states[j], w.start)
 			}
 			ratio := 0.0
 			if c := p.Counts(); c.Requests > 0 {
 				ratio = float64(c.Failures) / float64(c.Requests)
 			}
-			o.ObserveFloat64(in.cbFailRatio, ratio, pw.plain)
+			b.float(cbFailRatio, ratio, pw.plain, w.start)
 		case tokenBucket:
-			o.ObserveInt64(in.rlLimit, p.Burst(), pw.plain)
-			o.ObserveInt64(in.rlRemaining, int64(max(p.Tokens(), 0)), pw.plain)
+			b.int(rlLimit, p.Burst(), pw.plain, w.start)
+			b.int(rlRemaining, int64(max(p.Tokens(), 0)), pw.plain, w.start)
 		case keyed:
-			o.ObserveInt64(in.rlKeys, int64(p.Len()), pw.plain)
+			b.int(rlKeys, int64(p.Len()), pw.plain, w.start)
 		case concurrency:
 			st := p.Stats()
-			o.ObserveInt64(in.ccLimit, st.Limit, pw.plain)
-			o.ObserveInt64(in.ccInflight, st.Inflight, pw.plain)
-			o.ObserveInt64(in.ccQueued, st.Waiting, pw.plain)
+			b.int(ccLimit, st.Limit, pw.plain, w.start)
+			b.int(ccInflight, st.Inflight, pw.plain, w.start)
+			b.int(ccQueued, st.Waiting, pw.plain, w.start)
 			shed := int64(0)
 			if st.State == adaptive.StateShedding {
 				shed = 1
 			}
-			o.ObserveInt64(in.shedding, shed, pw.plain)
+			b.int(shedding, shed, pw.plain, w.start)
 		}
 	}
 	if _, retries := w.g.RetryDelay(context.Background(), 0, 0); retries {
-		set := metric.WithAttributeSet(attribute.NewSet(w.guard))
-		o.ObserveInt64(in.rtAttempts, int64(s.Attempts), set)
-		o.ObserveInt64(in.rtRetries, int64(s.Retries), set)
-		o.ObserveInt64(in.rtRefusals, int64(s.BudgetRefusals), set)
+		set := attribute.NewSet(w.guard)
+		b.int(rtAttempts, int64(s.Attempts), set, w.start)
+		b.int(rtRetries, int64(s.Retries), set, w.start)
+		b.int(rtRefusals, int64(s.BudgetRefusals), set, w.start)
 	}
 	for c, n := range s.Fallbacks {
 		if n > 0 {
-			o.ObserveInt64(in.fallbacks, int64(n), metric.WithAttributeSet(attribute.NewSet(w.guard,
-				attribute.String("sluice.cause", causeNames[c]))))
+			b.int(fallbacks, int64(n), attribute.NewSet(w.guard, attribute.String("sluice.cause", causeNames[c])), w.start)
 		}
 	}
-	return nil
+	w.collectDurations(b)
+}
+
+// collectTransitions adds the breaker transitions the policy made.
+func (pw *policyWatch) collectTransitions(b *builder, w *watch) {
+	if pw.trans == nil {
+		return
+	}
+	for from := range pw.trans {
+		for to := range pw.trans[from] {
+			if n := pw.trans[from][to].Load(); n > 0 {
+				b.int(cbTransitions, int64(n), attribute.NewSet(w.guard, pw.attr,
+					attribute.String("sluice.circuit_breaker.from", breakerStates[from].name),
+					attribute.String("sluice.circuit_breaker.to", breakerStates[to].name)), w.start)
+			}
+		}
+	}
 }

@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluice-go/sluice"
 )
 
-// ScopeName is the instrumentation scope of the Meter that New asks for.
+// ScopeName is the instrumentation scope of the metrics that Metrics
+// produces.
 const ScopeName = "github.com/sluice-go/sluice/observe/otelmetrics"
 
 // MaxResources is the most resources (routes, methods) that one Guard's
@@ -21,14 +27,17 @@ const ScopeName = "github.com/sluice-go/sluice/observe/otelmetrics"
 const MaxResources = 256
 
 // Metrics is a [sluice.Observer] that reports the Guards given it with
-// sluice.WithObserver on OpenTelemetry instruments. One Metrics serves every
-// Guard of a service; each must have a name (sluice.WithName) of its own.
+// sluice.WithObserver as OpenTelemetry metrics, and the producer of those
+// metrics (go.opentelemetry.io/otel/sdk/metric.Producer) that a reader
+// collects: give it to the reader with sdkmetric.WithProducer. One Metrics
+// serves every Guard of a service; each must have a name
+// (sluice.WithName) of its own.
 type Metrics struct {
 	resourceAttr string
-	inst         instruments
 
 	mu     sync.Mutex
-	guards map[string]bool
+	guards map[string]*watch
+	redis  sync.Map // limiter name → *redisCounts
 }
 
 // Option configures a Metrics.
@@ -51,12 +60,10 @@ func WithResourceAttribute(key string) Option {
 	}
 }
 
-// New creates sluice's instruments on provider's Meter named ScopeName.
-func New(provider metric.MeterProvider, opts ...Option) (*Metrics, error) {
-	if provider == nil {
-		return nil, errors.New("otelmetrics: nil MeterProvider")
-	}
-	m := &Metrics{guards: make(map[string]bool)}
+// New returns a Metrics, which reports nothing until a reader it was given
+// to (sdkmetric.WithProducer) collects.
+func New(opts ...Option) (*Metrics, error) {
+	m := &Metrics{guards: make(map[string]*watch)}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("otelmetrics: nil Option")
@@ -64,9 +71,6 @@ func New(provider metric.MeterProvider, opts ...Option) (*Metrics, error) {
 		if err := o(m); err != nil {
 			return nil, err
 		}
-	}
-	if err := m.inst.create(provider.Meter(ScopeName)); err != nil {
-		return nil, fmt.Errorf("otelmetrics: %w", err)
 	}
 	return m, nil
 }
@@ -80,54 +84,65 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 		return nil, nil, errors.New("otelmetrics: the Guard has no name: give it one with sluice.WithName")
 	}
 	m.mu.Lock()
-	if m.guards[name] {
-		m.mu.Unlock()
+	defer m.mu.Unlock()
+	if m.guards[name] != nil {
 		return nil, nil, fmt.Errorf("otelmetrics: a Guard named %q is reported already", name)
 	}
-	m.guards[name] = true
-	m.mu.Unlock()
-
 	w := newWatch(m, g)
-	reg, err := m.inst.meter.RegisterCallback(w.collect, m.inst.observables()...)
-	if err != nil {
-		w.unsubscribe()
-		m.forget(name)
-		return nil, nil, fmt.Errorf("otelmetrics: %w", err)
-	}
+	m.guards[name] = w
 	var once sync.Once
 	detach := func() {
 		once.Do(func() {
 			w.unsubscribe()
-			_ = reg.Unregister()
-			m.forget(name)
+			m.mu.Lock()
+			delete(m.guards, name)
+			m.mu.Unlock()
 		})
 	}
 	return w.observe, detach, nil
 }
 
-func (m *Metrics) forget(name string) {
+// Produce returns the metrics of every Guard m reports, cumulative since
+// each was attached, and of the Redis limiters it observes
+// ([Metrics.ObserveRedis]). It implements sdkmetric.Producer: a reader
+// given m calls it on each collection.
+func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	m.mu.Lock()
-	delete(m.guards, name)
+	watches := slices.SortedFunc(maps.Values(m.guards), func(a, b *watch) int {
+		return a.start.Compare(b.start)
+	})
 	m.mu.Unlock()
+	b := builder{now: time.Now()}
+	for _, w := range watches {
+		w.collect(&b)
+	}
+	m.collectRedis(&b)
+	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: b.metrics()}}, nil
 }
 
-// watch is what m keeps of one Guard: its attribute sets, built once, and
-// what it reads of its policies.
+// watch is what m keeps of one Guard: its histograms, and what it reads of
+// its policies.
 type watch struct {
 	m        *Metrics
 	g        *sluice.Guard
+	start    time.Time // when the Guard was attached: its series start
 	guard    attribute.KeyValue
 	policies []policyWatch
 	unsubs   []func()
 
-	// The options of sluice.call.duration, by outcome and error type, and
-	// of sluice.wait.duration, by admitted or rejected.
-	durOpts  [sluice.Released + 1][errorTypes][]metric.RecordOption
-	waitOpts [2][]metric.RecordOption
+	// sluice.call.duration by outcome and error type, and by resource
+	// when m has a resource attribute; sluice.wait.duration by admitted
+	// (1) or rejected (0).
+	durations durations
+	waits     [2]lazyHistogram
 
-	resMu     sync.RWMutex
-	resources map[string]*[sluice.Released + 1][errorTypes][]metric.RecordOption
+	resMu     sync.Mutex // serializes additions to resources
+	resources atomic.Pointer[map[string]*durations]
 }
+
+// durations are the histograms of a Guard's calls, or of one resource's,
+// by outcome and error type.
+type durations [sluice.Released + 1][errorTypes]lazyHistogram
 
 // The error types of a failed call: none (a call that did not fail), a
 // timeout, any other.
@@ -138,36 +153,17 @@ const (
 	errorTypes
 )
 
+var errorTypeNames = [errorTypes]string{errTimeout: "timeout", errOther: "_OTHER"}
+
 func newWatch(m *Metrics, g *sluice.Guard) *watch {
-	w := &watch{m: m, g: g, guard: attribute.String("sluice.guard", g.Name())}
-	w.durOpts = w.durationOpts()
-	for i, r := range []string{"rejected", "admitted"} {
-		w.waitOpts[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(w.guard, attribute.String("sluice.result", r)))}
-	}
+	w := &watch{m: m, g: g, start: time.Now(), guard: attribute.String("sluice.guard", g.Name())}
+	w.resources.Store(&map[string]*durations{})
 	for _, p := range g.Policies() {
 		pw := policyWatch{p: p, attr: attribute.String("sluice.policy", p.Name())}
 		pw.init(w)
 		w.policies = append(w.policies, pw)
 	}
 	return w
-}
-
-// durationOpts builds the options of sluice.call.duration, with the extra
-// attributes given.
-func (w *watch) durationOpts(extra ...attribute.KeyValue) (opts [sluice.Released + 1][errorTypes][]metric.RecordOption) {
-	for o := sluice.Success; o <= sluice.Released; o++ {
-		for et := range errorTypes {
-			kv := append([]attribute.KeyValue{w.guard, attribute.String("sluice.outcome", o.String())}, extra...)
-			switch et {
-			case errTimeout:
-				kv = append(kv, attribute.String("error.type", "timeout"))
-			case errOther:
-				kv = append(kv, attribute.String("error.type", "_OTHER"))
-			}
-			opts[o][et] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kv...))}
-		}
-	}
-	return opts
 }
 
 func (w *watch) unsubscribe() {
@@ -177,14 +173,14 @@ func (w *watch) unsubscribe() {
 	w.unsubs = nil
 }
 
-// observe records a call's durations.
+// observe counts a call's durations.
 func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 	if e.Wait > 0 {
 		i := 0
 		if e.Admitted {
 			i = 1
 		}
-		w.m.inst.wait.Record(ctx, e.Wait.Seconds(), w.waitOpts[i]...)
+		w.waits[i].record(e.Wait)
 	}
 	if !e.Admitted {
 		return
@@ -196,40 +192,61 @@ func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 			et = errTimeout
 		}
 	}
-	opts := &w.durOpts
+	d := &w.durations
 	if w.m.resourceAttr != "" {
 		if res, ok := sluice.ResourceFrom(ctx); ok {
-			opts = w.resourceOpts(res)
+			d = w.resource(res)
 		}
 	}
-	w.m.inst.duration.Record(ctx, e.Latency.Seconds(), opts[e.Outcome][et]...)
+	d[e.Outcome][et].record(e.Latency)
 }
 
-// resourceOpts returns the options of sluice.call.duration for the calls of
-// resource res: built on its first call, "_OTHER" past MaxResources.
-func (w *watch) resourceOpts(res string) *[sluice.Released + 1][errorTypes][]metric.RecordOption {
-	w.resMu.RLock()
-	opts, ok := w.resources[res]
-	w.resMu.RUnlock()
-	if ok {
-		return opts
+// resource returns the histograms of the calls of resource res: made on
+// its first call, "_OTHER" past MaxResources. The map is read without a
+// lock, and copied to add to it.
+func (w *watch) resource(res string) *durations {
+	if d, ok := (*w.resources.Load())[res]; ok {
+		return d
 	}
 	w.resMu.Lock()
 	defer w.resMu.Unlock()
-	if opts, ok := w.resources[res]; ok {
-		return opts
-	}
-	if w.resources == nil {
-		w.resources = make(map[string]*[sluice.Released + 1][errorTypes][]metric.RecordOption)
+	old := *w.resources.Load()
+	if d, ok := old[res]; ok {
+		return d
 	}
 	key := res
-	if len(w.resources) >= MaxResources {
+	if len(old) >= MaxResources {
 		key = "_OTHER"
-		if opts, ok := w.resources[key]; ok {
-			return opts
+		if d, ok := old[key]; ok {
+			return d
 		}
 	}
-	built := w.durationOpts(attribute.String(w.m.resourceAttr, key))
-	w.resources[key] = &built
-	return &built
+	next := maps.Clone(old)
+	d := new(durations)
+	next[key] = d
+	w.resources.Store(&next)
+	return d
+}
+
+// collectDurations adds the points of the Guard's duration histograms to b.
+func (w *watch) collectDurations(b *builder) {
+	add := func(d *durations, extra ...attribute.KeyValue) {
+		for o := range d {
+			for et := range d[o] {
+				kv := append([]attribute.KeyValue{w.guard, attribute.String("sluice.outcome", sluice.Outcome(o).String())}, extra...)
+				if et != errNone {
+					kv = append(kv, attribute.String("error.type", errorTypeNames[et]))
+				}
+				b.histogram(callDuration, &d[o][et], attribute.NewSet(kv...), w.start)
+			}
+		}
+	}
+	add(&w.durations)
+	resources := *w.resources.Load()
+	for _, res := range slices.Sorted(maps.Keys(resources)) {
+		add(resources[res], attribute.String(w.m.resourceAttr, res))
+	}
+	for i, r := range []string{"rejected", "admitted"} {
+		b.histogram(waitDuration, &w.waits[i], attribute.NewSet(w.guard, attribute.String("sluice.result", r)), w.start)
+	}
 }

@@ -32,11 +32,7 @@ import (
 // it reports: a fixed window of 4 requests a minute before a breaker.
 func setup(t *testing.T, name string) (*sdkmetric.ManualReader, *sluice.Guard) {
 	t.Helper()
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
-	m, err := otelmetrics.New(provider)
-	require.NoError(t, err)
+	m, reader := newReader(t)
 	limit, err := ratelimit.NewFixedWindow(4, time.Minute, ratelimit.WithName("ratelimit/api"))
 	require.NoError(t, err)
 	br, err := breaker.New("backend")
@@ -46,6 +42,18 @@ func setup(t *testing.T, name string) (*sdkmetric.ManualReader, *sluice.Guard) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close() })
 	return reader, g
+}
+
+// newReader returns a Metrics made with opts, and a manual reader that
+// collects it.
+func newReader(t *testing.T, opts ...otelmetrics.Option) (*otelmetrics.Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	m, err := otelmetrics.New(opts...)
+	require.NoError(t, err)
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(m))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(context.Background()) })
+	return m, reader
 }
 
 // script is the traffic every adapter carries: three successes, a failure,
@@ -60,16 +68,6 @@ func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[strin
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
 	out := map[string]float64{}
-	key := func(s attribute.Set) string {
-		k := ""
-		for _, kv := range s.ToSlice() {
-			if k != "" {
-				k += ","
-			}
-			k += string(kv.Key) + "=" + kv.Value.String()
-		}
-		return k
-	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != name {
@@ -98,6 +96,18 @@ func points(t *testing.T, reader *sdkmetric.ManualReader, name string) map[strin
 		}
 	}
 	return out
+}
+
+// key writes an attribute set as "k=v,k=v", in the order of the set.
+func key(s attribute.Set) string {
+	k := ""
+	for _, kv := range s.ToSlice() {
+		if k != "" {
+			k += ","
+		}
+		k += string(kv.Key) + "=" + kv.Value.String()
+	}
+	return k
 }
 
 // runDo, runHTTP, runEcho and runGRPC carry the script through Do, the
@@ -187,10 +197,7 @@ func TestEveryEntryPointCountsTheSameScriptAlike(t *testing.T) {
 }
 
 func TestBreakerTransitionsAndFallbacksAreCounted(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := otelmetrics.New(provider)
-	require.NoError(t, err)
+	m, reader := newReader(t)
 	br, err := breaker.New("backend", breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(time.Minute))
 	require.NoError(t, err)
 	fb := fallback{}
@@ -210,10 +217,7 @@ func TestBreakerTransitionsAndFallbacksAreCounted(t *testing.T) {
 }
 
 func TestRetriesAreCounted(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := otelmetrics.New(provider)
-	require.NoError(t, err)
+	m, reader := newReader(t)
 	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m),
 		sluice.WithRetry(sluice.Retry{Attempts: 2, Backoff: time.Microsecond, MinPerSecond: 1}))
 	require.NoError(t, err)
@@ -246,24 +250,26 @@ func (f fallback) Answer(ctx context.Context, err error) (string, error) {
 	return "", err
 }
 
-// A limiter keyed by client sees 100,000 keys: the series do not move.
+// A limiter and a breaker group keyed by client see 100,000 keys, each
+// key's breaker opening: the series do not move.
 func TestKeysNeverBecomeAttributes(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	m, err := otelmetrics.New(provider, otelmetrics.WithResourceAttribute("http.route"))
-	require.NoError(t, err)
+	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
 	perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
 		return ratelimit.NewFixedWindow(1, time.Hour)
 	}, ratelimit.WithName("ratelimit/per-client"))
 	require.NoError(t, err)
-	g, err := sluice.New(sluice.WithName("api"), sluice.With(perKey), sluice.WithObserver(m))
+	clk := sluice.NewManualClock(time.Second) // no breaker's open time ends
+	perClient, err := breaker.NewGroup("per-client", breaker.WithConsecutiveFailures(1), breaker.WithMaxBreakers(64),
+		breaker.WithKeyFunc(func(ctx context.Context) string { k, _ := sluice.KeyFrom(ctx); return k }), breaker.WithClock(clk))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(perKey, perClient), sluice.WithClock(clk), sluice.WithObserver(m))
 	require.NoError(t, err)
 	defer g.Close()
 
 	series := func() int {
 		n := 0
 		for _, name := range []string{"sluice.requests", "sluice.call.duration", "sluice.circuit_breaker.transitions",
-			"sluice.rate_limiter.keys", "sluice.fallback.invocations"} {
+			"sluice.rate_limiter.keys", "sluice.fallback.invocations", "sluice.wait.duration"} {
 			n += len(points(t, reader, name))
 		}
 		return n
@@ -274,24 +280,31 @@ func TestKeysNeverBecomeAttributes(t *testing.T) {
 		_ = g.Do(ctx, func(context.Context) error { return errors.New("down") })
 		_ = g.Do(ctx, func(context.Context) error { return nil })
 	}
-	call("warm-up")
+	// The warm-up's 100 keys fill the Group with 64 open breakers, then
+	// open its overflow breaker, which rejects the keys after them: every
+	// series the test can reach is there.
+	for i := range 100 {
+		call(fmt.Sprintf("warm-up-%d", i))
+	}
 	before := series()
 	require.NotZero(t, before)
 	for i := range 100_000 {
 		call(fmt.Sprintf("10.0.%d.%d", i/256, i%256))
 	}
 	assert.Equal(t, before, series(), "100,000 keys add no series")
-	assert.Equal(t, float64(2*100_001), points(t, reader, "sluice.requests")["sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=admitted"]+
+	assert.Equal(t, map[string]float64{
+		"sluice.circuit_breaker.from=closed,sluice.circuit_breaker.to=open,sluice.guard=api,sluice.policy=breaker/per-client": 65,
+	}, points(t, reader, "sluice.circuit_breaker.transitions"), "64 breakers and the overflow one opened, under the Group's name")
+	assert.Equal(t, float64(2*100_100), points(t, reader, "sluice.requests")["sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=admitted"]+
 		points(t, reader, "sluice.requests")["sluice.cause=rate_limited,sluice.guard=api,sluice.policy=ratelimit/per-client,sluice.result=rejected"])
 }
 
 func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	_, err := otelmetrics.New(nil)
-	assert.ErrorContains(t, err, "nil MeterProvider")
-	provider := sdkmetric.NewMeterProvider()
-	_, err = otelmetrics.New(provider, otelmetrics.WithResourceAttribute(""))
+	assert.ErrorContains(t, err, "nil Option")
+	_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(""))
 	assert.ErrorContains(t, err, "empty key")
-	m, err := otelmetrics.New(provider)
+	m, err := otelmetrics.New()
 	require.NoError(t, err)
 	_, err = sluice.New(sluice.WithObserver(m))
 	assert.ErrorContains(t, err, "sluice.WithName")

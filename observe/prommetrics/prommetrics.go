@@ -77,14 +77,17 @@ func New(opts ...Option) (*otelmetrics.Metrics, http.Handler, error) {
 	if c.reg == nil {
 		c.reg = prometheus.NewRegistry()
 	}
-	exporter, err := otelprom.New(otelprom.WithRegisterer(c.reg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
-	if err != nil {
-		return nil, nil, fmt.Errorf("prommetrics: %w", err)
-	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	m, err := otelmetrics.New(provider, c.metrics...)
+	m, err := otelmetrics.New(c.metrics...)
 	if err != nil {
 		return nil, nil, err
 	}
+	exporter, err := otelprom.New(otelprom.WithRegisterer(c.reg), otelprom.WithProducer(m),
+		otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		return nil, nil, fmt.Errorf("prommetrics: %w", err)
+	}
+	// The exporter collects only once a MeterProvider holds it; the
+	// provider has no instruments of its own.
+	sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	return m, promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}), nil
 }

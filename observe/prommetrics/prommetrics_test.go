@@ -3,6 +3,7 @@ package prommetrics_test
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -92,6 +93,12 @@ func TestScrapeShowsSluiceMetricsUnderPrometheusNames(t *testing.T) {
 		assert.InDelta(t, 0.030*float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum(), 1e-9, "seconds")
 	}
 	assert.Equal(t, map[string]uint64{"success ": 1, "failure _OTHER": 1}, byOutcome)
+	var bounds []float64
+	for _, b := range dur.GetMetric()[0].GetHistogram().GetBucket() {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	assert.Equal(t, []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, math.Inf(1)}, bounds,
+		"the buckets are in seconds, the unit the name ends with")
 
 	state := fams["sluice_circuit_breaker_state"]
 	require.NotNil(t, state)

@@ -11,6 +11,8 @@
 // sluice.policy, from and to. Records are rate-limited per policy, so a
 // flapping breaker cannot flood the log: past the limit, changes are
 // counted, and the next record says how many were left out (suppressed).
+// A Redis limiter's records say "Redis failure policy engaged" (Warn),
+// "Redis tried again" and "Redis failure policy recovered".
 package statelog
 
 import (
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
 
 // Logger is a sluice.Observer that logs the state changes of the policies
@@ -88,7 +91,8 @@ func (l *Logger) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent
 		if !ok {
 			continue
 		}
-		pl := &policyLog{l: l, guard: g.Name(), policy: p.Name(), tokens: float64(l.burst)}
+		_, redis := p.(*redislimit.Limiter)
+		pl := &policyLog{l: l, guard: g.Name(), policy: p.Name(), redis: redis, tokens: float64(l.burst)}
 		unsubs = append(unsubs, src.Subscribe(pl.changed))
 	}
 	return nil, func() {
@@ -102,6 +106,7 @@ func (l *Logger) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent
 type policyLog struct {
 	l             *Logger
 	guard, policy string
+	redis         bool // a Redis limiter: its changes are its breaker around Redis
 
 	mu         sync.Mutex
 	tokens     float64
@@ -127,7 +132,7 @@ func (p *policyLog) changed(c sluice.StateChange) {
 	p.suppressed = 0
 	p.mu.Unlock()
 
-	level, msg := describe(c)
+	level, msg := describe(c, p.redis)
 	attrs := []slog.Attr{
 		slog.String("sluice.guard", p.guard),
 		slog.String("sluice.policy", p.policy),
@@ -145,8 +150,23 @@ func (p *policyLog) changed(c sluice.StateChange) {
 	p.l.log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
-// describe returns the level and message of a change.
-func describe(c sluice.StateChange) (slog.Level, string) {
+// redisMessages are the messages of a Redis limiter's changes, by the
+// state of its breaker around Redis.
+var redisMessages = map[string]string{
+	"open":      "sluice: Redis failure policy engaged",
+	"half-open": "sluice: Redis tried again",
+	"closed":    "sluice: Redis failure policy recovered",
+}
+
+// describe returns the level and message of a change, of a Redis
+// limiter's breaker around Redis when redis.
+func describe(c sluice.StateChange, redis bool) (slog.Level, string) {
+	if msg, ok := redisMessages[c.To]; redis && ok {
+		if c.To == "open" {
+			return slog.LevelWarn, msg
+		}
+		return slog.LevelInfo, msg
+	}
 	switch c.To {
 	case "open":
 		return slog.LevelWarn, "sluice: circuit breaker opened"

@@ -292,7 +292,8 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (slu
 				break
 			}
 			v := p.Admit(ctx, now)
-			di = v.Decision(p.Name())
+			di = sluice.Decision{Allowed: v.Cause == nil, Policy: p.Name(), Limit: v.Limit,
+				Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
 			if di.Allowed {
 				c.local[i] = localTicket{p, v.Ticket}
 				anyLocal = true

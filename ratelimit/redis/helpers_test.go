@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
@@ -111,5 +112,5 @@ func admitD(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Dec
 		return l.admit(ctx, now)
 	}
 	v := p.Admit(ctx, now)
-	return v.Decision(p.Name()), v.Ticket
+	return policytest.DecisionOf(v, p.Name()), v.Ticket
 }

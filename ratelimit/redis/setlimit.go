@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// SetLimit changes the limiter's numbers to limit cost units per window,
-// window as Window reports it: for a GCRA or a token bucket, a burst of
-// limit refilled at limit per window (a rate of limit/window); for a
-// window, limit and the window's length (for NewSlidingWindow, divided
-// into the same number of buckets). The numbers are validated, and
+// SetLimit changes the limiter's numbers to limit cost units per window:
+// for a GCRA or a token bucket, a burst of limit refilled in window (a
+// rate of limit per window, the window of its RateLimit-Policy header);
+// for a window, limit and the window's length (for NewSlidingWindow,
+// divided into the same number of buckets). The numbers are validated, and
 // rounded, as the constructor does: on an error nothing changes.
 //
 // The change takes effect with the next script call, which carries the

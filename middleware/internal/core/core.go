@@ -214,6 +214,11 @@ func fallbackContext(info *Guard, r *http.Request, route, key string, now time.D
 // OnTimeout once the Guard's deadline has passed.
 type FailedStatus int
 
+// TimedOut is the error that a handler's answer code, past the Guard's
+// deadline, is to the Guard's fallbacks: a timeout (sluice.ErrTimeout)
+// with the FailedStatus.
+func TimedOut(code int) error { return fmt.Errorf("%w: %w", sluice.ErrTimeout, FailedStatus(code)) }
+
 func (s FailedStatus) Error() string {
 	return "handler answered " + strconv.Itoa(int(s)) + " " + http.StatusText(int(s))
 }
