@@ -154,9 +154,10 @@ type guardWatch struct {
 	// keys counts the rejections by key of the keyed limiters, by policy
 	// name; nil for the others.
 	keys map[string]*topKeys
-	// quota is the quota each policy last decided with (a Decision's
-	// Limit, Remaining and Reset), by policy name.
-	quota  map[string]*quotaSeen
+	// quotas are the quota each limiter without figures of its own (not a
+	// token bucket) last decided with: a Decision's Limit, Remaining and
+	// Reset. A chain is short: a scan finds one sooner than a map.
+	quotas []namedQuota
 	unsubs []func()
 	// fallbacks is the Guard's fallback count last shown, by cause.
 	fallbacks []uint64
@@ -175,9 +176,10 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
 	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
-	w.quota = make(map[string]*quotaSeen, len(w.policies))
 	for i, p := range w.policies {
-		w.quota[p.Name()] = &quotaSeen{}
+		if _, ok := p.(bucket); !ok {
+			w.quotas = append(w.quotas, namedQuota{p.Name(), &quotaSeen{}})
+		}
 		if _, ok := p.(keyed); ok {
 			if w.keys == nil {
 				w.keys = map[string]*topKeys{}
@@ -216,7 +218,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	observe := func(ctx context.Context, e sluice.CallEvent) {
 		d.series.add(&e)
 		if e.Decision.Limit >= 0 {
-			if q := w.quota[e.Decision.Policy]; q != nil {
+			if q := w.quota(e.Decision.Policy); q != nil {
 				q.store(&e.Decision)
 			}
 		}
@@ -232,6 +234,21 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 	}
 	return observe, detach, nil
+}
+
+type namedQuota struct {
+	name string
+	q    *quotaSeen
+}
+
+// quota returns the quota kept for the policy named name; nil for none.
+func (w *guardWatch) quota(name string) *quotaSeen {
+	for _, nq := range w.quotas {
+		if nq.name == name {
+			return nq.q
+		}
+	}
+	return nil
 }
 
 // quotaSeen is the quota a policy last decided with; limit is -1 before

@@ -166,9 +166,7 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 			pv.State = seen.state
 		}
 		d.describe(&pv, p)
-		if _, ok := p.(bucket); !ok {
-			describeQuota(&pv, p, w.quota[ps.Policy])
-		}
+		describeQuota(&pv, p, w.quota(ps.Policy))
 		d.describeRedis(&pv, now)
 		if seen != nil && pv.State == seen.state {
 			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
