@@ -429,6 +429,9 @@ var allowAll = Decision{Allowed: true, Limit: -1}
 // no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.parent = ctx
+	if g.obs != nil && len(g.obs.calls) != 0 {
+		want = true // the observers hear the Decision
+	}
 	if g.retry != nil {
 		g.retry.began()
 	}
@@ -493,7 +496,7 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	}
 	err := g.rejection(i, now, v)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait)
+		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait, &c.d)
 	}
 	return err
 }

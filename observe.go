@@ -72,6 +72,11 @@ type CallEvent struct {
 	// ([Guard.SetShadow]) rejected: Policy names the first that did, and
 	// Cause is its rejection's cause.
 	Shadow bool
+	// Decision is what the Guard decided on the call, as [Call.Decision]
+	// tells it: for an admitted call, the quota of its policy with the
+	// least Remaining (Limit -1 when none has a quota); for a rejection,
+	// the rejecting policy's.
+	Decision Decision
 }
 
 // WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
@@ -111,6 +116,9 @@ type Stats struct {
 	// retries ([WithRetry]), whether observed or not: its calls, retries
 	// included; the retries it granted; and those its retry budget refused.
 	Attempts, Retries, BudgetRefusals uint64
+	// Shadowed is true while the whole Guard is in shadow mode
+	// ([Guard.SetShadow] with policy "", or [WithShadow]("")).
+	Shadowed bool
 }
 
 // numCauses is the number of Causes, CauseNone included.
@@ -133,6 +141,9 @@ type PolicyStats struct {
 	// ([Guard.SetShadow]) and let through; they count in Admitted and
 	// Outcomes too, as calls it let pass.
 	ShadowRejected uint64
+	// Shadowed is true while the policy is in shadow mode, by its name or
+	// as part of a shadowed Guard.
+	Shadowed bool
 }
 
 // Stats returns the Guard's counters. A Guard built without [WithObserver]
@@ -143,8 +154,13 @@ func (g *Guard) Stats() Stats {
 		return Stats{}
 	}
 	s := Stats{Guard: g.name, Policies: make([]PolicyStats, len(g.policies))}
+	g.shadowMu.Lock()
+	s.Shadowed = g.shadowAll
+	g.shadowMu.Unlock()
+	shadowed := g.shadow.Load()
 	for i := range s.Policies {
 		s.Policies[i].Policy = g.names[i]
+		s.Policies[i].Shadowed = i < maxShadowed && shadowed>>i&1 != 0
 	}
 	if r := g.retry; r != nil {
 		s.Attempts, s.Retries, s.BudgetRefusals = r.attemptsMade(), r.retries.Load(), r.refusals.Load()
@@ -260,7 +276,7 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 	if len(ob.calls) == 0 {
 		return
 	}
-	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0)}
+	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0), Decision: c.d}
 	if c.skip != 0 {
 		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause
 	}
@@ -270,14 +286,15 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 }
 
 // rejected counts and reports policy i's rejection at now of a call with
-// cause and error err, after the call waited wait.
-func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, now, wait time.Duration) {
+// cause and error err, after the call waited wait; d is the call's
+// Decision.
+func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, now, wait time.Duration, d *Decision) {
 	cs := causeOf(cause)
 	ob.addAt(slotRejected+i*numCauses+int(cs), now)
 	if len(ob.calls) == 0 {
 		return
 	}
-	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait}
+	e := CallEvent{Policy: g.names[i], Cause: cs, Outcome: Released, Err: err, Wait: wait, Decision: *d}
 	for _, fn := range ob.calls {
 		fn(ctx, e)
 	}

@@ -77,7 +77,10 @@ func TestObservedGuardCountsEachPolicysDecisionsAndOutcomes(t *testing.T) {
 	assert.Equal(t, uint64(2), s.Fallbacks[sluice.CauseRateLimited])
 
 	require.Len(t, ev.got, 5)
-	assert.Equal(t, sluice.CallEvent{Admitted: true, Outcome: sluice.Success, Latency: 20 * time.Millisecond}, ev.got[0])
+	assert.Equal(t, sluice.CallEvent{Admitted: true, Outcome: sluice.Success, Latency: 20 * time.Millisecond,
+		Decision: sluice.Decision{Allowed: true, Policy: "inner", Limit: 3, Remaining: 2}}, ev.got[0],
+		"the observer hears the quota of Do's call, though Do's caller sees no Decision")
+	assert.Equal(t, int64(0), ev.got[2].Decision.Remaining)
 	assert.Equal(t, sluice.Failure, ev.got[1].Outcome)
 	assert.ErrorIs(t, ev.got[1].Err, boom)
 	assert.Equal(t, sluice.Ignored, ev.got[2].Outcome)
@@ -87,6 +90,9 @@ func TestObservedGuardCountsEachPolicysDecisionsAndOutcomes(t *testing.T) {
 	assert.Equal(t, sluice.CauseRateLimited, rej.Cause)
 	assert.Equal(t, sluice.Released, rej.Outcome)
 	assert.ErrorIs(t, rej.Err, sluice.ErrRateLimited)
+	assert.Equal(t, "inner", rej.Decision.Policy)
+	assert.Equal(t, int64(3), rej.Decision.Limit)
+	assert.False(t, rej.Decision.Allowed)
 
 	require.NoError(t, g.Close())
 	assert.Equal(t, 1, ev.detached, "Close detaches the observer")

@@ -72,10 +72,17 @@ func TestShadowWholeGuard(t *testing.T) {
 	s := g.Stats()
 	assert.Equal(t, uint64(1), s.Policies[0].ShadowRejected)
 	assert.Equal(t, uint64(1), s.Policies[1].ShadowRejected)
+	assert.True(t, s.Shadowed)
+	assert.True(t, s.Policies[0].Shadowed)
+	assert.True(t, s.Policies[1].Shadowed)
 
 	// A policy shadowed by name stays shadowed when the Guard's flag is off.
 	require.NoError(t, g.SetShadow("b", true))
 	require.NoError(t, g.SetShadow("", false))
+	s = g.Stats()
+	assert.False(t, s.Shadowed)
+	assert.False(t, s.Policies[0].Shadowed)
+	assert.True(t, s.Policies[1].Shadowed)
 	err := g.Do(t.Context(), func(context.Context) error { return nil })
 	d, ok := sluice.RejectionOf(err)
 	require.True(t, ok)

@@ -152,6 +152,9 @@ func (b *Breaker) Counts() Counts {
 		ConsecutiveFailures: int64(uint32(run)),
 	}
 	c.Successes = max(c.Requests-c.Failures, 0)
+	if p.state == StateOpen && !p.forced {
+		c.NextProbe = max(p.openUntil-b.env.now(), 0)
+	}
 	if p.state == StateHalfOpen {
 		c.ProbesAdmitted = p.taken.Load()
 		b.mu.Lock()

@@ -428,6 +428,29 @@ func TestCountsOnRollingWindowFollowTheClock(t *testing.T) {
 	assert.Zero(t, b.Counts())
 }
 
+func TestCountsTellTheTimeToTheNextProbe(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithClock(clk), breaker.WithConsecutiveFailures(2), breaker.WithOpenDuration(sec))
+	assert.Zero(t, b.Counts().NextProbe, "closed")
+	for range 2 {
+		pm, err := b.Allow()
+		require.NoError(t, err)
+		pm.Report(F, nil)
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	assert.Equal(t, sec, b.Counts().NextProbe)
+	clk.Advance(300 * ms)
+	assert.Equal(t, 700*ms, b.Counts().NextProbe)
+	clk.Advance(sec)
+	assert.Zero(t, b.Counts().NextProbe, "due: the next call probes")
+	_, err := b.Allow()
+	require.NoError(t, err)
+	assert.Equal(t, breaker.StateHalfOpen, b.State())
+	assert.Zero(t, b.Counts().NextProbe, "half-open")
+	b.ForceOpen()
+	assert.Zero(t, b.Counts().NextProbe, "forced open never probes")
+}
+
 // A ratio trips at exactly its count, however the float rounds: 2 failures
 // of 3 at 2/3, 1 slow call of 6 at 1/6; and a ratio too small to count in
 // parts per million still trips at one failure rather than turning off.

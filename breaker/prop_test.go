@@ -247,6 +247,13 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 				fail("listeners heard %v, want %v", heard, x.changes)
 			}
 			c := b.Counts()
+			wantProbe := time.Duration(0)
+			if x.state == breaker.StateOpen && !x.forced {
+				wantProbe = max(x.openUntil-now, 0)
+			}
+			if c.NextProbe != wantProbe {
+				fail("next probe in %v, want %v", c.NextProbe, wantProbe)
+			}
 			if x.state == breaker.StateHalfOpen {
 				if c.ProbesAdmitted != x.taken || c.ProbeSuccesses != x.succ || c.ProbeFailures != x.fail {
 					fail("counts %+v, want %d probes in flight, %d succeeded, %d failed", c, x.taken, x.succ, x.fail)
@@ -267,7 +274,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 				}
 				want := breaker.Counts{Requests: int64(len(calls)), Failures: fails, Successes: int64(len(calls)) - fails,
 					SlowCalls: slows, ConsecutiveFailures: int64(x.m.run),
-					ProbesAdmitted: c.ProbesAdmitted, ProbeSuccesses: c.ProbeSuccesses, ProbeFailures: c.ProbeFailures}
+					ProbesAdmitted: c.ProbesAdmitted, ProbeSuccesses: c.ProbeSuccesses, ProbeFailures: c.ProbeFailures, NextProbe: c.NextProbe}
 				if c != want {
 					fail("counts %+v, want %+v", c, want)
 				}

@@ -1,6 +1,9 @@
 package breaker
 
-import "strconv"
+import (
+	"strconv"
+	"time"
+)
 
 // State is a breaker's state. The zero value is StateClosed.
 type State uint8
@@ -45,4 +48,9 @@ type Counts struct {
 	// ProbesAdmitted, ProbeSuccesses and ProbeFailures describe the half-open
 	// state's probes; all 0 in the other states.
 	ProbesAdmitted, ProbeSuccesses, ProbeFailures int64
+	// NextProbe is, while the breaker is open, the time left until it turns
+	// half-open at the next call and admits probes; 0 once that time is
+	// over, in the other states, and while forced open (ForceOpen), which
+	// never probes.
+	NextProbe time.Duration
 }

@@ -50,7 +50,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "avalanche:", err)
 		os.Exit(1)
 	}
-	if err := playStormPhase(ctx); err != nil {
+	if err := playStormPhase(ctx, cfg.guard); err != nil {
 		fmt.Fprintln(os.Stderr, "avalanche: retry storm:", err)
 		os.Exit(1)
 	}

@@ -39,6 +39,9 @@ type stormConfig struct {
 	SlowService time.Duration // the same, while it is slow
 	Attempt     time.Duration // how long a caller waits for one attempt
 	Deadline    time.Duration // how long a caller waits for its call, attempts included
+	// Guard gives each Guard of sluice's callers its name and the
+	// dashboard's observer when a dashboard is served (Config.guard).
+	Guard func(name string) []sluice.Option
 }
 
 // defaultStorm is the storm `go run ./examples/avalanche` plays: the
@@ -199,7 +202,11 @@ func sluiceClient(cfg stormConfig) (stormClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sluice.New(sluice.With(b), sluice.WithTimeout(cfg.Attempt), sluice.WithRetry(sluice.Retry{Attempts: 3}))
+		opts := []sluice.Option{sluice.With(b), sluice.WithTimeout(cfg.Attempt), sluice.WithRetry(sluice.Retry{Attempts: 3})}
+		if cfg.Guard != nil {
+			opts = append(opts, cfg.Guard("storm/"+host)...)
+		}
+		return sluice.New(opts...)
 	})
 	if err != nil {
 		return stormClient{}, err
@@ -354,9 +361,11 @@ func depRecovery(s []served, healAt, bound time.Duration) time.Duration {
 	return first
 }
 
-// playStormPhase plays the default storm and prints its table.
-func playStormPhase(ctx context.Context) error {
+// playStormPhase plays the default storm and prints its table; guard, as
+// Config.guard, puts sluice's callers' Guards on the dashboard.
+func playStormPhase(ctx context.Context, guard func(name string) []sluice.Option) error {
 	cfg := defaultStorm()
+	cfg.Guard = guard
 	fmt.Printf("\nplaying a retry storm twice, %v each: callers retrying on sluice's budget, then naive ones\n", cfg.total())
 	naive, guarded, err := playStorm(ctx, cfg)
 	if err != nil {

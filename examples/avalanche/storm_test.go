@@ -4,8 +4,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-go/sluice/observe/dashboard"
 )
 
 // TestAvalancheRetryStorm plays a shortened retry storm and checks that
@@ -49,5 +55,43 @@ func TestDepRecovery(t *testing.T) {
 	}
 	if got := depRecovery(s[:5], heal, 50*ms); got != -1 {
 		t.Errorf("recovery = %v, want -1", got)
+	}
+}
+
+// The storm's Guards, one per host that sluice's callers call, show on the
+// dashboard with their retries.
+func TestStormGuardsShowOnTheDashboard(t *testing.T) {
+	d, err := dashboard.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer failing.Close()
+	cfg := defaultStorm()
+	cfg.Guard = Config{Dashboard: d}.guard
+	sc, err := sluiceClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.close()
+	if err := sc.call(context.Background(), failing.URL); err == nil {
+		t.Fatal("a 503 from every attempt ended in no error")
+	}
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/state", nil))
+	var s struct {
+		Guards []struct {
+			Name    string
+			Retries uint64
+		}
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil {
+		t.Fatal(err)
+	}
+	want := "storm/" + strings.TrimPrefix(failing.URL, "http://")
+	if len(s.Guards) != 1 || s.Guards[0].Name != want || s.Guards[0].Retries == 0 {
+		t.Fatalf("dashboard shows %+v, want one Guard %q that retried", s.Guards, want)
 	}
 }

@@ -249,6 +249,16 @@ fetch(%q, {method: 'POST', mode: 'no-cors', body: new URLSearchParams({token: %q
 	step("actions listed", poll(`[...document.querySelectorAll('#events li')].some(li => li.textContent.includes('forced open'))`),
 		poll(`document.querySelector('#calls path[data-series="circuit-open"]') !== null`))
 
+	// Shadow mode shows beside the policy's state; a keyed limiter shows
+	// its limit per key and window.
+	const rateState = `document.querySelector('tr[data-guard="pay"][data-policy="0"] [data-f="state"]').textContent`
+	const rateBtn = `button[data-guard="pay"][data-policy="0"][data-action="%s"]`
+	step("shadow mode shows", chromedp.Click(chromedp.CSS(fmt.Sprintf(rateBtn, "shadow"))),
+		poll(rateState+` === 'shadow mode'`))
+	step("enforcing again", chromedp.Click(chromedp.CSS(fmt.Sprintf(rateBtn, "enforce"))),
+		poll(rateState+` === ''`))
+	step("keyed limiter's quota", poll(`document.querySelector('tr[data-guard="search"][data-policy="0"] [data-f="details"]').textContent.includes('limit per key 20 · window 1m0s')`))
+
 	if os.Getenv(screenshotEnv) != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)

@@ -25,15 +25,17 @@ type Dashboard struct {
 	log       *slog.Logger
 	rules     func() (version string, loaded time.Time, err error)
 	switches  []*degrade.Switch
-	secret    [32]byte // signs the pages' tokens
+	cpu       func() float64 // WithCPU
+	secret    [32]byte       // signs the pages' tokens
 	csrf      *http.CrossOriginProtection
 
 	series series
 	events events
 
 	mu        sync.Mutex
-	guards    []*guardWatch // by name
-	rulesSeen rulesView     // the rules status last shown
+	guards    []*guardWatch         // by name
+	rulesSeen rulesView             // the rules status last shown
+	redis     map[string]*redisSeen // by limiter name; see redis.go
 
 	actionsDone, actionsRefused atomic.Uint64
 }
@@ -97,6 +99,22 @@ func WithRules(status func() (version string, loaded time.Time, err error)) Opti
 	}
 }
 
+// WithCPU shows the CPU usage that cpu reports, a fraction from 0 (idle)
+// to 1 (all the CPU the process may use), beside each load guard
+// (adaptive.Shedder), which decides by latency and reads no CPU itself. A
+// started adaptive.SystemSampler's CPU method is one. It is called once
+// per snapshot and load guard: it must be cheap. The default is no CPU
+// shown.
+func WithCPU(cpu func() float64) Option {
+	return func(d *Dashboard) error {
+		if cpu == nil {
+			return errors.New("dashboard: WithCPU: nil function")
+		}
+		d.cpu = cpu
+		return nil
+	}
+}
+
 // New returns a Dashboard configured by opts.
 func New(opts ...Option) (*Dashboard, error) {
 	d := &Dashboard{log: slog.Default(), csrf: http.NewCrossOriginProtection()}
@@ -135,7 +153,11 @@ type guardWatch struct {
 	state []atomic.Pointer[stateSeen]
 	// keys counts the rejections by key of the keyed limiters, by policy
 	// name; nil for the others.
-	keys   map[string]*topKeys
+	keys map[string]*topKeys
+	// quotas are the quota each limiter without figures of its own (not a
+	// token bucket) last decided with: a Decision's Limit, Remaining and
+	// Reset. A chain is short: a scan finds one sooner than a map.
+	quotas []namedQuota
 	unsubs []func()
 	// fallbacks is the Guard's fallback count last shown, by cause.
 	fallbacks []uint64
@@ -155,6 +177,9 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
 	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
 	for i, p := range w.policies {
+		if _, ok := p.(bucket); !ok {
+			w.quotas = append(w.quotas, namedQuota{p.Name(), &quotaSeen{}})
+		}
 		if _, ok := p.(keyed); ok {
 			if w.keys == nil {
 				w.keys = map[string]*topKeys{}
@@ -192,6 +217,11 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	observe := func(ctx context.Context, e sluice.CallEvent) {
 		d.series.add(&e)
+		if e.Decision.Limit >= 0 {
+			if q := w.quota(e.Decision.Policy); q != nil {
+				q.store(&e.Decision)
+			}
+		}
 		if len(w.policies) == 0 {
 			w.calls.Add(1)
 		}
@@ -204,6 +234,33 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		}
 	}
 	return observe, detach, nil
+}
+
+type namedQuota struct {
+	name string
+	q    *quotaSeen
+}
+
+// quota returns the quota kept for the policy named name; nil for none.
+func (w *guardWatch) quota(name string) *quotaSeen {
+	for _, nq := range w.quotas {
+		if nq.name == name {
+			return nq.q
+		}
+	}
+	return nil
+}
+
+// quotaSeen is the quota a policy last decided with; limit is -1 before
+// any.
+type quotaSeen struct {
+	limit, remaining, reset atomic.Int64
+}
+
+func (q *quotaSeen) store(d *sluice.Decision) {
+	q.limit.Store(d.Limit + 1) // 0: none seen
+	q.remaining.Store(d.Remaining)
+	q.reset.Store(int64(d.Reset))
 }
 
 // stateSeen is a policy's state as it last reported it, and when.

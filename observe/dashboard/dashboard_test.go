@@ -95,6 +95,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"nil logger":        WithLogger(nil),
 		"nil switch":        WithSwitches(sw, nil),
 		"nil rules":         WithRules(nil),
+		"nil cpu":           WithCPU(nil),
 		"duplicate switche": WithSwitches(sw, sw),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -176,6 +177,7 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 		assert.Equal(t, "breaker/payments", br.Name)
 		assert.Equal(t, "open", br.State)
 		assert.Contains(t, br.Details, detail{"for", "1s"}, "since it opened")
+		assert.Contains(t, br.Details, detail{"next probe in", "59s"}, "open for a minute")
 		assert.Equal(t, map[string]uint64{"circuit-open": 6}, br.Rejected)
 		assert.Empty(t, br.Actions, "no authorizer: no actions")
 		assert.False(t, s.Actions.Enabled)
@@ -209,6 +211,66 @@ func TestSnapshotShowsGuardsPoliciesChartAndEvents(t *testing.T) {
 	})
 }
 
+func TestLimitersShowTheirQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		require.NoError(t, err)
+		fixed, err := ratelimit.NewFixedWindow(5, time.Minute, ratelimit.WithName("fixed"))
+		require.NoError(t, err)
+		gcra, err := ratelimit.NewGCRA(ratelimit.PerSecond(10), 20, ratelimit.WithName("gcra"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("g"), sluice.With(gcra, fixed), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer g.Close()
+		perKey, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+			return ratelimit.NewSlidingLog(2, time.Hour)
+		}, ratelimit.WithName("per-key"))
+		require.NoError(t, err)
+		k, err := sluice.New(sluice.WithName("k"), sluice.With(perKey), sluice.WithObserver(d))
+		require.NoError(t, err)
+		defer k.Close()
+		figures := func(guard, policy int) map[string]string {
+			m := map[string]string{}
+			for _, dt := range getState(t, d).Guards[guard].Policies[policy].Details {
+				m[dt.Name] = dt.Value
+			}
+			return m
+		}
+		ok := func(context.Context) error { return nil }
+		assert.Empty(t, figures(0, 1), "nothing decided yet")
+		for range 3 {
+			require.NoError(t, g.Do(context.Background(), ok))
+		}
+		// The fixed window has the least left: the admitted calls tell its quota.
+		f := figures(0, 1)
+		reset, err := time.ParseDuration(f["reset in"])
+		require.NoError(t, err, "the time until the window ends")
+		assert.Positive(t, reset)
+		assert.LessOrEqual(t, reset, time.Minute)
+		delete(f, "reset in")
+		assert.Equal(t, map[string]string{"limit": "5", "window": "1m0s", "remaining": "2"}, f)
+		for range 3 { // two more admitted, then it rejects
+			_ = g.Do(context.Background(), ok)
+		}
+		assert.Equal(t, "0", figures(0, 1)["remaining"])
+		assert.Equal(t, uint64(1), getState(t, d).Guards[0].Policies[1].Rejected["rate-limited"])
+
+		for i := range 3 {
+			_ = k.Do(sluice.WithKey(context.Background(), fmt.Sprint(i%2)), ok)
+		}
+		assert.Equal(t, map[string]string{"keys": "2", "limit per key": "2", "window": "1h0m0s"}, figures(1, 0))
+	})
+}
+
+func TestLoadGuardShowsTheCPU(t *testing.T) {
+	f := newFixture(t, WithCPU(func() float64 { return 0.42 }))
+	bulk := getState(t, f.d).Guards[0].Policies[2]
+	assert.Contains(t, bulk.Details, detail{"CPU", "42%"})
+	for _, dt := range getState(t, newFixture(t).d).Guards[0].Policies[2].Details {
+		assert.NotEqual(t, "CPU", dt.Name, "no WithCPU, no CPU")
+	}
+}
+
 func TestShadowRejectionsAreCharted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d, err := New()
@@ -229,6 +291,10 @@ func TestShadowRejectionsAreCharted(t *testing.T) {
 		assert.Equal(t, uint64(2), s.Chart.Shadow[chartSeconds-1], "two would have been rejected")
 		assert.Empty(t, s.Chart.Rejected)
 		assert.Equal(t, uint64(2), s.Guards[0].Policies[0].ShadowRejected)
+		assert.True(t, s.Guards[0].Policies[0].Shadowed)
+		assert.False(t, s.Guards[0].Shadowed, "shadowed by name, not as a whole")
+		require.NoError(t, g.SetShadow("", true))
+		assert.True(t, getState(t, d).Guards[0].Shadowed)
 	})
 }
 
@@ -576,8 +642,13 @@ func TestActions(t *testing.T) {
 	for range 3 {
 		require.NoError(t, f.call("carol", false))
 	}
-	assert.Equal(t, uint64(1), getState(t, f.d).Guards[0].Policies[1].ShadowRejected)
+	st := getState(t, f.d)
+	assert.Equal(t, uint64(1), st.Guards[0].Policies[1].ShadowRejected)
+	assert.True(t, st.Guards[0].Policies[1].Shadowed)
+	assert.False(t, st.Guards[0].Policies[0].Shadowed)
+	assert.False(t, st.Guards[0].Shadowed)
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "1", "action", "enforce"), sameOrigin...).Code)
+	assert.False(t, getState(t, f.d).Guards[0].Policies[1].Shadowed)
 	require.ErrorIs(t, f.call("carol", false), sluice.ErrRateLimited)
 
 	require.Equal(t, http.StatusOK, post(f.d, form("guard", "pay", "policy", "0", "action", "rate", "value", "7"), sameOrigin...).Code)
@@ -659,7 +730,7 @@ func TestDashboardImportsOnlyTheStandardLibraryAndTheCore(t *testing.T) {
 	require.NoError(t, err, string(out))
 	for _, dep := range strings.Fields(string(out)) {
 		switch dep := strings.TrimPrefix(dep, "github.com/sluice-go/sluice"); {
-		case strings.HasPrefix(dep, "/internal/"):
+		case strings.HasPrefix(dep, "/internal/"), strings.HasPrefix(dep, "/observe/dashboard/internal/"):
 		case dep == "", dep == "/ratelimit", dep == "/breaker", dep == "/degrade", dep == "/adaptive", dep == "/observe/dashboard":
 		default:
 			t.Errorf("the dashboard depends on %s", dep)

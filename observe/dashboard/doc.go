@@ -17,6 +17,14 @@
 // api/events. It needs nothing from outside the program: no CDN, no
 // framework, so it works offline.
 //
+// Per policy it shows what the policy's kind has: a breaker's counts and,
+// while open, the time to its next probe; a load guard's limit, in-flight
+// and queued calls, and the CPU usage that [WithCPU] reads; a token bucket's
+// rate, burst and tokens; any other limiter's limit, window and remaining
+// quota as its last decision carried them; shadow mode. A Redis limiter's
+// failure policy and Redis's last error show when its observer is the one
+// package redisdash makes.
+//
 // Admin actions are off unless [WithAuthorizer] is given: without it the
 // page shows no buttons and api/action answers 403 Forbidden. With it, an
 // action is taken only by a POST that the authorizer allows, that no

@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -54,8 +55,15 @@ type guardView struct {
 	Admitted uint64            `json:"admitted"` // by every policy
 	Rejected map[string]uint64 `json:"rejected"` // by cause, by any policy
 	// Fallbacks counts the calls a fallback answered.
-	Fallbacks uint64       `json:"fallbacks"`
-	Policies  []policyView `json:"policies"`
+	Fallbacks uint64 `json:"fallbacks"`
+	// Retries and BudgetRefusals are, for a Guard that retries
+	// (sluice.WithRetry), the retries it granted and those its budget
+	// refused.
+	Retries        uint64 `json:"retries,omitempty"`
+	BudgetRefusals uint64 `json:"budgetRefusals,omitempty"`
+	// Shadowed is true while the whole Guard is in shadow mode.
+	Shadowed bool         `json:"shadowed"`
+	Policies []policyView `json:"policies"`
 }
 
 type policyView struct {
@@ -68,6 +76,8 @@ type policyView struct {
 	// ShadowRejected counts the calls the policy rejected in shadow mode
 	// and let through.
 	ShadowRejected uint64 `json:"shadowRejected"`
+	// Shadowed is true while the policy is in shadow mode.
+	Shadowed bool `json:"shadowed"`
 	// Details are the figures that the policy's kind has, in order.
 	Details []detail `json:"details,omitempty"`
 	// TopKeys are a keyed limiter's keys with the most rejections.
@@ -124,7 +134,9 @@ func (d *Dashboard) snapshot(now time.Time) state {
 
 func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	st := w.g.Stats()
-	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Policies: make([]policyView, len(w.policies))}
+	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Shadowed: st.Shadowed,
+		Retries: st.Retries, BudgetRefusals: st.BudgetRefusals,
+		Policies: make([]policyView, len(w.policies))}
 	if n := len(st.Policies); n > 0 {
 		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
 	} else {
@@ -137,7 +149,7 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	for i, p := range w.policies {
 		ps := st.Policies[i]
 		pv := policyView{Name: ps.Policy, Kind: kind(p), Admitted: ps.Admitted, Rejected: map[string]uint64{},
-			ShadowRejected: ps.ShadowRejected}
+			ShadowRejected: ps.ShadowRejected, Shadowed: ps.Shadowed}
 		ended := uint64(0)
 		for _, n := range ps.Outcomes {
 			ended += n
@@ -154,6 +166,8 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 			pv.State = seen.state
 		}
 		d.describe(&pv, p)
+		describeQuota(&pv, p, w.quota(ps.Policy))
+		d.describeRedis(&pv, now)
 		if seen != nil && pv.State == seen.state {
 			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
 		}
@@ -202,6 +216,9 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		if c.ProbesAdmitted > 0 {
 			add("probes", "%d", c.ProbesAdmitted)
 		}
+		if c.NextProbe > 0 {
+			add("next probe in", "%v", c.NextProbe.Truncate(time.Second))
+		}
 	case concurrency:
 		st := p.Stats()
 		pv.State = st.State
@@ -210,6 +227,9 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		add("queued", "%d", st.Waiting)
 		if st.AvgRT > 0 {
 			add("avg RT", "%v", st.AvgRT.Round(10*time.Microsecond))
+		}
+		if d.cpu != nil {
+			add("CPU", "%.0f%%", 100*d.cpu())
 		}
 	case bucket:
 		add("rate", "%v", p.Rate())
@@ -228,6 +248,33 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		pv.Actions = append(pv.Actions, "rate", "burst")
 	}
 	pv.Actions = append(pv.Actions, "shadow", "enforce")
+}
+
+// describeQuota adds the figures of a limiter that shows none of its own:
+// its limit, window and remaining quota as of the last call it decided,
+// and the time until its quota is whole. A keyed limiter's quota is per
+// key: only its limit and window show.
+func describeQuota(pv *policyView, p sluice.Policy, q *quotaSeen) {
+	if q == nil || q.limit.Load() == 0 {
+		return
+	}
+	add := func(name, value string) { pv.Details = append(pv.Details, detail{name, value}) }
+	_, perKey := p.(keyed)
+	if perKey {
+		add("limit per key", fmt.Sprint(q.limit.Load()-1))
+	} else {
+		add("limit", fmt.Sprint(q.limit.Load()-1))
+	}
+	if w := policywindow.Of(p); w > 0 {
+		add("window", w.String())
+	}
+	if perKey {
+		return
+	}
+	add("remaining", fmt.Sprint(q.remaining.Load()))
+	if r := time.Duration(q.reset.Load()); r > 0 {
+		add("reset in", r.Round(time.Millisecond).String())
+	}
 }
 
 // rulesView reads the rules' status, and adds an event when it changed

@@ -77,7 +77,7 @@
     const details = figures.join(' · ');
     const keys = (p.topKeys || []).map((k) => k.key + ' ' + fmt(k.rejected)).join(', ');
     return {
-      state: p.state || '',
+      state: (p.state || '') + (p.shadowed ? (p.state ? ' · ' : '') + 'shadow mode' : ''),
       admitted: fmt(p.admitted),
       rejected: fmt(sum(p.rejected)),
       inflight: fmt(p.inflight),
@@ -86,7 +86,9 @@
     };
   }
   function guardSummary(g) {
-    return 'admitted ' + fmt(g.admitted) + ' · rejected ' + fmt(sum(g.rejected)) + ' · fallbacks ' + fmt(g.fallbacks);
+    return 'admitted ' + fmt(g.admitted) + ' · rejected ' + fmt(sum(g.rejected)) + ' · fallbacks ' + fmt(g.fallbacks) +
+      (g.retries || g.budgetRefusals ? ' · retries ' + fmt(g.retries || 0) + ' · refused by the budget ' + fmt(g.budgetRefusals || 0) : '') +
+      (g.shadowed ? ' · shadow mode' : '');
   }
 
   function actionCell(g, i, p) {

@@ -1,0 +1,78 @@
+package redisdash_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/observe/dashboard"
+	"github.com/sluice-go/sluice/observe/dashboard/redisdash"
+	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// closedPort returns a loopback address where nothing listens.
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func TestObserverShowsTheFailurePolicyAndRedissLastError(t *testing.T) {
+	_, err := redisdash.Observer(nil)
+	require.Error(t, err)
+
+	d, err := dashboard.New()
+	require.NoError(t, err)
+	obs, err := redisdash.Observer(d)
+	require.NoError(t, err)
+	client := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	lim, err := redislimit.NewFixedWindow(client, 10, time.Minute, redislimit.WithName("shared"),
+		redislimit.WithFailClosed(), redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(lim), sluice.WithObserver(d))
+	require.NoError(t, err)
+	defer g.Close()
+
+	for range 2 {
+		err = g.Do(context.Background(), func(context.Context) error { return nil })
+		require.ErrorIs(t, err, redislimit.ErrUnavailable, "Redis is down: fail closed")
+	}
+
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/state", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	var s struct {
+		Guards []struct {
+			Policies []struct {
+				Name    string
+				Details []struct{ Name, Value string }
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &s))
+	require.Len(t, s.Guards, 1)
+	p := s.Guards[0].Policies[0]
+	assert.Equal(t, lim.Name(), p.Name)
+	figures := map[string]string{}
+	for _, dt := range p.Details {
+		figures[dt.Name] = dt.Value
+	}
+	assert.Equal(t, "fail-closed: 2 decisions, the last 0s ago", figures["failure policy"])
+	assert.True(t, strings.Contains(figures["last Redis error"], "connection refused"), figures["last Redis error"])
+}
