@@ -37,7 +37,7 @@
 // Every entry point runs a call the same way: [Guard.Begin] asks every
 // policy, outer to inner, reading the monotonic clock once; the [Call] it
 // returns carries the Guard's deadline in its Context; [Call.End] turns a
-// passed deadline into a [*TimeoutError], classifies the call's error,
+// passed deadline into a timeout error (matching [ErrTimeout]), classifies the call's error,
 // tells every policy that admitted, and lets the Guard's fallbacks answer.
 // Do, Execute and the adapters are that path, so a Guard behaves alike
 // everywhere. When an inner policy rejects, the outer ones that already
@@ -64,7 +64,7 @@
 // a rejection by the Guard's own policies (an open breaker, a spent limit)
 // ends the retries; the fallbacks answer the last attempt's error. The
 // sluicehttp Transport and the sluicegrpc client interceptors retry the same
-// way, with the Guard of each target ([Guard.RetryDelay]).
+// way, with the Guard of each target.
 //
 // # Writing a policy
 //

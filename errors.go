@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // The causes of a rejection. A *RejectedError matches ErrRejected and exactly
@@ -27,7 +29,7 @@ var (
 	// ErrTimeout: a call ran past its timeout policy's deadline. It is a
 	// failure, not a rejection: breakers count it, fallbacks can catch it. A
 	// timeout error also matches context.DeadlineExceeded.
-	ErrTimeout = errors.New("sluice: timeout")
+	ErrTimeout = timeouterr.Sentinel
 )
 
 // Rejection returns the error of a rejection with Decision d: it matches
@@ -150,7 +152,7 @@ func (c Cause) String() string {
 // CauseOf classifies err by the sentinel it matches; CauseNone when it
 // matches none. A timeout comes first, as in DefaultClassifier: a call that
 // ran past its Guard's deadline while waiting in an inner Guard returns a
-// TimeoutError wrapping the inner rejection, and is a timeout.
+// timeout error wrapping the inner rejection, and is a timeout.
 func CauseOf(err error) Cause {
 	switch {
 	case err == nil:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // Fallback answers in place of a call that a Guard's policy rejected or that
@@ -111,10 +113,11 @@ func (g *Guard) applyFallback(ctx context.Context, err error) error {
 	return err
 }
 
-// Fallbacks returns the Guard's fallbacks, in the order given to
-// WithFallback: for adapters, to check when they are built that they can
-// answer with each, and to find the ones they feed (a stale cache).
-func (g *Guard) Fallbacks() []Fallback {
+// fallbackList returns the Guard's fallbacks, in the order given to
+// WithFallback: for adapters (through internal/guardhook), to check when
+// they are built that they can answer with each, and to find the ones they
+// feed (a stale cache).
+func (g *Guard) fallbackList() []Fallback {
 	if g == nil {
 		return nil
 	}
@@ -214,14 +217,14 @@ func RejectionOf(err error) (Decision, bool) {
 }
 
 // rejectionOf returns the RejectedError that err is or wraps, unless a
-// TimeoutError wraps it: a Guard's timeout wrapping an inner Guard's
+// timeout error wraps it: a Guard's timeout wrapping an inner Guard's
 // rejection is not a rejection by the Guard.
 func rejectionOf(err error) *rejectedError {
 	for err != nil {
 		switch e := err.(type) {
 		case *rejectedError:
 			return e
-		case *TimeoutError:
+		case *timeouterr.Error:
 			return nil
 		case interface{ Unwrap() []error }:
 			for _, x := range e.Unwrap() {

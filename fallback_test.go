@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // fbPolicy admits, or rejects with its cause, and records the outcomes it is
@@ -277,7 +279,7 @@ func TestExecuteTakesTheFallbackOfItsType(t *testing.T) {
 	assert.ErrorContains(t, err, "answering float64")
 	_, err = sluice.FallbackValue[string](context.Background(), nil, errFallbackCall)
 	assert.Same(t, errFallbackCall, err, "a nil Guard has no fallback")
-	assert.Len(t, g.Fallbacks(), 2)
+	assert.Len(t, guardhook.Fallbacks(g).([]sluice.Fallback), 2)
 }
 
 func TestDoKeepsOnlyTheFallbacksError(t *testing.T) {
@@ -382,7 +384,7 @@ func TestGuardWithFallbackAllocatesNothingOnSuccess(t *testing.T) {
 // one, a timeout wrapping it does not.
 func TestFallbackEventFields(t *testing.T) {
 	rej := sluice.Rejection(sluice.Decision{Policy: "breaker/db", Limit: -1, Cause: sluice.ErrCircuitOpen})
-	te := &sluice.TimeoutError{After: time.Second, Err: rej}
+	te := &timeouterr.Error{After: time.Second, Err: rej}
 	tests := []struct {
 		err  error
 		want sluice.FallbackEvent
@@ -409,7 +411,7 @@ func TestRejectionOf(t *testing.T) {
 		assert.True(t, ok, "%v", err)
 		assert.Equal(t, d, got)
 	}
-	for _, err := range []error{nil, errors.New("plain"), context.Canceled, &sluice.TimeoutError{After: time.Second, Err: re}} {
+	for _, err := range []error{nil, errors.New("plain"), context.Canceled, &timeouterr.Error{After: time.Second, Err: re}} {
 		_, ok := sluice.RejectionOf(err)
 		assert.False(t, ok, "%v", err)
 	}

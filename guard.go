@@ -213,7 +213,7 @@ var errNilArgument = errors.New("sluice: nil context or function")
 
 // Do runs fn as one call through the Guard: Begin, fn with the call's
 // context, End. It returns the rejection when a policy rejects, fn's error
-// otherwise (a [*TimeoutError] past the Guard's deadline); a fallback of
+// otherwise (a timeout error (matching [ErrTimeout]) past the Guard's deadline); a fallback of
 // the Guard ([WithFallback]) may answer either with nil or another error.
 //
 // With [WithRetry], a call that failed runs fn again, each attempt
@@ -358,7 +358,7 @@ func (c *Call) Decision() Decision { return c.d }
 
 // End ends the call with err, the error the call returned, and returns the
 // error its caller gets. For an admitted call it turns err into a
-// [*TimeoutError] when the Guard's deadline passed, classifies it with the
+// timeout error (matching [ErrTimeout]) when the Guard's deadline passed, classifies it with the
 // Guard's Classifier and tells every policy that admitted. Then, for a
 // rejection or a failed call alike, the Guard's fallbacks may answer: the
 // result is nil when one did. Only the first End or Report of a call counts;
@@ -391,7 +391,7 @@ func (c *Call) finish(err error) error {
 // Report ends an admitted call with outcome o, for adapters that classify
 // a call themselves (by an HTTP status, a gRPC code) and answer it
 // themselves: no fallback runs. It returns err, turned into a
-// [*TimeoutError] when the Guard's deadline passed. Only the first End or
+// timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
 // Report counts; a later one returns err as it is.
 func (c *Call) Report(o Outcome, err error) error {
 	if !c.live {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/internal/reqid"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -646,7 +647,7 @@ func (panicky) Needs() sluice.Needs                                             
 // A call past its Guard's deadline is a timeout, and a Failure, even when
 // what it returned wraps context.Canceled.
 func TestTimeoutWrappingCanceledIsAFailure(t *testing.T) {
-	err := &sluice.TimeoutError{After: time.Second, Err: fmt.Errorf("driver: %w", context.Canceled)}
+	err := &timeouterr.Error{After: time.Second, Err: fmt.Errorf("driver: %w", context.Canceled)}
 	assert.Equal(t, sluice.Failure, sluice.DefaultClassifier(err))
 	assert.Equal(t, sluice.Ignored, sluice.DefaultClassifier(fmt.Errorf("driver: %w", context.Canceled)))
 }

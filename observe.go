@@ -59,7 +59,7 @@ type CallEvent struct {
 	// Outcome is how an admitted call ended; Released for a rejection.
 	Outcome Outcome
 	// Err is the error the call ended with, after the Guard's timeout
-	// mapping (a [*TimeoutError]); nil when the caller reported the
+	// mapping (a timeout error (matching [ErrTimeout])); nil when the caller reported the
 	// outcome without one. For a rejection, the rejection.
 	Err error
 	// Wait is how long the call waited in the policies that may wait (a

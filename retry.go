@@ -180,20 +180,10 @@ func (b *retrier) delay(n int) time.Duration {
 	return rand.N(bound + 1)
 }
 
-// RetryDelay decides whether a call of g may be tried again, for adapters
-// that run their own attempts ([Guard.Do] and [Execute] ask it
-// themselves): attempts is how many the call has made, began when the last
-// of them started (the zero Time when unknown), and atLeast the delay its
-// peer asked for (0 when none). It returns how long to wait before the
-// next attempt, and true; or false when g declares no retries
-// ([WithRetry]), the attempts are spent, atLeast passes the Retry's
-// MaxBackoff, the next attempt, were it to take as long as the last, could
-// not end before ctx's deadline, or g's retry budget is spent (counted in
-// [Stats].BudgetRefusals). A true answer spends one retry of the budget.
-// The caller decides whether the failure is worth a retry: this asks
-// nothing of the error. With attempts 0 it only tells whether g declares
-// retries, spending nothing: 0 and true if it does.
-func (g *Guard) RetryDelay(ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
+// retryDelay decides whether a call of g may be tried again; [Guard.Do]
+// and [Execute] ask it themselves, adapters that run their own attempts ask
+// it through internal/guardhook.RetryDelay, whose doc says what it answers.
+func (g *Guard) retryDelay(ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
 	if g == nil || g.retry == nil {
 		return 0, false
 	}
@@ -252,7 +242,7 @@ func retried[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 		if err == nil || !ran || ctx.Err() != nil || g.classify(err) != Failure {
 			return v, err
 		}
-		d, ok := g.RetryDelay(ctx, n, began, 0)
+		d, ok := g.retryDelay(ctx, n, began, 0)
 		if !ok || !sleep(ctx, d) {
 			return v, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/retrytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -225,21 +226,21 @@ func TestRetryDelayHonoursTheMinimumAskedFor(t *testing.T) {
 		g := retryGuard(t, sluice.Retry{Backoff: time.Millisecond, MaxBackoff: time.Second, Budget: 1, MinPerSecond: 100})
 		ctx := context.Background()
 		for range 20 {
-			d, ok := g.RetryDelay(ctx, 1, time.Time{}, 700*time.Millisecond)
+			d, ok := guardhook.RetryDelay(g, ctx, 1, time.Time{}, 700*time.Millisecond)
 			require.True(t, ok)
 			assert.GreaterOrEqual(t, d, 700*time.Millisecond)
 		}
-		_, ok := g.RetryDelay(ctx, 1, time.Time{}, 2*time.Second)
+		_, ok := guardhook.RetryDelay(g, ctx, 1, time.Time{}, 2*time.Second)
 		assert.False(t, ok, "a delay past MaxBackoff was granted")
 		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 		defer cancel()
-		_, ok = g.RetryDelay(short, 1, time.Time{}, 700*time.Millisecond)
+		_, ok = guardhook.RetryDelay(g, short, 1, time.Time{}, 700*time.Millisecond)
 		assert.False(t, ok, "a delay past the deadline was granted")
-		_, ok = g.RetryDelay(ctx, 3, time.Time{}, 0)
+		_, ok = guardhook.RetryDelay(g, ctx, 3, time.Time{}, 0)
 		assert.False(t, ok, "a fourth attempt was granted of three")
 
 		var none *sluice.Guard
-		_, ok = none.RetryDelay(ctx, 1, time.Time{}, 0)
+		_, ok = guardhook.RetryDelay(none, ctx, 1, time.Time{}, 0)
 		assert.False(t, ok)
 	})
 }
@@ -268,7 +269,7 @@ func TestRetryDelayOfHugeBackoffs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	for n := 1; n < 5; n++ {
-		d, ok := g.RetryDelay(ctx, n, time.Time{}, 0)
+		d, ok := guardhook.RetryDelay(g, ctx, n, time.Time{}, 0)
 		assert.GreaterOrEqual(t, d, time.Duration(0), "retry %d", n)
 		_ = ok // an hour is most likely too short, but may not be
 	}

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // WithTimeout gives every call that the Guard runs with [Guard.Do],
 // [Execute] or [Guard.Begin] a deadline d after it was admitted: the call's context is
 // cancelled when d passes, and if the call then returns an error, the
-// caller gets a [*TimeoutError], which matches both ErrTimeout and
-// context.DeadlineExceeded. The Guard's policies count it as the Guard's
+// caller gets an error that matches both ErrTimeout and
+// context.DeadlineExceeded, unwraps to the call's error, and reports
+// Timeout() true. The Guard's policies count it as the Guard's
 // Classifier says (DefaultClassifier: a Failure, so breakers count it), and
 // its fallbacks can catch it by cause ([CauseTimeout]).
 //
@@ -34,31 +37,6 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// TimeoutError is the error of a call that ran past the deadline set by
-// [WithTimeout]. It matches ErrTimeout and context.DeadlineExceeded with
-// errors.Is, and unwraps to the call's own error.
-type TimeoutError struct {
-	// After is the Guard's timeout.
-	After time.Duration
-	// Err is the error the call returned.
-	Err error
-}
-
-// Error says the call timed out and after how long; it does not carry the
-// call's error text.
-func (e *TimeoutError) Error() string { return "sluice: timeout after " + e.After.String() }
-
-// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
-func (e *TimeoutError) Is(target error) bool {
-	return target == ErrTimeout || target == context.DeadlineExceeded
-}
-
-// Unwrap returns the call's own error.
-func (e *TimeoutError) Unwrap() error { return e.Err }
-
-// Timeout reports true, as net.Error does for timeouts.
-func (e *TimeoutError) Timeout() bool { return true }
-
 // callContext returns ctx with the Guard's deadline and its cancel function,
 // or ctx and nil when ctx's own deadline comes no later.
 func (g *Guard) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -69,15 +47,15 @@ func (g *Guard) callContext(ctx context.Context) (context.Context, context.Cance
 	return context.WithDeadlineCause(ctx, own, ErrTimeout)
 }
 
-// timedOut turns err into a *TimeoutError when the Guard's deadline on cctx
+// timedOut turns err into a *timeouterr.Error when the Guard's deadline on cctx
 // passed. cctx carries the Guard's own deadline, the earliest of its chain,
 // so an expiry of cctx is the Guard's.
 func (g *Guard) timedOut(cctx context.Context, err error) error {
-	if te, ok := err.(*TimeoutError); ok && te.After == g.timeout {
+	if te, ok := err.(*timeouterr.Error); ok && te.After == g.timeout {
 		return err // mapped already
 	}
 	if err != nil && cctx.Err() == context.DeadlineExceeded {
-		return &TimeoutError{After: g.timeout, Err: err}
+		return &timeouterr.Error{After: g.timeout, Err: err}
 	}
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // fbWaitCtx is a call that honours its context: it returns ctx's error when
@@ -48,7 +49,7 @@ func TestTimeoutCancelsTheCallAtTheDeadline(t *testing.T) {
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, sluice.CauseTimeout, sluice.CauseOf(err))
 		assert.NotErrorIs(t, err, sluice.ErrRejected)
-		var te *sluice.TimeoutError
+		var te *timeouterr.Error
 		require.ErrorAs(t, err, &te)
 		assert.Equal(t, 100*time.Millisecond, te.After)
 		assert.True(t, te.Timeout())
@@ -74,7 +75,7 @@ func TestTimeoutKeepsAnEarlierCallerDeadline(t *testing.T) {
 		assert.Equal(t, 50*time.Millisecond, time.Since(start))
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, sluice.ErrTimeout, "the expiry is the caller's, not the Guard's")
-		var te *sluice.TimeoutError
+		var te *timeouterr.Error
 		assert.False(t, errors.As(err, &te))
 	})
 }
@@ -217,7 +218,7 @@ func TestCallContextForAdapters(t *testing.T) {
 		_, err = fbWaitCtx(time.Hour)(c.Context())
 		err = c.End(err)
 		assert.ErrorIs(t, err, sluice.ErrTimeout)
-		var te *sluice.TimeoutError
+		var te *timeouterr.Error
 		require.ErrorAs(t, err, &te)
 		assert.Equal(t, 40*time.Millisecond, te.After)
 		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
@@ -252,7 +253,7 @@ func TestWithTimeoutValidates(t *testing.T) {
 }
 
 // A caller's own deadline that comes no later than the Guard's timeout is
-// kept as it is, and an expiry then is the caller's, not a *TimeoutError: the
+// kept as it is, and an expiry then is the caller's, not a *timeouterr.Error: the
 // Guard decides which deadline rules on one reading of the clock, so a
 // caller's deadline that falls between two readings is not taken for its
 // own. Deadlines a few nanoseconds either side of the timeout, many times.
@@ -276,7 +277,7 @@ func TestCallerDeadlineIsNotTheGuardsTimeout(t *testing.T) {
 			return cctx.Err()
 		})
 		cancel()
-		var te *sluice.TimeoutError
+		var te *timeouterr.Error
 		if errors.As(err, &te) && runDL.Equal(callerDL) && !errors.Is(cause, sluice.ErrTimeout) {
 			bad++ // the call ran under the caller's own deadline, which ended it
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // scenario is a dependency's life replayed on a manual clock through a
@@ -91,7 +92,7 @@ func (q *eventQueue) Pop() any {
 
 var (
 	errDependency = errors.New("dependency failed")
-	errDeadline   = &sluice.TimeoutError{After: 100 * time.Millisecond, Err: context.DeadlineExceeded}
+	errDeadline   = &timeouterr.Error{After: 100 * time.Millisecond, Err: context.DeadlineExceeded}
 )
 
 // run plays s against the breakers of the policy newPolicy makes, whose

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // Func answers in place of a call that ended with err. It returns the answer
@@ -132,7 +133,7 @@ func (f *Fallbacks[T]) rule(err error) *Rule[T] {
 	}
 	// A timeout wrapping an inner Guard's rejection is this Guard's timeout,
 	// not a rejection by it.
-	if f.rules[kindRejected].fn != nil && errors.Is(err, sluice.ErrRejected) && !errors.As(err, new(*sluice.TimeoutError)) {
+	if f.rules[kindRejected].fn != nil && errors.Is(err, sluice.ErrRejected) && !errors.As(err, new(*timeouterr.Error)) {
 		return &f.rules[kindRejected]
 	}
 	if f.rules[kindError].fn != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,7 +167,7 @@ func TestEachCauseReachesItsOwnFallback(t *testing.T) {
 func TestMostSpecificRuleWins(t *testing.T) {
 	rl := sluice.Rejection(sluice.Decision{Policy: "rl", Limit: -1, Cause: sluice.ErrRateLimited})
 	co := sluice.Rejection(sluice.Decision{Policy: "br", Limit: -1, Cause: sluice.ErrCircuitOpen})
-	timeout := &sluice.TimeoutError{After: time.Second, Err: context.DeadlineExceeded}
+	timeout := &timeouterr.Error{After: time.Second, Err: context.DeadlineExceeded}
 	name := func(s string) degrade.Func[string] {
 		return func(context.Context, error) (string, error) { return s, nil }
 	}
@@ -313,7 +314,7 @@ func TestTimeoutWhileQueuedInAnInnerGuardIsATimeout(t *testing.T) {
 			assert.Equal(t, sluice.CauseTimeout, events[0].Cause)
 			assert.Empty(t, events[0].Policy, "no policy of the outer Guard rejected")
 		}
-		te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(
+		te := &timeouterr.Error{After: time.Second, Err: sluice.Rejection(
 			sluice.Decision{Policy: "bulkhead", Cause: sluice.ErrConcurrencyLimited})}
 		name, _ := fb.Declared(context.Background(), te)
 		assert.Equal(t, "timeout", name)

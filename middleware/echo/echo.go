@@ -13,6 +13,7 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -245,10 +246,10 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 			}
 			defer cfg.failOnPanic(&call)
 			err = next(c)
-			cerr := err // a *sluice.TimeoutError once the Guard's deadline passed
+			cerr := err // a *timeouterr.Error once the Guard's deadline passed
 			if req != nil {
 				if err != nil && call.Context().Err() == context.DeadlineExceeded {
-					cerr = &sluice.TimeoutError{Err: err}
+					cerr = &timeouterr.Error{Err: err}
 				}
 				// The deadline's context ends with the call: the deny
 				// handler and Echo's error handler answer with the

@@ -8,13 +8,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/middleware"
 )
 
 // UnaryClientInterceptor returns an interceptor (install it with
@@ -90,7 +92,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	if _, retries := rt.Guard.RetryDelay(ctx, 0, time.Time{}, 0); retries {
+	if _, retries := guardhook.RetryDelay(rt.Guard, ctx, 0, time.Time{}, 0); retries {
 		return c.unaryRetried(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
 	}
 	return c.unaryAttempt(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
@@ -138,7 +140,7 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 		if !ok {
 			return err
 		}
-		d, ok := g.RetryDelay(ctx, attempts, began, atLeast)
+		d, ok := guardhook.RetryDelay(g, ctx, attempts, began, atLeast)
 		if !ok {
 			return err
 		}

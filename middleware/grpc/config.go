@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
@@ -177,12 +178,12 @@ func (c *config) clientRoute(method, target string) *routing.Route {
 func (c *config) checkFallbacks(s side) error {
 	guards := append(c.routes.Guards(), c.targets.Guards()...)
 	if c.msgGuard != nil {
-		if fbs := c.msgGuard.Fallbacks(); len(fbs) > 0 {
+		if fbs := guardhook.Fallbacks(c.msgGuard).([]sluice.Fallback); len(fbs) > 0 {
 			return fmt.Errorf("sluicegrpc: WithMessageGuard: the Guard has fallbacks (%T), which cannot answer a message: give it a Guard without fallbacks", fbs[0])
 		}
 	}
 	for _, g := range guards {
-		fbs := g.Fallbacks()
+		fbs := guardhook.Fallbacks(g).([]sluice.Fallback)
 		if len(fbs) == 0 {
 			continue
 		}

@@ -6,12 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/timeouterr"
+	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
 // The metadata keys of the IETF draft RateLimit fields, lower case as gRPC
@@ -154,7 +156,7 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 // endServed ends call, a call this server served whose context, as gRPC
 // gave it to the interceptor, is ctx, with err, the handler's error: past
 // the call's deadline (the Guard's sluice.WithTimeout), err is classified
-// as DeadlineExceeded and returned as the Guard's *sluice.TimeoutError,
+// as DeadlineExceeded and returned as the Guard's *timeouterr.Error,
 // for the fallbacks to see; handlerError answers it with DeadlineExceeded.
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
 	if timedOut(call, ctx, err) {
@@ -166,18 +168,24 @@ func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) er
 
 // callTimeout is the error of a call that ran past its own Guard's deadline
 // (sluice.WithTimeout), as the Guard's call reported it: the fallbacks see
-// it as the Guard's *sluice.TimeoutError, and, when none answers, it is
+// it as the Guard's *timeouterr.Error, and, when none answers, it is
 // answered with DeadlineExceeded. A timeout the handler returns (of a Guard
 // of its own) is no callTimeout, and goes out as it is.
-type callTimeout struct{ *sluice.TimeoutError }
+type callTimeout struct{ te *timeouterr.Error }
 
-// Unwrap returns the Guard's timeout, for errors.As.
-func (e callTimeout) Unwrap() error { return e.TimeoutError }
+// Error is the Guard's timeout's text.
+func (e callTimeout) Error() string { return e.te.Error() }
+
+// Timeout reports true, as the Guard's timeout does.
+func (e callTimeout) Timeout() bool { return true }
+
+// Unwrap returns the Guard's timeout, for errors.Is and errors.As.
+func (e callTimeout) Unwrap() error { return e.te }
 
 // ownTimeout marks err, a call's timeout as its Guard reported it, as a
 // callTimeout.
 func ownTimeout(err error) error {
-	if te, ok := err.(*sluice.TimeoutError); ok {
+	if te, ok := err.(*timeouterr.Error); ok {
 		return callTimeout{te}
 	}
 	return err
@@ -189,7 +197,7 @@ var errTimeoutStatus = status.Error(codes.DeadlineExceeded, "sluice: timeout")
 
 // timedOut reports whether call, begun with ctx, which returned err, ran
 // past its Guard's deadline, as call.Report maps it to a
-// *sluice.TimeoutError: the Guard gave the call a deadline of its own, which
+// *timeouterr.Error: the Guard gave the call a deadline of its own, which
 // has passed, and err is not nil.
 func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
 	if err == nil {
@@ -222,7 +230,7 @@ func (c *config) handlerError(ctx context.Context, req any, method string, rt *r
 		return c.answerUnary(ctx, rt, d, re)
 	}
 	if t, ok := err.(callTimeout); ok {
-		return resp, timeoutStatus(t.TimeoutError)
+		return resp, timeoutStatus(t.te)
 	}
 	return resp, err
 }
@@ -487,7 +495,7 @@ func quotaMetadata(rt *routing.Route, d sluice.Decision, reset time.Duration) me
 // (sluice.WithTimeout) into DeadlineExceeded, the code gRPC gives a deadline
 // that passed; other errors are returned as they are.
 func timeoutStatus(err error) error {
-	var te *sluice.TimeoutError
+	var te *timeouterr.Error
 	if errors.As(err, &te) {
 		return status.Error(codes.DeadlineExceeded, "sluice: timeout after "+te.After.String())
 	}

@@ -8,13 +8,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
 // errorDomain is the domain of the errdetails.ErrorInfo that every sluice
@@ -255,14 +257,14 @@ func rejectionError(err error) error {
 // rejectionIn returns the sluice rejection that err is or wraps: one of the
 // interceptors' own (r, with its Guard's rejection rej and its Decision d),
 // or a Guard's (rej and d alone). It returns none when a
-// *sluice.TimeoutError wraps the rejection: a Guard's timeout wrapping an
+// *timeouterr.Error wraps the rejection: a Guard's timeout wrapping an
 // inner Guard's rejection is a timeout.
 func rejectionIn(err error) (r *rejection, d sluice.Decision, rej error) {
 	for err != nil {
 		switch e := err.(type) {
 		case *rejection:
 			return e, e.d, e.rej
-		case *sluice.TimeoutError:
+		case *timeouterr.Error:
 			return nil, sluice.Decision{}, nil
 		}
 		if isGuardRejection(err) {

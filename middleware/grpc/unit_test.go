@@ -9,9 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/breaker"
-	"github.com/sluice-go/sluice/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -23,6 +20,11 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/timeouterr"
+	"github.com/sluice-go/sluice/middleware"
 )
 
 func TestClassify(t *testing.T) {
@@ -351,7 +353,7 @@ func TestRejectionOfNegativeRetryDelayIsNone(t *testing.T) {
 
 // A Guard's timeout is a failure even when the call answered its deadline
 // with context.Canceled, or ran out while an inner Guard made it wait and
-// then rejected it: Classify counts a *sluice.TimeoutError as the Guard's
+// then rejected it: Classify counts a *timeouterr.Error as the Guard's
 // own classifier does, before the cancellation and the rejection it wraps.
 func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 	inner := sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})
@@ -360,9 +362,9 @@ func TestClassifyTimeoutsAsTheGuardDoes(t *testing.T) {
 		err  error
 		want sluice.Outcome
 	}{
-		{"timeout answered with Canceled", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}, sluice.Failure},
-		{"timeout wrapping an inner rejection", &sluice.TimeoutError{After: time.Second, Err: inner}, sluice.Failure},
-		{"wrapped timeout", fmt.Errorf("query: %w", &sluice.TimeoutError{After: time.Second, Err: context.Canceled}), sluice.Failure},
+		{"timeout answered with Canceled", &timeouterr.Error{After: time.Second, Err: context.Canceled}, sluice.Failure},
+		{"timeout wrapping an inner rejection", &timeouterr.Error{After: time.Second, Err: inner}, sluice.Failure},
+		{"wrapped timeout", fmt.Errorf("query: %w", &timeouterr.Error{After: time.Second, Err: context.Canceled}), sluice.Failure},
 		{"a policy's rejection with ErrTimeout", sluice.Rejection(sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}), sluice.Ignored},
 		{"own rejection with ErrTimeout", newRejection(nil, sluice.Decision{Policy: "p", Limit: -1, Cause: sluice.ErrTimeout}), sluice.Ignored},
 	} {
@@ -402,7 +404,7 @@ func TestErrorOfWrappedRejectionsAndTimeouts(t *testing.T) {
 	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 
-	te := &sluice.TimeoutError{After: time.Second, Err: sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})}
+	te := &timeouterr.Error{After: time.Second, Err: sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})}
 	assert.Same(t, te, rejectionError(te), "a timeout was turned into a rejection")
 	_, ok := RejectionOf(rejectionError(te))
 	assert.False(t, ok)

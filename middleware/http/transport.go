@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 )
 
@@ -447,7 +448,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					o = t.cfg.classify(nil, err)
 				}
 				if o == sluice.Failure && req.Context().Err() == nil {
-					if d, ok := g.RetryDelay(req.Context(), attempts, began, 0); ok {
+					if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {
 						call.Report(o, err)
 						if req, err = t.again(req, d); err != nil {
 							return nil, err
@@ -490,7 +491,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		// The peer's Retry-After is the least delay; one past the Retry's
 		// MaxBackoff ends the retries.
 		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), time.Hour)
-		d, ok := g.RetryDelay(req.Context(), attempts, began, atLeast)
+		d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, atLeast)
 		if !ok {
 			break
 		}

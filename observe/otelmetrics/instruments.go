@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/guardhook"
 )
 
 // instrument is one of sluice's metrics.
@@ -255,7 +256,7 @@ func (w *watch) collect(b *builder) {
 			b.int(shedding, shed, pw.plain, w.start)
 		}
 	}
-	if _, retries := w.g.RetryDelay(context.Background(), 0, time.Time{}, 0); retries {
+	if _, retries := guardhook.RetryDelay(w.g, context.Background(), 0, time.Time{}, 0); retries {
 		set := attribute.NewSet(w.guard)
 		b.int(rtAttempts, int64(s.Attempts), set, w.start)
 		b.int(rtRetries, int64(s.Retries), set, w.start)

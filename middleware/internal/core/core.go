@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/stale"
@@ -91,7 +92,7 @@ func (c *Config) Build() error {
 		return err
 	}
 	for _, g := range c.Routes.Guards() {
-		fbs := g.Fallbacks()
+		fbs := guardhook.Fallbacks(g).([]sluice.Fallback)
 		if len(fbs) == 0 {
 			continue
 		}
@@ -187,7 +188,7 @@ func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key string, n
 		return false
 	}
 	ctx := fallbackContext(info, r, route, key, now)
-	for _, f := range g.Fallbacks() {
+	for _, f := range guardhook.Fallbacks(g).([]sluice.Fallback) {
 		if _, ok := f.Declared(ctx, err); ok {
 			return true
 		}
