@@ -7,12 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/middleware/internal/routing"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // NewRoutes builds the table the adapters read, and refuses what would
 // otherwise be a route that silently never matches.
 func TestNewRoutes(t *testing.T) {
-	g := mustGuard(t)
+	g := testpolicy.MustGuard(t)
 	rs, err := NewRoutes(DefaultRoute(g), RouteTo("GET /items/{id}", g), RouteTo("GET /files/{path...}", nil), RouteTo("/pkg.Svc/Method", g), RouteTo("/echo/:id", g))
 	require.NoError(t, err)
 	tbl := routing.TableOf(rs)
@@ -38,7 +39,7 @@ func TestNewRoutes(t *testing.T) {
 
 // closing is a policy that counts its Close calls.
 type closing struct {
-	windowed
+	testpolicy.Admitter
 	n *int
 }
 
@@ -47,8 +48,8 @@ func (c closing) Close() error { *c.n++; return nil }
 // Close closes each Guard of the table once, the default's too.
 func TestRoutesClose(t *testing.T) {
 	var na, nb int
-	a := mustGuard(t, closing{windowed{name: "a"}, &na})
-	b := mustGuard(t, closing{windowed{name: "b"}, &nb})
+	a := testpolicy.MustGuard(t, closing{testpolicy.Admitter{N: "a"}, &na})
+	b := testpolicy.MustGuard(t, closing{testpolicy.Admitter{N: "b"}, &nb})
 	rs, err := NewRoutes(DefaultRoute(a), RouteTo("/a", a), RouteTo("/b", b), RouteTo("/none", nil))
 	require.NoError(t, err)
 	require.NoError(t, rs.Close())

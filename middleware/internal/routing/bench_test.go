@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // BenchmarkAdmitted measures the fields of an admitted request's Decision.
@@ -13,7 +14,7 @@ import (
 // every response has a new r, so each makes its value in a slab.
 func BenchmarkAdmitted(b *testing.B) {
 	d := sluice.Decision{Allowed: true, Policy: "ratelimit/api", Limit: 1000, Remaining: 999, Reset: time.Second}
-	g, err := sluice.New(sluice.With(windowed{name: d.Policy, w: time.Second}))
+	g, err := sluice.New(sluice.With(testpolicy.Window(d.Policy, time.Second)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // sfName is name as appendSFString writes it, unquoted: printable ASCII
@@ -73,7 +74,7 @@ func FuzzRenderedFieldsParseBack(f *testing.F) {
 		if name == "" {
 			return
 		}
-		g, err := sluice.New(sluice.With(windowed{name: name, w: time.Duration(window)}))
+		g, err := sluice.New(sluice.With(testpolicy.Window(name, time.Duration(window))))
 		if err != nil {
 			t.Fatal(err)
 		}

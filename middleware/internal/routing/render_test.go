@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 func TestRejectedFieldsPerCause(t *testing.T) {
@@ -47,7 +48,7 @@ func TestRejectedFieldsPerCause(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rt := newRoute("GET /x", mustGuard(t, windowed{name: "ratelimit/per-ip", w: time.Minute}))
+			rt := newRoute("GET /x", testpolicy.MustGuard(t, testpolicy.Window("ratelimit/per-ip", time.Minute)))
 			h := map[string][]string{}
 			var r Renderer
 			status := r.Rejected(h, rt, tt.d)
@@ -106,7 +107,7 @@ func TestAdmittedFields(t *testing.T) {
 
 func TestAdmittedFieldsAllocateNothingPerResponse(t *testing.T) {
 	d := sluice.Decision{Allowed: true, Policy: "ratelimit/token-bucket", Limit: 1000, Remaining: 999, Reset: time.Second}
-	rt := newRoute("", mustGuard(t, windowed{name: d.Policy, w: time.Second}))
+	rt := newRoute("", testpolicy.MustGuard(t, testpolicy.Window(d.Policy, time.Second)))
 	h := map[string][]string{FieldRateLimit: nil, FieldRateLimitPolicy: nil}
 	for _, r := range []Renderer{{}, {Legacy: true}} {
 		allocs := testing.AllocsPerRun(200, func() { r.Admitted(h, rt, d) })
@@ -127,7 +128,7 @@ func TestAdmittedFieldsAllocateNothingPerResponse(t *testing.T) {
 }
 
 func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
-	rt := newRoute("", mustGuard(t, windowed{name: "a", w: time.Second}, windowed{name: "b", w: time.Second}))
+	rt := newRoute("", testpolicy.MustGuard(t, testpolicy.Window("a", time.Second), testpolicy.Window("b", time.Second)))
 	da := sluice.Decision{Allowed: true, Policy: "a", Limit: 10, Remaining: 9, Reset: time.Second}
 	db := sluice.Decision{Allowed: true, Policy: "b", Limit: 20, Remaining: 19, Reset: 2 * time.Second}
 	var r Renderer
@@ -258,7 +259,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 }
 
 func TestFieldValuesOutliveTheirSlab(t *testing.T) {
-	rt := newRoute("", mustGuard(t, windowed{name: "ratelimit/api", w: time.Second}))
+	rt := newRoute("", testpolicy.MustGuard(t, testpolicy.Window("ratelimit/api", time.Second)))
 	long := sluice.Decision{Allowed: true, Policy: strings.Repeat("p", 300), Limit: 9, Remaining: 8}
 	type kept struct {
 		h    map[string][]string

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // FuzzRoutesMatch builds tables of any patterns, some mapped to nil, with
@@ -18,11 +19,11 @@ func FuzzRoutesMatch(f *testing.F) {
 	f.Add("\n/x", "", uint8(2), true)
 	f.Add("GET /x\nget /x", "GET /x ", uint8(3), false)
 	f.Fuzz(func(t *testing.T, list, query string, nilMask uint8, withDefault bool) {
-		g, err := sluice.New(sluice.With(windowed{name: "p", w: time.Second}))
+		g, err := sluice.New(sluice.With(testpolicy.Window("p", time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		def, err := sluice.New(sluice.With(windowed{name: "d"}))
+		def, err := sluice.New(sluice.With(testpolicy.Window("d", 0)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 func TestRoutes(t *testing.T) {
-	def := mustGuard(t)
-	items := mustGuard(t, windowed{name: "ratelimit/items", w: 90 * time.Second})
+	def := testpolicy.MustGuard(t)
+	items := testpolicy.MustGuard(t, testpolicy.Window("ratelimit/items", 90*time.Second))
 	rs, err := NewRoutes(DefaultRoute(def), RouteTo("GET /items", items), RouteTo("GET /healthz", nil))
 	require.NoError(t, err)
 	assert.True(t, rs.NeedsPattern())
@@ -49,7 +51,7 @@ func TestRoutes(t *testing.T) {
 
 // MatchMethod finds "METHOD path" entries first, without allocating.
 func TestMatchMethod(t *testing.T) {
-	g := mustGuard(t)
+	g := testpolicy.MustGuard(t)
 	rs, err := NewRoutes(RouteTo("POST /cart", g), RouteTo("/cart", g), RouteTo("DELETE /cart", nil), DefaultRoute(g))
 	require.NoError(t, err)
 	assert.Equal(t, "POST /cart", rs.MatchMethod("POST", "/cart").Pattern)
@@ -66,7 +68,7 @@ func TestMatchMethod(t *testing.T) {
 // A HEAD request matches the "GET path" entry when the table has no
 // "HEAD path" one, as net/http's patterns match it.
 func TestMatchMethodHeadFindsTheGetEntry(t *testing.T) {
-	g := mustGuard(t)
+	g := testpolicy.MustGuard(t)
 	rs, err := NewRoutes(RouteTo("GET /items", g), RouteTo("HEAD /own", g), RouteTo("GET /own", g))
 	require.NoError(t, err)
 	assert.Equal(t, "GET /items", rs.MatchMethod("HEAD", "/items").Pattern)

@@ -1,14 +1,18 @@
-// Package testpolicy holds the small policies the adapters' tests guard
-// their handlers with: one that rejects with a fixed Decision, one that
-// admits everything and counts the outcomes it hears of, a wrapper that
-// gives a policy a window, and one that ends a context's deadline as it
-// admits, as a policy that made the request wait until then.
+// Package testpolicy holds the small policies the middleware packages'
+// tests guard their handlers with: one that rejects with a fixed Decision,
+// one that admits everything, one that also counts the outcomes it hears
+// of, a wrapper that gives a policy a window, and one that ends a context's
+// deadline as it admits, as a policy that made the request wait until then;
+// and MustGuard, which chains them.
 package testpolicy
 
 import (
 	"context"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/policywindow"
@@ -89,6 +93,36 @@ func init() {
 		}
 		return 0
 	})
+}
+
+// Admitter admits every request and ignores its outcome.
+type Admitter struct{ N string }
+
+// Name returns N.
+func (p Admitter) Name() string { return p.N }
+
+// Admit admits, with no quota to report.
+func (Admitter) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Limit: -1}
+}
+
+// Done does nothing.
+func (Admitter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// Needs needs nothing.
+func (Admitter) Needs() sluice.Needs { return 0 }
+
+// Window returns an Admitter named name with the window w (0: none).
+func Window(name string, w time.Duration) Windowed {
+	return Windowed{Policy: Admitter{N: name}, W: w}
+}
+
+// MustGuard returns a Guard of the chain ps, failing t if New fails.
+func MustGuard(t testing.TB, ps ...sluice.Policy) *sluice.Guard {
+	t.Helper()
+	g, err := sluice.New(sluice.With(ps...))
+	require.NoError(t, err)
+	return g
 }
 
 // EndingContext is a context whose deadline passes when End is called.
