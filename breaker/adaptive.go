@@ -59,12 +59,6 @@ func NewAdaptive(name string, opts ...Option) (*Adaptive, error) {
 // Name returns "breaker/" followed by the name given to NewAdaptive.
 func (a *Adaptive) Name() string { return a.name }
 
-// RejectProbability returns the probability with which a request arriving at
-// instant now would be rejected.
-func (a *Adaptive) RejectProbability(now time.Duration) float64 {
-	return a.probability(a.cfg.Load(), a.win.Load().readAt(now))
-}
-
 func (a *Adaptive) probability(c *config, t tally) float64 {
 	if t.total < c.minThrottle || t.total <= 0 {
 		return 0

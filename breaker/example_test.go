@@ -121,13 +121,15 @@ func ExampleNewAdaptive() {
 		}
 		a.Done(t, o, 0, 0)
 	}
-	fmt.Printf("p = %.3f\n", a.RejectProbability(0)) // (10 − 2·2)/(10+1)
-	draw = 0.3
-	d, _ := admit(a, ctx, 0)
-	fmt.Println(d.Allowed, d.Cause)
+	// 10 requests, 2 accepted: a share (10 − 2·2)/(10+1) ≈ 0.545 is
+	// rejected, the requests whose draw falls below it.
+	for _, draw = range []float64{0.6, 0.3} {
+		d, _ := admit(a, ctx, 0)
+		fmt.Println(draw, d.Allowed, d.Cause)
+	}
 	// Output:
-	// p = 0.545
-	// false sluice: circuit open
+	// 0.6 true <nil>
+	// 0.3 false sluice: circuit open
 }
 
 // A Group keeps one breaker per resource.

@@ -49,3 +49,9 @@ func (a *Adaptive) Requests(now time.Duration) (requests, accepts int64) {
 	t := a.win.Load().readAt(now)
 	return max(t.total, 0), max(t.lo, 0)
 }
+
+// RejectProbability returns the probability with which a request arriving
+// at instant now would be rejected.
+func (a *Adaptive) RejectProbability(now time.Duration) float64 {
+	return a.probability(a.cfg.Load(), a.win.Load().readAt(now))
+}

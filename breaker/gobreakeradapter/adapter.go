@@ -16,9 +16,9 @@ import (
 // Released outcome; New excludes it from gobreaker's counts.
 var errExcluded = errors.New("gobreakeradapter: outcome not counted")
 
-// ErrFailure is the error the Policy hands gobreaker for a Failure outcome.
+// errFailure is the error the Policy hands gobreaker for a Failure outcome.
 // gobreaker's default IsSuccessful counts it as a failure.
-var ErrFailure = errors.New("gobreakeradapter: call failed")
+var errFailure = errors.New("gobreakeradapter: call failed")
 
 // Policy is a sluice.Policy backed by a gobreaker.TwoStepCircuitBreaker. Its
 // rejections match sluice.ErrCircuitOpen, for gobreaker's ErrOpenState and
@@ -42,7 +42,10 @@ type Policy struct {
 // chains st.OnStateChange so
 // the Policy learns when the breaker opens (for RetryAfter) and reports its
 // state changes to Subscribe's listeners, outside gobreaker's lock. A
-// Timeout of 0 means gobreaker's default of 60s.
+// Timeout of 0 means gobreaker's default of 60s. The Guard's Classifier
+// decides what failed: gobreaker's IsSuccessful sees a failed call as an
+// error of the Policy's own, never the call's, and the default
+// IsSuccessful (nil is success) is the one to keep.
 func New(st gobreaker.Settings) (*Policy, error) {
 	if st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0 {
 		return nil, errors.New("gobreakeradapter: New: negative Timeout, Interval or BucketPeriod")
@@ -140,8 +143,8 @@ func (p *Policy) retryAfter(err error) time.Duration {
 func (p *Policy) Needs() sluice.Needs { return 0 }
 
 // Done reports the outcome to gobreaker: Success as a nil error, Failure as
-// ErrFailure, Ignored and Released as an error that New excluded. It is the sluice.Policy
-// method.
+// an error of the Policy's, Ignored and Released as an error that New
+// excluded. It is the sluice.Policy method.
 func (p *Policy) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	p.mu.Lock()
 	done := p.pending[t]
@@ -154,7 +157,7 @@ func (p *Policy) Done(t sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
 	case sluice.Success:
 		done(nil)
 	case sluice.Failure:
-		done(ErrFailure)
+		done(errFailure)
 	default:
 		done(errExcluded)
 	}
