@@ -380,17 +380,10 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err e
 		}
 	}
 	if cfg.deny != nil {
-		c.SetRequest(c.Request().WithContext(core.WithRejection(c.Request().Context(), d)))
 		return cfg.deny(c, d)
 	}
 	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d)
 	return nil
-}
-
-// RejectionFrom returns the Decision that rejected the request, for
-// fallbacks and deny handlers, and false when it was not rejected.
-func RejectionFrom(c echo.Context) (sluice.Decision, bool) {
-	return core.RejectionFrom(c.Request().Context())
 }
 
 // captureWriter keeps the body of a GET response for the stale caches of

@@ -26,7 +26,6 @@ import (
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
-	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/scenario"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
@@ -271,15 +270,16 @@ func TestRoutesByPathAndPassThrough(t *testing.T) {
 func TestDenyHandlerAndMissingKey(t *testing.T) {
 	g := newGuard(t, testpolicy.Rejecter{D: sluice.Decision{Policy: "p", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}})
 	e := echo.New()
+	var seen sluice.Decision
 	e.Use(mw(t, WithGuard(g), WithDenyHandler(func(c echo.Context, d sluice.Decision) error {
-		got, ok := RejectionFrom(c)
-		require.True(t, ok)
-		assert.Equal(t, d, got)
+		seen = d
 		return c.String(http.StatusTeapot, "later")
 	})))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(200) })
 	rec := do(e, http.MethodGet, "/")
 	assert.Equal(t, http.StatusTeapot, rec.Code)
+	assert.Equal(t, "p", seen.Policy)
+	assert.ErrorIs(t, seen.Cause, sluice.ErrOverloaded)
 
 	k, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByCookie("session"))
 	require.NoError(t, err)
@@ -821,9 +821,9 @@ func TestFallbackByRouteAndCause(t *testing.T) {
 	var seen sluice.Decision
 	byRoute, err := degrade.NewRoutes(map[string]*degrade.Fallbacks[http.Handler]{
 		"/a": fbs(degrade.OnRateLimited(answering("a-limited"))),
-		"POST /cart": fbs(degrade.OnRateLimited[http.Handler](func(ctx context.Context, _ error) (http.Handler, error) {
+		"POST /cart": fbs(degrade.OnRateLimited[http.Handler](func(ctx context.Context, err error) (http.Handler, error) {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				seen, _ = core.RejectionFrom(r.Context())
+				seen, _ = sluice.RejectionOf(err)
 				_, _ = io.WriteString(w, "cart")
 			}), nil
 		})),

@@ -141,9 +141,9 @@ func TestGuardFallbacksAnswerByCause(t *testing.T) {
 	cache := newStale(t, 8)
 	var seen sluice.Decision
 	g := guardWith(t, clock, sw, cache, fallbacks(t,
-		degrade.OnCircuitOpen[http.Handler](func(context.Context, error) (http.Handler, error) {
+		degrade.OnCircuitOpen[http.Handler](func(_ context.Context, err error) (http.Handler, error) {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				seen, _ = RejectionFrom(r)
+				seen, _ = sluice.RejectionOf(err)
 				w.WriteHeader(http.StatusAccepted)
 				_, _ = io.WriteString(w, "degraded")
 			}), nil

@@ -318,12 +318,6 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	fb.ServeHTTP(rw.w, fr)
 }
 
-// RejectionFrom returns the Decision that rejected r, for fallback and deny
-// handlers, and false when r was not rejected.
-func RejectionFrom(r *http.Request) (sluice.Decision, bool) {
-	return core.RejectionFrom(r.Context())
-}
-
 // Reject answers r, in a handler behind Middleware, as the middleware
 // answers its own rejections, for a sluice rejection err that a call the
 // handler made met: a Transport's breaker open for the dependency, a Guard
@@ -366,7 +360,7 @@ func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.R
 		return
 	}
 	if h.deny != nil {
-		h.deny(w, r.WithContext(core.WithRejection(r.Context(), d)), d)
+		h.deny(w, r, d)
 		return
 	}
 	h.WriteRejection(w, r.Method, rt, d)

@@ -161,18 +161,14 @@ func (c *Config) Context(ctx context.Context, q middleware.Request, route string
 
 // Fallback returns the handler of g's fallback for err, the rejection with
 // Decision d of r (route, key; now on g's clock), or the failure of its
-// admitted call (d then has no Cause), with the request to serve it: its
-// context carries a rejection's Decision (RejectionFrom). It returns a nil
-// handler when no fallback serves.
+// admitted call (d then has no Cause), with the request to serve it. It
+// returns a nil handler when no fallback serves.
 func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error, d sluice.Decision) (http.Handler, *http.Request) {
 	info := c.GuardOf(g)
 	if info == nil {
 		return nil, nil
 	}
 	ctx := fallbackContext(info, r, route, key, now)
-	if d.Cause != nil {
-		ctx = WithRejection(ctx, d)
-	}
 	h, ferr := sluice.FallbackValue[http.Handler](ctx, g, err)
 	if ferr != nil || h == nil {
 		return nil, nil
@@ -231,19 +227,6 @@ func (info *Guard) Keep(r *http.Request, route, key string, now time.Duration, h
 	for _, s := range info.Stale {
 		s.Store(q, header, body)
 	}
-}
-
-type rejectionKey struct{}
-
-// WithRejection returns ctx carrying the Decision of a rejection.
-func WithRejection(ctx context.Context, d sluice.Decision) context.Context {
-	return context.WithValue(ctx, rejectionKey{}, d)
-}
-
-// RejectionFrom returns the Decision of the rejection in ctx.
-func RejectionFrom(ctx context.Context) (sluice.Decision, bool) {
-	d, ok := ctx.Value(rejectionKey{}).(sluice.Decision)
-	return d, ok
 }
 
 // WriteRejection answers a rejection d on route rt with the problem
