@@ -2,11 +2,9 @@ package middleware
 
 import "github.com/sluice-go/sluice"
 
-// StatusClassifier decides what an HTTP response status says about the
-// health of the handler or dependency that produced it.
-type StatusClassifier func(status int) sluice.Outcome
-
-// ClassifyHTTPStatus is the default StatusClassifier: 5xx is a Failure; 1xx,
+// ClassifyHTTPStatus is the default of the adapters' WithClassifier, which
+// decides what an HTTP response status says about the health of the handler
+// or dependency that produced it: 5xx is a Failure; 1xx,
 // 2xx and 3xx are a Success; 4xx and anything else is Ignored (the client's
 // fault says nothing about the server's health). 0, a handler that wrote
 // nothing, is taken as 200.

@@ -202,12 +202,10 @@ func (k *Keyer) keyContext(ctx context.Context, r Request) (context.Context, err
 	return sluice.WithKey(ctx, key), nil
 }
 
-// Skipper reports whether a request bypasses the guard entirely (health
-// checks, metrics). A nil Skipper skips nothing.
-type Skipper func(r Request) bool
-
-// SkipRoutes returns a Skipper for requests whose route is one of routes.
-func SkipRoutes(routes ...string) Skipper {
+// SkipRoutes returns a skipper for the gRPC interceptors' WithSkipper: it
+// reports true, the request bypasses the guard entirely, for requests whose
+// route is one of routes (health checks, metrics).
+func SkipRoutes(routes ...string) func(r Request) bool {
 	set := make(map[string]struct{}, len(routes))
 	for _, r := range routes {
 		set[r] = struct{}{}

@@ -127,7 +127,7 @@ func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 // WithClassifier decides from the final status what a response says about
 // the handler's health. Default: middleware.ClassifyHTTPStatus (5xx Failure,
 // 4xx Ignored).
-func WithClassifier(fn middleware.StatusClassifier) Option {
+func WithClassifier(fn func(status int) sluice.Outcome) Option {
 	return func(c *config) {
 		if fn == nil {
 			c.Errorf("WithClassifier: nil classifier")

@@ -19,7 +19,7 @@ type config struct {
 	methods    map[string]struct{} // the methods WithMethodGuard names
 	targets    *routing.Routes
 	keyer      *middleware.Keyer
-	skip       middleware.Skipper
+	skip       func(middleware.Request) bool
 	classify   sluice.Classifier
 	quotaMD    bool
 	msgGuard   *sluice.Guard

@@ -29,7 +29,7 @@ type options struct {
 	table      *routing.Routes
 	targets    []routing.RoutesOption
 	keyer      *middleware.Keyer
-	skip       middleware.Skipper
+	skip       func(middleware.Request) bool
 	classify   sluice.Classifier
 	quotaMD    bool
 	noPushback bool
@@ -174,8 +174,9 @@ func WithKeyer(k *middleware.Keyer) Option {
 // WithSkipper lets the calls for which s reports true bypass the guard
 // (health checks, reflection). The request s sees has the full method as its
 // Route, the peer's address as its RemoteAddr and the incoming metadata as
-// its headers. Default: none skipped.
-func WithSkipper(s middleware.Skipper) Option {
+// its headers; middleware.SkipRoutes skips a list of methods. Default: none
+// skipped.
+func WithSkipper(s func(middleware.Request) bool) Option {
 	return func(o *options) {
 		o.once("WithSkipper")
 		if s == nil {

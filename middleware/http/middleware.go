@@ -103,7 +103,7 @@ func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.De
 // WithClassifier decides from a response's status what it says about the
 // handler's health. Default: middleware.ClassifyHTTPStatus (5xx Failure, 4xx
 // Ignored).
-func WithClassifier(fn middleware.StatusClassifier) Option {
+func WithClassifier(fn func(status int) sluice.Outcome) Option {
 	return func(c *config) {
 		if fn == nil {
 			c.Errorf("WithClassifier: nil classifier")

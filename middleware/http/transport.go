@@ -19,20 +19,6 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 )
 
-// GuardFactory returns the Guard for the calls to one host ("api.example.com:443"
-// as the request's URL gives it). A nil Guard lets the host's calls through
-// unguarded; an error fails the call without sending it (the next call asks
-// again). A panic goes on up the call that ran the factory and fails the
-// calls that were waiting for the host's Guard; the next call asks again.
-//
-// The Transport calls it once per host it keeps and owns what it returns: it
-// closes a host's Guard when it drops the host (past WithMaxHosts, once no
-// call of the host is in flight) and on Close. So return a new Guard on
-// every call, never one shared with other code; policies meant to span
-// hosts (a process-wide limiter) can be shared inside the new Guards as long
-// as they have no Close of their own.
-type GuardFactory func(host string) (*sluice.Guard, error)
-
 // TransportOption configures Transport.
 type TransportOption func(*transportConfig) error
 
@@ -105,7 +91,7 @@ func WithMaxRetryAfter(d time.Duration) TransportOption {
 // Guard. Build it with Transport.
 type RoundTripper struct {
 	next    http.RoundTripper
-	factory GuardFactory
+	factory func(host string) (*sluice.Guard, error)
 	cfg     transportConfig
 
 	mu      sync.Mutex
@@ -142,8 +128,20 @@ type hostGuard struct {
 // Transport returns a RoundTripper that guards the calls next makes, per
 // host, with the Guards guards returns (made once per host and kept).
 //
+// guards returns the Guard for the calls to one host ("api.example.com:443"
+// as the request's URL gives it). A nil Guard lets the host's calls through
+// unguarded; an error fails the call without sending it (the next call asks
+// again). A panic goes on up the call that ran guards and fails the calls
+// that were waiting for the host's Guard; the next call asks again. The
+// Transport calls guards once per host it keeps and owns what it returns:
+// it closes a host's Guard when it drops the host (past WithMaxHosts, once
+// no call of the host is in flight) and on Close. So return a new Guard on
+// every call, never one shared with other code; policies meant to span
+// hosts (a process-wide limiter) can be shared inside the new Guards as long
+// as they have no Close of their own.
+//
 // A call its host's Guard rejects is not sent: RoundTrip returns the
-// *sluice.RejectedError (and closes the request's body, as the RoundTripper
+// rejection, matching sluice.ErrRejected (and closes the request's body, as the RoundTripper
 // contract asks). A call that is sent is classified by its response's status
 // (5xx a failure, 4xx ignored) when the caller closes the response's body or
 // reads it to the end, so that a concurrency limit counts the call until then.
@@ -162,9 +160,9 @@ type hostGuard struct {
 // DELETE, or a request with an Idempotency-Key header, whose body, if any,
 // GetBody gives again (http.NewRequest sets it for in-memory bodies). The
 // caller gets the last attempt's answer.
-func Transport(next http.RoundTripper, guards GuardFactory, opts ...TransportOption) (*RoundTripper, error) {
+func Transport(next http.RoundTripper, guards func(host string) (*sluice.Guard, error), opts ...TransportOption) (*RoundTripper, error) {
 	if guards == nil {
-		return nil, errors.New("sluicehttp: Transport: nil GuardFactory")
+		return nil, errors.New("sluicehttp: Transport: nil guards function")
 	}
 	if next == nil {
 		next = http.DefaultTransport
@@ -271,8 +269,8 @@ func (t *RoundTripper) evictLocked() []*sluice.Guard {
 }
 
 // errFactoryPanicked fails the calls that waited for a Guard whose
-// GuardFactory panicked; the next call asks the factory again.
-var errFactoryPanicked = errors.New("the GuardFactory panicked")
+// guards function panicked; the next call asks it again.
+var errFactoryPanicked = errors.New("the guards function panicked")
 
 // makeGuard runs the factory for host and resolves p with its result: the
 // host's entry, holding a call for the caller and for each call waiting on
@@ -309,7 +307,7 @@ func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
 // names hosts; by default the request URL's host, port included), to look
 // at its state or force its breaker, and false while the RoundTripper keeps
 // none for host: before its first call, after it was dropped (WithMaxHosts,
-// Close, which close it), or when the GuardFactory gave it none.
+// Close, which close it), or when the guards function gave it none.
 func (t *RoundTripper) Guard(host string) (*sluice.Guard, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -358,7 +356,7 @@ func closeRequestBody(req *http.Request) {
 }
 
 // RoundTrip sends req through its host's Guard. A call that waits for its
-// host's Guard to be made (by another call's GuardFactory) ends with its
+// host's Guard to be made (by another call's guards function) ends with its
 // context: it returns the context's error, after closing the request's body.
 // So does a call whose context has already ended (a handler's inherited
 // deadline that passed): it is never sent, asks no Guard and counts for

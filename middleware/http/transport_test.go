@@ -356,7 +356,7 @@ func TestTransportDropsEveryIdleHostOnce(t *testing.T) {
 }
 
 // A call waiting for its host's Guard, while another call runs a slow
-// GuardFactory, ends with its own context: it returns the context's error
+// guards function, ends with its own context: it returns the context's error
 // and closes its request's body. It holds nothing of the host afterwards.
 func TestTransportCallWaitingForItsGuardEndsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -588,7 +588,7 @@ func TestTransportMakesEachHostsGuardOnce(t *testing.T) {
 	assert.Equal(t, 1, rt.Hosts())
 }
 
-// A GuardFactory that panics does not wedge its host: the calls that waited
+// A guards function that panics does not wedge its host: the calls that waited
 // for its Guard fail, the panic goes on up the call that ran it, and the
 // next call asks the factory again.
 func TestTransportFactoryPanicFailsOnlyItsCalls(t *testing.T) {
@@ -628,7 +628,7 @@ func TestTransportFactoryPanicFailsOnlyItsCalls(t *testing.T) {
 		for range waiters {
 			err := <-errs
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), `sluicehttp: guard for host "a.test": the GuardFactory panicked`)
+			assert.Contains(t, err.Error(), `sluicehttp: guard for host "a.test": the guards function panicked`)
 		}
 		assert.Zero(t, rt.Hosts())
 		require.NoError(t, call(), "the next call asks the factory again")
@@ -897,7 +897,7 @@ type byHost map[string]http.RoundTripper
 func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) { return b[r.URL.Host].RoundTrip(r) }
 
 // A call whose context ends while it makes its host's Guard (a slow
-// GuardFactory) is not sent either, and counts for nothing: counted, it was
+// guards function) is not sent either, and counts for nothing: counted, it was
 // a failure of a host that never heard of it, and opened its breaker.
 func TestTransportCallWhoseContextEndsWhileItsGuardIsMadeIsNotCounted(t *testing.T) {
 	clock := sluice.NewManualClock(0)

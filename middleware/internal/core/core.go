@@ -24,7 +24,7 @@ import (
 type Config struct {
 	Routes    *routing.Routes
 	Keyer     *middleware.Keyer
-	Classify  middleware.StatusClassifier
+	Classify  func(status int) sluice.Outcome
 	Render    routing.Renderer
 	Resources bool // put the route in the context as the resource
 
