@@ -69,7 +69,7 @@ type FallbackEvent struct {
 // it on to the next. When none answers, the caller gets the error as it is;
 // but when a fallback of another type declares an answer for it, that is a
 // mistake in the Guard's declaration, reported as an error rather than
-// skipped ([FallbackValue]). Adapters refuse, when they are built, a Guard
+// skipped. Adapters refuse, when they are built, a Guard
 // with fallbacks they cannot answer with. Panics of the call, and panics of a
 // fallback, go on up the stack.
 func WithFallback(fbs ...Fallback) Option {
@@ -124,57 +124,75 @@ func (g *Guard) fallbackList() []Fallback {
 	return append([]Fallback(nil), g.fallbacks...)
 }
 
-// FallbackValue is the fallback layer of [Execute] for an error err of a
-// call of g, for adapters that answer with a T: the first of g's fallbacks
-// of type T ([FallbackOf]) that declares an answer for err gives it. It
-// returns that answer and nil when the fallback serves, and the zero T with
-// an error otherwise: the fallback's, when it declines; err itself when no
-// fallback declares an answer. When none of type T declares one but a
-// fallback of another type does, the error says so and wraps err. A nil g or
-// err returns the zero T and err.
-func FallbackValue[T any](ctx context.Context, g *Guard, err error) (T, error) {
-	var zero T
-	return fallbackValue(ctx, g, zero, err)
-}
-
-// fallbackValue is FallbackValue; v is the call's own value, returned with
-// the error when no fallback serves.
+// fallbackValue is the fallback layer of [Execute] for an error err of a
+// call of g that returned v: the first of g's fallbacks of type T
+// ([FallbackOf]) that declares an answer for err gives it. It returns that
+// answer and nil when the fallback serves, and v with an error otherwise:
+// the fallback's, when it declines; err itself when no fallback declares an
+// answer. When none of type T declares one but a fallback of another type
+// does, the error says so and wraps err. A nil g or err returns v and err.
 func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, error) {
 	if g == nil || err == nil {
 		return v, err
 	}
+	var w T
+	served, out := g.fallbackLayer(ctx, err, isFallbackOf[T], func(f Fallback) (string, error) {
+		a, name, out := f.(FallbackOf[T]).AnswerValue(ctx, err)
+		if name != "" && out == nil {
+			w = a
+		}
+		return name, out
+	}, reflect.TypeFor[T]())
+	if served {
+		return w, nil
+	}
+	return v, out
+}
+
+// isFallbackOf reports whether f answers with a T.
+func isFallbackOf[T any](f Fallback) bool {
+	_, ok := f.(FallbackOf[T])
+	return ok
+}
+
+// fallbackLayer is the fallback layer for an error err of a call of g,
+// non-nil, whose entry point answers with the type typ, which is reports
+// a fallback answers with. ask asks one fallback of that type:
+// the name of its declaration for err ("" when none) and out, nil when it
+// served (ask then keeps the answer) or the error it declined with. It
+// returns true when a fallback served, else the error the caller gets, as
+// fallbackValue says. Adapters reach it through internal/guardhook.
+func (g *Guard) fallbackLayer(ctx context.Context, err error, is func(Fallback) bool, ask func(Fallback) (name string, out error), typ reflect.Type) (bool, error) {
 	for _, f := range g.fallbacks {
-		fv, ok := f.(FallbackOf[T])
-		if !ok {
+		if !is(f) {
 			continue
 		}
-		w, name, out := fv.AnswerValue(ctx, err)
+		name, out := ask(f)
 		if name == "" {
 			continue
 		}
 		if out != nil {
-			return v, out // declined: the call's own value stands
+			return false, out // declined: the call's own value stands
 		}
 		g.served(ctx, name, err)
-		return w, nil
+		return true, nil
 	}
 	for i, f := range g.fallbacks {
-		if _, ok := f.(FallbackOf[T]); ok {
+		if is(f) {
 			continue
 		}
 		if name, ok := f.Declared(ctx, err); ok {
 			// An answer for err, of another type: a mistake in the
 			// Guard's declaration, reported rather than skipped.
-			return v, fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
-				i, f, name, typeName[T](), typeName[T](), err)
+			return false, fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
+				i, f, name, typeName(typ), typeName(typ), err)
 		}
 	}
-	return v, err
+	return false, err
 }
 
-// typeName names T, interfaces included ("http.Handler", "any").
-func typeName[T any]() string {
-	t := reflect.TypeFor[T]()
+// typeName names t, interfaces included ("http.Handler", "any").
+func typeName(t reflect.Type) string {
 	if t.Kind() == reflect.Interface && t.NumMethod() == 0 && t.Name() == "" {
 		return "any"
 	}

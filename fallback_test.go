@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fallbackof"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 )
@@ -270,14 +271,14 @@ func TestExecuteTakesTheFallbackOfItsType(t *testing.T) {
 	assert.Equal(t, "strings", evs.all()[0].Fallback)
 	assert.Equal(t, "ints", evs.all()[1].Fallback)
 
-	// FallbackValue is the same layer, for adapters.
-	v, err := sluice.FallbackValue[string](context.Background(), g, errFallbackCall)
+	// fallbackof.Value is the same layer, for adapters.
+	v, err := fallbackof.Value[string](context.Background(), g, errFallbackCall)
 	require.NoError(t, err)
 	assert.Equal(t, "s", v)
-	_, err = sluice.FallbackValue[float64](context.Background(), g, errFallbackCall)
+	_, err = fallbackof.Value[float64](context.Background(), g, errFallbackCall)
 	assert.ErrorIs(t, err, errFallbackCall)
 	assert.ErrorContains(t, err, "answering float64")
-	_, err = sluice.FallbackValue[string](context.Background(), nil, errFallbackCall)
+	_, err = fallbackof.Value[string](context.Background(), nil, errFallbackCall)
 	assert.Same(t, errFallbackCall, err, "a nil Guard has no fallback")
 	assert.Len(t, guardhook.Fallbacks(g).([]sluice.Fallback), 2)
 }

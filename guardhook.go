@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/guardhook"
@@ -12,4 +13,9 @@ func init() {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
 	guardhook.Fallbacks = func(g any) any { return g.(*Guard).fallbackList() }
+	guardhook.FallbackLayer = func(g any, ctx context.Context, err error, is func(any) bool, ask func(any) (string, error), typ reflect.Type) (bool, error) {
+		return g.(*Guard).fallbackLayer(ctx, err,
+			func(f Fallback) bool { return is(f) },
+			func(f Fallback) (string, error) { return ask(f) }, typ)
+	}
 }

@@ -6,6 +6,7 @@ package guardhook
 
 import (
 	"context"
+	"reflect"
 	"time"
 )
 
@@ -26,3 +27,15 @@ var RetryDelay func(g any, ctx context.Context, attempts int, began time.Time, a
 // Fallbacks returns a copy of g's fallbacks as a []sluice.Fallback, in the
 // order given to WithFallback; g is a *sluice.Guard, possibly nil.
 var Fallbacks func(g any) any
+
+// FallbackLayer runs g's fallback layer for err, the non-nil error of a
+// call of g (a *sluice.Guard, not nil), for an adapter that answers with
+// one type: is reports whether a fallback (a sluice.Fallback) answers with
+// it, ask asks one that does for its answer to err (the name of its
+// declaration, "" when none; and nil when it served, ask then keeping the
+// answer, or the error it declined with), and typ is the type, which the
+// error about a fallback of another type names. It returns true when a fallback
+// served; else the error the caller gets: the declining fallback's, one
+// saying that a fallback of another type declares an answer, or err.
+// Package fallbackof wraps it for a type parameter.
+var FallbackLayer func(g any, ctx context.Context, err error, is func(f any) bool, ask func(f any) (string, error), typ reflect.Type) (bool, error)

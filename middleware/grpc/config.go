@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fallbackof"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -225,7 +226,7 @@ func (c *config) fallback(ctx context.Context, rt *routing.Route, err error) (re
 	if !ok {
 		return nil, err, false
 	}
-	resp, out = sluice.FallbackValue[any](ctx, rt.Guard, err)
+	resp, out = fallbackof.Value[any](ctx, rt.Guard, err)
 	return resp, out, true
 }
 

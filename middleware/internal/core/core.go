@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fallbackof"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -169,7 +170,7 @@ func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, n
 		return nil, nil
 	}
 	ctx := fallbackContext(info, r, route, key, now)
-	h, ferr := sluice.FallbackValue[http.Handler](ctx, g, err)
+	h, ferr := fallbackof.Value[http.Handler](ctx, g, err)
 	if ferr != nil || h == nil {
 		return nil, nil
 	}
