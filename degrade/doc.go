@@ -6,8 +6,8 @@
 //     other error), each a function or a static [Value]; the most specific
 //     declaration answers, and it may decline by returning the error. A
 //     Guard takes them as its outermost layer with sluice.WithFallback, and
-//     sluice.Execute returns their typed answer. [Routes] picks them per
-//     route, by the request's resource.
+//     sluice.Execute returns their typed answer. [NewRoutes] picks them
+//     per route, by the request's resource.
 //   - [Stale] remembers the last good answer per key, for a bounded number
 //     of keys and a maximum age, and serves it when a call is rejected or
 //     fails, saying that it is stale and how old it is.

@@ -95,9 +95,16 @@ func OnError[T any](fn Func[T]) Rule[T] {
 // For an error, the most specific rule answers: the rule of its cause
 // (sluice.CauseOf), then OnRejected for a rejection, then OnError. An error
 // no rule answers goes to the caller as it is, or to the Guard's next
-// fallback. A Fallbacks is immutable and safe for concurrent use.
+// fallback. A Fallbacks made by NewRoutes picks, for each request, the
+// Fallbacks of its route. A Fallbacks is immutable and safe for concurrent
+// use.
 type Fallbacks[T any] struct {
 	rules [numKinds]Rule[T]
+
+	// routed: made by NewRoutes, which sets routes and def; rules is empty.
+	routed bool
+	routes map[string]*Fallbacks[T]
+	def    *Fallbacks[T]
 }
 
 // New returns the Fallbacks declared by rules. It fails when there is no
@@ -143,8 +150,15 @@ func (f *Fallbacks[T]) rule(err error) *Rule[T] {
 }
 
 // Declared implements sluice.Fallback: it returns the name of the rule that
-// answers err, and false when no rule does; ctx is not used.
-func (f *Fallbacks[T]) Declared(_ context.Context, err error) (string, bool) {
+// answers err, and false when no rule does; ctx selects the route of a
+// Fallbacks made by NewRoutes.
+func (f *Fallbacks[T]) Declared(ctx context.Context, err error) (string, bool) {
+	if f.routed {
+		if f = f.pick(ctx); f == nil {
+			return "", false
+		}
+		return f.Declared(ctx, err)
+	}
 	if err == nil {
 		return "", false
 	}
@@ -157,6 +171,12 @@ func (f *Fallbacks[T]) Declared(_ context.Context, err error) (string, bool) {
 // AnswerValue implements sluice.FallbackOf: it answers err with its most
 // specific rule, and names it; name is "" when no rule answers err.
 func (f *Fallbacks[T]) AnswerValue(ctx context.Context, err error) (v T, name string, out error) {
+	if f.routed {
+		if f = f.pick(ctx); f == nil {
+			return v, "", err
+		}
+		return f.AnswerValue(ctx, err)
+	}
 	if err == nil {
 		return v, "", nil
 	}

@@ -804,7 +804,7 @@ func (u *namedUser) String() string { return u.name }
 type tenant string
 
 // The fallbacks of each route's Guard answer its rejections by cause, in
-// order; degrade.Routes picks them by route where one Guard serves several
+// order; degrade.NewRoutes picks them by route where one Guard serves several
 // (a table entry naming the method is the route); a handler returning a
 // rejection its own call met gets the same answer; one that none answers
 // goes to the deny handler. Every answered rejection counts as Ignored.

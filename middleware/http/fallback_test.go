@@ -167,7 +167,7 @@ func TestGuardFallbacksAnswerByCause(t *testing.T) {
 }
 
 // Per-route fallbacks follow from the route table (a Guard per route), or
-// from degrade.Routes where one Guard serves several routes.
+// from degrade.NewRoutes where one Guard serves several routes.
 func TestFallbacksPerRoute(t *testing.T) {
 	clock := sluice.NewManualClock(0)
 	byRoute, err := degrade.NewRoutes(map[string]*degrade.Fallbacks[http.Handler]{

@@ -194,7 +194,7 @@ func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key string, n
 }
 
 // fallbackContext returns r's context as the fallbacks of info read it:
-// with the route as the resource (degrade.Routes picks the route's
+// with the route as the resource (degrade.NewRoutes picks the route's
 // fallbacks by resource) and, for stale caches, the request.
 func fallbackContext(info *Guard, r *http.Request, route, key string, now time.Duration) context.Context {
 	ctx := r.Context()
