@@ -29,7 +29,7 @@ var (
 	// ErrTimeout: a call ran past its timeout policy's deadline. It is a
 	// failure, not a rejection: breakers count it, fallbacks can catch it. A
 	// timeout error also matches context.DeadlineExceeded.
-	ErrTimeout = timeouterr.Sentinel
+	ErrTimeout = timeouterr.ErrTimeout
 )
 
 // Rejection returns the error of a rejection with Decision d: it matches

@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// Sentinel is sluice.ErrTimeout.
-var Sentinel = errors.New("sluice: timeout")
+// ErrTimeout is sluice.ErrTimeout.
+var ErrTimeout = errors.New("sluice: timeout")
 
 // Error is the error of a call that ran past the deadline set by
-// sluice.WithTimeout. It matches Sentinel and context.DeadlineExceeded with
+// sluice.WithTimeout. It matches ErrTimeout and context.DeadlineExceeded with
 // errors.Is, and unwraps to the call's own error.
 type Error struct {
 	// After is the Guard's timeout.
@@ -26,9 +26,9 @@ type Error struct {
 // call's error text.
 func (e *Error) Error() string { return "sluice: timeout after " + e.After.String() }
 
-// Is reports whether target is Sentinel or context.DeadlineExceeded.
+// Is reports whether target is ErrTimeout or context.DeadlineExceeded.
 func (e *Error) Is(target error) bool {
-	return target == Sentinel || target == context.DeadlineExceeded
+	return target == ErrTimeout || target == context.DeadlineExceeded
 }
 
 // Unwrap returns the call's own error.
