@@ -68,3 +68,10 @@ func PriorityFrom(ctx context.Context) Priority {
 	p, _ := ctx.Value(priorityKey).(Priority)
 	return p
 }
+
+func init() {
+	reqid.Observed = func(g any) bool {
+		ob := g.(*Guard).obs
+		return ob != nil && len(ob.calls) > 0
+	}
+}

@@ -282,23 +282,29 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 // call. A Call is used by one goroutine at a time, and must not be copied
 // after Begin: finishing two copies would report the call twice.
 type Call struct {
-	g       *Guard
-	live    bool // admitted, and not yet reported
-	parent  context.Context
-	ctx     context.Context // parent with the Guard's deadline; nil: parent
-	cancel  context.CancelFunc
-	d       Decision
-	start   time.Duration
-	wait    time.Duration // how long the call waited in the policies that may
-	n       int           // the policies that admitted, the first n of the chain
-	ran     bool          // the call was handed over to run
-	shard   uint8         // an observed call's shard of the Guard's counters
+	// The fields are ordered so that the Call packs into as few words as
+	// it can: Begin returns it by value, and its caller zeroes and copies
+	// every byte of it on every call.
+	g      *Guard
+	parent context.Context
+	ctx    context.Context // parent with the Guard's deadline; nil: parent
+	cancel context.CancelFunc
+	d      Decision
+	start  time.Duration
+	wait   time.Duration // how long the call waited in the policies that may
+	// tickets are the tickets of the policies that admitted, for a chain
+	// no longer than tickets; more holds them for a longer chain, followed,
+	// with waited, by the instant each policy admitted at (ats for a
+	// shorter chain).
 	tickets [4]Ticket
+	ats     [4]time.Duration
 	more    []Ticket
-	ats     [4]time.Duration // with waited: the instant each policy admitted at
-	atsMore []time.Duration  // the same, for a chain longer than ats
-	waited  bool             // the chain has a policy that may wait: ats are kept
-	skip    uint64           // bit i: policy i rejected the call in shadow mode; it hears no end
+	skip    uint64 // bit i: policy i rejected the call in shadow mode; it hears no end
+	n       int32  // the policies that admitted, the first n of the chain
+	live    bool   // admitted, and not yet reported
+	ran     bool   // the call was handed over to run
+	waited  bool   // the chain has a policy that may wait: ats are kept
+	shard   uint8  // an observed call's shard of the Guard's counters
 	// shadowCause is the cause of the first shadow rejection, when skip is set.
 	shadowCause Cause
 }
@@ -412,7 +418,7 @@ func (c *Call) Report(o Outcome, err error) error {
 			now = g.clock.Now()
 		}
 	}
-	c.end(g, c.n-1, o, now)
+	c.end(g, o, now)
 	if g.obs != nil {
 		g.obs.ended(c, o, err, now)
 	}
@@ -453,12 +459,12 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 				return g.rejected(ctx, c, i, now, &v, want)
 			}
 			g.shadowed(c, i, &v)
-			c.n = i + 1
+			c.n = int32(i + 1)
 			continue
 		}
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = v.Ticket
-		c.n = i + 1
+		c.n = int32(i + 1)
 		if want && v.Limit >= 0 && (!tight || v.Remaining < c.d.Remaining) {
 			// Field by field: a Decision built aside and copied is read back
 			// in wide loads from narrower stores just made, which the CPU
@@ -485,11 +491,11 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 // the policies before it are released, and the rejection is returned.
 func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, v *Verdict, want bool) error {
 	c.live = false
-	if i > 0 {
-		c.end(g, i-1, Released, now)
+	if c.n > 0 { // the policies before i admitted: c.n is i
+		c.end(g, Released, now)
 	}
 	if c.more != nil || c.waited {
-		c.more, c.atsMore, c.waited = nil, nil, false
+		c.more, c.waited = nil, false
 	}
 	if want {
 		c.d = v.decision(g.names[i])
@@ -554,23 +560,25 @@ func cacheable(cause error) bool {
 func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	now := g.now()
 	arrived := now
-	if len(g.policies) > len(c.tickets) {
-		c.more = make([]Ticket, len(g.policies))
-	}
-	c.g, c.live, c.start = g, true, now
 	// After a policy that may wait, the instant moves on; the instant each
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
 	// Kept for a Released, here or later (a panic, a release).
 	c.waited = g.waits != nil
-	if c.waited && len(g.policies) > len(c.ats) {
-		c.atsMore = make([]time.Duration, len(g.policies))
+	np := len(g.policies)
+	if np > len(c.tickets) {
+		if c.waited {
+			c.more = make([]Ticket, 2*np) // the tickets, then the instants
+		} else {
+			c.more = make([]Ticket, np)
+		}
 	}
+	c.g, c.live, c.start = g, true, now
 	best, bi := Verdict{Limit: -1}, -1
 	for i, p := range g.policies {
-		if c.atsMore != nil {
-			c.atsMore[i] = now
-		} else if i < len(c.ats) {
+		if c.waited && c.more != nil {
+			c.more[np+i] = Ticket(now)
+		} else if c.waited {
 			c.ats[i] = now
 		}
 		v := p.Admit(ctx, now)
@@ -583,7 +591,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		}
 		if v.Cause != nil {
 			g.shadowed(c, i, &v)
-			c.n = i + 1
+			c.n = int32(i + 1)
 			if g.waits != nil && g.waits[i] {
 				now = g.now()
 			}
@@ -594,7 +602,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		} else {
 			c.tickets[i] = v.Ticket
 		}
-		c.n = i + 1
+		c.n = int32(i + 1)
 		if g.waits != nil && g.waits[i] {
 			// It may have waited: the policies after it decide, and the
 			// call's latency starts, at the instant the wait ended.
@@ -627,18 +635,22 @@ func (c *Call) ticket(i int) Ticket {
 	return c.tickets[i]
 }
 
-// end tells policies i, i-1, ..., 0 of g that the call ended with o at
-// now. A policy's Done that panics (a state listener it calls, say) does not
-// keep the policies outside it from hearing the end, or their quota would
-// leak: they are told, then the panic goes on.
-func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
+// end tells the policies that admitted c, the first c.n of g's chain, inner
+// to outer, that the call ended with o at now, and leaves c.n at 0. A
+// policy's Done that panics (a state listener it calls, say) does not keep
+// the policies outside it from hearing the end, or their quota would leak:
+// they are told, then the panic goes on. c.n counts down as they are told,
+// so that the deferred check needs no variable of the loop's.
+func (c *Call) end(g *Guard, o Outcome, now time.Duration) {
 	defer func() {
-		if i >= 0 { // the Done of policy i panicked
-			c.end(g, i-1, o, now)
+		if c.n > 0 { // a Done panicked: the policies outside it are told
+			c.end(g, o, now)
 		}
 	}()
 	untimed := g.untimed && o != Released
-	for ; i >= 0; i-- {
+	for c.n > 0 {
+		c.n--
+		i := int(c.n)
 		if c.skip != 0 && c.skip>>i&1 != 0 {
 			continue // it rejected the call in shadow mode: it took nothing
 		}
@@ -655,9 +667,11 @@ func (c *Call) end(g *Guard, i int, o Outcome, now time.Duration) {
 // the call's start.
 func (c *Call) latency(i int, o Outcome, now time.Duration) time.Duration {
 	if o == Released && c.waited {
-		at := c.ats[min(i, len(c.ats)-1)]
-		if c.atsMore != nil {
-			at = c.atsMore[i]
+		var at time.Duration
+		if c.more != nil {
+			at = time.Duration(c.more[len(c.more)/2+i])
+		} else {
+			at = c.ats[i]
 		}
 		return max(now-at, 0)
 	}

@@ -622,6 +622,27 @@ func TestGuardRecordReleasedAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T)
 		"the one after the wait admitted at its end")
 }
 
+// The same holds in a chain longer than a Call keeps inline, whose tickets
+// and instants go to a slice of their own.
+func TestGuardReleasedAfterAWaitInALongChainCarriesTheTimeSinceEachAdmit(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	outer := newRecorder("outer", 5)
+	queue := &waiting{recorder: newRecorder("queue", 5), clk: clk, wait: 300 * time.Millisecond}
+	rest := []*recorder{newRecorder("r1", 5), newRecorder("r2", 5), newRecorder("r3", 5), newRecorder("r4", 5)}
+	g := mustGuard(t, sluice.With(outer, queue, rest[0], rest[1], rest[2], rest[3]), sluice.WithClock(clk))
+
+	c, err := g.Begin(t.Context())
+	require.NoError(t, err)
+	clk.Advance(100 * time.Millisecond)
+	assert.NoError(t, c.Report(sluice.Released, nil))
+	end := 1400 * time.Millisecond
+	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, outer.doneCalls())
+	assert.Equal(t, []call{{1, sluice.Released, end, 400 * time.Millisecond}}, queue.doneCalls())
+	for _, r := range rest {
+		assert.Equal(t, []call{{1, sluice.Released, end, 100 * time.Millisecond}}, r.doneCalls(), r.name)
+	}
+}
+
 // A panic before the call ran (a policy's Admit) releases every policy
 // that had admitted; none is left waiting for a Done.
 func TestGuardPanicBeforeTheCallReleasesAdmittedPolicies(t *testing.T) {

@@ -3,7 +3,10 @@
 // allocation.
 package reqid
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 type ctxKey uint8
 
@@ -24,6 +27,7 @@ type idCtx struct {
 	context.Context
 	key, res string
 	has      uint8
+	lent     bool // Lend made it, and it may go back to the pool
 }
 
 func (c *idCtx) Value(k any) any {
@@ -81,3 +85,43 @@ func find(ctx context.Context, k ctxKey, has uint8) *idCtx {
 	c, _ := ctx.Value(k).(*idCtx)
 	return c
 }
+
+// lent holds the contexts that GiveBack took back, for Lend.
+var lent = sync.Pool{New: func() any { return new(idCtx) }}
+
+// Lend is WithResource for a call that its Guard may reject before anything
+// keeps its context: the context comes from a pool, and GiveBack returns it
+// there, so that a flood of rejections allocates nothing. A context that is
+// not given back costs one allocation, as WithResource's does.
+func Lend(ctx context.Context, resource string) context.Context {
+	c := lent.Get().(*idCtx)
+	c.Context, c.res, c.has, c.lent = ctx, resource, hasResource, true
+	return c
+}
+
+// Keep claims ctx, made by Lend, for good: GiveBack leaves it alone. A
+// call keeps its context once it is handed to code that may hold on to it.
+func Keep(ctx context.Context) context.Context {
+	if c, ok := ctx.(*idCtx); ok {
+		c.lent = false
+	}
+	return ctx
+}
+
+// GiveBack returns ctx, made by Lend and not claimed by Keep, to the pool,
+// when g, the *sluice.Guard that rejected the call begun with ctx, has
+// handed it to nothing that may keep it (Observed). Nothing may use ctx
+// afterwards.
+func GiveBack(ctx context.Context, g any) {
+	c, ok := ctx.(*idCtx)
+	if !ok || !c.lent || Observed(g) {
+		return
+	}
+	*c = idCtx{}
+	lent.Put(c)
+}
+
+// Observed reports whether g, a *sluice.Guard, hands the context of a call
+// it rejects to observers, which may keep it. The sluice package sets it
+// when it is initialised.
+var Observed func(g any) bool

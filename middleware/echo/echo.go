@@ -144,8 +144,11 @@ func WithRenderer(r middleware.Renderer) Option {
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
-// middleware rejected, so that an outer one does not count the answer as a
-// failure.
+// middleware rejected and answered otherwise than with its problem answer
+// (a fallback, the deny handler, a missing key), so that an outer one does
+// not count the answer as a failure. The problem answer is told by its
+// header fields (routing.IsRejection), which cost no allocation, where
+// echo.Context.Set costs two (Echo makes its store afresh per request).
 const rejectedKey = "sluice.rejected"
 
 // Middleware returns Echo middleware that runs each request through the
@@ -333,7 +336,7 @@ func (cfg *config) failOnPanic(call *sluice.Call) {
 // context.Canceled answered after the deadline is the Guard's timeout, a
 // Failure, not a client gone).
 func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr error) sluice.Outcome {
-	if c.Get(rejectedKey) != nil || errors.Is(reqCtx.Err(), context.Canceled) {
+	if routing.IsRejection(c.Response().Header()) || c.Get(rejectedKey) != nil || errors.Is(reqCtx.Err(), context.Canceled) {
 		return sluice.Ignored
 	}
 	if err != nil {
@@ -371,15 +374,16 @@ func statusOf(c echo.Context, err error) int {
 // rejected answers the request of c on route rt (nil: unguarded), rejected
 // with err and its Decision d; now is an instant on the Guard's clock.
 func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err error, d sluice.Decision, now time.Duration) error {
-	c.Set(rejectedKey, true)
 	if rt != nil {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, now, err, d); fb != nil {
+			c.Set(rejectedKey, true)
 			c.SetRequest(fr)
 			fb.ServeHTTP(c.Response(), fr)
 			return nil
 		}
 	}
 	if cfg.deny != nil {
+		c.Set(rejectedKey, true)
 		return cfg.deny(c, d)
 	}
 	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/reqid"
 	"github.com/sluice-go/sluice/middleware"
 )
 
@@ -81,7 +82,9 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 		// sees it as ever, and counts for nothing here.
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if c.identifies() {
+	if c.lendsResource() {
+		ctx = reqid.Lend(ctx, method)
+	} else if c.identifies() {
 		var skip bool
 		var err error
 		ctx, skip, err = c.identify(ctx, method, nil, true)
@@ -102,8 +105,11 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	call, err := g.Begin(ctx)
 	if err != nil {
-		return c.answer(nil, call.Decision(), err).err
+		err = c.answer(nil, call.Decision(), err).err
+		reqid.GiveBack(ctx, g)
+		return err
 	}
+	ctx = reqid.Keep(ctx)
 	if ctx.Err() != nil {
 		// It ended while a policy made it wait: it gives back what the
 		// Guard took, and goes on unguarded, for gRPC to fail unsent.
@@ -124,6 +130,7 @@ func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method strin
 // trailer or its RetryInfo, while g's retry budget and ctx's deadline
 // allow. A pushback that is negative or unreadable means: do not retry.
 func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	ctx = reqid.Keep(ctx) // an attempt after the first is begun with a context gRPC has had
 	var trailer metadata.MD
 	opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&trailer))
 	for attempts := 1; ; attempts++ {
@@ -267,17 +274,26 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 	if ctx.Err() != nil {
 		return streamer(ctx, desc, cc, method, opts...) // as for a unary call
 	}
-	ctx, skip, err := c.identify(ctx, method, nil, true)
-	if err != nil {
-		return nil, err
-	}
-	if skip {
-		return streamer(ctx, desc, cc, method, opts...)
+	if c.lendsResource() {
+		ctx = reqid.Lend(ctx, method)
+	} else {
+		var skip bool
+		var err error
+		ctx, skip, err = c.identify(ctx, method, nil, true)
+		if err != nil {
+			return nil, err
+		}
+		if skip {
+			return streamer(ctx, desc, cc, method, opts...)
+		}
 	}
 	call, err := rt.Guard.Begin(ctx)
 	if err != nil {
-		return nil, c.answer(nil, call.Decision(), err).err
+		err = c.answer(nil, call.Decision(), err).err
+		reqid.GiveBack(ctx, rt.Guard)
+		return nil, err
 	}
+	ctx = reqid.Keep(ctx)
 	if ctx.Err() != nil {
 		call.Report(sluice.Released, nil) // as for a unary call
 		return streamer(ctx, desc, cc, method, opts...)

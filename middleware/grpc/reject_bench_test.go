@@ -3,6 +3,7 @@ package sluicegrpc
 import (
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,19 +132,20 @@ func BenchmarkReject(b *testing.B) {
 
 // Every rejection path answers a flood of rejections without allocating:
 // the answer is made once and shared while the delay it announces, to the
-// millisecond, holds. A client call pays the one context that names its
-// method as its resource, as an admitted one does.
+// millisecond, holds. A client call's context, which names its method as
+// its resource, is lent for the call and given back when it is rejected.
 func TestRejectionsAllocateNothing(t *testing.T) {
 	clk := sluice.NewManualClock(time.Minute)
 	for _, r := range rejecting(t, clk) {
 		for _, p := range rejectPaths(t, r.g) {
 			t.Run(p.name+"/"+r.name, func(t *testing.T) {
 				const runs = 1000
-				want := uint64(0)
-				if p.name == "unary-client" || p.name == "stream-client" {
-					want = runs
+				n := mallocs(runs, p.call)
+				if raceEnabled && strings.HasSuffix(p.name, "-client") {
+					assert.Less(t, n, uint64(runs/2), "the pool drops a share of the contexts under the race detector")
+					return
 				}
-				assert.Equal(t, want, mallocs(runs, p.call))
+				assert.Zero(t, n)
 			})
 		}
 	}

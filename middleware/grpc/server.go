@@ -332,6 +332,13 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 
 // identifies reports whether calls need identify: a skipper, a key, a
 // priority or a resource to find.
+// lendsResource reports whether the method as the call's resource is all
+// that identify would give a call, which a client call's context then
+// carries through reqid.Lend: a rejected call gives it back.
+func (c *config) lendsResource() bool {
+	return c.resources && c.skip == nil && c.keyer == nil && c.critical == nil
+}
+
 func (c *config) identifies() bool {
 	return c.skip != nil || c.keyer != nil || c.critical != nil || c.resources
 }

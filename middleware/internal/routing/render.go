@@ -208,9 +208,20 @@ func (r *Renderer) Rejected(h map[string][]string, rt *Route, d sluice.Decision)
 }
 
 var (
+	// problemContentType is shared by every rejection Rejected renders,
+	// and by nothing else: IsRejection tells one by it.
 	problemContentType = []string{ProblemContentType}
 	noStore            = []string{"no-store"}
 )
+
+// IsRejection reports whether h holds the fields Rejected set: an answer
+// that a sluice middleware gave in place of the handler's, which an outer
+// one counts for nothing. A handler's own problem answer, whose
+// Content-Type is its own value, is none.
+func IsRejection(h map[string][]string) bool {
+	v := h["Content-Type"]
+	return len(v) == 1 && &v[0] == &problemContentType[0]
+}
 
 func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decision, reset time.Duration, rejected bool) {
 	quota := d.Limit >= 0 && d.Policy != ""

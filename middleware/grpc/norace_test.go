@@ -1,0 +1,5 @@
+//go:build !race
+
+package sluicegrpc
+
+const raceEnabled = false
