@@ -36,7 +36,7 @@ type Guard struct {
 	fallbacks  []Fallback // outermost layer; see fallback.go
 	onFallback []func(context.Context, FallbackEvent)
 	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
-	untimed    bool                            // no policy NeedsEnd: Done reads no clock
+	untimed    bool                            // no policy NeedsEnd, no observer: End reads no clock
 	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
 	name       string                          // WithName
 	obs        *observation                    // nil: unobserved; see observe.go
@@ -145,9 +145,7 @@ func New(opts ...Option) (*Guard, error) {
 		if err := g.attach(); err != nil {
 			return nil, err
 		}
-		if len(g.obs.calls) > 0 {
-			g.untimed = false // an observer hears each call's latency
-		}
+		g.untimed = false // the Guard counts each call's duration
 	}
 	return g, nil
 }

@@ -79,15 +79,13 @@ type CallEvent struct {
 	Decision Decision
 }
 
-// WithObserver makes the Guard keep its counters ([Guard.Stats]) and tell o
-// how each call ended. It may be given more than once. A Guard without one
-// keeps no counters and pays nothing for observation: its call path checks
-// one pointer.
+// WithObserver makes the Guard keep its counters and the durations of its
+// calls ([Guard.Stats]), and tell o how each call ended. It may be given
+// more than once. A Guard without one keeps no counters and pays nothing
+// for observation: its call path checks one pointer.
 //
-// A Guard with an observer that hears its calls (one whose Attach returns
-// an observe function) reads its clock at the end of every call, for the
-// latency, even when no policy needs it ([NeedsEnd]); one whose observers
-// only read [Guard.Stats] or subscribe to state changes does not.
+// An observed Guard reads its clock at the end of every call, for the
+// call's duration, even when no policy needs it ([NeedsEnd]).
 func WithObserver(o Observer) Option {
 	return func(g *Guard) error {
 		if isNil(o) {
@@ -119,6 +117,58 @@ type Stats struct {
 	// Shadowed is true while the whole Guard is in shadow mode
 	// ([Guard.SetShadow] with policy "", or [WithShadow]("")).
 	Shadowed bool
+	// Durations counts the durations of the calls every policy admitted,
+	// from the end of their admission to their end ([CallEvent].Latency),
+	// by [Outcome]; the failures whose error is [ErrTimeout] are counted
+	// in Timeouts instead of Durations[Failure].
+	Durations [Released + 1]Histogram
+	// Timeouts counts the durations of the failed calls whose error is
+	// [ErrTimeout] (errors.Is).
+	Timeouts Histogram
+}
+
+// Histogram counts durations in buckets: Counts[i] those above the bound
+// before i (of [Histogram.Bounds]) up to and including bound i, the last
+// those above every bound. The bounds go from a millisecond to a minute.
+type Histogram struct {
+	// Counts holds the number of durations in each bucket.
+	Counts [len(durationBounds) + 1]uint64
+	// Sum is the sum of the durations counted.
+	Sum time.Duration
+}
+
+// durationBounds are the upper bounds of a Histogram's buckets but the
+// last: OpenTelemetry's advice for durations in seconds, from a
+// millisecond up, with a minute on top for long calls.
+var durationBounds = [...]time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// Bounds returns the upper bounds of the buckets of Counts but the last,
+// in increasing order.
+func (Histogram) Bounds() []time.Duration { return append([]time.Duration(nil), durationBounds[:]...) }
+
+// count returns the number of durations h counted.
+func (h *Histogram) count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// bucketOf returns the index in Histogram.Counts of the bucket of d. Most
+// calls take less than the first bound, and leave at the first comparison.
+func bucketOf(d time.Duration) int {
+	i := 0
+	for i < len(durationBounds) && d > durationBounds[i] {
+		i++
+	}
+	return i
 }
 
 // numCauses is the number of Causes, CauseNone included.
@@ -173,17 +223,30 @@ func (g *Guard) Stats() Stats {
 	// policy admitted and released follows from them. A call every policy
 	// admitted was admitted by each; one that policy j rejected was
 	// admitted, then released, by the policies before j.
+	// The outcomes are the counts of the durations' histograms.
 	var admitted uint64
-	var outcomes [Released + 1]uint64
 	for sh := range statShards {
 		admitted += ob.load(sh, slotAdmitted)
-		for o := range outcomes {
-			outcomes[o] += ob.load(sh, slotOutcomes+o)
+		for k := range durationKinds {
+			h := &s.Timeouts
+			if k < len(s.Durations) {
+				h = &s.Durations[k]
+			}
+			base := slotDurations + k*histSlots
+			for b := range h.Counts {
+				h.Counts[b] += ob.load(sh, base+b)
+			}
+			h.Sum += time.Duration(ob.load(sh, base+len(h.Counts)))
 		}
 		for c := range s.Fallbacks {
 			s.Fallbacks[c] += ob.load(sh, slotFallbacks+c)
 		}
 	}
+	var outcomes [Released + 1]uint64
+	for o := range outcomes {
+		outcomes[o] = s.Durations[o].count()
+	}
+	outcomes[Failure] += s.Timeouts.count()
 	rejectedAfter := uint64(0) // rejections by the policies inner to i
 	for i := len(s.Policies) - 1; i >= 0; i-- {
 		p := &s.Policies[i]
@@ -215,13 +278,24 @@ type observation struct {
 }
 
 // The counters of a shard, by slot: the calls admitted by every policy,
-// their outcomes, the fallbacks by cause, then the rejections by policy and
-// cause, then the shadow rejections by policy (slotShadow).
+// the fallbacks by cause, the histograms of the durations of the admitted
+// calls by kind (each its bucket counts, then its sum in nanoseconds), then
+// the rejections by policy and cause, then the shadow rejections by policy
+// (slotShadow). An admitted call's end adds to two counters: one bucket
+// and one sum; its outcome is the histogram it adds to.
 const (
 	slotAdmitted  = 0
-	slotOutcomes  = 1
-	slotFallbacks = slotOutcomes + int(Released) + 1
-	slotRejected  = slotFallbacks + numCauses
+	slotFallbacks = 1
+	slotDurations = slotFallbacks + numCauses
+	slotRejected  = slotDurations + durationKinds*histSlots
+)
+
+// The kinds of durations: one per Outcome, then the failures that were
+// timeouts.
+const (
+	kindTimeout   = int(Released) + 1
+	durationKinds = kindTimeout + 1
+	histSlots     = len(durationBounds) + 2 // the buckets and the sum
 )
 
 // statShards spreads the counters over cache lines, so that calls on
@@ -272,11 +346,18 @@ func (ob *observation) admitted(c *Call) {
 // ended counts and reports the end of c, admitted by every policy, with o
 // and err at now.
 func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
-	ob.counts[int(c.shard)*ob.stride+slotOutcomes+int(o)].Add(1)
+	lat := max(now-c.start, 0)
+	k := int(o)
+	if o == Failure && err != nil && errors.Is(err, ErrTimeout) {
+		k = kindTimeout
+	}
+	h := ob.counts[int(c.shard)*ob.stride+slotDurations+k*histSlots:][:histSlots]
+	h[bucketOf(lat)].Add(1)
+	h[histSlots-1].Add(uint64(lat))
 	if len(ob.calls) == 0 {
 		return
 	}
-	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: max(now-c.start, 0), Decision: c.d}
+	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: lat, Decision: c.d}
 	if c.skip != 0 {
 		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause
 	}

@@ -151,3 +151,56 @@ func TestObservedGuardCountsUnderConcurrency(t *testing.T) {
 	assert.Equal(t, uint64(8000), p.Admitted)
 	assert.Equal(t, uint64(8000), p.Outcomes[sluice.Success])
 }
+
+// A Guard's histograms count each admitted call's duration in the bucket
+// whose bound is the first at or above it, by outcome, with the timeouts
+// apart; the outcomes of Stats are their counts.
+func TestStatsDurationsCountEachCallInItsBucket(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewManualClock(time.Hour)
+	g, err := sluice.New(sluice.WithName("g"), sluice.WithClock(clock), sluice.WithObserver(statsOnly{}),
+		sluice.With(&endSpy{name: "a"}))
+	require.NoError(t, err)
+	boom := errors.New("boom")
+	call := func(d time.Duration, o sluice.Outcome, err error) {
+		c, berr := g.Begin(ctx)
+		require.NoError(t, berr)
+		clock.Advance(d)
+		_ = c.Report(o, err)
+	}
+	call(0, sluice.Success, nil)                           // (0, 1ms]
+	call(time.Millisecond, sluice.Success, nil)            // a bound is in its own bucket
+	call(time.Millisecond+1, sluice.Success, nil)          // (1ms, 2.5ms]
+	call(2*time.Minute, sluice.Success, nil)               // above every bound
+	call(7*time.Millisecond, sluice.Failure, boom)         // (5ms, 10ms]
+	call(3*time.Second, sluice.Failure, sluice.ErrTimeout) // a timeout: (2.5s, 5s]
+	call(time.Second, sluice.Ignored, context.Canceled)    // (500ms, 1s]
+	call(20*time.Second, sluice.Released, nil)             // (10s, 30s]
+
+	s := g.Stats()
+	bounds := s.Timeouts.Bounds()
+	require.Len(t, bounds, len(s.Timeouts.Counts)-1)
+	assert.Equal(t, time.Millisecond, bounds[0])
+	assert.Equal(t, time.Minute, bounds[len(bounds)-1])
+	want := func(sum time.Duration, buckets ...int) sluice.Histogram {
+		var h sluice.Histogram
+		for _, b := range buckets {
+			h.Counts[b]++
+		}
+		h.Sum = sum
+		return h
+	}
+	assert.Equal(t, want(2*time.Minute+2*time.Millisecond+1, 0, 0, 1, 15), s.Durations[sluice.Success])
+	assert.Equal(t, want(7*time.Millisecond, 3), s.Durations[sluice.Failure])
+	assert.Equal(t, want(time.Second, 9), s.Durations[sluice.Ignored])
+	assert.Equal(t, want(20*time.Second, 13), s.Durations[sluice.Released])
+	assert.Equal(t, want(3*time.Second, 11), s.Timeouts)
+	assert.Equal(t, [...]uint64{sluice.Success: 4, sluice.Failure: 2, sluice.Ignored: 1, sluice.Released: 1},
+		s.Policies[0].Outcomes, "the outcomes are the histograms' counts, timeouts among the failures")
+	assert.Equal(t, uint64(8), s.Policies[0].Admitted)
+
+	unobserved, err := sluice.New(sluice.With(&endSpy{name: "a"}))
+	require.NoError(t, err)
+	require.NoError(t, unobserved.Do(ctx, func(context.Context) error { return nil }))
+	assert.Equal(t, sluice.Histogram{}, unobserved.Stats().Durations[sluice.Success], "an unobserved Guard counts nothing")
+}

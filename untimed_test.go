@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -114,16 +115,21 @@ func (statsOnly) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent),
 	return nil, nil, nil
 }
 
-func TestObservedGuardReadsTheEndInstantOnlyForAnObserverOfCalls(t *testing.T) {
+func TestObservedGuardReadsTheEndInstantForTheDurations(t *testing.T) {
 	ctx := context.Background()
 	a := &endSpy{name: "a", untimed: true}
 	g, err := sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}))
 	require.NoError(t, err)
-	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(time.Millisecond); return nil }))
+	require.NoError(t, g.Do(ctx, func(context.Context) error { time.Sleep(2 * time.Millisecond); return nil }))
 	admit, end, lat := a.last()
-	assert.Equal(t, admit, end, "no observer hears the latency: no end instant is read")
-	assert.Equal(t, time.Duration(-1), lat)
-	assert.Equal(t, uint64(1), g.Stats().Policies[0].Outcomes[sluice.Success], "the counters are kept all the same")
+	assert.GreaterOrEqual(t, end-admit, 2*time.Millisecond, "an observed Guard counts the duration: the end instant is read")
+	assert.Equal(t, end-admit, lat)
+	s := g.Stats()
+	assert.Equal(t, uint64(1), s.Policies[0].Outcomes[sluice.Success])
+	h := s.Durations[sluice.Success]
+	assert.Equal(t, end-admit, h.Sum, "the Guard's duration is the one its policy heard")
+	b, _ := slices.BinarySearch(h.Bounds(), end-admit)
+	assert.Equal(t, uint64(1), h.Counts[b], "the duration is in its bucket")
 
 	ev := &events{}
 	g, err = sluice.New(sluice.WithName("g"), sluice.With(a), sluice.WithObserver(statsOnly{}), sluice.WithObserver(ev))
@@ -133,5 +139,6 @@ func TestObservedGuardReadsTheEndInstantOnlyForAnObserverOfCalls(t *testing.T) {
 	assert.GreaterOrEqual(t, end-admit, time.Millisecond, "an observer of calls hears the latency")
 	assert.Equal(t, end-admit, lat)
 	require.Len(t, ev.got, 1)
-	assert.GreaterOrEqual(t, ev.got[0].Latency, time.Millisecond)
+	assert.Equal(t, lat, ev.got[0].Latency)
+	assert.Equal(t, lat, g.Stats().Durations[sluice.Success].Sum)
 }
