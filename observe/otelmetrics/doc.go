@@ -9,12 +9,14 @@
 //	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 //	g, _ := sluice.New(sluice.WithName("payments"), sluice.With(limit, payments), sluice.WithObserver(metrics))
 //
-// Everything is read by pull: a call adds to atomic counters (the Guard's
-// own, [sluice.Guard.Stats], and the duration histograms that Metrics keeps
-// in buckets of its own) and the reader turns them into data points when it
-// collects. A call pays a few atomic adds, and no lookup, lock or
-// allocation in the SDK, which recording each call into an SDK histogram
-// would cost; the SDK has no histogram read by callback, hence a producer.
+// Everything is read by pull: a call adds to the Guard's atomic counters
+// and duration histograms ([sluice.Guard.Stats]) and the reader turns them
+// into data points when it collects; Metrics hears each call only to keep
+// the durations by resource ([WithResourceAttribute]) and the waits of
+// Guards with a shaper or a queue. A call pays a few atomic adds, and no
+// lookup, lock or allocation in the SDK, which recording each call into an
+// SDK histogram would cost; the SDK has no histogram read by callback,
+// hence a producer.
 // Its data are cumulative, since each Guard was attached; the SDK's views
 // and temporality preferences do not apply to a producer's data.
 //

@@ -6,22 +6,25 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sluice-go/sluice"
 )
 
 // durationBounds are the bucket bounds, in seconds, of sluice.call.duration
 // and sluice.wait.duration, from a millisecond to a minute (doc.go lists
 // them). A bucket counts the durations above the bound before it, up to
 // and including its own, as OpenTelemetry's explicit buckets do.
-var durationBounds = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-
-// bounds are durationBounds as durations, which a call's duration is
-// compared with.
-var bounds = func() (b [len(durationBounds)]time.Duration) {
-	for i, s := range durationBounds {
-		b[i] = time.Duration(s * float64(time.Second))
+var durationBounds = func() (s [len(bounds)]float64) {
+	for i, b := range bounds {
+		s[i] = b.Seconds()
 	}
-	return b
+	return s
 }()
+
+// bounds are the bounds of a sluice.Histogram, which a call's duration is
+// compared with: the Guard's histograms and those of w by resource are
+// alike.
+var bounds = [len(sluice.Histogram{}.Counts) - 1]time.Duration(sluice.Histogram{}.Bounds())
 
 // histogram counts durations in the buckets of durationBounds, with atomic
 // adds a call pays instead of a record into the SDK: a few nanoseconds
@@ -98,4 +101,24 @@ func (l *lazyHistogram) point(attrs attribute.Set, start, now time.Time) (metric
 		return h.point(attrs, start, now)
 	}
 	return metricdata.HistogramDataPoint[float64]{}, false
+}
+
+// guardHistogram adds to b the point of h, one of a Guard's histograms
+// (sluice.Stats.Durations), as a point of sluice.call.duration, unless h
+// counted nothing.
+func (b *builder) guardHistogram(h *sluice.Histogram, attrs attribute.Set, start time.Time) {
+	p := metricdata.HistogramDataPoint[float64]{
+		Attributes:   attrs,
+		StartTime:    start,
+		Time:         b.now,
+		Bounds:       append([]float64(nil), durationBounds[:]...),
+		BucketCounts: append([]uint64(nil), h.Counts[:]...),
+		Sum:          h.Sum.Seconds(),
+	}
+	for _, n := range h.Counts {
+		p.Count += n
+	}
+	if p.Count > 0 {
+		b.hists[callDuration] = append(b.hists[callDuration], p)
+	}
 }

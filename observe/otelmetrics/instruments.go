@@ -266,7 +266,7 @@ func (w *watch) collect(b *builder) {
 			b.int(fallbacks, int64(n), attribute.NewSet(w.guard, attribute.String("sluice.cause", causeNames[c])), w.start)
 		}
 	}
-	w.collectDurations(b)
+	w.collectDurations(b, &s)
 }
 
 // collectTransitions adds the breaker transitions the policy made.

@@ -90,6 +90,10 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	}
 	w := newWatch(m, g)
 	m.guards[name] = w
+	observe := w.observe
+	if !w.byResource && !waits(g) {
+		observe = nil // the Guard's Stats have every duration it needs
+	}
 	var once sync.Once
 	detach := func() {
 		once.Do(func() {
@@ -99,7 +103,17 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 			m.mu.Unlock()
 		})
 	}
-	return w.observe, detach, nil
+	return observe, detach, nil
+}
+
+// waits reports whether a policy of g may make calls wait.
+func waits(g *sluice.Guard) bool {
+	for _, p := range g.Policies() {
+		if p.Needs()&sluice.Waits != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Produce returns the metrics of every Guard m reports, cumulative since
@@ -130,11 +144,13 @@ type watch struct {
 	policies []policyWatch
 	unsubs   []func()
 
-	// sluice.call.duration by outcome and error type, and by resource
-	// when m has a resource attribute; sluice.wait.duration by admitted
-	// (1) or rejected (0).
-	durations durations
-	waits     [2]lazyHistogram
+	// sluice.call.duration by outcome and error type, and by resource,
+	// when m has a resource attribute (byResource); without one, they are
+	// the Guard's own (sluice.Stats.Durations). sluice.wait.duration by
+	// admitted (1) or rejected (0).
+	byResource bool
+	durations  durations
+	waits      [2]lazyHistogram
 
 	resMu     sync.Mutex // serializes additions to resources
 	resources atomic.Pointer[map[string]*durations]
@@ -156,7 +172,7 @@ const (
 var errorTypeNames = [errorTypes]string{errTimeout: "timeout", errOther: "_OTHER"}
 
 func newWatch(m *Metrics, g *sluice.Guard) *watch {
-	w := &watch{m: m, g: g, start: time.Now(), guard: attribute.String("sluice.guard", g.Name())}
+	w := &watch{m: m, g: g, start: time.Now(), guard: attribute.String("sluice.guard", g.Name()), byResource: m.resourceAttr != ""}
 	w.resources.Store(&map[string]*durations{})
 	for _, p := range g.Policies() {
 		pw := policyWatch{p: p, attr: attribute.String("sluice.policy", p.Name())}
@@ -173,7 +189,7 @@ func (w *watch) unsubscribe() {
 	w.unsubs = nil
 }
 
-// observe counts a call's durations.
+// observe counts a call's wait, and its duration by resource.
 func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 	if e.Wait > 0 {
 		i := 0
@@ -182,7 +198,7 @@ func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 		}
 		w.waits[i].record(e.Wait)
 	}
-	if !e.Admitted {
+	if !e.Admitted || !w.byResource {
 		return
 	}
 	et := errNone
@@ -193,10 +209,8 @@ func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 		}
 	}
 	d := &w.durations
-	if w.m.resourceAttr != "" {
-		if res, ok := sluice.ResourceFrom(ctx); ok {
-			d = w.resource(res)
-		}
+	if res, ok := sluice.ResourceFrom(ctx); ok {
+		d = w.resource(res)
 	}
 	d[e.Outcome][et].record(e.Latency)
 }
@@ -228,16 +242,30 @@ func (w *watch) resource(res string) *durations {
 	return d
 }
 
-// collectDurations adds the points of the Guard's duration histograms to b.
-func (w *watch) collectDurations(b *builder) {
+// collectDurations adds the points of the Guard's duration histograms to
+// b: those of s, the Guard's Stats, or w's own by resource.
+func (w *watch) collectDurations(b *builder, s *sluice.Stats) {
+	attrs := func(o, et int, extra ...attribute.KeyValue) attribute.Set {
+		kv := append([]attribute.KeyValue{w.guard, attribute.String("sluice.outcome", sluice.Outcome(o).String())}, extra...)
+		if et != errNone {
+			kv = append(kv, attribute.String("error.type", errorTypeNames[et]))
+		}
+		return attribute.NewSet(kv...)
+	}
+	if !w.byResource {
+		for o := range s.Durations {
+			if sluice.Outcome(o) != sluice.Failure {
+				b.guardHistogram(&s.Durations[o], attrs(o, errNone), w.start)
+				continue
+			}
+			b.guardHistogram(&s.Timeouts, attrs(o, errTimeout), w.start)
+			b.guardHistogram(&s.Durations[o], attrs(o, errOther), w.start)
+		}
+	}
 	add := func(d *durations, extra ...attribute.KeyValue) {
 		for o := range d {
 			for et := range d[o] {
-				kv := append([]attribute.KeyValue{w.guard, attribute.String("sluice.outcome", sluice.Outcome(o).String())}, extra...)
-				if et != errNone {
-					kv = append(kv, attribute.String("error.type", errorTypeNames[et]))
-				}
-				b.histogram(callDuration, &d[o][et], attribute.NewSet(kv...), w.start)
+				b.histogram(callDuration, &d[o][et], attrs(o, et, extra...), w.start)
 			}
 		}
 	}
