@@ -35,8 +35,8 @@ func TestObservabilityExample(t *testing.T) {
 }
 
 // The dashboard is valid JSON, and every metric it queries is one the
-// service exposes (or, for the load guard and concurrency limit this
-// example has none of, one the exporter names alike).
+// service exposes (or, for the load guard, the CPU and the concurrency
+// limit this example has none of, one the exporter names alike).
 func TestGrafanaDashboardQueriesSluiceMetrics(t *testing.T) {
 	raw, err := os.ReadFile("grafana-dashboard.json")
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestGrafanaDashboardQueriesSluiceMetrics(t *testing.T) {
 	known := map[string]bool{}
 	for _, n := range []string{"sluice_requests_total", "sluice_call_duration_seconds_bucket", "sluice_call_duration_seconds_count",
 		"sluice_circuit_breaker_state", "sluice_circuit_breaker_transitions_total", "sluice_circuit_breaker_failure_ratio",
-		"sluice_load_shedding", "sluice_concurrency_limit", "sluice_concurrency_inflight",
+		"sluice_load_shedding", "sluice_load_cpu_utilization_ratio", "sluice_concurrency_limit", "sluice_concurrency_inflight",
 		"sluice_concurrency_queued", "sluice_fallback_invocations_total", "sluice_rate_limiter_remaining",
 		"sluice_rate_limiter_limit", "sluice_rate_limiter_keys"} {
 		known[n] = true

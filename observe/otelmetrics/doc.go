@@ -47,6 +47,8 @@
 //   - sluice.concurrency.limit, .inflight, .queued, gauges {request};
 //   - sluice.load.shedding, gauge, 1 while a load shedder sheds (the
 //     Shedder learns from latency, and samples no CPU);
+//     sluice.load.cpu.utilization, gauge 1, without attributes: the CPU
+//     usage given to [WithCPU] (an adaptive.SystemSampler's), when given;
 //   - sluice.fallback.invocations, counter {invocation}: sluice.guard,
 //     sluice.cause;
 //   - sluice.retry.attempts, .retries and .budget_refusals, counters, by

@@ -32,6 +32,7 @@ const (
 	ccInflight
 	ccQueued
 	shedding
+	cpuUtil
 	redisErrors
 	redisDecisions
 	rtAttempts
@@ -66,6 +67,7 @@ var instruments = [numInstruments]struct {
 	ccInflight:     {"sluice.concurrency.inflight", "{request}", "Requests holding a slot of a concurrency limit.", kindGauge},
 	ccQueued:       {"sluice.concurrency.queued", "{request}", "Requests waiting in a concurrency limit's queue.", kindGauge},
 	shedding:       {"sluice.load.shedding", "", "1 while a load shedder sheds, 0 otherwise.", kindGauge},
+	cpuUtil:        {"sluice.load.cpu.utilization", "1", "CPU the process uses, as a fraction of the CPU it may use.", kindRatio},
 	redisErrors:    {"sluice.redis.errors", "{error}", "Calls of Redis limiters to Redis that failed or timed out.", kindCounter},
 	redisDecisions: {"sluice.redis.failure_policy.decisions", "{request}", "Requests a Redis limiter's failure policy decided instead of Redis.", kindCounter},
 	rtAttempts:     {"sluice.retry.attempts", "{attempt}", "Attempts of the calls of a Guard that retries, retries included.", kindCounter},

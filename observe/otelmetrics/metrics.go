@@ -34,6 +34,8 @@ const MaxResources = 256
 // (sluice.WithName) of its own.
 type Metrics struct {
 	resourceAttr string
+	cpu          func() float64
+	start        time.Time // when m was made: the CPU gauge's start
 
 	mu     sync.Mutex
 	guards map[string]*watch
@@ -60,10 +62,25 @@ func WithResourceAttribute(key string) Option {
 	}
 }
 
+// WithCPU reports the CPU usage that cpu returns, a fraction from 0 (idle)
+// to 1 (all the CPU the process may use), as sluice.load.cpu.utilization,
+// read once per collection: a started adaptive.SystemSampler's CPU method
+// is one. The default is no such gauge: a load shedder (adaptive.Shedder)
+// decides by latency, and reads no CPU of its own to report.
+func WithCPU(cpu func() float64) Option {
+	return func(m *Metrics) error {
+		if cpu == nil {
+			return errors.New("otelmetrics: WithCPU: nil function")
+		}
+		m.cpu = cpu
+		return nil
+	}
+}
+
 // New returns a Metrics, which reports nothing until a reader it was given
 // to (sdkmetric.WithProducer) collects.
 func New(opts ...Option) (*Metrics, error) {
-	m := &Metrics{guards: make(map[string]*watch)}
+	m := &Metrics{guards: make(map[string]*watch), start: time.Now()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("otelmetrics: nil Option")
@@ -129,6 +146,9 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 	b := builder{now: time.Now()}
 	for _, w := range watches {
 		w.collect(&b)
+	}
+	if m.cpu != nil {
+		b.float(cpuUtil, m.cpu(), *attribute.EmptySet(), m.start)
 	}
 	m.collectRedis(&b)
 	return []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: b.metrics()}}, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,6 +305,8 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "nil Option")
 	_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(""))
 	assert.ErrorContains(t, err, "empty key")
+	_, err = otelmetrics.New(otelmetrics.WithCPU(nil))
+	assert.ErrorContains(t, err, "WithCPU: nil function")
 	m, err := otelmetrics.New()
 	require.NoError(t, err)
 	_, err = sluice.New(sluice.WithObserver(m))
@@ -327,4 +330,18 @@ func TestShadowRejectionsAreCountedApart(t *testing.T) {
 		"sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=shadow_rejected": 2,
 		"sluice.guard=api,sluice.policy=breaker/backend,sluice.result=admitted":      6,
 	}, points(t, reader, "sluice.requests"))
+}
+
+// The CPU gauge reads the function given to WithCPU at each collection,
+// and is absent without one.
+func TestCPUGaugeReadsTheGivenUsage(t *testing.T) {
+	var usage atomic.Uint64
+	_, reader := newReader(t, otelmetrics.WithCPU(func() float64 { return float64(usage.Load()) / 100 }))
+	usage.Store(42)
+	assert.Equal(t, map[string]float64{"": 0.42}, points(t, reader, "sluice.load.cpu.utilization"))
+	usage.Store(7)
+	assert.Equal(t, map[string]float64{"": 0.07}, points(t, reader, "sluice.load.cpu.utilization"))
+
+	_, reader = newReader(t)
+	assert.Empty(t, points(t, reader, "sluice.load.cpu.utilization"))
 }

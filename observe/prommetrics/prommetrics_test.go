@@ -134,3 +134,53 @@ func TestNewRefusesBadInput(t *testing.T) {
 	_, _, err = prommetrics.New(nil)
 	assert.ErrorContains(t, err, "nil Option")
 }
+
+// Without a resource attribute, the durations are the Guard's own
+// histograms; the CPU usage given to otelmetrics.WithCPU is a gauge.
+func TestScrapeShowsGuardDurationsAndCPU(t *testing.T) {
+	metrics, handler, err := prommetrics.New(prommetrics.WithMetricsOptions(otelmetrics.WithCPU(func() float64 { return 0.25 })))
+	require.NoError(t, err)
+	clk := sluice.NewManualClock(time.Second)
+	g, err := sluice.New(sluice.WithName("api"), sluice.WithClock(clk), sluice.WithObserver(metrics))
+	require.NoError(t, err)
+	defer g.Close()
+	for _, d := range []time.Duration{time.Millisecond, 40 * time.Millisecond, 40 * time.Millisecond} {
+		_ = g.Do(t.Context(), func(context.Context) error { clk.Advance(d); return nil })
+	}
+	_ = g.Do(t.Context(), func(context.Context) error { clk.Advance(2 * time.Second); return sluice.ErrTimeout })
+	fams := scrape(t, handler)
+
+	dur := fams["sluice_call_duration_seconds"]
+	require.NotNil(t, dur, "families: %v", keys(fams))
+	assert.Equal(t, dto.MetricType_HISTOGRAM, dur.GetType())
+	type hist struct {
+		count      uint64
+		sum        float64
+		cumulative []uint64
+	}
+	got := map[string]hist{}
+	for _, m := range dur.GetMetric() {
+		l := labels(m)
+		h := hist{count: m.GetHistogram().GetSampleCount(), sum: m.GetHistogram().GetSampleSum()}
+		for _, b := range m.GetHistogram().GetBucket() {
+			h.cumulative = append(h.cumulative, b.GetCumulativeCount())
+		}
+		got[l["sluice_outcome"]+" "+l["error_type"]] = h
+	}
+	require.Len(t, got, 2, "%v", got)
+	ok := got["success "]
+	assert.Equal(t, uint64(3), ok.count)
+	assert.InDelta(t, 0.081, ok.sum, 1e-9)
+	assert.Equal(t, []uint64{1, 1, 1, 1, 1, 3}, ok.cumulative[:6], "1ms in the first bucket, 40ms in (25ms, 50ms]")
+	to := got["failure timeout"]
+	assert.Equal(t, uint64(1), to.count)
+	assert.InDelta(t, 2.0, to.sum, 1e-9)
+	assert.Equal(t, uint64(0), to.cumulative[9], "2s is above the 1s bound")
+	assert.Equal(t, uint64(1), to.cumulative[10])
+
+	cpu := fams["sluice_load_cpu_utilization_ratio"]
+	require.NotNil(t, cpu, "families: %v", keys(fams))
+	assert.Equal(t, dto.MetricType_GAUGE, cpu.GetType())
+	require.Len(t, cpu.GetMetric(), 1)
+	assert.Equal(t, 0.25, cpu.GetMetric()[0].GetGauge().GetValue())
+}
