@@ -13,9 +13,9 @@ func init() {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
 	guardhook.Fallbacks = func(g any) any { return g.(*Guard).fallbackList() }
-	guardhook.FallbackLayer = func(g any, ctx context.Context, err error, is func(any) bool, ask func(any) (string, error), typ reflect.Type) (bool, error) {
+	guardhook.FallbackLayer = func(g any, ctx context.Context, err error, is func(any) bool, ask func(any) (bool, string, error), typ func() reflect.Type) (bool, error) {
 		return g.(*Guard).fallbackLayer(ctx, err,
 			func(f Fallback) bool { return is(f) },
-			func(f Fallback) (string, error) { return ask(f) }, typ)
+			func(f Fallback) (bool, string, error) { return ask(f) }, typ)
 	}
 }

@@ -29,14 +29,18 @@ func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
 			_, ok := f.(sluice.FallbackOf[T])
 			return ok
 		},
-		func(f any) (string, error) {
-			a, name, out := f.(sluice.FallbackOf[T]).AnswerValue(ctx, err)
+		func(f any) (bool, string, error) {
+			fv, ok := f.(sluice.FallbackOf[T])
+			if !ok {
+				return false, "", nil
+			}
+			a, name, out := fv.AnswerValue(ctx, err)
 			if name != "" && out == nil {
 				v = a
 			}
-			return name, out
+			return true, name, out
 		},
-		reflect.TypeFor[T]())
+		reflect.TypeFor[T])
 	if !served {
 		var zero T
 		return zero, out

@@ -31,11 +31,12 @@ var Fallbacks func(g any) any
 // FallbackLayer runs g's fallback layer for err, the non-nil error of a
 // call of g (a *sluice.Guard, not nil), for an adapter that answers with
 // one type: is reports whether a fallback (a sluice.Fallback) answers with
-// it, ask asks one that does for its answer to err (the name of its
-// declaration, "" when none; and nil when it served, ask then keeping the
-// answer, or the error it declined with), and typ is the type, which the
-// error about a fallback of another type names. It returns true when a fallback
-// served; else the error the caller gets: the declining fallback's, one
-// saying that a fallback of another type declares an answer, or err.
-// Package fallbackof wraps it for a type parameter.
-var FallbackLayer func(g any, ctx context.Context, err error, is func(f any) bool, ask func(f any) (string, error), typ reflect.Type) (bool, error)
+// it; ask asks one fallback for its answer to err: ok false when it does
+// not answer with the type, else the name of its declaration ("" when none)
+// and out, nil when it served (ask then keeps the answer) or the error it
+// declined with; typ returns the type, which the error about a fallback of
+// another type names. It returns true when a fallback served; else the
+// error the caller gets: the declining fallback's, one saying that a
+// fallback of another type declares an answer, or err. Package fallbackof
+// wraps it for a type parameter.
+var FallbackLayer func(g any, ctx context.Context, err error, is func(f any) bool, ask func(f any) (ok bool, name string, out error), typ func() reflect.Type) (bool, error)
