@@ -135,8 +135,6 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 	if g == nil || err == nil {
 		return v, err
 	}
-	// The loop of fallbackLayer, typed: Execute's path makes no indirect
-	// call per fallback.
 	for _, f := range g.fallbacks {
 		fv, ok := f.(FallbackOf[T])
 		if !ok {
@@ -152,53 +150,24 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 		g.served(ctx, name, err)
 		return w, nil
 	}
-	return v, g.otherType(ctx, err, isFallbackOf[T], reflect.TypeFor[T])
-}
-
-// isFallbackOf reports whether f answers with a T.
-func isFallbackOf[T any](f Fallback) bool {
-	_, ok := f.(FallbackOf[T])
-	return ok
-}
-
-// fallbackLayer is fallbackValue for adapters, which reach it through
-// internal/guardhook: for an error err of a call of g, non-nil, whose entry
-// point answers with the type typ returns, which is reports a fallback
-// answers with. ask asks one fallback: ok false when it does not answer
-// with that type, else the name of its declaration for err ("" when none)
-// and out, nil when it served (ask then keeps the answer) or the error it
-// declined with. It returns true when a fallback served, else the error
-// the caller gets.
-func (g *Guard) fallbackLayer(ctx context.Context, err error, is func(Fallback) bool, ask func(Fallback) (ok bool, name string, out error), typ func() reflect.Type) (bool, error) {
-	for _, f := range g.fallbacks {
-		ok, name, out := ask(f)
-		if !ok || name == "" {
-			continue
-		}
-		if out != nil {
-			return false, out
-		}
-		g.served(ctx, name, err)
-		return true, nil
-	}
-	return false, g.otherType(ctx, err, is, typ)
-}
-
-// otherType returns the error the caller of an entry point gets when no
-// fallback of its type (is, typ) declares an answer for err: err itself,
-// unless a fallback of another type declares one, a mistake in the Guard's
-// declaration, then reported rather than skipped.
-func (g *Guard) otherType(ctx context.Context, err error, is func(Fallback) bool, typ func() reflect.Type) error {
 	for i, f := range g.fallbacks {
-		if is(f) {
+		if _, ok := f.(FallbackOf[T]); ok {
 			continue
 		}
 		if name, ok := f.Declared(ctx, err); ok {
-			return fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
-				i, f, name, typeName(typ()), typeName(typ()), err)
+			return v, otherTypeError(i, f, name, reflect.TypeFor[T](), err)
 		}
 	}
-	return err
+	return v, err
+}
+
+// otherTypeError is the error of an entry point that answers with a typ
+// for err, which fallback i, f, of another type, declares an answer for
+// (named name): a mistake in the Guard's declaration, reported rather than
+// skipped. It wraps err.
+func otherTypeError(i int, f Fallback, name string, typ reflect.Type, err error) error {
+	return fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
+		i, f, name, typeName(typ), typeName(typ), err)
 }
 
 // typeName names t, interfaces included ("http.Handler", "any").
