@@ -135,60 +135,39 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 	if g == nil || err == nil {
 		return v, err
 	}
-	var w T
-	served, out := g.fallbackLayer(ctx, err, isFallbackOf[T], func(f Fallback) (string, error) {
-		a, name, out := f.(FallbackOf[T]).AnswerValue(ctx, err)
-		if name != "" && out == nil {
-			w = a
-		}
-		return name, out
-	}, reflect.TypeFor[T]())
-	if served {
-		return w, nil
-	}
-	return v, out
-}
-
-// isFallbackOf reports whether f answers with a T.
-func isFallbackOf[T any](f Fallback) bool {
-	_, ok := f.(FallbackOf[T])
-	return ok
-}
-
-// fallbackLayer is the fallback layer for an error err of a call of g,
-// non-nil, whose entry point answers with the type typ, which is reports
-// a fallback answers with. ask asks one fallback of that type:
-// the name of its declaration for err ("" when none) and out, nil when it
-// served (ask then keeps the answer) or the error it declined with. It
-// returns true when a fallback served, else the error the caller gets, as
-// fallbackValue says. Adapters reach it through internal/guardhook.
-func (g *Guard) fallbackLayer(ctx context.Context, err error, is func(Fallback) bool, ask func(Fallback) (name string, out error), typ reflect.Type) (bool, error) {
 	for _, f := range g.fallbacks {
-		if !is(f) {
+		fv, ok := f.(FallbackOf[T])
+		if !ok {
 			continue
 		}
-		name, out := ask(f)
+		w, name, out := fv.AnswerValue(ctx, err)
 		if name == "" {
 			continue
 		}
 		if out != nil {
-			return false, out // declined: the call's own value stands
+			return v, out // declined: the call's own value stands
 		}
 		g.served(ctx, name, err)
-		return true, nil
+		return w, nil
 	}
 	for i, f := range g.fallbacks {
-		if is(f) {
+		if _, ok := f.(FallbackOf[T]); ok {
 			continue
 		}
 		if name, ok := f.Declared(ctx, err); ok {
-			// An answer for err, of another type: a mistake in the
-			// Guard's declaration, reported rather than skipped.
-			return false, fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
-				i, f, name, typeName(typ), typeName(typ), err)
+			return v, otherTypeError(i, f, name, reflect.TypeFor[T](), err)
 		}
 	}
-	return false, err
+	return v, err
+}
+
+// otherTypeError is the error of an entry point that answers with a typ
+// for err, which fallback i, f, of another type, declares an answer for
+// (named name): a mistake in the Guard's declaration, reported rather than
+// skipped. It wraps err.
+func otherTypeError(i int, f Fallback, name string, typ reflect.Type, err error) error {
+	return fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
+		i, f, name, typeName(typ), typeName(typ), err)
 }
 
 // typeName names t, interfaces included ("http.Handler", "any").

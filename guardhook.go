@@ -13,9 +13,10 @@ func init() {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
 	guardhook.Fallbacks = func(g any) any { return g.(*Guard).fallbackList() }
-	guardhook.FallbackLayer = func(g any, ctx context.Context, err error, is func(any) bool, ask func(any) (string, error), typ reflect.Type) (bool, error) {
-		return g.(*Guard).fallbackLayer(ctx, err,
-			func(f Fallback) bool { return is(f) },
-			func(f Fallback) (string, error) { return ask(f) }, typ)
+	guardhook.NumFallbacks = func(g any) int { return len(g.(*Guard).fallbacks) }
+	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }
+	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }
+	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {
+		return otherTypeError(i, f.(Fallback), name, typ, err)
 	}
 }

@@ -18,28 +18,36 @@ import (
 // fallback's, when it declines; err itself when no fallback declares an
 // answer. When none of type T declares one but a fallback of another type
 // does, the error says so and wraps err. A nil g or err returns the zero T
-// and err.
+// and err. It allocates nothing but what the fallback does.
 func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
-	var v T
+	var zero T
 	if g == nil || err == nil {
-		return v, err
+		return zero, err
 	}
-	served, out := guardhook.FallbackLayer(g, ctx, err,
-		func(f any) bool {
-			_, ok := f.(sluice.FallbackOf[T])
-			return ok
-		},
-		func(f any) (string, error) {
-			a, name, out := f.(sluice.FallbackOf[T]).AnswerValue(ctx, err)
-			if name != "" && out == nil {
-				v = a
-			}
-			return name, out
-		},
-		reflect.TypeFor[T]())
-	if !served {
-		var zero T
-		return zero, out
+	n := guardhook.NumFallbacks(g)
+	for i := range n {
+		fv, ok := guardhook.FallbackAt(g, i).(sluice.FallbackOf[T])
+		if !ok {
+			continue
+		}
+		v, name, out := fv.AnswerValue(ctx, err)
+		if name == "" {
+			continue
+		}
+		if out != nil {
+			return zero, out
+		}
+		guardhook.Served(g, ctx, name, err)
+		return v, nil
 	}
-	return v, nil
+	for i := range n {
+		f := guardhook.FallbackAt(g, i)
+		if _, ok := f.(sluice.FallbackOf[T]); ok {
+			continue
+		}
+		if name, ok := f.(sluice.Fallback).Declared(ctx, err); ok {
+			return zero, guardhook.OtherTypeError(i, f, name, reflect.TypeFor[T](), err)
+		}
+	}
+	return zero, err
 }

@@ -28,14 +28,21 @@ var RetryDelay func(g any, ctx context.Context, attempts int, began time.Time, a
 // order given to WithFallback; g is a *sluice.Guard, possibly nil.
 var Fallbacks func(g any) any
 
-// FallbackLayer runs g's fallback layer for err, the non-nil error of a
-// call of g (a *sluice.Guard, not nil), for an adapter that answers with
-// one type: is reports whether a fallback (a sluice.Fallback) answers with
-// it, ask asks one that does for its answer to err (the name of its
-// declaration, "" when none; and nil when it served, ask then keeping the
-// answer, or the error it declined with), and typ is the type, which the
-// error about a fallback of another type names. It returns true when a fallback
-// served; else the error the caller gets: the declining fallback's, one
-// saying that a fallback of another type declares an answer, or err.
-// Package fallbackof wraps it for a type parameter.
-var FallbackLayer func(g any, ctx context.Context, err error, is func(f any) bool, ask func(f any) (string, error), typ reflect.Type) (bool, error)
+// NumFallbacks returns how many fallbacks g (a *sluice.Guard, not nil) has;
+// FallbackAt returns the one at index i, a sluice.Fallback, in the order
+// given to WithFallback. Unlike Fallbacks, they copy nothing, for the
+// adapters' fallback layer (package fallbackof) on the request path.
+var (
+	NumFallbacks func(g any) int
+	FallbackAt   func(g any, i int) any
+)
+
+// Served tells g (a *sluice.Guard, not nil) that its fallback named name
+// answered in place of err: its counters and OnFallback observers hear of
+// it, as when Execute's fallback serves.
+var Served func(g any, ctx context.Context, name string, err error)
+
+// OtherTypeError is the error of an entry point that answers with a typ
+// for err when g's fallback i, f, of another type, declares an answer for
+// it named name: the Guard's declaration is mistaken. It wraps err.
+var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) error
