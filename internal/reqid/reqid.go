@@ -5,7 +5,7 @@ package reqid
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 )
 
 type ctxKey uint8
@@ -86,15 +86,21 @@ func find(ctx context.Context, k ctxKey, has uint8) *idCtx {
 	return c
 }
 
-// lent holds the contexts that GiveBack took back, for Lend.
-var lent = sync.Pool{New: func() any { return new(idCtx) }}
+// spare is a context GiveBack took back, for the next Lend; nil when none.
+// One is enough for a flood of rejections on one core; on several, a Lend
+// that finds none makes one. Lend reads it before it takes it, so that
+// a flow of admitted calls, which never give one back, only reads it.
+var spare atomic.Pointer[idCtx]
 
 // Lend is WithResource for a call that its Guard may reject before anything
-// keeps its context: the context comes from a pool, and GiveBack returns it
-// there, so that a flood of rejections allocates nothing. A context that is
-// not given back costs one allocation, as WithResource's does.
+// keeps its context: GiveBack takes the context back for the next Lend, so
+// that a flood of rejections allocates nothing. A context that is not
+// given back costs one allocation, as WithResource's does.
 func Lend(ctx context.Context, resource string) context.Context {
-	c := lent.Get().(*idCtx)
+	c := spare.Load()
+	if c == nil || !spare.CompareAndSwap(c, nil) {
+		c = new(idCtx)
+	}
 	c.Context, c.res, c.has, c.lent = ctx, resource, hasResource, true
 	return c
 }
@@ -108,7 +114,7 @@ func Keep(ctx context.Context) context.Context {
 	return ctx
 }
 
-// GiveBack returns ctx, made by Lend and not claimed by Keep, to the pool,
+// GiveBack returns ctx, made by Lend and not claimed by Keep, for the next Lend,
 // when g, the *sluice.Guard that rejected the call begun with ctx, has
 // handed it to nothing that may keep it (Observed). Nothing may use ctx
 // afterwards.
@@ -118,7 +124,7 @@ func GiveBack(ctx context.Context, g any) {
 		return
 	}
 	*c = idCtx{}
-	lent.Put(c)
+	spare.Store(c)
 }
 
 // Observed reports whether g, a *sluice.Guard, hands the context of a call

@@ -191,8 +191,9 @@ func WithSkipper(s func(middleware.Request) bool) Option {
 // resource (sluice.WithResource), for policies that keep state per
 // resource, such as a breaker.Group giving each method its own breaker
 // under one Guard: the gRPC form of the HTTP adapters' WithRouteResource.
-// It costs the call a new context (one small allocation). WithKeyer does
-// it as well. A skipped call gets no resource. Default: off in
+// It costs the call a new context (one small allocation; a client call
+// that its Guard rejects gives it back, so rejections cost none).
+// WithKeyer does it as well. A skipped call gets no resource. Default: off in
 // the server interceptors and the tap; the client interceptors always do
 // it, so an outgoing call never keeps the resource of the inbound call
 // whose handler makes it.

@@ -1,5 +1,0 @@
-//go:build !race
-
-package sluicegrpc
-
-const raceEnabled = false
