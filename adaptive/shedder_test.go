@@ -79,6 +79,31 @@ func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
 	}
 }
 
+// At its capacity a service sees Poisson arrivals run ahead of it by turns:
+// the queue absorbs those bursts and drains between them, so it never
+// counts as standing and the Shedder rejects almost nothing.
+func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		m        model
+		capacity float64
+	}{
+		{"cpu", cpuBound, 500},
+		{"pool", poolBound, 800},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for seed := range uint64(3) {
+				phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity, 4 * time.Second}}
+				rs, _ := simulate(t, newShedder(t), c.m, seed, phases...)
+				logPhases(t, c.name, c.capacity, phases, rs)
+				at := rs[1]
+				assert.LessOrEqual(t, float64(at.rejected), 0.03*float64(at.arrived), "seed %d: rejected", seed)
+				assert.GreaterOrEqual(t, float64(at.good), 0.95*float64(at.arrived), "seed %d: answered within 250 ms", seed)
+			}
+		})
+	}
+}
+
 // After a surge the Shedder admits everything again within a few seconds,
 // and says so to its subscribers.
 func TestShedderRecoversAfterASurge(t *testing.T) {
