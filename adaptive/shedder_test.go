@@ -57,17 +57,20 @@ func TestShedderBindsWhenLatencyRisesFromQueueing(t *testing.T) {
 	}
 }
 
+// services are the simulated services, with their capacities in requests/s.
+var services = []struct {
+	name     string
+	m        model
+	capacity float64
+}{
+	{"cpu", cpuBound, 500},
+	{"pool", poolBound, 800},
+}
+
 // At half its capacity a service never sees a rejection, even from the
 // first request, when the Shedder knows nothing yet.
 func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		m        model
-		capacity float64
-	}{
-		{"cpu", cpuBound, 500},
-		{"pool", poolBound, 800},
-	} {
+	for _, c := range services {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := range uint64(3) {
 				phases := []phase{{c.capacity / 2, 10 * time.Second}}
@@ -83,14 +86,7 @@ func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
 // the queue absorbs those bursts and drains between them, so it never
 // counts as standing and the Shedder rejects almost nothing.
 func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		m        model
-		capacity float64
-	}{
-		{"cpu", cpuBound, 500},
-		{"pool", poolBound, 800},
-	} {
+	for _, c := range services {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := range uint64(3) {
 				phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity, 4 * time.Second}}
@@ -107,14 +103,7 @@ func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
 // After a surge the Shedder admits everything again within a few seconds,
 // and says so to its subscribers.
 func TestShedderRecoversAfterASurge(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		m        model
-		capacity float64
-	}{
-		{"cpu", cpuBound, 500},
-		{"pool", poolBound, 800},
-	} {
+	for _, c := range services {
 		t.Run(c.name, func(t *testing.T) {
 			s := newShedder(t)
 			phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity * 4, 4 * time.Second}, {c.capacity / 2, 5 * time.Second}}
