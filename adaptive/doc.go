@@ -22,8 +22,8 @@
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
-// no queue, and moves the limit by the gradient 1.2 × baseline / average:
-// up while latency stays within 20% of the baseline and the limit binds
+// no queue, and moves the limit by the gradient 1.1 × baseline / average:
+// up while latency stays within 10% of the baseline and the limit binds
 // (by at most half in a window), down in proportion from what was in use
 // once a queue forms (by at most half). It starts at 20, and never goes
 // below GOMAXPROCS, the requests a CPU-bound server needs in flight to keep
@@ -66,9 +66,12 @@
 // quarter, over the last 200 ms or the 200 ms before: more load than the
 // slots serve, not a burst. Overloaded and non-empty for 25 ms, it serves
 // the newest first, so that a surge's first requests do not make all the
-// later ones wait; overloaded and non-empty for 50 ms (a standing queue),
-// it gives a newcomer 5 ms, CoDel's target, so that the requests admitted
-// are fresh and the others learn early that they will not be. Requests
+// later ones wait. Overloaded, non-empty for 50 ms, and with its oldest
+// request older than 5 ms (CoDel's target) at every arrival for 100 ms
+// (CoDel's interval), it is a standing queue: at capacity, Poisson arrivals
+// fill the queue by turns and it drains between them, which a standing
+// queue does not. It then gives a newcomer 5 ms, so that the requests
+// admitted are fresh and the others learn early that they will not be. Requests
 // marked sluice.PriorityCritical are served before all others and always
 // wait up to 200 ms: they are shed last. A bulkhead WithQueue uses the same
 // discipline.

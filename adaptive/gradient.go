@@ -14,7 +14,7 @@ const (
 	gradMinSamples = 10
 	// gradTolerance is how far above the baseline a window's average
 	// latency may be before the limit shrinks.
-	gradTolerance = 1.2
+	gradTolerance = 1.1
 	// gradProbeEvery is how often the baseline is measured again while the
 	// limit binds; the first probe comes after gradFirstProbe windows,
 	// because the initial limit may already be past capacity.

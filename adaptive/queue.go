@@ -16,9 +16,11 @@ import (
 // left it for a slot by a quarter, over the last maxWait or the one before:
 // a load above what the slots serve, not a burst. Overloaded and non-empty
 // for maxWait/8, it serves the newest first, so that a surge's first
-// requests do not make all the later ones wait; overloaded and non-empty for
-// maxWait/4 (a standing queue), a newcomer waits at most maxWait/40, so that
-// the requests admitted are fresh and the others learn early that they will
+// requests do not make all the later ones wait. Overloaded, non-empty for
+// maxWait/4, and with its oldest waiter older than maxWait/40 at every
+// arrival for maxWait/2 (CoDel's target and interval at the default wait),
+// it is standing: a newcomer then waits at most maxWait/40, so that the
+// requests admitted are fresh and the others learn early that they will
 // not be. Requests marked sluice.PriorityCritical are served before the
 // others and always wait up to maxWait.
 //
@@ -33,6 +35,9 @@ type queue struct {
 	since    time.Duration
 	lifo     bool
 	standing bool
+	// late is the instant from which every arrival found the oldest waiter
+	// older than a standing queue's wait; -1 while one did not.
+	late time.Duration
 	// lastDrop is the instant the last waiter ran out of time: the queue
 	// stays standing through the moments it empties until maxWait has
 	// passed without one.
@@ -48,20 +53,24 @@ type queue struct {
 type waiter struct {
 	ch      chan struct{}
 	granted bool
+	at      time.Duration // the instant it entered the queue
 }
 
 // The queue's discipline (see queue): newest first once overloaded and
 // non-empty for maxWait/lifoAfter; standing once overloaded and non-empty
 // for maxWait/standingAfter, less than a wait, or the early waiters would
 // all run out of time together, empty the queue and start it afresh; a
-// newcomer to a standing queue waits maxWait/standingWait; overloaded is more in than out by overloadRatio,
-// over at least overloadMin requests.
+// newcomer to a standing queue waits maxWait/standingWait, and it stands
+// only once its oldest waiter has been older than that for
+// maxWait/lateFor; overloaded is more in than out by overloadRatio, over
+// at least overloadMin requests.
 const (
 	lifoAfter     = 8
 	standingAfter = 4
 	standingWait  = 40
 	overloadRatio = 1.25
 	overloadMin   = 10
+	lateFor       = 2
 )
 
 // overloaded reports whether more requests entered the queue than left it
@@ -93,14 +102,14 @@ func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duratio
 		}
 		over := q.overloaded(now)
 		q.lifo = over && now-q.since > q.maxWait/lifoAfter
-		q.standing = over && now-q.since > q.maxWait/standingAfter
+		q.standing = over && now-q.since > q.maxWait/standingAfter && (q.standing || q.lateFor(now) >= q.maxWait/lateFor)
 		q.in++
 	}
 	w, ok := q.pool.Get().(*waiter)
 	if !ok {
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
-	w.granted = false
+	w.granted, w.at = false, now
 	wait := q.maxWait
 	if critical {
 		q.crit = append(q.crit, w)
@@ -111,6 +120,29 @@ func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duratio
 		}
 	}
 	return w, wait
+}
+
+// lateFor returns how long every arrival has found the oldest waiter
+// older than a standing queue's wait, under q.mu; 0 when this one does
+// not. That wait is CoDel's target, and a queue whose oldest waiter stays
+// above it is one a burst did not make: at a service's capacity, Poisson
+// arrivals fill the queue by turns, and it drains between them.
+func (q *queue) lateFor(now time.Duration) time.Duration {
+	var oldest *waiter
+	switch {
+	case len(q.normal) > 0:
+		oldest = q.normal[0]
+	case len(q.crit) > 0:
+		oldest = q.crit[0]
+	}
+	if oldest == nil || now-oldest.at <= max(q.maxWait/standingWait, 1) {
+		q.late = -1
+		return 0
+	}
+	if q.late < 0 {
+		q.late = now
+	}
+	return now - q.late
 }
 
 // next removes the waiter to serve next, under q.mu; nil when none waits.

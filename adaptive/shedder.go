@@ -119,7 +119,7 @@ func newShedder(o options, cause error, limit int64) *Shedder {
 	s.limit.Store(limit)
 	s.winStart.Store(notStarted)
 	if o.queue > 0 {
-		s.q = &queue{size: o.queue, maxWait: o.maxWait}
+		s.q = &queue{size: o.queue, maxWait: o.maxWait, late: -1}
 	}
 	return s
 }
