@@ -359,3 +359,32 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 		})
 	}
 }
+
+// TestDefaultsRideOutASlowerDependency: at the defaults, a dependency that
+// turns merely slower for 5 s (20 ms to 40 ms: inside the 100 ms deadline,
+// the 16 connections 75 % busy) while still failing 1 % of calls at random
+// never opens a breaker, neither one for every route nor a Group's per
+// route. At 60 ms the pool cannot keep up (300/s × 60 ms > 16), calls queue
+// past their deadline and opening is right.
+func TestDefaultsRideOutASlowerDependency(t *testing.T) {
+	shapes := []struct {
+		name string
+		make policyMaker
+	}{
+		{"one breaker", singleOf()},
+		{"group by route", groupOf()},
+	}
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := uint64(1); seed <= 10; seed++ {
+				sc := slowDependency(seed)
+				sc.sickLat, sc.sickFail = 40*time.Millisecond, 0.01
+				sc.noStall = true // the calls in flight answer too, just later
+				o := sc.run(t, sh.make)
+				assert.Zero(t, o.opens, "seed %d: opened on a slower, healthy dependency", seed)
+				assert.Equal(t, time.Duration(-1), o.openedAt, "seed %d", seed)
+			}
+		})
+	}
+}
