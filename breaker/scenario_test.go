@@ -320,7 +320,7 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				var opens []time.Duration
+				var opens, closes []time.Duration
 				calls, reached := 0, 0
 				for seed := uint64(1); seed <= seeds; seed++ {
 					sc := slowDependency(seed)
@@ -334,13 +334,16 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 					assert.GreaterOrEqual(t, o.closedAt, time.Duration(0), "seed %d: never closed again", seed)
 					assert.LessOrEqual(t, o.closedAt, 2*time.Second, "seed %d: slow to recover", seed)
 					opens = append(opens, o.openedAt)
+					closes = append(closes, o.closedAt)
 					calls += o.admittedSick
 					reached += o.reachedSick
 				}
 				slices.Sort(opens)
+				slices.Sort(closes)
 				mean := float64(calls) / seeds
-				t.Logf("opened after %v (median), %v (slowest); %.1f calls into the sick dependency before, %.1f in its 5 s, probes included",
-					opens[seeds/2].Round(time.Millisecond), opens[seeds-1].Round(time.Millisecond), mean, float64(reached)/seeds)
+				t.Logf("opened after %v (median), %v (slowest); %.1f calls into the sick dependency before, %.1f in its 5 s, probes included; closed %v after the healing (median), %v (slowest)",
+					opens[seeds/2].Round(time.Millisecond), opens[seeds-1].Round(time.Millisecond), mean, float64(reached)/seeds,
+					closes[seeds/2].Round(time.Millisecond), closes[seeds-1].Round(time.Millisecond))
 				assert.LessOrEqual(t, opens[seeds/2], 150*time.Millisecond, "median time to open")
 				if stall || sh.name == "one breaker" {
 					assert.LessOrEqual(t, mean, 40.0, "calls into the sick dependency before it opened")
