@@ -321,7 +321,7 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				var opens []time.Duration
+				var opens, closes []time.Duration
 				calls, reached := 0, 0
 				for seed := uint64(1); seed <= seeds; seed++ {
 					sc := slowDependency(seed)
@@ -335,13 +335,16 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 					assert.GreaterOrEqual(t, o.closedAt, time.Duration(0), "seed %d: never closed again", seed)
 					assert.LessOrEqual(t, o.closedAt, 2*time.Second, "seed %d: slow to recover", seed)
 					opens = append(opens, o.openedAt)
+					closes = append(closes, o.closedAt)
 					calls += o.admittedSick
 					reached += o.reachedSick
 				}
 				slices.Sort(opens)
+				slices.Sort(closes)
 				mean := float64(calls) / seeds
-				t.Logf("opened after %v (median), %v (slowest); %.1f calls into the sick dependency before, %.1f in its 5 s, probes included",
-					opens[seeds/2].Round(time.Millisecond), opens[seeds-1].Round(time.Millisecond), mean, float64(reached)/seeds)
+				t.Logf("opened after %v (median), %v (slowest); %.1f calls into the sick dependency before, %.1f in its 5 s, probes included; closed %v after the healing (median), %v (slowest)",
+					opens[seeds/2].Round(time.Millisecond), opens[seeds-1].Round(time.Millisecond), mean, float64(reached)/seeds,
+					closes[seeds/2].Round(time.Millisecond), closes[seeds-1].Round(time.Millisecond))
 				assert.LessOrEqual(t, opens[seeds/2], 150*time.Millisecond, "median time to open")
 				if stall || sh.name == "one breaker" {
 					assert.LessOrEqual(t, mean, 40.0, "calls into the sick dependency before it opened")
@@ -356,6 +359,35 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 				sc := noisyDependency(seed, 100_000)
 				sc.noiseTimesOut = seed%2 == 0
 				assert.Zero(t, sc.run(t, sh.make).opens, "seed %d", seed)
+			}
+		})
+	}
+}
+
+// TestDefaultsRideOutASlowerDependency: at the defaults, a dependency that
+// turns merely slower for 5 s (20 ms to 40 ms: inside the 100 ms deadline,
+// the 16 connections 75 % busy) while still failing 1 % of calls at random
+// never opens a breaker, neither one for every route nor a Group's per
+// route. At 60 ms the pool cannot keep up (300/s × 60 ms > 16), calls queue
+// past their deadline and opening is right.
+func TestDefaultsRideOutASlowerDependency(t *testing.T) {
+	shapes := []struct {
+		name string
+		make policyMaker
+	}{
+		{"one breaker", singleOf()},
+		{"group by route", groupOf()},
+	}
+	for _, sh := range shapes {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			for seed := uint64(1); seed <= 10; seed++ {
+				sc := slowDependency(seed)
+				sc.sickLat, sc.sickFail = 40*time.Millisecond, 0.01
+				sc.noStall = true // the calls in flight answer too, just later
+				o := sc.run(t, sh.make)
+				assert.Zero(t, o.opens, "seed %d: opened on a slower, healthy dependency", seed)
+				assert.Equal(t, time.Duration(-1), o.openedAt, "seed %d", seed)
 			}
 		})
 	}
