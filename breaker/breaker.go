@@ -33,6 +33,12 @@ type Breaker struct {
 	notifier notifier
 	sink     *notifier // a Group's queue, fed under mu; nil outside a Group
 
+	// The stall check of the consecutive-failure strategy: the usual
+	// latency of a success, smoothed (0 until the first success), and the
+	// instant it last took a sample.
+	usual    atomic.Int64
+	sampleAt atomic.Int64
+
 	mu    sync.Mutex    // guards transitions and the fields below
 	gen   uint64        // last generation handed out
 	trips int           // opens since the breaker last closed, for the backoff
@@ -60,7 +66,29 @@ type phase struct {
 	tw        *timeWindow
 	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
 	taken     atomic.Int64  // half-open probes admitted and not released
+	// The stall check, closed: calls admitted since a success last ended,
+	// and the instant the stallCalls-th of them was admitted.
+	sinceOK  atomic.Int64
+	nthSince atomic.Int64
 }
+
+// The stall check: a closed breaker with the consecutive-failure strategy
+// (n failures in a row) also trips when more than n calls, and more than
+// stallCalls, were admitted since a success last ended, the stallCalls-th
+// of them admitted more than stallFactor usual latencies of a success ago:
+// a dependency that stops answering is refused before the first of its
+// calls times out. The usual latency is the slow end of the successes'
+// latencies: an average that a slower success moves by 1/stallUp of the
+// difference and a quicker one by 1/stallDown, sampled at most once per
+// stallSample. A spread latency, a quiet spell or one slow call trips
+// nothing: a success ends the count.
+const (
+	stallFactor = 2
+	stallCalls  = 3
+	stallUp     = 4
+	stallDown   = 64
+	stallSample = time.Millisecond
+)
 
 const genMask = 1<<31 - 1
 
@@ -175,6 +203,14 @@ func (b *Breaker) Counts() Counts {
 func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
+		if n := b.cfg.Load().consecutive; n > 0 {
+			if k := p.sinceOK.Add(1); k == stallCalls {
+				p.nthSince.Store(int64(now))
+			} else if k > max(n, stallCalls) && b.stalled(p, now) && !p.forced {
+				b.trip(p, now)
+				return b.Admit(context.Background(), now)
+			}
+		}
 		return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
 	}
 	if p.state == StateOpen && !p.forced && now < p.openUntil {
@@ -218,6 +254,62 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 	}
 }
 
+// stalled reports whether the stallCalls-th call admitted in p since a
+// success last ended was admitted more than stallFactor usual latencies
+// before now.
+func (b *Breaker) stalled(p *phase, now time.Duration) bool {
+	u := b.usual.Load()
+	return u > 0 && int64(now)-p.nthSince.Load() > stallFactor*u
+}
+
+// trip opens the closed phase p at now, unless it has ended.
+func (b *Breaker) trip(p *phase, now time.Duration) {
+	draw := b.jitterDraw()
+	b.mu.Lock()
+	// A breaker dropped from its Group ignores what still reaches it: the
+	// Group keeps every open breaker, and could not keep this one.
+	if b.cur.Load() == p && !b.gone {
+		b.trips++
+		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
+	}
+	b.mu.Unlock()
+	b.dispatch()
+}
+
+// noteEnd notes, for the stall check, how a call admitted in p ended at now
+// after latency.
+func (b *Breaker) noteEnd(p *phase, o sluice.Outcome, now, latency time.Duration) {
+	switch o {
+	case sluice.Success:
+	case sluice.Failure:
+		return
+	default: // Ignored, Released: as if never admitted
+		for {
+			k := p.sinceOK.Load()
+			if k <= 0 || p.sinceOK.CompareAndSwap(k, k-1) {
+				return
+			}
+		}
+	}
+	if p.sinceOK.Load() != 0 {
+		p.sinceOK.Store(0)
+	}
+	last := b.sampleAt.Load()
+	if latency < 0 || int64(now)-last < int64(stallSample) || !b.sampleAt.CompareAndSwap(last, int64(now)) {
+		return
+	}
+	u, l := b.usual.Load(), int64(latency)
+	switch {
+	case u == 0:
+		u = l
+	case l > u:
+		u += (l - u) / stallUp
+	default:
+		u -= (u - l) / stallDown
+	}
+	b.usual.Store(max(u, 1))
+}
+
 func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
 	return sluice.Verdict{Limit: -1, RetryAfter: max(retryAfter, 1), Cause: sluice.ErrCircuitOpen}
 }
@@ -234,6 +326,9 @@ func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	switch {
 	case p.state == StateClosed:
+		if b.cfg.Load().consecutive > 0 {
+			b.noteEnd(p, o, now, latency)
+		}
 		if slow := b.cfg.Load().slowThreshold; o == sluice.Success && p.cw != nil && (slow <= 0 || latency <= slow) &&
 			p.consec.Load() == 0 && p.cw.steady() {
 			// The common case, told without doneClosed's calls: a success
@@ -295,17 +390,7 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 	if p.forced || !b.tripped(t, run) {
 		return
 	}
-	draw := b.jitterDraw()
-	now = b.at(now, latency)
-	b.mu.Lock()
-	// A breaker dropped from its Group ignores what still reaches it: the
-	// Group keeps every open breaker, and could not keep this one.
-	if b.cur.Load() == p && !b.gone {
-		b.trips++
-		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
-	}
-	b.mu.Unlock()
-	b.dispatch()
+	b.trip(p, b.at(now, latency))
 }
 
 // at returns now, or the breaker's clock when latency is -1: a Guard of

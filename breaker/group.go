@@ -85,10 +85,7 @@ func (g *Group) Name() string { return g.name }
 // Needs returns what its breakers need of a Guard, as [Breaker.Needs]
 // says: they are all made alike.
 func (g *Group) Needs() sluice.Needs {
-	if g.cfg.count > 0 && g.cfg.slowThreshold == 0 && g.cfg.clock == sluice.SystemClock {
-		return 0
-	}
-	return sluice.NeedsEnd
+	return needs(g.cfg, g.cfg.clock == sluice.SystemClock)
 }
 
 // Len returns the number of keys the Group holds a breaker for; the

@@ -106,11 +106,15 @@ func TestGuardReleasedProbeFreesItsSlot(t *testing.T) {
 }
 
 func TestNeedsEndUnlessACountWindowOnSystemClock(t *testing.T) {
-	assert.Zero(t, mustNew(t).Needs(), "the default: a count window, no slow-call strategy")
+	assert.Equal(t, sluice.NeedsEnd, mustNew(t).Needs(), "the default: consecutive failures, whose stall check needs the latency")
+	assert.Zero(t, mustNew(t, breaker.WithErrorRatio(0.5, 10)).Needs(), "a count window, no slow-call strategy")
 	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithRollingWindow(10*sec, 10)).Needs())
 	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithSlowCallRatio(ms, 0.5, 10)).Needs())
 	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithClock(sluice.NewManualClock(0))).Needs())
 	g, err := breaker.NewGroup("g")
+	require.NoError(t, err)
+	assert.Equal(t, sluice.NeedsEnd, g.Needs())
+	g, err = breaker.NewGroup("g", breaker.WithErrorRatio(0.5, 10))
 	require.NoError(t, err)
 	assert.Zero(t, g.Needs())
 	g, err = breaker.NewGroup("g", breaker.WithRollingWindow(10*sec, 10))

@@ -159,7 +159,7 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 // when it counts outcomes in a count window, has no slow-call strategy and
 // reads SystemClock (system).
 func needs(c *config, system bool) sluice.Needs {
-	if c.count > 0 && c.slowThreshold == 0 && system {
+	if c.count > 0 && c.slowThreshold == 0 && c.consecutive == 0 && system {
 		return 0
 	}
 	return sluice.NeedsEnd
@@ -229,6 +229,14 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 // at 5 consecutive failures: a dependency that stops answering trips it at
 // the fifth timeout in a row, while one failing 1% of calls at random does
 // so about once in 10¹⁰ calls. Applies to New and NewGroup.
+//
+// The strategy also trips the breaker when calls stall, before they fail:
+// when more than n calls, and more than 3, were admitted since a success
+// last ended, and the third of them more than twice the usual latency of
+// a success ago (the slow end of recent successes' latencies). A
+// dependency that stops answering is then refused before its first call
+// times out, while a quiet spell or one slow call trips nothing: the calls
+// after it still succeed. This check needs each call's end (see Needs).
 func WithConsecutiveFailures(n int) Option {
 	return func(c *config) error {
 		c.use("WithConsecutiveFailures", forBreaker|forGroup)

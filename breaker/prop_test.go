@@ -33,6 +33,13 @@ type machine struct {
 	base, most        time.Duration
 	jitter, draw      float64
 	changes           []string
+	// The stall check of the consecutive-failure strategy: the usual
+	// latency of a success and the instant it was last sampled (kept across
+	// phases), the calls admitted since a success last ended and the
+	// instant of the third of them (the phase's).
+	usual, sampledAt time.Duration
+	sinceOK          int64
+	thirdSince       time.Duration
 }
 
 func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced bool) {
@@ -42,6 +49,7 @@ func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced 
 	}
 	x.state, x.forced = to, forced
 	x.taken, x.succ, x.fail = 0, 0, 0
+	x.sinceOK = 0
 	switch to {
 	case breaker.StateClosed:
 		fresh := x.proto
@@ -89,7 +97,44 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 		x.taken++
 		return true, true, 0
 	}
+	if n := int64(x.proto.consecutive); n > 0 {
+		x.sinceOK++
+		if x.sinceOK == 3 {
+			x.thirdSince = now
+		} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > 2*x.usual && !x.forced {
+			x.trips++
+			x.setPhase(breaker.StateOpen, now, x.openFor(), false)
+			return x.admit(now)
+		}
+	}
 	return true, false, 0
+}
+
+// stallEnd notes how a call of the closed phase ended, for the stall check.
+func (x *machine) stallEnd(o sluice.Outcome, now, latency time.Duration) {
+	switch o {
+	case sluice.Failure:
+		return
+	case sluice.Ignored, sluice.Released:
+		if x.sinceOK > 0 {
+			x.sinceOK--
+		}
+		return
+	}
+	x.sinceOK = 0
+	if latency < 0 || now-x.sampledAt < ms {
+		return
+	}
+	x.sampledAt = now
+	switch {
+	case x.usual == 0:
+		x.usual = latency
+	case latency > x.usual:
+		x.usual += (latency - x.usual) / 4
+	default:
+		x.usual -= (x.usual - latency) / 64
+	}
+	x.usual = max(x.usual, 1)
 }
 
 func (x *machine) done(phase int, probe bool, o sluice.Outcome, now, latency time.Duration) {
@@ -98,6 +143,9 @@ func (x *machine) done(phase int, probe bool, o sluice.Outcome, now, latency tim
 	}
 	switch {
 	case x.state == breaker.StateClosed:
+		if x.proto.consecutive > 0 {
+			x.stallEnd(o, now, latency)
+		}
 		if x.m.record(now, o, latency) && !x.forced {
 			x.trips++
 			x.setPhase(breaker.StateOpen, now, x.openFor(), false)

@@ -39,6 +39,7 @@ type scenario struct {
 	calls         int  // arrivals to play, over all routes
 	noStall       bool // calls in flight when it turns sick answer as if healthy
 	noiseTimesOut bool // the healthy dependency's failures never answer: they time out
+	spread        bool // the healthy latency varies: half of it fixed, half drawn from an exponential
 }
 
 // outcome is what a scenario's run saw.
@@ -147,7 +148,11 @@ func (s scenario) run(t testing.TB, newPolicy policyMaker) outcome {
 		if fail && s.noiseTimesOut {
 			return // its deadline ends it
 		}
-		push(simEvent{at: at + s.healthy, kind: evAnswer, call: c, fail: fail})
+		lat := s.healthy
+		if s.spread {
+			lat = s.healthy/2 + time.Duration(rng.ExpFloat64()*float64(s.healthy/2))
+		}
+		push(simEvent{at: at + lat, kind: evAnswer, call: c, fail: fail})
 	}
 	release := func(at time.Duration) {
 		free++
@@ -358,6 +363,7 @@ func TestDefaultsOpenFastOnSlowDependency(t *testing.T) {
 			for seed := uint64(1); seed <= 4; seed++ {
 				sc := noisyDependency(seed, 100_000)
 				sc.noiseTimesOut = seed%2 == 0
+				sc.spread = seed > 2
 				assert.Zero(t, sc.run(t, sh.make).opens, "seed %d", seed)
 			}
 		})
