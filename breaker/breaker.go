@@ -75,19 +75,23 @@ type phase struct {
 // The stall check: a closed breaker with the consecutive-failure strategy
 // (n failures in a row) also trips when more than n calls, and more than
 // stallCalls, were admitted since a success last ended, the stallCalls-th
-// of them admitted more than stallFactor usual latencies of a success ago:
+// of them admitted more than stallFactor usual latencies of a success ago,
+// and at least stallFloor:
 // a dependency that stops answering is refused before the first of its
 // calls times out. The usual latency is the slow end of the successes'
 // latencies: an average that a slower success moves by 1/stallUp of the
 // difference and a quicker one by 1/stallDown, sampled at most once per
 // stallSample. A spread latency, a quiet spell or one slow call trips
-// nothing: a success ends the count.
+// nothing: a success ends the count. The floor keeps a pause of the
+// process (a collection, a descheduled thread) from reading as a stall of
+// a dependency that answers in microseconds.
 const (
 	stallFactor = 2
 	stallCalls  = 3
 	stallUp     = 4
 	stallDown   = 64
 	stallSample = time.Millisecond
+	stallFloor  = 25 * time.Millisecond
 )
 
 const genMask = 1<<31 - 1
@@ -255,11 +259,11 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 }
 
 // stalled reports whether the stallCalls-th call admitted in p since a
-// success last ended was admitted more than stallFactor usual latencies
-// before now.
+// success last ended was admitted more than stallFactor usual latencies,
+// and more than stallFloor, before now.
 func (b *Breaker) stalled(p *phase, now time.Duration) bool {
 	u := b.usual.Load()
-	return u > 0 && int64(now)-p.nthSince.Load() > stallFactor*u
+	return u > 0 && int64(now)-p.nthSince.Load() > max(stallFactor*u, int64(stallFloor))
 }
 
 // trip opens the closed phase p at now, unless it has ended.

@@ -215,3 +215,30 @@ func lockedRandom(seed uint64) func() float64 {
 		return r.Float64()
 	}
 }
+
+// A dependency answering in 100 µs, 16 calls in flight: a pause of the
+// process that holds every answer back 20 ms is no stall, while answers
+// that stay away past 25 ms are one, well before five calls fail.
+func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
+	for _, c := range []struct {
+		pause time.Duration
+		opens bool
+	}{{20 * ms, false}, {30 * ms, true}} {
+		b := mustNew(t)
+		ctx := context.Background()
+		now := sec
+		for range 100 { // learn the usual latency: 100 µs
+			v := b.Admit(ctx, now)
+			require.NoError(t, v.Cause)
+			now += 2 * ms
+			b.Done(v.Ticket, S, now, 100*time.Microsecond)
+		}
+		for range 16 { // admitted, and held back by the pause
+			require.NoError(t, b.Admit(ctx, now).Cause)
+		}
+		now += c.pause
+		v := b.Admit(ctx, now)
+		assert.Equal(t, c.opens, v.Cause != nil, "pause %v", c.pause)
+		assert.Equal(t, c.opens, b.State() == breaker.StateOpen, "pause %v", c.pause)
+	}
+}

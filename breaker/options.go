@@ -233,7 +233,8 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 // The strategy also trips the breaker when calls stall, before they fail:
 // when more than n calls, and more than 3, were admitted since a success
 // last ended, and the third of them more than twice the usual latency of
-// a success ago (the slow end of recent successes' latencies). A
+// a success ago (the slow end of recent successes' latencies), and more
+// than 25 ms ago. A
 // dependency that stops answering is then refused before its first call
 // times out, while a quiet spell or one slow call trips nothing: the calls
 // after it still succeed. This check needs each call's end (see Needs).

@@ -101,7 +101,7 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 		x.sinceOK++
 		if x.sinceOK == 3 {
 			x.thirdSince = now
-		} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > 2*x.usual && !x.forced {
+		} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
 			x.trips++
 			x.setPhase(breaker.StateOpen, now, x.openFor(), false)
 			return x.admit(now)
