@@ -226,22 +226,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Render.Admitted(w.Header(), rt, call.Decision())
 	rw.h, rw.req, rw.start = h, r, call.Start()
-	var keep *core.Guard
-	if r.Method == http.MethodGet && h.HasFallbacks() {
-		if keep = h.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
-			rw.capturing = true
-			rw.maxCapture = keep.MaxBody
-		} else {
-			keep = nil
+	if h.HasFallbacks() {
+		if keep := h.GuardOf(rt.Guard); keep != nil {
+			if r.Method == http.MethodGet && keep.Stale != nil {
+				rw.cache, rw.capturing, rw.maxCapture = keep, true, keep.MaxBody
+			}
+			rw.answer, rw.rt = true, rt
+			if ctx := call.Context(); ctx != r.Context() {
+				rw.cctx = ctx
+			}
 		}
 	}
-	if h.HasFallbacks() && h.GuardOf(rt.Guard) != nil {
-		rw.answer, rw.rt, rw.pattern, rw.key = true, rt, pattern, key
-		if ctx := call.Context(); ctx != r.Context() {
-			rw.cctx = ctx
-		}
-	}
-	defer h.finish(rw, &call, keep, r, pattern, key)
+	rw.pattern, rw.key = pattern, key
+	defer h.finish(rw, &call)
 	if ctx := call.Context(); ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
 		// context ends at the deadline. What the handler then writes is its
@@ -256,7 +253,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the handler is reported as a Failure (http.ErrAbortHandler, the client
 // going away, as Ignored) before it goes on up. It feeds keep's stale
 // caches with a good GET response.
-func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard, r *http.Request, pattern, key string) {
+func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
+	r := rw.req
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
 			call.Report(sluice.Ignored, nil)
@@ -272,7 +270,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard
 		o = sluice.Ignored
 	case rw.hijacked && rw.status == 0:
 		o = sluice.Success
-	case errors.Is(r.Context().Err(), context.Canceled):
+	case r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away: whatever the handler wrote (a proxy's 502)
 		// says nothing of the dependency.
 		o = sluice.Ignored
@@ -287,8 +285,8 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call, keep *core.Guard
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
-	if keep != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		keep.Keep(r, pattern, key, call.Start(), rw.Header(), rw.capture)
+	if rw.cache != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
+		rw.cache.Keep(r, rw.pattern, rw.key, call.Start(), rw.Header(), rw.capture)
 	}
 	putWriter(rw)
 }

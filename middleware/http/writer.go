@@ -41,6 +41,7 @@ type responseWriter struct {
 	// body is then dropped.
 	answer, held bool
 	rt           *routing.Route
+	cache        *core.Guard // the route's Guard's stale cache, fed a good GET response
 	pattern, key string
 	cctx         context.Context // the call's context, when the Guard has a timeout
 }
