@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/sluice-go/sluice/internal/reqid"
 )
@@ -35,11 +36,24 @@ func ResourceFrom(ctx context.Context) (string, bool) { return reqid.Resource(ct
 // WithCost returns a context whose requests cost n units of a rate limit's
 // quota instead of 1. A cost below 1 is taken as 1.
 func WithCost(ctx context.Context, n int64) context.Context {
+	if !costsSet.Load() {
+		costsSet.Store(true)
+	}
 	return context.WithValue(ctx, costKey, n)
 }
 
+// costsSet and prioritiesSet tell whether WithCost and WithPriority have
+// ever been called in this process: until then no context holds a cost or a
+// priority, and a rate limit's decision, which asks for the cost of every
+// request, need not walk the request's chain of contexts (three or four
+// deep under net/http) to find none.
+var costsSet, prioritiesSet atomic.Bool
+
 // CostFrom returns the cost set by WithCost, or 1.
 func CostFrom(ctx context.Context) int64 {
+	if !costsSet.Load() {
+		return 1
+	}
 	if n, ok := ctx.Value(costKey).(int64); ok && n > 0 {
 		return n
 	}
@@ -60,11 +74,17 @@ const (
 
 // WithPriority returns a context whose requests carry priority p.
 func WithPriority(ctx context.Context, p Priority) context.Context {
+	if !prioritiesSet.Load() {
+		prioritiesSet.Store(true)
+	}
 	return context.WithValue(ctx, priorityKey, p)
 }
 
 // PriorityFrom returns the priority set by WithPriority, or PriorityNormal.
 func PriorityFrom(ctx context.Context) Priority {
+	if !prioritiesSet.Load() {
+		return PriorityNormal
+	}
 	p, _ := ctx.Value(priorityKey).(Priority)
 	return p
 }

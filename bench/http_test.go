@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -268,10 +270,24 @@ func (w *freshWriter) WriteString(s string) (int, error) {
 	return len(s), nil
 }
 
+// serverRequest is GET / with the chain of contexts net/http gives a
+// request: the server's and the connection's values over a cancelable
+// context, and a cancelable one of its own, which a middleware that reads
+// its context walks.
+func serverRequest() *http.Request {
+	ctx, cancel := context.WithCancel(context.Background())
+	_ = cancel // lives as long as the benchmark
+	ctx = context.WithValue(ctx, http.ServerContextKey, &http.Server{})
+	ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080})
+	ctx, cancel = context.WithCancel(ctx)
+	_ = cancel
+	return httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+}
+
 // BenchmarkHTTPFreshOverhead serves GET / with a fresh writer per request,
 // as a server does, through the bare handler, the hand-written x/time/rate
 // middleware, and sluice's with and without the RateLimit fields on
-// admitted responses (token bucket and breaker, defaults). The four
+// admitted responses, for a request with the contexts a server gives it (token bucket and breaker, defaults). The four
 // alternate in batches within one loop, so that all meet the same spells
 // of a shared machine. It reports each middleware's time over the bare
 // handler a request (ns/req), sluice's as a multiple of the hand-written
@@ -286,7 +302,7 @@ func BenchmarkHTTPFreshOverhead(b *testing.B) {
 	for i, n := range names {
 		hs[i] = byName[n]
 	}
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req := serverRequest()
 	serve := func(h http.Handler) { h.ServeHTTP(&freshWriter{h: http.Header{}}, req) }
 	allocs := make([]float64, len(hs))
 	for i, h := range hs {
