@@ -251,8 +251,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // finish reports the request's outcome; it runs deferred so that a panic in
 // the handler is reported as a Failure (http.ErrAbortHandler, the client
-// going away, as Ignored) before it goes on up. It feeds keep's stale
-// caches with a good GET response.
+// going away, as Ignored) before it goes on up. It feeds the route's stale
+// cache (rw.cache) with a good GET response.
 func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 	r := rw.req
 	if p := recover(); p != nil {
