@@ -44,6 +44,7 @@ type Shedder struct {
 	name  string
 	cause error
 	est   *gradient // nil for a bulkhead
+	procs int64     // GOMAXPROCS when it was made
 
 	_        [64]byte // inflight is written by every request: a line of its own
 	inflight atomic.Int64
@@ -115,7 +116,7 @@ func NewBulkhead(n int, opts ...Option) (*Shedder, error) {
 var errBulkheadLimit = errors.New("adaptive: NewBulkhead: the limit must be at least 1")
 
 func newShedder(o options, cause error, limit int64) *Shedder {
-	s := &Shedder{name: o.name, cause: cause, subs: map[uint64]func(sluice.StateChange){}}
+	s := &Shedder{name: o.name, cause: cause, procs: int64(runtime.GOMAXPROCS(0)), subs: map[uint64]func(sluice.StateChange){}}
 	s.limit.Store(limit)
 	s.winStart.Store(notStarted)
 	if o.queue > 0 {
@@ -152,8 +153,12 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 // its latency, counted from the instant it took its slot (see ticket), and
 // the requests read meanwhile find the slots taken and wait in the Shedder's
 // queue, under its discipline.
+//
+// It yields only when the requests in flight are as many as the processors
+// or more: below that a processor is left for the readers, and the yield
+// would only cost time.
 func (s *Shedder) yield() {
-	if s.q != nil {
+	if s.q != nil && s.inflight.Load() >= s.procs {
 		runtime.Gosched()
 	}
 }
