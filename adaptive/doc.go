@@ -16,9 +16,9 @@
 // (the Go scheduler runs them by turns, so each one takes longer) or in
 // front of its pool. Past that knee the latency of a request grows in
 // proportion to the requests in flight, and that is the signal the
-// Shedder reads: the latency of each admitted request, from the end of its
-// wait in the Shedder to its end, so that a queue anywhere inside the
-// service shows.
+// Shedder reads: the latency of each admitted request, from the instant it
+// took its slot to its end, so that a queue anywhere inside the service
+// shows, the wait for a processor included.
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
@@ -76,17 +76,32 @@
 // wait up to 200 ms: they are shed last. A bulkhead WithQueue uses the same
 // discipline.
 //
-// A waiter is handed its slot by the Done that frees it, and yields once
-// before it runs: Go runs a goroutine woken by a channel ahead of every
-// other runnable one on its processor, and on a CPU-bound server waiters
-// handing the processors to one another would keep the goroutines that read
-// new requests from running, so that arrivals would queue where no
-// middleware sees them.
+// # The scheduler
+//
+// On a server bound by its CPU, Go runs each handler to its end (a few
+// milliseconds, under its 10 ms time slice), and the goroutines that read
+// new requests wait for a processor behind the handlers: the queue forms
+// in the scheduler, before any middleware sees the requests, and the
+// handlers themselves run as fast as unloaded. A limit that reads the
+// handlers' latency then never binds, and one that binds cannot help the
+// requests it has not seen yet. So a request that takes a slot yields once
+// before it runs, and runs behind the goroutines already runnable: those
+// read their requests, find the slots taken and wait in the Shedder's queue
+// instead, under its discipline, and the request's own wait for a
+// processor counts in its latency, which runs from the instant it took its
+// slot. It yields only when the requests in flight are at least as many
+// as the processors: with fewer, a processor is left for the readers. A
+// waiter is handed its slot by the Done that frees it, at that
+// instant, and yields likewise: Go runs a goroutine woken by a channel
+// ahead of every other runnable one on its processor. A Shedder without a
+// queue does not yield: it has nowhere to hold the requests it would see.
 //
 // # Cost
 //
 // Admitting and rejecting allocate nothing and cost a few atomic
-// operations; a request that waits in the queue allocates its timer. The
+// operations, and admitting with a queue, with the processors all taken,
+// one yield to the scheduler; a
+// request that waits in the queue allocates its timer. The
 // package starts no goroutine. [SystemSampler] reads the CPU usage of the
 // container from cgroup v2, cgroup v1 or /proc/stat, for what decides by it
 // (a degrade.Auto switch); the Shedder does not use it.

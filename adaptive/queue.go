@@ -54,6 +54,7 @@ type waiter struct {
 	ch      chan struct{}
 	granted bool
 	at      time.Duration // the instant it entered the queue
+	grant   time.Duration // the instant it was granted its slot
 }
 
 // The queue's discipline (see queue): newest first once overloaded and
@@ -183,9 +184,10 @@ func (q *queue) remove(w *waiter) {
 }
 
 // await waits until w is granted a slot, its wait runs out or ctx is done.
-// It reports whether the slot came; when it did not, w has left the queue,
-// and a slot granted as the wait ended has been handed to release.
-func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func()) bool {
+// It reports whether the slot came, and the instant it was granted; when it
+// did not, w has left the queue, and a slot granted as the wait ended has
+// been handed to release.
+func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func(time.Duration)) (time.Duration, bool) {
 	var timeout <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -195,6 +197,7 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 	timedOut := false
 	select {
 	case <-w.ch:
+		granted := w.grant
 		q.pool.Put(w)
 		// The Done that freed the slot woke this goroutine to run next on
 		// its processor, ahead of every other runnable goroutine: the ones
@@ -202,7 +205,7 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		// handed slots to one another, and arrivals would queue unseen in
 		// front of the Shedder. Yielding puts it behind them.
 		runtime.Gosched()
-		return true
+		return granted, true
 	case <-ctx.Done():
 	case <-timeout:
 		timedOut = true
@@ -215,15 +218,16 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		// The slot came as the wait ended: take it and give it back.
 		q.mu.Unlock()
 		<-w.ch
+		granted := w.grant
 		q.pool.Put(w)
-		release()
-		return false
+		release(granted)
+		return now, false
 	}
 	q.remove(w)
 	waiting.Add(-1)
 	q.mu.Unlock()
 	q.pool.Put(w)
-	return false
+	return now, false
 }
 
 // critical reports whether ctx marks its request sluice.PriorityCritical.

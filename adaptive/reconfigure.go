@@ -39,7 +39,7 @@ func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 	if s.est == nil {
 		s.limit.Store(int64(n))
 		if s.q != nil && s.waiting.Load() > 0 {
-			s.dispatch()
+			s.dispatch(0) // a bulkhead learns nothing from the grant's instant
 		}
 	}
 	return nil

@@ -44,6 +44,7 @@ type Shedder struct {
 	name  string
 	cause error
 	est   *gradient // nil for a bulkhead
+	procs int64     // GOMAXPROCS when it was made
 
 	_        [64]byte // inflight is written by every request: a line of its own
 	inflight atomic.Int64
@@ -115,7 +116,7 @@ func NewBulkhead(n int, opts ...Option) (*Shedder, error) {
 var errBulkheadLimit = errors.New("adaptive: NewBulkhead: the limit must be at least 1")
 
 func newShedder(o options, cause error, limit int64) *Shedder {
-	s := &Shedder{name: o.name, cause: cause, subs: map[uint64]func(sluice.StateChange){}}
+	s := &Shedder{name: o.name, cause: cause, procs: int64(runtime.GOMAXPROCS(0)), subs: map[uint64]func(sluice.StateChange){}}
 	s.limit.Store(limit)
 	s.winStart.Store(notStarted)
 	if o.queue > 0 {
@@ -133,10 +134,53 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	if s.shedding.Load() {
 		s.recover(now)
 	}
-	if s.takeFree() || s.admitSlow(ctx, now) {
-		return sluice.Verdict{Ticket: sluice.Ticket(s.epoch.Load()), Limit: -1}
+	if s.takeFree() {
+		s.yield()
+		return sluice.Verdict{Ticket: s.ticket(now), Limit: -1}
+	}
+	if granted, ok := s.admitSlow(ctx, now); ok {
+		return sluice.Verdict{Ticket: s.ticket(granted), Limit: -1}
 	}
 	return s.reject(now)
+}
+
+// yield lets the goroutines already runnable run before a request that
+// took a slot at once, when the Shedder has a queue. On a server bound by
+// its CPU, Go runs a request's handler to its end, and the goroutines that
+// read new requests wait for a processor behind it: the queue would form
+// there, where no middleware sees it, and the limit would see no latency
+// rise. Behind the others, the request's own wait for a processor is part of
+// its latency, counted from the instant it took its slot (see ticket), and
+// the requests read meanwhile find the slots taken and wait in the Shedder's
+// queue, under its discipline.
+//
+// It yields only when the requests in flight are as many as the processors
+// or more: below that a processor is left for the readers, and the yield
+// would only cost time.
+func (s *Shedder) yield() {
+	if s.q != nil && s.inflight.Load() >= s.procs {
+		runtime.Gosched()
+	}
+}
+
+// A Ticket holds the instant its request took its slot, in its low
+// ticketBits bits (in ns, modulo 2^ticketBits: 78 hours), and the epoch it
+// was admitted in above them.
+const ticketBits = 48
+
+func (s *Shedder) ticket(granted time.Duration) sluice.Ticket {
+	return sluice.Ticket(s.epoch.Load()<<ticketBits | uint64(granted)&(1<<ticketBits-1))
+}
+
+// sinceGrant returns the time from the instant t's request took its slot to
+// now.
+func sinceGrant(t sluice.Ticket, now time.Duration) time.Duration {
+	const mask = 1<<ticketBits - 1
+	d := (uint64(now) - uint64(t)) & mask
+	if d > mask/2 { // now before the grant: instants not from one clock
+		return -1
+	}
+	return time.Duration(d)
 }
 
 // Needs declares sluice.Waits when the Shedder has a queue, so that a
@@ -183,10 +227,10 @@ func (s *Shedder) noteInflight(n int64) {
 }
 
 // admitSlow takes a slot, waiting in the queue for one if need be, and
-// reports whether it got one.
-func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) bool {
+// reports whether it got one, and the instant it did.
+func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Duration, bool) {
 	if s.q == nil {
-		return s.tryTake()
+		return now, s.tryTake()
 	}
 	q := s.q
 	q.mu.Lock()
@@ -196,7 +240,8 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) bool {
 	if q.len() == 0 && s.tryTake() {
 		s.waiting.Add(-1)
 		q.mu.Unlock()
-		return true
+		s.yield()
+		return now, true
 	}
 	var w *waiter
 	var wait time.Duration
@@ -206,7 +251,7 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) bool {
 	if w == nil {
 		s.waiting.Add(-1)
 		q.mu.Unlock()
-		return false
+		return now, false
 	}
 	q.mu.Unlock()
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
@@ -223,8 +268,8 @@ func (s *Shedder) reject(now time.Duration) sluice.Verdict {
 	return sluice.Verdict{Limit: -1, RetryAfter: retry, Cause: s.cause}
 }
 
-// dispatch hands free slots to waiters.
-func (s *Shedder) dispatch() {
+// dispatch hands free slots to waiters, at the instant now.
+func (s *Shedder) dispatch(now time.Duration) {
 	q := s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -239,15 +284,16 @@ func (s *Shedder) dispatch() {
 		s.noteInflight(cur + 1)
 		w := q.next()
 		s.waiting.Add(-1)
-		w.granted = true
+		w.granted, w.grant = true, now
 		w.ch <- struct{}{}
 	}
 }
 
-func (s *Shedder) release() {
+// release frees a slot at the instant now.
+func (s *Shedder) release(now time.Duration) {
 	s.inflight.Add(-1)
 	if s.waiting.Load() > 0 {
-		s.dispatch()
+		s.dispatch(now)
 	}
 }
 
@@ -256,11 +302,15 @@ func (s *Shedder) release() {
 func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	// A probe measures only the requests admitted since it began, not those
 	// draining from the higher limit before it.
-	fresh := !s.probing.Load() || uint64(t) == s.epoch.Load()
+	fresh := !s.probing.Load() || uint64(t)>>ticketBits == s.epoch.Load()&(1<<(64-ticketBits)-1)
 	if s.est != nil && fresh && (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
-		s.sample(now, latency)
+		// The latency the limit learns from runs from the instant the
+		// request took its slot: it includes its wait for a processor
+		// after that, which the Guard's latency, from the end of Admit,
+		// does not.
+		s.sample(now, max(latency, sinceGrant(t, now)))
 	}
-	s.release()
+	s.release(now)
 }
 
 func (s *Shedder) sample(now, latency time.Duration) {
@@ -304,7 +354,7 @@ func (s *Shedder) endWindow(now time.Duration) {
 	}
 	s.limit.Store(next)
 	if next > old && s.waiting.Load() > 0 {
-		s.dispatch()
+		s.dispatch(now)
 	}
 }
 

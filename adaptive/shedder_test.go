@@ -1,11 +1,15 @@
 package adaptive_test
 
 import (
+	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
 )
 
 // The simulated services: 2 cores × 4 ms of CPU (500 requests/s), and 16
@@ -119,4 +123,68 @@ func TestShedderRecoversAfterASurge(t *testing.T) {
 			assert.Equal(t, "normal", st[2].State)
 		})
 	}
+}
+
+// The latency the limit learns from runs from the instant a request took
+// its slot, not from the end of its Admit: on a CPU-bound server a request
+// that took a slot at once yields, and its wait for a processor then is the
+// queue the limit must see.
+func TestShedderLearnsLatencyFromTheSlotsGrant(t *testing.T) {
+	ctx := context.Background()
+	// Sequential requests admitted at once: each took its slot at its
+	// Admit, 8 ms before it ended, though the Guard measured 1 ms.
+	s := newShedder(t)
+	now := time.Second
+	for range 12 {
+		v := s.Admit(ctx, now)
+		require.NoError(t, v.Cause)
+		s.Done(v.Ticket, sluice.Success, now+8*ms, ms)
+		now += 10 * ms
+	}
+	assert.Equal(t, 8*ms, s.Stats().AvgRT, "from the grant, not from the end of Admit")
+
+	// A Guard's latency longer than the span from the grant is kept.
+	s = newShedder(t)
+	for range 12 {
+		v := s.Admit(ctx, now)
+		require.NoError(t, v.Cause)
+		s.Done(v.Ticket, sluice.Success, now+2*ms, 3*ms)
+		now += 10 * ms
+	}
+	assert.Equal(t, 3*ms, s.Stats().AvgRT)
+}
+
+// A waiter handed its slot by a Done took it at that Done's instant: its
+// latency runs from there.
+func TestShedderWaiterTakesItsSlotAtTheDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newShedder(t)
+		ctx := context.Background()
+		var held []sluice.Ticket
+		for range s.Stats().Limit {
+			v := s.Admit(ctx, 0)
+			require.NoError(t, v.Cause)
+			held = append(held, v.Ticket)
+		}
+		ch := make(chan sluice.Verdict, 1)
+		go func() { ch <- s.Admit(ctx, ms) }()
+		synctest.Wait()
+		require.Equal(t, int64(1), s.Stats().Waiting)
+		for _, tk := range held {
+			s.Done(tk, sluice.Success, 5*ms, 5*ms)
+		}
+		w := <-ch
+		require.NoError(t, w.Cause)
+		// The waiter ends 195 ms after its grant, the Guard having
+		// measured nothing; ten more requests take as long from theirs.
+		s.Done(w.Ticket, sluice.Success, 200*ms, 0)
+		now := 300 * ms
+		for range 10 {
+			v := s.Admit(ctx, now)
+			require.NoError(t, v.Cause)
+			s.Done(v.Ticket, sluice.Success, now+195*ms, ms)
+			now += 200 * ms
+		}
+		assert.Equal(t, 195*ms, s.Stats().AvgRT)
+	})
 }
