@@ -91,18 +91,17 @@
 // processor counts in its latency, which runs from the instant it took its
 // slot. It yields only when the requests in flight are at least as many
 // as the processors: with fewer, a processor is left for the readers. A
-// waiter is handed its slot by the Done that frees it, at that
-// instant, and yields likewise: Go runs a goroutine woken by a channel
-// ahead of every other runnable one on its processor. A Shedder without a
-// queue does not yield: it has nowhere to hold the requests it would see.
+// waiter is handed its slot by the Done that frees it, at that instant,
+// and always yields: Go runs a goroutine woken by a channel ahead of every
+// other runnable one on its processor. A Shedder without a queue does not
+// yield: it has nowhere to hold the requests it would see.
 //
 // # Cost
 //
 // Admitting and rejecting allocate nothing and cost a few atomic
-// operations, and admitting with a queue, with the processors all taken,
-// one yield to the scheduler; a
-// request that waits in the queue allocates its timer. The
-// package starts no goroutine. [SystemSampler] reads the CPU usage of the
+// operations, and admitting with a queue while the processors are all
+// taken one yield to the scheduler; a request that waits in the queue
+// allocates its timer. The package starts no goroutine. [SystemSampler] reads the CPU usage of the
 // container from cgroup v2, cgroup v1 or /proc/stat, for what decides by it
 // (a degrade.Auto switch); the Shedder does not use it.
 package adaptive
