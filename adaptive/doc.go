@@ -101,7 +101,8 @@
 // Admitting and rejecting allocate nothing and cost a few atomic
 // operations, and admitting with a queue while the processors are all
 // taken one yield to the scheduler; a request that waits in the queue
-// allocates its timer. The package starts no goroutine. [SystemSampler] reads the CPU usage of the
-// container from cgroup v2, cgroup v1 or /proc/stat, for what decides by it
-// (a degrade.Auto switch); the Shedder does not use it.
+// allocates its timer. The package starts no goroutine. [SystemSampler]
+// reads the CPU usage of the container from cgroup v2, cgroup v1 or
+// /proc/stat, for what decides by it (a degrade.Auto switch); the Shedder
+// does not use it.
 package adaptive
