@@ -308,18 +308,12 @@ func BenchmarkHTTPFreshOverhead(b *testing.B) {
 	for i, h := range hs {
 		allocs[i] = testing.AllocsPerRun(100, func() { serve(h) })
 	}
-	spent := make([]time.Duration, len(hs))
-	const batch = 64
-	b.ReportAllocs()
-	for b.Loop() {
-		for i, h := range hs {
-			start := time.Now()
-			for range batch {
-				serve(h)
-			}
-			spent[i] += time.Since(start)
-		}
+	fns := make([]func(), len(hs))
+	for i, h := range hs {
+		fns[i] = func() { serve(h) }
 	}
+	const batch = 64
+	spent := alternate(b, batch, fns...)
 	over := func(i int) float64 { return float64(spent[i]-spent[0]) / float64(b.N*batch) }
 	for i, n := range names[1:] {
 		b.ReportMetric(over(i+1), n+"-ns/req")

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"testing"
-	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
@@ -93,19 +92,9 @@ func BenchmarkGuardObservedOverhead(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			fn := func(context.Context) error { return nil }
-			guards := [2]*sluice.Guard{observedGuard(b, false, c.breaker), observedGuard(b, true, c.breaker)}
-			var spent [2]time.Duration
+			unobserved, observed := observedGuard(b, false, c.breaker), observedGuard(b, true, c.breaker)
 			const batch = 256
-			b.ReportAllocs()
-			for b.Loop() {
-				for i, g := range guards {
-					start := time.Now()
-					for range batch {
-						_ = g.Do(ctx, fn)
-					}
-					spent[i] += time.Since(start)
-				}
-			}
+			spent := alternate(b, batch, func() { _ = unobserved.Do(ctx, fn) }, func() { _ = observed.Do(ctx, fn) })
 			b.ReportMetric(float64(spent[1])/float64(spent[0]), "observed/unobserved")
 			b.ReportMetric(float64(spent[1]-spent[0])/float64(b.N*batch), "overhead-ns/call")
 		})
