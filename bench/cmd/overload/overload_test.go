@@ -108,3 +108,19 @@ func TestSurgeStats(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// The steal a play reports is a share of the machine's time, or unknown.
+func TestStealIsAShare(t *testing.T) {
+	m := startSteal()
+	time.Sleep(100 * time.Millisecond) // ten clock ticks of each processor, busy or idle
+	p := m.percent()
+	if _, _, ok := machineTicks(); !ok {
+		if p != -1 {
+			t.Fatalf("no /proc/stat, steal %v, want -1", p)
+		}
+		return
+	}
+	if p < 0 || p > 100 {
+		t.Fatalf("steal %v%%, want within 0–100", p)
+	}
+}

@@ -106,6 +106,12 @@ func (rep *report) markdown(w io.Writer) {
 				sc, median(c), slices.Max(c), len(c))
 		}
 	}
+	for _, sc := range []string{"cpu", "pool", "dep"} {
+		if s := rep.steal[sc]; len(s) > 0 {
+			fmt.Fprintf(w, "CPU time the hypervisor took from this machine in the %s scenario (steal): %.1f%% median, %.1f%% at most (%d plays).\n",
+				sc, median(s), slices.Max(s), len(s))
+		}
+	}
 }
 
 // orNever is the median of xs, where -1 means the event did not happen; if

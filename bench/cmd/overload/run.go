@@ -75,6 +75,7 @@ type report struct {
 	shed     map[string]map[string][][]levelStats // scenario → library → level → runs
 	dep      map[string][]depResult               // library → runs
 	genCPU   map[string][]float64                 // scenario → cores used by the generator, per play
+	steal    map[string][]float64                 // scenario → % of the machine's CPU stolen, per play (when known)
 }
 
 func (c config) wants(name string) bool {
@@ -113,6 +114,7 @@ func run(cfg config) (*report, error) {
 		shed:     map[string]map[string][][]levelStats{},
 		dep:      map[string][]depResult{},
 		genCPU:   map[string][]float64{},
+		steal:    map[string][]float64{},
 	}
 	fmt.Fprintf(cfg.progress, "CPU work: %d rounds per half-millisecond chunk\n", rep.perChunk)
 	for _, sc := range []string{"cpu", "pool"} {
@@ -154,8 +156,8 @@ func run(cfg config) (*report, error) {
 						return nil, err
 					}
 					per[li] = append(per[li], st)
-					fmt.Fprintf(cfg.progress, "run %d %s %-18s %4.1f×: goodput %5.1f%% p99 %6.1f ms rejected %5.1f%% (generator %.2f cores)\n",
-						r+1, sc, lib.name, level, st.goodput, st.p99, st.rejected, rep.genCPU[sc][len(rep.genCPU[sc])-1])
+					fmt.Fprintf(cfg.progress, "run %d %s %-18s %4.1f×: goodput %5.1f%% p99 %6.1f ms rejected %5.1f%% (generator %.2f cores%s)\n",
+						r+1, sc, lib.name, level, st.goodput, st.p99, st.rejected, rep.genCPU[sc][len(rep.genCPU[sc])-1], rep.lastSteal(sc))
 				}
 			}
 		}
@@ -216,9 +218,10 @@ func (rep *report) playLevel(scenario, lib string, li int, level float64) (level
 	rate := level * capacity
 	predial(client, c.base, min(int(rate/10)+8, 256))
 	shots := poisson(rate, rep.cfg.warm+rep.cfg.dur, rep.cfg.seed+uint64(li), 0)
-	meter := startCPU()
+	meter, stolen := startCPU(), startSteal()
 	res, _ := fire(client, c.base, []string{"/work"}, shots, nil)
 	rep.genCPU[scenario] = append(rep.genCPU[scenario], meter.cores())
+	rep.noteSteal(scenario, stolen)
 	return surgeStats(res, rep.cfg.warm, rep.cfg.dur, capacity), nil
 }
 
@@ -277,9 +280,10 @@ func (rep *report) playDependency(lib string) (depResult, error) {
 		}
 	}
 	hooks := []hook{{cfg.depWarm, ctl("1")}, {cfg.depWarm + cfg.depSick, ctl("0")}}
-	meter := startCPU()
+	meter, stolen := startCPU(), startSteal()
 	res, ran := fire(client, c.base, []string{"/" + routeA, "/" + routeB}, shots, hooks)
 	rep.genCPU["dep"] = append(rep.genCPU["dep"], meter.cores())
+	rep.noteSteal("dep", stolen)
 
 	resp, err := client.Get(c.base + "/stats")
 	if err != nil {
@@ -343,4 +347,21 @@ func recovery(res []result, healAt, end time.Duration) float64 {
 		}
 	}
 	return -1
+}
+
+// noteSteal keeps the steal of a play of scenario that m measured, when
+// the machine tells it.
+func (rep *report) noteSteal(scenario string, m stealMeter) {
+	if p := m.percent(); p >= 0 {
+		rep.steal[scenario] = append(rep.steal[scenario], p)
+	}
+}
+
+// lastSteal is the steal of the last play of scenario, for the progress
+// line; empty when unknown.
+func (rep *report) lastSteal(scenario string) string {
+	if s := rep.steal[scenario]; len(s) > 0 {
+		return fmt.Sprintf(", steal %.1f%%", s[len(s)-1])
+	}
+	return ""
 }
