@@ -22,8 +22,8 @@
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
-// no queue, and moves the limit by the gradient 1.1 × baseline / average:
-// up while latency stays within 10% of the baseline and the limit binds
+// no queue, and moves the limit by the gradient 1.05 × baseline / average:
+// up while latency stays within 5% of the baseline and the limit binds
 // (by at most half in a window), down in proportion from what was in use
 // once a queue forms (by at most half). It starts at 20, and never goes
 // below GOMAXPROCS, the requests a CPU-bound server needs in flight to keep

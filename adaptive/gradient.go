@@ -13,8 +13,11 @@ const (
 	gradWindow     = 100 * time.Millisecond
 	gradMinSamples = 10
 	// gradTolerance is how far above the baseline a window's average
-	// latency may be before the limit shrinks.
-	gradTolerance = 1.1
+	// latency may be before the limit shrinks: past the knee of a pool of
+	// 16, each request more in flight adds a sixteenth, and at 1.1 the
+	// limit settled 2 to 4 over the pool, each of those requests queued
+	// in front of it.
+	gradTolerance = 1.05
 	// gradProbeEvery is how often the baseline is measured again while the
 	// limit binds; the first probe comes after gradFirstProbe windows,
 	// because the initial limit may already be past capacity.
