@@ -70,6 +70,9 @@ type phase struct {
 	// and the instant the stallCalls-th of them was admitted.
 	sinceOK  atomic.Int64
 	nthSince atomic.Int64
+	// lastAdmit is the instant of the last call admitted past the
+	// stallCalls-th since a success, for the stall check.
+	lastAdmit atomic.Int64
 }
 
 // The stall check: a closed breaker with the consecutive-failure strategy
@@ -84,7 +87,9 @@ type phase struct {
 // stallSample. A spread latency, a quiet spell or one slow call trips
 // nothing: a success ends the count. The floor keeps a pause of the
 // process (a collection, a descheduled thread) from reading as a stall of
-// a dependency that answers in microseconds.
+// a dependency that answers in microseconds, and a gap of more than the
+// floor between two admissions starts the timing again: a pause of the
+// whole machine stops the calls coming as well as the answers.
 const (
 	stallFactor = 2
 	stallCalls  = 3
@@ -210,9 +215,18 @@ func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 		if n := b.cfg.Load().consecutive; n > 0 {
 			if k := p.sinceOK.Add(1); k == stallCalls {
 				p.nthSince.Store(int64(now))
-			} else if k > max(n, stallCalls) && b.stalled(p, now) && !p.forced {
-				b.trip(p, now)
-				return b.Admit(context.Background(), now)
+				p.lastAdmit.Store(int64(now))
+			} else if k > stallCalls {
+				if last := p.lastAdmit.Swap(int64(now)); int64(now)-last > int64(stallFloor) {
+					// No call came for longer than the floor: the process
+					// paused (the machine's host took its processors) or the
+					// traffic did. A stall is read only across calls that
+					// kept coming: it is timed again from here.
+					p.nthSince.Store(int64(now))
+				} else if k > max(n, stallCalls) && b.stalled(p, now) && !p.forced {
+					b.trip(p, now)
+					return b.Admit(context.Background(), now)
+				}
 			}
 		}
 		return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}

@@ -217,13 +217,20 @@ func lockedRandom(seed uint64) func() float64 {
 }
 
 // A dependency answering in 100 µs, 16 calls in flight: a pause of the
-// process that holds every answer back 20 ms is no stall, while answers
-// that stay away past 25 ms are one, well before five calls fail.
+// process that holds every answer back 20 ms is no stall, nor is a pause of
+// the whole machine (no call comes either) of 40 ms; answers that stay away
+// past 25 ms while calls keep coming are one, well before five calls fail.
 func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
 	for _, c := range []struct {
+		name  string
 		pause time.Duration
+		calls bool // calls keep coming during the pause
 		opens bool
-	}{{20 * ms, false}, {30 * ms, true}} {
+	}{
+		{"answers held 20 ms", 20 * ms, true, false},
+		{"answers held 30 ms", 30 * ms, true, true},
+		{"machine paused 40 ms", 40 * ms, false, false},
+	} {
 		b := mustNew(t)
 		ctx := context.Background()
 		now := sec
@@ -236,9 +243,16 @@ func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
 		for range 16 { // admitted, and held back by the pause
 			require.NoError(t, b.Admit(ctx, now).Cause)
 		}
-		now += c.pause
-		v := b.Admit(ctx, now)
-		assert.Equal(t, c.opens, v.Cause != nil, "pause %v", c.pause)
-		assert.Equal(t, c.opens, b.State() == breaker.StateOpen, "pause %v", c.pause)
+		end, refused := now+c.pause, false
+		if c.calls {
+			for now+2*ms < end { // calls keep coming, none answered
+				now += 2 * ms
+				refused = refused || b.Admit(ctx, now).Cause != nil
+			}
+		}
+		now = end
+		refused = refused || b.Admit(ctx, now).Cause != nil
+		assert.Equal(t, c.opens, refused, c.name)
+		assert.Equal(t, c.opens, b.State() == breaker.StateOpen, c.name)
 	}
 }

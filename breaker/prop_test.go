@@ -36,10 +36,10 @@ type machine struct {
 	// The stall check of the consecutive-failure strategy: the usual
 	// latency of a success and the instant it was last sampled (kept across
 	// phases), the calls admitted since a success last ended and the
-	// instant of the third of them (the phase's).
-	usual, sampledAt time.Duration
-	sinceOK          int64
-	thirdSince       time.Duration
+	// instant of the third of them and of the last after it (the phase's).
+	usual, sampledAt      time.Duration
+	sinceOK               int64
+	thirdSince, lastAdmit time.Duration
 }
 
 func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced bool) {
@@ -100,11 +100,17 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 	if n := int64(x.proto.consecutive); n > 0 {
 		x.sinceOK++
 		if x.sinceOK == 3 {
-			x.thirdSince = now
-		} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
-			x.trips++
-			x.setPhase(breaker.StateOpen, now, x.openFor(), false)
-			return x.admit(now)
+			x.thirdSince, x.lastAdmit = now, now
+		} else if x.sinceOK > 3 {
+			last := x.lastAdmit
+			x.lastAdmit = now
+			if now-last > 25*time.Millisecond {
+				x.thirdSince = now // no call came for a while: timed again
+			} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
+				x.trips++
+				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
+				return x.admit(now)
+			}
 		}
 	}
 	return true, false, 0
