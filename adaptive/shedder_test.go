@@ -89,7 +89,7 @@ func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
 // At its capacity a service sees Poisson arrivals run ahead of it by turns:
 // the queue absorbs those bursts and drains between them, so it never
 // counts as standing and the Shedder rejects almost nothing: what it
-// rejects are the requests of the longest bursts, past 200 ms of wait (2
+// rejects are the requests of the longest bursts, past 200 ms of wait (up
 // to 3 % of them here; the goroutines' order within a simulated
 // millisecond varies from run to run).
 func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
