@@ -26,10 +26,11 @@
 // up while latency stays within 5% of the baseline and the limit binds
 // (by at most half in a window), down in proportion from what was in use
 // once a queue forms (by at most half). It starts at 20, and never goes
-// below GOMAXPROCS, the requests a CPU-bound server needs in flight to keep
-// its processors busy: a latency that rises below that comes from elsewhere
-// (a noisy neighbour), and lowering the limit further would only cost
-// throughput.
+// below GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests
+// running to keep its processors busy, and one more for the moments one of
+// them is off its processor (its yield, a write to the network). A latency
+// that rises below that comes from elsewhere (a noisy neighbour), and
+// lowering the limit further would only cost throughput.
 //
 // Latency is the Shedder's only signal, so at first it cannot tell a
 // service slowed by its own load from one waiting on a dependency that
@@ -48,10 +49,11 @@
 // counting only the requests admitted in it (not those draining from
 // the higher limit). A probe that cut the latency nearly in proportion to
 // the concurrency was still past the knee, and the next one probes at half
-// of that again. The first probe comes once the limit has bound for 3
-// windows in a row (a burst that fills it once is no overload, and a probe
-// then would only shed), later ones every 5 s while it keeps binding. A
-// window quicker than the baseline lowers it, by a quarter of the way.
+// of that again, down to GOMAXPROCS. The first probe comes once the limit
+// has bound for 3 windows in a row (a burst that fills it once is no
+// overload, and a probe then would only shed), later ones every 5 s while
+// it keeps binding. A window quicker than the baseline lowers it, by a
+// quarter of the way.
 //
 // # The queue
 //

@@ -39,7 +39,7 @@ const (
 	// limit again.
 	gradDescend = 1.2
 	// gradInitial is the limit before the first window, and gradMax the
-	// highest; the lowest is the floor given to newGradient.
+	// highest; the lowest is one over the processors (see newGradient).
 	gradInitial = 20
 	gradMax     = 1000
 )
@@ -55,6 +55,7 @@ const (
 type gradient struct {
 	limit float64
 	floor float64       // the lowest limit
+	low   float64       // the lowest a probe goes: the processors
 	base  time.Duration // 0 until the first window
 
 	windows   int           // windows ended, up to gradFirstProbe
@@ -67,12 +68,17 @@ type gradient struct {
 	probeConc float64       // and the concurrency it ran at
 }
 
-// newGradient returns a gradient whose limit never goes below floor: a
-// server with floor processors needs that many requests in flight to keep
-// them busy, and a latency that rises below it comes from elsewhere.
-func newGradient(floor int) *gradient {
-	f := float64(min(max(floor, 1), gradMax))
-	return &gradient{limit: max(gradInitial, f), floor: f}
+// newGradient returns a gradient for a server of procs processors: its
+// limit never goes below procs+1, and its probes go down to procs. A
+// server with procs processors needs that many requests running to keep
+// them busy, and a latency that rises below it comes from elsewhere; one
+// more in flight keeps them busy while a request is off its processor (its
+// yield, a network write), and a probe at procs measures the latency with
+// no queue.
+func newGradient(procs int) *gradient {
+	p := float64(min(max(procs, 1), gradMax))
+	f := min(p+1, gradMax)
+	return &gradient{limit: max(gradInitial, f), floor: f, low: p}
 }
 
 // baseline returns the latency with no queue as last measured; 0 before the
@@ -131,7 +137,7 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 			return g.current()
 		}
 		g.saved, g.savedAvg, g.probeAvg, g.probeConc = g.limit, avg, avg, float64(maxInflight)
-		g.probe = int64(max(g.floor, g.limit/probeDepth))
+		g.probe = int64(max(g.low, g.limit/probeDepth))
 		return g.probe
 	}
 	return g.current()
@@ -143,9 +149,9 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 // latency against the new baseline.
 func (g *gradient) probed(avg, now time.Duration) int64 {
 	k := g.probeConc / float64(g.probe)
-	if float64(g.probe) > g.floor && float64(avg) <= gradDescend/k*float64(g.probeAvg) {
+	if float64(g.probe) > g.low && float64(avg) <= gradDescend/k*float64(g.probeAvg) {
 		g.probeAvg, g.probeConc = avg, float64(g.probe)
-		g.probe = int64(max(g.floor, float64(g.probe/2)))
+		g.probe = int64(max(g.low, float64(g.probe/2)))
 		return g.probe
 	}
 	g.probe = 0

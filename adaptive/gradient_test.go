@@ -60,15 +60,24 @@ func TestGradientFindsTheKneeFromPastIt(t *testing.T) {
 	}
 }
 
-// Whatever the latency, the limit stays at the floor or above: a server
-// with that many processors needs that many requests to keep them busy.
+// Whatever the latency, the limit stays one over the processors or above:
+// a server with that many processors needs that many requests to keep them
+// busy, and one more while a request is off its processor. Its probes go
+// down to the processors, where there is no queue to measure.
 func TestGradientKeepsItsFloor(t *testing.T) {
 	g := newGradient(4)
-	limits, _ := drive(g, 30, func(conc int64) time.Duration { return time.Duration(conc) * time.Second })
-	for _, l := range limits {
-		require.GreaterOrEqual(t, l, int64(4))
+	limits, probes := drive(g, 60, func(conc int64) time.Duration { return time.Duration(conc) * time.Second })
+	var probed []int64
+	for i, l := range limits {
+		if probes[i] {
+			probed = append(probed, l)
+			require.GreaterOrEqual(t, l, int64(4))
+			continue
+		}
+		require.GreaterOrEqual(t, l, int64(5))
 	}
-	assert.Contains(t, limits, int64(4), "it comes down to the floor")
+	assert.Contains(t, limits, int64(5), "it comes down to the floor")
+	assert.Contains(t, probed, int64(4), "a probe goes down to the processors")
 }
 
 // A limit that does not bind neither grows nor probes: at a steady low
