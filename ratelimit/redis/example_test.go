@@ -58,7 +58,10 @@ func ExampleAll() {
 	if err != nil {
 		panic(err)
 	}
-	both, err := redislimit.All([]*redislimit.Limiter{perUser, perRoute}, redislimit.WithName("example/both"))
+	// A second for Redis to answer, not the default 50 ms: the first call
+	// also dials and loads the script.
+	both, err := redislimit.All([]*redislimit.Limiter{perUser, perRoute}, redislimit.WithName("example/both"),
+		redislimit.WithTimeout(time.Second))
 	if err != nil {
 		panic(err)
 	}
