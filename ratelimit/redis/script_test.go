@@ -99,10 +99,11 @@ func TestSingleScriptsFromStoredState(t *testing.T) {
 				}
 			}
 			a, b, cost := strconv.FormatInt(tc.a, 10), strconv.FormatInt(tc.b, 10), strconv.FormatInt(tc.cost, 10)
+			// Each pair of calls decides a moment apart, and each key keeps
+			// the instant of its last call: their answers differ by as much
+			// as the calls so far took, at least 10 ms.
+			began := time.Now()
 			for i := range 3 {
-				// The two calls decide a moment apart: their instants differ
-				// by as much as that took, at least 10 ms.
-				began := time.Now()
 				r1, err := singleScripts[tc.alg].Run(ctx, c, []string{one}, a, b, cost).Text()
 				if err != nil {
 					t.Fatal(err)
