@@ -73,6 +73,10 @@ type phase struct {
 	// lastAdmit is the instant of the last call admitted past the
 	// stallCalls-th since a success, for the stall check.
 	lastAdmit atomic.Int64
+	// armed: a success has ended in this closed phase. Until then the stall
+	// check waits: a dependency that just came back (the breaker closed on
+	// a probe) may answer its first calls slowly, and failures still trip.
+	armed atomic.Bool
 }
 
 // The stall check: a closed breaker with the consecutive-failure strategy
@@ -89,7 +93,11 @@ type phase struct {
 // process (a collection, a descheduled thread) from reading as a stall of
 // a dependency that answers in microseconds, and a gap of more than the
 // floor between two admissions starts the timing again: a pause of the
-// whole machine stops the calls coming as well as the answers.
+// whole machine stops the calls coming as well as the answers. A closed
+// phase checks for stalls only once a success has ended in it: the first
+// calls after a probe closed the breaker meet a dependency that has just
+// come back and may answer them slowly, and re-opening on that put the
+// avalanche example's recovery at 3.4 to 3.9 s instead of 0.2.
 const (
 	stallFactor = 2
 	stallCalls  = 3
@@ -223,7 +231,7 @@ func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 					// traffic did. A stall is read only across calls that
 					// kept coming: it is timed again from here.
 					p.nthSince.Store(int64(now))
-				} else if k > max(n, stallCalls) && b.stalled(p, now) && !p.forced {
+				} else if k > max(n, stallCalls) && p.armed.Load() && b.stalled(p, now) && !p.forced {
 					b.trip(p, now)
 					return b.Admit(context.Background(), now)
 				}
@@ -311,6 +319,9 @@ func (b *Breaker) noteEnd(p *phase, o sluice.Outcome, now, latency time.Duration
 	}
 	if p.sinceOK.Load() != 0 {
 		p.sinceOK.Store(0)
+	}
+	if !p.armed.Load() {
+		p.armed.Store(true)
 	}
 	last := b.sampleAt.Load()
 	if latency < 0 || int64(now)-last < int64(stallSample) || !b.sampleAt.CompareAndSwap(last, int64(now)) {

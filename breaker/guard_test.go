@@ -256,3 +256,48 @@ func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
 		assert.Equal(t, c.opens, b.State() == breaker.StateOpen, c.name)
 	}
 }
+
+// After a probe closes the breaker, the stall check waits for a success in
+// the closed spell: the dependency has just come back and may answer its
+// first calls slowly. Once one has succeeded, the check is on again.
+func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
+	b := mustNew(t)
+	ctx := context.Background()
+	now := sec
+	for range 100 { // learn the usual latency: 100 µs
+		v := b.Admit(ctx, now)
+		require.NoError(t, v.Cause)
+		now += 2 * ms
+		b.Done(v.Ticket, S, now, 100*time.Microsecond)
+	}
+	for b.State() == breaker.StateClosed { // fail until it opens
+		v := b.Admit(ctx, now)
+		require.NoError(t, v.Cause)
+		now += ms
+		b.Done(v.Ticket, F, now, ms)
+	}
+	now += 2 * sec // past the open period: the next call is a probe
+	v := b.Admit(ctx, now)
+	require.NoError(t, v.Cause)
+	now += ms
+	b.Done(v.Ticket, S, now, ms)
+	require.Equal(t, breaker.StateClosed, b.State())
+
+	held := func() (refused bool) { // 40 ms of calls, none answered
+		var first sluice.Ticket
+		for i := range 20 {
+			v := b.Admit(ctx, now)
+			if v.Cause != nil {
+				return true
+			}
+			if i == 0 {
+				first = v.Ticket
+			}
+			now += 2 * ms
+		}
+		b.Done(first, S, now, 40*ms)
+		return false
+	}
+	assert.False(t, held(), "refused before a success ended in the closed spell")
+	assert.True(t, held(), "not refused once one had")
+}

@@ -237,7 +237,8 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 // than 25 ms ago. A
 // dependency that stops answering is then refused before its first call
 // times out, while a quiet spell or one slow call trips nothing: the calls
-// after it still succeed. This check needs each call's end (see Needs).
+// after it still succeed. The check starts once a success has ended since
+// the breaker last closed. It needs each call's end (see Needs).
 func WithConsecutiveFailures(n int) Option {
 	return func(c *config) error {
 		c.use("WithConsecutiveFailures", forBreaker|forGroup)

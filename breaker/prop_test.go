@@ -39,6 +39,7 @@ type machine struct {
 	// instant of the third of them and of the last after it (the phase's).
 	usual, sampledAt      time.Duration
 	sinceOK               int64
+	armed                 bool // a success ended in this closed phase
 	thirdSince, lastAdmit time.Duration
 }
 
@@ -49,7 +50,7 @@ func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced 
 	}
 	x.state, x.forced = to, forced
 	x.taken, x.succ, x.fail = 0, 0, 0
-	x.sinceOK = 0
+	x.sinceOK, x.armed = 0, false
 	switch to {
 	case breaker.StateClosed:
 		fresh := x.proto
@@ -106,7 +107,7 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 			x.lastAdmit = now
 			if now-last > 25*time.Millisecond {
 				x.thirdSince = now // no call came for a while: timed again
-			} else if x.sinceOK > max(n, 3) && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
+			} else if x.sinceOK > max(n, 3) && x.armed && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
 				x.trips++
 				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
 				return x.admit(now)
@@ -127,7 +128,7 @@ func (x *machine) stallEnd(o sluice.Outcome, now, latency time.Duration) {
 		}
 		return
 	}
-	x.sinceOK = 0
+	x.sinceOK, x.armed = 0, true
 	if latency < 0 || now-x.sampledAt < ms {
 		return
 	}
