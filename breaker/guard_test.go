@@ -234,12 +234,7 @@ func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
 		b := mustNew(t)
 		ctx := context.Background()
 		now := sec
-		for range 100 { // learn the usual latency: 100 µs
-			v := b.Admit(ctx, now)
-			require.NoError(t, v.Cause)
-			now += 2 * ms
-			b.Done(v.Ticket, S, now, 100*time.Microsecond)
-		}
+		now = learnUsual(t, b, now)
 		for range 16 { // admitted, and held back by the pause
 			require.NoError(t, b.Admit(ctx, now).Cause)
 		}
@@ -264,12 +259,7 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 	b := mustNew(t)
 	ctx := context.Background()
 	now := sec
-	for range 100 { // learn the usual latency: 100 µs
-		v := b.Admit(ctx, now)
-		require.NoError(t, v.Cause)
-		now += 2 * ms
-		b.Done(v.Ticket, S, now, 100*time.Microsecond)
-	}
+	now = learnUsual(t, b, now)
 	for b.State() == breaker.StateClosed { // fail until it opens
 		v := b.Admit(ctx, now)
 		require.NoError(t, v.Cause)
@@ -300,4 +290,17 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 	}
 	assert.False(t, held(), "refused before a success ended in the closed spell")
 	assert.True(t, held(), "not refused once one had")
+}
+
+// learnUsual has b admit and end 100 calls of 100 µs, 2 ms apart from now,
+// so that its stall check learns that latency, and returns the instant after.
+func learnUsual(t *testing.T, b *breaker.Breaker, now time.Duration) time.Duration {
+	t.Helper()
+	for range 100 {
+		v := b.Admit(context.Background(), now)
+		require.NoError(t, v.Cause)
+		now += 2 * ms
+		b.Done(v.Ticket, S, now, 100*time.Microsecond)
+	}
+	return now
 }
