@@ -97,7 +97,7 @@ type phase struct {
 // phase checks for stalls only once a success has ended in it: the first
 // calls after a probe closed the breaker meet a dependency that has just
 // come back and may answer them slowly, and re-opening on that put the
-// avalanche example's recovery at 3.4 to 3.9 s instead of 0.2.
+// avalanche example's recovery at 3.4 to 4.0 s instead of 0.2.
 const (
 	stallFactor = 2
 	stallCalls  = 3
