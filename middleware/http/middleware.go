@@ -237,7 +237,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	rw.pattern, rw.key = pattern, key
+	if pattern != "" {
+		rw.pattern = pattern
+	}
+	if key != "" {
+		rw.key = key
+	}
 	defer h.finish(rw, &call)
 	if ctx := call.Context(); ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's

@@ -23,27 +23,32 @@ type responseWriter struct {
 	status   int
 	rejected bool
 	hijacked bool
-	// capture, when non-nil, collects the body of a response that may be kept
-	// as a stale copy; it is dropped when the body outgrows maxCapture.
-	capture    []byte
-	maxCapture int
-	capturing  bool
 	// view shows the request to the key functions while they run.
 	view request
 	// h is the middleware serving the request and req the request it
 	// admitted (its route and key found from it again), for Reject.
-	h     *handler
-	req   *http.Request
-	start time.Duration // the call's arrival on its Guard's clock
-	// answer is set when the fallbacks of the route's Guard may answer the
-	// handler's failure: a 5xx status, or nothing written by the Guard's
-	// deadline. held is set once a 5xx is held back for one; the handler's
-	// body is then dropped.
-	answer, held bool
-	rt           *routing.Route
-	cache        *core.Guard // the route's Guard's stale cache, fed a good GET response
+	h            *handler
+	req          *http.Request
+	start        time.Duration // the call's arrival on its Guard's clock
 	pattern, key string
-	cctx         context.Context // the call's context, when the Guard has a timeout
+	// fallbackState is set only for a route whose Guard has fallbacks.
+	fallbackState
+}
+
+// fallbackState is what a writer keeps for the fallbacks of the route's Guard.
+// answer is set when they may answer the handler's failure: a 5xx status,
+// or nothing written by the Guard's deadline. held is set once a 5xx is
+// held back for one; the handler's body is then dropped.
+type fallbackState struct {
+	answer, held bool
+	// capture, when capturing, collects the body of a response that may be
+	// kept as a stale copy; it is dropped when the body outgrows maxCapture.
+	capture    []byte
+	maxCapture int
+	capturing  bool
+	rt         *routing.Route
+	cache      *core.Guard     // the route's Guard's stale cache, fed a good GET response
+	cctx       context.Context // the call's context, when the Guard has a timeout
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
@@ -54,13 +59,32 @@ func getWriter(w http.ResponseWriter) *responseWriter {
 	return rw
 }
 
+// putWriter returns rw to the pool, zero but for its capture buffer.
 func putWriter(rw *responseWriter) {
-	capture := rw.capture[:0]
-	if cap(capture) > 64<<10 {
-		capture = nil
-	}
-	*rw = responseWriter{capture: capture}
+	rw.reset()
 	writerPool.Put(rw)
+}
+
+// reset zeroes rw but for its capture buffer, clearing only what a request
+// set: zeroing the whole writer costs a write barrier per pointer it holds
+// while the collector runs, about a thousand instructions a request. view
+// is cleared where it is set.
+func (rw *responseWriter) reset() {
+	if rw.answer {
+		capture := rw.capture[:0]
+		if cap(capture) > 64<<10 {
+			capture = nil
+		}
+		rw.fallbackState = fallbackState{capture: capture}
+	}
+	rw.w, rw.h, rw.req = nil, nil, nil
+	if rw.pattern != "" {
+		rw.pattern = ""
+	}
+	if rw.key != "" {
+		rw.key = ""
+	}
+	rw.status, rw.rejected, rw.hijacked, rw.start = 0, false, false, 0
 }
 
 // Header returns the header map of the writer beneath.

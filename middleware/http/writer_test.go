@@ -2,13 +2,17 @@ package sluicehttp
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -282,4 +286,66 @@ func TestWriteStringRecordsStatusAndKeepsStaleCopy(t *testing.T) {
 	w := &nopWriter{h: http.Header{}}
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 	assert.Equal(t, 2, c.Outcomes()[sluice.Success])
+}
+
+// fillFields sets every field of the struct v points to, but those named in
+// skip, to a value that is not zero, recursing into embedded structs.
+func fillFields(t *testing.T, v reflect.Value, skip ...string) {
+	t.Helper()
+	for i := 0; i < v.NumField(); i++ {
+		sf := v.Type().Field(i)
+		if slices.Contains(skip, sf.Name) {
+			continue
+		}
+		f := reflect.NewAt(sf.Type, unsafe.Pointer(v.Field(i).UnsafeAddr())).Elem()
+		switch f.Kind() {
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(7)
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Pointer:
+			f.Set(reflect.New(sf.Type.Elem()))
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(sf.Type, 3, 8))
+		case reflect.Interface:
+			var val any
+			switch sf.Type {
+			case reflect.TypeFor[http.ResponseWriter]():
+				val = httptest.NewRecorder()
+			case reflect.TypeFor[context.Context]():
+				val = context.Background()
+			default:
+				t.Fatalf("field %s: no value for %s", sf.Name, sf.Type)
+			}
+			f.Set(reflect.ValueOf(val))
+		case reflect.Struct:
+			fillFields(t, f)
+		default:
+			t.Fatalf("field %s: no value for kind %s", sf.Name, f.Kind())
+		}
+	}
+}
+
+// TestWriterResetLeavesNothing keeps the pooled writer's reset, which
+// clears field by field, in step with the fields: a writer that served any
+// request, with or without the fallbacks' state, goes back zero but for its
+// emptied capture buffer.
+func TestWriterResetLeavesNothing(t *testing.T) {
+	for _, fallbacks := range []bool{false, true} {
+		rw := new(responseWriter)
+		skip := []string{"view"} // cleared where it is set
+		if !fallbacks {
+			skip = append(skip, "fallbackState")
+		}
+		fillFields(t, reflect.ValueOf(rw).Elem(), skip...)
+		rw.reset()
+		if fallbacks {
+			require.Len(t, rw.capture, 0)
+			require.Equal(t, 8, cap(rw.capture), "the capture buffer is kept")
+			rw.capture = nil
+		}
+		require.True(t, reflect.ValueOf(rw).Elem().IsZero(), "fallbacks %v: %+v", fallbacks, *rw)
+	}
 }
