@@ -640,9 +640,25 @@ func (c *Call) ticket(i int) Ticket {
 // they are told, then the panic goes on. c.n counts down as they are told,
 // so that the deferred check needs no variable of the loop's.
 func (c *Call) end(g *Guard, o Outcome, now time.Duration) {
+	if c.n == 1 && c.skip == 0 {
+		// One policy to tell: should its Done panic, none is left outside
+		// it, and the deferred check is not needed.
+		c.n = 0
+		lat := time.Duration(-1)
+		if !g.untimed || o == Released {
+			lat = c.latency(0, o, now)
+		}
+		g.policies[0].Done(c.ticket(0), o, now, lat)
+		return
+	}
+	c.endAll(g, o, now)
+}
+
+// endAll is end for a chain of any length.
+func (c *Call) endAll(g *Guard, o Outcome, now time.Duration) {
 	defer func() {
 		if c.n > 0 { // a Done panicked: the policies outside it are told
-			c.end(g, o, now)
+			c.endAll(g, o, now)
 		}
 	}()
 	untimed := g.untimed && o != Released

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,6 +66,38 @@ func TestPanicInADoneStillEndsTheOuterPolicies(t *testing.T) {
 	if n := len(outer.doneCalls()); n != 1 {
 		t.Fatalf("outer admitted once and heard Done %d times; its quota is now %d (leaked)", n, outer.quota.Load())
 	}
+}
+
+// A Guard of one policy whose Done panics: the panic reaches the caller,
+// and the policy hears the end once (the Guard's own panic check does not
+// end the call again).
+func TestPanicInTheOnlyDoneReachesTheCaller(t *testing.T) {
+	var dones atomic.Int32
+	p := countingBoom{&dones}
+	g, err := sluice.New(sluice.With(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		_ = g.Do(t.Context(), func(context.Context) error { return nil })
+	}()
+	if got != "done" || dones.Load() != 1 {
+		t.Fatalf("recovered %v with %d Done calls; want the policy's panic after 1", got, dones.Load())
+	}
+}
+
+type countingBoom struct{ n *atomic.Int32 }
+
+func (countingBoom) Name() string { return "boom" }
+func (countingBoom) Admit(context.Context, time.Duration) sluice.Verdict {
+	return sluice.Verdict{Ticket: 1, Limit: -1}
+}
+func (countingBoom) Needs() sluice.Needs { return 0 }
+func (b countingBoom) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {
+	b.n.Add(1)
+	panic("done")
 }
 
 // The same with the library's own policies: a panicking state-change
