@@ -64,9 +64,9 @@
 // in arrival order, each request up to 200 ms: at its capacity a service
 // sees Poisson arrivals run ahead of it for that long, and a request that
 // waited so is still answered within a quarter of a second. The queue is
-// overloaded when more requests entered it than left it for a slot by a
-// quarter, over the last 200 ms or the 200 ms before: more load than the
-// slots serve, not a burst. Overloaded and non-empty for 25 ms, it serves
+// overloaded when more requests entered it than left it for a slot, over
+// the last 200 ms or the 200 ms before, by a quarter of what the slots
+// serve in 200 ms: more load than they serve, not a burst. Overloaded and non-empty for 25 ms, it serves
 // the newest first, so that a surge's first requests do not make all the
 // later ones wait. Overloaded, non-empty for 50 ms, and with its oldest
 // request older than 5 ms (CoDel's target) at every arrival for 100 ms

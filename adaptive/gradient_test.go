@@ -91,3 +91,28 @@ func TestGradientIdlesWhileTheLimitDoesNotBind(t *testing.T) {
 		require.False(t, g.probing())
 	}
 }
+
+// The queue counts as overloaded when its arrivals outrun its departures
+// by a quarter of what the slots serve, not of its own traffic: at
+// capacity, the queue takes Poisson bursts by turns, and a few more in
+// than out among the few that queue is no overload.
+func TestQueueOverloadIsMeasuredAgainstWhatTheSlotsServe(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		served  int64 // a second
+		in, out int
+		want    bool
+	}{
+		{"a burst at capacity", 500, 40, 20, false},              // 20 more, against 25 (a quarter of 100 in 200 ms)
+		{"a load over capacity", 500, 60, 30, true},              // 30 more
+		{"too few to tell", 500, 9, 0, false},                    // under overloadMin
+		{"a bulkhead: against its own traffic", 0, 40, 30, true}, // 40 > 1.25 × 30
+		{"a bulkhead, within a quarter", 0, 37, 30, false},
+	} {
+		q := &queue{size: 1000, maxWait: 200 * time.Millisecond, late: -1}
+		q.in, q.out = c.in, c.out
+		if got := q.overloaded(100*time.Millisecond, c.served); got != c.want {
+			t.Errorf("%s: %d in, %d out, %d served a second: overloaded %v, want %v", c.name, c.in, c.out, c.served, got, c.want)
+		}
+	}
+}

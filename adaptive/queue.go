@@ -13,8 +13,9 @@ import (
 // queue holds the requests that wait for a slot, under the discipline of
 // CoDel with adaptive LIFO. A burst is held in arrival order, each request
 // up to maxWait. The queue is overloaded when more requests entered it than
-// left it for a slot by a quarter, over the last maxWait or the one before:
-// a load above what the slots serve, not a burst. Overloaded and non-empty
+// left it for a slot, over the last maxWait or the one before, by a quarter
+// of what the slots serve in a maxWait: a load above what they serve, not a
+// burst. Overloaded and non-empty
 // for maxWait/8, it serves the newest first, so that a surge's first
 // requests do not make all the later ones wait. Overloaded, non-empty for
 // maxWait/4, and with its oldest waiter older than maxWait/40 at every
@@ -63,8 +64,8 @@ type waiter struct {
 // all run out of time together, empty the queue and start it afresh; a
 // newcomer to a standing queue waits maxWait/standingWait, and it stands
 // only once its oldest waiter has been older than that for
-// maxWait/lateFor; overloaded is more in than out by overloadRatio, over
-// at least overloadMin requests.
+// maxWait/lateFor; overloaded is more in than out by overloadRatio-1 of
+// what the slots serve, over at least overloadMin requests.
 const (
 	lifoAfter     = 8
 	standingAfter = 4
@@ -75,9 +76,13 @@ const (
 )
 
 // overloaded reports whether more requests entered the queue than left it
-// for a slot by overloadRatio, in the current maxWait or the one before;
-// it first moves the window on to now.
-func (q *queue) overloaded(now time.Duration) bool {
+// for a slot, in the current maxWait or the one before, by more than
+// overloadRatio-1 of what the slots serve in a maxWait: served a second.
+// Counted against the queue's own traffic instead, the bursts of a load at
+// capacity, which the queue takes by turns, would pass for overload. With
+// served 0 (a bulkhead's limit learns nothing), more entered than left by
+// overloadRatio. It first moves the window on to now.
+func (q *queue) overloaded(now time.Duration, served int64) bool {
 	if gap := now - q.winStart; gap >= q.maxWait {
 		q.lastIn, q.lastOut = q.in, q.out
 		if gap >= 2*q.maxWait {
@@ -85,15 +90,25 @@ func (q *queue) overloaded(now time.Duration) bool {
 		}
 		q.in, q.out, q.winStart = 0, 0, now
 	}
-	over := func(in, out int) bool { return in >= overloadMin && float64(in) > overloadRatio*float64(out) }
+	perWait := float64(served) * q.maxWait.Seconds()
+	over := func(in, out int) bool {
+		if in < overloadMin {
+			return false
+		}
+		if perWait > 0 {
+			return float64(in-out) > (overloadRatio-1)*perWait
+		}
+		return float64(in) > overloadRatio*float64(out)
+	}
 	return over(q.in, q.out) || over(q.lastIn, q.lastOut)
 }
 
 func (q *queue) len() int { return len(q.normal) + len(q.crit) }
 
 // enqueue adds a waiter that arrived at now, under q.mu, and returns it with
-// how long it may wait; nil when the queue is full.
-func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duration) {
+// how long it may wait; nil when the queue is full. served is what the
+// slots serve a second, as overloaded takes it.
+func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter, time.Duration) {
 	if q.len() >= q.size {
 		return nil, 0
 	}
@@ -101,7 +116,7 @@ func (q *queue) enqueue(now time.Duration, critical bool) (*waiter, time.Duratio
 		if q.len() == 0 && (!q.standing || now-q.lastDrop > q.maxWait) {
 			q.since = now
 		}
-		over := q.overloaded(now)
+		over := q.overloaded(now, served)
 		q.lifo = over && now-q.since > q.maxWait/lifoAfter
 		q.standing = over && now-q.since > q.maxWait/standingAfter && (q.standing || q.lateFor(now) >= q.maxWait/lateFor)
 		q.in++

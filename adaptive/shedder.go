@@ -59,7 +59,10 @@ type Shedder struct {
 	winSum   atomic.Int64
 	winMaxIn atomic.Int64
 	lastAvg  atomic.Int64
-	mu       sync.Mutex // ends windows
+	// served is how many requests a second the last window that was not a
+	// probe saw end; 0 before the first.
+	served atomic.Int64
+	mu     sync.Mutex // ends windows
 	// epoch counts the probes' starts and ends; an admission's ticket is the
 	// epoch it was admitted in.
 	epoch   atomic.Uint64
@@ -246,7 +249,7 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	var w *waiter
 	var wait time.Duration
 	if ctx.Err() == nil {
-		w, wait = q.enqueue(now, critical(ctx))
+		w, wait = q.enqueue(now, critical(ctx), s.served.Load())
 	}
 	if w == nil {
 		s.waiting.Add(-1)
@@ -343,6 +346,9 @@ func (s *Shedder) endWindow(now time.Duration) {
 	s.winStart.Store(int64(now))
 	count := s.winCount.Swap(0)
 	avg := time.Duration(s.winSum.Swap(0) / count)
+	if d := now - time.Duration(start); !s.probing.Load() && d > 0 {
+		s.served.Store(count * int64(time.Second) / int64(d))
+	}
 	maxIn := s.winMaxIn.Swap(s.inflight.Load())
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()

@@ -88,10 +88,11 @@ func TestShedderNeverShedsAtHalfLoad(t *testing.T) {
 
 // At its capacity a service sees Poisson arrivals run ahead of it by turns:
 // the queue absorbs those bursts and drains between them, so it never
-// counts as standing and the Shedder rejects almost nothing: what it
-// rejects are the requests of the longest bursts, past 200 ms of wait (up
-// to 3 % of them here; the goroutines' order within a simulated
-// millisecond varies from run to run).
+// counts as overloaded, let alone standing, and the Shedder rejects almost
+// nothing: at most the requests of the longest bursts, past 200 ms of
+// wait. (When overload was judged against the queue's own traffic, the
+// bursts passed for it, the queue stood by turns, and up to 5.6 % of the
+// requests were rejected over 8 seeds.)
 func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
 	for _, c := range services {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,7 +101,7 @@ func TestShedderAbsorbsBurstsAtCapacity(t *testing.T) {
 				rs, _ := simulate(t, newShedder(t), c.m, seed, phases...)
 				logPhases(t, c.name, c.capacity, phases, rs)
 				at := rs[1]
-				assert.LessOrEqual(t, float64(at.rejected), 0.04*float64(at.arrived), "seed %d: rejected", seed)
+				assert.LessOrEqual(t, float64(at.rejected), 0.01*float64(at.arrived), "seed %d: rejected", seed)
 				assert.GreaterOrEqual(t, float64(at.good), 0.95*float64(at.arrived), "seed %d: answered within 250 ms", seed)
 			}
 		})
