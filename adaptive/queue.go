@@ -15,15 +15,15 @@ import (
 // up to maxWait. The queue is overloaded when more requests entered it than
 // left it for a slot, over the last maxWait or the one before, by a quarter
 // of what the slots serve in a maxWait: a load above what they serve, not a
-// burst. Overloaded and non-empty
-// for maxWait/8, it serves the newest first, so that a surge's first
-// requests do not make all the later ones wait. Overloaded, non-empty for
-// maxWait/4, and with its oldest waiter older than maxWait/40 at every
-// arrival for maxWait/2 (CoDel's target and interval at the default wait),
-// it is standing: a newcomer then waits at most maxWait/40, so that the
-// requests admitted are fresh and the others learn early that they will
-// not be. Requests marked sluice.PriorityCritical are served before the
-// others and always wait up to maxWait.
+// burst. Overloaded and non-empty for maxWait/8, it serves the newest
+// first, so that a surge's first requests do not make all the later ones
+// wait. Overloaded, non-empty for maxWait/4, and with its oldest waiter
+// older than maxWait/40 at every arrival for maxWait/2 (CoDel's target and
+// interval at the default wait), it is standing: a newcomer then waits at
+// most maxWait/40, so that the requests admitted are fresh and the others
+// learn early that they will not be. Requests marked
+// sluice.PriorityCritical are served before the others and always wait up
+// to maxWait.
 //
 // Every instant it uses comes from an Admit: a Done needs none.
 type queue struct {
