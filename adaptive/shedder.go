@@ -60,7 +60,8 @@ type Shedder struct {
 	winMaxIn atomic.Int64
 	lastAvg  atomic.Int64
 	// served is how many requests a second the last window that was not a
-	// probe saw end; 0 before the first.
+	// probe measured (those that ended in Success or Failure); 0 before the
+	// first.
 	served atomic.Int64
 	mu     sync.Mutex // ends windows
 	// epoch counts the probes' starts and ends; an admission's ticket is the
