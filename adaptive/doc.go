@@ -45,16 +45,16 @@
 // windows in which it does not bind: on a CPU-bound server the queue is in
 // the scheduler, and a limit too high to bind still lets it form. So the
 // Shedder measures it, in the manner of Envoy's adaptive concurrency
-// filter: in a probe, a window of 10 requests run at three quarters of
-// the limit, counting only the requests admitted in it (not those
-// draining from the higher limit); a limit run at tolerance is near the
-// knee, and a shallow probe leaves few slots idle under a surge. A probe that cut the latency nearly in proportion to
-// the concurrency was still past the knee, and the next one probes at half
-// of that again, down to GOMAXPROCS. The first probe comes once the limit
-// has bound for 3 windows in a row (a burst that fills it once is no
-// overload, and a probe then would only shed), later ones every 5 s while
-// it keeps binding. A window quicker than the baseline lowers it, by a
-// quarter of the way.
+// filter: in a probe, a window of 10 requests run at three quarters of the
+// limit, counting only the requests admitted in it (not those draining from
+// the higher limit); a limit run at tolerance is near the knee, and a
+// shallow probe leaves few slots idle under a surge. A probe that cut the
+// latency nearly in proportion to the concurrency was still past the knee,
+// and the next one probes at half of that again, down to GOMAXPROCS. The
+// first probe comes once the limit has bound for 3 windows in a row (a
+// burst that fills it once is no overload, and a probe then would only
+// shed), later ones every 5 s while it keeps binding. A window quicker than
+// the baseline lowers it, by a quarter of the way.
 //
 // # The queue
 //
