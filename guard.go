@@ -46,6 +46,9 @@ type Guard struct {
 	shadowSet  uint64                          // the policies shadowed by name
 	shadowInit []string                        // WithShadow
 	retry      *retrier                        // nil: no retries; see retry.go
+	// resources: a policy declares NeedsResource, or the Guard has an
+	// observer or a fallback, which may read the call's resource.
+	resources bool
 }
 
 // Option configures a Guard.
@@ -135,6 +138,12 @@ func New(opts ...Option) (*Guard, error) {
 		if needs&NeedsEnd != 0 {
 			g.untimed = false
 		}
+		if needs&NeedsResource != 0 {
+			g.resources = true
+		}
+	}
+	if len(g.fallbacks) > 0 || len(g.onFallback) > 0 {
+		g.resources = true
 	}
 	for _, name := range g.shadowInit {
 		if err := g.setShadowLocked(name, true); err != nil {
@@ -146,6 +155,7 @@ func New(opts ...Option) (*Guard, error) {
 			return nil, err
 		}
 		g.untimed = false // the Guard counts each call's duration
+		g.resources = true
 	}
 	return g, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/internal/reqid"
 	"github.com/sluice-go/sluice/internal/timeouterr"
@@ -766,4 +767,24 @@ func TestOpenBreakerRejectionsShareOneError(t *testing.T) {
 		assert.Equal(t, time.Minute-(clk.Now()-time.Second), d.RetryAfter)
 		assert.Zero(t, d.Reset)
 	}
+}
+
+// A Guard reads its calls' resource when a policy declares NeedsResource, or
+// it has an observer or a fallback: the client adapters name the resource
+// in a call's context (an allocation) only then.
+func TestGuardReadsResourceOnlyWhenSomethingDoes(t *testing.T) {
+	reads := func(opts ...sluice.Option) bool {
+		t.Helper()
+		g, err := sluice.New(opts...)
+		require.NoError(t, err)
+		return guardhook.ReadsResource(g)
+	}
+	plain, keyed := newRecorder("plain", -1), newRecorder("keyed", -1)
+	keyed.needs = sluice.NeedsResource | sluice.NeedsEnd
+	assert.False(t, reads(), "no policy")
+	assert.False(t, reads(sluice.With(plain)), "a policy that reads none")
+	assert.True(t, reads(sluice.With(plain, keyed)), "a policy that declares it")
+	assert.True(t, reads(sluice.With(plain), sluice.WithObserver(quiet{})), "an observer")
+	assert.True(t, reads(sluice.With(plain), sluice.WithFallback(fbValue("a", "x"))), "a fallback")
+	assert.False(t, guardhook.ReadsResource((*sluice.Guard)(nil)), "a nil Guard")
 }

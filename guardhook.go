@@ -14,6 +14,10 @@ func init() {
 	}
 	guardhook.Fallbacks = func(g any) any { return g.(*Guard).fallbackList() }
 	guardhook.NumFallbacks = func(g any) int { return len(g.(*Guard).fallbacks) }
+	guardhook.ReadsResource = func(g any) bool {
+		gd := g.(*Guard)
+		return gd != nil && gd.resources
+	}
 	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }
 	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {

@@ -77,6 +77,13 @@ const (
 	// admits, so the policies after it decide at the instant the wait ended,
 	// and the latency every policy hears is the call's own.
 	Waits
+	// NeedsResource: Admit or Done reads the call's resource (ResourceFrom),
+	// as a breaker.Group keyed by resource does. The client adapters, which
+	// name each outgoing call's resource (a gRPC method, a Transport's
+	// host), put it in the call's context only for a Guard that has such a
+	// policy, an observer or a fallback: elsewhere it would cost the call an
+	// allocation for nothing.
+	NeedsResource
 )
 
 // Verdict is a policy's answer to Admit: admitted, with the Ticket for Done

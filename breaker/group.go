@@ -83,9 +83,10 @@ func NewGroup(name string, opts ...Option) (*Group, error) {
 func (g *Group) Name() string { return g.name }
 
 // Needs returns what its breakers need of a Guard, as [Breaker.Needs]
-// says: they are all made alike.
+// says (they are all made alike), and sluice.NeedsResource: its key
+// function, the call's resource by default, reads the call's context.
 func (g *Group) Needs() sluice.Needs {
-	return needs(g.cfg, g.cfg.clock == sluice.SystemClock)
+	return needs(g.cfg, g.cfg.clock == sluice.SystemClock) | sluice.NeedsResource
 }
 
 // Len returns the number of keys the Group holds a breaker for; the

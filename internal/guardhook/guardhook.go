@@ -37,6 +37,12 @@ var (
 	FallbackAt   func(g any, i int) any
 )
 
+// ReadsResource reports whether g (a *sluice.Guard, possibly nil) reads
+// its calls' resource: a policy of it declares sluice.NeedsResource, or it
+// has an observer or a fallback. The client adapters name an outgoing
+// call's resource in its context only for such a Guard.
+var ReadsResource func(g any) bool
+
 // Served tells g (a *sluice.Guard, not nil) that its fallback named name
 // answered in place of err: its counters and OnFallback observers hear of
 // it, as when Execute's fallback serves.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/reqid"
 )
 
 // Config describes the policy under test.
@@ -128,12 +129,45 @@ func DecisionOf(v sluice.Verdict, policy string) sluice.Decision {
 func needs(t *testing.T, cfg Config) {
 	p := cfg.New(t)
 	n := p.Needs()
-	if n&^(sluice.NeedsEnd|sluice.Waits) != 0 {
+	if n&^(sluice.NeedsEnd|sluice.Waits|sluice.NeedsResource) != 0 {
 		t.Fatalf("Needs() = %#x declares flags sluice does not know", n)
 	}
 	if m := p.Needs(); m != n {
 		t.Fatalf("Needs() = %#x, then %#x", n, m)
 	}
+	if n&sluice.NeedsResource != 0 {
+		return
+	}
+	// A policy that reads the call's resource declares it: a client adapter
+	// names the resource only for a Guard that reads it.
+	read := false
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	spy := resourceSpy{Context: sluice.WithResource(ctx, "/svc/Method"), read: &read}
+	now := cfg.Start
+	for i := range 20 {
+		v := p.Admit(spy, now)
+		now += cfg.Step
+		if v.Cause == nil {
+			p.Done(v.Ticket, cfg.Outcome(i), now, cfg.Latency)
+		}
+	}
+	if read {
+		t.Fatal("Admit or Done reads the call's resource, and Needs() does not declare sluice.NeedsResource")
+	}
+}
+
+// resourceSpy notes whether the call's resource is read from it.
+type resourceSpy struct {
+	context.Context
+	read *bool
+}
+
+func (s resourceSpy) Value(k any) any {
+	if reqid.IsResourceKey(k) {
+		*s.read = true
+	}
+	return s.Context.Value(k)
 }
 
 // untimedAgrees drives two fresh policies that declare no sluice.NeedsEnd

@@ -59,6 +59,13 @@ func WithKeyAndResource(ctx context.Context, key, resource string) context.Conte
 	return &idCtx{Context: ctx, key: key, res: resource, has: hasKey | hasResource}
 }
 
+// IsResourceKey reports whether k is the context key a resource is read
+// by, for a test that watches which values a policy reads.
+func IsResourceKey(k any) bool {
+	ck, ok := k.(ctxKey)
+	return ok && ck == resourceKey
+}
+
 // Key returns the key that ctx carries, and whether it carries one.
 func Key(ctx context.Context) (string, bool) {
 	if c := find(ctx, keyKey, hasKey); c != nil {

@@ -83,7 +83,9 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if c.lendsResource() {
-		ctx = reqid.Lend(ctx, method)
+		if c.askedResources || guardhook.ReadsResource(rt.Guard) {
+			ctx = reqid.Lend(ctx, method)
+		}
 	} else if c.identifies() {
 		var skip bool
 		var err error
@@ -275,7 +277,9 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 		return streamer(ctx, desc, cc, method, opts...) // as for a unary call
 	}
 	if c.lendsResource() {
-		ctx = reqid.Lend(ctx, method)
+		if c.askedResources || guardhook.ReadsResource(rt.Guard) {
+			ctx = reqid.Lend(ctx, method)
+		}
 	} else {
 		var skip bool
 		var err error

@@ -31,9 +31,12 @@ type config struct {
 	fallbacks  map[*sluice.Guard][]sluice.Fallback // the Guards with fallbacks: UnaryServerInterceptor applies them
 	critical   map[string]struct{}
 	resources  bool
-	trailers   bool // a server interceptor: rejections set trailer metadata
-	pushback   bool // the trailers carry gRPC's retry pushback
-	answers    answers
+	// askedResources: WithMethodResource was given, and a client
+	// interceptor names every call's resource, whatever its Guard reads.
+	askedResources bool
+	trailers       bool // a server interceptor: rejections set trailer metadata
+	pushback       bool // the trailers carry gRPC's retry pushback
+	answers        answers
 }
 
 type side uint8
@@ -80,6 +83,9 @@ func build(s side, opts []Option) (*config, error) {
 		// An outgoing call's resource is its own method, as a Transport's
 		// is its host, never the one of the inbound call whose handler
 		// makes it: a client-side breaker.Group keys by the dependency.
+		// Unless WithMethodResource asks for it, it is set only for a
+		// Guard that reads it (see lendsResource's callers).
+		c.askedResources = o.resources
 		c.resources = true
 	}
 	switch {

@@ -94,8 +94,11 @@
 // carries its full method as its resource (sluice.WithResource), as a keyed
 // HTTP request carries its route, so that per-resource policies (a
 // breaker.Group) keep their state per method; [WithMethodResource] sets the
-// resource without a key. The client interceptors always set it: an outgoing
-// call's resource is its own method, not the one of the inbound call whose
-// handler makes it, so a client-side breaker.Group keys by the dependency's
-// method.
+// resource without a key. The client interceptors set it whenever the
+// call's Guard reads it (a policy declaring sluice.NeedsResource, such as a
+// breaker.Group, an observer or a fallback): an outgoing call's resource is
+// its own method, not the one of the inbound call whose handler makes it,
+// so a client-side breaker.Group keys by the dependency's method. For
+// another Guard the context is left as it is, and the call allocates
+// nothing.
 package sluicegrpc

@@ -284,7 +284,7 @@ type recorder struct {
 
 func (r *recorder) Name() string { return r.name }
 
-func (r *recorder) Needs() sluice.Needs { return 0 }
+func (r *recorder) Needs() sluice.Needs { return sluice.NeedsResource }
 
 func (r *recorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
 	k, _ := sluice.KeyFrom(ctx)

@@ -194,9 +194,10 @@ func WithSkipper(s func(middleware.Request) bool) Option {
 // It costs the call a new context (one small allocation; a client call
 // that its Guard rejects gives it back, so rejections cost none).
 // WithKeyer does it as well. A skipped call gets no resource. Default: off in
-// the server interceptors and the tap; the client interceptors always do
-// it, so an outgoing call never keeps the resource of the inbound call
-// whose handler makes it.
+// the server interceptors and the tap; the client interceptors do it for
+// every Guard that reads the resource (see the package doc), so that such
+// a Guard never sees the resource of the inbound call whose handler makes
+// the outgoing one.
 func WithMethodResource() Option {
 	return func(o *options) {
 		o.once("WithMethodResource")

@@ -292,8 +292,8 @@ func TestQuotaMetadataOnAdmittedCalls(t *testing.T) {
 	})
 }
 
-// An admitted server call allocates nothing, and a client call only the
-// context that carries its resource.
+// An admitted call allocates nothing; a client call whose Guard reads its
+// resource, only the context that carries it.
 func TestAdmittedCallAllocatesNothing(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	lim := fixedWindow(t, "ratelimit/hot", 1<<30, time.Hour, clk)
@@ -312,8 +312,21 @@ func TestAdmittedCallAllocatesNothing(t *testing.T) {
 	c, err := UnaryClientInterceptor(WithGuard(g))
 	require.NoError(t, err)
 	invoke := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil }
-	// One: the context that names the call's method as its resource.
-	assert.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { _ = c(ctx, methodCheck, nil, nil, nil, invoke) }), "unary client")
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = c(ctx, methodCheck, nil, nil, nil, invoke) }), "unary client")
+
+	// A Guard that reads the call's resource (a breaker.Group keyed by
+	// method) costs the client call the context that names it.
+	group, err := breaker.NewGroup("methods", breaker.WithClock(clk))
+	require.NoError(t, err)
+	c, err = UnaryClientInterceptor(WithGuard(mustGuard(t, sluice.WithClock(clk), sluice.With(lim, group))))
+	require.NoError(t, err)
+	var seen string
+	named := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		seen, _ = sluice.ResourceFrom(ctx)
+		return nil
+	}
+	assert.Equal(t, 1.0, testing.AllocsPerRun(1000, func() { _ = c(ctx, methodCheck, nil, nil, nil, named) }), "unary client, a Group")
+	assert.Equal(t, methodCheck, seen)
 }
 
 func TestRetryInfoEncoding(t *testing.T) {

@@ -148,7 +148,9 @@ type hostGuard struct {
 // A 429 or 503 with a Retry-After opens every policy of the host's Guard
 // that can be held open (a sluice.Opener: a breaker; of a breaker.Group, the
 // breaker of the host, which the call's resource names) for that long,
-// capped by WithMaxRetryAfter. A call whose context has ended before it is
+// capped by WithMaxRetryAfter. The host is the call's resource
+// (sluice.WithResource) for a Guard that reads one (see
+// sluice.NeedsResource); for another the call allocates no context. A call whose context has ended before it is
 // sent is not sent, and counts for nothing (see RoundTrip). next nil means
 // http.DefaultTransport.
 //
@@ -410,7 +412,12 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		call.Report(sluice.Failure, nil) // nothing if it was reported
 		t.end(hg)
 	}()
-	gctx := sluice.WithResource(req.Context(), host) // the context the Guard decides with
+	// The context the Guard decides with: with the host as the call's
+	// resource, for a Guard that reads it (an allocation).
+	gctx := req.Context()
+	if guardhook.ReadsResource(g) {
+		gctx = sluice.WithResource(gctx, host)
+	}
 	// A request safe to repeat is tried again as its host's Guard declares
 	// (sluice.WithRetry): each attempt admitted afresh, its body replayed.
 	replay := repeatable(req)

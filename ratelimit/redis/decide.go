@@ -55,9 +55,11 @@ func (l *Limiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
 }
 
-// Needs returns 0: the limiter neither waits in Admit beyond its Redis
-// call's timeout nor needs the end of a call.
-func (l *Limiter) Needs() sluice.Needs { return 0 }
+// Needs returns sluice.NeedsResource: a limit WithPerResource counts by
+// the call's resource, and a key function may read it. The limiter
+// neither waits in Admit beyond its Redis call's timeout nor needs the end
+// of a call.
+func (l *Limiter) Needs() sluice.Needs { return sluice.NeedsResource }
 
 // Done gives back, on sluice.Released, the quota that Admit took: one more
 // round trip to Redis (skipped while the breaker is open), or the local
