@@ -150,9 +150,9 @@ type hostGuard struct {
 // breaker of the host, which the call's resource names) for that long,
 // capped by WithMaxRetryAfter. The host is the call's resource
 // (sluice.WithResource) for a Guard that reads one (see
-// sluice.NeedsResource); for another the call allocates no context. A call whose context has ended before it is
-// sent is not sent, and counts for nothing (see RoundTrip). next nil means
-// http.DefaultTransport.
+// sluice.NeedsResource); for another the call allocates no context. A call
+// whose context has ended before it is sent is not sent, and counts for
+// nothing (see RoundTrip). next nil means http.DefaultTransport.
 //
 // A host's Guard declared with sluice.WithRetry has its failed calls sent
 // again, each attempt admitted afresh and sharing the Guard's retry budget:
