@@ -83,7 +83,7 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if c.lendsResource() {
-		if c.askedResources || guardhook.ReadsResource(rt.Guard) {
+		if c.namesResource(rt.Guard) {
 			ctx = reqid.Lend(ctx, method)
 		}
 	} else if c.identifies() {
@@ -101,6 +101,12 @@ func (c *config) unaryClient(ctx context.Context, method string, req, reply any,
 		return c.unaryRetried(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
 	}
 	return c.unaryAttempt(ctx, rt.Guard, method, req, reply, cc, invoker, opts)
+}
+
+// namesResource reports whether an outgoing call guarded by g carries its
+// method as its resource: when WithMethodResource asks, or g reads it.
+func (c *config) namesResource(g *sluice.Guard) bool {
+	return c.askedResources || guardhook.ReadsResource(g)
 }
 
 // unaryAttempt is one attempt of a unary call guarded by g.
@@ -277,7 +283,7 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 		return streamer(ctx, desc, cc, method, opts...) // as for a unary call
 	}
 	if c.lendsResource() {
-		if c.askedResources || guardhook.ReadsResource(rt.Guard) {
+		if c.namesResource(rt.Guard) {
 			ctx = reqid.Lend(ctx, method)
 		}
 	} else {

@@ -84,7 +84,7 @@ func build(s side, opts []Option) (*config, error) {
 		// is its host, never the one of the inbound call whose handler
 		// makes it: a client-side breaker.Group keys by the dependency.
 		// Unless WithMethodResource asks for it, it is set only for a
-		// Guard that reads it (see lendsResource's callers).
+		// Guard that reads it (see namesResource).
 		c.askedResources = o.resources
 		c.resources = true
 	}
