@@ -150,7 +150,7 @@ type hostGuard struct {
 // breaker of the host, which the call's resource names) for that long,
 // capped by WithMaxRetryAfter. The host is the call's resource
 // (sluice.WithResource) for a Guard that reads one (see
-// sluice.NeedsResource); for another the call allocates no context. A call
+// sluice.NeedsResource); for another no context is made to carry it. A call
 // whose context has ended before it is sent is not sent, and counts for
 // nothing (see RoundTrip). next nil means http.DefaultTransport.
 //
