@@ -159,7 +159,8 @@ func (b *Breaker) newWindow(p *phase) {
 // for a Success, a Failure or an Ignored call: when it counts outcomes in a
 // count window, has no slow-call strategy and reads SystemClock. It then
 // reads the clock itself when such an outcome trips it or is a half-open
-// probe's. It returns sluice.NeedsEnd otherwise.
+// probe's, and, for the stall check, at most once a millisecond when a
+// success ends. It returns sluice.NeedsEnd otherwise.
 func (b *Breaker) Needs() sluice.Needs {
 	return needs(b.cfg.Load(), b.env.system)
 }
@@ -324,7 +325,17 @@ func (b *Breaker) noteEnd(p *phase, o sluice.Outcome, now, latency time.Duration
 		p.armed.Store(true)
 	}
 	last := b.sampleAt.Load()
-	if latency < 0 || int64(now)-last < int64(stallSample) || !b.sampleAt.CompareAndSwap(last, int64(now)) {
+	if int64(now)-last < int64(stallSample) {
+		return
+	}
+	if latency < 0 {
+		// A Guard of untimed policies told the admission instant, not the
+		// end: the clock is read here, at most once per stallSample, rather
+		// than by the Guard for every call.
+		end := b.env.now()
+		now, latency = end, max(end-now, 0)
+	}
+	if !b.sampleAt.CompareAndSwap(last, int64(now)) {
 		return
 	}
 	u, l := b.usual.Load(), int64(latency)

@@ -106,7 +106,7 @@ func TestGuardReleasedProbeFreesItsSlot(t *testing.T) {
 }
 
 func TestNeedsEndUnlessACountWindowOnSystemClock(t *testing.T) {
-	assert.Equal(t, sluice.NeedsEnd, mustNew(t).Needs(), "the default: consecutive failures, whose stall check needs the latency")
+	assert.Zero(t, mustNew(t).Needs(), "the default: consecutive failures on a count window, whose stall check reads the clock itself")
 	assert.Zero(t, mustNew(t, breaker.WithErrorRatio(0.5, 10)).Needs(), "a count window, no slow-call strategy")
 	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithRollingWindow(10*sec, 10)).Needs())
 	assert.Equal(t, sluice.NeedsEnd, mustNew(t, breaker.WithSlowCallRatio(ms, 0.5, 10)).Needs())
@@ -114,7 +114,7 @@ func TestNeedsEndUnlessACountWindowOnSystemClock(t *testing.T) {
 	// A Group also reads each call's resource, its default key.
 	g, err := breaker.NewGroup("g")
 	require.NoError(t, err)
-	assert.Equal(t, sluice.NeedsEnd|sluice.NeedsResource, g.Needs())
+	assert.Equal(t, sluice.NeedsResource, g.Needs())
 	g, err = breaker.NewGroup("g", breaker.WithErrorRatio(0.5, 10))
 	require.NoError(t, err)
 	assert.Equal(t, sluice.NeedsResource, g.Needs())
@@ -291,6 +291,26 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 	}
 	assert.False(t, held(), "refused before a success ended in the closed spell")
 	assert.True(t, held(), "not refused once one had")
+}
+
+// Told latency -1 (a Guard of untimed policies, as the default breaker's
+// is), the stall check reads the end of a success on the breaker's clock,
+// and so still learns the usual latency and refuses a stalled dependency.
+func TestStallCheckLearnsWithoutTheEndInstant(t *testing.T) {
+	b := mustNew(t)
+	ctx := context.Background()
+	at := monoclock.Now()
+	v := b.Admit(ctx, at)
+	require.NoError(t, v.Cause)
+	b.Done(v.Ticket, S, at, -1) // the admission instant, as an untimed Guard tells it
+	now := at + sec             // admissions at made-up instants: only Done reads the clock
+	refused := false
+	for range 20 { // 40 ms of calls, none answered
+		refused = refused || b.Admit(ctx, now).Cause != nil
+		now += 2 * ms
+	}
+	assert.True(t, refused, "a stall after a success told without its end")
+	assert.Equal(t, breaker.StateOpen, b.State())
 }
 
 // learnUsual has b admit and end 100 calls of 100 µs, 2 ms apart from now,

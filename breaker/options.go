@@ -159,7 +159,7 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 // when it counts outcomes in a count window, has no slow-call strategy and
 // reads SystemClock (system).
 func needs(c *config, system bool) sluice.Needs {
-	if c.count > 0 && c.slowThreshold == 0 && c.consecutive == 0 && system {
+	if c.count > 0 && c.slowThreshold == 0 && system {
 		return 0
 	}
 	return sluice.NeedsEnd

@@ -77,7 +77,7 @@ func TestReconfigureRefusesWiringAndChangesOfNeeds(t *testing.T) {
 	for _, opts := range [][]breaker.Option{
 		{breaker.WithClock(sluice.NewManualClock(0))},
 		{breaker.WithRandom(func() float64 { return 0 })},
-		{breaker.WithErrorRatio(0.5, 10)},                          // needs no end of a call, where the stall check does
+		{breaker.WithRollingWindow(10*time.Second, 10)},            // needs the end of a call, where a count window does not
 		{breaker.WithConsecutiveFailures(0)},                       // bad number
 		{breaker.WithCountWindow(10), breaker.WithCountWindow(20)}, // given twice
 		{breaker.WithKeyFunc(func(context.Context) string { return "" })},
