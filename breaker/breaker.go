@@ -66,38 +66,42 @@ type phase struct {
 	tw        *timeWindow
 	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
 	taken     atomic.Int64  // half-open probes admitted and not released
-	// The stall check, closed: calls admitted since a success last ended,
-	// and the instant the stallCalls-th of them was admitted.
+	// The stall check, closed: the ticks in which a call was admitted
+	// since a success last ended, and the instant the first call of the
+	// stallCalls-th of them was admitted.
 	sinceOK  atomic.Int64
 	nthSince atomic.Int64
-	// lastAdmit is the instant of the last call admitted past the
-	// stallCalls-th since a success, for the stall check.
-	lastAdmit atomic.Int64
+	// lastTick is the last tick in which a call was admitted (noTick
+	// before the first).
+	lastTick atomic.Int64
 	// armed: a success has ended in this closed phase. Until then the stall
 	// check waits: a dependency that just came back (the breaker closed on
 	// a probe) may answer its first calls slowly, and failures still trip.
 	armed atomic.Bool
 }
 
-// The stall check: a closed breaker with the consecutive-failure strategy
-// (n failures in a row) also trips when more than n calls, and more than
-// stallCalls, were admitted since a success last ended, the stallCalls-th
-// of them admitted more than stallFactor usual latencies of a success ago,
-// and at least stallFloor:
-// a dependency that stops answering is refused before the first of its
-// calls times out. The usual latency is the slow end of the successes'
-// latencies: an average that a slower success moves by 1/stallUp of the
-// difference and a quicker one by 1/stallDown, sampled at most once per
-// stallSample. A spread latency, a quiet spell or one slow call trips
-// nothing: a success ends the count. The floor keeps a pause of the
-// process (a collection, a descheduled thread) from reading as a stall of
-// a dependency that answers in microseconds, and a gap of more than the
-// floor between two admissions starts the timing again: a pause of the
-// whole machine stops the calls coming as well as the answers. A closed
-// phase checks for stalls only once a success has ended in it: the first
-// calls after a probe closed the breaker meet a dependency that has just
-// come back and may answer them slowly, and re-opening on that put the
-// avalanche example's recovery at 3.4 to 4.0 s instead of 0.2.
+// The stall check: a closed breaker with the consecutive-failure strategy (n
+// failures in a row) also trips when calls were admitted in more than n
+// ticks, and more than stallCalls, since a success last ended, the first of
+// the stallCalls-th of those ticks more than stallFactor usual latencies of
+// a success ago, and at least stallFloor: a dependency that stops answering
+// is refused before the first of its calls times out. A tick is 2^stallTick
+// ns, about a millisecond. Counting the ticks that saw an admission, not the
+// calls, costs a busy breaker a write or two a tick, where counting calls
+// cost two locked writes a call; up to a call a tick, the two counts are the
+// same. The usual latency is the slow end of the successes' latencies: an
+// average that a slower success moves by 1/stallUp of the difference and a
+// quicker one by 1/stallDown, sampled at most once per stallSample. A spread
+// latency, a quiet spell or one slow call trips nothing: a success ends the
+// count. The floor keeps a pause of the process (a collection, a descheduled
+// thread) from reading as a stall of a dependency that answers in
+// microseconds, and a gap of more than the floor between two admissions
+// starts the timing again: a pause of the whole machine stops the calls
+// coming as well as the answers. A closed phase checks for stalls only once
+// a success has ended in it: the first calls after a probe closed the
+// breaker meet a dependency that has just come back and may answer them
+// slowly, and re-opening on that put the avalanche example's recovery at 3.4
+// to 4.0 s instead of 0.2.
 const (
 	stallFactor = 2
 	stallCalls  = 3
@@ -105,12 +109,18 @@ const (
 	stallDown   = 64
 	stallSample = time.Millisecond
 	stallFloor  = 25 * time.Millisecond
+	stallTick   = 20
+	noTick      = math.MinInt64
 )
 
-const genMask = 1<<31 - 1
+const genMask = 1<<30 - 1
+
+// tickedBit marks the ticket of a call that counted its tick for the stall
+// check: a Released or Ignored end takes the tick back.
+const tickedBit sluice.Ticket = 1 << 31
 
 // ticket returns the ticket of a call admitted in p: the generation in bits
-// 1..31, and bit 0 set for a half-open probe. Tickets fit in 32 bits so a
+// 1..30, and bit 0 set for a half-open probe. Tickets fit in 32 bits so a
 // Group can add its own.
 func (p *phase) ticket(probe bool) sluice.Ticket {
 	t := sluice.Ticket(p.gen&genMask) << 1
@@ -118,6 +128,13 @@ func (p *phase) ticket(probe bool) sluice.Ticket {
 		t |= 1
 	}
 	return t
+}
+
+// newPhase returns a phase of generation gen in state to.
+func newPhase(gen uint64, to State, forced bool) *phase {
+	p := &phase{gen: gen, state: to, forced: forced}
+	p.lastTick.Store(noTick)
+	return p
 }
 
 func (p *phase) owns(t sluice.Ticket) bool { return uint64(t>>1)&genMask == p.gen&genMask }
@@ -141,7 +158,7 @@ func newBreaker(name string, cfg *config, genBase uint64) *Breaker {
 	b := &Breaker{name: name, gen: genBase}
 	b.cfg.Store(cfg)
 	b.env = newPermitEnv(cfg.clock)
-	p := &phase{gen: genBase, state: StateClosed}
+	p := newPhase(genBase, StateClosed, false)
 	b.newWindow(p)
 	b.cur.Store(p)
 	return b
@@ -221,24 +238,20 @@ func (b *Breaker) Counts() Counts {
 func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 	p := b.cur.Load()
 	if p.state == StateClosed {
+		t := p.ticket(false)
 		if n := b.cfg.Load().consecutive; n > 0 {
-			if k := p.sinceOK.Add(1); k == stallCalls {
-				p.nthSince.Store(int64(now))
-				p.lastAdmit.Store(int64(now))
-			} else if k > stallCalls {
-				if last := p.lastAdmit.Swap(int64(now)); int64(now)-last > int64(stallFloor) {
-					// No call came for longer than the floor: the process
-					// paused (the machine's host took its processors) or the
-					// traffic did. A stall is read only across calls that
-					// kept coming: it is timed again from here.
-					p.nthSince.Store(int64(now))
-				} else if k > max(n, stallCalls) && p.armed.Load() && b.stalled(p, now) && !p.forced {
-					b.trip(p, now)
-					return b.Admit(context.Background(), now)
+			if tick := int64(now) >> stallTick; p.lastTick.Load() != tick {
+				// The first call of its tick, unless another just took it.
+				if last := p.lastTick.Swap(tick); last != tick {
+					t |= tickedBit
+					if b.tickAdmitted(p, n, tick, last, now) {
+						b.trip(p, now)
+						return b.Admit(context.Background(), now)
+					}
 				}
 			}
 		}
-		return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
+		return sluice.Verdict{Ticket: t, Limit: -1}
 	}
 	if p.state == StateOpen && !p.forced && now < p.openUntil {
 		return sluice.Verdict{Limit: -1, RetryAfter: p.openUntil - now, Cause: sluice.ErrCircuitOpen}
@@ -281,9 +294,30 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 	}
 }
 
-// stalled reports whether the stallCalls-th call admitted in p since a
-// success last ended was admitted more than stallFactor usual latencies,
-// and more than stallFloor, before now.
+// tickAdmitted counts tick, the tick of now, in which a call was just
+// admitted in p, for the stall check; last is the tick of the admission
+// before. It reports whether p stalled: p is to trip.
+func (b *Breaker) tickAdmitted(p *phase, n int64, tick, last int64, now time.Duration) bool {
+	k := p.sinceOK.Add(1)
+	switch {
+	case k == stallCalls:
+		p.nthSince.Store(int64(now))
+	case k < stallCalls:
+	case last != noTick && tick-last > int64(stallFloor)>>stallTick:
+		// No call came for longer than the floor: the process paused (the
+		// machine's host took its processors) or the traffic did. A stall
+		// is read only across calls that kept coming: it is timed again
+		// from here.
+		p.nthSince.Store(int64(now))
+	default:
+		return k > max(n, stallCalls) && p.armed.Load() && b.stalled(p, now) && !p.forced
+	}
+	return false
+}
+
+// stalled reports whether the first call of the stallCalls-th tick that
+// saw an admission in p since a success last ended was admitted more than
+// stallFactor usual latencies, and more than stallFloor, before now.
 func (b *Breaker) stalled(p *phase, now time.Duration) bool {
 	u := b.usual.Load()
 	return u > 0 && int64(now)-p.nthSince.Load() > max(stallFactor*u, int64(stallFloor))
@@ -303,14 +337,17 @@ func (b *Breaker) trip(p *phase, now time.Duration) {
 	b.dispatch()
 }
 
-// noteEnd notes, for the stall check, how a call admitted in p ended at now
-// after latency.
-func (b *Breaker) noteEnd(p *phase, o sluice.Outcome, now, latency time.Duration) {
+// noteEnd notes, for the stall check, how a call admitted in p with ticket
+// t ended at now after latency.
+func (b *Breaker) noteEnd(p *phase, t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	switch o {
 	case sluice.Success:
 	case sluice.Failure:
 		return
 	default: // Ignored, Released: as if never admitted
+		if t&tickedBit == 0 {
+			return // another call counted its tick
+		}
 		for {
 			k := p.sinceOK.Load()
 			if k <= 0 || p.sinceOK.CompareAndSwap(k, k-1) {
@@ -367,7 +404,7 @@ func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	switch {
 	case p.state == StateClosed:
 		if b.cfg.Load().consecutive > 0 {
-			b.noteEnd(p, o, now, latency)
+			b.noteEnd(p, t, o, now, latency)
 		}
 		if slow := b.cfg.Load().slowThreshold; o == sluice.Success && p.cw != nil && (slow <= 0 || latency <= slow) &&
 			p.consec.Load() == 0 && p.cw.steady() {
@@ -569,7 +606,7 @@ func (b *Breaker) jitterDraw() float64 {
 // the state change for the listeners. Called with b.mu held.
 func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, forced bool) {
 	b.gen++
-	np := &phase{gen: b.gen, state: to, forced: forced}
+	np := newPhase(b.gen, to, forced)
 	switch to {
 	case StateClosed:
 		b.newWindow(np)

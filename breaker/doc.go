@@ -38,10 +38,10 @@
 // come back: the stall check refuses calls before the first of them times
 // out. Replayed on a manual clock (300 calls/s on two routes, a 100 ms
 // call deadline, a dependency turning from 20 ms to 2 s; 20 seeds,
-// medians), one breaker for the dependency opens 49 ms after it turns
-// sick, 15 calls into it (69 ms and 22 calls when the calls it was
+// medians), one breaker for the dependency opens 50 ms after it turns
+// sick, 16 calls into it (70 ms and 22 calls when the calls it was
 // answering still answer in 20 ms), and a Group's breaker per route,
-// seeing half the calls, after 63 to 83 ms and 17 to 24 calls; the fifth
+// seeing half the calls, after 65 to 88 ms and 18 to 26 calls; the fifth
 // timeout in a row alone took 93 to 140 ms and 32 to 42 calls, an error
 // ratio of 0.5 over the last 100 calls 230 ms, and 420 ms per route. On a
 // dependency failing 1% of calls at random, with a fixed or a spread
@@ -64,11 +64,12 @@
 // # Speed
 //
 // A closed Breaker takes no lock: Admit loads one pointer (and, with the
-// consecutive-failure strategy, adds to the stall check's count), Done
-// updates its window with atomic adds, and a Guard reads the end clock only
-// when a strategy needs the time (the stall check of the default, a rolling
-// window or a slow-call threshold). Open, it fails fast on one clock read
-// and two loads.
+// consecutive-failure strategy, counts the first call of each millisecond
+// for the stall check), Done updates its window with atomic adds, and a
+// Guard reads the end clock only when a strategy needs the time (a rolling
+// window or a slow-call threshold; the default's stall check reads it
+// itself, at most once a millisecond). Open, it fails fast on one clock
+// read and two loads.
 //
 // # Which engine
 //

@@ -35,12 +35,18 @@ type machine struct {
 	changes           []string
 	// The stall check of the consecutive-failure strategy: the usual
 	// latency of a success and the instant it was last sampled (kept across
-	// phases), the calls admitted since a success last ended and the
-	// instant of the third of them and of the last after it (the phase's).
-	usual, sampledAt      time.Duration
-	sinceOK               int64
-	armed                 bool // a success ended in this closed phase
-	thirdSince, lastAdmit time.Duration
+	// phases), the ticks (2^20 ns) that saw an admission since a success
+	// last ended, the instant of the first call of the third of them and
+	// the last tick that saw one (the phase's); ticked tells whether the
+	// last call admitted was the first of its tick.
+	usual, sampledAt time.Duration
+	sinceOK          int64
+	armed            bool // a success ended in this closed phase
+	thirdSince       time.Duration
+	lastTick         int64
+	hasTick          bool
+	ticked           bool
+	stalls           int // trips of the stall check
 }
 
 func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced bool) {
@@ -50,7 +56,7 @@ func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced 
 	}
 	x.state, x.forced = to, forced
 	x.taken, x.succ, x.fail = 0, 0, 0
-	x.sinceOK, x.armed = 0, false
+	x.sinceOK, x.armed, x.hasTick = 0, false, false
 	switch to {
 	case breaker.StateClosed:
 		fresh := x.proto
@@ -98,17 +104,19 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 		x.taken++
 		return true, true, 0
 	}
-	if n := int64(x.proto.consecutive); n > 0 {
+	x.ticked = false
+	if n := int64(x.proto.consecutive); n > 0 && (!x.hasTick || x.lastTick != int64(now)>>20) {
+		last, had := x.lastTick, x.hasTick
+		x.lastTick, x.hasTick, x.ticked = int64(now)>>20, true, true
 		x.sinceOK++
 		if x.sinceOK == 3 {
-			x.thirdSince, x.lastAdmit = now, now
+			x.thirdSince = now
 		} else if x.sinceOK > 3 {
-			last := x.lastAdmit
-			x.lastAdmit = now
-			if now-last > 25*time.Millisecond {
+			if had && x.lastTick-last > int64(25*time.Millisecond)>>20 {
 				x.thirdSince = now // no call came for a while: timed again
 			} else if x.sinceOK > max(n, 3) && x.armed && x.usual > 0 && now-x.thirdSince > max(2*x.usual, 25*time.Millisecond) && !x.forced {
 				x.trips++
+				x.stalls++
 				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
 				return x.admit(now)
 			}
@@ -117,13 +125,14 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 	return true, false, 0
 }
 
-// stallEnd notes how a call of the closed phase ended, for the stall check.
-func (x *machine) stallEnd(o sluice.Outcome, now, latency time.Duration) {
+// stallEnd notes how a call of the closed phase ended, for the stall check;
+// ticked tells whether it was the first of its tick.
+func (x *machine) stallEnd(o sluice.Outcome, ticked bool, now, latency time.Duration) {
 	switch o {
 	case sluice.Failure:
 		return
 	case sluice.Ignored, sluice.Released:
-		if x.sinceOK > 0 {
+		if ticked && x.sinceOK > 0 {
 			x.sinceOK--
 		}
 		return
@@ -144,14 +153,14 @@ func (x *machine) stallEnd(o sluice.Outcome, now, latency time.Duration) {
 	x.usual = max(x.usual, 1)
 }
 
-func (x *machine) done(phase int, probe bool, o sluice.Outcome, now, latency time.Duration) {
+func (x *machine) done(phase int, probe, ticked bool, o sluice.Outcome, now, latency time.Duration) {
 	if phase != x.phase {
 		return // admitted before the last state change
 	}
 	switch {
 	case x.state == breaker.StateClosed:
 		if x.proto.consecutive > 0 {
-			x.stallEnd(o, now, latency)
+			x.stallEnd(o, ticked, now, latency)
 		}
 		if x.m.record(now, o, latency) && !x.forced {
 			x.trips++
@@ -182,19 +191,25 @@ func (x *machine) done(phase int, probe bool, o sluice.Outcome, now, latency tim
 // machine through random calls, outcomes, latencies, time steps (backwards
 // too on a count window), ForceOpen, ForceClose, Reset and OpenFor, and
 // compares after every step the decisions, the state, the counts and the
-// state changes the listeners heard.
+// state changes the listeners heard. A third of the runs go in sub-tick
+// steps with few successes, so that the stall check trips.
 func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 	budget := 500 * time.Millisecond
 	if testing.Short() {
 		budget = 200 * time.Millisecond
 	}
 	start := time.Now()
-	runs, changes := 0, 0
+	runs, changes, stalls := 0, 0, 0
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 50 || time.Since(start) < budget; seed++ { // 50 seeds on any machine
 		runs++
+		stally := seed%3 == 0
 		r := rand.New(rand.NewPCG(seed, 0xb4ea))
 		m, opts := randomModel(r)
+		if stally { // consecutive failures on a count window: the default's strategy
+			m = &model{count: 1 + r.IntN(100), consecutive: 3 + r.IntN(4)}
+			opts = []breaker.Option{breaker.WithCountWindow(m.count), breaker.WithConsecutiveFailures(m.consecutive)}
+		}
 		x := &machine{proto: *m, m: m, probes: 1, need: 1, draw: 0.5}
 		x.base = time.Duration(1+r.IntN(50)) * ms
 		x.most = x.base
@@ -219,10 +234,10 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 		var heard []string
 		b.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.From+">"+c.To) })
 		type held struct {
-			tk    sluice.Ticket
-			phase int
-			probe bool
-			at    time.Duration
+			tk            sluice.Ticket
+			phase         int
+			probe, ticked bool
+			at            time.Duration
 		}
 		var out []held
 		var trace []string
@@ -234,11 +249,17 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 		now := clock.Now()
 		for range 300 {
 			op := r.IntN(40)
+			if stally {
+				op = r.IntN(34) // no forcing, no OpenFor
+			}
 			switch {
 			case op < 8:
 				d := time.Duration(r.Int64N(int64(x.most) + 1))
 				if r.IntN(3) == 0 {
 					d = time.Duration(r.IntN(3)) * ms
+				}
+				if stally && r.IntN(20) != 0 {
+					d = time.Duration(r.IntN(8)) * ms / 2
 				}
 				if x.proto.count > 0 && r.IntN(15) == 0 {
 					d = -d
@@ -257,7 +278,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 					fail("rejection's cause %v", d.Cause)
 				}
 				if ok {
-					out = append(out, held{tk, x.phase, probe, now})
+					out = append(out, held{tk, x.phase, probe, x.ticked, now})
 				}
 			case op < 34:
 				if len(out) == 0 {
@@ -271,9 +292,16 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 				if r.IntN(2) == 0 {
 					lat = time.Duration(r.IntN(20)) * ms
 				}
+				if stally {
+					o = R
+					if k := r.IntN(20); k < 3 {
+						o = []sluice.Outcome{S, F, I}[k]
+					}
+					lat = time.Duration(r.IntN(4)) * ms / 4
+				}
 				trace = append(trace, fmt.Sprintf("done %v latency %v at %v (probe %v)", o, lat, now, h.probe))
 				b.Done(h.tk, o, now, lat)
-				x.done(h.phase, h.probe, o, now, lat)
+				x.done(h.phase, h.probe, h.ticked, o, now, lat)
 			case op < 35:
 				trace = append(trace, "force open")
 				b.ForceOpen()
@@ -336,8 +364,12 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 			}
 		}
 		changes += len(x.changes)
+		stalls += x.stalls
 	}
-	t.Logf("%d runs, %d state changes", runs, changes)
+	t.Logf("%d runs, %d state changes, %d by the stall check", runs, changes, stalls)
+	if stalls <= runs/30 {
+		t.Fatalf("the stall check tripped %d times in %d runs: the runs do not reach it", stalls, runs)
+	}
 }
 
 // TestPropertyBreakerConcurrent runs callers and a steering goroutine

@@ -47,7 +47,7 @@ func (b *Breaker) reconfigure(c *config) {
 	// outcomes of calls admitted before are dropped, as the window they
 	// were counted in is gone. No state change to report.
 	b.gen++
-	np := &phase{gen: b.gen, state: StateClosed, forced: p.forced}
+	np := newPhase(b.gen, StateClosed, p.forced)
 	b.newWindow(np)
 	b.cur.Store(np)
 }
