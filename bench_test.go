@@ -18,8 +18,8 @@ import (
 type nopPolicy struct{ name string }
 
 func (p nopPolicy) Name() string { return "nop" + p.name }
-func (nopPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (nopPolicy) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (nopPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (nopPolicy) Needs() sluice.Needs                                              { return 0 }
@@ -163,8 +163,8 @@ func TestGuardRejectionAllocatesNothing(t *testing.T) {
 // shedAll rejects every call as an overloaded service does.
 type shedAll struct{ nopPolicy }
 
-func (shedAll) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
+func (shedAll) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, sluice.ErrOverloaded
 }
 
 // BenchmarkClock is the floor under every Guard: one monotonic read.

@@ -68,14 +68,16 @@
 //
 // # Writing a policy
 //
-// A [Policy] is four methods: Name; Admit, which answers a [Verdict] at the
-// instant the Guard read; Done, told once how each admitted call ended; and
+// A [Policy] is four methods: Name; Admit, which answers a [Ticket], a
+// [Quota] and a rejection's cause at the instant the Guard read; Done, told
+// once how each admitted call ended; and
 // Needs, which declares whether Admit may block ([Waits]), whether Done
 // needs the end of each call ([NeedsEnd]) and whether the policy reads the
 // call's resource ([NeedsResource]). A Guard none of whose policies needs
 // the end reads the clock once per call instead of twice, and the client
 // adapters name an outgoing call's resource in its context only for a
-// Guard that reads it. A Verdict is seven words, returned in registers.
+// Guard that reads it. Admit's answer is returned in registers (see
+// [Quota]). The [Policy] example is a complete policy.
 //
 // Rejections allocate nothing: a Guard keeps one error per policy for the
 // rejections whose answers agree to the millisecond, and reads their

@@ -12,8 +12,8 @@ import (
 type fbNop struct{}
 
 func (fbNop) Name() string { return "nop" }
-func (fbNop) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (fbNop) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (fbNop) Needs() sluice.Needs                                              { return 0 }
 func (fbNop) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -29,11 +29,11 @@ type fbPolicy struct {
 
 func (p *fbPolicy) Name() string { return p.name }
 
-func (p *fbPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
+func (p *fbPolicy) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if p.cause == nil {
-		return sluice.Verdict{Limit: -1}
+		return 0, sluice.Quota{Limit: -1}, nil
 	}
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: p.cause}
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, p.cause
 }
 
 func (p *fbPolicy) Needs() sluice.Needs { return 0 }

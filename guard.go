@@ -461,24 +461,24 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.g, c.live, c.start = g, true, now
 	tight := false // c.d holds a Decision with a quota
 	for i, p := range g.policies {
-		v := p.Admit(ctx, now)
-		if v.Cause != nil {
+		t, q, cause := p.Admit(ctx, now)
+		if cause != nil {
 			if g.shadow.Load()>>i&1 == 0 {
-				return g.rejected(ctx, c, i, now, &v, want)
+				return g.rejected(ctx, c, i, now, q, cause, want)
 			}
-			g.shadowed(c, i, &v)
+			g.shadowed(c, i, cause)
 			c.n = int32(i + 1)
 			continue
 		}
 		// The ticket is kept before anything else can panic.
-		c.tickets[i] = v.Ticket
+		c.tickets[i] = t
 		c.n = int32(i + 1)
-		if want && v.Limit >= 0 && (!tight || v.Remaining < c.d.Remaining) {
+		if want && q.Limit >= 0 && (!tight || q.Remaining < c.d.Remaining) {
 			// Field by field: a Decision built aside and copied is read back
 			// in wide loads from narrower stores just made, which the CPU
 			// cannot forward.
 			c.d.Allowed, c.d.Policy, c.d.RetryAfter, c.d.Cause = true, g.names[i], 0, nil
-			c.d.Limit, c.d.Remaining, c.d.Reset = v.Limit, v.Remaining, v.Reset
+			c.d.Limit, c.d.Remaining, c.d.Reset = q.Limit, q.Remaining, q.Reset
 			tight = true
 		}
 	}
@@ -495,9 +495,10 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	return nil
 }
 
-// rejected ends the admission of c, which policy i rejected at now with v:
-// the policies before it are released, and the rejection is returned.
-func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, v *Verdict, want bool) error {
+// rejected ends the admission of c, which policy i rejected at now with
+// cause and q: the policies before it are released, and the rejection is
+// returned.
+func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, q Quota, cause error, want bool) error {
 	c.live = false
 	if c.n > 0 { // the policies before i admitted: c.n is i
 		c.end(g, Released, now)
@@ -506,37 +507,38 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 		c.more, c.waited = nil, false
 	}
 	if want {
-		c.d = v.decision(g.names[i])
+		c.d = q.decision(g.names[i], cause)
 	}
-	err := g.rejection(i, now, v)
+	err := g.rejection(i, now, q, cause)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, v.Cause, err, now, c.wait, &c.d)
+		g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d)
 	}
 	return err
 }
 
-// rejection returns the error of policy i's rejection v at now. Rejections
+// rejection returns the error of policy i's rejection at now with cause
+// and q. Rejections
 // whose answers agree to the millisecond (an open breaker's, for the whole
 // of its open spell) share one error, so a flood of them allocates nothing:
 // RetryAfter and Reset are kept as instants, rounded up to the millisecond,
 // and read relative to the moment they are read.
-func (g *Guard) rejection(i int, now time.Duration, v *Verdict) error {
+func (g *Guard) rejection(i int, now time.Duration, q Quota, cause error) error {
 	// A RetryAfter or Reset of 0 (none known) is no instant: it agrees with
 	// any other 0, whenever the rejection came.
 	var retryAt, resetAt time.Duration
-	if v.RetryAfter > 0 {
-		retryAt = ceilMilli(now + v.RetryAfter)
+	if q.RetryAfter > 0 {
+		retryAt = ceilMilli(now + q.RetryAfter)
 	}
-	if v.Reset > 0 {
-		resetAt = ceilMilli(now + v.Reset)
+	if q.Reset > 0 {
+		resetAt = ceilMilli(now + q.Reset)
 	}
-	if e := g.rejs[i].Load(); e != nil && e.d.Cause == v.Cause && e.retryAt == retryAt &&
-		e.resetAt == resetAt && e.d.Limit == v.Limit && e.d.Remaining == v.Remaining &&
-		e.hasRetry == (v.RetryAfter > 0) && (e.d.Reset > 0) == (v.Reset > 0) {
+	if e := g.rejs[i].Load(); e != nil && e.d.Cause == cause && e.retryAt == retryAt &&
+		e.resetAt == resetAt && e.d.Limit == q.Limit && e.d.Remaining == q.Remaining &&
+		e.hasRetry == (q.RetryAfter > 0) && (e.d.Reset > 0) == (q.Reset > 0) {
 		return e
 	}
-	e := &rejectedError{d: v.decision(g.names[i]), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: v.RetryAfter > 0}
-	if cacheable(v.Cause) {
+	e := &rejectedError{d: q.decision(g.names[i], cause), g: g, retryAt: retryAt, resetAt: resetAt, hasRetry: q.RetryAfter > 0}
+	if cacheable(cause) {
 		g.rejs[i].Store(e)
 	}
 	return e
@@ -582,23 +584,23 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		}
 	}
 	c.g, c.live, c.start = g, true, now
-	best, bi := Verdict{Limit: -1}, -1
+	best, bi := Quota{Limit: -1}, -1
 	for i, p := range g.policies {
 		if c.waited && c.more != nil {
 			c.more[np+i] = Ticket(now)
 		} else if c.waited {
 			c.ats[i] = now
 		}
-		v := p.Admit(ctx, now)
-		if v.Cause != nil && g.shadow.Load()>>i&1 == 0 {
+		t, q, cause := p.Admit(ctx, now)
+		if cause != nil && g.shadow.Load()>>i&1 == 0 {
 			if g.waits != nil && g.waits[i] {
 				now = g.now() // it may have waited before it gave up
 				c.wait = now - arrived
 			}
-			return g.rejected(ctx, c, i, now, &v, true)
+			return g.rejected(ctx, c, i, now, q, cause, true)
 		}
-		if v.Cause != nil {
-			g.shadowed(c, i, &v)
+		if cause != nil {
+			g.shadowed(c, i, cause)
 			c.n = int32(i + 1)
 			if g.waits != nil && g.waits[i] {
 				now = g.now()
@@ -606,9 +608,9 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			continue
 		}
 		if c.more != nil {
-			c.more[i] = v.Ticket
+			c.more[i] = t
 		} else {
-			c.tickets[i] = v.Ticket
+			c.tickets[i] = t
 		}
 		c.n = int32(i + 1)
 		if g.waits != nil && g.waits[i] {
@@ -616,8 +618,8 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			// call's latency starts, at the instant the wait ended.
 			now = g.now()
 		}
-		if v.Limit >= 0 && (best.Limit < 0 || v.Remaining < best.Remaining) {
-			best, bi = v, i
+		if q.Limit >= 0 && (best.Limit < 0 || q.Remaining < best.Remaining) {
+			best, bi = q, i
 		}
 	}
 	c.start = now
@@ -627,7 +629,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		g.obs.admitted(c)
 	}
 	if bi >= 0 {
-		c.d = best.decision(g.names[bi])
+		c.d = best.decision(g.names[bi], nil)
 	}
 	if g.timeout > 0 {
 		c.ctx, c.cancel = g.callContext(ctx)

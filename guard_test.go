@@ -53,22 +53,22 @@ func (r *recorder) Name() string { return r.name }
 
 func (r *recorder) Needs() sluice.Needs { return r.needs }
 
-func (r *recorder) Admit(_ context.Context, now time.Duration) sluice.Verdict {
+func (r *recorder) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	r.mu.Lock()
 	r.admits = append(r.admits, now)
 	r.mu.Unlock()
 	q := r.quota.Load()
 	if q == 0 {
-		return sluice.Verdict{Limit: r.limit, RetryAfter: time.Second, Cause: r.cause}
+		return 0, sluice.Quota{Limit: r.limit, RetryAfter: time.Second}, r.cause
 	}
 	if q > 0 {
 		r.quota.Add(-1)
 	}
 	rem := q - 1
 	if q < 0 {
-		return sluice.Verdict{Ticket: sluice.Ticket(r.issued.Add(1)), Limit: -1}
+		return sluice.Ticket(r.issued.Add(1)), sluice.Quota{Limit: -1}, nil
 	}
-	return sluice.Verdict{Ticket: sluice.Ticket(r.issued.Add(1)), Limit: r.limit, Remaining: rem}
+	return sluice.Ticket(r.issued.Add(1)), sluice.Quota{Limit: r.limit, Remaining: rem}, nil
 }
 
 func (r *recorder) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
@@ -136,7 +136,7 @@ type orderPolicy struct {
 	log func(string)
 }
 
-func (p *orderPolicy) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (p *orderPolicy) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	p.log("admit " + p.name)
 	return p.recorder.Admit(ctx, now)
 }
@@ -556,7 +556,7 @@ type waiting struct {
 
 func (w *waiting) Needs() sluice.Needs { return sluice.Waits | w.recorder.Needs() }
 
-func (w *waiting) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (w *waiting) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	w.clk.Advance(w.wait)
 	return w.recorder.Admit(ctx, now)
 }
@@ -660,7 +660,7 @@ func TestGuardPanicBeforeTheCallReleasesAdmittedPolicies(t *testing.T) {
 type panicky struct{}
 
 func (panicky) Name() string { return "panicky" }
-func (panicky) Admit(context.Context, time.Duration) sluice.Verdict {
+func (panicky) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	panic("admit")
 }
 func (panicky) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
@@ -720,9 +720,9 @@ type overriding struct {
 	calls int
 }
 
-func (o *overriding) Admit(context.Context, time.Duration) sluice.Verdict {
+func (o *overriding) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	o.calls++
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, sluice.ErrRateLimited
 }
 
 // A policy that embeds another and overrides its Admit is asked through its

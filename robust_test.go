@@ -45,8 +45,8 @@ func TestPanicAfterAWaitReleasesEachPolicyFromItsOwnAdmit(t *testing.T) {
 type doneBoom struct{}
 
 func (doneBoom) Name() string { return "boom" }
-func (doneBoom) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Ticket: 1, Limit: -1}
+func (doneBoom) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 1, sluice.Quota{Limit: -1}, nil
 }
 func (doneBoom) Needs() sluice.Needs                                              { return 0 }
 func (doneBoom) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) { panic("done") }
@@ -91,8 +91,8 @@ func TestPanicInTheOnlyDoneReachesTheCaller(t *testing.T) {
 type countingBoom struct{ n *atomic.Int32 }
 
 func (countingBoom) Name() string { return "boom" }
-func (countingBoom) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Ticket: 1, Limit: -1}
+func (countingBoom) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 1, sluice.Quota{Limit: -1}, nil
 }
 func (countingBoom) Needs() sluice.Needs { return 0 }
 func (b countingBoom) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {

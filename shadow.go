@@ -79,12 +79,12 @@ func (g *Guard) setShadowLocked(policy string, on bool) error {
 	return nil
 }
 
-// shadowed lets a call on past policy i, which rejected it with v while in
-// shadow mode: the policy is left out of the call's end, and the
+// shadowed lets a call on past policy i, which rejected it with cause
+// while in shadow mode: the policy is left out of the call's end, and the
 // rejection is counted and kept for the observers.
-func (g *Guard) shadowed(c *Call, i int, v *Verdict) {
+func (g *Guard) shadowed(c *Call, i int, cause error) {
 	if c.skip == 0 {
-		c.shadowCause = causeOf(v.Cause)
+		c.shadowCause = causeOf(cause)
 	}
 	c.skip |= 1 << i
 	if g.obs != nil {

@@ -28,11 +28,11 @@ type endSpy struct {
 }
 
 func (p *endSpy) Name() string { return p.name }
-func (p *endSpy) Admit(_ context.Context, now time.Duration) sluice.Verdict {
+func (p *endSpy) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.admits = append(p.admits, now)
-	return sluice.Verdict{Ticket: 1, Limit: -1}
+	return 1, sluice.Quota{Limit: -1}, nil
 }
 func (p *endSpy) Done(_ sluice.Ticket, _ sluice.Outcome, now, latency time.Duration) {
 	p.mu.Lock()

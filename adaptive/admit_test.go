@@ -15,10 +15,9 @@ import (
 )
 
 // admit asks p to admit a request at now, and returns the Decision its
-// Verdict stands for and its Ticket.
+// answer stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	v := p.Admit(ctx, now)
-	return policytest.DecisionOf(v, p.Name()), v.Ticket
+	return policytest.Admit(ctx, p, now)
 }
 
 // TestGuardAgreesWithAdmitWhileHeld drives two policies alike, one through
@@ -98,18 +97,18 @@ func TestBulkheadAdmitWaitsInTheQueue(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(2, 50*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		first := b.Admit(ctx, 0)
+		first := policytest.AnswerOf(b.Admit(ctx, 0))
 		require.NoError(t, first.Cause)
 		assert.Equal(t, int64(-1), first.Limit)
 
 		start := time.Now()
 		type result struct {
-			v  sluice.Verdict
+			v  policytest.Answer
 			at time.Time
 		}
 		ch := make(chan result, 1)
 		go func() {
-			v := b.Admit(ctx, 0)
+			v := policytest.AnswerOf(b.Admit(ctx, 0))
 			ch <- result{v, time.Now()}
 		}()
 		synctest.Wait()
@@ -122,7 +121,7 @@ func TestBulkheadAdmitWaitsInTheQueue(t *testing.T) {
 		assert.Equal(t, 10*ms, r.at.Sub(start))
 
 		// The slot is still taken: the next waits out its 50 ms.
-		v := b.Admit(ctx, 0)
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
 		require.ErrorIs(t, v.Cause, sluice.ErrConcurrencyLimited)
 		assert.Positive(t, v.RetryAfter)
 		assert.Equal(t, 60*ms, time.Since(start))
@@ -138,7 +137,7 @@ func TestAdmitAndRejectWithoutAllocating(t *testing.T) {
 	now := time.Second
 	allocs := testing.AllocsPerRun(1000, func() {
 		now += 10 * time.Microsecond
-		v := s.Admit(ctx, now)
+		v := policytest.AnswerOf(s.Admit(ctx, now))
 		if v.Cause != nil {
 			t.Fatalf("rejected: %v", v.Cause)
 		}
@@ -148,11 +147,11 @@ func TestAdmitAndRejectWithoutAllocating(t *testing.T) {
 
 	full := newShedder(t, adaptive.WithQueue(0, 0))
 	for range full.Stats().Limit {
-		require.NoError(t, full.Admit(ctx, 0).Cause)
+		require.NoError(t, policytest.AnswerOf(full.Admit(ctx, 0)).Cause)
 	}
-	v := full.Admit(ctx, 0)
+	v := policytest.AnswerOf(full.Admit(ctx, 0))
 	require.ErrorIs(t, v.Cause, sluice.ErrOverloaded)
-	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = full.Admit(ctx, 0) }), "reject")
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _ = policytest.AnswerOf(full.Admit(ctx, 0)) }), "reject")
 	sg, err := sluice.New(sluice.With(full))
 	require.NoError(t, err)
 	fn := func(context.Context) error { return nil }
@@ -161,11 +160,11 @@ func TestAdmitAndRejectWithoutAllocating(t *testing.T) {
 
 	queued, err := adaptive.NewBulkhead(1, adaptive.WithQueue(1, time.Hour))
 	require.NoError(t, err)
-	require.NoError(t, queued.Admit(ctx, 0).Cause)
+	require.NoError(t, policytest.AnswerOf(queued.Admit(ctx, 0)).Cause)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		if queued.Admit(cctx, 0).Cause == nil {
+		if policytest.AnswerOf(queued.Admit(cctx, 0)).Cause == nil {
 			t.Fatal("admitted over the limit")
 		}
 	}), "reject without waiting")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // arrival is a request sent to a policy at an instant of a synctest bubble;
@@ -28,7 +29,7 @@ func send(ctx context.Context, p sluice.Policy, now func() time.Duration) arriva
 	a := arrival{got: make(chan answer, 1)}
 	at := now()
 	go func() {
-		v := p.Admit(ctx, at)
+		v := policytest.AnswerOf(p.Admit(ctx, at))
 		a.got <- answer{v.Cause == nil, now()}
 	}()
 	synctest.Wait()
@@ -44,7 +45,7 @@ func TestQueueServesCriticalFirst(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		v := b.Admit(ctx, 0)
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
 		require.NoError(t, v.Cause)
 		tk := v.Ticket
 		normal := send(ctx, b, now)
@@ -73,7 +74,7 @@ func TestQueueServesInOrderUnlessOverloaded(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		v := b.Admit(ctx, 0)
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
 		require.NoError(t, v.Cause)
 		tk := v.Ticket
 		first := send(ctx, b, now)
@@ -101,7 +102,7 @@ func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
 		require.NoError(t, err)
 		ctx := context.Background()
-		v := b.Admit(ctx, 0)
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
 		require.NoError(t, v.Cause)
 		tk := v.Ticket
 

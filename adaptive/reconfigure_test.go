@@ -11,31 +11,32 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func TestBulkheadReconfigureRaisesAndLowersItsLimit(t *testing.T) {
 	b, err := adaptive.NewBulkhead(1)
 	require.NoError(t, err)
 	ctx := context.Background()
-	first := b.Admit(ctx, 0)
+	first := policytest.AnswerOf(b.Admit(ctx, 0))
 	require.NoError(t, first.Cause)
-	require.ErrorIs(t, b.Admit(ctx, 0).Cause, sluice.ErrConcurrencyLimited)
+	require.ErrorIs(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause, sluice.ErrConcurrencyLimited)
 
 	require.NoError(t, b.Reconfigure(3))
 	assert.Equal(t, int64(3), b.Stats().Limit)
-	second, third := b.Admit(ctx, 0), b.Admit(ctx, 0)
+	second, third := policytest.AnswerOf(b.Admit(ctx, 0)), policytest.AnswerOf(b.Admit(ctx, 0))
 	require.NoError(t, second.Cause)
 	require.NoError(t, third.Cause)
-	require.Error(t, b.Admit(ctx, 0).Cause)
+	require.Error(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
 
 	// Lowered below the calls in flight: they keep their slots, and no
 	// more is admitted until enough have ended.
 	require.NoError(t, b.Reconfigure(1))
 	b.Done(first.Ticket, sluice.Success, 0, ms)
-	require.Error(t, b.Admit(ctx, 0).Cause)
+	require.Error(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
 	b.Done(second.Ticket, sluice.Success, 0, ms)
 	b.Done(third.Ticket, sluice.Success, 0, ms)
-	require.NoError(t, b.Admit(ctx, 0).Cause)
+	require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
 }
 
 func TestReconfigureRefusesWhatItCannotChange(t *testing.T) {
@@ -62,9 +63,9 @@ func TestBulkheadReconfigureHandsFreeSlotsToTheQueue(t *testing.T) {
 		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(4, time.Second))
 		require.NoError(t, err)
 		ctx := context.Background()
-		require.NoError(t, b.Admit(ctx, 0).Cause)
+		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
 		got := make(chan error, 1)
-		go func() { got <- b.Admit(ctx, 0).Cause }()
+		go func() { got <- policytest.AnswerOf(b.Admit(ctx, 0)).Cause }()
 		synctest.Wait()
 		require.Equal(t, int64(1), b.Stats().Waiting)
 		require.NoError(t, b.Reconfigure(2))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 const ms = time.Millisecond
@@ -104,7 +105,7 @@ func simulate(t *testing.T, s *adaptive.Shedder, m model, seed uint64, phases ..
 				for next < now()+time.Millisecond {
 					at := now()
 					wg.Go(func() {
-						v := s.Admit(ctx, at)
+						v := policytest.AnswerOf(s.Admit(ctx, at))
 						tk := v.Ticket
 						if v.Cause != nil {
 							mu.Lock()

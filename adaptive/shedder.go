@@ -133,17 +133,17 @@ func newShedder(o options, cause error, limit int64) *Shedder {
 func (s *Shedder) Name() string { return s.name }
 
 // Admit takes a slot at the monotonic instant now, waiting in the queue
-// when the limit is reached. Its Verdict carries no quota (Limit -1).
-func (s *Shedder) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+// when the limit is reached. Its Quota carries no quota (Limit -1).
+func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if s.shedding.Load() {
 		s.recover(now)
 	}
 	if s.takeFree() {
 		s.yield()
-		return sluice.Verdict{Ticket: s.ticket(now), Limit: -1}
+		return s.ticket(now), sluice.Quota{Limit: -1}, nil
 	}
 	if granted, ok := s.admitSlow(ctx, now); ok {
-		return sluice.Verdict{Ticket: s.ticket(granted), Limit: -1}
+		return s.ticket(granted), sluice.Quota{Limit: -1}, nil
 	}
 	return s.reject(now)
 }
@@ -261,15 +261,15 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
 }
 
-// reject returns the Verdict of a request rejected at now, and notes the
+// reject returns Admit's answer for a request rejected at now, and notes the
 // rejection.
-func (s *Shedder) reject(now time.Duration) sluice.Verdict {
+func (s *Shedder) reject(now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	retry := time.Second
 	if s.est == nil {
 		retry = max(time.Duration(s.lastAvg.Load()), time.Millisecond)
 	}
 	s.noteShed(now)
-	return sluice.Verdict{Limit: -1, RetryAfter: retry, Cause: s.cause}
+	return 0, sluice.Quota{Limit: -1, RetryAfter: retry}, s.cause
 }
 
 // dispatch hands free slots to waiters, at the instant now.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // The simulated services: 2 cores × 4 ms of CPU (500 requests/s), and 16
@@ -156,7 +157,7 @@ func TestShedderLearnsLatencyFromTheSlotsGrant(t *testing.T) {
 	s := newShedder(t)
 	now := time.Second
 	for range 12 {
-		v := s.Admit(ctx, now)
+		v := policytest.AnswerOf(s.Admit(ctx, now))
 		require.NoError(t, v.Cause)
 		s.Done(v.Ticket, sluice.Success, now+8*ms, ms)
 		now += 10 * ms
@@ -166,7 +167,7 @@ func TestShedderLearnsLatencyFromTheSlotsGrant(t *testing.T) {
 	// A Guard's latency longer than the span from the grant is kept.
 	s = newShedder(t)
 	for range 12 {
-		v := s.Admit(ctx, now)
+		v := policytest.AnswerOf(s.Admit(ctx, now))
 		require.NoError(t, v.Cause)
 		s.Done(v.Ticket, sluice.Success, now+2*ms, 3*ms)
 		now += 10 * ms
@@ -182,12 +183,12 @@ func TestShedderWaiterTakesItsSlotAtTheDone(t *testing.T) {
 		ctx := context.Background()
 		var held []sluice.Ticket
 		for range s.Stats().Limit {
-			v := s.Admit(ctx, 0)
+			v := policytest.AnswerOf(s.Admit(ctx, 0))
 			require.NoError(t, v.Cause)
 			held = append(held, v.Ticket)
 		}
-		ch := make(chan sluice.Verdict, 1)
-		go func() { ch <- s.Admit(ctx, ms) }()
+		ch := make(chan policytest.Answer, 1)
+		go func() { ch <- policytest.AnswerOf(s.Admit(ctx, ms)) }()
 		synctest.Wait()
 		require.Equal(t, int64(1), s.Stats().Waiting)
 		for _, tk := range held {
@@ -200,7 +201,7 @@ func TestShedderWaiterTakesItsSlotAtTheDone(t *testing.T) {
 		s.Done(w.Ticket, sluice.Success, 200*ms, 0)
 		now := 300 * ms
 		for range 10 {
-			v := s.Admit(ctx, now)
+			v := policytest.AnswerOf(s.Admit(ctx, now))
 			require.NoError(t, v.Cause)
 			s.Done(v.Ticket, sluice.Success, now+195*ms, ms)
 			now += 200 * ms

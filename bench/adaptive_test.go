@@ -52,16 +52,16 @@ func adaptiveCases(tb testing.TB) ([]string, map[string]adaptiveOp, func()) {
 		untimed := p.Needs()&sluice.NeedsEnd == 0
 		return func() bool {
 			now := monoNow()
-			v := p.Admit(ctx, now)
-			if v.Cause == nil {
+			t, _, err := p.Admit(ctx, now)
+			if err == nil {
 				if untimed {
-					p.Done(v.Ticket, sluice.Success, now, -1)
+					p.Done(t, sluice.Success, now, -1)
 				} else {
 					end := monoNow()
-					p.Done(v.Ticket, sluice.Success, end, end-now)
+					p.Done(t, sluice.Success, end, end-now)
 				}
 			}
-			return v.Cause == nil
+			return err == nil
 		}
 	}
 	nop := func(context.Context) error { return nil }

@@ -105,12 +105,12 @@ var closedRows = []breakerRow{
 		ctx := context.Background()
 		return func() bool { // the two clock reads a Guard makes for it
 			now := monoNow()
-			v := br.Admit(ctx, now)
-			if v.Cause == nil {
+			t, _, err := br.Admit(ctx, now)
+			if err == nil {
 				end := monoNow()
-				br.Done(v.Ticket, sluice.Success, end, end-now)
+				br.Done(t, sluice.Success, end, end-now)
 			}
-			return v.Cause == nil
+			return err == nil
 		}
 	}},
 	{name: "sluice-guard", setup: func(tb testing.TB) func() bool {
@@ -124,11 +124,11 @@ var closedRows = []breakerRow{
 		setupErr(tb, err)
 		ctx := context.Background()
 		return func() bool {
-			v := ad.Admit(ctx, 0)
-			if v.Cause == nil {
-				ad.Done(v.Ticket, sluice.Success, 0, 0)
+			t, _, err := ad.Admit(ctx, 0)
+			if err == nil {
+				ad.Done(t, sluice.Success, 0, 0)
 			}
-			return v.Cause == nil
+			return err == nil
 		}
 	}},
 	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
@@ -226,7 +226,7 @@ var openRows = []breakerRow{
 		br := benchBreaker(tb)
 		br.OpenFor(context.Background(), monoNow(), time.Hour)
 		ctx := context.Background()
-		return func() bool { return br.Admit(ctx, monoNow()).Cause == nil }
+		return func() bool { _, _, err := br.Admit(ctx, monoNow()); return err == nil }
 	}},
 	{name: "gobreaker-v1", setup: func(testing.TB) func() bool {
 		cb := gobreakerv1.NewTwoStepCircuitBreaker(gobreakerv1.Settings{Name: "bench", Timeout: time.Hour})

@@ -15,8 +15,8 @@ import (
 type nopPolicy struct{}
 
 func (nopPolicy) Name() string { return "nop" }
-func (nopPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (nopPolicy) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (nopPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (nopPolicy) Needs() sluice.Needs                                              { return 0 }

@@ -165,8 +165,8 @@ var (
 // and ends its admission, as a Guard does.
 func allowKey(k *ratelimit.Keyed, ctx context.Context) {
 	now := monoNow()
-	if v := k.Admit(ctx, now); v.Cause == nil {
-		k.Done(v.Ticket, sluice.Success, now, -1)
+	if t, _, err := k.Admit(ctx, now); err == nil {
+		k.Done(t, sluice.Success, now, -1)
 	}
 }
 
@@ -198,8 +198,8 @@ func BenchmarkLimiterKeyed(b *testing.B) {
 		var now time.Duration
 		for b.Loop() {
 			now += atStep
-			if v := k.Admit(ctx, now); v.Cause == nil {
-				k.Done(v.Ticket, sluice.Success, now, -1)
+			if t, _, err := k.Admit(ctx, now); err == nil {
+				k.Done(t, sluice.Success, now, -1)
 			}
 		}
 	})

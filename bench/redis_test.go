@@ -54,11 +54,11 @@ func sluiceRedis(newLimiter func(c redis.UniversalClient) (*redislimit.Limiter, 
 		}
 		keyed := sluice.WithKey(context.Background(), key)
 		return func(context.Context) bool {
-			v := l.Admit(keyed, monoNow())
-			if v.Cause == nil {
-				l.Done(v.Ticket, sluice.Success, 0, -1)
+			t, _, err := l.Admit(keyed, monoNow())
+			if err == nil {
+				l.Done(t, sluice.Success, 0, -1)
 			}
-			return v.Cause == nil
+			return err == nil
 		}
 	}
 }

@@ -69,11 +69,11 @@ func (a *Adaptive) probability(c *config, t tally) float64 {
 
 // Admit decides on a request at the monotonic instant now. It is the
 // sluice.Policy method.
-func (a *Adaptive) Admit(_ context.Context, now time.Duration) sluice.Verdict {
+func (a *Adaptive) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if !a.admit(now) {
-		return sluice.Verdict{Limit: -1, RetryAfter: a.win.Load().width, Cause: sluice.ErrCircuitOpen}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: a.win.Load().width}, sluice.ErrCircuitOpen
 	}
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 // Needs returns sluice.NeedsEnd: the throttle counts each call in the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func mustAdaptive(t testing.TB, opts ...breaker.Option) *breaker.Adaptive {
@@ -179,7 +180,7 @@ func TestAdaptiveAdmitsWithoutAllocating(t *testing.T) {
 	now := time.Duration(0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
 		now += ms
-		v := a.Admit(ctx, now)
+		v := policytest.AnswerOf(a.Admit(ctx, now))
 		if v.Cause != nil || v.Limit != -1 {
 			t.Fatalf("a healthy dependency's request was answered %+v", v)
 		}

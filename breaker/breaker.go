@@ -235,7 +235,7 @@ func (b *Breaker) Counts() Counts {
 // probe while probes remain, then rejects with the base open duration as
 // RetryAfter, the wait after which its probes have decided. It is the
 // sluice.Policy method, which a Guard calls.
-func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
+func (b *Breaker) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	p := b.cur.Load()
 	if p.state == StateClosed {
 		t := p.ticket(false)
@@ -251,21 +251,21 @@ func (b *Breaker) Admit(_ context.Context, now time.Duration) sluice.Verdict {
 				}
 			}
 		}
-		return sluice.Verdict{Ticket: t, Limit: -1}
+		return t, sluice.Quota{Limit: -1}, nil
 	}
 	if p.state == StateOpen && !p.forced && now < p.openUntil {
-		return sluice.Verdict{Limit: -1, RetryAfter: p.openUntil - now, Cause: sluice.ErrCircuitOpen}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: p.openUntil - now}, sluice.ErrCircuitOpen
 	}
 	return b.admitSlow(p, now)
 }
 
 var _ sluice.Policy = (*Breaker)(nil)
 
-func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
+func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	for {
 		switch p.state {
 		case StateClosed:
-			return sluice.Verdict{Ticket: p.ticket(false), Limit: -1}
+			return p.ticket(false), sluice.Quota{Limit: -1}, nil
 		case StateOpen:
 			if p.forced {
 				return b.reject(b.cfg.Load().openBase)
@@ -286,7 +286,7 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) sluice.Verdict {
 					return b.reject(b.cfg.Load().openBase)
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
-					return sluice.Verdict{Ticket: p.ticket(true), Limit: -1}
+					return p.ticket(true), sluice.Quota{Limit: -1}, nil
 				}
 			}
 		}
@@ -387,8 +387,8 @@ func (b *Breaker) noteEnd(p *phase, t sluice.Ticket, o sluice.Outcome, now, late
 	b.usual.Store(max(u, 1))
 }
 
-func (b *Breaker) reject(retryAfter time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: max(retryAfter, 1), Cause: sluice.ErrCircuitOpen}
+func (b *Breaker) reject(retryAfter time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: max(retryAfter, 1)}, sluice.ErrCircuitOpen
 }
 
 // Done reports how a call admitted with ticket t ended, at instant now after

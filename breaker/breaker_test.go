@@ -27,10 +27,9 @@ var (
 )
 
 // admit asks p to admit a request at now, and returns the Decision its
-// Verdict stands for and its Ticket.
+// answer stands for and its Ticket.
 func admit(p sluice.Policy, ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	v := p.Admit(ctx, now)
-	return policytest.DecisionOf(v, p.Name()), v.Ticket
+	return policytest.Admit(ctx, p, now)
 }
 
 // rejection returns the Decision of the rejection err, failing t when err

@@ -108,13 +108,13 @@ func (g *Group) Get(key string) (*Breaker, bool) {
 
 // Admit decides on a request at instant now with the breaker of its key,
 // made on first use. It is the sluice.Policy method.
-func (g *Group) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (g *Group) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	m := g.use(ctx, now)
-	v := m.b.Admit(ctx, now)
-	if v.Cause == nil {
-		v.Ticket = sluice.Ticket(m.slot)<<32 | v.Ticket&math.MaxUint32
+	t, q, cause := m.b.Admit(ctx, now)
+	if cause == nil {
+		t = sluice.Ticket(m.slot)<<32 | t&math.MaxUint32
 	}
-	return v
+	return t, q, cause
 }
 
 // Done reports how a request ended to the breaker that admitted it; a

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func mustGroup(t *testing.T, opts ...breaker.Option) *breaker.Group {
@@ -177,12 +178,12 @@ func TestGroupHotPathDoesNotAllocate(t *testing.T) {
 func TestGroupAdmitInAGuard(t *testing.T) {
 	g := mustGroup(t)
 	ctx := res("payments")
-	v := g.Admit(ctx, 0) // made on first use
+	v := policytest.AnswerOf(g.Admit(ctx, 0)) // made on first use
 	require.NoError(t, v.Cause)
 	assert.Equal(t, int64(-1), v.Limit)
 	g.Done(v.Ticket, S, 0, 0)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		v := g.Admit(ctx, ms)
+		v := policytest.AnswerOf(g.Admit(ctx, ms))
 		if v.Cause == nil {
 			g.Done(v.Ticket, S, ms, ms)
 		}

@@ -25,11 +25,11 @@ type rejectMost struct{ n atomic.Int64 }
 
 func (*rejectMost) Name() string { return "test/reject-most" }
 
-func (r *rejectMost) Admit(context.Context, time.Duration) sluice.Verdict {
+func (r *rejectMost) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if r.n.Add(1)%10 != 0 {
-		return sluice.Verdict{Limit: 10, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
+		return 0, sluice.Quota{Limit: 10, RetryAfter: time.Second}, sluice.ErrRateLimited
 	}
-	return sluice.Verdict{Limit: 10, Remaining: 1}
+	return 0, sluice.Quota{Limit: 10, Remaining: 1}, nil
 }
 
 func (*rejectMost) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
@@ -237,17 +237,17 @@ func TestStallCheckIgnoresAPauseOfTheProcess(t *testing.T) {
 		now := sec
 		now = learnUsual(t, b, now)
 		for range 16 { // admitted, and held back by the pause
-			require.NoError(t, b.Admit(ctx, now).Cause)
+			require.NoError(t, policytest.AnswerOf(b.Admit(ctx, now)).Cause)
 		}
 		end, refused := now+c.pause, false
 		if c.calls {
 			for now+2*ms < end { // calls keep coming, none answered
 				now += 2 * ms
-				refused = refused || b.Admit(ctx, now).Cause != nil
+				refused = refused || policytest.AnswerOf(b.Admit(ctx, now)).Cause != nil
 			}
 		}
 		now = end
-		refused = refused || b.Admit(ctx, now).Cause != nil
+		refused = refused || policytest.AnswerOf(b.Admit(ctx, now)).Cause != nil
 		assert.Equal(t, c.opens, refused, c.name)
 		assert.Equal(t, c.opens, b.State() == breaker.StateOpen, c.name)
 	}
@@ -262,13 +262,13 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 	now := sec
 	now = learnUsual(t, b, now)
 	for b.State() == breaker.StateClosed { // fail until it opens
-		v := b.Admit(ctx, now)
+		v := policytest.AnswerOf(b.Admit(ctx, now))
 		require.NoError(t, v.Cause)
 		now += ms
 		b.Done(v.Ticket, F, now, ms)
 	}
 	now += 2 * sec // past the open period: the next call is a probe
-	v := b.Admit(ctx, now)
+	v := policytest.AnswerOf(b.Admit(ctx, now))
 	require.NoError(t, v.Cause)
 	now += ms
 	b.Done(v.Ticket, S, now, ms)
@@ -277,7 +277,7 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 	held := func() (refused bool) { // 40 ms of calls, none answered
 		var first sluice.Ticket
 		for i := range 20 {
-			v := b.Admit(ctx, now)
+			v := policytest.AnswerOf(b.Admit(ctx, now))
 			if v.Cause != nil {
 				return true
 			}
@@ -300,13 +300,13 @@ func TestStallCheckLearnsWithoutTheEndInstant(t *testing.T) {
 	b := mustNew(t)
 	ctx := context.Background()
 	at := monoclock.Now()
-	v := b.Admit(ctx, at)
+	v := policytest.AnswerOf(b.Admit(ctx, at))
 	require.NoError(t, v.Cause)
 	b.Done(v.Ticket, S, at, -1) // the admission instant, as an untimed Guard tells it
 	now := at + sec             // admissions at made-up instants: only Done reads the clock
 	refused := false
 	for range 20 { // 40 ms of calls, none answered
-		refused = refused || b.Admit(ctx, now).Cause != nil
+		refused = refused || policytest.AnswerOf(b.Admit(ctx, now)).Cause != nil
 		now += 2 * ms
 	}
 	assert.True(t, refused, "a stall after a success told without its end")
@@ -318,7 +318,7 @@ func TestStallCheckLearnsWithoutTheEndInstant(t *testing.T) {
 func learnUsual(t *testing.T, b *breaker.Breaker, now time.Duration) time.Duration {
 	t.Helper()
 	for range 100 {
-		v := b.Admit(context.Background(), now)
+		v := policytest.AnswerOf(b.Admit(context.Background(), now))
 		require.NoError(t, v.Cause)
 		now += 2 * ms
 		b.Done(v.Ticket, S, now, 100*time.Microsecond)

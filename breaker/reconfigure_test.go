@@ -10,12 +10,13 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // call admits one call on b at now and ends it with o.
 func call(t *testing.T, p sluice.Policy, ctx context.Context, now time.Duration, o sluice.Outcome) bool {
 	t.Helper()
-	v := p.Admit(ctx, now)
+	v := policytest.AnswerOf(p.Admit(ctx, now))
 	if v.Cause != nil {
 		return false
 	}
@@ -39,7 +40,7 @@ func TestReconfigureKeepsCountsOfTheSameWindow(t *testing.T) {
 func TestReconfigureStartsANewWindowOfAnotherShape(t *testing.T) {
 	b := mustNew(t, breaker.WithErrorCount(4, 4), breaker.WithCountWindow(10))
 	ctx := context.Background()
-	v := b.Admit(ctx, 0) // in flight across the change
+	v := policytest.AnswerOf(b.Admit(ctx, 0)) // in flight across the change
 	for i := range 3 {
 		require.True(t, call(t, b, ctx, time.Duration(i)*ms, F))
 	}
@@ -62,7 +63,7 @@ func TestReconfigureKeepsAnOpenBreakerOpen(t *testing.T) {
 	assert.Equal(t, breaker.StateOpen, b.State())
 	assert.False(t, call(t, b, ctx, 500*ms, S), "still in its open spell")
 	// The spell ends when it was set to; then the new numbers: 2 probes.
-	v1, v2, v3 := b.Admit(ctx, time.Second), b.Admit(ctx, time.Second), b.Admit(ctx, time.Second)
+	v1, v2, v3 := policytest.AnswerOf(b.Admit(ctx, time.Second)), policytest.AnswerOf(b.Admit(ctx, time.Second)), policytest.AnswerOf(b.Admit(ctx, time.Second))
 	require.NoError(t, v1.Cause)
 	require.NoError(t, v2.Cause)
 	require.Error(t, v3.Cause)

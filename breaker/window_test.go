@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 func TestPackUnpackSignedFields(t *testing.T) {
@@ -176,7 +177,7 @@ func TestCountWindowKeepsItsOrderAcrossTheWrap(t *testing.T) {
 	b, err := New("wrap", WithCountWindow(5), WithErrorCount(2, 5))
 	require.NoError(t, err)
 	call := func(o sluice.Outcome) {
-		v := b.Admit(context.Background(), 0)
+		v := policytest.AnswerOf(b.Admit(context.Background(), 0))
 		require.NoError(t, v.Cause)
 		b.Done(v.Ticket, o, 0, 0)
 	}

@@ -30,8 +30,8 @@ type rejecter struct {
 }
 
 func (r rejecter) Name() string { return r.name }
-func (r rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: r.cause}
+func (r rejecter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, r.cause
 }
 func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (rejecter) Needs() sluice.Needs                                              { return 0 }
@@ -43,8 +43,8 @@ type counter struct {
 }
 
 func (*counter) Name() string { return "counter" }
-func (*counter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (*counter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (*counter) Needs() sluice.Needs { return 0 }
 func (c *counter) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {

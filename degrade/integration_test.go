@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // Timeouts are failures a real breaker counts: after two, it opens, and the
@@ -79,7 +80,7 @@ func TestStateSignalFollowsEveryMemberOfAGroup(t *testing.T) {
 	require.NoError(t, err)
 	defer unsub()
 	member := func(key string) *breaker.Breaker {
-		v := g.Admit(sluice.WithResource(context.Background(), key), 0)
+		v := policytest.AnswerOf(g.Admit(sluice.WithResource(context.Background(), key), 0))
 		require.NoError(t, v.Cause)
 		g.Done(v.Ticket, sluice.Success, 0, 0)
 		b, ok := g.Get(key)

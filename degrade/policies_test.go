@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -19,7 +20,7 @@ func rateLimiter(t testing.TB) sluice.Policy {
 	t.Helper()
 	l, err := ratelimit.NewFixedWindow(1, time.Minute, ratelimit.WithName("ratelimit/test"))
 	require.NoError(t, err)
-	v := l.Admit(context.Background(), 0)
+	v := policytest.AnswerOf(l.Admit(context.Background(), 0))
 	require.NoError(t, v.Cause)
 	l.Done(v.Ticket, sluice.Success, 0, 0)
 	return l
@@ -41,7 +42,7 @@ func overloadedGuard(t testing.TB) sluice.Policy {
 	s, err := adaptive.NewShedder(adaptive.WithName("adaptive/test"), adaptive.WithQueue(0, 0))
 	require.NoError(t, err)
 	for range s.Stats().Limit {
-		v := s.Admit(context.Background(), 0)
+		v := policytest.AnswerOf(s.Admit(context.Background(), 0))
 		require.NoError(t, v.Cause)
 	}
 	return s
@@ -52,7 +53,7 @@ func fullBulkhead(t testing.TB) sluice.Policy {
 	t.Helper()
 	b, err := adaptive.NewBulkhead(1, adaptive.WithName("adaptive/bulkhead-test"))
 	require.NoError(t, err)
-	v := b.Admit(context.Background(), 0)
+	v := policytest.AnswerOf(b.Admit(context.Background(), 0))
 	require.NoError(t, v.Cause)
 	return b
 }

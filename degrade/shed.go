@@ -41,11 +41,11 @@ func (p *Shed) Name() string { return p.name }
 
 // Admit admits the request while the switch is off and rejects it with
 // sluice.ErrOverloaded while it is on.
-func (p *Shed) Admit(context.Context, time.Duration) sluice.Verdict {
+func (p *Shed) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if p.sw.On() {
-		return sluice.Verdict{Limit: -1, RetryAfter: p.retryAfter, Cause: sluice.ErrOverloaded}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: p.retryAfter}, sluice.ErrOverloaded
 	}
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 // Done does nothing: a Shed keeps no state per request.

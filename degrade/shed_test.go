@@ -83,16 +83,16 @@ func TestShedAdmit(t *testing.T) {
 	ctx := context.Background()
 	for _, on := range []bool{false, true, false} {
 		sw.Set(on)
-		v := p.Admit(ctx, 0)
+		v := policytest.AnswerOf(p.Admit(ctx, 0))
 		if on {
-			assert.Equal(t, sluice.Verdict{Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, v)
+			assert.Equal(t, policytest.Answer{Quota: sluice.Quota{Limit: -1, RetryAfter: 5 * time.Second}, Cause: sluice.ErrOverloaded}, v)
 		} else {
-			assert.Equal(t, sluice.Verdict{Limit: -1}, v)
+			assert.Equal(t, policytest.Answer{Quota: sluice.Quota{Limit: -1}}, v)
 		}
 	}
 	sw.Set(false)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
-		if v := p.Admit(ctx, 0); v.Cause != nil {
+		if v := policytest.AnswerOf(p.Admit(ctx, 0)); v.Cause != nil {
 			t.Fatal(v.Cause)
 		}
 	}))

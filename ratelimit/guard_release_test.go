@@ -17,8 +17,8 @@ import (
 type rejecter struct{}
 
 func (rejecter) Name() string { return "rejecter" }
-func (rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrRateLimited}
+func (rejecter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, sluice.ErrRateLimited
 }
 func (rejecter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (rejecter) Needs() sluice.Needs                                              { return 0 }

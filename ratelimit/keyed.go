@@ -298,22 +298,21 @@ func (k *Keyed) Len() int {
 
 // Admit decides on the request with the limiter of its key
 // (sluice.KeyFrom(ctx)) at instant now.
-func (k *Keyed) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	e, c, si, slot, err := k.enter(ctx, now)
 	if err != nil {
 		d := k.refusal(err)
 		return verdict(&d, 0)
 	}
-	v := e.lim.Admit(ctx, now)
-	if v.Cause != nil {
+	t, q, cause := e.lim.Admit(ctx, now)
+	if cause != nil {
 		k.shards[si].freeCall(slot)
-		return v
+		return 0, q, cause
 	}
 	// The record is this call's alone until its Done, which the caller orders
 	// after this return; its chunk never moves.
-	c.inner = v.Ticket
-	v.Ticket = keyedTicket(c, si, slot)
-	return v
+	c.inner = t
+	return keyedTicket(c, si, slot), q, nil
 }
 
 // Needs returns what the limiters newLimiter makes need, as the one it

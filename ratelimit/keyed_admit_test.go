@@ -49,26 +49,26 @@ func TestKeyedAdmitAgrees(t *testing.T) {
 		for i := range 600 {
 			now := time.Duration(i) * ms / 3
 			ctx := ctxs[i%len(ctxs)]
-			va, vb := a.Admit(ctx, now), b.Admit(ctx, now)
-			da, db := policytest.DecisionOf(va, a.Name()), policytest.DecisionOf(vb, b.Name())
+			da, ta := policytest.Admit(ctx, a, now)
+			db, tb := policytest.Admit(ctx, b, now)
 			require.Equal(t, da, db, "call %d at %v", i, now)
-			if va.Cause != nil {
+			if da.Cause != nil {
 				rejected++
 				switch {
-				case errors.Is(va.Cause, boom):
+				case errors.Is(da.Cause, boom):
 					assert.Equal(t, 3, i%len(ctxs), "only the bad key fails")
-				case errors.Is(va.Cause, ErrNoKey):
+				case errors.Is(da.Cause, ErrNoKey):
 					assert.True(t, requireKey)
 				default:
-					assert.ErrorIs(t, va.Cause, sluice.ErrRateLimited)
+					assert.ErrorIs(t, da.Cause, sluice.ErrRateLimited)
 					limited++
 				}
 				continue
 			}
 			admitted++
 			o := []sluice.Outcome{sluice.Success, sluice.Released, sluice.Failure}[i%3]
-			a.Done(va.Ticket, o, now, ms)
-			b.Done(vb.Ticket, o, now, ms)
+			a.Done(ta, o, now, ms)
+			b.Done(tb, o, now, ms)
 		}
 		assert.Positive(t, admitted)
 		assert.Positive(t, rejected)
@@ -94,7 +94,7 @@ func TestKeyedAdmitsWithoutAllocating(t *testing.T) {
 		var now time.Duration
 		allocs := testing.AllocsPerRun(1000, func() {
 			now += ms
-			v := k.Admit(ctx, now)
+			v := policytest.AnswerOf(k.Admit(ctx, now))
 			if v.Cause != nil {
 				t.Fatalf("%s: rejected: %v", name, v.Cause)
 			}

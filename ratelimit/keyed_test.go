@@ -83,7 +83,7 @@ type keyedWith struct {
 	key func(now time.Duration) string
 }
 
-func (p keyedWith) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (p keyedWith) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	return p.Keyed.Admit(sluice.WithKey(ctx, p.key(now)), now)
 }
 
@@ -115,11 +115,11 @@ type spy struct {
 }
 
 func (s *spy) Name() string { return s.name }
-func (s *spy) Admit(context.Context, time.Duration) sluice.Verdict {
+func (s *spy) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
-	return sluice.Verdict{Ticket: s.next, Limit: -1}
+	return s.next, sluice.Quota{Limit: -1}, nil
 }
 func (s *spy) Needs() sluice.Needs { return 0 }
 func (s *spy) Done(t sluice.Ticket, _ sluice.Outcome, _, _ time.Duration) {
@@ -510,12 +510,12 @@ type countingLimiter struct {
 	allowed, done *atomic.Int64
 }
 
-func (c countingLimiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
-	v := c.Policy.Admit(ctx, now)
-	if v.Cause == nil {
+func (c countingLimiter) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	t, q, cause := c.Policy.Admit(ctx, now)
+	if cause == nil {
 		c.allowed.Add(1)
 	}
-	return v
+	return t, q, cause
 }
 
 func (c countingLimiter) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -18,7 +19,7 @@ import (
 func allowedOf(p sluice.Policy, clk *sluice.ManualClock, n int) int {
 	ok := 0
 	for range n {
-		if v := p.Admit(context.Background(), clk.Now()); v.Cause == nil {
+		if v := policytest.AnswerOf(p.Admit(context.Background(), clk.Now())); v.Cause == nil {
 			ok++
 		}
 	}
@@ -158,7 +159,7 @@ func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	})
 	require.NoError(t, err)
 	at := func(key string) context.Context { return sluice.WithKey(context.Background(), key) }
-	admit := func(key string) bool { return k.Admit(at(key), clk.Now()).Cause == nil }
+	admit := func(key string) bool { _, _, err := k.Admit(at(key), clk.Now()); return err == nil }
 	require.True(t, admit("held"))
 	require.False(t, admit("held"))
 
@@ -214,12 +215,12 @@ func TestKeyedNewKeyAfterSetLimitGivesBackReleases(t *testing.T) {
 			}))
 			ctx := sluice.WithKey(context.Background(), "new")
 			clk.Advance(time.Millisecond)
-			v := k.Admit(ctx, clk.Now())
+			v := policytest.AnswerOf(k.Admit(ctx, clk.Now()))
 			require.NoError(t, v.Cause)
 			k.Done(v.Ticket, sluice.Released, clk.Now(), 0)
 			ok := 0
 			for range 3 {
-				if k.Admit(ctx, clk.Now()).Cause == nil {
+				if policytest.AnswerOf(k.Admit(ctx, clk.Now())).Cause == nil {
 					ok++
 				}
 			}
@@ -233,12 +234,12 @@ func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	now := time.Hour
-	a, b := g.Admit(ctx, now), g.Admit(ctx, now)
+	a, b := policytest.AnswerOf(g.Admit(ctx, now)), policytest.AnswerOf(g.Admit(ctx, now))
 	require.NoError(t, a.Cause)
 	require.NoError(t, b.Cause)
 	g.Done(a.Ticket, sluice.Released, now, 0)
-	require.NoError(t, g.Admit(ctx, now).Cause, "a release before any change gives its quota back")
+	require.NoError(t, policytest.AnswerOf(g.Admit(ctx, now)).Cause, "a release before any change gives its quota back")
 	require.NoError(t, g.SetLimit(ratelimit.Every(10*time.Second), 1)) // 2s of debt: full in 2s
 	g.Done(b.Ticket, sluice.Released, now, 0)
-	require.Error(t, g.Admit(ctx, now).Cause, "cut at 1s a token, it would give back 10s")
+	require.Error(t, policytest.AnswerOf(g.Admit(ctx, now)).Cause, "cut at 1s a token, it would give back 10s")
 }

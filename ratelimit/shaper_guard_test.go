@@ -24,11 +24,11 @@ type instants struct {
 
 func (p *instants) Name() string { return "instants" }
 
-func (p *instants) Admit(_ context.Context, now time.Duration) sluice.Verdict {
+func (p *instants) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	p.mu.Lock()
 	p.admits = append(p.admits, now)
 	p.mu.Unlock()
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 // Needs returns sluice.NeedsEnd: the policy notes latencies.

@@ -305,8 +305,8 @@ func TestShaperReleasedTurnOfAnyLength(t *testing.T) {
 type denyPolicy struct{}
 
 func (denyPolicy) Name() string { return "deny" }
-func (denyPolicy) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrOverloaded}
+func (denyPolicy) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, sluice.ErrOverloaded
 }
 func (denyPolicy) Needs() sluice.Needs                                              { return 0 }
 func (denyPolicy) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -8,32 +8,31 @@ import (
 )
 
 // The limiters decide through one piece of code each, which builds a
-// Decision; Admit hands it to a Guard as a sluice.Verdict. The token
-// bucket's admission within its burst takes the Verdict straight from its
-// compare-and-swap, as allowVerdict mirrors allow.
+// Decision; Admit hands it to a Guard as a ticket, a sluice.Quota and the
+// cause. The token bucket's admission within its burst takes its answer
+// straight from its compare-and-swap.
 
-// verdict returns the Verdict of Decision d with ticket t.
-func verdict(d *sluice.Decision, t sluice.Ticket) sluice.Verdict {
+// verdict returns Admit's answer for Decision d with ticket t.
+func verdict(d *sluice.Decision, t sluice.Ticket) (sluice.Ticket, sluice.Quota, error) {
 	if !d.Allowed {
-		return sluice.Verdict{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset,
-			RetryAfter: d.RetryAfter, Cause: d.Cause}
+		return 0, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter}, d.Cause
 	}
-	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
+	return t, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}, nil
 }
 
 // Admit decides on one request at instant now, whose cost in tokens is
 // sluice.CostFrom(ctx), and takes the tokens when it admits. More than the
 // burst is rejected with ErrNeverSatisfiable. It never blocks: a Guard that
 // should delay requests instead of rejecting them uses a Shaper.
-func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	n := sluice.CostFrom(ctx)
 	if c := tb.cfg.Load(); max(n, 1) <= c.burst {
 		base, next, res := tatTake(&c.tat.v, int64(now), max(n, 1)*c.iv, c.tau)
 		switch res {
 		case tatAllowed:
-			return sluice.Verdict{Ticket: sluice.Ticket(n), Limit: c.burst,
+			return sluice.Ticket(n), sluice.Quota{Limit: c.burst,
 				Remaining: max(floorDiv(int64(now)+c.tau-next, c.iv), 0),
-				Reset:     max(time.Duration(next-int64(now)), 0)}
+				Reset:     max(time.Duration(next-int64(now)), 0)}, nil
 		case tatRejected:
 			var d sluice.Decision
 			tatDecision(&d, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
@@ -49,7 +48,7 @@ func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) sluice.Verd
 // Admit decides on one request at instant now, whose cost is
 // sluice.CostFrom(ctx), and takes its quota when it admits. A cost above the
 // burst is rejected with ErrNeverSatisfiable. It never blocks.
-func (g *GCRA) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := g.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -59,7 +58,7 @@ func (g *GCRA) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 // units that still fit, Reset the time until the bucket is empty, and
 // RetryAfter the time until the cost fits. A cost above the capacity is
 // rejected with ErrNeverSatisfiable.
-func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := b.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -69,7 +68,7 @@ func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) sluice.Verdi
 // what is left of it, Reset the time until the window ends (0 when nothing
 // of it is used) and RetryAfter the same on a rejection. A cost above the
 // limit is rejected with ErrNeverSatisfiable.
-func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -79,7 +78,7 @@ func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdi
 // what is left of it, Reset the time until every counted unit has left the
 // window, and RetryAfter the time until enough have left for the cost. A
 // cost above the limit is rejected with ErrNeverSatisfiable.
-func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -89,7 +88,7 @@ func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) sluice.Ver
 // left of it, Reset the time until every logged unit has left the window,
 // and RetryAfter the time until enough have left for the cost. A cost above
 // the limit is rejected with ErrNeverSatisfiable.
-func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := l.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -97,7 +96,7 @@ func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) sluice.Verdic
 // Admit decides on one request at instant now, whose cost is
 // sluice.CostFrom(ctx), and takes its quota when it admits. More than the
 // burst is rejected with ErrNeverSatisfiable. It never blocks.
-func (w *WarmUp) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
 	return verdict(&d, t)
 }
@@ -108,7 +107,7 @@ func (w *WarmUp) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
 // (ErrWouldExceedDeadline); when ctx ends during the wait, it gives the turn
 // back and rejects with a cause that matches ErrRateLimited and ctx's error
 // (context.Canceled or context.DeadlineExceeded).
-func (s *Shaper) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := s.admitD(ctx, now)
 	return verdict(&d, t)
 }

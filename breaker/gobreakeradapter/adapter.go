@@ -90,12 +90,12 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 
 // Admit asks the gobreaker breaker. It is the sluice.Policy method; gobreaker
 // reads its own wall clock, so now is not used.
-func (p *Policy) Admit(_ context.Context, _ time.Duration) sluice.Verdict {
+func (p *Policy) Admit(_ context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	t, err := p.allow()
 	if err != nil {
-		return sluice.Verdict{Limit: -1, RetryAfter: p.retryAfter(err), Cause: sluice.ErrCircuitOpen}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: p.retryAfter(err)}, sluice.ErrCircuitOpen
 	}
-	return sluice.Verdict{Ticket: t, Limit: -1}
+	return t, sluice.Quota{Limit: -1}, nil
 }
 
 // allow asks gobreaker, and on an admission returns the ticket under which

@@ -110,18 +110,12 @@ func Run(t *testing.T, cfg Config) {
 	}
 }
 
-// Admit calls p.Admit and returns the Decision its Verdict stands for, and
-// its Ticket.
+// Admit calls p.Admit and returns the Decision its answer stands for, as
+// a Guard builds it, and its Ticket.
 func Admit(ctx context.Context, p sluice.Policy, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	v := p.Admit(ctx, now)
-	return DecisionOf(v, p.Name()), v.Ticket
-}
-
-// DecisionOf returns the Decision that v stands for, by the policy named
-// policy, as a Guard builds it.
-func DecisionOf(v sluice.Verdict, policy string) sluice.Decision {
-	return sluice.Decision{Allowed: v.Cause == nil, Policy: policy, Limit: v.Limit,
-		Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
+	t, q, cause := p.Admit(ctx, now)
+	return sluice.Decision{Allowed: cause == nil, Policy: p.Name(), Limit: q.Limit,
+		Remaining: q.Remaining, Reset: q.Reset, RetryAfter: q.RetryAfter, Cause: cause}, t
 }
 
 // needs checks that the policy declares only the flags sluice knows, and
@@ -146,10 +140,10 @@ func needs(t *testing.T, cfg Config) {
 	spy := resourceSpy{Context: sluice.WithResource(ctx, "/svc/Method"), read: &read}
 	now := cfg.Start
 	for i := range 20 {
-		v := p.Admit(spy, now)
+		tk, _, cause := p.Admit(spy, now)
 		now += cfg.Step
-		if v.Cause == nil {
-			p.Done(v.Ticket, cfg.Outcome(i), now, cfg.Latency)
+		if cause == nil {
+			p.Done(tk, cfg.Outcome(i), now, cfg.Latency)
 		}
 	}
 	if read {
@@ -219,13 +213,6 @@ func admitCtx(t *testing.T) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), 50*time.Millisecond)
 }
 
-// CheckVerdict fails t when v, which p's Admit returned, breaks the
-// Decision contract for policy p (see CheckDecision).
-func CheckVerdict(t testing.TB, cfg Config, p sluice.Policy, v sluice.Verdict) {
-	t.Helper()
-	CheckDecision(t, cfg, p, DecisionOf(v, p.Name()))
-}
-
 // CheckDecision fails t when d breaks the Decision contract for policy p.
 func CheckDecision(t testing.TB, cfg Config, p sluice.Policy, d sluice.Decision) {
 	t.Helper()
@@ -284,9 +271,8 @@ func sequential(t *testing.T, cfg Config) {
 		if i%20 == 0 {
 			now += 20 * cfg.Step
 		}
-		v := p.Admit(ctx, now)
-		CheckVerdict(t, cfg, p, v)
-		d, tk := DecisionOf(v, p.Name()), v.Ticket
+		d, tk := Admit(ctx, p, now)
+		CheckDecision(t, cfg, p, d)
 		if d.Allowed {
 			p.Done(tk, cfg.Outcome(admitted), now+cfg.Latency, cfg.Latency)
 			admitted++
@@ -377,12 +363,12 @@ type countingPolicy struct {
 	allowed, done atomic.Int64
 }
 
-func (c *countingPolicy) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
-	v := c.Policy.Admit(ctx, now)
-	if v.Cause == nil {
+func (c *countingPolicy) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	t, q, cause := c.Policy.Admit(ctx, now)
+	if cause == nil {
 		c.allowed.Add(1)
 	}
-	return v
+	return t, q, cause
 }
 
 func (c *countingPolicy) Done(t sluice.Ticket, o sluice.Outcome, now, lat time.Duration) {
@@ -462,4 +448,18 @@ func throughGuard(t *testing.T, cfg Config, begin bool) {
 	if got := inner.allowed.Load(); got != int64(ran) || inner.done.Load() != got {
 		t.Fatalf("fn ran %d times, policy allowed %d and heard Done %d", ran, got, inner.done.Load())
 	}
+}
+
+// Answer is what a policy's Admit returned, in one value, for tests that
+// keep or compare it.
+type Answer struct {
+	Ticket sluice.Ticket
+	sluice.Quota
+	Cause error
+}
+
+// AnswerOf returns Admit's three results as an Answer:
+// AnswerOf(p.Admit(ctx, now)).
+func AnswerOf(t sluice.Ticket, q sluice.Quota, cause error) Answer {
+	return Answer{Ticket: t, Quota: q, Cause: cause}
 }

@@ -788,10 +788,10 @@ func TestKeyByValue(t *testing.T) {
 type keyRecorder struct{ keys []string }
 
 func (*keyRecorder) Name() string { return "keys" }
-func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
+func (r *keyRecorder) Admit(ctx context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	k, _ := sluice.KeyFrom(ctx)
 	r.keys = append(r.keys, k)
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (*keyRecorder) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (*keyRecorder) Needs() sluice.Needs                                              { return 0 }

@@ -286,7 +286,7 @@ func (r *recorder) Name() string { return r.name }
 
 func (r *recorder) Needs() sluice.Needs { return sluice.NeedsResource }
 
-func (r *recorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
+func (r *recorder) Admit(ctx context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	k, _ := sluice.KeyFrom(ctx)
 	res, _ := sluice.ResourceFrom(ctx)
 	r.mu.Lock()
@@ -294,7 +294,7 @@ func (r *recorder) Admit(ctx context.Context, _ time.Duration) sluice.Verdict {
 	r.res = append(r.res, res)
 	r.prios = append(r.prios, sluice.PriorityFrom(ctx))
 	r.mu.Unlock()
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 func (r *recorder) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
@@ -358,11 +358,11 @@ func (r *refuser) Name() string { return r.name }
 
 func (r *refuser) Needs() sluice.Needs { return 0 }
 
-func (r *refuser) Admit(context.Context, time.Duration) sluice.Verdict {
+func (r *refuser) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if r.off.Load() {
-		return sluice.Verdict{Limit: -1}
+		return 0, sluice.Quota{Limit: -1}, nil
 	}
-	return sluice.Verdict{Limit: -1, RetryAfter: r.retry, Cause: r.cause}
+	return 0, sluice.Quota{Limit: -1, RetryAfter: r.retry}, r.cause
 }
 
 func (r *refuser) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}

@@ -23,11 +23,11 @@ type rejectFirst struct {
 
 func (*rejectFirst) Name() string        { return "ratelimit/first" }
 func (*rejectFirst) Needs() sluice.Needs { return 0 }
-func (r *rejectFirst) Admit(context.Context, time.Duration) sluice.Verdict {
+func (r *rejectFirst) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if r.n.Add(-1) >= 0 {
-		return sluice.Verdict{Limit: 1, RetryAfter: r.retry, Reset: r.retry, Cause: r.cause}
+		return 0, sluice.Quota{Limit: 1, RetryAfter: r.retry, Reset: r.retry}, r.cause
 	}
-	return sluice.Verdict{Limit: 1, Remaining: 0}
+	return 0, sluice.Quota{Limit: 1, Remaining: 0}, nil
 }
 func (*rejectFirst) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 

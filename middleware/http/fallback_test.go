@@ -34,12 +34,11 @@ func (s *switchable) Name() string {
 	}
 	return "switch"
 }
-func (s *switchable) Admit(context.Context, time.Duration) sluice.Verdict {
+func (s *switchable) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if s.on {
-		return sluice.Verdict{Limit: s.d.Limit, Remaining: s.d.Remaining, Reset: s.d.Reset,
-			RetryAfter: s.d.RetryAfter, Cause: s.d.Cause}
+		return 0, sluice.Quota{Limit: s.d.Limit, Remaining: s.d.Remaining, Reset: s.d.Reset, RetryAfter: s.d.RetryAfter}, s.d.Cause
 	}
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (*switchable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (*switchable) Needs() sluice.Needs                                              { return 0 }

@@ -236,8 +236,8 @@ func TestTransportBoundsHosts(t *testing.T) {
 type closeCounter struct{ closed *atomic.Int32 }
 
 func (closeCounter) Name() string { return "test/close" }
-func (closeCounter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (closeCounter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (closeCounter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (closeCounter) Needs() sluice.Needs                                              { return 0 }
@@ -719,8 +719,8 @@ func TestTransportRetryAfterHoldsTheSlotUntilTheBodyEnds(t *testing.T) {
 type panicOnce struct{ n *atomic.Int32 }
 
 func (panicOnce) Name() string { return "test/panic-once" }
-func (panicOnce) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (panicOnce) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (panicOnce) Needs() sluice.Needs { return 0 }
 func (p panicOnce) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {

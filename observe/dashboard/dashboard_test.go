@@ -433,8 +433,8 @@ func manyGuards(tb testing.TB, guards, keys int) *Dashboard {
 type refuseAll struct{}
 
 func (refuseAll) Name() string { return "refuse-all" }
-func (refuseAll) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: 0, Cause: sluice.ErrRateLimited}
+func (refuseAll) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: 0}, sluice.ErrRateLimited
 }
 func (refuseAll) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (refuseAll) Needs() sluice.Needs                                              { return 0 }

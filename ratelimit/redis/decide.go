@@ -47,12 +47,12 @@ var (
 // Every Admit that allows must be followed by exactly one Done with its
 // Ticket, as a Guard does: outside one, run the call through a Guard of
 // this limiter alone.
-func (l *Limiter) Admit(ctx context.Context, now time.Duration) sluice.Verdict {
+func (l *Limiter) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := l.admit(ctx, now)
 	if !d.Allowed {
-		return sluice.Verdict{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter, Cause: d.Cause}
+		return 0, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter}, d.Cause
 	}
-	return sluice.Verdict{Ticket: t, Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}
+	return t, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset}, nil
 }
 
 // Needs returns sluice.NeedsResource: a limit WithPerResource counts by
@@ -293,11 +293,11 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (slu
 				di = sluice.Decision{Allowed: true, Policy: m.openName, Limit: -1}
 				break
 			}
-			v := p.Admit(ctx, now)
-			di = sluice.Decision{Allowed: v.Cause == nil, Policy: p.Name(), Limit: v.Limit,
-				Remaining: v.Remaining, Reset: v.Reset, RetryAfter: v.RetryAfter, Cause: v.Cause}
+			t, q, cause := p.Admit(ctx, now)
+			di = sluice.Decision{Allowed: cause == nil, Policy: p.Name(), Limit: q.Limit,
+				Remaining: q.Remaining, Reset: q.Reset, RetryAfter: q.RetryAfter, Cause: cause}
 			if di.Allowed {
-				c.local[i] = localTicket{p, v.Ticket}
+				c.local[i] = localTicket{p, t}
 				anyLocal = true
 			}
 		}

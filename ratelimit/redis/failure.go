@@ -33,8 +33,8 @@ func newRedisBreaker(failures int, openFor time.Duration) (*redisBreaker, error)
 // acquire reports whether a call may go to Redis at now, with the ticket to
 // report its end with.
 func (rb *redisBreaker) acquire(now time.Duration) (sluice.Ticket, bool) {
-	v := rb.b.Admit(context.Background(), now)
-	return v.Ticket, v.Cause == nil
+	t, _, cause := rb.b.Admit(context.Background(), now)
+	return t, cause == nil
 }
 
 // success records a call that Redis answered.

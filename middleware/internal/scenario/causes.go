@@ -80,11 +80,11 @@ var causeErrors = map[sluice.Cause]error{
 type gate struct{ cause sluice.Cause }
 
 func (*gate) Name() string { return "test/gate" }
-func (g *gate) Admit(context.Context, time.Duration) sluice.Verdict {
+func (g *gate) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if g.cause == sluice.CauseNone {
-		return sluice.Verdict{Limit: -1}
+		return 0, sluice.Quota{Limit: -1}, nil
 	}
-	return sluice.Verdict{Limit: -1, RetryAfter: time.Second, Cause: causeErrors[g.cause]}
+	return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, causeErrors[g.cause]
 }
 func (*gate) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 func (*gate) Needs() sluice.Needs                                              { return 0 }

@@ -25,9 +25,8 @@ type Rejecter struct{ D sluice.Decision }
 func (p Rejecter) Name() string { return p.D.Policy }
 
 // Admit rejects with the Decision's quota, delay and cause.
-func (p Rejecter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: p.D.Limit, Remaining: p.D.Remaining, Reset: p.D.Reset,
-		RetryAfter: p.D.RetryAfter, Cause: p.D.Cause}
+func (p Rejecter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: p.D.Limit, Remaining: p.D.Remaining, Reset: p.D.Reset, RetryAfter: p.D.RetryAfter}, p.D.Cause
 }
 
 // Done is never called: a Rejecter admits nothing.
@@ -54,8 +53,8 @@ func NewCounter() *Counter { return &Counter{outcomes: map[sluice.Outcome]int{}}
 func (*Counter) Name() string { return "test/count" }
 
 // Admit admits.
-func (*Counter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (*Counter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 // Needs needs nothing: a Counter counts outcomes, not latencies.
@@ -102,8 +101,8 @@ type Admitter struct{ N string }
 func (p Admitter) Name() string { return p.N }
 
 // Admit admits, with no quota to report.
-func (Admitter) Admit(context.Context, time.Duration) sluice.Verdict {
-	return sluice.Verdict{Limit: -1}
+func (Admitter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 
 // Done does nothing.
@@ -164,11 +163,11 @@ func (p *EndsOnAdmit) Set(ctx *EndingContext) {
 }
 
 func (*EndsOnAdmit) Name() string { return "test/ends" }
-func (p *EndsOnAdmit) Admit(context.Context, time.Duration) sluice.Verdict {
+func (p *EndsOnAdmit) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	p.mu.Lock()
 	p.ctx.End()
 	p.mu.Unlock()
-	return sluice.Verdict{Limit: -1}
+	return 0, sluice.Quota{Limit: -1}, nil
 }
 func (*EndsOnAdmit) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
 
