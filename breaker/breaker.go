@@ -348,6 +348,10 @@ func (b *Breaker) noteEnd(p *phase, t sluice.Ticket, o sluice.Outcome, now, late
 		if t&tickedBit == 0 {
 			return // another call counted its tick
 		}
+		// The tick is given back whole: the other calls of the tick were
+		// not counted, and are not now. A chain that releases many calls
+		// (a limiter behind the breaker) may so delay the stall check; it
+		// never hastens it.
 		for {
 			k := p.sinceOK.Load()
 			if k <= 0 || p.sinceOK.CompareAndSwap(k, k-1) {
@@ -361,18 +365,21 @@ func (b *Breaker) noteEnd(p *phase, t sluice.Ticket, o sluice.Outcome, now, late
 	if !p.armed.Load() {
 		p.armed.Store(true)
 	}
-	last := b.sampleAt.Load()
-	if int64(now)-last < int64(stallSample) {
-		return
-	}
 	if latency < 0 {
 		// A Guard of untimed policies told the admission instant, not the
-		// end: the clock is read here, at most once per stallSample, rather
-		// than by the Guard for every call.
+		// end. The first call of each tick is sampled, reading the clock
+		// here, about once a millisecond, rather than the Guard for every
+		// call. It is chosen when it was admitted: the first call to end
+		// after an instant would be the quickest, and the usual latency
+		// would drift down.
+		if t&tickedBit == 0 {
+			return
+		}
 		end := b.env.now()
 		now, latency = end, max(end-now, 0)
 	}
-	if !b.sampleAt.CompareAndSwap(last, int64(now)) {
+	last := b.sampleAt.Load()
+	if int64(now)-last < int64(stallSample) || !b.sampleAt.CompareAndSwap(last, int64(now)) {
 		return
 	}
 	u, l := b.usual.Load(), int64(latency)

@@ -294,23 +294,48 @@ func TestStallCheckWaitsForASuccessAfterClosing(t *testing.T) {
 }
 
 // Told latency -1 (a Guard of untimed policies, as the default breaker's
-// is), the stall check reads the end of a success on the breaker's clock,
-// and so still learns the usual latency and refuses a stalled dependency.
+// is), the stall check reads the end of a success on the breaker's clock:
+// it learns the call's true latency, and refuses a stall only past twice
+// that.
 func TestStallCheckLearnsWithoutTheEndInstant(t *testing.T) {
-	b := mustNew(t)
+	clk := sluice.NewManualClock(sec)
+	b := mustNew(t, breaker.WithClock(clk))
 	ctx := context.Background()
-	at := monoclock.Now()
-	v := policytest.AnswerOf(b.Admit(ctx, at))
+	v := policytest.AnswerOf(b.Admit(ctx, sec))
 	require.NoError(t, v.Cause)
-	b.Done(v.Ticket, S, at, -1) // the admission instant, as an untimed Guard tells it
-	now := at + sec             // admissions at made-up instants: only Done reads the clock
-	refused := false
-	for range 20 { // 40 ms of calls, none answered
-		refused = refused || policytest.AnswerOf(b.Admit(ctx, now)).Cause != nil
-		now += 2 * ms
+	clk.Set(sec + 20*ms)
+	b.Done(v.Ticket, S, sec, -1) // the admission instant, as an untimed Guard tells it
+	now := 2 * sec
+	stalledFor := func(d time.Duration) bool { // calls every 2 ms, none answered
+		for end := now + d; now <= end; now += 2 * ms {
+			if policytest.AnswerOf(b.Admit(ctx, now)).Cause != nil {
+				return true
+			}
+		}
+		return false
 	}
-	assert.True(t, refused, "a stall after a success told without its end")
+	assert.False(t, stalledFor(34*ms), "refused before twice the 20 ms it learnt")
+	assert.True(t, stalledFor(10*ms), "not refused past twice the 20 ms it learnt")
 	assert.Equal(t, breaker.StateOpen, b.State())
+}
+
+// Told latency -1, the stall check samples the first call of a tick, chosen
+// when it was admitted, not the first to end: a quicker call that ends
+// first is not what it learns.
+func TestStallCheckSamplesByAdmission(t *testing.T) {
+	clk := sluice.NewManualClock(sec)
+	b := mustNew(t, breaker.WithClock(clk))
+	ctx := context.Background()
+	slow := policytest.AnswerOf(b.Admit(ctx, sec))       // the first of its tick
+	quick := policytest.AnswerOf(b.Admit(ctx, sec+ms/4)) // the same tick
+	clk.Set(sec + 2*ms)
+	b.Done(quick.Ticket, S, sec+ms/4, -1) // ends first, after 1.75 ms
+	clk.Set(sec + 30*ms)
+	b.Done(slow.Ticket, S, sec, -1) // 30 ms
+	now := 2 * sec
+	for end := now + 50*ms; now <= end; now += 2 * ms {
+		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, now)).Cause, "refused %v into a stall: it learnt the quick call", now-2*sec)
+	}
 }
 
 // learnUsual has b admit and end 100 calls of 100 µs, 2 ms apart from now,
