@@ -76,8 +76,7 @@
 // call's resource ([NeedsResource]). A Guard none of whose policies needs
 // the end reads the clock once per call instead of twice, and the client
 // adapters name an outgoing call's resource in its context only for a
-// Guard that reads it. Admit's answer is returned in registers (see
-// [Quota]). The [Policy] example is a complete policy.
+// Guard that reads it. The [Policy] example is a complete policy.
 //
 // Rejections allocate nothing: a Guard keeps one error per policy for the
 // rejections whose answers agree to the millisecond, and reads their

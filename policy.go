@@ -40,8 +40,9 @@ type Decision struct {
 // A Guard calls Admit once per request with the monotonic instant it read
 // when the request arrived, and, for every Admit that admitted, Done exactly
 // once when the request has ended. Implementations must be safe for
-// concurrent use, and must not read the clock on this path: the Guard hands
-// them its instants.
+// concurrent use, and should not read the clock on this path: the Guard
+// hands them its instants. (One that declares no NeedsEnd may read it now
+// and then in Done, to time a call it samples.)
 type Policy interface {
 	// Name identifies the policy in decisions, errors and observers. A Guard
 	// reads it once, when it is built.
@@ -95,11 +96,11 @@ const (
 // policy fills in. A policy with no quota (a breaker, a load shedder)
 // answers Quota{Limit: -1}.
 //
-// Admit returns it beside the Ticket and the error rather than all three
-// in one struct: values this small stay in registers on the way back,
-// where a seven-word struct is stored to memory and copied, about 13 ns a
-// policy a call where measured (the CPU cannot forward the copy's wide
-// loads from the narrow stores just made).
+// Admit returns it beside the Ticket and the error, not with them in one
+// struct: each of the three stays in registers on the way back to the
+// Guard. A seven-word struct is stored to memory and copied there, and the
+// copy's wide loads cannot be forwarded from the narrow stores just made:
+// about 13 ns a policy a call where it was measured.
 type Quota struct {
 	// Limit, Remaining and Reset are the policy's quota after this
 	// decision, as in Decision; Limit is -1 where a quota has no meaning.

@@ -133,7 +133,7 @@ func newShedder(o options, cause error, limit int64) *Shedder {
 func (s *Shedder) Name() string { return s.name }
 
 // Admit takes a slot at the monotonic instant now, waiting in the queue
-// when the limit is reached. Its Quota carries no quota (Limit -1).
+// when the limit is reached. It answers Quota{Limit: -1}: no quota.
 func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if s.shedding.Load() {
 		s.recover(now)

@@ -302,7 +302,7 @@ func (k *Keyed) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sl
 	e, c, si, slot, err := k.enter(ctx, now)
 	if err != nil {
 		d := k.refusal(err)
-		return verdict(&d, 0)
+		return answer(&d, 0)
 	}
 	t, q, cause := e.lim.Admit(ctx, now)
 	if cause != nil {

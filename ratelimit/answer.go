@@ -12,8 +12,8 @@ import (
 // cause. The token bucket's admission within its burst takes its answer
 // straight from its compare-and-swap.
 
-// verdict returns Admit's answer for Decision d with ticket t.
-func verdict(d *sluice.Decision, t sluice.Ticket) (sluice.Ticket, sluice.Quota, error) {
+// answer returns Admit's answer for Decision d with ticket t.
+func answer(d *sluice.Decision, t sluice.Ticket) (sluice.Ticket, sluice.Quota, error) {
 	if !d.Allowed {
 		return 0, sluice.Quota{Limit: d.Limit, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter}, d.Cause
 	}
@@ -36,13 +36,13 @@ func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Tic
 		case tatRejected:
 			var d sluice.Decision
 			tatDecision(&d, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
-			return verdict(&d, 0)
+			return answer(&d, 0)
 		}
 		// tatMoved: a reconfiguration froze the word; decide retries.
 	}
 	var d sluice.Decision
 	tb.decide(&d, now, n)
-	return verdict(&d, sluice.Ticket(n))
+	return answer(&d, sluice.Ticket(n))
 }
 
 // Admit decides on one request at instant now, whose cost is
@@ -50,7 +50,7 @@ func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Tic
 // burst is rejected with ErrNeverSatisfiable. It never blocks.
 func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := g.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
@@ -60,7 +60,7 @@ func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, slu
 // rejected with ErrNeverSatisfiable.
 func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := b.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
@@ -70,7 +70,7 @@ func (b *LeakyBucket) Admit(ctx context.Context, now time.Duration) (sluice.Tick
 // limit is rejected with ErrNeverSatisfiable.
 func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
@@ -80,7 +80,7 @@ func (w *FixedWindow) Admit(ctx context.Context, now time.Duration) (sluice.Tick
 // cost above the limit is rejected with ErrNeverSatisfiable.
 func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,
@@ -90,7 +90,7 @@ func (w *SlidingWindow) Admit(ctx context.Context, now time.Duration) (sluice.Ti
 // the limit is rejected with ErrNeverSatisfiable.
 func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := l.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit decides on one request at instant now, whose cost is
@@ -98,7 +98,7 @@ func (l *SlidingLog) Admit(ctx context.Context, now time.Duration) (sluice.Ticke
 // burst is rejected with ErrNeverSatisfiable. It never blocks.
 func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := w.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // Admit waits for the turn of one request arriving at instant now, whose
@@ -109,7 +109,7 @@ func (w *WarmUp) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, s
 // (context.Canceled or context.DeadlineExceeded).
 func (s *Shaper) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	d, t := s.admitD(ctx, now)
-	return verdict(&d, t)
+	return answer(&d, t)
 }
 
 // The limiters use the end instant of a call only to give back what a
