@@ -337,44 +337,25 @@ func (b *Breaker) trip(p *phase, now time.Duration) {
 	b.dispatch()
 }
 
-// noteEnd notes, for the stall check, how a call admitted in p with ticket
-// t ended at now after latency.
-func (b *Breaker) noteEnd(p *phase, t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
-	switch o {
-	case sluice.Success:
-	case sluice.Failure:
-		return
-	default: // Ignored, Released: as if never admitted
-		if t&tickedBit == 0 {
-			return // another call counted its tick
-		}
-		// The tick is given back whole: the other calls of the tick were
-		// not counted, and are not now. A chain that releases many calls
-		// (a limiter behind the breaker) may so delay the stall check; it
-		// never hastens it.
-		for {
-			k := p.sinceOK.Load()
-			if k <= 0 || p.sinceOK.CompareAndSwap(k, k-1) {
-				return
-			}
-		}
-	}
-	if p.sinceOK.Load() != 0 {
-		p.sinceOK.Store(0)
-	}
-	if !p.armed.Load() {
-		p.armed.Store(true)
-	}
-	if latency < 0 {
-		// A Guard of untimed policies told the admission instant, not the
-		// end. The first call of each tick is sampled, reading the clock
-		// here, about once a millisecond, rather than the Guard for every
-		// call. It is chosen when it was admitted: the first call to end
-		// after an instant would be the quickest, and the usual latency
-		// would drift down.
-		if t&tickedBit == 0 {
+// untick takes back the tick that an Ignored or Released call counted. The
+// tick is given back whole: the other calls of the tick were not counted,
+// and are not now. A chain that releases many calls (a limiter behind the
+// breaker) may so delay the stall check; it never hastens it.
+func (b *Breaker) untick(p *phase) {
+	for {
+		k := p.sinceOK.Load()
+		if k <= 0 || p.sinceOK.CompareAndSwap(k, k-1) {
 			return
 		}
+	}
+}
+
+// sampleEnd takes the latency of a success that ended at now into the
+// usual latency, at most once per stallSample. With latency -1, now is the
+// call's admission, and the breaker's clock is read for its end: about
+// once a millisecond, rather than by the Guard for every call.
+func (b *Breaker) sampleEnd(now, latency time.Duration) {
+	if latency < 0 {
 		end := b.env.now()
 		now, latency = end, max(end-now, 0)
 	}
@@ -410,10 +391,36 @@ func (b *Breaker) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	switch {
 	case p.state == StateClosed:
-		if b.cfg.Load().consecutive > 0 {
-			b.noteEnd(p, t, o, now, latency)
+		c := b.cfg.Load()
+		if o != sluice.Success {
+			if c.consecutive > 0 && o != sluice.Failure && t&tickedBit != 0 {
+				b.untick(p) // Ignored, Released: as if never admitted
+			}
+			b.doneClosed(p, o, now, latency)
+			return
 		}
-		if slow := b.cfg.Load().slowThreshold; o == sluice.Success && p.cw != nil && (slow <= 0 || latency <= slow) &&
+		if c.consecutive > 0 {
+			// The stall check: a success ends the count of ticks since the
+			// last one. Told latency -1 (a Guard of untimed policies), now
+			// is the call's admission, and the first call of each tick is
+			// sampled, chosen when it was admitted: the first call to end
+			// after an instant would be the quickest, and the usual latency
+			// would drift down.
+			if p.sinceOK.Load() != 0 {
+				p.sinceOK.Store(0)
+			}
+			if !p.armed.Load() {
+				p.armed.Store(true)
+			}
+			if latency < 0 {
+				if t&tickedBit != 0 {
+					b.sampleEnd(now, latency)
+				}
+			} else if int64(now)-b.sampleAt.Load() >= int64(stallSample) {
+				b.sampleEnd(now, latency)
+			}
+		}
+		if slow := c.slowThreshold; p.cw != nil && (slow <= 0 || latency <= slow) &&
 			p.consec.Load() == 0 && p.cw.steady() {
 			// The common case, told without doneClosed's calls: a success
 			// ends no run of failures and leaves a count window full of
