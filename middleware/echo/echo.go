@@ -222,73 +222,78 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 				return cfg.rejected(c, rt, key, err, call.Decision(), call.Start())
 			}
 			cfg.Render.Admitted(c.Response().Header(), rt, call.Decision())
-			var keep *core.Guard
-			var capture *captureWriter
-			if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
-				if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
-					capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
-					c.Response().Writer = capture
-					defer func() { c.Response().Writer = capture.ResponseWriter }()
-				}
-			}
-			// The request's own context, before the Guard's deadline: its
-			// cancellation, and only its, is a client that went away (an
-			// inner middleware may put a context of its own in the
-			// request and cancel it on return).
-			reqCtx := c.Request().Context()
-			var req *http.Request
-			if ctx := call.Context(); ctx != reqCtx {
-				// The handler runs with the Guard's deadline; the request
-				// outside it, as the middleware got it: an outer
-				// middleware must not take the deadline's context,
-				// cancelled once the handler is done, for a client that
-				// went away.
-				req = c.Request()
-				c.SetRequest(req.WithContext(ctx))
-				defer c.SetRequest(req)
-			}
-			defer cfg.failOnPanic(&call)
-			err = next(c)
-			cerr := err // a *timeouterr.Error once the Guard's deadline passed
-			if req != nil {
-				if err != nil && call.Context().Err() == context.DeadlineExceeded {
-					cerr = &timeouterr.Error{Err: err}
-				}
-				// The deadline's context ends with the call: the deny
-				// handler and Echo's error handler answer with the
-				// request's own.
-				c.SetRequest(req)
-			}
-			if err != nil && !c.Response().Committed && !isHTTPError(err) {
-				if d, ok := sluice.RejectionOf(cerr); ok {
-					// A rejection the handler's own call met (a breaker
-					// open for its dependency): answered as this
-					// middleware answers its own, and Ignored.
-					call.Report(sluice.Ignored, nil)
-					return cfg.rejected(c, rt, key, cerr, d, call.Start())
-				}
-				if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
-					cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), cerr) {
-					// A failure, or the Guard's timeout, that a fallback
-					// of the Guard answers: counted as the 500 it would
-					// have been, and answered by the fallback.
-					ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
-					if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), ferr, call.Decision()); fb != nil {
-						c.SetRequest(fr)
-						fb.ServeHTTP(c.Response(), fr)
-						return nil
-					}
-					return err
-				}
-			}
-			o := cfg.outcome(c, reqCtx, err, cerr)
-			call.Report(o, nil)
-			if capture != nil && !capture.done && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
-				keep.Keep(c.Request(), routeOf(c, rt), key, call.Start(), c.Response().Header(), capture.body)
+			return cfg.serve(c, next, rt, key, &call)
+		}
+	}, nil
+}
+
+// serve runs the handler of a request call admitted on route rt, with the
+// request's key, and ends the call. Its defers are open-coded only in a
+// function of few returns: Middleware's closure has too many.
+func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Route, key string, call *sluice.Call) error {
+	var keep *core.Guard
+	var capture *captureWriter
+	if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
+		if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
+			capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
+			c.Response().Writer = capture
+			defer func() { c.Response().Writer = capture.ResponseWriter }()
+		}
+	}
+	// The request's own context, before the Guard's deadline: its
+	// cancellation, and only its, is a client that went away (an inner
+	// middleware may put a context of its own in the request and cancel it
+	// on return).
+	reqCtx := c.Request().Context()
+	var req *http.Request
+	if ctx := call.Context(); ctx != reqCtx {
+		// The handler runs with the Guard's deadline; the request outside
+		// it, as the middleware got it: an outer middleware must not take
+		// the deadline's context, cancelled once the handler is done, for a
+		// client that went away.
+		req = c.Request()
+		c.SetRequest(req.WithContext(ctx))
+		defer c.SetRequest(req)
+	}
+	defer cfg.failOnPanic(call)
+	err := next(c)
+	cerr := err // a *timeouterr.Error once the Guard's deadline passed
+	if req != nil {
+		if err != nil && call.Context().Err() == context.DeadlineExceeded {
+			cerr = &timeouterr.Error{Err: err}
+		}
+		// The deadline's context ends with the call: the deny handler and
+		// Echo's error handler answer with the request's own.
+		c.SetRequest(req)
+	}
+	if err != nil && !c.Response().Committed && !isHTTPError(err) {
+		if d, ok := sluice.RejectionOf(cerr); ok {
+			// A rejection the handler's own call met (a breaker open for
+			// its dependency): answered as this middleware answers its own,
+			// and Ignored.
+			call.Report(sluice.Ignored, nil)
+			return cfg.rejected(c, rt, key, cerr, d, call.Start())
+		}
+		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
+			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), cerr) {
+			// A failure, or the Guard's timeout, that a fallback of the
+			// Guard answers: counted as the 500 it would have been, and
+			// answered by the fallback.
+			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
+			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), ferr, call.Decision()); fb != nil {
+				c.SetRequest(fr)
+				fb.ServeHTTP(c.Response(), fr)
+				return nil
 			}
 			return err
 		}
-	}, nil
+	}
+	o := cfg.outcome(c, reqCtx, err, cerr)
+	call.Report(o, nil)
+	if capture != nil && !capture.done && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
+		keep.Keep(c.Request(), routeOf(c, rt), key, call.Start(), c.Response().Header(), capture.body)
+	}
+	return err
 }
 
 // answered answers the error err that the handler of a request the
@@ -336,7 +341,10 @@ func (cfg *config) failOnPanic(call *sluice.Call) {
 // context.Canceled answered after the deadline is the Guard's timeout, a
 // Failure, not a client gone).
 func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr error) sluice.Outcome {
-	if routing.IsRejection(c.Response().Header()) || c.Get(rejectedKey) != nil || errors.Is(reqCtx.Err(), context.Canceled) {
+	// A problem answer is a 429 or a 503: the header is read only then.
+	res := c.Response()
+	if st := res.Status; (st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable) && routing.IsRejection(res.Header()) ||
+		c.Get(rejectedKey) != nil || errors.Is(reqCtx.Err(), context.Canceled) {
 		return sluice.Ignored
 	}
 	if err != nil {
