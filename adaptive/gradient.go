@@ -62,6 +62,9 @@ type gradient struct {
 	floor float64       // the lowest limit
 	low   float64       // the lowest a probe goes: the processors
 	base  time.Duration // 0 until the first window
+	// measured: a probe has measured base, which is no longer the first
+	// windows' guess.
+	measured bool
 
 	windows   int           // windows ended, up to gradFirstProbe
 	binds     int           // windows in a row in which the limit bound
@@ -154,13 +157,19 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 // latency against the new baseline.
 func (g *gradient) probed(avg, now time.Duration) int64 {
 	k := g.probeConc / float64(g.probe)
-	if float64(g.probe) > g.low && float64(avg) <= gradDescend/k*float64(g.probeAvg) {
+	// Once a probe has measured the baseline, a later one descends only
+	// while its latency is still above that baseline: at or under it, the
+	// probe is already under the knee, and a pool of connections at its
+	// size serves at its baseline whatever the concurrency before.
+	// Descending there idled half the pool for a window every few probes.
+	if float64(g.probe) > g.low && float64(avg) <= gradDescend/k*float64(g.probeAvg) &&
+		(!g.measured || float64(avg) > gradTolerance*float64(g.base)) {
 		g.probeAvg, g.probeConc = avg, float64(g.probe)
 		g.probe = int64(max(g.low, float64(g.probe/2)))
 		return g.probe
 	}
 	g.probe = 0
-	g.base = avg
+	g.base, g.measured = avg, true
 	g.nextProbe = now + gradProbeEvery
 	if ratio := float64(g.savedAvg) / float64(g.base); ratio > gradTolerance {
 		g.limit = g.saved * gradTolerance / ratio

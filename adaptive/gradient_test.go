@@ -60,6 +60,24 @@ func TestGradientFindsTheKneeFromPastIt(t *testing.T) {
 	}
 }
 
+// Once a probe has measured the baseline, a later probe that finds the
+// latency at or under it does not descend: it is under the knee. The
+// figures are a probe the overload program's pool of 16 logged: at 18 in
+// flight the window's latency was 22.19 ms, the probe at 14 measured 20.47
+// ms against a baseline of 21.36 ms, and falling that much in proportion
+// halved the probe to 7, idling half the pool for a window.
+func TestGradientLaterProbeUnderTheKneeDoesNotDescend(t *testing.T) {
+	g := newGradient(2)
+	g.limit, g.base, g.measured = 18, 21360*time.Microsecond, true
+	g.windows, g.binds, g.nextProbe = gradFirstProbe, probeBinds, time.Second
+	require.Equal(t, int64(14), g.update(22190*time.Microsecond, 18, time.Second), "the probe")
+	require.True(t, g.probing())
+	limit := g.update(20470*time.Microsecond, 14, time.Second+100*time.Millisecond)
+	assert.False(t, g.probing(), "the probe ended at 14; limit %d", limit)
+	assert.Equal(t, 20470*time.Microsecond, g.baseline())
+	assert.Equal(t, int64(18), limit, "back near the knee, judged by the new baseline")
+}
+
 // Whatever the latency, the limit stays one over the processors or above:
 // a server with that many processors needs that many requests to keep them
 // busy, and one more while a request is off its processor. Its probes go
