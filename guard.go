@@ -461,6 +461,10 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	c.g, c.live, c.start = g, true, now
 	tight := false // c.d holds a Decision with a quota
 	for i, p := range g.policies {
+		// Admit's three results each stay in registers. A seven-word
+		// struct in their place was stored to memory and copied there, and
+		// the copy's wide loads cannot be forwarded from the narrow stores
+		// just made: about 13 ns a policy a call where it was measured.
 		t, q, cause := p.Admit(ctx, now)
 		if cause != nil {
 			if g.shadow.Load()>>i&1 == 0 {

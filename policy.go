@@ -95,12 +95,6 @@ const (
 // of when a rejected caller may try again: the fields of Decision that a
 // policy fills in. A policy with no quota (a breaker, a load shedder)
 // answers Quota{Limit: -1}.
-//
-// Admit returns it beside the Ticket and the error, not with them in one
-// struct: each of the three stays in registers on the way back to the
-// Guard. A seven-word struct is stored to memory and copied there, and the
-// copy's wide loads cannot be forwarded from the narrow stores just made:
-// about 13 ns a policy a call where it was measured.
 type Quota struct {
 	// Limit, Remaining and Reset are the policy's quota after this
 	// decision, as in Decision; Limit is -1 where a quota has no meaning.
