@@ -51,8 +51,9 @@
 // shallow probe leaves few slots idle under a surge. A probe that cut the
 // latency nearly in proportion to the concurrency was still past the knee,
 // and the next one probes at half of that again, down to GOMAXPROCS; once
-// a baseline has been measured, only while the probe's latency is still
-// above it (at the baseline, the probe is under the knee). The
+// a baseline has been measured, a cut short of proportional descends only
+// while the probe's latency is still above it by the tolerance (at the
+// baseline, the probe is under the knee). The
 // first probe comes once the limit has bound for 3 windows in a row (a
 // burst that fills it once is no overload, and a probe then would only
 // shed), later ones every 5 s while it keeps binding. A window quicker than

@@ -157,13 +157,17 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 // latency against the new baseline.
 func (g *gradient) probed(avg, now time.Duration) int64 {
 	k := g.probeConc / float64(g.probe)
-	// Once a probe has measured the baseline, a later one descends only
-	// while its latency is still above that baseline: at or under it, the
-	// probe is already under the knee, and a pool of connections at its
-	// size serves at its baseline whatever the concurrency before.
-	// Descending there idled half the pool for a window every few probes.
+	// Once a probe has measured the baseline, a later one that cut the
+	// latency less than in proportion (within the tolerance) descends only
+	// while its latency is still above the baseline by the tolerance: at or
+	// under it, the probe is under the knee, where a pool of connections
+	// serves at its baseline whatever the concurrency before. Descending
+	// there idled half the pool for a window every few probes. A cut in
+	// proportion still descends, so a baseline measured too high is found
+	// out at the next probe.
+	proportional := float64(avg) <= gradTolerance/k*float64(g.probeAvg)
 	if float64(g.probe) > g.low && float64(avg) <= gradDescend/k*float64(g.probeAvg) &&
-		(!g.measured || float64(avg) > gradTolerance*float64(g.base)) {
+		(!g.measured || proportional || float64(avg) > gradTolerance*float64(g.base)) {
 		g.probeAvg, g.probeConc = avg, float64(g.probe)
 		g.probe = int64(max(g.low, float64(g.probe/2)))
 		return g.probe

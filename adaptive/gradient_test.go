@@ -78,6 +78,22 @@ func TestGradientLaterProbeUnderTheKneeDoesNotDescend(t *testing.T) {
 	assert.Equal(t, int64(18), limit, "back near the knee, judged by the new baseline")
 }
 
+// A baseline measured too high (a probe taken during a passing slowdown)
+// is found out at the next probe: the limit past the knee of a pool of 16
+// comes back near it within that probe.
+func TestGradientLaterProbeFindsAnInflatedBaseline(t *testing.T) {
+	g := newGradient(2)
+	g.limit, g.base, g.measured = 34, 40*time.Millisecond, true
+	g.windows, g.binds, g.nextProbe = gradFirstProbe, probeBinds, 0
+	limit, now := g.current(), time.Duration(0)
+	for range 20 { // 2 s
+		now += 100 * time.Millisecond
+		limit = g.update(pool16x20(limit), limit, now)
+	}
+	assert.LessOrEqual(t, limit, int64(20), "2 s after a probe from a limit of 34")
+	assert.Equal(t, 20*time.Millisecond, g.baseline())
+}
+
 // Whatever the latency, the limit stays one over the processors or above:
 // a server with that many processors needs that many requests to keep them
 // busy, and one more while a request is off its processor. Its probes go
