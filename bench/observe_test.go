@@ -80,10 +80,9 @@ func TestObservedGuardAllocatesNothing(t *testing.T) {
 // machine whose load changes during the run slows both alike, and reports
 // the observed Guard's time per call over the unobserved one's
 // (observed/unobserved) besides the ns/op of a pair of calls. It does so
-// for a token bucket and a breaker, and for the token bucket alone: the
-// breaker reads the clock at a call's end for its stall check, which an
-// observed Guard then shares, while a Guard of the token bucket alone
-// reads it only when observed (for the call's duration).
+// for a token bucket and a breaker, and for the token bucket alone: in
+// both, an unobserved Guard reads the clock once a call and an observed
+// one twice (for the call's duration).
 func BenchmarkGuardObservedOverhead(b *testing.B) {
 	for _, c := range []struct {
 		name    string
