@@ -189,6 +189,18 @@ func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision)
 	if r.QuietAdmitted || d.Limit < 0 || d.Policy == "" {
 		return
 	}
+	// The common case first: the policy of the route's last admitted answer,
+	// with the RateLimit value it keeps. A response then costs two map
+	// inserts and a few compares.
+	if rt != nil && !r.Legacy {
+		if pf := rt.quoted.Load(); pf != nil && pf.name == d.Policy && pf.limit == d.Limit {
+			if c := pf.last.Load(); c != nil && c.r == sfInt(d.Remaining) && c.t == sfInt(RetryAfterSeconds(d.Reset)) {
+				h[FieldRateLimitPolicy] = pf.policy
+				h[FieldRateLimit] = unsafe.Slice(c.v, 1)
+				return
+			}
+		}
+	}
 	r.setFields(h, rt, &d, d.Reset, false)
 }
 
@@ -230,6 +242,9 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 	made := false // the RateLimit value is set
 	if quota {
 		pf = rt.fields(d)
+		if !rejected && rt != nil && rt.quoted.Load() != pf {
+			rt.quoted.Store(pf)
+		}
 		h[FieldRateLimitPolicy] = pf.policy
 		if r.Legacy {
 			h[FieldXRateLimitLimit] = pf.limitV

@@ -127,6 +127,36 @@ func TestAdmittedFieldsAllocateNothingPerResponse(t *testing.T) {
 	assert.Equal(t, []string{`"nested";q=6`}, h[FieldRateLimitPolicy])
 }
 
+// A route answers first with the fields of the policy its last admitted
+// response quoted; a response decided by another policy, or by the same
+// policy with a new limit, still carries its own, even with the same r and
+// t.
+func TestAdmittedFieldsFollowTheDecidingPolicy(t *testing.T) {
+	rt := newRoute("", testpolicy.MustGuard(t, testpolicy.Window("a", time.Second), testpolicy.Window("b", 2*time.Second)))
+	a := sluice.Decision{Allowed: true, Policy: "a", Limit: 10, Remaining: 9, Reset: time.Second}
+	b := sluice.Decision{Allowed: true, Policy: "b", Limit: 10, Remaining: 9, Reset: time.Second}
+	a5 := a // a after a live update of its limit
+	a5.Limit = 5
+	var r Renderer
+	for _, step := range []struct {
+		d             sluice.Decision
+		policy, value string
+	}{
+		{a, `"a";q=10;w=1`, `"a";r=9;t=1`},
+		{b, `"b";q=10;w=2`, `"b";r=9;t=1`},
+		{a, `"a";q=10;w=1`, `"a";r=9;t=1`},
+		{a5, `"a";q=5;w=1`, `"a";r=9;t=1`},
+		{a, `"a";q=10;w=1`, `"a";r=9;t=1`},
+	} {
+		for i := range 2 * shareEvery {
+			h := map[string][]string{}
+			r.Admitted(h, rt, step.d)
+			require.Equal(t, []string{step.policy}, h[FieldRateLimitPolicy], "response %d", i)
+			require.Equal(t, []string{step.value}, h[FieldRateLimit], "response %d", i)
+		}
+	}
+}
+
 func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
 	rt := newRoute("", testpolicy.MustGuard(t, testpolicy.Window("a", time.Second), testpolicy.Window("b", time.Second)))
 	da := sluice.Decision{Allowed: true, Policy: "a", Limit: 10, Remaining: 9, Reset: time.Second}

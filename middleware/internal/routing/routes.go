@@ -28,6 +28,9 @@ type Route struct {
 	policies []policySlot
 	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
 	problem  atomic.Pointer[Problem]      // the route's last problem answer
+	// quoted is the policy whose fields the route's last admitted answer
+	// carried: the one Renderer.Admitted tries first.
+	quoted atomic.Pointer[policyFields]
 }
 
 // policySlot is what a Route knows of one policy of its Guard: its window,
