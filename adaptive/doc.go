@@ -73,10 +73,10 @@
 // serve in 200 ms: more load than they serve, not a burst. Overloaded and non-empty for 25 ms, it serves
 // the newest first, so that a surge's first requests do not make all the
 // later ones wait. Overloaded, non-empty for 50 ms, and with its oldest
-// request older than 5 ms (CoDel's target) at every arrival for 100 ms
+// request older than 2.5 ms (CoDel's target) at every arrival for 100 ms
 // (CoDel's interval), it is a standing queue: at capacity, Poisson arrivals
 // fill the queue by turns and it drains between them, which a standing
-// queue does not. It then gives a newcomer 5 ms, so that the requests
+// queue does not. It then gives a newcomer 2.5 ms, so that the requests
 // admitted are fresh and the others learn early that they will not be. Requests
 // marked sluice.PriorityCritical are served before all others and always
 // wait up to 200 ms: they are shed last. A bulkhead WithQueue uses the same

@@ -18,9 +18,9 @@ import (
 // burst. Overloaded and non-empty for maxWait/8, it serves the newest
 // first, so that a surge's first requests do not make all the later ones
 // wait. Overloaded, non-empty for maxWait/4, and with its oldest waiter
-// older than maxWait/40 at every arrival for maxWait/2 (CoDel's target and
+// older than maxWait/80 at every arrival for maxWait/2 (CoDel's target and
 // interval at the default wait), it is standing: a newcomer then waits at
-// most maxWait/40, so that the requests admitted are fresh and the others
+// most maxWait/80, so that the requests admitted are fresh and the others
 // learn early that they will not be. Requests marked
 // sluice.PriorityCritical are served before the others and always wait up
 // to maxWait.
@@ -69,7 +69,7 @@ type waiter struct {
 const (
 	lifoAfter     = 8
 	standingAfter = 4
-	standingWait  = 40
+	standingWait  = 80
 	overloadRatio = 1.25
 	overloadMin   = 10
 	lateFor       = 2

@@ -92,7 +92,7 @@ func TestQueueServesInOrderUnlessOverloaded(t *testing.T) {
 
 // Overloaded (more requests entering the queue than leaving it), a queue
 // non-empty for an eighth of its wait serves the newest first; non-empty
-// for a quarter, it gives a newcomer a fortieth of the wait, while the
+// for a quarter, it gives a newcomer an eightieth of the wait, while the
 // early ones keep theirs, and goes on doing so through the moment they all
 // run out of time together.
 func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
@@ -128,10 +128,10 @@ func TestQueueTurnsLIFOThenShortensWaitsWhenOverloaded(t *testing.T) {
 		assert.Equal(t, 100*ms, a.at, "the first keeps its whole wait")
 		a = <-late.got
 		assert.False(t, a.allowed)
-		assert.Equal(t, 114*ms+ms/2, a.at, "still standing after it emptied")
+		assert.Equal(t, 113*ms+ms/4, a.at, "still standing after it emptied")
 		a = <-standing.got
 		assert.False(t, a.allowed)
-		assert.Equal(t, 92*ms+ms/2, a.at, "a newcomer to a standing queue waits 2.5 ms")
+		assert.Equal(t, 91*ms+ms/4, a.at, "a newcomer to a standing queue waits 1.25 ms")
 		for _, e := range early[1:] {
 			<-e.got
 		}
