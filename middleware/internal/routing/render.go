@@ -194,7 +194,7 @@ func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision)
 	// inserts and a few compares.
 	if rt != nil && !r.Legacy {
 		if pf := rt.quoted.Load(); pf != nil && pf.name == d.Policy && pf.limit == d.Limit {
-			if c := pf.last.Load(); c != nil && c.r == sfInt(d.Remaining) && c.t == sfInt(RetryAfterSeconds(d.Reset)) {
+			if c := pf.kept(sfInt(d.Remaining), sfInt(RetryAfterSeconds(d.Reset))); c != nil {
 				h[FieldRateLimitPolicy] = pf.policy
 				h[FieldRateLimit] = unsafe.Slice(c.v, 1)
 				return
@@ -250,7 +250,7 @@ func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decisio
 			h[FieldXRateLimitLimit] = pf.limitV
 		}
 		rv, tv = sfInt(d.Remaining), sfInt(RetryAfterSeconds(reset))
-		if c := pf.last.Load(); c != nil && c.r == rv && c.t == tv {
+		if c := pf.kept(rv, tv); c != nil {
 			h[FieldRateLimit] = unsafe.Slice(c.v, 1)
 			made = true
 			if !rejected && !r.Legacy {

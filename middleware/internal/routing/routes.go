@@ -59,6 +59,15 @@ type policyFields struct {
 	last atomic.Pointer[rateLimitValue]
 }
 
+// kept returns the RateLimit value the policy keeps when its r and t are
+// these; nil otherwise.
+func (pf *policyFields) kept(r, t int64) *rateLimitValue {
+	if c := pf.last.Load(); c != nil && c.r == r && c.t == t {
+		return c
+	}
+	return nil
+}
+
 func newPolicyFields(name string, limit int64, window time.Duration) *policyFields {
 	b := AppendRateLimitPolicy(nil, name, limit, window)
 	pol := string(b)
