@@ -243,7 +243,7 @@ func (g *Guard) Do(ctx context.Context, fn func(context.Context) error) error {
 		}
 		return err
 	}
-	var c Call
+	c := Call{g: g, parent: ctx}
 	defer c.endOnPanic()
 	if err := g.begin(ctx, &c, false); err != nil {
 		return c.End(err)
@@ -271,7 +271,7 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 		}
 		return v, nil
 	}
-	var c Call
+	c := Call{g: g, parent: ctx}
 	defer c.endOnPanic()
 	if err := g.begin(ctx, &c, false); err != nil {
 		var zero T
@@ -330,18 +330,21 @@ type Call struct {
 //	}
 //	err = call.End(err)
 func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
+	// Begin is small enough to be inlined, so c is its caller's variable:
+	// the pointers stored here need no write barrier, where begin, storing
+	// through a pointer, takes one for each while the collector marks.
+	c.g, c.parent = g, ctx
 	err = g.beginInto(ctx, &c)
 	return c, err
 }
 
-// beginInto is Begin writing the call into c. Begin is small enough to be
-// inlined, so that the Call is made where its caller keeps it.
+// beginInto is Begin writing the call into c, whose g and parent are set.
 func (g *Guard) beginInto(ctx context.Context, c *Call) error {
 	if ctx == nil {
 		return errNilArgument
 	}
 	if g == nil {
-		c.d, c.parent = allowAll, ctx
+		c.d.Allowed, c.d.Limit = true, -1 // allowAll
 		return nil
 	}
 	defer c.releaseOnPanic()
@@ -439,10 +442,10 @@ func (c *Call) Start() time.Duration { return c.start }
 
 var allowAll = Decision{Allowed: true, Limit: -1}
 
-// begin runs the chain for c. want tells it to build the Decision even when
-// no observer needs it.
+// begin runs the chain for c, a zero Call but for its g and parent, which
+// its caller sets (see Begin). want tells it to build the Decision even
+// when no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
-	c.parent = ctx
 	if g.obs != nil && len(g.obs.calls) != 0 {
 		want = true // the observers hear the Decision
 	}
@@ -458,7 +461,7 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	} else {
 		now = g.clock.Now()
 	}
-	c.g, c.live, c.start = g, true, now
+	c.live, c.start = true, now
 	tight := false // c.d holds a Decision with a quota
 	for i, p := range g.policies {
 		// Admit's three results each stay in registers. A seven-word
@@ -480,14 +483,15 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 		if want && q.Limit >= 0 && (!tight || q.Remaining < c.d.Remaining) {
 			// Field by field: a Decision built aside and copied is read back
 			// in wide loads from narrower stores just made, which the CPU
-			// cannot forward.
-			c.d.Allowed, c.d.Policy, c.d.RetryAfter, c.d.Cause = true, g.names[i], 0, nil
+			// cannot forward. Its RetryAfter and Cause are still zero.
+			c.d.Allowed, c.d.Policy = true, g.names[i]
 			c.d.Limit, c.d.Remaining, c.d.Reset = q.Limit, q.Remaining, q.Reset
 			tight = true
 		}
 	}
 	if want && !tight {
-		c.d = allowAll
+		// allowAll, without the write barriers of a copy of its pointers.
+		c.d.Allowed, c.d.Limit = true, -1
 	}
 	if g.obs != nil {
 		g.obs.admitted(c)
@@ -587,7 +591,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.more = make([]Ticket, np)
 		}
 	}
-	c.g, c.live, c.start = g, true, now
+	c.live, c.start = true, now
 	best, bi := Quota{Limit: -1}, -1
 	for i, p := range g.policies {
 		if c.waited && c.more != nil {

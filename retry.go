@@ -252,7 +252,7 @@ func retried[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 // attempt is one attempt of retried: the call's value and error, and
 // whether the Guard's policies admitted it.
 func attempt[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, error)) (v T, ran bool, err error) {
-	var c Call
+	c := Call{g: g, parent: ctx}
 	defer c.endOnPanic()
 	if err := g.begin(ctx, &c, false); err != nil {
 		return v, false, err

@@ -225,7 +225,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Render.Admitted(w.Header(), rt, call.Decision())
-	rw.h, rw.req, rw.start = h, r, call.Start()
+	if rw.h != h {
+		rw.h = h // kept in the pooled writer: a store costs a write barrier
+	}
+	rw.req, rw.start = r, call.Start()
 	if h.HasFallbacks() {
 		if keep := h.GuardOf(rt.Guard); keep != nil {
 			if r.Method == http.MethodGet && keep.Stale != nil {
@@ -339,7 +342,7 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 		return false
 	}
 	rw := writerIn(w)
-	if rw == nil || rw.h == nil || rw.status != 0 || rw.hijacked {
+	if rw == nil || rw.req == nil || rw.status != 0 || rw.hijacked {
 		return false
 	}
 	// The answer is for the request the middleware admitted, on its route

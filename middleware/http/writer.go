@@ -26,7 +26,9 @@ type responseWriter struct {
 	// view shows the request to the key functions while they run.
 	view request
 	// h is the middleware serving the request and req the request it
-	// admitted (its route and key found from it again), for Reject.
+	// admitted (its route and key found from it again), for Reject; req is
+	// nil but while the writer serves an admitted request. h outlives the
+	// request, so that a middleware's own writers need not store it again.
 	h            *handler
 	req          *http.Request
 	start        time.Duration // the call's arrival on its Guard's clock
@@ -77,7 +79,7 @@ func (rw *responseWriter) reset() {
 		}
 		rw.fallbackState = fallbackState{capture: capture}
 	}
-	rw.w, rw.h, rw.req = nil, nil, nil
+	rw.w, rw.req = nil, nil
 	if rw.pattern != "" {
 		rw.pattern = ""
 	}

@@ -331,7 +331,7 @@ func fillFields(t *testing.T, v reflect.Value, skip ...string) {
 // TestWriterResetLeavesNothing keeps the pooled writer's reset, which
 // clears field by field, in step with the fields: a writer that served any
 // request, with or without the fallbacks' state, goes back zero but for its
-// emptied capture buffer.
+// emptied capture buffer and its middleware.
 func TestWriterResetLeavesNothing(t *testing.T) {
 	for _, fallbacks := range []bool{false, true} {
 		rw := new(responseWriter)
@@ -346,6 +346,8 @@ func TestWriterResetLeavesNothing(t *testing.T) {
 			require.Equal(t, 8, cap(rw.capture), "the capture buffer is kept")
 			rw.capture = nil
 		}
+		require.NotNil(t, rw.h, "the middleware is kept")
+		rw.h = nil
 		require.True(t, reflect.ValueOf(rw).Elem().IsZero(), "fallbacks %v: %+v", fallbacks, *rw)
 	}
 }
