@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"net/netip"
 	"strconv"
 
@@ -41,17 +42,25 @@ func KeyByIP(e *IPExtractor) KeyFunc {
 		e, _ = NewIPExtractor()
 	}
 	return func(r Request) (string, bool) {
-		a, ok := e.ClientIP(r.RemoteAddr(), r.Header)
+		peer := r.RemoteAddr()
+		a, ok := e.ClientIP(peer, r.Header)
 		if !ok {
 			return "", false
 		}
-		return addrKey(a), true
+		return addrKey(a, peer), true
 	}
 }
 
-func addrKey(a netip.Addr) string {
+// addrKey returns a's text. When the peer address's host reads the same
+// (a client that connected itself, unmasked, as IPv4 addresses usually
+// are), it is that host, a part of peer, and costs no allocation.
+func addrKey(a netip.Addr, peer string) string {
 	var buf [48]byte
-	return string(a.AppendTo(buf[:0]))
+	b := a.AppendTo(buf[:0])
+	if host, _, err := net.SplitHostPort(peer); err == nil && host == string(b) {
+		return host
+	}
+	return string(b)
 }
 
 // KeyByHeader keys requests by the first value of a header (an API key, a

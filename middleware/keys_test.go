@@ -150,6 +150,31 @@ func TestKeyByIPWithoutExtractor(t *testing.T) {
 	assert.Equal(t, "192.0.2.7", key)
 }
 
+// KeyByIP's key is the address's canonical text, whatever form the peer
+// address came in; an IPv4 peer keyed as it connected costs no allocation.
+func TestKeyByIPText(t *testing.T) {
+	v4, err := NewIPExtractor(IPv4Prefix(24))
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		x            *IPExtractor
+		remote, want string
+	}{
+		{nil, "192.0.2.7:5555", "192.0.2.7"},
+		{nil, "[2001:DB8::1]:443", "2001:db8::1"},
+		{nil, "[2001:db8:0::1]:443", "2001:db8::1"},
+		{nil, "[::ffff:192.0.2.7]:80", "192.0.2.7"},
+		{nil, "[fe80::1%eth0]:80", "fe80::1"},
+		{v4, "192.0.2.7:5555", "192.0.2.0"},
+	} {
+		key, ok := KeyByIP(tt.x)(fakeRequest{remote: tt.remote})
+		assert.True(t, ok, tt.remote)
+		assert.Equal(t, tt.want, key, tt.remote)
+	}
+	fn := KeyByIP(nil)
+	var r Request = fakeRequest{remote: "192.0.2.7:5555"}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = fn(r) }))
+}
+
 // KeyPerRoute gives each listed route its own key function, and no other:
 // a listed route whose function finds no key has none.
 func TestKeyPerRoute(t *testing.T) {
