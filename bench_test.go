@@ -75,7 +75,8 @@ func BenchmarkGuardBegin(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := g.Begin(ctx)
+		var c sluice.Call
+		err := g.Begin(ctx, &c)
 		_ = c.End(err)
 	}
 }
@@ -144,7 +145,8 @@ func TestGuardRejectionAllocatesNothing(t *testing.T) {
 			t.Errorf("%s: %v is no rejection", name, err)
 		}
 		if n := testing.AllocsPerRun(1000, func() {
-			c, err := g.Begin(ctx)
+			var c sluice.Call
+			err := g.Begin(ctx, &c)
 			_ = c.End(err)
 		}); n != 0 {
 			t.Errorf("%s: a rejection by Begin allocates %v times, want 0", name, n)
@@ -196,7 +198,8 @@ func TestGuardDoAllocatesNothing(t *testing.T) {
 		t.Fatalf("Execute allocates %v times per call, want 0", n)
 	}
 	if n := testing.AllocsPerRun(200, func() {
-		c, err := g.Begin(ctx)
+		var c sluice.Call
+		err := g.Begin(ctx, &c)
 		if err == nil {
 			err = nop(c.Context())
 		}

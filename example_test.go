@@ -72,7 +72,8 @@ func ExampleGuard_Begin() {
 	if err != nil {
 		panic(err)
 	}
-	call, err := g.Begin(context.Background())
+	var call sluice.Call
+	err = g.Begin(context.Background(), &call)
 	d := call.Decision()
 	if err != nil {
 		fmt.Println("rejected; retry after", d.RetryAfter)

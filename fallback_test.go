@@ -327,7 +327,8 @@ func TestCallEndAppliesTheFallbacks(t *testing.T) {
 	var evs fbEvents
 	g := fbGuard(t, sluice.With(&fbPolicy{name: "p", cause: sluice.ErrCircuitOpen}), sluice.OnFallback(evs.record),
 		sluice.WithFallback(fbValue("page", "maintenance page")))
-	c, err := g.Begin(context.Background())
+	var c sluice.Call
+	err := g.Begin(context.Background(), &c)
 	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
 	assert.False(t, c.Decision().Allowed)
 	assert.NoError(t, c.End(err))
@@ -338,7 +339,7 @@ func TestCallEndAppliesTheFallbacks(t *testing.T) {
 
 	p := &fbPolicy{name: "breaker"}
 	g2 := fbGuard(t, sluice.With(p), sluice.OnFallback(evs.record), sluice.WithFallback(fbValue("page", "maintenance page")))
-	c, err = g2.Begin(context.Background())
+	err = g2.Begin(context.Background(), &c)
 	require.NoError(t, err)
 	assert.NoError(t, c.End(errFallbackCall))
 	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
@@ -349,11 +350,11 @@ func TestCallEndAppliesTheFallbacks(t *testing.T) {
 	assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen(), "and reports nothing")
 
 	plain := fbGuard(t)
-	c, err = plain.Begin(context.Background())
+	err = plain.Begin(context.Background(), &c)
 	require.NoError(t, err)
 	assert.Same(t, errFallbackCall, c.End(errFallbackCall))
 	var nilGuard *sluice.Guard
-	c, err = nilGuard.Begin(context.Background())
+	err = nilGuard.Begin(context.Background(), &c)
 	require.NoError(t, err)
 	assert.Same(t, errFallbackCall, c.End(errFallbackCall))
 }

@@ -219,6 +219,11 @@ func (g *Guard) Close() error {
 // function: a programming error, reported rather than a panic.
 var errNilArgument = errors.New("sluice: nil context or function")
 
+// errBegin is returned by Begin for a nil Call or one begun and not yet
+// ended, which it leaves as it is: overwriting it would lose what its
+// policies gave it.
+var errBegin = errors.New("sluice: Begin with a nil Call or one not yet ended")
+
 // Do runs fn as one call through the Guard: Begin, fn with the call's
 // context, End. It returns the rejection when a policy rejects, fn's error
 // otherwise (a timeout error (matching [ErrTimeout]) past the Guard's deadline); a fallback of
@@ -287,12 +292,13 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 // Call is one call's passage through a Guard, from [Guard.Begin] to
 // [Call.End]: the tickets of the policies that admitted it, its Decision,
 // and its context with the Guard's deadline. Its zero value is a finished
-// call. A Call is used by one goroutine at a time, and must not be copied
-// after Begin: finishing two copies would report the call twice.
+// call; Begin writes into one its caller keeps, on its stack or in a
+// struct of its own, and one that has ended can be begun again. A Call is
+// used by one goroutine at a time, and must not be copied after Begin:
+// finishing two copies would report the call twice.
 type Call struct {
 	// The fields are ordered so that the Call packs into as few words as
-	// it can: Begin returns it by value, and its caller zeroes and copies
-	// every byte of it on every call.
+	// it can: its caller zeroes every byte of it on every call.
 	g      *Guard
 	parent context.Context
 	ctx    context.Context // parent with the Guard's deadline; nil: parent
@@ -313,33 +319,46 @@ type Call struct {
 	ran     bool   // the call was handed over to run
 	waited  bool   // the chain has a policy that may wait: ats are kept
 	shard   uint8  // an observed call's shard of the Guard's counters
+	used    bool   // begun by Begin: a later Begin clears it first
 	// shadowCause is the cause of the first shadow rejection, when skip is set.
 	shadowCause Cause
 }
 
-// Begin asks every policy, outer to inner, to admit a call. When all admit,
-// it returns a nil error and the Call to run: its Context carries the
-// Guard's deadline, and End must be called exactly once when the call has
+// Begin asks every policy, outer to inner, to admit a call, and writes the
+// call into c, a zero Call or one that has ended. When all admit, it
+// returns nil, and c is the call to run: its Context carries the Guard's
+// deadline, and End must be called exactly once when the call has
 // returned. When one rejects, it returns the rejection; End with it then
 // applies the Guard's fallbacks. Either way, Decision tells what was
-// decided.
+// decided. A Call begun and not yet ended is left as it is, with an error.
 //
-//	call, err := g.Begin(ctx)
+//	var call sluice.Call
+//	err := g.Begin(ctx, &call)
 //	if err == nil {
 //		err = work(call.Context())
 //	}
 //	err = call.End(err)
-func (g *Guard) Begin(ctx context.Context) (c Call, err error) {
-	// Begin is small enough to be inlined, so c is its caller's variable:
-	// the pointers stored here need no write barrier, where begin, storing
-	// through a pointer, takes one for each while the collector marks.
+func (g *Guard) Begin(ctx context.Context, c *Call) error {
+	// Begin writes into c where its caller keeps it: a Call returned by
+	// value was copied on its way out, and the copy's wide loads waited on
+	// the narrow stores just made. It is small enough to be inlined, so
+	// for a Call on its caller's stack the pointers stored here take no
+	// write barrier, which stores through a pointer take while the
+	// collector marks.
+	if c == nil || c.live {
+		return errBegin
+	}
 	c.g, c.parent = g, ctx
-	err = g.beginInto(ctx, &c)
-	return c, err
+	return g.beginCall(ctx, c)
 }
 
-// beginInto is Begin writing the call into c, whose g and parent are set.
-func (g *Guard) beginInto(ctx context.Context, c *Call) error {
+// beginCall is Begin once c's Guard and context are set.
+func (g *Guard) beginCall(ctx context.Context, c *Call) error {
+	if c.used {
+		// One begun before: begin takes a zero Call.
+		*c = Call{g: g, parent: ctx}
+	}
+	c.used = true
 	if ctx == nil {
 		return errNilArgument
 	}

@@ -261,7 +261,9 @@ func TestBeginEndTwoStep(t *testing.T) {
 	limit := newRecorder("limit", 2)
 	g := mustGuard(t, sluice.With(limit), sluice.WithClock(clk))
 
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	d := c.Decision()
 	assert.True(t, d.Allowed)
@@ -275,10 +277,10 @@ func TestBeginEndTwoStep(t *testing.T) {
 	assert.Same(t, fail, c.Report(sluice.Success, fail), "nor does a Report after it")
 	assert.Equal(t, []call{{1, sluice.Failure, time.Second, time.Second}}, limit.doneCalls())
 
-	c, err = g.Begin(t.Context())
+	err = g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	assert.NoError(t, c.Report(sluice.Success, nil))
-	c, err = g.Begin(t.Context())
+	err = g.Begin(t.Context(), &c)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	d = c.Decision()
 	assert.False(t, d.Allowed)
@@ -300,7 +302,8 @@ func TestCallReportAsksNoFallback(t *testing.T) {
 		asked = true
 		return 0, nil
 	}}))
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	assert.Same(t, errFallbackCall, c.Report(sluice.Ignored, errFallbackCall))
 	assert.False(t, asked)
@@ -311,7 +314,8 @@ func TestCallReportAsksNoFallback(t *testing.T) {
 func TestBeginReportsTightestQuota(t *testing.T) {
 	loose, tight, noQuota := newRecorder("loose", 9), newRecorder("tight", 3), newRecorder("breaker", -1)
 	g := mustGuard(t, sluice.With(loose, noQuota, tight))
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	defer func() { _ = c.End(nil) }()
 	d := c.Decision()
@@ -319,7 +323,8 @@ func TestBeginReportsTightestQuota(t *testing.T) {
 	assert.Equal(t, int64(2), d.Remaining)
 
 	g2 := mustGuard(t, sluice.With(newRecorder("breaker", -1)))
-	c2, err := g2.Begin(t.Context())
+	var c2 sluice.Call
+	err = g2.Begin(t.Context(), &c2)
 	require.NoError(t, err)
 	defer func() { _ = c2.End(nil) }()
 	assert.Equal(t, sluice.Decision{Allowed: true, Limit: -1}, c2.Decision())
@@ -333,7 +338,8 @@ func TestNilGuardPassesThrough(t *testing.T) {
 	v, err := sluice.Execute(t.Context(), g, func(context.Context) (int, error) { return 3, nil })
 	require.NoError(t, err)
 	assert.Equal(t, 3, v)
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+	err = g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	assert.True(t, c.Decision().Allowed)
 	assert.Equal(t, int64(-1), c.Decision().Limit)
@@ -358,13 +364,56 @@ func TestNilArgumentIsAnError(t *testing.T) {
 		assert.ErrorContains(t, err, "sluice: nil context or function", name)
 		_, err = sluice.Execute[int](t.Context(), g, nil)
 		assert.ErrorContains(t, err, "sluice: nil context or function", name)
-		c, err := g.Begin(nilCtx)
+		var c sluice.Call
+		err = g.Begin(nilCtx, &c)
 		assert.ErrorContains(t, err, "sluice: nil context or function", name)
 		assert.NotErrorIs(t, err, sluice.ErrRejected, name)
 		assert.ErrorContains(t, c.End(err), "sluice: nil context or function", name)
 	}
 	assert.Empty(t, r.admits)
 	assert.Empty(t, r.doneCalls())
+}
+
+// Begin writes into the Call it is given: a nil one is an error, and so is
+// one begun and not ended, which is left as it is, its policies' tickets
+// with it. An ended Call begins again.
+func TestBeginRefusesANilOrLiveCall(t *testing.T) {
+	r := newRecorder("r", 5)
+	g := mustGuard(t, sluice.With(r))
+	assert.ErrorContains(t, g.Begin(t.Context(), nil), "sluice: Begin with a nil Call or one not yet ended")
+	assert.Empty(t, r.admits)
+
+	var c sluice.Call
+	require.NoError(t, g.Begin(t.Context(), &c))
+	err := g.Begin(t.Context(), &c)
+	assert.ErrorContains(t, err, "sluice: Begin with a nil Call or one not yet ended")
+	assert.NotErrorIs(t, err, sluice.ErrRejected)
+	assert.Len(t, r.admits, 1, "the second Begin asked no policy")
+	assert.Equal(t, "r", c.Decision().Policy, "the live call is left as it was")
+	require.NoError(t, c.End(nil))
+	require.Len(t, r.doneCalls(), 1)
+	assert.Equal(t, sluice.Success, r.doneCalls()[0].outcome)
+
+	require.NoError(t, g.Begin(t.Context(), &c), "an ended call begins again")
+	require.NoError(t, c.End(nil))
+	assert.Len(t, r.admits, 2)
+	assert.Len(t, r.doneCalls(), 2)
+
+	// Nothing of an earlier call stays: its rejection, its deadline.
+	refuse := mustGuard(t, sluice.With(newRecorder("refuse", 0)), sluice.WithTimeout(time.Hour))
+	require.ErrorIs(t, refuse.Begin(t.Context(), &c), sluice.ErrRateLimited)
+	_ = c.End(sluice.ErrRateLimited)
+	timed := mustGuard(t, sluice.With(newRecorder("timed", -1)), sluice.WithTimeout(time.Hour))
+	require.NoError(t, timed.Begin(t.Context(), &c))
+	_, ok := c.Context().Deadline()
+	assert.True(t, ok)
+	require.NoError(t, c.End(nil))
+	type nextKey struct{}
+	ctx := context.WithValue(t.Context(), nextKey{}, "next")
+	require.NoError(t, mustGuard(t, sluice.With(newRecorder("any", -1))).Begin(ctx, &c))
+	assert.Equal(t, sluice.Decision{Allowed: true, Limit: -1}, c.Decision())
+	assert.Same(t, ctx, c.Context())
+	require.NoError(t, c.End(nil))
 }
 
 func TestNewValidates(t *testing.T) {
@@ -611,7 +660,9 @@ func TestGuardRecordReleasedAfterAWaitCarriesTheTimeSinceEachAdmit(t *testing.T)
 	inner := newRecorder("inner", 5)
 	g := mustGuard(t, sluice.With(outer, queue, inner), sluice.WithClock(clk))
 
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	clk.Advance(100 * time.Millisecond)
 	assert.NoError(t, c.Report(sluice.Released, nil))
@@ -632,7 +683,9 @@ func TestGuardReleasedAfterAWaitInALongChainCarriesTheTimeSinceEachAdmit(t *test
 	rest := []*recorder{newRecorder("r1", 5), newRecorder("r2", 5), newRecorder("r3", 5), newRecorder("r4", 5)}
 	g := mustGuard(t, sluice.With(outer, queue, rest[0], rest[1], rest[2], rest[3]), sluice.WithClock(clk))
 
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	clk.Advance(100 * time.Millisecond)
 	assert.NoError(t, c.Report(sluice.Released, nil))
@@ -681,14 +734,16 @@ func TestBeginRejectsAndReleases(t *testing.T) {
 	limit := newRecorder("limit", 1)
 	g := mustGuard(t, sluice.With(newRecorder("breaker", -1), limit), sluice.WithClock(clk))
 
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+
+	err := g.Begin(t.Context(), &c)
 	require.NoError(t, err)
 	assert.Equal(t, sluice.Decision{Allowed: true, Policy: "limit", Limit: 1, Remaining: 0}, c.Decision())
 	clk.Advance(time.Second)
 	assert.NoError(t, c.End(nil))
 	assert.Equal(t, []call{{1, sluice.Success, time.Second, time.Second}}, limit.doneCalls())
 
-	c, err = g.Begin(t.Context())
+	err = g.Begin(t.Context(), &c)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	d := c.Decision()
 	assert.False(t, d.Allowed)
@@ -699,7 +754,7 @@ func TestBeginRejectsAndReleases(t *testing.T) {
 
 	outer := newRecorder("outer", 5)
 	g2 := mustGuard(t, sluice.With(outer, panicky{}))
-	assert.PanicsWithValue(t, "admit", func() { _, _ = g2.Begin(t.Context()) })
+	assert.PanicsWithValue(t, "admit", func() { _ = g2.Begin(t.Context(), new(sluice.Call)) })
 	require.Len(t, outer.doneCalls(), 1)
 	assert.Equal(t, sluice.Released, outer.doneCalls()[0].outcome)
 	assert.Equal(t, int64(5), outer.quota.Load())
@@ -707,7 +762,8 @@ func TestBeginRejectsAndReleases(t *testing.T) {
 	g3 := mustGuard(t, sluice.With(nopPolicy{"a"}, nopPolicy{"b"}))
 	ctx := t.Context()
 	if n := testing.AllocsPerRun(200, func() {
-		c, err := g3.Begin(ctx)
+		var c sluice.Call
+		err := g3.Begin(ctx, &c)
 		_ = c.End(err)
 	}); n != 0 {
 		t.Fatalf("Begin and End allocate %v times per call, want 0", n)
@@ -737,7 +793,8 @@ func TestGuardAsksAnEmbeddingPolicyThroughItsAdmit(t *testing.T) {
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	_, err = sluice.Execute(t.Context(), g, func(context.Context) (int, error) { t.Fatal("the override rejects"); return 0, nil })
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
-	c, err := g.Begin(t.Context())
+	var c sluice.Call
+	err = g.Begin(t.Context(), &c)
 	assert.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, o.Name(), c.Decision().Policy)
 	assert.Equal(t, 3, o.calls)

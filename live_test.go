@@ -145,7 +145,8 @@ func play(t *testing.T, g *sluice.Guard, clk *sluice.ManualClock, traffic []step
 		clk.Advance(s.advance)
 		ctx := sluice.WithKey(t.Context(), []string{"a", "b"}[i%2])
 		ctx = sluice.WithResource(ctx, []string{"x", "y"}[i%2])
-		c, err := g.Begin(ctx)
+		var c sluice.Call
+		err := g.Begin(ctx, &c)
 		if err != nil {
 			require.ErrorIs(t, err, sluice.ErrRejected)
 			rejected++

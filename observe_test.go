@@ -163,7 +163,8 @@ func TestStatsDurationsCountEachCallInItsBucket(t *testing.T) {
 	require.NoError(t, err)
 	boom := errors.New("boom")
 	call := func(d time.Duration, o sluice.Outcome, err error) {
-		c, berr := g.Begin(ctx)
+		var c sluice.Call
+		berr := g.Begin(ctx, &c)
 		require.NoError(t, berr)
 		clock.Advance(d)
 		_ = c.Report(o, err)

@@ -210,7 +210,8 @@ func TestCallContextForAdapters(t *testing.T) {
 		p := &fbPolicy{name: "breaker"}
 		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(40*time.Millisecond))
 		start := time.Now()
-		c, err := g.Begin(context.Background())
+		var c sluice.Call
+		err := g.Begin(context.Background(), &c)
 		require.NoError(t, err)
 		dl, ok := c.Context().Deadline()
 		require.True(t, ok)
@@ -223,14 +224,14 @@ func TestCallContextForAdapters(t *testing.T) {
 		assert.Equal(t, 40*time.Millisecond, te.After)
 		assert.Equal(t, []sluice.Outcome{sluice.Failure}, p.seen())
 
-		c, err = g.Begin(context.Background())
+		err = g.Begin(context.Background(), &c)
 		require.NoError(t, err)
 		ctx := c.Context()
 		assert.NoError(t, c.End(nil))
 		assert.ErrorIs(t, ctx.Err(), context.Canceled, "End releases the deadline's timer")
 
 		// Report maps a timeout too, for the adapters that classify.
-		c, err = g.Begin(context.Background())
+		err = g.Begin(context.Background(), &c)
 		require.NoError(t, err)
 		_, err = fbWaitCtx(time.Hour)(c.Context())
 		assert.ErrorIs(t, c.Report(sluice.Ignored, err), sluice.ErrTimeout)
@@ -238,7 +239,7 @@ func TestCallContextForAdapters(t *testing.T) {
 
 		plain := fbGuard(t)
 		bg := context.Background()
-		c, err = plain.Begin(bg)
+		err = plain.Begin(bg, &c)
 		require.NoError(t, err)
 		assert.Equal(t, bg, c.Context())
 		assert.Same(t, errFallbackCall, c.End(errFallbackCall))

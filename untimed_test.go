@@ -75,7 +75,8 @@ func TestGuardReadsNoEndInstantWhenNoPolicyNeedsIt(t *testing.T) {
 		}
 	}
 	// Released comes with the instant read, and the latency since admission.
-	c, err := g.Begin(ctx)
+	var c sluice.Call
+	err = g.Begin(ctx, &c)
 	require.NoError(t, err)
 	time.Sleep(time.Millisecond)
 	before := monoclock.Now()

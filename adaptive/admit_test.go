@@ -64,7 +64,8 @@ func TestGuardAgreesWithAdmitWhileHeld(t *testing.T) {
 				}
 				inflight = kept
 				da, ta := admit(a, ctx, now)
-				call, err := g.Begin(ctx)
+				var call sluice.Call
+				err := g.Begin(ctx, &call)
 				db := call.Decision()
 				require.Equal(t, da.Allowed, db.Allowed, "call %d at %v", i, now)
 				require.Equal(t, da.Allowed, err == nil, "call %d at %v", i, now)

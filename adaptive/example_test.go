@@ -25,18 +25,20 @@ func ExampleNewShedder() {
 	ctx := context.Background()
 	var calls []sluice.Call
 	for range s.Stats().Limit { // the initial limit, before any latency is seen
-		call, err := g.Begin(ctx)
+		var call sluice.Call
+		err := g.Begin(ctx, &call)
 		if err != nil {
 			panic(err)
 		}
 		calls = append(calls, call)
 	}
-	_, err = g.Begin(ctx)
+	err = g.Begin(ctx, new(sluice.Call))
 	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.Stats().State)
 	for i := range calls {
 		_ = calls[i].End(nil)
 	}
-	call, err := g.Begin(ctx)
+	var call sluice.Call
+	err = g.Begin(ctx, &call)
 	fmt.Println(err)
 	_ = call.End(nil)
 	// Output:
@@ -57,14 +59,16 @@ func ExampleNewBulkhead() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	first, _ := g.Begin(ctx)
-	_, _ = g.Begin(ctx)
+	var first sluice.Call
+	_ = g.Begin(ctx, &first)
+	_ = g.Begin(ctx, new(sluice.Call))
 	st := b.Stats()
 	fmt.Println("limit", st.Limit, "in flight", st.Inflight)
-	_, err = g.Begin(ctx)
+	err = g.Begin(ctx, new(sluice.Call))
 	fmt.Println(errors.Is(err, sluice.ErrConcurrencyLimited), err)
 	_ = first.End(nil)
-	call, err := g.Begin(ctx)
+	var call sluice.Call
+	err = g.Begin(ctx, &call)
 	fmt.Println(call.Decision().Allowed, err)
 	// Output:
 	// limit 2 in flight 2

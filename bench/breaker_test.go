@@ -51,7 +51,8 @@ func alone(br *breaker.Breaker) *sluice.Guard {
 func allowFinish(br *breaker.Breaker) func() bool {
 	g, ctx := alone(br), context.Background()
 	return func() bool {
-		call, err := g.Begin(ctx)
+		var call sluice.Call
+		err := g.Begin(ctx, &call)
 		if err != nil {
 			return false
 		}
@@ -207,9 +208,10 @@ var openRows = []breakerRow{
 	{name: "sluice", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
 		g, ctx := alone(br), context.Background()
-		call, _ := g.Begin(ctx)
+		var call sluice.Call
+		_ = g.Begin(ctx, &call)
 		call.Report(sluice.Failure, nil)
-		return func() bool { _, err := g.Begin(ctx); return err == nil }
+		return func() bool { var c sluice.Call; return g.Begin(ctx, &c) == nil }
 	}},
 	{name: "sluice-do", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb, breaker.WithConsecutiveFailures(1), breaker.WithOpenDuration(time.Hour))
@@ -220,7 +222,7 @@ var openRows = []breakerRow{
 		br := benchBreaker(tb)
 		br.ForceOpen()
 		g, ctx := alone(br), context.Background()
-		return func() bool { _, err := g.Begin(ctx); return err == nil }
+		return func() bool { var c sluice.Call; return g.Begin(ctx, &c) == nil }
 	}},
 	{name: "sluice-policy", setup: func(tb testing.TB) func() bool {
 		br := benchBreaker(tb)

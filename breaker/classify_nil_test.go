@@ -24,7 +24,8 @@ func TestDoAndEndNeverClassifyNil(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
-	pm, err := g.Begin(ctx)
+	var pm sluice.Call
+	err = g.Begin(ctx, &pm)
 	require.NoError(t, err)
 	require.NoError(t, pm.End(nil))
 	assert.Equal(t, breaker.StateClosed, b.State(), "successful calls tripped the breaker")

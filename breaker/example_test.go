@@ -90,7 +90,8 @@ func ExampleBreaker_twoStep() {
 	if err != nil {
 		panic(err)
 	}
-	call, err := g.Begin(context.Background())
+	var call sluice.Call
+	err = g.Begin(context.Background(), &call)
 	if err != nil {
 		fmt.Println("rejected:", err)
 		return

@@ -24,8 +24,15 @@ func guardOf(p sluice.Policy, clock sluice.Clock) *sluice.Guard {
 
 // Allow begins a call through a Guard of the breaker alone, for the tests
 // that end calls by hand.
-func (b *Breaker) Allow() (sluice.Call, error) {
-	return guardOf(b, b.env.clock).Begin(context.Background())
+func (b *Breaker) Allow() (*sluice.Call, error) {
+	c := new(sluice.Call)
+	return c, guardOf(b, b.env.clock).Begin(context.Background(), c)
+}
+
+// AllowInto is Allow writing the call into c, for the tests that count
+// allocations.
+func (b *Breaker) AllowInto(c *sluice.Call) error {
+	return guardOf(b, b.env.clock).Begin(context.Background(), c)
 }
 
 // Execute runs fn through a Guard of the breaker alone.
@@ -33,9 +40,15 @@ func (b *Breaker) Execute(fn func() error) error {
 	return guardOf(b, b.env.clock).Do(context.Background(), func(context.Context) error { return fn() })
 }
 
+// AllowInto is Breaker.AllowInto for the throttle.
+func (a *Adaptive) AllowInto(c *sluice.Call) error {
+	return guardOf(a, a.env.clock).Begin(context.Background(), c)
+}
+
 // Allow is Breaker.Allow for the throttle.
-func (a *Adaptive) Allow() (sluice.Call, error) {
-	return guardOf(a, a.env.clock).Begin(context.Background())
+func (a *Adaptive) Allow() (*sluice.Call, error) {
+	c := new(sluice.Call)
+	return c, guardOf(a, a.env.clock).Begin(context.Background(), c)
 }
 
 // Execute is Breaker.Execute for the throttle.

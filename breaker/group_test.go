@@ -203,7 +203,8 @@ func TestGroupAdmitInAGuard(t *testing.T) {
 	_, own := b.Allow()
 	assert.Equal(t, b.Name(), rejection(t, own).Policy)
 	assert.Equal(t, g.Name(), rejection(t, err).Policy, "the member's rejection left the Group's")
-	call, err := guard.Begin(ctx)
+	var call sluice.Call
+	err = guard.Begin(ctx, &call)
 	sameRejection(t, call.Decision(), err)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() {
 		_ = guard.Do(ctx, func(context.Context) error { return nil })

@@ -189,7 +189,8 @@ func (s scenario) run(t testing.TB, newPolicy policyMaker) outcome {
 			if arrivals < s.calls {
 				next(c.route, e.at)
 			}
-			call, err := g.Begin(routeCtx[c.route])
+			var call sluice.Call
+			err := g.Begin(routeCtx[c.route], &call)
 			if err != nil {
 				break // rejected: the caller's fallback answers
 			}

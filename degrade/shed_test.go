@@ -41,7 +41,8 @@ func TestShedTurnsTheRouteAwayWhileTheSwitchIsOn(t *testing.T) {
 	assert.Equal(t, "full page", v)
 
 	sw.Set(true)
-	call, err := g.Begin(context.Background())
+	var call sluice.Call
+	err = g.Begin(context.Background(), &call)
 	assert.ErrorIs(t, err, sluice.ErrOverloaded)
 	assert.Equal(t, sluice.Decision{Policy: "degrade/extras", Limit: -1, RetryAfter: 5 * time.Second, Cause: sluice.ErrOverloaded}, call.Decision())
 	assert.NoError(t, call.End(err), "End of the rejection applies the fallback")

@@ -24,7 +24,8 @@ func ExampleNewTokenBucket() {
 	defer g.Close()
 	for _, at := range []time.Duration{0, 0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond} {
 		clock.Set(at)
-		call, err := g.Begin(context.Background())
+		var call sluice.Call
+		err := g.Begin(context.Background(), &call)
 		d := call.Decision()
 		fmt.Printf("at %v: allowed=%v remaining=%d retry-after=%v\n", clock.Now(), d.Allowed, d.Remaining, d.RetryAfter)
 		_ = call.End(err)

@@ -175,7 +175,8 @@ func TestGuardAgreesWhileTheClockStandsStill(t *testing.T) {
 	rejected := 0
 	for i := range 40 {
 		da, ta := admit(a, ctx, 0)
-		call, err := g.Begin(ctx)
+		var call sluice.Call
+		err := g.Begin(ctx, &call)
 		db := call.Decision()
 		require.Equal(t, da.Allowed, db.Allowed, "call %d", i)
 		if !da.Allowed {

@@ -406,7 +406,8 @@ func throughGuard(t *testing.T, cfg Config, begin bool) {
 		}
 		var err error
 		if begin {
-			call, berr := g.Begin(ctx)
+			var call sluice.Call
+			berr := g.Begin(ctx, &call)
 			d := call.Decision()
 			if d.Allowed != (berr == nil) {
 				t.Fatalf("Begin returned %v with Decision %+v", berr, d)

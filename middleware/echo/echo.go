@@ -217,7 +217,8 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 					c.SetRequest(c.Request().WithContext(ctx))
 				}
 			}
-			call, err := rt.Guard.Begin(c.Request().Context())
+			var call sluice.Call
+			err := rt.Guard.Begin(c.Request().Context(), &call)
 			if err != nil {
 				return cfg.rejected(c, rt, key, err, call.Decision(), call.Start())
 			}

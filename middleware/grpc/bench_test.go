@@ -35,7 +35,8 @@ func BenchmarkUnaryServer(b *testing.B) {
 		g := benchGuard(b)
 		b.ReportAllocs()
 		for b.Loop() {
-			call, err := g.Begin(ctx)
+			var call sluice.Call
+			err := g.Begin(ctx, &call)
 			if err == nil {
 				_, err = ok(call.Context(), nil)
 			}

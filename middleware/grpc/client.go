@@ -111,7 +111,8 @@ func (c *config) namesResource(g *sluice.Guard) bool {
 
 // unaryAttempt is one attempt of a unary call guarded by g.
 func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	call, err := g.Begin(ctx)
+	var call sluice.Call
+	err := g.Begin(ctx, &call)
 	if err != nil {
 		err = c.answer(nil, call.Decision(), err).err
 		reqid.GiveBack(ctx, g)
@@ -297,7 +298,8 @@ func (c *config) streamClient(ctx context.Context, desc *grpc.StreamDesc, cc *gr
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 	}
-	call, err := rt.Guard.Begin(ctx)
+	var call sluice.Call
+	err := rt.Guard.Begin(ctx, &call)
 	if err != nil {
 		err = c.answer(nil, call.Decision(), err).err
 		reqid.GiveBack(ctx, rt.Guard)

@@ -99,7 +99,8 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 			return c.unguarded(ctx, req, info.FullMethod, handler)
 		}
 	}
-	call, err := rt.Guard.Begin(ctx)
+	var call sluice.Call
+	err := rt.Guard.Begin(ctx, &call)
 	if err != nil {
 		return c.rejectUnary(ctx, rt, call.Decision(), err)
 	}
@@ -302,7 +303,8 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 		hctx = ctx
 		if !skip {
-			call, err := rt.Guard.Begin(ctx)
+			var call sluice.Call
+			err := rt.Guard.Begin(ctx, &call)
 			if err != nil {
 				resp, err = c.rejectUnary(ctx, rt, call.Decision(), err)
 				return resp, false, nil, err

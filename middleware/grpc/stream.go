@@ -84,7 +84,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	// does not apply to streams: the handler runs with ctx.
 	var call sluice.Call
 	if rt != nil {
-		call, err = rt.Guard.Begin(ctx)
+		err = rt.Guard.Begin(ctx, &call)
 		if err != nil {
 			a.record(sluice.Released)
 			return c.rejectStream(ss, rt, call.Decision(), err)
@@ -211,7 +211,8 @@ func (s *serverStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	call, err := s.msg.Guard.Begin(s.ctx)
+	var call sluice.Call
+	err := s.msg.Guard.Begin(s.ctx, &call)
 	if err != nil {
 		a := s.c.answer(s.msg, call.Decision(), err)
 		if a.md != nil {

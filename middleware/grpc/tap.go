@@ -151,7 +151,8 @@ func (c *config) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if skip {
 		return ctx, nil
 	}
-	call, err := rt.Guard.Begin(kctx)
+	var call sluice.Call
+	err = rt.Guard.Begin(kctx, &call)
 	if err != nil {
 		return ctx, c.answer(nil, call.Decision(), err).err
 	}

@@ -33,7 +33,8 @@ func BenchmarkMiddleware(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			call, _ := g.Begin(ctx)
+			var call sluice.Call
+			_ = g.Begin(ctx, &call)
 			call.Report(sluice.Success, nil)
 		}
 	})

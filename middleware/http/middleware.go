@@ -218,7 +218,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r = r.WithContext(ctx)
 		}
 	}
-	call, err := rt.Guard.Begin(r.Context())
+	var call sluice.Call
+	err := rt.Guard.Begin(r.Context(), &call)
 	if err != nil {
 		putWriter(rw)
 		h.rejected(w, r, rt, pattern, key, err, call.Decision(), call.Start())

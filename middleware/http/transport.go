@@ -424,7 +424,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
 	var o sluice.Outcome
 	for attempts := 1; ; attempts++ {
-		if call, err = g.Begin(gctx); err != nil {
+		if err = g.Begin(gctx, &call); err != nil {
 			closeRequestBody(req)
 			return nil, err
 		}

@@ -72,7 +72,8 @@ func ExampleAll() {
 	defer g.Close()
 	ctx := sluice.WithResource(sluice.WithKey(context.Background(), "user-2"), "/search")
 	for range 3 {
-		call, err := g.Begin(ctx)
+		var call sluice.Call
+		err := g.Begin(ctx, &call)
 		d := call.Decision()
 		fmt.Println(d.Allowed, d.Limit, d.Remaining)
 		_ = call.End(err)
