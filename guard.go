@@ -360,6 +360,7 @@ func (g *Guard) beginCall(ctx context.Context, c *Call) error {
 	}
 	c.used = true
 	if ctx == nil {
+		c.g = nil // End then answers the error as it is: no fallback hides it
 		return errNilArgument
 	}
 	if g == nil {

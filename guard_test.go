@@ -355,7 +355,11 @@ func TestNilGuardPassesThrough(t *testing.T) {
 // no policy hears of it.
 func TestNilArgumentIsAnError(t *testing.T) {
 	r := newRecorder("r", -1)
-	for name, g := range map[string]*sluice.Guard{"guard": mustGuard(t, sluice.With(r)), "nil guard": nil} {
+	for name, g := range map[string]*sluice.Guard{
+		"guard":          mustGuard(t, sluice.With(r)),
+		"with fallbacks": mustGuard(t, sluice.With(r), sluice.WithFallback(fbValue("page", "maintenance page"))),
+		"nil guard":      nil,
+	} {
 		var nilCtx context.Context
 		fn := func(context.Context) error { t.Fatal("ran"); return nil }
 		assert.ErrorContains(t, g.Do(nilCtx, fn), "sluice: nil context or function", name)
