@@ -37,9 +37,9 @@
 // Every entry point runs a call the same way: [Guard.Begin] asks every
 // policy, outer to inner, reading the monotonic clock once; the [Call] it
 // writes into, which its caller keeps, carries the Guard's deadline in its
-// Context; [Call.End] turns a
-// passed deadline into a timeout error (matching [ErrTimeout]), classifies the call's error,
-// tells every policy that admitted, and lets the Guard's fallbacks answer.
+// Context; [Call.End] turns a passed deadline into a timeout error
+// (matching [ErrTimeout]), classifies the call's error, tells every policy
+// that admitted, and lets the Guard's fallbacks answer.
 // Do, Execute and the adapters are that path, so a Guard behaves alike
 // everywhere. When an inner policy rejects, the outer ones that already
 // admitted are released, so no token, concurrency slot or half-open probe

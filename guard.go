@@ -219,7 +219,7 @@ func (g *Guard) Close() error {
 // function: a programming error, reported rather than a panic.
 var errNilArgument = errors.New("sluice: nil context or function")
 
-// errBegin is returned by Begin for a nil Call or one begun and not yet
+// errBegin is returned by Begin for a nil Call or one admitted and not yet
 // ended, which it leaves as it is: overwriting it would lose what its
 // policies gave it.
 var errBegin = errors.New("sluice: Begin with a nil Call or one not yet ended")
@@ -298,7 +298,8 @@ func Execute[T any](ctx context.Context, g *Guard, fn func(context.Context) (T, 
 // finishing two copies would report the call twice.
 type Call struct {
 	// The fields are ordered so that the Call packs into as few words as
-	// it can: its caller zeroes every byte of it on every call.
+	// it can: every byte of it is zeroed for every call, by its caller's
+	// declaration or, for one begun before, by Begin.
 	g      *Guard
 	parent context.Context
 	ctx    context.Context // parent with the Guard's deadline; nil: parent
@@ -330,7 +331,9 @@ type Call struct {
 // deadline, and End must be called exactly once when the call has
 // returned. When one rejects, it returns the rejection; End with it then
 // applies the Guard's fallbacks. Either way, Decision tells what was
-// decided. A Call begun and not yet ended is left as it is, with an error.
+// decided. A Call admitted and not yet ended is left as it is, and Begin
+// returns an error that End and Report then pass on untouched: the call
+// under way is not ended by it.
 //
 //	var call sluice.Call
 //	err := g.Begin(ctx, &call)
@@ -401,6 +404,9 @@ func (c *Call) Decision() Decision { return c.d }
 // result is nil when one did. Only the first End or Report of a call counts;
 // End on a call already ended still applies the fallbacks to err.
 func (c *Call) End(err error) error {
+	if err == errBegin { // Begin's refusal of c under way: not c's end
+		return err
+	}
 	g := c.g
 	err = c.finish(err)
 	if err == nil || g == nil || len(g.fallbacks) == 0 {
@@ -431,7 +437,7 @@ func (c *Call) finish(err error) error {
 // timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
 // Report counts; a later one returns err as it is.
 func (c *Call) Report(o Outcome, err error) error {
-	if !c.live {
+	if !c.live || err == errBegin {
 		return err
 	}
 	g := c.g
@@ -463,7 +469,7 @@ func (c *Call) Start() time.Duration { return c.start }
 var allowAll = Decision{Allowed: true, Limit: -1}
 
 // begin runs the chain for c, a zero Call but for its g and parent, which
-// its caller sets (see Begin). want tells it to build the Decision even
+// its caller sets (see Begin), and, from Begin, its used. want tells it to build the Decision even
 // when no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.obs != nil && len(g.obs.calls) != 0 {

@@ -394,6 +394,19 @@ func TestBeginRefusesANilOrLiveCall(t *testing.T) {
 	assert.NotErrorIs(t, err, sluice.ErrRejected)
 	assert.Len(t, r.admits, 1, "the second Begin asked no policy")
 	assert.Equal(t, "r", c.Decision().Policy, "the live call is left as it was")
+	// The refusal, ended as Begin's example ends any error, ends nothing:
+	// no policy hears of it, and no fallback answers it.
+	assert.Same(t, err, c.End(err))
+	assert.Same(t, err, c.Report(sluice.Failure, err))
+	assert.Empty(t, r.doneCalls())
+	r2 := newRecorder("r2", 5)
+	fb := mustGuard(t, sluice.With(r2), sluice.WithFallback(fbValue("page", "maintenance page")))
+	var f sluice.Call
+	require.NoError(t, fb.Begin(t.Context(), &f))
+	err = fb.Begin(t.Context(), &f)
+	assert.Same(t, err, f.End(err))
+	assert.Empty(t, r2.doneCalls())
+	require.NoError(t, f.End(nil))
 	require.NoError(t, c.End(nil))
 	require.Len(t, r.doneCalls(), 1)
 	assert.Equal(t, sluice.Success, r.doneCalls()[0].outcome)

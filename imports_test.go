@@ -1,7 +1,9 @@
 package sluice_test
 
 import (
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -29,5 +31,17 @@ func TestCorePackagesImportOnlyTheStandardLibrary(t *testing.T) {
 			continue
 		}
 		t.Errorf("a core package depends on %s", dep)
+	}
+}
+
+// Begin stays small enough to be inlined (see its comment): a Call on its
+// caller's stack then takes its Guard and context without a write barrier.
+func TestBeginIsInlined(t *testing.T) {
+	out, err := exec.Command("go", "build", "-gcflags=-m", "-o", os.DevNull, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`(?m): can inline \(\*Guard\)\.Begin$`).Match(out) {
+		t.Errorf("Guard.Begin is no longer inlined:\n%s", regexp.MustCompile(`(?m)^.*\(\*Guard\)\.Begin\b.*$`).Find(out))
 	}
 }
