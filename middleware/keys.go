@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"net"
 	"net/netip"
 	"strconv"
 
@@ -51,14 +50,21 @@ func KeyByIP(e *IPExtractor) KeyFunc {
 	}
 }
 
-// addrKey returns a's text. When the peer address's host reads the same
+// addrKey returns a's text. When the peer address holds that very text
 // (a client that connected itself, unmasked, as IPv4 addresses usually
-// are), it is that host, a part of peer, and costs no allocation.
+// are: "192.0.2.7:5555", "[2001:db8::1]:443", "192.0.2.7"), it is that
+// part of peer, and costs no allocation.
 func addrKey(a netip.Addr, peer string) string {
 	var buf [48]byte
 	b := a.AppendTo(buf[:0])
-	if host, _, err := net.SplitHostPort(peer); err == nil && host == string(b) {
-		return host
+	n := len(b)
+	switch {
+	case len(peer) == n && peer == string(b):
+		return peer
+	case len(peer) > n && peer[n] == ':' && peer[:n] == string(b):
+		return peer[:n]
+	case len(peer) > n+1 && peer[0] == '[' && peer[n+1] == ']' && peer[1:n+1] == string(b):
+		return peer[1 : n+1]
 	}
 	return string(b)
 }

@@ -151,28 +151,40 @@ func TestKeyByIPWithoutExtractor(t *testing.T) {
 }
 
 // KeyByIP's key is the address's canonical text, whatever form the peer
-// address came in; an IPv4 peer keyed as it connected costs no allocation.
+// address came in; a peer that holds that text costs no allocation.
 func TestKeyByIPText(t *testing.T) {
 	v4, err := NewIPExtractor(IPv4Prefix(24))
 	require.NoError(t, err)
+	proxied, err := NewIPExtractor(TrustedProxies("10.0.0.0/8"))
+	require.NoError(t, err)
+	xff := map[string][]string{headerXForwardedFor: {"198.51.100.1"}}
 	for _, tt := range []struct {
 		x            *IPExtractor
 		remote, want string
+		header       map[string][]string
+		free         bool // no allocation
 	}{
-		{nil, "192.0.2.7:5555", "192.0.2.7"},
-		{nil, "[2001:DB8::1]:443", "2001:db8::1"},
-		{nil, "[2001:db8:0::1]:443", "2001:db8::1"},
-		{nil, "[::ffff:192.0.2.7]:80", "192.0.2.7"},
-		{nil, "[fe80::1%eth0]:80", "fe80::1"},
-		{v4, "192.0.2.7:5555", "192.0.2.0"},
+		{nil, "192.0.2.7:5555", "192.0.2.7", nil, true},
+		{nil, "192.0.2.7", "192.0.2.7", nil, true},
+		{nil, "[2001:db8::1]:443", "2001:db8::1", nil, true},
+		{nil, "2001:db8::1", "2001:db8::1", nil, true},
+		{nil, "[2001:db8::1]", "2001:db8::1", nil, true},
+		{nil, "[2001:DB8::1]:443", "2001:db8::1", nil, false},
+		{nil, "[2001:db8:0::1]:443", "2001:db8::1", nil, false},
+		{nil, "[::ffff:192.0.2.7]:80", "192.0.2.7", nil, false},
+		{nil, "[fe80::1%eth0]:80", "fe80::1", nil, false},
+		{v4, "192.0.2.7:5555", "192.0.2.0", nil, false},
+		{proxied, "10.1.2.3:80", "198.51.100.1", xff, false},
 	} {
-		key, ok := KeyByIP(tt.x)(fakeRequest{remote: tt.remote})
+		var r Request = fakeRequest{remote: tt.remote, header: tt.header}
+		fn := KeyByIP(tt.x)
+		key, ok := fn(r)
 		assert.True(t, ok, tt.remote)
 		assert.Equal(t, tt.want, key, tt.remote)
+		if tt.free {
+			assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = fn(r) }), tt.remote)
+		}
 	}
-	fn := KeyByIP(nil)
-	var r Request = fakeRequest{remote: "192.0.2.7:5555"}
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = fn(r) }))
 }
 
 // KeyPerRoute gives each listed route its own key function, and no other:

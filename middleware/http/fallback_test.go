@@ -372,6 +372,13 @@ func TestRejectAnswersADependencysRejection(t *testing.T) {
 	assert.False(t, Reject(plain, r, context.DeadlineExceeded))
 	assert.Equal(t, http.StatusOK, plain.Code)
 	assert.Zero(t, plain.Body.Len())
+
+	// Nor with a writer kept past its handler: its request is over, and the
+	// pooled writer serves no admitted request until the next one.
+	var kept http.ResponseWriter
+	keep := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { kept = w }))
+	require.Equal(t, http.StatusOK, serve(keep, http.MethodGet, "/prices").Code)
+	assert.False(t, Reject(kept, r, sluice.Rejection(dep.d)))
 }
 
 // A fallback's answer to Reject in an inner middleware is, for an outer

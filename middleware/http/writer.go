@@ -61,16 +61,17 @@ func getWriter(w http.ResponseWriter) *responseWriter {
 	return rw
 }
 
-// putWriter returns rw to the pool, zero but for its capture buffer.
+// putWriter returns rw to the pool, zero but for its capture buffer and
+// its middleware.
 func putWriter(rw *responseWriter) {
 	rw.reset()
 	writerPool.Put(rw)
 }
 
-// reset zeroes rw but for its capture buffer, clearing only what a request
-// set: zeroing the whole writer costs a write barrier per pointer it holds
-// while the collector runs, about a thousand instructions a request. view
-// is cleared where it is set.
+// reset zeroes rw but for its capture buffer and its middleware, clearing
+// only what a request set: zeroing the whole writer costs a write barrier
+// per pointer it holds while the collector runs, about a thousand
+// instructions a request. view is cleared where it is set.
 func (rw *responseWriter) reset() {
 	if rw.answer {
 		capture := rw.capture[:0]
