@@ -23,14 +23,11 @@ func ExampleNewShedder() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	var calls []sluice.Call
-	for range s.Stats().Limit { // the initial limit, before any latency is seen
-		var call sluice.Call
-		err := g.Begin(ctx, &call)
-		if err != nil {
+	calls := make([]sluice.Call, s.Stats().Limit) // the initial limit, before any latency is seen
+	for i := range calls {
+		if err := g.Begin(ctx, &calls[i]); err != nil {
 			panic(err)
 		}
-		calls = append(calls, call)
 	}
 	err = g.Begin(ctx, new(sluice.Call))
 	fmt.Println(errors.Is(err, sluice.ErrOverloaded), s.Stats().State)
@@ -59,9 +56,9 @@ func ExampleNewBulkhead() {
 	}
 	defer g.Close()
 	ctx := context.Background()
-	var first sluice.Call
+	var first, second sluice.Call
 	_ = g.Begin(ctx, &first)
-	_ = g.Begin(ctx, new(sluice.Call))
+	_ = g.Begin(ctx, &second) // held to the end: both slots taken
 	st := b.Stats()
 	fmt.Println("limit", st.Limit, "in flight", st.Inflight)
 	err = g.Begin(ctx, new(sluice.Call))
