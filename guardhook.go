@@ -18,6 +18,10 @@ func init() {
 		gd := g.(*Guard)
 		return gd != nil && gd.resources
 	}
+	guardhook.Timed = func(g any) bool {
+		gd := g.(*Guard)
+		return gd != nil && gd.timeout > 0
+	}
 	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }
 	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {

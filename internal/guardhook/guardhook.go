@@ -43,6 +43,11 @@ var (
 // call's resource in its context only for such a Guard.
 var ReadsResource func(g any) bool
 
+// Timed reports whether g (a *sluice.Guard, possibly nil) has a call
+// timeout: only then is a Call's Context another than the one it was begun
+// with.
+var Timed func(g any) bool
+
 // Served tells g (a *sluice.Guard, not nil) that its fallback named name
 // answered in place of err: its counters and OnFallback observers hear of
 // it, as when Execute's fallback serves.

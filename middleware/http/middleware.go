@@ -236,7 +236,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				rw.cache, rw.capturing, rw.maxCapture = keep, true, keep.MaxBody
 			}
 			rw.answer, rw.rt = true, rt
-			if ctx := call.Context(); ctx != r.Context() {
+			if ctx := call.Context(); rt.Timed && ctx != r.Context() {
 				rw.cctx = ctx
 			}
 		}
@@ -248,7 +248,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rw.key = key
 	}
 	defer h.finish(rw, &call)
-	if ctx := call.Context(); ctx != r.Context() {
+	// rt.Timed first: comparing two contexts costs a runtime call.
+	if ctx := call.Context(); rt.Timed && ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
 		// context ends at the deadline. What the handler then writes is its
 		// answer (a 5xx counts as a failure).

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
@@ -24,7 +25,10 @@ type Route struct {
 	// method; "" for the default route.
 	Pattern string
 	// Guard protects the route; nil lets every request through.
-	Guard    *sluice.Guard
+	Guard *sluice.Guard
+	// Timed is set when Guard has a call timeout: a call's Context is then
+	// its own, to run the handler with.
+	Timed    bool
 	policies []policySlot
 	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
 	problem  atomic.Pointer[Problem]      // the route's last problem answer
@@ -81,7 +85,7 @@ func newPolicyFields(name string, limit int64, window time.Duration) *policyFiel
 
 func newRoute(pattern string, g *sluice.Guard) *Route {
 	ps := g.Policies()
-	r := &Route{Pattern: pattern, Guard: g, policies: make([]policySlot, len(ps))}
+	r := &Route{Pattern: pattern, Guard: g, Timed: guardhook.Timed(g), policies: make([]policySlot, len(ps))}
 	for i, p := range ps {
 		r.policies[i].name = p.Name()
 		// The rate limiters' windows (a fixed or sliding window's size, a
