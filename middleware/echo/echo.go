@@ -247,7 +247,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	// on return).
 	reqCtx := c.Request().Context()
 	var req *http.Request
-	if ctx := call.Context(); ctx != reqCtx {
+	if ctx := call.Context(); rt.Timed && ctx != reqCtx { // rt.Timed first: a context compare is a runtime call
 		// The handler runs with the Guard's deadline; the request outside
 		// it, as the middleware got it: an outer middleware must not take
 		// the deadline's context, cancelled once the handler is done, for a
