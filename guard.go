@@ -469,8 +469,8 @@ func (c *Call) Start() time.Duration { return c.start }
 var allowAll = Decision{Allowed: true, Limit: -1}
 
 // begin runs the chain for c, a zero Call but for its g and parent, which
-// its caller sets (see Begin), and, from Begin, its used. want tells it to build the Decision even
-// when no observer needs it.
+// its caller sets (see Begin), and, from Begin, its used. want tells it to
+// build the Decision even when no observer needs it.
 func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.obs != nil && len(g.obs.calls) != 0 {
 		want = true // the observers hear the Decision
