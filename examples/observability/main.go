@@ -2,10 +2,10 @@
 // Prometheus /metrics endpoint, sends it traffic that trips a rate limiter
 // and a circuit breaker, logs the breaker's state changes, and prints the
 // scraped lines that matter. It serves the live dashboard too; with -serve
-// it keeps serving both after the traffic, until interrupted:
+// it keeps serving both after the traffic, until interrupted, on -addr:
 //
 //	go run ./examples/observability
-//	go run ./examples/observability -serve
+//	go run ./examples/observability -serve -addr 127.0.0.1:8080
 //
 // grafana-dashboard.json, beside it, charts the same metrics.
 package main
@@ -38,9 +38,12 @@ import (
 
 func main() {
 	keep := flag.Bool("serve", false, "keep serving /metrics and the dashboard after the traffic, until interrupted")
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address with -serve")
 	flag.Parse()
 	var hold func()
+	listen := "127.0.0.1:0" // a free port for the scripted traffic alone
 	if *keep {
+		listen = *addr
 		hold = func() {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
@@ -48,16 +51,16 @@ func main() {
 			<-ctx.Done()
 		}
 	}
-	if err := run(os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)), hold); err != nil {
+	if err := run(os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)), listen, hold); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-// run serves the guarded service, drives it, and writes the scraped lines
-// that matter to out; then, if hold is not nil, it calls it before it
-// stops serving.
-func run(out io.Writer, log *slog.Logger, hold func()) error {
+// run serves the guarded service on addr, drives it, and writes the
+// scraped lines that matter to out; then, if hold is not nil, it calls it
+// before it stops serving.
+func run(out io.Writer, log *slog.Logger, addr string, hold func()) error {
 	metrics, metricsHandler, err := prommetrics.New(
 		prommetrics.WithMetricsOptions(otelmetrics.WithResourceAttribute("http.route")))
 	if err != nil {
@@ -115,7 +118,7 @@ func run(out io.Writer, log *slog.Logger, hold func()) error {
 	root.Handle("/debug/sluice/", dash)
 	root.Handle("/", guard(app))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}

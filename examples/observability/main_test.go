@@ -16,7 +16,7 @@ import (
 // The example trips its limiter and its breaker, and the scrape shows both.
 func TestObservabilityExample(t *testing.T) {
 	var out, logs bytes.Buffer
-	require.NoError(t, run(&out, slog.New(slog.NewJSONHandler(&logs, nil)), nil))
+	require.NoError(t, run(&out, slog.New(slog.NewJSONHandler(&logs, nil)), "127.0.0.1:0", nil))
 	got := out.String()
 	for _, want := range []string{
 		`sluice_requests_total{sluice_guard="search",sluice_policy="ratelimit/search",sluice_result="admitted"} 5`,
