@@ -7,7 +7,7 @@ import (
 )
 
 // README.md's "Operating it live" shows the body of ExampleGuard_SetShadow,
-// which runs.
+// which runs, the countOnly observer it uses, and what it prints.
 func TestReadmeOperatingLiveIsTheExample(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -33,5 +33,18 @@ func TestReadmeOperatingLiveIsTheExample(t *testing.T) {
 	}
 	if !strings.Contains(section, "```go\n"+want.String()+"```\n") {
 		t.Errorf("README.md's Operating it live is not the body of ExampleGuard_SetShadow:\n%s", want.String())
+	}
+	i := strings.Index(string(src), "type countOnly struct{}\n")
+	if i < 0 {
+		t.Fatal("countOnly not found")
+	}
+	if typ := string(src)[i:]; !strings.Contains(section, "```go\n"+typ+"```\n") {
+		t.Errorf("README.md's Operating it live does not show countOnly as example_shadow_test.go declares it:\n%s", typ)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(body[end+len("\t// Output:"):strings.Index(body, "\n}\n")]), "\n") {
+		out := strings.TrimPrefix(strings.TrimSpace(line), "// ")
+		if !strings.Contains(strings.ReplaceAll(section, "\n", " "), out) {
+			t.Errorf("README.md's Operating it live does not say the example prints %q", out)
+		}
 	}
 }
