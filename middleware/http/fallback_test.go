@@ -2,6 +2,7 @@ package sluicehttp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -466,4 +467,147 @@ func TestFailureFallbackReplacesA5xx(t *testing.T) {
 			assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes())
 		})
 	}
+}
+
+// A rejection's answer is not the handler failing: a Guard whose fallback
+// answers the handler's 5xx does not hold back a 503 that answers Reject,
+// nor one an inner middleware rejected with, whether the deny handler, a
+// fallback or the problem answer writes it.
+func TestRejectionAnswersAreNeverHeldForAFailureFallback(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	dep := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 4 * time.Second, Cause: sluice.ErrCircuitOpen}
+	rejecting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.True(t, Reject(w, r, sluice.Rejection(dep)))
+	})
+	// Failures only: it declines rejections.
+	onlyFailures := degrade.OnError(func(_ context.Context, err error) (http.Handler, error) {
+		if errors.Is(err, sluice.ErrRejected) {
+			return nil, err
+		}
+		return text(http.StatusOK, "cached")(context.Background(), err)
+	})
+
+	t.Run("Reject answered by a 503 fallback", func(t *testing.T) {
+		c := testpolicy.NewCounter()
+		g := guardWith(t, clock, c, fallbacks(t, degrade.OnError(text(http.StatusServiceUnavailable, "maintenance"))))
+		rec := serve(mw(t, WithGuard(g))(rejecting), http.MethodGet, "/prices")
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Equal(t, "maintenance", rec.Body.String())
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
+	})
+	t.Run("Reject answered by the problem answer, over a connection", func(t *testing.T) {
+		g := guardWith(t, clock, testpolicy.NewCounter(), fallbacks(t, onlyFailures))
+		srv := httptest.NewServer(mw(t, WithGuard(g))(rejecting))
+		defer srv.Close()
+		resp, err := srv.Client().Get(srv.URL + "/prices")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err, "the body its Content-Length promises arrives")
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Equal(t, routing.ProblemContentType, resp.Header.Get("Content-Type"))
+		assert.Equal(t, "4", resp.Header.Get("Retry-After"))
+		assert.Contains(t, string(body), "circuit-open")
+	})
+	t.Run("an inner middleware's rejection", func(t *testing.T) {
+		outer := testpolicy.NewCounter()
+		og := guardWith(t, clock, outer, fallbacks(t, degrade.OnError(text(http.StatusOK, "outer fallback"))))
+		sw := openSwitch()
+		sw.on = true
+		ig := newGuard(t, clock, sw)
+		rec := serve(mw(t, WithGuard(og))(mw(t, WithGuard(ig))(statusHandler(http.StatusOK))), http.MethodGet, "/prices")
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "the inner middleware's answer")
+		assert.Equal(t, routing.ProblemContentType, rec.Header().Get("Content-Type"))
+		assert.NotEmpty(t, rec.Body.String())
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
+	})
+}
+
+// A request whose client went away counts for nothing even when a fallback
+// of its Guard would answer the handler's failure: no fallback runs for a
+// client that is not there, and the breaker does not count the failure.
+func TestClientGoneIsIgnoredWithAFailureFallback(t *testing.T) {
+	c := testpolicy.NewCounter()
+	served := 0
+	fb := degrade.OnError(func(context.Context, error) (http.Handler, error) {
+		served++
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "fb") }), nil
+	})
+	g := guardWith(t, sluice.NewManualClock(0), c, fallbacks(t, fb))
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		w.Header().Set("Content-Length", "5")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "proxy")
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
+	assert.Zero(t, served, "no fallback answers a client that went away")
+	assert.Equal(t, http.StatusBadGateway, rec.Code, "the held status goes out")
+	assert.Empty(t, rec.Body.String())
+	assert.Empty(t, rec.Header().Get("Content-Length"), "without the length of the body it dropped")
+}
+
+// The fields that described a failing handler's body leave with it: when a
+// fallback answers in its place (a Content-Encoding would mislabel the
+// fallback's body) and when the fallback declines and the status goes out
+// alone (a Content-Length would promise a body that never comes).
+func TestHeldFailureDropsTheFieldsOfItsBody(t *testing.T) {
+	failing := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Content-Length", "17")
+		w.Header().Set("Etag", `"v1"`)
+		w.Header().Set("X-Request-Id", "r1")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, `{"error":"boom!"}`)
+	})
+	get := func(t *testing.T, h http.Handler) (*http.Response, string) {
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		resp, err := srv.Client().Get(srv.URL + "/")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err, "the response is whole")
+		return resp, string(body)
+	}
+	t.Run("answered", func(t *testing.T) {
+		g := guardWith(t, sluice.NewManualClock(0), testpolicy.NewCounter(), fallbacks(t, degrade.OnError(text(http.StatusOK, "cached answer"))))
+		resp, body := get(t, mw(t, WithGuard(g))(failing))
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, "cached answer", body)
+		assert.Empty(t, resp.Header.Get("Etag"))
+		assert.Equal(t, "r1", resp.Header.Get("X-Request-Id"), "fields of the response, not its body, stay")
+	})
+	t.Run("declined", func(t *testing.T) {
+		declining := degrade.OnError(func(_ context.Context, err error) (http.Handler, error) { return nil, err })
+		g := guardWith(t, sluice.NewManualClock(0), testpolicy.NewCounter(), fallbacks(t, declining))
+		resp, body := get(t, mw(t, WithGuard(g))(failing))
+		assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+		assert.Empty(t, body)
+		assert.Empty(t, resp.Header.Get("Content-Encoding"))
+		assert.Empty(t, resp.Header.Get("Content-Type"))
+	})
+}
+
+// An inner middleware's fallback answering its handler's failure is, for
+// an outer one, an answer in place of the handler, as its rejections are:
+// Ignored, and no good response to keep a stale copy of.
+func TestInnerFailureFallbackIsNoGoodResponseForOuter(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	outer := testpolicy.NewCounter()
+	outerCache := newStale(t, 8)
+	og := guardWith(t, clock, outer, outerCache)
+	inner := testpolicy.NewCounter()
+	ig := guardWith(t, clock, inner, fallbacks(t, degrade.OnError(text(http.StatusOK, "placeholder"))))
+	rec := serve(mw(t, WithGuard(og))(mw(t, WithGuard(ig))(statusHandler(http.StatusInternalServerError))), http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "placeholder", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, inner.Outcomes())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
+	assert.Zero(t, outerCache.Len(), "the inner fallback's answer is not kept as a good response")
 }

@@ -275,6 +275,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		panic(p)
 	}
 	var o sluice.Outcome
+	gone := false
 	switch {
 	case rw.rejected:
 		o = sluice.Ignored
@@ -282,15 +283,21 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		o = sluice.Success
 	case r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away: whatever the handler wrote (a proxy's 502)
-		// says nothing of the dependency.
-		o = sluice.Ignored
+		// says nothing of the dependency, and no fallback answers it.
+		o, gone = sluice.Ignored, true
 	default:
 		o = h.Classify(rw.status)
 	}
-	if rw.answer && !rw.rejected && !rw.hijacked && (rw.held || rw.status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
+	if rw.answer && !rw.rejected && !rw.hijacked && !gone && (rw.held || rw.status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
 		h.answerFailure(rw, call)
 		putWriter(rw)
 		return
+	}
+	if rw.held {
+		// Held for a fallback, for a client that has since gone: the
+		// status goes out as it came, without its body.
+		dropBodyFields(rw.w.Header())
+		rw.w.WriteHeader(rw.status)
 	}
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep, whatever its
@@ -315,15 +322,33 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	err := call.Report(o, core.FailedStatus(code))
 	rw.held = false
 	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, err, call.Decision())
+	// The fields that described the handler's body go with it, whoever
+	// answers.
+	dropBodyFields(rw.w.Header())
 	if fb == nil {
 		rw.w.WriteHeader(code)
 		return
 	}
-	hd := rw.w.Header()
-	for _, f := range []string{"Content-Type", "Content-Length", "X-Content-Type-Options"} {
-		delete(hd, f)
-	}
+	// A middleware outside this one counts the fallback's answer as
+	// nothing, as it does this one's rejections: this one has counted the
+	// failure, and the answer is no response of the handler's to keep.
+	markRejected(rw.w)
 	fb.ServeHTTP(rw.w, fr)
+}
+
+// bodyFields are the header fields that describe a response's body, its
+// representation and its validators: a handler's, dropped when its held
+// failure is answered by a fallback or goes out without its body.
+var bodyFields = []string{
+	"Content-Type", "Content-Length", "Content-Encoding", "Content-Range",
+	"Content-Language", "Content-Disposition", "Content-Location", "Etag",
+	"Last-Modified", "X-Content-Type-Options",
+}
+
+func dropBodyFields(h http.Header) {
+	for _, f := range bodyFields {
+		delete(h, f)
+	}
 }
 
 // Reject answers r, in a handler behind Middleware, as the middleware

@@ -94,12 +94,14 @@ func (rw *responseWriter) reset() {
 func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
 
 // WriteHeader records the first final status and passes it on; a 5xx
-// that a fallback of the Guard answers is held back.
+// that a fallback of the Guard answers is held back, unless it answers a
+// rejection (an inner middleware's, or Reject's), which is not the
+// handler's failure.
 func (rw *responseWriter) WriteHeader(code int) {
 	if rw.held {
 		return
 	}
-	if rw.status == 0 && code >= 500 && rw.answer && rw.declared(code) {
+	if rw.status == 0 && code >= 500 && rw.answer && !rw.rejected && rw.declared(code) {
 		rw.status, rw.held = code, true
 		return
 	}
