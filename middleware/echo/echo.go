@@ -1,9 +1,11 @@
 package sluiceecho
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -282,6 +284,9 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// answered by the fallback.
 			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
 			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), ferr, call.Decision()); fb != nil {
+				// An outer middleware counts the fallback's answer as
+				// nothing, as it does this one's rejections.
+				c.Set(rejectedKey, true)
 				c.SetRequest(fr)
 				fb.ServeHTTP(c.Response(), fr)
 				return nil
@@ -291,7 +296,8 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	}
 	o := cfg.outcome(c, reqCtx, err, cerr)
 	call.Report(o, nil)
-	if capture != nil && !capture.done && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
+	// A hijacked connection has no HTTP response to keep.
+	if capture != nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
 		keep.Keep(c.Request(), routeOf(c, rt), key, call.Start(), c.Response().Header(), capture.body)
 	}
 	return err
@@ -403,9 +409,20 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err e
 // the route's Guard, up to max bytes.
 type captureWriter struct {
 	http.ResponseWriter
-	body []byte
-	max  int
-	done bool // outgrew max
+	body     []byte
+	max      int
+	done     bool // outgrew max
+	hijacked bool
+}
+
+// Hijack hands the connection to the handler (a WebSocket upgrade, say),
+// noting that the response is none to keep.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, rw, err
 }
 
 func (w *captureWriter) Write(b []byte) (int, error) {

@@ -964,3 +964,82 @@ func TestCauses(t *testing.T) {
 		return func(w scenario.Work) string { return scenario.ServeWork(e, w) }
 	})
 }
+
+// onOff rejects with an open circuit while on.
+type onOff struct{ on bool }
+
+func (*onOff) Name() string { return "switch" }
+func (s *onOff) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	if s.on {
+		return 0, sluice.Quota{Limit: -1, RetryAfter: time.Second}, sluice.ErrCircuitOpen
+	}
+	return 0, sluice.Quota{Limit: -1}, nil
+}
+func (*onOff) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (*onOff) Needs() sluice.Needs                                              { return 0 }
+
+// A GET whose handler hijacks its connection (a WebSocket upgrade) has no
+// HTTP response to keep: the stale cache stays empty, and a later rejection
+// of the route is answered 503, not with an empty copy.
+func TestHijackedGetKeepsNoStaleCopyBehindEcho(t *testing.T) {
+	sw := &onOff{}
+	cache, err := middleware.NewStaleCache(8, time.Minute, 1024)
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(sw), sluice.WithClock(sluice.NewManualClock(time.Hour)), sluice.WithFallback(cache))
+	require.NoError(t, err)
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/ws", func(c echo.Context) error {
+		conn, brw, err := http.NewResponseController(c.Response()).Hijack()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+		return brw.Flush()
+	})
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+	hr, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, hr.StatusCode)
+	_, _ = io.Copy(io.Discard, conn) // the handler has closed it
+	assert.Zero(t, cache.Len(), "a hijacked GET is no response to keep")
+
+	sw.on = true
+	rec := do(e, http.MethodGet, "/ws")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Empty(t, rec.Header().Get("Age"))
+}
+
+// An inner middleware's fallback answering its handler's failure is, for
+// an outer one, an answer in place of the handler: Ignored, and no good
+// response for the outer Guard's stale cache.
+func TestInnerFailureFallbackIsNoGoodResponseForOuterBehindEcho(t *testing.T) {
+	outer := testpolicy.NewCounter()
+	cache, err := middleware.NewStaleCache(8, time.Minute, 1024)
+	require.NoError(t, err)
+	og, err := sluice.New(sluice.With(outer), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(cache))
+	require.NoError(t, err)
+	fb, err := degrade.New(degrade.OnError(func(context.Context, error) (http.Handler, error) {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "placeholder") }), nil
+	}))
+	require.NoError(t, err)
+	inner := testpolicy.NewCounter()
+	ig, err := sluice.New(sluice.With(inner), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(mw(t, WithGuard(og)), mw(t, WithGuard(ig)))
+	e.GET("/prices", func(echo.Context) error { return errors.New("down") })
+	rec := do(e, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "placeholder", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, inner.Outcomes())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
+	assert.Zero(t, cache.Len(), "the inner fallback's answer is not kept as a good response")
+}
