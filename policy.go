@@ -179,7 +179,9 @@ type StateSource interface {
 // or 429, or the RetryInfo of a gRPC Unavailable or ResourceExhausted. The
 // net/http Transport and the gRPC client interceptors call OpenFor on each
 // policy of their Guard that implements it, with the request's context and
-// the instant the call began, so a custom policy can take part too.
+// the instant the answer arrived, on the Guard's clock, so that the hold
+// lasts the whole delay asked, however long the call took; a custom policy
+// can take part too.
 type Opener interface {
 	// OpenFor stops admitting, from the instant now and for at least d, the
 	// calls that ctx selects: all of them for a breaker.Breaker, those of

@@ -48,6 +48,15 @@ var ReadsResource func(g any) bool
 // with.
 var Timed func(g any) bool
 
+// Classify returns the sluice.Outcome that g (a *sluice.Guard, not nil)
+// counts err as, by its Classifier, for adapters that report an attempt
+// themselves.
+var Classify func(g any, err error) uint8
+
+// Now reads the clock of g (a *sluice.Guard, not nil): the instant an
+// answer arrived, for Opener.OpenFor.
+var Now func(g any) time.Duration
+
 // Served tells g (a *sluice.Guard, not nil) that its fallback named name
 // answered in place of err: its counters and OnFallback observers hear of
 // it, as when Execute's fallback serves.

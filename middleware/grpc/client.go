@@ -127,7 +127,7 @@ func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method strin
 	}
 	err = c.invoke(ctx, &call, method, req, reply, cc, invoker, opts)
 	if err != nil {
-		c.holdOpen(ctx, g, call.Start(), err)
+		c.holdOpen(ctx, g, err)
 	}
 	return err
 }
@@ -184,7 +184,9 @@ func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
 		if perr != nil || ms < 0 {
 			return 0, false
 		}
-		d = time.Duration(min(ms, int64(time.Hour/time.Millisecond))) * time.Millisecond
+		// Capped only to stay a Duration: a delay that long is past any
+		// Retry's MaxBackoff, which ends the retries.
+		d = time.Duration(min(ms, int64(1<<63-1)/int64(time.Millisecond))) * time.Millisecond
 	}
 	st, _ := status.FromError(err)
 	for _, det := range st.Details() {
@@ -196,10 +198,10 @@ func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
 }
 
 // holdOpen holds g's breakers open for the delay of err's RetryInfo, capped
-// by WithMaxRetryDelay, from now (an instant on g's clock), when err is a
-// peer's Unavailable or ResourceExhausted that carries one. The client's own
-// rejections never do.
-func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, now time.Duration, err error) {
+// by WithMaxRetryDelay, from now, when err is a peer's Unavailable or
+// ResourceExhausted that carries one: the whole delay, however long the
+// call took. The client's own rejections never do.
+func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	default:
@@ -218,6 +220,7 @@ func (c *config) holdOpen(ctx context.Context, g *sluice.Guard, now time.Duratio
 	if delay = min(delay, c.maxRetry); delay <= 0 {
 		return
 	}
+	now := guardhook.Now(g)
 	for _, p := range g.Policies() {
 		if o, ok := p.(sluice.Opener); ok {
 			o.OpenFor(ctx, now, delay)
@@ -368,7 +371,7 @@ func (s *clientStream) end(err error) {
 	}
 	s.call.Report(s.c.outcome(err), nil)
 	if err != nil {
-		s.c.holdOpen(s.ctx, s.g, s.call.Start(), err)
+		s.c.holdOpen(s.ctx, s.g, err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/retrytest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -283,4 +284,61 @@ func TestClientRetriesASluiceServersRejectionAfterThePushback(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A server's pushback is the least wait before a retry, however long: only
+// the Retry's MaxBackoff bounds it.
+func TestClientHonoursAPushbackOfHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in, _ := retrying(t, sluice.Retry{Attempts: 2, Backoff: time.Millisecond, MaxBackoff: 3 * time.Hour, Budget: 1})
+		s := &fakeServer{answer: func(n int) (metadata.MD, error) {
+			if n == 1 {
+				return metadata.Pairs(MetadataRetryPushback, "7200000"), status.Error(codes.Unavailable, "down")
+			}
+			return nil, nil
+		}}
+		require.NoError(t, callThrough(in, context.Background(), s))
+		require.Equal(t, 2, s.calls())
+		assert.GreaterOrEqual(t, s.at[1].Sub(s.at[0]), 2*time.Hour)
+	})
+}
+
+// slowStream is a server stream that fails, after lasting d, with
+// Unavailable and a RetryInfo asking for retry.
+type slowStream struct {
+	grpc.ClientStream
+	d, retry time.Duration
+}
+
+func (s slowStream) RecvMsg(any) error {
+	time.Sleep(s.d)
+	st, _ := status.New(codes.Unavailable, "draining").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(s.retry)})
+	return st.Err()
+}
+
+// A stream's RetryInfo holds the breaker open for the whole delay from
+// when the stream ended, however long it lasted.
+func TestStreamRetryInfoHoldsFromItsEnd(t *testing.T) {
+	for _, lasted := range []time.Duration{0, 10 * time.Second} {
+		t.Run("stream lasted "+lasted.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := breaker.New("dep", breaker.WithConsecutiveFailures(100))
+				require.NoError(t, err)
+				g, err := sluice.New(sluice.With(b), sluice.WithClock(monoclock.New()))
+				require.NoError(t, err)
+				in, err := StreamClientInterceptor(WithGuard(g))
+				require.NoError(t, err)
+				desc := &grpc.StreamDesc{ServerStreams: true}
+				streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+					return slowStream{d: lasted, retry: 2 * time.Second}, nil
+				}
+				st, err := in(context.Background(), desc, nil, "/pkg.Svc/Watch", streamer)
+				require.NoError(t, err)
+				require.Equal(t, codes.Unavailable, status.Code(st.RecvMsg(nil)))
+				time.Sleep(time.Second)
+				_, err = in(context.Background(), desc, nil, "/pkg.Svc/Watch", streamer)
+				assert.ErrorIs(t, err, sluice.ErrCircuitOpen, "held open 2 s from the stream's end")
+			})
+		})
+	}
 }

@@ -18,7 +18,9 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/retrytest"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -404,4 +406,70 @@ func TestTransportClosesTheReplayedBodyWhenTheRetryIsRejected(t *testing.T) {
 			assert.True(t, b.closed, "body %d left open", i+1)
 		}
 	})
+}
+
+// A transport error is retried, and counted, as the Guard's Classifier
+// says: one it ignores is neither retried nor a failure of its breaker.
+func TestTransportRetriesTransportErrorsByTheGuardsClassifier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		count := testpolicy.NewCounter()
+		dep := &recorder{answer: func(int, *http.Request) (*http.Response, error) {
+			return nil, errors.New("connection reset")
+		}}
+		rt := retryTransport(t, dep, generous, sluice.With(count),
+			sluice.WithClassifier(func(error) sluice.Outcome { return sluice.Ignored }))
+		_, err := send(t, rt, context.Background(), http.MethodGet, nil)
+		require.Error(t, err)
+		assert.Equal(t, 1, dep.calls(), "not retried")
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, count.Outcomes())
+	})
+}
+
+// A peer's Retry-After is the least wait before a retry, however long:
+// only the Retry's MaxBackoff bounds it.
+func TestTransportHonoursARetryAfterOfHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dep := &recorder{answer: func(n int, _ *http.Request) (*http.Response, error) {
+			if n == 1 {
+				return answer(503, "Retry-After", "7200"), nil
+			}
+			return answer(200), nil
+		}}
+		rt := retryTransport(t, dep, sluice.Retry{Attempts: 2, Backoff: time.Millisecond, MaxBackoff: 3 * time.Hour, Budget: 1})
+		resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Len(t, dep.at, 2)
+		assert.GreaterOrEqual(t, dep.at[1].Sub(dep.at[0]), 2*time.Hour)
+	})
+}
+
+// A Retry-After holds the host's breaker open for the whole delay from
+// when the answer came, however long the call took to get it.
+func TestTransportRetryAfterHoldsFromTheAnswer(t *testing.T) {
+	for _, took := range []time.Duration{0, 3 * time.Second} {
+		t.Run("answer took "+took.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				dep := &recorder{answer: func(int, *http.Request) (*http.Response, error) {
+					time.Sleep(took)
+					return answer(503, "Retry-After", "2"), nil
+				}}
+				rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
+					b, err := breaker.New("dep", breaker.WithConsecutiveFailures(100))
+					if err != nil {
+						return nil, err
+					}
+					return sluice.New(sluice.With(b), sluice.WithClock(monoclock.New()))
+				})
+				require.NoError(t, err)
+				defer rt.Close()
+				_, err = send(t, rt, context.Background(), http.MethodGet, nil)
+				require.NoError(t, err)
+				time.Sleep(time.Second)
+				_, err = send(t, rt, context.Background(), http.MethodGet, nil)
+				assert.ErrorIs(t, err, sluice.ErrCircuitOpen, "held open 2 s from the answer")
+				assert.Equal(t, 1, dep.calls())
+			})
+		})
+	}
 }

@@ -448,7 +448,9 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				discard(resp.Body)
 			}
 			if replay {
-				o := sluice.DefaultClassifier(err)
+				// Classified as the attempt's end would be: by the Guard's
+				// Classifier, unless the Transport has its own.
+				o := sluice.Outcome(guardhook.Classify(g, err))
 				if t.cfg.classify != nil {
 					o = t.cfg.classify(nil, err)
 				}
@@ -479,10 +481,11 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) && t.cfg.maxRetryAfter > 0 {
 			if ra, ok := t.retryAfter(resp.Header.Get("Retry-After")); ok {
-				// The breakers open now; the call itself ends with its body, as
+				// The breakers open now, as the answer arrived, for the
+				// whole delay asked; the call itself ends with its body, as
 				// any other, so a concurrency limit counts it until then (a
 				// breaker drops the outcome of a call from before it opened).
-				now := call.Start()
+				now := guardhook.Now(g)
 				for _, p := range g.Policies() {
 					if op, ok := p.(sluice.Opener); ok {
 						op.OpenFor(gctx, now, ra)
@@ -495,7 +498,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// The peer's Retry-After is the least delay; one past the Retry's
 		// MaxBackoff ends the retries.
-		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), time.Hour)
+		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), maxDelay)
 		d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, atLeast)
 		if !ok {
 			break
@@ -536,6 +539,10 @@ func (t *RoundTripper) guardBody(body io.ReadCloser, st *bodyState) *guardedBody
 func (t *RoundTripper) retryAfter(v string) (time.Duration, bool) {
 	return t.parseRetryAfter(v, t.cfg.maxRetryAfter)
 }
+
+// maxDelay bounds a peer's delay where nothing else does, so that it stays
+// a Duration: a delay that long is past any Retry's MaxBackoff.
+const maxDelay = time.Duration(1<<63 - 1)
 
 // parseRetryAfter is retryAfter capped at limit.
 func (t *RoundTripper) parseRetryAfter(v string, limit time.Duration) (time.Duration, bool) {
