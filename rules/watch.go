@@ -14,6 +14,11 @@ import (
 // each a burst of events, load once.
 const quiet = 100 * time.Millisecond
 
+// longestBurst is the longest a burst of events holds a reload back: a file
+// beside the rules file written more often than quiet (a heartbeat, a log)
+// would otherwise hold an edit back for good.
+const longestBurst = time.Second
+
 // watcher is a running Watch: a goroutine that hears the file's directory,
 // and one that loads the file once a burst of events is over.
 type watcher struct {
@@ -23,7 +28,8 @@ type watcher struct {
 }
 
 // Watch starts watching the file's directory, and loads the file again
-// (see Reload) 100 ms after the last of a burst of changes there. Watching
+// (see Reload) 100 ms after the last of a burst of changes there, or 1 s
+// after its first while the changes go on. Watching
 // the directory rather than the file sees a file replaced by a rename (as
 // editors save) and the symlink swap by which Kubernetes updates a
 // mounted ConfigMap. A file removed keeps the rules in force, until one is
@@ -54,7 +60,7 @@ func (l *Loader) Watch() error {
 	}()
 	go func() {
 		defer func() { w.ends <- struct{}{} }()
-		debounce(kick, quiet, w.done, func() { _ = l.Reload() })
+		debounce(kick, quiet, longestBurst, w.done, func() { _ = l.Reload() })
 	}()
 	l.w = w
 	return nil
@@ -92,18 +98,24 @@ func (w *watcher) stop() {
 }
 
 // debounce calls fire once events has been quiet for d after a burst of
-// sends, until stop is closed.
-func debounce(events <-chan struct{}, d time.Duration, stop <-chan struct{}, fire func()) {
+// sends, or once the burst has lasted longest, until stop is closed.
+func debounce(events <-chan struct{}, d, longest time.Duration, stop <-chan struct{}, fire func()) {
 	t := time.NewTimer(d)
 	t.Stop()
+	var began time.Time // the first send of the burst; zero between bursts
 	for {
 		select {
 		case <-stop:
 			t.Stop()
 			return
 		case <-events:
-			t.Reset(d)
+			now := time.Now()
+			if began.IsZero() {
+				began = now
+			}
+			t.Reset(max(min(d, began.Add(longest).Sub(now)), 0))
 		case <-t.C:
+			began = time.Time{}
 			fire()
 		}
 	}

@@ -99,16 +99,22 @@ func TestWatchTwiceFails(t *testing.T) {
 	assert.Error(t, l.Watch())
 }
 
+// debouncing runs debounce with a quiet period of 100 ms and bursts of at
+// most 1 s, until stop is closed (then done is), noting when it fires.
+func debouncing() (events, stop, done chan struct{}, fired *[]time.Duration) {
+	events, stop, done = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	fired = new([]time.Duration)
+	start := time.Now()
+	go func() {
+		defer close(done)
+		debounce(events, 100*time.Millisecond, time.Second, stop, func() { *fired = append(*fired, time.Since(start)) })
+	}()
+	return events, stop, done, fired
+}
+
 func TestDebounceFiresOnceAfterABurst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		events, stop := make(chan struct{}), make(chan struct{})
-		var fired []time.Duration
-		start := time.Now()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			debounce(events, 100*time.Millisecond, stop, func() { fired = append(fired, time.Since(start)) })
-		}()
+		events, stop, done, fired := debouncing()
 		// A burst: five events 30 ms apart, then quiet.
 		for range 5 {
 			events <- struct{}{}
@@ -116,19 +122,35 @@ func TestDebounceFiresOnceAfterABurst(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		assert.Equal(t, []time.Duration{220 * time.Millisecond}, fired, "once, 100 ms after the last event at 120 ms")
+		assert.Equal(t, []time.Duration{220 * time.Millisecond}, *fired, "once, 100 ms after the last event at 120 ms")
 
 		// A lone event later fires on its own.
 		events <- struct{}{}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		assert.Equal(t, []time.Duration{220 * time.Millisecond, 1250 * time.Millisecond}, fired)
+		assert.Equal(t, []time.Duration{220 * time.Millisecond, 1250 * time.Millisecond}, *fired)
 
 		// An event whose quiet period is cut short by stop never fires.
 		events <- struct{}{}
 		close(stop)
 		<-done
 		time.Sleep(time.Second)
-		assert.Len(t, fired, 2)
+		assert.Len(t, *fired, 2)
+	})
+}
+
+// Events that never stop for the quiet period (a file beside the rules
+// file written every 20 ms) hold a reload back no longer than the longest
+// burst: it fires a second after the burst began, and again a second later.
+func TestDebounceFiresWithinTheLongestBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		events, stop, done, fired := debouncing()
+		for range 125 { // 2.5 s
+			events <- struct{}{}
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(stop)
+		<-done
+		assert.Equal(t, []time.Duration{time.Second, 2 * time.Second}, *fired)
 	})
 }
