@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -396,4 +398,47 @@ default: api
 	_, err := New(path, WithLogger(quietLog))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "rules.yaml:5:9: policy fleet: store: redis, but the program gave no Redis client")
+}
+
+// shadowFile is a file of three guards: a, whose bucket holds burst; c, of
+// the kind cKind; and b, a chain of 65 policies whose last is shadowed when
+// shadowLast.
+func shadowFile(burst int, cKind string, shadowLast bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "guards:\n  a:\n    policies:\n      - {name: a-rate, kind: token-bucket, rate: 1/min, burst: %d}\n", burst)
+	fmt.Fprintf(&b, "  c:\n    policies:\n      - {name: c-limit, kind: %s, limit: 5, window: 1m}\n", cKind)
+	b.WriteString("  b:\n    policies:\n")
+	for i := range 65 {
+		shadow := ""
+		if i == 64 && shadowLast {
+			shadow = ", shadow: true"
+		}
+		fmt.Fprintf(&b, "      - {name: b%d, kind: token-bucket, rate: 1000/s, burst: 1000%s}\n", i, shadow)
+	}
+	b.WriteString("default: a\n")
+	return b.String()
+}
+
+// A Guard shadows only the first 64 policies of its chain: a file that
+// shadows a later one is refused as it is read, before the rules in force
+// change (new numbers, a guard rebuilt), and a sound file loads after it.
+func TestShadowPast64IsRefusedBeforeAnythingChanges(t *testing.T) {
+	l, path := newLoader(t, shadowFile(3, "fixed-window", false))
+	writeRules(t, path, shadowFile(1, "sliding-log", true))
+	err := l.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `guard "b": policy "b64" is policy 65 of the chain; only the first 64 can be shadowed`)
+	assert.Equal(t, uint64(1), l.Version().N)
+	ga, ok := l.Guard("a")
+	require.True(t, ok)
+	admitted := 0
+	for range 4 {
+		if ga.Do(t.Context(), func(context.Context) error { return nil }) == nil {
+			admitted++
+		}
+	}
+	assert.Equal(t, 3, admitted, "a's bucket keeps its burst of 3")
+	writeRules(t, path, shadowFile(3, "sliding-log", false))
+	require.NoError(t, l.Reload())
+	assert.Equal(t, uint64(2), l.Version().N)
 }

@@ -369,6 +369,9 @@ func (p *parser) rate(n *yaml.Node, what string) ratelimit.Rate {
 	return ratelimit.Rate{Count: count, Period: period}
 }
 
+// maxShadowed is how many leading policies of a chain a Guard can shadow.
+const maxShadowed = 64
+
 func (p *parser) guards(s *spec, n *yaml.Node) {
 	p.fields(n, "guards", func(name string, v *yaml.Node) {
 		g := &guardSpec{name: name, at: at(v)}
@@ -396,6 +399,15 @@ func (p *parser) guards(s *spec, n *yaml.Node) {
 				p.errf(v, "guard %q: unknown field %q (want policies, key, timeout, shadow)", name, k)
 			}
 		})
+		// A Guard can shadow the first 64 policies of its chain only:
+		// refused here, a later one would fail the load after the rules in
+		// force had begun to change.
+		for i, pol := range g.policies {
+			if i >= maxShadowed && (pol.shadow || g.shadow) {
+				p.errf(v, "guard %q: policy %q is policy %d of the chain; only the first %d can be shadowed", name, pol.name, i+1, maxShadowed)
+				break
+			}
+		}
 		s.guards = append(s.guards, g)
 		s.byName[name] = g
 	})
