@@ -98,6 +98,11 @@ type RoundTripper struct {
 	hosts   map[string]*list.Element
 	lru     list.List // front: most recently used; values *hostGuard
 	pending map[string]*pendingGuard
+	// closing holds, for each host dropped whose Guard is being closed, a
+	// channel closed once it is: a call to the host waits for it before
+	// making the next, so that a host never has two Guards open at once
+	// (observers refuse a second live Guard of a name).
+	closing map[string]chan struct{}
 }
 
 // pendingGuard is a host's Guard being made: the calls that want it meanwhile
@@ -179,6 +184,7 @@ func Transport(next http.RoundTripper, guards func(host string) (*sluice.Guard, 
 			wallNow:       time.Now,
 		},
 		hosts: make(map[string]*list.Element), pending: make(map[string]*pendingGuard),
+		closing: make(map[string]chan struct{}),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -197,6 +203,19 @@ func Transport(next http.RoundTripper, guards func(host string) (*sluice.Guard, 
 // for their context to end (ctx.Err()).
 func (t *RoundTripper) guard(ctx context.Context, host string) (*hostGuard, error) {
 	t.mu.Lock()
+	for {
+		closing, ok := t.closing[host]
+		if !ok {
+			break
+		}
+		t.mu.Unlock()
+		select {
+		case <-closing:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		t.mu.Lock()
+	}
 	if el, ok := t.hosts[host]; ok {
 		t.lru.MoveToFront(el)
 		hg := el.Value.(*hostGuard)
@@ -235,35 +254,52 @@ func (t *RoundTripper) guard(ctx context.Context, host string) (*hostGuard, erro
 func (t *RoundTripper) end(hg *hostGuard) {
 	t.mu.Lock()
 	hg.calls--
-	var dropped *sluice.Guard
+	drop := false
 	// Any other host without calls was dropped when it lost its last call
 	// or when a host was added, whichever came last, had the table been
 	// full then: hg is the only one that may go.
 	if hg.calls == 0 && hg.el != nil && t.lru.Len() > t.cfg.maxHosts {
 		t.dropLocked(hg)
-		dropped = hg.g
+		drop = true
 	}
 	t.mu.Unlock()
-	_ = dropped.Close()
+	if drop {
+		t.closeDropped(hg)
+	}
 }
 
-// dropLocked forgets hg; t.mu is held.
+// dropLocked forgets hg, whose Guard the caller closes with closeDropped
+// once t.mu is released; t.mu is held.
 func (t *RoundTripper) dropLocked(hg *hostGuard) {
 	t.lru.Remove(hg.el)
 	hg.el = nil
 	delete(t.hosts, hg.host)
+	t.closing[hg.host] = make(chan struct{})
+}
+
+// closeDropped closes the Guards of the hosts dropLocked dropped, then lets
+// the calls to them that wait make new ones.
+func (t *RoundTripper) closeDropped(hgs ...*hostGuard) {
+	for _, hg := range hgs {
+		_ = hg.g.Close()
+		t.mu.Lock()
+		closed := t.closing[hg.host]
+		delete(t.closing, hg.host)
+		t.mu.Unlock()
+		close(closed)
+	}
 }
 
 // evictLocked drops the least recently used hosts without calls until at
-// most maxHosts are kept or every host kept has calls, and returns their
-// Guards, to be closed outside the lock; t.mu is held.
-func (t *RoundTripper) evictLocked() []*sluice.Guard {
-	var evicted []*sluice.Guard
+// most maxHosts are kept or every host kept has calls, and returns them,
+// for closeDropped; t.mu is held.
+func (t *RoundTripper) evictLocked() []*hostGuard {
+	var evicted []*hostGuard
 	for el := t.lru.Back(); el != nil && t.lru.Len() > t.cfg.maxHosts; {
 		prev := el.Prev()
 		if hg := el.Value.(*hostGuard); hg.calls == 0 {
 			t.dropLocked(hg)
-			evicted = append(evicted, hg.g)
+			evicted = append(evicted, hg)
 		}
 		el = prev
 	}
@@ -285,7 +321,7 @@ func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
 	defer func() {
 		t.mu.Lock()
 		delete(t.pending, host)
-		var evicted []*sluice.Guard
+		var evicted []*hostGuard
 		if err == nil {
 			hg := &hostGuard{host: host, g: g, calls: 1 + p.waiters}
 			hg.el = t.lru.PushFront(hg)
@@ -298,9 +334,7 @@ func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
 		p.resolved = true
 		t.mu.Unlock()
 		close(p.ready)
-		for _, e := range evicted {
-			_ = e.Close()
-		}
+		t.closeDropped(evicted...)
 	}()
 	g, err = t.factory(host)
 }

@@ -1021,3 +1021,94 @@ func (t *RoundTripper) Hosts() int {
 	defer t.mu.Unlock()
 	return t.lru.Len()
 }
+
+// oneLivePerName is an Observer that, as a dashboard does, refuses a
+// second live Guard of a name; its detach waits for release.
+type oneLivePerName struct {
+	mu      sync.Mutex
+	live    map[string]bool
+	release chan struct{}
+}
+
+func (o *oneLivePerName) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.live[g.Name()] {
+		return nil, nil, fmt.Errorf("a Guard named %q is live already", g.Name())
+	}
+	o.live[g.Name()] = true
+	return nil, func() {
+		<-o.release
+		o.mu.Lock()
+		delete(o.live, g.Name())
+		o.mu.Unlock()
+	}, nil
+}
+
+// A host dropped for WithMaxHosts has its Guard closed before a call to
+// it makes the next: a host never has two Guards at once, so a guards
+// function that names them by host, observed, does not fail.
+func TestTransportDroppedHostIsClosedBeforeItsNextGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &oneLivePerName{live: map[string]bool{}, release: make(chan struct{})}
+		rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+			return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
+		}, WithMaxHosts(1))
+		require.NoError(t, err)
+		call := func(host string) error {
+			resp, err := get(t, rt, "http://"+host+"/x", nil)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err
+		}
+		require.NoError(t, call("a.test"))
+		go func() { _ = call("b.test") }() // drops a.test, whose Guard's close waits
+		synctest.Wait()
+		var again error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			again = call("a.test")
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+			t.Fatal("a.test's next Guard was made while its last was still closing")
+		default:
+		}
+		close(obs.release)
+		<-done
+		require.NoError(t, again)
+		require.NoError(t, rt.Close())
+	})
+}
+
+// Under churn (callers to more hosts than WithMaxHosts keeps), no call
+// meets a host's Guard still open from before.
+func TestTransportHostChurnNeverHasTwoGuardsOfAHost(t *testing.T) {
+	obs := &oneLivePerName{live: map[string]bool{}, release: make(chan struct{})}
+	close(obs.release)
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+		return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
+	}, WithMaxHosts(3))
+	require.NoError(t, err)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://h%d.test/x", (w*7+i)%9), nil)
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, failed.Load(), "calls failed of 1600")
+	require.NoError(t, rt.Close())
+}
