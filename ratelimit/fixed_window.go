@@ -94,9 +94,10 @@ func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 // the units used in the current window stay used (a window already past
 // the new limit admits nothing more until it ends); with a new window,
 // they are counted in the new window that holds the current one's end,
-// until that window ends. Safe while requests are decided; a request
-// admitted before the change and released after it, within the window it
-// was counted in, gives nothing back.
+// until that window ends. Safe while requests are decided; when the
+// window changes, or a limit crosses a power of two, a request admitted
+// in the current window and released after the change, within it, gives
+// nothing back.
 func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 	c, err := newWindowConfig(limit, window)
 	if err != nil {
@@ -116,9 +117,6 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 		// this length can tell apart (see checkGranularity).
 		idx := int64(s) >> old.cb
 		end := time.Duration(idx+1) * old.window // the end of that window
-		// Every admission counted so far came before that end: its
-		// release, cut for the old numbers, gives nothing back.
-		c.since = end - 1
 		if window != old.window {
 			// The count moves to the new window that holds the old one's
 			// last instant, so it is held no shorter than it would have
@@ -137,6 +135,15 @@ func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
 			}
 		}
 		c.state.Store(uint64(idx)<<c.cb | used)
+		c.since = old.since
+		if window != old.window || c.cb != old.cb {
+			// Tickets read otherwise now: every admission counted so far
+			// came before that end, and its release, cut for the old
+			// numbers, gives nothing back. With the same window and field
+			// a ticket reads the same, and gives back to the count it was
+			// counted in, carried over.
+			c.since = end - 1
+		}
 	}
 	w.cfg.Store(c)
 	return nil

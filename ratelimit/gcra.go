@@ -200,7 +200,9 @@ func NewGCRA(r Rate, burst int64, opts ...Option) (*GCRA, error) {
 // them: on an error nothing changes. The limiter keeps its theoretical
 // arrival time, the instant it is full again, as the Redis GCRA does: a
 // full limiter is full at its new size, and one that lacks tokens repays
-// the same time. Safe while requests are decided.
+// the same time. Safe while requests are decided; when the rate changes, a
+// request admitted before the limiter is full again and released after the
+// change gives nothing back.
 func (g *GCRA) SetLimit(r Rate, burst int64) error {
 	return setBucket(&g.cfg, &g.mu, "gcra", r, burst, keepTAT)
 }

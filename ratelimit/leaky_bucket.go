@@ -105,8 +105,9 @@ func newLeakyConfig(r Rate, capacity int64) (*leakyConfig, error) {
 // instant it will be empty, so its content drains in the time it would
 // have, even above a capacity lowered below it: it then admits nothing
 // until it has leaked below the new capacity. Safe while requests are
-// decided; a request admitted before the change and released before the
-// bucket would have emptied takes nothing out.
+// decided; when the rate changes, or the capacity crosses a power of two,
+// a request admitted before the bucket would have emptied and released
+// after the change takes nothing out.
 func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	c, err := newLeakyConfig(r, capacity)
 	if err != nil {
@@ -116,11 +117,13 @@ func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
 	defer b.mu.Unlock()
 	old := b.cfg.Load()
 	at := old.emptyAt.v.Swap(tatFrozen)
-	// Every admission so far came before the instant the bucket empties:
-	// its release, cut for the old numbers, takes nothing out.
-	c.since = time.Duration(at)
-	if at == emptyTAT {
-		c.since = old.since // nothing admitted yet: no release to drop
+	c.since = old.since
+	if at != emptyTAT && (c.unit != old.unit || c.cb != old.cb) {
+		// Tickets read otherwise now: every admission so far came before
+		// the instant the bucket empties, and its release, cut for the old
+		// numbers, takes nothing out. Read the same, a ticket takes out
+		// what it put in.
+		c.since = time.Duration(at)
 	}
 	c.emptyAt.v.Store(at)
 	b.cfg.Store(c)

@@ -243,3 +243,86 @@ func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
 	g.Done(b.Ticket, sluice.Released, now, 0)
 	require.Error(t, policytest.AnswerOf(g.Admit(ctx, now)).Cause, "cut at 1s a token, it would give back 10s")
 }
+
+// A SetLimit whose tickets read as before (the same rate or window, a
+// limit of the same bit length) cuts no release: a request admitted after
+// it, or before it, and released gives back what it took, as with no
+// change. Counted: what a limiter admits afterwards at the same instant.
+func TestReleaseAfterASetLimitThatReadsTicketsAlikeGivesBack(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name string
+		mk   func() (sluice.Policy, func() error)
+	}{
+		{"fixed window", func() (sluice.Policy, func() error) {
+			w, _ := ratelimit.NewFixedWindow(4, time.Second)
+			return w, func() error { return w.SetLimit(5, time.Second) }
+		}},
+		{"sliding window", func() (sluice.Policy, func() error) {
+			w, _ := ratelimit.NewSlidingWindow(2, time.Second, 4)
+			return w, func() error { return w.SetLimit(3, time.Second, 4) }
+		}},
+		{"gcra", func() (sluice.Policy, func() error) {
+			g, _ := ratelimit.NewGCRA(ratelimit.Every(100*ms), 2)
+			return g, func() error { return g.SetLimit(ratelimit.Every(100*ms), 3) }
+		}},
+		{"leaky bucket", func() (sluice.Policy, func() error) {
+			b, _ := ratelimit.NewLeakyBucket(ratelimit.Every(100*ms), 2)
+			return b, func() error { return b.SetLimit(ratelimit.Every(100*ms), 3) }
+		}},
+		{"warm-up", func() (sluice.Policy, func() error) {
+			w, _ := ratelimit.NewWarmUp(ratelimit.Every(100*ms), 10, time.Second, 3)
+			return w, func() error { return w.SetLimit(ratelimit.Every(100*ms), 11, time.Second, 3) }
+		}},
+		{"token bucket", func() (sluice.Policy, func() error) {
+			b, _ := ratelimit.NewTokenBucket(ratelimit.Every(100*ms), 2, ratelimit.WithClock(sluice.NewManualClock(0)))
+			return b, func() error { return b.SetLimit(ratelimit.Every(100*ms), 3) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, now := context.Background(), 10*ms
+			after := func(set, release bool) int {
+				p, setLimit := tc.mk()
+				before := policytest.AnswerOf(p.Admit(ctx, now))
+				require.NoError(t, before.Cause)
+				if set {
+					require.NoError(t, setLimit())
+				}
+				a := policytest.AnswerOf(p.Admit(ctx, now))
+				require.NoError(t, a.Cause)
+				if release {
+					p.Done(a.Ticket, sluice.Released, now, 0)
+					p.Done(before.Ticket, sluice.Released, now, 0)
+				}
+				n := 0
+				for range 100 {
+					if policytest.AnswerOf(p.Admit(ctx, now)).Cause != nil {
+						break
+					}
+					n++
+				}
+				return n
+			}
+			require.Equal(t, after(false, false)+2, after(false, true), "with no change, the two releases give back")
+			assert.Equal(t, after(true, false)+2, after(true, true), "after the change, both releases give back what they took")
+		})
+	}
+}
+
+// The same for a shaper: a turn taken after a SetLimit at the same rate
+// (and a maximum wait of the same bit length) and released is free again
+// for the next request.
+func TestShaperReleaseAfterASetLimitAtTheSameRateGivesBack(t *testing.T) {
+	const ms = time.Millisecond
+	ctx := context.Background()
+	s, err := ratelimit.NewShaper(ratelimit.Every(100*ms), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, policytest.AnswerOf(s.Admit(ctx, 0)).Cause) // the turn [0, 100ms)
+	require.NoError(t, s.SetLimit(ratelimit.Every(100*ms), 1050*ms))
+	a := policytest.AnswerOf(s.Admit(ctx, 100*ms)) // the turn [100ms, 200ms), no wait
+	require.NoError(t, a.Cause)
+	s.Done(a.Ticket, sluice.Released, 100*ms, 0)
+	short, cancel := context.WithTimeout(ctx, 50*ms)
+	defer cancel()
+	assert.NoError(t, policytest.AnswerOf(s.Admit(short, 100*ms)).Cause, "the released turn is free again: no wait")
+}

@@ -117,8 +117,9 @@ func newShaperConfig(r Rate, maxWait time.Duration) (*shaperConfig, error) {
 // when the last one taken ends, and is then spaced at the new rate. A
 // shaper that never waits (maxWait 0) cannot be given a wait, nor one that
 // waits be made never to: a Guard asks once whether its Admit may block.
-// Safe while requests are decided; a request admitted before the change
-// and released before the last turn taken ends gives nothing back.
+// Safe while requests are decided; when the rate changes, or the maximum
+// wait crosses a power of two, a request admitted before the last turn
+// taken ends and released after the change gives nothing back.
 func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 	c, err := newShaperConfig(r, maxWait)
 	if err != nil {
@@ -131,11 +132,13 @@ func (s *Shaper) SetLimit(r Rate, maxWait time.Duration) error {
 		return fmt.Errorf("ratelimit: shaper: SetLimit cannot change a maximum wait of %v to %v: whether Admit waits is fixed", time.Duration(old.maxWait), maxWait)
 	}
 	next := old.next.v.Swap(tatFrozen)
-	// Every admission so far came before the end of the last turn taken:
-	// its release, cut for the old numbers, gives nothing back.
-	c.since = time.Duration(next)
-	if next == emptyTAT {
-		c.since = old.since // nothing admitted yet: no release to drop
+	c.since = old.since
+	if next != emptyTAT && (c.iv != old.iv || c.cb != old.cb) {
+		// Turns and tickets read otherwise now: every admission so far
+		// came before the end of the last turn taken, and its release,
+		// cut for the old numbers, gives nothing back. Read the same, a
+		// ticket gives back its turn.
+		c.since = time.Duration(next)
 	}
 	c.next.v.Store(next)
 	s.cfg.Store(c)

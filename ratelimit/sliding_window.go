@@ -93,18 +93,21 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 // window and buckets, in their buckets; with another shape, each bucket's
 // count moves to the new bucket that holds the old one's end, so it
 // leaves the window no sooner than it would have. Safe while requests are
-// decided; a request admitted before the change and released after it,
-// within the newest bucket, gives nothing back.
+// decided; when the buckets change, or a limit crosses a power of two, a
+// request admitted in the newest bucket and released after the change,
+// within it, gives nothing back.
 func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	counts, head, nb, bucket := w.counts, w.head, w.nb, w.bucket
+	counts, head, nb, bucket, cb := w.counts, w.head, w.nb, w.bucket, w.cb
 	if err := w.shape(limit, window, buckets); err != nil {
 		return err
 	}
-	if w.started {
-		// Every admission so far came before the newest bucket's end:
-		// its release, cut for the old numbers, gives nothing back.
+	if w.started && (w.nb != nb || w.bucket != bucket || w.cb != cb) {
+		// Tickets read otherwise now: every admission so far came before
+		// the newest bucket's end, and its release, cut for the old
+		// numbers, gives nothing back. With the same buckets and field a
+		// ticket reads the same, and gives back to its bucket.
 		w.since = time.Duration(head+1)*bucket - 1
 	}
 	if w.nb == nb && w.bucket == bucket {

@@ -481,7 +481,11 @@ func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) 
 	tat := old.tat.v.Swap(tatFrozen)
 	if now == keepTAT {
 		c.since = old.since
-		if tat != emptyTAT {
+		if tat != emptyTAT && c.iv != old.iv {
+			// At another interval a release would give back other time:
+			// every admission so far came before the TAT, and its
+			// release, cut for the old numbers, gives nothing back. At the
+			// same interval it gives back what it took.
 			c.since = tat
 		}
 		c.tat.v.Store(tat)

@@ -133,9 +133,10 @@ func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) 
 // factor, validated as NewWarmUp validates them: on an error nothing
 // changes. The limiter keeps the instant it is full again, so a full one
 // is full at its new size, and how cold it is, as a share of its new
-// store of cold permits. Safe while requests are decided; a request
-// admitted before the change and released before the limiter would be
-// full again gives nothing back.
+// store of cold permits. Safe while requests are decided; when the rate
+// changes, or the burst crosses a power of two, a request admitted before
+// the limiter would be full again and released after the change gives
+// nothing back.
 func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor int64) error {
 	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
 	if err != nil {
@@ -143,15 +144,16 @@ func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor 
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.tat != emptyTAT && (nums.iv != w.iv || nums.cb != w.cb) {
+		// Tickets read otherwise now: every admission so far came before
+		// the instant the limiter is full again, and its release, cut for
+		// the old numbers, gives nothing back. Read the same, a ticket
+		// gives back its stable cost, as at any time.
+		w.since = time.Duration(w.tat)
+	}
 	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
 	w.warmUpNums = nums
 	w.last.valid = false
-	if w.tat != emptyTAT {
-		// Every admission so far came before the instant the limiter is
-		// full again: its release, cut for the old numbers, gives nothing
-		// back.
-		w.since = time.Duration(w.tat)
-	}
 	return nil
 }
 
