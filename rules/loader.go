@@ -113,7 +113,7 @@ func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
 
 // OnReload registers fn, called after every load but the first and those
 // that find the file unchanged, with its Status. Loads are serialised, and
-// fn runs within one: it must not call Reload.
+// fn runs within one: it must not call Reload or Close, which wait for it.
 func OnReload(fn func(Status)) Option {
 	return func(l *Loader) error {
 		if fn == nil {
