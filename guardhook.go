@@ -22,7 +22,13 @@ func init() {
 		gd := g.(*Guard)
 		return gd != nil && gd.timeout > 0
 	}
-	guardhook.Classify = func(g any, err error) uint8 { return uint8(g.(*Guard).classify(err)) }
+	guardhook.Classify = func(g any, cctx context.Context, err error) uint8 {
+		gd := g.(*Guard)
+		if gd.timeout > 0 {
+			err = gd.timedOut(cctx, err)
+		}
+		return uint8(gd.classify(err))
+	}
 	guardhook.Now = func(g any) time.Duration { return g.(*Guard).now() }
 	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }
 	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }

@@ -203,7 +203,7 @@ func (g *Guard) retryDelay(ctx context.Context, attempts int, began time.Time, a
 		if !began.IsZero() {
 			took = max(time.Since(began), 0)
 		}
-		if time.Until(dl) <= d+took {
+		if time.Until(dl)-took <= d { // d may be near the largest Duration
 			return 0, false // the next attempt could not end in time
 		}
 	}

@@ -473,3 +473,48 @@ func TestTransportRetryAfterHoldsFromTheAnswer(t *testing.T) {
 		})
 	}
 }
+
+// An attempt that the Guard's deadline ended is classified as its end
+// would be: as a timeout, which a Classifier may count apart.
+func TestTransportClassifiesAnAttemptPastTheDeadlineAsATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		count := testpolicy.NewCounter()
+		onlyTimeouts := func(err error) sluice.Outcome {
+			if errors.Is(err, sluice.ErrTimeout) {
+				return sluice.Failure
+			}
+			return sluice.Ignored
+		}
+		dep := &recorder{answer: func(_ int, r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		}}
+		rt := retryTransport(t, dep, sluice.Retry{Attempts: 2, Backoff: time.Millisecond, MaxBackoff: time.Second, Budget: 1, MinPerSecond: 100},
+			sluice.With(count), sluice.WithTimeout(50*time.Millisecond), sluice.WithClassifier(onlyTimeouts))
+		_, err := send(t, rt, context.Background(), http.MethodGet, nil)
+		require.Error(t, err)
+		assert.Equal(t, 2, dep.calls(), "the timeout is a failure: retried")
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 2}, count.Outcomes())
+	})
+}
+
+// A Retry-After too large for a Duration does not overflow the deadline's
+// check: the retry it asks for would outlast the deadline, and the caller
+// gets the answer at once.
+func TestTransportRetryAfterPastAnyDurationEndsTheRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dep := &recorder{answer: func(int, *http.Request) (*http.Response, error) {
+			time.Sleep(time.Millisecond)
+			return answer(503, "Retry-After", "99999999999999999999"), nil
+		}}
+		rt := retryTransport(t, dep, sluice.Retry{Attempts: 2, Backoff: time.Millisecond, MaxBackoff: 1<<63 - 1, Budget: 1, MinPerSecond: 100})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		resp, err := send(t, rt, ctx, http.MethodGet, nil)
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Less(t, time.Since(start), time.Second)
+		assert.Equal(t, 1, dep.calls())
+	})
+}

@@ -36,7 +36,8 @@ type transportConfig struct {
 // response's body is closed or read to the end; a host keeps its one Guard
 // while it has one. So while more than n hosts have calls in flight, more
 // than n are kept, and the extra hosts are dropped as their last calls end.
-// Default 1024.
+// A call to a host being dropped waits for its Guard to be closed before it
+// makes the next: a host never has two Guards open at once. Default 1024.
 func WithMaxHosts(n int) TransportOption {
 	return func(c *transportConfig) error {
 		if n < 1 {
@@ -98,10 +99,11 @@ type RoundTripper struct {
 	hosts   map[string]*list.Element
 	lru     list.List // front: most recently used; values *hostGuard
 	pending map[string]*pendingGuard
-	// closing holds, for each host dropped whose Guard is being closed, a
-	// channel closed once it is: a call to the host waits for it before
-	// making the next, so that a host never has two Guards open at once
-	// (observers refuse a second live Guard of a name).
+	// closing holds, for each host dropped (by WithMaxHosts or Close)
+	// whose Guard is being closed, a channel closed once it is: a call to
+	// the host waits for it before making the next, so that a host never
+	// has two Guards open at once (observers refuse a second live Guard of
+	// a name).
 	closing map[string]chan struct{}
 }
 
@@ -264,7 +266,7 @@ func (t *RoundTripper) end(hg *hostGuard) {
 	}
 	t.mu.Unlock()
 	if drop {
-		t.closeDropped(hg)
+		_ = t.closeDropped(hg)
 	}
 }
 
@@ -278,16 +280,26 @@ func (t *RoundTripper) dropLocked(hg *hostGuard) {
 }
 
 // closeDropped closes the Guards of the hosts dropLocked dropped, then lets
-// the calls to them that wait make new ones.
-func (t *RoundTripper) closeDropped(hgs ...*hostGuard) {
+// the calls to them that wait make new ones, even when a Close panics.
+func (t *RoundTripper) closeDropped(hgs ...*hostGuard) error {
+	var errs []error
 	for _, hg := range hgs {
-		_ = hg.g.Close()
+		if err := t.closeOne(hg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *RoundTripper) closeOne(hg *hostGuard) error {
+	defer func() {
 		t.mu.Lock()
 		closed := t.closing[hg.host]
 		delete(t.closing, hg.host)
 		t.mu.Unlock()
 		close(closed)
-	}
+	}()
+	return hg.g.Close()
 }
 
 // evictLocked drops the least recently used hosts without calls until at
@@ -334,7 +346,7 @@ func (t *RoundTripper) makeGuard(host string, p *pendingGuard) {
 		p.resolved = true
 		t.mu.Unlock()
 		close(p.ready)
-		t.closeDropped(evicted...)
+		_ = t.closeDropped(evicted...)
 	}()
 	g, err = t.factory(host)
 }
@@ -356,25 +368,20 @@ func (t *RoundTripper) Guard(host string) (*sluice.Guard, bool) {
 }
 
 // Close closes every kept Guard, whether or not its host has calls in
-// flight, and forgets them.
+// flight, and forgets them. A call to a host meanwhile waits for its Guard
+// to be closed before it makes the next.
 func (t *RoundTripper) Close() error {
 	t.mu.Lock()
-	var gs []*sluice.Guard
-	for el := t.lru.Front(); el != nil; el = el.Next() {
+	var hgs []*hostGuard
+	for el := t.lru.Front(); el != nil; {
+		next := el.Next()
 		hg := el.Value.(*hostGuard)
-		hg.el = nil
-		gs = append(gs, hg.g)
+		t.dropLocked(hg)
+		hgs = append(hgs, hg)
+		el = next
 	}
-	t.lru.Init()
-	t.hosts = make(map[string]*list.Element)
 	t.mu.Unlock()
-	var errs []error
-	for _, g := range gs {
-		if err := g.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return t.closeDropped(hgs...)
 }
 
 // CloseIdleConnections closes the idle connections of the RoundTripper
@@ -482,11 +489,14 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				discard(resp.Body)
 			}
 			if replay {
-				// Classified as the attempt's end would be: by the Guard's
-				// Classifier, unless the Transport has its own.
-				o := sluice.Outcome(guardhook.Classify(g, err))
+				// Classified as the attempt's end would be: by the
+				// Transport's classifier, else the Guard's, a timeout once
+				// the Guard's deadline has passed.
+				var o sluice.Outcome
 				if t.cfg.classify != nil {
 					o = t.cfg.classify(nil, err)
+				} else {
+					o = sluice.Outcome(guardhook.Classify(g, call.Context(), err))
 				}
 				if o == sluice.Failure && req.Context().Err() == nil {
 					if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {

@@ -1051,6 +1051,8 @@ func (o *oneLivePerName) Attach(g *sluice.Guard) (func(context.Context, sluice.C
 func TestTransportDroppedHostIsClosedBeforeItsNextGuard(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		obs := &oneLivePerName{live: map[string]bool{}, release: make(chan struct{})}
+		var release sync.Once
+		defer release.Do(func() { close(obs.release) }) // a failure leaves no goroutine blocked
 		rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
 			return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
 		}, WithMaxHosts(1))
@@ -1077,7 +1079,7 @@ func TestTransportDroppedHostIsClosedBeforeItsNextGuard(t *testing.T) {
 			t.Fatal("a.test's next Guard was made while its last was still closing")
 		default:
 		}
-		close(obs.release)
+		release.Do(func() { close(obs.release) })
 		<-done
 		require.NoError(t, again)
 		require.NoError(t, rt.Close())
@@ -1111,4 +1113,81 @@ func TestTransportHostChurnNeverHasTwoGuardsOfAHost(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, failed.Load(), "calls failed of 1600")
 	require.NoError(t, rt.Close())
+}
+
+// panicsOnce is an Observer whose first detach panics.
+type panicsOnce struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func (o *panicsOnce) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return nil, func() {
+		o.mu.Lock()
+		first := !o.done
+		o.done = true
+		o.mu.Unlock()
+		if first {
+			panic("detach")
+		}
+	}, nil
+}
+
+// A dropped host whose Guard's Close panics is not left waiting for that
+// close for good: the next call to it makes its next Guard.
+func TestTransportDroppedHostWhoseClosePanicsIsNotWedged(t *testing.T) {
+	obs := &panicsOnce{}
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+		return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
+	}, WithMaxHosts(1))
+	require.NoError(t, err)
+	call := func(ctx context.Context, host string) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	require.NoError(t, call(context.Background(), "a.test"))
+	assert.Error(t, call(context.Background(), "b.test"), "dropping a.test, its Close panicked")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	assert.NoError(t, call(ctx, "a.test"))
+	require.NoError(t, rt.Close())
+}
+
+// A call to a host while Close closes its Guard waits for it, and makes
+// the next: never two Guards of a host open at once.
+func TestTransportCallDuringCloseWaitsForTheHostsGuard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &oneLivePerName{live: map[string]bool{}, release: make(chan struct{})}
+		var release sync.Once
+		defer release.Do(func() { close(obs.release) })
+		rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+			return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
+		})
+		require.NoError(t, err)
+		resp, err := get(t, rt, "http://a.test/x", nil)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		go func() { _ = rt.Close() }() // a.test's detach waits
+		synctest.Wait()
+		done := make(chan error)
+		go func() {
+			resp, err := get(t, rt, "http://a.test/x", nil)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			done <- err
+		}()
+		synctest.Wait()
+		release.Do(func() { close(obs.release) })
+		assert.NoError(t, <-done)
+	})
 }
