@@ -287,6 +287,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
 				c.Set(rejectedKey, true)
+				routing.DropBodyFields(c.Response().Header())
 				c.SetRequest(fr)
 				fb.ServeHTTP(c.Response(), fr)
 				return nil

@@ -989,6 +989,16 @@ func TestHijackedGetKeepsNoStaleCopyBehindEcho(t *testing.T) {
 	require.NoError(t, err)
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	served := make(chan struct{}, 1)
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc { // outside sluice's: it has kept its copy, or not
+		return func(c echo.Context) error {
+			err := next(c)
+			if c.Path() == "/ws" {
+				served <- struct{}{}
+			}
+			return err
+		}
+	})
 	e.Use(mw(t, WithGuard(g)))
 	e.GET("/ws", func(c echo.Context) error {
 		conn, brw, err := http.NewResponseController(c.Response()).Hijack()
@@ -1009,6 +1019,7 @@ func TestHijackedGetKeepsNoStaleCopyBehindEcho(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusSwitchingProtocols, hr.StatusCode)
 	_, _ = io.Copy(io.Discard, conn) // the handler has closed it
+	<-served
 	assert.Zero(t, cache.Len(), "a hijacked GET is no response to keep")
 
 	sw.on = true
@@ -1042,4 +1053,26 @@ func TestInnerFailureFallbackIsNoGoodResponseForOuterBehindEcho(t *testing.T) {
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, inner.Outcomes())
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
 	assert.Zero(t, cache.Len(), "the inner fallback's answer is not kept as a good response")
+}
+
+// A fallback answering a handler's failure goes out without the fields the
+// handler set for its own body.
+func TestFailureFallbackDropsTheHandlersBodyFields(t *testing.T) {
+	fb, err := degrade.New(degrade.OnError(func(context.Context, error) (http.Handler, error) {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "placeholder") }), nil
+	}))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(testpolicy.NewCounter()), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/p", func(c echo.Context) error {
+		c.Response().Header().Set("Content-Encoding", "gzip")
+		c.Response().Header().Set("Etag", `"v1"`)
+		return errors.New("down")
+	})
+	rec := do(e, http.MethodGet, "/p")
+	assert.Equal(t, "placeholder", rec.Body.String())
+	assert.Empty(t, rec.Header().Get("Content-Encoding"))
+	assert.Empty(t, rec.Header().Get("Etag"))
 }

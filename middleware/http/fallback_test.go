@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -611,3 +614,57 @@ func TestInnerFailureFallbackIsNoGoodResponseForOuter(t *testing.T) {
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, outer.Outcomes())
 	assert.Zero(t, outerCache.Len(), "the inner fallback's answer is not kept as a good response")
 }
+
+// Reject's answer goes out without the fields the handler set for its own
+// body.
+func TestRejectDropsTheHandlersBodyFields(t *testing.T) {
+	g := guardWith(t, sluice.NewManualClock(time.Hour), testpolicy.NewCounter(), fallbacks(t, degrade.OnError(text(http.StatusOK, "fb"))))
+	dep := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: time.Second, Cause: sluice.ErrCircuitOpen}
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("Etag", `"v1"`)
+		assert.True(t, Reject(w, r, sluice.Rejection(dep)))
+	}))
+	rec := serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "fb", rec.Body.String())
+	assert.Empty(t, rec.Header().Get("Content-Encoding"))
+	assert.Empty(t, rec.Header().Get("Etag"))
+}
+
+// A handler that writes a 5xx (held for the fallback) and then hijacks its
+// connection has nothing written after it by the middleware.
+func TestHeldStatusIsNotWrittenOnAHijackedConnection(t *testing.T) {
+	g := guardWith(t, sluice.NewManualClock(0), testpolicy.NewCounter(), fallbacks(t, degrade.OnError(text(http.StatusOK, "fb"))))
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if !assert.NoError(t, err) {
+			return
+		}
+		_, _ = brw.WriteString("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		_ = brw.Flush()
+		_ = conn.Close()
+	}))
+	var logged strings.Builder
+	var mu sync.Mutex
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(b)
+	}), "", 0)
+	srv.Start()
+	resp, err := srv.Client().Get(srv.URL + "/")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	srv.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NotContains(t, logged.String(), "hijacked")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

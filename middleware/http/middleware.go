@@ -130,7 +130,9 @@ func WithRenderer(r middleware.Renderer) Option {
 // fallback of the Guard declares an answer for (degrade.OnError; past the
 // Guard's deadline degrade.OnTimeout) is answered by it: a 5xx status is
 // held back, and the body written after it dropped, as is a response left
-// unwritten by the deadline; the request counts as the failure it was.
+// unwritten by the deadline; the request counts as the failure it was. A
+// request whose client went away counts for nothing, and no fallback
+// answers it.
 //
 // It returns an error for an option given a nil argument, for WithGuard
 // together with WithRoutes, and for a Guard with a fallback that answers
@@ -293,10 +295,10 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		putWriter(rw)
 		return
 	}
-	if rw.held {
+	if gone && rw.held {
 		// Held for a fallback, for a client that has since gone: the
 		// status goes out as it came, without its body.
-		dropBodyFields(rw.w.Header())
+		routing.DropBodyFields(rw.w.Header())
 		rw.w.WriteHeader(rw.status)
 	}
 	call.Report(o, nil)
@@ -324,7 +326,7 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, err, call.Decision())
 	// The fields that described the handler's body go with it, whoever
 	// answers.
-	dropBodyFields(rw.w.Header())
+	routing.DropBodyFields(rw.w.Header())
 	if fb == nil {
 		rw.w.WriteHeader(code)
 		return
@@ -334,21 +336,6 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	// failure, and the answer is no response of the handler's to keep.
 	markRejected(rw.w)
 	fb.ServeHTTP(rw.w, fr)
-}
-
-// bodyFields are the header fields that describe a response's body, its
-// representation and its validators: a handler's, dropped when its held
-// failure is answered by a fallback or goes out without its body.
-var bodyFields = []string{
-	"Content-Type", "Content-Length", "Content-Encoding", "Content-Range",
-	"Content-Language", "Content-Disposition", "Content-Location", "Etag",
-	"Last-Modified", "X-Content-Type-Options",
-}
-
-func dropBodyFields(h http.Header) {
-	for _, f := range bodyFields {
-		delete(h, f)
-	}
 }
 
 // Reject answers r, in a handler behind Middleware, as the middleware
@@ -377,6 +364,8 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	// http.StripPrefix say); for a sluice middleware around this one it is
 	// a rejection, as this one's own are.
 	markRejected(rw.w)
+	// The fields the handler set for its own body go with it.
+	routing.DropBodyFields(rw.w.Header())
 	h, ar := rw.h, rw.req
 	pattern, rt := h.route(ar)
 	key, _ := sluice.KeyFrom(ar.Context())

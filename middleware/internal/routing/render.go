@@ -226,6 +226,23 @@ var (
 	noStore            = []string{"no-store"}
 )
 
+// bodyFields are the header fields that describe a response's body, its
+// representation and its validators.
+var bodyFields = []string{
+	"Content-Type", "Content-Length", "Content-Encoding", "Content-Range",
+	"Content-Language", "Content-Disposition", "Content-Location", "Etag",
+	"Last-Modified", "X-Content-Type-Options",
+}
+
+// DropBodyFields deletes from h the fields a handler set for a body that
+// will not go out: its answer replaced by a fallback's or a rejection's, or
+// its failure's status sent alone.
+func DropBodyFields(h map[string][]string) {
+	for _, f := range bodyFields {
+		delete(h, f)
+	}
+}
+
 // IsRejection reports whether h holds the fields Rejected set: an answer
 // that a sluice middleware gave in place of the handler's, which an outer
 // one counts for nothing. A handler's own problem answer, whose
