@@ -442,3 +442,16 @@ func TestShadowPast64IsRefusedBeforeAnythingChanges(t *testing.T) {
 	require.NoError(t, l.Reload())
 	assert.Equal(t, uint64(2), l.Version().N)
 }
+
+// A guard in shadow mode as a whole loads whatever its length, as the
+// Guard's SetShadow("") takes it.
+func TestGuardShadowOverALongChainLoads(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("guards:\n  b:\n    shadow: true\n    policies:\n")
+	for i := range 65 {
+		fmt.Fprintf(&b, "      - {name: b%d, kind: token-bucket, rate: 1000/s, burst: 1000}\n", i)
+	}
+	b.WriteString("default: b\n")
+	l, _ := newLoader(t, b.String())
+	assert.Equal(t, uint64(1), l.Version().N)
+}

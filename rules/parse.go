@@ -399,11 +399,12 @@ func (p *parser) guards(s *spec, n *yaml.Node) {
 				p.errf(v, "guard %q: unknown field %q (want policies, key, timeout, shadow)", name, k)
 			}
 		})
-		// A Guard can shadow the first 64 policies of its chain only:
-		// refused here, a later one would fail the load after the rules in
-		// force had begun to change.
+		// A Guard can shadow the first 64 policies of its chain only: a
+		// policy past them declared in shadow mode is refused here, where
+		// the Guard would refuse it only after the rules in force had
+		// begun to change.
 		for i, pol := range g.policies {
-			if i >= maxShadowed && (pol.shadow || g.shadow) {
+			if i >= maxShadowed && pol.shadow {
 				p.errf(v, "guard %q: policy %q is policy %d of the chain; only the first %d can be shadowed", name, pol.name, i+1, maxShadowed)
 				break
 			}
