@@ -95,7 +95,7 @@ func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 // the new limit admits nothing more until it ends); with a new window,
 // they are counted in the new window that holds the current one's end,
 // until that window ends. Safe while requests are decided; when the
-// window changes, or a limit crosses a power of two, a request admitted
+// window changes, or limit+1 crosses a power of two, a request admitted
 // in the current window and released after the change, within it, gives
 // nothing back.
 func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
