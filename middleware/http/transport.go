@@ -279,27 +279,36 @@ func (t *RoundTripper) dropLocked(hg *hostGuard) {
 	t.closing[hg.host] = make(chan struct{})
 }
 
-// closeDropped closes the Guards of the hosts dropLocked dropped, then lets
-// the calls to them that wait make new ones, even when a Close panics.
+// closeDropped closes the Guards of the hosts dropLocked dropped, letting
+// the calls that wait for each make its next once it is closed.
 func (t *RoundTripper) closeDropped(hgs ...*hostGuard) error {
 	var errs []error
+	done := 0
+	defer func() {
+		// A Close that panicked leaves its Guard and those after it
+		// unclosed; their hosts are let go all the same, so that no call
+		// waits for them for good.
+		for _, hg := range hgs[done:] {
+			t.closed(hg)
+		}
+	}()
 	for _, hg := range hgs {
-		if err := t.closeOne(hg); err != nil {
+		if err := hg.g.Close(); err != nil {
 			errs = append(errs, err)
 		}
+		t.closed(hg)
+		done++
 	}
 	return errors.Join(errs...)
 }
 
-func (t *RoundTripper) closeOne(hg *hostGuard) error {
-	defer func() {
-		t.mu.Lock()
-		closed := t.closing[hg.host]
-		delete(t.closing, hg.host)
-		t.mu.Unlock()
-		close(closed)
-	}()
-	return hg.g.Close()
+// closed lets the calls that wait for hg's Guard to be closed go on.
+func (t *RoundTripper) closed(hg *hostGuard) {
+	t.mu.Lock()
+	ch := t.closing[hg.host]
+	delete(t.closing, hg.host)
+	t.mu.Unlock()
+	close(ch)
 }
 
 // evictLocked drops the least recently used hosts without calls until at

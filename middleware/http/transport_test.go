@@ -1191,3 +1191,28 @@ func TestTransportCallDuringCloseWaitsForTheHostsGuard(t *testing.T) {
 		assert.NoError(t, <-done)
 	})
 }
+
+// A Close that panics while RoundTripper.Close closes many hosts' Guards
+// leaves none of those hosts waiting for good.
+func TestTransportCloseThatPanicsWedgesNoHost(t *testing.T) {
+	obs := &panicsOnce{}
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(host string) (*sluice.Guard, error) {
+		return sluice.New(sluice.WithName(host), sluice.WithObserver(obs))
+	})
+	require.NoError(t, err)
+	for _, host := range []string{"a.test", "b.test", "c.test"} {
+		resp, err := get(t, rt, "http://"+host+"/x", nil)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+	}
+	assert.Panics(t, func() { _ = rt.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, host := range []string{"a.test", "b.test", "c.test"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/x", nil)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err, host)
+		_ = resp.Body.Close()
+	}
+	require.NoError(t, rt.Close())
+}
