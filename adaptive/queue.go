@@ -117,8 +117,11 @@ func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter
 			q.since = now
 		}
 		over := q.overloaded(now, served)
+		// Noted at every arrival, which is what late means: one noted at
+		// some only would date from an earlier overload.
+		late := q.lateFor(now)
 		q.lifo = over && now-q.since > q.maxWait/lifoAfter
-		q.standing = over && now-q.since > q.maxWait/standingAfter && (q.standing || q.lateFor(now) >= q.maxWait/lateFor)
+		q.standing = over && now-q.since > q.maxWait/standingAfter && (q.standing || late >= q.maxWait/lateFor)
 		q.in++
 	}
 	w, ok := q.pool.Get().(*waiter)
@@ -136,6 +139,19 @@ func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter
 		}
 	}
 	return w, wait
+}
+
+// reconfigure sets the queue's size and maximum wait, under q.mu. A new
+// wait starts the queue's discipline afresh: its order, and whether it is
+// standing, were judged against the old one (and a wait of 0 judges
+// nothing, so it would keep them for good).
+func (q *queue) reconfigure(size int, maxWait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if maxWait != q.maxWait {
+		q.lifo, q.standing, q.late = false, false, -1
+	}
+	q.size, q.maxWait = size, maxWait
 }
 
 // lateFor returns how long every arrival has found the oldest waiter

@@ -153,3 +153,84 @@ func TestOptionsRejectBadInput(t *testing.T) {
 	_, err := adaptive.NewBulkhead(0)
 	assert.Error(t, err)
 }
+
+// Reconfigure with WithQueue(0, 0), no queue, on a Shedder that has none
+// keeps it so, as it says, and does not fail.
+func TestReconfigureNoQueueOnAQueuelessShedder(t *testing.T) {
+	b, err := adaptive.NewBulkhead(2)
+	require.NoError(t, err)
+	assert.NoError(t, b.Reconfigure(3, adaptive.WithQueue(0, 0)))
+	s, err := adaptive.NewShedder(adaptive.WithQueue(0, 0))
+	require.NoError(t, err)
+	assert.NoError(t, s.Reconfigure(0, adaptive.WithQueue(0, 0)))
+}
+
+// A queue is standing once its oldest waiter has been late at every
+// arrival for the interval: lateness noted in an earlier overload, which
+// drained, does not count for a later one, whose newcomer waits its whole
+// wait.
+func TestStandingIsJudgedAfreshInEachOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause) // the slot stays taken
+		overload := func() []arrival {
+			var as []arrival
+			for range 12 {
+				as = append(as, send(ctx, b, now))
+				time.Sleep(ms)
+			}
+			time.Sleep(14 * ms)
+			return as
+		}
+		first := append(overload(), send(ctx, b, now)) // its oldest is late at 26 ms
+		for _, a := range first {
+			<-a.got // all run out
+		}
+		time.Sleep(time.Second - now())
+		second := overload()
+		at := now()
+		a := <-send(ctx, b, now).got
+		assert.Equal(t, at+100*ms, a.at, "not standing: the newcomer waits its whole 100 ms")
+		for _, a := range second {
+			<-a.got
+		}
+	})
+}
+
+// A queue reconfigured to wait without bound (maxWait 0) judges no
+// standing queue: one that stood before lets a newcomer wait until its
+// context is done.
+func TestReconfigureToNoWaitBoundEndsAStandingQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
+		require.NoError(t, err)
+		ctx := context.Background()
+		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
+		var all []arrival
+		for range 12 {
+			all = append(all, send(ctx, b, now))
+			time.Sleep(ms)
+		}
+		for _, at := range []time.Duration{30 * ms, 60 * ms, 90 * ms} {
+			time.Sleep(at - now())
+			all = append(all, send(ctx, b, now))
+		}
+		a := <-all[len(all)-1].got
+		require.Equal(t, 91*ms+ms/4, a.at, "standing at 90 ms: the newcomer got 1.25 ms")
+		require.NoError(t, b.Reconfigure(1, adaptive.WithQueue(100, 0)))
+		wctx, cancel := context.WithTimeout(ctx, 20*ms)
+		defer cancel()
+		at := now()
+		a = <-send(wctx, b, now).got
+		assert.Equal(t, at+20*ms, a.at, "no wait bound: it waits until its context is done")
+		for _, x := range all[:len(all)-1] {
+			<-x.got
+		}
+	})
+}

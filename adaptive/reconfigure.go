@@ -31,10 +31,8 @@ func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 	case o.queueSet && (s.q == nil) != (o.queue == 0):
 		return errors.New("adaptive: Reconfigure: a Shedder cannot gain or lose its queue at run time: build a new one")
 	}
-	if o.queueSet {
-		s.q.mu.Lock()
-		s.q.size, s.q.maxWait = o.queue, o.maxWait
-		s.q.mu.Unlock()
+	if o.queueSet && s.q != nil { // WithQueue(0, 0) on one without: nothing to change
+		s.q.reconfigure(o.queue, o.maxWait)
 	}
 	if s.est == nil {
 		s.limit.Store(int64(n))
