@@ -114,3 +114,29 @@ type observerFunc func(sluice.CallEvent)
 func (f observerFunc) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
 	return func(_ context.Context, e sluice.CallEvent) { f(e) }, nil, nil
 }
+
+// A window's state in Redis is counted in its length: a window limiter
+// refuses a new length, and keeps deciding as before; the same length
+// with a new limit is taken.
+func TestSetLimitRefusesANewWindowLength(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	mk := map[string]func(...Option) (*Limiter, error){
+		"fixed":    func(o ...Option) (*Limiter, error) { return NewFixedWindow(c, 2, time.Hour, o...) },
+		"weighted": func(o ...Option) (*Limiter, error) { return NewSlidingWindowWeighted(c, 2, time.Hour, o...) },
+		"ring":     func(o ...Option) (*Limiter, error) { return NewSlidingWindow(c, 2, time.Hour, 2, o...) },
+	}
+	for name, m := range mk {
+		t.Run(name, func(t *testing.T) {
+			l, err := m(WithName(uniqueName("live")), WithTimeout(time.Second), WithFailClosed())
+			require.NoError(t, err)
+			g, err := sluice.New(sluice.With(l))
+			require.NoError(t, err)
+			assert.Equal(t, 1, admitted(t, g, 1))
+			assert.ErrorContains(t, l.SetLimit(2, 2*time.Hour), "cannot change a window's length")
+			assert.Equal(t, time.Hour, l.rateWindow())
+			require.NoError(t, l.SetLimit(3, time.Hour))
+			assert.Equal(t, 2, admitted(t, g, 3), "the one counted stays counted")
+		})
+	}
+}

@@ -17,9 +17,10 @@ import (
 // must be given the same change. State in Redis is kept as the algorithm
 // stores it: a GCRA's or token bucket's instant at which it is full again
 // (so a full bucket is full at its new size, and one in debt repays the
-// same time), a window's count while the window keeps its length. The
-// local share of WithLocalFallback starts afresh. A Limiter built by All
-// of several limits refuses: change the members, and All follows.
+// same time), a window's count, whose length cannot change: a window
+// limiter refuses a new one, for a new Limiter to take it. The local share
+// of WithLocalFallback starts afresh. A Limiter built by All of several
+// limits refuses: change the members, and All follows.
 func (l *Limiter) SetLimit(limit int64, window time.Duration) error {
 	if len(l.limits) != 1 || l.limits[0].remake == nil {
 		return errors.New("redislimit: SetLimit on a Limiter of several limits (All): set each on the Limiter given to All")
@@ -30,6 +31,12 @@ func (l *Limiter) SetLimit(limit int64, window time.Duration) error {
 		return err
 	}
 	pm := p.limits[0]
+	if a := m.algArg.(string)[0]; (a == 'f' || a == 's' || a == 'b') && pm.nums.Load().periodArg != m.nums.Load().periodArg {
+		// A window's state in Redis is an index counted in its length,
+		// under keys named for it: read at another length, the index is
+		// taken for one far ahead, and the key is held for decades.
+		return errors.New("redislimit: SetLimit cannot change a window's length, which its state in Redis is counted in: build a new Limiter (its keys start afresh)")
+	}
 	if loc := pm.local.Load(); loc != nil {
 		m.local.Store(loc)
 	}
