@@ -455,10 +455,14 @@ func (c *Call) Report(o Outcome, err error) error {
 			now = g.clock.Now()
 		}
 	}
-	c.end(g, o, now)
-	if g.obs != nil {
+	if g.obs != nil && c.ran {
+		// Counted before the policies hear it: a Done that panics (a
+		// state listener) must not lose the call's end. A call whose
+		// admission panicked (ran unset) was never counted admitted, and
+		// its release ends nothing observed.
 		g.obs.ended(c, o, err, now)
 	}
+	c.end(g, o, now)
 	return err
 }
 

@@ -224,9 +224,11 @@ func (g *Guard) Stats() Stats {
 	// admitted was admitted by each; one that policy j rejected was
 	// admitted, then released, by the policies before j.
 	// The outcomes are the counts of the durations' histograms.
-	var admitted uint64
+	// Each count is read after those that a call adds to later, so that a
+	// snapshot taken while calls run never shows more ended, or shadow
+	// rejected, than admitted: the ends and the shadow rejections first,
+	// the admissions last.
 	for sh := range statShards {
-		admitted += ob.load(sh, slotAdmitted)
 		for k := range durationKinds {
 			h := &s.Timeouts
 			if k < len(s.Durations) {
@@ -247,6 +249,16 @@ func (g *Guard) Stats() Stats {
 		outcomes[o] = s.Durations[o].count()
 	}
 	outcomes[Failure] += s.Timeouts.count()
+	for i := range s.Policies {
+		p := &s.Policies[i]
+		for sh := range statShards {
+			p.ShadowRejected += ob.load(sh, ob.slotShadow+i)
+		}
+	}
+	var admitted uint64
+	for sh := range statShards {
+		admitted += ob.load(sh, slotAdmitted)
+	}
 	rejectedAfter := uint64(0) // rejections by the policies inner to i
 	for i := len(s.Policies) - 1; i >= 0; i-- {
 		p := &s.Policies[i]
@@ -254,7 +266,6 @@ func (g *Guard) Stats() Stats {
 			for c := range p.Rejected {
 				p.Rejected[c] += ob.load(sh, slotRejected+i*numCauses+c)
 			}
-			p.ShadowRejected += ob.load(sh, ob.slotShadow+i)
 		}
 		p.Admitted = admitted + rejectedAfter
 		p.Outcomes = outcomes

@@ -205,3 +205,90 @@ func TestStatsDurationsCountEachCallInItsBucket(t *testing.T) {
 	require.NoError(t, unobserved.Do(ctx, func(context.Context) error { return nil }))
 	assert.Equal(t, sluice.Histogram{}, unobserved.Stats().Durations[sluice.Success], "an unobserved Guard counts nothing")
 }
+
+// stub is a policy that admits, or rejects with ErrRateLimited, or panics
+// in Admit, or, on a Failure, in Done (as a breaker's state listener may).
+type stub struct {
+	name                     string
+	reject, panicAdmit, done bool
+}
+
+func (p *stub) Name() string { return p.name }
+func (p *stub) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	if p.panicAdmit {
+		panic("admit")
+	}
+	if p.reject {
+		return 0, sluice.Quota{Limit: -1}, sluice.ErrRateLimited
+	}
+	return 0, sluice.Quota{Limit: -1}, nil
+}
+func (p *stub) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Duration) {
+	if p.done && o == sluice.Failure {
+		panic("state listener")
+	}
+}
+func (p *stub) Needs() sluice.Needs { return 0 }
+
+// endedWithin checks that no policy of g counts more calls ended than
+// admitted, and returns what each has in flight.
+func endedWithin(t *testing.T, g *sluice.Guard) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, p := range g.Stats().Policies {
+		var ended uint64
+		for _, n := range p.Outcomes {
+			ended += n
+		}
+		require.LessOrEqual(t, ended, p.Admitted, p.Policy)
+		out = append(out, p.Admitted-ended)
+	}
+	return out
+}
+
+// A policy's Admit that panics admitted no call: the counters and the
+// observers hear of no admitted call ending.
+func TestPanicInAdmitCountsNoAdmittedCall(t *testing.T) {
+	obs := &events{}
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(&stub{name: "outer"}, &stub{name: "inner", panicAdmit: true}), sluice.WithObserver(obs))
+	require.NoError(t, err)
+	assert.Panics(t, func() { _ = g.Do(context.Background(), func(context.Context) error { return nil }) })
+	assert.Equal(t, []uint64{0, 0}, endedWithin(t, g))
+	assert.Empty(t, obs.got)
+}
+
+// A policy's Done that panics (a breaker's state listener) loses nothing
+// of the call's end: it is counted ended and its observers hear it.
+func TestPanicInDoneKeepsTheCallsEnd(t *testing.T) {
+	obs := &events{}
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(&stub{name: "outer"}, &stub{name: "breaker", done: true}), sluice.WithObserver(obs))
+	require.NoError(t, err)
+	assert.Panics(t, func() { _ = g.Do(context.Background(), func(context.Context) error { return errors.New("down") }) })
+	assert.Equal(t, []uint64{0, 0}, endedWithin(t, g), "nothing left in flight")
+	require.Len(t, obs.got, 1)
+	assert.Equal(t, sluice.Failure, obs.got[0].Outcome)
+}
+
+// Stats read while calls run never show more calls ended than admitted:
+// the ends are read before the admissions, which come first in a call.
+func TestStatsWhileCallsRunNeverShowMoreEndedThanAdmitted(t *testing.T) {
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(&stub{name: "outer"}, &stub{name: "limit", reject: true}),
+		sluice.WithShadow("limit"), sluice.WithObserver(&events{}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = g.Do(context.Background(), func(context.Context) error { return nil })
+			}
+		})
+	}
+	for range 2000 {
+		endedWithin(t, g)
+	}
+	cancel()
+	wg.Wait()
+	p := g.Stats().Policies[1]
+	assert.Equal(t, p.Admitted, p.ShadowRejected, "at rest, every call was shadow rejected")
+}
