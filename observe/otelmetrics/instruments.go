@@ -159,10 +159,29 @@ type policyWatch struct {
 	attr     attribute.KeyValue
 	plain    attribute.Set                                          // guard, policy
 	admitted attribute.Set                                          // result=admitted
+	// lastAdmitted is the admitted count last reported: a call shadow
+	// rejected but not yet counted admitted, as a snapshot may catch it,
+	// must not make the monotonic count go back.
+	lastAdmitted atomic.Uint64
 	shadow   attribute.Set                                          // result=shadow_rejected
 	rejected [len(causeNames)]attribute.Set                         // result=rejected, by cause
 	states   [len(breakerStates)]attribute.Set                      // by breaker state
 	trans    *[len(breakerStates)][len(breakerStates)]atomic.Uint64 // transitions, by from and to
+}
+
+// admittedCount returns the calls ps counts admitted and not shadow
+// rejected, never fewer than last reported.
+func (pw *policyWatch) admittedCount(ps sluice.PolicyStats) uint64 {
+	n := ps.Admitted - min(ps.ShadowRejected, ps.Admitted)
+	for {
+		last := pw.lastAdmitted.Load()
+		if n <= last {
+			return last
+		}
+		if pw.lastAdmitted.CompareAndSwap(last, n) {
+			return n
+		}
+	}
 }
 
 func (pw *policyWatch) init(w *watch) {
@@ -216,7 +235,7 @@ func (w *watch) collect(b *builder) {
 		ps := s.Policies[i]
 		// A call a policy rejected in shadow mode, and let through, is
 		// counted once: as shadow_rejected, not as admitted.
-		b.int(requests, int64(ps.Admitted-ps.ShadowRejected), pw.admitted, w.start)
+		b.int(requests, int64(pw.admittedCount(ps)), pw.admitted, w.start)
 		if ps.ShadowRejected > 0 {
 			b.int(requests, int64(ps.ShadowRejected), pw.shadow, w.start)
 		}

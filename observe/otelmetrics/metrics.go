@@ -194,10 +194,12 @@ var errorTypeNames = [errorTypes]string{errTimeout: "timeout", errOther: "_OTHER
 func newWatch(m *Metrics, g *sluice.Guard) *watch {
 	w := &watch{m: m, g: g, start: time.Now(), guard: attribute.String("sluice.guard", g.Name()), byResource: m.resourceAttr != ""}
 	w.resources.Store(&map[string]*durations{})
-	for _, p := range g.Policies() {
-		pw := policyWatch{p: p, attr: attribute.String("sluice.policy", p.Name())}
+	ps := g.Policies()
+	w.policies = make([]policyWatch, len(ps))
+	for i, p := range ps {
+		pw := &w.policies[i]
+		pw.p, pw.attr = p, attribute.String("sluice.policy", p.Name())
 		pw.init(w)
-		w.policies = append(w.policies, pw)
 	}
 	return w
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -344,4 +345,45 @@ func TestCPUGaugeReadsTheGivenUsage(t *testing.T) {
 
 	_, reader = newReader(t)
 	assert.Empty(t, points(t, reader, "sluice.load.cpu.utilization"))
+}
+
+// rejectAll is a policy that rejects every call.
+type rejectAll struct{}
+
+func (rejectAll) Name() string { return "limit" }
+func (rejectAll) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, sluice.ErrRateLimited
+}
+func (rejectAll) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (rejectAll) Needs() sluice.Needs                                                { return 0 }
+
+// The admitted count of a policy in shadow mode is a monotonic counter
+// while calls run: a snapshot that catches a call shadow rejected and not
+// yet counted admitted never makes it negative, or go back.
+func TestShadowAdmittedCountNeverGoesBack(t *testing.T) {
+	m, reader := newReader(t)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(rejectAll{}), sluice.WithShadow("limit"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = g.Do(context.Background(), func(context.Context) error { return nil })
+			}
+		})
+	}
+	const admitted = "sluice.guard=api,sluice.policy=limit,sluice.result=admitted"
+	last := 0.0
+	for range 300 {
+		v := points(t, reader, "sluice.requests")[admitted]
+		if v < last {
+			t.Errorf("admitted went from %v to %v", last, v)
+			break
+		}
+		last = v
+	}
+	cancel()
+	wg.Wait()
 }
