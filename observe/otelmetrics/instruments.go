@@ -157,16 +157,16 @@ var breakerStates = [...]struct {
 type policyWatch struct {
 	p        sluice.Policy
 	attr     attribute.KeyValue
-	plain    attribute.Set                                          // guard, policy
-	admitted attribute.Set                                          // result=admitted
+	plain    attribute.Set // guard, policy
+	admitted attribute.Set // result=admitted
 	// lastAdmitted is the admitted count last reported: a call shadow
 	// rejected but not yet counted admitted, as a snapshot may catch it,
 	// must not make the monotonic count go back.
 	lastAdmitted atomic.Uint64
-	shadow   attribute.Set                                          // result=shadow_rejected
-	rejected [len(causeNames)]attribute.Set                         // result=rejected, by cause
-	states   [len(breakerStates)]attribute.Set                      // by breaker state
-	trans    *[len(breakerStates)][len(breakerStates)]atomic.Uint64 // transitions, by from and to
+	shadow       attribute.Set                                          // result=shadow_rejected
+	rejected     [len(causeNames)]attribute.Set                         // result=rejected, by cause
+	states       [len(breakerStates)]attribute.Set                      // by breaker state
+	trans        *[len(breakerStates)][len(breakerStates)]atomic.Uint64 // transitions, by from and to
 }
 
 // admittedCount returns the calls ps counts admitted and not shadow

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -355,7 +355,7 @@ func (rejectAll) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Qu
 	return 0, sluice.Quota{Limit: -1}, sluice.ErrRateLimited
 }
 func (rejectAll) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
-func (rejectAll) Needs() sluice.Needs                                                { return 0 }
+func (rejectAll) Needs() sluice.Needs                                              { return 0 }
 
 // The admitted count of a policy in shadow mode is a monotonic counter
 // while calls run: a snapshot that catches a call shadow rejected and not
