@@ -351,6 +351,22 @@ func TestEventsKeepTheLast100NewestFirst(t *testing.T) {
 	assert.Equal(t, event{Time: t0.Add(999 * time.Second), Kind: "refused", Text: "open pay 1: refused: cross-origin request", Times: 1000}, got[0])
 	assert.Equal(t, "249", got[1].Text)
 	assert.Equal(t, "151", got[maxEvents-1].Text)
+
+	// Refused actions of many texts (a page of another site can send them
+	// at will) are kept apart: they push out no other event.
+	for i := range 1000 {
+		l.add(event{Time: t0.Add(time.Duration(1000+i) * time.Second), Kind: "refused", Text: fmt.Sprint("open", i%2)})
+	}
+	got = l.last()
+	require.Len(t, got, maxEvents)
+	refused := 0
+	for _, e := range got {
+		if e.Kind == "refused" {
+			refused++
+		}
+	}
+	assert.Equal(t, maxRefused, refused)
+	assert.Equal(t, "249", got[maxRefused].Text, "the other events stay, newest first after the refusals")
 }
 
 func TestLatencyBuckets(t *testing.T) {

@@ -21,21 +21,30 @@ type event struct {
 	Times int `json:"times"`
 }
 
-// events keeps the last maxEvents events.
+// maxRefused is how many refused actions are kept, apart from the other
+// events: a page of another site can make a viewer's browser send
+// refused actions at will, and they must not push the others out.
+const maxRefused = 10
+
+// events keeps the last maxEvents events, and the last maxRefused refused
+// actions in a ring of their own.
 type events struct {
-	mu    sync.Mutex
-	ring  [maxEvents]event
+	mu      sync.Mutex
+	main    ring
+	refused ring
+}
+
+// ring is a ring of events; it keeps the last len(buf) added.
+type ring struct {
+	buf   []event
 	total int
 }
 
 // add adds e; an event like the last one (refused actions from a client
-// that keeps trying, say) is counted on it instead, so it cannot push the
-// others out.
-func (l *events) add(e event) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.total > 0 {
-		last := &l.ring[(l.total-1)%maxEvents]
+// that keeps trying, say) is counted on it instead.
+func (r *ring) add(e event) {
+	if r.total > 0 {
+		last := &r.buf[(r.total-1)%len(r.buf)]
 		if last.Kind == e.Kind && last.Guard == e.Guard && last.Policy == e.Policy && last.Text == e.Text {
 			last.Time = e.Time
 			last.Times++
@@ -43,18 +52,46 @@ func (l *events) add(e event) {
 		}
 	}
 	e.Times = 1
-	l.ring[l.total%maxEvents] = e
-	l.total++
+	r.buf[r.total%len(r.buf)] = e
+	r.total++
 }
 
-// last returns the events kept, newest first.
+// newest returns the events kept, newest first.
+func (r *ring) newest() []event {
+	n := min(r.total, len(r.buf))
+	out := make([]event, n)
+	for i := range n {
+		out[i] = r.buf[(r.total-1-i)%len(r.buf)]
+	}
+	return out
+}
+
+func (l *events) add(e event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.main.buf == nil {
+		l.main.buf, l.refused.buf = make([]event, maxEvents), make([]event, maxRefused)
+	}
+	if e.Kind == "refused" {
+		l.refused.add(e)
+		return
+	}
+	l.main.add(e)
+}
+
+// last returns the events kept, newest first: at most maxEvents, refused
+// actions among them.
 func (l *events) last() []event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := min(l.total, maxEvents)
-	out := make([]event, n)
-	for i := range n {
-		out[i] = l.ring[(l.total-1-i)%maxEvents]
+	a, b := l.main.newest(), l.refused.newest()
+	out := make([]event, 0, min(len(a)+len(b), maxEvents))
+	for len(out) < cap(out) {
+		if len(b) == 0 || len(a) > 0 && !b[0].Time.After(a[0].Time) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
 	}
 	return out
 }
