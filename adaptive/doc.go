@@ -78,8 +78,9 @@
 // fill the queue by turns and it drains between them, which a standing
 // queue does not. It then gives a newcomer 2.5 ms, so that the requests
 // admitted are fresh and the others learn early that they will not be. Requests
-// marked sluice.PriorityCritical are served before all others and always
-// wait up to 200 ms: they are shed last. A bulkhead WithQueue uses the same
+// marked sluice.PriorityCritical are served before all others, always
+// wait up to 200 ms, and turn the newest other request out of a full
+// queue: they are shed last. A bulkhead WithQueue uses the same
 // discipline.
 //
 // # The scheduler

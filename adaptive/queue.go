@@ -54,6 +54,7 @@ type queue struct {
 type waiter struct {
 	ch      chan struct{}
 	granted bool
+	evicted bool          // turned out of a full queue for a critical request
 	at      time.Duration // the instant it entered the queue
 	grant   time.Duration // the instant it was granted its slot
 }
@@ -110,7 +111,18 @@ func (q *queue) len() int { return len(q.normal) + len(q.crit) }
 // slots serve a second, as overloaded takes it.
 func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter, time.Duration) {
 	if q.len() >= q.size {
-		return nil, 0
+		if !critical || len(q.normal) == 0 {
+			return nil, 0
+		}
+		// Critical requests are shed last: a full queue turns out its
+		// newest normal waiter for one, which is rejected as one whose
+		// wait ran out is.
+		n := len(q.normal) - 1
+		out := q.normal[n]
+		q.normal[n] = nil
+		q.normal = q.normal[:n]
+		out.evicted = true
+		out.ch <- struct{}{}
 	}
 	if q.maxWait > 0 { // with no wait bound, no standing queue to tell from a burst
 		if q.len() == 0 && (!q.standing || now-q.lastDrop > q.maxWait) {
@@ -128,7 +140,7 @@ func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter
 	if !ok {
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
-	w.granted, w.at = false, now
+	w.granted, w.evicted, w.at = false, false, now
 	wait := q.maxWait
 	if critical {
 		q.crit = append(q.crit, w)
@@ -228,6 +240,11 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 	timedOut := false
 	select {
 	case <-w.ch:
+		if w.evicted { // the queue took it out
+			waiting.Add(-1)
+			q.pool.Put(w)
+			return now, false
+		}
 		granted := w.grant
 		q.pool.Put(w)
 		// The Done that freed the slot woke this goroutine to run next on
@@ -244,6 +261,14 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 	q.mu.Lock()
 	if timedOut {
 		q.lastDrop = max(q.lastDrop, now+wait)
+	}
+	if w.evicted {
+		// Turned out as the wait ended: already out of the queue.
+		waiting.Add(-1)
+		q.mu.Unlock()
+		<-w.ch
+		q.pool.Put(w)
+		return now, false
 	}
 	if w.granted {
 		// The slot came as the wait ended: take it and give it back.

@@ -234,3 +234,36 @@ func TestReconfigureToNoWaitBoundEndsAStandingQueue(t *testing.T) {
 		}
 	})
 }
+
+// Critical requests are shed last: one that finds the queue full turns out
+// its newest normal waiter, which is rejected, and takes the next slot.
+func TestCriticalRequestTurnsANormalOneOutOfAFullQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(1, 100*ms))
+		require.NoError(t, err)
+		ctx := context.Background()
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
+		require.NoError(t, v.Cause)
+		normal := send(ctx, b, now)
+		crit := send(sluice.WithPriority(ctx, sluice.PriorityCritical), b, now)
+		n := <-normal.got
+		assert.False(t, n.allowed, "the normal waiter is turned out")
+		assert.Equal(t, time.Duration(0), n.at, "at once")
+		time.Sleep(ms)
+		b.Done(v.Ticket, sluice.Success, now(), ms)
+		c := <-crit.got
+		assert.True(t, c.allowed, "the critical one takes the slot")
+		s := b.Stats()
+		assert.Zero(t, s.Waiting)
+		assert.Equal(t, int64(1), s.Inflight)
+		// A critical request finding the queue full of critical ones is
+		// rejected, as before.
+		other := send(sluice.WithPriority(ctx, sluice.PriorityCritical), b, now)
+		crit2 := send(sluice.WithPriority(ctx, sluice.PriorityCritical), b, now)
+		assert.False(t, (<-crit2.got).allowed)
+		b.Done(sluice.Ticket(0), sluice.Success, now(), ms)
+		<-other.got
+	})
+}
