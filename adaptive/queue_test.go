@@ -154,6 +154,19 @@ func TestOptionsRejectBadInput(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// busyBulkhead returns, in a synctest bubble, a bulkhead of one slot with
+// a queue of size and a wait of 100 ms, its slot taken at 0 (the ticket),
+// and the bubble's clock.
+func busyBulkhead(t *testing.T, size int) (*adaptive.Shedder, sluice.Ticket, func() time.Duration) {
+	t.Helper()
+	epoch := time.Now()
+	b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(size, 100*ms))
+	require.NoError(t, err)
+	v := policytest.AnswerOf(b.Admit(context.Background(), 0))
+	require.NoError(t, v.Cause)
+	return b, v.Ticket, func() time.Duration { return time.Since(epoch) }
+}
+
 // Reconfigure with WithQueue(0, 0), no queue, on a Shedder that has none
 // keeps it so, as it says, and does not fail.
 func TestReconfigureNoQueueOnAQueuelessShedder(t *testing.T) {
@@ -171,12 +184,8 @@ func TestReconfigureNoQueueOnAQueuelessShedder(t *testing.T) {
 // wait.
 func TestStandingIsJudgedAfreshInEachOverload(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		epoch := time.Now()
-		now := func() time.Duration { return time.Since(epoch) }
-		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
-		require.NoError(t, err)
+		b, _, now := busyBulkhead(t, 100) // the slot stays taken
 		ctx := context.Background()
-		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause) // the slot stays taken
 		overload := func() []arrival {
 			var as []arrival
 			for range 12 {
@@ -206,12 +215,8 @@ func TestStandingIsJudgedAfreshInEachOverload(t *testing.T) {
 // context is done.
 func TestReconfigureToNoWaitBoundEndsAStandingQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		epoch := time.Now()
-		now := func() time.Duration { return time.Since(epoch) }
-		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(100, 100*ms))
-		require.NoError(t, err)
+		b, _, now := busyBulkhead(t, 100)
 		ctx := context.Background()
-		require.NoError(t, policytest.AnswerOf(b.Admit(ctx, 0)).Cause)
 		var all []arrival
 		for range 12 {
 			all = append(all, send(ctx, b, now))
@@ -239,20 +244,15 @@ func TestReconfigureToNoWaitBoundEndsAStandingQueue(t *testing.T) {
 // its newest normal waiter, which is rejected, and takes the next slot.
 func TestCriticalRequestTurnsANormalOneOutOfAFullQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		epoch := time.Now()
-		now := func() time.Duration { return time.Since(epoch) }
-		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(1, 100*ms))
-		require.NoError(t, err)
+		b, taken, now := busyBulkhead(t, 1)
 		ctx := context.Background()
-		v := policytest.AnswerOf(b.Admit(ctx, 0))
-		require.NoError(t, v.Cause)
 		normal := send(ctx, b, now)
 		crit := send(sluice.WithPriority(ctx, sluice.PriorityCritical), b, now)
 		n := <-normal.got
 		assert.False(t, n.allowed, "the normal waiter is turned out")
 		assert.Equal(t, time.Duration(0), n.at, "at once")
 		time.Sleep(ms)
-		b.Done(v.Ticket, sluice.Success, now(), ms)
+		b.Done(taken, sluice.Success, now(), ms)
 		c := <-crit.got
 		assert.True(t, c.allowed, "the critical one takes the slot")
 		s := b.Stats()
