@@ -718,8 +718,14 @@ func TestActions(t *testing.T) {
 	for _, e := range s.Events {
 		kinds[e.Kind] += e.Times // like refusals in a row are one event
 	}
-	assert.Equal(t, map[string]int{"action": 8, "refused": 11, "state": 3}, kinds,
+	// The 11 refusals, in the random order of the cases, make 10 or 11
+	// runs of like refusals: the ring of refused actions keeps the last 10.
+	refused := kinds["refused"]
+	delete(kinds, "refused")
+	assert.Equal(t, map[string]int{"action": 8, "state": 3}, kinds,
 		"state changes: the breaker opened and closed, the switch turned on")
+	assert.GreaterOrEqual(t, refused, maxRefused)
+	assert.LessOrEqual(t, refused, 11)
 	assert.Equal(t, 8, strings.Count(logs.String(), `"msg":"sluice dashboard: action taken"`))
 	assert.Equal(t, 11, strings.Count(logs.String(), `"msg":"sluice dashboard: action refused"`))
 }
