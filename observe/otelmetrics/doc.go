@@ -17,8 +17,11 @@
 // lookup, lock or allocation in the SDK, which recording each call into an
 // SDK histogram would cost; the SDK has no histogram read by callback,
 // hence a producer.
-// Its data are cumulative, since each Guard was attached; the SDK's views
-// and temporality preferences do not apply to a producer's data.
+// Its data are cumulative, since the first Guard of each name was
+// attached: a Guard that takes the name of a closed one (a rules reload
+// rebuilds a Guard so) carries its counts on, and a Guard closed for good
+// reports the counts of its last calls at the next collection. The SDK's
+// views and temporality preferences do not apply to a producer's data.
 //
 // The histograms' buckets are fixed, in seconds: 0.001, 0.0025, 0.005,
 // 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, and above.

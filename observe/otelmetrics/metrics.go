@@ -39,7 +39,12 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	guards map[string]*watch
-	redis  sync.Map // limiter name → *redisCounts
+	// retired are the watches of closed Guards, by name: reported once
+	// more at the next collection, then kept, frozen, for a successor of
+	// their name to carry on.
+	retired   map[string]*watch
+	produceMu sync.Mutex // serializes collections
+	redis     sync.Map   // limiter name → *redisCounts
 }
 
 // Option configures a Metrics.
@@ -80,7 +85,7 @@ func WithCPU(cpu func() float64) Option {
 // New returns a Metrics, which reports nothing until a reader it was given
 // to (sdkmetric.WithProducer) collects.
 func New(opts ...Option) (*Metrics, error) {
-	m := &Metrics{guards: make(map[string]*watch), start: time.Now()}
+	m := &Metrics{guards: make(map[string]*watch), retired: make(map[string]*watch), start: time.Now()}
 	for _, o := range opts {
 		if o == nil {
 			return nil, errors.New("otelmetrics: nil Option")
@@ -106,6 +111,10 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 		return nil, nil, fmt.Errorf("otelmetrics: a Guard named %q is reported already", name)
 	}
 	w := newWatch(m, g)
+	if r := m.retired[name]; r != nil {
+		w.prev, w.start = r, r.start
+		delete(m.retired, name)
+	}
 	m.guards[name] = w
 	observe := w.observe
 	if !w.byResource && !waits(g) {
@@ -117,6 +126,7 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 			w.unsubscribe()
 			m.mu.Lock()
 			delete(m.guards, name)
+			m.retired[name] = w
 			m.mu.Unlock()
 		})
 	}
@@ -134,18 +144,37 @@ func waits(g *sluice.Guard) bool {
 }
 
 // Produce returns the metrics of every Guard m reports, cumulative since
-// each was attached, and of the Redis limiters it observes
-// ([Metrics.ObserveRedis]). It implements sdkmetric.Producer: a reader
-// given m calls it on each collection.
+// the first Guard of its name was attached, and of the Redis limiters it
+// observes ([Metrics.ObserveRedis]). A closed Guard's counts are reported
+// once more, and a Guard that takes a closed one's name carries them on.
+// It implements sdkmetric.Producer: a reader given m calls it on each
+// collection.
 func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	m.produceMu.Lock()
+	defer m.produceMu.Unlock()
+	byStart := func(a, b *watch) int { return a.start.Compare(b.start) }
 	m.mu.Lock()
-	watches := slices.SortedFunc(maps.Values(m.guards), func(a, b *watch) int {
-		return a.start.Compare(b.start)
-	})
+	watches := slices.SortedFunc(maps.Values(m.guards), byStart)
+	var retired []*watch
+	for _, r := range m.retired {
+		if r.g != nil {
+			retired = append(retired, r)
+		}
+	}
 	m.mu.Unlock()
+	slices.SortFunc(retired, byStart)
 	b := builder{now: time.Now()}
 	for _, w := range watches {
-		w.collect(&b)
+		wb := w.gather(b.now)
+		b.add(&wb)
+	}
+	for _, r := range retired {
+		// Its last report; it keeps its counts, frozen, and lets its
+		// Guard go.
+		rb := r.gather(b.now)
+		rb.countsOnly()
+		b.add(&rb)
+		r.carried, r.g, r.policies = freeze(&rb), nil, nil
 	}
 	if m.cpu != nil {
 		b.float(cpuUtil, m.cpu(), *attribute.EmptySet(), m.start)
@@ -163,6 +192,11 @@ type watch struct {
 	guard    attribute.KeyValue
 	policies []policyWatch
 	unsubs   []func()
+
+	// prev is the closed Guard of the same name that w succeeds, read
+	// until w's first collection, which folds its counts into carried.
+	prev    *watch
+	carried *carried
 
 	// sluice.call.duration by outcome and error type, and by resource,
 	// when m has a resource attribute (byResource); without one, they are

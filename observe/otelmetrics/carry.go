@@ -1,0 +1,144 @@
+package otelmetrics
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// carried are the final counters and histograms of the Guards that a
+// watch succeeds: Guards of its name closed before it was attached, as a
+// rules reload closes a Guard it rebuilds. The watch adds them to its own,
+// so that its series go on from where theirs stopped instead of starting
+// again from zero.
+type carried struct {
+	ints  map[pointKey]metricdata.DataPoint[int64]
+	hists map[pointKey]metricdata.HistogramDataPoint[float64]
+}
+
+// pointKey tells one series from another: its instrument and attributes.
+type pointKey struct {
+	in    instrument
+	attrs attribute.Distinct
+}
+
+// freeze returns the counters and histograms of b.
+func freeze(b *builder) *carried {
+	c := &carried{ints: map[pointKey]metricdata.DataPoint[int64]{}, hists: map[pointKey]metricdata.HistogramDataPoint[float64]{}}
+	for in, d := range instruments {
+		switch d.kind {
+		case kindCounter:
+			for _, p := range b.ints[in] {
+				c.ints[pointKey{instrument(in), p.Attributes.Equivalent()}] = p
+			}
+		case kindHistogram:
+			for _, p := range b.hists[in] {
+				c.hists[pointKey{instrument(in), p.Attributes.Equivalent()}] = p
+			}
+		}
+	}
+	return c
+}
+
+// addTo adds c's counts to the points of b of the same series, and adds a
+// point for each series of c that b lacks.
+func (c *carried) addTo(b *builder) {
+	if c == nil {
+		return
+	}
+	seen := make(map[pointKey]bool, len(c.ints)+len(c.hists))
+	for in := range instruments {
+		for i := range b.ints[in] {
+			p := &b.ints[in][i]
+			k := pointKey{instrument(in), p.Attributes.Equivalent()}
+			if q, ok := c.ints[k]; ok {
+				p.Value += q.Value
+				p.StartTime = q.StartTime
+				seen[k] = true
+			}
+		}
+		for i := range b.hists[in] {
+			p := &b.hists[in][i]
+			k := pointKey{instrument(in), p.Attributes.Equivalent()}
+			if q, ok := c.hists[k]; ok {
+				for j := range p.BucketCounts {
+					p.BucketCounts[j] += q.BucketCounts[j]
+				}
+				p.Count += q.Count
+				p.Sum += q.Sum
+				p.StartTime = q.StartTime
+				seen[k] = true
+			}
+		}
+	}
+	// The series only the old Guards had (a policy the successor lacks)
+	// keep their last values, in a fixed order.
+	for _, k := range missing(c.ints, seen, func(p metricdata.DataPoint[int64]) attribute.Set { return p.Attributes }) {
+		p := c.ints[k]
+		p.Time = b.now
+		b.ints[k.in] = append(b.ints[k.in], p)
+	}
+	for _, k := range missing(c.hists, seen, func(p metricdata.HistogramDataPoint[float64]) attribute.Set { return p.Attributes }) {
+		p := c.hists[k]
+		p.Time = b.now
+		p.Bounds = slices.Clone(p.Bounds)
+		p.BucketCounts = slices.Clone(p.BucketCounts)
+		b.hists[k.in] = append(b.hists[k.in], p)
+	}
+}
+
+// missing returns the keys of m that seen lacks, by instrument and then by
+// attributes.
+func missing[P any](m map[pointKey]P, seen map[pointKey]bool, attrs func(P) attribute.Set) []pointKey {
+	var ks []pointKey
+	enc := map[pointKey]string{}
+	for k, p := range m {
+		if !seen[k] {
+			ks = append(ks, k)
+			set := attrs(p)
+			enc[k] = set.Encoded(attribute.DefaultEncoder())
+		}
+	}
+	slices.SortFunc(ks, func(a, b pointKey) int {
+		return cmp.Or(cmp.Compare(a.in, b.in), cmp.Compare(enc[a], enc[b]))
+	})
+	return ks
+}
+
+// add appends the points of o to b's.
+func (b *builder) add(o *builder) {
+	for in := range instruments {
+		b.ints[in] = append(b.ints[in], o.ints[in]...)
+		b.floats[in] = append(b.floats[in], o.floats[in]...)
+		b.hists[in] = append(b.hists[in], o.hists[in]...)
+	}
+}
+
+// countsOnly drops b's gauges: a closed Guard's state is gone.
+func (b *builder) countsOnly() {
+	for in, d := range instruments {
+		if d.kind == kindGauge || d.kind == kindRatio {
+			b.ints[in], b.floats[in] = nil, nil
+		}
+	}
+}
+
+// gather returns w's points at now: its Guard's, while it has one, with
+// the counts it carries from its predecessors added. The first gather
+// after w succeeded a Guard reads that Guard's counts, which went on while
+// its last calls ended, and keeps them from then on.
+func (w *watch) gather(now time.Time) builder {
+	b := builder{now: now}
+	if w.g != nil {
+		w.collect(&b)
+	}
+	if w.prev != nil {
+		pb := w.prev.gather(now)
+		w.carried, w.prev = freeze(&pb), nil
+	}
+	w.carried.addTo(&b)
+	return b
+}

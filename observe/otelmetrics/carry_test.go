@@ -1,0 +1,115 @@
+package otelmetrics_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/observe/otelmetrics"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// apiGuard returns a Guard named api that m reports: a fixed window of 4
+// requests a minute.
+func apiGuard(t *testing.T, m *otelmetrics.Metrics) *sluice.Guard {
+	t.Helper()
+	limit, err := ratelimit.NewFixedWindow(4, time.Minute, ratelimit.WithName("ratelimit/api"))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(limit),
+		sluice.WithClock(sluice.NewManualClock(time.Second)), sluice.WithObserver(m))
+	require.NoError(t, err)
+	return g
+}
+
+// starts collects reader and returns the start time of each point of the
+// counter name.
+func starts(t *testing.T, reader *sdkmetric.ManualReader, name string) map[string]time.Time {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	out := map[string]time.Time{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				for _, p := range s.DataPoints {
+					out[key(p.Attributes)] = p.StartTime
+				}
+			}
+		}
+	}
+	return out
+}
+
+const (
+	apiAdmitted = "sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=admitted"
+	apiRejected = "sluice.cause=rate_limited,sluice.guard=api,sluice.policy=ratelimit/api,sluice.result=rejected"
+)
+
+// A Guard that succeeds a closed one of its name (a rules reload rebuilds
+// one so) continues its counters and histograms: the calls the old one
+// counted after the last collection are not lost, and no series goes back.
+func TestASuccessorContinuesTheCountsOfItsName(t *testing.T) {
+	m, reader := newReader(t)
+	g := apiGuard(t, m)
+	runDo(t, g)
+	first := starts(t, reader, "sluice.requests")[apiAdmitted]
+	runDo(t, g) // all 6 rejected: the window is spent
+	require.NoError(t, g.Close())
+
+	g = apiGuard(t, m)
+	defer g.Close()
+	runDo(t, g) // 4 admitted, 2 rejected
+	got := points(t, reader, "sluice.requests")
+	assert.Equal(t, 8.0, got[apiAdmitted])
+	assert.Equal(t, 10.0, got[apiRejected])
+	assert.Equal(t, 8.0, points(t, reader, "sluice.call.duration")["sluice.guard=api,sluice.outcome=success"]+
+		points(t, reader, "sluice.call.duration")["error.type=_OTHER,sluice.guard=api,sluice.outcome=failure"])
+	assert.Equal(t, first, starts(t, reader, "sluice.requests")[apiAdmitted], "the series keeps its start")
+
+	// Once folded, the old Guard's counts stay.
+	runDo(t, g)
+	assert.Equal(t, 16.0, points(t, reader, "sluice.requests")[apiRejected])
+}
+
+// A Guard closed for good reports the calls it counted since the last
+// collection once more, at the next one, and then no more.
+func TestAClosedGuardReportsItsLastCountsOnce(t *testing.T) {
+	m, reader := newReader(t)
+	g := apiGuard(t, m)
+	runDo(t, g)
+	assert.Equal(t, 4.0, points(t, reader, "sluice.requests")[apiAdmitted])
+	runDo(t, g)
+	require.NoError(t, g.Close())
+	got := points(t, reader, "sluice.requests")
+	assert.Equal(t, 4.0, got[apiAdmitted])
+	assert.Equal(t, 8.0, got[apiRejected])
+	assert.Empty(t, points(t, reader, "sluice.requests"))
+	assert.Empty(t, points(t, reader, "sluice.rate_limiter.keys"))
+}
+
+// A series the closed Guard had and its successor lacks (a policy renamed
+// by a reload) keeps its last value.
+func TestASeriesOnlyThePredecessorHadKeepsItsValue(t *testing.T) {
+	m, reader := newReader(t)
+	g := apiGuard(t, m)
+	runDo(t, g)
+	require.NoError(t, g.Close())
+	limit, err := ratelimit.NewFixedWindow(4, time.Minute, ratelimit.WithName("ratelimit/v2"))
+	require.NoError(t, err)
+	g, err = sluice.New(sluice.WithName("api"), sluice.With(limit), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g.Close()
+	runDo(t, g)
+	for range 2 {
+		got := points(t, reader, "sluice.requests")
+		assert.Equal(t, 4.0, got[apiAdmitted])
+		assert.Equal(t, 2.0, got[apiRejected])
+		assert.Equal(t, 4.0, got["sluice.guard=api,sluice.policy=ratelimit/v2,sluice.result=admitted"])
+	}
+}
