@@ -11,6 +11,8 @@
 // sluice.policy, from and to. Records are rate-limited per policy, so a
 // flapping breaker cannot flood the log: past the limit, changes are
 // counted, and the next record says how many were left out (suppressed).
+// The last change left out, the state the policy stays in, is logged once
+// the limit allows a record, or when the Guard closes.
 // A Redis limiter's records say "Redis failure policy engaged" (Warn),
 // "Redis tried again" and "Redis failure policy recovered".
 package statelog
@@ -53,7 +55,8 @@ func WithLimit(burst int, every time.Duration) Option {
 }
 
 // WithClock makes the Logger's rate limit read c instead of
-// sluice.SystemClock.
+// sluice.SystemClock. The wait for the next record allowed, to log the
+// last change left out, is a timer of the process's clock.
 func WithClock(c sluice.Clock) Option {
 	return func(l *Logger) error {
 		if c == nil {
@@ -86,6 +89,7 @@ func New(log *slog.Logger, opts ...Option) (*Logger, error) {
 // unsubscribes. It hears no calls.
 func (l *Logger) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
 	var unsubs []func()
+	var logs []*policyLog
 	for _, p := range g.Policies() {
 		src, ok := p.(sluice.StateSource)
 		if !ok {
@@ -94,10 +98,14 @@ func (l *Logger) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent
 		_, redis := p.(*redislimit.Limiter)
 		pl := &policyLog{l: l, guard: g.Name(), policy: p.Name(), redis: redis, tokens: float64(l.burst)}
 		unsubs = append(unsubs, src.Subscribe(pl.changed))
+		logs = append(logs, pl)
 	}
 	return nil, func() {
 		for _, u := range unsubs {
 			u()
+		}
+		for _, pl := range logs {
+			pl.detach()
 		}
 	}, nil
 }
@@ -108,30 +116,84 @@ type policyLog struct {
 	guard, policy string
 	redis         bool // a Redis limiter: its changes are its breaker around Redis
 
+	// mu also orders the records: a change is written under it.
 	mu         sync.Mutex
 	tokens     float64
 	last       time.Duration
 	started    bool
 	suppressed int
+	// pending is the last change left out, the state the policy is in
+	// when no change follows it: timer writes it once a record is
+	// allowed, or detach at once.
+	pending  sluice.StateChange
+	timer    *time.Timer
+	gen      uint64 // the timer's, which a record that goes out first stops
+	detached bool
 }
 
 func (p *policyLog) changed(c sluice.StateChange) {
-	now := p.l.clock.Now()
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.detached {
+		return
+	}
+	p.refill()
+	if p.tokens < 1 {
+		p.suppressed++
+		p.pending = c
+		if p.timer == nil {
+			wait := time.Duration((1 - p.tokens) * float64(p.l.every))
+			p.gen++
+			gen := p.gen
+			p.timer = time.AfterFunc(wait, func() { p.flush(gen) })
+		}
+		return
+	}
+	p.tokens--
+	p.write(c, p.suppressed)
+}
+
+// refill adds the tokens earned since the last change.
+func (p *policyLog) refill() {
+	now := p.l.clock.Now()
 	if p.started {
 		p.tokens = min(p.tokens+float64(now-p.last)/float64(p.l.every), float64(p.l.burst))
 	}
 	p.started, p.last = true, now
-	if p.tokens < 1 {
-		p.suppressed++
-		p.mu.Unlock()
-		return
-	}
-	p.tokens--
-	suppressed := p.suppressed
-	p.suppressed = 0
-	p.mu.Unlock()
+}
 
+// flush writes the change left out, if the timer of generation gen is
+// still the one waiting for it: it fires once the next record is allowed
+// (on the Logger's clock if that runs in step with the process's).
+func (p *policyLog) flush(gen uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.timer == nil || p.gen != gen || p.detached {
+		return // a record went out since, or detach wrote it
+	}
+	p.refill()
+	p.tokens = max(p.tokens-1, 0)
+	p.write(p.pending, p.suppressed-1)
+}
+
+// detach writes the change left out, if any, and ends p's records.
+func (p *policyLog) detach() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.suppressed > 0 && !p.detached {
+		p.write(p.pending, p.suppressed-1)
+	}
+	p.detached = true
+}
+
+// write logs c, saying how many changes before it were left out, and
+// clears what was left out. p.mu is held.
+func (p *policyLog) write(c sluice.StateChange, suppressed int) {
+	p.suppressed = 0
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
 	level, msg := describe(c, p.redis)
 	attrs := []slog.Attr{
 		slog.String("sluice.guard", p.guard),
