@@ -34,7 +34,8 @@ type state struct {
 	spec     *spec
 	policies map[string]*built
 	guards   map[string]*sluice.Guard
-	sigs     map[string]string // each guard's signature: what it was built from
+	sigs     map[string]string          // each guard's signature: what it was built from
+	opts     map[string][]sluice.Option // the options each Guard was made with
 	routes   *middleware.Routes
 	keyer    *middleware.Keyer
 }

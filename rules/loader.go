@@ -100,7 +100,10 @@ func WithLogger(lg *slog.Logger) Option {
 // named after its guard (sluice.WithName) unless the options name it
 // otherwise. When a reload rebuilds a guard, its old Guard is closed
 // (sluice.Guard.Close, which lets its observers go) just before its
-// successor is made. Default: no options.
+// successor is made. When the options refuse a Guard (an observer's
+// Attach fails), the load fails and undoes what it changed: numbers set in
+// place are set back, and the Guards it closed are made again from their
+// options. Default: no options.
 func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
 	return func(l *Loader) error {
 		if fn == nil {
@@ -251,6 +254,9 @@ func (l *Loader) load(data []byte) (bool, error) {
 	}
 	next, changes, err := l.build(old, s)
 	if err != nil {
+		if next != nil && next != old {
+			l.cur.Store(next) // the rules in force, their Guards made again
+		}
 		return false, err
 	}
 	next.version = Version{N: 1, Hash: hash}
@@ -269,6 +275,10 @@ func (l *Loader) load(data []byte) (bool, error) {
 // first load): a policy whose spec is unchanged is kept, one whose numbers
 // changed takes them in place when its kind can, and the others are made
 // anew. Nothing of old changes until every part of s has been checked.
+// When a Guard's options refuse it after that, build undoes what it
+// changed, and returns with its error the state to keep in force: old, or
+// a copy of old whose rebuilt Guards were made again; nil when s failed
+// its checks.
 func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 	type change struct {
 		prev, made *built
@@ -279,7 +289,7 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		changed []change // policies of old with new numbers
 		out     []string
 	)
-	next := &state{spec: s, policies: map[string]*built{}, guards: map[string]*sluice.Guard{}, sigs: map[string]string{}}
+	next := &state{spec: s, policies: map[string]*built{}, guards: map[string]*sluice.Guard{}, sigs: map[string]string{}, opts: map[string][]sluice.Option{}}
 	for _, ps := range s.policies {
 		var prev *built
 		if old != nil {
@@ -314,6 +324,7 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 	}
 	// The file is sound: the policies of old take their new numbers, or,
 	// when they cannot, give way to the new ones.
+	inPlace := map[*built]bool{} // the made ones of the policies updated in place
 	for _, c := range changed {
 		ps := c.made.spec
 		if err := update(c.prev, ps); err != nil {
@@ -321,11 +332,27 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 			continue
 		}
 		closePolicy(c.made.p)
+		inPlace[c.made] = true
 		next.policies[ps.name] = &built{spec: ps, p: c.prev.p, sw: c.prev.sw}
 		out = append(out, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(c.prev.spec, ps)))
 	}
-	if err := l.assemble(old, next, keys, fbs, &out); err != nil {
-		return nil, nil, err
+	if keep, err := l.assemble(old, next, keys, fbs, &out); err != nil {
+		// A Guard's options refused it (an observer, say): the policies
+		// updated in place take their old numbers back, and the new
+		// ones go.
+		for _, c := range changed {
+			if inPlace[c.made] {
+				if uerr := update(&built{spec: c.made.spec, p: c.prev.p, sw: c.prev.sw}, c.prev.spec); uerr != nil {
+					l.log.Error("sluice rules: setting a policy's numbers back", "policy", c.prev.spec.name, "error", uerr)
+				}
+			}
+		}
+		for _, b := range made {
+			if !inPlace[b] {
+				closePolicy(b.p)
+			}
+		}
+		return keep, nil, err
 	}
 	if old != nil {
 		for name, g := range old.guards {
@@ -376,9 +403,25 @@ type fallbacks struct {
 
 // assemble makes the Guards, the route table and the Keyer of next from
 // its policies, keeping each Guard of old whose parts are the same, and
-// setting its shadow modes to the file's.
-func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) error {
+// setting its shadow modes to the file's. When a Guard's options refuse
+// it, assemble undoes what it did (undo) and returns the state to keep in
+// force.
+func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) (*state, error) {
 	s := next.spec
+	var (
+		made     []*sluice.Guard // the Guards made for next
+		shadowed []string        // kept Guards whose shadow modes changed
+		closed   []string        // Guards of old closed for a successor
+	)
+	undo := func(err error) (*state, error) {
+		for _, g := range made {
+			_ = g.Close()
+		}
+		for _, name := range shadowed {
+			_ = setShadows(old.guards[name], old.spec.byName[name], old.guards[name].Policies(), s.byName[name], new([]string))
+		}
+		return l.remake(old, closed), err
+	}
 	for _, gs := range s.guards {
 		ps := make([]sluice.Policy, len(gs.policies))
 		for i, p := range gs.policies {
@@ -388,9 +431,13 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		next.sigs[gs.name] = sig
 		if old != nil && old.sigs[gs.name] == sig {
 			g := old.guards[gs.name]
-			next.guards[gs.name] = g
+			next.guards[gs.name], next.opts[gs.name] = g, old.opts[gs.name]
+			n := len(*out)
 			if err := setShadows(g, gs, ps, old.spec.byName[gs.name], out); err != nil {
-				return where(l.path, gs.at, "guard "+gs.name, err)
+				return undo(where(l.path, gs.at, "guard "+gs.name, err))
+			}
+			if len(*out) > n {
+				shadowed = append(shadowed, gs.name)
 			}
 			continue
 		}
@@ -418,14 +465,21 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 			if err := old.guards[gs.name].Close(); err != nil {
 				l.log.Error("sluice rules: closing a guard rebuilt", "guard", gs.name, "error", err)
 			}
+			closed = append(closed, gs.name)
 			*out = append(*out, "guard "+gs.name+": rebuilt")
 		}
 		g, err := sluice.New(opts...)
 		if err != nil {
-			return where(l.path, gs.at, "guard "+gs.name, err)
+			return undo(where(l.path, gs.at, "guard "+gs.name, err))
 		}
-		next.guards[gs.name] = g
+		made = append(made, g)
+		next.guards[gs.name], next.opts[gs.name] = g, opts
 	}
+	rs, err := routesOf(s, next.guards)
+	if err != nil {
+		return undo(fmt.Errorf("%s: routes: %w", l.path, err))
+	}
+	next.routes = rs
 	byRoute := map[string]middleware.KeyFunc{}
 	keyed := false
 	keyOf := func(guard string) middleware.KeyFunc {
@@ -435,21 +489,13 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		return noKey
 	}
-	var ropts []middleware.RoutesOption
 	for _, r := range s.routes {
-		ropts = append(ropts, middleware.RouteTo(r.pattern, next.guards[r.guard]))
 		byRoute[r.pattern] = keyOf(r.guard)
 	}
 	var other middleware.KeyFunc
 	if s.def != "" {
-		ropts = append(ropts, middleware.DefaultRoute(next.guards[s.def]))
 		other = keyOf(s.def)
 	}
-	rs, err := middleware.NewRoutes(ropts...)
-	if err != nil {
-		return fmt.Errorf("%s: routes: %w", l.path, err)
-	}
-	next.routes = rs
 	if keyed {
 		missing := middleware.SharedKey(sharedKey)
 		for _, gs := range s.guards {
@@ -459,11 +505,50 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		k, err := middleware.NewKeyer(missing, middleware.KeyPerRoute(byRoute, other))
 		if err != nil {
-			return fmt.Errorf("%s: keys: %w", l.path, err)
+			return undo(fmt.Errorf("%s: keys: %w", l.path, err))
 		}
 		next.keyer = k
 	}
-	return nil
+	return nil, nil
+}
+
+// routesOf returns the route table of s, whose guards are these.
+func routesOf(s *spec, guards map[string]*sluice.Guard) (*middleware.Routes, error) {
+	var ropts []middleware.RoutesOption
+	for _, r := range s.routes {
+		ropts = append(ropts, middleware.RouteTo(r.pattern, guards[r.guard]))
+	}
+	if s.def != "" {
+		ropts = append(ropts, middleware.DefaultRoute(guards[s.def]))
+	}
+	return middleware.NewRoutes(ropts...)
+}
+
+// remake returns the state to keep in force when a load fails after it
+// closed the Guards of old named closed: a copy of old in which each is
+// made again from its options, so that its observers hear it again. A
+// Guard that cannot be made again is logged, and the closed one serves on.
+func (l *Loader) remake(old *state, closed []string) *state {
+	if len(closed) == 0 {
+		return old
+	}
+	st := *old
+	st.guards = maps.Clone(old.guards)
+	for _, name := range closed {
+		g, err := sluice.New(old.opts[name]...)
+		if err != nil {
+			l.log.Error("sluice rules: making a guard of the rules in force again", "guard", name, "error", err)
+			continue
+		}
+		st.guards[name] = g
+	}
+	rs, err := routesOf(old.spec, st.guards)
+	if err != nil { // it was made once: it cannot fail
+		l.log.Error("sluice rules: the route table of the rules in force", "error", err)
+		return old
+	}
+	st.routes = rs
+	return &st
 }
 
 // setShadows sets the shadow modes of g, kept from the rules before (was),

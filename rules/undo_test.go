@@ -1,0 +1,76 @@
+package rules
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// picky is an observer that counts the calls of the Guards it hears, and
+// refuses a Guard with a policy named refuse.
+type picky struct {
+	refuse string
+	calls  atomic.Int64
+}
+
+func (o *picky) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	for _, p := range g.Policies() {
+		if p.Name() == o.refuse {
+			return nil, nil, errors.New("picky: refused " + o.refuse)
+		}
+	}
+	var detached atomic.Bool
+	observe := func(context.Context, sluice.CallEvent) {
+		if !detached.Load() { // a closed Guard's calls are not heard
+			o.calls.Add(1)
+		}
+	}
+	return observe, func() { detached.Store(true) }, nil
+}
+
+// A reload whose Guard an option refuses, after it changed numbers in
+// place and closed the Guard it rebuilds, undoes both: the numbers in
+// force are the old ones, and the old Guard is served again, observed.
+func TestAGuardRefusedAtReloadUndoesWhatTheLoadChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &picky{refuse: "cart-log"}
+		l, path := newLoader(t, twoLimits, WithGuardOptions(func(string) []sluice.Option {
+			return []sluice.Option{sluice.WithObserver(obs)}
+		}))
+		h := serve(t, l)
+		assert.Equal(t, []int{200, 429}, statuses(h, "/cart", 2))
+		g, _ := l.Guard("items")
+		tb := g.Policies()[0].(*ratelimit.TokenBucket)
+
+		next := strings.Replace(twoLimits, "rate: 1/min, burst: 3", "rate: 2/min, burst: 3", 1)
+		next = strings.Replace(next, "name: cart-window, kind: fixed-window, limit: 1", "name: cart-log, kind: sliding-log, limit: 5", 1)
+		writeRules(t, path, next)
+		err := l.Reload()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "picky: refused cart-log")
+		assert.Equal(t, uint64(1), l.Version().N)
+		assert.Equal(t, ratelimit.Rate{Count: 1, Period: time.Minute}, tb.Rate(), "the numbers changed in place are set back")
+
+		before := obs.calls.Load()
+		assert.Equal(t, []int{429}, statuses(h, "/cart", 1), "the old window, still spent")
+		assert.Equal(t, before+1, obs.calls.Load(), "the cart's Guard is observed still")
+		cart, ok := l.Guard("cart")
+		require.True(t, ok)
+		assert.Equal(t, "cart-window", cart.Policies()[0].Name())
+
+		obs.refuse = ""
+		require.NoError(t, l.Reload())
+		assert.Equal(t, uint64(2), l.Version().N)
+		assert.Equal(t, []int{200, 200}, statuses(h, "/cart", 2))
+	})
+}
