@@ -76,8 +76,7 @@ type retrier struct {
 	mu        sync.Mutex
 	balance   float64   // retries the budget has to give
 	lastCalls uint64    // calls less retries, as of the last update
-	lastAt    time.Time // the instant of the last update
-	started   bool
+	lastAt    time.Time // the instant of the last update, or the Guard's making
 }
 
 type paddedCounter struct {
@@ -119,6 +118,9 @@ func newRetrier(r Retry) (*retrier, error) {
 	}
 	b.cap = max(10, b.floor)
 	b.balance = min(b.floor, b.cap) // a first failure finds one second of the floor
+	// The budget saves from the start: the calls and the time before the
+	// first retry count as any later ones do.
+	b.lastAt = time.Now()
 	return b, nil
 }
 
@@ -141,15 +143,13 @@ func (b *retrier) withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	calls := b.attemptsMade() - b.retries.Load()
-	if b.started {
-		if calls > b.lastCalls {
-			b.balance += b.ratio * float64(calls-b.lastCalls)
-		}
-		if now.After(b.lastAt) {
-			b.balance += b.floor * now.Sub(b.lastAt).Seconds()
-		}
+	if calls > b.lastCalls {
+		b.balance += b.ratio * float64(calls-b.lastCalls)
 	}
-	b.started, b.lastCalls = true, max(calls, b.lastCalls)
+	if now.After(b.lastAt) {
+		b.balance += b.floor * now.Sub(b.lastAt).Seconds()
+	}
+	b.lastCalls = max(calls, b.lastCalls)
 	if now.After(b.lastAt) {
 		b.lastAt = now
 	}
