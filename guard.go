@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
 )
 
@@ -84,17 +85,8 @@ func WithClock(c Clock) Option {
 }
 
 // isNil reports whether v is nil, or holds a nil pointer, map, slice,
-// channel or function: a nil *breaker.Breaker is no policy.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch r := reflect.ValueOf(v); r.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
-		return r.IsNil()
-	}
-	return false
-}
+// channel, function or interface.
+func isNil(v any) bool { return isnil.Of(v) }
 
 // WithClassifier makes the Guard classify the errors of protected calls with
 // c instead of DefaultClassifier.

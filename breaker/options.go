@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 )
 
 // Option configures a Breaker, an Adaptive throttle or a Group. Each option
@@ -421,7 +422,7 @@ func WithHalfOpenProbes(n int, successRatio float64) Option {
 func WithClock(clk sluice.Clock) Option {
 	return func(c *config) error {
 		c.use("WithClock", forBreaker|forAdaptive|forGroup)
-		if clk == nil {
+		if isnil.Of(clk) {
 			return errors.New("breaker: WithClock: nil clock")
 		}
 		c.clock = clk

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 )
 
 // Hysteresis tells an [Auto] when to flip its switch, with two thresholds and
@@ -73,8 +74,8 @@ type Auto struct {
 // signal is called from Check and Run, never under a lock of the package;
 // a NaN reading is skipped.
 func NewAuto(sw *Switch, signal func() float64, h Hysteresis) (*Auto, error) {
-	if sw == nil {
-		return nil, errors.New("degrade: NewAuto: nil switch")
+	if sw == nil || sw.clock == nil {
+		return nil, errors.New("degrade: NewAuto: nil switch, or one not made by NewSwitch")
 	}
 	if signal == nil {
 		return nil, errors.New("degrade: NewAuto: nil signal")
@@ -153,7 +154,7 @@ func (a *Auto) Run(ctx context.Context, every time.Duration) error {
 // in one of states. Until src reports a change the reading is 0. The
 // returned unsubscribe function stops following src.
 func StateSignal(src sluice.StateSource, states ...string) (signal func() float64, unsubscribe func(), err error) {
-	if src == nil {
+	if isnil.Of(src) {
 		return nil, nil, errors.New("degrade: StateSignal: nil source")
 	}
 	if len(states) == 0 {

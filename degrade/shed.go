@@ -27,8 +27,8 @@ type Shed struct {
 // after retryAfter, which must be positive. Its Name is "degrade/" followed
 // by the switch's name.
 func NewShed(sw *Switch, retryAfter time.Duration) (*Shed, error) {
-	if sw == nil {
-		return nil, errors.New("degrade: NewShed: nil switch")
+	if sw == nil || sw.clock == nil {
+		return nil, errors.New("degrade: NewShed: nil switch, or one not made by NewSwitch")
 	}
 	if retryAfter <= 0 {
 		return nil, fmt.Errorf("degrade: NewShed: retry after %v is not positive", retryAfter)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 )
 
 // Switch is a named degradation switch. When it is on, handlers skip their
@@ -56,7 +57,7 @@ type options struct {
 // every package of sluice.
 func WithClock(c sluice.Clock) Option {
 	return func(o *options) error {
-		if c == nil {
+		if isnil.Of(c) {
 			return errors.New("degrade: WithClock: nil clock")
 		}
 		if o.clockSet {

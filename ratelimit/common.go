@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
@@ -66,7 +67,7 @@ func WithName(name string) Option {
 // clock), and they decide only through it.
 func WithClock(c sluice.Clock) Option {
 	return func(o *options) error {
-		if c == nil {
+		if isnil.Of(c) {
 			return errors.New("ratelimit: WithClock: nil clock")
 		}
 		o.clock, o.clockSet = c, true

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -74,7 +75,7 @@ type Option func(*Loader) error
 // keeps in Redis (store: redis). Without it, such a policy is an error.
 func WithRedis(c redis.UniversalClient) Option {
 	return func(l *Loader) error {
-		if c == nil {
+		if isnil.Of(c) {
 			return errors.New("rules: WithRedis: nil client")
 		}
 		l.b.redis = c

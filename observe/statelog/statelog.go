@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
 
@@ -59,7 +60,7 @@ func WithLimit(burst int, every time.Duration) Option {
 // last change left out, is a timer of the process's clock.
 func WithClock(c sluice.Clock) Option {
 	return func(l *Logger) error {
-		if c == nil {
+		if isnil.Of(c) {
 			return errors.New("statelog: WithClock: nil clock")
 		}
 		l.clock = c

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -464,7 +465,7 @@ func (l *Limiter) stateChanged(c sluice.StateChange) {
 // timeout: go-redis applies a context's deadline to its socket reads and
 // writes only with ContextTimeoutEnabled.
 func checkClient(client redis.UniversalClient) error {
-	if client == nil {
+	if isnil.Of(client) {
 		return errors.New("redislimit: nil Redis client")
 	}
 	enabled := true
