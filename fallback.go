@@ -166,9 +166,16 @@ func fallbackValue[T any](ctx context.Context, g *Guard, v T, err error) (T, err
 // (named name): a mistake in the Guard's declaration, reported rather than
 // skipped. It wraps err.
 func otherTypeError(i int, f Fallback, name string, typ reflect.Type, err error) error {
-	return fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
-		i, f, name, typeName(typ), typeName(typ), err)
+	return &misdeclaredError{fmt.Errorf("sluice: fallback %d (%T) declares %q for this error but answers another type than %s; declare one answering %s: %w",
+		i, f, name, typeName(typ), typeName(typ), err)}
 }
+
+// misdeclaredError is otherTypeError's error, which a layer over an entry
+// point (degrade.Stale) tells from the call's own with
+// guardhook.Misdeclared, so as not to hide it.
+type misdeclaredError struct{ error }
+
+func (e *misdeclaredError) Unwrap() error { return e.error }
 
 // typeName names t, interfaces included ("http.Handler", "any").
 func typeName(t reflect.Type) string {

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"time"
 
@@ -34,5 +35,9 @@ func init() {
 	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {
 		return otherTypeError(i, f.(Fallback), name, typ, err)
+	}
+	guardhook.Misdeclared = func(err error) bool {
+		var m *misdeclaredError
+		return errors.As(err, &m)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 )
 
 // Stale remembers the last good answer of type T per key and serves it when
@@ -173,7 +174,10 @@ type staleCall[T any] struct {
 	key   string
 	age   time.Duration
 	stale bool
-	hide  hideStaleCall[T] // the context fn runs with, kept here to save an allocation
+	// hide is the context the first attempt of fn runs with, kept here to
+	// save an allocation; attempted once it has run.
+	hide      hideStaleCall[T]
+	attempted bool
 }
 
 type staleCallKey[T any] struct{ s *Stale[T] }
@@ -189,14 +193,23 @@ func (c *staleCall[T]) Value(k any) any {
 // answer when it succeeds. When the request is rejected or fn fails, and no
 // fallback of the Guard served, it serves the answer remembered for key if
 // there is one at most the maximum age old, with Stale set and its Age;
-// otherwise it returns the error. A nil g runs fn unguarded. Put the Stale
+// otherwise it returns the error. A Guard fallback that answers another
+// type than T is a mistake it reports, remembered answer or not. A nil g
+// runs fn unguarded. Put the Stale
 // in the Guard's fallbacks (sluice.WithFallback) to have its answers told to
 // the Guard's OnFallback observers and ordered among its other fallbacks.
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
-		call.hide = hideStaleCall[T]{ctx, s}
-		v, err := fn(&call.hide)
+		// Each attempt of a Guard that retries has a context of its own:
+		// the first one's is kept in call, the later ones' are made.
+		h := &call.hide
+		if call.attempted {
+			h = &hideStaleCall[T]{ctx, s}
+		} else {
+			call.attempted, *h = true, hideStaleCall[T]{ctx, s}
+		}
+		v, err := fn(h)
 		if err == nil {
 			s.Put(key, v)
 		}
@@ -204,6 +217,9 @@ func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn 
 	})
 	if err == nil {
 		return Result[T]{Value: v, Stale: call.stale, Age: call.age}, nil
+	}
+	if guardhook.Misdeclared(err) {
+		return Result[T]{Value: v}, err // a mistake in the Guard's fallbacks, not to hide
 	}
 	sv, age, ok := s.Get(key)
 	if !ok {

@@ -67,3 +67,7 @@ var Served func(g any, ctx context.Context, name string, err error)
 // for err when g's fallback i, f, of another type, declares an answer for
 // it named name: the Guard's declaration is mistaken. It wraps err.
 var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) error
+
+// Misdeclared reports whether err is, or wraps, an error OtherTypeError
+// made, or the one an entry point returns for the same mistake.
+var Misdeclared func(err error) bool
