@@ -52,7 +52,11 @@ type Guard struct {
 	resources bool
 }
 
-// Option configures a Guard.
+// Option configures a Guard. Options apply in order: those that add (With,
+// WithFallback, WithObserver, WithShadow) add to what came before, and
+// those that set one value (WithName, WithTimeout, WithClassifier,
+// WithClock, WithRetry) replace it, so that a layer of options (a rules
+// file's over a program's) can override another.
 type Option func(*Guard) error
 
 // With appends policies to the Guard's chain, outer to inner: the first one
