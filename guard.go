@@ -107,9 +107,9 @@ func WithClassifier(c Classifier) Option {
 // New builds a Guard. A Guard with no policies lets everything through.
 func New(opts ...Option) (*Guard, error) {
 	g := &Guard{classify: DefaultClassifier}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("sluice: New: option %d is nil", i)
 		}
 		if err := o(g); err != nil {
 			return nil, err

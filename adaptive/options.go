@@ -50,9 +50,9 @@ func WithQueue(size int, maxWait time.Duration) Option {
 
 func buildOptions(name string, opts []Option) (options, error) {
 	o := options{name: name}
-	for _, opt := range opts {
+	for i, opt := range opts {
 		if opt == nil {
-			continue
+			return o, fmt.Errorf("adaptive: option %d is nil", i)
 		}
 		if err := opt(&o); err != nil {
 			return o, err

@@ -102,9 +102,9 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 		key:         resourceKey,
 		maxBreakers: defaultMaxGroup,
 	}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("breaker: option %d is nil", i)
 		}
 		if err := o(c); err != nil {
 			return nil, err

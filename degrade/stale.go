@@ -59,9 +59,9 @@ func NewStale[T any](maxAge time.Duration, maxEntries int, opts ...Option) (*Sta
 		return nil, fmt.Errorf("degrade: NewStale: max entries %d is not positive", maxEntries)
 	}
 	cfg := options{clock: sluice.SystemClock}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("degrade: NewStale: option %d is nil", i)
 		}
 		if err := o(&cfg); err != nil {
 			return nil, err

@@ -2,6 +2,7 @@ package degrade
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,9 +92,9 @@ func NewSwitch(name string, opts ...Option) (*Switch, error) {
 		return nil, errors.New("degrade: NewSwitch: empty name")
 	}
 	o := options{clock: sluice.SystemClock}
-	for _, opt := range opts {
+	for i, opt := range opts {
 		if opt == nil {
-			continue
+			return nil, fmt.Errorf("degrade: NewSwitch: option %d is nil", i)
 		}
 		if err := opt(&o); err != nil {
 			return nil, err

@@ -135,9 +135,9 @@ func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 		v4bits:  32,
 		v6bits:  128,
 	}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("middleware: NewIPExtractor: option %d is nil", i)
 		}
 		if err := o(e); err != nil {
 			return nil, err

@@ -83,9 +83,9 @@ func (o *options) keyedOption(name string) {
 }
 
 func applyOptions(o *options, opts []Option) error {
-	for _, opt := range opts {
+	for i, opt := range opts {
 		if opt == nil {
-			continue
+			return fmt.Errorf("ratelimit: option %d is nil", i)
 		}
 		if err := opt(o); err != nil {
 			return err

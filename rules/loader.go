@@ -134,9 +134,9 @@ func OnReload(fn func(Status)) Option {
 // runs until Watch.
 func New(path string, opts ...Option) (*Loader, error) {
 	l := &Loader{path: path, log: slog.Default()}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("rules: New: option %d is nil", i)
 		}
 		if err := o(l); err != nil {
 			return nil, err

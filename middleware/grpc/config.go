@@ -53,10 +53,12 @@ func (s side) server() bool { return s == serverSide || s == streamServerSide }
 
 func build(s side, opts []Option) (*config, error) {
 	var o options
-	for _, fn := range opts {
-		if fn != nil {
-			fn(&o)
+	for i, fn := range opts {
+		if fn == nil {
+			o.errs = append(o.errs, fmt.Errorf("sluicegrpc: option %d is nil", i))
+			continue
 		}
+		fn(&o)
 	}
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)

@@ -188,9 +188,9 @@ func Transport(next http.RoundTripper, guards func(host string) (*sluice.Guard, 
 		hosts: make(map[string]*list.Element), pending: make(map[string]*pendingGuard),
 		closing: make(map[string]chan struct{}),
 	}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("sluicehttp: Transport: option %d is nil", i)
 		}
 		if err := o(&t.cfg); err != nil {
 			return nil, err

@@ -83,9 +83,9 @@ func keyFromContext(ctx context.Context) string {
 }
 
 func (c *config) apply(opts []Option) error {
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return fmt.Errorf("redislimit: option %d is nil", i)
 		}
 		if err := o(c); err != nil {
 			return err

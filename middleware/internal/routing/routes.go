@@ -194,9 +194,9 @@ func DefaultRoute(g *sluice.Guard) RoutesOption {
 // NewRoutes builds a route table.
 func NewRoutes(opts ...RoutesOption) (*Routes, error) {
 	rs := &Routes{byPattern: make(map[string]*Route)}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			continue
+			return nil, fmt.Errorf("middleware: NewRoutes: option %d is nil", i)
 		}
 		if err := o(rs); err != nil {
 			return nil, err
