@@ -32,9 +32,10 @@ func WithName(name string) Option {
 // WithQueue lets up to size requests over the limit wait for a slot, each
 // for at most maxWait, and less once the queue stands (see the package doc);
 // a maxWait of 0 lets them wait, in arrival order, until their context is
-// done. A request whose context ends while it waits, or before it can, is
-// rejected with an error that wraps both the Shedder's and the context's,
-// and counts for no shed. WithQueue(0, 0) rejects them at once. The
+// done. A request whose context is canceled (its caller went away) while
+// it waits, or before it can, is rejected with an error that wraps both
+// the Shedder's and context.Canceled, without a RetryAfter, and counts for
+// no shed; one whose deadline runs out in the queue is shed. WithQueue(0, 0) rejects them at once. The
 // default is
 // WithQueue(1000, 200*time.Millisecond) for NewShedder and no queue for
 // NewBulkhead.

@@ -44,10 +44,10 @@ var (
 type Shedder struct {
 	name  string
 	cause error
-	// abandoned are the answers to a caller gone while it waited in the
-	// queue, or before it could: cause, and context.Canceled or
-	// context.DeadlineExceeded.
-	abandoned [2]error
+	// abandoned is the answer to a caller gone (its context canceled)
+	// while it waited in the queue, or before it could: cause, and
+	// context.Canceled.
+	abandoned error
 	est       *gradient // nil for a bulkhead
 	procs     int64     // GOMAXPROCS when it was made
 
@@ -126,9 +126,7 @@ var errBulkheadLimit = errors.New("adaptive: NewBulkhead: the limit must be at l
 
 func newShedder(o options, cause error, limit int64) *Shedder {
 	s := &Shedder{name: o.name, cause: cause, procs: int64(runtime.GOMAXPROCS(0)), subs: map[uint64]func(sluice.StateChange){}}
-	for i, err := range []error{context.Canceled, context.DeadlineExceeded} {
-		s.abandoned[i] = fmt.Errorf("%w: the context ended while the request waited in the queue (%w)", cause, err)
-	}
+	s.abandoned = fmt.Errorf("%w: the caller went away while the request waited in the queue (%w)", cause, context.Canceled)
 	s.limit.Store(limit)
 	s.winStart.Store(notStarted)
 	if o.queue > 0 {
@@ -153,16 +151,11 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, 
 	if granted, ok := s.admitSlow(ctx, now); ok {
 		return s.ticket(granted), sluice.Quota{Limit: -1}, nil
 	}
-	if s.q != nil {
+	if s.q != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// The caller went away while it waited, or before it could: it
-		// was not shed, and its rejection moves nothing.
-		switch ctx.Err() {
-		case nil:
-		case context.DeadlineExceeded:
-			return 0, sluice.Quota{Limit: -1}, s.abandoned[1]
-		default:
-			return 0, sluice.Quota{Limit: -1}, s.abandoned[0]
-		}
+		// was not shed, and its rejection moves nothing. A deadline that
+		// ran out in the queue is a shed: no slot came in time.
+		return 0, sluice.Quota{Limit: -1}, s.abandoned
 	}
 	return s.reject(now)
 }
