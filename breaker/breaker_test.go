@@ -289,7 +289,7 @@ func TestOptionsValidation(t *testing.T) {
 	_, err = breaker.New("x", breaker.WithMaxBreakers(3))
 	assert.ErrorContains(t, err, "WithMaxBreakers does not apply to breaker.New")
 	_, err = breaker.New("x", nil, breaker.WithCountWindow(10), breaker.WithErrorRatio(0.5, 10))
-	assert.NoError(t, err)
+	assert.ErrorContains(t, err, "option 0 is nil")
 	_, err = breaker.New("x", breaker.WithCountWindow(10), breaker.WithRollingWindow(sec, 10))
 	assert.ErrorContains(t, err, "WithCountWindow and WithRollingWindow together")
 	_, err = breaker.NewGroup("x", breaker.WithBackoff(sec, 2*sec), breaker.WithOpenDuration(sec))

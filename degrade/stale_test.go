@@ -204,7 +204,9 @@ func TestNewStaleValidates(t *testing.T) {
 	assert.ErrorContains(t, err, "nil clock")
 	_, err = degrade.NewStale[int](time.Second, 1, degrade.WithName(""))
 	assert.ErrorContains(t, err, "empty name")
-	s, err := degrade.NewStale[int](time.Hour, 1, degrade.WithName("price-cache"), nil)
+	_, err = degrade.NewStale[int](time.Hour, 1, degrade.WithName("price-cache"), nil)
+	assert.ErrorContains(t, err, "option 1 is nil")
+	s, err := degrade.NewStale[int](time.Hour, 1, degrade.WithName("price-cache"))
 	require.NoError(t, err)
 	s.Put("k", 1)
 	var evs events
