@@ -25,22 +25,41 @@ type pointKey struct {
 	attrs attribute.Distinct
 }
 
-// freeze returns the counters and histograms of b.
+// freeze returns the counters and histograms of b, the points of one
+// series summed (two policies of one name report one series twice).
 func freeze(b *builder) *carried {
 	c := &carried{ints: map[pointKey]metricdata.DataPoint[int64]{}, hists: map[pointKey]metricdata.HistogramDataPoint[float64]{}}
 	for in, d := range instruments {
 		switch d.kind {
 		case kindCounter:
 			for _, p := range b.ints[in] {
-				c.ints[pointKey{instrument(in), p.Attributes.Equivalent()}] = p
+				k := pointKey{instrument(in), p.Attributes.Equivalent()}
+				if q, ok := c.ints[k]; ok {
+					p.Value += q.Value
+				}
+				c.ints[k] = p
 			}
 		case kindHistogram:
 			for _, p := range b.hists[in] {
-				c.hists[pointKey{instrument(in), p.Attributes.Equivalent()}] = p
+				k := pointKey{instrument(in), p.Attributes.Equivalent()}
+				if q, ok := c.hists[k]; ok {
+					p.BucketCounts = slices.Clone(p.BucketCounts)
+					addHistogram(&p, &q)
+				}
+				c.hists[k] = p
 			}
 		}
 	}
 	return c
+}
+
+// addHistogram adds q's counts to p's.
+func addHistogram(p, q *metricdata.HistogramDataPoint[float64]) {
+	for j := range p.BucketCounts {
+		p.BucketCounts[j] += q.BucketCounts[j]
+	}
+	p.Count += q.Count
+	p.Sum += q.Sum
 }
 
 // addTo adds c's counts to the points of b of the same series, and adds a
@@ -54,7 +73,7 @@ func (c *carried) addTo(b *builder) {
 		for i := range b.ints[in] {
 			p := &b.ints[in][i]
 			k := pointKey{instrument(in), p.Attributes.Equivalent()}
-			if q, ok := c.ints[k]; ok {
+			if q, ok := c.ints[k]; ok && !seen[k] { // once a series
 				p.Value += q.Value
 				p.StartTime = q.StartTime
 				seen[k] = true
@@ -63,12 +82,8 @@ func (c *carried) addTo(b *builder) {
 		for i := range b.hists[in] {
 			p := &b.hists[in][i]
 			k := pointKey{instrument(in), p.Attributes.Equivalent()}
-			if q, ok := c.hists[k]; ok {
-				for j := range p.BucketCounts {
-					p.BucketCounts[j] += q.BucketCounts[j]
-				}
-				p.Count += q.Count
-				p.Sum += q.Sum
+			if q, ok := c.hists[k]; ok && !seen[k] {
+				addHistogram(p, &q)
 				p.StartTime = q.StartTime
 				seen[k] = true
 			}

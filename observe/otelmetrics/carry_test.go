@@ -2,6 +2,8 @@ package otelmetrics_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +114,71 @@ func TestASeriesOnlyThePredecessorHadKeepsItsValue(t *testing.T) {
 		assert.Equal(t, 2.0, got[apiRejected])
 		assert.Equal(t, 4.0, got["sluice.guard=api,sluice.policy=ratelimit/v2,sluice.result=admitted"])
 	}
+}
+
+// The resources a Guard's predecessors reported count against its
+// MaxResources: Guards rebuilt again and again cannot grow the series by
+// resource without bound.
+func TestCarriedResourcesKeepToMaxResources(t *testing.T) {
+	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
+	for gen := range 3 {
+		g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m))
+		require.NoError(t, err)
+		for i := range otelmetrics.MaxResources {
+			ctx := sluice.WithResource(t.Context(), fmt.Sprintf("GET /gen%d/%d", gen, i))
+			require.NoError(t, g.Do(ctx, func(context.Context) error { return nil }))
+		}
+		require.NoError(t, g.Close())
+	}
+	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g.Close()
+	routes := 0
+	total := 0.0
+	for k, v := range points(t, reader, "sluice.call.duration") {
+		if strings.Contains(k, "http.route=") {
+			routes++
+			total += v
+		}
+	}
+	assert.LessOrEqual(t, routes, otelmetrics.MaxResources+1, "MaxResources routes, and _OTHER")
+	assert.Equal(t, float64(3*otelmetrics.MaxResources), total, "every call counted")
+}
+
+// Two policies of one name report one series twice; what a successor
+// carries of them is their sum, added once: no count goes back.
+func TestCarryOfTwoPoliciesOfOneName(t *testing.T) {
+	m, reader := newReader(t)
+	mk := func() *sluice.Guard {
+		wide, err := ratelimit.NewFixedWindow(100, time.Minute, ratelimit.WithName("rl"))
+		require.NoError(t, err)
+		narrow, err := ratelimit.NewFixedWindow(2, time.Minute, ratelimit.WithName("rl"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("api"), sluice.With(wide, narrow),
+			sluice.WithClock(sluice.NewManualClock(time.Second)), sluice.WithObserver(m))
+		require.NoError(t, err)
+		return g
+	}
+	sums := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		out := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, mt := range sm.Metrics {
+				if s, ok := mt.Data.(metricdata.Sum[int64]); ok && mt.Name == "sluice.requests" {
+					for _, p := range s.DataPoints {
+						out[key(p.Attributes)] += p.Value
+					}
+				}
+			}
+		}
+		return out
+	}
+	g := mk()
+	runDo(t, g)
+	before := sums()
+	require.NoError(t, g.Close())
+	g = mk() // no calls: it only carries the closed one's counts
+	defer g.Close()
+	assert.Equal(t, before, sums())
 }

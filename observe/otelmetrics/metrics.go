@@ -21,6 +21,10 @@ import (
 // produces.
 const ScopeName = "github.com/sluice-go/sluice/observe/otelmetrics"
 
+// maxRetired is the most closed Guards whose counts are kept for a
+// successor of their name.
+const maxRetired = 1024
+
 // MaxResources is the most resources (routes, methods) that one Guard's
 // sluice.call.duration tells apart; the calls of any further one are
 // reported under "_OTHER".
@@ -42,9 +46,10 @@ type Metrics struct {
 	// retired are the watches of closed Guards, by name: reported once
 	// more at the next collection, then kept, frozen, for a successor of
 	// their name to carry on.
-	retired   map[string]*watch
-	produceMu sync.Mutex // serializes collections
-	redis     sync.Map   // limiter name → *redisCounts
+	retired      map[string]*watch
+	retiredOrder []string   // the names of retired, oldest first
+	produceMu    sync.Mutex // serializes collections
+	redis        sync.Map   // limiter name → *redisCounts
 }
 
 // Option configures a Metrics.
@@ -113,7 +118,15 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	w := newWatch(m, g)
 	if r := m.retired[name]; r != nil {
 		w.prev, w.start = r, r.start
+		// The resources its predecessors reported count against
+		// MaxResources: a reload must not make room for more.
+		next := map[string]*durations{}
+		for res := range *r.resources.Load() {
+			next[res] = new(durations)
+		}
+		w.resources.Store(&next)
 		delete(m.retired, name)
+		m.retiredOrder = slices.DeleteFunc(m.retiredOrder, func(n string) bool { return n == name })
 	}
 	m.guards[name] = w
 	observe := w.observe
@@ -127,6 +140,13 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 			m.mu.Lock()
 			delete(m.guards, name)
 			m.retired[name] = w
+			m.retiredOrder = append(m.retiredOrder, name)
+			if len(m.retiredOrder) > maxRetired {
+				// Names that come and go (a Guard per host) must not
+				// keep counts for good: the oldest is let go.
+				delete(m.retired, m.retiredOrder[0])
+				m.retiredOrder = slices.Delete(m.retiredOrder, 0, 1)
+			}
 			m.mu.Unlock()
 		})
 	}
