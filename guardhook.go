@@ -36,6 +36,16 @@ func init() {
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {
 		return otherTypeError(i, f.(Fallback), name, typ, err)
 	}
+	guardhook.CopyShadows = func(from, to any) {
+		f, t := from.(*Guard), to.(*Guard)
+		f.shadowMu.Lock()
+		all, set := f.shadowAll, f.shadowSet
+		f.shadowMu.Unlock()
+		t.shadowMu.Lock()
+		defer t.shadowMu.Unlock()
+		t.shadowAll, t.shadowSet = all, set
+		t.publishShadow()
+	}
 	guardhook.Misdeclared = func(err error) bool {
 		var m *misdeclaredError
 		return errors.As(err, &m)

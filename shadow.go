@@ -71,12 +71,17 @@ func (g *Guard) setShadowLocked(policy string, on bool) error {
 			g.shadowSet &^= mask
 		}
 	}
+	g.publishShadow()
+	return nil
+}
+
+// publishShadow stores the modes the calls read, under shadowMu.
+func (g *Guard) publishShadow() {
 	eff := g.shadowSet
 	if g.shadowAll {
 		eff = ^uint64(0)
 	}
 	g.shadow.Store(eff)
-	return nil
 }
 
 // shadowed lets a call on past policy i, which rejected it with cause

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -409,17 +410,19 @@ type fallbacks struct {
 // force.
 func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) (*state, error) {
 	s := next.spec
+	type kept struct {
+		g       *sluice.Guard
+		gs, was *guardSpec
+		ps      []sluice.Policy
+	}
 	var (
-		made     []*sluice.Guard // the Guards made for next
-		shadowed []string        // kept Guards whose shadow modes changed
-		closed   []string        // Guards of old closed for a successor
+		made   []*sluice.Guard // the Guards made for next
+		keep   []kept          // Guards of old kept: their shadow modes are set last
+		closed []string        // Guards of old closed for a successor
 	)
 	undo := func(err error) (*state, error) {
 		for _, g := range made {
 			_ = g.Close()
-		}
-		for _, name := range shadowed {
-			_ = setShadows(old.guards[name], old.spec.byName[name], old.guards[name].Policies(), s.byName[name], new([]string))
 		}
 		return l.remake(old, closed), err
 	}
@@ -433,13 +436,7 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		if old != nil && old.sigs[gs.name] == sig {
 			g := old.guards[gs.name]
 			next.guards[gs.name], next.opts[gs.name] = g, old.opts[gs.name]
-			n := len(*out)
-			if err := setShadows(g, gs, ps, old.spec.byName[gs.name], out); err != nil {
-				return undo(where(l.path, gs.at, "guard "+gs.name, err))
-			}
-			if len(*out) > n {
-				shadowed = append(shadowed, gs.name)
-			}
+			keep = append(keep, kept{g, gs, old.spec.byName[gs.name], ps})
 			continue
 		}
 		opts := []sluice.Option{sluice.WithName(gs.name), sluice.With(ps...)}
@@ -510,6 +507,17 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		next.keyer = k
 	}
+	// Nothing can fail past here but a shadow mode the parser let by: the
+	// kept Guards take the file's modes now, and are set back if one
+	// fails, so that a failed load leaves their modes as they were.
+	for i, k := range keep {
+		if err := setShadows(k.g, k.gs, k.ps, k.was, out); err != nil {
+			for _, b := range keep[:i] {
+				_ = setShadows(b.g, b.was, b.ps, b.gs, new([]string))
+			}
+			return undo(where(l.path, k.gs.at, "guard "+k.gs.name, err))
+		}
+	}
 	return nil, nil
 }
 
@@ -541,6 +549,9 @@ func (l *Loader) remake(old *state, closed []string) *state {
 			l.log.Error("sluice rules: making a guard of the rules in force again", "guard", name, "error", err)
 			continue
 		}
+		// The modes in force: those a reload set in place since the
+		// Guard was made, and those set by hand (SetShadow).
+		guardhook.CopyShadows(old.guards[name], g)
 		st.guards[name] = g
 	}
 	rs, err := routesOf(old.spec, st.guards)

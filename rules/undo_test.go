@@ -74,3 +74,49 @@ func TestAGuardRefusedAtReloadUndoesWhatTheLoadChanged(t *testing.T) {
 		assert.Equal(t, []int{200, 200}, statuses(h, "/cart", 2))
 	})
 }
+
+// A Guard made again after a refused load takes the shadow modes in
+// force: those a reload set in place since it was made.
+func TestAGuardMadeAgainKeepsTheShadowModesInForce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &picky{refuse: "refused"}
+		l, path := newLoader(t, twoLimits, WithGuardOptions(func(string) []sluice.Option {
+			return []sluice.Option{sluice.WithObserver(obs)}
+		}))
+		h := serve(t, l)
+		shadowed := strings.Replace(twoLimits, "rate: 1/min, burst: 3}", "rate: 1/min, burst: 3, shadow: true}", 1)
+		writeRules(t, path, shadowed)
+		require.NoError(t, l.Reload())
+		require.Equal(t, []string{"policy items-rate: shadow"}, l.Status().Changes)
+		assert.Equal(t, []int{200, 200, 200, 200}, statuses(h, "/items", 4), "items-rate shadowed")
+		refused := strings.Replace(shadowed, "rate: 1/min, burst: 3, shadow: true}",
+			"rate: 1/min, burst: 3, shadow: true}\n      - {name: refused, kind: fixed-window, limit: 100, window: 1m}", 1)
+		writeRules(t, path, refused)
+		require.Error(t, l.Reload())
+		assert.Equal(t, uint64(2), l.Version().N)
+		assert.Equal(t, []int{200}, statuses(h, "/items", 1), "the rules in force (version 2) shadow items-rate")
+		writeRules(t, path, strings.Replace(shadowed, "limit: 1, window: 1m", "limit: 2, window: 1m", 1))
+		require.NoError(t, l.Reload())
+		assert.Equal(t, []int{200}, statuses(h, "/items", 1), "the rules in force (version 3) shadow items-rate")
+	})
+}
+
+// A refused load leaves the shadow modes of the Guards it kept as they
+// were, a mode set by hand included.
+func TestAFailedLoadLeavesShadowModesBe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &picky{refuse: "cart-log"}
+		l, path := newLoader(t, twoLimits, WithGuardOptions(func(string) []sluice.Option {
+			return []sluice.Option{sluice.WithObserver(obs)}
+		}))
+		h := serve(t, l)
+		g, _ := l.Guard("items")
+		require.NoError(t, g.SetShadow("items-rate", true))
+		assert.Equal(t, []int{200, 200, 200, 200}, statuses(h, "/items", 4))
+		next := strings.Replace(twoLimits, "rate: 1/min, burst: 3}", "rate: 1/min, burst: 3, shadow: true}", 1)
+		next = strings.Replace(next, "name: cart-window, kind: fixed-window, limit: 1", "name: cart-log, kind: sliding-log, limit: 5", 1)
+		writeRules(t, path, next)
+		require.Error(t, l.Reload())
+		assert.Equal(t, []int{200}, statuses(h, "/items", 1), "items-rate is shadowed, as before the failed load")
+	})
+}

@@ -68,6 +68,11 @@ var Served func(g any, ctx context.Context, name string, err error)
 // it named name: the Guard's declaration is mistaken. It wraps err.
 var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) error
 
+// CopyShadows gives the Guard to the shadow modes of the Guard from, both
+// *sluice.Guard with the same chain of policies: a Guard made again from
+// another's options takes the modes that were set on it since.
+var CopyShadows func(from, to any)
+
 // Misdeclared reports whether err is, or wraps, an error OtherTypeError
 // made, or the one an entry point returns for the same mistake.
 var Misdeclared func(err error) bool
