@@ -11,8 +11,10 @@
 // sluice.policy, from and to. Records are rate-limited per policy, so a
 // flapping breaker cannot flood the log: past the limit, changes are
 // counted, and the next record says how many were left out (suppressed).
-// The last change left out, the state the policy stays in, is logged once
-// the limit allows a record, or when the Guard closes.
+// The last change left out, the state the policy stays in (for a breaker
+// group, that of each member, up to 16), is logged once the limit allows a
+// record, or when the Guard closes; suppressed counts the changes that
+// never will be.
 // A Redis limiter's records say "Redis failure policy engaged" (Warn),
 // "Redis tried again" and "Redis failure policy recovered".
 package statelog
@@ -22,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -118,19 +121,26 @@ type policyLog struct {
 	redis         bool // a Redis limiter: its changes are its breaker around Redis
 
 	// mu also orders the records: a change is written under it.
-	mu         sync.Mutex
-	tokens     float64
-	last       time.Duration
-	started    bool
-	suppressed int
-	// pending is the last change left out, the state the policy is in
-	// when no change follows it: timer writes it once a record is
-	// allowed, or detach at once.
-	pending  sluice.StateChange
+	mu      sync.Mutex
+	tokens  float64
+	last    time.Duration
+	started bool
+	// pending are the last changes left out, one per member (a breaker
+	// group's changes come from its members; another policy has one): the
+	// states they stay in when no change follows. timer writes them once a
+	// record is allowed, or detach at once.
+	pending []sluice.StateChange
+	// dropped counts the changes left out for good: those a later change
+	// of their member replaced, and those past maxPending members.
+	dropped  int
 	timer    *time.Timer
-	gen      uint64 // the timer's, which a record that goes out first stops
+	gen      uint64 // the timer's, which detach stops
 	detached bool
 }
+
+// maxPending is the most members whose last change left out a policy
+// keeps to write.
+const maxPending = 16
 
 func (p *policyLog) changed(c sluice.StateChange) {
 	p.mu.Lock()
@@ -139,9 +149,17 @@ func (p *policyLog) changed(c sluice.StateChange) {
 		return
 	}
 	p.refill()
+	i := slices.IndexFunc(p.pending, func(q sluice.StateChange) bool { return q.Policy == c.Policy })
 	if p.tokens < 1 {
-		p.suppressed++
-		p.pending = c
+		switch {
+		case i >= 0:
+			p.pending[i] = c
+			p.dropped++
+		case len(p.pending) < maxPending:
+			p.pending = append(p.pending, c)
+		default:
+			p.dropped++
+		}
 		if p.timer == nil {
 			wait := time.Duration((1 - p.tokens) * float64(p.l.every))
 			p.gen++
@@ -151,7 +169,11 @@ func (p *policyLog) changed(c sluice.StateChange) {
 		return
 	}
 	p.tokens--
-	p.write(c, p.suppressed)
+	if i >= 0 { // its member's change left out is replaced by this one
+		p.pending = slices.Delete(p.pending, i, i+1)
+		p.dropped++
+	}
+	p.write(c)
 }
 
 // refill adds the tokens earned since the last change.
@@ -163,38 +185,50 @@ func (p *policyLog) refill() {
 	p.started, p.last = true, now
 }
 
-// flush writes the change left out, if the timer of generation gen is
-// still the one waiting for it: it fires once the next record is allowed
+// flush writes the changes left out, if the timer of generation gen is
+// still the one waiting for them: it fires once the next record is allowed
 // (on the Logger's clock if that runs in step with the process's).
 func (p *policyLog) flush(gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.timer == nil || p.gen != gen || p.detached {
-		return // a record went out since, or detach wrote it
+		return // detach wrote them
 	}
+	p.timer = nil
 	p.refill()
-	p.tokens = max(p.tokens-1, 0)
-	p.write(p.pending, p.suppressed-1)
+	p.tokens = max(p.tokens-float64(len(p.pending)), 0)
+	p.writePending()
 }
 
-// detach writes the change left out, if any, and ends p's records.
+// detach writes the changes left out, if any, and ends p's records.
 func (p *policyLog) detach() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.suppressed > 0 && !p.detached {
-		p.write(p.pending, p.suppressed-1)
+	if p.detached {
+		return
 	}
 	p.detached = true
-}
-
-// write logs c, saying how many changes before it were left out, and
-// clears what was left out. p.mu is held.
-func (p *policyLog) write(c sluice.StateChange, suppressed int) {
-	p.suppressed = 0
 	if p.timer != nil {
 		p.timer.Stop()
 		p.timer = nil
 	}
+	p.writePending()
+}
+
+// writePending writes the changes left out, in the order they were first
+// left out. p.mu is held.
+func (p *policyLog) writePending() {
+	for _, c := range p.pending {
+		p.write(c)
+	}
+	p.pending = p.pending[:0]
+}
+
+// write logs c, saying how many changes before it were left out for good.
+// p.mu is held.
+func (p *policyLog) write(c sluice.StateChange) {
+	suppressed := p.dropped
+	p.dropped = 0
 	level, msg := describe(c, p.redis)
 	attrs := []slog.Attr{
 		slog.String("sluice.guard", p.guard),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,4 +95,41 @@ func TestClosingLogsTheChangeLeftOut(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "closed", got[0]["to"])
 	assert.Nil(t, got[0]["suppressed"])
+}
+
+// In a breaker group each member's last change is logged: one member's
+// change left out does not hide another's.
+func TestEachMembersLastChangeIsLogged(t *testing.T) {
+	buf := &lockedBuffer{}
+	logs, err := statelog.New(slog.New(slog.NewJSONHandler(buf, nil)), statelog.WithLimit(1, 50*time.Millisecond))
+	require.NoError(t, err)
+	grp, err := breaker.NewGroup("deps", breaker.WithConsecutiveFailures(1))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(grp), sluice.WithObserver(logs))
+	require.NoError(t, err)
+	defer g.Close()
+	fail := func(key string) {
+		_ = g.Do(sluice.WithResource(context.Background(), key), func(context.Context) error { return errors.New("down") })
+	}
+	fail("a") // logged
+	fail("b") // left out: b stays open
+	a, ok := grp.Get("a")
+	require.True(t, ok)
+	a.Reset() // left out, and last: a stays closed
+	var got []map[string]any
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < 3 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		got = append(got, buf.take(t)...)
+	}
+	last := map[string]any{}
+	for _, r := range got {
+		if m, _ := r["member"].(string); m != "" {
+			last[m[strings.LastIndex(m, "/")+1:]] = r["to"]
+		}
+	}
+	assert.Equal(t, map[string]any{"a": "closed", "b": "open"}, last, "the state each member stays in: %v", got)
+	for _, r := range got {
+		assert.Nil(t, r["suppressed"], "nothing left out for good")
+	}
 }
