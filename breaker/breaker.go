@@ -460,11 +460,6 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 		t = p.cw.read()
 	} else {
 		e := p.tw.epoch(now)
-		if o == sluice.Failure {
-			run = b.failRun(p, e)
-		} else if p.consec.Load() != 0 {
-			p.consec.Store(0)
-		}
 		var f, s int64
 		if code&codeFailure != 0 {
 			f = 1
@@ -472,7 +467,12 @@ func (b *Breaker) doneClosed(p *phase, o sluice.Outcome, now, latency time.Durat
 		if code&codeSlow != 0 {
 			s = 1
 		}
-		p.tw.add(e, 1, f, s)
+		p.tw.add(e, 1, f, s) // first: a run's recount (failRun) counts this failure
+		if o == sluice.Failure {
+			run = b.failRun(p, e)
+		} else if p.consec.Load() != 0 {
+			p.consec.Store(0)
+		}
 		if f == 0 && s == 0 && run == 0 && !p.tw.failing() {
 			return // nothing in the window can trip the breaker
 		}
@@ -511,15 +511,20 @@ func runLeft(p *phase, run uint64, e int64) bool {
 
 // failRun adds a failure at epoch e to p's run of failures and returns the
 // run's length. On a rolling window, a run whose first failure has left the
-// window starts again.
+// window counts again from the window's oldest bucket: it began before the
+// window, and a success would have ended it, so every failure in the
+// window, this one included (added first), is of the run.
 func (b *Breaker) failRun(p *phase, e int64) int64 {
 	for {
 		v := p.consec.Load()
 		n := uint32(v)
 		var nv uint64
 		switch {
-		case n == 0 || runLeft(p, v, e):
+		case n == 0:
 			nv = uint64(uint32(e))<<32 | 1
+		case runLeft(p, v, e):
+			in := min(max(p.tw.read().lo, 1), math.MaxUint32)
+			nv = uint64(uint32(e-p.tw.n+1))<<32 | uint64(in)
 		case n == math.MaxUint32:
 			return int64(n)
 		default:

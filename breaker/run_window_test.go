@@ -1,0 +1,41 @@
+package breaker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/policytest"
+)
+
+// On a rolling window, a run whose first failure has left the window
+// keeps the failures of it still in the window: an older failure before a
+// burst cannot make the burst count for less.
+func TestARunKeepsItsFailuresStillInTheWindow(t *testing.T) {
+	run := func(t *testing.T, older bool) breaker.State {
+		clk := sluice.NewManualClock(0)
+		b, err := breaker.New("x", breaker.WithConsecutiveFailures(3),
+			breaker.WithRollingWindow(time.Second, 10), breaker.WithClock(clk))
+		require.NoError(t, err)
+		fail := func(at time.Duration) {
+			clk.Set(at)
+			v := policytest.AnswerOf(b.Admit(context.Background(), at))
+			require.NoError(t, v.Cause, "at %v", at)
+			b.Done(v.Ticket, sluice.Failure, at, 0)
+		}
+		if older {
+			fail(0)
+		}
+		fail(950 * time.Millisecond)
+		fail(1000 * time.Millisecond)
+		fail(1050 * time.Millisecond)
+		return b.State()
+	}
+	require.Equal(t, breaker.StateOpen, run(t, false), "three failures in a row trip it")
+	assert.Equal(t, breaker.StateOpen, run(t, true), "and still do after an older one")
+}
