@@ -49,6 +49,8 @@ const (
 	defaultWindow      = 10 * time.Second
 	defaultBuckets     = 10
 	maxCountWindow     = 1 << 24
+	maxProbes          = 1 << 24        // counted exactly in a float64, as the ratio needs
+	maxConsecutive     = math.MaxUint32 // a run is counted in 32 bits
 	maxBuckets         = 1 << 16
 	ppm                = 1_000_000
 	defaultMaxGroup    = 1024
@@ -125,7 +127,7 @@ func buildConfig(target scope, opts []Option) (*config, error) {
 			return nil, fmt.Errorf("breaker: %s and %s together: choose one, the last would silently replace the other", pair[0], pair[1])
 		}
 	}
-	if target == forBreaker && given["WithRandom"] && !given["WithJitter"] {
+	if target != forAdaptive && given["WithRandom"] && !given["WithJitter"] {
 		return nil, errors.New("breaker: WithRandom without WithJitter: a breaker draws random numbers only for the jitter")
 	}
 	// The tolerance keeps a ratio like 2/3 of 3 probes at 2, not 3.
@@ -243,8 +245,8 @@ func checkRatio(opt string, ratio float64) (int64, error) {
 func WithConsecutiveFailures(n int) Option {
 	return func(c *config) error {
 		c.use("WithConsecutiveFailures", forBreaker|forGroup)
-		if n < 1 {
-			return fmt.Errorf("breaker: WithConsecutiveFailures: %d must be at least 1", n)
+		if n < 1 || int64(n) > maxConsecutive {
+			return fmt.Errorf("breaker: WithConsecutiveFailures: %d must be in [1, %d]", n, maxConsecutive)
 		}
 		c.consecutive = int64(n)
 		return nil
@@ -403,8 +405,8 @@ func WithJitter(fraction float64) Option {
 func WithHalfOpenProbes(n int, successRatio float64) Option {
 	return func(c *config) error {
 		c.use("WithHalfOpenProbes", forBreaker|forGroup)
-		if n < 1 {
-			return fmt.Errorf("breaker: WithHalfOpenProbes: %d probes must be at least 1", n)
+		if n < 1 || n > maxProbes {
+			return fmt.Errorf("breaker: WithHalfOpenProbes: %d probes must be in [1, %d]", n, maxProbes)
 		}
 		if _, err := checkRatio("WithHalfOpenProbes", successRatio); err != nil {
 			return err

@@ -2,6 +2,7 @@ package breaker_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -38,4 +39,22 @@ func TestARunKeepsItsFailuresStillInTheWindow(t *testing.T) {
 	}
 	require.Equal(t, breaker.StateOpen, run(t, false), "three failures in a row trip it")
 	assert.Equal(t, breaker.StateOpen, run(t, true), "and still do after an older one")
+}
+
+// Numbers a breaker could never act on are refused: a run longer than it
+// counts, more probes than it can weigh, a random source for a Group
+// without the jitter that would draw from it.
+func TestOptionsItCouldNeverActOnAreRefused(t *testing.T) {
+	_, err := breaker.New("x", breaker.WithConsecutiveFailures(math.MaxUint32))
+	assert.NoError(t, err)
+	if math.MaxInt > math.MaxUint32 {
+		_, err = breaker.New("x", breaker.WithConsecutiveFailures(math.MaxUint32+1))
+		assert.ErrorContains(t, err, "WithConsecutiveFailures")
+	}
+	_, err = breaker.New("x", breaker.WithHalfOpenProbes(1<<24, 1))
+	assert.NoError(t, err)
+	_, err = breaker.New("x", breaker.WithHalfOpenProbes(math.MaxInt, 1))
+	assert.ErrorContains(t, err, "WithHalfOpenProbes")
+	_, err = breaker.NewGroup("x", breaker.WithRandom(func() float64 { return 0.5 }))
+	assert.ErrorContains(t, err, "WithRandom without WithJitter")
 }
