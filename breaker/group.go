@@ -22,8 +22,11 @@ import (
 // new key arrives at a full Group, the closed breaker used least recently is
 // dropped (finding it scans the Group); open and half-open breakers are kept,
 // since forgetting them would let traffic through to a failing dependency,
-// and so are those held by ForceClose. When none can be dropped, new keys
-// share one overflow breaker until a slot frees up.
+// and so are those held by ForceClose. Only when no closed one can be
+// dropped is an open breaker that has gone idle dropped instead: its open
+// period over for as long again as the longest one, and no call of its key
+// since. When none can be dropped, new keys share one overflow breaker
+// until a slot frees up.
 //
 // Decisions carry the Group's name. A Group is a sluice.StateSource: its
 // subscribers hear the changes of every member, under the member's name. It
@@ -178,7 +181,7 @@ func (g *Group) member(key string, now time.Duration) *member {
 	if m, ok := g.members.Load(key); ok {
 		return m.(*member)
 	}
-	if len(g.all) >= g.max && !g.evict() {
+	if len(g.all) >= g.max && !g.evict(now) {
 		if g.overflow == nil {
 			g.overflow = g.newMember("(overflow)", now)
 			g.overflow.shared = true
@@ -190,6 +193,16 @@ func (g *Group) member(key string, now time.Duration) *member {
 	g.all = append(g.all, m)
 	g.members.Store(key, m)
 	return m
+}
+
+// droppable reports whether m, whose phase is p, is an open breaker gone
+// idle at now: not forced, its open period over for as long again as the
+// longest one, and no call of its key since it ended. Its dependency is
+// gone (a host dropped from discovery) or unused; kept, it would hold its
+// slot for good, for no call ever comes to probe it.
+func (g *Group) droppable(m *member, p *phase, now time.Duration) bool {
+	return p.state == StateOpen && !p.forced && now-p.openUntil >= g.memberCfg.openMax &&
+		time.Duration(m.last.Load()) < p.openUntil
 }
 
 // newMember makes a breaker in a free slot. Called with g.mu held.
@@ -217,17 +230,24 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 	return m
 }
 
-// evict drops the closed breaker used least recently and reports whether it
-// found one. Called with g.mu held.
-func (g *Group) evict() bool {
+// evict drops the closed breaker used least recently, or else the idle
+// open one (see droppable) used least recently, at the instant now, and
+// reports whether it found one. Called with g.mu held.
+func (g *Group) evict(now time.Duration) bool {
 	var victim *member
 	for {
 		victim = nil
+		idle := false // victim is an idle open breaker
 		for _, m := range g.all {
-			if p := m.b.cur.Load(); p.state != StateClosed || p.forced {
+			p := m.b.cur.Load()
+			closed := p.state == StateClosed && !p.forced
+			if !closed && !g.droppable(m, p, now) {
 				continue
 			}
-			if victim == nil || m.last.Load() < victim.last.Load() {
+			switch {
+			case victim == nil, closed && idle:
+				victim, idle = m, !closed
+			case closed == !idle && m.last.Load() < victim.last.Load():
 				victim = m
 			}
 		}
@@ -237,7 +257,7 @@ func (g *Group) evict() bool {
 		// Its state is looked at again under its lock, where it changes: a
 		// breaker that tripped since is kept, and another one is chosen.
 		victim.b.mu.Lock()
-		if p := victim.b.cur.Load(); p.state == StateClosed && !p.forced {
+		if p := victim.b.cur.Load(); p.state == StateClosed && !p.forced || g.droppable(victim, p, now) {
 			victim.b.gone = true
 			victim.b.mu.Unlock()
 			break

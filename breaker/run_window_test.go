@@ -58,3 +58,32 @@ func TestOptionsItCouldNeverActOnAreRefused(t *testing.T) {
 	_, err = breaker.NewGroup("x", breaker.WithRandom(func() float64 { return 0.5 }))
 	assert.ErrorContains(t, err, "WithRandom without WithJitter")
 }
+
+// A Group full of open breakers whose keys went idle (hosts dropped from
+// discovery) frees their slots: a new key gets a breaker of its own, not
+// the shared overflow one that another key's failures opened.
+func TestAGroupDropsOpenBreakersGoneIdle(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(2), breaker.WithConsecutiveFailures(1),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	require.NoError(t, err)
+	call := func(key string, o sluice.Outcome) bool {
+		now := clk.Now()
+		v := policytest.AnswerOf(g.Admit(res(key), now))
+		if v.Cause != nil {
+			return false
+		}
+		g.Done(v.Ticket, o, now, 0)
+		return true
+	}
+	require.True(t, call("gone-1", sluice.Failure))
+	require.True(t, call("gone-2", sluice.Failure))
+	clk.Advance(1500 * time.Millisecond) // open periods over, but not for a second more
+	require.True(t, call("flaky", sluice.Failure), "the overflow breaker")
+	assert.False(t, call("healthy", sluice.Success), "still full: the overflow breaker is open")
+	clk.Advance(time.Hour)
+	require.True(t, call("flaky", sluice.Failure), "a slot freed up")
+	assert.True(t, call("healthy", sluice.Success), "and another")
+	_, own := g.Get("healthy")
+	assert.True(t, own)
+}
