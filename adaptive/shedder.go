@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/listen"
 )
 
 // The states a Shedder reports to its subscribers.
@@ -430,14 +431,9 @@ func (s *Shedder) deliver() {
 		return
 	}
 	s.delivering = true
-	locked := true
-	defer func() {
-		if !locked {
-			s.smu.Lock()
-		}
-		s.delivering = false
-		s.smu.Unlock()
-	}()
+	// A listener that panics must not keep the others, or the changes
+	// queued behind, from being heard: its panic is raised once they are.
+	var first listen.First
 	for len(s.pending) > 0 {
 		c := s.pending[0]
 		s.pending = s.pending[1:]
@@ -446,13 +442,14 @@ func (s *Shedder) deliver() {
 			fns = append(fns, fn)
 		}
 		s.smu.Unlock()
-		locked = false
 		for _, fn := range fns {
-			fn(c)
+			first.Call(fn, c)
 		}
 		s.smu.Lock()
-		locked = true
 	}
+	s.delivering = false
+	s.smu.Unlock()
+	first.Raise()
 }
 
 // Subscribe registers fn to hear the Shedder's changes between "normal" and

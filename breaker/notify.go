@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/listen"
 )
 
 // subscriber is a state-change listener, added by Subscribe.
@@ -65,15 +66,9 @@ func (n *notifier) dispatch() {
 	}
 	n.delivering = true
 	n.mu.Unlock()
-	done := false
-	defer func() {
-		if !done {
-			// A panicking listener must not stop every later delivery.
-			n.mu.Lock()
-			n.delivering = false
-			n.mu.Unlock()
-		}
-	}()
+	// A listener that panics must not keep the others, or the changes
+	// queued behind, from being heard: its panic is raised once they are.
+	var first listen.First
 	for {
 		n.mu.Lock()
 		if len(n.pending) == 0 {
@@ -81,8 +76,8 @@ func (n *notifier) dispatch() {
 			// another goroutine is either seen here or delivered by it.
 			n.pending = nil
 			n.delivering = false
-			done = true
 			n.mu.Unlock()
+			first.Raise()
 			return
 		}
 		c := n.pending[0]
@@ -90,7 +85,7 @@ func (n *notifier) dispatch() {
 		subs := n.subs
 		n.mu.Unlock()
 		for _, s := range subs {
-			s.fn(c)
+			first.Call(s.fn, c)
 		}
 	}
 }

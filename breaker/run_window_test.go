@@ -87,3 +87,24 @@ func TestAGroupDropsOpenBreakersGoneIdle(t *testing.T) {
 	_, own := g.Get("healthy")
 	assert.True(t, own)
 }
+
+// A listener that panics keeps neither the other listeners nor the changes
+// queued behind it from being heard; its panic comes out once they are.
+func TestAListenerPanicStrandsNoChange(t *testing.T) {
+	b := mustNew(t)
+	log := hear(b)
+	first := true
+	b.Subscribe(func(c sluice.StateChange) {
+		if first {
+			first = false
+			b.ForceClose() // queued behind this change
+			panic("listener failed")
+		}
+	})
+	assert.PanicsWithValue(t, "listener failed", b.ForceOpen)
+	require.Equal(t, breaker.StateClosed, b.State())
+	seen := log.all()
+	require.Len(t, seen, 2)
+	assert.Equal(t, "open", seen[0].To)
+	assert.Equal(t, "closed", seen[1].To)
+}

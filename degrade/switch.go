@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/isnil"
+	"github.com/sluice-go/sluice/internal/listen"
 )
 
 // Switch is a named degradation switch. When it is on, handlers skip their
@@ -180,29 +181,24 @@ func (s *Switch) set(on, auto, pin bool, at time.Duration) bool {
 // drain delivers the pending changes, in order, outside mu. It is called
 // with mu held and returns with it released.
 func (s *Switch) drain() {
-	locked := true
-	defer func() {
-		// Also when a listener panics: the next flip drains again.
-		if !locked {
-			s.mu.Lock()
-		}
-		s.draining = false
-		s.mu.Unlock()
-	}()
+	// A listener that panics must not keep the others, or the flips
+	// queued behind, from being heard: its panic is raised once they are.
+	var first listen.First
 	for len(s.pending) > 0 {
 		c := s.pending[0]
 		s.pending[0] = sluice.StateChange{}
 		s.pending = s.pending[1:]
 		subs := s.subs
 		s.mu.Unlock()
-		locked = false
 		for _, sub := range subs {
-			sub.fn(c)
+			first.Call(sub.fn, c)
 		}
 		s.mu.Lock()
-		locked = true
 	}
 	s.pending = s.pending[:0]
+	s.draining = false
+	s.mu.Unlock()
+	first.Raise()
 }
 
 // stateName names a Switch's state as its StateChanges do: "on" or "off".

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/listen"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sony/gobreaker/v2"
 )
@@ -230,21 +231,16 @@ func (e *events) dispatch() {
 	}
 	e.delivering = true
 	e.mu.Unlock()
-	finished := false
-	defer func() {
-		if !finished {
-			e.mu.Lock()
-			e.delivering = false
-			e.mu.Unlock()
-		}
-	}()
+	// A listener that panics must not keep the others, or the changes
+	// queued behind, from being heard: its panic is raised once they are.
+	var first listen.First
 	for {
 		e.mu.Lock()
 		if len(e.pending) == 0 {
 			e.pending = nil
 			e.delivering = false
-			finished = true
 			e.mu.Unlock()
+			first.Raise()
 			return
 		}
 		c := e.pending[0]
@@ -257,7 +253,7 @@ func (e *events) dispatch() {
 		}
 		e.mu.Unlock()
 		for _, fn := range fns {
-			fn(c)
+			first.Call(fn, c)
 		}
 	}
 }
