@@ -56,8 +56,14 @@
 // baseline, the probe is under the knee). The
 // first probe comes once the limit has bound for 3 windows in a row (a
 // burst that fills it once is no overload, and a probe then would only
-// shed), later ones every 5 s while it keeps binding. A window quicker than
-// the baseline lowers it, by a quarter of the way.
+// shed), later ones 5 s apart while it keeps binding, twice as far apart
+// after each probe that finds the baseline where it was, up to 40 s: the
+// slots a probe idles are goodput lost. A limit that falls to half what the
+// last probe left it at probes again, no sooner than a second after it: a
+// dependency turned slower for good reads as a queue no limit cuts, and
+// once the probe has found the new baseline the limit resumes from where
+// it was. A window quicker than the baseline lowers it, by a quarter of the
+// way.
 //
 // # The queue
 //

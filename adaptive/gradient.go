@@ -18,10 +18,19 @@ const (
 	// limit settled 2 to 4 over the pool, each of those requests queued
 	// in front of it.
 	gradTolerance = 1.05
-	// gradProbeEvery is how often the baseline is measured again while the
+	// gradProbeEvery is how soon the baseline is measured again while the
 	// limit binds; the first probe comes after gradFirstProbe windows,
-	// because the initial limit may already be past capacity.
+	// because the initial limit may already be past capacity. Each probe
+	// that finds the baseline where it was (within the tolerance) doubles
+	// the wait for the next, up to gradProbeMax: the slots a probe idles
+	// are goodput lost under a surge. A limit that falls to half what a
+	// probe left it at, though, probes again once gradProbeSoon has passed
+	// since: a baseline that rose (a dependency turned slower for good)
+	// reads as a queue that no limit cuts, and the limit would sink to its
+	// floor until the next probe.
 	gradProbeEvery = 5 * time.Second
+	gradProbeMax   = 40 * time.Second
+	gradProbeSoon  = time.Second
 	gradFirstProbe = 2
 	// probeBinds is how many windows in a row the limit must bind for a
 	// probe to run: a burst that fills the limit once is no overload, and
@@ -69,6 +78,9 @@ type gradient struct {
 	windows   int           // windows ended, up to gradFirstProbe
 	binds     int           // windows in a row in which the limit bound
 	nextProbe time.Duration // instant the next probe is due, once scheduled
+	every     time.Duration // the wait for the next probe after the last one
+	probedAt  time.Duration // the instant the last probe ended
+	after     float64       // the limit the last probe resumed from
 	probe     int64         // the probe's limit while one runs; 0 otherwise
 	saved     float64       // the limit before the probe
 	savedAvg  time.Duration // the average latency at that limit
@@ -138,6 +150,9 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 			g.nextProbe = now
 		}
 	}
+	if g.measured && g.limit < g.after/2 && now-g.probedAt >= gradProbeSoon {
+		g.nextProbe = min(g.nextProbe, now) // the baseline may have risen
+	}
 	if g.windows == gradFirstProbe && now >= g.nextProbe {
 		if g.binds < probeBinds {
 			// No lasting queue behind this limit: no need to probe yet.
@@ -173,14 +188,27 @@ func (g *gradient) probed(avg, now time.Duration) int64 {
 		return g.probe
 	}
 	g.probe = 0
+	rose := g.measured && float64(avg) > gradTolerance*float64(g.base)
+	if g.measured && !rose && float64(g.base) <= gradTolerance*float64(avg) {
+		g.every = min(2*g.every, gradProbeMax) // the baseline held
+	} else {
+		g.every = gradProbeEvery
+	}
 	g.base, g.measured = avg, true
-	g.nextProbe = now + gradProbeEvery
+	g.nextProbe, g.probedAt = now+g.every, now
 	if ratio := float64(g.savedAvg) / float64(g.base); ratio > gradTolerance {
 		g.limit = g.saved * gradTolerance / ratio
 	} else {
 		g.limit = g.saved
 	}
+	if rose {
+		// The latency that sank the limit was the new baseline, not a
+		// queue: the limit resumes from where the last probe left it,
+		// and the next windows judge it against the new baseline.
+		g.limit = max(g.limit, g.after)
+	}
 	g.limit = min(max(g.limit, g.floor), gradMax)
+	g.after = g.limit
 	return g.current()
 }
 
