@@ -68,10 +68,12 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	target := f.Get("guard") + " " + f.Get("policy") + f.Get("switch")
 	act := f.Get("action")
 	switch {
-	case err != nil:
-		err = fmt.Errorf("bad form: %w", err)
 	case d.authorize == nil:
 		err = fmt.Errorf("%w: admin actions are off", errRefused)
+	case err != nil:
+		err = fmt.Errorf("bad form: %w", err)
+	case !d.hostAllowed(r.Host):
+		err = fmt.Errorf("%w: unexpected Host %q (see WithHosts)", errRefused, r.Host)
 	case d.csrf.Check(r) != nil:
 		err = fmt.Errorf("%w: cross-origin request", errRefused)
 	case !d.validToken(f.Get("token"), time.Now()):

@@ -7,14 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // Dashboard shows the Guards it observes on a live page. It is a
@@ -25,8 +29,9 @@ type Dashboard struct {
 	log       *slog.Logger
 	rules     func() (version string, loaded time.Time, err error)
 	switches  []*degrade.Switch
-	cpu       func() float64 // WithCPU
-	secret    [32]byte       // signs the pages' tokens
+	cpu       func() float64  // WithCPU
+	hosts     map[string]bool // WithHosts
+	secret    [32]byte        // signs the pages' tokens
 	csrf      *http.CrossOriginProtection
 
 	series series
@@ -34,6 +39,7 @@ type Dashboard struct {
 
 	mu        sync.Mutex
 	guards    []*guardWatch         // by name
+	rulesMu   sync.Mutex            // orders the reads of the rules' status
 	rulesSeen rulesView             // the rules status last shown
 	redis     map[string]*redisSeen // by limiter name; see redis.go
 
@@ -44,7 +50,8 @@ type Dashboard struct {
 type Option func(*Dashboard) error
 
 // WithAuthorizer turns the admin actions on: an action is taken only when
-// authorize allows its request (after the cross-origin and token checks).
+// authorize allows its request (after the Host, cross-origin and token
+// checks; see WithHosts).
 // The default is no authorizer: the page is read-only and every action is
 // refused with 403 Forbidden.
 func WithAuthorizer(authorize func(r *http.Request) bool) Option {
@@ -55,6 +62,40 @@ func WithAuthorizer(authorize func(r *http.Request) bool) Option {
 		d.authorize = authorize
 		return nil
 	}
+}
+
+// WithHosts lets the admin actions be taken through the host names given
+// (the Host of the request, without its port), as well as through an IP
+// address or localhost, the only ones allowed by default. A page reached
+// through any other name cannot act: a site whose name an attacker points
+// at this machine (DNS rebinding) is same-origin to the browser, and from
+// the machine's own address to an authorizer.
+func WithHosts(names ...string) Option {
+	return func(d *Dashboard) error {
+		for i, n := range names {
+			if n == "" || strings.ContainsAny(n, ":/ ") {
+				return fmt.Errorf("dashboard: WithHosts: host %d, %q, is not a host name", i, n)
+			}
+			if d.hosts == nil {
+				d.hosts = map[string]bool{}
+			}
+			d.hosts[strings.ToLower(n)] = true
+		}
+		return nil
+	}
+}
+
+// hostAllowed reports whether an action may come through the request's
+// Host host: an IP address, localhost, or a name given to WithHosts.
+func (d *Dashboard) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return true
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost") || d.hosts[host]
 }
 
 // WithLogger logs the admin actions, taken and refused, to log instead of
@@ -136,6 +177,10 @@ func New(opts ...Option) (*Dashboard, error) {
 			return nil, fmt.Errorf("dashboard: WithSwitches: two switches named %q", sw.Name())
 		}
 		names[sw.Name()] = true
+	}
+	// Only once nothing can fail: a Dashboard refused must leave no
+	// listener on the switches.
+	for _, sw := range d.switches {
 		sw.Subscribe(func(c sluice.StateChange) {
 			d.events.add(event{Time: time.Now(), Kind: "state", Policy: c.Policy, Text: c.From + " → " + c.To})
 		})
@@ -176,20 +221,32 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	}
 	w := &guardWatch{g: g, name: name, policies: g.Policies()}
 	w.state = make([]atomic.Pointer[stateSeen], len(w.policies))
+	// A call's event names its policy, not its place in the chain: the
+	// quota and the keys of policies that share a name are not told apart,
+	// and not shown.
+	named := map[string]int{}
+	for _, p := range w.policies {
+		named[p.Name()]++
+	}
 	for i, p := range w.policies {
-		if _, ok := p.(bucket); !ok {
-			w.quotas = append(w.quotas, namedQuota{p.Name(), &quotaSeen{}})
+		pname := p.Name()
+		if _, ok := p.(bucket); !ok && named[pname] == 1 {
+			w.quotas = append(w.quotas, namedQuota{pname, &quotaSeen{}})
 		}
-		if _, ok := p.(keyed); ok {
+		if _, ok := p.(*ratelimit.Keyed); ok && named[pname] == 1 {
+			// By the request's key (sluice.KeyFrom), as a Keyed limits:
+			// a breaker group's members are keyed otherwise.
 			if w.keys == nil {
 				w.keys = map[string]*topKeys{}
 			}
-			w.keys[p.Name()] = &topKeys{}
+			w.keys[pname] = &topKeys{}
 		}
 		if src, ok := p.(sluice.StateSource); ok {
 			w.unsubs = append(w.unsubs, src.Subscribe(func(c sluice.StateChange) {
 				now := time.Now()
-				w.state[i].Store(&stateSeen{c.To, now})
+				if c.Policy == pname { // not a breaker group's member
+					w.state[i].Store(&stateSeen{c.To, now})
+				}
 				d.events.add(event{Time: now, Kind: "state", Guard: name, Policy: c.Policy, Text: c.From + " → " + c.To})
 			}))
 		}
@@ -212,6 +269,11 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 			w.unsubscribe()
 			d.mu.Lock()
 			d.guards = slices.DeleteFunc(d.guards, func(x *guardWatch) bool { return x == w })
+			for _, p := range w.policies {
+				if !d.showsLocked(p.Name()) {
+					delete(d.redis, p.Name())
+				}
+			}
 			d.mu.Unlock()
 		})
 	}
@@ -255,12 +317,14 @@ func (w *guardWatch) quota(name string) *quotaSeen {
 // any.
 type quotaSeen struct {
 	limit, remaining, reset atomic.Int64
+	at                      atomic.Int64 // when it was decided, in Unix nanoseconds
 }
 
 func (q *quotaSeen) store(d *sluice.Decision) {
 	q.limit.Store(d.Limit + 1) // 0: none seen
 	q.remaining.Store(d.Remaining)
 	q.reset.Store(int64(d.Reset))
+	q.at.Store(time.Now().UnixNano())
 }
 
 // stateSeen is a policy's state as it last reported it, and when.
@@ -274,6 +338,19 @@ func (w *guardWatch) unsubscribe() {
 		u()
 	}
 	w.unsubs = nil
+}
+
+// showsLocked reports whether a Guard shown has a policy named policy.
+// d.mu is held.
+func (d *Dashboard) showsLocked(policy string) bool {
+	for _, w := range d.guards {
+		for _, p := range w.policies {
+			if p.Name() == policy {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // guard returns the Guard named name.

@@ -629,7 +629,7 @@ func TestActions(t *testing.T) {
 	sw, err := degrade.NewSwitch("recommendations")
 	require.NoError(t, err)
 	f := newFixture(t, WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
-		WithAuthorizer(func(r *http.Request) bool { return allow }), WithSwitches(sw))
+		WithAuthorizer(func(r *http.Request) bool { return allow }), WithSwitches(sw), WithHosts("dash.test"))
 	tok := pageToken(t, f.d)
 	form := func(kv ...string) url.Values {
 		v := url.Values{"token": {tok}}

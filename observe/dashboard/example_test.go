@@ -55,7 +55,7 @@ func ExampleWithAuthorizer() {
 		panic(err)
 	}
 	form := url.Values{"guard": {"payments"}, "policy": {"0"}, "action": {"open"}}
-	req := httptest.NewRequest(http.MethodPost, "/debug/sluice/api/action", strings.NewReader(form.Encode()))
+	req := httptest.NewRequest(http.MethodPost, "http://localhost/debug/sluice/api/action", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	rec := httptest.NewRecorder()
 	dash.ServeHTTP(rec, req)

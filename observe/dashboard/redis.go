@@ -24,6 +24,9 @@ type redisSeen struct {
 func (d *Dashboard) noteRedis(n redisnote.Note) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.showsLocked(n.Policy) {
+		return // of no Guard shown: kept, it would outlive them all
+	}
 	if d.redis == nil {
 		d.redis = map[string]*redisSeen{}
 	}

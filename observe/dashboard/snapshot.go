@@ -272,7 +272,10 @@ func describeQuota(pv *policyView, p sluice.Policy, q *quotaSeen) {
 		return
 	}
 	add("remaining", fmt.Sprint(q.remaining.Load()))
-	if r := time.Duration(q.reset.Load()); r > 0 {
+	// The time left until the quota is whole, counted down since the call
+	// that decided it.
+	elapsed := time.Since(time.Unix(0, q.at.Load()))
+	if r := time.Duration(q.reset.Load()) - elapsed; r > 0 {
 		add("reset in", r.Round(time.Millisecond).String())
 	}
 }
@@ -280,6 +283,11 @@ func describeQuota(pv *policyView, p sluice.Policy, q *quotaSeen) {
 // rulesView reads the rules' status, and adds an event when it changed
 // since it was last shown.
 func (d *Dashboard) rulesView(now time.Time) *rulesView {
+	// One at a time from the read to the compare: a snapshot that read the
+	// status before a reload must not store it after one that read it
+	// after, and show the rules rolled back.
+	d.rulesMu.Lock()
+	defer d.rulesMu.Unlock()
 	version, loaded, err := d.rules()
 	v := rulesView{Version: version, Loaded: loaded}
 	if err != nil {

@@ -2,9 +2,12 @@ package dashboard
 
 import (
 	"cmp"
+	"fmt"
+	"hash/fnv"
 	"math"
 	"slices"
 	"sync"
+	"unicode/utf8"
 )
 
 const (
@@ -27,6 +30,7 @@ type keyCount struct {
 }
 
 func (t *topKeys) add(key string) {
+	key = shortKey(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.counts == nil {
@@ -63,4 +67,24 @@ func (t *topKeys) top() []keyCount {
 		return cmp.Compare(a.Key, b.Key)
 	})
 	return all[:min(len(all), topN)]
+}
+
+// maxKeyLen is the longest key kept whole: the snapshot is bounded in
+// bytes, whatever keys the clients send.
+const maxKeyLen = 64
+
+// shortKey returns key, or when it is longer than maxKeyLen its first 48
+// bytes (cut at a rune), an ellipsis and a hash of the whole, which tells
+// long keys with a common prefix apart.
+func shortKey(key string) string {
+	if len(key) <= maxKeyLen {
+		return key
+	}
+	cut := 48
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%s…%016x", key[:cut], h.Sum64())
 }

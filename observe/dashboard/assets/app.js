@@ -69,6 +69,8 @@
   // changes, and their cells updated in place otherwise, so an input being
   // typed in survives the next snapshot.
   let shape = '';
+  // The cells to update, by a key no name can forge: a Guard named
+  // "switch" is not a switch.
   let cells = {};
 
   function policyCells(p) {
@@ -118,12 +120,12 @@
     if (!s.guards.length) root.append(el('p', { class: 'empty' }, 'No guard observed yet.'));
     s.guards.forEach((g) => {
       const summary = el('span', { class: 'sum' });
-      cells[g.name + '/sum'] = summary;
+      cells[JSON.stringify(['guard', g.name])] = summary;
       const head = el('tr', {}, ...['policy', 'state', 'admitted', 'rejected', 'in flight', 'figures', actionsOn ? 'actions' : ''].map((h) => el('th', {}, h)));
       const rows = g.policies.map((p, i) => {
         const c = {};
         for (const f of ['state', 'admitted', 'rejected', 'inflight', 'details', 'keys']) c[f] = el('span', { 'data-f': f });
-        cells[g.name + '/' + i] = c;
+        cells[JSON.stringify(['policy', g.name, i])] = c;
         return el('tr', { 'data-guard': g.name, 'data-policy': String(i) },
           el('td', {}, p.name, el('br'), el('span', { class: 'kind' }, p.kind)),
           el('td', {}, c.state),
@@ -141,7 +143,7 @@
     if ((s.switches || []).length) {
       const rows = s.switches.map((x) => {
         const st = el('span', { 'data-f': 'state' });
-        cells['switch/' + x.name] = st;
+        cells[JSON.stringify(['switch', x.name])] = st;
         const td = el('td');
         if (actionsOn) {
           for (const a of ['on', 'off']) {
@@ -158,16 +160,16 @@
 
   function updateGuards(s) {
     for (const g of s.guards) {
-      cells[g.name + '/sum'].textContent = guardSummary(g);
+      cells[JSON.stringify(['guard', g.name])].textContent = guardSummary(g);
       g.policies.forEach((p, i) => {
-        const c = cells[g.name + '/' + i];
+        const c = cells[JSON.stringify(['policy', g.name, i])];
         const v = policyCells(p);
         for (const [f, text] of Object.entries(v)) c[f].textContent = text;
         c.state.className = v.state ? 'state ' + v.state : '';
       });
     }
     for (const x of s.switches || []) {
-      const st = cells['switch/' + x.name];
+      const st = cells[JSON.stringify(['switch', x.name])];
       const on = x.on ? 'on' : 'off';
       st.textContent = on + (x.pinned ? ' (pinned)' : '');
       st.className = 'state ' + on;
