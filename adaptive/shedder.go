@@ -423,8 +423,8 @@ func (s *Shedder) transition(now time.Duration, shedding bool) {
 // deliver calls the subscribers with the pending changes, in order, outside
 // the lock. It is entered with s.smu held and returns with it released. A
 // change made while another goroutine delivers is delivered by that one. A
-// subscriber that panics stops this delivery, not later ones: the changes
-// still pending go out with the next.
+// subscriber that panics keeps no other from hearing every change pending:
+// its panic is raised once they have.
 func (s *Shedder) deliver() {
 	if s.delivering {
 		s.smu.Unlock()
@@ -434,6 +434,14 @@ func (s *Shedder) deliver() {
 	// A listener that panics must not keep the others, or the changes
 	// queued behind, from being heard: its panic is raised once they are.
 	var first listen.First
+	locked := true
+	defer func() {
+		if !locked { // a listener's runtime.Goexit: let the next change deliver
+			s.smu.Lock()
+			s.delivering = false
+			s.smu.Unlock()
+		}
+	}()
 	for len(s.pending) > 0 {
 		c := s.pending[0]
 		s.pending = s.pending[1:]
@@ -442,10 +450,12 @@ func (s *Shedder) deliver() {
 			fns = append(fns, fn)
 		}
 		s.smu.Unlock()
+		locked = false
 		for _, fn := range fns {
 			first.Call(fn, c)
 		}
 		s.smu.Lock()
+		locked = true
 	}
 	s.delivering = false
 	s.smu.Unlock()

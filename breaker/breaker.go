@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/listen"
 )
 
 // Breaker is a circuit breaker: closed, it lets calls through and counts
@@ -46,11 +47,15 @@ type Breaker struct {
 	gone  bool          // dropped from its Group: sink no longer fed, no trip
 }
 
+// dispatch delivers the breaker's queued changes to its listeners, then
+// to its Group's, and raises a listener's panic once both have heard.
 func (b *Breaker) dispatch() {
-	b.notifier.dispatch()
+	var first listen.First
+	b.notifier.deliver(&first)
 	if b.sink != nil {
-		b.sink.dispatch()
+		b.sink.deliver(&first)
 	}
+	first.Raise()
 }
 
 type halfOpenCount struct{ succ, fail int64 }
@@ -202,7 +207,9 @@ func (b *Breaker) Counts() Counts {
 		if p.state == StateClosed {
 			t = p.tw.readAt(now)
 			if runLeft(p, run, p.tw.epoch(now)) {
-				run = 0
+				// Its first failure left the window: the run is what
+				// failRun would count again, the window's failures.
+				run = uint64(min(max(t.lo, 0), math.MaxUint32))
 			}
 		} else {
 			t = p.tw.read()
@@ -215,6 +222,9 @@ func (b *Breaker) Counts() Counts {
 		ConsecutiveFailures: int64(uint32(run)),
 	}
 	c.Successes = max(c.Requests-c.Failures, 0)
+	if p.tw != nil {
+		c.ConsecutiveFailures = min(c.ConsecutiveFailures, c.Failures) // see failRun
+	}
 	if p.state == StateOpen && !p.forced {
 		c.NextProbe = max(p.openUntil-b.env.now(), 0)
 	}
@@ -531,7 +541,15 @@ func (b *Breaker) failRun(p *phase, e int64) int64 {
 			nv = v + 1
 		}
 		if p.consec.CompareAndSwap(v, nv) {
-			return int64(uint32(nv))
+			run := int64(uint32(nv))
+			if p.tw != nil {
+				// Failures ending at once each add to the window before
+				// their run: a recount may see them all, and each adds
+				// one after. The run is never longer than the window's
+				// failures.
+				run = min(run, p.tw.read().lo)
+			}
+			return run
 		}
 	}
 }

@@ -59,6 +59,16 @@ func (n *notifier) add(s subscriber) (remove func()) {
 
 // dispatch delivers the queued changes unless a delivery is under way.
 func (n *notifier) dispatch() {
+	var first listen.First
+	n.deliver(&first)
+	first.Raise()
+}
+
+// deliver delivers the queued changes unless a delivery is under way. A
+// listener that panics must not keep the others, or the changes queued
+// behind, from being heard: its panic is kept in first, to raise once
+// they are.
+func (n *notifier) deliver(first *listen.First) {
 	n.mu.Lock()
 	if n.delivering || len(n.pending) == 0 {
 		n.mu.Unlock()
@@ -66,9 +76,14 @@ func (n *notifier) dispatch() {
 	}
 	n.delivering = true
 	n.mu.Unlock()
-	// A listener that panics must not keep the others, or the changes
-	// queued behind, from being heard: its panic is raised once they are.
-	var first listen.First
+	finished := false
+	defer func() {
+		if !finished { // a listener's runtime.Goexit: let the next change deliver
+			n.mu.Lock()
+			n.delivering = false
+			n.mu.Unlock()
+		}
+	}()
 	for {
 		n.mu.Lock()
 		if len(n.pending) == 0 {
@@ -76,8 +91,8 @@ func (n *notifier) dispatch() {
 			// another goroutine is either seen here or delivered by it.
 			n.pending = nil
 			n.delivering = false
+			finished = true
 			n.mu.Unlock()
-			first.Raise()
 			return
 		}
 		c := n.pending[0]

@@ -176,6 +176,11 @@ var fixedOptions = map[string]bool{"WithClock": true, "WithRandom": true, "WithK
 // opts as the constructor of target takes them, with old's wiring (clock,
 // random source, key function, size).
 func rebuildConfig(target scope, old *config, opts []Option) (*config, error) {
+	for i, o := range opts {
+		if o == nil { // named by its place among the caller's options
+			return nil, fmt.Errorf("breaker: option %d is nil", i)
+		}
+	}
 	c, err := buildConfig(target, append([]Option{withRandomOf(old)}, opts...))
 	if err != nil {
 		return nil, err

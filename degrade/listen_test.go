@@ -1,6 +1,7 @@
 package degrade_test
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 
@@ -42,5 +43,33 @@ func TestASwitchListenerPanicStrandsNoFlip(t *testing.T) {
 	defer mu.Unlock()
 	if len(heard) != 2 || heard[0] != "on" || heard[1] != "off" {
 		t.Errorf("the other listener heard %v, want [on off]", heard)
+	}
+}
+
+// A listener that ends its goroutine (runtime.Goexit) keeps no later flip
+// from being heard.
+func TestASwitchListenersGoexitStrandsNoFlip(t *testing.T) {
+	sw, err := degrade.NewSwitch("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var heard []string
+	sw.Subscribe(func(c sluice.StateChange) { mu.Lock(); heard = append(heard, c.To); mu.Unlock() })
+	first := true
+	sw.Subscribe(func(sluice.StateChange) {
+		if first {
+			first = false
+			runtime.Goexit()
+		}
+	})
+	done := make(chan struct{})
+	go func() { defer close(done); sw.Set(true) }()
+	<-done
+	sw.Set(false)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(heard) != 2 || heard[0] != "on" || heard[1] != "off" {
+		t.Fatalf("heard %v, want [on off]", heard)
 	}
 }

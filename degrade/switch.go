@@ -184,16 +184,26 @@ func (s *Switch) drain() {
 	// A listener that panics must not keep the others, or the flips
 	// queued behind, from being heard: its panic is raised once they are.
 	var first listen.First
+	locked := true
+	defer func() {
+		if !locked { // a listener's runtime.Goexit: let the next flip drain
+			s.mu.Lock()
+			s.draining = false
+			s.mu.Unlock()
+		}
+	}()
 	for len(s.pending) > 0 {
 		c := s.pending[0]
 		s.pending[0] = sluice.StateChange{}
 		s.pending = s.pending[1:]
 		subs := s.subs
 		s.mu.Unlock()
+		locked = false
 		for _, sub := range subs {
 			first.Call(sub.fn, c)
 		}
 		s.mu.Lock()
+		locked = true
 	}
 	s.pending = s.pending[:0]
 	s.draining = false

@@ -234,11 +234,20 @@ func (e *events) dispatch() {
 	// A listener that panics must not keep the others, or the changes
 	// queued behind, from being heard: its panic is raised once they are.
 	var first listen.First
+	finished := false
+	defer func() {
+		if !finished { // a listener's runtime.Goexit: let the next change deliver
+			e.mu.Lock()
+			e.delivering = false
+			e.mu.Unlock()
+		}
+	}()
 	for {
 		e.mu.Lock()
 		if len(e.pending) == 0 {
 			e.pending = nil
 			e.delivering = false
+			finished = true
 			e.mu.Unlock()
 			first.Raise()
 			return
