@@ -176,23 +176,34 @@ func (g *Group) member(key string, now time.Duration) *member {
 	if m, ok := g.members.Load(key); ok {
 		return m.(*member)
 	}
+	m, dropped := g.add(key, now)
+	if dropped != nil {
+		dropped.dispatch() // its close, out of g.mu: a listener may read g
+	}
+	return m
+}
+
+// add returns the member of key, made if need be, and the open breaker
+// dropped for it, if any, whose close is queued for its listeners.
+func (g *Group) add(key string, now time.Duration) (*member, *Breaker) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m, ok := g.members.Load(key); ok {
-		return m.(*member)
+		return m.(*member), nil
 	}
-	if len(g.all) >= g.max && !g.evict(now) {
+	var dropped *Breaker
+	if len(g.all) >= g.max && !g.evict(now, &dropped) {
 		if g.overflow == nil {
 			g.overflow = g.newMember("(overflow)", now)
 			g.overflow.shared = true
 		}
-		return g.overflow
+		return g.overflow, nil
 	}
 	m := g.newMember(key, now)
 	m.idx = len(g.all)
 	g.all = append(g.all, m)
 	g.members.Store(key, m)
-	return m
+	return m, dropped
 }
 
 // droppable reports whether m, whose phase is p, is an open breaker gone
@@ -232,8 +243,9 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 
 // evict drops the closed breaker used least recently, or else the idle
 // open one (see droppable) used least recently, at the instant now, and
-// reports whether it found one. Called with g.mu held.
-func (g *Group) evict(now time.Duration) bool {
+// reports whether it found one; an open one is closed as it goes, and set
+// in dropped for its change to be delivered. Called with g.mu held.
+func (g *Group) evict(now time.Duration, dropped **Breaker) bool {
 	var victim *member
 	for {
 		victim = nil
@@ -258,6 +270,13 @@ func (g *Group) evict(now time.Duration) bool {
 		// breaker that tripped since is kept, and another one is chosen.
 		victim.b.mu.Lock()
 		if p := victim.b.cur.Load(); p.state == StateClosed && !p.forced || g.droppable(victim, p, now) {
+			if p.state == StateOpen {
+				// Its listeners, the Group's among them, last heard it
+				// open: it closes as it goes, so that none counts it
+				// open for good (degrade.StateSignal).
+				victim.b.setPhase(p, StateClosed, now, 0, false)
+				*dropped = victim.b
+			}
 			victim.b.gone = true
 			victim.b.mu.Unlock()
 			break

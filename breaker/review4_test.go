@@ -156,3 +156,34 @@ func TestReconfigureNamesTheNilOption(t *testing.T) {
 		t.Fatalf("Reconfigure(nil) = %v, want breaker: option 0 is nil", err)
 	}
 }
+
+// An open breaker a full Group drops closes as it goes: its listeners, and
+// a signal of the Group's open members, do not count it open for good.
+func TestADroppedOpenMemberIsHeardClosing(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g, err := breaker.NewGroup("deps", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	open := map[string]bool{}
+	g.Subscribe(func(c sluice.StateChange) { mu.Lock(); open[c.Policy] = c.To == "open"; mu.Unlock() })
+	call := func(key string, o sluice.Outcome) {
+		t.Helper()
+		now := clk.Now()
+		v := policytest.AnswerOf(g.Admit(res(key), now))
+		if v.Cause != nil {
+			t.Fatalf("%s at %v: %v", key, now, v.Cause)
+		}
+		g.Done(v.Ticket, o, now, 0)
+	}
+	call("gone", sluice.Failure)
+	clk.Advance(time.Hour)
+	call("other", sluice.Success) // drops "gone", open and idle
+	mu.Lock()
+	defer mu.Unlock()
+	if open["breaker/deps/gone"] {
+		t.Fatal("the dropped open breaker was never heard closing")
+	}
+}
