@@ -161,10 +161,7 @@ func (p *policyLog) changed(c sluice.StateChange) {
 			p.dropped++
 		}
 		if p.timer == nil {
-			wait := time.Duration((1 - p.tokens) * float64(p.l.every))
-			p.gen++
-			gen := p.gen
-			p.timer = time.AfterFunc(wait, func() { p.flush(gen) })
+			p.arm()
 		}
 		return
 	}
@@ -196,8 +193,26 @@ func (p *policyLog) flush(gen uint64) {
 	}
 	p.timer = nil
 	p.refill()
-	p.tokens = max(p.tokens-float64(len(p.pending)), 0)
-	p.writePending()
+	// As many as the limit allows now, at least the one the timer waited
+	// for; the others wait for the next token.
+	n := min(max(int(p.tokens), 1), len(p.pending))
+	p.tokens = max(p.tokens-float64(n), 0)
+	for _, c := range p.pending[:n] {
+		p.write(c)
+	}
+	p.pending = slices.Delete(p.pending, 0, n)
+	if len(p.pending) > 0 {
+		p.arm()
+	}
+}
+
+// arm starts the timer that writes the changes left out once a record is
+// allowed. p.mu is held.
+func (p *policyLog) arm() {
+	wait := time.Duration((1 - p.tokens) * float64(p.l.every))
+	p.gen++
+	gen := p.gen
+	p.timer = time.AfterFunc(wait, func() { p.flush(gen) })
 }
 
 // detach writes the changes left out, if any, and ends p's records.

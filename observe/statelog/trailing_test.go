@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -132,4 +134,36 @@ func TestEachMembersLastChangeIsLogged(t *testing.T) {
 	for _, r := range got {
 		assert.Nil(t, r["suppressed"], "nothing left out for good")
 	}
+}
+
+// bubbleClock reads the time of a testing/synctest bubble.
+type bubbleClock struct{ start time.Time }
+
+func (c bubbleClock) Now() time.Duration { return time.Since(c.start) }
+
+// The members' changes left out are written within the limit too: one a
+// token, the others when theirs come.
+func TestPendingMembersAreWrittenWithinTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		buf := &lockedBuffer{}
+		logs, err := statelog.New(slog.New(slog.NewJSONHandler(buf, nil)),
+			statelog.WithLimit(1, time.Second), statelog.WithClock(bubbleClock{time.Now()}))
+		require.NoError(t, err)
+		grp, err := breaker.NewGroup("deps", breaker.WithConsecutiveFailures(1))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.WithName("api"), sluice.With(grp), sluice.WithObserver(logs))
+		require.NoError(t, err)
+		for i := range 4 {
+			_ = g.Do(sluice.WithResource(context.Background(), fmt.Sprint("m", i)),
+				func(context.Context) error { return errors.New("down") })
+		}
+		require.Len(t, buf.take(t), 1, "at once")
+		for i := range 3 {
+			time.Sleep(time.Second)
+			synctest.Wait()
+			require.Len(t, buf.take(t), 1, "second %d", i+1)
+		}
+		require.NoError(t, g.Close())
+		assert.Empty(t, buf.take(t), "nothing left")
+	})
 }
