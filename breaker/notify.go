@@ -57,13 +57,6 @@ func (n *notifier) add(s subscriber) (remove func()) {
 	}
 }
 
-// dispatch delivers the queued changes unless a delivery is under way.
-func (n *notifier) dispatch() {
-	var first listen.First
-	n.deliver(&first)
-	first.Raise()
-}
-
 // deliver delivers the queued changes unless a delivery is under way. A
 // listener that panics must not keep the others, or the changes queued
 // behind, from being heard: its panic is kept in first, to raise once
