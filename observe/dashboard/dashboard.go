@@ -73,13 +73,14 @@ func WithAuthorizer(authorize func(r *http.Request) bool) Option {
 func WithHosts(names ...string) Option {
 	return func(d *Dashboard) error {
 		for i, n := range names {
-			if n == "" || strings.ContainsAny(n, ":/ ") {
+			name := strings.ToLower(strings.TrimSuffix(n, "."))
+			if name == "" || strings.ContainsAny(name, ":/ ") {
 				return fmt.Errorf("dashboard: WithHosts: host %d, %q, is not a host name", i, n)
 			}
 			if d.hosts == nil {
 				d.hosts = map[string]bool{}
 			}
-			d.hosts[strings.ToLower(n)] = true
+			d.hosts[name] = true
 		}
 		return nil
 	}

@@ -334,3 +334,15 @@ func TestLongKeysAreShortened(t *testing.T) {
 	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/state", nil))
 	assert.Less(t, rec.Body.Len(), 256<<10, "a snapshot of one Guard of one policy")
 }
+
+// A name given to WithHosts with its trailing dot is the same name.
+func TestWithHostsTakesATrailingDot(t *testing.T) {
+	d, err := New(WithHosts("dash.example."))
+	require.NoError(t, err)
+	for _, h := range []string{"dash.example.", "dash.example.:8080", "dash.example", "DASH.example:8080"} {
+		assert.True(t, d.hostAllowed(h), h)
+	}
+	assert.False(t, d.hostAllowed("evil.example"))
+	_, err = New(WithHosts("."))
+	assert.Error(t, err)
+}

@@ -149,8 +149,15 @@ func (p *policyLog) changed(c sluice.StateChange) {
 		return
 	}
 	p.refill()
+	if p.timer != nil && p.tokens >= 1 {
+		// The token the timer waits for is back: the changes left out go
+		// first, in order, as the limit allows.
+		p.timer.Stop()
+		p.timer = nil
+		p.writeAllowed()
+	}
 	i := slices.IndexFunc(p.pending, func(q sluice.StateChange) bool { return q.Policy == c.Policy })
-	if p.tokens < 1 {
+	if p.tokens < 1 || len(p.pending) > 0 {
 		switch {
 		case i >= 0:
 			p.pending[i] = c
@@ -166,10 +173,6 @@ func (p *policyLog) changed(c sluice.StateChange) {
 		return
 	}
 	p.tokens--
-	if i >= 0 { // its member's change left out is replaced by this one
-		p.pending = slices.Delete(p.pending, i, i+1)
-		p.dropped++
-	}
 	p.write(c)
 }
 
@@ -193,10 +196,15 @@ func (p *policyLog) flush(gen uint64) {
 	}
 	p.timer = nil
 	p.refill()
-	// As many as the limit allows now, at least the one the timer waited
-	// for; the others wait for the next token.
-	n := min(max(int(p.tokens), 1), len(p.pending))
-	p.tokens = max(p.tokens-float64(n), 0)
+	p.tokens = max(p.tokens, 1) // the one the timer waited for
+	p.writeAllowed()
+}
+
+// writeAllowed writes as many of the changes left out as the limit allows
+// now, oldest first, and arms the timer for the others. p.mu is held.
+func (p *policyLog) writeAllowed() {
+	n := min(int(p.tokens), len(p.pending))
+	p.tokens -= float64(n)
 	for _, c := range p.pending[:n] {
 		p.write(c)
 	}
