@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
@@ -75,7 +76,7 @@ type FallbackEvent struct {
 func WithFallback(fbs ...Fallback) Option {
 	return func(g *Guard) error {
 		for i, f := range fbs {
-			if isNil(f) {
+			if isnil.Of(f) {
 				return errors.New("sluice: WithFallback: fallback " + itoa(int64(len(g.fallbacks)+i)) + " is nil")
 			}
 		}

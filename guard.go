@@ -64,7 +64,7 @@ type Option func(*Guard) error
 func With(policies ...Policy) Option {
 	return func(g *Guard) error {
 		for i, p := range policies {
-			if isNil(p) {
+			if isnil.Of(p) {
 				return fmt.Errorf("sluice: policy %d is nil", len(g.policies)+i)
 			}
 		}
@@ -77,7 +77,7 @@ func With(policies ...Policy) Option {
 // chain must measure time on the same clock.
 func WithClock(c Clock) Option {
 	return func(g *Guard) error {
-		if isNil(c) {
+		if isnil.Of(c) {
 			return errors.New("sluice: WithClock: nil clock")
 		}
 		if _, ok := c.(systemClock); ok {
@@ -87,10 +87,6 @@ func WithClock(c Clock) Option {
 		return nil
 	}
 }
-
-// isNil reports whether v is nil, or holds a nil pointer, map, slice,
-// channel, function or interface.
-func isNil(v any) bool { return isnil.Of(v) }
 
 // WithClassifier makes the Guard classify the errors of protected calls with
 // c instead of DefaultClassifier.

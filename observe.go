@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/isnil"
 )
 
 // WithName names the Guard, for the observers that report it (metrics, logs)
@@ -88,7 +90,7 @@ type CallEvent struct {
 // call's duration, even when no policy needs it ([NeedsEnd]).
 func WithObserver(o Observer) Option {
 	return func(g *Guard) error {
-		if isNil(o) {
+		if isnil.Of(o) {
 			return errors.New("sluice: WithObserver: nil observer")
 		}
 		if g.obs == nil {

@@ -5,22 +5,18 @@ package listen
 
 import "github.com/sluice-go/sluice"
 
-// Call calls fn with c and returns what it panicked with; nil if it did
-// not.
-func Call(fn func(sluice.StateChange), c sluice.StateChange) (panicked any) {
-	defer func() { panicked = recover() }()
-	fn(c)
-	return nil
-}
-
 // First keeps the first panic of a delivery, to raise once it is over.
 type First struct{ v any }
 
-// Call is the package's Call, keeping the first panic.
+// Call calls fn with c, and keeps what it panicked with if it is the
+// first panic.
 func (f *First) Call(fn func(sluice.StateChange), c sluice.StateChange) {
-	if p := Call(fn, c); p != nil && f.v == nil {
-		f.v = p
-	}
+	defer func() {
+		if p := recover(); p != nil && f.v == nil {
+			f.v = p
+		}
+	}()
+	fn(c)
 }
 
 // Raise panics with the first panic kept, if any.
