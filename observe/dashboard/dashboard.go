@@ -38,10 +38,10 @@ type Dashboard struct {
 	events events
 
 	mu        sync.Mutex
-	guards    []*guardWatch         // by name
-	rulesMu   sync.Mutex            // orders the reads of the rules' status
-	rulesSeen rulesView             // the rules status last shown
-	redis     map[string]*redisSeen // by limiter name; see redis.go
+	guards    []*guardWatch // by name
+	rulesMu   sync.Mutex    // orders the reads of the rules' status
+	rulesSeen rulesView     // the rules status last shown
+	redis     []*redisSeen  // one a Redis limiter; see redis.go
 
 	actionsDone, actionsRefused atomic.Uint64
 }
@@ -270,11 +270,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 			w.unsubscribe()
 			d.mu.Lock()
 			d.guards = slices.DeleteFunc(d.guards, func(x *guardWatch) bool { return x == w })
-			for _, p := range w.policies {
-				if !d.showsLocked(p.Name()) {
-					delete(d.redis, p.Name())
-				}
-			}
+			d.redis = slices.DeleteFunc(d.redis, func(r *redisSeen) bool { return !d.holdsLocked(r.limiter) })
 			d.mu.Unlock()
 		})
 	}
@@ -339,19 +335,6 @@ func (w *guardWatch) unsubscribe() {
 		u()
 	}
 	w.unsubs = nil
-}
-
-// showsLocked reports whether a Guard shown has a policy named policy.
-// d.mu is held.
-func (d *Dashboard) showsLocked(policy string) bool {
-	for _, w := range d.guards {
-		for _, p := range w.policies {
-			if p.Name() == policy {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // guard returns the Guard named name.

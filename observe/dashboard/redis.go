@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-go/sluice"
+
 	"github.com/sluice-go/sluice/observe/dashboard/internal/redisnote"
 )
 
@@ -14,6 +16,10 @@ func init() {
 // redisSeen is what a Dashboard heard of a Redis limiter's failure policy
 // (package redisdash). It is guarded by the Dashboard's mu.
 type redisSeen struct {
+	// limiter is the limiter heard of, a pointer: comparing it with any
+	// policy cannot panic, as comparing two policies of a type that is not
+	// comparable would.
+	limiter   any
 	decider   string    // "open", "closed" or "local": the failure policy
 	decisions uint64    // made by the failure policy
 	decided   time.Time // the last of them
@@ -24,16 +30,13 @@ type redisSeen struct {
 func (d *Dashboard) noteRedis(n redisnote.Note) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.showsLocked(n.Policy) {
+	if n.Limiter == nil || !d.holdsLocked(n.Limiter) {
 		return // of no Guard shown: kept, it would outlive them all
 	}
-	if d.redis == nil {
-		d.redis = map[string]*redisSeen{}
-	}
-	r := d.redis[n.Policy]
+	r := d.redisOfLocked(n.Limiter)
 	if r == nil {
-		r = &redisSeen{}
-		d.redis[n.Policy] = r
+		r = &redisSeen{limiter: n.Limiter}
+		d.redis = append(d.redis, r)
 	}
 	if n.Decider != "" {
 		r.decider, r.decided = n.Decider, n.At
@@ -44,18 +47,18 @@ func (d *Dashboard) noteRedis(n redisnote.Note) {
 	}
 }
 
-// describeRedis adds the failure policy of the Redis limiter named as pv
-// is, when its observer told d of it: which policy, how many decisions it
+// describeRedis adds the failure policy of p, a Redis limiter, to its view
+// pv, when its observer told d of it: which policy, how many decisions it
 // made and when the last, and Redis's last error.
-func (d *Dashboard) describeRedis(pv *policyView, now time.Time) {
+func (d *Dashboard) describeRedis(pv *policyView, p sluice.Policy, now time.Time) {
 	d.mu.Lock()
-	r, ok := d.redis[pv.Name]
+	r := d.redisOfLocked(p)
 	var seen redisSeen
-	if ok {
+	if r != nil {
 		seen = *r
 	}
 	d.mu.Unlock()
-	if !ok {
+	if r == nil {
 		return
 	}
 	ago := func(t time.Time) string { return now.Sub(t).Truncate(time.Second).String() + " ago" }
@@ -70,4 +73,28 @@ func (d *Dashboard) describeRedis(pv *policyView, now time.Time) {
 	if seen.err != "" {
 		pv.Details = append(pv.Details, detail{"last Redis error", seen.err + " (" + ago(seen.errAt) + ")"})
 	}
+}
+
+// redisOfLocked returns what d heard of the Redis limiter p, or nil. d.mu
+// is held.
+func (d *Dashboard) redisOfLocked(p any) *redisSeen {
+	for _, r := range d.redis {
+		if r.limiter == p {
+			return r
+		}
+	}
+	return nil
+}
+
+// holdsLocked reports whether a Guard shown holds limiter, a Redis limiter
+// heard of. d.mu is held.
+func (d *Dashboard) holdsLocked(limiter any) bool {
+	for _, w := range d.guards {
+		for _, p := range w.policies {
+			if limiter == p {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -171,9 +171,9 @@ func TestSameNamedKeyedLimitersShowNoTopKeys(t *testing.T) {
 	assert.Empty(t, ps[1].TopKeys, "inner: not the outer one's keys")
 }
 
-// What a Dashboard heard of Redis limiters is kept by name for ever: after
-// their Guards close (a limiter per tenant, say), and it shows beside any
-// policy of that name, Redis limiter or not.
+// What a Dashboard heard of Redis limiters goes with their Guards (a
+// limiter per tenant, say), and never shows beside another policy of the
+// same name, Redis limiter or not.
 func TestRedisNotesGoWithTheirGuards(t *testing.T) {
 	d, err := New()
 	require.NoError(t, err)
@@ -183,7 +183,7 @@ func TestRedisNotesGoWithTheirGuards(t *testing.T) {
 		require.NoError(t, err)
 		g, err := sluice.New(sluice.WithName(name), sluice.With(tb), sluice.WithObserver(d))
 		require.NoError(t, err)
-		redisnote.Record(d, redisnote.Note{Policy: name, Err: errors.New("connection refused"), At: time.Now()})
+		redisnote.Record(d, redisnote.Note{Limiter: tb, Err: errors.New("connection refused"), At: time.Now()})
 		require.NoError(t, g.Close())
 	}
 	require.Empty(t, getState(t, d).Guards)

@@ -167,7 +167,7 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 		}
 		d.describe(&pv, p)
 		describeQuota(&pv, p, w.quota(ps.Policy))
-		d.describeRedis(&pv, now)
+		d.describeRedis(&pv, p, now)
 		if seen != nil && pv.State == seen.state {
 			pv.Details = append(pv.Details, detail{"for", now.Sub(seen.since).Truncate(time.Second).String()})
 		}

@@ -146,7 +146,7 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision
 	}
 	if !same && l.cluster {
 		if l.observer != nil {
-			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: ErrCrossSlot})
+			l.observer(Event{src: l, Kind: EventRedisError, Policy: l.name, At: now, Err: ErrCrossSlot})
 		}
 		return l.fallback(ctx, c, now)
 	}
@@ -216,7 +216,7 @@ func failedAt(now time.Duration, ep *deadlineEpoch) time.Duration {
 func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Duration, err error) (sluice.Decision, sluice.Ticket) {
 	l.topo.failed(err)
 	if l.observer != nil {
-		l.observer(Event{Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
+		l.observer(Event{src: l, Kind: EventRedisError, Policy: l.name, At: failedAt, Err: err})
 	}
 	return l.fallback(ctx, c, now)
 }
@@ -316,7 +316,7 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (slu
 		}
 	}
 	if l.observer != nil {
-		l.observer(Event{Kind: EventFallback, Policy: l.name, At: now, Decision: d})
+		l.observer(Event{src: l, Kind: EventFallback, Policy: l.name, At: now, Decision: d})
 	}
 	if !anyLocal {
 		l.putCall(c)
@@ -346,7 +346,7 @@ func (l *Limiter) refund(c *call, now time.Duration) {
 		l.br.failure(bt, now)
 		l.topo.failed(err)
 		if l.observer != nil {
-			l.observer(Event{Kind: EventRedisError, Policy: l.name, At: now, Err: err})
+			l.observer(Event{src: l, Kind: EventRedisError, Policy: l.name, At: now, Err: err})
 		}
 		return
 	}

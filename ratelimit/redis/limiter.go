@@ -448,7 +448,7 @@ func (l *Limiter) Subscribe(fn func(sluice.StateChange)) (unsubscribe func()) {
 func (l *Limiter) stateChanged(c sluice.StateChange) {
 	l.topo.breakerChanged(c.To, l.br.openFor)
 	if l.observer != nil {
-		l.observer(Event{Kind: EventStateChange, Policy: l.name, At: c.At, From: c.From, To: c.To})
+		l.observer(Event{src: l, Kind: EventStateChange, Policy: l.name, At: c.At, From: c.From, To: c.To})
 	}
 	l.subMu.Lock()
 	fns := make([]func(sluice.StateChange), 0, len(l.subs))

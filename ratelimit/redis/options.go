@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/eventsource"
 )
 
 // failurePolicy is what a limiter does when Redis cannot decide: it is
@@ -331,4 +332,16 @@ type Event struct {
 	// From and To are the breaker's states: "closed", "open", "half-open"
 	// (EventStateChange).
 	From, To string
+	// src is the limiter that sent the event, for the dashboard's
+	// observer (internal/eventsource): limiters may share a name.
+	src *Limiter
+}
+
+func init() {
+	eventsource.Of = func(e any) any {
+		if ev, ok := e.(Event); ok && ev.src != nil {
+			return ev.src
+		}
+		return nil
+	}
 }

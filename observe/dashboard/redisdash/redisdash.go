@@ -11,6 +11,7 @@ import (
 
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 
+	"github.com/sluice-go/sluice/internal/eventsource"
 	"github.com/sluice-go/sluice/observe/dashboard"
 	"github.com/sluice-go/sluice/observe/dashboard/internal/redisnote"
 )
@@ -24,7 +25,7 @@ func Observer(d *dashboard.Dashboard) (func(redislimit.Event), error) {
 		return nil, errors.New("redisdash: Observer: nil dashboard")
 	}
 	return func(e redislimit.Event) {
-		n := redisnote.Note{Policy: e.Policy, Err: e.Err, At: time.Now()}
+		n := redisnote.Note{Limiter: eventsource.Of(e), Err: e.Err, At: time.Now()}
 		switch e.Kind {
 		case redislimit.EventFallback:
 			_, n.Decider, _ = strings.Cut(strings.TrimPrefix(e.Decision.Policy, e.Policy), ":")

@@ -76,3 +76,53 @@ func TestObserverShowsTheFailurePolicyAndRedissLastError(t *testing.T) {
 	assert.Equal(t, "fail-closed: 2 decisions, the last 0s ago", figures["failure policy"])
 	assert.True(t, strings.Contains(figures["last Redis error"], "connection refused"), figures["last Redis error"])
 }
+
+// Two Redis limiters of one name (each route's with its default name, say)
+// each show only what their own observer heard: one failing closed does
+// not show on the other, which Redis never failed.
+func TestSameNamedLimitersShowTheirOwnFailures(t *testing.T) {
+	d, err := dashboard.New()
+	require.NoError(t, err)
+	obs, err := redisdash.Observer(d)
+	require.NoError(t, err)
+	down := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer down.Close()
+	sick, err := redislimit.NewFixedWindow(down, 10, time.Minute, redislimit.WithName("shared"),
+		redislimit.WithFailClosed(), redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
+	require.NoError(t, err)
+	other, err := redislimit.NewFixedWindow(down, 10, time.Minute, redislimit.WithName("shared"),
+		redislimit.WithFailClosed(), redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
+	require.NoError(t, err)
+	g1, err := sluice.New(sluice.WithName("orders"), sluice.With(sick), sluice.WithObserver(d))
+	require.NoError(t, err)
+	defer g1.Close()
+	g2, err := sluice.New(sluice.WithName("users"), sluice.With(other), sluice.WithObserver(d))
+	require.NoError(t, err)
+	defer g2.Close()
+
+	err = g1.Do(context.Background(), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, redislimit.ErrUnavailable)
+
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/state", nil))
+	var s struct {
+		Guards []struct {
+			Name     string
+			Policies []struct{ Details []struct{ Name, Value string } }
+		}
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &s))
+	require.Len(t, s.Guards, 2)
+	for _, gv := range s.Guards {
+		figures := map[string]string{}
+		for _, dt := range gv.Policies[0].Details {
+			figures[dt.Name] = dt.Value
+		}
+		if gv.Name == "orders" {
+			assert.Equal(t, "fail-closed: 1 decisions, the last 0s ago", figures["failure policy"])
+		} else {
+			assert.Empty(t, figures["failure policy"], "users: its limiter never failed")
+			assert.Empty(t, figures["last Redis error"], "users: its limiter never failed")
+		}
+	}
+}

@@ -7,8 +7,9 @@ import "time"
 
 // Note is one event of a Redis limiter.
 type Note struct {
-	// Policy is the limiter's name.
-	Policy string
+	// Limiter is the limiter that sent the event, the policy a Guard
+	// shown holds; nil for an event no limiter sent.
+	Limiter any
 	// Decider names what decided instead of Redis, as the limiter's
 	// fallback decisions name it ("open", "closed", "local"); "" for an
 	// event that is no decision.
