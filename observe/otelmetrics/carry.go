@@ -149,6 +149,7 @@ func (w *watch) gather(now time.Time) builder {
 	b := builder{now: now}
 	if w.g != nil {
 		w.collect(&b)
+		b.coalesce()
 	}
 	if w.prev != nil {
 		pb := w.prev.gather(now)
@@ -156,4 +157,47 @@ func (w *watch) gather(now time.Time) builder {
 	}
 	w.carried.addTo(&b)
 	return b
+}
+
+// coalesce folds the points of one series into one: two policies of one
+// name in a Guard report the same series twice, which an exporter refuses
+// (Prometheus answers the whole scrape with an error). Counts and
+// histograms add up; a gauge keeps the outermost policy's point.
+func (b *builder) coalesce() {
+	for in, d := range instruments {
+		b.ints[in] = coalescePoints(b.ints[in], func(p metricdata.DataPoint[int64]) attribute.Set { return p.Attributes },
+			func(p, q *metricdata.DataPoint[int64]) {
+				if d.kind == kindCounter {
+					p.Value += q.Value
+				}
+			})
+		b.floats[in] = coalescePoints(b.floats[in], func(p metricdata.DataPoint[float64]) attribute.Set { return p.Attributes },
+			func(_, _ *metricdata.DataPoint[float64]) {}) // ratios are gauges
+		b.hists[in] = coalescePoints(b.hists[in], func(p metricdata.HistogramDataPoint[float64]) attribute.Set { return p.Attributes },
+			func(p, q *metricdata.HistogramDataPoint[float64]) {
+				p.BucketCounts = slices.Clone(p.BucketCounts)
+				addHistogram(p, q)
+			})
+	}
+}
+
+// coalescePoints folds each point of ps into the first of its series with
+// fold, keeping the order of first points.
+func coalescePoints[P any](ps []P, attrs func(P) attribute.Set, fold func(p, q *P)) []P {
+	if len(ps) < 2 {
+		return ps
+	}
+	first := make(map[attribute.Distinct]int, len(ps))
+	out := ps[:0]
+	for _, p := range ps {
+		set := attrs(p)
+		k := set.Equivalent()
+		if i, ok := first[k]; ok {
+			fold(&out[i], &p)
+			continue
+		}
+		first[k] = len(out)
+		out = append(out, p)
+	}
+	return out
 }

@@ -61,6 +61,10 @@
 //     {request}: sluice.policy, sluice.result (admitted, rejected); for the
 //     Redis limiters given [Metrics.ObserveRedis] as their observer.
 //
+// Policies of one name in a Guard (two token buckets left with their
+// default name) report one series per name: their counts add up, and the
+// gauges are the outermost one's. Names of their own keep them apart.
+//
 // Attributes stay bounded: a Guard's name, its policies' names, fixed
 // enumerations, and at most [MaxResources] resources per Guard. No
 // instrument ever carries a rate-limit key, a client address or a member of

@@ -184,3 +184,40 @@ func TestScrapeShowsGuardDurationsAndCPU(t *testing.T) {
 	require.Len(t, cpu.GetMetric(), 1)
 	assert.Equal(t, 0.25, cpu.GetMetric()[0].GetGauge().GetValue())
 }
+
+// Two limiters of one name in a chain (a per-second and a per-hour limit,
+// both with their default name) report one series each, not two, which
+// the registry would refuse, failing the whole scrape: their counts add up,
+// and the gauges are the outer one's.
+func TestPoliciesOfOneNameReportOneSeries(t *testing.T) {
+	metrics, handler, err := prommetrics.New()
+	require.NoError(t, err)
+	perSecond, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(10), 10)
+	require.NoError(t, err)
+	perHour, err := ratelimit.NewTokenBucket(ratelimit.Every(time.Hour), 100)
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(perSecond, perHour), sluice.WithObserver(metrics))
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+
+	fams := scrape(t, handler)
+	got := map[string]float64{}
+	for _, name := range []string{"sluice_requests_total", "sluice_rate_limiter_limit", "sluice_rate_limiter_remaining"} {
+		fam := fams[name]
+		require.NotNil(t, fam, "families: %v", keys(fams))
+		for _, m := range fam.GetMetric() {
+			l := labels(m)
+			v := m.GetGauge().GetValue()
+			if fam.GetType() == dto.MetricType_COUNTER {
+				v = m.GetCounter().GetValue()
+			}
+			got[name+" "+l["sluice_policy"]+" "+l["sluice_result"]] = v
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"sluice_requests_total ratelimit/token-bucket admitted": 2, // one a policy
+		"sluice_rate_limiter_limit ratelimit/token-bucket ":     10,
+		"sluice_rate_limiter_remaining ratelimit/token-bucket ": 9,
+	}, got)
+}

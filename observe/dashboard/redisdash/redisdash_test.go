@@ -108,7 +108,9 @@ func TestSameNamedLimitersShowTheirOwnFailures(t *testing.T) {
 	var s struct {
 		Guards []struct {
 			Name     string
-			Policies []struct{ Details []struct{ Name, Value string } }
+			Policies []struct {
+				Details []struct{ Name, Value string }
+			}
 		}
 	}
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &s))
