@@ -85,6 +85,19 @@ func (b *builder) newPolicy(ps *policySpec) (*built, error) {
 	return &built{spec: ps, p: p}, nil
 }
 
+// nameInGuard returns the name the policy ps describes goes by in its
+// Guard, as its constructor names it: a breaker's and a throttle's take
+// "breaker/" before it, a shed's "degrade/".
+func nameInGuard(ps *policySpec) string {
+	switch ps.kind {
+	case "breaker", "throttle":
+		return "breaker/" + ps.name
+	case "shed":
+		return "degrade/" + ps.name
+	}
+	return ps.name
+}
+
 // newLocal makes a policy of this process's memory.
 func newLocal(ps *policySpec) (sluice.Policy, error) {
 	name := ratelimit.WithName(ps.name)

@@ -251,6 +251,8 @@ guards:
       - {name: x, kind: token-bucket, rate: 1/s, burst: 1}
       - {name: x, kind: breaker}
       - {name: y, kind: gcra, rate: 1/s, burst: 1, per_key: true}
+      - {name: db, kind: breaker}
+      - {name: breaker/db, kind: token-bucket, rate: 1/s, burst: 1, shadow: true}
 routes:
   - {route: "GET /a", guard: b}
 fallbacks:
@@ -261,8 +263,9 @@ fallbacks:
 	for _, want := range []string{
 		`rules.yaml:6:9: policy name "x" is used twice (first on line 5)`,
 		`rules.yaml:7:9: policy "y" is per_key but guard "a" has no key`,
-		`rules.yaml:9:5: no guard named "b"`,
-		`rules.yaml:11:5: fallback for route "GET /z", which no route lists`,
+		`rules.yaml:9:9: policy "breaker/db" goes by "breaker/db" in guard "a", as policy "db" (line 8) does: rename one`,
+		`rules.yaml:11:5: no guard named "b"`,
+		`rules.yaml:13:5: fallback for route "GET /z", which no route lists`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
@@ -454,4 +457,41 @@ func TestGuardShadowOverALongChainLoads(t *testing.T) {
 	b.WriteString("default: b\n")
 	l, _ := newLoader(t, b.String())
 	assert.Equal(t, uint64(1), l.Version().N)
+}
+
+// The name the parser reckons each kind goes by in its Guard, which tells
+// two of them apart, is the name the policy built reports.
+func TestNameInGuardIsThePoliciesName(t *testing.T) {
+	l, _ := newLoader(t, `
+guards:
+  a:
+    policies:
+      - {name: tb, kind: token-bucket, rate: 1/s, burst: 1}
+      - {name: gc, kind: gcra, rate: 1/s, burst: 1}
+      - {name: lb, kind: leaky-bucket, rate: 1/s, capacity: 1}
+      - {name: fw, kind: fixed-window, limit: 1, window: 1s}
+      - {name: sw, kind: sliding-window, limit: 1, window: 1s}
+      - {name: sl, kind: sliding-log, limit: 1, window: 1s}
+      - {name: wu, kind: warm-up, rate: 1/s, burst: 2, warm_up: 1s, cold_factor: 3}
+      - {name: sh, kind: shaper, rate: 1/s, max_wait: 1s}
+      - {name: br, kind: breaker}
+      - {name: th, kind: throttle}
+      - {name: sd, kind: shedder}
+      - {name: bh, kind: bulkhead, limit: 2}
+      - {name: off, kind: shed}
+  b:
+    key: {header: X-Key}
+    policies:
+      - {name: pk, kind: token-bucket, rate: 1/s, burst: 1, per_key: true}
+default: a
+`)
+	st := l.cur.Load()
+	seen := map[string]bool{}
+	for _, gs := range st.spec.guards {
+		for _, ps := range gs.policies {
+			seen[ps.kind] = true
+			assert.Equal(t, st.policies[ps.name].p.Name(), nameInGuard(ps), "%s %q", ps.kind, ps.name)
+		}
+	}
+	assert.Len(t, seen, len(kinds), "every kind: %v", seen)
 }

@@ -676,11 +676,18 @@ func (p *parser) check(s *spec) {
 	}
 	names := map[string]int{}
 	for _, g := range s.guards {
+		inGuard := map[string]*policySpec{}
 		for _, pol := range g.policies {
 			if line, dup := names[pol.name]; dup {
 				p.errf(node(pol.at), "policy name %q is used twice (first on line %d): a name keeps a policy's state across reloads, so it must be unique", pol.name, line)
 			}
 			names[pol.name] = pol.at.line
+			// The Guard tells its policies apart by the names they go by
+			// in it (a shadow mode is set by that name).
+			if other := inGuard[nameInGuard(pol)]; other != nil && other.name != pol.name {
+				p.errf(node(pol.at), "policy %q goes by %q in guard %q, as policy %q (line %d) does: rename one", pol.name, nameInGuard(pol), g.name, other.name, other.at.line)
+			}
+			inGuard[nameInGuard(pol)] = pol
 			s.policies = append(s.policies, pol)
 			if pol.perKey && g.key == nil {
 				p.errf(node(pol.at), "policy %q is per_key but guard %q has no key", pol.name, g.name)
