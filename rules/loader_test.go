@@ -230,6 +230,7 @@ routes:
   - {route: "GET /a", guard: b}
 fallbacks:
   - {route: "GET /z", cause: boredom, status: 200}
+  - {cause: timeout, status: 103}
 `)
 	_, err := New(path, WithLogger(quietLog))
 	require.Error(t, err)
@@ -239,6 +240,7 @@ fallbacks:
 		`rules.yaml:7:9: a policy needs a name`,
 		`rules.yaml:8:13: guard "a": unknown field "colour"`,
 		`rules.yaml:12:30: cause: "boredom" is not one of`,
+		`rules.yaml:13:30: status: 103 is not the status of a final answer (200 to 599)`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

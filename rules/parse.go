@@ -645,8 +645,10 @@ func (p *parser) fallback(s *spec, n *yaml.Node) {
 				p.errf(v, "cause: %q is not one of %s", f.cause, strings.Join(causes, ", "))
 			}
 		case "status":
-			if f.status = p.integer(v, k, 100); f.status > 599 {
-				p.errf(v, "status: %d is not an HTTP status", f.status)
+			// A final status: a 1xx is informational, and net/http would
+			// follow it with a 200.
+			if f.status = p.integer(v, k, 0); f.status != 0 && (f.status < 200 || f.status > 599) {
+				p.errf(v, "status: %d is not the status of a final answer (200 to 599)", f.status)
 			}
 		case "headers":
 			f.headers = http.Header{}
