@@ -25,6 +25,10 @@ type watcher struct {
 	fs   *fsnotify.Watcher
 	done chan struct{}
 	ends chan struct{} // each goroutine sends once as it ends
+	// dir is the file's directory, and target the directory of the file
+	// its symlinks lead to, when that is another: an edit made there
+	// shows in target only. Only listen changes target.
+	dir, target string
 }
 
 // Watch starts watching the file's directory, and loads the file again
@@ -32,7 +36,9 @@ type watcher struct {
 // after its first while the changes go on. Watching
 // the directory rather than the file sees a file replaced by a rename (as
 // editors save) and the symlink swap by which Kubernetes updates a
-// mounted ConfigMap. A file removed keeps the rules in force, until one is
+// mounted ConfigMap. A file that is a symlink into another directory has
+// that directory watched too, which its link leads to at each event. A
+// file removed keeps the rules in force, until one is
 // written again. Watch starts two goroutines, which Close stops; it fails
 // when the Loader is closed or watches already.
 func (l *Loader) Watch() error {
@@ -48,11 +54,12 @@ func (l *Loader) Watch() error {
 	if err != nil {
 		return fmt.Errorf("rules: Watch: %w", err)
 	}
-	if err := fw.Add(filepath.Dir(l.path)); err != nil {
+	w := &watcher{fs: fw, done: make(chan struct{}), ends: make(chan struct{}, 2), dir: filepath.Dir(l.path)}
+	if err := fw.Add(w.dir); err != nil {
 		_ = fw.Close()
 		return fmt.Errorf("rules: Watch: %w", err)
 	}
-	w := &watcher{fs: fw, done: make(chan struct{}), ends: make(chan struct{}, 2)}
+	w.follow(l)
 	kick := make(chan struct{}, 1)
 	go func() {
 		defer func() { w.ends <- struct{}{} }()
@@ -77,6 +84,7 @@ func (w *watcher) listen(l *Loader, kick chan<- struct{}) {
 			if !ok {
 				return
 			}
+			w.follow(l)
 			select {
 			case kick <- struct{}{}:
 			default:
@@ -88,6 +96,30 @@ func (w *watcher) listen(l *Loader, kick chan<- struct{}) {
 			l.log.Error("sluice rules: watching the file", "file", l.path, "error", err)
 		}
 	}
+}
+
+// follow watches the directory of the file l.path's symlinks lead to now,
+// when it is not the file's own, in place of the one they led to before.
+// A link that leads nowhere (the file removed) leaves the last one
+// watched.
+func (w *watcher) follow(l *Loader) {
+	real, err := filepath.EvalSymlinks(l.path)
+	if err != nil {
+		return
+	}
+	dir := filepath.Dir(real)
+	if d, err := filepath.Abs(w.dir); err == nil && d == dir || dir == w.target {
+		return
+	}
+	if w.target != "" {
+		_ = w.fs.Remove(w.target) // gone with its directory, perhaps
+	}
+	w.target = ""
+	if err := w.fs.Add(dir); err != nil {
+		l.log.Error("sluice rules: watching the directory the file's link leads to", "file", l.path, "dir", dir, "error", err)
+		return
+	}
+	w.target = dir
 }
 
 func (w *watcher) stop() {

@@ -72,6 +72,31 @@ func TestWatchSeesAConfigMapSwap(t *testing.T) {
 	waitVersion(t, l, 2)
 }
 
+// A rules file that is a symlink into another directory (a shared config
+// linked into place) is edited where it is: Watch hears that directory
+// too, and the one the link leads to once it is pointed elsewhere.
+func TestWatchFollowsASymlinkIntoAnotherDirectory(t *testing.T) {
+	real := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, real, twoLimits)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.Symlink(real, path))
+	l, err := New(path, WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+	writeRules(t, real, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	waitVersion(t, l, 2)
+
+	moved := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, moved, strings.Replace(twoLimits, "burst: 3", "burst: 5", 1))
+	tmp := path + ".tmp"
+	require.NoError(t, os.Symlink(moved, tmp))
+	require.NoError(t, os.Rename(tmp, path))
+	waitVersion(t, l, 3)
+	writeRules(t, moved, strings.Replace(twoLimits, "burst: 3", "burst: 6", 1))
+	waitVersion(t, l, 4)
+}
+
 func TestWatchKeepsTheRulesWhenTheFileGoesAndLoadsItsReturn(t *testing.T) {
 	l, path := watching(t, twoLimits)
 	require.NoError(t, os.Remove(path))
