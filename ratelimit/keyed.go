@@ -264,12 +264,8 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	k.window.Store(int64(window))
 	for i := range k.shards {
 		s := &k.shards[i]
-		s.cap = o.maxKeys / n
-		if i < o.maxKeys%n {
-			s.cap++
-		}
-		s.promoteAfter = uint64(max(1, s.cap/4))
 		s.m = make(map[string]*keyedEntry)
+		s.setCap(o.maxKeys/n + min(1, max(0, o.maxKeys%n-i)))
 		s.free.Store(-1)
 	}
 	if o.janitor > 0 {
@@ -277,6 +273,25 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 		go k.janitor(o.janitor)
 	}
 	return k, nil
+}
+
+// SetMaxKeys changes the most keys k holds at once, as WithMaxKeys set
+// it: keys past a lower cap are evicted now, least recently used first,
+// and the keys held keep their limiters. The shards stay those made for
+// the first cap (one for each 128 keys of it, up to 64), each holding its
+// share of the new one: n must leave each at least one key.
+func (k *Keyed) SetMaxKeys(n int) error {
+	shards := len(k.shards)
+	if n < shards {
+		return fmt.Errorf("ratelimit: Keyed.SetMaxKeys(%d): want at least %d, one key for each shard made for the first cap", n, shards)
+	}
+	for i := range k.shards {
+		s := &k.shards[i]
+		s.mu.Lock()
+		s.setCap(n/shards + min(1, max(0, n%shards-i)))
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // Name returns the Keyed's name, "ratelimit/keyed" unless set with
@@ -499,6 +514,16 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	s.pushFront(fresh)
 	c, slot := s.reserve(fresh, call)
 	return fresh, c, slot, nil
+}
+
+// setCap sets the most keys s holds to c, at least 1, evicting its least
+// recently used keys past it. s.mu is held, or s is not yet shared.
+func (s *keyedShard) setCap(c int) {
+	s.cap = c
+	s.promoteAfter = uint64(max(1, s.cap/4))
+	for len(s.m) > s.cap {
+		s.remove(s.tail)
+	}
 }
 
 func (s *keyedShard) call(i int32) *keyedCall {

@@ -323,6 +323,46 @@ func TestKeyedOnlyOptionsRejectedByLimiters(t *testing.T) {
 	}
 }
 
+// SetMaxKeys lowers the cap at once, evicting the least recently used
+// keys, raises it for keys to come, and keeps the limiters of the keys it
+// holds. A cap under one key a shard is refused, and changes nothing.
+func TestKeyedSetMaxKeys(t *testing.T) {
+	var made atomic.Int64
+	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithMaxKeys(4))
+	keys := sameShard(k, 6)
+	for _, key := range keys[:4] {
+		require.True(t, allowKeyAt(k, 0, key))
+	}
+	require.NoError(t, k.SetMaxKeys(2))
+	assert.Equal(t, 2, k.Len(), "two evicted")
+	assert.False(t, allowKeyAt(k, 0, keys[3]), "the newest keys keep their limiters")
+	assert.False(t, allowKeyAt(k, 0, keys[2]))
+	require.NoError(t, k.SetMaxKeys(5))
+	for _, key := range keys[4:] {
+		require.True(t, allowKeyAt(k, 0, key))
+	}
+	assert.Equal(t, 4, k.Len(), "room for more")
+	assert.True(t, allowKeyAt(k, 0, keys[0]), "evicted, keys[0] starts afresh")
+	assert.Equal(t, 5, k.Len())
+	assert.Equal(t, int64(7), made.Load()-1, "one made at construction, then one a key")
+
+	wide := mustKeyed(t, fixedPer(1, time.Hour, nil), WithMaxKeys(100_000))
+	require.Len(t, wide.shards, 64)
+	assert.ErrorContains(t, wide.SetMaxKeys(63), "want at least 64")
+	assert.ErrorContains(t, wide.SetMaxKeys(0), "want at least 64")
+	total := 0
+	for i := range wide.shards {
+		total += wide.shards[i].cap
+	}
+	assert.Equal(t, 100_000, total, "unchanged")
+	require.NoError(t, wide.SetMaxKeys(1000))
+	total = 0
+	for i := range wide.shards {
+		total += wide.shards[i].cap
+	}
+	assert.Equal(t, 1000, total, "spread exactly")
+}
+
 func TestKeyedSpreadsMaxKeysExactly(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 127, 128, 255, 256, 1000, 8191, 8192, 100_000} {
 		k := mustKeyed(t, fixedPer(1, time.Second, nil), WithMaxKeys(n))

@@ -69,9 +69,7 @@ func (b *builder) newPolicy(ps *policySpec) (*built, error) {
 	}
 	if ps.perKey {
 		opts := []ratelimit.Option{ratelimit.WithName(ps.name)}
-		if ps.maxKeys > 0 {
-			opts = append(opts, ratelimit.WithMaxKeys(ps.maxKeys))
-		}
+		opts = append(opts, ratelimit.WithMaxKeys(maxKeys(ps)))
 		p, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return newLocal(ps) }, opts...)
 		if err != nil {
 			return nil, err
@@ -96,6 +94,16 @@ func nameInGuard(ps *policySpec) string {
 		return "degrade/" + ps.name
 	}
 	return ps.name
+}
+
+// maxKeys returns the most keys a per-key policy holds: the file's
+// max_keys, or 100,000 (ratelimit.WithMaxKeys's default) when it gives
+// none.
+func maxKeys(ps *policySpec) int {
+	if ps.maxKeys > 0 {
+		return ps.maxKeys
+	}
+	return 100_000
 }
 
 // newLocal makes a policy of this process's memory.
@@ -236,7 +244,19 @@ func update(b *built, to *policySpec) error {
 		b.sw.Set(to.on)
 		return nil
 	case *ratelimit.Keyed:
-		return p.SetLimit(func(p sluice.Policy) error { return setLocal(p, b.spec, to) })
+		if err := p.SetLimit(func(p sluice.Policy) error { return setLocal(p, b.spec, to) }); err != nil {
+			return err
+		}
+		if b.spec.maxKeys == to.maxKeys {
+			return nil
+		}
+		if err := p.SetMaxKeys(maxKeys(to)); err != nil {
+			// The limiters take their numbers back: the policy is made
+			// anew, and a load refused later keeps this one.
+			_ = p.SetLimit(func(p sluice.Policy) error { return setLocal(p, to, b.spec) })
+			return err
+		}
+		return nil
 	case *redislimit.Limiter:
 		limit, window := to.limit, to.window
 		if to.kind == "gcra" || to.kind == "token-bucket" {

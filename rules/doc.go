@@ -91,7 +91,7 @@
 //
 // Every number is checked as the policy's constructor checks it. Every
 // kind takes new numbers in place, through its setter (SetLimit,
-// Reconfigure), but for a shed's retry_after, a bulkhead gaining or losing
+// SetMaxKeys, Reconfigure), but for a shed's retry_after, a bulkhead gaining or losing
 // its queue, a Redis bucket whose rate and burst make no whole window, and
 // the changes a setter refuses (a breaker's count window turned rolling):
 // those policies are made anew, and Status.Changes says why.

@@ -36,6 +36,7 @@ func TestEveryKindTakesNewNumbersInPlace(t *testing.T) {
 		{"{name: p, kind: bulkhead, limit: 4}", "{name: p, kind: bulkhead, limit: 8}"},
 		{"{name: p, kind: shed}", "{name: p, kind: shed, on: true}"},
 		{"{name: p, kind: token-bucket, rate: 1/s, burst: 3, per_key: true}", "{name: p, kind: token-bucket, rate: 5/s, burst: 3, per_key: true}"},
+		{"{name: p, kind: fixed-window, limit: 2, window: 1h, per_key: true}", "{name: p, kind: fixed-window, limit: 2, window: 1h, per_key: true, max_keys: 200}"},
 	} {
 		t.Run(strings.Fields(tc.from)[3], func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -156,4 +157,33 @@ func TestARebuiltGuardLetsItsObserversGoFirst(t *testing.T) {
 	assert.Equal(t, map[string]bool{"items": true}, u.names)
 	require.NoError(t, l.Close())
 	assert.Empty(t, u.names)
+}
+
+// max_keys changes in place: the clients' spent quotas stay spent.
+func TestMaxKeysChangeKeepsEveryClientsQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rules = `
+guards:
+  api:
+    key: {header: X-API-Key}
+    policies:
+      - {name: per-client, kind: fixed-window, limit: 2, window: 1h, per_key: true, max_keys: 100}
+default: api
+`
+		l, path := newLoader(t, rules)
+		h := serve(t, l)
+		assert.Equal(t, []int{200, 200, 429}, statuses(h, "/x", 3, "X-API-Key", "alice"))
+		assert.Equal(t, []int{200}, statuses(h, "/x", 1, "X-API-Key", "bob"))
+
+		writeRules(t, path, strings.Replace(rules, "max_keys: 100", "max_keys: 200", 1))
+		require.NoError(t, l.Reload())
+		assert.Equal(t, []string{"policy per-client: max_keys 100 → 200 (in place)"}, l.Status().Changes)
+		assert.Equal(t, []int{429}, statuses(h, "/x", 1, "X-API-Key", "alice"),
+			"alice spent her 2 calls of the hour; a reload raising max_keys gave them back")
+
+		writeRules(t, path, strings.Replace(rules, "max_keys: 100", "max_keys: 1", 1))
+		require.NoError(t, l.Reload())
+		assert.Equal(t, []int{200, 429}, statuses(h, "/x", 2, "X-API-Key", "bob"), "bob, the newest key, is kept")
+		assert.Equal(t, []int{200, 200, 429}, statuses(h, "/x", 3, "X-API-Key", "alice"), "alice was evicted: afresh")
+	})
 }

@@ -88,7 +88,7 @@ func (p policySpec) numbersOnly() policySpec {
 // sameShape reports whether p and q are the same kind of policy, so that q's
 // numbers can be set on p's policy in place.
 func (p *policySpec) sameShape(q *policySpec) bool {
-	return p.kind == q.kind && p.store == q.store && p.fail == q.fail && p.perKey == q.perKey && p.maxKeys == q.maxKeys
+	return p.kind == q.kind && p.store == q.store && p.fail == q.fail && p.perKey == q.perKey
 }
 
 type keySpec struct {
