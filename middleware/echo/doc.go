@@ -14,9 +14,10 @@
 // error) that Echo's error handler renders later. A handler that returns a
 // sluice rejection its own call met (a breaker open for its dependency, as
 // sluicehttp.Transport returns it) gets it answered as the middleware's
-// own (on a route it lets through unguarded too): the fallbacks of the
-// route's Guard, 429 or 503 with Retry-After and the problem body, or the deny
-// handler's answer. An
+// own: the fallbacks of the route's Guard, 429 or 503 with Retry-After and
+// the problem body, or the deny handler's answer; on a route it lets
+// through unguarded (skipped, or with no Guard), no Guard's fallback
+// answers. An
 // *echo.HTTPError keeps the status the handler chose, even when its
 // Internal is such a rejection.
 //

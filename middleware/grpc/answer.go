@@ -19,9 +19,9 @@ type answer struct {
 	rt    *routing.Route // the route whose windows the quota fields name
 	ms    int64          // the announced delay, in whole milliseconds
 	err   *rejection
-	md    metadata.MD // nil on a client and in the tap
-	pol   string      // rej's policy and cause: an answer to replace
-	cause error
+	md    metadata.MD  // nil on a client and in the tap
+	pol   string       // rej's policy and cause: an answer to replace
+	cause sluice.Cause // as a kind: a cause's own value may not compare
 }
 
 // answerSlots is the number of answers a config keeps: one for each policy
@@ -53,7 +53,8 @@ func (c *config) answer(rt *routing.Route, d sluice.Decision, rej error) *answer
 			}
 		}
 	}
-	a := &answer{rej: rej, rt: rt, ms: ms, err: newRejection(rej, d), pol: d.Policy, cause: d.Cause}
+	a := &answer{rej: rej, rt: rt, ms: ms, err: newRejection(rej, d), pol: d.Policy, cause: sluice.CauseOf(d.Cause)}
+	a.err.client = rt == nil
 	if c.trailers {
 		a.md = c.rejectionMetadata(rt, d, ms)
 	}

@@ -56,10 +56,11 @@
 //
 // A handler that returns a sluice rejection its own call met (a client
 // interceptor's breaker open for its dependency, a Guard of its own),
-// wrapped or not, gets the same answer, on a method the interceptor lets
-// through unguarded too: the fallback of the method's Guard for a unary
-// call, else the
-// rejection's status, and the call counts as ignored. A Guard's timeout
+// wrapped or not, gets the same answer: the fallback of the method's Guard
+// for a unary call, else the rejection's status, and the call counts as
+// ignored. On a method the interceptor lets through unguarded (skipped,
+// or with no Guard), no Guard's fallback answers: the rejection's status
+// does. A Guard's timeout
 // wrapping a rejection is a timeout, and answered as one.
 // [RejectionOf] reads such a status back into a sluice.Decision on the
 // client. A

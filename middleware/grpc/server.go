@@ -219,16 +219,20 @@ func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
 func (c *config) handlerError(ctx context.Context, req any, method string, rt *routing.Route, resp any, err error, held *heldQuota) (any, error) {
 	r, d, re := rejectionIn(err)
 	fresp, fout, served := c.fallback(ctx, rt, err)
-	held.release(!served && r == nil && re != nil && hasQuota(d))
+	if served {
+		// A fallback that declined (returned the rejection, or another)
+		// is answered as no fallback, with the rejection's status.
+		r, d, re = rejectionIn(fout)
+	}
+	answered := r != nil && !r.client // by a server interceptor within: its trailers are set
+	held.release(re != nil && !answered && hasQuota(d))
 	switch {
-	case served:
-		return fresp, fout
-	case r != nil:
-		// An interceptor's own rejection (a client interceptor's): its
-		// status stands.
+	case answered:
 		return resp, r
 	case re != nil:
 		return c.answerUnary(ctx, rt, d, re)
+	case served:
+		return fresp, fout
 	}
 	if t, ok := err.(callTimeout); ok {
 		return resp, timeoutStatus(t.te)
@@ -391,7 +395,12 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 // answer, else with the rejection.
 func (c *config) rejectUnary(ctx context.Context, rt *routing.Route, d sluice.Decision, err error) (any, error) {
 	if resp, out, ok := c.fallback(ctx, rt, err); ok {
-		return resp, out
+		_, fd, re := rejectionIn(out)
+		if re == nil {
+			return resp, out
+		}
+		// It declined: the rejection it returned is answered.
+		d, err = fd, re
 	}
 	return c.answerUnary(ctx, rt, d, err)
 }

@@ -119,12 +119,12 @@ func (c *config) rejectStream(ss grpc.ServerStream, rt *routing.Route, d sluice.
 
 // streamError is the error that ends a stream ss on route rt whose handler
 // returned err: a sluice rejection that err is or wraps is answered as the
-// interceptor answers its own (an interceptor's own rejection, a client's,
-// stands as it is); any other error is returned as it is.
+// interceptor answers its own (a server interceptor's within, which set
+// its trailers, stands as it is); any other error is returned as it is.
 func (c *config) streamError(ss grpc.ServerStream, rt *routing.Route, err error) error {
 	r, d, rej := rejectionIn(err)
 	switch {
-	case r != nil:
+	case r != nil && !r.client: // a server interceptor's within: its trailers are set
 		return r
 	case rej != nil:
 		return c.rejectStream(ss, rt, d, rej)
