@@ -26,6 +26,14 @@ type built struct {
 	spec *policySpec
 	p    sluice.Policy
 	sw   *degrade.Switch // a shed's switch
+	// first is the spec p was made from, before the numbers set on it in
+	// place since: a policy made from it and brought to spec is as p is.
+	first *policySpec
+}
+
+// kept returns b's policy with the numbers of spec, set in place.
+func (b *built) kept(spec *policySpec) *built {
+	return &built{spec: spec, p: b.p, sw: b.sw, first: b.first}
 }
 
 // state is a set of rules in force: what the adapters serve.
@@ -61,11 +69,11 @@ func (b *builder) newPolicy(ps *policySpec) (*built, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &built{spec: ps, p: p, sw: sw}, nil
+		return &built{spec: ps, p: p, sw: sw, first: ps}, nil
 	}
 	if ps.store == "redis" {
 		p, err := b.newRedis(ps)
-		return &built{spec: ps, p: p}, err
+		return &built{spec: ps, p: p, first: ps}, err
 	}
 	if ps.perKey {
 		opts := []ratelimit.Option{ratelimit.WithName(ps.name)}
@@ -74,13 +82,13 @@ func (b *builder) newPolicy(ps *policySpec) (*built, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &built{spec: ps, p: p}, nil
+		return &built{spec: ps, p: p, first: ps}, nil
 	}
 	p, err := newLocal(ps)
 	if err != nil {
 		return nil, err
 	}
-	return &built{spec: ps, p: p}, nil
+	return &built{spec: ps, p: p, first: ps}, nil
 }
 
 // nameInGuard returns the name the policy ps describes goes by in its
@@ -94,6 +102,23 @@ func nameInGuard(ps *policySpec) string {
 		return "degrade/" + ps.name
 	}
 	return ps.name
+}
+
+// canUpdate reports whether update can set to's numbers in place on b's
+// policy, without changing it: it tries on a policy made afresh as b's was,
+// and brought to b's numbers as b's was.
+func (bd *builder) canUpdate(b *built, to *policySpec) error {
+	probe, err := bd.newPolicy(b.first)
+	if err != nil {
+		return err
+	}
+	defer closePolicy(probe.p)
+	if b.spec != b.first {
+		if err := update(probe, b.spec); err != nil {
+			return err
+		}
+	}
+	return update(probe.kept(b.spec), to)
 }
 
 // maxKeys returns the most keys a per-key policy holds: the file's

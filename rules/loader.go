@@ -103,9 +103,10 @@ func WithLogger(lg *slog.Logger) Option {
 // otherwise. When a reload rebuilds a guard, its old Guard is closed
 // (sluice.Guard.Close, which lets its observers go) just before its
 // successor is made. When the options refuse a Guard (an observer's
-// Attach fails), the load fails and undoes what it changed: numbers set in
-// place are set back, and the Guards it closed are made again from their
-// options. Default: no options.
+// Attach fails), the load fails and undoes what it changed: the Guards it
+// closed are made again from their options, and no policy kept has taken
+// new numbers yet (they are set once every Guard is made). Default: no
+// options.
 func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
 	return func(l *Loader) error {
 		if fn == nil {
@@ -298,7 +299,7 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 			prev = old.policies[ps.name]
 		}
 		if prev != nil && prev.spec.numbersOnly() == ps.numbersOnly() {
-			next.policies[ps.name] = &built{spec: ps, p: prev.p, sw: prev.sw}
+			next.policies[ps.name] = prev.kept(ps)
 			continue
 		}
 		b, err := l.b.newPolicy(ps) // checks the numbers as the constructor does
@@ -324,37 +325,48 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		}
 		return nil, nil, errors.Join(errs...)
 	}
-	// The file is sound: the policies of old take their new numbers, or,
-	// when they cannot, give way to the new ones.
-	inPlace := map[*built]bool{} // the made ones of the policies updated in place
+	// The file is sound: the policies of old that can take their new
+	// numbers in place will, once the Guards are made (a Guard's options
+	// may refuse it, and numbers set back do not bring back the counts a
+	// new window dropped); the others give way to new ones.
+	var pending []change
 	for _, c := range changed {
 		ps := c.made.spec
-		if err := update(c.prev, ps); err != nil {
+		if err := l.b.canUpdate(c.prev, ps); err != nil {
 			out = append(out, fmt.Sprintf("policy %s: rebuilt: %s (%v)", ps.name, diff(c.prev.spec, ps), err))
 			continue
 		}
-		closePolicy(c.made.p)
-		inPlace[c.made] = true
-		next.policies[ps.name] = &built{spec: ps, p: c.prev.p, sw: c.prev.sw}
+		pending = append(pending, c)
+		next.policies[ps.name] = c.prev.kept(ps)
 		out = append(out, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(c.prev.spec, ps)))
 	}
-	if keep, err := l.assemble(old, next, keys, fbs, &out); err != nil {
-		// A Guard's options refused it (an observer, say): the policies
-		// updated in place take their old numbers back, and the new
-		// ones go.
-		for _, c := range changed {
-			if inPlace[c.made] {
-				if uerr := update(&built{spec: c.made.spec, p: c.prev.p, sw: c.prev.sw}, c.prev.spec); uerr != nil {
-					l.log.Error("sluice rules: setting a policy's numbers back", "policy", c.prev.spec.name, "error", uerr)
-				}
+	setBack := func(cs []change) {
+		for _, c := range cs {
+			if err := update(c.prev.kept(c.made.spec), c.prev.spec); err != nil {
+				l.log.Error("sluice rules: setting a policy's numbers back", "policy", c.prev.spec.name, "error", err)
 			}
 		}
-		for _, b := range made {
-			if !inPlace[b] {
-				closePolicy(b.p)
+	}
+	apply := func() error {
+		for i, c := range pending {
+			if err := update(c.prev, c.made.spec); err != nil {
+				setBack(pending[:i])
+				return where(l.path, c.made.spec.at, "policy "+c.made.spec.name, err)
 			}
+		}
+		return nil
+	}
+	keep, err := l.assemble(old, next, keys, fbs, &out, apply, func() { setBack(pending) })
+	if err != nil {
+		// A Guard's options refused it (an observer, say), or a number
+		// refused in place: the new policies go.
+		for _, b := range made {
+			closePolicy(b.p)
 		}
 		return keep, nil, err
+	}
+	for _, c := range pending {
+		closePolicy(c.made.p)
 	}
 	if old != nil {
 		for name, g := range old.guards {
@@ -405,10 +417,12 @@ type fallbacks struct {
 
 // assemble makes the Guards, the route table and the Keyer of next from
 // its policies, keeping each Guard of old whose parts are the same, and
-// setting its shadow modes to the file's. When a Guard's options refuse
-// it, assemble undoes what it did (undo) and returns the state to keep in
+// setting its shadow modes to the file's. Once the Guards and the Keyer
+// are made, it calls apply to set the new numbers of the policies kept,
+// and setBack should a later step fail. When a Guard's options refuse it,
+// assemble undoes what it did (undo) and returns the state to keep in
 // force.
-func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string) (*state, error) {
+func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, fbs map[string]fallbacks, out *[]string, apply func() error, setBack func()) (*state, error) {
 	s := next.spec
 	type kept struct {
 		g       *sluice.Guard
@@ -420,7 +434,11 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		keep   []kept          // Guards of old kept: their shadow modes are set last
 		closed []string        // Guards of old closed for a successor
 	)
+	applied := false // the numbers set in place
 	undo := func(err error) (*state, error) {
+		if applied {
+			setBack()
+		}
 		for _, g := range made {
 			_ = g.Close()
 		}
@@ -473,11 +491,6 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		made = append(made, g)
 		next.guards[gs.name], next.opts[gs.name] = g, opts
 	}
-	rs, err := routesOf(s, next.guards)
-	if err != nil {
-		return undo(fmt.Errorf("%s: routes: %w", l.path, err))
-	}
-	next.routes = rs
 	byRoute := map[string]middleware.KeyFunc{}
 	keyed := false
 	keyOf := func(guard string) middleware.KeyFunc {
@@ -507,6 +520,17 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		next.keyer = k
 	}
+	// The Guards are made: the policies kept take their new numbers, which
+	// the route table reads (a window, for the RateLimit-Policy field).
+	if err := apply(); err != nil {
+		return undo(err)
+	}
+	applied = true
+	rs, err := routesOf(s, next.guards)
+	if err != nil {
+		return undo(fmt.Errorf("%s: routes: %w", l.path, err))
+	}
+	next.routes = rs
 	// Nothing can fail past here but a shadow mode the parser let by: the
 	// kept Guards take the file's modes now, and are set back if one
 	// fails, so that a failed load leaves their modes as they were.

@@ -120,3 +120,43 @@ func TestAFailedLoadLeavesShadowModesBe(t *testing.T) {
 		assert.Equal(t, []int{200}, statuses(h, "/items", 1), "items-rate is shadowed, as before the failed load")
 	})
 }
+
+// A load refused by a Guard's options sets no number of a policy kept: a
+// breaker whose window the file changed keeps the failures counted in the
+// one it has, and trips on the next, as the rules in force say.
+func TestARefusedLoadKeepsABreakersCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rules = `
+guards:
+  api:
+    policies:
+      - {name: db, kind: breaker, consecutive_failures: 2, open_for: 1m}
+  cart:
+    policies:
+      - {name: cart-window, kind: fixed-window, limit: 100, window: 1m}
+routes:
+  - {route: "GET /cart", guard: cart}
+default: api
+`
+		obs := &picky{refuse: "cart-log"}
+		l, path := newLoader(t, rules, WithGuardOptions(func(string) []sluice.Option {
+			return []sluice.Option{sluice.WithObserver(obs)}
+		}))
+		g, _ := l.Guard("api")
+		boom := errors.New("boom")
+		fail := func(context.Context) error { return boom }
+		require.ErrorIs(t, g.Do(context.Background(), fail), boom) // 1 of 2 consecutive failures
+
+		bad := strings.Replace(rules, "consecutive_failures: 2, open_for: 1m", "consecutive_failures: 2, open_for: 1m, window_calls: 50", 1)
+		bad = strings.Replace(bad, "name: cart-window, kind: fixed-window", "name: cart-log, kind: sliding-log", 1)
+		writeRules(t, path, bad)
+		require.Error(t, l.Reload(), "the observer refuses the cart's new Guard")
+		require.Equal(t, uint64(1), l.Version().N)
+
+		g2, _ := l.Guard("api")
+		require.Same(t, g, g2)
+		require.ErrorIs(t, g.Do(context.Background(), fail), boom) // 2 of 2: trips
+		assert.ErrorIs(t, g.Do(context.Background(), func(context.Context) error { return nil }), sluice.ErrCircuitOpen,
+			"two consecutive failures under the rules in force; the failed load reset the breaker's count")
+	})
+}
