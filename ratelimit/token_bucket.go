@@ -38,6 +38,11 @@ type bucketConfig struct {
 	// configuration: an admission before it was charged at another rate,
 	// and its release gives nothing back. A TokenBucket converts instead.
 	since int64
+	// at, for a TokenBucket, is the instant of the SetLimit that made
+	// this configuration (math.MinInt64 for the first), and prevIv and
+	// prevAt the interval and instant of the one before: a release of an
+	// admission before at counts what refilled before at at prevIv.
+	at, prevIv, prevAt int64
 }
 
 // TokenBucket is a token bucket of burst tokens refilled at a Rate: a request
@@ -93,7 +98,7 @@ func newBucketConfig(r Rate, burst int64) (*bucketConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r}, nil
+	return &bucketConfig{iv: iv, tau: tau, burst: burst, rate: r, at: math.MinInt64}, nil
 }
 
 func (tb *TokenBucket) now() time.Duration {
@@ -220,11 +225,12 @@ func (tb *TokenBucket) admitD(ctx context.Context, now time.Duration) (sluice.De
 }
 
 // Done gives back, on sluice.Released, the tokens that Admit took, less what
-// has refilled in the latency since; other outcomes change nothing. A
+// has refilled in the latency since (at the rate of each SetLimit in turn;
+// nothing after two); other outcomes change nothing. A
 // release never hands a newcomer tokens ahead of the turn of a reservation
 // that had to wait for them: what it would give back below that turn is
 // lost.
-func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.Duration) {
+func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released || t == 0 || t > math.MaxInt64 {
 		return
 	}
@@ -241,7 +247,19 @@ func (tb *TokenBucket) Done(t sluice.Ticket, o sluice.Outcome, _, latency time.D
 			runtime.Gosched()
 			continue
 		}
-		tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, &c.edge)
+		refund := releaseRefund(int64(t), c.iv, latency)
+		if admitted := int64(now - max(latency, 0)); admitted < c.at {
+			// Admitted before the SetLimit that made c: what refilled
+			// until then came at the interval before, and is worth
+			// c.iv/c.prevIv of it now. Before an earlier SetLimit still,
+			// nothing is given back.
+			if admitted < c.prevAt {
+				return
+			}
+			before := convertTAT(c.at, admitted, c.prevIv, c.iv) - admitted
+			refund = int64(t)*c.iv - before - max(int64(now)-c.at, 0)
+		}
+		tatRefund(&c.tat.v, refund, math.MinInt64, &c.edge)
 		return
 	}
 }
@@ -493,6 +511,7 @@ func moveTo(cfg *atomic.Pointer[bucketConfig], old, c *bucketConfig, now int64) 
 	} else {
 		c.tat.v.Store(convertTAT(tat, now, old.iv, c.iv))
 		c.edge.Store(convertTAT(old.edge.Load(), now, old.iv, c.iv))
+		c.at, c.prevIv, c.prevAt = now, old.iv, old.at
 	}
 	cfg.Store(c)
 }

@@ -531,6 +531,35 @@ func TestTokenBucketReleaseAfterSetLimit(t *testing.T) {
 	assert.True(t, tb.AllowAt(0))
 }
 
+// A release after a SetLimit that slowed the rate gives back what had not
+// refilled of its tokens, counting the time before the change at the old
+// rate: of the 10 taken at 0, 9 had refilled by 900 ms at 10/s, so 1 comes
+// back, not the 9 the new rate of one in 10 s would leave unrefilled. A
+// release of a request admitted before two changes gives nothing back.
+func TestTokenBucketReleaseAfterSlowerRateCountsTheOldRefill(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	tb := mustTokenBucket(t, PerSecond(10), 10, WithClock(clk))
+	d, tkA := admit(tb, sluice.WithCost(context.Background(), 10), 0)
+	require.True(t, d.Allowed)
+	const now = 900 * time.Millisecond
+	clk.Set(now)
+	require.NoError(t, tb.SetLimit(Every(10*time.Second), 10))
+	d, _ = admit(tb, sluice.WithCost(context.Background(), 9), now)
+	require.True(t, d.Allowed, "the 9 tokens refilled by then")
+	tb.Done(tkA, sluice.Released, now, now)
+	assert.InDelta(t, 1.0, tb.TokensAt(now), 1e-9, "one token of A's had not refilled")
+
+	d, tkB := admit(tb, context.Background(), now)
+	require.True(t, d.Allowed)
+	clk.Advance(time.Millisecond)
+	require.NoError(t, tb.SetLimit(PerSecond(1), 10))
+	require.NoError(t, tb.SetLimit(PerSecond(2), 10))
+	end := now + 2*time.Millisecond
+	before := tb.TokensAt(end)
+	tb.Done(tkB, sluice.Released, end, 2*time.Millisecond)
+	assert.Equal(t, before, tb.TokensAt(end), "admitted before two changes: nothing back")
+}
+
 // TestTokenBucketNonLastCancelsKeepTheBurst pins that cancelling reservations
 // that are not the last gives back nothing a later reservation was granted
 // against: two such cancels must not let newcomers share the instant of a
