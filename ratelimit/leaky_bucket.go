@@ -27,10 +27,11 @@ import (
 // Where they differ is Released: a LeakyBucket's ticket remembers where the
 // request's cost sits in the bucket, so a release takes out exactly what of
 // it has not leaked yet, even behind earlier content. When another release
-// came between the request's admission and its own, the content ahead of it
-// may have shrunk and its place in the ticket is stale; the release then
-// takes out what surely remains (its cost less the time since it was
-// admitted), never more than is left of it.
+// ran between the request's admission and its own (told by the bucket's
+// content, not by instants, which a late release carries early), the
+// content ahead of it may have shrunk and its place in the ticket is
+// stale; the release then takes out what surely remains (its cost less
+// the time since it was admitted), never more than is left of it.
 //
 // An instant older than one already seen (a clock stepping backwards, or a
 // late caller) sees the bucket fuller than it was, so it never admits extra.
@@ -40,8 +41,13 @@ type LeakyBucket struct {
 	mu   sync.Mutex // serialises SetLimit
 	name string
 
-	relMu       sync.Mutex // serialises releases, so each knows of the others
-	lastRelease int64      // instant of the latest release; noRelease at first
+	relMu sync.Mutex // serialises releases, so each knows of the others
+	// released is the latest instant the bucket was to be empty at when a
+	// release ran (noRelease at first): a request whose content ended at
+	// or before it was admitted before a release, which may have moved
+	// the content ahead of it. Instants cannot tell: a release carrying an
+	// early instant may run after a later admission.
+	released int64
 }
 
 // leakyConfig is one configuration of a LeakyBucket with its own state
@@ -79,7 +85,7 @@ func NewLeakyBucket(r Rate, capacity int64, opts ...Option) (*LeakyBucket, error
 	}
 	c.since = math.MinInt64
 	c.emptyAt.v.Store(emptyTAT)
-	b := &LeakyBucket{name: o.name, lastRelease: noRelease}
+	b := &LeakyBucket{name: o.name, released: noRelease}
 	b.cfg.Store(c)
 	return b, nil
 }
@@ -177,11 +183,12 @@ func (b *LeakyBucket) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.
 	// kept in the ticket, unless a release since then moved it forward: it
 	// has leaked for latency at most, so cost-latency of it is surely left.
 	left := max(cost-int64(latency), 0)
-	if b.lastRelease < admitted {
-		end := admitted + int64(uint64(t)>>c.cb)
+	if end := admitted + int64(uint64(t)>>c.cb); end > b.released {
 		left = min(end-int64(now), cost)
 	}
-	b.lastRelease = max(b.lastRelease, int64(now))
+	if at := c.emptyAt.v.Load(); at != tatFrozen && at != emptyTAT {
+		b.released = max(b.released, at)
+	}
 	tatRefund(&c.emptyAt.v, left, int64(now), nil)
 }
 

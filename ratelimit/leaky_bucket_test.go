@@ -158,6 +158,31 @@ func TestLeakyBucketReleaseAfterAnEarlierRelease(t *testing.T) {
 	}
 }
 
+// A release that carries an early instant but runs after a later
+// admission (two goroutines of a Guard: the first read the clock at 0 and
+// is released at once, the second read it at 1 ns and was admitted before
+// that release ran) leaves the later ticket stale: its own release then
+// takes out what surely remains of it, not the content of a request behind
+// it. Had it trusted its place, it would have emptied C's 5 units.
+func TestLeakyBucketReleaseRunLateIsKnownByItsContent(t *testing.T) {
+	b, err := NewLeakyBucket(PerSecond(1000), 20) // 1 ms a unit
+	require.NoError(t, err)
+	five, ten := sluice.WithCost(context.Background(), 5), sluice.WithCost(context.Background(), 10)
+	_, tA := admit(b, ten, 0)
+	_, tB := admit(b, five, 1)
+	d, _ := admit(b, five, 1) // C stays
+	require.True(t, d.Allowed)
+	b.Done(tA, sluice.Released, 0, 0)
+	// At 5 ms B has leaked out (A went at 0); C's 5 units are all inside.
+	const now = 5 * time.Millisecond
+	b.Done(tB, sluice.Released, now, now-1)
+	admitted := 0
+	for admitted <= 20 && b.allowNAt(now, 1) {
+		admitted++
+	}
+	assert.LessOrEqual(t, admitted, 15, "units admitted at 5 ms with C's 5 inside a bucket of 20")
+}
+
 // With no release in between, a release is still exact behind earlier
 // content: it takes out all of a request that has not begun to leak.
 func TestLeakyBucketReleaseBehindContentIsExact(t *testing.T) {
