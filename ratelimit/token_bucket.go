@@ -51,16 +51,16 @@ type bucketConfig struct {
 // The bucket is kept as the instant TAT at which it will be full again, the
 // same state as GCRA, in one atomic word on its own cache line: Allow takes no
 // lock and allocates nothing. Unlike GCRA, a token bucket also reserves tokens
-// ahead of time (Reserve, Wait: the bucket may then run into debt, repaid by
+// ahead of time (Wait, WaitN: the bucket may then run into debt, repaid by
 // the refill), and its rate and burst can change at runtime (SetLimit),
 // keeping the tokens it holds.
 //
 // Most callers want Allow (drop what exceeds the rate) or Wait (delay it);
 // in a Guard, Admit decides. For parity with golang.org/x/time/rate, and
 // only on this limiter, every method that reads the clock has an …At form
-// taking the monotonic instant instead (AllowAt, AllowNAt, ReserveNAt,
-// TokensAt), so that a caller porting code written
-// for rate.Limiter keeps its shape; the other limiters take instants through
+// taking the monotonic instant instead (AllowAt, AllowNAt, TokensAt), so
+// that a caller porting code written for rate.Limiter keeps its shape (its
+// reservations are reached through Wait and WaitN alone); the other limiters take instants through
 // Admit alone. A clock that jumps backwards never admits extra: the bucket
 // waits until the clock has caught up.
 //
@@ -406,12 +406,11 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // It returns at once a *sluice.RejectedError matching ErrNeverSatisfiable
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
 // tokens would come after ctx's deadline (or, without one, more than 2^62ns
-// after now, as ReserveNAt refuses); in both cases it takes nothing.
-// When ctx ends during the wait, it cancels the reservation as CancelAt
-// does, and returns ctx.Err(): the tokens come back only when nothing was
-// taken after them (the waiter was the last), and never when SetLimit
-// ran during the wait. Tokens due exactly at the deadline are taken, and WaitN
-// returns nil. It waits with a timer, so inside a testing/synctest bubble it
+// after now); in both cases it takes nothing. When ctx ends during the
+// wait, it cancels its reservation, and returns ctx.Err(): the tokens come
+// back only when nothing was taken after them (the waiter was the last),
+// and never when SetLimit ran during the wait. Tokens due exactly at the
+// deadline are taken, and WaitN returns nil. It waits with a timer, so inside a testing/synctest bubble it
 // follows the bubble's time (give the bucket a clock made in the bubble).
 func (tb *TokenBucket) WaitN(ctx context.Context, n int64) error {
 	n = max(n, 1)
