@@ -22,8 +22,8 @@
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
-// no queue, and moves the limit by the gradient 1.05 × baseline / average:
-// up while latency stays within 5% of the baseline and the limit binds
+// no queue, and moves the limit by the gradient 1.1 × baseline / average:
+// up while latency stays within 10% of the baseline and the limit binds
 // (by at most half in a window), down in proportion from what was in use
 // once a queue forms (by at most half). It starts at 20, and never goes
 // below GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests
@@ -56,10 +56,15 @@
 // baseline, the probe is under the knee). The
 // first probe comes once the limit has bound for 3 windows in a row (a
 // burst that fills it once is no overload, and a probe then would only
-// shed), later ones 5 s apart while it keeps binding, twice as far apart
-// after each probe that finds the baseline where it was, up to 40 s: the
-// slots a probe idles are goodput lost. A limit that falls to half what the
-// last probe left it at probes again, no sooner than a second after it: a
+// shed), the second a second later to check it (one taken in a passing
+// slowdown would hold the limit too high), later ones 5 s apart while it
+// keeps binding, twice as far apart after each probe that finds the
+// baseline where it was, up to 40 s: the slots a probe idles are goodput
+// lost. Once a probe has found the baseline where it was, a window whose
+// latency is within the tolerance of it confirms it as a probe would, and
+// puts the next probe off, up to 40 s after the last. A limit that falls
+// to half what the last probe left it at probes again, no sooner than a
+// second after it: a
 // dependency turned slower for good reads as a queue no limit cuts, and
 // once the probe has found the new baseline the limit resumes from where
 // it was. A window quicker than the baseline lowers it, by a quarter of the

@@ -75,7 +75,53 @@ func TestGradientLaterProbeUnderTheKneeDoesNotDescend(t *testing.T) {
 	limit := g.update(20470*time.Microsecond, 14, time.Second+100*time.Millisecond)
 	assert.False(t, g.probing(), "the probe ended at 14; limit %d", limit)
 	assert.Equal(t, 20470*time.Microsecond, g.baseline())
-	assert.Equal(t, int64(18), limit, "back near the knee, judged by the new baseline")
+	assert.Equal(t, int64(19), limit, "back where it was before the probe, one up, judged by the new baseline")
+}
+
+// Windows whose latency is within the tolerance of a baseline a probe has
+// found where it was confirm it as a probe would: after the first probe
+// and the one that checks it a second later, the limit of a pool at its
+// knee probes once in 40 s, not at 5, 15 and 35 s, each probe idling a
+// quarter of the pool for a window.
+func TestGradientWindowsAtTheBaselinePutProbesOff(t *testing.T) {
+	g := newGradient(2)
+	limits, probes := drive(g, 600, pool16x20) // 60 s
+	var began []time.Duration
+	for i, p := range probes {
+		if p && (i == 0 || !probes[i-1]) {
+			began = append(began, time.Duration(i+1)*100*time.Millisecond)
+		}
+	}
+	require.GreaterOrEqual(t, len(began), 3, "probes began at %v", began)
+	assert.Less(t, began[1]-began[0], 2*time.Second, "the second checks the first: %v", began)
+	for _, at := range began[2:] {
+		assert.GreaterOrEqual(t, at-began[1], gradProbeMax, "probes began at %v", began)
+	}
+	for _, l := range limits[len(limits)-100:] {
+		assert.GreaterOrEqual(t, l, int64(16), "the pool stays busy")
+	}
+}
+
+// A first probe taken during a passing slowdown measures a baseline too
+// high; the probe that checks it a second later finds it out.
+func TestGradientSecondProbeChecksTheFirst(t *testing.T) {
+	g := newGradient(2)
+	g.limit = 60
+	slow := true
+	limit, now := g.current(), time.Duration(0)
+	for range 40 { // 4 s
+		now += 100 * time.Millisecond
+		lat := pool16x20(limit)
+		if slow {
+			lat *= 2
+		}
+		limit = g.update(lat, limit, now)
+		if g.measured {
+			slow = false // the slowdown passed with the first probe
+		}
+	}
+	assert.Equal(t, 20*time.Millisecond, g.baseline())
+	assert.LessOrEqual(t, limit, int64(20), "back near the knee 4 s in")
 }
 
 // A baseline measured too high (a probe taken during a passing slowdown)
