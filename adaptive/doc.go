@@ -22,10 +22,10 @@
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
-// no queue, and moves the limit by the gradient 1.1 × baseline / average:
-// up while latency stays within 10% of the baseline and the limit binds
-// (by at most half in a window), down in proportion from what was in use
-// once a queue forms (by at most half). It starts at 20, and never goes
+// no queue, and moves the limit by the gradient 1.075 × baseline /
+// average: up while latency stays within 7.5% of the baseline and the
+// limit binds (by at most half in a window), down in proportion from what
+// was in use once a queue forms (by at most half). It starts at 20, and never goes
 // below GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests
 // running to keep its processors busy, and one more for the moments one of
 // them is off its processor (its yield, a write to the network). A latency
