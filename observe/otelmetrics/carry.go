@@ -142,9 +142,9 @@ func (b *builder) countsOnly() {
 }
 
 // gather returns w's points at now: its Guard's, while it has one, with
-// the counts it carries from its predecessors added. The first gather
-// after w succeeded a Guard reads that Guard's counts, which went on while
-// its last calls ended, and keeps them from then on.
+// the counts it carries from its predecessors added. A gather after w
+// succeeded a Guard reads that Guard's counts, which go on while its last
+// calls end, and keeps them once they have.
 func (w *watch) gather(now time.Time) builder {
 	b := builder{now: now}
 	if w.g != nil {
@@ -153,7 +153,10 @@ func (w *watch) gather(now time.Time) builder {
 	}
 	if w.prev != nil {
 		pb := w.prev.gather(now)
-		w.carried, w.prev = freeze(&pb), nil
+		w.carried = freeze(&pb)
+		if w.prev.g == nil || settled(w.prev.g) {
+			w.prev = nil
+		}
 	}
 	w.carried.addTo(&b)
 	return b

@@ -95,6 +95,36 @@ func TestAClosedGuardReportsItsLastCountsOnce(t *testing.T) {
 	assert.Empty(t, points(t, reader, "sluice.rate_limiter.keys"))
 }
 
+// A call under way when its Guard closes still counts when it ends,
+// after the collection that followed the close: the closed Guard is
+// reported until its calls have ended, or its successor carries them.
+func TestACallEndingAfterItsGuardClosedCounts(t *testing.T) {
+	duration := func(t *testing.T, reader *sdkmetric.ManualReader) float64 {
+		return points(t, reader, "sluice.call.duration")["sluice.guard=api,sluice.outcome=success"]
+	}
+	for _, successor := range []bool{false, true} {
+		t.Run(fmt.Sprint("successor=", successor), func(t *testing.T) {
+			m, reader := newReader(t)
+			g := apiGuard(t, m)
+			var call sluice.Call
+			require.NoError(t, g.Begin(context.Background(), &call))
+			require.NoError(t, g.Close())
+			if successor {
+				g2 := apiGuard(t, m)
+				defer g2.Close()
+			}
+			assert.Zero(t, duration(t, reader), "under way")
+			require.NoError(t, call.End(nil))
+			assert.Equal(t, 1.0, duration(t, reader), "ended after the close")
+			if !successor {
+				assert.Empty(t, points(t, reader, "sluice.requests"), "then reported no more")
+			} else {
+				assert.Equal(t, 1.0, duration(t, reader), "carried on")
+			}
+		})
+	}
+}
+
 // A series the closed Guard had and its successor lacks (a policy renamed
 // by a reload) keeps its last value.
 func TestASeriesOnlyThePredecessorHadKeepsItsValue(t *testing.T) {

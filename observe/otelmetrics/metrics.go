@@ -153,6 +153,21 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	return observe, detach, nil
 }
 
+// settled reports whether every call g's policies admitted has ended: the
+// calls under way when a Guard closes still end, and count.
+func settled(g *sluice.Guard) bool {
+	for _, ps := range g.Stats().Policies {
+		ended := uint64(0)
+		for _, n := range ps.Outcomes {
+			ended += n
+		}
+		if ended < ps.Admitted {
+			return false
+		}
+	}
+	return true
+}
+
 // waits reports whether a policy of g may make calls wait.
 func waits(g *sluice.Guard) bool {
 	for _, p := range g.Policies() {
@@ -166,7 +181,8 @@ func waits(g *sluice.Guard) bool {
 // Produce returns the metrics of every Guard m reports, cumulative since
 // the first Guard of its name was attached, and of the Redis limiters it
 // observes ([Metrics.ObserveRedis]). A closed Guard's counts are reported
-// once more, and a Guard that takes a closed one's name carries them on.
+// until its calls under way have ended (once more, when none was), and a
+// Guard that takes a closed one's name carries them on.
 // It implements sdkmetric.Producer: a reader given m calls it on each
 // collection.
 func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
@@ -189,12 +205,15 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		b.add(&wb)
 	}
 	for _, r := range retired {
-		// Its last report; it keeps its counts, frozen, and lets its
-		// Guard go.
 		rb := r.gather(b.now)
 		rb.countsOnly()
 		b.add(&rb)
-		r.carried, r.g, r.policies = freeze(&rb), nil, nil
+		if settled(r.g) {
+			// Its last report: it keeps its counts, frozen, and lets
+			// its Guard go. Until then, its calls under way still end
+			// and count.
+			r.carried, r.g, r.policies = freeze(&rb), nil, nil
+		}
 	}
 	if m.cpu != nil {
 		b.float(cpuUtil, m.cpu(), *attribute.EmptySet(), m.start)
@@ -213,8 +232,8 @@ type watch struct {
 	policies []policyWatch
 	unsubs   []func()
 
-	// prev is the closed Guard of the same name that w succeeds, read
-	// until w's first collection, which folds its counts into carried.
+	// prev is the closed Guard of the same name that w succeeds, read at
+	// each collection into carried until its calls under way have ended.
 	prev    *watch
 	carried *carried
 
