@@ -54,7 +54,7 @@ func (c *config) answer(rt *routing.Route, d sluice.Decision, rej error) *answer
 		}
 	}
 	a := &answer{rej: rej, rt: rt, ms: ms, err: newRejection(rej, d), pol: d.Policy, cause: sluice.CauseOf(d.Cause)}
-	a.err.client = rt == nil
+	a.err.client = !c.trailers // set no server's trailers
 	if c.trailers {
 		a.md = c.rejectionMetadata(rt, d, ms)
 	}

@@ -107,3 +107,29 @@ func TestUncomparableCauseIsAnswered(t *testing.T) {
 		}()
 	}
 }
+
+// A server interceptor that answers a handler's rejection on a method it
+// lets through unguarded sets its trailers: one outside it does not answer
+// the rejection again, which would send the retry pushback twice (and
+// grpc-go's client does not retry on two values).
+func TestAnUnguardedMethodsAnswerIsNotAnsweredAgain(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := newBreaker(t, "dep", clk)
+	b.ForceOpen()
+	depGuard := mustGuard(t, sluice.WithClock(clk), sluice.With(b))
+
+	outer := unary(t, WithGuard(mustGuard(t)))
+	inner := unary(t, WithMethodGuard("/other.Svc/Method", mustGuard(t))) // methodCheck: unguarded
+	handler := func(ctx context.Context, _ any) (any, error) {
+		return nil, depGuard.Do(ctx, func(context.Context) error { return nil })
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	hs := &headerStream{method: methodCheck}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), hs)
+	_, err := outer(ctx, nil, info, func(ctx context.Context, req any) (any, error) {
+		return inner(ctx, req, info, handler)
+	})
+	require.Error(t, err)
+	assert.Len(t, hs.trailer.Get(MetadataRetryPushback), 1,
+		"the rejection was answered twice: trailers %v", hs.trailer)
+}

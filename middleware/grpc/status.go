@@ -201,9 +201,10 @@ type rejection struct {
 	d   sluice.Decision // rej's Decision, as of the rejection
 	st  *status.Status
 	msg string // st's error text, as gRPC's status error has it
-	// client is set for a client interceptor's answer, which set no
-	// server's trailers: a handler that returns it is answered as its
-	// server interceptor answers its own rejections.
+	// client is set for the answer of an interceptor that sets no
+	// server's trailers (a client's): a handler that returns it is
+	// answered as its server interceptor answers its own rejections. A
+	// server interceptor's answer, on a route or unguarded, set them.
 	client bool
 }
 
