@@ -107,14 +107,28 @@ func (w *watcher) follow(l *Loader) {
 	if err != nil {
 		return
 	}
-	dir := filepath.Dir(real)
-	if d, err := filepath.Abs(w.dir); err == nil && d == dir || dir == w.target {
+	dir, err := filepath.Abs(filepath.Dir(real))
+	if err != nil {
+		return
+	}
+	// The file's own directory, watched already, as a path of its own and
+	// as the one its links lead to (the path may be relative, or pass
+	// through a link).
+	if own, err := filepath.Abs(w.dir); err == nil && dir == own {
+		dir = ""
+	} else if r, err := filepath.EvalSymlinks(own); err == nil && dir == r {
+		dir = ""
+	}
+	if dir == w.target {
 		return
 	}
 	if w.target != "" {
 		_ = w.fs.Remove(w.target) // gone with its directory, perhaps
 	}
 	w.target = ""
+	if dir == "" {
+		return
+	}
 	if err := w.fs.Add(dir); err != nil {
 		l.log.Error("sluice rules: watching the directory the file's link leads to", "file", l.path, "dir", dir, "error", err)
 		return

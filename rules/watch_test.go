@@ -179,3 +179,28 @@ func TestDebounceFiresWithinTheLongestBurst(t *testing.T) {
 		assert.Equal(t, []time.Duration{time.Second, 2 * time.Second}, *fired)
 	})
 }
+
+// A rules file named by a relative path, turned into a link to another
+// directory and then replaced in its own: both are heard (the directory
+// the link led to is the other one, not the file's own, which stays
+// watched).
+func TestWatchOfARelativePathKeepsItsOwnDirectory(t *testing.T) {
+	t.Chdir(t.TempDir())
+	writeRules(t, "rules.yaml", twoLimits)
+	l, err := New("rules.yaml", WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	// The file becomes a link into a shared directory: heard.
+	shared := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, shared, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	require.NoError(t, os.Symlink(shared, "rules.yaml.tmp"))
+	require.NoError(t, os.Rename("rules.yaml.tmp", "rules.yaml"))
+	waitVersion(t, l, 2)
+
+	// The file is replaced, in its own directory, by a file of its own.
+	writeRules(t, "rules.yaml.tmp", strings.Replace(twoLimits, "burst: 3", "burst: 5", 1))
+	require.NoError(t, os.Rename("rules.yaml.tmp", "rules.yaml"))
+	waitVersion(t, l, 3)
+}
