@@ -27,11 +27,16 @@ import (
 // Where they differ is Released: a LeakyBucket's ticket remembers where the
 // request's cost sits in the bucket, so a release takes out exactly what of
 // it has not leaked yet, even behind earlier content. When another release
-// ran between the request's admission and its own (told by the bucket's
-// content, not by instants, which a late release carries early), the
-// content ahead of it may have shrunk and its place in the ticket is
-// stale; the release then takes out what surely remains (its cost less
-// the time since it was admitted), never more than is left of it.
+// ran between the request's admission and its own, the content ahead of it
+// may have shrunk and its place in the ticket is stale; the release then
+// takes out what surely remains (its cost less the time since it was
+// admitted), never more than is left of it. Which requests those are is
+// told by the bucket's content, not by instants, which a release run late
+// carries early: a request whose content ends within what the bucket held
+// when a release ran counts as admitted before it. So does one admitted
+// after it into the room it freed, ending no later than the content did
+// then: its release takes out what surely remains too, and the bucket
+// errs on the side of fewer admissions.
 //
 // An instant older than one already seen (a clock stepping backwards, or a
 // late caller) sees the bucket fuller than it was, so it never admits extra.
