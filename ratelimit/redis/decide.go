@@ -134,8 +134,8 @@ func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision
 		// Redis would answer it.
 		var best sluice.Decision
 		hit := false
-		for _, k := range c.keys {
-			if d, ok := l.neg.get(k, now); ok && (!hit || d.RetryAfter > best.RetryAfter) {
+		for i, k := range c.keys {
+			if d, ok := l.neg.get(k, now, l.limits[i].nums.Load()); ok && (!hit || d.RetryAfter > best.RetryAfter) {
 				best, hit = d, true
 			}
 		}
@@ -234,7 +234,8 @@ func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decisi
 			for i := range c.ds {
 				if di := c.ds[i]; !di.Allowed && di.RetryAfter > 0 {
 					di.Policy, di.Cause = l.name, sluice.ErrRateLimited
-					l.neg.put(c.keys[i], now, di)
+					j := 1 + 5*i // the numbers the script was given
+					l.neg.put(c.keys[i], now, di, c.args[j+1], c.args[j+2])
 				}
 			}
 		}

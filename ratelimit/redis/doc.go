@@ -26,14 +26,18 @@
 //
 // A limit's key for a request is
 //
-//	<prefix>:<name>:<algorithm>/<period>:{<hash of the request's key>}
+//	<prefix>:<name>:<algorithm>[/<period>]:{<hash of the request's key>}
 //
 // with the prefix "sluice" (WithPrefix), the limiter's name (WithName), a
-// letter for the algorithm (with the number of buckets of a ring) and its
-// period parameter in microseconds (the emission interval of GCRA and the
-// token bucket, a ring's bucket, the window of the others), and the first 128
+// letter for the algorithm (with the number of buckets of a ring) and, for
+// a window, its period in microseconds (a ring's bucket, the window of the
+// others: its state is counted in it), and the first 128
 // bits of the SHA-256 of the request's key (sluice.KeyFrom, or WithKeyFunc)
-// in hex as the Cluster hash tag. The user's
+// in hex as the Cluster hash tag. A GCRA's and a token bucket's keys carry
+// no rate: their state (an instant; the tokens the bucket lacks) reads the
+// same at any, so an instance whose rate SetLimit changed and one started
+// with the new rate share one limit. Two such limiters of one name share
+// theirs whatever their rates: give each its own name. The user's
 // key is hashed, so braces in it cannot steer keys to a slot; and the hash tag
 // holds the user's key alone, not the limiter's name, so all the limits keyed
 // by one user share a slot, which lets All decide them in one script.

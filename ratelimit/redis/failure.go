@@ -110,13 +110,18 @@ type negCache struct {
 type negEntry struct {
 	at, until time.Duration
 	d         sluice.Decision
+	// nums are the numbers of the limit the rejection was decided under
+	// (its script arguments): under others (SetLimit, on the limit or on
+	// a member of an All), it holds no more.
+	period, quota any
 }
 
-// get returns the remembered rejection of key at now, if one still holds.
-func (c *negCache) get(key string, now time.Duration) (sluice.Decision, bool) {
+// get returns the remembered rejection of key at now, if one still holds
+// for a limit whose numbers are n.
+func (c *negCache) get(key string, now time.Duration, n *limitNums) (sluice.Decision, bool) {
 	c.mu.Lock()
 	e, ok := c.m[key]
-	if ok && now >= e.until {
+	if ok && (now >= e.until || e.period != n.periodArg || e.quota != n.quotaArg) {
 		delete(c.m, key)
 		ok = false
 	}
@@ -139,7 +144,7 @@ func (c *negCache) clear() {
 	c.mu.Unlock()
 }
 
-func (c *negCache) put(key string, now time.Duration, d sluice.Decision) {
+func (c *negCache) put(key string, now time.Duration, d sluice.Decision, period, quota any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= c.max {
@@ -152,5 +157,5 @@ func (c *negCache) put(key string, now time.Duration, d sluice.Decision) {
 			return
 		}
 	}
-	c.m[key] = negEntry{at: now, until: now + d.RetryAfter, d: d}
+	c.m[key] = negEntry{at: now, until: now + d.RetryAfter, d: d, period: period, quota: quota}
 }

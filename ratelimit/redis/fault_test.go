@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -339,5 +340,22 @@ func TestLocalFallbackDecidesAtTheGuardsInstant(t *testing.T) {
 			l.Done(tk, sluice.Success, now, 0)
 			want.Done(wtk, sluice.Success, now, 0)
 		}
+	}
+}
+
+// A Ring, as the other clients, is refused with ContextTimeoutEnabled off:
+// the limiter's deadline would not reach its connections, and a decision
+// against a Redis that stalls would take the client's seconds.
+func TestARingWithoutContextTimeoutIsRefused(t *testing.T) {
+	s := newServer(t)
+	for _, enabled := range []bool{false, true} {
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s.Addr}, ContextTimeoutEnabled: enabled})
+		_, err := NewGCRA(ring, ratelimit.Rate{Count: 100, Period: time.Second}, 100, WithName(uniqueName("ring")))
+		if enabled {
+			assert.NoError(t, err)
+		} else {
+			assert.ErrorContains(t, err, "ContextTimeoutEnabled is off")
+		}
+		require.NoError(t, ring.Close())
 	}
 }

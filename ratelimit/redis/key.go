@@ -28,14 +28,14 @@ func appendHashHex(b []byte, h [16]byte) []byte {
 // key returns the Redis key of the request's state for this limit and a
 // summary of the hash of its user key, which is the key's Cluster hash tag:
 //
-//	<prefix>:<name>:<alg>/<period µs>:{<hash of the key, hex>}
-//	<prefix>:<name>:<alg>/<period µs>:<hash of the resource, hex>:{<hash of the key, hex>}
+//	<prefix>:<name>:<alg>[/<period µs>]:{<hash of the key, hex>}
+//	<prefix>:<name>:<alg>[/<period µs>]:<hash of the resource, hex>:{<hash of the key, hex>}
 //
 // The user key is hashed (SHA-256, 128 bits), so braces in it cannot choose
 // the slot, no chosen key can share another's quota, and every limit keyed by
-// the same user key lands in the same slot. The period is part of the key:
-// a limiter whose window or rate changes starts afresh instead of reading
-// state kept on another time scale.
+// the same user key lands in the same slot. A window's period is part of
+// the key (see keyPrefix): a limiter whose window changes starts afresh
+// instead of reading a count kept on another time scale.
 func (m *limit) key(ctx context.Context) (string, uint64) {
 	user := m.keyFunc(ctx)
 	if m.perResource {

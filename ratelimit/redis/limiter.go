@@ -27,7 +27,7 @@ const maxExact = int64(1) << 52
 // and failure policy.
 type limit struct {
 	name        string
-	keyPre      string                    // "<prefix>:<name>:<alg>:"
+	keyPre      string                    // see keyPrefix
 	algArg      any                       // pre-boxed script argument
 	nums        atomic.Pointer[limitNums] // replaced by SetLimit
 	single      *script                   // the admission of a Limiter with this limit alone
@@ -242,6 +242,19 @@ func windowOf(alg string, period, quota int64) time.Duration {
 	return time.Duration(period) * time.Microsecond
 }
 
+// keyPrefix returns the prefix of a limit's keys: its name, its algorithm
+// and, for a window, the period its state is counted in. A GCRA's and a
+// token bucket's state reads the same at any rate (an instant; what the
+// bucket lacks), so their keys leave the rate out: an instance given a new
+// rate by SetLimit and one started with it share one limit.
+func keyPrefix(cfg config, alg string, period int64) string {
+	pre := cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + alg
+	if alg == "g" || alg == "t" {
+		return pre + ":"
+	}
+	return pre + "/" + strconv.FormatInt(period, 10) + ":"
+}
+
 // build makes a limiter of one limit of algorithm alg: a letter ('g', 't',
 // 'f', 's'), or 'b' and the number of buckets; period and quota are the
 // script's parameters.
@@ -251,7 +264,7 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 	}
 	l := &limit{
 		name:        cfg.name,
-		keyPre:      cfg.prefix + ":" + keyName.Replace(cfg.name) + ":" + alg + "/" + strconv.FormatInt(period, 10) + ":",
+		keyPre:      keyPrefix(cfg, alg, period),
 		algArg:      alg,
 		single:      singleScripts[alg[0]],
 		batch:       batchScripts[alg[0]],
@@ -327,8 +340,8 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 // limit admits it, and a rejected request charges none of them. Its decision
 // is the rejecting limit's (the one with the longest RetryAfter) or, when all
 // admit, the tightest one's (the least Remaining), under All's name. A limit
-// may be given once: limiters of one name, algorithm and period share their
-// state, and All refuses two of them.
+// may be given once: limiters of one name and algorithm (and, for a window,
+// period) share their state, and All refuses two of them.
 //
 // Each limit keeps its own keys, key function and failure policy; All takes
 // WithName (default "ratelimit/redis/all"), WithTimeout, WithBreaker,
@@ -473,6 +486,8 @@ func checkClient(client redis.UniversalClient) error {
 	case *redis.Client:
 		enabled = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
 		enabled = c.Options().ContextTimeoutEnabled
 	}
 	if !enabled {

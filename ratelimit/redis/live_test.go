@@ -140,3 +140,94 @@ func TestSetLimitRefusesANewWindowLength(t *testing.T) {
 		})
 	}
 }
+
+// A fleet shares a GCRA limit of 10/s (burst 10), raised live to 20/s:
+// instance A, running, is given the change with SetLimit; instance B,
+// started after it, is built with the new numbers. They share one limit of
+// 20, not 20 each: a GCRA's keys carry no rate.
+func TestSetLimitAndAFreshInstanceShareOneLimit(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	name := uniqueName("fleet")
+	a, err := NewGCRA(c, ratelimit.Rate{Count: 10, Period: time.Second}, 10, WithName(name), WithTimeout(time.Second), WithFailClosed())
+	require.NoError(t, err)
+	require.NoError(t, a.SetLimit(20, time.Second))
+	b, err := NewGCRA(c, ratelimit.Rate{Count: 20, Period: time.Second}, 20, WithName(name), WithTimeout(time.Second), WithFailClosed())
+	require.NoError(t, err)
+
+	ctx := sluice.WithKey(context.Background(), "user")
+	admitted := 0
+	for i := range 40 {
+		p := a
+		if i%2 == 1 {
+			p = b
+		}
+		if d, _ := p.admit(ctx, time.Hour); d.Allowed {
+			admitted++
+		}
+	}
+	require.LessOrEqual(t, admitted, 21, "the fleet's shared burst is 20 (one more may refill while the test runs); keys %q and %q", a.limits[0].keyPre, b.limits[0].keyPre)
+}
+
+// An All's remembered rejection holds only under the numbers it was
+// decided under: a member's SetLimit that raises its limit lets the next
+// request through to Redis, which admits it.
+func TestAllsNegativeCacheFollowsAMembersSetLimit(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	const window = 240 * time.Hour
+	one, err := NewFixedWindow(c, 1, window, WithName(uniqueName("neg-one")))
+	require.NoError(t, err)
+	wide, err := NewFixedWindow(c, 100, window, WithName(uniqueName("neg-wide")))
+	require.NoError(t, err)
+	all, err := All([]*Limiter{one, wide}, WithName(uniqueName("neg-all")), WithTimeout(time.Second), WithNegativeCache(16))
+	require.NoError(t, err)
+	ctx := sluice.WithKey(context.Background(), "user")
+
+	d, _ := all.admit(ctx, time.Hour)
+	require.True(t, d.Allowed)
+	d, _ = all.admit(ctx, time.Hour+time.Millisecond)
+	require.False(t, d.Allowed, "the limit of 1 is spent")
+
+	require.NoError(t, one.SetLimit(10, window)) // same window, 10 per window
+	// Redis holds a count of 1 against a limit of 10 now: the member admits.
+	d, _ = all.admit(ctx, time.Hour+2*time.Millisecond)
+	require.True(t, d.Allowed, "after the member's SetLimit(10), All still rejects from its negative cache: %+v", d)
+}
+
+// A Redis token bucket's SetLimit keeps what the bucket lacks, as its
+// local twin's does and as a GCRA's does: an empty bucket of 2 raised to 5
+// at the same rate admits 3.
+func TestTokenBucketSetLimitKeepsWhatItLacks(t *testing.T) {
+	s := newServer(t)
+	c := newClient(t, s.Addr)
+	ctx := sluice.WithKey(context.Background(), "user")
+	run := func(p sluice.Policy, set func() error) (int, sluice.Decision) {
+		for range 2 {
+			d, _ := admitD(p, ctx, time.Hour)
+			require.True(t, d.Allowed)
+		}
+		require.NoError(t, set())
+		n := 0
+		var last sluice.Decision
+		for range 5 {
+			d, _ := admitD(p, ctx, time.Hour)
+			if d.Allowed {
+				n++
+			}
+			last = d
+		}
+		return n, last
+	}
+	local, err := ratelimit.NewTokenBucket(ratelimit.Rate{Count: 1, Period: time.Hour}, 2)
+	require.NoError(t, err)
+	nLocal, _ := run(local, func() error { return local.SetLimit(ratelimit.Rate{Count: 1, Period: time.Hour}, 5) })
+	gcra, err := NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("tb-gcra")), WithTimeout(time.Second), WithFailClosed())
+	require.NoError(t, err)
+	nGCRA, _ := run(gcra, func() error { return gcra.SetLimit(5, 5*time.Hour) })
+	tb, err := NewTokenBucket(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 2, WithName(uniqueName("tb")), WithTimeout(time.Second), WithFailClosed())
+	require.NoError(t, err)
+	nTB, last := run(tb, func() error { return tb.SetLimit(5, 5*time.Hour) })
+	t.Logf("admitted after SetLimit(5, 5h): local token bucket %d, redis GCRA %d, redis token bucket %d (last %+v)", nLocal, nGCRA, nTB, last)
+	require.Equal(t, nLocal, nTB, "the Redis token bucket must keep what it lacks, as its local twin and the GCRA do")
+}

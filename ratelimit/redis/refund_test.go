@@ -111,8 +111,9 @@ func TestRetryAfterIncludesTheClockLag(t *testing.T) {
 		l     *Limiter
 		state func(redisNow int64) []any
 	}{
-		// Empty, its last refill 600ms ahead of Redis's clock.
-		{tb, func(now int64) []any { return []any{"k", 0, "l", now + 600_000} }},
+		// Empty (lacking its burst of 1), its last refill 600ms ahead of
+		// Redis's clock.
+		{tb, func(now int64) []any { return []any{"k", 1, "l", now + 600_000} }},
 		// Full, its window two windows ahead of Redis's clock.
 		{sw, func(now int64) []any { return []any{"w", now/iv.Microseconds() + 2, "c", 2, "p", 0} }},
 	} {

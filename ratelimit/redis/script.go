@@ -103,7 +103,7 @@ for i = 1, n do
   elseif alg == 't' then
     local v = redis.call('HMGET', key, 'k', 'l')
     local tokens, last = b, now
-    if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
+    if v[1] then tokens = b - tonumber(v[1]); last = tonumber(v[2]) end
     if now > last then
       local add = floor((now - last) / a)
       if add > 0 then tokens = tokens + add; last = last + add * a end
@@ -120,7 +120,7 @@ for i = 1, n do
         last = last - (credit - whole * a)
         local full = (b - tokens) * a - (now - last)
         if tokens < b and full > 0 then
-          redis.call('HSET', key, 'k', tokens, 'l', last)
+          redis.call('HSET', key, 'k', b - tokens, 'l', last)
           redis.call('PEXPIRE', key, floor((full + 999) / 1000))
         else
           redis.call('DEL', key)
@@ -131,7 +131,7 @@ for i = 1, n do
       tokens = tokens - cost
       remaining = tokens
       reset = (b - tokens) * a - el
-      if single then s1, s2, st = tokens, last, reset else w1[i], w2[i], wt[i] = tokens, last, reset end
+      if single then s1, s2, st = b - tokens, last, reset else w1[i], w2[i], wt[i] = b - tokens, last, reset end
     else
       remaining = tokens
       reset = (b - tokens) * a - el
@@ -320,7 +320,7 @@ if tat < now then tat = now end
 	loadTokens = `
 local v = redis.call('HMGET', key, 'k', 'l')
 local tokens, last = b, now
-if v[1] then tokens = tonumber(v[1]); last = tonumber(v[2]) end
+if v[1] then tokens = b - tonumber(v[1]); last = tonumber(v[2]) end
 if now > last then
   local add = floor((now - last) / a)
   if add > 0 then tokens = tokens + add; last = last + add * a end
@@ -386,7 +386,7 @@ return fmt('1 %d %d 0 %d', floor((cap - nt + now) / a), nt - now, now)
 if tokens >= cost then
   tokens = tokens - cost
   local reset = (b - tokens) * a - el
-  redis.call('HSET', key, 'k', tokens, 'l', last)
+  redis.call('HSET', key, 'k', b - tokens, 'l', last)
   redis.call('PEXPIRE', key, floor((reset + 999) / 1000))
   return fmt('1 %d %d 0 %d', tokens, reset, now)
 end
@@ -461,7 +461,7 @@ for i = 3, #ARGV do
   end
 end
 if wrote then
-  redis.call('HSET', key, 'k', tokens, 'l', last)
+  redis.call('HSET', key, 'k', b - tokens, 'l', last)
   redis.call('PEXPIRE', key, floor(((b - tokens) * a - el + 999) / 1000))
 end
 return table.concat(out, ' ')

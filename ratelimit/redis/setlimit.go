@@ -14,10 +14,12 @@ import (
 //
 // The change takes effect with the next script call, which carries the
 // numbers: the keys stay the same, so every instance sharing the limit
-// must be given the same change. State in Redis is kept as the algorithm
-// stores it: a GCRA's or token bucket's instant at which it is full again
-// (so a full bucket is full at its new size, and one in debt repays the
-// same time), a window's count, whose length cannot change: a window
+// must be given the same change (an instance started with the new numbers
+// shares the same keys). State in Redis is kept as the algorithm stores
+// it: a GCRA's instant at which it is full again and a token bucket's
+// tokens it lacks (so a full bucket is full at its new size, and one in
+// debt repays the same, as ratelimit.TokenBucket's SetLimit keeps what the
+// bucket lacks), a window's count, whose length cannot change: a window
 // limiter refuses a new one, for a new Limiter to take it. The local share
 // of WithLocalFallback starts afresh. A Limiter built by All of several
 // limits refuses: change the members, and All follows.

@@ -102,20 +102,24 @@ func TestBreakerStates(t *testing.T) {
 // making room by dropping expired entries.
 func TestNegativeCacheBounds(t *testing.T) {
 	c := &negCache{m: make(map[string]negEntry), max: 2}
+	n := &limitNums{periodArg: "1000", quotaArg: "10"}
 	rej := func(retry time.Duration) sluice.Decision { return sluice.Decision{RetryAfter: retry, Reset: retry} }
-	c.put("a", 0, rej(time.Second))
-	c.put("b", 0, rej(2*time.Second))
-	c.put("c", 0, rej(time.Second)) // full, nothing expired: not cached
-	_, ok := c.get("c", 0)
+	put := func(key string, now time.Duration, d sluice.Decision) { c.put(key, now, d, n.periodArg, n.quotaArg) }
+	put("a", 0, rej(time.Second))
+	put("b", 0, rej(2*time.Second))
+	put("c", 0, rej(time.Second)) // full, nothing expired: not cached
+	_, ok := c.get("c", 0, n)
 	assert.False(t, ok)
-	d, ok := c.get("a", 400*time.Millisecond)
+	d, ok := c.get("a", 400*time.Millisecond, n)
 	require.True(t, ok)
 	assert.Equal(t, 600*time.Millisecond, d.RetryAfter)
-	c.put("c", 1500*time.Millisecond, rej(time.Second)) // "a" has expired: room
-	_, ok = c.get("c", 1500*time.Millisecond)
+	put("c", 1500*time.Millisecond, rej(time.Second)) // "a" has expired: room
+	_, ok = c.get("c", 1500*time.Millisecond, n)
 	assert.True(t, ok)
-	_, ok = c.get("b", 2*time.Second)
+	_, ok = c.get("b", 2*time.Second, n)
 	assert.False(t, ok, "expired at its RetryAfter")
+	_, ok = c.get("c", 1600*time.Millisecond, &limitNums{periodArg: "1000", quotaArg: "20"})
+	assert.False(t, ok, "decided under other numbers")
 }
 
 // An All built over long-lived limiters, and dropped, is collected: the
