@@ -15,6 +15,7 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
@@ -275,7 +276,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// its dependency): answered as this middleware answers its own,
 			// and Ignored.
 			call.Report(sluice.Ignored, nil)
-			return cfg.rejected(c, rt, key, cerr, d, call.Start())
+			return cfg.rejected(c, rt, key, cerr, d, guardhook.Now(rt.Guard)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
 			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), cerr) {
@@ -283,7 +284,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// Guard answers: counted as the 500 it would have been, and
 			// answered by the fallback.
 			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
-			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), ferr, call.Decision()); fb != nil {
+			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
 				c.Set(rejectedKey, true)

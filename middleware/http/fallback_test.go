@@ -668,3 +668,145 @@ func TestHeldStatusIsNotWrittenOnAHijackedConnection(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// Reject looks the stale copy up under the key the middleware kept it
+// under, not an outer middleware's (a per-IP limit's), and answers as the
+// middleware answers its own rejection: with the copy.
+func TestRejectFindsTheStaleCopyUnderTheMiddlewaresKey(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	og := newGuard(t, clock, testpolicy.NewCounter())
+	keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByIP(nil))
+	require.NoError(t, err)
+	sw := openSwitch()
+	ig := guardWith(t, clock, sw, newStale(t, 8))
+	dep := &switchable{d: sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 4 * time.Second, Cause: sluice.ErrCircuitOpen}}
+	depGuard := newGuard(t, clock, dep)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := depGuard.Do(r.Context(), func(context.Context) error { return nil }); err != nil {
+			Reject(w, r, err)
+			return
+		}
+		_, _ = io.WriteString(w, "prices")
+	})
+	h := mw(t, WithGuard(og), WithKeyer(keyer))(mw(t, WithGuard(ig))(handler))
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/prices", nil)
+		r.RemoteAddr = "192.0.2.1:1000"
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	require.Equal(t, "prices", get().Body.String())
+	clock.Advance(2 * time.Second)
+
+	sw.on = true // the inner middleware's own rejection
+	own := get()
+	assert.Equal(t, http.StatusOK, own.Code)
+	assert.Equal(t, "prices", own.Body.String(), "the middleware's own rejection: the stale copy")
+	sw.on = false
+
+	dep.on = true // the same rejection, met by the handler and passed to Reject
+	rej := get()
+	assert.Equal(t, http.StatusOK, rej.Code, "Reject should answer as the middleware does")
+	assert.Equal(t, "prices", rej.Body.String(), "Reject should serve the same stale copy")
+}
+
+// A handler that wrote nothing by the Guard's deadline timed out, whether
+// or not a fallback answers it: the call counts as a failure, and its
+// empty answer is no good copy to keep.
+func TestNothingWrittenByTheDeadlineIsATimeout(t *testing.T) {
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // the dependency did not answer in time
+	})
+	// With a fallback for timeouts, the middleware counts it a failure.
+	declared := testpolicy.NewCounter()
+	fg, err := sluice.New(sluice.With(declared), sluice.WithTimeout(20*time.Millisecond),
+		sluice.WithFallback(fallbacks(t, degrade.OnTimeout(text(http.StatusOK, "later")))))
+	require.NoError(t, err)
+	defer fg.Close()
+	require.Equal(t, "later", serve(mw(t, WithGuard(fg))(slow), http.MethodGet, "/prices").Body.String())
+	require.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, declared.Outcomes())
+
+	clock := sluice.NewManualClock(time.Hour)
+	sw := openSwitch()
+	counter := testpolicy.NewCounter()
+	cache := newStale(t, 8)
+	g, err := sluice.New(sluice.With(counter, sw), sluice.WithClock(clock),
+		sluice.WithFallback(cache), sluice.WithTimeout(20*time.Millisecond))
+	require.NoError(t, err)
+	defer g.Close()
+	h := mw(t, WithGuard(g))(slow)
+	serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes(), "timed out with nothing written")
+	assert.Zero(t, cache.Len(), "a timed-out empty answer is no good response to keep")
+
+	sw.on = true
+	rec := serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "the rejection, not an empty stale 200 (body %q, Age %q)", rec.Body.String(), rec.Header().Get("Age"))
+}
+
+// A stale copy answering a handler's failure is aged from when it answers,
+// not from the request's arrival: a copy 70 s old, from a cache whose
+// maxAge is a minute, is not served.
+func TestAStaleAnswerToAFailureIsAgedFromNow(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	cache := newStale(t, 8) // maxAge: one minute
+	g := guardWith(t, clock, testpolicy.NewCounter(), cache)
+	n := 0
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n++
+		if n == 1 {
+			_, _ = io.WriteString(w, "prices v1")
+			return
+		}
+		clock.Advance(20 * time.Second) // a slow dependency
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
+	clock.Advance(50 * time.Second)
+	rec := serve(h, http.MethodGet, "/prices") // answered 70 s after the copy was stored
+	assert.Equal(t, http.StatusBadGateway, rec.Code, "a copy 70 s old, served with Age %q", rec.Header().Get("Age"))
+}
+
+// Without a Keyer, a stale cache that is not shared keeps each client's
+// copies by its connection's address: another client has none.
+func TestAStaleCopyServesOnlyItsClientWithoutAKeyer(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := openSwitch()
+	g := guardWith(t, clock, sw, newStale(t, 8)) // not StaleShared
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "account of "+r.Header.Get("X-Session"))
+	}))
+	from := func(addr, session string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/me", nil)
+		r.RemoteAddr = addr
+		r.Header.Set("X-Session", session)
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	require.Equal(t, "account of alice", from("192.0.2.1:1000", "alice").Body.String())
+	sw.on = true
+	rec := from("198.51.100.9:2000", "bob")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code,
+		"another client, without StaleShared, has no copy of its own; it got %q", rec.Body.String())
+}
+
+// A fallback that replaces a failed handler's answer goes out without the
+// freshness that answer declared: a placeholder must not be cached for an
+// hour.
+func TestAFallbackAnswerDropsTheFailedBodysFreshness(t *testing.T) {
+	g := guardWith(t, sluice.NewManualClock(0), testpolicy.NewCounter(),
+		fallbacks(t, degrade.OnError(text(http.StatusOK, "prices are unavailable, try again shortly"))))
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")
+		w.Header().Set("Etag", `"v1"`)
+		w.WriteHeader(http.StatusInternalServerError) // the dependency failed
+	}))
+	rec := serve(h, http.MethodGet, "/prices")
+	require.Equal(t, "prices are unavailable, try again shortly", rec.Body.String())
+	require.Empty(t, rec.Header().Get("Etag"), "the dropped body's validator goes")
+	assert.Empty(t, rec.Header().Get("Cache-Control"), "the dropped body's freshness stays on the placeholder")
+	assert.Empty(t, rec.Header().Get("Expires"))
+}

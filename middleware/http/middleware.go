@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
@@ -238,9 +239,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				rw.cache, rw.capturing, rw.maxCapture = keep, true, keep.MaxBody
 			}
 			rw.answer, rw.rt = true, rt
-			if ctx := call.Context(); rt.Timed && ctx != r.Context() {
-				rw.cctx = ctx
-			}
 		}
 	}
 	if pattern != "" {
@@ -254,7 +252,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ctx := call.Context(); rt.Timed && ctx != r.Context() {
 		// The Guard's call timeout (sluice.WithTimeout): the handler's
 		// context ends at the deadline. What the handler then writes is its
-		// answer (a 5xx counts as a failure).
+		// answer (a 5xx counts as a failure); nothing written by then is a
+		// timeout.
+		rw.cctx = ctx
 		h.next.ServeHTTP(rw, r.WithContext(ctx))
 		return
 	}
@@ -287,6 +287,11 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		// The client went away: whatever the handler wrote (a proxy's 502)
 		// says nothing of the dependency, and no fallback answers it.
 		o, gone = sluice.Ignored, true
+	case rw.status == 0 && rw.timedOut():
+		// Nothing written by the Guard's deadline: the call timed out,
+		// whether or not a fallback answers it, and the empty answer is
+		// no response to keep.
+		o = sluice.Failure
 	default:
 		o = h.Classify(rw.status)
 	}
@@ -323,7 +328,7 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	}
 	err := call.Report(o, core.FailedStatus(code))
 	rw.held = false
-	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, err, call.Decision())
+	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, guardhook.Now(rw.rt.Guard), err, call.Decision())
 	// The fields that described the handler's body go with it, whoever
 	// answers.
 	routing.DropBodyFields(rw.w.Header())
@@ -368,8 +373,10 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	routing.DropBodyFields(rw.w.Header())
 	h, ar := rw.h, rw.req
 	pattern, rt := h.route(ar)
-	key, _ := sluice.KeyFrom(ar.Context())
-	h.rejected(rw, ar, rt, pattern, key, err, d, rw.start)
+	// The key the middleware keyed the request by, which its stale copies
+	// are kept under (not an outer middleware's); aged from now, not from
+	// the request's arrival.
+	h.rejected(rw, ar, rt, pattern, rw.key, err, d, guardhook.Now(rt.Guard))
 	return true
 }
 

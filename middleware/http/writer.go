@@ -33,6 +33,7 @@ type responseWriter struct {
 	req          *http.Request
 	start        time.Duration // the call's arrival on its Guard's clock
 	pattern, key string
+	cctx         context.Context // the call's context, when the Guard has a timeout
 	// fallbackState is set only for a route whose Guard has fallbacks.
 	fallbackState
 }
@@ -49,8 +50,7 @@ type fallbackState struct {
 	maxCapture int
 	capturing  bool
 	rt         *routing.Route
-	cache      *core.Guard     // the route's Guard's stale cache, fed a good GET response
-	cctx       context.Context // the call's context, when the Guard has a timeout
+	cache      *core.Guard // the route's Guard's stale cache, fed a good GET response
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
@@ -86,6 +86,9 @@ func (rw *responseWriter) reset() {
 	}
 	if rw.key != "" {
 		rw.key = ""
+	}
+	if rw.cctx != nil {
+		rw.cctx = nil
 	}
 	rw.status, rw.rejected, rw.hijacked, rw.start = 0, false, false, 0
 }

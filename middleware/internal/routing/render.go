@@ -227,11 +227,12 @@ var (
 )
 
 // bodyFields are the header fields that describe a response's body, its
-// representation and its validators.
+// representation, its validators and its freshness: a placeholder that
+// replaces it must not be cached for as long as it would have been.
 var bodyFields = []string{
 	"Content-Type", "Content-Length", "Content-Encoding", "Content-Range",
 	"Content-Language", "Content-Disposition", "Content-Location", "Etag",
-	"Last-Modified", "X-Content-Type-Options",
+	"Last-Modified", "X-Content-Type-Options", "Cache-Control", "Expires",
 }
 
 // DropBodyFields deletes from h the fields a handler set for a body that

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -111,8 +112,17 @@ func WithRequest(ctx context.Context, q *Request) context.Context {
 
 func (c *Cache) entryKey(q *Request) string {
 	key := q.Key
-	if c.shared {
+	switch {
+	case c.shared:
 		key = ""
+	case key == "":
+		// No request key: the connection's address stands for the client,
+		// so that no copy of one client's answer serves another.
+		host, _, err := net.SplitHostPort(q.R.RemoteAddr)
+		if err != nil {
+			host = q.R.RemoteAddr
+		}
+		key = "\x01" + host
 	}
 	return q.Route + "\x00" + key + "\x00" + q.R.Host + q.R.URL.RequestURI()
 }
