@@ -63,6 +63,12 @@ func init() {
 		q, _ := r.(Request)
 		return kr.keyContext(ctx, q)
 	}
+	routing.MissingKey = func(k any) string {
+		if kr, _ := k.(*Keyer); kr != nil && !kr.missing.reject {
+			return kr.missing.key
+		}
+		return ""
+	}
 }
 
 // Close closes every distinct Guard of the table (sluice.Guard.Close), for

@@ -30,9 +30,9 @@ type StaleCacheOption = stale.Option
 // served for at most maxAge after it was stored and kept only when its body
 // is at most maxBody bytes; each must be positive. By default a copy serves
 // only the request key (the client address, the API key a Keyer finds) of
-// the request that it answered, or, without a Keyer, only its connection's
-// address (behind a proxy, the proxy's: give a Keyer that reads the
-// client's); see StaleShared.
+// the request that it answered, or, without one (no Keyer, or a Keyer's
+// MissingKey), only its connection's address (behind a proxy, the proxy's:
+// give a Keyer that reads the client's); see StaleShared.
 func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...StaleCacheOption) (*StaleCache, error) {
 	return stale.New(maxEntries, maxAge, maxBody, opts...)
 }

@@ -279,7 +279,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			return cfg.rejected(c, rt, key, cerr, d, guardhook.Now(rt.Guard)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
-			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, call.Start(), cerr) {
+			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, guardhook.Now(rt.Guard), cerr) {
 			// A failure, or the Guard's timeout, that a fallback of the
 			// Guard answers: counted as the 500 it would have been, and
 			// answered by the fallback.
@@ -297,6 +297,12 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		}
 	}
 	o := cfg.outcome(c, reqCtx, err, cerr)
+	if o == sluice.Success && err == nil && req != nil && !c.Response().Committed &&
+		call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
+		// Nothing written by the Guard's deadline: the call timed out, and
+		// its empty answer is no response to keep.
+		o = sluice.Failure
+	}
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep.
 	if capture != nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
@@ -394,6 +400,8 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err e
 	if rt != nil {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, now, err, d); fb != nil {
 			c.Set(rejectedKey, true)
+			// The fields the handler set for its own body go with it.
+			routing.DropBodyFields(c.Response().Header())
 			c.SetRequest(fr)
 			fb.ServeHTTP(c.Response(), fr)
 			return nil

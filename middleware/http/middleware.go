@@ -232,7 +232,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rw.h != h {
 		rw.h = h // kept in the pooled writer: a store costs a write barrier
 	}
-	rw.req, rw.start = r, call.Start()
+	rw.req = r
 	if h.HasFallbacks() {
 		if keep := h.GuardOf(rt.Guard); keep != nil {
 			if r.Method == http.MethodGet && keep.Stale != nil {

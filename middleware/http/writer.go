@@ -7,8 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
@@ -31,7 +31,6 @@ type responseWriter struct {
 	// request, so that a middleware's own writers need not store it again.
 	h            *handler
 	req          *http.Request
-	start        time.Duration // the call's arrival on its Guard's clock
 	pattern, key string
 	cctx         context.Context // the call's context, when the Guard has a timeout
 	// fallbackState is set only for a route whose Guard has fallbacks.
@@ -90,7 +89,7 @@ func (rw *responseWriter) reset() {
 	if rw.cctx != nil {
 		rw.cctx = nil
 	}
-	rw.status, rw.rejected, rw.hijacked, rw.start = 0, false, false, 0
+	rw.status, rw.rejected, rw.hijacked = 0, false, false
 }
 
 // Header returns the header map of the writer beneath.
@@ -132,7 +131,7 @@ func (rw *responseWriter) failure(code int) error {
 // declared reports whether a fallback of the Guard answers the handler's
 // failure, code.
 func (rw *responseWriter) declared(code int) bool {
-	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.start, rw.failure(code))
+	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, guardhook.Now(rw.rt.Guard), rw.failure(code))
 }
 
 // Write records an implicit 200 and passes the bytes on.

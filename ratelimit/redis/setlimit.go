@@ -20,7 +20,11 @@ import (
 // tokens it lacks (so a full bucket is full at its new size, and one in
 // debt repays the same, as ratelimit.TokenBucket's SetLimit keeps what the
 // bucket lacks), a window's count, whose length cannot change: a window
-// limiter refuses a new one, for a new Limiter to take it. The local share
+// limiter refuses a new one, for a new Limiter to take it. A token
+// bucket's key expires when the bucket would be full at the rate in force
+// when it was last written: after a SetLimit that slows the rate, a bucket
+// not written to since reads full once it expires, as if it had refilled
+// at the old rate (one burst more at most, once a key). The local share
 // of WithLocalFallback starts afresh. A Limiter built by All of several
 // limits refuses: change the members, and All follows.
 func (l *Limiter) SetLimit(limit int64, window time.Duration) error {

@@ -143,7 +143,8 @@ func (c *Config) GuardOf(g *sluice.Guard) *Guard {
 
 // Context returns ctx carrying the request's key and its route as its
 // resource (WithKeyer), or the route alone (WithRouteResource), and the
-// key. It returns middleware.ErrMissingKey for a request without a key
+// key its stale copies are kept under: "" for a request without a key of
+// its own. It returns middleware.ErrMissingKey for a request without a key
 // that the Keyer rejects.
 func (c *Config) Context(ctx context.Context, q middleware.Request, route string) (context.Context, string, error) {
 	if c.Keyer != nil {
@@ -152,6 +153,12 @@ func (c *Config) Context(ctx context.Context, q middleware.Request, route string
 			return ctx, "", err
 		}
 		key, _ := sluice.KeyFrom(ctx)
+		if key == routing.MissingKey(c.Keyer) {
+			// The key every request without one shares: it is no
+			// client's, and the stale caches keep such requests' copies
+			// by their connection instead (see stale.Cache).
+			key = ""
+		}
 		return ctx, key, nil
 	}
 	if c.Resources && route != "" {

@@ -13,4 +13,7 @@ var (
 	// matching middleware.ErrMissingKey when r has none and k rejects such
 	// requests.
 	KeyContext func(k any, ctx context.Context, r any) (context.Context, error)
+	// MissingKey returns the key k, a *middleware.Keyer, gives every
+	// request without one ("unknown" by default); "" when it rejects them.
+	MissingKey func(k any) string
 )
