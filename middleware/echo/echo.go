@@ -223,7 +223,7 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 			var call sluice.Call
 			err := rt.Guard.Begin(c.Request().Context(), &call)
 			if err != nil {
-				return cfg.rejected(c, rt, key, err, call.Decision(), call.Start())
+				return cfg.rejected(c, rt, key, "", err, call.Decision(), call.Start())
 			}
 			cfg.Render.Admitted(c.Response().Header(), rt, call.Decision())
 			return cfg.serve(c, next, rt, key, &call)
@@ -249,6 +249,9 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	// middleware may put a context of its own in the request and cancel it
 	// on return).
 	reqCtx := c.Request().Context()
+	// The connection's address as the request came, which a middleware
+	// inside may rewrite: a keyless client's stale copies are kept under it.
+	addr := c.Request().RemoteAddr
 	var req *http.Request
 	if ctx := call.Context(); rt.Timed && ctx != reqCtx { // rt.Timed first: a context compare is a runtime call
 		// The handler runs with the Guard's deadline; the request outside
@@ -276,15 +279,15 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// its dependency): answered as this middleware answers its own,
 			// and Ignored.
 			call.Report(sluice.Ignored, nil)
-			return cfg.rejected(c, rt, key, cerr, d, guardhook.Now(rt.Guard)) // a stale copy is aged from now
+			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
-			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, guardhook.Now(rt.Guard), cerr) {
+			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
 			// A failure, or the Guard's timeout, that a fallback of the
 			// Guard answers: counted as the 500 it would have been, and
 			// answered by the fallback.
 			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
-			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
+			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
 				c.Set(rejectedKey, true)
@@ -306,7 +309,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	call.Report(o, nil)
 	// A hijacked connection has no HTTP response to keep.
 	if capture != nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
-		keep.Keep(c.Request(), routeOf(c, rt), key, call.Start(), c.Response().Header(), capture.body)
+		keep.Keep(c.Request(), routeOf(c, rt), key, addr, call.Start(), c.Response().Header(), capture.body)
 	}
 	return err
 }
@@ -319,7 +322,7 @@ func (cfg *config) answered(c echo.Context, rt *routing.Route, err error) error 
 		return err
 	}
 	if d, ok := sluice.RejectionOf(err); ok {
-		return cfg.rejected(c, rt, "", err, d, 0)
+		return cfg.rejected(c, rt, "", "", err, d, 0)
 	}
 	return err
 }
@@ -395,10 +398,12 @@ func statusOf(c echo.Context, err error) int {
 }
 
 // rejected answers the request of c on route rt (nil: unguarded), rejected
-// with err and its Decision d; now is an instant on the Guard's clock.
-func (cfg *config) rejected(c echo.Context, rt *routing.Route, key string, err error, d sluice.Decision, now time.Duration) error {
+// with err and its Decision d; addr is the connection's address as the
+// request came ("" for the request's own), and now an instant on the
+// Guard's clock.
+func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration) error {
 	if rt != nil {
-		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, now, err, d); fb != nil {
+		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, now, err, d); fb != nil {
 			c.Set(rejectedKey, true)
 			// The fields the handler set for its own body go with it.
 			routing.DropBodyFields(c.Response().Header())

@@ -225,7 +225,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	err := rt.Guard.Begin(r.Context(), &call)
 	if err != nil {
 		putWriter(rw)
-		h.rejected(w, r, rt, pattern, key, err, call.Decision(), call.Start())
+		h.rejected(w, r, rt, pattern, key, r.RemoteAddr, err, call.Decision(), call.Start())
 		return
 	}
 	h.Render.Admitted(w.Header(), rt, call.Decision())
@@ -238,7 +238,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && keep.Stale != nil {
 				rw.cache, rw.capturing, rw.maxCapture = keep, true, keep.MaxBody
 			}
-			rw.answer, rw.rt = true, rt
+			rw.answer, rw.rt, rw.addr = true, rt, r.RemoteAddr
 		}
 	}
 	if pattern != "" {
@@ -310,7 +310,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if rw.cache != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		rw.cache.Keep(r, rw.pattern, rw.key, call.Start(), rw.Header(), rw.capture)
+		rw.cache.Keep(r, rw.pattern, rw.key, rw.addr, call.Start(), rw.Header(), rw.capture)
 	}
 	putWriter(rw)
 }
@@ -328,7 +328,10 @@ func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	}
 	err := call.Report(o, core.FailedStatus(code))
 	rw.held = false
-	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, guardhook.Now(rw.rt.Guard), err, call.Decision())
+	// At the instant the fallback was found to answer: one that would no
+	// longer (a stale copy grown too old since) must not leave the held
+	// status without the body it dropped.
+	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.addr, rw.at, err, call.Decision())
 	// The fields that described the handler's body go with it, whoever
 	// answers.
 	routing.DropBodyFields(rw.w.Header())
@@ -376,15 +379,15 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	// The key the middleware keyed the request by, which its stale copies
 	// are kept under (not an outer middleware's); aged from now, not from
 	// the request's arrival.
-	h.rejected(rw, ar, rt, pattern, rw.key, err, d, guardhook.Now(rt.Guard))
+	h.rejected(rw, ar, rt, pattern, rw.key, rw.addr, err, d, guardhook.Now(rt.Guard))
 	return true
 }
 
 // rejected answers r, rejected with err and its Decision d; now is an
 // instant on the Guard's clock, to tell the age of a stale answer by.
-func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.Route, pattern, key string, err error, d sluice.Decision, now time.Duration) {
+func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.Route, pattern, key, addr string, err error, d sluice.Decision, now time.Duration) {
 	markRejected(w)
-	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, now, err, d); fb != nil {
+	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, addr, now, err, d); fb != nil {
 		fb.ServeHTTP(w, fr)
 		return
 	}

@@ -68,3 +68,71 @@ func TestAStaleCopyOfAKeylessClientServesOnlyThatClient(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code,
 		"another client, without StaleShared, has no copy of its own; it got %q", rec.Body.String())
 }
+
+// A 5xx held back at WriteHeader for a copy young then (50 s) is answered
+// by that copy when the handler returns, though 20 s more have passed: the
+// client gets the copy, not a 502 stripped of the handler's body.
+func TestAHeldFailureIsAnsweredAtTheInstantItWasHeld(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	cache := newStale(t, 8) // maxAge: one minute
+	g := guardWith(t, clock, testpolicy.NewCounter(), cache)
+	n := 0
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n++
+		if n == 1 {
+			_, _ = io.WriteString(w, "prices v1")
+			return
+		}
+		w.WriteHeader(http.StatusBadGateway)
+		clock.Advance(20 * time.Second) // the error body comes slowly
+		_, _ = io.WriteString(w, "upstream prices-db refused the connection")
+	}))
+	require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
+	clock.Advance(50 * time.Second)
+	rec := serve(h, http.MethodGet, "/prices") // copy 50 s old at the 502, 70 s at the return
+	if rec.Code == http.StatusOK {
+		assert.Equal(t, "prices v1", rec.Body.String())
+		return
+	}
+	require.Equal(t, http.StatusBadGateway, rec.Code)
+	assert.Equal(t, "upstream prices-db refused the connection", rec.Body.String(),
+		"the 5xx was held for a copy that then declined: the handler's own body is lost")
+}
+
+// realIP sets r.RemoteAddr from X-Real-Ip in place, as chi's
+// middleware.RealIP and gorilla's handlers.ProxyHeaders do.
+func realIP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ip := r.Header.Get("X-Real-Ip"); ip != "" {
+			r.RemoteAddr = ip
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Without a Keyer, a copy is kept under the connection's address as the
+// request came, not as a RealIP-style middleware inside rewrote it: the
+// rejection, answered before that middleware runs, finds it.
+func TestAKeylessCopyIsKeptUnderTheAddressItCameFrom(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := openSwitch()
+	cache := newStale(t, 8)
+	g := guardWith(t, clock, sw, cache)
+	h := mw(t, WithGuard(g))(realIP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "prices v1")
+	})))
+	get := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/prices", nil)
+		r.RemoteAddr = "10.0.0.1:4000" // the proxy
+		r.Header.Set("X-Real-Ip", "203.0.113.7")
+		h.ServeHTTP(rec, r)
+		return rec
+	}
+	require.Equal(t, "prices v1", get().Body.String())
+	require.Equal(t, 1, cache.Len())
+	sw.on = true
+	clock.Advance(time.Second)
+	rec := get()
+	assert.Equal(t, http.StatusOK, rec.Code, "the same client's copy is not served: %q", rec.Body.String())
+}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware/internal/core"
@@ -50,6 +51,13 @@ type fallbackState struct {
 	capturing  bool
 	rt         *routing.Route
 	cache      *core.Guard // the route's Guard's stale cache, fed a good GET response
+	// addr is the connection's address as the request came, which a
+	// middleware inside may rewrite on the request: a stale copy of a
+	// client without a key is kept and found under it.
+	addr string
+	// at is the instant, on the Guard's clock, at which a fallback was
+	// found to answer the handler's failure: the one it then answers at.
+	at time.Duration
 }
 
 var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
@@ -131,7 +139,8 @@ func (rw *responseWriter) failure(code int) error {
 // declared reports whether a fallback of the Guard answers the handler's
 // failure, code.
 func (rw *responseWriter) declared(code int) bool {
-	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, guardhook.Now(rw.rt.Guard), rw.failure(code))
+	rw.at = guardhook.Now(rw.rt.Guard)
+	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.addr, rw.at, rw.failure(code))
 }
 
 // Write records an implicit 200 and passes the bytes on.

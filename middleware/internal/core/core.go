@@ -168,15 +168,16 @@ func (c *Config) Context(ctx context.Context, q middleware.Request, route string
 }
 
 // Fallback returns the handler of g's fallback for err, the rejection with
-// Decision d of r (route, key; now on g's clock), or the failure of its
-// admitted call (d then has no Cause), with the request to serve it. It
-// returns a nil handler when no fallback serves.
-func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error, d sluice.Decision) (http.Handler, *http.Request) {
+// Decision d of r (route, key; addr, the connection's address when it was
+// admitted, "" for now; now on g's clock), or the failure of its admitted
+// call (d then has no Cause), with the request to serve it. It returns a
+// nil handler when no fallback serves.
+func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key, addr string, now time.Duration, err error, d sluice.Decision) (http.Handler, *http.Request) {
 	info := c.GuardOf(g)
 	if info == nil {
 		return nil, nil
 	}
-	ctx := fallbackContext(info, r, route, key, now)
+	ctx := fallbackContext(info, r, route, key, addr, now)
 	h, ferr := fallbackof.Value[http.Handler](ctx, g, err)
 	if ferr != nil || h == nil {
 		return nil, nil
@@ -185,13 +186,14 @@ func (c *Config) Fallback(r *http.Request, g *sluice.Guard, route, key string, n
 }
 
 // Declares reports whether a fallback of g declares an answer for err, the
-// error of r's call (route, key; now on g's clock), without running it.
-func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key string, now time.Duration, err error) bool {
+// error of r's call (route, key, addr; now on g's clock, as for Fallback),
+// without running it.
+func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key, addr string, now time.Duration, err error) bool {
 	info := c.GuardOf(g)
 	if info == nil {
 		return false
 	}
-	ctx := fallbackContext(info, r, route, key, now)
+	ctx := fallbackContext(info, r, route, key, addr, now)
 	for _, f := range guardhook.Fallbacks(g).([]sluice.Fallback) {
 		if _, ok := f.Declared(ctx, err); ok {
 			return true
@@ -203,13 +205,13 @@ func (c *Config) Declares(r *http.Request, g *sluice.Guard, route, key string, n
 // fallbackContext returns r's context as the fallbacks of info read it:
 // with the route as the resource (degrade.NewRoutes picks the route's
 // fallbacks by resource) and, for stale caches, the request.
-func fallbackContext(info *Guard, r *http.Request, route, key string, now time.Duration) context.Context {
+func fallbackContext(info *Guard, r *http.Request, route, key, addr string, now time.Duration) context.Context {
 	ctx := r.Context()
 	if _, ok := sluice.ResourceFrom(ctx); !ok && route != "" {
 		ctx = sluice.WithResource(ctx, route)
 	}
 	if info.Stale != nil {
-		ctx = stale.WithRequest(ctx, &stale.Request{Route: route, Key: key, R: r, Now: now})
+		ctx = stale.WithRequest(ctx, &stale.Request{Route: route, Key: key, Addr: addr, R: r, Now: now})
 	}
 	return ctx
 }
@@ -229,9 +231,9 @@ func (s FailedStatus) Error() string {
 }
 
 // Keep feeds the stale caches of info with the good GET response to r
-// (route, key; now on the clock of its Guard).
-func (info *Guard) Keep(r *http.Request, route, key string, now time.Duration, header http.Header, body []byte) {
-	q := &stale.Request{Route: route, Key: key, R: r, Now: now}
+// (route, key, addr as for Fallback; now on the clock of its Guard).
+func (info *Guard) Keep(r *http.Request, route, key, addr string, now time.Duration, header http.Header, body []byte) {
+	q := &stale.Request{Route: route, Key: key, Addr: addr, R: r, Now: now}
 	for _, s := range info.Stale {
 		s.Store(q, header, body)
 	}

@@ -96,11 +96,13 @@ func (c *Cache) Len() int {
 
 // Request names the response to a request, for the cache: its route, its
 // key and the request (its host and URI); Now is the instant, on the
-// clock of the route's Guard, at which the request came.
+// clock of the route's Guard, at which the cache answers or keeps. Addr is
+// the connection's address as the request came (a middleware inside may
+// rewrite R's since); "" for R's.
 type Request struct {
-	Route, Key string
-	R          *http.Request
-	Now        time.Duration
+	Route, Key, Addr string
+	R                *http.Request
+	Now              time.Duration
 }
 
 type requestKey struct{}
@@ -118,9 +120,13 @@ func (c *Cache) entryKey(q *Request) string {
 	case key == "":
 		// No request key: the connection's address stands for the client,
 		// so that no copy of one client's answer serves another.
-		host, _, err := net.SplitHostPort(q.R.RemoteAddr)
+		addr := q.Addr
+		if addr == "" {
+			addr = q.R.RemoteAddr
+		}
+		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
-			host = q.R.RemoteAddr
+			host = addr
 		}
 		key = "\x01" + host
 	}
