@@ -768,30 +768,6 @@ func TestAStaleAnswerToAFailureIsAgedFromNow(t *testing.T) {
 	assert.Equal(t, http.StatusBadGateway, rec.Code, "a copy 70 s old, served with Age %q", rec.Header().Get("Age"))
 }
 
-// Without a Keyer, a stale cache that is not shared keeps each client's
-// copies by its connection's address: another client has none.
-func TestAStaleCopyServesOnlyItsClientWithoutAKeyer(t *testing.T) {
-	clock := sluice.NewManualClock(time.Hour)
-	sw := openSwitch()
-	g := guardWith(t, clock, sw, newStale(t, 8)) // not StaleShared
-	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "account of "+r.Header.Get("X-Session"))
-	}))
-	from := func(addr, session string) *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodGet, "/me", nil)
-		r.RemoteAddr = addr
-		r.Header.Set("X-Session", session)
-		h.ServeHTTP(rec, r)
-		return rec
-	}
-	require.Equal(t, "account of alice", from("192.0.2.1:1000", "alice").Body.String())
-	sw.on = true
-	rec := from("198.51.100.9:2000", "bob")
-	assert.Equal(t, http.StatusServiceUnavailable, rec.Code,
-		"another client, without StaleShared, has no copy of its own; it got %q", rec.Body.String())
-}
-
 // A fallback that replaces a failed handler's answer goes out without the
 // freshness that answer declared: a placeholder must not be cached for an
 // hour.

@@ -15,88 +15,86 @@ import (
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
-// Whether a fallback answers a handler's 5xx, which holds the 5xx back and
-// drops its body, is judged at the instant the fallback answers: a stale
-// copy young at the request's arrival and too old when the handler fails
-// answers nothing, and the handler's own answer goes out whole.
-func TestAHeldFailureIsJudgedAtTheInstantItIsAnswered(t *testing.T) {
-	clock := sluice.NewManualClock(time.Hour)
-	cache := newStale(t, 8) // maxAge: one minute
-	g := guardWith(t, clock, testpolicy.NewCounter(), cache)
+// failingAfter returns a handler that answers "prices v1" first, then a 502
+// with a body of its own, advancing clock by 20 s before its WriteHeader
+// (before is set: a slow dependency) or between it and its body (a slow
+// error body), and a Guard whose stale cache keeps copies for a minute.
+func failingAfter(t *testing.T, clock *sluice.ManualClock, before bool) http.Handler {
+	t.Helper()
+	g := guardWith(t, clock, testpolicy.NewCounter(), newStale(t, 8)) // maxAge: one minute
 	n := 0
-	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n++
 		if n == 1 {
 			_, _ = io.WriteString(w, "prices v1")
 			return
 		}
-		clock.Advance(20 * time.Second) // a slow dependency
+		if before {
+			clock.Advance(20 * time.Second)
+		}
 		w.WriteHeader(http.StatusBadGateway)
+		if !before {
+			clock.Advance(20 * time.Second)
+		}
 		_, _ = io.WriteString(w, "upstream prices-db refused the connection")
 	}))
-	require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
-	clock.Advance(50 * time.Second)
-	rec := serve(h, http.MethodGet, "/prices") // copy 50 s old at arrival, 70 s when answered
-	require.Equal(t, http.StatusBadGateway, rec.Code, "the copy is too old to serve")
-	assert.Equal(t, "upstream prices-db refused the connection", rec.Body.String(),
-		"no fallback answered: the handler's own answer should go out whole")
 }
 
-// A request whose Keyer found it no key shares the MissingKey's bucket
-// ("unknown") for its limits, not its stale copies: those are kept by its
-// connection, and one keyless client's copy serves no other.
-func TestAStaleCopyOfAKeylessClientServesOnlyThatClient(t *testing.T) {
-	clock := sluice.NewManualClock(time.Hour)
-	sw := openSwitch()
-	g := guardWith(t, clock, sw, newStale(t, 8)) // not StaleShared
+// Whether a fallback answers a handler's 5xx, which holds the 5xx back and
+// drops its body, is judged when the handler writes it, and the fallback
+// answers as judged then: a stale copy 50 s old at the request's arrival
+// and 70 s old at the 502 answers nothing, and the handler's own answer
+// goes out whole; one 50 s old at the 502 and 70 s old when the handler
+// returns answers, and the client gets the copy, not a 502 stripped of
+// its body.
+func TestAHeldFailureIsAnsweredAsJudgedWhenItWasHeld(t *testing.T) {
+	for _, c := range []struct {
+		before     bool
+		code       int
+		body, what string
+	}{
+		{true, http.StatusBadGateway, "upstream prices-db refused the connection", "too old at the 502: the handler's own answer"},
+		{false, http.StatusOK, "prices v1", "young at the 502: the copy"},
+	} {
+		clock := sluice.NewManualClock(time.Hour)
+		h := failingAfter(t, clock, c.before)
+		require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
+		clock.Advance(50 * time.Second)
+		rec := serve(h, http.MethodGet, "/prices")
+		assert.Equal(t, c.code, rec.Code, c.what)
+		assert.Equal(t, c.body, rec.Body.String(), c.what)
+	}
+}
+
+// A stale cache that is not shared keeps the copies of a request without a
+// key of its own (no Keyer, or the Keyer's MissingKey bucket, "unknown",
+// which it shares for its limits) by its connection: one keyless client's
+// copy serves no other.
+func TestAKeylessClientsCopyServesNoOther(t *testing.T) {
 	keyer, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyByHeader("X-Api-Key"))
 	require.NoError(t, err)
-	h := mw(t, WithGuard(g), WithKeyer(keyer))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "account of "+r.Header.Get("X-Session"))
-	}))
-	from := func(addr, session string) *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodGet, "/me", nil)
-		r.RemoteAddr = addr
-		r.Header.Set("X-Session", session)
-		h.ServeHTTP(rec, r)
-		return rec
-	}
-	require.Equal(t, "account of alice", from("192.0.2.1:1000", "alice").Body.String())
-	sw.on = true
-	rec := from("198.51.100.9:2000", "bob")
-	assert.Equal(t, http.StatusServiceUnavailable, rec.Code,
-		"another client, without StaleShared, has no copy of its own; it got %q", rec.Body.String())
-}
-
-// A 5xx held back at WriteHeader for a copy young then (50 s) is answered
-// by that copy when the handler returns, though 20 s more have passed: the
-// client gets the copy, not a 502 stripped of the handler's body.
-func TestAHeldFailureIsAnsweredAtTheInstantItWasHeld(t *testing.T) {
-	clock := sluice.NewManualClock(time.Hour)
-	cache := newStale(t, 8) // maxAge: one minute
-	g := guardWith(t, clock, testpolicy.NewCounter(), cache)
-	n := 0
-	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		n++
-		if n == 1 {
-			_, _ = io.WriteString(w, "prices v1")
-			return
+	for _, opts := range [][]Option{nil, {WithKeyer(keyer)}} {
+		sw := openSwitch()
+		g := guardWith(t, sluice.NewManualClock(time.Hour), sw, newStale(t, 8))
+		h := mw(t, append(opts, WithGuard(g))...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "account of "+r.Header.Get("X-Session"))
+		}))
+		from := func(addr, session string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/me", nil)
+			r.RemoteAddr = addr
+			r.Header.Set("X-Session", session)
+			h.ServeHTTP(rec, r)
+			return rec
 		}
-		w.WriteHeader(http.StatusBadGateway)
-		clock.Advance(20 * time.Second) // the error body comes slowly
-		_, _ = io.WriteString(w, "upstream prices-db refused the connection")
-	}))
-	require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
-	clock.Advance(50 * time.Second)
-	rec := serve(h, http.MethodGet, "/prices") // copy 50 s old at the 502, 70 s at the return
-	if rec.Code == http.StatusOK {
-		assert.Equal(t, "prices v1", rec.Body.String())
-		return
+		require.Equal(t, "account of alice", from("192.0.2.1:1000", "alice").Body.String())
+		sw.on = true
+		rec := from("198.51.100.9:2000", "bob")
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code,
+			"keyer %v: another client has no copy of its own; it got %q", len(opts) > 0, rec.Body.String())
+		assert.Equal(t, "account of alice", from("192.0.2.1:1001", "alice").Body.String(),
+			"the same client on another connection gets its copy")
 	}
-	require.Equal(t, http.StatusBadGateway, rec.Code)
-	assert.Equal(t, "upstream prices-db refused the connection", rec.Body.String(),
-		"the 5xx was held for a copy that then declined: the handler's own body is lost")
 }
 
 // realIP sets r.RemoteAddr from X-Real-Ip in place, as chi's
