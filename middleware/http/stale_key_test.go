@@ -134,3 +134,37 @@ func TestAKeylessCopyIsKeptUnderTheAddressItCameFrom(t *testing.T) {
 	rec := get()
 	assert.Equal(t, http.StatusOK, rec.Code, "the same client's copy is not served: %q", rec.Body.String())
 }
+
+// A copy too old for one request's lookup stays for another that a
+// fallback was found to answer at an earlier instant: a 5xx held back for
+// the copy, young then, is answered by it though the same client's next
+// request, failing meanwhile at a later instant, found it too old.
+func TestAHeldFailuresCopyOutlivesAConcurrentLookup(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	g := guardWith(t, clock, testpolicy.NewCounter(), newStale(t, 8)) // maxAge: one minute
+	n := 0
+	var h http.Handler
+	h = mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n++
+		switch n {
+		case 1:
+			_, _ = io.WriteString(w, "prices v1")
+		case 2:
+			// Held at 50 s: the copy is young.
+			w.WriteHeader(http.StatusBadGateway)
+			clock.Advance(20 * time.Second)
+			// Meanwhile the same client's second request fails too, at 70 s.
+			other := serve(h, http.MethodGet, "/prices")
+			assert.Equal(t, http.StatusBadGateway, other.Code, "too old for the second request: its own 502")
+			_, _ = io.WriteString(w, "upstream prices-db refused the connection")
+		default:
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "upstream prices-db refused the connection")
+		}
+	}))
+	require.Equal(t, "prices v1", serve(h, http.MethodGet, "/prices").Body.String())
+	clock.Advance(50 * time.Second)
+	rec := serve(h, http.MethodGet, "/prices")
+	assert.Equal(t, http.StatusOK, rec.Code, "the request held for the copy, young at its 502")
+	assert.Equal(t, "prices v1", rec.Body.String())
+}

@@ -215,8 +215,9 @@ func (c *Cache) load(ctx context.Context, err error) (*entry, time.Duration, boo
 	e := el.Value.(*entry)
 	age := max(q.Now-e.stored, 0)
 	if age > c.maxAge {
-		c.order.Remove(el)
-		delete(c.entries, key)
+		// Too old at q.Now, but kept until replaced or evicted: a request
+		// that a fallback was found to answer at an earlier instant (a 5xx
+		// held back for this copy) still finds it.
 		return nil, 0, false
 	}
 	return e, age, true
