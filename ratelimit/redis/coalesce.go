@@ -227,6 +227,12 @@ func (l *Limiter) send(sh *laneShard, key string, batch []*waiter) {
 		if err == nil {
 			err = parseBatch(reply, batch)
 		}
+		for _, w := range batch[1:] {
+			// Decided under the lead's numbers, which a SetLimit since a
+			// waiter queued may have changed: its negative-cache entry and
+			// its refund go by those.
+			w.c.args[2], w.c.args[3] = lead.c.args[2], lead.c.args[3]
+		}
 	}
 	lead.cctx = callCtx{}
 	for _, w := range batch {

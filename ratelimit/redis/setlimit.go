@@ -17,9 +17,11 @@ import (
 // must be given the same change (an instance started with the new numbers
 // shares the same keys). State in Redis is kept as the algorithm stores
 // it: a GCRA's instant at which it is full again and a token bucket's
-// tokens it lacks (so a full bucket is full at its new size, and one in
-// debt repays the same, as ratelimit.TokenBucket's SetLimit keeps what the
-// bucket lacks), a window's count, whose length cannot change: a window
+// whole tokens it lacks (so a full bucket is full at its new size, and one
+// in debt repays the same, as ratelimit.TokenBucket's SetLimit keeps what
+// the bucket lacks; but the time since its last whole token counts at the
+// new rate, so a change to a much faster one may refill it at once, up to
+// its burst), a window's count, whose length cannot change: a window
 // limiter refuses a new one, for a new Limiter to take it. A token
 // bucket's key expires when the bucket would be full at the rate in force
 // when it was last written: after a SetLimit that slows the rate, a bucket
