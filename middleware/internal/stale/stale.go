@@ -87,7 +87,8 @@ func New(maxEntries int, maxAge time.Duration, maxBody int, opts ...Option) (*Ca
 // MaxBody returns the largest body the cache keeps.
 func (c *Cache) MaxBody() int { return c.maxBody }
 
-// Len returns the number of responses kept.
+// Len returns the number of responses kept, those too old to serve among
+// them until they are replaced or evicted.
 func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
