@@ -99,6 +99,9 @@ func (a *Auto) observe(now time.Duration, v float64) bool {
 		return a.sw.On()
 	}
 	a.mu.Lock()
+	// The count of hand moves before the state: a move after it is seen
+	// by setAuto, which then leaves the switch alone.
+	hands := a.sw.hands.Load()
 	on := a.sw.On()
 	var calls bool
 	hold := a.h.OnFor
@@ -114,7 +117,7 @@ func (a *Auto) observe(now time.Duration, v float64) bool {
 	}
 	// A streak begun before a hand moved the switch (Set, Pin, Unpin,
 	// whether or not a reading came in between) starts over.
-	if hands := a.sw.hands.Load(); !a.armed || a.armedOn != on || a.hands != hands {
+	if !a.armed || a.armedOn != on || a.hands != hands {
 		a.armed, a.armedOn, a.since, a.hands = true, on, now, hands
 	}
 	flip := now-a.since >= hold
@@ -123,7 +126,9 @@ func (a *Auto) observe(now time.Duration, v float64) bool {
 	}
 	a.mu.Unlock()
 	if flip {
-		a.sw.setAuto(!on, now)
+		// A hand that moved the switch since it was read wins: the flip
+		// is made only if none has.
+		a.sw.setAuto(!on, hands, now)
 	}
 	return a.sw.On()
 }

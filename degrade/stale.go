@@ -193,12 +193,18 @@ func (c *staleCall[T]) Value(k any) any {
 // answer when it succeeds. When the request is rejected or fn fails, and no
 // fallback of the Guard served, it serves the answer remembered for key if
 // there is one at most the maximum age old, with Stale set and its Age;
-// otherwise it returns the error. A Guard fallback that answers another
-// type than T is a mistake it reports, remembered answer or not. A nil g
-// runs fn unguarded. Put the Stale
-// in the Guard's fallbacks (sluice.WithFallback) to have its answers told to
-// the Guard's OnFallback observers and ordered among its other fallbacks.
+// otherwise it returns the error. A Guard fallback that declares an answer
+// of another type than T, where none of type T does, is a mistake it
+// reports, remembered answer or not. A nil g runs fn unguarded. Put the
+// Stale in the Guard's fallbacks (sluice.WithFallback) to have its answers
+// told to the Guard's OnFallback observers and ordered among its other
+// fallbacks: it then serves only in its turn, and a fallback before it
+// that declines (answers with an error) has the last word.
 func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn func(context.Context) (T, error)) (Result[T], error) {
+	if ctx == nil || fn == nil {
+		v, err := sluice.Execute(ctx, g, fn) // which refuses them, touching no policy
+		return Result[T]{Value: v}, err
+	}
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {
 		// Each attempt of a Guard that retries has a context of its own:
@@ -221,11 +227,27 @@ func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn 
 	if guardhook.Misdeclared(err) {
 		return Result[T]{Value: v}, err // a mistake in the Guard's fallbacks, not to hide
 	}
+	if s.inFallbacks(g) {
+		return Result[T]{Value: v}, err // the Guard's layer gave it its turn
+	}
 	sv, age, ok := s.Get(key)
 	if !ok {
 		return Result[T]{Value: v}, err
 	}
 	return Result[T]{Value: sv, Stale: true, Age: age}, nil
+}
+
+// inFallbacks reports whether s is one of g's fallbacks.
+func (s *Stale[T]) inFallbacks(g *sluice.Guard) bool {
+	if g == nil {
+		return false
+	}
+	for _, f := range guardhook.Fallbacks(g).([]sluice.Fallback) {
+		if f == sluice.Fallback(s) {
+			return true
+		}
+	}
+	return false
 }
 
 // AnswerValue implements sluice.FallbackOf for a Stale placed in a Guard's

@@ -2,6 +2,7 @@ package degrade_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -326,4 +327,51 @@ func TestWithNameOnASwitchIsAnError(t *testing.T) {
 	require.Error(t, err)
 	_, err = degrade.NewStale[int](time.Hour, 1, degrade.WithName("a"), degrade.WithName("b"))
 	require.Error(t, err)
+}
+
+// function as an error without running the chain: no policy hears of it.
+func TestStaleExecuteNilFunctionIsAnError(t *testing.T) {
+	c := &counter{}
+	g := newGuard(t, sluice.With(c))
+	s := newStale(t, time.Minute, 10, sluice.NewManualClock(0))
+	for name, gg := range map[string]*sluice.Guard{"guard": g, "nil guard": nil} {
+		var err error
+		assert.NotPanics(t, func() {
+			_, err = s.Execute(context.Background(), gg, "k", nil)
+		}, name)
+		assert.Error(t, err, name)
+	}
+	assert.Zero(t, c.count(sluice.Failure), "a nil function is no failure of the protected call")
+}
+
+// panic on it).
+func TestStaleExecuteNilContextIsAnError(t *testing.T) {
+	g := newGuard(t, sluice.WithTimeout(time.Second))
+	s := newStale(t, time.Minute, 10, sluice.NewManualClock(0))
+	var nilCtx context.Context
+	var err error
+	assert.NotPanics(t, func() {
+		_, err = s.Execute(nilCtx, g, "k", answer("v"))
+	})
+	assert.Error(t, err)
+}
+
+// stale answer after the Guard's layer that its observers never hear of.
+func TestStaleInFallbacksLeavesADeclineBeforeIt(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	s := newStale(t, time.Minute, 10, clock)
+	errQuota := errors.New("quota spent: upgrade your plan")
+	decliner, err := degrade.New(degrade.OnRateLimited(func(context.Context, error) (string, error) {
+		return "", errQuota
+	}))
+	require.NoError(t, err)
+	var evs events
+	g := newGuard(t, sluice.WithClock(clock), sluice.With(rateLimiter(t)),
+		sluice.WithFallback(decliner, s), sluice.OnFallback(evs.record))
+	s.Put("k", "remembered")
+	clock.Advance(time.Second)
+	r, err := s.Execute(context.Background(), g, "k", answer("fresh"))
+	assert.ErrorIs(t, err, errQuota)
+	assert.False(t, r.Stale)
+	assert.Empty(t, evs.all())
 }

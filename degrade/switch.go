@@ -116,11 +116,11 @@ func (s *Switch) Name() string { return s.name }
 // Set turns the switch on or off by hand and reports whether it flipped. An
 // Auto driving the switch may flip it again at its next check; Pin keeps it.
 // Set works on a pinned switch too, and the switch stays pinned.
-func (s *Switch) Set(on bool) bool { return s.set(on, false, false, s.clock.Now()) }
+func (s *Switch) Set(on bool) bool { return s.set(on, false, s.clock.Now()) }
 
 // Pin sets the switch to on or off and holds it there: an Auto leaves it
 // alone until Unpin. It reports whether the switch flipped.
-func (s *Switch) Pin(on bool) bool { return s.set(on, false, true, s.clock.Now()) }
+func (s *Switch) Pin(on bool) bool { return s.set(on, true, s.clock.Now()) }
 
 // Unpin hands the switch back to its Auto, if it has one. Its hold starts
 // over at its next check, as after any move by hand: the switch follows the
@@ -139,22 +139,31 @@ func (s *Switch) Pinned() bool {
 	return s.pinned
 }
 
-// setAuto is Set for an Auto, at the instant of the reading that flipped it:
-// it does nothing to a pinned switch.
-func (s *Switch) setAuto(on bool, at time.Duration) bool { return s.set(on, true, false, at) }
-
-func (s *Switch) set(on, auto, pin bool, at time.Duration) bool {
+// setAuto is Set for an Auto, at the instant of the reading that flipped it,
+// decided when the switch had seen hands moves by hand: it does nothing to
+// a pinned switch, nor to one a hand has moved since.
+func (s *Switch) setAuto(on bool, hands uint64, at time.Duration) bool {
 	s.mu.Lock()
-	if auto && s.pinned {
+	if s.pinned || s.hands.Load() != hands {
 		s.mu.Unlock()
 		return false
 	}
+	return s.flip(on, at)
+}
+
+func (s *Switch) set(on, pin bool, at time.Duration) bool {
+	s.mu.Lock()
 	if pin {
 		s.pinned = true
 	}
-	if !auto {
-		s.hands.Add(1)
-	}
+	s.hands.Add(1)
+	return s.flip(on, at)
+}
+
+// flip sets the switch to on at the instant at, with mu held, and delivers
+// the change to the listeners; it returns with mu released and reports
+// whether the switch flipped.
+func (s *Switch) flip(on bool, at time.Duration) bool {
 	if s.on.Load() == on {
 		s.mu.Unlock()
 		return false

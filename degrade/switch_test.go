@@ -416,3 +416,31 @@ func TestAutoHoldStartsOverAfterAHandMoveBetweenReadings(t *testing.T) {
 		assert.True(t, a.Observe(20, 2), "%s: and completes", name)
 	}
 }
+
+// many times, a bounded number.
+func TestAutoFlipLeavesAConcurrentHandMove(t *testing.T) {
+	n := 20000
+	if testing.Short() {
+		n = 2000
+	}
+	for i := range n {
+		s, err := degrade.NewSwitch("s")
+		require.NoError(t, err)
+		a, err := degrade.NewAuto(s, func() float64 { return 0 }, degrade.Hysteresis{
+			OnAbove: 0.8, OnFor: time.Hour, OffBelow: 0.5, OffFor: time.Hour,
+		})
+		require.NoError(t, err)
+		s.Set(true)
+		a.Observe(0, 0.1) // the off streak begins
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() { defer wg.Done(); <-start; a.Observe(2*time.Hour, 0.1) }()
+		go func() { defer wg.Done(); <-start; s.Set(true) }()
+		close(start)
+		wg.Wait()
+		if !s.On() {
+			t.Fatalf("iteration %d: the operator's Set(true) was lost to the Auto's flip decided before it", i)
+		}
+	}
+}
