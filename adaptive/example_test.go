@@ -69,7 +69,7 @@ func ExampleNewBulkhead() {
 	fmt.Println(call.Decision().Allowed, err)
 	// Output:
 	// limit 2 in flight 2
-	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1ms
+	// true sluice: concurrency limited by adaptive/bulkhead; retry after 1s
 	// true <nil>
 }
 

@@ -35,7 +35,8 @@ var (
 //
 // A Shedder from NewShedder rejects with sluice.ErrOverloaded (503 in the
 // adapters) and a RetryAfter of 1 s; a bulkhead with
-// sluice.ErrConcurrencyLimited and a RetryAfter of one latency. Requests
+// sluice.ErrConcurrencyLimited and a RetryAfter of about one latency of its
+// calls, at most 1 s. Requests
 // marked sluice.PriorityCritical are served first from the queue and wait
 // longest. Decisions carry Limit -1: slots in flight are no quota over
 // time. Requests ending Success or Failure feed the limit with their
@@ -59,7 +60,9 @@ type Shedder struct {
 	waiting  atomic.Int64
 	_        [48]byte
 
-	// The current sampling window, ended by the first Done after it is over.
+	// The current sampling window, ended by the first Done after it is over;
+	// for a bulkhead, winStart is the start of a call that ended lately
+	// (see noteStart).
 	winStart atomic.Int64
 	winCount atomic.Int64
 	winSum   atomic.Int64
@@ -274,12 +277,35 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
 }
 
+// bulkNote is how often a bulkhead notes the instant a call that ended had
+// started, and bulkRetryMax its longest RetryAfter.
+const (
+	bulkNote     = time.Millisecond
+	bulkRetryMax = time.Second
+)
+
+// noteStart notes start, the instant a bulkhead's call that just ended
+// started, at most once per bulkNote of starts: so that calls on many
+// cores do not all write one cache line, and so that the Guard need not
+// read its clock at their end (with latency -1, Done's now is the start).
+func (s *Shedder) noteStart(start time.Duration) {
+	if last := s.winStart.Load(); last == notStarted || int64(start)-last >= int64(bulkNote) {
+		s.winStart.CompareAndSwap(last, int64(start))
+	}
+}
+
 // reject returns Admit's answer for a request rejected at now, and notes the
-// rejection.
+// rejection. A bulkhead's RetryAfter is about one latency of its calls:
+// the time since the start of a call that ended lately, which is full
+// when it rejects (at least 1 ms; at most bulkRetryMax, which is also the
+// answer before any call has ended, or after a long quiet spell).
 func (s *Shedder) reject(now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	retry := time.Second
 	if s.est == nil {
-		retry = max(time.Duration(s.lastAvg.Load()), time.Millisecond)
+		retry = bulkRetryMax
+		if start := s.winStart.Load(); start != notStarted {
+			retry = min(max(now-time.Duration(start), time.Millisecond), bulkRetryMax)
+		}
 	}
 	s.noteShed(now)
 	return 0, sluice.Quota{Limit: -1, RetryAfter: retry}, s.cause
@@ -317,10 +343,17 @@ func (s *Shedder) release(now time.Duration) {
 // Done frees the request's slot. A Success or Failure also feeds its latency
 // to the limit; when the sampling window is over, the limit is updated.
 func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	if s.est == nil {
+		if o == sluice.Success || o == sluice.Failure {
+			s.noteStart(now - max(latency, 0))
+		}
+		s.release(now)
+		return
+	}
 	// A probe measures only the requests admitted since it began, not those
 	// draining from the higher limit before it.
 	fresh := !s.probing.Load() || uint64(t)>>ticketBits == s.epoch.Load()&(1<<(64-ticketBits)-1)
-	if s.est != nil && fresh && (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
+	if fresh && (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
 		// The latency the limit learns from runs from the instant the
 		// request took its slot: it includes its wait for a processor
 		// after that, which the Guard's latency, from the end of Admit,

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/internal/policytest"
 )
 
@@ -210,4 +211,34 @@ func TestShedderWaiterTakesItsSlotAtTheDone(t *testing.T) {
 		}
 		assert.Equal(t, 195*ms, s.Stats().AvgRT)
 	})
+}
+
+// A bulkhead's rejection tells the caller to come back after about one
+// latency of its calls, the time its slots take to free: 1 s before any
+// call has ended, and at most 1 s.
+func TestBulkheadRetryAfterIsAboutOneLatency(t *testing.T) {
+	b, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	ctx := context.Background()
+	now := time.Duration(0)
+	held := policytest.AnswerOf(b.Admit(ctx, now))
+	require.NoError(t, held.Cause)
+	v := policytest.AnswerOf(b.Admit(ctx, now))
+	require.ErrorIs(t, v.Cause, sluice.ErrConcurrencyLimited)
+	assert.Equal(t, time.Second, v.RetryAfter, "no call has ended yet")
+	now += 50 * time.Millisecond
+	b.Done(held.Ticket, sluice.Success, now, -1) // an untimed Guard: now is the start
+	for range 30 {                               // calls of 50 ms each, one after the other
+		a := policytest.AnswerOf(b.Admit(ctx, now))
+		require.NoError(t, a.Cause)
+		now += 50 * time.Millisecond
+		b.Done(a.Ticket, sluice.Success, now, 50*time.Millisecond)
+	}
+	held = policytest.AnswerOf(b.Admit(ctx, now))
+	require.NoError(t, held.Cause)
+	v = policytest.AnswerOf(b.Admit(ctx, now+5*time.Millisecond))
+	require.ErrorIs(t, v.Cause, sluice.ErrConcurrencyLimited)
+	assert.Equal(t, 55*time.Millisecond, v.RetryAfter, "the last call's 50 ms, and 5 since it ended")
+	v = policytest.AnswerOf(b.Admit(ctx, now+time.Hour))
+	assert.Equal(t, time.Second, v.RetryAfter, "at most 1 s")
 }
