@@ -627,8 +627,10 @@ func (b *Breaker) openDuration(draw float64) time.Duration {
 
 // jitterDraw draws the random number of the next open duration's jitter,
 // before the lock is taken: the user's random source never runs under it.
-func (b *Breaker) jitterDraw() float64 {
-	c := b.cfg.Load()
+func (b *Breaker) jitterDraw() float64 { return jitterDraw(b.cfg.Load()) }
+
+// jitterDraw draws the jitter's share of an open duration under c.
+func jitterDraw(c *config) float64 {
 	if c.jitter == 0 {
 		return 0
 	}

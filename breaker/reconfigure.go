@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"time"
 
 	"github.com/sluice-go/sluice"
 )
@@ -29,17 +30,44 @@ func (b *Breaker) Reconfigure(opts ...Option) error {
 	if err := sameNeeds(old, c, b.env.system); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	b.reconfigure(c)
-	b.mu.Unlock()
+	b.reconfigureAt(c)
+	b.dispatch()
 	return nil
 }
 
+// reconfigureAt publishes c as reconfigure does, at the breaker's present
+// instant; the caller then tells the listeners of a change it made
+// (dispatch).
+func (b *Breaker) reconfigureAt(c *config) {
+	now, draw := b.env.now(), 0.0
+	if b.cur.Load().state == StateHalfOpen {
+		draw = jitterDraw(c) // it may open: drawn before the lock
+	}
+	b.mu.Lock()
+	b.reconfigure(c, now, draw)
+	b.mu.Unlock()
+}
+
 // reconfigure publishes c, starting a closed breaker's new window when
-// its shape changed. Called with b.mu held.
-func (b *Breaker) reconfigure(c *config) {
+// its shape changed. A half-open breaker whose probes that have ended
+// already decide under c's numbers (all the probes c allows were taken,
+// and no more outcome would come to decide) closes or opens at now, open
+// for its duration shortened by the jitter's share draw. Called with b.mu
+// held.
+func (b *Breaker) reconfigure(c *config, now time.Duration, draw float64) {
 	old := b.cfg.Swap(c)
 	p := b.cur.Load()
+	if p.state == StateHalfOpen {
+		switch {
+		case b.halfs.succ >= c.need:
+			b.trips = 0
+			b.setPhase(p, StateClosed, now, 0, false)
+		case b.halfs.fail > c.probes-c.need:
+			b.trips++
+			b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
+		}
+		return
+	}
 	if p.state != StateClosed || sameWindow(old, c) {
 		return
 	}
@@ -69,13 +97,14 @@ func sameNeeds(old, c *config, system bool) error {
 // options Breaker.Reconfigure refuses, cannot change.
 func (g *Group) Reconfigure(opts ...Option) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	old := g.memberCfg
 	c, err := rebuildConfig(forGroup, old, opts)
 	if err != nil {
+		g.mu.Unlock()
 		return err
 	}
 	if err := sameNeeds(old, c, old.clock == sluice.SystemClock); err != nil {
+		g.mu.Unlock()
 		return err
 	}
 	g.memberCfg = c
@@ -84,9 +113,14 @@ func (g *Group) Reconfigure(opts ...Option) error {
 		ms = append(ms[:len(ms):len(ms)], g.overflow)
 	}
 	for _, m := range ms {
-		m.b.mu.Lock()
-		m.b.reconfigure(c)
-		m.b.mu.Unlock()
+		m.b.reconfigureAt(c)
+	}
+	ms = append([]*member(nil), ms...)
+	g.mu.Unlock()
+	// The listeners hear what a change did outside the Group's lock: one
+	// may call back into the Group.
+	for _, m := range ms {
+		m.b.dispatch()
 	}
 	return nil
 }
@@ -98,13 +132,15 @@ func (g *Group) Reconfigure(opts ...Option) error {
 // counts when the window keeps its length and buckets, and starts an empty
 // window otherwise.
 func (a *Adaptive) Reconfigure(opts ...Option) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Read under the lock: a Reconfigure that ended meanwhile published
+	// the window this one is compared with.
 	old := a.cfg.Load()
 	c, err := rebuildConfig(forAdaptive, old, opts)
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if !sameWindow(old, c) {
 		a.win.Store(newTimeWindow(c.length, c.buckets, true))
 	}

@@ -2,6 +2,9 @@ package breaker_test
 
 import (
 	"context"
+	"reflect"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,4 +129,150 @@ func TestAdaptiveReconfigure(t *testing.T) {
 	assert.Zero(t, a.RejectProbability(20*ms), "a new window starts empty")
 	require.Error(t, a.Reconfigure(breaker.WithMultiplier(0.5)))
 	require.Error(t, a.Reconfigure(breaker.WithConsecutiveFailures(2)), "not an option of NewAdaptive")
+}
+
+// A half-open breaker counts its probes against the new numbers: when they
+// make the probes already counted decisive (2 successes of 2 needed), it
+// decides at once; all the (fewer) probes it allows are taken, and no
+// outcome would come to decide, leaving it rejecting every call for ever.
+func TestReconfigureFewerProbesClosesOnSuccessesCounted(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(3, 1),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	ctx := context.Background()
+	require.True(t, call(t, b, ctx, 0, F))
+	require.Equal(t, breaker.StateOpen, b.State())
+	v1 := policytest.AnswerOf(b.Admit(ctx, time.Second))
+	v2 := policytest.AnswerOf(b.Admit(ctx, time.Second))
+	require.NoError(t, v1.Cause)
+	require.NoError(t, v2.Cause)
+	b.Done(v1.Ticket, S, time.Second, 0)
+	b.Done(v2.Ticket, S, time.Second, 0)
+	require.Equal(t, breaker.StateHalfOpen, b.State(), "2 of the 3 successes needed")
+	require.NoError(t, b.Reconfigure(breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(2, 1),
+		breaker.WithOpenDuration(time.Second)))
+	// 2 successes of 2 probes: the breaker should close (at once or at the
+	// next call); it must not reject for ever.
+	for _, at := range []time.Duration{time.Second, time.Minute, time.Hour} {
+		clk.Set(at)
+		if call(t, b, ctx, at, S) {
+			break
+		}
+	}
+	assert.Equal(t, breaker.StateClosed, b.State(), "stuck half-open: every call rejected for ever")
+}
+
+// Same with failures: 2 failed probes of 3 at a ratio of 1/3 leave the
+// breaker half-open; reconfigured to 2 probes that must all succeed, the
+// failures already counted decide: it reopens, and probes again later.
+func TestReconfigureFewerProbesReopensOnFailuresCounted(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	b := mustNew(t, breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(3, 1.0/3),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	ctx := context.Background()
+	require.True(t, call(t, b, ctx, 0, F))
+	v1 := policytest.AnswerOf(b.Admit(ctx, time.Second))
+	v2 := policytest.AnswerOf(b.Admit(ctx, time.Second))
+	require.NoError(t, v1.Cause)
+	require.NoError(t, v2.Cause)
+	b.Done(v1.Ticket, F, time.Second, 0)
+	b.Done(v2.Ticket, F, time.Second, 0)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+	require.NoError(t, b.Reconfigure(breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(2, 1),
+		breaker.WithOpenDuration(time.Second)))
+	// The failures decided: the breaker should reopen (at once or at the
+	// next call) and probe again later; it must not reject for ever.
+	admitted := false
+	for _, at := range []time.Duration{time.Second, time.Minute, time.Hour} {
+		clk.Set(at)
+		if admitted = call(t, b, ctx, at, S); admitted {
+			break
+		}
+	}
+	assert.True(t, admitted, "stuck half-open: every call rejected for ever (state %v)", b.State())
+}
+
+// blockingOption wraps opt so that applying it signals entered and waits for
+// release: it holds a Reconfigure between its start and its publication.
+func blockingOption(opt breaker.Option, entered chan<- struct{}, release <-chan struct{}) breaker.Option {
+	v := reflect.ValueOf(opt)
+	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
+		entered <- struct{}{}
+		<-release
+		return v.Call(args)
+	}).Interface().(breaker.Option)
+}
+
+// Two Reconfigures of a throttle that overlap: the second, which changes
+// the window, ends while the first is under way. The first must compare
+// its window with the one in force, not with the configuration it read
+// before: else it keeps the other's window (1s in 4 buckets) under its own
+// configuration (10s in 10), and a later Reconfigure to 10s/10, comparing
+// configurations, keeps the wrong window too.
+func TestAdaptiveOverlappingReconfiguresLeaveNoStrayWindow(t *testing.T) {
+	var draw atomic.Value
+	draw.Store(0.999999)
+	a := mustAdaptive(t, breaker.WithRandom(func() float64 { return draw.Load().(float64) }))
+	entered, release := make(chan struct{}), make(chan struct{})
+	aDone, bDone := make(chan error, 1), make(chan error, 1)
+	go func() { aDone <- a.Reconfigure(blockingOption(breaker.WithMultiplier(2), entered, release)) }()
+	<-entered // the first Reconfigure has started: it read the configuration (10s/10)
+	go func() { bDone <- a.Reconfigure(breaker.WithRollingWindow(time.Second, 4)) }()
+	// Let the second one finish while the first is held, if it can (a
+	// Reconfigure that held a.mu throughout would wait for the first).
+	var bErr error
+	bFinished := false
+	for i := 0; i < 100000 && !bFinished; i++ {
+		select {
+		case bErr = <-bDone:
+			bFinished = true
+		default:
+			runtime.Gosched()
+		}
+	}
+	close(release)
+	require.NoError(t, <-aDone)
+	if !bFinished {
+		bErr = <-bDone
+	}
+	require.NoError(t, bErr)
+	// Now, alone, back to the default window.
+	require.NoError(t, a.Reconfigure())
+	ctx := context.Background()
+	for range 20 {
+		require.True(t, call(t, a, ctx, 0, F))
+	}
+	assert.Positive(t, a.RejectProbability(5*time.Second), "20 failures 5s ago are in a 10s window")
+	draw.Store(0.0)
+	d, _ := admit(a, ctx, 0)
+	require.False(t, d.Allowed)
+	assert.Equal(t, time.Second, d.RetryAfter, "one bucket of the 10s/10 window")
+}
+
+// The same through a Group, whose listeners hear the change the
+// Reconfigure made, outside the Group's lock: one that calls back into the
+// Group does not deadlock.
+func TestGroupReconfigureFewerProbesClosesAndTells(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g := mustGroup(t, breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(3, 1),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	var heard []string
+	g.Subscribe(func(c sluice.StateChange) {
+		g.Len() // back into the Group
+		heard = append(heard, c.To)
+	})
+	fail(t, g, res("db"), 0)
+	clk.Set(time.Second)
+	for range 2 {
+		d, tk := admit(g, res("db"), time.Second)
+		require.True(t, d.Allowed)
+		g.Done(tk, S, time.Second, 0)
+	}
+	b, ok := g.Get("db")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+	require.NoError(t, g.Reconfigure(breaker.WithConsecutiveFailures(1), breaker.WithHalfOpenProbes(2, 1),
+		breaker.WithOpenDuration(time.Second)))
+	assert.Equal(t, breaker.StateClosed, b.State())
+	assert.Equal(t, []string{"open", "half-open", "closed"}, heard)
 }
