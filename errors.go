@@ -173,8 +173,30 @@ func CauseOf(err error) Cause {
 
 // Classifier decides what an error returned by a protected call says about
 // the health of what it called. A Guard asks it only for errors: a call that
-// returns nil is always a Success.
+// returns nil is always a Success. A call whose caller canceled its context
+// with a cause (context.WithCancelCause, as errgroup does) and that returned
+// the cause in place of context.Canceled, as net/http does, is handed to it
+// as an error that matches context.Canceled and unwraps to the cause.
 type Classifier func(err error) Outcome
+
+// classifiable returns what a Classifier is told of err, the error of a call
+// whose context is cctx: see Classifier.
+func classifiable(cctx context.Context, err error) error {
+	if cctx == nil || cctx.Err() != context.Canceled {
+		return err
+	}
+	if cause := context.Cause(cctx); cause != context.Canceled && cause != nil && errors.Is(err, cause) {
+		return canceledBy{err}
+	}
+	return err
+}
+
+// canceledBy is an error a call returned that is the cause its caller
+// canceled it with: it matches context.Canceled.
+type canceledBy struct{ error }
+
+func (e canceledBy) Is(target error) bool { return target == context.Canceled }
+func (e canceledBy) Unwrap() error        { return e.error }
 
 // DefaultClassifier is the Classifier a Guard uses unless told otherwise:
 // nil is Success; a sluice rejection (from this Guard's policies or a nested

@@ -418,7 +418,7 @@ func (c *Call) finish(err error) error {
 	}
 	o := Success
 	if err != nil {
-		o = c.g.classify(err)
+		o = c.g.classify(classifiable(c.Context(), err))
 	}
 	return c.Report(o, err)
 }

@@ -862,3 +862,31 @@ func TestGuardReadsResourceOnlyWhenSomethingDoes(t *testing.T) {
 	assert.True(t, reads(sluice.With(plain), sluice.WithFallback(fbValue("a", "x"))), "a fallback")
 	assert.False(t, guardhook.ReadsResource((*sluice.Guard)(nil)), "a nil Guard")
 }
+
+// A call whose caller canceled its context with a cause, and that returned
+// the cause (as net/http does in place of context.Canceled), is Ignored as
+// a canceled call is: the Classifier is handed an error that matches
+// context.Canceled and unwraps to the cause. A call that fails with that
+// error while its caller has not canceled it fails.
+func TestCallerCanceledWithACauseIsIgnored(t *testing.T) {
+	r := newRecorder("r", -1)
+	var seen error
+	g := mustGuard(t, sluice.With(r), sluice.WithClassifier(func(err error) sluice.Outcome {
+		seen = err
+		return sluice.DefaultClassifier(err)
+	}))
+	sibling := errors.New("a sibling call failed")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	err := g.Do(ctx, func(ctx context.Context) error {
+		cancel(sibling)
+		return context.Cause(ctx)
+	})
+	assert.Same(t, sibling, err, "the caller gets the call's own error")
+	assert.ErrorIs(t, seen, context.Canceled)
+	assert.ErrorIs(t, seen, sibling)
+	err = g.Do(t.Context(), func(context.Context) error { return sibling })
+	assert.Same(t, sibling, err)
+	require.Len(t, r.dones, 2)
+	assert.Equal(t, sluice.Ignored, r.dones[0].outcome)
+	assert.Equal(t, sluice.Failure, r.dones[1].outcome)
+}

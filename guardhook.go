@@ -28,7 +28,7 @@ func init() {
 		if gd.timeout > 0 {
 			err = gd.timedOut(cctx, err)
 		}
-		return uint8(gd.classify(err))
+		return uint8(gd.classify(classifiable(cctx, err)))
 	}
 	guardhook.Now = func(g any) time.Duration { return g.(*Guard).now() }
 	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }

@@ -31,7 +31,8 @@ type Retry struct {
 	// Default 50ms.
 	Backoff time.Duration
 	// MaxBackoff caps the bound; a peer that asks for a longer delay gets
-	// its failure returned at once. Default 2s; at least Backoff.
+	// its failure returned at once. Default 2s, or Backoff if longer; at
+	// least Backoff.
 	MaxBackoff time.Duration
 	// Budget is the share of the Guard's calls that retries may add: 0.1
 	// lets 10 calls in 100 be retried once. Default 0.1; at most 1.
@@ -106,6 +107,8 @@ func newRetrier(r Retry) (*retrier, error) {
 	}
 	if r.MaxBackoff > 0 {
 		b.ceil = r.MaxBackoff
+	} else {
+		b.ceil = max(b.ceil, b.backoff) // the default fits the Backoff given
 	}
 	if b.ceil < b.backoff {
 		return nil, errors.New("sluice: WithRetry: MaxBackoff " + b.ceil.String() + " is below Backoff " + b.backoff.String())

@@ -274,3 +274,14 @@ func TestRetryDelayOfHugeBackoffs(t *testing.T) {
 		_ = ok // an hour is most likely too short, but may not be
 	}
 }
+
+// A Retry that sets only Backoff, longer than MaxBackoff's default, takes
+// a MaxBackoff that fits it: the zero value of a field takes its default,
+// and is no error.
+func TestRetryBackoffAboveTheDefaultMaxBackoff(t *testing.T) {
+	g, err := sluice.New(sluice.WithRetry(sluice.Retry{Backoff: 3 * time.Second}))
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+	_, err = sluice.New(sluice.WithRetry(sluice.Retry{Backoff: 3 * time.Second, MaxBackoff: 2 * time.Second}))
+	assert.ErrorContains(t, err, "MaxBackoff 2s is below Backoff 3s")
+}

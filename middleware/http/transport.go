@@ -420,6 +420,10 @@ func closeRequestBody(req *http.Request) {
 // back what the Guard took (sluice.Released) and returns the context's
 // error.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeRequestBody(req)
+		return nil, errors.New("sluicehttp: Transport: nil Request.URL")
+	}
 	if err := req.Context().Err(); err != nil {
 		closeRequestBody(req)
 		return nil, err
@@ -501,12 +505,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				// Classified as the attempt's end would be: by the
 				// Transport's classifier, else the Guard's, a timeout once
 				// the Guard's deadline has passed.
-				var o sluice.Outcome
-				if t.cfg.classify != nil {
-					o = t.cfg.classify(nil, err)
-				} else {
-					o = sluice.Outcome(guardhook.Classify(g, call.Context(), err))
-				}
+				o := t.errOutcome(g, &call, err)
 				if o == sluice.Failure && req.Context().Err() == nil {
 					if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {
 						call.Report(o, err)
@@ -518,7 +517,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 			}
 			if t.cfg.classify != nil {
-				return nil, call.Report(t.cfg.classify(nil, err), err)
+				return nil, call.Report(t.errOutcome(g, &call, err), err)
 			}
 			if out := call.End(err); out != nil {
 				return nil, out
@@ -577,13 +576,30 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// errOutcome classifies err, the error of call, admitted by g, that failed
+// before its response or while its body was read, as the call's end would
+// be: by the Transport's classifier, else the Guard's, a timeout once the
+// Guard's deadline has passed. A call its caller canceled is Ignored,
+// whatever error the cancel made (the cause of context.WithCancelCause, as
+// net/http returns it): it says nothing of the host.
+func (t *RoundTripper) errOutcome(g *sluice.Guard, call *sluice.Call, err error) sluice.Outcome {
+	cctx := call.Context()
+	if t.cfg.classify == nil {
+		return sluice.Outcome(guardhook.Classify(g, cctx, err))
+	}
+	if cctx.Err() == context.Canceled {
+		return sluice.Ignored
+	}
+	return t.cfg.classify(nil, err)
+}
+
 // guardBody returns body, whose end ends the call st describes.
 func (t *RoundTripper) guardBody(body io.ReadCloser, st *bodyState) *guardedBody {
 	gb := &guardedBody{ReadCloser: body, st: st}
 	// A caller that drops the body without closing it (a bug, but a common
 	// one) must not hold a half-open probe, a concurrency slot or its host
 	// forever: once the body is unreachable, the call ends as Ignored.
-	runtime.AddCleanup(gb, func(st *bodyState) { st.finish(sluice.Ignored) }, st)
+	runtime.AddCleanup(gb, func(st *bodyState) { st.finish(sluice.Ignored, nil) }, st)
 	return gb
 }
 
@@ -708,32 +724,35 @@ type bodyState struct {
 	host    *hostGuard // the host the call holds until it ends
 }
 
+// Read reads the body; its end (io.EOF) or its first error ends the call.
+// An error while a Success was read makes it what the same error before
+// the response would have been (see errOutcome); the call's end is told
+// the error, a timeout once the Guard's deadline has passed.
 func (b *guardedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil {
+	if err == io.EOF {
+		b.st.finish(b.st.outcome, nil)
+	} else if err != nil && !b.st.ended.Load() {
 		o := b.st.outcome
-		if err != io.EOF && o == sluice.Success {
-			o = sluice.Failure
-			if errors.Is(err, context.Canceled) {
-				o = sluice.Ignored
-			}
+		if o == sluice.Success {
+			o = b.st.t.errOutcome(b.st.host.g, &b.st.call, err)
 		}
-		b.st.finish(o)
+		b.st.finish(o, err)
 	}
 	return n, err
 }
 
 func (b *guardedBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.st.finish(b.st.outcome)
+	b.st.finish(b.st.outcome, nil)
 	return err
 }
 
-func (s *bodyState) finish(o sluice.Outcome) {
+func (s *bodyState) finish(o sluice.Outcome, err error) {
 	if s.ended.CompareAndSwap(false, true) {
 		// Deferred: a policy's Done that panics (a state listener) must not
 		// leave the host held or the deadline's timer running.
 		defer s.t.end(s.host)
-		s.call.Report(o, nil)
+		s.call.Report(o, err)
 	}
 }

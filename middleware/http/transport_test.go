@@ -1216,3 +1216,216 @@ func TestTransportCloseThatPanicsWedgesNoHost(t *testing.T) {
 	}
 	require.NoError(t, rt.Close())
 }
+
+// A caller whose context is canceled with a cause (context.WithCancelCause,
+// as errgroup.WithContext cancels the siblings of a failed call) gets from
+// net/http the cause, not context.Canceled, both from RoundTrip and from a
+// body read. The call is Ignored all the same: the caller's own cancel
+// says nothing of the host, and must not open its breaker.
+func TestTransportCallerCanceledWithACauseIsIgnored(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("part"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	siblingFailed := errors.New("a sibling call failed")
+
+	newRT := func(t *testing.T) (*RoundTripper, *testpolicy.Counter) {
+		count := testpolicy.NewCounter()
+		rt, err := Transport(base, func(string) (*sluice.Guard, error) { return sluice.New(sluice.With(count)) })
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rt.Close() })
+		return rt, count
+	}
+
+	t.Run("while waiting for the answer", func(t *testing.T) {
+		rt, count := newRT(t)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/slow", nil)
+		require.NoError(t, err)
+		go func() {
+			<-arrived
+			cancel(siblingFailed)
+		}()
+		_, err = rt.RoundTrip(req)
+		require.Error(t, err)
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, count.Outcomes(),
+			"the caller's cancellation (%v) was counted against the host", err)
+	})
+
+	t.Run("while reading the body", func(t *testing.T) {
+		rt, count := newRT(t)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/stream", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		_, err = io.ReadFull(resp.Body, make([]byte, 4))
+		require.NoError(t, err)
+		cancel(siblingFailed)
+		_, err = io.ReadAll(resp.Body)
+		require.Error(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, count.Outcomes(),
+			"the caller's cancellation (%v) was counted against the host", err)
+	})
+
+	t.Run("a fan-out does not open the host's breaker", func(t *testing.T) {
+		rt, err := Transport(base, func(string) (*sluice.Guard, error) {
+			b, err := breaker.New("dep", breaker.WithConsecutiveFailures(3))
+			if err != nil {
+				return nil, err
+			}
+			return sluice.New(sluice.With(b))
+		})
+		require.NoError(t, err)
+		defer rt.Close()
+		for range 3 {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/slow", nil)
+			require.NoError(t, err)
+			go func() {
+				<-arrived
+				cancel(siblingFailed)
+			}()
+			_, _ = rt.RoundTrip(req)
+			cancel(nil)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/healthy", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err, "three cancelled callers opened the breaker of a healthy host")
+		cancel()
+		_ = resp.Body.Close()
+	})
+}
+
+// eventLog is an Observer that keeps the CallEvents it hears.
+type eventLog struct {
+	mu     sync.Mutex
+	events []sluice.CallEvent
+}
+
+func (l *eventLog) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(_ context.Context, e sluice.CallEvent) {
+		l.mu.Lock()
+		l.events = append(l.events, e)
+		l.mu.Unlock()
+	}, nil, nil
+}
+
+// stallingBody answers its first read, then blocks until ctx ends and
+// fails with its cause, as net/http's body does when the request's
+// context ends.
+type stallingBody struct {
+	ctx  context.Context
+	sent bool
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, "part"), nil
+	}
+	<-b.ctx.Done()
+	return 0, context.Cause(b.ctx)
+}
+
+func (*stallingBody) Close() error { return nil }
+
+type stallingDependency struct{}
+
+func (stallingDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: &stallingBody{ctx: r.Context()}, Request: r}, nil
+}
+
+// The Guard's timeout runs until the response's body ends: when it passes
+// while the body is read, the call's end is a timeout, for the Guard's
+// observers and Stats, as when it passes before the headers came.
+func TestTransportBodyReadPastTheDeadlineIsATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &eventLog{}
+		rt, err := Transport(stallingDependency{}, func(host string) (*sluice.Guard, error) {
+			return sluice.New(sluice.WithName(host), sluice.WithObserver(log), sluice.WithTimeout(100*time.Millisecond))
+		})
+		require.NoError(t, err)
+		defer rt.Close()
+		req, err := http.NewRequest(http.MethodGet, "http://dep.test/x", nil)
+		require.NoError(t, err)
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		_, err = io.ReadAll(resp.Body)
+		require.ErrorIs(t, err, sluice.ErrTimeout, "the body's read ended with the Guard's deadline")
+		_ = resp.Body.Close()
+
+		g, ok := rt.Guard("dep.test")
+		require.True(t, ok)
+		var timeouts uint64
+		for _, n := range g.Stats().Timeouts.Counts {
+			timeouts += n
+		}
+		assert.Equal(t, uint64(1), timeouts, "the call that ran past the Guard's deadline is not counted as a timeout")
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		require.Len(t, log.events, 1)
+		assert.Equal(t, sluice.Failure, log.events[0].Outcome)
+		assert.ErrorIs(t, log.events[0].Err, sluice.ErrTimeout, "the observers were told of no timeout")
+	})
+}
+
+// A request without a URL is an error, its body closed, as net/http's
+// Transport answers it: not a panic.
+func TestTransportNilURLIsAnError(t *testing.T) {
+	rt, err := Transport(&fakeDependency{status: http.StatusOK}, func(string) (*sluice.Guard, error) { return sluice.New() })
+	require.NoError(t, err)
+	defer rt.Close()
+	body := &trackedBody{Reader: strings.NewReader("x")}
+	req := &http.Request{Method: http.MethodPut, Header: http.Header{}, Body: body}
+	var resp *http.Response
+	require.NotPanics(t, func() { resp, err = rt.RoundTrip(req) })
+	assert.Nil(t, resp)
+	assert.Error(t, err)
+	assert.True(t, body.closed, "the request's body was left open")
+}
+
+// An error reading the body of a 2xx is classified as the same error
+// before the headers: by the Guard's Classifier (or
+// WithResponseClassifier). A connection reset the Classifier ignores is
+// not counted against the host after the headers either.
+func TestTransportBodyReadErrorIsClassified(t *testing.T) {
+	reset := errors.New("connection reset")
+	ignoreAll := sluice.WithClassifier(func(error) sluice.Outcome { return sluice.Ignored })
+	for name, dep := range map[string]http.RoundTripper{
+		"before the headers": &fakeDependency{err: reset},
+		"in the body":        bodyDependency{reset},
+	} {
+		t.Run(name, func(t *testing.T) {
+			count := testpolicy.NewCounter()
+			rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
+				return sluice.New(sluice.With(count), ignoreAll)
+			})
+			require.NoError(t, err)
+			defer rt.Close()
+			req, err := http.NewRequest(http.MethodGet, "http://dep.test/x", nil)
+			require.NoError(t, err)
+			if resp, err := rt.RoundTrip(req); err == nil {
+				_, _ = io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+			}
+			assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, count.Outcomes())
+		})
+	}
+}
