@@ -593,18 +593,26 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		} else {
 			b.halfs.fail++
 		}
-		cfg := b.cfg.Load() // under mu: Reconfigure cannot change it meanwhile
-		switch {
-		case b.halfs.succ >= cfg.need:
-			b.trips = 0
-			b.setPhase(p, StateClosed, now, 0, false)
-		case b.halfs.fail > cfg.probes-cfg.need:
-			b.trips++
-			b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
-		}
+		// Under mu: Reconfigure cannot change the numbers meanwhile.
+		b.settleProbes(p, b.cfg.Load(), now, draw)
 	}
 	b.mu.Unlock()
 	b.dispatch()
+}
+
+// settleProbes closes p, half-open, at now when the probes counted meet
+// c's need of successes, and opens it when its failures leave too few
+// probes to meet it, for its open duration shortened by the jitter's share
+// draw. Called with b.mu held.
+func (b *Breaker) settleProbes(p *phase, c *config, now time.Duration, draw float64) {
+	switch {
+	case b.halfs.succ >= c.need:
+		b.trips = 0
+		b.setPhase(p, StateClosed, now, 0, false)
+	case b.halfs.fail > c.probes-c.need:
+		b.trips++
+		b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
+	}
 }
 
 // openDuration returns how long the breaker stays open after its b.trips-th

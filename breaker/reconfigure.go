@@ -58,14 +58,7 @@ func (b *Breaker) reconfigure(c *config, now time.Duration, draw float64) {
 	old := b.cfg.Swap(c)
 	p := b.cur.Load()
 	if p.state == StateHalfOpen {
-		switch {
-		case b.halfs.succ >= c.need:
-			b.trips = 0
-			b.setPhase(p, StateClosed, now, 0, false)
-		case b.halfs.fail > c.probes-c.need:
-			b.trips++
-			b.setPhase(p, StateOpen, now, b.openDuration(draw), false)
-		}
+		b.settleProbes(p, c, now, draw)
 		return
 	}
 	if p.state != StateClosed || sameWindow(old, c) {
