@@ -9,8 +9,8 @@ import (
 	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
-// The causes of a rejection. A *RejectedError matches ErrRejected and exactly
-// one of the others with errors.Is.
+// The causes of a rejection. A policy's rejection matches ErrRejected and
+// exactly one of the others with errors.Is; RejectionOf reads its Decision.
 var (
 	// ErrRejected matches every rejection by a sluice policy.
 	ErrRejected = errors.New("sluice: rejected")

@@ -38,8 +38,8 @@
 // # Client IP
 //
 // [IPExtractor] takes the client's address from the direct peer. It reads
-// Forwarded, X-Forwarded-For and X-Real-IP only when the direct peer is a
-// trusted proxy, and then takes the right-most address that is not itself a
-// trusted proxy, so a client cannot choose its own address by sending the
-// header itself.
+// X-Forwarded-For (or the fields [ProxyHeaders] names: Forwarded,
+// X-Real-IP) only when the direct peer is a trusted proxy, and then takes
+// the right-most address that is not itself a trusted proxy, so a client
+// cannot choose its own address by sending the header itself.
 package middleware

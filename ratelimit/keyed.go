@@ -233,7 +233,10 @@ const (
 // "" to check it, and then whenever a key without a limiter comes; it must
 // return a new limiter each time. A newLimiter error at request time rejects that request, with
 // a Cause wrapping both sluice.ErrRateLimited and the error, and a
-// RetryAfter of 1s.
+// RetryAfter of 1s. A request's key is what the adapter's Keyer found
+// (sluicehttp.WithKeyer, say) or sluice.WithKey put in its context; a
+// request without one is limited under the key "", which every such
+// request shares, unless RequireKey.
 func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option) (*Keyed, error) {
 	o := options{name: "ratelimit/keyed", maxKeys: defaultMaxKeys, clock: sluice.SystemClock}
 	if err := applyOptions(&o, opts); err != nil {

@@ -403,7 +403,7 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (reservation, int64) {
 func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1) }
 
 // WaitN waits until n tokens (below 1 counts as 1) are there and takes them.
-// It returns at once a *sluice.RejectedError matching ErrNeverSatisfiable
+// It returns at once a sluice rejection matching ErrNeverSatisfiable
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
 // tokens would come after ctx's deadline (or, without one, more than 2^62ns
 // after now); in both cases it takes nothing. When ctx ends during the

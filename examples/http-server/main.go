@@ -27,7 +27,10 @@
 //	for i in 1 2 3; do curl -si localhost:8080/prices; done   # 502s open the breaker, then the stale copy with Age
 //
 // (Back to back: the breaker stays open 200ms, and typed one by one the
-// calls would each find it half-open, probe, and get the 502 again.)
+// calls would each find it half-open, probe, and get the 502 again. A
+// client IP has a burst of 4 and one more a second: pasted all at once,
+// the lines before spend it and the loop meets 429s; wait a few seconds
+// before the loop.)
 //
 // The service is in main.go; demo.go plays the demonstration against it.
 package main

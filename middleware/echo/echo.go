@@ -37,8 +37,8 @@ type config struct {
 // method and route path ("POST /cart", as net/http patterns name a method)
 // when rs lists it, else that of the route path (c.Path(): "/cart"); a HEAD
 // request without a "HEAD /cart" entry takes the "GET /cart" one, as in
-// net/http. Without it (and without WithGuard) every request passes
-// through. It excludes WithGuard.
+// net/http; a request whose route rs does not list passes through. It
+// excludes WithGuard; Middleware needs one of the two.
 func WithRoutes(rs *middleware.Routes) Option {
 	return func(c *config) { c.SetRoutes(rs) }
 }
@@ -177,9 +177,9 @@ const rejectedKey = "sluice.rejected"
 // keeps its code, whatever its Internal, and so does a response already
 // committed.
 //
-// It returns an error for an option given a nil argument, for WithGuard
-// together with WithRoutes, and for a Guard with a fallback that answers
-// no http.Handler.
+// It returns an error for an option given a nil argument, for neither
+// WithGuard nor WithRoutes, for both together, and for a Guard with a
+// fallback that answers no http.Handler.
 func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 	cfg := config{Config: core.New("sluiceecho"), skip: echomw.DefaultSkipper}
 	for i, o := range opts {

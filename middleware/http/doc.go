@@ -22,8 +22,9 @@
 // On the client side, [Transport] guards each outgoing call with the Guard of
 // its host (typically a breaker, a limiter and a timeout), classifies the
 // answer by status, opens the host's breaker for as long as a dependency's
-// Retry-After asks on 429 and 503, and returns a *sluice.RejectedError
-// without calling the dependency when the Guard rejects. A handler that gets
+// Retry-After asks on 429 and 503, and returns the Guard's rejection (an
+// error matching sluice.ErrRejected; sluice.RejectionOf reads its
+// Decision) without calling the dependency when the Guard rejects. A handler that gets
 // such a rejection passes it to [Reject], which answers it as the middleware
 // answers its own: with the fallbacks of the route's Guard (the stale copy
 // of its last good response, say), else the deny handler, else 429 or 503 with

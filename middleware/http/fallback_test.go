@@ -230,7 +230,7 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 		assert.Nil(t, mwf, name)
 	}
 	_, err = Middleware()
-	assert.NoError(t, err, "no option: every request passes through")
+	assert.ErrorContains(t, err, "sluicehttp: no Guard: give WithGuard, or WithRoutes", "no option: nothing guarded")
 }
 
 // A request whose client went away counts for nothing, whatever the handler

@@ -25,8 +25,9 @@ type config struct {
 }
 
 // WithRoutes guards requests with the Guard their route maps to in rs, and
-// answers their rejections with that Guard's fallbacks. Without it (and
-// without WithGuard) every request passes through. It excludes WithGuard.
+// answers their rejections with that Guard's fallbacks; a request whose
+// route rs does not list (and has no default for) passes through. It
+// excludes WithGuard; Middleware needs one of the two.
 func WithRoutes(rs *middleware.Routes) Option {
 	return func(c *config) { c.SetRoutes(rs) }
 }
@@ -135,9 +136,9 @@ func WithRenderer(r middleware.Renderer) Option {
 // request whose client went away counts for nothing, and no fallback
 // answers it.
 //
-// It returns an error for an option given a nil argument, for WithGuard
-// together with WithRoutes, and for a Guard with a fallback that answers
-// no http.Handler.
+// It returns an error for an option given a nil argument, for neither
+// WithGuard nor WithRoutes, for both together, and for a Guard with a
+// fallback that answers no http.Handler.
 func Middleware(opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := config{Config: core.New("sluicehttp")}
 	for i, o := range opts {

@@ -416,7 +416,7 @@ func closeRequestBody(req *http.Request) {
 // whose context ends while its host's Guard is made is not sent either, and
 // nor is one whose context ends while a policy of the Guard makes it wait:
 // a policy that gives up the wait rejects it (a queued concurrency limit:
-// the *sluice.RejectedError), and one admitted as its context ended gives
+// its rejection), and one admitted as its context ended gives
 // back what the Guard took (sluice.Released) and returns the context's
 // error.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {

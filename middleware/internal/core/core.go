@@ -89,6 +89,9 @@ func (c *Config) SetRoutes(rs *middleware.Routes) {
 // Build checks the configuration: the options' errors, and the fallbacks
 // of every Guard of the table, each of which must answer an http.Handler.
 func (c *Config) Build() error {
+	if !c.guardSet && !c.routesSet {
+		c.Errorf("no Guard: give WithGuard, or WithRoutes with a route table")
+	}
 	if err := errors.Join(c.errs...); err != nil {
 		return err
 	}
