@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ type Guard struct {
 	classify   Classifier
 	unsubsMu   sync.Mutex
 	unsubs     []func()
+	closed     bool       // Close has run; under unsubsMu
 	fallbacks  []Fallback // outermost layer; see fallback.go
 	onFallback []func(context.Context, FallbackEvent)
 	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
@@ -190,6 +192,11 @@ func (g *Guard) Close() error {
 		return nil
 	}
 	g.unsubsMu.Lock()
+	if g.closed {
+		g.unsubsMu.Unlock()
+		return nil // a policy is closed once: io.Closer says nothing of twice
+	}
+	g.closed = true
 	unsubs := g.unsubs
 	g.unsubs = nil
 	g.unsubsMu.Unlock()
@@ -429,7 +436,7 @@ func (c *Call) finish(err error) error {
 // timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
 // Report counts; a later one returns err as it is.
 func (c *Call) Report(o Outcome, err error) error {
-	if !c.live || err == errBegin {
+	if err == errBegin || !c.live {
 		return err
 	}
 	g := c.g
@@ -448,11 +455,16 @@ func (c *Call) Report(o Outcome, err error) error {
 		}
 	}
 	if g.obs != nil && c.ran {
-		// Counted before the policies hear it: a Done that panics (a
-		// state listener) must not lose the call's end. A call whose
-		// admission panicked (ran unset) was never counted admitted, and
-		// its release ends nothing observed.
+		// Counted before the policies hear it, and told to the observers
+		// after, deferred: a Done that panics (a state listener) must not
+		// lose the call's end, and an observer that panics must not keep
+		// the policies from hearing it (their slots and probes would
+		// leak). A call whose admission panicked (ran unset) was never
+		// counted admitted, and its release ends nothing observed.
 		g.obs.ended(c, o, err, now)
+		if len(g.obs.calls) != 0 {
+			defer g.obs.tell(c, o, err, now)
+		}
 	}
 	c.end(g, o, now)
 	return err
@@ -542,6 +554,9 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	err := g.rejection(i, now, q, cause)
 	if g.obs != nil {
 		g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d)
+		if c.skip != 0 {
+			g.obs.countShadows(c.skip, int(shardAt(now)))
+		}
 	}
 	return err
 }
@@ -557,10 +572,10 @@ func (g *Guard) rejection(i int, now time.Duration, q Quota, cause error) error 
 	// any other 0, whenever the rejection came.
 	var retryAt, resetAt time.Duration
 	if q.RetryAfter > 0 {
-		retryAt = ceilMilli(now + q.RetryAfter)
+		retryAt = instantAfter(now, q.RetryAfter)
 	}
 	if q.Reset > 0 {
-		resetAt = ceilMilli(now + q.Reset)
+		resetAt = instantAfter(now, q.Reset)
 	}
 	if e := g.rejs[i].Load(); e != nil && e.d.Cause == cause && e.retryAt == retryAt &&
 		e.resetAt == resetAt && e.d.Limit == q.Limit && e.d.Remaining == q.Remaining &&
@@ -572,6 +587,16 @@ func (g *Guard) rejection(i int, now time.Duration, q Quota, cause error) error 
 		g.rejs[i].Store(e)
 	}
 	return e
+}
+
+// instantAfter returns the instant d > 0 after now, rounded up to a whole
+// millisecond; the last instant there is for one past it.
+func instantAfter(now, d time.Duration) time.Duration {
+	t := now + d
+	if t < now || t > math.MaxInt64-time.Millisecond {
+		return math.MaxInt64
+	}
+	return ceilMilli(t)
 }
 
 // ceilMilli rounds t up to a whole millisecond.
@@ -599,7 +624,6 @@ func cacheable(cause error) bool {
 // a policy that may wait.
 func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	now := g.now()
-	arrived := now
 	// After a policy that may wait, the instant moves on; the instant each
 	// policy decided at is kept, so a release tells each how long ago it
 	// admitted.
@@ -615,26 +639,39 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	}
 	c.live, c.start = true, now
 	best, bi := Quota{Limit: -1}, -1
+	// The call's wait is the time in the policies that may wait: the clock
+	// is read before such a policy when another has decided since it was
+	// last read (a limiter's round trip to Redis is no wait), and after it.
+	var waited time.Duration
+	stale := false
 	for i, p := range g.policies {
+		w := g.waits != nil && g.waits[i]
+		if w && stale {
+			now, stale = g.now(), false
+		}
 		if c.waited && c.more != nil {
 			c.more[np+i] = Ticket(now)
 		} else if c.waited {
 			c.ats[i] = now
 		}
+		before := now
 		t, q, cause := p.Admit(ctx, now)
+		if w {
+			// It may have waited, and given up: the policies after it
+			// decide, and the call's latency starts, at the instant the
+			// wait ended.
+			now = g.now()
+			waited += now - before
+		} else {
+			stale = true
+		}
 		if cause != nil && g.shadow.Load()>>i&1 == 0 {
-			if g.waits != nil && g.waits[i] {
-				now = g.now() // it may have waited before it gave up
-				c.wait = now - arrived
-			}
+			c.wait = waited
 			return g.rejected(ctx, c, i, now, q, cause, true)
 		}
 		if cause != nil {
 			g.shadowed(c, i, cause)
 			c.n = int32(i + 1)
-			if g.waits != nil && g.waits[i] {
-				now = g.now()
-			}
 			continue
 		}
 		if c.more != nil {
@@ -643,17 +680,12 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.tickets[i] = t
 		}
 		c.n = int32(i + 1)
-		if g.waits != nil && g.waits[i] {
-			// It may have waited: the policies after it decide, and the
-			// call's latency starts, at the instant the wait ended.
-			now = g.now()
-		}
 		if q.Limit >= 0 && (best.Limit < 0 || q.Remaining < best.Remaining) {
 			best, bi = q, i
 		}
 	}
 	c.start = now
-	c.wait = now - arrived
+	c.wait = waited
 	c.d = allowAll
 	if g.obs != nil {
 		g.obs.admitted(c)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -889,4 +890,50 @@ func TestCallerCanceledWithACauseIsIgnored(t *testing.T) {
 	require.Len(t, r.dones, 2)
 	assert.Equal(t, sluice.Ignored, r.dones[0].outcome)
 	assert.Equal(t, sluice.Failure, r.dones[1].outcome)
+}
+
+// Closing twice is harmless: a policy that is an io.Closer is closed once
+// (io.Closer leaves a second Close undefined; one that closes a channel
+// would panic).
+func TestCloseTwiceClosesEachPolicyOnce(t *testing.T) {
+	c := &closer{recorder: newRecorder("c", -1)}
+	g, err := sluice.New(sluice.With(c))
+	require.NoError(t, err)
+	require.NoError(t, g.Close())
+	require.NoError(t, g.Close())
+	assert.Equal(t, int32(1), c.closed.Load(), "a Guard closed twice closed its policy twice")
+}
+
+// Begin refuses a nil Call with an error that End and Report pass on
+// untouched: Report does not read the nil Call.
+func TestReportPassesOnBeginsRefusalOfANilCall(t *testing.T) {
+	g := mustGuard(t, sluice.With(newRecorder("p", -1)))
+	var c *sluice.Call
+	err := g.Begin(t.Context(), c)
+	require.Error(t, err)
+	assert.Equal(t, err, c.End(err), "End passes it on")
+	assert.NotPanics(t, func() { assert.Equal(t, err, c.Report(sluice.Failure, err)) }, "Report panics on the nil Call")
+}
+
+// forever rejects every call with the longest RetryAfter there is: a
+// block-list policy telling the caller not to come back.
+type forever struct{}
+
+func (forever) Name() string                                                     { return "forever" }
+func (forever) Needs() sluice.Needs                                              { return 0 }
+func (forever) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (forever) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1, RetryAfter: math.MaxInt64}, sluice.ErrRateLimited
+}
+
+// A RetryAfter past what the Guard's clock can add (near math.MaxInt64)
+// saturates: it is not read back as 0, as if the caller could retry at
+// once.
+func TestLongRetryAfterIsNotLost(t *testing.T) {
+	clk := sluice.NewManualClock(time.Hour)
+	g := mustGuard(t, sluice.With(forever{}), sluice.WithClock(clk))
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	d := rejection(t, err)
+	assert.Greater(t, d.RetryAfter, 100*365*24*time.Hour, "the Guard lost the policy's RetryAfter")
+	assert.Contains(t, err.Error(), "retry after")
 }

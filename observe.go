@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -354,10 +355,24 @@ func (ob *observation) addAt(slot int, now time.Duration) {
 func (ob *observation) admitted(c *Call) {
 	c.shard = shardAt(c.start)
 	ob.counts[int(c.shard)*ob.stride+slotAdmitted].Add(1)
+	if c.skip != 0 {
+		ob.countShadows(c.skip, int(c.shard))
+	}
 }
 
-// ended counts and reports the end of c, admitted by every policy, with o
-// and err at now.
+// countShadows counts the shadow rejections of a call, the policies of
+// skip, in shard: after the call's admission, or its rejection by a later
+// policy, is counted, so that Stats, which reads them in the other order,
+// never shows more shadow rejected than admitted. A call whose admission
+// panicked counts neither.
+func (ob *observation) countShadows(skip uint64, shard int) {
+	for ; skip != 0; skip &= skip - 1 {
+		ob.counts[shard*ob.stride+ob.slotShadow+bits.TrailingZeros64(skip)].Add(1)
+	}
+}
+
+// ended counts the end of c, admitted by every policy, with o and err at
+// now.
 func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 	lat := max(now-c.start, 0)
 	k := int(o)
@@ -367,9 +382,11 @@ func (ob *observation) ended(c *Call, o Outcome, err error, now time.Duration) {
 	h := ob.counts[int(c.shard)*ob.stride+slotDurations+k*histSlots:][:histSlots]
 	h[bucketOf(lat)].Add(1)
 	h[histSlots-1].Add(uint64(lat))
-	if len(ob.calls) == 0 {
-		return
-	}
+}
+
+// tell reports the end of c, counted by ended, to the observers.
+func (ob *observation) tell(c *Call, o Outcome, err error, now time.Duration) {
+	lat := max(now-c.start, 0)
 	e := CallEvent{Admitted: true, Outcome: o, Err: err, Wait: c.wait, Latency: lat, Decision: c.d}
 	if c.skip != 0 {
 		e.Shadow, e.Policy, e.Cause = true, c.g.names[c.shadowPolicy()], c.shadowCause

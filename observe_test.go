@@ -292,3 +292,107 @@ func TestStatsWhileCallsRunNeverShowMoreEndedThanAdmitted(t *testing.T) {
 	p := g.Stats().Policies[1]
 	assert.Equal(t, p.Admitted, p.ShadowRejected, "at rest, every call was shadow rejected")
 }
+
+// A call that waited 300ms in a queue and was then rejected by a policy
+// after it (one that does not wait) reports that wait to the observers.
+func TestRejectionAfterAWaitReportsTheWait(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 300 * time.Millisecond}
+	limit := newRecorder("limit", 0) // rejects every call
+	ev := &events{}
+	g := mustGuard(t, sluice.With(queue, limit), sluice.WithClock(clk), sluice.WithObserver(ev))
+	err := g.Do(t.Context(), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, sluice.ErrRateLimited)
+	require.Len(t, ev.got, 1)
+	assert.False(t, ev.got[0].Admitted)
+	assert.Equal(t, "limit", ev.got[0].Policy)
+	assert.Equal(t, 300*time.Millisecond, ev.got[0].Wait, "the call waited 300ms in the queue before it was rejected")
+}
+
+// panickyObserver is an Observer whose observe panics, as a buggy metrics exporter
+// might.
+type panickyObserver struct{}
+
+func (panickyObserver) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(context.Context, sluice.CallEvent) { panic("observer") }, nil, nil
+}
+
+// An observer that panics when a call ends does not keep the policies that
+// admitted it from hearing the end: their slots and probes would leak.
+func TestPanickingObserverStillEndsThePolicies(t *testing.T) {
+	outer, inner := newRecorder("outer", -1), newRecorder("inner", -1)
+	g := mustGuard(t, sluice.With(outer, inner), sluice.WithObserver(panickyObserver{}))
+	assert.Panics(t, func() { _ = g.Do(t.Context(), func(context.Context) error { return nil }) })
+	assert.Len(t, inner.doneCalls(), 1, "the inner policy never heard the call's end")
+	assert.Len(t, outer.doneCalls(), 1, "the outer policy never heard the call's end")
+}
+
+// A shadow rejection counts once its call counts as admitted (or rejected
+// by a later policy): a call whose admission then panics in an inner
+// policy's Admit counts in neither.
+func TestShadowRejectionOfACallWhoseAdmissionPanickedIsNotCounted(t *testing.T) {
+	g := mustGuard(t, sluice.WithName("g"),
+		sluice.With(&stub{name: "limit", reject: true}, &stub{name: "inner", panicAdmit: true}),
+		sluice.WithShadow("limit"), sluice.WithObserver(&events{}))
+	assert.Panics(t, func() { _ = g.Do(context.Background(), func(context.Context) error { return nil }) })
+	p := g.Stats().Policies[0]
+	assert.LessOrEqual(t, p.ShadowRejected, p.Admitted, "more shadow rejected than admitted: %+v", p)
+}
+
+// gate is a policy whose Admit blocks until released, as a concurrency
+// queue's does while a call waits for a slot.
+type gate struct {
+	entered, release chan struct{}
+}
+
+func (*gate) Name() string                                                     { return "queue" }
+func (*gate) Needs() sluice.Needs                                              { return sluice.Waits }
+func (*gate) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (q *gate) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	q.entered <- struct{}{}
+	<-q.release
+	return 1, sluice.Quota{Limit: -1}, nil
+}
+
+// While a call that a shadowed policy rejected waits in an inner queue,
+// Stats shows no more shadow rejected than admitted (a dashboard's
+// Admitted-ShadowRejected would wrap around).
+func TestStatsWhileACallWaitsShowNoMoreShadowRejectedThanAdmitted(t *testing.T) {
+	q := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+	g := mustGuard(t, sluice.WithName("g"), sluice.With(&stub{name: "limit", reject: true}, q),
+		sluice.WithShadow("limit"), sluice.WithObserver(&events{}))
+	done := make(chan error)
+	go func() { done <- g.Do(context.Background(), func(context.Context) error { return nil }) }()
+	<-q.entered // the call waits in the queue, past the shadowed limit
+	p := g.Stats().Policies[0]
+	close(q.release)
+	require.NoError(t, <-done)
+	assert.LessOrEqual(t, p.ShadowRejected, p.Admitted, "a snapshot while the call waited: %+v", p)
+}
+
+// slowAdmit is a policy that never waits (no sluice.Waits) but takes a
+// while to decide, as a Redis limiter's round trip does.
+type slowAdmit struct {
+	*recorder
+	clk  *sluice.ManualClock
+	took time.Duration
+}
+
+func (s *slowAdmit) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	s.clk.Advance(s.took)
+	return s.recorder.Admit(ctx, now)
+}
+
+// A call's wait is the time in the policies that may wait: a queue that
+// admits at once, behind a policy that takes 20ms to decide (a Redis
+// limiter's round trip), is no wait.
+func TestWaitCountsOnlyTheTimeInPoliciesThatWait(t *testing.T) {
+	clk := sluice.NewManualClock(time.Second)
+	slow := &slowAdmit{recorder: newRecorder("remote", -1), clk: clk, took: 20 * time.Millisecond}
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 0} // a free slot: no wait
+	ev := &events{}
+	g := mustGuard(t, sluice.With(slow, queue), sluice.WithClock(clk), sluice.WithObserver(ev))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	require.Len(t, ev.got, 1)
+	assert.Equal(t, time.Duration(0), ev.got[0].Wait, "no policy that may wait made the call wait")
+}

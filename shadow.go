@@ -37,7 +37,9 @@ func WithShadow(policy string) Option {
 // decides each call as when enforcing, but a call it rejects goes through
 // and is counted in [PolicyStats].ShadowRejected and reported to the
 // observers ([CallEvent].Shadow) instead. SetShadow returns an error, and
-// changes nothing, for a name that is not in the chain. It is safe to call
+// changes nothing, for a name that is not in the chain, and for a policy
+// past the 64th (the whole Guard, "", for a chain longer than 64): only the
+// first 64 of a chain can be shadowed. It is safe to call
 // while calls run; a call decides with the modes it finds.
 func (g *Guard) SetShadow(policy string, on bool) error {
 	if g == nil {
@@ -50,6 +52,9 @@ func (g *Guard) SetShadow(policy string, on bool) error {
 
 func (g *Guard) setShadowLocked(policy string, on bool) error {
 	if policy == "" {
+		if on && len(g.policies) > maxShadowed {
+			return fmt.Errorf("sluice: SetShadow: the Guard's chain has %d policies; only the first %d can be shadowed", len(g.policies), maxShadowed)
+		}
 		g.shadowAll = on
 	} else {
 		var mask uint64
@@ -86,15 +91,13 @@ func (g *Guard) publishShadow() {
 
 // shadowed lets a call on past policy i, which rejected it with cause
 // while in shadow mode: the policy is left out of the call's end, and the
-// rejection is counted and kept for the observers.
+// rejection is kept for the observers, and counted once the call is
+// counted admitted, or rejected by a policy after i (see countShadows).
 func (g *Guard) shadowed(c *Call, i int, cause error) {
 	if c.skip == 0 {
 		c.shadowCause = causeOf(cause)
 	}
 	c.skip |= 1 << i
-	if g.obs != nil {
-		g.obs.add(g.obs.slotShadow + i)
-	}
 }
 
 // shadowPolicy returns the index of the first policy that rejected c in

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -125,4 +126,21 @@ func TestShadowOnAWaitingChainAndALongChain(t *testing.T) {
 	err := g.Do(t.Context(), func(context.Context) error { return boom })
 	require.ErrorIs(t, err, boom)
 	assert.Equal(t, sluice.Failure, recs[5].doneCalls()[1].outcome)
+}
+
+// Only the first 64 policies of a chain can be shadowed: shadowing the
+// whole Guard of a longer chain is refused, not a shadow that leaves the
+// 65th enforcing while Stats says the Guard is shadowed.
+func TestWholeGuardShadowRefusedPastThe64thPolicy(t *testing.T) {
+	ps := make([]sluice.Policy, 65)
+	for i := range ps {
+		ps[i] = newRecorder("p"+strconv.Itoa(i), -1)
+	}
+	_, err := sluice.New(sluice.With(ps...), sluice.WithShadow(""))
+	assert.ErrorContains(t, err, "only the first 64 can be shadowed")
+	g, err := sluice.New(sluice.With(ps...))
+	require.NoError(t, err)
+	assert.ErrorContains(t, g.SetShadow("", true), "only the first 64 can be shadowed")
+	assert.False(t, g.Stats().Shadowed)
+	require.NoError(t, g.SetShadow("", false))
 }

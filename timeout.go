@@ -48,13 +48,14 @@ func (g *Guard) callContext(ctx context.Context) (context.Context, context.Cance
 }
 
 // timedOut turns err into a *timeouterr.Error when the Guard's deadline on cctx
-// passed. cctx carries the Guard's own deadline, the earliest of its chain,
-// so an expiry of cctx is the Guard's.
+// passed: cctx's expiry with the cause callContext gives it. A caller's own
+// deadline that came first (cctx is then the caller's context) is the
+// caller's.
 func (g *Guard) timedOut(cctx context.Context, err error) error {
 	if te, ok := err.(*timeouterr.Error); ok && te.After == g.timeout {
 		return err // mapped already
 	}
-	if err != nil && cctx.Err() == context.DeadlineExceeded {
+	if err != nil && cctx.Err() == context.DeadlineExceeded && context.Cause(cctx) == ErrTimeout {
 		return &timeouterr.Error{After: g.timeout, Err: err}
 	}
 	return err

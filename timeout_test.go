@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 )
 
@@ -286,4 +287,31 @@ func TestCallerDeadlineIsNotTheGuardsTimeout(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of 20000 calls run and ended under the caller's own deadline were reported as the Guard's timeout", bad)
 	}
+}
+
+// The adapters' classification of an attempt (guardhook.Classify) is a
+// Call's end's: the expiry of the caller's own deadline, which came before
+// the Guard's, is the caller's, not the Guard's timeout.
+func TestClassifyHookKeepsTheCallersDeadline(t *testing.T) {
+	classify := func(err error) sluice.Outcome {
+		switch {
+		case errors.Is(err, sluice.ErrTimeout):
+			return sluice.Failure
+		case errors.Is(err, context.DeadlineExceeded):
+			return sluice.Ignored // the caller's own deadline: not the dependency's fault
+		}
+		return sluice.DefaultClassifier(err)
+	}
+	p := newRecorder("p", -1)
+	g := mustGuard(t, sluice.With(p), sluice.WithTimeout(time.Hour), sluice.WithClassifier(classify))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second)) // the caller's, passed
+	defer cancel()
+	var c sluice.Call
+	require.NoError(t, g.Begin(ctx, &c))
+	require.Equal(t, ctx, c.Context(), "the caller's earlier deadline is kept")
+	hook := sluice.Outcome(guardhook.Classify(g, c.Context(), context.DeadlineExceeded))
+	err := c.End(context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, sluice.ErrTimeout, "End keeps the caller's expiry")
+	require.Len(t, p.doneCalls(), 1)
+	assert.Equal(t, p.doneCalls()[0].outcome, hook, "the hook classifies otherwise than the call's end")
 }

@@ -448,17 +448,19 @@ func TestShadowPast64IsRefusedBeforeAnythingChanges(t *testing.T) {
 	assert.Equal(t, uint64(2), l.Version().N)
 }
 
-// A guard in shadow mode as a whole loads whatever its length, as the
-// Guard's SetShadow("") takes it.
-func TestGuardShadowOverALongChainLoads(t *testing.T) {
+// A guard in shadow mode as a whole is refused past 64 policies, as the
+// Guard's SetShadow("") refuses it: the 65th would enforce.
+func TestGuardShadowOverALongChainIsRefused(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("guards:\n  b:\n    shadow: true\n    policies:\n")
 	for i := range 65 {
 		fmt.Fprintf(&b, "      - {name: b%d, kind: token-bucket, rate: 1000/s, burst: 1000}\n", i)
 	}
 	b.WriteString("default: b\n")
-	l, _ := newLoader(t, b.String())
-	assert.Equal(t, uint64(1), l.Version().N)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, b.String())
+	_, err := New(path, WithLogger(quietLog))
+	assert.ErrorContains(t, err, "only the first 64 can be shadowed")
 }
 
 // The name the parser reckons each kind goes by in its Guard, which tells
