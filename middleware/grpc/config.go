@@ -75,6 +75,9 @@ func build(s side, opts []Option) (*config, error) {
 	if s == tapSide && len(o.clientOnly)+len(o.serverOnly) > 0 {
 		return nil, fmt.Errorf("sluicegrpc: %s has no meaning for a ServerInHandle", append(o.clientOnly, o.serverOnly...)[0])
 	}
+	if s == tapSide && o.classify != nil {
+		return nil, errors.New("sluicegrpc: WithClassifier has no meaning for a ServerInHandle: the server interceptors classify the calls it admits; give it to them")
+	}
 	c := &config{skip: o.skip, classify: o.classify, quotaMD: o.quotaMD, msgGuard: o.msgGuard, timeout: o.timeout, maxRetry: o.maxRetry, resources: o.resources}
 	c.trailers = s.server()
 	c.pushback = !o.noPushback

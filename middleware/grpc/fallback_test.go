@@ -128,3 +128,26 @@ func TestGuardFallbacksTheInterceptorCannotAnswerWith(t *testing.T) {
 		assert.Contains(t, err.Error(), "fallback", name)
 	}
 }
+
+// A Guard's own call timeout is answered with DeadlineExceeded; a fallback
+// that declares an answer for it but declines (returns the error it was
+// given, as degrade.OnError rules do for what they cannot degrade) leaves
+// that answer as it is, not the handler's own code.
+func TestDecliningFallbackKeepsTheTimeoutsDeadlineExceeded(t *testing.T) {
+	fb, err := degrade.New(degrade.OnError(func(_ context.Context, err error) (any, error) {
+		return nil, err // nothing to degrade to: decline
+	}))
+	require.NoError(t, err)
+	g := mustGuard(t, sluice.WithTimeout(10*time.Millisecond), sluice.WithFallback(fb))
+	plain := mustGuard(t, sluice.WithTimeout(10*time.Millisecond))
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	handler := func(ctx context.Context, _ any) (any, error) {
+		<-ctx.Done() // the Guard's deadline; the upstream call it made failed
+		return nil, status.Error(codes.Unavailable, "upstream: connection reset")
+	}
+	_, err = unary(t, WithGuard(plain))(context.Background(), nil, info, handler)
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "without a fallback: %v", err)
+
+	_, err = unary(t, WithGuard(g))(context.Background(), nil, info, handler)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "with a declining fallback: %v (%T)", err, err)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +131,68 @@ func TestHeldQuotaGoesOutBeforeAConcurrentSendHeader(t *testing.T) {
 		require.GreaterOrEqual(t, set, 0, "%v", st.events)
 		assert.Less(t, set, send, "the header went out before the quota was set: %v", st.events)
 	}
+}
+
+// quotaAdmitter admits every call with a quota, so that WithQuotaMetadata
+// has RateLimit fields to send on admitted calls.
+type quotaAdmitter struct{}
+
+func (quotaAdmitter) Name() string        { return "ratelimit/quota" }
+func (quotaAdmitter) Needs() sluice.Needs { return 0 }
+func (quotaAdmitter) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: 100, Remaining: 99, Reset: time.Second}, nil
+}
+func (quotaAdmitter) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+
+// A rejection is trailers-only, so that a grpc-go client with a
+// retryPolicy retries it after the pushback, a handler's returned rejection
+// too. With WithQuotaMetadata, the admission's RateLimit fields held back
+// for the handler go with the trailers when it returns a rejection without
+// a quota of its own (a dependency's open breaker): in a header, the
+// answer would not be trailers-only, and grpc-go would not retry it.
+func TestHandlerRejectionWithQuotaMetadataIsStillRetriedByARetryPolicy(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		var calls atomic.Int64
+		dep := sluice.Rejection(sluice.Decision{Policy: "breaker/dep", Cause: sluice.ErrCircuitOpen, RetryAfter: 20 * time.Millisecond, Limit: -1})
+		g := mustGuard(t, sluice.With(quotaAdmitter{}))
+		in := unary(t, WithGuard(g), WithQuotaMetadata())
+		// The first call's handler meets its dependency's open breaker.
+		wrapped := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return in(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+				if calls.Add(1) == 1 {
+					return nil, dep
+				}
+				return h(ctx, req)
+			})
+		}
+		s := start(t, tr, []grpc.ServerOption{grpc.UnaryInterceptor(wrapped)}, grpc.WithDefaultServiceConfig(retryConfig))
+		err := s.check(withTimeout(t))
+		require.NoError(t, err, "the handler's rejection was not retried by the client's retryPolicy")
+		assert.Equal(t, int64(2), calls.Load())
+	})
+}
+
+// A rejection the handler returns comes from another Guard (its
+// dependency's): its RateLimit-Policy field does not take the window of a
+// policy of the same name in the route's Guard ("ratelimit/fixed-window",
+// a default name, w=60 for a quota of 1 over 1s).
+func TestHandlerRejectionQuotaNamesItsOwnWindow(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	route := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/fixed-window", 100, time.Minute, clk)))
+	dep := mustGuard(t, sluice.WithClock(clk), sluice.With(fixedWindow(t, "ratelimit/fixed-window", 1, time.Second, clk)))
+	require.NoError(t, dep.Do(context.Background(), func(context.Context) error { return nil }))
+
+	hs := &headerStream{method: methodCheck}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), hs)
+	_, err := unary(t, WithGuard(route))(ctx, nil, &grpc.UnaryServerInfo{FullMethod: methodCheck},
+		func(ctx context.Context, _ any) (any, error) {
+			return nil, dep.Do(ctx, func(context.Context) error { return nil })
+		})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	pol, _, ok := quota(t, hs.trailer)
+	require.True(t, ok, "no quota trailers: %v", hs.trailer)
+	q := pol.Params["q"]
+	w, hasW := pol.Params["w"]
+	assert.Equal(t, int64(1), q, "the dependency's quota")
+	assert.False(t, hasW, "the window of the route's same-named policy: %v (w=%v)", hs.trailer, w)
 }

@@ -233,7 +233,8 @@ func WithCriticalMethods(methods ...string) Option {
 // classifier, a sluice rejection (one matching sluice.ErrRejected) is
 // always Ignored (the guard's own rejections never count as failures), and
 // so is, on a server, a call whose client went away (see
-// UnaryServerInterceptor).
+// UnaryServerInterceptor). A ServerInHandle refuses it: the interceptors
+// classify the calls it admits.
 func WithClassifier(c sluice.Classifier) Option {
 	return func(o *options) {
 		o.once("WithClassifier")

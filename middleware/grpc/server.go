@@ -225,14 +225,27 @@ func (c *config) handlerError(ctx context.Context, req any, method string, rt *r
 		r, d, re = rejectionIn(fout)
 	}
 	answered := r != nil && !r.client // by a server interceptor within: its trailers are set
-	held.release(re != nil && !answered && hasQuota(d))
+	switch {
+	case (answered || re != nil) && hasQuota(d):
+		held.release(true) // the rejection's own fields replace the admission's
+	case answered || re != nil:
+		// A rejection is trailers-only, the answer a grpc-go client's
+		// retryPolicy retries: the admission's fields go with the
+		// trailers, not in a header.
+		held.trail()
+	default:
+		held.release(false)
+	}
 	switch {
 	case answered:
 		return resp, r
 	case re != nil:
-		return c.answerUnary(ctx, rt, d, re)
+		// Not the rejection of rt's Guard, whose windows would name
+		// another policy's of the same name: no w.
+		return c.answerUnary(ctx, nil, d, re)
 	case served:
-		return fresp, fout
+		// A fallback that declined a timeout leaves it a timeout.
+		return fresp, timeoutStatus(fout)
 	}
 	if t, ok := err.(callTimeout); ok {
 		return resp, timeoutStatus(t.te)
@@ -476,6 +489,19 @@ func (h *heldQuota) release(drop bool) {
 	defer h.mu.Unlock()
 	if h.md != nil && !drop {
 		_ = h.ServerTransportStream.SetHeader(h.md)
+	}
+	h.md = nil
+}
+
+// trail sets the held metadata as trailers, once.
+func (h *heldQuota) trail() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.md != nil {
+		_ = h.ServerTransportStream.SetTrailer(h.md)
 	}
 	h.md = nil
 }

@@ -2,6 +2,7 @@ package sluicegrpc
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -413,4 +414,20 @@ func TestServerStreamEndedByTheServerIsNotAClientGone(t *testing.T) {
 		assert.Equal(t, codes.Internal, status.Code(err), "the client is there and hears the server's Internal")
 		assert.Equal(t, sluice.Failure, rec.next(t), "the server's Internal was counted as a client gone")
 	})
+}
+
+// A sluice rejection a stream's handler returns ends the stream with the
+// rejection's status on a stream let through unguarded too (a method
+// without a Guard), not codes.Unknown with the handler's text.
+func TestUnguardedStreamHandlerReturningARejection(t *testing.T) {
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 2 * time.Second, Cause: sluice.ErrCircuitOpen}
+	s := stream(t, WithMethodGuard(methodWatch, mustGuard(t)))
+	err := s(nil, fakeStream{ctx: context.Background()}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error {
+		return fmt.Errorf("watch db-7: %w", sluice.Rejection(d))
+	})
+	st := status.Convert(err)
+	assert.Equal(t, codes.Unavailable, st.Code(), "status: %v", st)
+	assert.NotContains(t, st.Message(), "db-7")
+	_, ok := RejectionOf(err)
+	assert.True(t, ok, "RejectionOf reads no rejection out of %v", err)
 }

@@ -60,13 +60,15 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	msg := c.messageRoute(info.FullMethod)
 	if rt == nil && msg == nil && a == nil {
-		return handler(srv, ss) // nothing to guard, no outcome to record
+		// Nothing to guard, no outcome to record; a rejection the handler
+		// returns is answered all the same.
+		return c.streamError(ss, handler(srv, ss))
 	}
 	if rt == nil && msg == nil {
 		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return c.streamError(ss, rt, err)
+		return c.streamError(ss, err)
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
 	if err != nil {
@@ -77,7 +79,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return c.streamError(ss, rt, err)
+		return c.streamError(ss, err)
 	}
 	// The stream's admission by the route's Guard; the zero Call, which
 	// Report leaves alone, when the route has none. The Guard's deadline
@@ -104,7 +106,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	a.record(o)
 	// A rejection the handler's own call met goes out as a rejection
 	// status, as the interceptor's own do, not as the handler's text.
-	return c.streamError(ss, rt, err)
+	return c.streamError(ss, err)
 }
 
 // rejectStream answers the rejection err, with Decision d, of a stream ss
@@ -117,17 +119,19 @@ func (c *config) rejectStream(ss grpc.ServerStream, rt *routing.Route, d sluice.
 	return a.err
 }
 
-// streamError is the error that ends a stream ss on route rt whose handler
-// returned err: a sluice rejection that err is or wraps is answered as the
+// streamError is the error that ends a stream ss whose handler returned
+// err: a sluice rejection that err is or wraps is answered as the
 // interceptor answers its own (a server interceptor's within, which set
-// its trailers, stands as it is); any other error is returned as it is.
-func (c *config) streamError(ss grpc.ServerStream, rt *routing.Route, err error) error {
+// its trailers, stands as it is), without the w of a window: it is no
+// rejection of the route's Guard, whose windows would name another
+// policy's of the same name. Any other error is returned as it is.
+func (c *config) streamError(ss grpc.ServerStream, err error) error {
 	r, d, rej := rejectionIn(err)
 	switch {
 	case r != nil && !r.client: // a server interceptor's within: its trailers are set
 		return r
 	case rej != nil:
-		return c.rejectStream(ss, rt, d, rej)
+		return c.rejectStream(ss, nil, d, rej)
 	}
 	return err
 }

@@ -223,3 +223,12 @@ func TestTapGuardTimeoutBoundsTappedCalls(t *testing.T) {
 		assert.NoError(t, err, "a stream outlives the Guard's call timeout")
 	})
 }
+
+// A ServerInHandle has no use for WithClassifier (the interceptors classify
+// the calls it admits): it is refused, as the tap's other options without
+// meaning are, not silently ignored.
+func TestTapRefusesAClassifier(t *testing.T) {
+	g := mustGuard(t)
+	_, err := ServerInHandle(WithGuard(g), WithClassifier(Classify))
+	assert.ErrorContains(t, err, "sluicegrpc: WithClassifier has no meaning for a ServerInHandle")
+}
