@@ -223,7 +223,7 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 			var call sluice.Call
 			err := rt.Guard.Begin(c.Request().Context(), &call)
 			if err != nil {
-				return cfg.rejected(c, rt, key, "", err, call.Decision(), call.Start())
+				return cfg.rejected(c, rt, key, "", err, call.Decision(), call.Start(), true)
 			}
 			cfg.Render.Admitted(c.Response().Header(), rt, call.Decision())
 			return cfg.serve(c, next, rt, key, &call)
@@ -279,7 +279,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// its dependency): answered as this middleware answers its own,
 			// and Ignored.
 			call.Report(sluice.Ignored, nil)
-			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard)) // a stale copy is aged from now
+			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), false) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
 			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
@@ -322,7 +322,7 @@ func (cfg *config) answered(c echo.Context, rt *routing.Route, err error) error 
 		return err
 	}
 	if d, ok := sluice.RejectionOf(err); ok {
-		return cfg.rejected(c, rt, "", "", err, d, 0)
+		return cfg.rejected(c, rt, "", "", err, d, 0, false)
 	}
 	return err
 }
@@ -400,8 +400,10 @@ func statusOf(c echo.Context, err error) int {
 // rejected answers the request of c on route rt (nil: unguarded), rejected
 // with err and its Decision d; addr is the connection's address as the
 // request came ("" for the request's own), and now an instant on the
-// Guard's clock.
-func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration) error {
+// Guard's clock. own tells a rejection by rt's Guard from one the handler
+// met elsewhere, whose policy's window rt does not know: its
+// RateLimit-Policy field has no w.
+func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) error {
 	if rt != nil {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, now, err, d); fb != nil {
 			c.Set(rejectedKey, true)
@@ -415,6 +417,9 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string,
 	if cfg.deny != nil {
 		c.Set(rejectedKey, true)
 		return cfg.deny(c, d)
+	}
+	if !own {
+		rt = nil
 	}
 	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d)
 	return nil

@@ -1074,3 +1074,28 @@ func TestFailureFallbackDropsTheHandlersBodyFields(t *testing.T) {
 	assert.Empty(t, rec.Header().Get("Content-Encoding"))
 	assert.Empty(t, rec.Header().Get("Etag"))
 }
+
+// A rejection the handler met elsewhere (its dependency's limiter) and
+// returns describes that limiter's quota: its RateLimit-Policy field does
+// not take the window of a policy of the same name (a default name) in the
+// route's Guard.
+func TestHandlersRejectionNamesNoWindowOfTheRoutesSameNamedPolicy(t *testing.T) {
+	own, err := ratelimit.NewFixedWindow(100, time.Minute)
+	require.NoError(t, err)
+	dep, err := ratelimit.NewFixedWindow(1, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, own.Name(), dep.Name())
+	depGuard := newGuard(t, dep)
+	e := echo.New()
+	e.Use(mw(t, WithGuard(newGuard(t, own))))
+	e.GET("/", func(c echo.Context) error {
+		if err := depGuard.Do(c.Request().Context(), func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusOK)
+	})
+	require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/").Code)
+	rec := do(e, http.MethodGet, "/")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, `"ratelimit/fixed-window";q=1`, rec.Header().Get("RateLimit-Policy"))
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // switchable rejects with d while on, and admits otherwise. It is named
@@ -785,4 +786,27 @@ func TestAFallbackAnswerDropsTheFailedBodysFreshness(t *testing.T) {
 	require.Empty(t, rec.Header().Get("Etag"), "the dropped body's validator goes")
 	assert.Empty(t, rec.Header().Get("Cache-Control"), "the dropped body's freshness stays on the placeholder")
 	assert.Empty(t, rec.Header().Get("Expires"))
+}
+
+// A rejection a handler met elsewhere (its dependency's limiter) and passes
+// to Reject describes that limiter's quota: its RateLimit-Policy field does
+// not take the window of a policy of the same name (a default name) in the
+// route's Guard.
+func TestRejectNamesNoWindowOfTheRoutesSameNamedPolicy(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	own, err := ratelimit.NewFixedWindow(100, time.Minute)
+	require.NoError(t, err)
+	dep, err := ratelimit.NewFixedWindow(1, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, own.Name(), dep.Name())
+	depGuard := newGuard(t, clock, dep)
+	h := mw(t, WithGuard(newGuard(t, clock, own)))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := depGuard.Do(r.Context(), func(context.Context) error { return nil }); err != nil {
+			Reject(w, r, err)
+		}
+	}))
+	require.Equal(t, http.StatusOK, serve(h, http.MethodGet, "/").Code)
+	rec := serve(h, http.MethodGet, "/")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, `"ratelimit/fixed-window";q=1`, rec.Header().Get(routing.FieldRateLimitPolicy))
 }
