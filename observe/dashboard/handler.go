@@ -60,6 +60,12 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		// The headers alone: a stream whose body goes nowhere would run
+		// until the client's connection ends, which a client reusing it
+		// for its next request never lets happen.
+		return
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	enc := json.NewEncoder(w)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
+	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,7 @@ func (m *Metrics) ObserveRedis(e redislimit.Event) {
 	switch e.Kind {
 	case redislimit.EventRedisError:
 		et := errOther
-		if errors.Is(e.Err, context.DeadlineExceeded) {
+		if isTimeout(e.Err) {
 			et = errTimeout
 		}
 		c.errors[et].Add(1)
@@ -69,4 +71,15 @@ func (m *Metrics) collectRedis(b *builder) {
 			}
 		}
 	}
+}
+
+// isTimeout reports whether err is a timeout: the context's deadline, or
+// one on the connection (a Redis that accepts and never answers, with the
+// client's ContextTimeoutEnabled: an i/o timeout, not the context's error).
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
