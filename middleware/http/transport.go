@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -149,7 +150,14 @@ type hostGuard struct {
 //
 // A call its host's Guard rejects is not sent: RoundTrip returns the
 // rejection, matching sluice.ErrRejected (and closes the request's body, as the RoundTripper
-// contract asks). A call that is sent is classified by its response's status
+// contract asks). The Guard's fallbacks that answer an *http.Response
+// (degrade.New[*http.Response]) answer it instead, as they answer a call
+// that failed before its response (an error of the RoundTripper beneath, a
+// timeout); a response, whatever its status, is returned as it came. Such
+// a fallback must answer a new response each time, its body unread (a
+// degrade.Value would hand every caller the one body); a fallback of
+// another type that declares an answer is reported as an error, as
+// sluice.Execute reports it. A call that is sent is classified by its response's status
 // (5xx a failure, 4xx ignored) when the caller closes the response's body or
 // reads it to the end, so that a concurrency limit counts the call until then.
 // A 429 or 503 with a Retry-After opens every policy of the host's Guard
@@ -480,7 +488,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempts := 1; ; attempts++ {
 		if err = g.Begin(gctx, &call); err != nil {
 			closeRequestBody(req)
-			return nil, err
+			return t.fallback(gctx, g, req, err)
 		}
 		if err := req.Context().Err(); err != nil {
 			// It ended while a policy made it wait: never sent, it gives back
@@ -516,15 +524,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					}
 				}
 			}
-			if t.cfg.classify != nil {
-				return nil, call.Report(t.errOutcome(g, &call, err), err)
-			}
-			if out := call.End(err); out != nil {
-				return nil, out
-			}
-			// A RoundTripper owes a response or an error: a fallback of the
-			// Guard that swallowed the error has no response to give.
-			return nil, fmt.Errorf("sluicehttp: Transport: a fallback of the Guard of %q answered without a response, which a RoundTripper cannot return: %w", host, err)
+			return t.fallback(gctx, g, req, call.Report(t.errOutcome(g, &call, err), err))
 		}
 		unreturned = resp
 		o = middleware.ClassifyHTTPStatus(resp.StatusCode)
@@ -574,6 +574,57 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = t.guardBody(resp.Body, &bodyState{call: call, outcome: o, t: t, host: hg})
 	handedOver = true
 	return resp, nil
+}
+
+// fallback answers err, a rejection of a call of req by g or its failure
+// before a response (a timeout once past the Guard's deadline), with the
+// first of g's fallbacks answering an *http.Response that declares an
+// answer for it; one that declines (answers an error) has the last word.
+// With none, a fallback of another type that declares one is a mistake,
+// reported as an error; else err is returned.
+func (t *RoundTripper) fallback(ctx context.Context, g *sluice.Guard, req *http.Request, err error) (*http.Response, error) {
+	n := guardhook.NumFallbacks(g)
+	if n == 0 {
+		return nil, err
+	}
+	for i := range n {
+		fv, ok := guardhook.FallbackAt(g, i).(sluice.FallbackOf[*http.Response])
+		if !ok {
+			continue
+		}
+		resp, name, out := fv.AnswerValue(ctx, err)
+		if name == "" {
+			continue
+		}
+		if out != nil {
+			return nil, out
+		}
+		if resp == nil {
+			return nil, fmt.Errorf("sluicehttp: Transport: fallback %q answered a nil *http.Response: %w", name, err)
+		}
+		guardhook.Served(g, ctx, name, err)
+		if resp.Request == nil || resp.Body == nil {
+			r := *resp // the fallback's own is left as it made it
+			if r.Request == nil {
+				r.Request = req
+			}
+			if r.Body == nil {
+				r.Body = http.NoBody
+			}
+			resp = &r
+		}
+		return resp, nil
+	}
+	for i := range n {
+		f := guardhook.FallbackAt(g, i).(sluice.Fallback)
+		if _, ok := f.(sluice.FallbackOf[*http.Response]); ok {
+			continue
+		}
+		if name, ok := f.Declared(ctx, err); ok {
+			return nil, guardhook.OtherTypeError(i, f, name, reflect.TypeFor[*http.Response](), err)
+		}
+	}
+	return nil, err
 }
 
 // errOutcome classifies err, the error of call, admitted by g, that failed

@@ -22,8 +22,10 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // fakeDependency answers every call with the status and header it is set to.
@@ -978,34 +980,89 @@ type swallowing struct{}
 func (swallowing) Answer(context.Context, error) (string, error)  { return "swallow", nil }
 func (swallowing) Declared(context.Context, error) (string, bool) { return "swallow", true }
 
-// A fallback of the host's Guard that swallows a transport error has no
-// response to give: the call still fails, with an error that wraps the
-// transport's, and the Guard counts it as the failure it was. Another
-// fallback's error is returned as it is.
-func TestTransportGuardFallbackCannotSwallowATransportError(t *testing.T) {
+// A fallback of the host's Guard that answers no *http.Response (one for
+// Do: it swallows the error, or replaces it) declares an answer a
+// RoundTripper cannot give: the call fails with an error that says so and
+// wraps the transport's, and the Guard counts it as the failure it was.
+func TestTransportGuardFallbackOfAnotherTypeIsReported(t *testing.T) {
 	refused := errors.New("connection refused")
 	dep := roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, refused })
-	counter := testpolicy.NewCounter()
+	for name, fb := range map[string]sluice.Fallback{"swallowing": swallowing{}, "replacing": replacing{errors.New("replaced")}} {
+		counter := testpolicy.NewCounter()
+		rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
+			return sluice.New(sluice.With(counter), sluice.WithFallback(fb))
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rt.Close() })
+		resp, err := get(t, rt, "http://a.test/", nil)
+		assert.Nil(t, resp, name)
+		assert.ErrorIs(t, err, refused, name)
+		assert.ErrorContains(t, err, "answers another type than *http.Response", name)
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes(), name)
+	}
+}
+
+// The host's Guard's fallbacks answering an *http.Response answer its
+// rejections and the calls that fail before a response, each with a
+// response of its own; one that declines has its error returned. A
+// response, even a 503, is returned as it came.
+func TestTransportResponseFallbacks(t *testing.T) {
+	var fail atomic.Bool
+	dep := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if fail.Load() {
+			return nil, errors.New("connection refused")
+		}
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Body: http.NoBody, Request: r}, nil
+	})
+	cached := func(context.Context, error) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"X-From": {"fallback"}},
+			Body: io.NopCloser(strings.NewReader("cached"))}, nil
+	}
+	quota := errors.New("quota spent")
+	fb, err := degrade.New(degrade.OnCircuitOpen(cached), degrade.OnError(cached),
+		degrade.OnRateLimited(func(context.Context, error) (*http.Response, error) { return nil, quota }))
+	require.NoError(t, err)
+	var served []string
+	br, err := breaker.New("dep", breaker.WithConsecutiveFailures(1))
+	require.NoError(t, err)
 	rt, err := Transport(dep, func(string) (*sluice.Guard, error) {
-		return sluice.New(sluice.With(counter), sluice.WithFallback(swallowing{}))
+		return sluice.New(sluice.With(br), sluice.WithFallback(fb),
+			sluice.OnFallback(func(_ context.Context, e sluice.FallbackEvent) { served = append(served, e.Fallback) }))
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close() })
-	resp, err := get(t, rt, "http://a.test/", nil)
-	assert.Nil(t, resp)
-	require.Error(t, err)
-	assert.ErrorIs(t, err, refused)
-	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, counter.Outcomes())
 
-	replaced := errors.New("replaced")
+	resp, err := get(t, rt, "http://a.test/", nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a response stands")
+	require.NoError(t, resp.Body.Close())
+	for range 2 { // the breaker is open: each call answered afresh
+		resp, err = get(t, rt, "http://a.test/x", nil)
+		require.NoError(t, err)
+		assert.Equal(t, "fallback", resp.Header.Get("X-From"))
+		assert.Equal(t, "/x", resp.Request.URL.Path, "the request it answers")
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		assert.Equal(t, "cached", string(b))
+	}
+	assert.Len(t, served, 2)
+
+	// Without the breaker: a transport error is answered, and a rate
+	// limit's declining fallback has the last word.
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1), 1)
+	require.NoError(t, err)
 	rt2, err := Transport(dep, func(string) (*sluice.Guard, error) {
-		return sluice.New(sluice.WithFallback(replacing{replaced}))
+		return sluice.New(sluice.With(tb), sluice.WithFallback(fb))
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt2.Close() })
+	fail.Store(true)
 	resp, err = get(t, rt2, "http://a.test/", nil)
-	assert.Nil(t, resp)
-	assert.Same(t, replaced, err)
+	require.NoError(t, err)
+	assert.Equal(t, "fallback", resp.Header.Get("X-From"), "the transport's error answered")
+	require.NoError(t, resp.Body.Close())
+	_, err = get(t, rt2, "http://a.test/", nil)
+	assert.Same(t, quota, err, "declined")
 }
 
 // replacing is a Guard fallback that answers every error with its own.
