@@ -31,6 +31,10 @@ func init() {
 		return uint8(gd.classify(classifiable(cctx, err)))
 	}
 	guardhook.Now = func(g any) time.Duration { return g.(*Guard).now() }
+	guardhook.RejectedBy = func(err error, g any) bool {
+		re := rejectionOf(err)
+		return re != nil && re.g != nil && re.g == g.(*Guard)
+	}
 	guardhook.FallbackAt = func(g any, i int) any { return g.(*Guard).fallbacks[i] }
 	guardhook.Served = func(g any, ctx context.Context, name string, err error) { g.(*Guard).served(ctx, name, err) }
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {

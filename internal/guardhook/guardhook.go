@@ -73,6 +73,10 @@ var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) 
 // another's options takes the modes that were set on it since.
 var CopyShadows func(from, to any)
 
+// RejectedBy reports whether err is, or wraps, a rejection by a policy of g
+// (a *sluice.Guard): one whose windows a route of g can name.
+var RejectedBy func(err error, g any) bool
+
 // Misdeclared reports whether err is, or wraps, an error OtherTypeError
 // made, or the one an entry point returns for the same mistake.
 var Misdeclared func(err error) bool

@@ -279,7 +279,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// its dependency): answered as this middleware answers its own,
 			// and Ignored.
 			call.Report(sluice.Ignored, nil)
-			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), false) // a stale copy is aged from now
+			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(cerr, rt.Guard)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
 			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
@@ -400,9 +400,9 @@ func statusOf(c echo.Context, err error) int {
 // rejected answers the request of c on route rt (nil: unguarded), rejected
 // with err and its Decision d; addr is the connection's address as the
 // request came ("" for the request's own), and now an instant on the
-// Guard's clock. own tells a rejection by rt's Guard from one the handler
-// met elsewhere, whose policy's window rt does not know: its
-// RateLimit-Policy field has no w.
+// Guard's clock. own tells a rejection by rt's Guard (its own, or one the
+// handler met calling it) from one the handler met elsewhere, whose
+// policy's window rt does not know: its RateLimit-Policy field has no w.
 func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) error {
 	if rt != nil {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, now, err, d); fb != nil {
@@ -418,10 +418,7 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string,
 		c.Set(rejectedKey, true)
 		return cfg.deny(c, d)
 	}
-	if !own {
-		rt = nil
-	}
-	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d)
+	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d, own)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
@@ -240,12 +241,19 @@ func (c *config) handlerError(ctx context.Context, req any, method string, rt *r
 	case answered:
 		return resp, r
 	case re != nil:
-		// Not the rejection of rt's Guard, whose windows would name
-		// another policy's of the same name: no w.
-		return c.answerUnary(ctx, nil, d, re)
+		// A rejection by another Guard than rt's names no window: rt's
+		// would name another policy's of the same name.
+		if rt != nil && !guardhook.RejectedBy(re, rt.Guard) {
+			rt = nil
+		}
+		return c.answerUnary(ctx, rt, d, re)
 	case served:
-		// A fallback that declined a timeout leaves it a timeout.
-		return fresp, timeoutStatus(fout)
+		if t, ok := fout.(callTimeout); ok {
+			// A fallback that declined the call's timeout, returning it,
+			// leaves it the timeout it was.
+			return fresp, timeoutStatus(t.te)
+		}
+		return fresp, fout
 	}
 	if t, ok := err.(callTimeout); ok {
 		return resp, timeoutStatus(t.te)

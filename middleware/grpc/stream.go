@@ -3,9 +3,11 @@ package sluicegrpc
 import (
 	"context"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -52,9 +54,15 @@ func (c *config) streamServer(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler, a *tapAdmission) (err error) {
 	defer a.failOnPanic()
 	rt := c.route(info.FullMethod)
+	own := rt // the route whose Guard's rejections name its windows
+	// The admission's quota fields, with WithQuotaMetadata: held back from
+	// the header as a unary call's are (see serverStream.held).
+	var held metadata.MD
 	if rt != nil && a != nil && rt.Guard == a.guard {
 		if c.quotaMD {
-			setQuota(ss.Context(), rt, a.call.Decision(), streamHeader(ss))
+			if d := a.call.Decision(); hasQuota(d) {
+				held = quotaMetadata(rt, d, d.Reset)
+			}
 		}
 		rt = nil // the tap's admission stands for this route's
 	}
@@ -62,13 +70,13 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if rt == nil && msg == nil && a == nil {
 		// Nothing to guard, no outcome to record; a rejection the handler
 		// returns is answered all the same.
-		return c.streamError(ss, handler(srv, ss))
+		return c.streamError(ss, own, handler(srv, ss))
 	}
 	if rt == nil && msg == nil {
-		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
+		w := (&serverStream{ServerStream: ss, c: c, ctx: ss.Context()}).hold(held)
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return c.streamError(ss, err)
+		return c.endStream(w, own, err)
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
 	if err != nil {
@@ -76,10 +84,10 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return err
 	}
 	if skip {
-		w := &serverStream{ServerStream: ss, c: c, ctx: ss.Context()}
+		w := (&serverStream{ServerStream: ss, c: c, ctx: ss.Context()}).hold(held)
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
-		return c.streamError(ss, err)
+		return c.endStream(w, own, err)
 	}
 	// The stream's admission by the route's Guard; the zero Call, which
 	// Report leaves alone, when the route has none. The Guard's deadline
@@ -92,11 +100,13 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			return c.rejectStream(ss, rt, call.Decision(), err)
 		}
 		if c.quotaMD {
-			setQuota(ctx, rt, call.Decision(), streamHeader(ss))
+			if d := call.Decision(); hasQuota(d) {
+				held = quotaMetadata(rt, d, d.Reset)
+			}
 		}
 	}
 	defer call.Report(sluice.Failure, nil) // the handler panicked; nothing once reported
-	w := &serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}
+	w := (&serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}).hold(held)
 	err = handler(srv, w)
 	if r := w.rejected.Load(); r != nil {
 		err = r
@@ -106,7 +116,25 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	a.record(o)
 	// A rejection the handler's own call met goes out as a rejection
 	// status, as the interceptor's own do, not as the handler's text.
-	return c.streamError(ss, err)
+	return c.endStream(w, own, err)
+}
+
+// endStream is the error that ends the stream w, on route own, whose
+// handler returned err (see streamError); the admission's quota fields
+// still held go with the trailers when it ends in a rejection (a
+// trailers-only answer, which a grpc-go client's retryPolicy retries), are
+// dropped for a rejection's own, and go in the header otherwise.
+func (c *config) endStream(w *serverStream, own *routing.Route, err error) error {
+	r, d, rej := rejectionIn(err)
+	switch {
+	case (r != nil && !r.client || rej != nil) && hasQuota(d):
+		w.settle(nil)
+	case r != nil && !r.client || rej != nil:
+		w.settle(w.ServerStream.SetTrailer)
+	default:
+		w.settle(func(md metadata.MD) { _ = w.ServerStream.SetHeader(md) })
+	}
+	return c.streamError(w.ServerStream, own, err)
 }
 
 // rejectStream answers the rejection err, with Decision d, of a stream ss
@@ -119,19 +147,22 @@ func (c *config) rejectStream(ss grpc.ServerStream, rt *routing.Route, d sluice.
 	return a.err
 }
 
-// streamError is the error that ends a stream ss whose handler returned
-// err: a sluice rejection that err is or wraps is answered as the
-// interceptor answers its own (a server interceptor's within, which set
-// its trailers, stands as it is), without the w of a window: it is no
-// rejection of the route's Guard, whose windows would name another
-// policy's of the same name. Any other error is returned as it is.
-func (c *config) streamError(ss grpc.ServerStream, err error) error {
+// streamError is the error that ends a stream ss on route own (nil: none)
+// whose handler returned err: a sluice rejection that err is or wraps is
+// answered as the interceptor answers its own (a server interceptor's
+// within, which set its trailers, stands as it is); one by another Guard
+// than own's names no window, as own's windows may name another policy's
+// of the same name. Any other error is returned as it is.
+func (c *config) streamError(ss grpc.ServerStream, own *routing.Route, err error) error {
 	r, d, rej := rejectionIn(err)
 	switch {
 	case r != nil && !r.client: // a server interceptor's within: its trailers are set
 		return r
 	case rej != nil:
-		return c.rejectStream(ss, nil, d, rej)
+		if own != nil && !guardhook.RejectedBy(rej, own.Guard) {
+			own = nil
+		}
+		return c.rejectStream(ss, own, d, rej)
 	}
 	return err
 }
@@ -167,6 +198,53 @@ type serverStream struct {
 	msg      *routing.Route
 	rejected atomic.Pointer[rejection]
 	end      atomic.Int32 // 0, then streamGone or streamEndedByServer, once
+	// held is the admission's quota metadata (WithQuotaMetadata), held
+	// back until the handler sets or sends a header or a message, or the
+	// stream ends; nil once settled. heldMu orders its settling.
+	heldMu sync.Mutex
+	held   atomic.Pointer[metadata.MD]
+}
+
+// hold holds md back (see held); an empty md holds nothing.
+func (s *serverStream) hold(md metadata.MD) *serverStream {
+	if md != nil {
+		s.held.Store(&md)
+	}
+	return s
+}
+
+// settle hands the held metadata to set (nil: drops it), once: a call that
+// finds nothing held returns after the one that settled it has done so.
+func (s *serverStream) settle(set func(metadata.MD)) {
+	if s.held.Load() == nil {
+		return
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if md := s.held.Load(); md != nil {
+		if set != nil {
+			set(*md)
+		}
+		s.held.Store(nil)
+	}
+}
+
+// release sets the held metadata in the header, before the handler's own
+// header or first message goes out.
+func (s *serverStream) release() {
+	s.settle(func(md metadata.MD) { _ = s.ServerStream.SetHeader(md) })
+}
+
+// SetHeader sets the held metadata, then md.
+func (s *serverStream) SetHeader(md metadata.MD) error {
+	s.release()
+	return s.ServerStream.SetHeader(md)
+}
+
+// SendHeader sets the held metadata, then sends the header with md.
+func (s *serverStream) SendHeader(md metadata.MD) error {
+	s.release()
+	return s.ServerStream.SendHeader(md)
 }
 
 const (
@@ -192,8 +270,9 @@ func (s *serverStream) note(err error) {
 	}
 }
 
-// SendMsg sends a message.
+// SendMsg sends a message, after the held metadata.
 func (s *serverStream) SendMsg(m any) error {
+	s.release()
 	err := s.ServerStream.SendMsg(m)
 	if err != nil {
 		s.note(err)

@@ -380,15 +380,16 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 	// The key the middleware keyed the request by, which its stale copies
 	// are kept under (not an outer middleware's); aged from now, not from
 	// the request's arrival.
-	h.rejected(rw, ar, rt, pattern, rw.key, rw.addr, err, d, guardhook.Now(rt.Guard), false)
+	h.rejected(rw, ar, rt, pattern, rw.key, rw.addr, err, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(err, rt.Guard))
 	return true
 }
 
 // rejected answers r, rejected with err and its Decision d; now is an
 // instant on the Guard's clock, to tell the age of a stale answer by. own
-// tells a rejection by rt's Guard from one a handler met elsewhere, whose
-// policy's window rt does not know (one of the same name there may have
-// another): its RateLimit-Policy field has no w.
+// tells a rejection by rt's Guard (its own, or one a handler met calling
+// it) from one a handler met elsewhere, whose policy's window rt does not
+// know (one of the same name there may have another): its RateLimit-Policy
+// field has no w.
 func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.Route, pattern, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) {
 	markRejected(w)
 	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, addr, now, err, d); fb != nil {
@@ -399,8 +400,5 @@ func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.R
 		h.deny(w, r, d)
 		return
 	}
-	if !own {
-		rt = nil
-	}
-	h.WriteRejection(w, r.Method, rt, d)
+	h.WriteRejection(w, r.Method, rt, d, own)
 }

@@ -784,13 +784,27 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		b.st.finish(b.st.outcome, nil)
 	} else if err != nil && !b.st.ended.Load() {
-		o := b.st.outcome
-		if o == sluice.Success {
-			o = b.st.t.errOutcome(b.st.host.g, &b.st.call, err)
-		}
-		b.st.finish(o, err)
+		b.st.failed(err)
 	}
 	return n, err
+}
+
+// failed ends the call whose body failed to read with err. A classifier
+// that panics leaves the call failed, as RoundTrip does, and the host let
+// go; the panic goes on.
+func (s *bodyState) failed(err error) {
+	o := s.outcome
+	if o == sluice.Success {
+		classified := false
+		defer func() {
+			if !classified {
+				s.finish(sluice.Failure, err)
+			}
+		}()
+		o = s.t.errOutcome(s.host.g, &s.call, err)
+		classified = true
+	}
+	s.finish(o, err)
 }
 
 func (b *guardedBody) Close() error {

@@ -1486,3 +1486,44 @@ func TestTransportBodyReadErrorIsClassified(t *testing.T) {
 		})
 	}
 }
+
+// panicBody fails its first read.
+type panicBody struct{}
+
+func (panicBody) Read([]byte) (int, error) { return 0, errors.New("connection reset") }
+func (panicBody) Close() error             { return nil }
+
+type panicBodyDependency struct{}
+
+func (panicBodyDependency) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: panicBody{}, Request: r}, nil
+}
+
+// A classifier that panics on a body's read error fails the call and lets
+// go of its host, as a panic in RoundTrip does: the call is not left
+// unended (a slot, a probe held) for the caller's Close to end a Success.
+func TestTransportClassifierPanicInBodyReadEndsTheCall(t *testing.T) {
+	limit := testpolicy.NewCounter()
+	var g *sluice.Guard
+	rt, err := Transport(panicBodyDependency{}, func(string) (*sluice.Guard, error) {
+		var err error
+		g, err = sluice.New(sluice.With(limit), sluice.WithClassifier(func(err error) sluice.Outcome {
+			panic("classifier bug")
+		}))
+		return g, err
+	})
+	require.NoError(t, err)
+	defer rt.Close()
+	req, err := http.NewRequest(http.MethodGet, "http://dep.test/", nil)
+	require.NoError(t, err)
+	resp, err := rt.RoundTrip(req)
+	require.NoError(t, err)
+	func() {
+		defer func() { _ = recover() }()
+		func() {
+			defer resp.Body.Close() // the caller's usual defer
+			_, _ = io.ReadAll(resp.Body)
+		}()
+	}()
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, limit.Outcomes(), "a call whose classifier panicked in a body read")
+}

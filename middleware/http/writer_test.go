@@ -351,3 +351,28 @@ func TestWriterResetLeavesNothing(t *testing.T) {
 		require.True(t, reflect.ValueOf(rw).Elem().IsZero(), "fallbacks %v: %+v", fallbacks, *rw)
 	}
 }
+
+// A flood of rejections a handler passes to Reject (every request meeting
+// its dependency's open breaker: an outage) allocates nothing: the route
+// keeps their problem answer, as it does for its own Guard's.
+func TestHandlerRejectionAllocatesNothing(t *testing.T) {
+	clock := sluice.NewManualClock(0)
+	open := newBreaker(t, 1, time.Minute)
+	open.ForceOpen()
+	dep := newGuard(t, clock, open)
+	route := newGuard(t, clock, newWindow(t, 1<<30, time.Hour))
+	h := mw(t, WithGuard(route))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := dep.Do(r.Context(), func(context.Context) error { return nil })
+		if !Reject(w, r, err) {
+			panic(err)
+		}
+	}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &nopWriter{h: http.Header{}}
+	h.ServeHTTP(w, req)
+	slack := 0.0
+	if raceEnabled {
+		slack = 1
+	}
+	assert.LessOrEqual(t, testing.AllocsPerRun(200, func() { h.ServeHTTP(w, req) }), slack)
+}

@@ -244,9 +244,11 @@ func (info *Guard) Keep(r *http.Request, route, key, addr string, now time.Durat
 
 // WriteRejection answers a rejection d on route rt with the problem
 // response: 429 or 503, Retry-After, the RateLimit fields, a problem body.
-func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *routing.Route, d sluice.Decision) {
+// own tells a rejection by rt's Guard from one by another (see
+// routing.Renderer.Rejected).
+func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *routing.Route, d sluice.Decision, own bool) {
 	h := w.Header()
-	status := c.Render.Rejected(h, rt, d)
+	status := c.Render.Rejected(h, rt, d, own)
 	p := c.Render.Problem(rt, d)
 	h["Content-Length"] = p.Length
 	w.WriteHeader(status)

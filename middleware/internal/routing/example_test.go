@@ -16,7 +16,7 @@ func ExampleRenderer_Rejected() {
 	}
 	h := http.Header{}
 	var r routing.Renderer
-	status := r.Rejected(h, nil, d)
+	status := r.Rejected(h, nil, d, true)
 	fmt.Println(status)
 	fmt.Println("Retry-After:", h.Get("Retry-After"))
 	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))

@@ -201,19 +201,21 @@ func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision)
 			}
 		}
 	}
-	r.setFields(h, rt, &d, d.Reset, false)
+	r.setFields(h, rt, &d, d.Reset, false, true)
 }
 
 // Rejected sets on h the fields of a rejection: Retry-After (whole seconds,
 // rounded up, at least 1), the rate-limit fields when d has a quota (with t
 // equal to Retry-After), Content-Type application/problem+json and
-// Cache-Control no-store. It returns the status to answer with.
-func (r *Renderer) Rejected(h map[string][]string, rt *Route, d sluice.Decision) int {
+// Cache-Control no-store. It returns the status to answer with. own tells
+// a rejection by rt's Guard from one by another Guard, which a handler met:
+// its RateLimit-Policy names no window (see Route.fields).
+func (r *Renderer) Rejected(h map[string][]string, rt *Route, d sluice.Decision, own bool) int {
 	retry := d.RetryAfter
 	if retry <= 0 {
 		retry = time.Second
 	}
-	r.setFields(h, rt, &d, retry, true)
+	r.setFields(h, rt, &d, retry, true, own)
 	h["Content-Type"] = problemContentType
 	h["Cache-Control"] = noStore
 	return HTTPStatus(sluice.CauseOf(d.Cause))
@@ -253,13 +255,13 @@ func IsRejection(h map[string][]string) bool {
 	return len(v) == 1 && &v[0] == &problemContentType[0]
 }
 
-func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decision, reset time.Duration, rejected bool) {
+func (r *Renderer) setFields(h map[string][]string, rt *Route, d *sluice.Decision, reset time.Duration, rejected, own bool) {
 	quota := d.Limit >= 0 && d.Policy != ""
 	var pf *policyFields
 	var rv, tv int64
 	made := false // the RateLimit value is set
 	if quota {
-		pf = rt.fields(d)
+		pf = rt.fields(d, own)
 		if !rejected && rt != nil && rt.quoted.Load() != pf {
 			rt.quoted.Store(pf)
 		}

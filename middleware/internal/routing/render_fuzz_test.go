@@ -129,7 +129,7 @@ func FuzzRenderedFieldsParseBack(f *testing.F) {
 
 				d.Allowed, d.RetryAfter, d.Cause = false, time.Duration(retry), sluice.ErrRateLimited
 				h = map[string][]string{}
-				if status := r.Rejected(h, rt, d); status != 429 {
+				if status := r.Rejected(h, rt, d, true); status != 429 {
 					t.Fatalf("status %d", status)
 				}
 				ra := intField(t, FieldRetryAfter, h)

@@ -51,7 +51,7 @@ func TestRejectedFieldsPerCause(t *testing.T) {
 			rt := newRoute("GET /x", testpolicy.MustGuard(t, testpolicy.Window("ratelimit/per-ip", time.Minute)))
 			h := map[string][]string{}
 			var r Renderer
-			status := r.Rejected(h, rt, tt.d)
+			status := r.Rejected(h, rt, tt.d, true)
 			assert.Equal(t, tt.status, status)
 			assert.Equal(t, []string{tt.retryAfter}, h[FieldRetryAfter])
 			assert.Equal(t, []string{ProblemContentType}, h["Content-Type"])
@@ -207,7 +207,7 @@ func TestRateLimitValueIsSharedWhileUnchanged(t *testing.T) {
 	// Retry-After; the older fields are made next to a shared value.
 	h := map[string][]string{}
 	rej := sluice.Decision{Policy: "a", Limit: 10, Remaining: 9, RetryAfter: 900 * time.Millisecond, Cause: sluice.ErrRateLimited}
-	assert.Equal(t, 429, r.Rejected(h, rt, rej))
+	assert.Equal(t, 429, r.Rejected(h, rt, rej, true))
 	assert.True(t, same(a4, h[FieldRateLimit]))
 	assert.Equal(t, []string{"1"}, h[FieldRetryAfter])
 	h = map[string][]string{}
@@ -322,7 +322,7 @@ func TestFieldValuesOutliveTheirSlab(t *testing.T) {
 					if d.Policy == long.Policy {
 						want = `"` + long.Policy + `";r=8;t=` + strconv.Itoa(i+1)
 					}
-					r.Rejected(h, rt, d)
+					r.Rejected(h, rt, d, true)
 				} else {
 					r.Admitted(h, rt, d)
 				}

@@ -31,6 +31,7 @@ type Route struct {
 	Timed    bool
 	policies []policySlot
 	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
+	foreign  atomic.Pointer[policyFields] // for rejections by another Guard (see fields)
 	problem  atomic.Pointer[Problem]      // the route's last problem answer
 	// quoted is the policy whose fields the route's last admitted answer
 	// carried: the one Renderer.Admitted tries first.
@@ -123,15 +124,21 @@ func (r *Route) Window(policy string) time.Duration {
 }
 
 // fields returns the quota fields of d's policy, made once per policy and
-// quota and shared after.
-func (r *Route) fields(d *sluice.Decision) *policyFields {
+// quota and shared after. own tells a decision of the route's Guard from a
+// rejection by another Guard that a handler met (a dependency's limiter):
+// that one's window is unknown (a policy of the same name here may have
+// another), and its fields name none.
+func (r *Route) fields(d *sluice.Decision, own bool) *policyFields {
 	if r == nil {
 		return newPolicyFields(d.Policy, d.Limit, 0)
 	}
 	slot := &r.other
 	var window time.Duration
+	if !own {
+		slot = &r.foreign
+	}
 	for i := range r.policies {
-		if r.policies[i].name == d.Policy {
+		if own && r.policies[i].name == d.Policy {
 			slot, window = &r.policies[i].fields, r.policies[i].window
 			break
 		}
