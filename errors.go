@@ -198,6 +198,13 @@ type canceledBy struct{ error }
 func (e canceledBy) Is(target error) bool { return target == context.Canceled }
 func (e canceledBy) Unwrap() error        { return e.error }
 
+// isCanceledBy reports whether err is what classifiable made of a call's
+// error that was its caller's cause.
+func isCanceledBy(err error) bool {
+	_, ok := err.(canceledBy)
+	return ok
+}
+
 // DefaultClassifier is the Classifier a Guard uses unless told otherwise:
 // nil is Success; a sluice rejection (from this Guard's policies or a nested
 // one) and context.Canceled are Ignored; every other error, a timeout
@@ -206,6 +213,10 @@ func DefaultClassifier(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
+	case isCanceledBy(err):
+		// The cause its caller canceled it with, whatever that cause is
+		// (a sibling's timeout, in an errgroup): the caller's cancel.
+		return Ignored
 	case rejectionOf(err) != nil:
 		// A nested Guard's rejection, whatever its cause (a policy may
 		// reject with ErrTimeout), but not a timeout wrapping one.

@@ -553,10 +553,7 @@ func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration,
 	}
 	err := g.rejection(i, now, q, cause)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d)
-		if c.skip != 0 {
-			g.obs.countShadows(c.skip, int(shardAt(now)))
-		}
+		g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d, c.skip)
 	}
 	return err
 }
@@ -639,16 +636,13 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	}
 	c.live, c.start = true, now
 	best, bi := Quota{Limit: -1}, -1
-	// The call's wait is the time in the policies that may wait: the clock
-	// is read before such a policy when another has decided since it was
-	// last read (a limiter's round trip to Redis is no wait), and after it.
+	// The call's wait is the time in the policies that may wait, each from
+	// the clock's last reading before it (the decisions of the policies
+	// between count with it: a read before each would cost every call):
+	// the clock is read after such a policy.
 	var waited time.Duration
-	stale := false
 	for i, p := range g.policies {
 		w := g.waits != nil && g.waits[i]
-		if w && stale {
-			now, stale = g.now(), false
-		}
 		if c.waited && c.more != nil {
 			c.more[np+i] = Ticket(now)
 		} else if c.waited {
@@ -662,8 +656,6 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			// wait ended.
 			now = g.now()
 			waited += now - before
-		} else {
-			stale = true
 		}
 		if cause != nil && g.shadow.Load()>>i&1 == 0 {
 			c.wait = waited

@@ -937,3 +937,50 @@ func TestLongRetryAfterIsNotLost(t *testing.T) {
 	assert.Greater(t, d.RetryAfter, 100*365*24*time.Hour, "the Guard lost the policy's RetryAfter")
 	assert.Contains(t, err.Error(), "retry after")
 }
+
+// errgroup's cause is the first error of the group: often a sibling's
+// timeout through another Guard. A call canceled with that cause, which
+// returned it (as net/http does), is the caller's cancel, not a failure (or
+// a timeout) of what this Guard protects.
+func TestCallerCanceledWithASiblingsTimeoutIsIgnored(t *testing.T) {
+	other := mustGuard(t, sluice.With(newRecorder("o", -1)), sluice.WithTimeout(time.Millisecond))
+	sibling := other.Do(t.Context(), func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+	require.ErrorIs(t, sibling, sluice.ErrTimeout, "the sibling timed out")
+
+	r := newRecorder("r", -1)
+	g := mustGuard(t, sluice.With(r), sluice.WithObserver(&events{}))
+	ctx, cancel := context.WithCancelCause(t.Context())
+	err := g.Do(ctx, func(ctx context.Context) error {
+		cancel(sibling)
+		return context.Cause(ctx)
+	})
+	assert.Same(t, sibling, err)
+	require.Len(t, r.dones, 1)
+	assert.Equal(t, sluice.Ignored, r.dones[0].outcome, "the caller's cancel counted as a failure of the dependency")
+	var n uint64
+	for _, c := range g.Stats().Timeouts.Counts {
+		n += c
+	}
+	assert.Zero(t, n, "counted as this Guard's timeout")
+}
+
+// countingClock counts its reads.
+type countingClock struct {
+	*sluice.ManualClock
+	reads int
+}
+
+func (c *countingClock) Now() time.Duration { c.reads++; return c.ManualClock.Now() }
+
+// A Guard whose queue (an adaptive Shedder has one by default) comes after
+// another policy (a limiter, a breaker) reads its clock twice to admit a
+// call, on arrival and after the queue: not before the queue too.
+func TestAdmissionBeforeAQueueReadsTheClockTwice(t *testing.T) {
+	clk := &countingClock{ManualClock: sluice.NewManualClock(time.Second)}
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk.ManualClock}
+	g := mustGuard(t, sluice.With(newRecorder("limit", -1), queue), sluice.WithClock(clk))
+	var c sluice.Call
+	require.NoError(t, g.Begin(t.Context(), &c))
+	assert.LessOrEqual(t, clk.reads, 2, "clock reads to admit one call")
+	require.NoError(t, c.End(nil))
+}

@@ -23,12 +23,12 @@ func init() {
 		gd := g.(*Guard)
 		return gd != nil && gd.timeout > 0
 	}
-	guardhook.Classify = func(g any, cctx context.Context, err error) uint8 {
-		gd := g.(*Guard)
-		if gd.timeout > 0 {
-			err = gd.timedOut(cctx, err)
+	guardhook.Classify = func(call any, err error) uint8 {
+		c := call.(*Call)
+		if c.cancel != nil { // the Guard's own deadline, as in finish
+			err = c.g.timedOut(c.ctx, err)
 		}
-		return uint8(gd.classify(classifiable(cctx, err)))
+		return uint8(c.g.classify(classifiable(c.Context(), err)))
 	}
 	guardhook.Now = func(g any) time.Duration { return g.(*Guard).now() }
 	guardhook.RejectedBy = func(err error, g any) bool {

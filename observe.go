@@ -66,7 +66,10 @@ type CallEvent struct {
 	// outcome without one. For a rejection, the rejection.
 	Err error
 	// Wait is how long the call waited in the policies that may wait (a
-	// shaper, a concurrency queue); 0 when none did.
+	// shaper, a concurrency queue), the time the policies before each took
+	// to decide included (nanoseconds in memory; a Redis limiter's round
+	// trip): the Guard reads its clock after such a policy, not before it.
+	// 0 in a Guard without one.
 	Wait time.Duration
 	// Latency is how long an admitted call ran, from the end of its
 	// admission to its end; 0 for a rejection.
@@ -398,10 +401,14 @@ func (ob *observation) tell(c *Call, o Outcome, err error, now time.Duration) {
 
 // rejected counts and reports policy i's rejection at now of a call with
 // cause and error err, after the call waited wait; d is the call's
-// Decision.
-func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, now, wait time.Duration, d *Decision) {
+// Decision, and skip the policies before i that rejected it in shadow
+// mode, counted after the rejection and before the observers hear it.
+func (ob *observation) rejected(ctx context.Context, g *Guard, i int, cause, err error, now, wait time.Duration, d *Decision, skip uint64) {
 	cs := causeOf(cause)
 	ob.addAt(slotRejected+i*numCauses+int(cs), now)
+	if skip != 0 {
+		ob.countShadows(skip, int(shardAt(now)))
+	}
 	if len(ob.calls) == 0 {
 		return
 	}

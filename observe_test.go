@@ -383,16 +383,33 @@ func (s *slowAdmit) Admit(ctx context.Context, now time.Duration) (sluice.Ticket
 	return s.recorder.Admit(ctx, now)
 }
 
-// A call's wait is the time in the policies that may wait: a queue that
-// admits at once, behind a policy that takes 20ms to decide (a Redis
-// limiter's round trip), is no wait.
-func TestWaitCountsOnlyTheTimeInPoliciesThatWait(t *testing.T) {
+// A call's wait is the time up to the end of the policies that may wait:
+// in a Guard without one, a policy slow to decide (a Redis limiter's round
+// trip) makes no wait; behind a queue, its time counts with the queue's,
+// the clock being read after the queue only.
+func TestWaitIsZeroWithoutAPolicyThatWaits(t *testing.T) {
 	clk := sluice.NewManualClock(time.Second)
 	slow := &slowAdmit{recorder: newRecorder("remote", -1), clk: clk, took: 20 * time.Millisecond}
-	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 0} // a free slot: no wait
 	ev := &events{}
-	g := mustGuard(t, sluice.With(slow, queue), sluice.WithClock(clk), sluice.WithObserver(ev))
+	g := mustGuard(t, sluice.With(slow), sluice.WithClock(clk), sluice.WithObserver(ev))
 	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
-	require.Len(t, ev.got, 1)
-	assert.Equal(t, time.Duration(0), ev.got[0].Wait, "no policy that may wait made the call wait")
+	queue := &waiting{recorder: newRecorder("queue", -1), clk: clk, wait: 0} // a free slot
+	g = mustGuard(t, sluice.With(slow, queue), sluice.WithClock(clk), sluice.WithObserver(ev))
+	require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+	require.Len(t, ev.got, 2)
+	assert.Equal(t, time.Duration(0), ev.got[0].Wait)
+	assert.Equal(t, 20*time.Millisecond, ev.got[1].Wait)
+}
+
+// A shadow rejection counts once its call's rejection by a later policy
+// is counted, before the observers hear it: an observer that panics on
+// hearing that rejection does not lose it.
+func TestShadowRejectionCountedWhenTheRejectionsObserverPanics(t *testing.T) {
+	g := mustGuard(t, sluice.WithName("g"),
+		sluice.With(&stub{name: "limit", reject: true}, &stub{name: "inner", reject: true}),
+		sluice.WithShadow("limit"), sluice.WithObserver(panickyObserver{}))
+	assert.Panics(t, func() { _ = g.Do(context.Background(), func(context.Context) error { return nil }) })
+	p := g.Stats().Policies[0]
+	assert.Equal(t, uint64(1), p.Admitted, "the inner policy's rejection counts the call as let through by limit")
+	assert.Equal(t, uint64(1), p.ShadowRejected, "limit's shadow rejection was lost: %+v", p)
 }

@@ -309,9 +309,42 @@ func TestClassifyHookKeepsTheCallersDeadline(t *testing.T) {
 	var c sluice.Call
 	require.NoError(t, g.Begin(ctx, &c))
 	require.Equal(t, ctx, c.Context(), "the caller's earlier deadline is kept")
-	hook := sluice.Outcome(guardhook.Classify(g, c.Context(), context.DeadlineExceeded))
+	hook := sluice.Outcome(guardhook.Classify(&c, context.DeadlineExceeded))
 	err := c.End(context.DeadlineExceeded)
 	assert.NotErrorIs(t, err, sluice.ErrTimeout, "End keeps the caller's expiry")
 	require.Len(t, p.doneCalls(), 1)
 	assert.Equal(t, p.doneCalls()[0].outcome, hook, "the hook classifies otherwise than the call's end")
+}
+
+// An inner Guard (1h timeout) run with the call context of an outer Guard
+// (whose own, earlier deadline carries the cause ErrTimeout): the expiry is
+// the caller's (the outer Guard's), as the inner Call's End has it, and the
+// adapters' classification hook must agree.
+func TestClassifyHookKeepsAnOuterGuardsDeadline(t *testing.T) {
+	classify := func(err error) sluice.Outcome {
+		switch {
+		case errors.Is(err, sluice.ErrTimeout):
+			return sluice.Failure
+		case errors.Is(err, context.DeadlineExceeded):
+			return sluice.Ignored // the caller's own deadline: not the dependency's fault
+		}
+		return sluice.DefaultClassifier(err)
+	}
+	outer := mustGuard(t, sluice.With(newRecorder("o", -1)), sluice.WithTimeout(time.Millisecond))
+	p := newRecorder("p", -1)
+	inner := mustGuard(t, sluice.With(p), sluice.WithTimeout(time.Hour), sluice.WithClassifier(classify))
+	var hook sluice.Outcome
+	var endErr error
+	_ = outer.Do(context.Background(), func(ctx context.Context) error {
+		var c sluice.Call
+		require.NoError(t, inner.Begin(ctx, &c))
+		require.Equal(t, ctx, c.Context(), "the outer Guard's earlier deadline is kept")
+		<-ctx.Done()
+		hook = sluice.Outcome(guardhook.Classify(&c, context.DeadlineExceeded))
+		endErr = c.End(context.DeadlineExceeded)
+		return endErr
+	})
+	assert.NotErrorIs(t, endErr, sluice.ErrTimeout, "End keeps the caller's expiry")
+	require.Len(t, p.doneCalls(), 1)
+	assert.Equal(t, p.doneCalls()[0].outcome, hook, "the hook classifies the outer Guard's deadline as the inner Guard's timeout")
 }

@@ -228,8 +228,9 @@ func (q *queue) remove(w *waiter) {
 
 // await waits until w is granted a slot, its wait runs out or ctx is done.
 // It reports whether the slot came, and the instant it was granted; when it
-// did not, w has left the queue, and a slot granted as the wait ended has
-// been handed to release.
+// did not, w has left the queue, a slot granted as the wait ended has been
+// handed to release, and the instant is the one its wait ran out at (now
+// when it ended otherwise: no clock is read).
 func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func(time.Duration)) (time.Duration, bool) {
 	var timeout <-chan time.Time
 	if wait > 0 {
@@ -259,8 +260,10 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		timedOut = true
 	}
 	q.mu.Lock()
+	end := now
 	if timedOut {
-		q.lastDrop = max(q.lastDrop, now+wait)
+		end = now + wait
+		q.lastDrop = max(q.lastDrop, end)
 	}
 	if w.evicted {
 		// Turned out as the wait ended: already out of the queue.
@@ -268,7 +271,7 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		q.mu.Unlock()
 		<-w.ch
 		q.pool.Put(w)
-		return now, false
+		return end, false
 	}
 	if w.granted {
 		// The slot came as the wait ended: take it and give it back.
@@ -277,13 +280,13 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		granted := w.grant
 		q.pool.Put(w)
 		release(granted)
-		return now, false
+		return end, false
 	}
 	q.remove(w)
 	waiting.Add(-1)
 	q.mu.Unlock()
 	q.pool.Put(w)
-	return now, false
+	return end, false
 }
 
 // critical reports whether ctx marks its request sluice.PriorityCritical.

@@ -152,8 +152,9 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, 
 		s.yield()
 		return s.ticket(now), sluice.Quota{Limit: -1}, nil
 	}
-	if granted, ok := s.admitSlow(ctx, now); ok {
-		return s.ticket(granted), sluice.Quota{Limit: -1}, nil
+	at, ok := s.admitSlow(ctx, now)
+	if ok {
+		return s.ticket(at), sluice.Quota{Limit: -1}, nil
 	}
 	if s.q != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// The caller went away while it waited, or before it could: it
@@ -161,7 +162,7 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, 
 		// ran out in the queue is a shed: no slot came in time.
 		return 0, sluice.Quota{Limit: -1}, s.abandoned
 	}
-	return s.reject(now)
+	return s.reject(at) // when its wait ran out, if it waited
 }
 
 // yield lets the goroutines already runnable run before a request that
@@ -247,7 +248,8 @@ func (s *Shedder) noteInflight(n int64) {
 }
 
 // admitSlow takes a slot, waiting in the queue for one if need be, and
-// reports whether it got one, and the instant it did.
+// reports whether it got one, and the instant it did (or, without one, the
+// instant its wait ran out; now when it did not wait or wait out).
 func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Duration, bool) {
 	if s.q == nil {
 		return now, s.tryTake()

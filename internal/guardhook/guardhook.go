@@ -48,11 +48,11 @@ var ReadsResource func(g any) bool
 // with.
 var Timed func(g any) bool
 
-// Classify returns the sluice.Outcome that g (a *sluice.Guard, not nil)
-// counts err as, by its Classifier, for adapters that report an attempt
-// themselves: as a Call's end does, err is first a timeout when the Guard's
-// deadline, on cctx (the Call's context), has passed.
-var Classify func(g any, cctx context.Context, err error) uint8
+// Classify returns the sluice.Outcome that call (a *sluice.Call its Guard
+// admitted, not yet ended) counts err as, by its Guard's Classifier, for
+// adapters that report an attempt themselves: as the Call's end does, err
+// is first a timeout when the Guard's own deadline has passed.
+var Classify func(call any, err error) uint8
 
 // Now reads the clock of g (a *sluice.Guard, not nil): the instant an
 // answer arrived, for Opener.OpenFor.

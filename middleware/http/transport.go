@@ -636,7 +636,7 @@ func (t *RoundTripper) fallback(ctx context.Context, g *sluice.Guard, req *http.
 func (t *RoundTripper) errOutcome(g *sluice.Guard, call *sluice.Call, err error) sluice.Outcome {
 	cctx := call.Context()
 	if t.cfg.classify == nil {
-		return sluice.Outcome(guardhook.Classify(g, cctx, err))
+		return sluice.Outcome(guardhook.Classify(call, err))
 	}
 	if cctx.Err() == context.Canceled {
 		return sluice.Ignored
