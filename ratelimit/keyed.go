@@ -1,11 +1,13 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,6 +188,7 @@ type keyedEntry struct {
 	lim        sluice.Policy
 	last       time.Duration
 	tick       uint64      // the shard's tick when e last moved to the front
+	used       uint64      // the shard's count of uses when e was last used
 	prev, next *keyedEntry // LRU list; prev is more recent
 }
 
@@ -213,6 +216,7 @@ type keyedShard struct {
 	head, tail   *keyedEntry // most and least recently used
 	cap          int
 	tick         uint64                                   // moves to the front so far
+	uses         uint64                                   // uses of its keys so far
 	promoteAfter uint64                                   // cap/4, at least 1
 	chunks       atomic.Pointer[[]*[keyedChunk]keyedCall] // copied to grow; chunks never move
 	ncalls       int32                                    // records made
@@ -514,6 +518,8 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 		s.remove(s.tail)
 	}
 	s.m[key] = fresh
+	s.uses++
+	fresh.used = s.uses
 	s.pushFront(fresh)
 	c, slot := s.reserve(fresh, call)
 	return fresh, c, slot, nil
@@ -524,8 +530,21 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 func (s *keyedShard) setCap(c int) {
 	s.cap = c
 	s.promoteAfter = uint64(max(1, s.cap/4))
-	for len(s.m) > s.cap {
-		s.remove(s.tail)
+	n := len(s.m) - s.cap
+	if n <= 0 {
+		return
+	}
+	// By when each was last used: the list's order is the use's only to
+	// within a quarter of the old capacity (see touch), and a key in use
+	// near the tail of a long list would go before idle ones past a new,
+	// shorter one.
+	es := make([]*keyedEntry, 0, len(s.m))
+	for e := s.tail; e != nil; e = e.prev {
+		es = append(es, e)
+	}
+	slices.SortFunc(es, func(a, b *keyedEntry) int { return cmp.Compare(a.used, b.used) })
+	for _, e := range es[:n] {
+		s.remove(e)
 	}
 }
 
@@ -581,6 +600,8 @@ func (s *keyedShard) freeCall(i int32) {
 // evicted has not been used since a quarter of the list went past it.
 func (s *keyedShard) touch(e *keyedEntry, now time.Duration) {
 	e.last = max(e.last, now)
+	s.uses++
+	e.used = s.uses
 	if s.tick-e.tick < s.promoteAfter {
 		return
 	}

@@ -649,3 +649,22 @@ func allowKey(k *Keyed, now time.Duration, key string) bool {
 	}
 	return d.Allowed
 }
+
+// SetMaxKeys evicts the least recently used keys past a lower cap: not a
+// busy key that the list, whose order is the uses' only to within a
+// quarter of the old cap, left near its tail.
+func TestKeyedSetMaxKeysKeepsTheMostRecentlyUsedKey(t *testing.T) {
+	k := mustKeyed(t, fixedPer(1, time.Hour, nil), WithMaxKeys(200))
+	require.Len(t, k.shards, 1)
+	require.True(t, allowKeyAt(k, 0, "hot"))
+	// 40 other keys arrive, one at a time, and "hot" is used after each:
+	// it stays the most recently used key throughout.
+	for i := range 40 {
+		require.True(t, allowKeyAt(k, 0, "cold"+string(rune('A'+i))))
+		require.False(t, allowKeyAt(k, 0, "hot"), "hot spent its quota")
+	}
+	require.NoError(t, k.SetMaxKeys(40)) // one key of 41 must go: the least recently used, coldA
+	assert.Equal(t, 40, k.Len())
+	assert.False(t, allowKeyAt(k, 0, "hot"),
+		"the most recently used key was evicted by SetMaxKeys: it starts afresh with a full quota")
+}

@@ -295,6 +295,12 @@ func (l *Limiter) fallback(ctx context.Context, c *call, now time.Duration) (slu
 				break
 			}
 			t, q, cause := p.Admit(ctx, now)
+			if cause == ratelimit.ErrNeverSatisfiable {
+				// More than the local share, but within the limit (a cost
+				// past it is refused before): Redis may admit it once it
+				// answers again, so no "never".
+				cause, q.RetryAfter = sluice.ErrRateLimited, l.br.openLeft(now)
+			}
 			di = sluice.Decision{Allowed: cause == nil, Policy: p.Name(), Limit: q.Limit,
 				Remaining: q.Remaining, Reset: q.Reset, RetryAfter: q.RetryAfter, Cause: cause}
 			if di.Allowed {

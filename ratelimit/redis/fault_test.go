@@ -359,3 +359,30 @@ func TestARingWithoutContextTimeoutIsRefused(t *testing.T) {
 		require.NoError(t, ring.Close())
 	}
 }
+
+// deadAddr returns a loopback address nothing listens on: every call to it
+// is refused at once.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// While Redis is unreachable, WithLocalFallback(n) decides with a local
+// limiter holding 1/n of the burst. A request whose cost fits the limit
+// but not the local share is rate limited until Redis answers again, with
+// a RetryAfter: not "never satisfiable", which it is not.
+func TestLocalShareDoesNotCallAFittingCostNeverSatisfiable(t *testing.T) {
+	c := newClient(t, deadAddr(t))
+	l, err := NewGCRA(c, ratelimit.Rate{Count: 10, Period: time.Hour}, 10, WithLocalFallback(4),
+		WithName(uniqueName("hunt9-share-never")), WithBreaker(100, time.Minute))
+	require.NoError(t, err)
+	ctx := sluice.WithCost(sluice.WithKey(context.Background(), "k"), 3) // 3 ≤ burst 10; the share holds 2
+	d, _ := admitD(l, ctx, time.Hour)
+	require.False(t, d.Allowed)
+	assert.NotErrorIs(t, d.Cause, ratelimit.ErrNeverSatisfiable,
+		"a cost within the limit is called never satisfiable because Redis is down: %+v", d)
+	assert.Positive(t, d.RetryAfter, "a rejection of a satisfiable request must say when to retry: %+v", d)
+}
