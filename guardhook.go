@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/guardhook"
@@ -40,15 +41,32 @@ func init() {
 	guardhook.OtherTypeError = func(i int, f any, name string, typ reflect.Type, err error) error {
 		return otherTypeError(i, f.(Fallback), name, typ, err)
 	}
-	guardhook.CopyShadows = func(from, to any) {
+	guardhook.Shadows = func(g any) (bool, []string) {
+		gd := g.(*Guard)
+		gd.shadowMu.Lock()
+		defer gd.shadowMu.Unlock()
+		var names []string
+		for i, n := range gd.names {
+			if i < maxShadowed && gd.shadowSet>>i&1 != 0 && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+		return gd.shadowAll, names
+	}
+	guardhook.Carry = func(from, to any) {
 		f, t := from.(*Guard), to.(*Guard)
 		f.shadowMu.Lock()
 		all, set := f.shadowAll, f.shadowSet
 		f.shadowMu.Unlock()
 		t.shadowMu.Lock()
-		defer t.shadowMu.Unlock()
 		t.shadowAll, t.shadowSet = all, set
 		t.publishShadow()
+		t.shadowMu.Unlock()
+		if f.obs != nil && t.obs != nil && len(f.obs.counts) == len(t.obs.counts) {
+			for i := range f.obs.counts {
+				t.obs.counts[i].Store(f.obs.counts[i].Load())
+			}
+		}
 	}
 	guardhook.Misdeclared = func(err error) bool {
 		var m *misdeclaredError

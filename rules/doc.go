@@ -103,8 +103,10 @@
 // when enforcing, and what it would reject is counted
 // (sluice.PolicyStats.ShadowRejected, the observers) but goes through. A
 // reload that only turns shadow modes on or off keeps the Guard, and its
-// counters, and sets the modes in place (sluice.Guard.SetShadow). Give the
-// Guards an observer with [WithGuardOptions] to count.
+// counters, and sets the modes in place (sluice.Guard.SetShadow). A mode
+// set by hand on a Guard (SetShadow: the dashboard) outlives a reload,
+// one that rebuilds the Guard too, until the file changes that mode. Give
+// the Guards an observer with [WithGuardOptions] to count.
 //
 // # Versions
 //

@@ -183,7 +183,7 @@ default: api
 
 		writeRules(t, path, strings.Replace(rules, "max_keys: 100", "max_keys: 1", 1))
 		require.NoError(t, l.Reload())
-		assert.Equal(t, []int{200, 429}, statuses(h, "/x", 2, "X-API-Key", "bob"), "bob, the newest key, is kept")
-		assert.Equal(t, []int{200, 200, 429}, statuses(h, "/x", 3, "X-API-Key", "alice"), "alice was evicted: afresh")
+		assert.Equal(t, []int{429}, statuses(h, "/x", 1, "X-API-Key", "alice"), "alice, the key used last, is kept")
+		assert.Equal(t, []int{200, 200, 429}, statuses(h, "/x", 3, "X-API-Key", "bob"), "bob was evicted: afresh")
 	})
 }

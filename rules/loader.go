@@ -38,8 +38,11 @@ type Loader struct {
 	cur      atomic.Pointer[state]
 	status   atomic.Pointer[Status]
 	failures uint64
-	closed   bool
-	w        *watcher // nil until Watch
+	// lastFailed is the SHA-256 of the content that failed to load last,
+	// zero after a load that did not fail; under mu.
+	lastFailed [sha256.Size]byte
+	closed     bool
+	w          *watcher // nil until Watch
 }
 
 // Version identifies the rules in force.
@@ -104,9 +107,9 @@ func WithLogger(lg *slog.Logger) Option {
 // (sluice.Guard.Close, which lets its observers go) just before its
 // successor is made. When the options refuse a Guard (an observer's
 // Attach fails), the load fails and undoes what it changed: the Guards it
-// closed are made again from their options, and no policy kept has taken
-// new numbers yet (they are set once every Guard is made). Default: no
-// options.
+// closed are made again from their options, with the counts and shadow
+// modes they had, and no policy kept has taken new numbers yet (they are
+// set once every Guard is made). Default: no options.
 func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
 	return func(l *Loader) error {
 		if fn == nil {
@@ -161,7 +164,12 @@ func New(path string, opts ...Option) (*Loader, error) {
 // to load, the old ones stay in force and Reload returns why. A file that
 // is missing keeps the rules in force too. Call it on SIGHUP, say, or from
 // an admin endpoint; Watch calls it when the file changes.
-func (l *Loader) Reload() error {
+func (l *Loader) Reload() error { return l.reload(false) }
+
+// reload is Reload; for the watcher (watched), content that failed to load
+// last time fails again unreported: an event of the file's directory that
+// left it as it was (another file written there) is no news.
+func (l *Loader) reload(watched bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -173,12 +181,19 @@ func (l *Loader) Reload() error {
 		l.failed(err)
 		return err
 	}
+	sum := sha256.Sum256(data)
+	if watched && l.lastFailed == sum {
+		return l.status.Load().Err
+	}
+	recovered := l.status.Load().Err != nil // told of a failure: tell of its end
 	changed, err := l.load(data)
 	if err != nil {
+		l.lastFailed = sum
 		l.failed(err)
 		return err
 	}
-	if changed {
+	l.lastFailed = [sha256.Size]byte{}
+	if changed || recovered {
 		l.notify()
 	}
 	return nil
@@ -489,6 +504,9 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 			return undo(where(l.path, gs.at, "guard "+gs.name, err))
 		}
 		made = append(made, g)
+		if old != nil && old.guards[gs.name] != nil {
+			handShadows(old.guards[gs.name], old.spec.byName[gs.name], g, gs, ps, out)
+		}
 		next.guards[gs.name], next.opts[gs.name] = g, opts
 	}
 	byRoute := map[string]middleware.KeyFunc{}
@@ -573,9 +591,10 @@ func (l *Loader) remake(old *state, closed []string) *state {
 			l.log.Error("sluice rules: making a guard of the rules in force again", "guard", name, "error", err)
 			continue
 		}
-		// The modes in force: those a reload set in place since the
-		// Guard was made, and those set by hand (SetShadow).
-		guardhook.CopyShadows(old.guards[name], g)
+		// The modes in force (those a reload set in place since the
+		// Guard was made, those set by hand: SetShadow) and its counts:
+		// a load that fails changes nothing.
+		guardhook.Carry(old.guards[name], g)
 		st.guards[name] = g
 	}
 	rs, err := routesOf(old.spec, st.guards)
@@ -585,6 +604,32 @@ func (l *Loader) remake(old *state, closed []string) *state {
 	}
 	st.routes = rs
 	return &st
+}
+
+// handShadows gives g, made for gs (its policies ps) in the place of prev,
+// made for was, the shadow modes set on prev by hand (SetShadow: the
+// dashboard) where the file's mode did not change: the guard's, and its
+// policies' by name.
+func handShadows(prev *sluice.Guard, was *guardSpec, g *sluice.Guard, gs *guardSpec, ps []sluice.Policy, out *[]string) {
+	if was == nil {
+		return
+	}
+	all, names := guardhook.Shadows(prev)
+	if all != was.shadow && gs.shadow == was.shadow && g.SetShadow("", all) == nil {
+		*out = append(*out, "guard "+gs.name+": "+map[bool]string{true: "shadow", false: "enforcing"}[all]+" (set by hand, kept)")
+	}
+	for i, p := range gs.policies {
+		for _, wp := range was.policies {
+			if wp.name != p.name {
+				continue
+			}
+			name := ps[i].Name()
+			hand := slices.Contains(names, name)
+			if hand != wp.shadow && p.shadow == wp.shadow && g.SetShadow(name, hand) == nil {
+				*out = append(*out, "policy "+p.name+": "+map[bool]string{true: "shadow", false: "enforcing"}[hand]+" (set by hand, kept)")
+			}
+		}
+	}
 }
 
 // setShadows sets the shadow modes of g, kept from the rules before (was),

@@ -499,3 +499,67 @@ default: a
 	}
 	assert.Len(t, seen, len(kinds), "every kind: %v", seen)
 }
+
+// A JSON file's syntax error names its line and column, as every error of
+// a rules file does.
+func TestJSONSyntaxErrorNamesItsLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.json")
+	writeRules(t, path, "{\n  \"guards\": {\n    \"api\": {\"policies\": [}\n  }\n}\n")
+	_, err := New(path, WithLogger(quietLog))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rules.json:3")
+}
+
+// proxy_headers without trusted_proxies would never be read (no proxy is
+// trusted): every client behind the load balancer would share its bucket.
+// The file is refused.
+func TestProxyHeadersWithoutTrustedProxiesIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, `
+guards:
+  api:
+    key: {ip: {proxy_headers: [X-Real-IP]}}
+    policies:
+      - {name: p, kind: token-bucket, rate: 1/s, burst: 1, per_key: true}
+default: api
+`)
+	l, err := New(path, WithLogger(quietLog))
+	if err == nil {
+		l.Close()
+	}
+	assert.Error(t, err)
+}
+
+// Header names are case-insensitive: Content-Type and content-type are one
+// field given twice, refused rather than the second silently winning.
+func TestFallbackHeaderGivenTwiceIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, `
+guards:
+  api:
+    policies:
+      - {name: p, kind: token-bucket, rate: 1/s, burst: 1}
+default: api
+fallbacks:
+  - {cause: rate-limited, status: 200, headers: {Content-Type: text/plain, content-type: application/json}, body: "[]"}
+`)
+	l, err := New(path, WithLogger(quietLog))
+	if err == nil {
+		l.Close()
+	}
+	assert.Error(t, err)
+}
+
+// A fallback for a route mapped to none could never answer (the route has
+// no Guard): refused, as a fallback for a route no route lists is.
+func TestFallbackForAnUnguardedRouteIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, twoLimits+`fallbacks:
+  - {route: "GET /healthz", cause: error, status: 200, body: "ok"}
+`)
+	l, err := New(path, WithLogger(quietLog))
+	if err == nil {
+		l.Close()
+	}
+	assert.Error(t, err)
+}

@@ -150,6 +150,15 @@ func parse(name string, data []byte) (*spec, error) {
 	if strings.HasSuffix(name, ".json") && !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			// At the line and column of the byte it stopped at, as the
+			// YAML errors are.
+			before := data[:min(max(se.Offset-1, 0), int64(len(data)))]
+			line := bytes.Count(before, []byte("\n")) + 1
+			col := len(before) - bytes.LastIndexByte(before, '\n')
+			return nil, fmt.Errorf("%s:%d:%d: %w", name, line, col, err)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	var doc yaml.Node
@@ -457,6 +466,9 @@ func (p *parser) key(n *yaml.Node) *keySpec {
 	if from != 1 {
 		p.errf(n, "key: give exactly one of header, cookie, ip")
 	}
+	if len(k.proxyHeaders) > 0 && len(k.proxies) == 0 {
+		p.errf(n, "key: ip: proxy_headers without trusted_proxies: the fields are read only from a trusted proxy, and none is")
+	}
 	return k
 }
 
@@ -652,7 +664,16 @@ func (p *parser) fallback(s *spec, n *yaml.Node) {
 			}
 		case "headers":
 			f.headers = http.Header{}
+			lines := map[string]int{}
 			p.fields(v, "headers", func(h string, v *yaml.Node) {
+				// Names are case-insensitive: one given twice in two cases
+				// would have the last win, unseen.
+				c := http.CanonicalHeaderKey(h)
+				if line, dup := lines[c]; dup {
+					p.errf(v, "headers: %q given twice (first on line %d)", c, line)
+					return
+				}
+				lines[c] = v.Line
 				f.headers.Set(h, p.str(v, h))
 			})
 		case "body":
@@ -702,7 +723,11 @@ func (p *parser) check(s *spec) {
 		}
 	}
 	routes := map[string]int{}
+	unguarded := map[string]bool{}
 	for _, r := range s.routes {
+		if r.guard == "none" {
+			unguarded[r.pattern] = true
+		}
 		if line, dup := routes[r.pattern]; dup {
 			p.errf(node(r.at), "route %q is given twice (first on line %d)", r.pattern, line)
 		}
@@ -717,6 +742,8 @@ func (p *parser) check(s *spec) {
 	for _, f := range s.fallbacks {
 		if _, ok := routes[f.route]; !ok && f.route != "" {
 			p.errf(node(f.at), "fallback for route %q, which no route lists", f.route)
+		} else if unguarded[f.route] {
+			p.errf(node(f.at), "fallback for route %q, which is unguarded (none): no rejection or failure of its is answered", f.route)
 		}
 		if line, dup := fbs[fk{f.route, f.cause}]; dup {
 			p.errf(node(f.at), "a second fallback for route %q and cause %s (first on line %d)", f.route, f.cause, line)

@@ -160,3 +160,46 @@ default: api
 			"two consecutive failures under the rules in force; the failed load reset the breaker's count")
 	})
 }
+
+// A shadow mode set by hand (the dashboard's SetShadow) survives a reload
+// that rebuilds the Guard for another reason (here its timeout), as it
+// survives a failed load and a reload that keeps the Guard; the file's
+// own mode, where it changes, wins.
+func TestAShadowModeSetByHandSurvivesARebuild(t *testing.T) {
+	const r = `
+guards:
+  api:
+    timeout: 2s
+    policies:
+      - {name: a, kind: token-bucket, rate: 1/min, burst: 1}
+default: api
+`
+	l, path := newLoader(t, r)
+	g, _ := l.Guard("api")
+	require.NoError(t, g.SetShadow("a", true))
+	h := serve(t, l)
+	assert.Equal(t, []int{200, 200}, statuses(h, "/x", 2))
+	writeRules(t, path, strings.Replace(r, "timeout: 2s", "timeout: 3s", 1))
+	require.NoError(t, l.Reload())
+	assert.Equal(t, []int{200}, statuses(h, "/x", 1), "a is still in shadow mode, as set by hand")
+}
+
+// A load refused by a Guard's options changes nothing: the Guard of the
+// rules in force, made again from its options, keeps its counters.
+func TestARefusedLoadKeepsTheGuardsCounters(t *testing.T) {
+	obs := &picky{refuse: "cart-log"}
+	l, path := newLoader(t, twoLimits, WithGuardOptions(func(string) []sluice.Option {
+		return []sluice.Option{sluice.WithObserver(obs)}
+	}))
+	h := serve(t, l)
+	assert.Equal(t, []int{200, 429}, statuses(h, "/cart", 2))
+	g, _ := l.Guard("cart")
+	require.Equal(t, uint64(1), g.Stats().Policies[0].Admitted)
+
+	writeRules(t, path, strings.Replace(twoLimits, "name: cart-window, kind: fixed-window, limit: 1", "name: cart-log, kind: sliding-log, limit: 5", 1))
+	require.Error(t, l.Reload())
+	g2, _ := l.Guard("cart")
+	st := g2.Stats().Policies[0]
+	assert.Equal(t, uint64(1), st.Admitted, "a refused load reset the counters of the rules in force")
+	assert.Equal(t, uint64(1), st.Rejected[sluice.CauseRateLimited])
+}

@@ -3,7 +3,9 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -25,10 +27,12 @@ type watcher struct {
 	fs   *fsnotify.Watcher
 	done chan struct{}
 	ends chan struct{} // each goroutine sends once as it ends
-	// dir is the file's directory, and target the directory of the file
-	// its symlinks lead to, when that is another: an edit made there
-	// shows in target only. Only listen changes target.
-	dir, target string
+	// dir is the file's directory; targets are the other directories its
+	// path's links lead through: the one each link is in (repointing it
+	// shows there only) and the one the path ends in (an edit made there
+	// shows there only). Only listen changes targets.
+	dir     string
+	targets map[string]bool
 }
 
 // Watch starts watching the file's directory, and loads the file again
@@ -36,8 +40,10 @@ type watcher struct {
 // after its first while the changes go on. Watching
 // the directory rather than the file sees a file replaced by a rename (as
 // editors save) and the symlink swap by which Kubernetes updates a
-// mounted ConfigMap. A file that is a symlink into another directory has
-// that directory watched too, which its link leads to at each event. A
+// mounted ConfigMap. A path through symlinks (the file's own, or a
+// directory's along it, such as a deploy's current → v2) has the
+// directories those links are in, and the one they lead to, watched too,
+// as they lead at each event. A
 // file removed keeps the rules in force, until one is
 // written again. Watch starts two goroutines, which Close stops; it fails
 // when the Loader is closed or watches already.
@@ -67,7 +73,7 @@ func (l *Loader) Watch() error {
 	}()
 	go func() {
 		defer func() { w.ends <- struct{}{} }()
-		debounce(kick, quiet, longestBurst, w.done, func() { _ = l.Reload() })
+		debounce(kick, quiet, longestBurst, w.done, func() { _ = l.reload(true) })
 	}()
 	l.w = w
 	return nil
@@ -98,42 +104,82 @@ func (w *watcher) listen(l *Loader, kick chan<- struct{}) {
 	}
 }
 
-// follow watches the directory of the file l.path's symlinks lead to now,
-// when it is not the file's own, in place of the one they led to before.
-// A link that leads nowhere (the file removed) leaves the last one
-// watched.
+// follow watches the directories l.path's links are in, and the one they
+// lead to now (see watcher.targets), in place of those of before. A path
+// that leads nowhere (the file removed) leaves the last ones watched.
 func (w *watcher) follow(l *Loader) {
-	real, err := filepath.EvalSymlinks(l.path)
+	dirs, ok := linkDirs(l.path)
+	if !ok {
+		return
+	}
+	// The file's own directory, watched already (the path may be relative).
+	if own, err := filepath.Abs(w.dir); err == nil {
+		delete(dirs, own)
+	}
+	for d := range w.targets {
+		if !dirs[d] {
+			_ = w.fs.Remove(d) // gone with its directory, perhaps
+			delete(w.targets, d)
+		}
+	}
+	for d := range dirs {
+		if w.targets[d] {
+			continue
+		}
+		if err := w.fs.Add(d); err != nil {
+			l.log.Error("sluice rules: watching a directory the file's path leads through", "file", l.path, "dir", d, "error", err)
+			continue
+		}
+		if w.targets == nil {
+			w.targets = map[string]bool{}
+		}
+		w.targets[d] = true
+	}
+}
+
+// linkDirs returns the directories path leads through by its symlinks, as
+// they lead now: each one a link of it is in, resolved, and the one it
+// ends in. It reports false when path leads nowhere.
+func linkDirs(path string) (map[string]bool, bool) {
+	p, err := filepath.Abs(path)
 	if err != nil {
-		return
+		return nil, false
 	}
-	dir, err := filepath.Abs(filepath.Dir(real))
-	if err != nil {
-		return
+	dirs := map[string]bool{}
+	// Component by component from the root, which is resolved as it goes;
+	// a link met restarts the walk with its target in its place.
+	for hops := 0; hops < 64; hops++ {
+		rest := strings.Split(strings.TrimPrefix(p, string(filepath.Separator)), string(filepath.Separator))
+		cur := string(filepath.Separator)
+		relinked := false
+		for i, c := range rest {
+			next := filepath.Join(cur, c)
+			fi, err := os.Lstat(next)
+			if err != nil {
+				return nil, false
+			}
+			if fi.Mode()&os.ModeSymlink == 0 {
+				cur = next
+				continue
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return nil, false
+			}
+			dirs[cur] = true
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(cur, target)
+			}
+			p = filepath.Join(append([]string{target}, rest[i+1:]...)...)
+			relinked = true
+			break
+		}
+		if !relinked {
+			dirs[filepath.Dir(cur)] = true
+			return dirs, true
+		}
 	}
-	// The file's own directory, watched already, as a path of its own and
-	// as the one its links lead to (the path may be relative, or pass
-	// through a link).
-	if own, err := filepath.Abs(w.dir); err == nil && dir == own {
-		dir = ""
-	} else if r, err := filepath.EvalSymlinks(own); err == nil && dir == r {
-		dir = ""
-	}
-	if dir == w.target {
-		return
-	}
-	if w.target != "" {
-		_ = w.fs.Remove(w.target) // gone with its directory, perhaps
-	}
-	w.target = ""
-	if dir == "" {
-		return
-	}
-	if err := w.fs.Add(dir); err != nil {
-		l.log.Error("sluice rules: watching the directory the file's link leads to", "file", l.path, "dir", dir, "error", err)
-		return
-	}
-	w.target = dir
+	return nil, false // a loop of links
 }
 
 func (w *watcher) stop() {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -203,4 +204,75 @@ func TestWatchOfARelativePathKeepsItsOwnDirectory(t *testing.T) {
 	writeRules(t, "rules.yaml.tmp", strings.Replace(twoLimits, "burst: 3", "burst: 5", 1))
 	require.NoError(t, os.Rename("rules.yaml.tmp", "rules.yaml"))
 	waitVersion(t, l, 3)
+}
+
+// releases lays out base/v1/rules.yaml (twoLimits) and base/v2/rules.yaml
+// (burst 4), and base/current → v1.
+func releases(t *testing.T) string {
+	t.Helper()
+	base := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		require.NoError(t, os.Mkdir(filepath.Join(base, v), 0o755))
+	}
+	writeRules(t, filepath.Join(base, "v1", "rules.yaml"), twoLimits)
+	writeRules(t, filepath.Join(base, "v2", "rules.yaml"), strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	require.NoError(t, os.Symlink("v1", filepath.Join(base, "current")))
+	return base
+}
+
+// retarget points base/current at v2, atomically (ln -sfn), leaving v1.
+func retarget(t *testing.T, base string) {
+	t.Helper()
+	tmp := filepath.Join(base, "current.tmp")
+	require.NoError(t, os.Symlink("v2", tmp))
+	require.NoError(t, os.Rename(tmp, filepath.Join(base, "current")))
+}
+
+// A rules file reached through a directory link (a release's "current"
+// link, as deploys lay them out) is reloaded when the link is pointed at a
+// new release: the directory the link is in is watched too.
+func TestWatchSeesTheFilesDirectoryLinkRetargeted(t *testing.T) {
+	base := releases(t)
+	path := filepath.Join(base, "current", "rules.yaml")
+	l, err := New(path, WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	retarget(t, base)
+	waitVersion(t, l, 2)
+	writeRules(t, filepath.Join(base, "v2", "rules.yaml"), strings.Replace(twoLimits, "burst: 3", "burst: 5", 1))
+	waitVersion(t, l, 3)
+}
+
+// The same with a link to a file through a directory link: rules.yaml →
+// base/current/rules.yaml, current → v1; current swapped in base.
+func TestWatchSeesALinkAlongTheFilesLinkRetargeted(t *testing.T) {
+	base := releases(t)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.Symlink(filepath.Join(base, "current", "rules.yaml"), path))
+	l, err := New(path, WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	retarget(t, base)
+	waitVersion(t, l, 2)
+}
+
+// An event beside a broken file (a log, an editor's swap file) does not
+// load the same broken content again: no other failure counted, logged,
+// or told to OnReload.
+func TestWatchDoesNotReportTheSameBrokenFileAgainOnUnrelatedEvents(t *testing.T) {
+	var calls atomic.Int64
+	l, path := newLoader(t, twoLimits, OnReload(func(Status) { calls.Add(1) }))
+	require.NoError(t, l.Watch())
+	writeRules(t, path, "guards: [")
+	require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
+	for i := range 3 {
+		writeRules(t, filepath.Join(filepath.Dir(path), "other.log"), strings.Repeat("x", i+1))
+		time.Sleep(300 * time.Millisecond)
+	}
+	assert.Equal(t, uint64(1), l.Status().Failures, "the rules file did not change")
+	assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same failure once")
 }

@@ -68,10 +68,16 @@ var Served func(g any, ctx context.Context, name string, err error)
 // it named name: the Guard's declaration is mistaken. It wraps err.
 var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) error
 
-// CopyShadows gives the Guard to the shadow modes of the Guard from, both
-// *sluice.Guard with the same chain of policies: a Guard made again from
-// another's options takes the modes that were set on it since.
-var CopyShadows func(from, to any)
+// Carry gives the Guard to the shadow modes and the counters (Stats) of
+// the Guard from, both *sluice.Guard with the same chain of policies: a
+// Guard made again from another's options, in its place, takes the modes
+// set on it since, and counts on from its counts.
+var Carry func(from, to any)
+
+// Shadows returns the shadow modes of g (a *sluice.Guard): whether the
+// whole Guard is in shadow mode, and the names of the policies in shadow
+// mode by name.
+var Shadows func(g any) (all bool, names []string)
 
 // RejectedBy reports whether err is, or wraps, a rejection by a policy of g
 // (a *sluice.Guard): one whose windows a route of g can name.
