@@ -38,11 +38,11 @@ type Loader struct {
 	cur      atomic.Pointer[state]
 	status   atomic.Pointer[Status]
 	failures uint64
-	// lastFailed is the SHA-256 of the content that failed to load last,
-	// zero after a load that did not fail; under mu.
-	lastFailed [sha256.Size]byte
-	closed     bool
-	w          *watcher // nil until Watch
+	// lastFail is the last load's failure, nil after one that did not
+	// fail; under mu.
+	lastFail *failure
+	closed   bool
+	w        *watcher // nil until Watch
 }
 
 // Version identifies the rules in force.
@@ -166,9 +166,18 @@ func New(path string, opts ...Option) (*Loader, error) {
 // an admin endpoint; Watch calls it when the file changes.
 func (l *Loader) Reload() error { return l.reload(false) }
 
-// reload is Reload; for the watcher (watched), content that failed to load
-// last time fails again unreported: an event of the file's directory that
-// left it as it was (another file written there) is no news.
+// failure is a load's failure: the file's content that failed to load, or
+// the error reading it, and what was reported of it.
+type failure struct {
+	sum  [sha256.Size]byte // the content's SHA-256; zero for a read error
+	read string            // the read error's text; "" for content
+	err  error
+}
+
+// reload is Reload; for the watcher (watched), a load that fails as the
+// last one did (the same content, the same read error) fails again
+// unreported: an event of the file's directory that left it as it was
+// (another file written there) is no news.
 func (l *Loader) reload(watched bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -177,22 +186,27 @@ func (l *Loader) reload(watched bool) error {
 	}
 	data, err := os.ReadFile(l.path)
 	if err != nil {
+		if f := l.lastFail; watched && f != nil && f.read == err.Error() {
+			return f.err
+		}
+		read := err.Error()
 		err = fmt.Errorf("rules: %w; the rules of version %d stay in force", err, l.cur.Load().version.N)
+		l.lastFail = &failure{read: read, err: err}
 		l.failed(err)
 		return err
 	}
 	sum := sha256.Sum256(data)
-	if watched && l.lastFailed == sum {
-		return l.status.Load().Err
+	if f := l.lastFail; watched && f != nil && f.read == "" && f.sum == sum {
+		return f.err
 	}
 	recovered := l.status.Load().Err != nil // told of a failure: tell of its end
 	changed, err := l.load(data)
 	if err != nil {
-		l.lastFailed = sum
+		l.lastFail = &failure{sum: sum, err: err}
 		l.failed(err)
 		return err
 	}
-	l.lastFailed = [sha256.Size]byte{}
+	l.lastFail = nil
 	if changed || recovered {
 		l.notify()
 	}

@@ -32,6 +32,7 @@ type watcher struct {
 	// shows there only) and the one the path ends in (an edit made there
 	// shows there only). Only listen changes targets.
 	dir     string
+	dirReal string // dir resolved when it was watched: where its watch is
 	targets map[string]bool
 }
 
@@ -64,6 +65,9 @@ func (l *Loader) Watch() error {
 	if err := fw.Add(w.dir); err != nil {
 		_ = fw.Close()
 		return fmt.Errorf("rules: Watch: %w", err)
+	}
+	if real, err := filepath.EvalSymlinks(w.dir); err == nil {
+		w.dirReal, _ = filepath.Abs(real)
 	}
 	w.follow(l)
 	kick := make(chan struct{}, 1)
@@ -112,10 +116,10 @@ func (w *watcher) follow(l *Loader) {
 	if !ok {
 		return
 	}
-	// The file's own directory, watched already (the path may be relative).
-	if own, err := filepath.Abs(w.dir); err == nil {
-		delete(dirs, own)
-	}
+	// The file's own directory, watched already, as the directory its
+	// watch is on: a second watch of it would share the first's, which
+	// its removal would end.
+	delete(dirs, w.dirReal)
 	for d := range w.targets {
 		if !dirs[d] {
 			_ = w.fs.Remove(d) // gone with its directory, perhaps
@@ -138,21 +142,35 @@ func (w *watcher) follow(l *Loader) {
 }
 
 // linkDirs returns the directories path leads through by its symlinks, as
-// they lead now: each one a link of it is in, resolved, and the one it
-// ends in. It reports false when path leads nowhere.
+// they lead now: each one a link of it is in, resolved (but the root), and
+// the one it ends in. It reports false when path leads nowhere.
 func linkDirs(path string) (map[string]bool, bool) {
-	p, err := filepath.Abs(path)
-	if err != nil {
-		return nil, false
+	sep := string(filepath.Separator)
+	p := path
+	if !filepath.IsAbs(p) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, false
+		}
+		p = wd + sep + p
 	}
 	dirs := map[string]bool{}
-	// Component by component from the root, which is resolved as it goes;
-	// a link met restarts the walk with its target in its place.
+	// Component by component from the root, as the kernel resolves it: a
+	// link met restarts the walk with its target in its place, and a ".."
+	// goes up from where the links before it led (the path is not cleaned
+	// beforehand, which would drop a link before a "..").
 	for hops := 0; hops < 64; hops++ {
-		rest := strings.Split(strings.TrimPrefix(p, string(filepath.Separator)), string(filepath.Separator))
-		cur := string(filepath.Separator)
+		rest := strings.Split(p, sep)
+		cur := sep
 		relinked := false
 		for i, c := range rest {
+			switch c {
+			case "", ".":
+				continue
+			case "..":
+				cur = filepath.Dir(cur)
+				continue
+			}
 			next := filepath.Join(cur, c)
 			fi, err := os.Lstat(next)
 			if err != nil {
@@ -166,11 +184,13 @@ func linkDirs(path string) (map[string]bool, bool) {
 			if err != nil {
 				return nil, false
 			}
-			dirs[cur] = true
-			if !filepath.IsAbs(target) {
-				target = filepath.Join(cur, target)
+			if cur != sep {
+				dirs[cur] = true
 			}
-			p = filepath.Join(append([]string{target}, rest[i+1:]...)...)
+			if !filepath.IsAbs(target) {
+				target = cur + sep + target
+			}
+			p = target + sep + strings.Join(rest[i+1:], sep)
 			relinked = true
 			break
 		}

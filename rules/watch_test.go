@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,4 +277,56 @@ func TestWatchDoesNotReportTheSameBrokenFileAgainOnUnrelatedEvents(t *testing.T)
 	}
 	assert.Equal(t, uint64(1), l.Status().Failures, "the rules file did not change")
 	assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same failure once")
+}
+
+// A path with a ".." after a link (base/current/../rules.yaml, current →
+// releases/v1) is the file base/releases/rules.yaml, as the kernel
+// resolves it: its directory is watched, and an edit of it is seen.
+func TestWatchPathWithDotDotAfterALinkSeesEdits(t *testing.T) {
+	base := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(base, "releases", "v1"), 0o755))
+	require.NoError(t, os.Symlink(filepath.Join("releases", "v1"), filepath.Join(base, "current")))
+	real := filepath.Join(base, "releases", "rules.yaml")
+	writeRules(t, real, twoLimits)
+	path := filepath.Join(base, "current") + string(filepath.Separator) + ".." + string(filepath.Separator) + "rules.yaml"
+	l, err := New(path, WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	writeRules(t, real, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
+	waitVersion(t, l, 2)
+}
+
+// A removed rules file, with a file beside it written (a log), is reported
+// missing once, not on every event.
+func TestWatchDoesNotReportAMissingFileAgainOnUnrelatedEvents(t *testing.T) {
+	var calls atomic.Int64
+	l, path := newLoader(t, twoLimits, OnReload(func(Status) { calls.Add(1) }))
+	require.NoError(t, l.Watch())
+	require.NoError(t, os.Remove(path))
+	require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
+	for i := range 3 {
+		writeRules(t, filepath.Join(filepath.Dir(path), "other.log"), strings.Repeat("x", i+1))
+		time.Sleep(300 * time.Millisecond)
+	}
+	assert.Equal(t, uint64(1), l.Status().Failures, "the rules file is still missing: no news")
+	assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same missing file once")
+}
+
+// Content that failed, then a missing file, then the same broken content
+// again: the failure reported is the content's, not "no such file".
+func TestBrokenAgainAfterMissingReportsTheParseError(t *testing.T) {
+	l, path := newLoader(t, twoLimits)
+	const broken = "guards: ["
+	writeRules(t, path, broken)
+	require.Error(t, l.reload(true))
+	require.NoError(t, os.Remove(path))
+	err := l.reload(true)
+	require.True(t, errors.Is(err, fs.ErrNotExist), "%v", err)
+	writeRules(t, path, broken)
+	err = l.reload(true)
+	require.Error(t, err)
+	assert.False(t, errors.Is(err, fs.ErrNotExist), "the file is there, broken: %v", err)
+	assert.False(t, errors.Is(l.Status().Err, fs.ErrNotExist), "Status says the file is missing: %v", l.Status().Err)
 }

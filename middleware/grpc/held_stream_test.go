@@ -2,7 +2,9 @@ package sluicegrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -99,4 +103,67 @@ func TestDecliningFallbackLeavesTheHandlersOwnTimeoutAsItIs(t *testing.T) {
 	_, withFB := unary(t, WithGuard(mustGuard(t, sluice.WithFallback(fb))))(context.Background(), nil, info, handler)
 	require.Error(t, plain)
 	assert.Equal(t, status.Code(plain), status.Code(withFB), "without a fallback %v; with a declining one %v", plain, withFB)
+}
+
+// A stream handler that sends its header through grpc.SendHeader on its
+// context still carries the admission's RateLimit fields
+// (WithQuotaMetadata): the context's transport stream releases them too.
+func TestStreamHeaderSentThroughContextKeepsQuotaMetadata(t *testing.T) {
+	for _, tapped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tapped=%v", tapped), func(t *testing.T) {
+			g := mustGuard(t, sluice.With(quotaAdmitter{}))
+			in := stream(t, WithGuard(g), WithQuotaMetadata())
+			wrapped := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				return in(srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+					if err := grpc.SendHeader(ss.Context(), metadata.Pairs("x-own", "1")); err != nil {
+						return err
+					}
+					return h(srv, ss)
+				})
+			}
+			var sopts []grpc.ServerOption
+			if tapped {
+				sopts = append(sopts, tapHandle(t, WithGuard(g)))
+			}
+			sopts = append(sopts, grpc.StreamInterceptor(wrapped))
+			s := start(t, transports[0], sopts)
+			st, err := healthpb.NewHealthClient(s.conn).Watch(withTimeout(t), &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+			for {
+				if _, err := st.Recv(); err != nil {
+					require.True(t, errors.Is(err, io.EOF), "%v", err)
+					break
+				}
+			}
+			hdr, err := st.Header()
+			require.NoError(t, err)
+			assert.Equal(t, []string{"1"}, hdr.Get("x-own"))
+			assert.NotEmpty(t, hdr.Get(MetadataRateLimit), "the admission's quota fields were lost: header %v, trailer %v", hdr, st.Trailer())
+		})
+	}
+}
+
+// A stream handler that panics, recovered by an interceptor outside this
+// one, keeps the admission's quota fields, as a unary call does.
+func TestStreamHandlerPanicKeepsQuotaMetadata(t *testing.T) {
+	g := mustGuard(t, sluice.With(quotaAdmitter{}))
+	in := stream(t, WithGuard(g), WithQuotaMetadata())
+	recovering := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = status.Error(codes.Internal, "panic")
+			}
+		}()
+		return in(srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+			panic("boom")
+		})
+	}
+	s := start(t, transports[0], []grpc.ServerOption{grpc.StreamInterceptor(recovering)})
+	st, err := healthpb.NewHealthClient(s.conn).Watch(withTimeout(t), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	_, err = st.Recv()
+	require.Equal(t, codes.Internal, status.Code(err), "%v", err)
+	hdr, _ := st.Header()
+	md := metadata.Join(hdr, st.Trailer())
+	assert.NotEmpty(t, md.Get(MetadataRateLimit), "the admission's quota fields were lost on a panic: header %v, trailer %v", hdr, st.Trailer())
 }

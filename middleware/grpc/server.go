@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -465,8 +466,9 @@ func hasQuota(d sluice.Decision) bool { return d.Limit >= 0 && d.Policy != "" }
 // methods are safe on a nil *heldQuota, which holds nothing.
 type heldQuota struct {
 	grpc.ServerTransportStream
-	mu sync.Mutex
-	md metadata.MD // nil once set or dropped
+	mu      sync.Mutex
+	md      metadata.MD // nil once set or dropped
+	settled atomic.Bool // md is nil: what a stream's every message asks first
 }
 
 // holdQuota returns the context for the handler of a call on route rt
@@ -490,7 +492,7 @@ func holdQuota(ctx context.Context, rt *routing.Route, d sluice.Decision) (conte
 // true; once. The metadata is set before release returns, in any goroutine
 // that calls it, so that a header sent after it carries the metadata.
 func (h *heldQuota) release(drop bool) {
-	if h == nil {
+	if h == nil || h.settled.Load() {
 		return
 	}
 	h.mu.Lock()
@@ -499,11 +501,12 @@ func (h *heldQuota) release(drop bool) {
 		_ = h.ServerTransportStream.SetHeader(h.md)
 	}
 	h.md = nil
+	h.settled.Store(true)
 }
 
 // trail sets the held metadata as trailers, once.
 func (h *heldQuota) trail() {
-	if h == nil {
+	if h == nil || h.settled.Load() {
 		return
 	}
 	h.mu.Lock()
@@ -512,6 +515,7 @@ func (h *heldQuota) trail() {
 		_ = h.ServerTransportStream.SetTrailer(h.md)
 	}
 	h.md = nil
+	h.settled.Store(true)
 }
 
 // SetHeader sets the held metadata, then md.

@@ -3,7 +3,6 @@ package sluicegrpc
 import (
 	"context"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"github.com/sluice-go/sluice"
@@ -55,15 +54,11 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	defer a.failOnPanic()
 	rt := c.route(info.FullMethod)
 	own := rt // the route whose Guard's rejections name its windows
-	// The admission's quota fields, with WithQuotaMetadata: held back from
-	// the header as a unary call's are (see serverStream.held).
-	var held metadata.MD
+	// The admission whose quota fields, with WithQuotaMetadata, are held
+	// back from the header as a unary call's are (see serverStream.held).
+	var quoted *sluice.Call
 	if rt != nil && a != nil && rt.Guard == a.guard {
-		if c.quotaMD {
-			if d := a.call.Decision(); hasQuota(d) {
-				held = quotaMetadata(rt, d, d.Reset)
-			}
-		}
+		quoted = &a.call
 		rt = nil // the tap's admission stands for this route's
 	}
 	msg := c.messageRoute(info.FullMethod)
@@ -73,7 +68,8 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return c.streamError(ss, own, handler(srv, ss))
 	}
 	if rt == nil && msg == nil {
-		w := (&serverStream{ServerStream: ss, c: c, ctx: ss.Context()}).hold(held)
+		w := c.newServerStream(ss, ss.Context(), nil, own, quoted)
+		defer w.release() // a handler that panics: its fields go out, as on a unary call
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
 		return c.endStream(w, own, err)
@@ -84,7 +80,8 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return err
 	}
 	if skip {
-		w := (&serverStream{ServerStream: ss, c: c, ctx: ss.Context()}).hold(held)
+		w := c.newServerStream(ss, ss.Context(), nil, own, quoted)
+		defer w.release()
 		err = handler(srv, w)
 		a.record(c.streamOutcome(w, err))
 		return c.endStream(w, own, err)
@@ -99,14 +96,11 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 			a.record(sluice.Released)
 			return c.rejectStream(ss, rt, call.Decision(), err)
 		}
-		if c.quotaMD {
-			if d := call.Decision(); hasQuota(d) {
-				held = quotaMetadata(rt, d, d.Reset)
-			}
-		}
+		quoted = &call
 	}
 	defer call.Report(sluice.Failure, nil) // the handler panicked; nothing once reported
-	w := (&serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}).hold(held)
+	w := c.newServerStream(ss, ctx, msg, own, quoted)
+	defer w.release()
 	err = handler(srv, w)
 	if r := w.rejected.Load(); r != nil {
 		err = r
@@ -119,6 +113,32 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return c.endStream(w, own, err)
 }
 
+// newServerStream returns the stream the handler of ss sees, with context
+// ctx and message route msg. With WithQuotaMetadata, the quota fields of
+// quoted (nil: none), admitted on route rt, are held back from the header
+// (see serverStream.held), through the stream and through the context's
+// transport stream, which grpc.SendHeader reaches; without a transport
+// stream in ctx (an interceptor called directly), they are set at once.
+func (c *config) newServerStream(ss grpc.ServerStream, ctx context.Context, msg, rt *routing.Route, quoted *sluice.Call) *serverStream {
+	w := &serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}
+	if !c.quotaMD || quoted == nil {
+		return w
+	}
+	d := quoted.Decision()
+	if !hasQuota(d) {
+		return w
+	}
+	md := quotaMetadata(rt, d, d.Reset)
+	inner := grpc.ServerTransportStreamFromContext(ctx)
+	if inner == nil {
+		_ = ss.SetHeader(md)
+		return w
+	}
+	w.held = &heldQuota{ServerTransportStream: inner, md: md}
+	w.ctx = grpc.NewContextWithServerTransportStream(ctx, w.held)
+	return w
+}
+
 // endStream is the error that ends the stream w, on route own, whose
 // handler returned err (see streamError); the admission's quota fields
 // still held go with the trailers when it ends in a rejection (a
@@ -128,11 +148,11 @@ func (c *config) endStream(w *serverStream, own *routing.Route, err error) error
 	r, d, rej := rejectionIn(err)
 	switch {
 	case (r != nil && !r.client || rej != nil) && hasQuota(d):
-		w.settle(nil)
+		w.held.release(true)
 	case r != nil && !r.client || rej != nil:
-		w.settle(w.ServerStream.SetTrailer)
+		w.held.trail()
 	default:
-		w.settle(func(md metadata.MD) { _ = w.ServerStream.SetHeader(md) })
+		w.held.release(false)
 	}
 	return c.streamError(w.ServerStream, own, err)
 }
@@ -183,11 +203,6 @@ func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
 	return c.serverOutcome(w.ServerStream.Context(), err)
 }
 
-// streamHeader adapts a stream's SetHeader to the shape of grpc.SetHeader.
-func streamHeader(ss grpc.ServerStream) func(context.Context, metadata.MD) error {
-	return func(_ context.Context, md metadata.MD) error { return ss.SetHeader(md) }
-}
-
 // serverStream is a guarded stream as its handler sees it: its context
 // carries the call's key, each received message is asked for when a message
 // guard is set, and it notes when gRPC tells that the client went away.
@@ -198,42 +213,15 @@ type serverStream struct {
 	msg      *routing.Route
 	rejected atomic.Pointer[rejection]
 	end      atomic.Int32 // 0, then streamGone or streamEndedByServer, once
-	// held is the admission's quota metadata (WithQuotaMetadata), held
-	// back until the handler sets or sends a header or a message, or the
-	// stream ends; nil once settled. heldMu orders its settling.
-	heldMu sync.Mutex
-	held   atomic.Pointer[metadata.MD]
-}
-
-// hold holds md back (see held); an empty md holds nothing.
-func (s *serverStream) hold(md metadata.MD) *serverStream {
-	if md != nil {
-		s.held.Store(&md)
-	}
-	return s
-}
-
-// settle hands the held metadata to set (nil: drops it), once: a call that
-// finds nothing held returns after the one that settled it has done so.
-func (s *serverStream) settle(set func(metadata.MD)) {
-	if s.held.Load() == nil {
-		return
-	}
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	if md := s.held.Load(); md != nil {
-		if set != nil {
-			set(*md)
-		}
-		s.held.Store(nil)
-	}
+	// held holds the admission's quota metadata (WithQuotaMetadata) back
+	// until the handler sets or sends a header (on the stream, or through
+	// its context) or a message, or the stream ends; nil: none.
+	held *heldQuota
 }
 
 // release sets the held metadata in the header, before the handler's own
 // header or first message goes out.
-func (s *serverStream) release() {
-	s.settle(func(md metadata.MD) { _ = s.ServerStream.SetHeader(md) })
-}
+func (s *serverStream) release() { s.held.release(false) }
 
 // SetHeader sets the held metadata, then md.
 func (s *serverStream) SetHeader(md metadata.MD) error {
