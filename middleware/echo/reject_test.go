@@ -48,10 +48,11 @@ func TestHandlerRejectionAllocatesNothing(t *testing.T) {
 	e := echo.New()
 	e.GET("/", handler, mw(t, WithGuard(route)))
 	// At most one allocation over the baseline, which the middleware's own
-	// rejections make too (Echo's error path).
+	// rejections make too (Echo's error path); the race detector makes
+	// sync.Pool drop a share of what it is given.
 	slack := 1.0
 	if raceEnabled {
-		slack = 1
+		slack = 2
 	}
 	base := measure(bare)
 	got := measure(e)
