@@ -8,8 +8,9 @@ import (
 )
 
 // StaleCache keeps the last good response (200 to a GET, cacheable) of each
-// route, request key and request URI, and answers a rejected GET or HEAD
-// request with the copy kept for it, with an Age field. It is a Guard
+// route, request key and request URI, and answers a GET or HEAD request
+// that was rejected, or failed (a 5xx held back, a timeout), with the copy
+// kept for it, with an Age field. It is a Guard
 // fallback answering an http.Handler: put it in the fallbacks of a route's
 // Guard (sluice.WithFallback, before the fallbacks it should take
 // precedence over), and the net/http and Echo middleware keep copies of the
@@ -37,9 +38,10 @@ func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...St
 	return stale.New(maxEntries, maxAge, maxBody, opts...)
 }
 
-// StaleOnly makes the cache answer only the rejections of the causes given
+// StaleOnly makes the cache answer only the errors of the causes given
 // (sluice.CauseCircuitOpen, say, so that a rate-limited client still hears
-// 429 and slows down). Default: every rejection.
+// 429 and slows down; sluice.CauseTimeout for a timeout, sluice.CauseNone
+// for a failure). Default: every rejection and failure.
 func StaleOnly(causes ...sluice.Cause) StaleCacheOption { return stale.Only(causes...) }
 
 // StaleShared makes the cache keep one copy per route and request URI for
