@@ -262,8 +262,10 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		c.SetRequest(req.WithContext(ctx))
 		defer c.SetRequest(req)
 	}
-	defer cfg.failOnPanic(call)
+	returned := false
+	defer cfg.failOnPanic(call, &returned)
 	err := next(c)
+	returned = true
 	cerr := err // a *timeouterr.Error once the Guard's deadline passed
 	if req != nil {
 		if err != nil && call.Context().Err() == context.DeadlineExceeded {
@@ -306,7 +308,15 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		// its empty answer is no response to keep.
 		o = sluice.Failure
 	}
-	call.Report(o, nil)
+	var rerr error
+	if o == sluice.Failure && req != nil && call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
+		// Past the Guard's deadline: the call timed out, for the observers
+		// and Stats as for Do (Report maps the error).
+		if rerr = err; rerr == nil {
+			rerr = core.FailedStatus(http.StatusGatewayTimeout)
+		}
+	}
+	call.Report(o, rerr)
 	// A hijacked connection has no HTTP response to keep.
 	if capture != nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
 		keep.Keep(c.Request(), routeOf(c, rt), key, addr, call.Start(), c.Response().Header(), capture.body)
@@ -335,7 +345,10 @@ func isHTTPError(err error) bool {
 	return errors.As(err, &he)
 }
 
-func (cfg *config) failOnPanic(call *sluice.Call) {
+// failOnPanic ends call, whose handler panicked or ended its goroutine
+// (runtime.Goexit: returned is unset), as a failure (a panic of
+// http.ErrAbortHandler, the client gone, as Ignored).
+func (cfg *config) failOnPanic(call *sluice.Call, returned *bool) {
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
 			call.Report(sluice.Ignored, nil)
@@ -343,6 +356,9 @@ func (cfg *config) failOnPanic(call *sluice.Call) {
 			call.Report(sluice.Failure, nil)
 		}
 		panic(p)
+	}
+	if !*returned {
+		call.Report(sluice.Failure, nil)
 	}
 }
 

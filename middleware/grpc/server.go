@@ -220,7 +220,14 @@ func timedOut(call *sluice.Call, ctx context.Context, err error) bool {
 // the HTTP adapters replace the fields; every other answer sends it.
 func (c *config) handlerError(ctx context.Context, req any, method string, rt *routing.Route, resp any, err error, held *heldQuota) (any, error) {
 	r, d, re := rejectionIn(err)
-	fresp, fout, served := c.fallback(ctx, rt, err)
+	var fresp any
+	var fout error
+	served := false
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		// A client gone hears no answer: no fallback makes one (nor is
+		// counted), as in the HTTP adapters.
+		fresp, fout, served = c.fallback(ctx, rt, err)
+	}
 	if served {
 		// A fallback that declined (returned the rejection, or another)
 		// is answered as no fallback, with the rejection's status.

@@ -257,9 +257,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// timeout.
 		rw.cctx = ctx
 		h.next.ServeHTTP(rw, r.WithContext(ctx))
+		rw.returned = true
 		return
 	}
 	h.next.ServeHTTP(rw, r)
+	rw.returned = true
 }
 
 // finish reports the request's outcome; it runs deferred so that a panic in
@@ -276,6 +278,13 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		}
 		putWriter(rw)
 		panic(p)
+	}
+	if !rw.returned {
+		// The handler's goroutine ends (runtime.Goexit, as t.FailNow
+		// does): no answer of its own, a failure, as a panic is.
+		call.Report(sluice.Failure, nil)
+		putWriter(rw)
+		return
 	}
 	var o sluice.Outcome
 	gone := false
@@ -307,7 +316,18 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		routing.DropBodyFields(rw.w.Header())
 		rw.w.WriteHeader(rw.status)
 	}
-	call.Report(o, nil)
+	var err error
+	if o == sluice.Failure && !rw.hijacked && rw.timedOut() {
+		// Nothing written by the Guard's deadline, or a failure written
+		// past it: the call timed out, for the observers and Stats as
+		// for Do.
+		code := rw.status
+		if code == 0 {
+			code = http.StatusGatewayTimeout
+		}
+		err = core.FailedStatus(code)
+	}
+	call.Report(o, err)
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if rw.cache != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {

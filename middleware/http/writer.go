@@ -24,6 +24,7 @@ type responseWriter struct {
 	status   int
 	rejected bool
 	hijacked bool
+	returned bool // the handler returned: not a panic, not runtime.Goexit
 	// view shows the request to the key functions while they run.
 	view request
 	// h is the middleware serving the request and req the request it
@@ -97,7 +98,7 @@ func (rw *responseWriter) reset() {
 	if rw.cctx != nil {
 		rw.cctx = nil
 	}
-	rw.status, rw.rejected, rw.hijacked = 0, false, false
+	rw.status, rw.rejected, rw.hijacked, rw.returned = 0, false, false, false
 }
 
 // Header returns the header map of the writer beneath.
