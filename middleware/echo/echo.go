@@ -237,9 +237,11 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Route, key string, call *sluice.Call) error {
 	var keep *core.Guard
 	var capture *captureWriter
+	var asked *http.Request // the request as it came, whose copy is kept
 	if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
 		if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
 			capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
+			asked = c.Request()
 			c.Response().Writer = capture
 			defer func() { c.Response().Writer = capture.ResponseWriter }()
 		}
@@ -318,8 +320,12 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	}
 	call.Report(o, rerr)
 	// A hijacked connection has no HTTP response to keep.
-	if capture != nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
-		keep.Keep(c.Request(), routeOf(c, rt), key, addr, call.Start(), c.Response().Header(), capture.body)
+	// Nor has an answer the handler failed to finish (an error after its
+	// 200 went out: the body cut short). The copy is kept under the
+	// request as it came, which lookups see, not as an inner middleware
+	// rewrote it (http.StripPrefix).
+	if capture != nil && err == nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
+		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), c.Response().Header(), capture.body)
 	}
 	return err
 }

@@ -152,10 +152,11 @@ func (rw *responseWriter) Write(b []byte) (int, error) {
 	if rw.status == 0 {
 		rw.status = http.StatusOK
 	}
+	n, err := rw.w.Write(b)
 	if rw.capturing {
-		rw.keep(b)
+		rw.keep(b[:n], err)
 	}
-	return rw.w.Write(b)
+	return n, err
 }
 
 // WriteString writes s without copying it to a byte slice when the writer
@@ -167,17 +168,24 @@ func (rw *responseWriter) WriteString(s string) (int, error) {
 	if rw.status == 0 {
 		rw.status = http.StatusOK
 	}
-	if rw.capturing {
-		rw.keep([]byte(s))
-	}
+	var n int
+	var err error
 	if sw, ok := rw.w.(io.StringWriter); ok {
-		return sw.WriteString(s)
+		n, err = sw.WriteString(s)
+	} else {
+		n, err = rw.w.Write([]byte(s))
 	}
-	return rw.w.Write([]byte(s))
+	if rw.capturing {
+		rw.keep([]byte(s[:n]), err)
+	}
+	return n, err
 }
 
-func (rw *responseWriter) keep(b []byte) {
-	if len(rw.capture)+len(b) > rw.maxCapture {
+// keep adds b, the bytes the writer beneath took, to the capture; a write
+// that failed (the client gone, a body past its Content-Length) ends it:
+// what the client got is no whole response to keep.
+func (rw *responseWriter) keep(b []byte, err error) {
+	if err != nil || len(rw.capture)+len(b) > rw.maxCapture {
 		rw.capturing = false
 		rw.capture = rw.capture[:0]
 		return

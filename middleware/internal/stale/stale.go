@@ -144,13 +144,18 @@ var dropped = []string{
 	"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
 }
 
-// Cacheable reports whether the response to r, with header h, may be served
-// to other requests of the same route, key and URI (route and URI alone
-// when shared). Like a shared cache, it keeps nothing marked no-store,
-// no-cache or private, nothing that sets a cookie, nothing that varies with
-// request fields (which the key does not hold), and nothing answered to a
-// request carrying credentials unless the response says public.
+// Cacheable reports whether the response to r, with header h (its names
+// canonical), may be served to other requests of the same route, key and
+// URI (route and URI alone when shared). Like a shared cache, it keeps
+// nothing marked no-store, no-cache or private, nothing that sets a cookie,
+// nothing that varies with request fields (which the key does not hold),
+// nothing with trailers (fields that come after the body, unseen here),
+// and nothing answered to a request carrying credentials unless the
+// response says public.
 func Cacheable(r *http.Request, h http.Header) bool {
+	if len(h.Values("Trailer")) > 0 {
+		return false
+	}
 	public := false
 	for _, v := range h.Values("Cache-Control") {
 		v = strings.ToLower(v)
@@ -162,20 +167,51 @@ func Cacheable(r *http.Request, h http.Header) bool {
 	if len(h.Values("Set-Cookie")) > 0 || len(h.Values("Vary")) > 0 {
 		return false
 	}
-	if !public && (r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != "") {
-		return false
+	if !public {
+		for k, v := range r.Header {
+			// In any case: a field set by a middleware under a name of its
+			// own spelling is the same field.
+			if len(v) > 0 && (strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Cookie")) {
+				return false
+			}
+		}
 	}
 	return true
 }
 
+// canonical returns a copy of h with its names canonical, the values of
+// names spelt in several cases together, or false when h names a trailer
+// (http.TrailerPrefix): a response whose fields come after its body.
+func canonical(h http.Header) (http.Header, bool) {
+	c := make(http.Header, len(h))
+	for k, v := range h {
+		if len(k) >= len(http.TrailerPrefix) && strings.EqualFold(k[:len(http.TrailerPrefix)], http.TrailerPrefix) {
+			return nil, false
+		}
+		ck := http.CanonicalHeaderKey(k)
+		c[ck] = append(c[ck], v...)
+	}
+	return c, true
+}
+
 // Store keeps a copy of the good GET response to q, header and body, when
-// it may be served to others (Cacheable) and its body is small enough.
+// it may be served to others (Cacheable), its body is small enough, and
+// whole: as long as a Content-Length declares.
 func (c *Cache) Store(q *Request, header http.Header, body []byte) {
-	if len(body) > c.maxBody || !Cacheable(q.R, header) {
+	if len(body) > c.maxBody {
 		return
 	}
+	// Fields set under names of the handler's own spelling (a map
+	// assignment keeps it) are the same fields: judged, and dropped, as
+	// such.
+	h, ok := canonical(header)
+	if !ok || !Cacheable(q.R, h) {
+		return
+	}
+	if cl := h.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(body)) {
+		return // a body cut short, or one past what was declared
+	}
 	key := c.entryKey(q)
-	h := header.Clone()
 	for _, f := range dropped {
 		delete(h, f)
 	}

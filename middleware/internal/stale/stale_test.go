@@ -31,6 +31,13 @@ func TestCacheKeepsNoPersonalAnswer(t *testing.T) {
 		{"request with Authorization", http.Header{"Authorization": {"Bearer alice"}}, nil, false},
 		{"request with a cookie", http.Header{"Cookie": {"session=alice"}}, nil, false},
 		{"credentials but public", http.Header{"Authorization": {"Bearer alice"}}, http.Header{"Cache-Control": {"public, max-age=60"}}, true},
+		{"private, in lower case", nil, http.Header{"cache-control": {"private"}}, false},
+		{"a cookie, in lower case", nil, http.Header{"set-cookie": {"s=1"}}, false},
+		{"request with authorization, in lower case", http.Header{"authorization": {"Bearer alice"}}, nil, false},
+		{"trailers declared", nil, http.Header{"Trailer": {"Set-Cookie"}}, false},
+		{"a trailer set", nil, http.Header{http.TrailerPrefix + "Set-Cookie": {"s=1"}}, false},
+		{"a body short of its length", nil, http.Header{"Content-Length": {"100"}}, false},
+		{"a body of its length", nil, http.Header{"Content-Length": {"15"}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
