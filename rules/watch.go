@@ -66,8 +66,12 @@ func (l *Loader) Watch() error {
 		_ = fw.Close()
 		return fmt.Errorf("rules: Watch: %w", err)
 	}
-	if real, err := filepath.EvalSymlinks(w.dir); err == nil {
-		w.dirReal, _ = filepath.Abs(real)
+	// Resolved from its absolute path: the working directory itself may
+	// be reached through a link ($PWD), which linkDirs resolves too.
+	if abs, err := filepath.Abs(w.dir); err == nil {
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			w.dirReal = real
+		}
 	}
 	w.follow(l)
 	kick := make(chan struct{}, 1)

@@ -426,7 +426,9 @@ func statusOf(c echo.Context, err error) int {
 // handler met calling it) from one the handler met elsewhere, whose
 // policy's window rt does not know: its RateLimit-Policy field has no w.
 func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) error {
-	if rt != nil {
+	// A client gone hears no answer: no fallback makes one, nor is
+	// counted.
+	if rt != nil && !errors.Is(c.Request().Context().Err(), context.Canceled) {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, now, err, d); fb != nil {
 			c.Set(rejectedKey, true)
 			// The fields the handler set for its own body go with it.
@@ -464,15 +466,18 @@ func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
+// Write writes b, and keeps what the writer beneath took; a write that
+// failed ends the capture: what the client got is no whole response.
 func (w *captureWriter) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
 	if !w.done {
-		if len(w.body)+len(b) > w.max {
+		if err != nil || len(w.body)+n > w.max {
 			w.done, w.body = true, nil
 		} else {
-			w.body = append(w.body, b...)
+			w.body = append(w.body, b[:n]...)
 		}
 	}
-	return w.ResponseWriter.Write(b)
+	return n, err
 }
 
 // Unwrap returns the writer beneath, for http.ResponseController.

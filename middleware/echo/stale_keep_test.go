@@ -1,9 +1,11 @@
 package sluiceecho
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -14,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 func staleGuard(t *testing.T) (*onOff, *middleware.StaleCache, *sluice.Guard) {
@@ -66,4 +70,72 @@ func TestEchoCopyIsKeptUnderTheURIItAnswered(t *testing.T) {
 	rec := do(e, http.MethodGet, "/v1/x")
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, "document x", rec.Body.String(), "/v1/x must be answered with its own copy")
+}
+
+// cutWriter takes the first limit bytes of the body, then fails every
+// write, as a connection gone mid-body does.
+type cutWriter struct {
+	*httptest.ResponseRecorder
+	limit int
+}
+
+func (w *cutWriter) Write(b []byte) (int, error) {
+	room := w.limit - w.Body.Len()
+	if room <= 0 {
+		return 0, errors.New("write: broken pipe")
+	}
+	if len(b) > room {
+		n, _ := w.ResponseRecorder.Write(b[:room])
+		return n, errors.New("write: broken pipe")
+	}
+	return w.ResponseRecorder.Write(b)
+}
+
+// A body whose write failed beneath (the client got part of it) is no
+// whole response: no stale copy is kept of it, to be served later as a
+// complete 200.
+func TestEchoFailedWriteIsNoStaleCopy(t *testing.T) {
+	sw, cache, g := staleGuard(t)
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/doc", func(c echo.Context) error {
+		// A handler that streams its rows and does not check each write.
+		_, _ = c.Response().Write([]byte("row 1\n"))
+		_, _ = c.Response().Write([]byte("row 2\n"))
+		return nil
+	})
+	w := &cutWriter{ResponseRecorder: httptest.NewRecorder(), limit: 6}
+	e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/doc", nil))
+	require.Equal(t, "row 1\n", w.Body.String(), "the client got the first row only")
+
+	sw.on = true
+	rec := do(e, http.MethodGet, "/doc")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "a cut body served as whole: %q", rec.Body.String())
+	assert.Equal(t, 0, cache.Len())
+}
+
+// A rejection the handler returns for a client gone is answered, and
+// counted, by no fallback, as in the net/http and gRPC adapters.
+func TestEchoReturnedRejectionForAClientGoneIsAnsweredByNoFallback(t *testing.T) {
+	counter := testpolicy.NewCounter()
+	fb, err := degrade.New(degrade.OnCircuitOpen(answering("fallback")))
+	require.NoError(t, err)
+	served := 0
+	g, err := sluice.New(sluice.With(counter), sluice.WithFallback(fb),
+		sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	d := sluice.Decision{Policy: "breaker/dep", Limit: -1, RetryAfter: 3 * time.Second, Cause: sluice.ErrCircuitOpen}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/prices", func(c echo.Context) error {
+		cancel() // the client goes away while the dependency's call is rejected
+		return sluice.Rejection(d)
+	})
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/prices", nil).WithContext(ctx))
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes())
+	assert.Zero(t, served, "a fallback answered a request whose client had gone: %d %q", rec.Code, rec.Body.String())
 }

@@ -412,9 +412,13 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 // field has no w.
 func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.Route, pattern, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) {
 	markRejected(w)
-	if fb, fr := h.Fallback(r, rt.Guard, pattern, key, addr, now, err, d); fb != nil {
-		fb.ServeHTTP(w, fr)
-		return
+	// A client gone hears no answer: no fallback makes one, nor is
+	// counted.
+	if !errors.Is(r.Context().Err(), context.Canceled) {
+		if fb, fr := h.Fallback(r, rt.Guard, pattern, key, addr, now, err, d); fb != nil {
+			fb.ServeHTTP(w, fr)
+			return
+		}
 	}
 	if h.deny != nil {
 		h.deny(w, r, d)

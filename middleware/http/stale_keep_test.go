@@ -1,6 +1,7 @@
 package sluicehttp
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 )
 
 // A handler that declares a Content-Length and writes a body of another
@@ -95,3 +98,63 @@ func TestNonCanonicalPrivateFieldsAreNotKept(t *testing.T) {
 		})
 	}
 }
+
+// A response declaring two Content-Lengths is no whole response (a client
+// refuses it): no stale copy is kept of it, to be served later as a whole
+// 200 with one Content-Length.
+func TestSeveralContentLengthsIsNoStaleCopy(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := openSwitch()
+	cache := newStale(t, 8)
+	g := guardWith(t, clock, sw, cache)
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Length"] = []string{"5", "11"}
+		_, _ = io.WriteString(w, "hello")
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := srv.Client()
+
+	resp, err := client.Get(srv.URL + "/doc")
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	require.Error(t, err, "the client never got a whole response")
+
+	sw.on = true
+	resp, err = client.Get(srv.URL + "/doc")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "got %d %q", resp.StatusCode, b)
+	assert.Equal(t, 0, cache.Len())
+}
+
+// A request whose client went away counts for nothing, and no fallback
+// answers it: a rejection the handler passes to Reject for it neither.
+func TestRejectForAClientGoneIsAnsweredByNoFallback(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	counter := testpolicy.NewCounter()
+	fb := fallbacks(t, degrade.OnCircuitOpen(text(http.StatusOK, "fallback")))
+	served := 0
+	g, err := sluice.New(sluice.With(counter), sluice.WithClock(clock), sluice.WithFallback(fb),
+		sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	d := openSwitch().d
+	h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cancel := r.Context().Value(cancelKey{}).(context.CancelFunc)
+		cancel() // the client goes away while the dependency's call is rejected
+		Reject(w, r, sluice.Rejection(d))
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx = context.WithValue(ctx, cancelKey{}, context.CancelFunc(cancel))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes())
+	assert.Zero(t, served, "a fallback answered a request whose client had gone: %d %q", rec.Code, rec.Body.String())
+}
+
+type cancelKey struct{}

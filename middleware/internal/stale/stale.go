@@ -208,8 +208,12 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 	if !ok || !Cacheable(q.R, h) {
 		return
 	}
-	if cl := h.Get("Content-Length"); cl != "" && cl != strconv.Itoa(len(body)) {
-		return // a body cut short, or one past what was declared
+	if cl := h.Values("Content-Length"); len(cl) > 1 {
+		return // which to believe? A client refuses such an answer
+	} else if len(cl) == 1 {
+		if n, err := strconv.ParseInt(strings.TrimSpace(cl[0]), 10, 64); err != nil || n != int64(len(body)) {
+			return // a body cut short, or one past what was declared
+		}
 	}
 	key := c.entryKey(q)
 	for _, f := range dropped {
