@@ -46,8 +46,9 @@ import (
 // WithMaxRetryDelay: the client stops calling a server that asked it to wait.
 //
 // A call whose Guard is declared with sluice.WithRetry is tried again when
-// an attempt fails with Unavailable or ResourceExhausted (not by the Guard's
-// own rejection), each attempt admitted afresh and drawing on the Guard's
+// an attempt fails with Unavailable, or with ResourceExhausted that asks for
+// a delay (not gRPC's own message size limits, nor by the Guard's own
+// rejection), each attempt admitted afresh and drawing on the Guard's
 // retry budget, after at least the delay the server asked for
 // (grpc-retry-pushback-ms, RetryInfo) and never past the call's deadline; a
 // pushback that is negative, unreadable or repeated ends the retries, as
@@ -133,11 +134,13 @@ func (c *config) unaryAttempt(ctx context.Context, g *sluice.Guard, method strin
 }
 
 // unaryRetried runs a unary call guarded by g, which declares retries
-// (sluice.WithRetry): an attempt that fails with Unavailable or
-// ResourceExhausted, not by g's own rejection, is tried again after at
-// least the delay the server asked for, in its grpc-retry-pushback-ms
-// trailer or its RetryInfo, while g's retry budget and ctx's deadline
-// allow. A pushback that is negative or unreadable means: do not retry.
+// (sluice.WithRetry): an attempt that fails with Unavailable, or with
+// ResourceExhausted when the server asked for a delay (gRPC's own message
+// size limits fail with it on the client, and fail again), not by g's own
+// rejection, is tried again after at least the delay the server asked for,
+// in its grpc-retry-pushback-ms trailer or its RetryInfo, while g's retry
+// budget and ctx's deadline allow. A pushback that is negative or
+// unreadable means: do not retry.
 func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	ctx = reqid.Keep(ctx) // an attempt after the first is begun with a context gRPC has had
 	var trailer metadata.MD
@@ -149,11 +152,12 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 		if err == nil || ctx.Err() != nil || errors.Is(err, sluice.ErrRejected) {
 			return err
 		}
-		if code := status.Code(err); code != codes.Unavailable && code != codes.ResourceExhausted {
+		code := status.Code(err)
+		if code != codes.Unavailable && code != codes.ResourceExhausted {
 			return err
 		}
-		atLeast, ok := pushback(trailer, err)
-		if !ok {
+		atLeast, asked, ok := pushback(trailer, err)
+		if !ok || code == codes.ResourceExhausted && !asked {
 			return err
 		}
 		d, ok := guardhook.RetryDelay(g, ctx, attempts, began, atLeast)
@@ -172,18 +176,19 @@ func (c *config) unaryRetried(ctx context.Context, g *sluice.Guard, method strin
 
 // pushback returns the least delay before a retry that a server asked for
 // in its failure err and trailer: the longer of grpc-retry-pushback-ms and
-// RetryInfo, 0 when it asked for none; false when its pushback says not to
-// retry (negative, unreadable, or given more than once).
-func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
-	var d time.Duration
+// RetryInfo, 0 when it asked for none, and whether it asked; ok is false
+// when its pushback says not to retry (negative, unreadable, or given more
+// than once).
+func pushback(trailer metadata.MD, err error) (d time.Duration, asked, ok bool) {
 	if v := trailer.Get(MetadataRetryPushback); len(v) > 0 {
 		if len(v) > 1 {
-			return 0, false // ambiguous: gRPC's own retries give up too
+			return 0, true, false // ambiguous: gRPC's own retries give up too
 		}
 		ms, perr := strconv.ParseInt(v[0], 10, 64)
 		if perr != nil || ms < 0 {
-			return 0, false
+			return 0, true, false
 		}
+		asked = true
 		// Capped only to stay a Duration: a delay that long is past any
 		// Retry's MaxBackoff, which ends the retries.
 		d = time.Duration(min(ms, int64(1<<63-1)/int64(time.Millisecond))) * time.Millisecond
@@ -191,10 +196,10 @@ func pushback(trailer metadata.MD, err error) (time.Duration, bool) {
 	st, _ := status.FromError(err)
 	for _, det := range st.Details() {
 		if ri, ok := det.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
-			d = max(d, ri.GetRetryDelay().AsDuration())
+			d, asked = max(d, ri.GetRetryDelay().AsDuration()), true
 		}
 	}
-	return d, true
+	return d, asked, true
 }
 
 // holdOpen holds g's breakers open for the delay of err's RetryInfo, capped

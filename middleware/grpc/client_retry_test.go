@@ -12,6 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -96,12 +97,15 @@ func TestClientRetriesWithinItsBackoffBounds(t *testing.T) {
 	})
 }
 
+// Unavailable is retried; ResourceExhausted only when the server asked
+// for a delay (a pushback, a RetryInfo): gRPC fails with it on the client
+// too, for its message size limits, and would fail again.
 func TestClientRetriesOnlyUnavailableAndResourceExhausted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in, _ := retrying(t, generousRetry)
 		for code, tries := range map[codes.Code]int{
 			codes.Unavailable:       3,
-			codes.ResourceExhausted: 3,
+			codes.ResourceExhausted: 1,
 			codes.Internal:          1,
 			codes.DeadlineExceeded:  1,
 			codes.Unknown:           1,
@@ -112,6 +116,11 @@ func TestClientRetriesOnlyUnavailableAndResourceExhausted(t *testing.T) {
 			assert.Equal(t, code, status.Code(err))
 			assert.Equal(t, tries, s.calls(), "%v", code)
 		}
+		s := &fakeServer{answer: func(int) (metadata.MD, error) {
+			return metadata.Pairs(MetadataRetryPushback, "0"), status.Error(codes.ResourceExhausted, "quota")
+		}}
+		_ = callThrough(in, context.Background(), s)
+		assert.Equal(t, 3, s.calls(), "ResourceExhausted with a pushback")
 	})
 }
 
@@ -341,4 +350,35 @@ func TestStreamRetryInfoHoldsFromItsEnd(t *testing.T) {
 			})
 		})
 	}
+}
+
+var hunt12Retry = sluice.Retry{Attempts: 3, Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Budget: 1, MinPerSecond: 100}
+
+// A response larger than the client's receive limit fails on the client
+// with ResourceExhausted after the server did the work and answered OK:
+// the server asked for no retry, and trying again only runs the handler
+// again (and fails the same way). gRPC's own retries never retry it (the
+// response had headers: the RPC was committed).
+func TestClientDoesNotRetryItsOwnReceiveLimit(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		g := mustGuard(t, sluice.WithRetry(hunt12Retry))
+		s := start(t, tr, nil, clientOpts(t, WithGuard(g))...)
+		err := s.check(withTimeout(t), grpc.MaxCallRecvMsgSize(1))
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		assert.Equal(t, int64(1), s.health.calls.Load(), "the server's handler ran again for a client-side limit")
+		assert.Zero(t, g.Stats().Retries)
+	})
+}
+
+// A request larger than the client's send limit is refused by gRPC on the
+// client with ResourceExhausted, unsent: no server asked for a retry, and
+// every retry fails the same way, spending the retry budget that real
+// server pushbacks need.
+func TestClientDoesNotRetryItsOwnSendLimit(t *testing.T) {
+	g := mustGuard(t, sluice.WithRetry(hunt12Retry))
+	s := start(t, transports[0], nil, clientOpts(t, WithGuard(g))...)
+	_, err := healthpb.NewHealthClient(s.conn).Check(withTimeout(t), &healthpb.HealthCheckRequest{Service: "xyz"}, grpc.MaxCallSendMsgSize(1))
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	assert.Zero(t, s.health.calls.Load())
+	assert.Zero(t, g.Stats().Retries, "the budget paid for retries of a deterministic client-side refusal")
 }
