@@ -66,12 +66,11 @@ func (l *Loader) Watch() error {
 		_ = fw.Close()
 		return fmt.Errorf("rules: Watch: %w", err)
 	}
-	// Resolved from its absolute path: the working directory itself may
-	// be reached through a link ($PWD), which linkDirs resolves too.
-	if abs, err := filepath.Abs(w.dir); err == nil {
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			w.dirReal = real
-		}
+	// Resolved as the kernel resolves it for the watch: from the working
+	// directory (itself maybe reached through a link, $PWD), a ".." going
+	// up from where a link leads.
+	if _, end, ok := walkLinks(w.dir); ok {
+		w.dirReal = end
 	}
 	w.follow(l)
 	kick := make(chan struct{}, 1)
@@ -149,20 +148,32 @@ func (w *watcher) follow(l *Loader) {
 // they lead now: each one a link of it is in, resolved (but the root), and
 // the one it ends in. It reports false when path leads nowhere.
 func linkDirs(path string) (map[string]bool, bool) {
+	dirs, end, ok := walkLinks(path)
+	if !ok {
+		return nil, false
+	}
+	dirs[filepath.Dir(end)] = true
+	return dirs, true
+}
+
+// walkLinks resolves path as the kernel does, component by component from
+// the root (from the working directory, for a relative one): a link met
+// restarts the walk with its target in its place, and a ".." goes up from
+// where the links before it led (the path is not cleaned beforehand,
+// which would drop a link before a ".."). It returns the directories the
+// links met are in (but the root), and where path ends; false when it
+// leads nowhere.
+func walkLinks(path string) (map[string]bool, string, bool) {
 	sep := string(filepath.Separator)
 	p := path
 	if !filepath.IsAbs(p) {
 		wd, err := os.Getwd()
 		if err != nil {
-			return nil, false
+			return nil, "", false
 		}
 		p = wd + sep + p
 	}
 	dirs := map[string]bool{}
-	// Component by component from the root, as the kernel resolves it: a
-	// link met restarts the walk with its target in its place, and a ".."
-	// goes up from where the links before it led (the path is not cleaned
-	// beforehand, which would drop a link before a "..").
 	for hops := 0; hops < 64; hops++ {
 		rest := strings.Split(p, sep)
 		cur := sep
@@ -178,7 +189,7 @@ func linkDirs(path string) (map[string]bool, bool) {
 			next := filepath.Join(cur, c)
 			fi, err := os.Lstat(next)
 			if err != nil {
-				return nil, false
+				return nil, "", false
 			}
 			if fi.Mode()&os.ModeSymlink == 0 {
 				cur = next
@@ -186,7 +197,7 @@ func linkDirs(path string) (map[string]bool, bool) {
 			}
 			target, err := os.Readlink(next)
 			if err != nil {
-				return nil, false
+				return nil, "", false
 			}
 			if cur != sep {
 				dirs[cur] = true
@@ -199,11 +210,10 @@ func linkDirs(path string) (map[string]bool, bool) {
 			break
 		}
 		if !relinked {
-			dirs[filepath.Dir(cur)] = true
-			return dirs, true
+			return dirs, cur, true
 		}
 	}
-	return nil, false // a loop of links
+	return nil, "", false // a loop of links
 }
 
 func (w *watcher) stop() {

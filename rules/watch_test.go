@@ -330,3 +330,28 @@ func TestBrokenAgainAfterMissingReportsTheParseError(t *testing.T) {
 	assert.False(t, errors.Is(err, fs.ErrNotExist), "the file is there, broken: %v", err)
 	assert.False(t, errors.Is(l.Status().Err, fs.ErrNotExist), "Status says the file is missing: %v", l.Status().Err)
 }
+
+// A relative path that goes up ("../rules.yaml") from a working directory
+// reached through a link ($PWD = A/link, link → B/real) names B/rules.yaml,
+// as the kernel resolves it: its own directory's watch is on B, and B is
+// not watched a second time.
+func TestWatchOfDotDotFromALinkedWorkingDirectory(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	a, _ = filepath.EvalSymlinks(a)
+	b, _ = filepath.EvalSymlinks(b)
+	require.NoError(t, os.Mkdir(filepath.Join(b, "real"), 0o755))
+	writeRules(t, filepath.Join(b, "rules.yaml"), twoLimits)
+	require.NoError(t, os.Symlink(filepath.Join(b, "real"), filepath.Join(a, "link")))
+	t.Chdir(filepath.Join(a, "link")) // sets $PWD to the link's path
+
+	l, err := New(filepath.Join("..", "rules.yaml"), WithLogger(quietLog))
+	require.NoError(t, err)
+	defer l.Close()
+	require.NoError(t, l.Watch())
+
+	l.mu.Lock()
+	w := l.w
+	l.mu.Unlock()
+	assert.Equal(t, b, w.dirReal, "the file's own directory, as the kernel resolves ..")
+	assert.False(t, w.targets[b], "the file's own directory watched twice: targets %v", w.targets)
+}

@@ -223,7 +223,7 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 			var call sluice.Call
 			err := rt.Guard.Begin(c.Request().Context(), &call)
 			if err != nil {
-				return cfg.rejected(c, rt, key, "", err, call.Decision(), call.Start(), true)
+				return cfg.rejected(c, rt, key, "", err, call.Decision(), call.Start(), true, errors.Is(c.Request().Context().Err(), context.Canceled))
 			}
 			cfg.Render.Admitted(c.Response().Header(), rt, call.Decision())
 			return cfg.serve(c, next, rt, key, &call)
@@ -237,11 +237,10 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Route, key string, call *sluice.Call) error {
 	var keep *core.Guard
 	var capture *captureWriter
-	var asked *http.Request // the request as it came, whose copy is kept
+	asked := c.Request() // the request as it came: its copy is kept, its rejections answered
 	if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
 		if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
 			capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
-			asked = c.Request()
 			c.Response().Writer = capture
 			defer func() { c.Response().Writer = capture.ResponseWriter }()
 		}
@@ -283,7 +282,10 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// its dependency): answered as this middleware answers its own,
 			// and Ignored.
 			call.Report(sluice.Ignored, nil)
-			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(cerr, rt.Guard)) // a stale copy is aged from now
+			// For the request as it came, not as an inner middleware
+			// rewrote it: its fallbacks (a stale copy of its URI) answer.
+			c.SetRequest(asked)
+			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(cerr, rt.Guard), errors.Is(reqCtx.Err(), context.Canceled)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
 			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
@@ -338,7 +340,7 @@ func (cfg *config) answered(c echo.Context, rt *routing.Route, err error) error 
 		return err
 	}
 	if d, ok := sluice.RejectionOf(err); ok {
-		return cfg.rejected(c, rt, "", "", err, d, 0, false)
+		return cfg.rejected(c, rt, "", "", err, d, 0, false, false)
 	}
 	return err
 }
@@ -425,10 +427,10 @@ func statusOf(c echo.Context, err error) int {
 // Guard's clock. own tells a rejection by rt's Guard (its own, or one the
 // handler met calling it) from one the handler met elsewhere, whose
 // policy's window rt does not know: its RateLimit-Policy field has no w.
-func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration, own bool) error {
-	// A client gone hears no answer: no fallback makes one, nor is
-	// counted.
-	if rt != nil && !errors.Is(c.Request().Context().Err(), context.Canceled) {
+func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string, err error, d sluice.Decision, now time.Duration, own, gone bool) error {
+	// A client gone (the request's own context canceled: gone) hears no
+	// answer: no fallback makes one, nor is counted.
+	if rt != nil && !gone {
 		if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, now, err, d); fb != nil {
 			c.Set(rejectedKey, true)
 			// The fields the handler set for its own body go with it.

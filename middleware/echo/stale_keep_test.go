@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	echomw "github.com/labstack/echo/v4/middleware"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -138,4 +140,47 @@ func TestEchoReturnedRejectionForAClientGoneIsAnsweredByNoFallback(t *testing.T)
 	e.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/prices", nil).WithContext(ctx))
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, counter.Outcomes())
 	assert.Zero(t, served, "a fallback answered a request whose client had gone: %d %q", rec.Code, rec.Body.String())
+}
+
+// An inner Echo middleware that gives the handler a context of its own and
+// cancels it on return (echo's own ContextTimeout does) is no client gone:
+// a rejection the handler returns is still answered by the route Guard's
+// fallback.
+func TestEchoInnerMiddlewareCancelIsNoClientGone(t *testing.T) {
+	open, err := breaker.New("dep")
+	require.NoError(t, err)
+	open.ForceOpen()
+	dep := newGuard(t, open)
+
+	fb, err := degrade.New(degrade.OnRejected(answering("fallback")))
+	require.NoError(t, err)
+	served := 0
+	route, err := sluice.New(sluice.WithFallback(fb),
+		sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = route.Close() })
+
+	for name, inner := range map[string]echo.MiddlewareFunc{
+		"echo ContextTimeout": echomw.ContextTimeout(time.Minute),
+		"own WithCancel": func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				ctx, cancel := context.WithCancel(c.Request().Context())
+				defer cancel()
+				c.SetRequest(c.Request().WithContext(ctx))
+				return next(c)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			served = 0
+			e := echo.New()
+			e.GET("/", func(c echo.Context) error {
+				return dep.Do(c.Request().Context(), func(context.Context) error { return nil })
+			}, mw(t, WithGuard(route)), inner)
+			rec := do(e, http.MethodGet, "/")
+			assert.Equal(t, http.StatusOK, rec.Code, "the client is still there: body %q", rec.Body.String())
+			assert.Equal(t, "fallback", rec.Body.String())
+			assert.Equal(t, 1, served, "the fallback answered and was counted")
+		})
+	}
 }

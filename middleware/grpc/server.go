@@ -423,6 +423,9 @@ func (c *config) identify(ctx context.Context, method string, md metadata.MD, ou
 // with err and Decision d: with the Guard's fallback when one declares an
 // answer, else with the rejection.
 func (c *config) rejectUnary(ctx context.Context, rt *routing.Route, d sluice.Decision, err error) (any, error) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return c.answerUnary(ctx, rt, d, err) // a client gone: no fallback answers it
+	}
 	if resp, out, ok := c.fallback(ctx, rt, err); ok {
 		_, fd, re := rejectionIn(out)
 		if re == nil {

@@ -208,11 +208,16 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 	if !ok || !Cacheable(q.R, h) {
 		return
 	}
-	if cl := h.Values("Content-Length"); len(cl) > 1 {
-		return // which to believe? A client refuses such an answer
-	} else if len(cl) == 1 {
-		if n, err := strconv.ParseInt(strings.TrimSpace(cl[0]), 10, 64); err != nil || n != int64(len(body)) {
-			return // a body cut short, or one past what was declared
+	for _, cl := range h.Values("Content-Length") {
+		// Each value (several must agree, as a client reads them) is the
+		// body's length in digits: else a body cut short, one past what was
+		// declared, or an answer a client refuses.
+		cl = strings.TrimSpace(cl)
+		if cl == "" || strings.Trim(cl, "0123456789") != "" {
+			return
+		}
+		if n, err := strconv.ParseInt(cl, 10, 64); err != nil || n != int64(len(body)) {
+			return
 		}
 	}
 	key := c.entryKey(q)

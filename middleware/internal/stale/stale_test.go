@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,4 +122,15 @@ func TestNewValidates(t *testing.T) {
 	}
 	_, err := New(1, time.Second, 1, nil)
 	assert.ErrorContains(t, err, "nil")
+}
+
+// Content-Length: several values must agree, and each be digits.
+func TestStoreReadsContentLengthAsAClientDoes(t *testing.T) {
+	for cl, kept := range map[string]bool{"5": true, "05": true, "+5": false, "5,5": true, "5,6": false, "x": false} {
+		c, err := New(8, time.Hour, 1024)
+		require.NoError(t, err)
+		h := http.Header{"Content-Length": strings.Split(cl, ",")}
+		c.Store(&Request{Key: "k", R: httptest.NewRequest(http.MethodGet, "/", nil)}, h, []byte("hello"))
+		assert.Equal(t, kept, c.Len() == 1, cl)
+	}
 }
