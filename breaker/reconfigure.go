@@ -39,10 +39,8 @@ func (b *Breaker) Reconfigure(opts ...Option) error {
 // instant; the caller then tells the listeners of a change it made
 // (dispatch).
 func (b *Breaker) reconfigureAt(c *config) {
-	now, draw := b.env.now(), 0.0
-	if b.cur.Load().state == StateHalfOpen {
-		draw = jitterDraw(c) // it may open: drawn before the lock
-	}
+	// Drawn before the lock (it may open, if half-open by then).
+	now, draw := b.env.now(), jitterDraw(c)
 	b.mu.Lock()
 	b.reconfigure(c, now, draw)
 	b.mu.Unlock()
@@ -89,33 +87,38 @@ func sameNeeds(old, c *config, system bool) error {
 // NewGroup's options; WithKeyFunc and WithMaxBreakers, like the wiring
 // options Breaker.Reconfigure refuses, cannot change.
 func (g *Group) Reconfigure(opts ...Option) error {
-	g.mu.Lock()
-	old := g.memberCfg
-	c, err := rebuildConfig(forGroup, old, opts)
-	if err != nil {
-		g.mu.Unlock()
-		return err
-	}
-	if err := sameNeeds(old, c, old.clock == sluice.SystemClock); err != nil {
-		g.mu.Unlock()
-		return err
-	}
-	g.memberCfg = c
-	ms := g.all
-	if g.overflow != nil {
-		ms = append(ms[:len(ms):len(ms)], g.overflow)
-	}
-	for _, m := range ms {
-		m.b.reconfigureAt(c)
-	}
-	ms = append([]*member(nil), ms...)
-	g.mu.Unlock()
+	ms, err := g.reconfigure(opts)
 	// The listeners hear what a change did outside the Group's lock: one
 	// may call back into the Group.
 	for _, m := range ms {
 		m.b.dispatch()
 	}
-	return nil
+	return err
+}
+
+// reconfigure is Reconfigure under g.mu, released however it ends (a
+// clock or random source of the user's that panics); it returns the
+// members it reconfigured.
+func (g *Group) reconfigure(opts []Option) ([]*member, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.memberCfg
+	c, err := rebuildConfig(forGroup, old, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameNeeds(old, c, old.clock == sluice.SystemClock); err != nil {
+		return nil, err
+	}
+	g.memberCfg = c
+	ms := append([]*member(nil), g.all...)
+	if g.overflow != nil {
+		ms = append(ms, g.overflow)
+	}
+	for _, m := range ms {
+		m.b.reconfigureAt(c)
+	}
+	return ms, nil
 }
 
 // Reconfigure changes the throttle's numbers while it runs: its

@@ -242,8 +242,8 @@ func (s *Stale[T]) inFallbacks(g *sluice.Guard) bool {
 	if g == nil {
 		return false
 	}
-	for _, f := range guardhook.Fallbacks(g).([]sluice.Fallback) {
-		if f == sluice.Fallback(s) {
+	for i := range guardhook.NumFallbacks(g) {
+		if guardhook.FallbackAt(g, i) == any(s) {
 			return true
 		}
 	}

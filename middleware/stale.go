@@ -38,10 +38,10 @@ func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...St
 	return stale.New(maxEntries, maxAge, maxBody, opts...)
 }
 
-// StaleOnly makes the cache answer only the errors of the causes given
+// StaleOnly makes the cache answer only the rejections of the causes given
 // (sluice.CauseCircuitOpen, say, so that a rate-limited client still hears
-// 429 and slows down; sluice.CauseTimeout for a timeout, sluice.CauseNone
-// for a failure). Default: every rejection and failure.
+// 429 and slows down), and timeouts when sluice.CauseTimeout is among
+// them; no failure but a timeout. Default: every rejection and failure.
 func StaleOnly(causes ...sluice.Cause) StaleCacheOption { return stale.Only(causes...) }
 
 // StaleShared makes the cache keep one copy per route and request URI for

@@ -630,7 +630,7 @@ func handShadows(prev *sluice.Guard, was *guardSpec, g *sluice.Guard, gs *guardS
 	}
 	all, names := guardhook.Shadows(prev)
 	if all != was.shadow && gs.shadow == was.shadow && g.SetShadow("", all) == nil {
-		*out = append(*out, "guard "+gs.name+": "+map[bool]string{true: "shadow", false: "enforcing"}[all]+" (set by hand, kept)")
+		*out = append(*out, "guard "+gs.name+": "+modeName(all)+" (set by hand, kept)")
 	}
 	for i, p := range gs.policies {
 		for _, wp := range was.policies {
@@ -640,28 +640,35 @@ func handShadows(prev *sluice.Guard, was *guardSpec, g *sluice.Guard, gs *guardS
 			name := ps[i].Name()
 			hand := slices.Contains(names, name)
 			if hand != wp.shadow && p.shadow == wp.shadow && g.SetShadow(name, hand) == nil {
-				*out = append(*out, "policy "+p.name+": "+map[bool]string{true: "shadow", false: "enforcing"}[hand]+" (set by hand, kept)")
+				*out = append(*out, "policy "+p.name+": "+modeName(hand)+" (set by hand, kept)")
 			}
 		}
 	}
 }
 
+// modeName names a shadow mode in Status.Changes.
+func modeName(shadow bool) string {
+	if shadow {
+		return "shadow"
+	}
+	return "enforcing"
+}
+
 // setShadows sets the shadow modes of g, kept from the rules before (was),
 // to those gs declares; ps are its policies.
 func setShadows(g *sluice.Guard, gs *guardSpec, ps []sluice.Policy, was *guardSpec, out *[]string) error {
-	mode := map[bool]string{true: "shadow", false: "enforcing"}
 	if gs.shadow != was.shadow {
 		if err := g.SetShadow("", gs.shadow); err != nil {
 			return err
 		}
-		*out = append(*out, "guard "+gs.name+": "+mode[gs.shadow])
+		*out = append(*out, "guard "+gs.name+": "+modeName(gs.shadow))
 	}
 	for i, p := range gs.policies {
 		if p.shadow != was.policies[i].shadow {
 			if err := g.SetShadow(ps[i].Name(), p.shadow); err != nil {
 				return err
 			}
-			*out = append(*out, "policy "+p.name+": "+mode[p.shadow])
+			*out = append(*out, "policy "+p.name+": "+modeName(p.shadow))
 		}
 	}
 	return nil

@@ -27,7 +27,7 @@ func TestUnaryClientGoneIsAnsweredByNoFallback(t *testing.T) {
 		sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
 	require.NoError(t, err)
 	intercept := unary(t, WithGuard(g))
-	const method = "/sluice.hunt.Service/A"
+	const method = "/sluice.test.Service/A"
 	ctx, cancel := context.WithCancel(grpc.NewContextWithServerTransportStream(context.Background(), &headerStream{method: method}))
 	defer cancel()
 	resp, err := intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
@@ -48,7 +48,7 @@ func TestUnaryRejectionOfAClientGoneIsAnsweredByNoFallback(t *testing.T) {
 		sluice.WithFallback(fb), sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
 	require.NoError(t, err)
 	intercept := unary(t, WithGuard(g))
-	const method = "/sluice.hunt.Service/A"
+	const method = "/sluice.test.Service/A"
 	ctx, cancel := context.WithCancel(grpc.NewContextWithServerTransportStream(context.Background(), &headerStream{method: method}))
 	cancel()
 	_, err = intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {

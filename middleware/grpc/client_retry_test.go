@@ -352,7 +352,7 @@ func TestStreamRetryInfoHoldsFromItsEnd(t *testing.T) {
 	}
 }
 
-var hunt12Retry = sluice.Retry{Attempts: 3, Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Budget: 1, MinPerSecond: 100}
+var quickRetry = sluice.Retry{Attempts: 3, Backoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Budget: 1, MinPerSecond: 100}
 
 // A response larger than the client's receive limit fails on the client
 // with ResourceExhausted after the server did the work and answered OK:
@@ -361,7 +361,7 @@ var hunt12Retry = sluice.Retry{Attempts: 3, Backoff: time.Millisecond, MaxBackof
 // response had headers: the RPC was committed).
 func TestClientDoesNotRetryItsOwnReceiveLimit(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
-		g := mustGuard(t, sluice.WithRetry(hunt12Retry))
+		g := mustGuard(t, sluice.WithRetry(quickRetry))
 		s := start(t, tr, nil, clientOpts(t, WithGuard(g))...)
 		err := s.check(withTimeout(t), grpc.MaxCallRecvMsgSize(1))
 		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
@@ -375,7 +375,7 @@ func TestClientDoesNotRetryItsOwnReceiveLimit(t *testing.T) {
 // every retry fails the same way, spending the retry budget that real
 // server pushbacks need.
 func TestClientDoesNotRetryItsOwnSendLimit(t *testing.T) {
-	g := mustGuard(t, sluice.WithRetry(hunt12Retry))
+	g := mustGuard(t, sluice.WithRetry(quickRetry))
 	s := start(t, transports[0], nil, clientOpts(t, WithGuard(g))...)
 	_, err := healthpb.NewHealthClient(s.conn).Check(withTimeout(t), &healthpb.HealthCheckRequest{Service: "xyz"}, grpc.MaxCallSendMsgSize(1))
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)

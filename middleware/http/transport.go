@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/fallbackof"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/middleware"
 )
@@ -513,7 +513,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				// Classified as the attempt's end would be: by the
 				// Transport's classifier, else the Guard's, a timeout once
 				// the Guard's deadline has passed.
-				o := t.errOutcome(g, &call, err)
+				o := t.errOutcome(&call, err)
 				if o == sluice.Failure && req.Context().Err() == nil {
 					if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {
 						call.Report(o, err)
@@ -524,7 +524,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 					}
 				}
 			}
-			return t.fallback(gctx, g, req, call.Report(t.errOutcome(g, &call, err), err))
+			return t.fallback(gctx, g, req, call.Report(t.errOutcome(&call, err), err))
 		}
 		unreturned = resp
 		o = middleware.ClassifyHTTPStatus(resp.StatusCode)
@@ -583,62 +583,40 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // With none, a fallback of another type that declares one is a mistake,
 // reported as an error; else err is returned.
 func (t *RoundTripper) fallback(ctx context.Context, g *sluice.Guard, req *http.Request, err error) (*http.Response, error) {
-	n := guardhook.NumFallbacks(g)
-	if n == 0 {
+	if guardhook.NumFallbacks(g) == 0 {
 		return nil, err
 	}
-	for i := range n {
-		fv, ok := guardhook.FallbackAt(g, i).(sluice.FallbackOf[*http.Response])
-		if !ok {
-			continue
-		}
-		resp, name, out := fv.AnswerValue(ctx, err)
-		if name == "" {
-			continue
-		}
-		if out != nil {
-			return nil, out
-		}
-		if resp == nil {
-			return nil, fmt.Errorf("sluicehttp: Transport: fallback %q answered a nil *http.Response: %w", name, err)
-		}
-		guardhook.Served(g, ctx, name, err)
-		if resp.Request == nil || resp.Body == nil {
-			r := *resp // the fallback's own is left as it made it
-			if r.Request == nil {
-				r.Request = req
-			}
-			if r.Body == nil {
-				r.Body = http.NoBody
-			}
-			resp = &r
-		}
-		return resp, nil
+	resp, out := fallbackof.Value[*http.Response](ctx, g, err)
+	if out != nil {
+		return nil, out
 	}
-	for i := range n {
-		f := guardhook.FallbackAt(g, i).(sluice.Fallback)
-		if _, ok := f.(sluice.FallbackOf[*http.Response]); ok {
-			continue
-		}
-		if name, ok := f.Declared(ctx, err); ok {
-			return nil, guardhook.OtherTypeError(i, f, name, reflect.TypeFor[*http.Response](), err)
-		}
+	if resp == nil {
+		return nil, fmt.Errorf("sluicehttp: Transport: a fallback answered a nil *http.Response: %w", err)
 	}
-	return nil, err
+	if resp.Request == nil || resp.Body == nil {
+		r := *resp // the fallback's own is left as it made it
+		if r.Request == nil {
+			r.Request = req
+		}
+		if r.Body == nil {
+			r.Body = http.NoBody
+		}
+		resp = &r
+	}
+	return resp, nil
 }
 
-// errOutcome classifies err, the error of call, admitted by g, that failed
-// before its response or while its body was read, as the call's end would
-// be: by the Transport's classifier, else the Guard's, a timeout once the
-// Guard's deadline has passed. A call its caller canceled is Ignored,
-// whatever error the cancel made (the cause of context.WithCancelCause, as
-// net/http returns it): it says nothing of the host.
-func (t *RoundTripper) errOutcome(g *sluice.Guard, call *sluice.Call, err error) sluice.Outcome {
-	cctx := call.Context()
+// errOutcome classifies err, the error of call that failed before its
+// response or while its body was read, as the call's end would be: by the
+// Guard's Classifier (a timeout once the Guard's deadline has passed; a
+// call canceled by its caller with a cause handed to it as
+// context.Canceled), or, with WithResponseClassifier, by that one, a call
+// its caller canceled being Ignored whatever error the cancel made.
+func (t *RoundTripper) errOutcome(call *sluice.Call, err error) sluice.Outcome {
 	if t.cfg.classify == nil {
 		return sluice.Outcome(guardhook.Classify(call, err))
 	}
-	if cctx.Err() == context.Canceled {
+	if call.Context().Err() == context.Canceled {
 		return sluice.Ignored
 	}
 	return t.cfg.classify(nil, err)
@@ -801,7 +779,7 @@ func (s *bodyState) failed(err error) {
 				s.finish(sluice.Failure, err)
 			}
 		}()
-		o = s.t.errOutcome(s.host.g, &s.call, err)
+		o = s.t.errOutcome(&s.call, err)
 		classified = true
 	}
 	s.finish(o, err)

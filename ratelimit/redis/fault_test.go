@@ -377,7 +377,7 @@ func deadAddr(t *testing.T) string {
 func TestLocalShareDoesNotCallAFittingCostNeverSatisfiable(t *testing.T) {
 	c := newClient(t, deadAddr(t))
 	l, err := NewGCRA(c, ratelimit.Rate{Count: 10, Period: time.Hour}, 10, WithLocalFallback(4),
-		WithName(uniqueName("hunt9-share-never")), WithBreaker(100, time.Minute))
+		WithName(uniqueName("share-never")), WithBreaker(100, time.Minute))
 	require.NoError(t, err)
 	ctx := sluice.WithCost(sluice.WithKey(context.Background(), "k"), 3) // 3 ≤ burst 10; the share holds 2
 	d, _ := admitD(l, ctx, time.Hour)

@@ -31,7 +31,7 @@ type Cache struct {
 	maxAge     time.Duration
 	maxBody    int
 	shared     bool
-	causes     []sluice.Cause // nil: every rejection
+	causes     []sluice.Cause // nil: every rejection and failure
 
 	mu      sync.Mutex
 	entries map[string]*list.Element
@@ -52,7 +52,8 @@ type Option func(*Cache)
 // Shared makes the cache keep one copy per route and URI for every client.
 func Shared() Option { return func(c *Cache) { c.shared = true } }
 
-// Only makes the cache answer only the rejections of causes.
+// Only makes the cache answer only the errors of causes: rejections, and
+// timeouts (sluice.CauseTimeout).
 func Only(causes ...sluice.Cause) Option {
 	return func(c *Cache) { c.causes = append(c.causes, causes...) }
 }
