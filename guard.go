@@ -420,14 +420,21 @@ func (c *Call) finish(err error) error {
 	if !c.live {
 		return err
 	}
+	o, err := c.classified(err)
+	return c.Report(o, err)
+}
+
+// classified returns the outcome of c's end with err, by its Guard's
+// Classifier, and err as the end reports it: a timeout once the Guard's own
+// deadline has passed.
+func (c *Call) classified(err error) (Outcome, error) {
+	if err == nil {
+		return Success, nil
+	}
 	if c.cancel != nil {
 		err = c.g.timedOut(c.ctx, err)
 	}
-	o := Success
-	if err != nil {
-		o = c.g.classify(classifiable(c.Context(), err))
-	}
-	return c.Report(o, err)
+	return c.g.classify(classifiable(c.Context(), err)), err
 }
 
 // Report ends an admitted call with outcome o, for adapters that classify

@@ -25,11 +25,8 @@ func init() {
 		return gd != nil && gd.timeout > 0
 	}
 	guardhook.Classify = func(call any, err error) uint8 {
-		c := call.(*Call)
-		if c.cancel != nil { // the Guard's own deadline, as in finish
-			err = c.g.timedOut(c.ctx, err)
-		}
-		return uint8(c.g.classify(classifiable(c.Context(), err)))
+		o, _ := call.(*Call).classified(err)
+		return uint8(o)
 	}
 	guardhook.Now = func(g any) time.Duration { return g.(*Guard).now() }
 	guardhook.RejectedBy = func(err error, g any) bool {

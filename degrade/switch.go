@@ -116,11 +116,11 @@ func (s *Switch) Name() string { return s.name }
 // Set turns the switch on or off by hand and reports whether it flipped. An
 // Auto driving the switch may flip it again at its next check; Pin keeps it.
 // Set works on a pinned switch too, and the switch stays pinned.
-func (s *Switch) Set(on bool) bool { return s.set(on, false, s.clock.Now()) }
+func (s *Switch) Set(on bool) bool { return s.set(on, false) }
 
 // Pin sets the switch to on or off and holds it there: an Auto leaves it
 // alone until Unpin. It reports whether the switch flipped.
-func (s *Switch) Pin(on bool) bool { return s.set(on, true, s.clock.Now()) }
+func (s *Switch) Pin(on bool) bool { return s.set(on, true) }
 
 // Unpin hands the switch back to its Auto, if it has one. Its hold starts
 // over at its next check, as after any move by hand: the switch follows the
@@ -151,7 +151,10 @@ func (s *Switch) setAuto(on bool, hands uint64, at time.Duration) bool {
 	return s.flip(on, at)
 }
 
-func (s *Switch) set(on, pin bool, at time.Duration) bool {
+// set is a move by hand: Set, or Pin when pin; at the switch's present
+// instant.
+func (s *Switch) set(on, pin bool) bool {
+	at := s.clock.Now()
 	s.mu.Lock()
 	if pin {
 		s.pinned = true

@@ -153,7 +153,7 @@ func New(path string, opts ...Option) (*Loader, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, err := l.load(data); err != nil {
+	if _, err := l.load(data, sha256.Sum256(data)); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -200,7 +200,7 @@ func (l *Loader) reload(watched bool) error {
 		return f.err
 	}
 	recovered := l.status.Load().Err != nil // told of a failure: tell of its end
-	changed, err := l.load(data)
+	changed, err := l.load(data, sum)
 	if err != nil {
 		l.lastFail = &failure{sum: sum, err: err}
 		l.failed(err)
@@ -269,9 +269,9 @@ func (l *Loader) Close() error {
 	return errors.Join(errs...)
 }
 
-// load loads data, under l.mu; it reports whether the rules changed.
-func (l *Loader) load(data []byte) (bool, error) {
-	sum := sha256.Sum256(data)
+// load loads data, whose SHA-256 is sum, under l.mu; it reports whether the
+// rules changed.
+func (l *Loader) load(data []byte, sum [sha256.Size]byte) (bool, error) {
 	hash := hex.EncodeToString(sum[:])
 	old := l.cur.Load()
 	if old != nil && old.version.Hash == hash {

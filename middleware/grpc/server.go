@@ -110,7 +110,7 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	// when it has one, and the held quota metadata.
 	hctx, held := call.Context(), (*heldQuota)(nil)
 	if c.quotaMD {
-		hctx, held = holdQuota(hctx, rt, call.Decision())
+		hctx, held = holdQuota(hctx, rt, call.Decision(), nil)
 	}
 	resp, err := c.runUnary(ctx, hctx, &call, req, handler, held)
 	if err != nil {
@@ -234,17 +234,7 @@ func (c *config) handlerError(ctx context.Context, req any, method string, rt *r
 		r, d, re = rejectionIn(fout)
 	}
 	answered := r != nil && !r.client // by a server interceptor within: its trailers are set
-	switch {
-	case (answered || re != nil) && hasQuota(d):
-		held.release(true) // the rejection's own fields replace the admission's
-	case answered || re != nil:
-		// A rejection is trailers-only, the answer a grpc-go client's
-		// retryPolicy retries: the admission's fields go with the
-		// trailers, not in a header.
-		held.trail()
-	default:
-		held.release(false)
-	}
+	held.settle(answered || re != nil, hasQuota(d))
 	switch {
 	case answered:
 		return resp, r
@@ -326,7 +316,7 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 	rt := c.route(info.FullMethod)
 	hctx := ctx // the handler's context
 	if rt != nil && rt.Guard == a.guard && c.quotaMD {
-		hctx, held = holdQuota(ctx, rt, a.call.Decision())
+		hctx, held = holdQuota(ctx, rt, a.call.Decision(), nil)
 	}
 	if rt != nil && rt.Guard != a.guard {
 		var skip bool
@@ -344,7 +334,7 @@ func (c *config) tappedCall(ctx context.Context, req any, info *grpc.UnaryServer
 			}
 			hctx = call.Context()
 			if c.quotaMD {
-				hctx, held = holdQuota(hctx, rt, call.Decision())
+				hctx, held = holdQuota(hctx, rt, call.Decision(), nil)
 			}
 			resp, err = c.runUnary(ctx, hctx, &call, req, handler, held)
 			return resp, true, held, err
@@ -457,12 +447,6 @@ func (c *config) answerUnary(ctx context.Context, rt *routing.Route, d sluice.De
 // retries, after the pushback.
 const MetadataRetryPushback = "grpc-retry-pushback-ms"
 
-func setQuota(ctx context.Context, rt *routing.Route, d sluice.Decision, set func(context.Context, metadata.MD) error) {
-	if hasQuota(d) {
-		_ = set(ctx, quotaMetadata(rt, d, d.Reset))
-	}
-}
-
 // hasQuota reports whether d has a quota to describe with the RateLimit
 // fields.
 func hasQuota(d sluice.Decision) bool { return d.Limit >= 0 && d.Policy != "" }
@@ -482,20 +466,41 @@ type heldQuota struct {
 }
 
 // holdQuota returns the context for the handler of a call on route rt
-// admitted with d, with a heldQuota holding d's quota metadata; without a
+// admitted with d, with a heldQuota holding d's quota metadata, which
+// grpc.SetHeader and the like on that context release; without a
 // transport stream in ctx (an interceptor called directly), it sets the
-// metadata at once, as setQuota does.
-func holdQuota(ctx context.Context, rt *routing.Route, d sluice.Decision) (context.Context, *heldQuota) {
+// metadata at once with set (nil: grpc.SetHeader on ctx).
+func holdQuota(ctx context.Context, rt *routing.Route, d sluice.Decision, set func(metadata.MD) error) (context.Context, *heldQuota) {
 	if !hasQuota(d) {
 		return ctx, nil
 	}
+	md := quotaMetadata(rt, d, d.Reset)
 	inner := grpc.ServerTransportStreamFromContext(ctx)
 	if inner == nil {
-		setQuota(ctx, rt, d, grpc.SetHeader)
+		if set == nil {
+			_ = grpc.SetHeader(ctx, md)
+		} else {
+			_ = set(md)
+		}
 		return ctx, nil
 	}
-	h := &heldQuota{ServerTransportStream: inner, md: quotaMetadata(rt, d, d.Reset)}
+	h := &heldQuota{ServerTransportStream: inner, md: md}
 	return grpc.NewContextWithServerTransportStream(ctx, h), h
+}
+
+// settle sends the held metadata as the call's end asks: for a rejection,
+// with the trailers (a trailers-only answer, which a grpc-go client's
+// retryPolicy retries), or not at all when the rejection has a quota of
+// its own (ownQuota); else in the header. Safe on a nil *heldQuota.
+func (h *heldQuota) settle(rejected, ownQuota bool) {
+	switch {
+	case rejected && ownQuota:
+		h.release(true)
+	case rejected:
+		h.trail()
+	default:
+		h.release(false)
+	}
 }
 
 // release sets the held metadata on the stream, or drops it when drop is

@@ -121,21 +121,9 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // stream in ctx (an interceptor called directly), they are set at once.
 func (c *config) newServerStream(ss grpc.ServerStream, ctx context.Context, msg, rt *routing.Route, quoted *sluice.Call) *serverStream {
 	w := &serverStream{ServerStream: ss, c: c, ctx: ctx, msg: msg}
-	if !c.quotaMD || quoted == nil {
-		return w
+	if c.quotaMD && quoted != nil {
+		w.ctx, w.held = holdQuota(ctx, rt, quoted.Decision(), ss.SetHeader)
 	}
-	d := quoted.Decision()
-	if !hasQuota(d) {
-		return w
-	}
-	md := quotaMetadata(rt, d, d.Reset)
-	inner := grpc.ServerTransportStreamFromContext(ctx)
-	if inner == nil {
-		_ = ss.SetHeader(md)
-		return w
-	}
-	w.held = &heldQuota{ServerTransportStream: inner, md: md}
-	w.ctx = grpc.NewContextWithServerTransportStream(ctx, w.held)
 	return w
 }
 
@@ -146,14 +134,7 @@ func (c *config) newServerStream(ss grpc.ServerStream, ctx context.Context, msg,
 // dropped for a rejection's own, and go in the header otherwise.
 func (c *config) endStream(w *serverStream, own *routing.Route, err error) error {
 	r, d, rej := rejectionIn(err)
-	switch {
-	case (r != nil && !r.client || rej != nil) && hasQuota(d):
-		w.held.release(true)
-	case r != nil && !r.client || rej != nil:
-		w.held.trail()
-	default:
-		w.held.release(false)
-	}
+	w.held.settle(r != nil && !r.client || rej != nil, hasQuota(d))
 	return c.streamError(w.ServerStream, own, err)
 }
 
