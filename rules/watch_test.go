@@ -262,21 +262,29 @@ func TestWatchSeesALinkAlongTheFilesLinkRetargeted(t *testing.T) {
 	waitVersion(t, l, 2)
 }
 
-// An event beside a broken file (a log, an editor's swap file) does not
-// load the same broken content again: no other failure counted, logged,
-// or told to OnReload.
-func TestWatchDoesNotReportTheSameBrokenFileAgainOnUnrelatedEvents(t *testing.T) {
-	var calls atomic.Int64
-	l, path := newLoader(t, twoLimits, OnReload(func(Status) { calls.Add(1) }))
-	require.NoError(t, l.Watch())
-	writeRules(t, path, "guards: [")
-	require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
-	for i := range 3 {
-		writeRules(t, filepath.Join(filepath.Dir(path), "other.log"), strings.Repeat("x", i+1))
-		time.Sleep(300 * time.Millisecond)
+// An event beside a rules file that fails to load (broken, or removed),
+// such as a log or an editor's swap file written there, does not report
+// the same failure again: no other failure counted, logged, or told to
+// OnReload.
+func TestWatchDoesNotReportTheSameFailureAgainOnUnrelatedEvents(t *testing.T) {
+	for name, fail := range map[string]func(t *testing.T, path string){
+		"broken":  func(t *testing.T, path string) { writeRules(t, path, "guards: [") },
+		"missing": func(t *testing.T, path string) { require.NoError(t, os.Remove(path)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var calls atomic.Int64
+			l, path := newLoader(t, twoLimits, OnReload(func(Status) { calls.Add(1) }))
+			require.NoError(t, l.Watch())
+			fail(t, path)
+			require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
+			for i := range 3 {
+				writeRules(t, filepath.Join(filepath.Dir(path), "other.log"), strings.Repeat("x", i+1))
+				time.Sleep(300 * time.Millisecond)
+			}
+			assert.Equal(t, uint64(1), l.Status().Failures, "the rules file did not change")
+			assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same failure once")
+		})
 	}
-	assert.Equal(t, uint64(1), l.Status().Failures, "the rules file did not change")
-	assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same failure once")
 }
 
 // A path with a ".." after a link (base/current/../rules.yaml, current →
@@ -296,22 +304,6 @@ func TestWatchPathWithDotDotAfterALinkSeesEdits(t *testing.T) {
 
 	writeRules(t, real, strings.Replace(twoLimits, "burst: 3", "burst: 4", 1))
 	waitVersion(t, l, 2)
-}
-
-// A removed rules file, with a file beside it written (a log), is reported
-// missing once, not on every event.
-func TestWatchDoesNotReportAMissingFileAgainOnUnrelatedEvents(t *testing.T) {
-	var calls atomic.Int64
-	l, path := newLoader(t, twoLimits, OnReload(func(Status) { calls.Add(1) }))
-	require.NoError(t, l.Watch())
-	require.NoError(t, os.Remove(path))
-	require.Eventually(t, func() bool { return l.Status().Failures == 1 }, applied, 5*time.Millisecond)
-	for i := range 3 {
-		writeRules(t, filepath.Join(filepath.Dir(path), "other.log"), strings.Repeat("x", i+1))
-		time.Sleep(300 * time.Millisecond)
-	}
-	assert.Equal(t, uint64(1), l.Status().Failures, "the rules file is still missing: no news")
-	assert.Equal(t, int64(1), calls.Load(), "OnReload told of the same missing file once")
 }
 
 // Content that failed, then a missing file, then the same broken content
