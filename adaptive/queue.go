@@ -122,6 +122,7 @@ func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter
 		q.normal[n] = nil
 		q.normal = q.normal[:n]
 		out.evicted = true
+		out.grant = now // the instant it left the queue
 		out.ch <- struct{}{}
 	}
 	if q.maxWait > 0 { // with no wait bound, no standing queue to tell from a burst
@@ -229,9 +230,13 @@ func (q *queue) remove(w *waiter) {
 // await waits until w is granted a slot, its wait runs out or ctx is done.
 // It reports whether the slot came, and the instant it was granted; when it
 // did not, w has left the queue, a slot granted as the wait ended has been
-// handed to release, and the instant is the one its wait ran out at (now
-// when it ended otherwise: no clock is read).
+// handed to release, and the instant is the one it left the queue at: its
+// wait ran out, a critical request turned it out, or its caller's context
+// ended (measured on the runtime's clock from now: a rejection answered
+// with the instant it arrived at would date its RetryAfter from before the
+// calls that ended meanwhile had started).
 func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func(time.Duration)) (time.Duration, bool) {
+	began := time.Now()
 	var timeout <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -242,9 +247,10 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 	select {
 	case <-w.ch:
 		if w.evicted { // the queue took it out
+			end := w.grant
 			waiting.Add(-1)
 			q.pool.Put(w)
-			return now, false
+			return end, false
 		}
 		granted := w.grant
 		q.pool.Put(w)
@@ -260,13 +266,18 @@ func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, w
 		timedOut = true
 	}
 	q.mu.Lock()
-	end := now
+	waited := time.Since(began)
+	if wait > 0 {
+		waited = min(waited, wait)
+	}
+	end := now + waited
 	if timedOut {
 		end = now + wait
 		q.lastDrop = max(q.lastDrop, end)
 	}
 	if w.evicted {
 		// Turned out as the wait ended: already out of the queue.
+		end = min(end, w.grant)
 		waiting.Add(-1)
 		q.mu.Unlock()
 		<-w.ch
