@@ -21,7 +21,10 @@ import (
 // gets another's private answer: nothing marked private, no-store or
 // no-cache, nothing that sets a cookie or has a Vary field, nothing answered
 // to a request with credentials (Authorization, Cookie) unless the response
-// says public. Ages are measured on the clock of the route's Guard.
+// says public. A response whose origin forbids serving it stale
+// (must-revalidate, proxy-revalidate, s-maxage) is served only while fresh.
+// A copy's fields do not replace those the response has already (an outer
+// middleware's). Ages are measured on the clock of the route's Guard.
 type StaleCache = stale.Cache
 
 // StaleCacheOption configures a StaleCache.

@@ -44,6 +44,10 @@ type entry struct {
 	header http.Header
 	body   []byte
 	stored time.Duration
+	// initial is the Age the response came with; fresh, how long after it
+	// was stored the copy may be served, -1 for as long as the cache's
+	// maxAge (see freshness).
+	initial, fresh time.Duration
 }
 
 // Option configures a Cache.
@@ -221,11 +225,15 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 			return
 		}
 	}
+	initial, fresh, ok := freshness(h)
+	if !ok {
+		return
+	}
 	key := c.entryKey(q)
 	for _, f := range dropped {
 		delete(h, f)
 	}
-	e := &entry{key: key, status: http.StatusOK, header: h, body: append([]byte(nil), body...), stored: q.Now}
+	e := &entry{key: key, status: http.StatusOK, header: h, body: append([]byte(nil), body...), stored: q.Now, initial: initial, fresh: fresh}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
@@ -261,13 +269,79 @@ func (c *Cache) load(ctx context.Context, err error) (*entry, time.Duration, boo
 	}
 	e := el.Value.(*entry)
 	age := max(q.Now-e.stored, 0)
-	if age > c.maxAge {
+	if age > c.maxAge || e.fresh >= 0 && age > e.fresh {
 		// Too old at q.Now, but kept until replaced or evicted: a request
 		// that a fallback was found to answer at an earlier instant (a 5xx
 		// held back for this copy) still finds it.
 		return nil, 0, false
 	}
-	return e, age, true
+	return e, e.initial + age, true
+}
+
+// maxDelta is the largest delta-seconds a cache need represent (RFC 9111,
+// section 1.2.2): larger values, and overflows, count as this.
+const maxDelta = 1 << 31 * time.Second
+
+// freshness reads h, a response's canonical fields: the Age it came with
+// (its first value, ignored when not a number), and how long its copy may
+// be served once stored. A stale copy is what the cache serves, so a
+// response whose origin forbids serving it stale (must-revalidate,
+// proxy-revalidate, or s-maxage, which implies proxy-revalidate for a
+// shared cache; RFC 9111, section 4.2.4) is served only while fresh: for
+// its s-maxage, else its max-age, less its Age. Without either, or with one
+// that is not a number, it is never fresh (ok false). Any other response
+// has fresh -1: it serves for as long as the cache's maxAge.
+func freshness(h http.Header) (initial, fresh time.Duration, ok bool) {
+	if v := h.Values("Age"); len(v) > 0 {
+		first, _, _ := strings.Cut(v[0], ",")
+		if d, ok := deltaSeconds(strings.TrimSpace(first)); ok {
+			initial = d
+		}
+	}
+	must := false
+	maxAge, sMaxAge := time.Duration(-1), time.Duration(-1)
+	for _, v := range h.Values("Cache-Control") {
+		for _, dir := range strings.Split(v, ",") {
+			name, arg, _ := strings.Cut(strings.TrimSpace(dir), "=")
+			arg = strings.Trim(strings.TrimSpace(arg), `"`)
+			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "must-revalidate", "proxy-revalidate":
+				must = true
+			case "s-maxage":
+				must = true
+				if d, ok := deltaSeconds(arg); ok {
+					sMaxAge = d
+				}
+			case "max-age":
+				if d, ok := deltaSeconds(arg); ok {
+					maxAge = d
+				}
+			}
+		}
+	}
+	if !must {
+		return initial, -1, true
+	}
+	lifetime := maxAge
+	if sMaxAge >= 0 {
+		lifetime = sMaxAge
+	}
+	if lifetime < 0 || initial > lifetime {
+		return 0, 0, false
+	}
+	return initial, lifetime - initial, true
+}
+
+// deltaSeconds parses s, a number of seconds in digits, capped at maxDelta.
+func deltaSeconds(s string) (time.Duration, bool) {
+	if s == "" || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > int64(maxDelta/time.Second) {
+		return maxDelta, true // only digits: too large
+	}
+	return time.Duration(n) * time.Second, true
 }
 
 // name is the name of the Cache's answers in a Guard's fallback events.
@@ -316,7 +390,11 @@ type answer struct {
 func (a *answer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	for k, v := range a.e.header {
-		h[k] = v
+		// A field the response has already (an outer middleware's request
+		// ID, say) is this request's: the copy's was another's.
+		if _, ok := h[k]; !ok {
+			h[k] = v
+		}
 	}
 	h.Set("Age", strconv.FormatInt(int64(a.age/time.Second), 10))
 	h.Set("Content-Length", strconv.Itoa(len(a.e.body)))

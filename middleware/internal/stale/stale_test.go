@@ -134,3 +134,70 @@ func TestStoreReadsContentLengthAsAClientDoes(t *testing.T) {
 		assert.Equal(t, kept, c.Len() == 1, cl)
 	}
 }
+
+// An origin that says a response must not be served stale
+// (must-revalidate, proxy-revalidate, or s-maxage, which implies
+// proxy-revalidate for a shared cache) has its copy served only while it
+// is fresh: for its s-maxage, else its max-age, less the Age it came with;
+// never, without either. Other copies serve for the cache's maxAge.
+func TestCopyMarkedMustRevalidateServesOnlyWhileFresh(t *testing.T) {
+	const s = time.Second
+	errRej := errors.New("rejected")
+	for _, tc := range []struct {
+		cacheControl, age string
+		servedUpTo        time.Duration // -1: never served
+	}{
+		{"max-age=60", "", 10 * time.Minute},
+		{"max-age=60, must-revalidate", "", 60 * s},
+		{"Max-Age=\"60\", Must-Revalidate", "", 60 * s},
+		{"public, max-age=60, proxy-revalidate", "", 60 * s},
+		{"max-age=60, s-maxage=5", "", 5 * s},
+		{"must-revalidate", "", -1},
+		{"max-age=60, must-revalidate", "50", 10 * s},
+		{"max-age=60, must-revalidate", "90", -1},
+		{"max-age=x, must-revalidate", "", -1},
+		{"must-revalidate, max-age=99999999999999999999", "", 10 * time.Minute},
+	} {
+		c, err := New(8, 10*time.Minute, 1024)
+		require.NoError(t, err)
+		h := http.Header{"Cache-Control": {tc.cacheControl}}
+		if tc.age != "" {
+			h.Set("Age", tc.age)
+		}
+		at := func(now time.Duration) *Request {
+			return &Request{Key: "k", R: httptest.NewRequest(http.MethodGet, "/", nil), Now: now}
+		}
+		c.Store(at(0), h, []byte("hello"))
+		served := func(now time.Duration) bool {
+			_, ok := c.Declared(WithRequest(context.Background(), at(now)), errRej)
+			return ok
+		}
+		if tc.servedUpTo < 0 {
+			assert.False(t, served(0), "%q, Age %q: never served", tc.cacheControl, tc.age)
+			continue
+		}
+		assert.True(t, served(tc.servedUpTo), "%q, Age %q: served at %v", tc.cacheControl, tc.age, tc.servedUpTo)
+		assert.False(t, served(tc.servedUpTo+s), "%q, Age %q: not served at %v", tc.cacheControl, tc.age, tc.servedUpTo+s)
+	}
+}
+
+// A copy's Age counts the age it came with, and its fields do not replace
+// those the response already has when it is served: an outer middleware's
+// request ID stays this request's, not the one of the request the copy
+// answered.
+func TestCopyKeepsTheResponsesOwnFieldsAndItsAge(t *testing.T) {
+	c, err := New(8, time.Hour, 1024)
+	require.NoError(t, err)
+	q := &Request{Key: "k", R: httptest.NewRequest(http.MethodGet, "/", nil)}
+	c.Store(q, http.Header{"X-Request-Id": {"first"}, "Age": {"7"}, "Content-Type": {"text/plain"}}, []byte("hello"))
+	q = &Request{Key: "k", R: httptest.NewRequest(http.MethodGet, "/", nil), Now: 5 * time.Second}
+	h, _, err := c.AnswerValue(WithRequest(context.Background(), q), errors.New("rejected"))
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	rec.Header().Set("X-Request-Id", "second")
+	h.ServeHTTP(rec, q.R)
+	assert.Equal(t, []string{"second"}, rec.Header().Values("X-Request-Id"))
+	assert.Equal(t, "text/plain", rec.Header().Get("Content-Type"))
+	assert.Equal(t, "12", rec.Header().Get("Age"))
+	assert.Equal(t, "hello", rec.Body.String())
+}
