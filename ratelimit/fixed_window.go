@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // FixedWindow admits at most limit cost units in each window of time
@@ -99,6 +100,7 @@ func newWindowConfig(limit int64, window time.Duration) (*windowConfig, error) {
 // in the current window and released after the change, within it, gives
 // nothing back.
 func (w *FixedWindow) SetLimit(limit int64, window time.Duration) error {
+	defer policywindow.Changed() // once the new window is in place
 	c, err := newWindowConfig(limit, window)
 	if err != nil {
 		return err

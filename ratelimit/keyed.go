@@ -144,6 +144,7 @@ func (k *Keyed) rateWindow() time.Duration { return time.Duration(k.window.Load(
 // newLimiter makes from then on before it decides, until the next
 // SetLimit. update runs under a shard's lock: it must not call k.
 func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
+	defer policywindow.Changed() // once the new window is in place
 	if update == nil {
 		return errors.New("ratelimit: Keyed.SetLimit: nil update")
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // LeakyBucket is the leaky bucket as a meter: each admitted request pours its
@@ -120,6 +121,7 @@ func newLeakyConfig(r Rate, capacity int64) (*leakyConfig, error) {
 // a request admitted before the bucket would have emptied and released
 // after the change takes nothing out.
 func (b *LeakyBucket) SetLimit(r Rate, capacity int64) error {
+	defer policywindow.Changed() // once the new window is in place
 	c, err := newLeakyConfig(r, capacity)
 	if err != nil {
 		return err

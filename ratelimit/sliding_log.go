@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // SlidingLog admits at most limit cost units in any window of length window,
@@ -82,6 +83,7 @@ func checkLog(limit int64, window time.Duration) error {
 // logged request counts against the new limit until it is older than the
 // new window. Safe while requests are decided.
 func (l *SlidingLog) SetLimit(limit int64, window time.Duration) error {
+	defer policywindow.Changed() // once the new window is in place
 	if err := checkLog(limit, window); err != nil {
 		return err
 	}

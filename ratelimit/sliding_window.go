@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // SlidingWindow admits at most limit cost units in any run of buckets
@@ -97,6 +98,7 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 // request admitted in the newest bucket and released after the change,
 // within it, gives nothing back.
 func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int) error {
+	defer policywindow.Changed() // once the new window is in place
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	counts, head, nb, bucket, cb := w.counts, w.head, w.nb, w.bucket, w.cb

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // ErrWouldExceedDeadline is the cause of a rejection by a waiting method
@@ -479,6 +480,7 @@ const keepTAT = math.MinInt64
 // at now, under mu; see TokenBucket.SetLimit. With now keepTAT, the TAT
 // stays as it is (see GCRA.SetLimit).
 func setBucket(cfg *atomic.Pointer[bucketConfig], mu *sync.Mutex, what string, r Rate, burst, now int64) error {
+	defer policywindow.Changed() // once the new window is in place
 	iv, tau, err := tolerance(what, r, burst)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // WarmUp is a token bucket with a cold start: after the limiter has been idle,
@@ -138,6 +139,7 @@ func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) 
 // the limiter would be full again and released after the change gives
 // nothing back.
 func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor int64) error {
+	defer policywindow.Changed() // once the new window is in place
 	nums, err := newWarmUpNums(r, burst, warmUp, coldFactor)
 	if err != nil {
 		return err

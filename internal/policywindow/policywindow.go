@@ -4,7 +4,10 @@
 // initialised, a function that knows its own types.
 package policywindow
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // finders are the registered functions. They are appended to only by the
 // init functions of packages, which run one at a time before main.
@@ -25,3 +28,15 @@ func Of(p any) time.Duration {
 	}
 	return 0
 }
+
+// epoch counts the calls of Changed.
+var epoch atomic.Uint64
+
+// Changed notes that a policy's window may have changed (its SetLimit ran):
+// whoever keeps a window read with Of reads it again when Epoch moves. Call
+// it once the new window is what Of reports.
+func Changed() { epoch.Add(1) }
+
+// Epoch returns how many times Changed was called: read it before the
+// windows it stands for.
+func Epoch() uint64 { return epoch.Load() }

@@ -3,6 +3,8 @@ package redislimit
 import (
 	"errors"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // SetLimit changes the limiter's numbers to limit cost units per window:
@@ -30,6 +32,7 @@ import (
 // of WithLocalFallback starts afresh. A Limiter built by All of several
 // limits refuses: change the members, and All follows.
 func (l *Limiter) SetLimit(limit int64, window time.Duration) error {
+	defer policywindow.Changed() // once the new window is in place
 	if len(l.limits) != 1 || l.limits[0].remake == nil {
 		return errors.New("redislimit: SetLimit on a Limiter of several limits (All): set each on the Limiter given to All")
 	}

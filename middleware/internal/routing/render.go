@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 )
 
 // Header field names, in the canonical form net/http stores them in.
@@ -91,17 +93,48 @@ func appendSFString(dst []byte, s string) []byte {
 
 // AppendRateLimitPolicy appends the value of a RateLimit-Policy field for a
 // policy named name with quota limit over window: "name";q=100;w=60. The w
-// parameter is left out when window is 0 (unknown), and is rounded up to
-// whole seconds otherwise.
+// parameter is left out when window is 0 (unknown). It is whole seconds: a
+// window of another length (a token bucket's 10 over 100 ms) is told as
+// the whole seconds that hold it, with the quota those take at the same
+// rate (q=100;w=1), so that a client pacing itself by q/w keeps to the
+// rate it is given.
 func AppendRateLimitPolicy(dst []byte, name string, limit int64, window time.Duration) []byte {
+	var secs int64
+	if window > 0 {
+		limit, secs = wholeSeconds(limit, window)
+	}
 	dst = appendSFString(dst, name)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, sfInt(limit), 10)
 	if window > 0 {
 		dst = append(dst, ";w="...)
-		dst = strconv.AppendInt(dst, sfInt(RetryAfterSeconds(window)), 10)
+		dst = strconv.AppendInt(dst, sfInt(secs), 10)
 	}
 	return dst
+}
+
+// wholeSeconds returns a quota of limit over window as one over whole
+// seconds: window rounded up to them (a window a few nanoseconds past a
+// second, as a rate's interval rounded to nanoseconds makes, rounded
+// down), and limit scaled to keep the rate, rounded down but for the
+// float's error.
+func wholeSeconds(limit int64, window time.Duration) (int64, int64) {
+	secs := int64(window / time.Second)
+	if window%time.Second > time.Microsecond || secs == 0 {
+		secs++
+	}
+	whole := time.Duration(secs) * time.Second
+	if whole == window || limit <= 0 {
+		return limit, secs
+	}
+	q := float64(limit) * (float64(whole) / float64(window))
+	if r := math.Round(q); math.Abs(q-r) <= 1e-6*r {
+		q = r
+	}
+	if q >= maxSFInteger {
+		return maxSFInteger, secs
+	}
+	return int64(q), secs
 }
 
 // AppendRateLimit appends the value of a RateLimit field for a policy named
@@ -193,7 +226,7 @@ func (r *Renderer) Admitted(h map[string][]string, rt *Route, d sluice.Decision)
 	// with the RateLimit value it keeps. A response then costs two map
 	// inserts and a few compares.
 	if rt != nil && !r.Legacy {
-		if pf := rt.quoted.Load(); pf != nil && pf.name == d.Policy && pf.limit == d.Limit {
+		if pf := rt.quoted.Load(); pf != nil && pf.name == d.Policy && pf.limit == d.Limit && pf.epoch.Load() == policywindow.Epoch() {
 			if c := pf.kept(sfInt(d.Remaining), sfInt(RetryAfterSeconds(d.Reset))); c != nil {
 				h[FieldRateLimitPolicy] = pf.policy
 				h[FieldRateLimit] = unsafe.Slice(c.v, 1)

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func TestRejectedFieldsPerCause(t *testing.T) {
@@ -361,4 +363,101 @@ func TestProblemIsSharedWhileRejectionsAgree(t *testing.T) {
 	other := Renderer{ProblemTypeBase: "https://example.com/problems/"}
 	assert.Equal(t, want(limited, &other), string(other.Problem(rt, limited).Body), "another base")
 	assert.Equal(t, want(limited, &r), string(r.Problem(nil, limited).Body), "no route: made afresh")
+}
+
+// admitFields admits one request with g and returns the fields rt's
+// Renderer sets on its answer.
+func admitFields(t *testing.T, g *sluice.Guard, rt *Route) map[string][]string {
+	t.Helper()
+	var c sluice.Call
+	require.NoError(t, g.Begin(context.Background(), &c))
+	h := map[string][]string{}
+	var r Renderer
+	r.Admitted(h, rt, c.Decision())
+	require.NoError(t, c.End(nil))
+	return h
+}
+
+// policyParams returns the q and w of the one RateLimit-Policy item in h.
+func policyParams(t *testing.T, h map[string][]string) (q, w int64) {
+	t.Helper()
+	v := h[FieldRateLimitPolicy]
+	require.Len(t, v, 1)
+	items, err := sfv.ParseList(v[0])
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	q, _ = items[0].Int("q")
+	w, _ = items[0].Int("w")
+	return q, w
+}
+
+// A limiter's SetLimit changes its window live: the RateLimit-Policy field
+// tells the new one, on admitted answers (the route's quoted fields) and
+// on rejections, even when the limit stays the same.
+func TestRateLimitPolicyFollowsSetLimit(t *testing.T) {
+	fw, err := ratelimit.NewFixedWindow(5, time.Minute)
+	require.NoError(t, err)
+	clk := sluice.NewManualClock(time.Hour)
+	g, err := sluice.New(sluice.With(fw), sluice.WithClock(clk))
+	require.NoError(t, err)
+	rs, err := NewRoutes(RouteTo("GET /x", g))
+	require.NoError(t, err)
+	rt := rs.Match("GET /x")
+	for range 2 { // the second is the quoted path
+		q, w := policyParams(t, admitFields(t, g, rt))
+		assert.Equal(t, [2]int64{5, 60}, [2]int64{q, w})
+	}
+	require.NoError(t, fw.SetLimit(5, 10*time.Second))
+	clk.Advance(2 * time.Minute) // a fresh window of the new size
+	for range 2 {
+		q, w := policyParams(t, admitFields(t, g, rt))
+		assert.Equal(t, [2]int64{5, 10}, [2]int64{q, w}, "the same limit over a new window")
+	}
+	require.NoError(t, fw.SetLimit(10, 30*time.Second))
+	clk.Advance(2 * time.Minute)
+	q, w := policyParams(t, admitFields(t, g, rt))
+	assert.Equal(t, [2]int64{10, 30}, [2]int64{q, w})
+	assert.Equal(t, 30*time.Second, rt.Window(fw.Name()), "the gRPC adapter's window too")
+}
+
+// w is whole seconds: a window of another length is told as the seconds
+// that hold it, with the quota scaled to keep the rate, so that a client
+// pacing itself by q/w keeps to the rate it is given. A rate's interval
+// rounded up to the nanosecond does not turn 1 s into 2.
+func TestRateLimitPolicyOverWholeSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		limit  int64
+		window time.Duration
+		want   string
+	}{
+		{100, time.Minute, `"p";q=100;w=60`},
+		{10, 100 * time.Millisecond, `"p";q=100;w=1`},
+		{3, 1500 * time.Millisecond, `"p";q=4;w=2`},
+		{3, time.Second + 2, `"p";q=3;w=1`},
+		{70, 10*time.Second + 10, `"p";q=70;w=10`},
+		{3, 999_999_999, `"p";q=3;w=1`},
+		{1, time.Nanosecond, `"p";q=1000000000;w=1`},
+		{1 << 60, time.Nanosecond, `"p";q=999999999999999;w=1`},
+		{5, 0, `"p";q=5`},
+	} {
+		assert.Equal(t, tc.want, string(AppendRateLimitPolicy(nil, "p", tc.limit, tc.window)), "%d over %v", tc.limit, tc.window)
+	}
+	for _, tc := range []struct {
+		rate  ratelimit.Rate
+		burst int64
+		want  string
+	}{
+		{ratelimit.PerSecond(100), 10, `;q=100;w=1`},
+		{ratelimit.PerSecond(3), 3, `;q=3;w=1`},
+		{ratelimit.PerSecond(7), 70, `;q=70;w=10`},
+	} {
+		tb, err := ratelimit.NewTokenBucket(tc.rate, tc.burst)
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.With(tb))
+		require.NoError(t, err)
+		rs, err := NewRoutes(DefaultRoute(g))
+		require.NoError(t, err)
+		h := admitFields(t, g, rs.Default())
+		assert.Equal(t, `"ratelimit/token-bucket"`+tc.want, h[FieldRateLimitPolicy][0], "%v, burst %d", tc.rate, tc.burst)
+	}
 }

@@ -30,21 +30,31 @@ type Route struct {
 	// its own, to run the handler with.
 	Timed    bool
 	policies []policySlot
-	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
-	foreign  atomic.Pointer[policyFields] // for rejections by another Guard (see fields)
-	problem  atomic.Pointer[Problem]      // the route's last problem answer
+	// windows are the policies' windows, by their index in policies, read
+	// at an epoch of package policywindow: read again when it moves.
+	windows atomic.Pointer[windowSet]
+	other   atomic.Pointer[policyFields] // for decisions of policies not in the chain
+	foreign atomic.Pointer[policyFields] // for rejections by another Guard (see fields)
+	problem atomic.Pointer[Problem]      // the route's last problem answer
 	// quoted is the policy whose fields the route's last admitted answer
 	// carried: the one Renderer.Admitted tries first.
 	quoted atomic.Pointer[policyFields]
 }
 
-// policySlot is what a Route knows of one policy of its Guard: its window,
-// and the header values that depend only on the policy's name, quota and
-// window, made once and shared by every response.
+// policySlot is what a Route knows of one policy of its Guard, and the
+// header values that depend only on the policy's name, quota and window,
+// made once and shared by every response.
 type policySlot struct {
 	name   string
-	window time.Duration
+	policy sluice.Policy
 	fields atomic.Pointer[policyFields]
+}
+
+// windowSet is the windows of a Route's policies at an epoch of package
+// policywindow.
+type windowSet struct {
+	epoch uint64
+	of    []time.Duration
 }
 
 // policyFields are the header values of one policy's quota. They are
@@ -54,6 +64,9 @@ type policyFields struct {
 	name   string
 	limit  int64
 	window time.Duration
+	// epoch is the policywindow epoch at which window was last found to be
+	// the policy's: the route's last quoted answer is reused only then.
+	epoch  atomic.Uint64
 	policy []string // RateLimit-Policy
 	limitV []string // X-RateLimit-Limit
 	prefix string   // RateLimit up to r's value: "name";r=
@@ -88,12 +101,20 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 	ps := g.Policies()
 	r := &Route{Pattern: pattern, Guard: g, Timed: guardhook.Timed(g), policies: make([]policySlot, len(ps))}
 	for i, p := range ps {
-		r.policies[i].name = p.Name()
-		// The rate limiters' windows (a fixed or sliding window's size, a
-		// token bucket's time to refill its burst), read once per policy
-		// to fill the w parameter of the RateLimit-Policy field; a policy
-		// without one gets no w.
-		r.policies[i].window = policywindow.Of(p)
+		r.policies[i].name, r.policies[i].policy = p.Name(), p
+	}
+	r.readWindows()
+	return r
+}
+
+// readWindows reads the windows of the route's policies (a fixed or sliding
+// window's size, a token bucket's time to refill its burst), which fill the
+// w parameter of the RateLimit-Policy field; a policy without one gets no
+// w. It returns them.
+func (r *Route) readWindows() []time.Duration {
+	ws := &windowSet{epoch: policywindow.Epoch(), of: make([]time.Duration, len(r.policies))}
+	for i := range r.policies {
+		ws.of[i] = policywindow.Of(r.policies[i].policy)
 	}
 	// Policies may share a name (two limiters of one algorithm, each with
 	// its default name) and a Decision names only the policy: when their
@@ -101,12 +122,24 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 	// left out rather than given wrong.
 	for i := range r.policies {
 		for j := range i {
-			if r.policies[i].name == r.policies[j].name && r.policies[i].window != r.policies[j].window {
-				r.policies[i].window, r.policies[j].window = 0, 0
+			if r.policies[i].name == r.policies[j].name && ws.of[i] != ws.of[j] {
+				ws.of[i], ws.of[j] = 0, 0
 			}
 		}
 	}
-	return r
+	r.windows.Store(ws)
+	return ws.of
+}
+
+// windowsNow returns the windows of the route's policies, read again when a
+// policy's SetLimit may have changed one since they were read, and the
+// epoch they were read at.
+func (r *Route) windowsNow() ([]time.Duration, uint64) {
+	ws := r.windows.Load()
+	if e := policywindow.Epoch(); ws.epoch != e {
+		return r.readWindows(), e
+	}
+	return ws.of, ws.epoch
 }
 
 // Window returns the window of the route's policy named policy, as package
@@ -117,7 +150,8 @@ func (r *Route) Window(policy string) time.Duration {
 	}
 	for i := range r.policies {
 		if r.policies[i].name == policy {
-			return r.policies[i].window
+			ws, _ := r.windowsNow()
+			return ws[i]
 		}
 	}
 	return 0
@@ -137,16 +171,21 @@ func (r *Route) fields(d *sluice.Decision, own bool) *policyFields {
 	if !own {
 		slot = &r.foreign
 	}
+	ws, epoch := r.windowsNow()
 	for i := range r.policies {
 		if own && r.policies[i].name == d.Policy {
-			slot, window = &r.policies[i].fields, r.policies[i].window
+			slot, window = &r.policies[i].fields, ws[i]
 			break
 		}
 	}
-	if f := slot.Load(); f != nil && f.name == d.Policy && f.limit == d.Limit {
+	if f := slot.Load(); f != nil && f.name == d.Policy && f.limit == d.Limit && f.window == window {
+		if f.epoch.Load() != epoch {
+			f.epoch.Store(epoch)
+		}
 		return f
 	}
 	f := newPolicyFields(d.Policy, d.Limit, window)
+	f.epoch.Store(epoch)
 	slot.Store(f)
 	return f
 }
