@@ -33,6 +33,7 @@ const (
 type IPExtractor struct {
 	trusted []netip.Prefix
 	headers []string
+	named   bool // ProxyHeaders was given
 	v4bits  int
 	v6bits  int
 }
@@ -81,13 +82,14 @@ func TrustedProxies(cidrs ...string) IPOption {
 // appends to X-Forwarded-For while forwarding the client's Forwarded as it
 // came would, with Forwarded preferred, hand the client that choice). Three
 // fields are understood, named in any case: "Forwarded" (RFC 7239),
-// "X-Forwarded-For" and "X-Real-IP"; any other name is an error.
+// "X-Forwarded-For" and "X-Real-IP"; any other name is an error, and so is
+// ProxyHeaders without TrustedProxies, whose fields would never be read.
 func ProxyHeaders(names ...string) IPOption {
 	return func(e *IPExtractor) error {
 		if len(names) == 0 {
 			return errors.New("middleware: ProxyHeaders: no header")
 		}
-		e.headers = e.headers[:0]
+		e.headers, e.named = e.headers[:0], true
 		for _, n := range names {
 			switch {
 			case strings.EqualFold(n, headerForwarded):
@@ -142,6 +144,10 @@ func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 		if err := o(e); err != nil {
 			return nil, err
 		}
+	}
+	if e.named && len(e.trusted) == 0 {
+		// Every client behind the proxy would share the proxy's key.
+		return nil, errors.New("middleware: NewIPExtractor: ProxyHeaders without TrustedProxies: the fields are read only from a trusted proxy, and none is")
 	}
 	return e, nil
 }

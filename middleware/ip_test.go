@@ -181,9 +181,13 @@ func TestNewIPExtractorRejectsBadInput(t *testing.T) {
 		ProxyHeaders(),
 		ProxyHeaders("X-Client-IP"),
 	} {
-		_, err := NewIPExtractor(o)
+		_, err := NewIPExtractor(o, TrustedProxies("10.0.0.0/8"))
 		assert.Error(t, err)
 	}
+	// Fields named and no proxy trusted to set them: never read, every
+	// client behind the proxy would share its key.
+	_, err := NewIPExtractor(ProxyHeaders("X-Real-IP"))
+	assert.ErrorContains(t, err, "without TrustedProxies")
 }
 
 func TestTrustedProxiesMappedPrefix(t *testing.T) {

@@ -70,8 +70,12 @@ func addrKey(a netip.Addr, peer string) string {
 }
 
 // KeyByHeader keys requests by the first value of a header (an API key, a
-// tenant id); requests without it, or with an empty one, have no key.
+// tenant id); requests without it, or with an empty one, have no key. An
+// empty name makes a nil KeyFunc, which NewKeyer refuses.
 func KeyByHeader(name string) KeyFunc {
+	if name == "" {
+		return nil
+	}
 	return func(r Request) (string, bool) {
 		v := r.Header(name)
 		if len(v) == 0 || v[0] == "" {
@@ -81,8 +85,12 @@ func KeyByHeader(name string) KeyFunc {
 	}
 }
 
-// KeyByCookie keys requests by a cookie's value.
+// KeyByCookie keys requests by a cookie's value. An empty name makes a nil
+// KeyFunc, which NewKeyer refuses.
 func KeyByCookie(name string) KeyFunc {
+	if name == "" {
+		return nil
+	}
 	return func(r Request) (string, bool) {
 		v, ok := r.Cookie(name)
 		if !ok || v == "" {
@@ -94,8 +102,11 @@ func KeyByCookie(name string) KeyFunc {
 
 // KeyByContext keys requests by a value an earlier middleware put in the
 // context, typically the authenticated user: fn returns it, and false when
-// there is none.
+// there is none. A nil fn makes a nil KeyFunc, which NewKeyer refuses.
 func KeyByContext(fn func(ctx context.Context) (string, bool)) KeyFunc {
+	if fn == nil {
+		return nil
+	}
 	return func(r Request) (string, bool) {
 		k, ok := fn(r.Context())
 		if !ok || k == "" {
@@ -162,24 +173,34 @@ func SharedKey(key string) MissingKey { return MissingKey{key: key} }
 // one, else what its MissingKey says. A Keyer is immutable and safe for
 // concurrent use; a nil *Keyer keys nothing.
 type Keyer struct {
-	fns     []KeyFunc
-	missing MissingKey
+	fns      []KeyFunc
+	prefixes []string // of each function's keys, with several
+	missing  MissingKey
 }
 
-// NewKeyer builds a Keyer that tries fns in order.
+// NewKeyer builds a Keyer that tries fns in order. With more than one, each
+// key starts with its function's place in fns ("0:", "1:", …), so that keys
+// of different kinds never share a budget: a client sending an API key
+// spelt as another client's address does not draw on that address's. A
+// nil function (a KeyBy… given a nil or empty argument) is an error.
 func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	if len(fns) == 0 {
 		return nil, errors.New("middleware: NewKeyer: no key function")
 	}
+	k := &Keyer{fns: append([]KeyFunc(nil), fns...)}
 	for i, f := range fns {
 		if f == nil {
-			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is nil")
+			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is nil (a KeyBy… given a nil or empty argument?)")
+		}
+		if len(fns) > 1 {
+			k.prefixes = append(k.prefixes, strconv.Itoa(i)+":")
 		}
 	}
 	if !missing.reject && missing.key == "" {
 		missing.key = "unknown"
 	}
-	return &Keyer{fns: append([]KeyFunc(nil), fns...), missing: missing}, nil
+	k.missing = missing
+	return k, nil
 }
 
 // key returns r's key, or ErrMissingKey when r has none and the Keyer
@@ -188,8 +209,11 @@ func (k *Keyer) key(r Request) (string, error) {
 	if k == nil {
 		return "", nil
 	}
-	for _, f := range k.fns {
+	for i, f := range k.fns {
 		if key, ok := f(r); ok {
+			if k.prefixes != nil {
+				key = k.prefixes[i] + key
+			}
 			return key, nil
 		}
 	}

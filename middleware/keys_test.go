@@ -75,7 +75,7 @@ func TestKeyerFallsThroughInOrder(t *testing.T) {
 	require.NoError(t, err)
 	got, err := k.key(fakeRequest{cookies: map[string]string{"session": "s9"}})
 	require.NoError(t, err)
-	assert.Equal(t, "s9", got)
+	assert.Equal(t, "1:s9", got, "with several functions, a key names its function's place")
 	got, err = k.key(fakeRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, "anon", got)
@@ -217,4 +217,36 @@ func TestKeyPerRoute(t *testing.T) {
 	assert.False(t, ok)
 	_, ok = none(fakeRequest{route: "GET /b"})
 	assert.False(t, ok)
+}
+
+// The keys of different functions of one Keyer never meet: a client that
+// sends an API key spelt as another client's address does not draw on
+// that address's budget.
+func TestKeyerKeysOfDifferentFunctionsDoNotMeet(t *testing.T) {
+	k, err := NewKeyer(SharedKey("anonymous"), KeyByHeader("X-Api-Key"), KeyByIP(nil))
+	require.NoError(t, err)
+	victim, err := k.key(fakeRequest{remote: "203.0.113.9:5555"})
+	require.NoError(t, err)
+	attacker, err := k.key(fakeRequest{remote: "198.51.100.1:4444", header: map[string][]string{"X-Api-Key": {"203.0.113.9"}}})
+	require.NoError(t, err)
+	assert.Equal(t, "1:203.0.113.9", victim)
+	assert.Equal(t, "0:203.0.113.9", attacker)
+	one, err := NewKeyer(SharedKey("anonymous"), KeyByIP(nil))
+	require.NoError(t, err)
+	got, err := one.key(fakeRequest{remote: "203.0.113.9:5555"})
+	require.NoError(t, err)
+	assert.Equal(t, "203.0.113.9", got, "one function's keys are as it finds them")
+}
+
+// A KeyBy… given a nil or empty argument is refused by NewKeyer, not a
+// panic or a key never found on the request path.
+func TestKeyerRefusesKeyFunctionsOfNothing(t *testing.T) {
+	for name, fn := range map[string]KeyFunc{
+		"KeyByContext(nil)": KeyByContext(nil),
+		"KeyByHeader(\"\")": KeyByHeader(""),
+		"KeyByCookie(\"\")": KeyByCookie(""),
+	} {
+		_, err := NewKeyer(RejectMissingKey(), KeyByRoute(), fn)
+		assert.ErrorContains(t, err, "key function 1 is nil", name)
+	}
 }

@@ -115,9 +115,10 @@ func newHandler() (http.Handler, *middleware.Routes, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// The caller apikey.Authenticate found, else the IP address. Each kind of key
-	// has its own prefix, so that a caller named like someone's address
-	// never draws on that address's budget.
+	// The caller apikey.Authenticate found, else the IP address. The Keyer
+	// keeps the keys of its two functions apart ("0:…", "1:…"), so that a
+	// caller named like someone's address never draws on that address's
+	// budget; the prefixes here only make them readable.
 	keyer, err := middleware.NewKeyer(middleware.SharedKey("unknown"),
 		apikey.Namespaced("caller:", middleware.KeyByContext(apikey.CallerFrom)),
 		apikey.Namespaced("ip:", middleware.KeyByIP(ips)))

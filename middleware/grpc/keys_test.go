@@ -84,7 +84,7 @@ func TestKeyFunctions(t *testing.T) {
 			{name: "metadata", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"))}, md: []string{"x-api-key", "k1"}, want: "k1"},
 			{name: "context value", opts: []Option{withKey(t, middleware.MissingKey{}, user)}, md: []string{"x-user", "ada"}, want: "ada"},
 			{name: "method", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByRoute())}, want: methodCheck},
-			{name: "first that finds one", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "bob"},
+			{name: "first that finds one", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"), user)}, md: []string{"x-user", "bob"}, want: "1:bob"},
 			{name: "missing: shared key", opts: []Option{withKey(t, middleware.SharedKey("anonymous"), middleware.KeyByHeader("x-api-key"))}, want: "anonymous"},
 			{name: "missing: default shared key", opts: []Option{withKey(t, middleware.MissingKey{}, middleware.KeyByHeader("x-api-key"))}, want: "unknown"},
 			{name: "missing: rejected", opts: []Option{withKey(t, middleware.RejectMissingKey(), middleware.KeyByHeader("x-api-key"))}, wantErr: codes.InvalidArgument},

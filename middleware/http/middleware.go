@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sluice-go/sluice"
@@ -39,7 +40,8 @@ func WithGuard(g *sluice.Guard) Option {
 }
 
 // WithRouteFunc names a request's route with fn, for routers other than
-// http.ServeMux. By default the route is the http.ServeMux pattern: the
+// http.ServeMux; a table entry naming the request's method ("POST /cart")
+// is picked over the one of fn's route alone ("/cart"). By default the route is the http.ServeMux pattern: the
 // pattern the mux would pick when the middleware wraps the mux itself (even
 // when that mux is mounted under an outer one, which has set the request's
 // Pattern to its own), else the request's Pattern, set by the mux the
@@ -184,7 +186,17 @@ func (h *handler) pattern(r *http.Request) string {
 func (h *handler) route(r *http.Request) (string, *routing.Route) {
 	if h.needPattern {
 		pattern := h.pattern(r)
-		return pattern, h.Routes.Match(pattern)
+		if h.routeFunc == nil {
+			return pattern, h.Routes.Match(pattern)
+		}
+		// Another router's routes carry no method (chi's "/cart"): a
+		// "POST /cart" entry is picked over the "/cart" one, as in Echo,
+		// and names the request's route.
+		rt := h.Routes.MatchMethod(r.Method, pattern)
+		if rt != nil && strings.Contains(rt.Pattern, " ") {
+			pattern = rt.Pattern
+		}
+		return pattern, rt
 	}
 	return "", h.Routes.Default()
 }

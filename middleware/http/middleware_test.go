@@ -206,6 +206,26 @@ func TestRoutesByPatternInsideMuxAndByRouteFunc(t *testing.T) {
 	assert.Equal(t, 200, serve(byFunc, http.MethodGet, "/x").Code)
 }
 
+// Another router's routes carry no method (chi's "/cart"): with
+// WithRouteFunc, a "POST /cart" entry is picked over the "/cart" one, as
+// the Echo adapter picks it, and names the request's route for its key.
+func TestRouteFuncPicksTheEntryOfTheRequestsMethod(t *testing.T) {
+	strict := testpolicy.MustGuard(t, testpolicy.Reject(sluice.ErrRateLimited, time.Second))
+	lax := testpolicy.MustGuard(t, testpolicy.Admitter{N: "lax"})
+	rs, err := middleware.NewRoutes(middleware.RouteTo("POST /cart", strict), middleware.RouteTo("/cart", lax))
+	require.NoError(t, err)
+	var routes []string
+	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), func(r middleware.Request) (string, bool) {
+		routes = append(routes, r.Route())
+		return "k", true
+	})
+	require.NoError(t, err)
+	h := mw(t, WithRoutes(rs), WithKeyer(keyer), WithRouteFunc(func(*http.Request) string { return "/cart" }))(statusHandler(http.StatusOK))
+	assert.Equal(t, http.StatusOK, serve(h, http.MethodGet, "/cart").Code, "the /cart entry")
+	assert.Equal(t, http.StatusTooManyRequests, serve(h, http.MethodPost, "/cart").Code, "the POST /cart entry")
+	assert.Equal(t, []string{"/cart", "POST /cart"}, routes)
+}
+
 // A mux mounted under a prefix of an outer mux (an http.StripPrefix
 // sub-router) gets requests whose Pattern the outer mux has set ("/api/"):
 // the middleware wrapping the inner mux routes by the pattern the inner mux

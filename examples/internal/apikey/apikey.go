@@ -1,7 +1,7 @@
 // Package apikey is the stand-in authentication of the examples that limit
 // per caller (per-route, redis-fleet): a table of issued API keys, a
 // middleware that puts the caller in the request's context, and key
-// functions that keep keys of different kinds apart.
+// functions that name their keys by kind.
 //
 // A limit is only as good as the identity it counts under: a header the
 // client chooses is none, since any client could mint a fresh budget with a
@@ -53,10 +53,10 @@ func CallerFrom(ctx context.Context) (string, bool) {
 // maxKeyLen is the longest key kept as it is; longer ones are hashed.
 const maxKeyLen = 64
 
-// Namespaced prefixes fn's keys, so that keys of different kinds (callers,
-// addresses) never meet in one limiter, and replaces a key longer than 64
-// bytes with its SHA-256, so that no request makes a limiter keep a large
-// key.
+// Namespaced prefixes fn's keys with their kind, so that they read plainly
+// (a Keyer of several functions keeps them apart already), and replaces a
+// key longer than 64 bytes with its SHA-256, so that no request makes a
+// limiter keep a large key.
 func Namespaced(prefix string, fn middleware.KeyFunc) middleware.KeyFunc {
 	return func(r middleware.Request) (string, bool) {
 		key, ok := fn(r)
