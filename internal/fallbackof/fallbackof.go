@@ -5,10 +5,12 @@ package fallbackof
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/isnil"
 )
 
 // Value is the fallback layer of sluice.Execute for err, the error of a
@@ -17,8 +19,11 @@ import (
 // the fallback serves, and the zero T with an error otherwise: the
 // fallback's, when it declines; err itself when no fallback declares an
 // answer. When none of type T declares one but a fallback of another type
-// does, the error says so and wraps err. A nil g or err returns the zero T
-// and err. It allocates nothing but what the fallback does.
+// does, the error says so and wraps err. An answer that is nil (a nil
+// handler, response or message, which an adapter cannot send) is an error
+// that wraps err, and the fallback is not counted as served. A nil g or
+// err returns the zero T and err. It allocates nothing but what the
+// fallback does.
 func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
 	var zero T
 	if g == nil || err == nil {
@@ -36,6 +41,9 @@ func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
 		}
 		if out != nil {
 			return zero, out
+		}
+		if isnil.Of(v) {
+			return zero, fmt.Errorf("sluice: fallback %q answered a nil %v: %w", name, reflect.TypeFor[T](), err)
 		}
 		guardhook.Served(g, ctx, name, err)
 		return v, nil

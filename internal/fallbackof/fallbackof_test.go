@@ -67,3 +67,20 @@ func TestValueAllocatesNothing(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = fallbackof.Value[http.Handler](ctx, serves, errCall) }))
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = fallbackof.Value[http.Handler](ctx, none, errCall) }))
 }
+
+// A fallback that answers a nil handler (a lookup that found no page) has
+// answered nothing an adapter can send: that is an error wrapping the
+// call's, and no fallback is counted as served.
+func TestValueOfNilIsAnError(t *testing.T) {
+	var served int
+	fb, err := degrade.New(degrade.OnError(func(context.Context, error) (http.Handler, error) { return nil, nil }))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithFallback(fb), sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
+	require.NoError(t, err)
+	got, err := fallbackof.Value[http.Handler](context.Background(), g, errCall)
+	assert.Nil(t, got)
+	require.ErrorIs(t, err, errCall)
+	assert.ErrorContains(t, err, "answered a nil http.Handler")
+	assert.Zero(t, served)
+	assert.Zero(t, g.Stats().Fallbacks)
+}

@@ -810,3 +810,29 @@ func TestRejectNamesNoWindowOfTheRoutesSameNamedPolicy(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, `"ratelimit/fixed-window";q=1`, rec.Header().Get(routing.FieldRateLimitPolicy))
 }
+
+// A fallback whose function answers a nil handler (no page in its map for
+// the route) answers nothing: the client gets the rejection, and no
+// fallback is counted as served.
+func TestFallbackAnsweringANilHandlerIsNotServed(t *testing.T) {
+	pages := map[string]http.Handler{} // no page for this route
+	fb := fallbacks(t, degrade.OnCircuitOpen(func(ctx context.Context, err error) (http.Handler, error) {
+		r, _ := sluice.ResourceFrom(ctx)
+		return pages[r], nil
+	}))
+	served := 0
+	g, err := sluice.New(sluice.With(openSwitch()), sluice.WithClock(sluice.NewManualClock(time.Hour)),
+		sluice.WithFallback(fb),
+		sluice.OnFallback(func(context.Context, sluice.FallbackEvent) { served++ }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close() })
+	sw := g.Policies()[0].(*switchable)
+	sw.on = true
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /items", func(http.ResponseWriter, *http.Request) {})
+	h := mw(t, WithGuard(g))(mux)
+	rec := serve(h, http.MethodGet, "/items")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Zero(t, served, "the client got the rejection: no fallback served it")
+	assert.Zero(t, g.Stats().Fallbacks)
+}

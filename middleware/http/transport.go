@@ -588,10 +588,7 @@ func (t *RoundTripper) fallback(ctx context.Context, g *sluice.Guard, req *http.
 	}
 	resp, out := fallbackof.Value[*http.Response](ctx, g, err)
 	if out != nil {
-		return nil, out
-	}
-	if resp == nil {
-		return nil, fmt.Errorf("sluicehttp: Transport: a fallback answered a nil *http.Response: %w", err)
+		return nil, out // a nil *http.Response among the errors
 	}
 	if resp.Request == nil || resp.Body == nil {
 		r := *resp // the fallback's own is left as it made it
