@@ -262,15 +262,19 @@ func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, 
 }
 
 // Done gives back, on sluice.Released, the quota that Admit took, less what
-// has regenerated in the latency since, unless a SetLimit came between;
-// other outcomes change nothing.
+// has regenerated in the latency since, unless a SetLimit that changed the
+// rate came between (see SetLimit); other outcomes change nothing.
 func (g *GCRA) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if o != sluice.Released || t == 0 {
 		return
 	}
 	c := g.cfg.Load()
-	if int64(t) > c.burst || int64(now-max(latency, 0)) <= c.since {
-		return // admitted before a SetLimit, at another rate: give back nothing
+	// The ticket is the cost admitted, which may exceed a burst lowered
+	// since (SetLimit at the same rate): give back what it took all the
+	// same, as the token bucket does. Admitted before a SetLimit at another
+	// rate, it gives back nothing.
+	if int64(t) > maxTolerance/c.iv || int64(now-max(latency, 0)) <= c.since {
+		return
 	}
 	tatRefund(&c.tat.v, releaseRefund(int64(t), c.iv, latency), math.MinInt64, nil)
 }

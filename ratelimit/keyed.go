@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policywindow"
 )
@@ -151,7 +152,7 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 	k.setMu.Lock()
 	defer k.setMu.Unlock()
 	probe, err := k.newLimiter("")
-	if err == nil && probe == nil {
+	if err == nil && isnil.Of(probe) {
 		err = errors.New("nil policy")
 	}
 	if err != nil {
@@ -256,7 +257,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	probe, err := newLimiter("")
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: NewKeyed: newLimiter: %w", err)
-	} else if probe == nil {
+	} else if isnil.Of(probe) {
 		return nil, errors.New("ratelimit: NewKeyed: newLimiter returned a nil policy")
 	}
 	needs := probe.Needs()
@@ -487,7 +488,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	s.mu.Unlock()
 
 	lim, err := k.newLimiter(key)
-	if err == nil && lim == nil {
+	if err == nil && isnil.Of(lim) { // a nil *TokenBucket too
 		err = errors.New("nil policy")
 	}
 	if err != nil {

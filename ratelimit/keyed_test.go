@@ -668,3 +668,25 @@ func TestKeyedSetMaxKeysKeepsTheMostRecentlyUsedKey(t *testing.T) {
 	assert.False(t, allowKeyAt(k, 0, "hot"),
 		"the most recently used key was evicted by SetMaxKeys: it starts afresh with a full quota")
 }
+
+// A newLimiter that answers a typed nil (a nil *TokenBucket in a
+// sluice.Policy) is refused at construction, and a key it answers one for
+// is rejected as any key whose limiter could not be made: no panic.
+func TestKeyedTypedNilLimiter(t *testing.T) {
+	_, err := NewKeyed(func(string) (sluice.Policy, error) {
+		var tb *TokenBucket
+		return tb, nil
+	})
+	require.ErrorContains(t, err, "nil policy")
+	k, err := NewKeyed(func(key string) (sluice.Policy, error) {
+		if key == "bad" {
+			var tb *TokenBucket
+			return tb, nil
+		}
+		return NewTokenBucket(PerSecond(1), 1)
+	})
+	require.NoError(t, err)
+	_, q, err := k.Admit(sluice.WithKey(context.Background(), "bad"), time.Second)
+	require.ErrorIs(t, err, sluice.ErrRateLimited)
+	assert.Equal(t, time.Second, q.RetryAfter)
+}

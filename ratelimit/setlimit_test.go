@@ -26,6 +26,17 @@ func allowedOf(p sluice.Policy, clk *sluice.ManualClock, n int) int {
 	return ok
 }
 
+// admitsAt reports whether p admits a request of cost n at now, which then
+// succeeds.
+func admitsAt(p sluice.Policy, now time.Duration, n int64) bool {
+	v := policytest.AnswerOf(p.Admit(sluice.WithCost(context.Background(), n), now))
+	if v.Cause != nil {
+		return false
+	}
+	p.Done(v.Ticket, sluice.Success, now, 0)
+	return true
+}
+
 // TestSetLimitKeepsStateAndRefusesBadNumbers walks each limiter through a
 // change that keeps what it has counted, and one with bad numbers, which
 // is an error and changes nothing.
@@ -152,6 +163,35 @@ func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 	assert.Equal(t, 4, allowedOf(w, clk, 5))
 }
 
+// Reshaped, a sliding window's counts leave no sooner than they would
+// have: 10 units counted at 4.5 s in a bucket of [4 s, 5 s) of a 10 s
+// window leave at 14 s, whatever the new buckets, and a shorter window
+// holds them until then. Coarser buckets put them in the bucket holding
+// their old bucket's end, [0 s, 5 s), which let them leave at 10 s.
+func TestSlidingWindowReshapedCountsLeaveNoSooner(t *testing.T) {
+	const s = time.Second
+	for _, tc := range []struct {
+		window  time.Duration
+		buckets int
+	}{
+		{10 * s, 2}, {10 * s, 5}, {10 * s, 20}, {12 * s, 8}, {5 * s, 5}, {4 * s, 2}, {20 * s, 4}, {10 * s, 10},
+	} {
+		w, err := ratelimit.NewSlidingWindow(10, 10*s, 10)
+		require.NoError(t, err)
+		require.True(t, admitsAt(w, 4500*time.Millisecond, 10))
+		require.NoError(t, w.SetLimit(10, tc.window, tc.buckets))
+		free := time.Duration(-1)
+		for now := 4500 * time.Millisecond; now <= 40*s; now += 100 * time.Millisecond {
+			if admitsAt(w, now, 1) {
+				free = now
+				break
+			}
+		}
+		assert.GreaterOrEqual(t, free, 14*s, "%v in %d buckets: counted units left at %v", tc.window, tc.buckets, free)
+		assert.LessOrEqual(t, free, 14*s+tc.window, "%v in %d buckets: held past 14 s and one new window", tc.window, tc.buckets)
+	}
+}
+
 func TestKeyedSetLimitReachesHeldAndNewKeys(t *testing.T) {
 	clk := sluice.NewManualClock(0)
 	k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
@@ -242,6 +282,20 @@ func TestGCRAReleaseAcrossSetLimitGivesNothingBack(t *testing.T) {
 	require.NoError(t, g.SetLimit(ratelimit.Every(10*time.Second), 1)) // 2s of debt: full in 2s
 	g.Done(b.Ticket, sluice.Released, now, 0)
 	require.Error(t, policytest.AnswerOf(g.Admit(ctx, now)).Cause, "cut at 1s a token, it would give back 10s")
+}
+
+// At the same rate, a GCRA's SetLimit leaves releases whole: a request of
+// cost 5, released after the burst was lowered to 2, gives back its 5.
+func TestGCRAReleaseAcrossALowerBurstGivesBack(t *testing.T) {
+	g, err := ratelimit.NewGCRA(ratelimit.PerSecond(1), 5)
+	require.NoError(t, err)
+	ctx := sluice.WithCost(context.Background(), 5)
+	a := policytest.AnswerOf(g.Admit(ctx, time.Hour))
+	require.NoError(t, a.Cause)
+	require.NoError(t, g.SetLimit(ratelimit.PerSecond(1), 2))
+	g.Done(a.Ticket, sluice.Released, time.Hour, 0)
+	assert.True(t, admitsAt(g, time.Hour, 2), "the burst is whole again")
+	assert.False(t, admitsAt(g, time.Hour, 1), "and no more than it")
 }
 
 // A SetLimit whose tickets read as before (the same rate or window, a

@@ -92,8 +92,8 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 // validated as NewSlidingWindow validates them: on an error nothing
 // changes. The units counted in the window stay counted: with the same
 // window and buckets, in their buckets; with another shape, each bucket's
-// count moves to the new bucket that holds the old one's end, so it
-// leaves the window no sooner than it would have. Safe while requests are
+// count moves to the first new bucket that leaves the window no sooner
+// than it would have (a shorter window holds them until then). Safe while requests are
 // decided; when the buckets change, or a limit crosses a power of two, a
 // request admitted in the newest bucket and released after the change,
 // within it, gives nothing back.
@@ -119,25 +119,37 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 	if !w.started {
 		return nil
 	}
+	// Each old bucket's count goes to the first new bucket that leaves the
+	// window no sooner than it would have: one that starts later than it
+	// when the new buckets are longer, or, in a shorter window, one ahead
+	// of the newest instant seen, which the head then moves to (instants
+	// before the head count in it, as a clock stepping back does). A count
+	// older than the new ring holds goes to its oldest bucket, which leaves
+	// with the head's.
 	w.head = floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
+	target := func(k int64) int64 { return -floorDiv(-(k+nb)*int64(bucket), int64(w.bucket)) - w.nb }
 	for k := head - nb + 1; k <= head; k++ {
-		i := k % nb
-		if i < 0 {
-			i += nb
+		if counts[slotOf(k, nb)] != 0 {
+			w.head = max(w.head, target(k))
 		}
-		n := counts[i]
+	}
+	for k := head - nb + 1; k <= head; k++ {
+		n := counts[slotOf(k, nb)]
 		if n == 0 {
 			continue
 		}
-		// The new bucket holding the old one's last instant.
-		nk := min(floorDiv((k+1)*int64(bucket)-1, int64(w.bucket)), w.head)
-		if nk > w.head-w.nb {
-			w.counts[w.slot(nk)] += n
-		} else {
-			w.counts[w.slot(w.head-w.nb+1)] += n
-		}
+		w.counts[w.slot(max(target(k), w.head-w.nb+1))] += n
 	}
 	return nil
+}
+
+// slotOf returns the place of bucket k in a ring of nb buckets.
+func slotOf(k, nb int64) int {
+	i := k % nb
+	if i < 0 {
+		i += nb
+	}
+	return int(i)
 }
 
 // Name returns the limiter's name, "ratelimit/sliding-window" unless set with
@@ -182,13 +194,7 @@ func (w *SlidingWindow) allowNAt(now time.Duration, n int64) bool {
 	return tk != 0
 }
 
-func (w *SlidingWindow) slot(k int64) int {
-	i := k % w.nb
-	if i < 0 {
-		i += w.nb
-	}
-	return int(i)
-}
+func (w *SlidingWindow) slot(k int64) int { return slotOf(k, w.nb) }
 
 // leaves returns the instant bucket k leaves the window.
 func (w *SlidingWindow) leaves(k int64) time.Duration {
