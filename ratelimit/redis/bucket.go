@@ -67,13 +67,14 @@ const (
 	// loadRing reads the ring of key and moves it forward to the bucket of
 	// now, emptying the buckets that left the window, as
 	// ratelimit.SlidingWindow does; while TIME lags the stored bucket, the
-	// newest bucket counts. It sets v (the stored state, or nil), head, cnt
-	// (0-based) and total.
+	// newest bucket counts. It sets v (the stored state; false for none, or
+	// a key of another type, read as none), head, cnt (0-based) and total.
 	loadRing = `
 local cnt, total = {}, 0
 local head = floor(now / a)
 for i = 0, nb - 1 do cnt[i] = 0 end
-local v = redis.call('GET', key)
+local v = redis.pcall('GET', key)
+if type(v) ~= 'string' then v = false end -- none, or a key of another type
 if v then
   local i, sh = -1, 0
   for x in string.gmatch(v, '%d+') do

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,7 +101,7 @@ const (
 
 // errQueueTimeout is the failure of a request whose timeout passed while it
 // waited for the call in flight for its key.
-var errQueueTimeout = errors.New("redislimit: timed out waiting behind a call for the same key")
+var errQueueTimeout = fmt.Errorf("redislimit: timed out waiting behind a call for the same key: %w", context.DeadlineExceeded)
 
 // errLeaderPanicked is the failure of the requests of a batch whose sender
 // panicked before Redis answered (in a go-redis hook, say).

@@ -533,3 +533,44 @@ func TestCoalescedBatchLeavesOutRequestsThatGaveUp(t *testing.T) {
 	d, _ = admitD(l, ctx, monoclock.Now())
 	require.Equal(t, int64(quota-maxFlights-2), d.Remaining, "Redis charged the request that gave up")
 }
+
+// A request of a hot key whose timeout passes while it waits behind the
+// key's call in flight is a timeout to the observer, as that call's is: a
+// metrics observer counts both as error.type "timeout", not the queued
+// one as "_OTHER".
+func TestQueuedTimeoutIsATimeout(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	s := newServer(t)
+	c, hook := hookedClient(t, s.Addr)
+	var log eventLog
+	l, err := NewGCRA(c, rateOf(time.Second), 10, WithName(uniqueName("queue-timeout")),
+		WithTimeout(timeout), WithFailClosed(), WithBreaker(100, time.Second), WithObserver(log.observe))
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	hook.before = func(int64) { <-gate } // the calls in flight hang past their deadline
+	ctx := sluice.WithKey(context.Background(), "hot")
+	var wg sync.WaitGroup
+	for range maxFlights {
+		wg.Go(func() { l.Admit(ctx, monoclock.Now()) })
+	}
+	for hook.calls.Load() < maxFlights {
+		time.Sleep(time.Millisecond)
+	}
+	d, _ := admitD(l, ctx, monoclock.Now()) // queues, times out in the queue
+	require.Equal(t, l.Name()+":closed", d.Policy)
+	close(gate)
+	wg.Wait()
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	var errs []error
+	for _, e := range log.events {
+		if e.Kind == EventRedisError {
+			errs = append(errs, e.Err)
+		}
+	}
+	require.NotEmpty(t, errs) // the queued request's, at least
+	for _, err := range errs {
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+}

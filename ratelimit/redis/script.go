@@ -44,6 +44,10 @@ import (
 //	s: hash w (current window index), c (its count) and p (the previous one's)
 //	b: string, the newest bucket's index and the counts of the ring (bucket.go)
 //
+// State a script cannot read (a field missing or not a number, a key of
+// another type) reads as none, and the admission writes it afresh: one
+// key's bad state is neither a Redis failure nor a key never limited.
+//
 // An admission moves stored instants and window indexes only forward: when
 // TIME is behind them (a failover to a host whose clock lags), the stored
 // value is kept, and the waits answered include the lag. A refund moves back
@@ -74,7 +78,7 @@ for i = 1, n do
     if since < 0 then since = 0 end
   end
   if alg == 'g' then
-    local tat = tonumber(redis.call('GET', key)) or now
+    local tat = tonumber(redis.pcall('GET', key)) or now
     if refund then
       local credit = cost * a - since
       if credit > 0 and tat > now then
@@ -101,9 +105,11 @@ for i = 1, n do
       end
     end
   elseif alg == 't' then
-    local v = redis.call('HMGET', key, 'k', 'l')
+    local v = redis.pcall('HMGET', key, 'k', 'l')
+    if v.err then redis.call('DEL', key); v = {} end
+    local sk, sl = tonumber(v[1]), tonumber(v[2])
     local tokens, last = b, now
-    if v[1] then tokens = b - tonumber(v[1]); last = tonumber(v[2]) end
+    if sk and sl then tokens = b - sk; last = sl end
     if now > last then
       local add = floor((now - last) / a)
       if add > 0 then tokens = tokens + add; last = last + add * a end
@@ -113,7 +119,7 @@ for i = 1, n do
     local el = now - last
     if refund then
       local credit = cost * a - since
-      if v[1] and credit > 0 then
+      if sk and sl and credit > 0 then
         -- Whole tokens back, and the rest of the credit as refill time.
         local whole = floor(credit / a)
         tokens = tokens + whole
@@ -138,19 +144,18 @@ for i = 1, n do
       retry = (cost - tokens) * a - el
     end
   elseif alg == 'f' then
-    local v = redis.call('HMGET', key, 'w', 'n')
+    local v = redis.pcall('HMGET', key, 'w', 'n')
+    if v.err then redis.call('DEL', key); v = {} end
+    local sw, sn = tonumber(v[1]), tonumber(v[2])
     local idx = floor(now / a)
     local cnt = 0
-    if v[1] then
-      local sw = tonumber(v[1])
-      if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
-    end
+    if sw and sn and sw >= idx then idx = sw; cnt = sn end
     local left = (idx + 1) * a - now
     mark = idx
     if refund then
       -- Only while the window the admission was counted in is current.
-      if v[1] and tonumber(v[1]) == tonumber(ARGV[j + 4]) then
-        local sc = tonumber(v[2]) - cost
+      if sw and sn and sw == tonumber(ARGV[j + 4]) then
+        local sc = sn - cost
         if sc < 0 then sc = 0 end
         redis.call('HSET', key, 'n', sc)
       end
@@ -166,15 +171,16 @@ for i = 1, n do
       retry = left
     end
   elseif alg == 's' then
-    local v = redis.call('HMGET', key, 'w', 'c', 'p')
+    local v = redis.pcall('HMGET', key, 'w', 'c', 'p')
+    if v.err then redis.call('DEL', key); v = {} end
+    local sw, sc, sp = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
     local idx = floor(now / a)
     local c, p = 0, 0
-    if v[1] then
-      local sw = tonumber(v[1])
+    if sw and sc and sp then
       if sw >= idx then
-        idx = sw; c = tonumber(v[2]); p = tonumber(v[3])
+        idx = sw; c = sc; p = sp
       elseif sw == idx - 1 then
-        p = tonumber(v[2])
+        p = sc
       end
     end
     -- e is negative while TIME lags the stored window: the waits include
@@ -188,16 +194,12 @@ for i = 1, n do
     if refund then
       -- To the window the admission was counted in: the current one, or
       -- the previous one since.
-      if v[1] then
-        local sw, aw = tonumber(v[1]), tonumber(ARGV[j + 4])
+      if sw and sc and sp then
+        local aw = tonumber(ARGV[j + 4])
         if sw == aw then
-          local sc = tonumber(v[2]) - cost
-          if sc < 0 then sc = 0 end
-          redis.call('HSET', key, 'c', sc)
+          redis.call('HSET', key, 'c', math.max(sc - cost, 0))
         elseif sw == aw + 1 then
-          local sp = tonumber(v[3]) - cost
-          if sp < 0 then sp = 0 end
-          redis.call('HSET', key, 'p', sp)
+          redis.call('HSET', key, 'p', math.max(sp - cost, 0))
         end
       end
     elseif used + cost * a <= cap then
@@ -314,13 +316,15 @@ local key = KEYS[1]
 // quota b.
 const (
 	loadTAT = `
-local tat = tonumber(redis.call('GET', key)) or now
+local tat = tonumber(redis.pcall('GET', key)) or now
 if tat < now then tat = now end
 `
 	loadTokens = `
-local v = redis.call('HMGET', key, 'k', 'l')
+local v = redis.pcall('HMGET', key, 'k', 'l')
+if v.err then redis.call('DEL', key); v = {} end
+local sk, sl = tonumber(v[1]), tonumber(v[2])
 local tokens, last = b, now
-if v[1] then tokens = b - tonumber(v[1]); last = tonumber(v[2]) end
+if sk and sl then tokens = b - sk; last = sl end
 if now > last then
   local add = floor((now - last) / a)
   if add > 0 then tokens = tokens + add; last = last + add * a end
@@ -329,25 +333,25 @@ end
 local el = now - last -- negative while TIME lags the stored refill
 `
 	loadFixed = `
-local v = redis.call('HMGET', key, 'w', 'n')
+local v = redis.pcall('HMGET', key, 'w', 'n')
+if v.err then redis.call('DEL', key); v = {} end
+local sw, sn = tonumber(v[1]), tonumber(v[2])
 local idx = floor(now / a)
 local cnt = 0
-if v[1] then
-  local sw = tonumber(v[1])
-  if sw >= idx then idx = sw; cnt = tonumber(v[2]) end
-end
+if sw and sn and sw >= idx then idx = sw; cnt = sn end
 local left = (idx + 1) * a - now
 `
 	loadSliding = `
-local v = redis.call('HMGET', key, 'w', 'c', 'p')
+local v = redis.pcall('HMGET', key, 'w', 'c', 'p')
+if v.err then redis.call('DEL', key); v = {} end
+local sw, sc, sp = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
 local idx = floor(now / a)
 local c, p = 0, 0
-if v[1] then
-  local sw = tonumber(v[1])
+if sw and sc and sp then
   if sw >= idx then
-    idx = sw; c = tonumber(v[2]); p = tonumber(v[3])
+    idx = sw; c = sc; p = sp
   elseif sw == idx - 1 then
-    p = tonumber(v[2])
+    p = sc
   end
 end
 local e = now - idx * a -- negative while TIME lags the stored window
