@@ -28,7 +28,9 @@ func Observer(d *dashboard.Dashboard) (func(redislimit.Event), error) {
 		n := redisnote.Note{Limiter: eventsource.Of(e), Err: e.Err, At: time.Now()}
 		switch e.Kind {
 		case redislimit.EventFallback:
-			_, n.Decider, _ = strings.Cut(strings.TrimPrefix(e.Decision.Policy, e.Policy), ":")
+			// "open", "closed" or "local" after the name of the limit that
+			// decided: All's member's, whose own name may hold colons.
+			n.Decider = e.Decision.Policy[strings.LastIndexByte(e.Decision.Policy, ':')+1:]
 		case redislimit.EventRedisError:
 		default:
 			return

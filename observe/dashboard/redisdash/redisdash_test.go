@@ -128,3 +128,45 @@ func TestSameNamedLimitersShowTheirOwnFailures(t *testing.T) {
 		}
 	}
 }
+
+// An All's failure policy shows as its members name it, whatever colons
+// their names hold ("api:users" decides as "api:users:closed"):
+// "fail-closed", not "users:closed".
+func TestAllOfMembersNamedWithColonsShowsItsFailurePolicy(t *testing.T) {
+	d, err := dashboard.New()
+	require.NoError(t, err)
+	obs, err := redisdash.Observer(d)
+	require.NoError(t, err)
+	client := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	users, err := redislimit.NewFixedWindow(client, 10, time.Minute, redislimit.WithName("api:users"), redislimit.WithFailClosed())
+	require.NoError(t, err)
+	orders, err := redislimit.NewFixedWindow(client, 10, time.Minute, redislimit.WithName("api:orders"), redislimit.WithFailClosed())
+	require.NoError(t, err)
+	all, err := redislimit.All([]*redislimit.Limiter{users, orders}, redislimit.WithName("api"),
+		redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.WithName("api"), sluice.With(all), sluice.WithObserver(d))
+	require.NoError(t, err)
+	defer g.Close()
+
+	err = g.Do(context.Background(), func(context.Context) error { return nil })
+	require.ErrorIs(t, err, redislimit.ErrUnavailable)
+
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/state", nil))
+	var s struct {
+		Guards []struct {
+			Policies []struct {
+				Details []struct{ Name, Value string }
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &s))
+	require.Len(t, s.Guards, 1)
+	figures := map[string]string{}
+	for _, dt := range s.Guards[0].Policies[0].Details {
+		figures[dt.Name] = dt.Value
+	}
+	assert.Equal(t, "fail-closed: 1 decisions, the last 0s ago", figures["failure policy"])
+}
