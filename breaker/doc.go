@@ -78,8 +78,9 @@
 // clock, offers the ratio, count and slow-call strategies, backoff and
 // several probes, drops late outcomes by generation, and calls its listeners
 // outside its lock. Pick package gobreakeradapter when a team already runs
-// sony/gobreaker with tuned Settings (a custom ReadyToTrip or IsSuccessful,
-// bucketed counts) and wants the Guard and middleware without
-// changing how the breaker behaves; it costs gobreaker's mutex, clock reads
-// and one allocation per call.
+// sony/gobreaker with tuned Settings (a custom ReadyToTrip, bucketed
+// counts) and wants the Guard and middleware without changing how the
+// breaker trips (what failed is the Guard's Classifier's to say, in place of
+// an IsSuccessful); it costs gobreaker's mutex, clock reads and one
+// allocation per call.
 package breaker

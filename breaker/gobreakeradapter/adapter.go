@@ -39,17 +39,27 @@ type Policy struct {
 }
 
 // New builds a gobreaker.TwoStepCircuitBreaker from st and wraps it. It
-// makes st.IsExcluded also exclude the Ignored and Released calls, and
-// chains st.OnStateChange so
-// the Policy learns when the breaker opens (for RetryAfter) and reports its
-// state changes to Subscribe's listeners, outside gobreaker's lock. A
-// Timeout of 0 means gobreaker's default of 60s. The Guard's Classifier
-// decides what failed: gobreaker's IsSuccessful sees a failed call as an
-// error of the Policy's own, never the call's, and the default
-// IsSuccessful (nil is success) is the one to keep.
+// excludes the Ignored and Released calls from gobreaker's counts, hands
+// st.ReadyToTrip counts whose Requests leave them out (a limiter behind
+// the breaker that rejects half the calls would otherwise halve a failure
+// ratio), and chains st.OnStateChange so the Policy learns when the
+// breaker opens (for RetryAfter) and reports its state changes to
+// Subscribe's listeners, outside gobreaker's lock. A Timeout of 0 means
+// gobreaker's default of 60s.
+//
+// The Guard's Classifier decides what failed and what says nothing
+// (sluice.WithClassifier: Failure, Ignored): gobreaker never sees the
+// call's error, so st.IsSuccessful and st.IsExcluded, which would judge
+// only the Policy's own, are an error, and so is a BucketPeriod without
+// the Interval it divides (gobreaker would drop it and count for good).
 func New(st gobreaker.Settings) (*Policy, error) {
-	if st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0 {
+	switch {
+	case st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0:
 		return nil, errors.New("gobreakeradapter: New: negative Timeout, Interval or BucketPeriod")
+	case st.IsSuccessful != nil || st.IsExcluded != nil:
+		return nil, errors.New("gobreakeradapter: New: IsSuccessful and IsExcluded never see the call's error: classify calls with the Guard's sluice.WithClassifier (Failure, Ignored) instead")
+	case st.BucketPeriod > 0 && st.Interval == 0:
+		return nil, errors.New("gobreakeradapter: New: BucketPeriod without Interval: gobreaker would count for good; give the Interval the buckets divide")
 	}
 	p := newPolicy(st.Name)
 	p.timeout = st.Timeout
@@ -67,9 +77,12 @@ func New(st gobreaker.Settings) (*Policy, error) {
 			user(name, from, to)
 		}
 	}
-	userExcluded := st.IsExcluded
-	st.IsExcluded = func(err error) bool {
-		return errors.Is(err, errExcluded) || (userExcluded != nil && userExcluded(err))
+	st.IsExcluded = func(err error) bool { return errors.Is(err, errExcluded) }
+	if trip := st.ReadyToTrip; trip != nil {
+		st.ReadyToTrip = func(c gobreaker.Counts) bool {
+			c.Requests -= min(c.TotalExclusions, c.Requests)
+			return trip(c)
+		}
 	}
 	p.cb = gobreaker.NewTwoStepCircuitBreaker[any](st)
 	return p, nil

@@ -231,3 +231,49 @@ func TestPanickingListenerAtAProbeFreesItsSlot(t *testing.T) {
 		assert.Equal(t, gobreaker.StateClosed, p.Breaker().State())
 	})
 }
+
+// Settings the adapter could not honour are an error: IsSuccessful and
+// IsExcluded would see only the adapter's own errors, never the call's (a
+// team's "only server errors fail" would count every failure a success),
+// and gobreaker drops a BucketPeriod without an Interval.
+func TestNewRefusesSettingsItCannotHonour(t *testing.T) {
+	for name, st := range map[string]gobreaker.Settings{
+		"IsSuccessful":              {IsSuccessful: func(error) bool { return true }},
+		"IsExcluded":                {IsExcluded: func(error) bool { return false }},
+		"BucketPeriod, no Interval": {BucketPeriod: time.Second},
+	} {
+		_, err := gobreakeradapter.New(st)
+		assert.Error(t, err, name)
+	}
+	_, err := gobreakeradapter.New(gobreaker.Settings{Interval: 10 * time.Second, BucketPeriod: time.Second})
+	assert.NoError(t, err)
+}
+
+// ReadyToTrip's counts leave out the calls that say nothing about the
+// dependency (Released: a policy after the breaker rejected them): a
+// dependency failing every call it gets trips a 60 % failure ratio, though
+// a limiter behind the breaker turns half the calls away.
+func TestReadyToTripCountsNoReleasedCalls(t *testing.T) {
+	p, err := gobreakeradapter.New(gobreaker.Settings{
+		Name:    "ratio",
+		Timeout: time.Hour,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= 3 && float64(c.TotalFailures)/float64(c.Requests) >= 0.6
+		},
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 40 {
+		d, tk := admit(p, ctx, 0)
+		if !d.Allowed {
+			assert.Equal(t, gobreaker.StateOpen, p.Breaker().State())
+			return
+		}
+		if i%2 == 0 {
+			p.Done(tk, sluice.Released, 0, 0)
+		} else {
+			p.Done(tk, sluice.Failure, 0, 0)
+		}
+	}
+	t.Fatalf("20 failures of 20 calls made did not trip a 60%% failure ratio; counts: %+v", p.Breaker().Counts())
+}
