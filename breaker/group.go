@@ -23,9 +23,11 @@ import (
 // dropped (finding it scans the Group); open and half-open breakers are kept,
 // since forgetting them would let traffic through to a failing dependency,
 // and so are those held by ForceClose. Only when no closed one can be
-// dropped is an open breaker that has gone idle dropped instead: its open
-// period over for as long again as the longest one, and no call of its key
-// since. When none can be dropped, new keys share one overflow breaker
+// dropped is one that has gone idle dropped instead: an open one whose open
+// period is over for as long again as the longest one, with no call of its
+// key since, or a half-open one with no probe in flight (its last probe's
+// caller went away) and no call of its key for as long. When none can be
+// dropped, new keys share one overflow breaker
 // until a slot frees up.
 //
 // Decisions carry the Group's name. A Group is a sluice.StateSource: its
@@ -206,14 +208,25 @@ func (g *Group) add(key string, now time.Duration) (*member, *Breaker) {
 	return m, dropped
 }
 
-// droppable reports whether m, whose phase is p, is an open breaker gone
-// idle at now: not forced, its open period over for as long again as the
-// longest one, and no call of its key since it ended. Its dependency is
-// gone (a host dropped from discovery) or unused; kept, it would hold its
-// slot for good, for no call ever comes to probe it.
+// droppable reports whether m, whose phase is p, is a breaker that is not
+// closed gone idle at now: not forced; open, its open period over for as
+// long again as the longest one, with no call of its key since it ended;
+// or half-open with no probe in flight (the last one's caller went away)
+// and no call of its key for as long. Its dependency is gone (a host
+// dropped from discovery) or unused; kept, it would hold its slot for
+// good, for no call ever comes to probe it.
 func (g *Group) droppable(m *member, p *phase, now time.Duration) bool {
-	return p.state == StateOpen && !p.forced && now-p.openUntil >= g.memberCfg.openMax &&
-		time.Duration(m.last.Load()) < p.openUntil
+	if p.forced {
+		return false
+	}
+	last := time.Duration(m.last.Load())
+	switch p.state {
+	case StateOpen:
+		return now-p.openUntil >= g.memberCfg.openMax && last < p.openUntil
+	case StateHalfOpen:
+		return p.taken.Load() == 0 && now-last >= g.memberCfg.openMax
+	}
+	return false
 }
 
 // newMember makes a breaker in a free slot. Called with g.mu held.
@@ -242,14 +255,14 @@ func (g *Group) newMember(key string, now time.Duration) *member {
 }
 
 // evict drops the closed breaker used least recently, or else the idle
-// open one (see droppable) used least recently, at the instant now, and
+// one that is not (see droppable) used least recently, at the instant now, and
 // reports whether it found one; an open one is closed as it goes, and set
 // in dropped for its change to be delivered. Called with g.mu held.
 func (g *Group) evict(now time.Duration, dropped **Breaker) bool {
 	var victim *member
 	for {
 		victim = nil
-		idle := false // victim is an idle open breaker
+		idle := false // victim is an idle breaker that is not closed
 		for _, m := range g.all {
 			p := m.b.cur.Load()
 			closed := p.state == StateClosed && !p.forced
@@ -270,10 +283,10 @@ func (g *Group) evict(now time.Duration, dropped **Breaker) bool {
 		// breaker that tripped since is kept, and another one is chosen.
 		victim.b.mu.Lock()
 		if p := victim.b.cur.Load(); p.state == StateClosed && !p.forced || g.droppable(victim, p, now) {
-			if p.state == StateOpen {
+			if p.state != StateClosed {
 				// Its listeners, the Group's among them, last heard it
-				// open: it closes as it goes, so that none counts it
-				// open for good (degrade.StateSignal).
+				// open or half-open: it closes as it goes, so that none
+				// counts it so for good (degrade.StateSignal).
 				victim.b.setPhase(p, StateClosed, now, 0, false)
 				*dropped = victim.b
 			}

@@ -500,7 +500,8 @@ func WithKeyFunc(fn func(context.Context) string) Option {
 // WithMaxBreakers caps how many breakers a Group holds; the default is 1024.
 // When a new key arrives at a full Group, the breaker used least recently is
 // dropped, unless it is open, half-open or held by ForceClose: open breakers
-// are never forgotten while they protect a failing dependency. When no
+// are never forgotten while they protect a failing dependency (see Group for
+// those gone idle, which are). When no
 // breaker can be dropped, the new key's requests go through a shared breaker
 // for the overflow, named after the Group with the key "(overflow)". Applies
 // to NewGroup.

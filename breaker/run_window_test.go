@@ -88,6 +88,42 @@ func TestAGroupDropsOpenBreakersGoneIdle(t *testing.T) {
 	assert.True(t, own)
 }
 
+// A half-open breaker whose probe's caller went away (Ignored) and whose key
+// is not called again holds no probe: gone idle, it frees its slot as an
+// idle open one does, and its listeners hear it close as it goes.
+func TestAGroupDropsHalfOpenBreakersGoneIdle(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
+		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
+	require.NoError(t, err)
+	var heard []string
+	g.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.Policy+" "+c.To) })
+	call := func(key string, o sluice.Outcome) bool {
+		now := clk.Now()
+		v := policytest.AnswerOf(g.Admit(res(key), now))
+		if v.Cause != nil {
+			return false
+		}
+		g.Done(v.Ticket, o, now, 0)
+		return true
+	}
+	require.True(t, call("gone", sluice.Failure))
+	clk.Advance(2 * time.Second)
+	require.True(t, call("gone", sluice.Ignored), "the probe, whose caller went away")
+	b, ok := g.Get("gone")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+	clk.Advance(500 * time.Millisecond)
+	require.True(t, call("new", sluice.Success), "the overflow breaker, while the probe could still come")
+	_, own := g.Get("new")
+	assert.False(t, own)
+	clk.Advance(time.Hour)
+	require.True(t, call("new", sluice.Success))
+	_, own = g.Get("new")
+	assert.True(t, own, "the idle half-open breaker's slot")
+	assert.Equal(t, []string{"breaker/g/gone open", "breaker/g/gone half-open", "breaker/g/gone closed"}, heard)
+}
+
 // A listener that panics keeps neither the other listeners nor the changes
 // queued behind it from being heard; its panic comes out once they are.
 func TestAListenerPanicStrandsNoChange(t *testing.T) {
