@@ -49,6 +49,10 @@ type Guard struct {
 	shadowSet  uint64                          // the policies shadowed by name
 	shadowInit []string                        // WithShadow
 	retry      *retrier                        // nil: no retries; see retry.go
+	// carried is what the Guard's Stats held when it took another's counts
+	// (guardhook.Carry): observers that carry counts across successors
+	// themselves leave it out. Nil when it took none.
+	carried atomic.Pointer[Stats]
 	// resources: a policy declares NeedsResource, or the Guard has an
 	// observer or a fallback, which may read the call's resource.
 	resources bool

@@ -59,11 +59,42 @@ func init() {
 		t.shadowAll, t.shadowSet = all, set
 		t.publishShadow()
 		t.shadowMu.Unlock()
-		if f.obs != nil && t.obs != nil && len(f.obs.counts) == len(t.obs.counts) {
-			for i := range f.obs.counts {
-				t.obs.counts[i].Store(f.obs.counts[i].Load())
+		if f.obs == nil || t.obs == nil || len(f.obs.counts) != len(t.obs.counts) {
+			return
+		}
+		// The calls from has under way end there: t takes the calls that
+		// have ended, none in flight. What t's Stats then hold is noted
+		// first, so that an observer reading it meanwhile subtracts too
+		// much (and reads 0), never too little.
+		seed := make([]uint64, len(f.obs.counts))
+		for i := range seed {
+			seed[i] = f.obs.counts[i].Load()
+		}
+		for sh := range statShards {
+			seed[sh*f.obs.stride+slotAdmitted] = 0
+		}
+		var ended uint64
+		for sh := range statShards {
+			for k := range durationKinds {
+				base := sh*f.obs.stride + slotDurations + k*histSlots
+				for b := range len(durationBounds) + 1 {
+					ended += seed[base+b]
+				}
 			}
 		}
+		seed[slotAdmitted] = ended
+		st := t.Stats()
+		t.countStats(&st, func(sh, slot int) uint64 { return seed[sh*t.obs.stride+slot] })
+		t.carried.Store(&st)
+		for i, n := range seed {
+			t.obs.counts[i].Store(n)
+		}
+	}
+	guardhook.Carried = func(g any) any {
+		if st := g.(*Guard).carried.Load(); st != nil {
+			return st
+		}
+		return nil
 	}
 	guardhook.Misdeclared = func(err error) bool {
 		var m *misdeclaredError

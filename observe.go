@@ -225,6 +225,14 @@ func (g *Guard) Stats() Stats {
 	if ob == nil {
 		return s
 	}
+	g.countStats(&s, ob.load)
+	return s
+}
+
+// countStats adds to s the counters that load reads by shard and slot: an
+// observed Guard's, or a copy of them.
+func (g *Guard) countStats(s *Stats, load func(shard, slot int) uint64) {
+	ob := g.obs
 	// The counters are kept per call and per rejecting policy; what each
 	// policy admitted and released follows from them. A call every policy
 	// admitted was admitted by each; one that policy j rejected was
@@ -242,12 +250,12 @@ func (g *Guard) Stats() Stats {
 			}
 			base := slotDurations + k*histSlots
 			for b := range h.Counts {
-				h.Counts[b] += ob.load(sh, base+b)
+				h.Counts[b] += load(sh, base+b)
 			}
-			h.Sum += time.Duration(ob.load(sh, base+len(h.Counts)))
+			h.Sum += time.Duration(load(sh, base+len(h.Counts)))
 		}
 		for c := range s.Fallbacks {
-			s.Fallbacks[c] += ob.load(sh, slotFallbacks+c)
+			s.Fallbacks[c] += load(sh, slotFallbacks+c)
 		}
 	}
 	var outcomes [Released + 1]uint64
@@ -258,19 +266,19 @@ func (g *Guard) Stats() Stats {
 	for i := range s.Policies {
 		p := &s.Policies[i]
 		for sh := range statShards {
-			p.ShadowRejected += ob.load(sh, ob.slotShadow+i)
+			p.ShadowRejected += load(sh, ob.slotShadow+i)
 		}
 	}
 	var admitted uint64
 	for sh := range statShards {
-		admitted += ob.load(sh, slotAdmitted)
+		admitted += load(sh, slotAdmitted)
 	}
 	rejectedAfter := uint64(0) // rejections by the policies inner to i
 	for i := len(s.Policies) - 1; i >= 0; i-- {
 		p := &s.Policies[i]
 		for sh := range statShards {
 			for c := range p.Rejected {
-				p.Rejected[c] += ob.load(sh, slotRejected+i*numCauses+c)
+				p.Rejected[c] += load(sh, slotRejected+i*numCauses+c)
 			}
 		}
 		p.Admitted = admitted + rejectedAfter
@@ -280,7 +288,6 @@ func (g *Guard) Stats() Stats {
 			rejectedAfter += n
 		}
 	}
-	return s
 }
 
 // observation is an observed Guard's counters and observers. A Guard keeps a

@@ -107,8 +107,9 @@ func WithLogger(lg *slog.Logger) Option {
 // (sluice.Guard.Close, which lets its observers go) just before its
 // successor is made. When the options refuse a Guard (an observer's
 // Attach fails), the load fails and undoes what it changed: the Guards it
-// closed are made again from their options, with the counts and shadow
-// modes they had, and no policy kept has taken new numbers yet (they are
+// closed are made again from their options, with the shadow modes they
+// had and the counts of their calls that ended (those under way end in the
+// closed Guard, whose observers hear them), and no policy kept has taken new numbers yet (they are
 // set once every Guard is made). Default: no options.
 func WithGuardOptions(fn func(guard string) []sluice.Option) Option {
 	return func(l *Loader) error {

@@ -71,8 +71,15 @@ var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) 
 // Carry gives the Guard to the shadow modes and the counters (Stats) of
 // the Guard from, both *sluice.Guard with the same chain of policies: a
 // Guard made again from another's options, in its place, takes the modes
-// set on it since, and counts on from its counts.
+// set on it since, and counts on from its counts (those of the calls that
+// have ended: the others end in from).
 var Carry func(from, to any)
+
+// Carried returns what the Stats of g (a *sluice.Guard) held when Carry
+// gave it another's counts, a *sluice.Stats, or nil: an observer that
+// carries a Guard's counts on to its successor of the same name itself
+// (otelmetrics) leaves them out, or it counts them twice.
+var Carried func(g any) any
 
 // Shadows returns the shadow modes of g (a *sluice.Guard): whether the
 // whole Guard is in shadow mode, and the names of the policies in shadow

@@ -154,7 +154,10 @@ func (w *watch) gather(now time.Time) builder {
 	if w.prev != nil {
 		pb := w.prev.gather(now)
 		w.carried = freeze(&pb)
-		if w.prev.g == nil || settled(w.prev.g) {
+		// Its predecessors' calls under way count too: a Guard that served
+		// none (a load that failed made it and closed it) settles at once,
+		// while the one before it has calls still ending.
+		if (w.prev.g == nil || settled(w.prev.g)) && w.prev.prev == nil {
 			w.prev = nil
 		}
 	}

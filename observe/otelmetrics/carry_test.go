@@ -2,8 +2,12 @@ package otelmetrics_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/observe/otelmetrics"
 	"github.com/sluice-go/sluice/ratelimit"
+	"github.com/sluice-go/sluice/rules"
 )
 
 // apiGuard returns a Guard named api that m reports: a fixed window of 4
@@ -211,4 +216,55 @@ func TestCarryOfTwoPoliciesOfOneName(t *testing.T) {
 	g = mk() // no calls: it only carries the closed one's counts
 	defer g.Close()
 	assert.Equal(t, before, sums())
+}
+
+// refuseNext is an Observer whose next Attach fails once armed: it makes a
+// rules load fail after the loader closed the Guard it rebuilds.
+type refuseNext struct{ armed *atomic.Bool }
+
+func (r refuseNext) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	if r.armed.CompareAndSwap(true, false) {
+		return nil, nil, errors.New("refused")
+	}
+	return nil, nil, nil
+}
+
+// A rules load that fails after closing the Guard it rebuilds makes that
+// Guard again, with its counts; the metrics, which carry a closed Guard's
+// counts on to its successor themselves, count each call once: those made
+// before the load, one under way across it, and those after.
+func TestAGuardMadeAgainByAFailedLoadCountsEachCallOnce(t *testing.T) {
+	m, reader := newReader(t)
+	var refuse atomic.Bool
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	v1 := "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault: api\n"
+	require.NoError(t, os.WriteFile(path, []byte(v1), 0o644))
+	l, err := rules.New(path, rules.WithGuardOptions(func(string) []sluice.Option {
+		return []sluice.Option{sluice.WithObserver(m), sluice.WithObserver(refuseNext{&refuse})}
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	g, _ := l.Guard("api")
+	ok := func(context.Context) error { return nil }
+	for range 3 {
+		require.NoError(t, g.Do(context.Background(), ok))
+	}
+	const admitted = "sluice.guard=api,sluice.policy=bucket,sluice.result=admitted"
+	const succeeded = "sluice.guard=api,sluice.outcome=success"
+	assert.Equal(t, 3.0, points(t, reader, "sluice.requests")[admitted])
+
+	var under sluice.Call
+	require.NoError(t, g.Begin(context.Background(), &under)) // under way across the load
+	v2 := strings.Replace(v1, "default:", "      - {name: other, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault:", 1)
+	require.NoError(t, os.WriteFile(path, []byte(v2), 0o644))
+	refuse.Store(true)
+	require.Error(t, l.Reload())
+	g2, _ := l.Guard("api")
+	require.NotSame(t, g, g2)
+	assert.Equal(t, uint64(3), g2.Stats().Policies[0].Admitted, "the Guard made again has the calls that ended")
+	assert.Equal(t, 4.0, points(t, reader, "sluice.requests")[admitted])
+	require.NoError(t, under.End(nil))
+	require.NoError(t, g2.Do(context.Background(), ok))
+	assert.Equal(t, 5.0, points(t, reader, "sluice.requests")[admitted])
+	assert.Equal(t, 5.0, points(t, reader, "sluice.call.duration")[succeeded])
 }

@@ -208,10 +208,10 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		rb := r.gather(b.now)
 		rb.countsOnly()
 		b.add(&rb)
-		if settled(r.g) {
+		if settled(r.g) && r.prev == nil {
 			// Its last report: it keeps its counts, frozen, and lets
-			// its Guard go. Until then, its calls under way still end
-			// and count.
+			// its Guard go. Until then, its calls under way, and its
+			// predecessors', still end and count.
 			r.carried, r.g, r.policies = freeze(&rb), nil, nil
 		}
 	}
