@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
@@ -61,15 +63,44 @@ type Option func(*Metrics) error
 // attribute key, "http.route" or "rpc.method". The default is no resource
 // attribute. A Guard's calls with more than MaxResources resources report
 // the others as "_OTHER", so that a resource taken from a request's path
-// cannot grow the series without bound.
+// cannot grow the series without bound. A key of the metrics' own
+// attributes (sluice.*, error.type), or one Prometheus reserves or reads
+// alike once its dots are underscores (le, quantile, sluice_guard), is an
+// error: the series of two Guards would be one, and a scrape fails.
 func WithResourceAttribute(key string) Option {
 	return func(m *Metrics) error {
 		if key == "" {
 			return errors.New("otelmetrics: WithResourceAttribute: empty key")
 		}
+		if clashes(key) {
+			return fmt.Errorf("otelmetrics: WithResourceAttribute: %q is, or reads as, an attribute of the metrics' own or one Prometheus reserves: take http.route or rpc.method", key)
+		}
 		m.resourceAttr = key
 		return nil
 	}
+}
+
+// clashes reports whether key is, as Prometheus reads it (every character
+// but letters and digits an underscore), an attribute the metrics set
+// themselves, or a label Prometheus reserves.
+func clashes(key string) bool {
+	prom := func(k string) string {
+		return strings.Map(func(r rune) rune {
+			if r < 0x80 && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
+				return r
+			}
+			return '_'
+		}, k)
+	}
+	p := prom(key)
+	if strings.HasPrefix(p, "sluice_") || strings.HasPrefix(p, "__") || strings.HasPrefix(p, "otel_") {
+		return true
+	}
+	switch p {
+	case "error_type", "le", "quantile":
+		return true
+	}
+	return false
 }
 
 // WithCPU reports the CPU usage that cpu returns, a fraction from 0 (idle)

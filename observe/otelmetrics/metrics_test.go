@@ -306,6 +306,17 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "nil Option")
 	_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(""))
 	assert.ErrorContains(t, err, "empty key")
+	// The route would replace the Guard's name or the outcome (two
+	// Guards' series become one, and a Prometheus scrape fails), or a
+	// histogram would carry two le labels.
+	for _, key := range []string{"sluice.guard", "sluice.outcome", "sluice_policy", "error.type", "le", "quantile", "__name__"} {
+		_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(key))
+		assert.ErrorContains(t, err, "WithResourceAttribute", key)
+	}
+	for _, key := range []string{"http.route", "rpc.method", "route"} {
+		_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(key))
+		assert.NoError(t, err, key)
+	}
 	_, err = otelmetrics.New(otelmetrics.WithCPU(nil))
 	assert.ErrorContains(t, err, "WithCPU: nil function")
 	m, err := otelmetrics.New()
