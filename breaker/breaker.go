@@ -220,6 +220,7 @@ func (b *Breaker) Counts() Counts {
 		Failures:            max(t.lo, 0),
 		SlowCalls:           max(t.hi, 0),
 		ConsecutiveFailures: int64(uint32(run)),
+		Forced:              p.forced,
 	}
 	c.Successes = max(c.Requests-c.Failures, 0)
 	if p.tw != nil {

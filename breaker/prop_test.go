@@ -357,7 +357,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 				}
 				want := breaker.Counts{Requests: int64(len(calls)), Failures: fails, Successes: int64(len(calls)) - fails,
 					SlowCalls: slows, ConsecutiveFailures: int64(x.m.run),
-					ProbesAdmitted: c.ProbesAdmitted, ProbeSuccesses: c.ProbeSuccesses, ProbeFailures: c.ProbeFailures, NextProbe: c.NextProbe}
+					ProbesAdmitted: c.ProbesAdmitted, ProbeSuccesses: c.ProbeSuccesses, ProbeFailures: c.ProbeFailures, NextProbe: c.NextProbe, Forced: x.forced}
 				if c != want {
 					fail("counts %+v, want %+v", c, want)
 				}

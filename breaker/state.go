@@ -53,4 +53,7 @@ type Counts struct {
 	// over, in the other states, and while forced open (ForceOpen), which
 	// never probes.
 	NextProbe time.Duration
+	// Forced is set while ForceOpen or ForceClose holds the breaker in its
+	// state: nothing trips or closes it until Reset.
+	Forced bool
 }

@@ -54,8 +54,9 @@ func (d *Dashboard) validToken(tok string, now time.Time) bool {
 var errRefused = errors.New("refused")
 
 // action takes an admin action: a POST with the form fields token, guard
-// and policy (the policy's index in the Guard's chain) or switch, action,
-// and value for "rate" (events per second) and "burst".
+// and policy (the policy's index in the Guard's chain; none for the Guard
+// as a whole) or switch, action, and value for "rate" (events per second)
+// and "burst".
 func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -130,6 +131,11 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 			case "on", "off":
 				s.Pin(act == "on")
 				return "switch " + sw + " pinned " + act, nil
+			case "auto":
+				// Back to its degrade.Auto, if it has one; pinned, it
+				// heard none.
+				s.Unpin()
+				return "switch " + sw + " unpinned", nil
 			}
 			return "", fmt.Errorf("unknown action %q on a switch", act)
 		}
@@ -138,6 +144,19 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 	w := d.guard(guard)
 	if w == nil {
 		return "", fmt.Errorf("no guard named %q", guard)
+	}
+	if policy == "" {
+		switch act {
+		case "shadow", "enforce":
+			if err := w.g.SetShadow("", act == "shadow"); err != nil {
+				return "", err
+			}
+			if act == "shadow" {
+				return guard + " in shadow mode: it rejects nothing, and counts what it would", nil
+			}
+			return guard + " enforcing (but its policies in shadow mode by name)", nil
+		}
+		return "", fmt.Errorf("guard %q takes no action %q", guard, act)
 	}
 	i, err := strconv.Atoi(policy)
 	if err != nil || i < 0 || i >= len(w.policies) {
@@ -170,6 +189,10 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 		if err != nil || n <= 0 {
 			return "", fmt.Errorf("%s: want a positive whole number, not %q", act, value)
 		}
+		// Each reads the other number and writes both: two at once must
+		// not undo one another.
+		d.tuneMu.Lock()
+		defer d.tuneMu.Unlock()
 		if act == "rate" {
 			err = t.SetLimit(ratelimit.PerSecond(n), t.Burst())
 		} else {
@@ -181,6 +204,9 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 		return fmt.Sprintf("%s %s set to %d", name, act, n), nil
 	case "shadow", "enforce":
 		// By name, as SetShadow goes: every policy of the chain so named.
+		if act == "enforce" && w.g.Stats().Shadowed {
+			return "", fmt.Errorf("guard %q is in shadow mode as a whole: enforce the guard", guard)
+		}
 		if err := w.g.SetShadow(p.Name(), act == "shadow"); err != nil {
 			return "", err
 		}

@@ -44,6 +44,7 @@ type Dashboard struct {
 	redis     []*redisSeen  // one a Redis limiter; see redis.go
 
 	actionsDone, actionsRefused atomic.Uint64
+	tuneMu                      sync.Mutex // serialises the rate and burst actions
 }
 
 // Option configures a Dashboard.

@@ -2,9 +2,11 @@
 // and its policies with their state, a 60-second chart of admitted and
 // rejected calls per second by cause and of call latency (p50, p99), the
 // last 100 events with their wall-clock times, and, when an authorizer
-// allows it, admin actions: force a breaker open or closed and reset it,
-// change a token bucket's rate and burst, put a policy in shadow mode and
-// back (sluice.Guard.SetShadow), flip a degradation switch.
+// allows it, admin actions: force a breaker open or closed (it shows as
+// held until reset) and reset it, change a token bucket's rate and burst,
+// put a policy or a whole Guard in shadow mode and back
+// (sluice.Guard.SetShadow), pin a degradation switch on or off and unpin it
+// (back to its degrade.Auto).
 //
 // A Dashboard is a [sluice.Observer]: give it to each Guard it shows with
 // sluice.WithObserver. It is also the http.Handler of the page; mount it in

@@ -64,6 +64,9 @@ type guardView struct {
 	// Shadowed is true while the whole Guard is in shadow mode.
 	Shadowed bool         `json:"shadowed"`
 	Policies []policyView `json:"policies"`
+	// Actions are the admin actions the Guard as a whole takes: "shadow"
+	// and "enforce"; none without an authorizer.
+	Actions []string `json:"actions,omitempty"`
 }
 
 type policyView struct {
@@ -137,6 +140,9 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Shadowed: st.Shadowed,
 		Retries: st.Retries, BudgetRefusals: st.BudgetRefusals,
 		Policies: make([]policyView, len(w.policies))}
+	if d.authorize != nil {
+		v.Actions = []string{"shadow", "enforce"}
+	}
 	if n := len(st.Policies); n > 0 {
 		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
 	} else {
@@ -218,6 +224,12 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 		}
 		if c.NextProbe > 0 {
 			add("next probe in", "%v", c.NextProbe.Truncate(time.Second))
+		}
+		if c.Forced {
+			// Forced from this page or elsewhere: its protection is off
+			// until a reset.
+			pv.State = "held " + pv.State
+			add("held", "by hand: reset to let it trip and close again")
 		}
 	case concurrency:
 		st := p.Stats()

@@ -113,6 +113,19 @@
     return td;
   }
 
+  // guardActions returns the buttons of the actions on a Guard as a whole.
+  function guardActions(g) {
+    const span = el('span', { class: 'guard-actions' });
+    if (!actionsOn) return span;
+    for (const a of g.actions || []) {
+      const label = { shadow: 'guard in shadow mode', enforce: 'enforce guard' }[a] || a;
+      const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': '' }, label);
+      b.addEventListener('click', () => act({ guard: g.name, policy: '', action: a }));
+      span.append(b);
+    }
+    return span;
+  }
+
   function buildGuards(s) {
     cells = {};
     const root = $('guards');
@@ -136,7 +149,7 @@
           actionCell(g, i, p));
       });
       root.append(el('div', { class: 'guard', 'data-guard': g.name },
-        el('h3', {}, g.name, summary), el('table', {}, el('thead', {}, head), el('tbody', {}, ...rows))));
+        el('h3', {}, g.name, summary, guardActions(g)), el('table', {}, el('thead', {}, head), el('tbody', {}, ...rows))));
     });
     const sw = $('switches');
     sw.replaceChildren();
@@ -146,8 +159,8 @@
         cells[JSON.stringify(['switch', x.name])] = st;
         const td = el('td');
         if (actionsOn) {
-          for (const a of ['on', 'off']) {
-            const b = el('button', { type: 'button', 'data-action': a, 'data-switch': x.name }, 'pin ' + a);
+          for (const a of ['on', 'off', 'auto']) {
+            const b = el('button', { type: 'button', 'data-action': a, 'data-switch': x.name }, a === 'auto' ? 'unpin' : 'pin ' + a);
             b.addEventListener('click', () => act({ switch: x.name, action: a }));
             td.append(b);
           }

@@ -1,0 +1,148 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/ratelimit"
+)
+
+// actOn posts action a on the Guard named guard, its policy at index
+// policy ("" for the Guard as a whole), with value v, from the page.
+func actOn(t *testing.T, d *Dashboard, guard, policy, a, v string) (int, string) {
+	t.Helper()
+	rec := post(d, url.Values{"token": {pageToken(t, d)}, "guard": {guard}, "policy": {policy}, "action": {a}, "value": {v}},
+		"Sec-Fetch-Site", "same-origin")
+	var r struct{ Text string }
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))
+	return rec.Code, r.Text
+}
+
+// A Guard in shadow mode as a whole is made to enforce as a whole: the page
+// offers the action on the Guard; "enforce" on one of its policies, which
+// would leave it letting every call through, is an error that says so.
+func TestAGuardInShadowModeIsEnforcedAsAWhole(t *testing.T) {
+	f := newFixture(t, WithAuthorizer(func(*http.Request) bool { return true }), WithHosts("dash.test"))
+	code, _ := actOn(t, f.d, "pay", "", "shadow", "")
+	require.Equal(t, http.StatusOK, code)
+	st := getState(t, f.d).Guards[0]
+	require.True(t, st.Shadowed)
+	assert.Equal(t, []string{"shadow", "enforce"}, st.Actions)
+	code, text := actOn(t, f.d, "pay", "1", "enforce", "")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, text, "shadow mode as a whole")
+	code, _ = actOn(t, f.d, "pay", "", "enforce", "")
+	require.Equal(t, http.StatusOK, code)
+	st = getState(t, f.d).Guards[0]
+	assert.False(t, st.Shadowed)
+	assert.False(t, st.Policies[1].Shadowed)
+	code, _ = actOn(t, f.d, "pay", "", "reset", "")
+	assert.Equal(t, http.StatusBadRequest, code, "a Guard takes no other action")
+}
+
+// A breaker forced closed from the page (or anywhere) shows as held: its
+// protection is off until a reset, however many failures in a row.
+func TestABreakerHeldByHandShowsAsHeld(t *testing.T) {
+	f := newFixture(t, WithAuthorizer(func(*http.Request) bool { return true }), WithHosts("dash.test"))
+	code, _ := actOn(t, f.d, "pay", "3", "close", "")
+	require.Equal(t, http.StatusOK, code)
+	for i := range 10 { // past its threshold of 3 in a row
+		ctx := sluice.WithKey(context.Background(), fmt.Sprint("client-", i))
+		require.ErrorIs(t, f.g.Do(ctx, func(context.Context) error { return errDown }), errDown)
+	}
+	p := getState(t, f.d).Guards[0].Policies[3]
+	assert.Equal(t, "held closed", p.State)
+	assert.Contains(t, p.Details, detail{"held", "by hand: reset to let it trip and close again"})
+	code, _ = actOn(t, f.d, "pay", "3", "reset", "")
+	require.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "closed", getState(t, f.d).Guards[0].Policies[3].State)
+}
+
+// A switch pinned from the page is handed back to its Auto from the page.
+func TestAPinnedSwitchIsUnpinnedFromThePage(t *testing.T) {
+	sw, err := degrade.NewSwitch("recommendations")
+	require.NoError(t, err)
+	d, err := New(WithAuthorizer(func(*http.Request) bool { return true }), WithSwitches(sw), WithHosts("dash.test"))
+	require.NoError(t, err)
+	act := func(a string) int {
+		return post(d, url.Values{"token": {pageToken(t, d)}, "switch": {"recommendations"}, "action": {a}}).Code
+	}
+	require.Equal(t, http.StatusOK, act("off"))
+	require.True(t, sw.Pinned())
+	require.Equal(t, http.StatusOK, act("auto"))
+	assert.False(t, sw.Pinned())
+}
+
+// tunable is a policy with a token bucket's methods, which the page
+// retunes alike, whose Burst gives way to other goroutines between its read
+// and the caller's SetLimit, as a descheduled one may.
+type tunable struct {
+	mu    sync.Mutex
+	rate  ratelimit.Rate
+	burst int64
+}
+
+func (*tunable) Name() string { return "tunable" }
+func (*tunable) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 0, sluice.Quota{Limit: -1}, nil
+}
+func (*tunable) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (*tunable) Needs() sluice.Needs                                              { return 0 }
+func (p *tunable) Tokens() float64                                                { return 0 }
+func (p *tunable) Rate() ratelimit.Rate {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rate
+}
+func (p *tunable) Burst() int64 {
+	p.mu.Lock()
+	b := p.burst
+	p.mu.Unlock()
+	time.Sleep(time.Millisecond) // the other action runs meanwhile, unless it waits
+	return b
+}
+func (p *tunable) SetLimit(r ratelimit.Rate, burst int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rate, p.burst = r, burst
+	return nil
+}
+
+// "rate" and "burst" each read the other number and write both: taken at
+// once, neither undoes the other.
+func TestRateAndBurstActionsAtOnceBothHold(t *testing.T) {
+	d, err := New(WithAuthorizer(func(*http.Request) bool { return true }), WithHosts("dash.test"))
+	require.NoError(t, err)
+	p := &tunable{rate: ratelimit.PerSecond(100), burst: 100}
+	g, err := sluice.New(sluice.WithName("g"), sluice.With(p), sluice.WithObserver(d))
+	require.NoError(t, err)
+	defer g.Close()
+	for i := range 20 {
+		rate, burst := int64(50+i), int64(10+i)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			code, _ := actOn(t, d, "g", "0", "rate", fmt.Sprint(rate))
+			assert.Equal(t, http.StatusOK, code)
+		})
+		wg.Go(func() {
+			code, _ := actOn(t, d, "g", "0", "burst", fmt.Sprint(burst))
+			assert.Equal(t, http.StatusOK, code)
+		})
+		wg.Wait()
+		require.Equal(t, ratelimit.PerSecond(rate), p.Rate(), "round %d", i)
+		p.mu.Lock()
+		require.Equal(t, burst, p.burst, "round %d", i)
+		p.mu.Unlock()
+	}
+}
