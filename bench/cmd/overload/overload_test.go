@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sentinelcb "github.com/alibaba/sentinel-golang/core/circuitbreaker"
 )
 
 // TestMain lets the test binary serve as the program's server process, as
@@ -122,5 +124,42 @@ func TestStealIsAShare(t *testing.T) {
 	}
 	if p < 0 || p > 100 {
 		t.Fatalf("steal %v%%, want within 0–100", p)
+	}
+}
+
+// A time to open or recover that some runs never saw is the median of the
+// runs that saw it, with how many did not: one of -1 (never) would average
+// a figure no run measured.
+func TestOrNeverAveragesOnlyWhatHappened(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want string
+	}{
+		{[]float64{400, -1}, "400 (never in 1 of 2 runs)"},
+		{[]float64{400, 600}, "500"},
+		{[]float64{-1, -1, 300}, "never"},
+		{[]float64{-1}, "never"},
+	} {
+		if got := orNever(c.xs, "never"); got != c.want {
+			t.Errorf("orNever(%v) = %q, want %q", c.xs, got, c.want)
+		}
+	}
+}
+
+// Sentinel-Go's breaker counts over the sliding window of its documented
+// examples (5 s in 10 buckets), not one 10 s window that starts afresh at
+// every multiple of 10 s of the wall clock, which made its time to open
+// depend on where the sick spell fell.
+func TestSentinelBreakerCountsOverASlidingWindow(t *testing.T) {
+	if _, err := sentinelCaller(newDependency()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(sentinelDir) })
+	for _, route := range []string{routeA, routeB} {
+		for _, r := range sentinelcb.GetRulesOfResource(route) {
+			if r.StatIntervalMs != 5000 || r.StatSlidingWindowBucketCount != 10 {
+				t.Errorf("route %s: %d ms in %d buckets, want 5000 in 10", route, r.StatIntervalMs, r.StatSlidingWindowBucketCount)
+			}
+		}
 	}
 }

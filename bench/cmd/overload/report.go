@@ -123,14 +123,15 @@ func orNever(xs []float64, word string) string {
 			seen = append(seen, x)
 		}
 	}
-	if len(seen)*2 < len(xs) || len(seen) == 0 {
+	switch {
+	case len(seen)*2 < len(xs) || len(seen) == 0:
 		return word
+	case len(seen) < len(xs):
+		// The median of the runs that saw it: one of -1 (never) would
+		// average a figure no run measured.
+		return fmt.Sprintf("%.0f (%s in %d of %d runs)", median(seen), word, len(xs)-len(seen), len(xs))
 	}
-	m := median(xs)
-	if m < 0 {
-		m = median(seen)
-	}
-	return fmt.Sprintf("%.0f", m)
+	return fmt.Sprintf("%.0f", median(seen))
 }
 
 func row(w io.Writer, cells ...string) {

@@ -98,6 +98,9 @@ func serve(spec string, perChunk int) error {
 	// The parent is done with this server when it closes our standard
 	// input; what is still in flight no longer counts.
 	_, _ = io.Copy(io.Discard, os.Stdin)
+	if sentinelDir != "" {
+		_ = os.RemoveAll(sentinelDir)
+	}
 	return nil
 }
 
