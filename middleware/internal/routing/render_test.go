@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -460,4 +461,32 @@ func TestRateLimitPolicyOverWholeSeconds(t *testing.T) {
 		h := admitFields(t, g, rs.Default())
 		assert.Equal(t, `"ratelimit/token-bucket"`+tc.want, h[FieldRateLimitPolicy][0], "%v, burst %d", tc.rate, tc.burst)
 	}
+}
+
+// The window epoch moves at every SetLimit anywhere, a Keyed limiter's new
+// keys' among them (each takes the numbers set since): a route whose
+// windows did not change reads them again without an allocation.
+func TestAnEpochThatChangesNoWindowCostsNoAllocation(t *testing.T) {
+	tb, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1e6), 1e6)
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(tb))
+	require.NoError(t, err)
+	rs, err := NewRoutes(DefaultRoute(g))
+	require.NoError(t, err)
+	rt := rs.Default()
+	var c sluice.Call
+	require.NoError(t, g.Begin(context.Background(), &c))
+	d := c.Decision()
+	require.NoError(t, c.End(nil))
+	h := map[string][]string{}
+	var r Renderer
+	r.Admitted(h, rt, d)
+	allocs := testing.AllocsPerRun(100, func() {
+		policywindow.Changed()
+		clear(h)
+		r.Admitted(h, rt, d)
+	})
+	assert.Zero(t, allocs)
+	q, w := policyParams(t, h)
+	assert.Equal(t, [2]int64{1e6, 1}, [2]int64{q, w})
 }

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,11 +33,14 @@ type Route struct {
 	Timed    bool
 	policies []policySlot
 	// windows are the policies' windows, by their index in policies, read
-	// at an epoch of package policywindow: read again when it moves.
-	windows atomic.Pointer[windowSet]
-	other   atomic.Pointer[policyFields] // for decisions of policies not in the chain
-	foreign atomic.Pointer[policyFields] // for rejections by another Guard (see fields)
-	problem atomic.Pointer[Problem]      // the route's last problem answer
+	// at the epoch winEpoch of package policywindow: read again, under
+	// winMu, when it moves.
+	windows  atomic.Pointer[[]time.Duration]
+	winEpoch atomic.Uint64
+	winMu    sync.Mutex
+	other    atomic.Pointer[policyFields] // for decisions of policies not in the chain
+	foreign  atomic.Pointer[policyFields] // for rejections by another Guard (see fields)
+	problem  atomic.Pointer[Problem]      // the route's last problem answer
 	// quoted is the policy whose fields the route's last admitted answer
 	// carried: the one Renderer.Admitted tries first.
 	quoted atomic.Pointer[policyFields]
@@ -48,13 +53,6 @@ type policySlot struct {
 	name   string
 	policy sluice.Policy
 	fields atomic.Pointer[policyFields]
-}
-
-// windowSet is the windows of a Route's policies at an epoch of package
-// policywindow.
-type windowSet struct {
-	epoch uint64
-	of    []time.Duration
 }
 
 // policyFields are the header values of one policy's quota. They are
@@ -110,11 +108,21 @@ func newRoute(pattern string, g *sluice.Guard) *Route {
 // readWindows reads the windows of the route's policies (a fixed or sliding
 // window's size, a token bucket's time to refill its burst), which fill the
 // w parameter of the RateLimit-Policy field; a policy without one gets no
-// w. It returns them.
-func (r *Route) readWindows() []time.Duration {
-	ws := &windowSet{epoch: policywindow.Epoch(), of: make([]time.Duration, len(r.policies))}
+// w. It returns them and the epoch they were read at. The epoch moves at
+// every SetLimit, a Keyed limiter's new keys' among them: windows found
+// unchanged are kept, and cost no allocation.
+func (r *Route) readWindows() ([]time.Duration, uint64) {
+	r.winMu.Lock()
+	defer r.winMu.Unlock()
+	e := policywindow.Epoch()
+	cur := r.windows.Load()
+	if cur != nil && r.winEpoch.Load() == e {
+		return *cur, e
+	}
+	var buf [8]time.Duration
+	of := buf[:0]
 	for i := range r.policies {
-		ws.of[i] = policywindow.Of(r.policies[i].policy)
+		of = append(of, policywindow.Of(r.policies[i].policy))
 	}
 	// Policies may share a name (two limiters of one algorithm, each with
 	// its default name) and a Decision names only the policy: when their
@@ -122,24 +130,28 @@ func (r *Route) readWindows() []time.Duration {
 	// left out rather than given wrong.
 	for i := range r.policies {
 		for j := range i {
-			if r.policies[i].name == r.policies[j].name && ws.of[i] != ws.of[j] {
-				ws.of[i], ws.of[j] = 0, 0
+			if r.policies[i].name == r.policies[j].name && of[i] != of[j] {
+				of[i], of[j] = 0, 0
 			}
 		}
 	}
-	r.windows.Store(ws)
-	return ws.of
+	if cur == nil || !slices.Equal(*cur, of) {
+		ws := slices.Clone(of)
+		cur = &ws
+		r.windows.Store(cur)
+	}
+	r.winEpoch.Store(e)
+	return *cur, e
 }
 
 // windowsNow returns the windows of the route's policies, read again when a
 // policy's SetLimit may have changed one since they were read, and the
-// epoch they were read at.
+// epoch they were read at (or an earlier one).
 func (r *Route) windowsNow() ([]time.Duration, uint64) {
-	ws := r.windows.Load()
-	if e := policywindow.Epoch(); ws.epoch != e {
-		return r.readWindows(), e
+	if e := policywindow.Epoch(); r.winEpoch.Load() == e {
+		return *r.windows.Load(), e
 	}
-	return ws.of, ws.epoch
+	return r.readWindows()
 }
 
 // Window returns the window of the route's policy named policy, as package
