@@ -71,6 +71,7 @@ type phase struct {
 	tw        *timeWindow
 	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
 	taken     atomic.Int64  // half-open probes admitted and not released
+	settled   atomic.Int64  // half-open probes that ended with an outcome
 	// The stall check, closed: the ticks in which a call was admitted
 	// since a success last ended, and the instant the first call of the
 	// stallCalls-th of them was admitted.
@@ -580,6 +581,7 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 		p.taken.Add(-1)
 		return
 	}
+	p.settled.Add(1)
 	cfg := b.cfg.Load()
 	ok := o == sluice.Success && (cfg.slowThreshold == 0 || latency <= cfg.slowThreshold)
 	var draw float64

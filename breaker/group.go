@@ -211,8 +211,8 @@ func (g *Group) add(key string, now time.Duration) (*member, *Breaker) {
 // droppable reports whether m, whose phase is p, is a breaker that is not
 // closed gone idle at now: not forced; open, its open period over for as
 // long again as the longest one, with no call of its key since it ended;
-// or half-open with no probe in flight (the last one's caller went away)
-// and no call of its key for as long. Its dependency is gone (a host
+// or half-open with no probe in flight (the last one's caller went away,
+// or it ended and more are needed) and no call of its key for as long. Its dependency is gone (a host
 // dropped from discovery) or unused; kept, it would hold its slot for
 // good, for no call ever comes to probe it.
 func (g *Group) droppable(m *member, p *phase, now time.Duration) bool {
@@ -224,7 +224,9 @@ func (g *Group) droppable(m *member, p *phase, now time.Duration) bool {
 	case StateOpen:
 		return now-p.openUntil >= g.memberCfg.openMax && last < p.openUntil
 	case StateHalfOpen:
-		return p.taken.Load() == 0 && now-last >= g.memberCfg.openMax
+		// No probe in flight: each admitted one was given back, or ended
+		// with an outcome that left it half-open (more successes needed).
+		return p.taken.Load() == p.settled.Load() && now-last >= g.memberCfg.openMax
 	}
 	return false
 }

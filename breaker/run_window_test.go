@@ -124,6 +124,35 @@ func TestAGroupDropsHalfOpenBreakersGoneIdle(t *testing.T) {
 	assert.Equal(t, []string{"breaker/g/gone open", "breaker/g/gone half-open", "breaker/g/gone closed"}, heard)
 }
 
+// A half-open breaker whose key went away after one probe succeeded, with
+// a second needed to close it, has no probe in flight either: gone idle,
+// it frees its slot.
+func TestAGroupDropsHalfOpenBreakersIdleAfterAProbeEnded(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
+		breaker.WithOpenDuration(time.Second), breaker.WithHalfOpenProbes(2, 1), breaker.WithClock(clk))
+	require.NoError(t, err)
+	call := func(key string, o sluice.Outcome) bool {
+		now := clk.Now()
+		v := policytest.AnswerOf(g.Admit(res(key), now))
+		if v.Cause != nil {
+			return false
+		}
+		g.Done(v.Ticket, o, now, 0)
+		return true
+	}
+	require.True(t, call("gone", sluice.Failure))
+	clk.Advance(2 * time.Second)
+	require.True(t, call("gone", sluice.Success), "the first probe: it succeeds, a second is needed")
+	b, ok := g.Get("gone")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+	clk.Advance(time.Hour)
+	require.True(t, call("new", sluice.Success))
+	_, own := g.Get("new")
+	assert.True(t, own, "the idle half-open breaker, no probe in flight for an hour, still holds the only slot")
+}
+
 // A listener that panics keeps neither the other listeners nor the changes
 // queued behind it from being heard; its panic comes out once they are.
 func TestAListenerPanicStrandsNoChange(t *testing.T) {
