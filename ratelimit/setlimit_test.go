@@ -165,9 +165,10 @@ func TestSlidingWindowReshapedKeepsCountsUntilTheyLeave(t *testing.T) {
 
 // Reshaped, a sliding window's counts leave no sooner than they would
 // have: 10 units counted at 4.5 s in a bucket of [4 s, 5 s) of a 10 s
-// window leave at 14 s, whatever the new buckets, and a shorter window
-// holds them until then. Coarser buckets put them in the bucket holding
-// their old bucket's end, [0 s, 5 s), which let them leave at 10 s.
+// window leave at 14 s, whatever the new buckets (coarser ones put them in
+// the bucket holding their old bucket's end, [0 s, 5 s), which let them
+// leave at 10 s). A shorter window holds them for a whole new window at
+// least, and no longer than they would have been.
 func TestSlidingWindowReshapedCountsLeaveNoSooner(t *testing.T) {
 	const s = time.Second
 	for _, tc := range []struct {
@@ -187,8 +188,12 @@ func TestSlidingWindowReshapedCountsLeaveNoSooner(t *testing.T) {
 				break
 			}
 		}
-		assert.GreaterOrEqual(t, free, 14*s, "%v in %d buckets: counted units left at %v", tc.window, tc.buckets, free)
-		assert.LessOrEqual(t, free, 14*s+tc.window, "%v in %d buckets: held past 14 s and one new window", tc.window, tc.buckets)
+		least := 14 * s
+		if tc.window < 10*s {
+			least = 4500*time.Millisecond + tc.window
+		}
+		assert.GreaterOrEqual(t, free, least, "%v in %d buckets: counted units left at %v", tc.window, tc.buckets, free)
+		assert.LessOrEqual(t, free, max(14*s, least)+tc.window/time.Duration(tc.buckets), "%v in %d buckets: held for %v", tc.window, tc.buckets, free)
 	}
 }
 
@@ -379,4 +384,28 @@ func TestShaperReleaseAfterASetLimitAtTheSameRateGivesBack(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 50*ms)
 	defer cancel()
 	assert.NoError(t, policytest.AnswerOf(s.Admit(short, 100*ms)).Cause, "the released turn is free again: no wait")
+}
+
+// A window shortened by SetLimit counts what it admits after the change in
+// the new window: a unit counted at t leaves by t + window. One unit of
+// the old hour must not move the head an hour ahead, where every unit
+// admitted since would count: 10 in the hour, not 10 a minute.
+func TestSlidingWindowShortenedCountsNewUnitsInTheNewWindow(t *testing.T) {
+	const s = time.Second
+	w, err := ratelimit.NewSlidingWindow(10, time.Hour, 60)
+	require.NoError(t, err)
+	require.True(t, admitsAt(w, 30*s, 1), "one unit in the old hour-long window")
+	require.NoError(t, w.SetLimit(10, time.Minute, 1))
+	admitted := 0
+	for m := time.Duration(1); m <= 10; m++ {
+		for range 10 {
+			if admitsAt(w, m*time.Minute, 1) {
+				admitted++
+			}
+		}
+	}
+	// The old unit may be held until it would have left (up to 1 h); the
+	// ones admitted since leave a minute after they came: 9 the first
+	// minute, then 10 each.
+	assert.GreaterOrEqual(t, admitted, 90, "ten minutes of a 10-a-minute limit after the change")
 }

@@ -93,7 +93,8 @@ func (w *SlidingWindow) shape(limit int64, window time.Duration, buckets int) er
 // changes. The units counted in the window stay counted: with the same
 // window and buckets, in their buckets; with another shape, each bucket's
 // count moves to the first new bucket that leaves the window no sooner
-// than it would have (a shorter window holds them until then). Safe while requests are
+// than it would have, as far as the bucket after the newest instant's (a
+// shorter window holds them no longer than that). Safe while requests are
 // decided; when the buckets change, or a limit crosses a power of two, a
 // request admitted in the newest bucket and released after the change,
 // within it, gives nothing back.
@@ -120,14 +121,21 @@ func (w *SlidingWindow) SetLimit(limit int64, window time.Duration, buckets int)
 		return nil
 	}
 	// Each old bucket's count goes to the first new bucket that leaves the
-	// window no sooner than it would have: one that starts later than it
-	// when the new buckets are longer, or, in a shorter window, one ahead
-	// of the newest instant seen, which the head then moves to (instants
-	// before the head count in it, as a clock stepping back does). A count
-	// older than the new ring holds goes to its oldest bucket, which leaves
-	// with the head's.
-	w.head = floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
-	target := func(k int64) int64 { return -floorDiv(-(k+nb)*int64(bucket), int64(w.bucket)) - w.nb }
+	// window no sooner than it would have, but no further ahead than the
+	// bucket after the one of the newest instant seen: longer buckets may
+	// start after the old one's (10 units at 4.5 s of 1 s buckets leave at
+	// 14 s, not at 10 s with the 5 s bucket [0 s, 5 s) that holds their
+	// end), and the head moves to that later bucket, the instants before
+	// it counting there, as a clock stepping back does. A shorter window
+	// holds what would outlast that no further: the units admitted from
+	// then on count in the new window, not behind a head an old window's
+	// length ahead. A count older than the new ring holds goes to its
+	// oldest bucket.
+	natural := floorDiv((head+1)*int64(bucket)-1, int64(w.bucket))
+	target := func(k int64) int64 {
+		return min(-floorDiv(-(k+nb)*int64(bucket), int64(w.bucket))-w.nb, natural+1)
+	}
+	w.head = natural
 	for k := head - nb + 1; k <= head; k++ {
 		if counts[slotOf(k, nb)] != 0 {
 			w.head = max(w.head, target(k))
