@@ -83,12 +83,52 @@ func init() {
 			}
 		}
 		seed[slotAdmitted] = ended
-		st := t.Stats()
-		t.countStats(&st, func(sh, slot int) uint64 { return seed[sh*t.obs.stride+slot] })
+		carried := func() Stats {
+			st := t.Stats()
+			t.countStats(&st, func(sh, slot int) uint64 { return seed[sh*t.obs.stride+slot] })
+			return st
+		}
+		st := carried()
+		// Nor the shadow rejections of those under way: a policy never
+		// shows more of them than it admitted.
+		fixed := false
+		for i, ps := range st.Policies {
+			if ps.ShadowRejected > ps.Admitted {
+				for sh := range statShards {
+					seed[sh*f.obs.stride+f.obs.slotShadow+i] = 0
+				}
+				seed[f.obs.slotShadow+i] = ps.Admitted
+				fixed = true
+			}
+		}
+		if fixed {
+			st = carried()
+		}
 		t.carried.Store(&st)
 		for i, n := range seed {
 			t.obs.counts[i].Store(n)
 		}
+	}
+	guardhook.InFlight = func(g any) uint64 {
+		ob := g.(*Guard).obs
+		if ob == nil {
+			return 0
+		}
+		// The ends first: a call counted ended after this read was counted
+		// admitted before the next.
+		var ended, admitted uint64
+		for sh := range statShards {
+			for k := range durationKinds {
+				base := slotDurations + k*histSlots
+				for b := range len(durationBounds) + 1 {
+					ended += ob.load(sh, base+b)
+				}
+			}
+		}
+		for sh := range statShards {
+			admitted += ob.load(sh, slotAdmitted)
+		}
+		return admitted - min(ended, admitted)
 	}
 	guardhook.Carried = func(g any) any {
 		if st := g.(*Guard).carried.Load(); st != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 )
 
 // events is an Observer that keeps what it hears.
@@ -412,4 +413,26 @@ func TestShadowRejectionCountedWhenTheRejectionsObserverPanics(t *testing.T) {
 	p := g.Stats().Policies[0]
 	assert.Equal(t, uint64(1), p.Admitted, "the inner policy's rejection counts the call as let through by limit")
 	assert.Equal(t, uint64(1), p.ShadowRejected, "limit's shadow rejection was lost: %+v", p)
+}
+
+// A Guard made again (guardhook.Carry, a failed rules load) takes the
+// calls that have ended, not those under way, which end in the closed
+// Guard: nor their shadow rejections, or its Stats would show a policy
+// that shadow rejected more calls than it admitted.
+func TestACarriedGuardTakesNoShadowRejectionOfACallUnderWay(t *testing.T) {
+	limit := &stub{name: "limit", reject: true}
+	opts := []sluice.Option{sluice.WithName("api"), sluice.With(limit), sluice.WithShadow("limit"), sluice.WithObserver(&events{})}
+	g1, err := sluice.New(opts...)
+	require.NoError(t, err)
+	var under sluice.Call
+	require.NoError(t, g1.Begin(context.Background(), &under)) // shadow rejected, let through
+	require.NoError(t, g1.Close())
+	g2, err := sluice.New(opts...)
+	require.NoError(t, err)
+	defer g2.Close()
+	guardhook.Carry(g1, g2)
+	require.NoError(t, under.End(nil))
+
+	p := g2.Stats().Policies[0]
+	assert.LessOrEqual(t, p.ShadowRejected, p.Admitted, "shadow rejected %d of %d admitted", p.ShadowRejected, p.Admitted)
 }

@@ -75,6 +75,10 @@ var OtherTypeError func(i int, f any, name string, typ reflect.Type, err error) 
 // have ended: the others end in from).
 var Carry func(from, to any)
 
+// InFlight returns how many calls g (a *sluice.Guard, observed) admitted
+// that have not ended: what its Stats tell only through its policies.
+var InFlight func(g any) uint64
+
 // Carried returns what the Stats of g (a *sluice.Guard) held when Carry
 // gave it another's counts, a *sluice.Stats, or nil: an observer that
 // carries a Guard's counts on to its successor of the same name itself

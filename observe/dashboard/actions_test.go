@@ -3,10 +3,15 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +21,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/ratelimit"
+	"github.com/sluice-go/sluice/rules"
 )
 
 // actOn posts action a on the Guard named guard, its policy at index
@@ -145,4 +151,57 @@ func TestRateAndBurstActionsAtOnceBothHold(t *testing.T) {
 		require.Equal(t, burst, p.burst, "round %d", i)
 		p.mu.Unlock()
 	}
+}
+
+// refuseNextAttach is an Observer whose next Attach fails once armed: a
+// rules load fails after closing the Guard it rebuilds, which the loader
+// makes again with its counts (guardhook.Carry).
+type refuseNextAttach struct{ armed *atomic.Bool }
+
+func (r refuseNextAttach) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	if r.armed.CompareAndSwap(true, false) {
+		return nil, nil, errors.New("refused")
+	}
+	return nil, nil, nil
+}
+
+// A Guard made again by a failed load takes its predecessor's counts,
+// fallbacks included, and the page has already shown those fallbacks as an
+// event: it must not show them again as if just answered.
+func TestAGuardMadeAgainShowsNoFallbacksTwice(t *testing.T) {
+	d, err := New()
+	require.NoError(t, err)
+	fb, err := degrade.New(degrade.OnError(degrade.Value(struct{}{})))
+	require.NoError(t, err)
+	var refuse atomic.Bool
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	v1 := "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault: api\n"
+	require.NoError(t, os.WriteFile(path, []byte(v1), 0o644))
+	l, err := rules.New(path, rules.WithGuardOptions(func(string) []sluice.Option {
+		return []sluice.Option{sluice.WithObserver(d), sluice.WithObserver(refuseNextAttach{&refuse}), sluice.WithFallback(fb)}
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	g, _ := l.Guard("api")
+	for range 2 {
+		require.NoError(t, g.Do(context.Background(), func(context.Context) error { return errDown }))
+	}
+	fallbackEvents := func() int {
+		n := 0
+		for _, e := range getState(t, d).Events {
+			if e.Kind == "fallback" {
+				n += max(e.Times, 1) // a repeated event shows once, "(×2)"
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, fallbackEvents(), "2 answered by a fallback")
+
+	v2 := strings.Replace(v1, "default:", "      - {name: other, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault:", 1)
+	require.NoError(t, os.WriteFile(path, []byte(v2), 0o644))
+	refuse.Store(true)
+	require.Error(t, l.Reload())
+	g2, _ := l.Guard("api")
+	require.NotSame(t, g, g2)
+	assert.Equal(t, 1, fallbackEvents(), "no fallback answered since: %+v", getState(t, d).Events)
 }

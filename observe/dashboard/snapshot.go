@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -192,6 +193,11 @@ func (d *Dashboard) fallbackEvents(w *guardWatch, counts []uint64, now time.Time
 	defer d.mu.Unlock()
 	if w.fallbacks == nil {
 		w.fallbacks = make([]uint64, len(counts))
+		if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
+			// Made again in another's place, with its counts (a rules
+			// load undone): their fallbacks were shown already.
+			copy(w.fallbacks, c.Fallbacks[:])
+		}
 	}
 	for c, n := range counts {
 		if n > w.fallbacks[c] {

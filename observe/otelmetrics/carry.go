@@ -157,7 +157,7 @@ func (w *watch) gather(now time.Time) builder {
 		// Its predecessors' calls under way count too: a Guard that served
 		// none (a load that failed made it and closed it) settles at once,
 		// while the one before it has calls still ending.
-		if (w.prev.g == nil || settled(w.prev.g)) && w.prev.prev == nil {
+		if w.prev.settled() && w.prev.prev == nil {
 			w.prev = nil
 		}
 	}

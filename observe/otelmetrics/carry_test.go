@@ -268,3 +268,44 @@ func TestAGuardMadeAgainByAFailedLoadCountsEachCallOnce(t *testing.T) {
 	assert.Equal(t, 5.0, points(t, reader, "sluice.requests")[admitted])
 	assert.Equal(t, 5.0, points(t, reader, "sluice.call.duration")[succeeded])
 }
+
+// holdEnd is an Observer whose observe, for the Guard it is given first,
+// stops at the first call's end until released: the observers after it
+// (the metrics) hear that end only then.
+type holdEnd struct{ entered, release chan struct{} }
+
+func (h holdEnd) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(context.Context, sluice.CallEvent) {
+		h.entered <- struct{}{}
+		<-h.release
+	}, nil, nil
+}
+
+// With a resource attribute, sluice.call.duration is the metrics' own,
+// recorded when they hear a call's end, after the Guard's Stats count it
+// (and, here, after another observer): a closed Guard is read until they
+// have heard its last call, which a collection in between does not lose.
+// The Guard has no policy: its call under way shows in no policy's Stats.
+func TestTheLastCallOfAClosedGuardHeardLateCounts(t *testing.T) {
+	m, reader := newReader(t, otelmetrics.WithResourceAttribute("http.route"))
+	h := holdEnd{make(chan struct{}), make(chan struct{})}
+	g1, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(h), sluice.WithObserver(m))
+	require.NoError(t, err)
+	ctx := sluice.WithResource(context.Background(), "GET /x")
+	var call sluice.Call
+	require.NoError(t, g1.Begin(ctx, &call))
+	require.NoError(t, g1.Close())
+	g2, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(m))
+	require.NoError(t, err)
+	defer g2.Close()
+
+	const series = "http.route=GET /x,sluice.guard=api,sluice.outcome=success"
+	assert.Zero(t, points(t, reader, "sluice.call.duration")[series], "under way")
+	done := make(chan struct{})
+	go func() { defer close(done); _ = call.End(nil) }()
+	<-h.entered // counted in g1's Stats; the metrics have not heard it yet
+	_ = points(t, reader, "sluice.call.duration")
+	close(h.release)
+	<-done
+	assert.Equal(t, 1.0, points(t, reader, "sluice.call.duration")[series], "the call's duration, heard after g1 looked settled")
+}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/guardhook"
 )
 
 // ScopeName is the instrumentation scope of the metrics that Metrics
@@ -81,8 +82,8 @@ func WithResourceAttribute(key string) Option {
 }
 
 // clashes reports whether key is, as Prometheus reads it (every character
-// but letters and digits an underscore), an attribute the metrics set
-// themselves, or a label Prometheus reserves.
+// but letters and digits an underscore, a run of them one), an attribute
+// the metrics set themselves, or a label Prometheus reserves.
 func clashes(key string) bool {
 	prom := func(k string) string {
 		return strings.Map(func(r rune) rune {
@@ -93,7 +94,15 @@ func clashes(key string) bool {
 		}, k)
 	}
 	p := prom(key)
-	if strings.HasPrefix(p, "sluice_") || strings.HasPrefix(p, "__") || strings.HasPrefix(p, "otel_") {
+	if strings.HasPrefix(p, "__") {
+		return true
+	}
+	// The exporter makes a run of replaced characters one underscore:
+	// "error..type" is error_type.
+	for strings.Contains(p, "__") {
+		p = strings.ReplaceAll(p, "__", "_")
+	}
+	if strings.HasPrefix(p, "sluice_") || strings.HasPrefix(p, "otel_") {
 		return true
 	}
 	switch p {
@@ -164,6 +173,7 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	if !w.byResource && !waits(g) {
 		observe = nil // the Guard's Stats have every duration it needs
 	}
+	w.hears = observe != nil
 	var once sync.Once
 	detach := func() {
 		once.Do(func() {
@@ -184,20 +194,41 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	return observe, detach, nil
 }
 
-// settled reports whether every call g's policies admitted has ended: the
-// calls under way when a Guard closes still end, and count.
-func settled(g *sluice.Guard) bool {
-	for _, ps := range g.Stats().Policies {
-		ended := uint64(0)
-		for _, n := range ps.Outcomes {
-			ended += n
-		}
-		if ended < ps.Admitted {
-			return false
+// settled reports whether every call of w's Guard has ended and been heard:
+// the calls under way when a Guard closes still end, and count, first in
+// its Stats and then, when the observers hear them, in w's own histograms
+// (the waits; the durations by resource).
+func (w *watch) settled() bool {
+	g := w.g
+	if g == nil {
+		return true
+	}
+	if !settled(g) {
+		return false
+	}
+	if !w.hears {
+		return true
+	}
+	s := g.Stats()
+	if c, ok := guardhook.Carried(g).(*sluice.Stats); ok {
+		leaveOut(&s, c) // counted before w was told of any
+	}
+	var calls uint64
+	for _, h := range append(s.Durations[:], s.Timeouts) {
+		for _, n := range h.Counts {
+			calls += n
 		}
 	}
-	return true
+	for _, ps := range s.Policies {
+		for _, n := range ps.Rejected {
+			calls += n
+		}
+	}
+	return w.heard.Load() >= calls
 }
+
+// settled reports whether every call g admitted has ended.
+func settled(g *sluice.Guard) bool { return guardhook.InFlight(g) == 0 }
 
 // waits reports whether a policy of g may make calls wait.
 func waits(g *sluice.Guard) bool {
@@ -239,7 +270,7 @@ func (m *Metrics) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
 		rb := r.gather(b.now)
 		rb.countsOnly()
 		b.add(&rb)
-		if settled(r.g) && r.prev == nil {
+		if r.settled() && r.prev == nil {
 			// Its last report: it keeps its counts, frozen, and lets
 			// its Guard go. Until then, its calls under way, and its
 			// predecessors', still end and count.
@@ -275,6 +306,8 @@ type watch struct {
 	byResource bool
 	durations  durations
 	waits      [2]lazyHistogram
+	heard      atomic.Uint64 // the calls observe was told of
+	hears      bool          // the Guard tells observe of its calls
 
 	resMu     sync.Mutex // serializes additions to resources
 	resources atomic.Pointer[map[string]*durations]
@@ -317,6 +350,7 @@ func (w *watch) unsubscribe() {
 
 // observe counts a call's wait, and its duration by resource.
 func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
+	defer w.heard.Add(1)
 	if e.Wait > 0 {
 		i := 0
 		if e.Admitted {

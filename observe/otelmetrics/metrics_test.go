@@ -309,7 +309,8 @@ func TestNewAndAttachRefuseBadInput(t *testing.T) {
 	// The route would replace the Guard's name or the outcome (two
 	// Guards' series become one, and a Prometheus scrape fails), or a
 	// histogram would carry two le labels.
-	for _, key := range []string{"sluice.guard", "sluice.outcome", "sluice_policy", "error.type", "le", "quantile", "__name__"} {
+	for _, key := range []string{"sluice.guard", "sluice.outcome", "sluice_policy", "error.type", "le", "quantile", "__name__",
+		"error..type", "error__type", "error._type", "sluice..guard"} { // a run of replaced characters is one underscore
 		_, err = otelmetrics.New(otelmetrics.WithResourceAttribute(key))
 		assert.ErrorContains(t, err, "WithResourceAttribute", key)
 	}
