@@ -13,6 +13,32 @@ import (
 	"github.com/sluice-go/sluice/internal/isnil"
 )
 
+// NilAnswerError is Value's error for a fallback that answered nil: it
+// names the fallback and wraps the call's error, which an adapter answers
+// as if no fallback had declared an answer.
+type NilAnswerError struct {
+	name string
+	typ  reflect.Type
+	err  error
+}
+
+func (e *NilAnswerError) Error() string {
+	return fmt.Sprintf("sluice: fallback %q answered a nil %v: %v", e.name, e.typ, e.err)
+}
+
+func (e *NilAnswerError) Unwrap() error { return e.err }
+
+// nilAnswer reports whether v is no answer an adapter can send: nil, or a
+// nil pointer, map, slice or func where T is one. A typed nil in an
+// interface T (a nil *pb.Reply as any) is a value: gRPC sends it as the
+// empty message.
+func nilAnswer[T any](v T) bool {
+	if reflect.TypeFor[T]().Kind() == reflect.Interface {
+		return any(v) == nil
+	}
+	return isnil.Of(v)
+}
+
 // Value is the fallback layer of sluice.Execute for err, the error of a
 // call of g: the first of g's fallbacks of type T (sluice.FallbackOf) that
 // declares an answer for err gives it. It returns that answer and nil when
@@ -20,8 +46,9 @@ import (
 // fallback's, when it declines; err itself when no fallback declares an
 // answer. When none of type T declares one but a fallback of another type
 // does, the error says so and wraps err. An answer that is nil (a nil
-// handler, response or message, which an adapter cannot send) is an error
-// that wraps err, and the fallback is not counted as served. A nil g or
+// handler, response or message, which an adapter cannot send) is a
+// *NilAnswerError that wraps err, and the fallback is not counted as
+// served. A nil g or
 // err returns the zero T and err. It allocates nothing but what the
 // fallback does.
 func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
@@ -42,8 +69,8 @@ func Value[T any](ctx context.Context, g *sluice.Guard, err error) (T, error) {
 		if out != nil {
 			return zero, out
 		}
-		if isnil.Of(v) {
-			return zero, fmt.Errorf("sluice: fallback %q answered a nil %v: %w", name, reflect.TypeFor[T](), err)
+		if nilAnswer(v) {
+			return zero, &NilAnswerError{name: name, typ: reflect.TypeFor[T](), err: err}
 		}
 		guardhook.Served(g, ctx, name, err)
 		return v, nil

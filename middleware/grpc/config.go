@@ -238,6 +238,10 @@ func (c *config) fallback(ctx context.Context, rt *routing.Route, err error) (re
 		return nil, err, false
 	}
 	resp, out = fallbackof.Value[any](ctx, rt.Guard, err)
+	if _, ok := errors.AsType[*fallbackof.NilAnswerError](out); ok {
+		// It answered nothing: the call is answered as with no fallback.
+		return nil, err, false
+	}
 	return resp, out, true
 }
 

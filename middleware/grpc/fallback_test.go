@@ -151,3 +151,56 @@ func TestDecliningFallbackKeepsTheTimeoutsDeadlineExceeded(t *testing.T) {
 	_, err = unary(t, WithGuard(g))(context.Background(), nil, info, handler)
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "with a declining fallback: %v (%T)", err, err)
 }
+
+// A typed nil message is a message gRPC sends (protobuf marshals a nil
+// *HealthCheckResponse as the empty one), as a handler returning one does:
+// a fallback answering one serves the call.
+func TestFallbackAnsweringATypedNilMessageServes(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		shed := &refuser{name: "adaptive/cpu", cause: sluice.ErrOverloaded, retry: time.Second}
+		fb, err := degrade.New(degrade.OnOverloaded(func(context.Context, error) (any, error) {
+			var empty *healthpb.HealthCheckResponse
+			return empty, nil
+		}))
+		require.NoError(t, err)
+		served := make(chan sluice.FallbackEvent, 1)
+		g := mustGuard(t, sluice.With(shed), sluice.WithFallback(fb),
+			sluice.OnFallback(func(_ context.Context, ev sluice.FallbackEvent) { served <- ev }))
+		s := start(t, tr, []grpc.ServerOption{grpc.UnaryInterceptor(unary(t, WithGuard(g)))})
+		resp, err := healthpb.NewHealthClient(s.conn).Check(withTimeout(t), &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, "the fallback's empty message answers")
+		assert.Equal(t, healthpb.HealthCheckResponse_UNKNOWN, resp.GetStatus())
+		assert.Len(t, served, 1)
+	})
+}
+
+// A fallback that answers nothing (nil, nil: its map had no message for
+// the method) leaves the call the answer it gets with no fallback, the
+// handler's status or the Guard's timeout, not the fallback's own error.
+func TestFallbackAnsweringNilLeavesTheHandlersStatus(t *testing.T) {
+	info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+	timesOut := func(ctx context.Context, _ any) (any, error) {
+		<-ctx.Done() // the Guard's deadline
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	fails := func(context.Context, any) (any, error) { return nil, status.Error(codes.Unavailable, "down") }
+	nothing := func(context.Context, error) (any, error) { return nil, nil }
+	for name, tc := range map[string]struct {
+		rule    degrade.Rule[any]
+		handler grpc.UnaryHandler
+	}{
+		"timeout": {degrade.OnTimeout(nothing), timesOut},
+		"error":   {degrade.OnError(nothing), fails},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fb, err := degrade.New(tc.rule)
+			require.NoError(t, err)
+			bare := mustGuard(t, sluice.WithTimeout(time.Millisecond))
+			_, want := unary(t, WithGuard(bare))(context.Background(), nil, info, tc.handler)
+			g := mustGuard(t, sluice.WithTimeout(time.Millisecond), sluice.WithFallback(fb))
+			_, got := unary(t, WithGuard(g))(context.Background(), nil, info, tc.handler)
+			assert.Equal(t, status.Code(want), status.Code(got))
+			assert.Equal(t, status.Convert(want).Message(), status.Convert(got).Message())
+		})
+	}
+}
