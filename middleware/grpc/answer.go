@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"google.golang.org/grpc/metadata"
 )
@@ -18,6 +19,7 @@ type answer struct {
 	rej   error          // the Guard's rejection answered; its identity is the key
 	rt    *routing.Route // the route whose windows the quota fields name
 	ms    int64          // the announced delay, in whole milliseconds
+	epoch uint64         // the policywindow epoch of the windows md names
 	err   *rejection
 	md    metadata.MD  // nil on a client and in the tap
 	pol   string       // rej's policy and cause: an answer to replace
@@ -46,14 +48,15 @@ func (c *config) answer(rt *routing.Route, d sluice.Decision, rej error) *answer
 	d.RetryAfter = ceilMilli(retryDelay(d))
 	ms := int64(d.RetryAfter / time.Millisecond)
 	shared := isGuardRejection(rej)
+	epoch := policywindow.Epoch() // a SetLimit since changes the window told
 	if shared {
 		for i := range c.answers.slots {
-			if a := c.answers.slots[i].Load(); a != nil && a.rej == rej && a.ms == ms && a.rt == rt {
+			if a := c.answers.slots[i].Load(); a != nil && a.rej == rej && a.ms == ms && a.rt == rt && a.epoch == epoch {
 				return a
 			}
 		}
 	}
-	a := &answer{rej: rej, rt: rt, ms: ms, err: newRejection(rej, d), pol: d.Policy, cause: sluice.CauseOf(d.Cause)}
+	a := &answer{rej: rej, rt: rt, ms: ms, epoch: epoch, err: newRejection(rej, d), pol: d.Policy, cause: sluice.CauseOf(d.Cause)}
 	a.err.client = !c.trailers // set no server's trailers
 	if c.trailers {
 		a.md = c.rejectionMetadata(rt, d, ms)

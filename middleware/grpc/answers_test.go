@@ -133,3 +133,28 @@ func TestAnUnguardedMethodsAnswerIsNotAnsweredAgain(t *testing.T) {
 	assert.Len(t, hs.trailer.Get(MetadataRetryPushback), 1,
 		"the rejection was answered twice: trailers %v", hs.trailer)
 }
+
+// A rejection tells the window after a SetLimit, though its answer is
+// kept while the Guard shares its rejection error (same retry and reset
+// instants, same limit).
+func TestARejectionTellsTheWindowAfterSetLimit(t *testing.T) {
+	clk := sluice.NewManualClock(time.Hour + 5*time.Second)
+	fw := fixedWindow(t, "ratelimit/q", 1, 10*time.Second, clk)
+	route := mustGuard(t, sluice.WithClock(clk), sluice.With(fw))
+	in := unary(t, WithGuard(route))
+	window := func() int64 {
+		hs := &headerStream{method: methodCheck}
+		ctx := grpc.NewContextWithServerTransportStream(context.Background(), hs)
+		_, err := in(ctx, nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return "ok", nil })
+		require.Equal(t, codes.ResourceExhausted, status.Code(err))
+		pol, _, ok := quota(t, hs.trailer)
+		require.True(t, ok, "no quota trailers: %v", hs.trailer)
+		w, _ := pol.Params["w"].(int64)
+		return w
+	}
+	_, err := unary(t, WithGuard(route))(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: methodCheck}, func(context.Context, any) (any, error) { return "ok", nil })
+	require.NoError(t, err) // spends the window
+	assert.Equal(t, int64(10), window())
+	require.NoError(t, fw.SetLimit(1, 5*time.Second))
+	assert.Equal(t, int64(5), window(), "the window after SetLimit")
+}
