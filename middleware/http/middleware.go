@@ -428,6 +428,9 @@ func (h *handler) rejected(w http.ResponseWriter, r *http.Request, rt *routing.R
 	// counted.
 	if !errors.Is(r.Context().Err(), context.Canceled) {
 		if fb, fr := h.Fallback(r, rt.Guard, pattern, key, addr, now, err, d); fb != nil {
+			// The fields set for another body (an outer middleware's
+			// defaults, the handler's) do not go with the fallback's.
+			routing.DropBodyFields(w.Header())
 			fb.ServeHTTP(w, fr)
 			return
 		}

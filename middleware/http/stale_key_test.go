@@ -168,3 +168,33 @@ func TestAHeldFailuresCopyOutlivesAConcurrentLookup(t *testing.T) {
 	assert.Equal(t, http.StatusOK, rec.Code, "the request held for the copy, young at its 502")
 	assert.Equal(t, "prices v1", rec.Body.String())
 }
+
+// A stale copy answering a rejection by the route's own Guard goes out with
+// its own representation fields: an outer middleware's default
+// Content-Type and Cache-Control describe no body of the copy's.
+func TestAStaleCopyOnARejectionKeepsItsOwnContentType(t *testing.T) {
+	clock := sluice.NewManualClock(time.Hour)
+	sw := openSwitch()
+	cache := newStale(t, 8)
+	g := guardWith(t, clock, sw, cache)
+	inner := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "max-age=5")
+		_, _ = io.WriteString(w, "<p>hello</p>")
+	}))
+	// An outer middleware sets defaults the handler overrides.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("X-Request-Id", "req-"+r.URL.Query().Get("n"))
+		inner.ServeHTTP(w, r)
+	})
+	rec := serve(h, http.MethodGet, "/doc")
+	assert.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"))
+	sw.on = true
+	rec = serve(h, http.MethodGet, "/doc")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "<p>hello</p>", rec.Body.String())
+	assert.Equal(t, "text/html; charset=utf-8", rec.Header().Get("Content-Type"), "the copy's body is HTML")
+	assert.Equal(t, "max-age=5", rec.Header().Get("Cache-Control"), "a downstream cache must not keep the copy for an hour")
+}
