@@ -5,7 +5,9 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/reqid"
@@ -71,10 +73,10 @@ func addrKey(a netip.Addr, peer string) string {
 
 // KeyByHeader keys requests by the first value of a header (an API key, a
 // tenant id); requests without it, or with an empty one, have no key. An
-// empty name makes a nil KeyFunc, which NewKeyer refuses.
+// empty name makes a KeyFunc that NewKeyer refuses, alone or in KeyPerRoute.
 func KeyByHeader(name string) KeyFunc {
 	if name == "" {
-		return nil
+		return invalidKey
 	}
 	return func(r Request) (string, bool) {
 		v := r.Header(name)
@@ -85,11 +87,11 @@ func KeyByHeader(name string) KeyFunc {
 	}
 }
 
-// KeyByCookie keys requests by a cookie's value. An empty name makes a nil
-// KeyFunc, which NewKeyer refuses.
+// KeyByCookie keys requests by a cookie's value. An empty name makes a
+// KeyFunc that NewKeyer refuses, alone or in KeyPerRoute.
 func KeyByCookie(name string) KeyFunc {
 	if name == "" {
-		return nil
+		return invalidKey
 	}
 	return func(r Request) (string, bool) {
 		v, ok := r.Cookie(name)
@@ -102,10 +104,11 @@ func KeyByCookie(name string) KeyFunc {
 
 // KeyByContext keys requests by a value an earlier middleware put in the
 // context, typically the authenticated user: fn returns it, and false when
-// there is none. A nil fn makes a nil KeyFunc, which NewKeyer refuses.
+// there is none. A nil fn makes a KeyFunc that NewKeyer refuses, alone or
+// in KeyPerRoute.
 func KeyByContext(fn func(ctx context.Context) (string, bool)) KeyFunc {
 	if fn == nil {
-		return nil
+		return invalidKey
 	}
 	return func(r Request) (string, bool) {
 		k, ok := fn(r.Context())
@@ -134,6 +137,14 @@ func KeyByRoute() KeyFunc {
 // without its API key is not keyed by its client address instead. The map is
 // copied.
 func KeyPerRoute(byRoute map[string]KeyFunc, other KeyFunc) KeyFunc {
+	for _, fn := range byRoute {
+		if invalid(fn) {
+			return invalidKey
+		}
+	}
+	if invalid(other) {
+		return invalidKey
+	}
 	m := maps.Clone(byRoute)
 	return func(r Request) (string, bool) {
 		if fn, ok := m[r.Route()]; ok {
@@ -147,6 +158,16 @@ func KeyPerRoute(byRoute map[string]KeyFunc, other KeyFunc) KeyFunc {
 		}
 		return other(r)
 	}
+}
+
+// invalidKey is the KeyFunc of a KeyBy… given a nil or empty argument: one
+// that NewKeyer refuses, alone or in KeyPerRoute (where a nil function
+// means a route without a key).
+func invalidKey(Request) (string, bool) { return "", false }
+
+// invalid reports whether fn is invalidKey.
+func invalid(fn KeyFunc) bool {
+	return fn != nil && reflect.ValueOf(fn).Pointer() == reflect.ValueOf(invalidKey).Pointer()
 }
 
 // ErrMissingKey is returned by a Keyer built with RejectMissingKey for a
@@ -178,11 +199,13 @@ type Keyer struct {
 	missing  MissingKey
 }
 
-// NewKeyer builds a Keyer that tries fns in order. With more than one, each
-// key starts with its function's place in fns ("0:", "1:", …), so that keys
-// of different kinds never share a budget: a client sending an API key
-// spelt as another client's address does not draw on that address's. A
-// nil function (a KeyBy… given a nil or empty argument) is an error.
+// NewKeyer builds a Keyer that tries fns in order. With more than one, the
+// keys of each but the first start with its place in fns ("1:", "2:", …),
+// and so do those of the first that would start so otherwise ("0:"), so
+// that keys of different kinds never share a budget: a client sending an
+// API key spelt as another client's address does not draw on that
+// address's. A nil function, or a KeyBy… given a nil or empty argument, is
+// an error.
 func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	if len(fns) == 0 {
 		return nil, errors.New("middleware: NewKeyer: no key function")
@@ -190,7 +213,10 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	k := &Keyer{fns: append([]KeyFunc(nil), fns...)}
 	for i, f := range fns {
 		if f == nil {
-			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is nil (a KeyBy… given a nil or empty argument?)")
+			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is nil")
+		}
+		if invalid(f) {
+			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is a KeyBy… given a nil or empty argument")
 		}
 		if len(fns) > 1 {
 			k.prefixes = append(k.prefixes, strconv.Itoa(i)+":")
@@ -203,6 +229,17 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	return k, nil
 }
 
+// prefixed reports whether key starts with one of k's prefixes: a key of
+// its first function that could be taken for another's.
+func (k *Keyer) prefixed(key string) bool {
+	for _, p := range k.prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // key returns r's key, or ErrMissingKey when r has none and the Keyer
 // rejects such requests. A nil Keyer returns "" and no error.
 func (k *Keyer) key(r Request) (string, error) {
@@ -211,7 +248,7 @@ func (k *Keyer) key(r Request) (string, error) {
 	}
 	for i, f := range k.fns {
 		if key, ok := f(r); ok {
-			if k.prefixes != nil {
+			if k.prefixes != nil && (i > 0 || k.prefixed(key)) {
 				key = k.prefixes[i] + key
 			}
 			return key, nil

@@ -230,7 +230,14 @@ func TestKeyerKeysOfDifferentFunctionsDoNotMeet(t *testing.T) {
 	attacker, err := k.key(fakeRequest{remote: "198.51.100.1:4444", header: map[string][]string{"X-Api-Key": {"203.0.113.9"}}})
 	require.NoError(t, err)
 	assert.Equal(t, "1:203.0.113.9", victim)
-	assert.Equal(t, "0:203.0.113.9", attacker)
+	assert.Equal(t, "203.0.113.9", attacker, "the first function's keys are as it finds them")
+	spelt, err := k.key(fakeRequest{remote: "198.51.100.1:4444", header: map[string][]string{"X-Api-Key": {"1:203.0.113.9"}}})
+	require.NoError(t, err)
+	assert.Equal(t, "0:1:203.0.113.9", spelt, "unless spelt as another's")
+	alice := fakeRequest{remote: "198.51.100.1:4444", header: map[string][]string{"X-Api-Key": {"alice"}}}
+	var req Request = &alice
+	allocs := testing.AllocsPerRun(100, func() { _, _ = k.key(req) })
+	assert.Zero(t, allocs, "the first function's key costs no join")
 	one, err := NewKeyer(SharedKey("anonymous"), KeyByIP(nil))
 	require.NoError(t, err)
 	got, err := one.key(fakeRequest{remote: "203.0.113.9:5555"})
@@ -247,6 +254,13 @@ func TestKeyerRefusesKeyFunctionsOfNothing(t *testing.T) {
 		"KeyByCookie(\"\")": KeyByCookie(""),
 	} {
 		_, err := NewKeyer(RejectMissingKey(), KeyByRoute(), fn)
-		assert.ErrorContains(t, err, "key function 1 is nil", name)
+		assert.ErrorContains(t, err, "key function 1 is a KeyBy… given a nil or empty argument", name)
+		// Nor in KeyPerRoute, where a nil function is a route without a key.
+		_, err = NewKeyer(SharedKey("anonymous"), KeyPerRoute(map[string]KeyFunc{"POST /orders": fn}, KeyByIP(nil)))
+		assert.Error(t, err, "%s as a route's key function", name)
+		_, err = NewKeyer(SharedKey("anonymous"), KeyPerRoute(map[string]KeyFunc{"GET /health": nil}, fn))
+		assert.Error(t, err, "%s as every other route's", name)
 	}
+	_, err := NewKeyer(SharedKey("anonymous"), KeyPerRoute(map[string]KeyFunc{"GET /health": nil}, KeyByIP(nil)))
+	assert.NoError(t, err, "a route without a key")
 }
