@@ -81,6 +81,7 @@ if v then
     if i < 0 then sh = tonumber(x) elseif i < nb then cnt[i] = tonumber(x) end
     i = i + 1
   end
+  if sh >= big then sh = head - nb end -- no bucket of this era: none
   if head <= sh then
     head = sh
   elseif head - sh >= nb then

@@ -44,8 +44,8 @@ import (
 //	s: hash w (current window index), c (its count) and p (the previous one's)
 //	b: string, the newest bucket's index and the counts of the ring (bucket.go)
 //
-// State a script cannot read (a field missing or not a number, a key of
-// another type) reads as none, and the admission writes it afresh: one
+// State a script cannot read (a field missing or not a number, nan, inf or
+// past 2^53, a key of another type) reads as none, and the admission writes it afresh: one
 // key's bad state is neither a Redis failure nor a key never limited.
 //
 // An admission moves stored instants and window indexes only forward: when
@@ -58,6 +58,7 @@ if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local floor, fmt = math.floor, string.format
+local big = 9007199254740992 -- 2^53: a stored number past it, nan or inf, is no state
 local refund = ARGV[1] == 'r'
 local n = #KEYS
 local single = n == 1
@@ -78,7 +79,8 @@ for i = 1, n do
     if since < 0 then since = 0 end
   end
   if alg == 'g' then
-    local tat = tonumber(redis.pcall('GET', key)) or now
+    local tat = tonumber(redis.pcall('GET', key))
+    if not (tat and tat == tat and tat < big and tat > -big) then tat = now end
     if refund then
       local credit = cost * a - since
       if credit > 0 and tat > now then
@@ -108,6 +110,7 @@ for i = 1, n do
     local v = redis.pcall('HMGET', key, 'k', 'l')
     if v.err then redis.call('DEL', key); v = {} end
     local sk, sl = tonumber(v[1]), tonumber(v[2])
+    if not (sk and sl and sk == sk and sk < big and sk > -big and sl == sl and sl < big and sl > -big) then sk = nil end
     local tokens, last = b, now
     if sk and sl then tokens = b - sk; last = sl end
     if now > last then
@@ -147,6 +150,7 @@ for i = 1, n do
     local v = redis.pcall('HMGET', key, 'w', 'n')
     if v.err then redis.call('DEL', key); v = {} end
     local sw, sn = tonumber(v[1]), tonumber(v[2])
+    if not (sw and sn and sw == sw and sw < big and sw > -big and sn == sn and sn < big and sn > -big) then sw = nil end
     local idx = floor(now / a)
     local cnt = 0
     if sw and sn and sw >= idx then idx = sw; cnt = sn end
@@ -174,6 +178,7 @@ for i = 1, n do
     local v = redis.pcall('HMGET', key, 'w', 'c', 'p')
     if v.err then redis.call('DEL', key); v = {} end
     local sw, sc, sp = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+    if not (sw and sc and sp and sw == sw and sw < big and sw > -big and sc == sc and sc < big and sc > -big and sp == sp and sp < big and sp > -big) then sw = nil end
     local idx = floor(now / a)
     local c, p = 0, 0
     if sw and sc and sp then
@@ -307,6 +312,7 @@ if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local floor, fmt = math.floor, string.format
+local big = 9007199254740992 -- 2^53: a stored number past it, nan or inf, is no state
 local a, b, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local key = KEYS[1]
 `
@@ -316,13 +322,15 @@ local key = KEYS[1]
 // quota b.
 const (
 	loadTAT = `
-local tat = tonumber(redis.pcall('GET', key)) or now
+local tat = tonumber(redis.pcall('GET', key))
+if not (tat and tat == tat and tat < big and tat > -big) then tat = now end
 if tat < now then tat = now end
 `
 	loadTokens = `
 local v = redis.pcall('HMGET', key, 'k', 'l')
 if v.err then redis.call('DEL', key); v = {} end
 local sk, sl = tonumber(v[1]), tonumber(v[2])
+if not (sk and sl and sk == sk and sk < big and sk > -big and sl == sl and sl < big and sl > -big) then sk = nil end
 local tokens, last = b, now
 if sk and sl then tokens = b - sk; last = sl end
 if now > last then
@@ -336,6 +344,7 @@ local el = now - last -- negative while TIME lags the stored refill
 local v = redis.pcall('HMGET', key, 'w', 'n')
 if v.err then redis.call('DEL', key); v = {} end
 local sw, sn = tonumber(v[1]), tonumber(v[2])
+if not (sw and sn and sw == sw and sw < big and sw > -big and sn == sn and sn < big and sn > -big) then sw = nil end
 local idx = floor(now / a)
 local cnt = 0
 if sw and sn and sw >= idx then idx = sw; cnt = sn end
@@ -345,6 +354,7 @@ local left = (idx + 1) * a - now
 local v = redis.pcall('HMGET', key, 'w', 'c', 'p')
 if v.err then redis.call('DEL', key); v = {} end
 local sw, sc, sp = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+if not (sw and sc and sp and sw == sw and sw < big and sw > -big and sc == sc and sc < big and sc > -big and sp == sp and sp < big and sp > -big) then sw = nil end
 local idx = floor(now / a)
 local c, p = 0, 0
 if sw and sc and sp then
@@ -434,6 +444,7 @@ if not redis.REDIS_VERSION_NUM then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local floor, fmt = math.floor, string.format
+local big = 9007199254740992 -- 2^53: a stored number past it, nan or inf, is no state
 local a, b = tonumber(ARGV[1]), tonumber(ARGV[2])
 local key = KEYS[1]
 local out, wrote = {}, false

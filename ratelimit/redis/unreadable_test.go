@@ -14,8 +14,9 @@ import (
 )
 
 // unreadable are stored states the scripts cannot read, by algorithm: a
-// hash without a field (an older layout), a field that is not a number, a
-// key of another type. Each limiter has a quota of 3 an hour.
+// hash without a field (an older layout), a field that is not a number
+// (nan, inf and numbers past 2^53 among them), a key of another type. Each
+// limiter has a quota of 3 an hour.
 var unreadable = []struct {
 	name string
 	make func(c redis.UniversalClient, opts ...Option) (*Limiter, error)
@@ -45,6 +46,25 @@ var unreadable = []struct {
 	{"ring/hash", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
 		return NewSlidingWindow(c, 3, time.Hour, 4, o...)
 	}, []string{"HSET", "k", "w", "1"}},
+	// Numbers Lua's tonumber takes that are none: nan, inf, past 2^53.
+	{"gcra/nan", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 3, o...)
+	}, []string{"SET", "k", "nan"}},
+	{"gcra/inf", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewGCRA(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 3, o...)
+	}, []string{"SET", "k", "inf"}},
+	{"token-bucket/nan", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewTokenBucket(c, ratelimit.Rate{Count: 1, Period: time.Hour}, 3, o...)
+	}, []string{"HSET", "k", "k", "nan", "l", "1"}},
+	{"fixed-window/huge", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewFixedWindow(c, 3, time.Hour, o...)
+	}, []string{"HSET", "k", "w", "1e300", "n", "0"}},
+	{"weighted/inf", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewSlidingWindowWeighted(c, 3, time.Hour, o...)
+	}, []string{"HSET", "k", "w", "1", "c", "inf", "p", "0"}},
+	{"ring/huge", func(c redis.UniversalClient, o ...Option) (*Limiter, error) {
+		return NewSlidingWindow(c, 3, time.Hour, 4, o...)
+	}, []string{"SET", "k", "99999999999999999999 3 3 3 3"}},
 }
 
 // A key whose stored state a script cannot read is read as one with none,
