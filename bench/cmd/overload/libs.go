@@ -327,9 +327,9 @@ func hystrixCaller(dep *dependency) (caller, error) {
 	}, nil
 }
 
-// sentinelCaller: an error-ratio rule per route (resource), with the 10 s
-// statistic interval of Sentinel's documented example. Sentinel has no
-// fallback of its own.
+// sentinelCaller: an error-ratio rule per route (resource), over the
+// statistic window of Sentinel's documented examples (5 s in 10 buckets).
+// Sentinel has no fallback of its own.
 func sentinelCaller(dep *dependency) (caller, error) {
 	if err := initSentinel(); err != nil {
 		return nil, err
