@@ -73,16 +73,7 @@ func init() {
 		for sh := range statShards {
 			seed[sh*f.obs.stride+slotAdmitted] = 0
 		}
-		var ended uint64
-		for sh := range statShards {
-			for k := range durationKinds {
-				base := sh*f.obs.stride + slotDurations + k*histSlots
-				for b := range len(durationBounds) + 1 {
-					ended += seed[base+b]
-				}
-			}
-		}
-		seed[slotAdmitted] = ended
+		seed[slotAdmitted] = ended(func(sh, slot int) uint64 { return seed[sh*f.obs.stride+slot] })
 		carried := func() Stats {
 			st := t.Stats()
 			t.countStats(&st, func(sh, slot int) uint64 { return seed[sh*t.obs.stride+slot] })
@@ -116,19 +107,12 @@ func init() {
 		}
 		// The ends first: a call counted ended after this read was counted
 		// admitted before the next.
-		var ended, admitted uint64
-		for sh := range statShards {
-			for k := range durationKinds {
-				base := slotDurations + k*histSlots
-				for b := range len(durationBounds) + 1 {
-					ended += ob.load(sh, base+b)
-				}
-			}
-		}
+		done := ended(ob.load)
+		var admitted uint64
 		for sh := range statShards {
 			admitted += ob.load(sh, slotAdmitted)
 		}
-		return admitted - min(ended, admitted)
+		return admitted - min(done, admitted)
 	}
 	guardhook.Carried = func(g any) any {
 		if st := g.(*Guard).carried.Load(); st != nil {
@@ -140,4 +124,20 @@ func init() {
 		var m *misdeclaredError
 		return errors.As(err, &m)
 	}
+}
+
+// ended returns how many calls every policy admitted have ended, as load
+// reads an observed Guard's counters (or a copy of them) by shard and slot:
+// the counts of the durations' histograms.
+func ended(load func(shard, slot int) uint64) uint64 {
+	var n uint64
+	for sh := range statShards {
+		for k := range durationKinds {
+			base := slotDurations + k*histSlots
+			for b := range len(durationBounds) + 1 {
+				n += load(sh, base+b)
+			}
+		}
+	}
+	return n
 }
