@@ -67,15 +67,7 @@ func TestAGroupDropsOpenBreakersGoneIdle(t *testing.T) {
 	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(2), breaker.WithConsecutiveFailures(1),
 		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
 	require.NoError(t, err)
-	call := func(key string, o sluice.Outcome) bool {
-		now := clk.Now()
-		v := policytest.AnswerOf(g.Admit(res(key), now))
-		if v.Cause != nil {
-			return false
-		}
-		g.Done(v.Ticket, o, now, 0)
-		return true
-	}
+	call := groupCall(g, clk)
 	require.True(t, call("gone-1", sluice.Failure))
 	require.True(t, call("gone-2", sluice.Failure))
 	clk.Advance(1500 * time.Millisecond) // open periods over, but not for a second more
@@ -88,51 +80,49 @@ func TestAGroupDropsOpenBreakersGoneIdle(t *testing.T) {
 	assert.True(t, own)
 }
 
-// A half-open breaker whose probe's caller went away (Ignored) and whose key
-// is not called again holds no probe: gone idle, it frees its slot as an
-// idle open one does, and its listeners hear it close as it goes.
+// A half-open breaker with no probe in flight, whose key is not called
+// again, has gone idle: its probe's caller went away (Ignored), or its
+// probe succeeded with a second needed to close it. It frees its slot as
+// an idle open one does, and its listeners hear it close as it goes.
 func TestAGroupDropsHalfOpenBreakersGoneIdle(t *testing.T) {
-	clk := sluice.NewManualClock(0)
-	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
-		breaker.WithOpenDuration(time.Second), breaker.WithClock(clk))
-	require.NoError(t, err)
-	var heard []string
-	g.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.Policy+" "+c.To) })
-	call := func(key string, o sluice.Outcome) bool {
-		now := clk.Now()
-		v := policytest.AnswerOf(g.Admit(res(key), now))
-		if v.Cause != nil {
-			return false
-		}
-		g.Done(v.Ticket, o, now, 0)
-		return true
+	for name, tc := range map[string]struct {
+		probes  breaker.Option
+		outcome sluice.Outcome
+	}{
+		"caller gone":      {breaker.WithHalfOpenProbes(1, 1), sluice.Ignored},
+		"one probe of two": {breaker.WithHalfOpenProbes(2, 1), sluice.Success},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := sluice.NewManualClock(0)
+			g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
+				breaker.WithOpenDuration(time.Second), tc.probes, breaker.WithClock(clk))
+			require.NoError(t, err)
+			var heard []string
+			g.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.Policy+" "+c.To) })
+			call := groupCall(g, clk)
+			require.True(t, call("gone", sluice.Failure))
+			clk.Advance(2 * time.Second)
+			require.True(t, call("gone", tc.outcome), "the probe")
+			b, ok := g.Get("gone")
+			require.True(t, ok)
+			require.Equal(t, breaker.StateHalfOpen, b.State())
+			clk.Advance(500 * time.Millisecond)
+			require.True(t, call("new", sluice.Success), "the overflow breaker, while the probe could still come")
+			_, own := g.Get("new")
+			assert.False(t, own)
+			clk.Advance(time.Hour)
+			require.True(t, call("new", sluice.Success))
+			_, own = g.Get("new")
+			assert.True(t, own, "the idle half-open breaker's slot")
+			assert.Equal(t, []string{"breaker/g/gone open", "breaker/g/gone half-open", "breaker/g/gone closed"}, heard)
+		})
 	}
-	require.True(t, call("gone", sluice.Failure))
-	clk.Advance(2 * time.Second)
-	require.True(t, call("gone", sluice.Ignored), "the probe, whose caller went away")
-	b, ok := g.Get("gone")
-	require.True(t, ok)
-	require.Equal(t, breaker.StateHalfOpen, b.State())
-	clk.Advance(500 * time.Millisecond)
-	require.True(t, call("new", sluice.Success), "the overflow breaker, while the probe could still come")
-	_, own := g.Get("new")
-	assert.False(t, own)
-	clk.Advance(time.Hour)
-	require.True(t, call("new", sluice.Success))
-	_, own = g.Get("new")
-	assert.True(t, own, "the idle half-open breaker's slot")
-	assert.Equal(t, []string{"breaker/g/gone open", "breaker/g/gone half-open", "breaker/g/gone closed"}, heard)
 }
 
-// A half-open breaker whose key went away after one probe succeeded, with
-// a second needed to close it, has no probe in flight either: gone idle,
-// it frees its slot.
-func TestAGroupDropsHalfOpenBreakersIdleAfterAProbeEnded(t *testing.T) {
-	clk := sluice.NewManualClock(0)
-	g, err := breaker.NewGroup("g", breaker.WithMaxBreakers(1), breaker.WithConsecutiveFailures(1),
-		breaker.WithOpenDuration(time.Second), breaker.WithHalfOpenProbes(2, 1), breaker.WithClock(clk))
-	require.NoError(t, err)
-	call := func(key string, o sluice.Outcome) bool {
+// groupCall returns a function that makes one call of key through g at
+// clk's instant, ending with o, and reports whether g admitted it.
+func groupCall(g *breaker.Group, clk *sluice.ManualClock) func(key string, o sluice.Outcome) bool {
+	return func(key string, o sluice.Outcome) bool {
 		now := clk.Now()
 		v := policytest.AnswerOf(g.Admit(res(key), now))
 		if v.Cause != nil {
@@ -141,16 +131,6 @@ func TestAGroupDropsHalfOpenBreakersIdleAfterAProbeEnded(t *testing.T) {
 		g.Done(v.Ticket, o, now, 0)
 		return true
 	}
-	require.True(t, call("gone", sluice.Failure))
-	clk.Advance(2 * time.Second)
-	require.True(t, call("gone", sluice.Success), "the first probe: it succeeds, a second is needed")
-	b, ok := g.Get("gone")
-	require.True(t, ok)
-	require.Equal(t, breaker.StateHalfOpen, b.State())
-	clk.Advance(time.Hour)
-	require.True(t, call("new", sluice.Success))
-	_, own := g.Get("new")
-	assert.True(t, own, "the idle half-open breaker, no probe in flight for an hour, still holds the only slot")
 }
 
 // A listener that panics keeps neither the other listeners nor the changes
