@@ -445,10 +445,14 @@ func (c *Call) classified(err error) (Outcome, error) {
 // a call themselves (by an HTTP status, a gRPC code) and answer it
 // themselves: no fallback runs. It returns err, turned into a
 // timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
-// Report counts; a later one returns err as it is.
+// Report counts; a later one returns err as it is. An Outcome that is none
+// of the four (a Classifier's mistake) counts as a Failure.
 func (c *Call) Report(o Outcome, err error) error {
 	if err == errBegin || !c.live {
 		return err
+	}
+	if o > Released {
+		o = Failure // the counters and the policies know four
 	}
 	g := c.g
 	c.live = false
@@ -625,7 +629,10 @@ func cacheable(cause error) bool {
 	case ErrRateLimited, ErrCircuitOpen, ErrOverloaded, ErrConcurrencyLimited, ErrTimeout:
 		return true
 	}
-	return reflect.TypeOf(cause).Comparable()
+	// Comparable by its value, not its type: a struct whose field holds an
+	// error of a slice's type is of a comparable type, and comparing two of
+	// them panics.
+	return reflect.ValueOf(cause).Comparable()
 }
 
 // beginSlow is begin for chains longer than a Call's inline tickets or with

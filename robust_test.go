@@ -199,3 +199,125 @@ func TestNewRefusesANilPointerPolicy(t *testing.T) {
 		t.Fatal("sluice.New accepted a nil *sluice.ManualClock")
 	}
 }
+
+// oneSlot is a one-slot bulkhead: it admits while its slot is free, and
+// Done gives the slot back.
+type oneSlot struct {
+	name  string
+	held  atomic.Int32
+	cause error
+}
+
+func (p *oneSlot) Name() string { return p.name }
+func (p *oneSlot) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	if !p.held.CompareAndSwap(0, 1) {
+		c := p.cause
+		if c == nil {
+			c = sluice.ErrConcurrencyLimited
+		}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: time.Millisecond}, c
+	}
+	return 1, sluice.Quota{Limit: -1}, nil
+}
+func (p *oneSlot) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) { p.held.Store(0) }
+func (p *oneSlot) Needs() sluice.Needs                                              { return 0 }
+
+type nopObserver struct{}
+
+func (nopObserver) Attach(*sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	return func(context.Context, sluice.CallEvent) {}, nil, nil
+}
+
+// An adapter that classifies a call itself hands Report an Outcome; one
+// outside the four (a bad cast of a status table, say) counts as a
+// Failure: no panic in the Guard's counters after the call was marked
+// ended, which left the policy's slot taken for good.
+func TestReportWithAnOutcomeOutsideTheFourCountsAFailure(t *testing.T) {
+	p := &oneSlot{name: "slot"}
+	g, err := sluice.New(sluice.With(p), sluice.WithObserver(nopObserver{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c sluice.Call
+	if err := g.Begin(context.Background(), &c); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("Report(Outcome(200)) panicked: %v", r)
+			}
+		}()
+		c.Report(sluice.Outcome(200), errors.New("boom"))
+	}()
+	if p.held.Load() != 0 {
+		t.Errorf("the policy never heard the call's end: its slot is held for good")
+	}
+	// And the next call through the Guard is turned away forever.
+	if err := g.Do(context.Background(), func(context.Context) error { return nil }); err != nil {
+		t.Errorf("next call: %v", err)
+	}
+}
+
+// A Classifier is a user function; one returning an Outcome past Released
+// made the observed Guard count the admitted call as a rejection by its
+// policy (the slot index ran into the rejection counters): it counts as a
+// Failure.
+func TestAClassifierOutcomeOutsideTheFourCountsAFailure(t *testing.T) {
+	p := &oneSlot{name: "slot"}
+	g, err := sluice.New(sluice.With(p), sluice.WithObserver(nopObserver{}),
+		sluice.WithClassifier(func(error) sluice.Outcome { return sluice.Released + 2 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Do(context.Background(), func(context.Context) error { return errors.New("boom") })
+	ps := g.Stats().Policies[0]
+	var rejected uint64
+	for _, n := range ps.Rejected {
+		rejected += n
+	}
+	var ended uint64
+	for _, n := range ps.Outcomes {
+		ended += n
+	}
+	if rejected != 0 || ended != 1 {
+		t.Errorf("one admitted call that ended: Stats say rejected %v, outcomes %v", ps.Rejected, ps.Outcomes)
+	}
+}
+
+// namedCause is a rejection cause of a comparable type (an interface field)
+// that wraps a sentinel through a value of a type that cannot be compared.
+type namedCause struct{ inner error }
+
+func (e namedCause) Error() string { return "limit reached" }
+func (e namedCause) Unwrap() error { return e.inner }
+
+type causes struct{ errs []error }
+
+func (causes) Error() string     { return "multi" }
+func (m causes) Unwrap() []error { return m.errs }
+
+// The Guard keeps one rejection error per policy and compares the next
+// cause with the kept one: a cause of a comparable type whose field holds
+// an uncomparable value is never kept, nor compared.
+func TestAnUncomparableCauseRejectsTwiceWithoutPanic(t *testing.T) {
+	p := &oneSlot{name: "slot", cause: namedCause{inner: causes{[]error{sluice.ErrRateLimited}}}}
+	p.held.Store(1) // full: every call is rejected
+	g, err := sluice.New(sluice.With(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("rejection %d panicked: %v", i+1, r)
+				}
+			}()
+			err := g.Do(context.Background(), func(context.Context) error { return nil })
+			if !errors.Is(err, sluice.ErrRateLimited) {
+				t.Errorf("rejection %d: %v", i+1, err)
+			}
+		}()
+	}
+}

@@ -31,9 +31,12 @@ func WithShadow(policy string) Option {
 }
 
 // SetShadow puts the policy named policy (its Name; all the policies of
-// that name) in shadow mode when on is true, and back to enforcing when
-// on is false; policy "" does the same for the whole Guard, apart from the
-// policies shadowed by name, which stay as they are. A shadowed policy
+// that name) in shadow mode when on is true, and takes it out when on is
+// false; policy "" does the same for the whole Guard. The two are apart: a
+// policy is in shadow mode while it is by name or the whole Guard is, so
+// one taken out by name still lets every call through while the whole
+// Guard is in shadow mode, and one shadowed by name stays so when the
+// Guard goes back to enforcing. A shadowed policy
 // decides each call as when enforcing, but a call it rejects goes through
 // and is counted in [PolicyStats].ShadowRejected and reported to the
 // observers ([CallEvent].Shadow) instead. SetShadow returns an error, and
