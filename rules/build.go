@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -438,11 +439,24 @@ func fallbacksOf(s *spec, g string) (sluice.Fallback, string, error) {
 		}
 	}
 	if len(m) == 0 {
-		return def, fmt.Sprint(all), nil
+		return httpOnly{def}, fmt.Sprint(all), nil
 	}
 	fb, err := degrade.NewRoutes(m, def)
-	return fb, fmt.Sprint(all, byRoute), err
+	if err != nil {
+		return nil, "", err
+	}
+	return httpOnly{fb}, fmt.Sprint(all, byRoute), nil
 }
+
+// httpOnly is a file's fallbacks, which answer HTTP requests: a call made
+// with the Guard's Do, whose caller gets no response, gets its own error,
+// not a nil that tells it the work was done.
+type httpOnly struct {
+	sluice.FallbackOf[http.Handler]
+}
+
+// Answer declines: Do keeps the call's error.
+func (httpOnly) Answer(_ context.Context, err error) (string, error) { return "", err }
 
 func (f fallbackSpec) header() http.Header {
 	if f.headers == nil {

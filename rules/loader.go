@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -512,7 +513,11 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 				l.log.Error("sluice rules: closing a guard rebuilt", "guard", gs.name, "error", err)
 			}
 			closed = append(closed, gs.name)
-			*out = append(*out, "guard "+gs.name+": rebuilt")
+			line := "guard " + gs.name + ": rebuilt"
+			if was := old.spec.byName[gs.name]; was != nil && was.timeout != gs.timeout {
+				line += fmt.Sprintf(" (timeout %v → %v)", was.timeout, gs.timeout)
+			}
+			*out = append(*out, line)
 		}
 		g, err := sluice.New(opts...)
 		if err != nil {
@@ -523,6 +528,15 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 			handShadows(old.guards[gs.name], old.spec.byName[gs.name], g, gs, ps, out)
 		}
 		next.guards[gs.name], next.opts[gs.name] = g, opts
+	}
+	if old != nil {
+		// What the per-client limits count by is no part of a Guard: said
+		// apart.
+		for _, gs := range s.guards {
+			if was := old.spec.byName[gs.name]; was != nil && keyDesc(was.key) != keyDesc(gs.key) {
+				*out = append(*out, "guard "+gs.name+": key "+keyDesc(was.key)+" → "+keyDesc(gs.key))
+			}
+		}
 	}
 	byRoute := map[string]middleware.KeyFunc{}
 	keyed := false
@@ -735,4 +749,30 @@ func routeChanges(from, to *spec) []string {
 		out = append(out, fmt.Sprintf("default route: guard %q → %q", from.def, to.def))
 	}
 	return out
+}
+
+// keyDesc describes k, a guard's key, for the changes a reload reports.
+func keyDesc(k *keySpec) string {
+	if k == nil {
+		return "none"
+	}
+	var d string
+	switch {
+	case k.header != "":
+		d = "header " + k.header
+	case k.cookie != "":
+		d = "cookie " + k.cookie
+	default:
+		d = "ip"
+		if len(k.proxies) > 0 {
+			d += " behind " + strings.Join(k.proxies, ",") + " (" + strings.Join(k.proxyHeaders, ",") + ")"
+		}
+		if k.v4 > 0 || k.v6 > 0 {
+			d += fmt.Sprintf(" /%d /%d", k.v4, k.v6)
+		}
+	}
+	if k.reject {
+		d += ", missing rejected"
+	}
+	return d
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -160,6 +161,9 @@ func parse(name string, data []byte) (*spec, error) {
 			return nil, fmt.Errorf("%s:%d:%d: %w", name, line, col, err)
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if strings.HasSuffix(name, ".json") {
+		data = jsonForYAML(data)
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -430,8 +434,15 @@ func (p *parser) key(n *yaml.Node) *keySpec {
 		switch f {
 		case "header":
 			k.header, from = p.str(v, f), from+1
+			if !httpguts.ValidHeaderFieldName(k.header) {
+				// No request carries it: every one would share one key.
+				p.errf(v, "header: %q is no header name a request can carry", k.header)
+			}
 		case "cookie":
 			k.cookie, from = p.str(v, f), from+1
+			if !httpguts.ValidHeaderFieldName(k.cookie) { // a token, as a cookie's name is
+				p.errf(v, "cookie: %q is no cookie name a request can carry", k.cookie)
+			}
 		case "ip":
 			k.ip, from = true, from+1
 			if v.Kind == yaml.ScalarNode && (v.Tag == "!!null" || v.Value == "true") {
@@ -529,7 +540,7 @@ func (p *parser) policy(n *yaml.Node) *policySpec {
 		case "slow_ratio":
 			pol.slowRatio = p.ratio(v, k)
 		case "min_requests":
-			pol.minRequests = p.integer(v, k, 1)
+			pol.minRequests = p.integer(v, k, 0) // a throttle's may be 0; a breaker's at least 1 (below)
 		case "window_calls":
 			pol.windowCalls = p.integer(v, k, 1)
 			pol.shape++
@@ -591,7 +602,9 @@ func (p *parser) policyRules(n *yaml.Node, pol *policySpec, given map[string]*ya
 			p.errf(n, "policy %q: give window (a rolling window) or window_calls (the last n calls), not both", pol.name)
 		}
 		needMin := pol.errorRatio > 0 || pol.errorCount > 0 || pol.slowCall > 0
-		if needMin != (pol.minRequests > 0) {
+		if needMin && given["min_requests"] != nil && pol.minRequests < 1 {
+			p.errf(given["min_requests"], "min_requests: %d is less than 1", pol.minRequests)
+		} else if needMin != (given["min_requests"] != nil) {
 			p.errf(n, "policy %q: min_requests goes with error_ratio, error_count or slow_call, and only with them", pol.name)
 		}
 		if (pol.slowCall > 0) != (pol.slowRatio > 0) {
@@ -674,7 +687,15 @@ func (p *parser) fallback(s *spec, n *yaml.Node) {
 					return
 				}
 				lines[c] = v.Line
-				f.headers.Set(h, p.str(v, h))
+				val := p.str(v, h)
+				// net/http would drop a field of a name it cannot send, and
+				// send a value's line breaks as spaces.
+				if !httpguts.ValidHeaderFieldName(h) {
+					p.errf(v, "headers: %q is no header name", h)
+				} else if !httpguts.ValidHeaderFieldValue(val) {
+					p.errf(v, "headers: %s: the value holds a character a header cannot send (a line break, a control character)", c)
+				}
+				f.headers.Set(h, val)
 			})
 		case "body":
 			if p.scalar(v, k) {
@@ -686,6 +707,9 @@ func (p *parser) fallback(s *spec, n *yaml.Node) {
 	})
 	if f.cause == "" || f.status == 0 {
 		p.errf(n, "a fallback needs cause and status")
+	}
+	if f.body != "" && (f.status == http.StatusNoContent || f.status == http.StatusNotModified) {
+		p.errf(n, "fallback: a %d answer has no body: net/http would drop it", f.status)
 	}
 	s.fallbacks = append(s.fallbacks, f)
 }
@@ -750,4 +774,59 @@ func (p *parser) check(s *spec) {
 		}
 		fbs[fk{f.route, f.cause}] = f.at.line
 	}
+}
+
+// jsonForYAML returns data, valid JSON, with the escapes of its strings
+// that JSON has and YAML lacks written as YAML reads them: a slash escaped
+// as backslash-slash (PHP's json_encode writes one for every slash) as
+// the slash, and a surrogate pair of \u escapes as the \U escape of the
+// one character it stands for. Lines stay where they were.
+func jsonForYAML(data []byte) []byte {
+	if !bytes.Contains(data, []byte(`\/`)) && !bytes.Contains(data, []byte(`\u`)) {
+		return data
+	}
+	out := make([]byte, 0, len(data))
+	in := false // within a string
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c == '\\' && i+1 < len(data):
+			switch data[i+1] {
+			case '/':
+				out = append(out, '/')
+				i++
+				continue
+			case 'u':
+				hi, ok1 := hex4(data[i+2:])
+				lo, ok2 := uint64(0), false
+				if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+					lo, ok2 = hex4(data[i+8:])
+				}
+				if ok1 && ok2 && hi >= 0xD800 && hi < 0xDC00 && lo >= 0xDC00 && lo < 0xE000 {
+					r := 0x10000 + (hi-0xD800)<<10 + (lo - 0xDC00)
+					out = fmt.Appendf(out, `\U%08X`, r)
+					i += 11
+					continue
+				}
+			}
+			out = append(out, c, data[i+1])
+			i++
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// hex4 reads four hex digits at the start of b.
+func hex4(b []byte) (uint64, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	return n, err == nil
 }

@@ -1,0 +1,139 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+)
+
+// loadFile writes content to a file named name in a fresh directory and
+// loads it, returning New's error; the Loader is closed at the test's end.
+func loadFile(t *testing.T, name, content string) (*Loader, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+	l, err := New(path, WithLogger(quietLog))
+	if err == nil {
+		t.Cleanup(func() { _ = l.Close() })
+	}
+	return l, err
+}
+
+// A rules file that is valid JSON loads, "\/" (PHP's json_encode writes
+// one for every "/") and surrogate pairs (an emoji past the BMP) among its
+// escapes, which YAML lacks.
+func TestValidJSONWithEscapesYAMLLacksLoads(t *testing.T) {
+	require.True(t, json.Valid([]byte(`{"a": "<\/p>\ud83d\ude00"}`)))
+	const file = `{
+  "guards": {"api": {"policies": [{"name": "off", "kind": "shed", "on": true}]}},
+  "default": "api",
+  "fallbacks": [{"cause": "rejected", "status": 200, "body": "<a href=\"\/help\">help<\/a> \ud83d\ude00"}]
+}`
+	l, err := loadFile(t, "rules.json", file)
+	require.NoError(t, err, "valid JSON")
+	w := get(serve(t, l), "/x")
+	assert.Equal(t, `<a href="/help">help</a> 😀`, w.Body.String())
+}
+
+// A fallback's header field that net/http cannot send is refused when the
+// file loads, not dropped (an invalid name) or rewritten (CR LF in a value)
+// on the wire unseen, and a body is refused with a status that has none
+// (204, 304), which net/http drops.
+func TestFallbackFieldsNetHTTPCannotSendAreRefused(t *testing.T) {
+	const base = "guards:\n  api:\n    policies:\n      - {name: off, kind: shed, on: true}\ndefault: api\nfallbacks:\n  - %s\n"
+	for _, fb := range []string{
+		`{cause: rejected, status: 200, body: "[]", headers: {X-Note: "a\r\nb"}}`,
+		`{cause: rejected, status: 200, headers: {"Content Type": application/json}}`,
+		`{cause: rejected, status: 200, headers: {"X-Note": "a\nb"}}`,
+		`{cause: rejected, status: 204, body: "gone"}`,
+		`{cause: rejected, status: 304, body: "gone"}`,
+	} {
+		_, err := loadFile(t, "rules.yaml", strings.Replace(base, "%s", fb, 1))
+		assert.Error(t, err, fb)
+	}
+}
+
+// A key header or cookie name no request can carry is refused: with
+// missing: shared (the default) every request would fall silently into the
+// one bucket keyed "unknown", a per-client limit turned into one for all.
+func TestKeyNamesNoRequestCanCarryAreRefused(t *testing.T) {
+	for _, key := range []string{
+		`{header: "X-API Key"}`,
+		`{header: "X-API-Key:"}`,
+		`{cookie: "session id"}`,
+		`{cookie: "sid;"}`,
+	} {
+		_, err := loadFile(t, "rules.yaml", "guards:\n  api:\n    key: "+key+"\n    policies:\n"+
+			"      - {name: per-client, kind: fixed-window, limit: 1, window: 1m, per_key: true}\ndefault: api\n")
+		assert.Error(t, err, key)
+	}
+}
+
+// The file's fallbacks are HTTP answers; Loader.Guard hands its Guard out
+// "for calls made with sluice.Guard.Do or sluice.Execute". Do then returns
+// nil for a call that was rejected and never ran, and for a call that
+// failed: the caller is told its work was done.
+func TestGuardDoIsNotToldSuccessByTheFilesHTTPFallbacks(t *testing.T) {
+	l, err := loadFile(t, "rules.yaml", `
+guards:
+  api:
+    policies:
+      - {name: off, kind: shed, on: true}
+  jobs:
+    policies:
+      - {name: jobs-limit, kind: fixed-window, limit: 100, window: 1m}
+default: api
+fallbacks:
+  - {cause: rejected, status: 200, body: "[]"}
+  - {cause: error, status: 200, body: "[]"}
+`)
+	require.NoError(t, err)
+	g, _ := l.Guard("api")
+	ran := false
+	err = g.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+	require.False(t, ran, "the shed is on")
+	assert.ErrorIs(t, err, sluice.ErrRejected, "rejected, fn never ran: Do returned %v", err)
+
+	jobs, _ := l.Guard("jobs")
+	boom := errors.New("write failed")
+	err = jobs.Do(context.Background(), func(context.Context) error { return boom })
+	assert.ErrorIs(t, err, boom, "the call's own failure")
+}
+
+// Status.Changes says what a reload changed, "a line per change": a guard
+// whose key changed (what its per-client limits count by) is a change.
+func TestStatusChangesTellAKeyChange(t *testing.T) {
+	const rules = "guards:\n  api:\n    key: {header: X-Key}\n    policies:\n" +
+		"      - {name: per-client, kind: fixed-window, limit: 5, window: 1m, per_key: true}\ndefault: api\n"
+	var got []Status
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, rules)
+	l, err := New(path, WithLogger(quietLog), OnReload(func(st Status) { got = append(got, st) }))
+	require.NoError(t, err)
+	defer l.Close()
+	for _, to := range []string{"{ip: {}}", "{ip: {}, missing: reject}"} {
+		writeRules(t, path, strings.Replace(rules, "{header: X-Key}", to, 1))
+		require.NoError(t, l.Reload())
+		require.NotEmpty(t, got)
+		assert.NotEmpty(t, got[len(got)-1].Changes, "key → %s: the reload reported no change", to)
+	}
+}
+
+// A throttle's min_requests defaults to 0, as the package doc's table says
+// and breaker.WithMinThrottleRequests takes it: writing it is no error; a
+// breaker's is at least 1.
+func TestThrottleMinRequestsZeroIsItsDefault(t *testing.T) {
+	_, err := loadFile(t, "rules.yaml", "guards:\n  api:\n    policies:\n      - {name: t, kind: throttle, min_requests: 0}\n")
+	assert.NoError(t, err)
+	_, err = loadFile(t, "rules.yaml", "guards:\n  api:\n    policies:\n      - {name: b, kind: breaker, error_ratio: 0.5, min_requests: 0}\n")
+	assert.ErrorContains(t, err, "min_requests")
+}
