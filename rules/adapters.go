@@ -19,6 +19,8 @@ import (
 // every set of rules (WithRouteFunc, WithDenyHandler, WithRenderer, ...);
 // the route table is the file's, so WithRoutes or WithGuard among them is
 // an error, and a WithKeyer is replaced whenever the file declares a key.
+// A later load whose rules the middleware would refuse fails, and the
+// rules in force stay.
 func (l *Loader) HTTP(opts ...sluicehttp.Option) (func(http.Handler) http.Handler, error) {
 	opts = slices.Clip(opts)
 	build := func(st *state) (func(http.Handler) http.Handler, error) {
@@ -28,8 +30,7 @@ func (l *Loader) HTTP(opts ...sluicehttp.Option) (func(http.Handler) http.Handle
 		}
 		return sluicehttp.Middleware(o...)
 	}
-	st := l.cur.Load()
-	first, err := build(st)
+	st, first, err := follow(l, build)
 	if err != nil {
 		return nil, err
 	}
@@ -59,8 +60,7 @@ func (l *Loader) Echo(opts ...sluiceecho.Option) (echo.MiddlewareFunc, error) {
 		}
 		return sluiceecho.Middleware(o...)
 	}
-	st := l.cur.Load()
-	first, err := build(st)
+	st, first, err := follow(l, build)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +74,24 @@ func (l *Loader) Echo(opts ...sluiceecho.Option) (echo.MiddlewareFunc, error) {
 		})
 		return func(c echo.Context) error { return f.get()(c) }
 	}, nil
+}
+
+// follow builds an adapter's middleware for the rules in force with build,
+// and has every later load run build on its new rules before they come
+// into force, so that a load the adapter would refuse fails.
+func follow[M any](l *Loader, build func(*state) (M, error)) (*state, M, error) {
+	l.adaptersMu.Lock()
+	defer l.adaptersMu.Unlock()
+	st := l.cur.Load()
+	first, err := build(st)
+	if err != nil {
+		return nil, first, err
+	}
+	l.adapters = append(l.adapters, func(st *state) error {
+		_, err := build(st)
+		return err
+	})
+	return st, first, nil
 }
 
 // follower holds an adapter's handler of the rules in force, and makes the

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/internal/redistest"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 )
@@ -82,4 +83,31 @@ default: api
 	keys, err := client.Keys(context.Background(), "*fleet*").Result()
 	require.NoError(t, err)
 	assert.NotEmpty(t, keys, "the limit's keys carry its name")
+}
+
+// A load whose new rules the middleware refuses (a guard whose program-given
+// options carry a fallback answering no http.Handler) fails, as any bad
+// load does: the rules in force stay whole, numbers included, where the
+// middleware used to serve its previous route table with the numbers
+// changed in place, half the new rules.
+func TestALoadTheMiddlewareRefusesFails(t *testing.T) {
+	const v1 = "guards:\n  api:\n    policies:\n      - {name: off, kind: shed}\nroutes:\n  - {route: \"GET /items\", guard: api}\n"
+	v2 := strings.Replace(v1, "{name: off, kind: shed}",
+		"{name: off, kind: shed, on: true}\n  jobs:\n    policies:\n      - {name: jobs-off, kind: shed}", 1) +
+		"  - {route: \"GET /cart\", guard: jobs}\n"
+	fb, err := degrade.New(degrade.OnRejected(degrade.Value("busy")))
+	require.NoError(t, err)
+	l, path := newLoader(t, v1, WithGuardOptions(func(name string) []sluice.Option {
+		if name == "jobs" { // used with sluice.Execute[string] elsewhere
+			return []sluice.Option{sluice.WithFallback(fb)}
+		}
+		return nil
+	}))
+	h := serve(t, l)
+	require.Equal(t, http.StatusOK, get(h, "/items").Code)
+	writeRules(t, path, v2)
+	err = l.Reload()
+	require.ErrorContains(t, err, "middleware refuses")
+	assert.Equal(t, uint64(1), l.Status().Version.N, "the rules in force stay")
+	assert.Equal(t, http.StatusOK, get(h, "/items").Code, "the shed's number set back")
 }

@@ -44,6 +44,12 @@ type Loader struct {
 	lastFail *failure
 	closed   bool
 	w        *watcher // nil until Watch
+	// adapters are the builds of the middleware made with HTTP and Echo,
+	// which a load runs on its new rules before they come into force: a
+	// table an adapter refuses is a load that fails. Under adaptersMu (HTTP
+	// may be called by an OnReload function, under mu).
+	adaptersMu sync.Mutex
+	adapters   []func(*state) error
 }
 
 // Version identifies the rules in force.
@@ -578,6 +584,18 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		return undo(fmt.Errorf("%s: routes: %w", l.path, err))
 	}
 	next.routes = rs
+	// The middleware made with HTTP and Echo serve the new table from
+	// their next request: one that an adapter refuses (a Guard whose
+	// program-given fallbacks answer no http.Handler, say) would be served
+	// by none, while the numbers set in place above are already in force.
+	l.adaptersMu.Lock()
+	adapters := slices.Clone(l.adapters)
+	l.adaptersMu.Unlock()
+	for _, build := range adapters {
+		if err := build(next); err != nil {
+			return undo(fmt.Errorf("%s: the middleware refuses the rules: %w", l.path, err))
+		}
+	}
 	// Nothing can fail past here but a shadow mode the parser let by: the
 	// kept Guards take the file's modes now, and are set back if one
 	// fails, so that a failed load leaves their modes as they were.
