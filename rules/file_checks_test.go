@@ -137,3 +137,63 @@ func TestThrottleMinRequestsZeroIsItsDefault(t *testing.T) {
 	_, err = loadFile(t, "rules.yaml", "guards:\n  api:\n    policies:\n      - {name: b, kind: breaker, error_ratio: 0.5, min_requests: 0}\n")
 	assert.ErrorContains(t, err, "min_requests")
 }
+
+// jsonLine is a one-line rules file, as PHP's json_encode writes one,
+// whose policy kind is unknown; body goes in its fallback's body.
+func jsonLine(body string) string {
+	return `{"fallbacks":[{"cause":"rejected","status":200,"body":"` + body +
+		`"}],"default":"api","guards":{"api":{"policies":[{"name":"off","kind":"bogus"}]}}}`
+}
+
+// The column of an error in a JSON file is the column in the file, after a
+// "\/" or a surrogate pair as after as many bytes of plain text, though
+// they are rewritten for the YAML parser.
+func TestJSONErrorColumnIsTheFilesAfterRewrittenEscapes(t *testing.T) {
+	for _, body := range []string{`<\/p>`, `\/api\/v1\/users`, `\ud83d\ude00`} {
+		_, err := parse("rules.json", []byte(jsonLine(body)))
+		require.Error(t, err)
+		_, plain := parse("rules.json", []byte(jsonLine(strings.Repeat("x", len(body)))))
+		require.Error(t, plain)
+		assert.Equal(t, plain.Error(), err.Error(), "body %s", body)
+	}
+}
+
+// A lone surrogate escape is valid JSON (json.Valid, and JavaScript's
+// JSON.stringify writes one for a string cut inside a pair); encoding/json
+// reads it as U+FFFD, and so do the rules.
+func TestJSONLoneSurrogateLoads(t *testing.T) {
+	for _, body := range []string{`cut \ud83d`, `\ude00 cut`, `\ud83d\u0041`} {
+		file := `{
+  "guards": {"api": {"policies": [{"name": "off", "kind": "shed", "on": true}]}},
+  "default": "api",
+  "fallbacks": [{"cause": "rejected", "status": 200, "body": "` + body + `"}]
+}`
+		var v struct{ Fallbacks []struct{ Body string } }
+		require.NoError(t, json.Unmarshal([]byte(file), &v))
+		s, err := parse("rules.json", []byte(file))
+		if assert.NoError(t, err, "valid JSON: %s", body) {
+			assert.Equal(t, v.Fallbacks[0].Body, s.fallbacks[0].body)
+		}
+	}
+}
+
+// A JSON string may hold U+0085, U+2028 and U+2029 unescaped, which YAML
+// takes for line breaks: the lines of the errors after one stay the
+// file's, and a NEL is kept, not folded to a space.
+func TestJSONRawUnicodeLineBreaksKeepTheirLine(t *testing.T) {
+	for _, c := range []string{"\u0085", "\u2028", "\u2029"} {
+		file := "{\n  \"fallbacks\": [{\"cause\": \"rejected\", \"status\": 200, \"body\": \"x" + c + "y\"}],\n" +
+			"  \"default\": \"api\",\n  \"guards\": {\"api\": {\"policies\": [{\"name\": \"off\", \"kind\": \"bogus\"}]}}\n}"
+		_, err := parse("rules.json", []byte(file))
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "rules.json:4:", "%q", c)
+	}
+	file := `{
+  "guards": {"api": {"policies": [{"name": "off", "kind": "shed", "on": true}]}},
+  "default": "api",
+  "fallbacks": [{"cause": "rejected", "status": 200, "body": "x` + "\u0085" + `y"}]
+}`
+	s, err := parse("rules.json", []byte(file))
+	require.NoError(t, err)
+	assert.Equal(t, "x\u0085y", s.fallbacks[0].body, "the body the file gives")
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
@@ -162,8 +163,9 @@ func parse(name string, data []byte) (*spec, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	var shifts map[int][]colShift
 	if strings.HasSuffix(name, ".json") {
-		data = jsonForYAML(data)
+		data, shifts = jsonForYAML(data)
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -176,6 +178,9 @@ func parse(name string, data []byte) (*spec, error) {
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		return nil, fmt.Errorf("%s:%d: a second document: a rules file holds one", name, extra.Line)
+	}
+	if len(shifts) > 0 {
+		unshift(&doc, shifts)
 	}
 	s := &spec{byName: map[string]*guardSpec{}}
 	root := &doc
@@ -776,50 +781,96 @@ func (p *parser) check(s *spec) {
 	}
 }
 
-// jsonForYAML returns data, valid JSON, with the escapes of its strings
-// that JSON has and YAML lacks written as YAML reads them: a slash escaped
-// as backslash-slash (PHP's json_encode writes one for every slash) as
-// the slash, and a surrogate pair of \u escapes as the \U escape of the
-// one character it stands for. Lines stay where they were.
-func jsonForYAML(data []byte) []byte {
-	if !bytes.Contains(data, []byte(`\/`)) && !bytes.Contains(data, []byte(`\u`)) {
-		return data
-	}
+// jsonForYAML returns data, valid JSON, with what its strings hold that
+// JSON reads and YAML does not written as YAML reads it: a slash escaped as
+// backslash-slash (PHP's json_encode writes one for every slash) as the
+// slash; a surrogate pair of \u escapes as the \U escape of the character
+// it stands for, and a lone one as U+FFFD, as encoding/json reads it; and
+// the characters YAML takes for line breaks or refuses (U+0085, U+2028,
+// U+2029, DEL and the C1 controls) as \u escapes. Lines stay where they
+// were; the columns that moved on a line are in the shifts returned.
+func jsonForYAML(data []byte) ([]byte, map[int][]colShift) {
 	out := make([]byte, 0, len(data))
-	in := false // within a string
-	for i := 0; i < len(data); i++ {
-		c := data[i]
-		switch {
-		case !in:
-			in = c == '"'
-		case c == '"':
-			in = false
-		case c == '\\' && i+1 < len(data):
-			switch data[i+1] {
-			case '/':
-				out = append(out, '/')
-				i++
-				continue
-			case 'u':
-				hi, ok1 := hex4(data[i+2:])
-				lo, ok2 := uint64(0), false
-				if i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
-					lo, ok2 = hex4(data[i+8:])
-				}
-				if ok1 && ok2 && hi >= 0xD800 && hi < 0xDC00 && lo >= 0xDC00 && lo < 0xE000 {
-					r := 0x10000 + (hi-0xD800)<<10 + (lo - 0xDC00)
-					out = fmt.Appendf(out, `\U%08X`, r)
-					i += 11
-					continue
-				}
+	shifts := map[int][]colShift{}
+	line, col := 1, 1 // of out
+	shift := func(by int) { shifts[line] = append(shifts[line], colShift{col, by}) }
+	emit := func(b ...byte) {
+		for _, c := range b {
+			out = append(out, c)
+			if c == '\n' {
+				line, col = line+1, 1
+			} else if c&0xC0 != 0x80 {
+				col++
 			}
-			out = append(out, c, data[i+1])
+		}
+	}
+	in := false // within a string
+	for i := 0; i < len(data); {
+		c := data[i]
+		if !in || c == '"' {
+			in = in != (c == '"')
+			emit(c)
 			i++
 			continue
 		}
-		out = append(out, c)
+		if c == '\\' && i+1 < len(data) {
+			switch data[i+1] {
+			case '/':
+				emit('/')
+				shift(1)
+				i += 2
+				continue
+			case 'u':
+				hi, ok := hex4(data[i+2:])
+				if ok && hi >= 0xD800 && hi < 0xE000 {
+					lo, pair := uint64(0), false
+					if hi < 0xDC00 && i+7 < len(data) && data[i+6] == '\\' && data[i+7] == 'u' {
+						lo, pair = hex4(data[i+8:])
+						pair = pair && lo >= 0xDC00 && lo < 0xE000
+					}
+					if pair {
+						emit(fmt.Appendf(nil, `\U%08X`, 0x10000+(hi-0xD800)<<10+(lo-0xDC00))...)
+						shift(2)
+						i += 12
+					} else {
+						emit([]byte(`\uFFFD`)...)
+						i += 6
+					}
+					continue
+				}
+			}
+			emit(c, data[i+1])
+			i += 2
+			continue
+		}
+		r, size := utf8.DecodeRune(data[i:])
+		if r == 0x7F || r >= 0x80 && r <= 0x9F || r == 0x2028 || r == 0x2029 {
+			emit(fmt.Appendf(nil, `\u%04X`, r)...)
+			shift(-5)
+		} else {
+			emit(data[i : i+size]...)
+		}
+		i += size
 	}
-	return out
+	return out, shifts
+}
+
+// colShift says that, on a line of the text jsonForYAML returns, the
+// columns from col on are by fewer than in the file (more when by < 0).
+type colShift struct{ col, by int }
+
+// unshift puts the columns of the nodes of n back where they are in the
+// file, before jsonForYAML moved them.
+func unshift(n *yaml.Node, shifts map[int][]colShift) {
+	c := n.Column
+	for _, s := range shifts[n.Line] {
+		if s.col <= c {
+			n.Column += s.by
+		}
+	}
+	for _, k := range n.Content {
+		unshift(k, shifts)
+	}
 }
 
 // hex4 reads four hex digits at the start of b.
