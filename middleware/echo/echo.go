@@ -69,8 +69,12 @@ func WithKeyer(k *middleware.Keyer) Option {
 // non-empty string (of any string type), or the String of a fmt.Stringer
 // that is not a nil pointer. Requests without one have no key, and so have
 // those of other adapters, which carry no echo.Context. Give it to
-// middleware.NewKeyer, for WithKeyer.
+// middleware.NewKeyer, for WithKeyer. An empty name makes a KeyFunc that
+// NewKeyer refuses, alone or in middleware.KeyPerRoute.
 func KeyByValue(name string) middleware.KeyFunc {
+	if name == "" {
+		return middleware.KeyByHeader("") // the KeyFunc refused
+	}
 	return func(r middleware.Request) (string, bool) {
 		q, ok := r.(*request)
 		if !ok {

@@ -1099,3 +1099,15 @@ func TestHandlersRejectionNamesNoWindowOfTheRoutesSameNamedPolicy(t *testing.T) 
 	require.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, `"ratelimit/fixed-window";q=1`, rec.Header().Get("RateLimit-Policy"))
 }
+
+// KeyByValue given an empty name (c.Get(""), which no authentication
+// middleware sets) would key no request, every client in the one shared
+// bucket: NewKeyer refuses it, alone or in KeyPerRoute.
+func TestKeyByValueOfAnEmptyNameIsRefused(t *testing.T) {
+	if _, err := middleware.NewKeyer(middleware.MissingKey{}, KeyByValue("")); err == nil {
+		t.Error("NewKeyer took KeyByValue(\"\")")
+	}
+	if _, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyPerRoute(nil, KeyByValue(""))); err == nil {
+		t.Error("NewKeyer took KeyPerRoute(nil, KeyByValue(\"\"))")
+	}
+}
