@@ -224,7 +224,13 @@ func (w *watch) settled() bool {
 			calls += n
 		}
 	}
-	return w.heard.Load() >= calls
+	if w.heard.Load() >= calls {
+		return true
+	}
+	// One short with nothing in flight: the observers are being told of
+	// the last end, or one before the metrics panicked and they never will
+	// be. Let go at the third collection that finds it so.
+	return w.short.Add(1) >= 3
 }
 
 // settled reports whether every call g admitted has ended.
@@ -308,6 +314,7 @@ type watch struct {
 	waits      [2]lazyHistogram
 	heard      atomic.Uint64 // the calls observe was told of
 	hears      bool          // the Guard tells observe of its calls
+	short      atomic.Int32  // collections that found it short of heard calls, none in flight
 
 	resMu     sync.Mutex // serializes additions to resources
 	resources atomic.Pointer[map[string]*durations]
