@@ -196,7 +196,14 @@ func pushback(trailer metadata.MD, err error) (d time.Duration, asked, ok bool) 
 	st, _ := status.FromError(err)
 	for _, det := range st.Details() {
 		if ri, ok := det.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
-			d, asked = max(d, ri.GetRetryDelay().AsDuration()), true
+			// As the trailer's: a negative delay ends the retries; none
+			// (0) announces no delay, as RejectionOf reads it.
+			switch rd := ri.GetRetryDelay().AsDuration(); {
+			case rd < 0 || ri.GetRetryDelay().CheckValid() != nil:
+				return 0, true, false
+			case rd > 0:
+				d, asked = max(d, rd), true
+			}
 		}
 	}
 	return d, asked, true

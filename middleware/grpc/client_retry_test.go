@@ -382,3 +382,24 @@ func TestClientDoesNotRetryItsOwnSendLimit(t *testing.T) {
 	assert.Zero(t, s.health.calls.Load())
 	assert.Zero(t, g.Stats().Retries, "the budget paid for retries of a deterministic client-side refusal")
 }
+
+// A RetryInfo whose delay is negative is a malformed pushback, which ends
+// the retries as a negative trailer does: a ResourceExhausted is retried
+// only when it asks for a delay, not at once.
+func TestClientRetryInfoOfANegativeDelayIsNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in, _ := retrying(t, generousRetry)
+		st, err := status.New(codes.ResourceExhausted, "slow down").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(-5 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &fakeServer{answer: func(n int) (metadata.MD, error) {
+			if n == 1 {
+				return nil, st.Err()
+			}
+			return nil, nil
+		}}
+		_ = callThrough(in, context.Background(), s)
+		assert.Equal(t, 1, s.calls(), "a negative RetryInfo delay was read as a request to retry (ResourceExhausted retried)")
+	})
+}
