@@ -288,16 +288,20 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			call.Report(sluice.Ignored, nil)
 			// For the request as it came, not as an inner middleware
 			// rewrote it: its fallbacks (a stale copy of its URI) answer.
+			// The fields the handler set for its own body do not go with
+			// the answer, as sluicehttp.Reject drops them.
 			c.SetRequest(asked)
+			routing.DropBodyFields(c.Response().Header())
 			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(cerr, rt.Guard), errors.Is(reqCtx.Err(), context.Canceled)) // a stale copy is aged from now
 		}
 		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
-			cfg.Declares(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
+			cfg.Declares(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
 			// A failure, or the Guard's timeout, that a fallback of the
 			// Guard answers: counted as the 500 it would have been, and
-			// answered by the fallback.
+			// answered by the fallback, for the request as it came (its
+			// stale copy was kept under it).
 			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
-			if fb, fr := cfg.Fallback(c.Request(), rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
+			if fb, fr := cfg.Fallback(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
 				c.Set(rejectedKey, true)
@@ -344,6 +348,7 @@ func (cfg *config) answered(c echo.Context, rt *routing.Route, err error) error 
 		return err
 	}
 	if d, ok := sluice.RejectionOf(err); ok {
+		routing.DropBodyFields(c.Response().Header())
 		return cfg.rejected(c, rt, "", "", err, d, 0, false, false)
 	}
 	return err
