@@ -60,9 +60,10 @@ func CostFrom(ctx context.Context) int64 {
 	return 1
 }
 
-// Priority orders requests for load shedding: under overload the guard sheds
-// PriorityNormal requests first and PriorityCritical ones only at a higher
-// threshold.
+// Priority orders requests for load shedding. The adaptive Shedder and
+// bulkhead read it in their queue (adaptive.WithQueue): critical requests
+// are served first, wait their whole maxWait, and turn a normal waiter out
+// of a full queue; with no queue, priority changes nothing.
 type Priority uint8
 
 const (

@@ -14,6 +14,7 @@ type options struct {
 	queue    int
 	maxWait  time.Duration
 	queueSet bool
+	nameSet  bool
 }
 
 // WithName sets the name the Shedder reports in its decisions, errors and
@@ -24,7 +25,7 @@ func WithName(name string) Option {
 		if name == "" {
 			return errors.New("adaptive: WithName: empty name")
 		}
-		o.name = name
+		o.name, o.nameSet = name, true
 		return nil
 	}
 }

@@ -22,12 +22,12 @@ func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 		return err
 	}
 	switch {
-	case o.name != s.name:
-		return errors.New("adaptive: Reconfigure: WithName cannot change at run time")
+	case o.nameSet:
+		return errors.New("adaptive: Reconfigure: WithName cannot be given: a name cannot change at run time")
 	case s.est != nil && n != 0:
 		return fmt.Errorf("adaptive: Reconfigure: limit %d for a Shedder whose limit is learned: want 0", n)
 	case s.est == nil && n < 1:
-		return errBulkheadLimit
+		return fmt.Errorf("adaptive: Reconfigure: limit %d: a bulkhead's must be at least 1", n)
 	case o.queueSet && (s.q == nil) != (o.queue == 0):
 		return errors.New("adaptive: Reconfigure: a Shedder cannot gain or lose its queue at run time: build a new one")
 	}

@@ -46,6 +46,7 @@ func TestReconfigureRefusesWhatItCannotChange(t *testing.T) {
 		func() error { return b.Reconfigure(0) },
 		func() error { return b.Reconfigure(2, adaptive.WithQueue(4, ms)) }, // would gain a queue
 		func() error { return b.Reconfigure(2, adaptive.WithName("other")) },
+		func() error { return b.Reconfigure(2, adaptive.WithName("adaptive/bulkhead")) }, // only WithQueue may be given
 		func() error { return b.Reconfigure(2, adaptive.WithQueue(-1, 0)) },
 	} {
 		require.Error(t, bad())

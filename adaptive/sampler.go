@@ -23,7 +23,7 @@ type SamplerConfig struct {
 	// Decay is the weight the smoothed usage keeps at each reading; the new
 	// reading weighs 1-Decay. Default 0.8, which follows a step change to 90%
 	// in about ten readings (2.5 s at the default interval). It must be in
-	// [0, 1).
+	// (0, 1); 0 is the default.
 	Decay float64
 }
 

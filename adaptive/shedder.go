@@ -542,7 +542,9 @@ type Stats struct {
 	Baseline time.Duration
 	// Probing is true while the limit is lowered to measure the baseline.
 	Probing bool
-	// State is "normal" or "shedding".
+	// State is "normal" or "shedding". The Shedder reads no clock of its
+	// own: it turns back to "normal" at the first request a second after
+	// its last rejection, so with no traffic it stays "shedding".
 	State string
 }
 

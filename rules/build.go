@@ -329,7 +329,7 @@ func setLocal(p sluice.Policy, from, to *policySpec) error {
 		if to.kind == "bulkhead" && (from.maxWait > 0) != (to.maxWait > 0) {
 			return errNotInPlace // a queue cannot come or go at run time
 		}
-		o := shedderOptions(to)
+		o := shedderOptions(to)[1:] // its name stays
 		if to.kind == "shedder" && to.maxWait == 0 {
 			o = append(o, adaptive.WithQueue(defaultQueue, defaultMaxWait))
 		}
