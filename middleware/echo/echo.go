@@ -314,11 +314,12 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		}
 	}
 	o := cfg.outcome(c, reqCtx, err, cerr)
+	empty := false // nothing written by the Guard's deadline
 	if o == sluice.Success && err == nil && req != nil && !c.Response().Committed &&
 		call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
 		// Nothing written by the Guard's deadline: the call timed out, and
 		// its empty answer is no response to keep.
-		o = sluice.Failure
+		o, empty = sluice.Failure, true
 	}
 	var rerr error
 	if o == sluice.Failure && req != nil && call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
@@ -328,7 +329,18 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			rerr = core.FailedStatus(http.StatusGatewayTimeout)
 		}
 	}
-	call.Report(o, rerr)
+	reported := call.Report(o, rerr)
+	if empty && cfg.GuardOf(rt.Guard) != nil {
+		// Answered as the net/http adapter answers it: by the Guard's
+		// fallback for a timeout, if it has one.
+		if fb, fr := cfg.Fallback(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), reported, call.Decision()); fb != nil {
+			routing.DropBodyFields(c.Response().Header())
+			c.Set(rejectedKey, true)
+			c.SetRequest(fr)
+			fb.ServeHTTP(c.Response(), fr)
+			return nil
+		}
+	}
 	// A hijacked connection has no HTTP response to keep.
 	// Nor has an answer the handler failed to finish (an error after its
 	// 200 went out: the body cut short). The copy is kept under the

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/middleware"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
@@ -93,4 +95,35 @@ func mustManualGuard(t *testing.T, opts ...sluice.Option) *sluice.Guard {
 	g, err := sluice.New(append([]sluice.Option{sluice.WithClock(sluice.NewManualClock(0))}, opts...)...)
 	require.NoError(t, err)
 	return g
+}
+
+// A handler that writes nothing by the Guard's deadline is answered as the
+// net/http adapter answers it: by the Guard's fallback for a timeout, not
+// with an empty 200; without one, as the handler left it.
+func TestNothingWrittenByTheDeadlineIsAnsweredAsNetHTTPDoes(t *testing.T) {
+	for _, withFallback := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			opts := []sluice.Option{sluice.WithTimeout(100 * time.Millisecond)}
+			if withFallback {
+				fb, err := degrade.New(degrade.OnTimeout(answering("fallback")))
+				require.NoError(t, err)
+				opts = append(opts, sluice.WithFallback(fb))
+			}
+			hm, err := sluicehttp.Middleware(sluicehttp.WithGuard(mustManualGuard(t, opts...)))
+			require.NoError(t, err)
+			hh := hm(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+			hrec := httptest.NewRecorder()
+			hh.ServeHTTP(hrec, httptest.NewRequest(http.MethodGet, "/a", nil))
+
+			e := echo.New()
+			e.Use(mw(t, WithGuard(mustManualGuard(t, opts...))))
+			e.GET("/a", func(c echo.Context) error { <-c.Request().Context().Done(); return nil })
+			rec := do(e, http.MethodGet, "/a")
+			assert.Equal(t, hrec.Code, rec.Code, "fallback %v", withFallback)
+			assert.Equal(t, hrec.Body.String(), rec.Body.String(), "fallback %v", withFallback)
+			if withFallback {
+				assert.Equal(t, "fallback", rec.Body.String())
+			}
+		})
+	}
 }
