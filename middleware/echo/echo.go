@@ -1,11 +1,9 @@
 package sluiceecho
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -239,36 +237,41 @@ func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 // request's key, and ends the call. Its defers are open-coded only in a
 // function of few returns: Middleware's closure has too many.
 func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Route, key string, call *sluice.Call) error {
-	var keep *core.Guard
-	var capture *captureWriter
+	res := c.Response()
 	asked := c.Request() // the request as it came: its copy is kept, its rejections answered
-	if c.Request().Method == http.MethodGet && cfg.HasFallbacks() {
-		if keep = cfg.GuardOf(rt.Guard); keep != nil && keep.Stale != nil {
-			capture = &captureWriter{ResponseWriter: c.Response().Writer, max: keep.MaxBody}
-			c.Response().Writer = capture
-			defer func() { c.Response().Writer = capture.ResponseWriter }()
-		}
-	}
 	// The request's own context, before the Guard's deadline: its
 	// cancellation, and only its, is a client that went away (an inner
 	// middleware may put a context of its own in the request and cancel it
 	// on return).
-	reqCtx := c.Request().Context()
+	reqCtx := asked.Context()
 	// The connection's address as the request came, which a middleware
 	// inside may rewrite: a keyless client's stale copies are kept under it.
-	addr := c.Request().RemoteAddr
+	addr := asked.RemoteAddr
+	w := getWriter(res.Writer)
+	res.Writer = w
+	defer restore(res, w)
+	var keep *core.Guard
+	if cfg.HasFallbacks() {
+		if keep = cfg.GuardOf(rt.Guard); keep != nil {
+			w.answer, w.cfg, w.c, w.rt, w.asked, w.reqCtx, w.key, w.addr = true, cfg, c, rt, asked, reqCtx, key, addr
+			if asked.Method == http.MethodGet && keep.Stale != nil {
+				w.capturing, w.max = true, keep.MaxBody
+			}
+		}
+	}
 	var req *http.Request
 	if ctx := call.Context(); rt.Timed && ctx != reqCtx { // rt.Timed first: a context compare is a runtime call
 		// The handler runs with the Guard's deadline; the request outside
 		// it, as the middleware got it: an outer middleware must not take
 		// the deadline's context, cancelled once the handler is done, for a
 		// client that went away.
-		req = c.Request()
+		req = asked
+		w.cctx = ctx
 		c.SetRequest(req.WithContext(ctx))
 		defer c.SetRequest(req)
 	}
 	returned := false
-	defer cfg.failOnPanic(call, &returned)
+	defer failOnPanic(call, w, &returned)
 	err := next(c)
 	returned = true
 	cerr := err // a *timeouterr.Error once the Guard's deadline passed
@@ -280,7 +283,18 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		// Echo's error handler answer with the request's own.
 		c.SetRequest(req)
 	}
-	if err != nil && !c.Response().Committed && !isHTTPError(err) {
+	if w.status != 0 && !res.Committed {
+		// Written past Echo's Response, to c.Response().Writer: the
+		// response is under way, with the status the client got.
+		res.Committed, res.Status, res.Size = true, w.status, w.size
+	}
+	if w.held {
+		return cfg.answerHeld(c, w, call, err)
+	}
+	// What is written from here on is the middleware's answer: no 5xx of
+	// it is held back.
+	w.answer = false
+	if err != nil && !res.Committed && !isHTTPError(err) {
 		if d, ok := sluice.RejectionOf(cerr); ok {
 			// A rejection the handler's own call met (a breaker open for
 			// its dependency): answered as this middleware answers its own,
@@ -291,10 +305,10 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// The fields the handler set for its own body do not go with
 			// the answer, as sluicehttp.Reject drops them.
 			c.SetRequest(asked)
-			routing.DropBodyFields(c.Response().Header())
+			routing.DropBodyFields(res.Header())
 			return cfg.rejected(c, rt, key, addr, cerr, d, guardhook.Now(rt.Guard), guardhook.RejectedBy(cerr, rt.Guard), errors.Is(reqCtx.Err(), context.Canceled)) // a stale copy is aged from now
 		}
-		if reqCtx.Err() == nil && cfg.GuardOf(rt.Guard) != nil &&
+		if reqCtx.Err() == nil && keep != nil &&
 			cfg.Declares(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
 			// A failure, or the Guard's timeout, that a fallback of the
 			// Guard answers: counted as the 500 it would have been, and
@@ -305,9 +319,9 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
 				c.Set(rejectedKey, true)
-				routing.DropBodyFields(c.Response().Header())
+				routing.DropBodyFields(res.Header())
 				c.SetRequest(fr)
-				fb.ServeHTTP(c.Response(), fr)
+				fb.ServeHTTP(res, fr)
 				return nil
 			}
 			return err
@@ -315,7 +329,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	}
 	o := cfg.outcome(c, reqCtx, err, cerr)
 	empty := false // nothing written by the Guard's deadline
-	if o == sluice.Success && err == nil && req != nil && !c.Response().Committed &&
+	if o == sluice.Success && err == nil && req != nil && !res.Committed && !w.hijacked &&
 		call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
 		// Nothing written by the Guard's deadline: the call timed out, and
 		// its empty answer is no response to keep.
@@ -330,14 +344,14 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		}
 	}
 	reported := call.Report(o, rerr)
-	if empty && cfg.GuardOf(rt.Guard) != nil {
+	if empty && keep != nil {
 		// Answered as the net/http adapter answers it: by the Guard's
 		// fallback for a timeout, if it has one.
 		if fb, fr := cfg.Fallback(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), reported, call.Decision()); fb != nil {
-			routing.DropBodyFields(c.Response().Header())
+			routing.DropBodyFields(res.Header())
 			c.Set(rejectedKey, true)
 			c.SetRequest(fr)
-			fb.ServeHTTP(c.Response(), fr)
+			fb.ServeHTTP(res, fr)
 			return nil
 		}
 	}
@@ -346,10 +360,60 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	// 200 went out: the body cut short). The copy is kept under the
 	// request as it came, which lookups see, not as an inner middleware
 	// rewrote it (http.StripPrefix).
-	if capture != nil && err == nil && !capture.done && !capture.hijacked && o == sluice.Success && (c.Response().Status == http.StatusOK || !c.Response().Committed) {
-		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), c.Response().Header(), capture.body)
+	if w.capturing && err == nil && !w.hijacked && o == sluice.Success && (res.Status == http.StatusOK || !res.Committed) {
+		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), res.Header(), w.body)
 	}
 	return err
+}
+
+// restore puts back the writer that w was put over in res, and returns w
+// to the pool.
+func restore(res *echo.Response, w *writer) {
+	res.Writer = w.ResponseWriter
+	putWriter(w)
+}
+
+// answerHeld ends call, whose handler answered with the 5xx that w holds
+// back for a fallback of the Guard, as a failure, and answers the request
+// with that fallback; should it decline, the held status goes out without
+// the body. The header fields that described the handler's dropped body go
+// with it, whoever answers. err is what the handler returned.
+func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err error) error {
+	code := w.status
+	w.held, w.answer = false, false
+	res := c.Response()
+	routing.DropBodyFields(res.Header())
+	if errors.Is(w.reqCtx.Err(), context.Canceled) {
+		// Held for a client that has since gone: it hears no fallback,
+		// and the answer counts for nothing.
+		call.Report(sluice.Ignored, nil)
+		w.ResponseWriter.WriteHeader(code)
+		res.Size = 0
+		return err
+	}
+	ferr := call.Report(cfg.Classify(code), core.FailedStatus(code))
+	// At the instant the fallback was found to answer: one that would no
+	// longer (a stale copy grown too old since) must not leave the held
+	// status without the body it dropped.
+	fb, fr := cfg.Fallback(w.asked, w.rt.Guard, routeOf(c, w.rt), w.key, w.addr, w.at, ferr, call.Decision())
+	if fb == nil {
+		w.ResponseWriter.WriteHeader(code)
+		res.Size = 0
+		return err
+	}
+	// An outer middleware counts the fallback's answer as nothing, as it
+	// does this one's rejections. Echo's Response took the held status as
+	// written: the fallback writes past it, and the Response then tells
+	// what the client got.
+	c.Set(rejectedKey, true)
+	c.SetRequest(fr)
+	w.status, w.size = 0, 0
+	fb.ServeHTTP(w, fr)
+	res.Status, res.Size = w.status, w.size
+	if res.Status == 0 {
+		res.Status = http.StatusOK
+	}
+	return nil
 }
 
 // answered answers the error err that the handler of a request the
@@ -376,18 +440,31 @@ func isHTTPError(err error) bool {
 
 // failOnPanic ends call, whose handler panicked or ended its goroutine
 // (runtime.Goexit: returned is unset), as a failure (a panic of
-// http.ErrAbortHandler, the client gone, as Ignored).
-func (cfg *config) failOnPanic(call *sluice.Call, returned *bool) {
+// http.ErrAbortHandler, the client gone, as Ignored). A 5xx that w held
+// back for a fallback goes out, without its body: Echo's Response took it
+// as written, and no one else would write it.
+func failOnPanic(call *sluice.Call, w *writer, returned *bool) {
 	if p := recover(); p != nil {
 		if p == http.ErrAbortHandler {
 			call.Report(sluice.Ignored, nil)
 		} else {
 			call.Report(sluice.Failure, nil)
 		}
+		sendHeld(w)
 		panic(p)
 	}
 	if !*returned {
 		call.Report(sluice.Failure, nil)
+		sendHeld(w)
+	}
+}
+
+// sendHeld sends the status w holds back, if any, without its body.
+func sendHeld(w *writer) {
+	if w.held {
+		w.held = false
+		routing.DropBodyFields(w.Header())
+		w.ResponseWriter.WriteHeader(w.status)
 	}
 }
 
@@ -468,43 +545,6 @@ func (cfg *config) rejected(c echo.Context, rt *routing.Route, key, addr string,
 	cfg.WriteRejection(c.Response(), c.Request().Method, rt, d, own)
 	return nil
 }
-
-// captureWriter keeps the body of a GET response for the stale caches of
-// the route's Guard, up to max bytes.
-type captureWriter struct {
-	http.ResponseWriter
-	body     []byte
-	max      int
-	done     bool // outgrew max
-	hijacked bool
-}
-
-// Hijack hands the connection to the handler (a WebSocket upgrade, say),
-// noting that the response is none to keep.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil {
-		w.hijacked = true
-	}
-	return conn, rw, err
-}
-
-// Write writes b, and keeps what the writer beneath took; a write that
-// failed ends the capture: what the client got is no whole response.
-func (w *captureWriter) Write(b []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(b)
-	if !w.done {
-		if err != nil || len(w.body)+n > w.max {
-			w.done, w.body = true, nil
-		} else {
-			w.body = append(w.body, b[:n]...)
-		}
-	}
-	return n, err
-}
-
-// Unwrap returns the writer beneath, for http.ResponseController.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // request shows an echo.Context as a middleware.Request.
 type request struct {
