@@ -171,7 +171,9 @@ const rejectedKey = "sluice.rejected"
 // without having answered (not an *echo.HTTPError), past the Guard's
 // deadline a timeout, is answered by the fallback of the Guard declared for
 // it, if any (degrade.OnTimeout, degrade.OnError), and counts as the 500
-// it would have been. A handler that returns a sluice
+// it would have been; so is a 5xx the handler writes (through c.Response()
+// or its Writer), held back with the body written after it, as in the
+// net/http adapter. A handler that returns a sluice
 // rejection its own call met (wrapped or not; a Guard's timeout wrapping
 // one is a timeout) gets it answered the same way, and the request counts
 // as Ignored. So does the handler of a request the middleware lets through
