@@ -62,7 +62,7 @@ func putWriter(w *writer) {
 	if cap(body) > 64<<10 {
 		body = nil
 	}
-	if w.answer || w.capturing || w.cctx != nil {
+	if w.cfg != nil || w.cctx != nil { // set for the fallbacks, or a timeout
 		*w = writer{body: body}
 	} else {
 		w.ResponseWriter, w.body = nil, body
