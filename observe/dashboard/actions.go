@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -52,23 +53,29 @@ func (d *Dashboard) validToken(tok string, now time.Time) bool {
 
 // errRefused is an action refused for want of a right to take it.
 var errRefused = errors.New("refused")
+var errMethod = errors.New("method not allowed")
 
 // action takes an admin action: a POST with the form fields token, guard
 // and policy (the policy's index in the Guard's chain; none for the Guard
 // as a whole) or switch, action, and value for "rate" (events per second)
 // and "burst".
 func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		http.Error(w, "admin actions are taken by POST", http.StatusMethodNotAllowed)
-		return
+	var err error
+	var f url.Values
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+		err = r.ParseForm()
+		f = r.PostForm
+	} else {
+		f = r.URL.Query() // what the refusal names
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	err := r.ParseForm()
-	f := r.PostForm
 	target := f.Get("guard") + " " + f.Get("policy") + f.Get("switch")
 	act := f.Get("action")
 	switch {
+	case r.Method != http.MethodPost:
+		// Refused as any other action is (a cross-site link or image
+		// probing the endpoint is worth an operator's notice).
+		err = fmt.Errorf("%w: admin actions are taken by POST", errMethod)
 	case d.authorize == nil:
 		err = fmt.Errorf("%w: admin actions are off", errRefused)
 	case err != nil:
@@ -90,7 +97,11 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	status := http.StatusBadRequest
-	if errors.Is(err, errRefused) {
+	switch {
+	case errors.Is(err, errMethod):
+		status = http.StatusMethodNotAllowed
+		w.Header().Set("Allow", "POST")
+	case errors.Is(err, errRefused):
 		status = http.StatusForbidden
 	}
 	d.actionsRefused.Add(1)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -204,4 +205,34 @@ func TestAGuardMadeAgainShowsNoFallbacksTwice(t *testing.T) {
 	g2, _ := l.Guard("api")
 	require.NotSame(t, g, g2)
 	assert.Equal(t, 1, fallbackEvents(), "no fallback answered since: %+v", getState(t, d).Events)
+}
+
+// "Every action, taken or refused, is logged through slog, counted and
+// shown in the event list" (package doc): an action attempted by GET (a
+// link or an <img> on another site probing the endpoint) too.
+func TestAnActionRefusedForItsMethodIsCounted(t *testing.T) {
+	d, err := New(WithAuthorizer(func(*http.Request) bool { return true }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := url.Values{"action": {"open"}, "guard": {"g"}, "policy": {"0"}}
+	r, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1/debug/sluice/api/action?"+q.Encode(), nil)
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, r)
+	if rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET api/action: %d, want 405", rec.Code)
+	}
+	s := d.snapshot(time.Now())
+	if s.Actions.Refused != 1 {
+		t.Errorf("refused actions counted = %d, want 1", s.Actions.Refused)
+	}
+	found := false
+	for _, e := range s.Events {
+		if e.Kind == "refused" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no refused event shown for the GET action: %+v", s.Events)
+	}
 }

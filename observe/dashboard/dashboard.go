@@ -45,6 +45,9 @@ type Dashboard struct {
 
 	actionsDone, actionsRefused atomic.Uint64
 	tuneMu                      sync.Mutex // serialises the rate and burst actions
+
+	shutMu    sync.Mutex
+	shutdowns map[*http.Server]chan struct{} // closed when the server shuts down; see stream
 }
 
 // Option configures a Dashboard.

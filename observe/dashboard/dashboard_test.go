@@ -798,3 +798,28 @@ func forged(tok string) string {
 	}
 	return tok[:len(tok)-2] + end
 }
+
+// With ten calls in a second, one of them slow, the chart's p99 must show
+// the slow one: by nearest rank the 99th percentile of ten values is the
+// tenth, and by any interpolation it is far above the nine fast ones.
+func TestP99OfFewCallsShowsTheSlowOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s series
+		s.init()
+		// Align to the start of a whole second.
+		time.Sleep(time.Duration(int64(time.Second) - time.Now().UnixNano()%int64(time.Second)))
+		for range 9 {
+			s.add(&sluice.CallEvent{Admitted: true, Latency: time.Millisecond})
+		}
+		s.add(&sluice.CallEvent{Admitted: true, Latency: time.Second})
+		time.Sleep(time.Second)
+		c := s.chart()
+		last := len(c.P99) - 1
+		if c.Admitted[last] != 10 {
+			t.Fatalf("admitted in the last whole second = %d, want 10", c.Admitted[last])
+		}
+		if c.P99[last] < 500 {
+			t.Errorf("p99 of nine calls of 1ms and one of 1s = %vms; want about 1000ms (the slow call hidden)", c.P99[last])
+		}
+	})
+}

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
 	"strings"
@@ -50,13 +51,9 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream sends the snapshot at once and then every second, until the
-// client goes away.
+// client goes away, stops reading, or the server shuts down.
 func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
-		return
-	}
+	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -66,10 +63,23 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 		// for its next request never lets happen.
 		return
 	}
+	if err := rc.Flush(); errors.Is(err, http.ErrNotSupported) {
+		h.Del("Cache-Control")
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	shut := d.shutdownOf(r)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	enc := json.NewEncoder(w)
 	for {
+		// Each event has its own write deadline: the server's
+		// WriteTimeout, counted from the request, would end a healthy
+		// stream, and without any a client that stops reading would hold
+		// this goroutine in Write for ever.
+		if err := rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return
+		}
 		if _, err := w.Write([]byte("event: state\ndata: ")); err != nil {
 			return
 		}
@@ -79,11 +89,45 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 		if _, err := w.Write([]byte("\n")); err != nil {
 			return
 		}
-		fl.Flush()
+		if err := rc.Flush(); err != nil {
+			return
+		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-shut:
 			return
 		case <-tick.C:
 		}
 	}
+}
+
+// streamWriteTimeout bounds the writing of one event of the stream.
+const streamWriteTimeout = 10 * time.Second
+
+// shutdownOf returns a channel closed when the server serving r shuts down
+// (http.Server.Shutdown waits for the requests under way, and a stream
+// would never end of itself), or nil when r tells no server.
+func (d *Dashboard) shutdownOf(r *http.Request) <-chan struct{} {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if srv == nil {
+		return nil
+	}
+	d.shutMu.Lock()
+	defer d.shutMu.Unlock()
+	if ch, ok := d.shutdowns[srv]; ok {
+		return ch
+	}
+	if d.shutdowns == nil {
+		d.shutdowns = make(map[*http.Server]chan struct{})
+	}
+	ch := make(chan struct{})
+	d.shutdowns[srv] = ch
+	srv.RegisterOnShutdown(func() {
+		d.shutMu.Lock()
+		delete(d.shutdowns, srv)
+		d.shutMu.Unlock()
+		close(ch)
+	})
+	return ch
 }

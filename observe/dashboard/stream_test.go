@@ -1,10 +1,16 @@
 package dashboard
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -24,4 +30,132 @@ func TestHeadOfTheEventStreamEnds(t *testing.T) {
 	f.d.ServeHTTP(rec, req)
 	took := time.Since(start)
 	assert.Less(t, took, 500*time.Millisecond, "a HEAD of api/events ran as a stream until its context ended")
+}
+
+// A graceful shutdown of the server that mounts the dashboard must not
+// wait forever for a browser tab that shows the page: the event stream
+// must end when its server shuts down.
+func TestEventStreamEndsOnServerShutdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := newPipeListener()
+		srv := &http.Server{Handler: d}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+
+		tr := &http.Transport{DialContext: ln.dial}
+		defer tr.CloseIdleConnections()
+		reqCtx, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client reads the stream, as a browser does.
+		go func() {
+			br := bufio.NewReader(resp.Body)
+			for {
+				if _, err := br.ReadString('\n'); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(2500 * time.Millisecond) // a few snapshots go by
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = srv.Shutdown(ctx)
+		if err != nil {
+			t.Errorf("Shutdown with a dashboard page open: %v; want nil (the stream should end with its server)", err)
+		}
+		// Clean up: the client goes away, the stream ends.
+		cancelReq()
+		_ = resp.Body.Close()
+		_ = srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
+
+// A server that mounts the dashboard sets WriteTimeout, as hardening
+// guides ask: the event stream goes on past it while its client reads
+// (each event has its own write deadline).
+func TestEventStreamOutlivesTheServersWriteTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := newPipeListener()
+		srv := &http.Server{Handler: d, WriteTimeout: 5 * time.Second}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+
+		tr := &http.Transport{DialContext: ln.dial}
+		defer tr.CloseIdleConnections()
+		reqCtx, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := 0
+		br := bufio.NewReader(resp.Body)
+		for events < 12 {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				break
+			}
+			if strings.HasPrefix(line, "event: state") {
+				events++
+			}
+		}
+		if events < 12 {
+			t.Errorf("the stream ended after %d events (~%ds) with a client reading it; want it to go on past WriteTimeout", events, events)
+		}
+		cancelReq()
+		_ = resp.Body.Close()
+		_ = srv.Close()
+		<-served
+	})
+}
+
+// pipeListener is an in-memory listener: each Dial makes a net.Pipe whose
+// server end Accept returns, so that net/http runs inside a synctest bubble.
+type pipeListener struct {
+	conns chan net.Conn
+	once  sync.Once
+	done  chan struct{}
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 80} }
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
