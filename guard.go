@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
@@ -124,6 +125,11 @@ func New(opts ...Option) (*Guard, error) {
 	for i, p := range g.policies {
 		if j, dup := seenPolicy(seen, p, i); dup {
 			return nil, fmt.Errorf("sluice: policy %d (%s) is policy %d again: a policy in a chain twice would decide every call twice", i, p.Name(), j)
+		}
+		if !utf8.ValidString(p.Name()) {
+			// No metric label, log line or JSON can carry it: a Prometheus
+			// scrape would fail for every Guard.
+			return nil, fmt.Errorf("sluice: policy %d's name %q is not valid UTF-8", i, p.Name())
 		}
 		g.names[i] = p.Name()
 		needs := p.Needs()

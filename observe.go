@@ -3,10 +3,12 @@ package sluice
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice/internal/isnil"
 )
@@ -19,6 +21,9 @@ func WithName(name string) Option {
 	return func(g *Guard) error {
 		if name == "" {
 			return errors.New("sluice: WithName: empty name")
+		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("sluice: WithName: %q is not valid UTF-8", name)
 		}
 		g.name = name
 		return nil

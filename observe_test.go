@@ -124,6 +124,12 @@ func TestUnobservedGuardKeepsNoCounts(t *testing.T) {
 func TestObservationOptionsRefuseBadInput(t *testing.T) {
 	_, err := sluice.New(sluice.WithName(""))
 	assert.ErrorContains(t, err, "empty name")
+	// A name no metric label or log line can carry: one such series made
+	// every Prometheus scrape fail.
+	_, err = sluice.New(sluice.WithName("api-\xff"))
+	assert.ErrorContains(t, err, "not valid UTF-8")
+	_, err = sluice.New(sluice.With(newRecorder("limit-\xff", -1)))
+	assert.ErrorContains(t, err, "not valid UTF-8")
 	_, err = sluice.New(sluice.WithObserver(nil))
 	assert.ErrorContains(t, err, "nil observer")
 	var typedNil *events
