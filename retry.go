@@ -40,7 +40,8 @@ type Retry struct {
 	// MinPerSecond is how many retries a second the budget allows however
 	// few the calls: a floor for a client that calls rarely. Kept low, since
 	// every process of a fleet has its own. Unspent budget is saved up to
-	// 10 retries, or one second of the floor when that is more. Default 1.
+	// Budget's share of the calls of about the last ten seconds, 10
+	// retries, or one second of the floor, whichever is most. Default 1.
 	MinPerSecond float64
 }
 
@@ -76,6 +77,7 @@ type retrier struct {
 
 	mu        sync.Mutex
 	balance   float64   // retries the budget has to give
+	recent    float64   // calls less retries of about the last recentWindow, decayed
 	lastCalls uint64    // calls less retries, as of the last update
 	lastAt    time.Time // the instant of the last update, or the Guard's making
 }
@@ -138,25 +140,41 @@ func (b *retrier) attemptsMade() uint64 {
 	return n
 }
 
+// recentWindow is the span of calls whose share the budget saves: a
+// burst of calls failing together may have their share of retries,
+// however many, but the calls of an hour of health do not buy a storm.
+const recentWindow = 10 * time.Second
+
 // withdraw takes one retry from the budget at now, and reports whether it
 // had one. The budget grows by ratio for each call (attempts less retries)
-// and by floor a second, up to cap. Its time is the time package's, as the
+// and by floor a second, up to the most of cap and ratio times the calls
+// of about the last recentWindow. Its time is the time package's, as the
 // backoff's and the deadline's are (testing/synctest fakes it).
 func (b *retrier) withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	calls := b.attemptsMade() - b.retries.Load()
+	var fresh float64 // calls since the last update
 	if calls > b.lastCalls {
-		b.balance += b.ratio * float64(calls-b.lastCalls)
+		fresh = float64(calls - b.lastCalls)
 	}
+	var dt float64 // seconds since the last update
 	if now.After(b.lastAt) {
-		b.balance += b.floor * now.Sub(b.lastAt).Seconds()
-	}
-	b.lastCalls = max(calls, b.lastCalls)
-	if now.After(b.lastAt) {
+		dt = now.Sub(b.lastAt).Seconds()
 		b.lastAt = now
 	}
-	b.balance = min(b.balance, b.cap)
+	// The calls since the last update are taken as spread evenly over
+	// its span, and counted into an exponential average over recentWindow:
+	// all of a burst counts, a tenth of an idle hour's calls hardly.
+	x := dt / recentWindow.Seconds()
+	spread := 1.0
+	if x > 1e-9 {
+		spread = -math.Expm1(-x) / x
+	}
+	b.recent = b.recent*math.Exp(-x) + fresh*spread
+	b.balance += b.ratio*fresh + b.floor*dt
+	b.lastCalls = max(calls, b.lastCalls)
+	b.balance = min(b.balance, max(b.cap, b.ratio*b.recent))
 	if b.balance < 1 {
 		b.refusals.Add(1)
 		return false

@@ -2,6 +2,8 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -51,5 +53,87 @@ func TestRetryBudgetSavesBeforeTheFirstRetry(t *testing.T) {
 					s.Retries, s.BudgetRefusals)
 			}
 		})
+	})
+}
+
+// Retry.Budget "is the share of the Guard's calls that retries may add":
+// a burst of 100 concurrent calls that all fail, on a Budget of 0.5, may
+// add about 50 retries, not the 10 the budget saves over idle time.
+func TestRetryBudgetShareHoldsForABurstOfConcurrentFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := sluice.New(sluice.WithRetry(sluice.Retry{
+			Attempts: 2, Backoff: time.Millisecond, Budget: 0.5, MinPerSecond: 1e-9,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 100
+		boom := errors.New("boom")
+		var began sync.WaitGroup
+		began.Add(n)
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				tries := 0
+				_ = g.Do(context.Background(), func(context.Context) error {
+					tries++
+					if tries == 1 {
+						began.Done()
+						<-release // every call is in flight before any fails
+					}
+					return boom
+				})
+			})
+		}
+		began.Wait()
+		close(release)
+		wg.Wait()
+		s := g.Stats()
+		t.Logf("%d calls, %d attempts, %d retries, %d refused", n, s.Attempts, s.Retries, s.BudgetRefusals)
+		if s.Retries < n/2/2 {
+			t.Errorf("a Budget of 0.5 gave %d retries to %d failed calls: want about %d, at least %d", s.Retries, n, n/2, n/2/2)
+		}
+	})
+}
+
+// The calls of an hour of health do not buy a storm: the budget saves the
+// share of about the last ten seconds' calls, so a burst of 200 failing
+// calls after an hour at one call a second gets about a tenth of its own
+// number of retries, not a tenth of the hour's.
+func TestRetryBudgetSavesOnlyRecentCallsShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := sluice.New(sluice.WithRetry(sluice.Retry{Attempts: 2, Backoff: time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3600 {
+			_ = g.Do(context.Background(), func(context.Context) error { return nil })
+			time.Sleep(time.Second)
+		}
+		const n = 200
+		boom := errors.New("boom")
+		var began sync.WaitGroup
+		began.Add(n)
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				tries := 0
+				_ = g.Do(context.Background(), func(context.Context) error {
+					if tries++; tries == 1 {
+						began.Done()
+						<-release
+					}
+					return boom
+				})
+			})
+		}
+		began.Wait()
+		close(release)
+		wg.Wait()
+		if s := g.Stats(); s.Retries > 30 {
+			t.Errorf("an hour of health bought %d retries for a burst of %d failures: want about 21", s.Retries, n)
+		}
 	})
 }
