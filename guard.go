@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/internal/nowait"
 )
 
 // Guard runs calls through a chain of policies, listed outer to inner.
@@ -673,7 +674,13 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.ats[i] = now
 		}
 		before := now
-		t, q, cause := p.Admit(ctx, now)
+		pctx := ctx
+		if w && g.shadow.Load()>>i&1 != 0 {
+			// Shadowed, it decides whether it would admit at once, and
+			// makes no call wait (see shadow.go).
+			pctx = nowait.Context(ctx)
+		}
+		t, q, cause := p.Admit(pctx, now)
 		if w {
 			// It may have waited, and given up: the policies after it
 			// decide, and the call's latency starts, at the instant the

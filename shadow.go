@@ -12,7 +12,17 @@ import (
 // rejection, and hears nothing of how the call ended: a shadowed limiter
 // is charged what an enforcing one would be, and a shadowed breaker opens
 // and closes on its own outcomes only, so its would-reject count is what
-// enforcement would have rejected on the same traffic.
+// enforcement would have rejected on the same traffic. A shadowed policy
+// that may wait (a Shaper's turn, a Shedder's queue) makes no call wait:
+// it is asked, through internal/nowait, whether it would admit at once,
+// and a call it would have held counts as its rejection. A policy of
+// another package that waits keeps waiting: it cannot see the mark.
+
+// The two modes are apart: one taken out by name still lets every call
+// through while the whole Guard is in shadow mode, and one shadowed by name
+// stays so when the Guard goes back to enforcing. Only the first 64
+// policies of a chain can be shadowed (the whole Guard, "", not for a chain
+// longer than 64).
 
 // maxShadowed is the number of leading policies of a chain that can be
 // shadowed: one bit each in a word.
@@ -30,20 +40,17 @@ func WithShadow(policy string) Option {
 	}
 }
 
-// SetShadow puts the policy named policy (its Name; all the policies of
-// that name) in shadow mode when on is true, and takes it out when on is
-// false; policy "" does the same for the whole Guard. The two are apart: a
-// policy is in shadow mode while it is by name or the whole Guard is, so
-// one taken out by name still lets every call through while the whole
-// Guard is in shadow mode, and one shadowed by name stays so when the
-// Guard goes back to enforcing. A shadowed policy
-// decides each call as when enforcing, but a call it rejects goes through
-// and is counted in [PolicyStats].ShadowRejected and reported to the
-// observers ([CallEvent].Shadow) instead. SetShadow returns an error, and
-// changes nothing, for a name that is not in the chain, and for a policy
-// past the 64th (the whole Guard, "", for a chain longer than 64): only the
-// first 64 of a chain can be shadowed. It is safe to call
-// while calls run; a call decides with the modes it finds.
+// SetShadow puts the policy named policy (every policy of that name) in
+// shadow mode when on is true, and takes it out when on is false; policy ""
+// does the same for the whole Guard. A shadowed policy decides each call as
+// when enforcing, but a call it rejects goes through, counted in
+// [PolicyStats].ShadowRejected and reported to the observers
+// ([CallEvent].Shadow); one that would make a call wait (a ratelimit
+// Shaper's turn, an adaptive Shedder's queue) does not, and counts it as
+// rejected. A policy is shadowed while it is by name or the whole Guard is.
+// SetShadow returns an error, changing nothing, for a name not in the chain
+// and for a policy past the 64th. It is safe to call while calls run; a
+// call decides with the modes it finds.
 func (g *Guard) SetShadow(policy string, on bool) error {
 	if g == nil {
 		return errors.New("sluice: SetShadow on a nil Guard")

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/monoclock"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 func TestShadowedPolicyLetsItsRejectionsThroughAndHearsNoEnd(t *testing.T) {
@@ -143,4 +147,39 @@ func TestWholeGuardShadowRefusedPastThe64thPolicy(t *testing.T) {
 	assert.ErrorContains(t, g.SetShadow("", true), "only the first 64 can be shadowed")
 	assert.False(t, g.Stats().Shadowed)
 	require.NoError(t, g.SetShadow("", false))
+}
+
+// A shadowed policy that may wait makes no call wait: five calls through a
+// shadowed shaper of one a second take no time, and the four it would
+// have held count as its rejections; a call that finds a shadowed
+// bulkhead full goes on at once instead of waiting in its queue.
+func TestAShadowedPolicyThatWaitsMakesNoCallWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sh, err := ratelimit.NewShaper(ratelimit.PerSecond(1), 10*time.Second, ratelimit.WithName("shape"))
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.With(sh), sluice.WithClock(monoclock.New()), sluice.WithShadow("shape"), sluice.WithObserver(&events{}))
+		require.NoError(t, err)
+		start := time.Now()
+		for range 5 {
+			require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+		}
+		assert.Zero(t, time.Since(start), "the shadowed shaper made the calls wait")
+		assert.Equal(t, uint64(4), g.Stats().Policies[0].ShadowRejected)
+
+		bh, err := adaptive.NewBulkhead(1, adaptive.WithQueue(4, 10*time.Second))
+		require.NoError(t, err)
+		g, err = sluice.New(sluice.With(bh), sluice.WithClock(monoclock.New()), sluice.WithShadow(""), sluice.WithObserver(&events{}))
+		require.NoError(t, err)
+		hold, held := make(chan struct{}), make(chan struct{})
+		go func() {
+			_ = g.Do(context.Background(), func(context.Context) error { close(held); <-hold; return nil })
+		}()
+		<-held
+		start = time.Now()
+		require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
+		assert.Zero(t, time.Since(start), "the shadowed bulkhead queued the call")
+		close(hold)
+		synctest.Wait()
+		assert.Equal(t, uint64(1), g.Stats().Policies[0].ShadowRejected)
+	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/listen"
+	"github.com/sluice-go/sluice/internal/nowait"
 )
 
 // The states a Shedder reports to its subscribers.
@@ -267,7 +268,7 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	}
 	var w *waiter
 	var wait time.Duration
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && !nowait.Is(ctx) { // in shadow mode, no slot at once is a rejection
 		w, wait = q.enqueue(now, critical(ctx), s.served.Load())
 	}
 	if w == nil {

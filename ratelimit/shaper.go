@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/nowait"
 )
 
 // errWaitAbandoned is the cause of a Shaper's rejection when the request's
@@ -276,6 +277,10 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (*shaperConfig, sluice.
 		if left := int64(dl.Sub(start)); left < budget {
 			budget, cause = left, ErrWouldExceedDeadline
 		}
+	}
+	if budget > 0 && nowait.Is(ctx) {
+		// In shadow mode: a turn that is not due at once is a rejection.
+		budget, cause = 0, nil
 	}
 	c, d, turn := s.decideWithin(now, n, max(budget, -1), cause)
 	if !d.Allowed {
