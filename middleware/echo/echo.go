@@ -20,8 +20,8 @@ import (
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
-// Option configures Middleware. An option given a nil argument makes
-// Middleware return an error.
+// Option configures Middleware. An option given a nil argument, or given
+// twice, makes Middleware return an error.
 type Option func(*config)
 
 type config struct {
@@ -55,6 +55,9 @@ func WithGuard(g *sluice.Guard) Option {
 // Default: no key.
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(c *config) {
+		if !c.Once("WithKeyer") {
+			return
+		}
 		if k == nil {
 			c.Errorf("WithKeyer: nil Keyer")
 		}
@@ -103,13 +106,21 @@ func KeyByValue(name string) middleware.KeyFunc {
 // It costs the request a new context. WithKeyer does it as well. Default:
 // off.
 func WithRouteResource() Option {
-	return func(c *config) { c.Resources = true }
+	return func(c *config) {
+		if !c.Once("WithRouteResource") {
+			return
+		}
+		c.Resources = true
+	}
 }
 
 // WithSkipper lets the requests for which s reports true bypass the guard.
 // Default: echo's DefaultSkipper (none bypass it).
 func WithSkipper(s echomw.Skipper) Option {
 	return func(c *config) {
+		if !c.Once("WithSkipper") {
+			return
+		}
 		if s == nil {
 			c.Errorf("WithSkipper: nil skipper")
 		}
@@ -122,6 +133,9 @@ func WithSkipper(s echomw.Skipper) Option {
 // is returned to Echo.
 func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 	return func(c *config) {
+		if !c.Once("WithDenyHandler") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithDenyHandler: nil function")
 		}
@@ -134,6 +148,9 @@ func WithDenyHandler(fn func(c echo.Context, d sluice.Decision) error) Option {
 // 4xx Ignored).
 func WithClassifier(fn func(status int) sluice.Outcome) Option {
 	return func(c *config) {
+		if !c.Once("WithClassifier") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithClassifier: nil classifier")
 		}
@@ -145,7 +162,12 @@ func WithClassifier(fn func(status int) sluice.Outcome) Option {
 // quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.SetRenderer(r) }
+	return func(c *config) {
+		if !c.Once("WithRenderer") {
+			return
+		}
+		c.SetRenderer(r)
+	}
 }
 
 // rejectedKey marks, in the echo.Context, a request that a sluice
@@ -181,7 +203,7 @@ const rejectedKey = "sluice.rejected"
 // keeps its code, whatever its Internal, and so does a response already
 // committed.
 //
-// It returns an error for an option given a nil argument, for neither
+// It returns an error for an option given a nil argument or twice, for neither
 // WithGuard nor WithRoutes, for both together, and for a Guard with a
 // fallback that answers no http.Handler.
 func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {

@@ -921,6 +921,11 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	gStr, err := sluice.New(sluice.WithFallback(strs))
 	require.NoError(t, err)
+	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Key"))
+	require.NoError(t, err)
+	denyNone := func(echo.Context, sluice.Decision) error { return nil }
+	retrying, err := sluice.New(sluice.WithRetry(sluice.Retry{}))
+	require.NoError(t, err)
 	for name, opts := range map[string][]Option{
 		"nil Guard":        {WithGuard(nil)},
 		"nil routes":       {WithRoutes(nil)},
@@ -931,6 +936,15 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 		"nil deny handler": {WithDenyHandler(nil)},
 		"nil classifier":   {WithClassifier(nil)},
 		"string fallbacks": {WithGuard(gStr)},
+		// Given twice, the second would drop the first in silence.
+		"skipper twice":    {WithGuard(g), WithSkipper(echomw.DefaultSkipper), WithSkipper(echomw.DefaultSkipper)},
+		"classifier twice": {WithGuard(g), WithClassifier(middleware.ClassifyHTTPStatus), WithClassifier(middleware.ClassifyHTTPStatus)},
+		"keyer twice":      {WithGuard(g), WithKeyer(keyer), WithKeyer(keyer)},
+		"deny twice":       {WithGuard(g), WithDenyHandler(denyNone), WithDenyHandler(denyNone)},
+		"resource twice":   {WithGuard(g), WithRouteResource(), WithRouteResource()},
+		"renderer twice":   {WithGuard(g), WithRenderer(middleware.Renderer{}), WithRenderer(middleware.Renderer{})},
+		// A handler is never run twice: the retries would do nothing.
+		"Guard with retries": {WithGuard(retrying)},
 	} {
 		m, err := Middleware(opts...)
 		assert.Error(t, err, name)

@@ -142,6 +142,13 @@ func build(s side, opts []Option) (*config, error) {
 	if err := c.checkFallbacks(s); err != nil {
 		return nil, err
 	}
+	if s != clientSide {
+		for _, g := range append(append(c.routes.Guards(), c.targets.Guards()...), o.msgGuard) {
+			if _, ok := guardhook.RetryDelay(g, nil, 0, time.Time{}, 0); ok {
+				return nil, errors.New("sluicegrpc: a Guard declares retries (sluice.WithRetry), which a server interceptor never makes (it runs a handler once): give the retries to the client's Guard")
+			}
+		}
+	}
 	return c, nil
 }
 

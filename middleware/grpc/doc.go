@@ -20,7 +20,9 @@
 //
 // Misconfiguration is an error from the constructor, never a silent
 // default: no Guard at all, a nil Guard, an option given twice, options
-// that exclude each other, a critical method that no Guard guards.
+// that exclude each other, a critical method that no Guard guards, a
+// server interceptor's Guard that declares retries (only a client makes
+// them).
 //
 // # Rejections
 //

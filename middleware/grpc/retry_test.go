@@ -141,3 +141,17 @@ func TestWithoutRetryPushback(t *testing.T) {
 	_, err = UnaryServerInterceptor(WithGuard(mustGuard(t)), WithoutRetryPushback(), WithoutRetryPushback())
 	assert.Error(t, err, "given twice")
 }
+
+// A server interceptor runs a handler once: a Guard that declares retries
+// is refused there, and taken by a client interceptor, which makes them.
+func TestServerInterceptorsRefuseAGuardThatRetries(t *testing.T) {
+	retrying := mustGuard(t, sluice.WithRetry(sluice.Retry{}))
+	_, err := UnaryServerInterceptor(WithGuard(retrying))
+	assert.ErrorContains(t, err, "declares retries")
+	_, err = StreamServerInterceptor(WithGuard(retrying))
+	assert.ErrorContains(t, err, "declares retries")
+	_, err = UnaryServerInterceptor(WithGuard(mustGuard(t)), WithMessageGuard(retrying))
+	assert.ErrorContains(t, err, "declares retries")
+	_, err = UnaryClientInterceptor(WithGuard(retrying))
+	assert.NoError(t, err)
+}

@@ -213,6 +213,13 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 	g := newGuard(t, sluice.NewManualClock(0))
 	rs, err := middleware.NewRoutes(middleware.DefaultRoute(g))
 	require.NoError(t, err)
+	keyer, err := middleware.NewKeyer(middleware.RejectMissingKey(), middleware.KeyByHeader("X-Key"))
+	require.NoError(t, err)
+	skipNone := func(*http.Request) bool { return false }
+	routeNone := func(*http.Request) string { return "" }
+	denyNone := func(http.ResponseWriter, *http.Request, sluice.Decision) {}
+	retrying, err := sluice.New(sluice.WithRetry(sluice.Retry{}))
+	require.NoError(t, err)
 	for name, opts := range map[string][]Option{
 		"nil Guard":             {WithGuard(nil)},
 		"nil routes":            {WithRoutes(nil)},
@@ -225,6 +232,17 @@ func TestMiddlewareMisconfigurationIsAnError(t *testing.T) {
 		"nil route func":        {WithRouteFunc(nil)},
 		"nil deny handler":      {WithDenyHandler(nil)},
 		"nil status classifier": {WithClassifier(nil)},
+		// Given twice, the second would drop the first in silence (a
+		// health-check skipper lost to a metrics one).
+		"skipper twice":    {WithGuard(g), WithSkipper(skipNone), WithSkipper(skipNone)},
+		"classifier twice": {WithGuard(g), WithClassifier(middleware.ClassifyHTTPStatus), WithClassifier(middleware.ClassifyHTTPStatus)},
+		"keyer twice":      {WithGuard(g), WithKeyer(keyer), WithKeyer(keyer)},
+		"route func twice": {WithGuard(g), WithRouteFunc(routeNone), WithRouteFunc(routeNone)},
+		"deny twice":       {WithGuard(g), WithDenyHandler(denyNone), WithDenyHandler(denyNone)},
+		"resource twice":   {WithGuard(g), WithRouteResource(), WithRouteResource()},
+		"renderer twice":   {WithGuard(g), WithRenderer(middleware.Renderer{}), WithRenderer(middleware.Renderer{})},
+		// A handler is never run twice: the retries would do nothing.
+		"Guard with retries": {WithGuard(retrying)},
 	} {
 		mwf, err := Middleware(opts...)
 		assert.Error(t, err, name)

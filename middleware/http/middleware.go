@@ -14,8 +14,8 @@ import (
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
-// Option configures Middleware. An option given a nil argument makes
-// Middleware return an error.
+// Option configures Middleware. An option given a nil argument, or given
+// twice, makes Middleware return an error.
 type Option func(*config)
 
 type config struct {
@@ -48,6 +48,9 @@ func WithGuard(g *sluice.Guard) Option {
 // middleware's handler is registered on.
 func WithRouteFunc(fn func(*http.Request) string) Option {
 	return func(c *config) {
+		if !c.Once("WithRouteFunc") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithRouteFunc: nil function")
 		}
@@ -62,6 +65,9 @@ func WithRouteFunc(fn func(*http.Request) string) Option {
 // Default: no key.
 func WithKeyer(k *middleware.Keyer) Option {
 	return func(c *config) {
+		if !c.Once("WithKeyer") {
+			return
+		}
 		if k == nil {
 			c.Errorf("WithKeyer: nil Keyer")
 		}
@@ -75,7 +81,12 @@ func WithKeyer(k *middleware.Keyer) Option {
 // It costs the request a new context and a copy of the request (two
 // allocations). WithKeyer does it as well. Default: off.
 func WithRouteResource() Option {
-	return func(c *config) { c.Resources = true }
+	return func(c *config) {
+		if !c.Once("WithRouteResource") {
+			return
+		}
+		c.Resources = true
+	}
 }
 
 // WithSkipper lets the requests for which fn reports true bypass the guard
@@ -85,6 +96,9 @@ func WithRouteResource() Option {
 // middleware.RouteTo("GET /healthz", nil).
 func WithSkipper(fn func(*http.Request) bool) Option {
 	return func(c *config) {
+		if !c.Once("WithSkipper") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithSkipper: nil function")
 		}
@@ -97,6 +111,9 @@ func WithSkipper(fn func(*http.Request) bool) Option {
 // Decision.
 func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.Decision)) Option {
 	return func(c *config) {
+		if !c.Once("WithDenyHandler") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithDenyHandler: nil function")
 		}
@@ -109,6 +126,9 @@ func WithDenyHandler(fn func(w http.ResponseWriter, r *http.Request, d sluice.De
 // Ignored).
 func WithClassifier(fn func(status int) sluice.Outcome) Option {
 	return func(c *config) {
+		if !c.Once("WithClassifier") {
+			return
+		}
 		if fn == nil {
 			c.Errorf("WithClassifier: nil classifier")
 		}
@@ -120,7 +140,12 @@ func WithClassifier(fn func(status int) sluice.Outcome) Option {
 // quiet admitted responses, the problem type base. Default: the zero
 // middleware.Renderer.
 func WithRenderer(r middleware.Renderer) Option {
-	return func(c *config) { c.SetRenderer(r) }
+	return func(c *config) {
+		if !c.Once("WithRenderer") {
+			return
+		}
+		c.SetRenderer(r)
+	}
 }
 
 // Middleware returns net/http middleware that runs each request through the
@@ -138,7 +163,7 @@ func WithRenderer(r middleware.Renderer) Option {
 // request whose client went away counts for nothing, and no fallback
 // answers it.
 //
-// It returns an error for an option given a nil argument, for neither
+// It returns an error for an option given a nil argument or twice, for neither
 // WithGuard nor WithRoutes, for both together, and for a Guard with a
 // fallback that answers no http.Handler.
 func Middleware(opts ...Option) (func(http.Handler) http.Handler, error) {

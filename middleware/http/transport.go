@@ -20,7 +20,8 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 )
 
-// TransportOption configures Transport.
+// TransportOption configures Transport. An option given a bad argument, or
+// given twice, makes Transport return an error.
 type TransportOption func(*transportConfig) error
 
 type transportConfig struct {
@@ -29,6 +30,20 @@ type transportConfig struct {
 	classify      func(*http.Response, error) sluice.Outcome
 	maxRetryAfter time.Duration
 	wallNow       func() time.Time
+	given         map[string]bool // the options given, by name
+}
+
+// once records that the option name was given, and is an error when it was
+// already: the second would drop the first in silence.
+func (c *transportConfig) once(name string) error {
+	if c.given[name] {
+		return fmt.Errorf("sluicehttp: %s given twice: give it once", name)
+	}
+	if c.given == nil {
+		c.given = make(map[string]bool)
+	}
+	c.given[name] = true
+	return nil
 }
 
 // WithMaxHosts bounds the number of hosts whose Guards are kept; beyond it,
@@ -41,6 +56,9 @@ type transportConfig struct {
 // makes the next: a host never has two Guards open at once. Default 1024.
 func WithMaxHosts(n int) TransportOption {
 	return func(c *transportConfig) error {
+		if err := c.once("WithMaxHosts"); err != nil {
+			return err
+		}
 		if n < 1 {
 			return fmt.Errorf("sluicehttp: WithMaxHosts: %d < 1", n)
 		}
@@ -53,6 +71,9 @@ func WithMaxHosts(n int) TransportOption {
 // request URL's Host.
 func WithHostFunc(fn func(*http.Request) string) TransportOption {
 	return func(c *transportConfig) error {
+		if err := c.once("WithHostFunc"); err != nil {
+			return err
+		}
 		if fn == nil {
 			return errors.New("sluicehttp: WithHostFunc: nil function")
 		}
@@ -67,6 +88,9 @@ func WithHostFunc(fn func(*http.Request) string) TransportOption {
 // does (a cancelled call is ignored, any other error is a failure).
 func WithResponseClassifier(fn func(resp *http.Response, err error) sluice.Outcome) TransportOption {
 	return func(c *transportConfig) error {
+		if err := c.once("WithResponseClassifier"); err != nil {
+			return err
+		}
 		if fn == nil {
 			return errors.New("sluicehttp: WithResponseClassifier: nil function")
 		}
@@ -81,6 +105,9 @@ func WithResponseClassifier(fn func(resp *http.Response, err error) sluice.Outco
 // whose 429 speaks for one tenant alone). Default 10 minutes.
 func WithMaxRetryAfter(d time.Duration) TransportOption {
 	return func(c *transportConfig) error {
+		if err := c.once("WithMaxRetryAfter"); err != nil {
+			return err
+		}
 		if d < 0 {
 			return fmt.Errorf("sluicehttp: WithMaxRetryAfter: %v is negative", d)
 		}

@@ -418,6 +418,9 @@ func TestTransportValidates(t *testing.T) {
 		_, err = Transport(nil, f, o)
 		assert.Error(t, err)
 	}
+	// Given twice, the second would drop the first in silence.
+	_, err = Transport(nil, f, WithMaxHosts(8), WithMaxHosts(16))
+	assert.ErrorContains(t, err, "WithMaxHosts given twice")
 }
 
 func TestTransportWithClient(t *testing.T) {

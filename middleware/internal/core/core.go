@@ -33,6 +33,7 @@ type Config struct {
 	errs      []error
 	guardSet  bool
 	routesSet bool
+	given     map[string]bool          // the options given, by name
 	guards    map[*sluice.Guard]*Guard // the Guards with fallbacks
 }
 
@@ -53,6 +54,20 @@ func New(pkg string) Config {
 // Errorf records an option's error, which Build returns.
 func (c *Config) Errorf(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf(c.pkg+": "+format, args...))
+}
+
+// Once records that the option name was given, and an error, reporting
+// false, when it was already: the second would drop the first in silence.
+func (c *Config) Once(name string) bool {
+	if c.given[name] {
+		c.Errorf("%s given twice: give it once", name)
+		return false
+	}
+	if c.given == nil {
+		c.given = make(map[string]bool)
+	}
+	c.given[name] = true
+	return true
 }
 
 // SetGuard makes g guard every request.
@@ -86,8 +101,9 @@ func (c *Config) SetRoutes(rs *middleware.Routes) {
 	}
 }
 
-// Build checks the configuration: the options' errors, and the fallbacks
-// of every Guard of the table, each of which must answer an http.Handler.
+// Build checks the configuration: the options' errors, and the Guards of
+// the table: none may declare retries, and each fallback must answer an
+// http.Handler.
 func (c *Config) Build() error {
 	if !c.guardSet && !c.routesSet {
 		c.Errorf("no Guard: give WithGuard, or WithRoutes with a route table")
@@ -96,6 +112,10 @@ func (c *Config) Build() error {
 		return err
 	}
 	for _, g := range c.Routes.Guards() {
+		if _, ok := guardhook.RetryDelay(g, nil, 0, time.Time{}, 0); ok {
+			return fmt.Errorf("%s: the Guard of %s declares retries (sluice.WithRetry), which the middleware never makes (it runs a handler once): give the retries to the client's Guard (sluicehttp.Transport, Guard.Do)",
+				c.pkg, policyNames(g))
+		}
 		fbs := guardhook.Fallbacks(g).([]sluice.Fallback)
 		if len(fbs) == 0 {
 			continue
