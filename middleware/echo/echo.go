@@ -338,7 +338,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// Guard answers: counted as the 500 it would have been, and
 			// answered by the fallback, for the request as it came (its
 			// stale copy was kept under it).
-			ferr := call.Report(cfg.Classify(http.StatusInternalServerError), err)
+			ferr := call.Report(core.Classified(call, cfg.Classify, http.StatusInternalServerError), err)
 			if fb, fr := cfg.Fallback(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
@@ -351,7 +351,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			return err
 		}
 	}
-	o := cfg.outcome(c, reqCtx, err, cerr)
+	o := cfg.outcome(reqCtx, c, call, err, cerr)
 	empty := false // nothing written by the Guard's deadline
 	if o == sluice.Success && err == nil && req != nil && !res.Committed && !w.hijacked &&
 		call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
@@ -415,7 +415,7 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 		res.Size = 0
 		return err
 	}
-	ferr := call.Report(cfg.Classify(code), core.FailedStatus(code))
+	ferr := call.Report(core.Classified(call, cfg.Classify, code), core.FailedStatus(code))
 	// At the instant the fallback was found to answer: one that would no
 	// longer (a stale copy grown too old since) must not leave the held
 	// status without the body it dropped.
@@ -504,7 +504,7 @@ func sendHeld(w *writer) {
 // the handler returned, cerr the same as the Guard's deadline makes it (a
 // context.Canceled answered after the deadline is the Guard's timeout, a
 // Failure, not a client gone).
-func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr error) sluice.Outcome {
+func (cfg *config) outcome(reqCtx context.Context, c echo.Context, call *sluice.Call, err, cerr error) sluice.Outcome {
 	// A problem answer is a 429 or a 503: the header is read only then.
 	res := c.Response()
 	if st := res.Status; (st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable) && routing.IsRejection(res.Header()) ||
@@ -522,7 +522,7 @@ func (cfg *config) outcome(c echo.Context, reqCtx context.Context, err, cerr err
 			c.Error(err)
 		}
 	}
-	return cfg.Classify(statusOf(c, err))
+	return core.Classified(call, cfg.Classify, statusOf(c, err))
 }
 
 // statusOf returns the status the client gets: the one written when the

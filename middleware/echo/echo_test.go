@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/internal/monoclock"
@@ -1124,4 +1125,25 @@ func TestKeyByValueOfAnEmptyNameIsRefused(t *testing.T) {
 	if _, err := middleware.NewKeyer(middleware.MissingKey{}, middleware.KeyPerRoute(nil, KeyByValue(""))); err == nil {
 		t.Error("NewKeyer took KeyPerRoute(nil, KeyByValue(\"\"))")
 	}
+}
+
+// A classifier (WithClassifier) that panics ends the call first: the
+// bulkhead's only slot is given back.
+func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
+	bh, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(mw(t, WithGuard(newGuard(t, bh)), WithClassifier(func(status int) sluice.Outcome {
+		if status == http.StatusTeapot {
+			panic("classifier bug")
+		}
+		return sluice.Success
+	})))
+	e.GET("/teapot", func(c echo.Context) error { return c.NoContent(http.StatusTeapot) })
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	func() {
+		defer func() { _ = recover() }()
+		do(e, http.MethodGet, "/teapot")
+	}()
+	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/").Code, "the bulkhead's only slot leaked")
 }

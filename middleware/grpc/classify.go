@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/middleware/internal/core"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -48,7 +49,7 @@ func classifyCode(code codes.Code) sluice.Outcome {
 // rejections are Ignored whatever it says, and a call that returned nil is a
 // Success without asking it, as a Guard asks a sluice.Classifier only for
 // errors.
-func (c *config) outcome(err error) sluice.Outcome {
+func (c *config) outcome(call *sluice.Call, err error) sluice.Outcome {
 	if err == nil {
 		return sluice.Success
 	}
@@ -58,7 +59,7 @@ func (c *config) outcome(err error) sluice.Outcome {
 	if errors.Is(err, sluice.ErrRejected) {
 		return sluice.Ignored
 	}
-	return c.classify(err)
+	return core.Classified(call, c.classify, err)
 }
 
 // serverOutcome is the outcome of a call this server served, whose context,
@@ -69,12 +70,12 @@ func (c *config) outcome(err error) sluice.Outcome {
 // upstream call, says nothing of the server's health. The HTTP adapters
 // count a request whose client left the same way. A Guard's call timeout
 // ends another context, derived from ctx, and is classified as usual.
-func (c *config) serverOutcome(ctx context.Context, err error) sluice.Outcome {
+func (c *config) serverOutcome(ctx context.Context, call *sluice.Call, err error) sluice.Outcome {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return sluice.Ignored
 	}
 	if err == nil && c.classify == nil {
 		return sluice.Success
 	}
-	return c.outcome(err)
+	return c.outcome(call, err)
 }

@@ -260,9 +260,9 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 	err = invoker(ictx, method, req, reply, cc, opts...)
 	returned = true
 	if timedOut(call, ctx, err) {
-		return timeoutStatus(call.Report(c.outcome(errTimeoutStatus), err))
+		return timeoutStatus(call.Report(c.outcome(call, errTimeoutStatus), err))
 	}
-	call.Report(c.outcome(err), nil)
+	call.Report(c.outcome(call, err), nil)
 	return err
 }
 
@@ -381,7 +381,7 @@ func (s *clientStream) end(err error) {
 	if stop := s.stop.Load(); stop != nil {
 		(*stop)()
 	}
-	s.call.Report(s.c.outcome(err), nil)
+	s.call.Report(s.c.outcome(&s.call, err), nil)
 	if err != nil {
 		s.c.holdOpen(s.ctx, s.g, err)
 	}

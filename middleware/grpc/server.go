@@ -163,9 +163,9 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 // for the fallbacks to see; handlerError answers it with DeadlineExceeded.
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
 	if timedOut(call, ctx, err) {
-		return ownTimeout(call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+		return ownTimeout(call.Report(c.serverOutcome(ctx, call, errTimeoutStatus), err))
 	}
-	call.Report(c.serverOutcome(ctx, err), nil)
+	call.Report(c.serverOutcome(ctx, call, err), nil)
 	return err
 }
 
@@ -298,10 +298,10 @@ func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error
 		// tells the timeout as the Guard has it.
 		<-a.call.Context().Done()
 		if timedOut(&a.call, a.parent, err) {
-			return ownTimeout(a.call.Report(c.serverOutcome(ctx, errTimeoutStatus), err))
+			return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), err))
 		}
 	}
-	a.call.Report(c.serverOutcome(ctx, err), nil)
+	a.call.Report(c.serverOutcome(ctx, &a.call, err), nil)
 	return err
 }
 

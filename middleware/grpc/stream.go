@@ -71,7 +71,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		w := c.newServerStream(ss, ss.Context(), nil, own, quoted)
 		defer w.release() // a handler that panics: its fields go out, as on a unary call
 		err = handler(srv, w)
-		a.record(c.streamOutcome(w, err))
+		a.record(c.streamOutcome(a.claimed(), w, err))
 		return c.endStream(w, own, err)
 	}
 	ctx, skip, err := c.identify(ss.Context(), info.FullMethod, nil, false)
@@ -83,7 +83,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		w := c.newServerStream(ss, ss.Context(), nil, own, quoted)
 		defer w.release()
 		err = handler(srv, w)
-		a.record(c.streamOutcome(w, err))
+		a.record(c.streamOutcome(a.claimed(), w, err))
 		return c.endStream(w, own, err)
 	}
 	// The stream's admission by the route's Guard; the zero Call, which
@@ -105,7 +105,7 @@ func (c *config) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if r := w.rejected.Load(); r != nil {
 		err = r
 	}
-	o := c.streamOutcome(w, err)
+	o := c.streamOutcome(&call, w, err)
 	call.Report(o, nil)
 	a.record(o)
 	// A rejection the handler's own call met goes out as a rejection
@@ -170,7 +170,7 @@ func (c *config) streamError(ss grpc.ServerStream, own *routing.Route, err error
 
 // streamOutcome is the outcome of the stream w whose handler returned err:
 // Ignored when its client went away, else err classified.
-func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
+func (c *config) streamOutcome(call *sluice.Call, w *serverStream, err error) sluice.Outcome {
 	switch w.end.Load() {
 	case streamGone:
 		// gRPC fails a stream's SendMsg as soon as its connection closes,
@@ -179,9 +179,9 @@ func (c *config) streamOutcome(w *serverStream, err error) sluice.Outcome {
 	case streamEndedByServer:
 		// gRPC wrote the failed message's status and cancelled the context
 		// itself: the client did not go away.
-		return c.outcome(err)
+		return c.outcome(call, err)
 	}
-	return c.serverOutcome(w.ServerStream.Context(), err)
+	return c.serverOutcome(w.ServerStream.Context(), call, err)
 }
 
 // serverStream is a guarded stream as its handler sees it: its context

@@ -97,6 +97,14 @@ func (a *tapAdmission) record(o sluice.Outcome) {
 	}
 }
 
+// claimed returns the call of a claimed admission, nil for none.
+func (a *tapAdmission) claimed() *sluice.Call {
+	if a == nil {
+		return nil
+	}
+	return &a.call
+}
+
 // failOnPanic ends a claimed admission that is still open as a Failure: its
 // call panicked. A nil a, or one ended already, is left as it is.
 func (a *tapAdmission) failOnPanic() {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/timeouterr"
 	"github.com/sluice-go/sluice/middleware"
@@ -551,4 +552,37 @@ func TestClassifyCode(t *testing.T) {
 	} {
 		assert.Equal(t, want, classifyCode(code), code.String())
 	}
+}
+
+// A classifier (WithClassifier) that panics ends the call first: the
+// bulkhead's only slot is given back, on a server and on a client.
+func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
+	panicky := WithClassifier(func(err error) sluice.Outcome {
+		if status.Code(err) == codes.Aborted {
+			panic("classifier bug")
+		}
+		return sluice.Failure
+	})
+	aborted := status.Error(codes.Aborted, "aborted")
+	bh, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	i := unary(t, WithGuard(mustGuard(t, sluice.With(bh))), panicky)
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/M"}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = i(context.Background(), nil, info, func(context.Context, any) (any, error) { return nil, aborted })
+	}()
+	_, err = i(context.Background(), nil, info, func(context.Context, any) (any, error) { return "ok", nil })
+	assert.NoError(t, err, "the server's bulkhead slot leaked")
+
+	cbh, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	ci, err := UnaryClientInterceptor(WithGuard(mustGuard(t, sluice.With(cbh))), panicky)
+	require.NoError(t, err)
+	func() {
+		defer func() { _ = recover() }()
+		_ = ci(context.Background(), "/svc/M", nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return aborted })
+	}()
+	err = ci(context.Background(), "/svc/M", nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
+	assert.NoError(t, err, "the client's bulkhead slot leaked")
 }

@@ -396,3 +396,33 @@ func TestConcurrencyLimitIsNoRateLimitQuota(t *testing.T) {
 	assert.Empty(t, rec.Header().Get(routing.FieldRateLimit), "a concurrency rejection is no rate quota")
 	assert.NotEmpty(t, rec.Header().Get("Retry-After"))
 }
+
+// A classifier (WithClassifier) that panics must not leave the Guard's
+// admission open: the call is ended (as the Transport ends it when the
+// Guard's classifier panics) and a bulkhead's slot is given back.
+func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
+	bh, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	c := testpolicy.NewCounter()
+	g := newGuard(t, sluice.SystemClock, c, bh)
+	h := mw(t, WithGuard(g), WithClassifier(func(status int) sluice.Outcome {
+		if status == http.StatusTeapot {
+			panic("classifier bug")
+		}
+		return sluice.Success
+	}))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/teapot" {
+			w.WriteHeader(http.StatusTeapot)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	func() {
+		defer func() { _ = recover() }()
+		serve(h, http.MethodGet, "/teapot")
+	}()
+	assert.Equal(t, 1, c.Outcomes()[sluice.Failure]+c.Outcomes()[sluice.Success]+c.Outcomes()[sluice.Ignored],
+		"the call whose classifier panicked is never ended: %v", c.Outcomes())
+	rec := serve(h, http.MethodGet, "/")
+	assert.Equal(t, http.StatusOK, rec.Code, "the bulkhead's only slot leaked: every later request is rejected")
+}

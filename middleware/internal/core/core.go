@@ -296,3 +296,18 @@ func writeProblem(w http.ResponseWriter, method string, status int, body []byte)
 
 // SetRenderer renders header fields and problem bodies as r says.
 func (c *Config) SetRenderer(r middleware.Renderer) { c.Render = routing.Renderer(r) }
+
+// Classified returns classify(v), the outcome a classifier of the user's
+// gives; should it panic, call ends as a Failure first, so that its slot
+// is not lost for good, and the panic goes on. call may be nil.
+func Classified[T any](call *sluice.Call, classify func(T) sluice.Outcome, v T) sluice.Outcome {
+	done := false
+	defer func() {
+		if !done && call != nil {
+			call.Report(sluice.Failure, nil)
+		}
+	}()
+	o := classify(v)
+	done = true
+	return o
+}
