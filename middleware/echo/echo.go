@@ -183,7 +183,9 @@ const rejectedKey = "sluice.rejected"
 // route path). The Guard's call timeout (sluice.WithTimeout) applies to the
 // handler, as in the net/http adapter: the request's context ends at the
 // deadline, and what the handler then answers, a status or an error Echo
-// renders, is classified as any answer is (a 5xx counts as a failure).
+// renders, is classified as any answer is (a 5xx counts as a failure);
+// nothing answered by then is a timeout, answered by the Guard's fallback
+// for it (degrade.OnTimeout), else with 504 Gateway Timeout.
 //
 // A rejected request is answered by the Guard's fallbacks answering an
 // http.Handler (degrade.New[http.Handler], a middleware.StaleCache, fed
@@ -378,6 +380,10 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			fb.ServeHTTP(res, fr)
 			return nil
 		}
+	}
+	if empty {
+		core.WriteTimedOut(res)
+		return nil
 	}
 	// A hijacked connection has no HTTP response to keep.
 	// Nor has an answer the handler failed to finish (an error after its

@@ -100,7 +100,7 @@ func mustManualGuard(t *testing.T, opts ...sluice.Option) *sluice.Guard {
 
 // A handler that writes nothing by the Guard's deadline is answered as the
 // net/http adapter answers it: by the Guard's fallback for a timeout, not
-// with an empty 200; without one, as the handler left it.
+// with an empty 200; without one, with 504 Gateway Timeout.
 func TestNothingWrittenByTheDeadlineIsAnsweredAsNetHTTPDoes(t *testing.T) {
 	for _, withFallback := range []bool{true, false} {
 		synctest.Test(t, func(t *testing.T) {
@@ -124,6 +124,8 @@ func TestNothingWrittenByTheDeadlineIsAnsweredAsNetHTTPDoes(t *testing.T) {
 			assert.Equal(t, hrec.Body.String(), rec.Body.String(), "fallback %v", withFallback)
 			if withFallback {
 				assert.Equal(t, "fallback", rec.Body.String())
+			} else {
+				assert.Equal(t, http.StatusGatewayTimeout, rec.Code, "the timeout counted, not an empty 200")
 			}
 		})
 	}

@@ -159,9 +159,10 @@ func WithRenderer(r middleware.Renderer) Option {
 // fallback of the Guard declares an answer for (degrade.OnError; past the
 // Guard's deadline degrade.OnTimeout) is answered by it: a 5xx status is
 // held back, and the body written after it dropped, as is a response left
-// unwritten by the deadline; the request counts as the failure it was. A
-// request whose client went away counts for nothing, and no fallback
-// answers it.
+// unwritten by the deadline; the request counts as the failure it was.
+// Without such a fallback, a response left unwritten by the deadline is
+// answered 504 Gateway Timeout. A request whose client went away counts
+// for nothing, and no fallback answers it.
 //
 // It returns an error for an option given a nil argument or twice, for neither
 // WithGuard nor WithRoutes, for both together, and for a Guard with a
@@ -365,6 +366,9 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		err = core.FailedStatus(code)
 	}
 	call.Report(o, err)
+	if rw.status == 0 && !rw.hijacked && !rw.rejected && !gone && rw.timedOut() {
+		core.WriteTimedOut(rw.w)
+	}
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if rw.cache != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 	"github.com/sluice-go/sluice/middleware/internal/sfv"
@@ -425,4 +427,22 @@ func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
 		"the call whose classifier panicked is never ended: %v", c.Outcomes())
 	rec := serve(h, http.MethodGet, "/")
 	assert.Equal(t, http.StatusOK, rec.Code, "the bulkhead's only slot leaked: every later request is rejected")
+}
+
+// A handler that writes nothing by the Guard's deadline is counted a
+// timeout (a Failure); the client must not be told 200 OK with an empty
+// body for it.
+func TestNothingWrittenByTheDeadlineIsA504(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testpolicy.NewCounter()
+		g, err := sluice.New(sluice.With(c), sluice.WithClock(monoclock.New()), sluice.WithTimeout(100*time.Millisecond))
+		require.NoError(t, err)
+		defer g.Close()
+		h := mw(t, WithGuard(g))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // the dependency did not answer in time; nothing written
+		}))
+		rec := serve(h, http.MethodGet, "/")
+		require.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes(), "counted a timeout")
+		assert.Equal(t, http.StatusGatewayTimeout, rec.Code, "a timed-out call answered %d with body %q", rec.Code, rec.Body.String())
+	})
 }

@@ -277,6 +277,17 @@ func (c *Config) WriteRejection(w http.ResponseWriter, method string, rt *routin
 	}
 }
 
+// WriteTimedOut answers a request whose handler wrote nothing by the
+// Guard's deadline, and that no fallback answers: 504 Gateway Timeout, as
+// the call counted, not an empty 200.
+func WriteTimedOut(w http.ResponseWriter) {
+	h := w.Header()
+	routing.DropBodyFields(h)
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", "0")
+	w.WriteHeader(http.StatusGatewayTimeout)
+}
+
 // WriteMissingKey answers a request without a key that the Keyer rejects:
 // 400 and a problem body.
 func (c *Config) WriteMissingKey(w http.ResponseWriter, method string) {
