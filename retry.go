@@ -26,8 +26,9 @@ type Retry struct {
 	Attempts int
 	// Backoff bounds the delay before the first retry; each later bound is
 	// twice the one before, up to MaxBackoff. The delay is drawn at random
-	// between 0 and the bound (full jitter), and is never shorter than what
-	// the peer asked for (Retry-After, RetryInfo, grpc-retry-pushback-ms).
+	// between 0 and the bound (full jitter), and added to what the peer
+	// asked for (Retry-After, RetryInfo, grpc-retry-pushback-ms), so that
+	// the clients it told one instant do not all come back at it.
 	// Default 50ms.
 	Backoff time.Duration
 	// MaxBackoff caps the bound; a peer that asks for a longer delay gets
@@ -218,7 +219,7 @@ func (g *Guard) retryDelay(ctx context.Context, attempts int, began time.Time, a
 	if attempts < 1 || attempts >= b.attempts || atLeast > b.ceil {
 		return 0, false
 	}
-	d := max(b.delay(attempts), atLeast)
+	d := atLeast + min(b.delay(attempts), math.MaxInt64-atLeast)
 	if dl, ok := ctx.Deadline(); ok {
 		var took time.Duration
 		if !began.IsZero() {

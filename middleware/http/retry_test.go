@@ -328,9 +328,10 @@ func TestTransportRetryHonoursARetryAfterDate(t *testing.T) {
 		_, _, gap := retriedAfter(t, 503, func() string {
 			return time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 		})
-		// The date has whole seconds: the wait is at least 2s, at most 3s.
+		// The date has whole seconds: the wait is at least 2s, at most 3s
+		// and the jitter added to it (under the first bound, Backoff).
 		assert.GreaterOrEqual(t, gap, 2*time.Second)
-		assert.LessOrEqual(t, gap, 3*time.Second)
+		assert.LessOrEqual(t, gap, 3*time.Second+generous.Backoff)
 	})
 }
 
@@ -516,5 +517,73 @@ func TestTransportRetryAfterPastAnyDurationEndsTheRetries(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 		assert.Less(t, time.Since(start), time.Second)
 		assert.Equal(t, 1, dep.calls())
+	})
+}
+
+// A peer's Retry-After is the least delay before a retry, and the jitter
+// is added to it: the clients a server told one instant (a sluice rate
+// limit tells every caller it rejects the same) do not all come back at
+// it together.
+func TestTransportRetryAfterKeepsTheJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := retryTransport(t, &recorder{answer: failing}, generous)
+		seen := map[time.Duration]int{}
+		for range 50 {
+			dep := &recorder{answer: func(n int, _ *http.Request) (*http.Response, error) {
+				if n == 1 {
+					return answer(503, "Retry-After", "1"), nil
+				}
+				return answer(200), nil
+			}}
+			rt.next = dep
+			resp, err := send(t, rt, context.Background(), http.MethodGet, nil)
+			if err != nil || resp.StatusCode != 200 || len(dep.at) != 2 {
+				t.Fatalf("resp %v, err %v, %d attempts", resp, err, len(dep.at))
+			}
+			gap := dep.at[1].Sub(dep.at[0])
+			if gap < time.Second {
+				t.Fatalf("retried %v after a Retry-After of 1s", gap)
+			}
+			seen[gap]++
+		}
+		if len(seen) == 1 {
+			t.Errorf("50 retries after Retry-After: 1 all waited exactly %v: no jitter at all (%v)", time.Second, seen)
+		}
+	})
+}
+
+// "The caller gets the last attempt's answer": also when the request's
+// body cannot be had again for the retry (GetBody fails: a file that cannot
+// be reopened), and no retry is counted that was never sent.
+func TestTransportReplayFailureKeepsTheLastAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dep := &recorder{answer: failing}
+		rt := retryTransport(t, dep, generous)
+		req, err := http.NewRequest(http.MethodPut, "http://dep.test/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gets := 0
+		req.GetBody = func() (io.ReadCloser, error) {
+			gets++
+			if gets > 1 {
+				return nil, errors.New("reopen: file is gone")
+			}
+			return io.NopCloser(strings.NewReader("v")), nil
+		}
+		req.Body, _ = req.GetBody()
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Errorf("RoundTrip: %v; want the last attempt's answer, 503", err)
+		} else {
+			if resp.StatusCode != 503 {
+				t.Errorf("status %d, want 503", resp.StatusCode)
+			}
+			_ = resp.Body.Close()
+		}
+		g, _ := rt.Guard("dep.test")
+		if s := g.Stats(); s.Retries != 0 || dep.calls() != 1 {
+			t.Errorf("%d attempt(s) sent, Stats.Retries %d: a retry counted that was never sent", dep.calls(), s.Retries)
+		}
 	})
 }

@@ -542,12 +542,22 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				// the Guard's deadline has passed.
 				o := t.errOutcome(&call, err)
 				if o == sluice.Failure && req.Context().Err() == nil {
-					if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {
-						call.Report(o, err)
-						if req, err = t.again(req, d); err != nil {
-							return nil, err
+					// The body to send again is had first: without it, the
+					// caller gets this attempt's error, and no retry is
+					// spent.
+					if next, rerr := replayed(req); rerr == nil {
+						if d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, 0); ok {
+							call.Report(o, err)
+							if err = wait(req.Context(), d); err != nil {
+								closeRequestBody(next)
+								return nil, err
+							}
+							req = next
+							continue
 						}
-						continue
+						if next != req {
+							closeRequestBody(next)
+						}
 					}
 				}
 			}
@@ -575,11 +585,20 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !replay || !retryStatus(resp.StatusCode) {
 			break
 		}
-		// The peer's Retry-After is the least delay; one past the Retry's
-		// MaxBackoff ends the retries.
+		// The peer's Retry-After is the least delay, the jitter added to
+		// it; one past the Retry's MaxBackoff ends the retries.
 		atLeast, _ := t.parseRetryAfter(resp.Header.Get("Retry-After"), maxDelay)
+		// The body to send again is had before the answer is let go:
+		// without it, the caller gets this answer, and no retry is spent.
+		next, rerr := replayed(req)
+		if rerr != nil {
+			break
+		}
 		d, ok := guardhook.RetryDelay(g, req.Context(), attempts, began, atLeast)
 		if !ok {
+			if next != req {
+				closeRequestBody(next)
+			}
 			break
 		}
 		if resp.Body != nil {
@@ -587,9 +606,11 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		unreturned = nil
 		call.Report(o, nil)
-		if req, err = t.again(req, d); err != nil {
+		if err = wait(req.Context(), d); err != nil {
+			closeRequestBody(next)
 			return nil, err
 		}
+		req = next
 	}
 	// A body that is a whole connection (101 Switching Protocols) is handed
 	// over as it is: it must stay an io.ReadWriteCloser.
@@ -730,26 +751,31 @@ func retryStatus(code int) bool {
 	return false
 }
 
-// again waits d and returns req ready to be sent once more, its body
-// replayed; the error of its context when it ends first, or of GetBody.
-func (t *RoundTripper) again(req *http.Request, d time.Duration) (*http.Request, error) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-req.Context().Done():
-		return nil, req.Context().Err()
-	}
+// replayed returns req ready to be sent once more, its body had again
+// (GetBody); req itself when it has none.
+func replayed(req *http.Request) (*http.Request, error) {
 	if req.GetBody == nil || req.Body == nil || req.Body == http.NoBody {
 		return req, nil
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return nil, fmt.Errorf("sluicehttp: Transport: replaying the request's body: %w", err)
+		return nil, err
 	}
 	r := *req // a shallow copy: RoundTrip must not change the caller's request
 	r.Body = body
 	return &r, nil
+}
+
+// wait waits d, or until ctx ends: then it returns ctx's error.
+func wait(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // discard drains a little of a body nobody will read, so its connection can
