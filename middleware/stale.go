@@ -32,7 +32,8 @@ type StaleCacheOption = stale.Option
 
 // NewStaleCache returns a StaleCache of at most maxEntries responses, each
 // served for at most maxAge after it was stored and kept only when its body
-// is at most maxBody bytes; each must be positive. By default a copy serves
+// is at most maxBody bytes (and its header fields at most 16 KiB); each
+// must be positive. By default a copy serves
 // only the request key (the client address, the API key a Keyer finds) of
 // the request that it answered, or, without one (no Keyer, or a Keyer's
 // MissingKey), only its connection's address (behind a proxy, the proxy's:
@@ -44,7 +45,8 @@ func NewStaleCache(maxEntries int, maxAge time.Duration, maxBody int, opts ...St
 // StaleOnly makes the cache answer only the rejections of the causes given
 // (sluice.CauseCircuitOpen, say, so that a rate-limited client still hears
 // 429 and slows down), and timeouts when sluice.CauseTimeout is among
-// them; no failure but a timeout. Default: every rejection and failure.
+// them; no failure but a timeout. Given no cause, it makes NewStaleCache
+// fail. Default: every rejection and failure.
 func StaleOnly(causes ...sluice.Cause) StaleCacheOption { return stale.Only(causes...) }
 
 // StaleShared makes the cache keep one copy per route and request URI for

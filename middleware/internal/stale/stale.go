@@ -6,6 +6,7 @@ package stale
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ type Cache struct {
 	maxBody    int
 	shared     bool
 	causes     []sluice.Cause // nil: every rejection and failure
+	only       bool           // Only was given
 
 	mu      sync.Mutex
 	entries map[string]*list.Element
@@ -59,7 +61,7 @@ func Shared() Option { return func(c *Cache) { c.shared = true } }
 // Only makes the cache answer only the errors of causes: rejections, and
 // timeouts (sluice.CauseTimeout).
 func Only(causes ...sluice.Cause) Option {
-	return func(c *Cache) { c.causes = append(c.causes, causes...) }
+	return func(c *Cache) { c.only, c.causes = true, append(c.causes, causes...) }
 }
 
 // New returns a Cache of at most maxEntries responses, each served for at
@@ -72,6 +74,11 @@ func New(maxEntries int, maxAge time.Duration, maxBody int, opts ...Option) (*Ca
 			return nil, fmt.Errorf("middleware: NewStaleCache: option %d is nil", i)
 		}
 		o(c)
+	}
+	if c.only && len(c.causes) == 0 {
+		// Not "every cause": a list that came out empty answers nothing
+		// the user meant it to.
+		return nil, errors.New("middleware: StaleOnly: no cause given")
 	}
 	for _, cause := range c.causes {
 		if cause == sluice.CauseNone {
@@ -136,8 +143,24 @@ func (c *Cache) entryKey(q *Request) string {
 		}
 		key = "\x01" + host
 	}
-	return q.Route + "\x00" + key + "\x00" + q.R.Host + q.R.URL.RequestURI()
+	k := q.Route + "\x00" + key + "\x00" + q.R.Host + q.R.URL.RequestURI()
+	if len(k) > maxRawKey {
+		// A long URI or key (a client's choice: net/http reads request
+		// lines up to a megabyte) is kept as its digest, so the cache's
+		// memory is bounded by its entries whatever the requests. Raw keys
+		// start with the route, never with 0xff.
+		sum := sha256.Sum256([]byte(k))
+		k = "\xff" + string(sum[:])
+	}
+	return k
 }
+
+// maxRawKey is the longest entry key kept as it is, and maxHeader the most
+// bytes of header fields a copy keeps: a response with more is not kept.
+const (
+	maxRawKey = 256
+	maxHeader = 16 << 10
+)
 
 // dropped are the fields a stale copy does not repeat: hop-by-hop fields,
 // the guard's own fields, and cookies, which belong to the request that
@@ -199,6 +222,18 @@ func canonical(h http.Header) (http.Header, bool) {
 	return c, true
 }
 
+// headerSize returns the bytes of h's names and values.
+func headerSize(h http.Header) int {
+	n := 0
+	for k, vs := range h {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}
+
 // Store keeps a copy of the good GET response to q, header and body, when
 // it may be served to others (Cacheable), its body is small enough, and
 // whole: as long as a Content-Length declares.
@@ -210,7 +245,7 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 	// assignment keeps it) are the same fields: judged, and dropped, as
 	// such.
 	h, ok := canonical(header)
-	if !ok || !Cacheable(q.R, h) {
+	if !ok || !Cacheable(q.R, h) || headerSize(h) > maxHeader {
 		return
 	}
 	for _, cl := range h.Values("Content-Length") {

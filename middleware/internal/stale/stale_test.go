@@ -201,3 +201,66 @@ func TestCopyKeepsTheResponsesOwnFieldsAndItsAge(t *testing.T) {
 	assert.Equal(t, "12", rec.Header().Get("Age"))
 	assert.Equal(t, "hello", rec.Body.String())
 }
+
+// StaleOnly() given no cause (a list from a configuration that came out
+// empty) is an error, not the default of answering every rejection, a rate
+// limit's 429 among them.
+func TestOnlyWithNoCauseIsAnError(t *testing.T) {
+	var causes []sluice.Cause // e.g. read from a config file, empty
+	c, err := New(8, time.Hour, 1024, Only(causes...))
+	if err == nil {
+		// Show what it does: it answers a rate limit's rejection.
+		r := httptest.NewRequest(http.MethodGet, "/prices", nil)
+		c.Store(&Request{Key: "k", R: r}, http.Header{}, []byte("prices"))
+		ctx := WithRequest(context.Background(), &Request{Key: "k", R: r})
+		_, answers := c.Declared(ctx, sluice.ErrRateLimited)
+		t.Errorf("Only() with no cause accepted; the cache answers a rate-limited request: %v", answers)
+	}
+}
+
+// The cache's memory is bounded by maxEntries and maxBody whatever the
+// URIs: a client sending long query strings (net/http accepts a request
+// line up to 1 MB) does not make each 2-byte entry cost as much as its URI.
+func TestMemoryIsBoundedWhateverTheURI(t *testing.T) {
+	const maxEntries, maxBody = 4, 16
+	c, err := New(maxEntries, time.Hour, maxBody)
+	require.NoError(t, err)
+	long := strings.Repeat("a", 512<<10)
+	for i := range maxEntries {
+		r := httptest.NewRequest(http.MethodGet, "/prices?pad="+long+string(rune('0'+i)), nil)
+		c.Store(&Request{Key: "k", R: r}, http.Header{}, []byte("ok"))
+	}
+	require.Equal(t, maxEntries, c.Len())
+	retained := 0
+	c.mu.Lock()
+	for k, el := range c.entries {
+		e := el.Value.(*entry)
+		retained += len(k) + len(e.body)
+		for hk, hv := range e.header {
+			retained += len(hk)
+			for _, v := range hv {
+				retained += len(v)
+			}
+		}
+	}
+	c.mu.Unlock()
+	// Generous: maxBody plus 8 KiB of key and fields per entry.
+	assert.LessOrEqual(t, retained, maxEntries*(maxBody+8<<10),
+		"a cache of %d entries of at most %d body bytes retains %d bytes", maxEntries, maxBody, retained)
+}
+
+// A copy kept under a long URI (kept as its digest) answers that URI, and
+// no other.
+func TestALongURIsCopyAnswersItAlone(t *testing.T) {
+	c, err := New(8, time.Hour, 1024, Shared())
+	require.NoError(t, err)
+	long := "/prices?pad=" + strings.Repeat("a", 4<<10)
+	r := httptest.NewRequest(http.MethodGet, long+"1", nil)
+	c.Store(&Request{R: r}, http.Header{}, []byte("prices"))
+	ctx := WithRequest(context.Background(), &Request{R: r})
+	_, ok := c.Declared(ctx, sluice.ErrCircuitOpen)
+	assert.True(t, ok, "the copy of the long URI")
+	other := httptest.NewRequest(http.MethodGet, long+"2", nil)
+	_, ok = c.Declared(WithRequest(context.Background(), &Request{R: other}), sluice.ErrCircuitOpen)
+	assert.False(t, ok, "another long URI's copy")
+}
