@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -95,9 +96,10 @@ func RequireKey() Option {
 //
 // Keys are spread over up to 64 shards, each with its own lock, map and
 // least-recently-used list, so no lock is global. Memory is bounded: at most
-// WithMaxKeys keys are held (each shard holds its share, at least 128 keys,
-// and evicts its own least recently used key, so eviction may start a little
-// before the cap when keys hash unevenly), and keys idle for WithIdleTTL are
+// WithMaxKeys keys are held, one past 128 bytes as a digest of 17 (each
+// shard holds its share, at least 128 keys, and evicts its own least
+// recently used key, so eviction may start a little before the cap when
+// keys hash unevenly), and keys idle for WithIdleTTL are
 // forgotten. Nothing on the request path walks the keys: an expired key is
 // dropped when met, and a new key drops at most two expired ones from the end
 // of its shard's list on its way in; the janitor, if one runs (WithJanitor),
@@ -117,6 +119,7 @@ type Keyed struct {
 	shards     []keyedShard
 	mask       uint64
 	seed       maphash.Seed
+	digestSeed maphash.Seed // with seed, the digest of a long key (see held)
 	ttl        time.Duration
 	requireKey bool
 	name       string
@@ -267,7 +270,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
 	k := &Keyed{
 		newLimiter: newLimiter, shards: make([]keyedShard, n), mask: uint64(n - 1),
-		seed: maphash.MakeSeed(), ttl: o.idleTTL, requireKey: o.requireKey, name: o.name, clock: newLimiterClock(o.clock),
+		seed: maphash.MakeSeed(), digestSeed: maphash.MakeSeed(), ttl: o.idleTTL, requireKey: o.requireKey, name: o.name, clock: newLimiterClock(o.clock),
 		needs: needs,
 	}
 	k.window.Store(int64(window))
@@ -356,9 +359,31 @@ func (k *Keyed) enter(ctx context.Context, now time.Duration) (*keyedEntry, *key
 	if !ok && k.requireKey {
 		return nil, nil, 0, -1, errNoKey
 	}
-	si := int(maphash.String(k.seed, key) & k.mask)
-	e, c, slot, err := k.lookup(&k.shards[si], key, now, true)
+	hk := k.held(key)
+	si := int(maphash.String(k.seed, hk) & k.mask)
+	e, c, slot, err := k.lookup(&k.shards[si], key, hk, now, true)
 	return e, c, si, slot, err
+}
+
+// maxHeldKey is the longest key held as it is.
+const maxHeldKey = 128
+
+// held returns the form key is held under: itself, or, past maxHeldKey
+// bytes, a digest of 17 bytes, so that the keys' memory is bounded by
+// their number whatever a client sends (a header may be a megabyte long).
+// The digest is 128 bits of two seeded hashes, which a client cannot aim
+// without the seeds; a short key of the digests' form is digested too, so
+// no key held as it is can be taken for a digest. Long keys cost an
+// allocation.
+func (k *Keyed) held(key string) string {
+	if len(key) <= maxHeldKey && (len(key) != 17 || key[0] != 0xff) {
+		return key
+	}
+	var d [17]byte
+	d[0] = 0xff
+	binary.LittleEndian.PutUint64(d[1:], maphash.String(k.seed, key))
+	binary.LittleEndian.PutUint64(d[9:], maphash.String(k.digestSeed, key))
+	return string(d[:])
 }
 
 // refusal returns the Decision rejecting a request for enter's error.
@@ -400,6 +425,7 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 // afresh (after a successful login, say), and reports whether it was held.
 // Calls in flight still end on the old limiter.
 func (k *Keyed) Forget(key string) bool {
+	key = k.held(key)
 	s := &k.shards[maphash.String(k.seed, key)&k.mask]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -474,12 +500,12 @@ func (k *Keyed) expired(e *keyedEntry, now time.Duration) bool {
 	return k.ttl > 0 && now-e.last >= k.ttl
 }
 
-// lookup returns key's entry, making it if needed, marked as used at now;
-// with call set it also reserves a call record for it, and returns the record
-// and its index.
-func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) (*keyedEntry, *keyedCall, int32, error) {
+// lookup returns key's entry, held under hk (see held), making it if
+// needed, marked as used at now; with call set it also reserves a call
+// record for it, and returns the record and its index.
+func (k *Keyed) lookup(s *keyedShard, key, hk string, now time.Duration, call bool) (*keyedEntry, *keyedCall, int32, error) {
 	s.mu.Lock()
-	if e := s.m[key]; e != nil && !k.expired(e, now) {
+	if e := s.m[hk]; e != nil && !k.expired(e, now) {
 		s.touch(e, now)
 		c, slot := s.reserve(e, call)
 		s.mu.Unlock()
@@ -494,7 +520,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	if err != nil {
 		return nil, nil, -1, err
 	}
-	fresh := &keyedEntry{key: key, lim: lim, last: now}
+	fresh := &keyedEntry{key: hk, lim: lim, last: now}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -505,7 +531,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 			return nil, nil, -1, err
 		}
 	}
-	if e := s.m[key]; e != nil {
+	if e := s.m[hk]; e != nil {
 		if !k.expired(e, now) { // made by another request meanwhile
 			s.touch(e, now)
 			c, slot := s.reserve(e, call)
@@ -519,7 +545,7 @@ func (k *Keyed) lookup(s *keyedShard, key string, now time.Duration, call bool) 
 	for len(s.m) >= s.cap {
 		s.remove(s.tail)
 	}
-	s.m[key] = fresh
+	s.m[hk] = fresh
 	s.uses++
 	fresh.used = s.uses
 	s.pushFront(fresh)

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -689,4 +690,47 @@ func TestKeyedTypedNilLimiter(t *testing.T) {
 	_, q, err := k.Admit(sluice.WithKey(context.Background(), "bad"), time.Second)
 	require.ErrorIs(t, err, sluice.ErrRateLimited)
 	assert.Equal(t, time.Second, q.RetryAfter)
+}
+
+// A long key (a client's header may be a megabyte) is held as a digest:
+// the keys' memory is bounded by their number, the key still finds its
+// limiter again, Forget finds it, and the limiter's maker sees the key
+// itself.
+func TestALongKeyIsHeldAsItsDigest(t *testing.T) {
+	var made []string
+	k, err := NewKeyed(func(key string) (sluice.Policy, error) {
+		made = append(made, key)
+		return NewGCRA(PerSecond(1), 1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 256<<10)
+	ctx := sluice.WithKey(context.Background(), long)
+	if _, _, err := k.Admit(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := k.Admit(ctx, 0); err == nil {
+		t.Error("the long key's second request found a fresh limiter")
+	}
+	if len(made) != 2 || made[1] != long { // the probe's "", then the key
+		t.Errorf("the limiter's maker saw %d keys, the last of %d bytes", len(made), len(made[len(made)-1]))
+	}
+	held := 0
+	for i := range k.shards {
+		for key := range k.shards[i].m {
+			held += len(key)
+		}
+	}
+	if held > 17 {
+		t.Errorf("the keys held take %d bytes; want the long key's 17-byte digest", held)
+	}
+	// A short key of a digest's form is no other key's digest.
+	fake := k.held(long)
+	if k.held(fake) == fake {
+		t.Error("a key sent in a digest's form is held as that digest")
+	}
+	if !k.Forget(long) || k.Len() != 0 {
+		t.Error("Forget did not find the long key")
+	}
 }
