@@ -16,7 +16,7 @@ import (
 )
 
 // ErrWouldExceedDeadline is the cause of a rejection by a waiting method
-// (TokenBucket.WaitN, Shaper.Admit, Shaper.WaitN) when the wait for the
+// (TokenBucket.WaitN, Shaper.Admit) when the wait for the
 // request's turn would outlast the context's deadline. It wraps
 // sluice.ErrRateLimited. The limiter rejects at once instead of waiting in
 // vain, and takes nothing.

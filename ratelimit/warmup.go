@@ -45,6 +45,11 @@ type WarmUp struct {
 	gen    uint64  // admissions so far
 	last   warmUpAdmission
 	since  time.Duration // the instant of the last SetLimit: releases of earlier admissions are dropped
+	// coolPeriod, when not 0, is the warm-up period (ns) at which the
+	// idle time since tat cools the limiter: SetLimit changed the period
+	// since, at an instant it does not know, and the shortest of the
+	// periods in force meanwhile is taken (the coldest).
+	coolPeriod float64
 	warmUpNums
 
 	name string
@@ -134,7 +139,9 @@ func newWarmUpNums(r Rate, burst int64, warmUp time.Duration, coldFactor int64) 
 // factor, validated as NewWarmUp validates them: on an error nothing
 // changes. The limiter keeps the instant it is full again, so a full one
 // is full at its new size, and how cold it is, as a share of its new
-// store of cold permits. Safe while requests are decided; when the rate
+// store of cold permits; the idle time before its next admission cools it
+// at the shorter of the two warm-up periods, so it is never warmer than
+// either would have it. Safe while requests are decided; when the rate
 // changes, or the burst crosses a power of two, a request admitted before
 // the limiter would be full again and released after the change gives
 // nothing back.
@@ -154,6 +161,13 @@ func (w *WarmUp) SetLimit(r Rate, burst int64, warmUp time.Duration, coldFactor 
 		w.since = time.Duration(w.tat)
 	}
 	w.stored = min(w.stored*nums.maxStored/w.maxStored, nums.maxStored)
+	if w.tat != emptyTAT {
+		p := float64(w.warmUp)
+		if w.coolPeriod > 0 {
+			p = w.coolPeriod
+		}
+		w.coolPeriod = min(p, float64(nums.warmUp))
+	}
 	w.warmUpNums = nums
 	w.last.valid = false
 	return nil
@@ -194,7 +208,11 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	// Idle time since the bucket was last full cools the limiter down.
 	stored := w.stored
 	if tat != emptyTAT && now > tat {
-		stored = min(w.maxStored, stored+float64(now-tat)/w.coolDown)
+		coolDown := w.coolDown
+		if w.coolPeriod > 0 {
+			coolDown = w.coolPeriod / w.maxStored
+		}
+		stored = min(w.maxStored, stored+float64(now-tat)/coolDown)
 	}
 	if next := base + n*w.iv; n > w.burst || base-now > w.tau-n*w.iv { // next - now may overflow
 		nums := *nums // read outside the lock: a copy SetLimit cannot change
@@ -218,6 +236,7 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	w.gen++
 	w.tat = next
 	w.stored = stored - taken
+	w.coolPeriod = 0 // idle from now on is under the numbers in force
 	if !full {
 		w.mu.Unlock()
 		return sluice.Decision{}, t, true

@@ -306,3 +306,54 @@ func TestWarmUpRemainingMatchesAdmissionsAtOneInstant(t *testing.T) {
 	}
 	require.Greater(t, checked, 1000)
 }
+
+// warmUpWarmedAt returns a WarmUp (10/s, burst 1, warm-up 1s, cold factor 3)
+// driven at its full rate until warm, and the instant it is full again.
+func warmUpWarmedAt(t *testing.T) (*WarmUp, time.Duration) {
+	t.Helper()
+	w, err := NewWarmUp(PerSecond(10), 1, time.Second, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Duration(0)
+	for range 200 { // 20 s of full load: far past the warm-up period
+		d, _ := w.admitD(ctx, now)
+		if d.Allowed {
+			now += d.Reset
+		} else {
+			now += d.RetryAfter
+		}
+	}
+	return w, now
+}
+
+// A limiter idle for twice its warm-up period is fully cold (its next
+// permit costs about C×T); a SetLimit that only lengthens the warm-up
+// period leaves it so: the idle time before the change is not counted at
+// the new, slower cooling, which would send the full rate to a cold
+// service at once.
+func TestWarmUpSetLimitKeepsColdShareAfterIdle(t *testing.T) {
+	ctx := context.Background()
+
+	// Reference: no SetLimit, idle 2 s, the first permit costs ~C×T.
+	ref, at := warmUpWarmedAt(t)
+	d, _ := ref.admitD(ctx, at+2*time.Second)
+	if !d.Allowed || d.Reset < 250*time.Millisecond {
+		t.Fatalf("reference limiter not cold after idling twice its warm-up: %+v", d)
+	}
+
+	w, at := warmUpWarmedAt(t)
+	// Idle 2 s (fully cold by the old numbers), then lengthen the warm-up.
+	if err := w.SetLimit(PerSecond(10), 1, 100*time.Second, 3); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = w.admitD(ctx, at+2*time.Second)
+	if !d.Allowed {
+		t.Fatalf("first request rejected: %+v", d)
+	}
+	// Fully cold under the new numbers too: the permit costs ~C×T = 300ms.
+	if d.Reset < 250*time.Millisecond {
+		t.Fatalf("after idling fully cold and a SetLimit of the warm-up period, the first permit cost %v (warm: T=100ms); want ~300ms (still fully cold)", d.Reset)
+	}
+}
