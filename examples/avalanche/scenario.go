@@ -143,6 +143,10 @@ func run(ctx context.Context, cfg Config, name string, build func(cfg Config, de
 	defer sickTimer.Stop()
 	defer healTimer.Stop()
 	samples, gauges := drive(ctx, cfg, "http://"+ln.Addr().String(), start, nil)
+	if err := ctx.Err(); err != nil {
+		// Cut short (Ctrl-C): no figures, rather than figures of nothing.
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
 	r := &runResult{name: name, samples: samples, gauges: gauges}
 	var byPhase [3][2][]sample
 	for _, s := range samples {

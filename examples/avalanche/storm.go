@@ -273,6 +273,9 @@ func playStormOnce(ctx context.Context, cfg stormConfig, c stormClient) (*stormR
 	slowTimer.Stop()
 	healTimer.Stop()
 	d.close()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("interrupted: %w", err)
+	}
 	r.summarize(cfg, d)
 	return r, nil
 }
