@@ -124,11 +124,13 @@ func newApp(logf func(format string, args ...any)) (*app, error) {
 		})
 		return sluice.New(sluice.With(shed, perIP, b), sluice.WithFallback(fallback))
 	}
-	// /prices falls back on the last good answer it gave the same client for
-	// the same URL, for up to a minute; /recommendations on a fixed list.
-	// Both only when their breaker is open: a rate-limited client still
-	// hears 429, so it slows down.
-	stale, err := middleware.NewStaleCache(1000, time.Minute, 64<<10, middleware.StaleOnly(sluice.CauseCircuitOpen))
+	// /prices falls back on the last good answer for the same URL, for up
+	// to a minute, to every client (prices do not depend on who asks:
+	// StaleShared; by default a copy serves only the client it answered);
+	// /recommendations on a fixed list. Both only when their breaker is
+	// open: a rate-limited client still hears 429, so it slows down.
+	stale, err := middleware.NewStaleCache(1000, time.Minute, 64<<10,
+		middleware.StaleShared(), middleware.StaleOnly(sluice.CauseCircuitOpen))
 	if err != nil {
 		return nil, err
 	}
