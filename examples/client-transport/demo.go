@@ -89,7 +89,19 @@ func play(ctx context.Context, out io.Writer, dep *dependency, client *http.Clie
 	}
 	call()
 
-	say("\n4. it is overloaded and says so: 503 with Retry-After: 1 holds the breaker open for 1s")
+	say("\n4. it fails: two 500s in a row open the breaker, and the next call fails fast, unsent")
+	dep.setMode("failing")
+	call()
+	call()
+	call()
+	dep.setMode("healthy")
+	if err := wait(openFor + 50*time.Millisecond); err != nil {
+		return err
+	}
+	say("   healed, after %v:", openFor)
+	call()
+
+	say("\n5. it is overloaded and says so: 503 with Retry-After: 1 holds the breaker open for 1s")
 	dep.setMode("busy")
 	call()
 	dep.setMode("healthy")

@@ -26,13 +26,17 @@ func TestDemonstration(t *testing.T) {
 	assert.Contains(t, got, "-> 200 stock=12   (dependency saw 4 calls)\n"+
 		"    [breaker/inventory.internal: open -> half-open]\n"+
 		"    [breaker/inventory.internal: half-open -> closed]\n")
+	// Two failures in a row open it; the next call is not sent.
+	assert.Regexp(t, `-> 500 internal error   \(dependency saw 6 calls\)\n`+
+		`    \[breaker/inventory.internal: closed -> open\]\n`+
+		`GET http://inventory.internal/stock -> not sent: circuit-open by breaker/inventory.internal, retry after (200|1\d\d)ms   \(dependency saw 6 calls\)\n`, got)
 	// The dependency's Retry-After holds the breaker open for that long,
 	// though the dependency itself is healthy again.
-	assert.Regexp(t, `-> 503 busy  Retry-After: 1   \(dependency saw 5 calls\)\n`+
+	assert.Regexp(t, `-> 503 busy  Retry-After: 1   \(dependency saw 8 calls\)\n`+
 		`    \[breaker/inventory.internal: closed -> open\]\n`+
-		`GET http://inventory.internal/stock -> not sent: circuit-open by breaker/inventory.internal, retry after (1s|9\d0ms)   \(dependency saw 5 calls\)\n`+
+		`GET http://inventory.internal/stock -> not sent: circuit-open by breaker/inventory.internal, retry after (1s|9\d0ms)   \(dependency saw 8 calls\)\n`+
 		`   one second later:\n`+
-		`GET http://inventory.internal/stock -> 200 stock=12   \(dependency saw 6 calls\)\n`, got)
+		`GET http://inventory.internal/stock -> 200 stock=12   \(dependency saw 9 calls\)\n`, got)
 }
 
 func TestServeStopsWithItsContext(t *testing.T) {
