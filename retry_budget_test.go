@@ -68,27 +68,7 @@ func TestRetryBudgetShareHoldsForABurstOfConcurrentFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		const n = 100
-		boom := errors.New("boom")
-		var began sync.WaitGroup
-		began.Add(n)
-		release := make(chan struct{})
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				tries := 0
-				_ = g.Do(context.Background(), func(context.Context) error {
-					tries++
-					if tries == 1 {
-						began.Done()
-						<-release // every call is in flight before any fails
-					}
-					return boom
-				})
-			})
-		}
-		began.Wait()
-		close(release)
-		wg.Wait()
+		failTogether(g, n)
 		s := g.Stats()
 		t.Logf("%d calls, %d attempts, %d retries, %d refused", n, s.Attempts, s.Retries, s.BudgetRefusals)
 		if s.Retries < n/2/2 {
@@ -112,28 +92,34 @@ func TestRetryBudgetSavesOnlyRecentCallsShare(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 		const n = 200
-		boom := errors.New("boom")
-		var began sync.WaitGroup
-		began.Add(n)
-		release := make(chan struct{})
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				tries := 0
-				_ = g.Do(context.Background(), func(context.Context) error {
-					if tries++; tries == 1 {
-						began.Done()
-						<-release
-					}
-					return boom
-				})
-			})
-		}
-		began.Wait()
-		close(release)
-		wg.Wait()
+		failTogether(g, n)
 		if s := g.Stats(); s.Retries > 30 {
 			t.Errorf("an hour of health bought %d retries for a burst of %d failures: want about 21", s.Retries, n)
 		}
 	})
+}
+
+// failTogether runs n calls through g that are all in flight before any
+// fails, and fail every attempt.
+func failTogether(g *sluice.Guard, n int) {
+	boom := errors.New("boom")
+	var began sync.WaitGroup
+	began.Add(n)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			tries := 0
+			_ = g.Do(context.Background(), func(context.Context) error {
+				if tries++; tries == 1 {
+					began.Done()
+					<-release
+				}
+				return boom
+			})
+		})
+	}
+	began.Wait()
+	close(release)
+	wg.Wait()
 }

@@ -37,24 +37,9 @@ func TestHeadOfTheEventStreamEnds(t *testing.T) {
 // must end when its server shuts down.
 func TestEventStreamEndsOnServerShutdown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := newPipeListener()
-		srv := &http.Server{Handler: d}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
-
-		tr := &http.Transport{DialContext: ln.dial}
-		defer tr.CloseIdleConnections()
-		reqCtx, cancelReq := context.WithCancel(context.Background())
-		defer cancelReq()
-		req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events", nil)
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv := &http.Server{}
+		resp, stop := openStream(t, srv)
+		defer stop()
 		// The client reads the stream, as a browser does.
 		go func() {
 			br := bufio.NewReader(resp.Body)
@@ -68,16 +53,8 @@ func TestEventStreamEndsOnServerShutdown(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		err = srv.Shutdown(ctx)
-		if err != nil {
+		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown with a dashboard page open: %v; want nil (the stream should end with its server)", err)
-		}
-		// Clean up: the client goes away, the stream ends.
-		cancelReq()
-		_ = resp.Body.Close()
-		_ = srv.Close()
-		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("Serve: %v", err)
 		}
 	})
 }
@@ -87,24 +64,8 @@ func TestEventStreamEndsOnServerShutdown(t *testing.T) {
 // (each event has its own write deadline).
 func TestEventStreamOutlivesTheServersWriteTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d, err := New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := newPipeListener()
-		srv := &http.Server{Handler: d, WriteTimeout: 5 * time.Second}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
-
-		tr := &http.Transport{DialContext: ln.dial}
-		defer tr.CloseIdleConnections()
-		reqCtx, cancelReq := context.WithCancel(context.Background())
-		defer cancelReq()
-		req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events", nil)
-		resp, err := tr.RoundTrip(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp, stop := openStream(t, &http.Server{WriteTimeout: 5 * time.Second})
+		defer stop()
 		events := 0
 		br := bufio.NewReader(resp.Body)
 		for events < 12 {
@@ -119,11 +80,38 @@ func TestEventStreamOutlivesTheServersWriteTimeout(t *testing.T) {
 		if events < 12 {
 			t.Errorf("the stream ended after %d events (~%ds) with a client reading it; want it to go on past WriteTimeout", events, events)
 		}
+	})
+}
+
+// openStream serves a new Dashboard with srv on an in-memory listener, in
+// the synctest bubble, and opens its event stream; stop ends the client
+// and the server.
+func openStream(t *testing.T, srv *http.Server) (*http.Response, func()) {
+	t.Helper()
+	d, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handler = d
+	ln := newPipeListener()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	tr := &http.Transport{DialContext: ln.dial}
+	reqCtx, cancelReq := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, func() {
 		cancelReq()
 		_ = resp.Body.Close()
+		tr.CloseIdleConnections()
 		_ = srv.Close()
-		<-served
-	})
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	}
 }
 
 // pipeListener is an in-memory listener: each Dial makes a net.Pipe whose
