@@ -8,7 +8,11 @@ import (
 )
 
 // Clock reads monotonic time as a duration since an arbitrary fixed origin.
-// Policies compare instants from one Clock only.
+// Policies compare instants from one Clock only. Its readings must not go
+// backwards (time.Now().UnixNano() does, when the wall clock is set): the
+// rate limiters then never admit extra, but a breaker opened, or a load
+// guard's window begun, before a step back keeps its state until the clock
+// catches up.
 type Clock interface {
 	Now() time.Duration
 }
@@ -37,8 +41,9 @@ func NewManualClock(start time.Duration) *ManualClock {
 // Now returns the clock's reading.
 func (c *ManualClock) Now() time.Duration { return time.Duration(c.now.Load()) }
 
-// Advance moves the clock forward by d (backward if d is negative) and returns
-// the new reading.
+// Advance moves the clock forward by d (backward if d is negative: for a
+// test of what a clock stepping back does; see Clock) and returns the new
+// reading.
 func (c *ManualClock) Advance(d time.Duration) time.Duration {
 	return time.Duration(c.now.Add(int64(d)))
 }
