@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/listen"
 	"github.com/sluice-go/sluice/internal/nowait"
+	"github.com/sluice-go/sluice/internal/shedhook"
 )
 
 // The states a Shedder reports to its subscribers.
@@ -53,6 +54,9 @@ type Shedder struct {
 	abandoned error
 	est       *gradient // nil for a bulkhead
 	procs     int64     // GOMAXPROCS when it was made
+	// pred is the Shedder this one took the place of (see carried), until
+	// its calls in flight have ended; succ, the one that took this one's.
+	pred, succ atomic.Pointer[Shedder]
 
 	_        [64]byte // inflight is written by every request: a line of its own
 	inflight atomic.Int64
@@ -229,7 +233,7 @@ func (s *Shedder) takeFree() bool {
 func (s *Shedder) tryTake() bool {
 	for {
 		cur, lim := s.inflight.Load(), s.limit.Load()
-		if cur >= lim {
+		if cur+s.carried() >= lim {
 			return false
 		}
 		if s.inflight.CompareAndSwap(cur, cur+1) {
@@ -321,7 +325,7 @@ func (s *Shedder) dispatch(now time.Duration) {
 	defer q.mu.Unlock()
 	for q.len() > 0 {
 		cur := s.inflight.Load()
-		if cur >= s.limit.Load() {
+		if cur+s.carried() >= s.limit.Load() {
 			return
 		}
 		if !s.inflight.CompareAndSwap(cur, cur+1) {
@@ -335,11 +339,44 @@ func (s *Shedder) dispatch(now time.Duration) {
 	}
 }
 
-// release frees a slot at the instant now.
+// release frees a slot at the instant now: of this Shedder, and of the
+// one that took its place (see carried).
 func (s *Shedder) release(now time.Duration) {
 	s.inflight.Add(-1)
 	if s.waiting.Load() > 0 {
 		s.dispatch(now)
+	}
+	if n := s.succ.Load(); n != nil && n.q != nil && n.waiting.Load() > 0 {
+		n.dispatch(now)
+	}
+}
+
+// carried returns the calls in flight of the Shedders this one took the
+// place of, which hold its slots as its own calls do: a rules reload that
+// makes a bulkhead anew must not let the backend see its old calls and a
+// full new limit at once. A predecessor drained is let go. Without one it
+// costs an atomic load.
+func (s *Shedder) carried() int64 {
+	p := s.pred.Load()
+	if p == nil {
+		return 0
+	}
+	n := p.inflight.Load() + p.carried()
+	if n <= 0 {
+		s.pred.CompareAndSwap(p, nil)
+		p.succ.CompareAndSwap(s, nil)
+		return 0
+	}
+	return n
+}
+
+func init() {
+	shedhook.Carry = func(from, to any) {
+		f, t := from.(*Shedder), to.(*Shedder)
+		if f != t {
+			t.pred.Store(f)
+			f.succ.Store(t)
+		}
 	}
 }
 

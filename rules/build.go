@@ -17,6 +17,8 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/shedhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/ratelimit"
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
@@ -253,6 +255,28 @@ func closePolicy(p sluice.Policy) {
 	if c, ok := p.(io.Closer); ok {
 		_ = c.Close()
 	}
+}
+
+// carry has made, a policy made anew in the place of was, count was's
+// calls in flight as its own until they end, where both bound calls in
+// flight (a bulkhead gaining its queue): a backend must not see the old
+// calls and a whole new limit at once.
+func carry(was, made sluice.Policy) {
+	w, ok1 := was.(*adaptive.Shedder)
+	m, ok2 := made.(*adaptive.Shedder)
+	if ok1 && ok2 {
+		shedhook.Carry(w, m)
+	}
+}
+
+// servable returns why a server middleware would refuse g (nil: none, or
+// no Guard): retries, which it never makes (a program's WithGuardOptions
+// may give them).
+func servable(g *sluice.Guard) error {
+	if _, ok := guardhook.RetryDelay(g, nil, 0, time.Time{}, 0); ok {
+		return errors.New("the Guard declares retries (sluice.WithRetry, from WithGuardOptions), which a server middleware never makes: give them to a Guard that calls out")
+	}
+	return nil
 }
 
 // errNotInPlace says a policy cannot take new numbers in place.

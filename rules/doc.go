@@ -94,7 +94,9 @@
 // SetMaxKeys, Reconfigure), but for a shed's retry_after, a bulkhead gaining or losing
 // its queue, a Redis bucket whose rate and burst make no whole window, and
 // the changes a setter refuses (a breaker's count window turned rolling):
-// those policies are made anew, and Status.Changes says why.
+// those policies are made anew, and Status.Changes says why. A bulkhead or
+// shedder made anew counts the calls still in flight under the one it
+// replaces against its limit until they end.
 //
 // # Shadow
 //

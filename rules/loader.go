@@ -414,6 +414,9 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		}
 		for name, b := range old.policies {
 			if nb := next.policies[name]; nb == nil || nb.p != b.p {
+				if nb != nil {
+					carry(b.p, nb.p)
+				}
 				closePolicy(b.p)
 				if nb == nil {
 					out = append(out, fmt.Sprintf("policy %s: removed", name))
@@ -591,6 +594,18 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 	l.adaptersMu.Lock()
 	adapters := slices.Clone(l.adapters)
 	l.adaptersMu.Unlock()
+	if len(adapters) > 0 {
+		// What the adapters would refuse of a routed Guard, said at the
+		// route that put it behind them.
+		for _, r := range s.routes {
+			if err := servable(next.guards[r.guard]); err != nil {
+				return undo(where(l.path, r.at, "route "+r.pattern+": guard "+r.guard, err))
+			}
+		}
+		if err := servable(next.guards[s.def]); err != nil {
+			return undo(where(l.path, s.defAt, "default: guard "+s.def, err))
+		}
+	}
 	for _, build := range adapters {
 		if err := build(next); err != nil {
 			return undo(fmt.Errorf("%s: the middleware refuses the rules: %w", l.path, err))

@@ -149,6 +149,22 @@ var causes = []string{"rate-limited", "circuit-open", "overloaded", "concurrency
 // returned joined.
 func parse(name string, data []byte) (*spec, error) {
 	p := &parser{file: name}
+	if !utf8.Valid(data) {
+		// At the line and column of the first byte that is no UTF-8 (a
+		// file saved in Latin-1), as every error is.
+		i := 0
+		for i < len(data) {
+			r, n := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		before := data[:i]
+		line := bytes.Count(before, []byte("\n")) + 1
+		col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+		return nil, fmt.Errorf("%s:%d:%d: the file is not UTF-8 (byte 0x%02x)", name, line, col, data[i])
+	}
 	if strings.HasSuffix(name, ".json") && !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
