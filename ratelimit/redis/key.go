@@ -38,7 +38,10 @@ func appendHashHex(b []byte, h [16]byte) []byte {
 // instead of reading a count kept on another time scale.
 func (m *limit) key(ctx context.Context) (string, uint64) {
 	user := m.keyFunc(ctx)
-	if m.perResource {
+	if m.perResource || len(user) > maxCachedKey {
+		// A long key (a client's header may be a megabyte) is hashed each
+		// time rather than kept: the cache's memory is bounded by its
+		// entries whatever the keys.
 		return m.buildKey(ctx, user)
 	}
 	return m.keys.get(user, func() (string, uint64) { return m.buildKey(ctx, user) })
@@ -59,8 +62,12 @@ func (m *limit) buildKey(ctx context.Context, user string) (string, uint64) {
 	return string(b), binary.BigEndian.Uint64(h[:8])
 }
 
-// keyCacheSize bounds a limit's cache of Redis keys by user key.
-const keyCacheSize = 4096
+// keyCacheSize bounds a limit's cache of Redis keys by user key, and
+// maxCachedKey the length of a user key it keeps.
+const (
+	keyCacheSize = 4096
+	maxCachedKey = 128
+)
 
 // keyCache remembers the Redis keys of recent user keys, so a returning user
 // costs a map lookup instead of a hash and an allocation. When full it starts
