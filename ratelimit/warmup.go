@@ -77,6 +77,7 @@ type warmUpAdmission struct {
 	tatAfter  int64
 	tatBefore int64
 	stored    float64
+	cool      float64 // coolPeriod before it
 }
 
 // Tickets of WarmUp carry the admission's generation in the high bits and its
@@ -232,7 +233,7 @@ func (w *WarmUp) decide(now, n int64, full bool) (sluice.Decision, sluice.Ticket
 	if uint64(n) <= w.cmask {
 		t |= sluice.Ticket(n) // a cost of 2^32 or more is left out (see Done)
 	}
-	w.last = warmUpAdmission{valid: true, ticket: t, tatAfter: next, tatBefore: tat, stored: w.stored}
+	w.last = warmUpAdmission{valid: true, ticket: t, tatAfter: next, tatBefore: tat, stored: w.stored, cool: w.coolPeriod}
 	w.gen++
 	w.tat = next
 	w.stored = stored - taken
@@ -318,7 +319,7 @@ func (w *WarmUp) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durat
 	}
 	n := int64(uint64(t) & w.cmask)
 	if w.last.valid && t == w.last.ticket && w.tat == w.last.tatAfter {
-		w.tat, w.stored = w.last.tatBefore, w.last.stored
+		w.tat, w.stored, w.coolPeriod = w.last.tatBefore, w.last.stored, w.last.cool
 		w.last.valid = false
 		return
 	}

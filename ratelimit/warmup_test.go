@@ -357,3 +357,31 @@ func TestWarmUpSetLimitKeepsColdShareAfterIdle(t *testing.T) {
 		t.Fatalf("after idling fully cold and a SetLimit of the warm-up period, the first permit cost %v (warm: T=100ms); want ~300ms (still fully cold)", d.Reset)
 	}
 }
+
+// A Released admission (the call never reached the backend) after a
+// SetLimit of the warm-up period is undone exactly, how the idle time
+// before it cools the limiter included: the next permit still costs ~C×T,
+// as it would had the released one never come.
+func TestWarmUpReleasedAdmissionAfterSetLimitKeepsItCold(t *testing.T) {
+	ctx := context.Background()
+	w, at := warmUpWarmedAt(t)
+	if err := w.SetLimit(PerSecond(10), 1, 100*time.Second, 3); err != nil {
+		t.Fatal(err)
+	}
+	now := at + 2*time.Second // idle twice the old period: fully cold
+	tk, q, err := w.Admit(ctx, now)
+	if err != nil {
+		t.Fatalf("first request rejected: %v", err)
+	}
+	if q.Reset < 250*time.Millisecond {
+		t.Fatalf("the fix itself does not hold here: first permit cost %v", q.Reset)
+	}
+	w.Done(tk, sluice.Released, now, 0) // undone exactly
+	d, _ := w.admitD(ctx, now)
+	if !d.Allowed {
+		t.Fatalf("the request after the release was rejected: %+v", d)
+	}
+	if d.Reset < 250*time.Millisecond {
+		t.Errorf("after a released admission the same permit cost %v (warm: T=100ms); want ~300ms, as before the release", d.Reset)
+	}
+}
