@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -67,7 +68,7 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		err = r.ParseForm()
 		f = r.PostForm
 	} else {
-		f = r.URL.Query() // what the refusal names
+		f = url.Values{} // a query a cross-site link makes up names nothing
 	}
 	target := f.Get("guard") + " " + f.Get("policy") + f.Get("switch")
 	act := f.Get("action")
@@ -105,10 +106,13 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusForbidden
 	}
 	d.actionsRefused.Add(1)
+	// What the request named, cut short: a refusal's text (a made-up Host,
+	// action or target) goes to every open page once a second.
+	act, target, why := clip(act), clip(target), clip(err.Error())
 	d.log.LogAttrs(r.Context(), slog.LevelWarn, "sluice dashboard: action refused",
 		slog.String("action", act), slog.String("target", target), slog.String("remote", r.RemoteAddr),
-		slog.String("error", err.Error()))
-	d.events.add(event{Time: time.Now(), Kind: "refused", Text: act + " " + target + ": " + err.Error()})
+		slog.String("error", why))
+	d.events.add(event{Time: time.Now(), Kind: "refused", Text: act + " " + target + ": " + why})
 	reply(w, status, false, err.Error())
 }
 
@@ -119,6 +123,19 @@ func (d *Dashboard) done(w http.ResponseWriter, r *http.Request, act, target, te
 		slog.String("result", text))
 	d.events.add(event{Time: time.Now(), Kind: "action", Text: text})
 	reply(w, http.StatusOK, true, text)
+}
+
+// clip cuts s to at most 200 bytes, on a rune's start, marking the cut.
+func clip(s string) string {
+	const most = 200
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func reply(w http.ResponseWriter, status int, ok bool, text string) {

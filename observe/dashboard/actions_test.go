@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,5 +236,30 @@ func TestAnActionRefusedForItsMethodIsCounted(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no refused event shown for the GET action: %+v", s.Events)
+	}
+}
+
+// An action tried by GET is a refusal, but what its query string names is
+// no part of it (nothing bounds it but the server's header limit, 1 MB): a
+// cross-site <img> must not put a megabyte in each of the ten refused
+// events kept, which every open page's stream carries once a second.
+func TestAGETRefusalDoesNotBloatTheSnapshot(t *testing.T) {
+	d, err := New(WithAuthorizer(func(*http.Request) bool { return true }), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		q := url.Values{"action": {"open"}, "guard": {strings.Repeat("g", 100<<10) + strconv.Itoa(i)}}
+		r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/debug/sluice/api/action?"+q.Encode(), nil)
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, r)
+		if rec.Code != http.StatusMethodNotAllowed {
+			t.Fatalf("GET api/action: %d, want 405", rec.Code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	d.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/sluice/api/state", nil))
+	if n := rec.Body.Len(); n > 64<<10 {
+		t.Errorf("after 10 GETs of api/action with 100 KiB queries, the snapshot every page streams each second is %d bytes; want it bounded (< 64 KiB) as a POST's 4 KiB form bounds it", n)
 	}
 }

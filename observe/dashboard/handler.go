@@ -51,7 +51,9 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream sends the snapshot at once and then every second, until the
-// client goes away, stops reading, or the server shuts down.
+// client goes away, stops reading, or the server shuts down. Its write
+// deadlines go through http.ResponseController: behind a wrapper that
+// hides them (no Unwrap), the server's WriteTimeout still ends it.
 func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -123,11 +125,9 @@ func (d *Dashboard) shutdownOf(r *http.Request) <-chan struct{} {
 	}
 	ch := make(chan struct{})
 	d.shutdowns[srv] = ch
-	srv.RegisterOnShutdown(func() {
-		d.shutMu.Lock()
-		delete(d.shutdowns, srv)
-		d.shutMu.Unlock()
-		close(ch)
-	})
+	// The channel stays, closed, once the server shuts down: a stream
+	// reaching here later (its request read before Shutdown began) ends at
+	// once rather than register a hook that would never run.
+	srv.RegisterOnShutdown(func() { close(ch) })
 	return ch
 }

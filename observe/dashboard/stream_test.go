@@ -147,3 +147,89 @@ func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 		return nil, ctx.Err()
 	}
 }
+
+// A stream that reaches the dashboard after its server's OnShutdown hooks
+// ran (its request was read, and was in an outer middleware, when Shutdown
+// began) ends at once: Shutdown does not wait for it to its deadline.
+func TestAStreamStartedDuringShutdownEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shuttingDown := make(chan struct{})
+		release := make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("late") != "" {
+				<-release // an outer middleware still working when Shutdown begins
+			}
+			d.ServeHTTP(w, r)
+		})
+		ln := newPipeListener()
+		srv := &http.Server{Handler: h}
+		srv.RegisterOnShutdown(func() { close(shuttingDown) })
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		tr := &http.Transport{DialContext: ln.dial}
+		defer tr.CloseIdleConnections()
+
+		open := func(ctx context.Context, q string) (*http.Response, error) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1/debug/sluice/api/events"+q, nil)
+			return tr.RoundTrip(req)
+		}
+		reqCtx, cancelReq := context.WithCancel(context.Background())
+		defer cancelReq()
+		// A first page: its stream registers the server.
+		first, err := open(reqCtx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		firstDone := make(chan struct{})
+		go func() {
+			defer close(firstDone)
+			br := bufio.NewReader(first.Body)
+			for {
+				if _, err := br.ReadString('\n'); err != nil {
+					return
+				}
+			}
+		}()
+		// A second page, whose request is under way in the middleware.
+		late := make(chan *http.Response, 1)
+		go func() {
+			resp, err := open(reqCtx, "?late=1")
+			if err == nil {
+				late <- resp
+				br := bufio.NewReader(resp.Body)
+				for {
+					if _, err := br.ReadString('\n'); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		synctest.Wait()
+
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		shut := make(chan error, 1)
+		go func() { shut <- srv.Shutdown(sctx) }()
+		<-shuttingDown
+		<-firstDone // the dashboard's hook ran: the first stream ended
+		close(release)
+		if err := <-shut; err != nil {
+			t.Errorf("Shutdown: %v; want nil: a stream that began as the server shut down should end with it", err)
+		}
+		cancelReq()
+		_ = first.Body.Close()
+		select {
+		case resp := <-late:
+			_ = resp.Body.Close()
+		default:
+		}
+		_ = srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
