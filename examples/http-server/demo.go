@@ -52,7 +52,7 @@ func play(ctx context.Context, c *demo.Client) error {
 	}
 
 	c.Say("\n2. the upstream fails: two 502s open the breaker of each route, then the fallbacks answer")
-	const client = "192.0.2.10" // one client, so the stale copy kept for it is found
+	const client = "192.0.2.10" // one client: its budget shows in the RateLimit field
 	steps := []struct{ method, path string }{
 		{"GET", "/prices"}, // a good answer, kept as the stale copy
 		{"POST", "/upstream/down"},
