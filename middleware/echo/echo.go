@@ -206,8 +206,9 @@ const rejectedKey = "sluice.rejected"
 // committed.
 //
 // It returns an error for an option given a nil argument or twice, for neither
-// WithGuard nor WithRoutes, for both together, and for a Guard with a
-// fallback that answers no http.Handler.
+// WithGuard nor WithRoutes, for both together, for a Guard that declares
+// retries (a handler runs once), and for a Guard with a fallback that
+// answers no http.Handler.
 func Middleware(opts ...Option) (echo.MiddlewareFunc, error) {
 	cfg := config{Config: core.New("sluiceecho"), skip: echomw.DefaultSkipper}
 	for i, o := range opts {
@@ -309,10 +310,14 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		// Echo's error handler answer with the request's own.
 		c.SetRequest(req)
 	}
-	if w.status != 0 && !res.Committed {
-		// Written past Echo's Response, to c.Response().Writer: the
-		// response is under way, with the status the client got.
-		res.Committed, res.Status, res.Size = true, w.status, w.size
+	if w.status != 0 {
+		// The status the client got, which Echo's Response does not know
+		// when it was written past it, to c.Response().Writer (a body
+		// written through it after commits the default 200).
+		res.Status = w.status
+		if !res.Committed {
+			res.Committed, res.Size = true, w.size
+		}
 	}
 	if w.held {
 		return cfg.answerHeld(c, w, call, err)
@@ -410,13 +415,14 @@ func restore(res *echo.Response, w *writer) {
 // with it, whoever answers. err is what the handler returned.
 func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err error) error {
 	code := w.status
-	w.held, w.answer = false, false
+	w.answer = false
 	res := c.Response()
 	routing.DropBodyFields(res.Header())
 	if errors.Is(w.reqCtx.Err(), context.Canceled) {
 		// Held for a client that has since gone: it hears no fallback,
 		// and the answer counts for nothing.
 		call.Report(sluice.Ignored, nil)
+		w.held = false
 		w.ResponseWriter.WriteHeader(code)
 		res.Size = 0
 		return err
@@ -426,6 +432,9 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 	// longer (a stale copy grown too old since) must not leave the held
 	// status without the body it dropped.
 	fb, fr := cfg.Fallback(w.asked, w.rt.Guard, routeOf(c, w.rt), w.key, w.addr, w.at, ferr, call.Decision())
+	// Held until here: should the classifier or a fallback's lookup panic,
+	// failOnPanic sends the status.
+	w.held = false
 	if fb == nil {
 		w.ResponseWriter.WriteHeader(code)
 		res.Size = 0

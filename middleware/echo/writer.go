@@ -132,6 +132,21 @@ func (w *writer) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// WriteString writes s as Write does, without copying it to a byte slice
+// when the writer beneath takes strings and no body is being kept.
+func (w *writer) WriteString(s string) (int, error) {
+	sw, ok := w.ResponseWriter.(io.StringWriter)
+	if !ok || w.held || w.capturing {
+		return w.Write([]byte(s))
+	}
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := sw.WriteString(s)
+	w.size += int64(n)
+	return n, err
+}
+
 // ReadFrom copies from src with the writer beneath's io.ReaderFrom when it
 // has one (sendfile on a TCP connection) and no body is being kept.
 func (w *writer) ReadFrom(src io.Reader) (int64, error) {

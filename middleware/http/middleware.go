@@ -165,8 +165,9 @@ func WithRenderer(r middleware.Renderer) Option {
 // for nothing, and no fallback answers it.
 //
 // It returns an error for an option given a nil argument or twice, for neither
-// WithGuard nor WithRoutes, for both together, and for a Guard with a
-// fallback that answers no http.Handler.
+// WithGuard nor WithRoutes, for both together, for a Guard that declares
+// retries (a handler runs once), and for a Guard with a fallback that
+// answers no http.Handler.
 func Middleware(opts ...Option) (func(http.Handler) http.Handler, error) {
 	c := config{Config: core.New("sluicehttp")}
 	for i, o := range opts {
