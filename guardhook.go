@@ -14,6 +14,12 @@ func init() {
 	guardhook.RetryDelay = func(g any, ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
+	guardhook.RetryAttempts = func(g any) int {
+		if gd := g.(*Guard); gd != nil && gd.retry != nil {
+			return gd.retry.attempts
+		}
+		return 1
+	}
 	guardhook.Fallbacks = func(g any) any { return g.(*Guard).fallbackList() }
 	guardhook.NumFallbacks = func(g any) int { return len(g.(*Guard).fallbacks) }
 	guardhook.ReadsResource = func(g any) bool {

@@ -41,8 +41,8 @@ type Retry struct {
 	// MinPerSecond is how many retries a second the budget allows however
 	// few the calls: a floor for a client that calls rarely. Kept low, since
 	// every process of a fleet has its own. Unspent budget is saved up to
-	// Budget's share of the calls of about the last ten seconds, 10
-	// retries, or one second of the floor, whichever is most. Default 1.
+	// Budget's share of the calls of about the last second, 10 retries, or
+	// one second of the floor, whichever is most. Default 1.
 	MinPerSecond float64
 }
 
@@ -143,8 +143,9 @@ func (b *retrier) attemptsMade() uint64 {
 
 // recentWindow is the span of calls whose share the budget saves: a
 // burst of calls failing together may have their share of retries,
-// however many, but the calls of an hour of health do not buy a storm.
-const recentWindow = 10 * time.Second
+// however many, but the calls of the health before a storm buy it at most
+// one second's share on top of its own.
+const recentWindow = time.Second
 
 // withdraw takes one retry from the budget at now, and reports whether it
 // had one. The budget grows by ratio for each call (attempts less retries)

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -122,4 +123,41 @@ func failTogether(g *sluice.Guard, n int) {
 	began.Wait()
 	close(release)
 	wg.Wait()
+}
+
+// A client healthy before a storm retries, over the storm's first ten
+// seconds, about Budget's share of its calls, MinPerSecond × 10 s and the
+// 10 saved: the calls of its health buy it at most one second's share more
+// (a margin of half the Budget's share is allowed).
+func TestARetryStormAfterHealthStaysWithinBudget(t *testing.T) {
+	for _, rate := range []int{100, 1000} {
+		t.Run(fmt.Sprintf("%d per second", rate), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const budget, floor = 0.1, 1.0
+				g, err := sluice.New(sluice.WithRetry(sluice.Retry{Attempts: 2, Backoff: time.Microsecond, Budget: budget, MinPerSecond: floor}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				step := time.Second / time.Duration(rate)
+				for range 60 * rate { // a minute of health
+					_ = g.Do(t.Context(), func(context.Context) error { return nil })
+					time.Sleep(step)
+				}
+				before := g.Stats().Retries
+				boom := errors.New("boom")
+				calls := 10 * rate // then ten seconds of storm: every call fails
+				for range calls {
+					_ = g.Do(t.Context(), func(context.Context) error { return boom })
+					time.Sleep(step)
+				}
+				retries := g.Stats().Retries - before
+				allowed := budget*float64(calls) + floor*10 + 10
+				if float64(retries) > allowed+budget*float64(calls)/2 {
+					t.Errorf("a 10 s storm of %d failing calls after a minute of health got %d retries (%.0f%% of its calls); Budget %.1f and MinPerSecond %.0f allow about %.0f",
+						calls, retries, 100*float64(retries)/float64(calls), budget, floor, allowed)
+				}
+			})
+		})
+	}
 }

@@ -13,10 +13,12 @@ import (
 // is charged what an enforcing one would be, and a shadowed breaker opens
 // and closes on its own outcomes only, so its would-reject count is what
 // enforcement would have rejected on the same traffic. A shadowed policy
-// that may wait (a Shaper's turn, a Shedder's queue) makes no call wait:
-// it is asked, through internal/nowait, whether it would admit at once,
-// and a call it would have held counts as its rejection. A policy of
-// another package that waits keeps waiting: it cannot see the mark.
+// that may wait makes no call wait, told so through internal/nowait: a
+// Shaper takes each turn as when enforcing, and rejects what enforcement
+// would, but lets the call go on at once; a Shedder's queue cannot be
+// played so, and a call it would have queued counts as its rejection (an
+// approximation: more than enforcement would reject). A policy of another
+// package that waits keeps waiting: it cannot see the mark.
 
 // The two modes are apart: one taken out by name still lets every call
 // through while the whole Guard is in shadow mode, and one shadowed by name
@@ -46,8 +48,9 @@ func WithShadow(policy string) Option {
 // when enforcing, but a call it rejects goes through, counted in
 // [PolicyStats].ShadowRejected and reported to the observers
 // ([CallEvent].Shadow); one that would make a call wait (a ratelimit
-// Shaper's turn, an adaptive Shedder's queue) does not, and counts it as
-// rejected. A policy is shadowed while it is by name or the whole Guard is.
+// Shaper's turn, an adaptive Shedder's queue) lets it go on at once (a
+// Shedder counts a call it would have queued as rejected). A policy is
+// shadowed while it is by name or the whole Guard is.
 // SetShadow returns an error, changing nothing, for a name not in the chain
 // and for a policy past the 64th. It is safe to call while calls run; a
 // call decides with the modes it finds.

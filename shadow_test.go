@@ -149,10 +149,11 @@ func TestWholeGuardShadowRefusedPastThe64thPolicy(t *testing.T) {
 	require.NoError(t, g.SetShadow("", false))
 }
 
-// A shadowed policy that may wait makes no call wait: five calls through a
-// shadowed shaper of one a second take no time, and the four it would
-// have held count as its rejections; a call that finds a shadowed
-// bulkhead full goes on at once instead of waiting in its queue.
+// A shadowed policy that may wait makes no call wait: fifteen calls through
+// a shadowed shaper of one a second that may wait 10 s take no time, and
+// the four that enforcement would reject (past its wait) count as its
+// rejections; a call that finds a shadowed bulkhead full goes on at once
+// instead of waiting in its queue, counted as one it rejected.
 func TestAShadowedPolicyThatWaitsMakesNoCallWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sh, err := ratelimit.NewShaper(ratelimit.PerSecond(1), 10*time.Second, ratelimit.WithName("shape"))
@@ -160,11 +161,11 @@ func TestAShadowedPolicyThatWaitsMakesNoCallWait(t *testing.T) {
 		g, err := sluice.New(sluice.With(sh), sluice.WithClock(monoclock.New()), sluice.WithShadow("shape"), sluice.WithObserver(&events{}))
 		require.NoError(t, err)
 		start := time.Now()
-		for range 5 {
+		for range 15 {
 			require.NoError(t, g.Do(t.Context(), func(context.Context) error { return nil }))
 		}
 		assert.Zero(t, time.Since(start), "the shadowed shaper made the calls wait")
-		assert.Equal(t, uint64(4), g.Stats().Policies[0].ShadowRejected)
+		assert.Equal(t, uint64(4), g.Stats().Policies[0].ShadowRejected, "what enforcement rejects")
 
 		bh, err := adaptive.NewBulkhead(1, adaptive.WithQueue(4, 10*time.Second))
 		require.NoError(t, err)

@@ -278,16 +278,14 @@ func (s *Shaper) wait(ctx context.Context, now, n int64) (*shaperConfig, sluice.
 			budget, cause = left, ErrWouldExceedDeadline
 		}
 	}
-	if budget > 0 && nowait.Is(ctx) {
-		// In shadow mode: a turn that is not due at once is a rejection.
-		budget, cause = 0, nil
-	}
 	c, d, turn := s.decideWithin(now, n, max(budget, -1), cause)
 	if !d.Allowed {
 		return c, d, turn
 	}
 	delay := turn[0] - now
-	if delay <= 0 {
+	if delay <= 0 || nowait.Is(ctx) {
+		// In shadow mode the turn is taken as when enforcing, so that what
+		// it rejects is what enforcement would, but the call goes on now.
 		return c, d, turn
 	}
 	if start.IsZero() {

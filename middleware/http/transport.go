@@ -509,7 +509,10 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// A request safe to repeat is tried again as its host's Guard declares
 	// (sluice.WithRetry): each attempt admitted afresh, its body replayed.
+	// Its body is had again (GetBody: a file reopened, a buffer copied)
+	// only for an attempt that may follow.
 	replay := repeatable(req)
+	most := guardhook.RetryAttempts(g)
 	var resp *http.Response
 	var o sluice.Outcome
 	for attempts := 1; ; attempts++ {
@@ -536,7 +539,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			if resp != nil && resp.Body != nil {
 				discard(resp.Body)
 			}
-			if replay {
+			if replay && attempts < most {
 				// Classified as the attempt's end would be: by the
 				// Transport's classifier, else the Guard's, a timeout once
 				// the Guard's deadline has passed.
@@ -582,7 +585,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 			}
 		}
-		if !replay || !retryStatus(resp.StatusCode) {
+		if !replay || attempts >= most || !retryStatus(resp.StatusCode) {
 			break
 		}
 		// The peer's Retry-After is the least delay, the jitter added to

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
@@ -396,6 +397,14 @@ func (w *watch) resource(res string) *durations {
 		return d
 	}
 	key := res
+	if !utf8.ValidString(res) {
+		// From traffic (a URL's host, a gRPC method): one series no
+		// exporter could carry would fail every scrape.
+		key = strings.ToValidUTF8(res, "\uFFFD")
+		if d, ok := old[key]; ok {
+			return d
+		}
+	}
 	if len(old) >= MaxResources {
 		key = "_OTHER"
 		if d, ok := old[key]; ok {

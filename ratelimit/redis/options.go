@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/eventsource"
@@ -108,6 +109,9 @@ func WithName(name string) Option {
 		}
 		if strings.ContainsAny(name, "{}") {
 			return fmt.Errorf("redislimit: WithName(%q): a name must not contain '{' or '}'", name)
+		}
+		if !utf8.ValidString(name) {
+			return fmt.Errorf("redislimit: WithName(%q): not valid UTF-8", name)
 		}
 		c.name = name
 		return nil

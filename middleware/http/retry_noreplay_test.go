@@ -11,12 +11,10 @@ import (
 	"github.com/sluice-go/sluice"
 )
 
-// d34c410 has the request's body again (GetBody) before asking the budget
-// for a retry. It must not have it when no retry can follow: a Guard that
-// declares no retries, or the last of its attempts. GetBody may open a
-// file, dial, or allocate a copy of a large buffer: each such call is work
-// and an allocation spent on a failure nothing will resend.
-func TestReviewNoReplayWithoutARetry(t *testing.T) {
+// The Transport has the request's body again (GetBody: a file opened, a
+// large buffer copied) only when a retry can follow: not for a Guard that
+// declares no retries, nor after the last of its attempts.
+func TestNoReplayWithoutARetry(t *testing.T) {
 	cases := []struct {
 		name    string
 		opts    []sluice.Option
