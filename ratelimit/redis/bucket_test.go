@@ -195,6 +195,8 @@ func TestSlidingWindowRejectsBadParameters(t *testing.T) {
 		"window too long": func() error { _, err := NewSlidingWindow(c, 1, 1<<51*time.Microsecond, 1); return err }(),
 		"limit over 2^52": func() error { _, err := NewSlidingWindow(c, 1<<53, time.Second, 1); return err }(),
 		"bad option":      func() error { _, err := NewSlidingWindow(c, 1, time.Second, 1, WithName("")); return err }(),
+		// No metric label could carry it: a scrape would fail.
+		"name not UTF-8": func() error { _, err := NewSlidingWindow(c, 1, time.Second, 1, WithName("w\xff")); return err }(),
 	} {
 		assert.Error(t, err, name)
 	}
