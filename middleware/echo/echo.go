@@ -345,7 +345,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 			// Guard answers: counted as the 500 it would have been, and
 			// answered by the fallback, for the request as it came (its
 			// stale copy was kept under it).
-			ferr := call.Report(core.Classified(call, cfg.Classify, http.StatusInternalServerError), err)
+			ferr := call.Report(cfg.Outcome(call, http.StatusInternalServerError), err)
 			if fb, fr := cfg.Fallback(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), ferr, call.Decision()); fb != nil {
 				// An outer middleware counts the fallback's answer as
 				// nothing, as it does this one's rejections.
@@ -427,7 +427,7 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 		res.Size = 0
 		return err
 	}
-	ferr := call.Report(core.Classified(call, cfg.Classify, code), core.FailedStatus(code))
+	ferr := call.Report(cfg.Outcome(call, code), core.FailedStatus(code))
 	// At the instant the fallback was found to answer: one that would no
 	// longer (a stale copy grown too old since) must not leave the held
 	// status without the body it dropped.
@@ -537,7 +537,7 @@ func (cfg *config) outcome(reqCtx context.Context, c echo.Context, call *sluice.
 			c.Error(err)
 		}
 	}
-	return core.Classified(call, cfg.Classify, statusOf(c, err))
+	return cfg.Outcome(call, statusOf(c, err))
 }
 
 // statusOf returns the status the client gets: the one written when the

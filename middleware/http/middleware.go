@@ -342,7 +342,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 		// no response to keep.
 		o = sluice.Failure
 	default:
-		o = core.Classified(call, h.Classify, rw.status)
+		o = h.Outcome(call, rw.status)
 	}
 	if rw.answer && !rw.rejected && !rw.hijacked && !gone && (rw.held || rw.status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
 		h.answerFailure(rw, call)
@@ -385,7 +385,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 // decline, the held status goes out, without the body.
 func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
 	code := rw.status
-	o := core.Classified(call, h.Classify, code)
+	o := h.Outcome(call, code)
 	if code == 0 {
 		code, o = http.StatusGatewayTimeout, sluice.Failure
 	}

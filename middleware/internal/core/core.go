@@ -25,7 +25,7 @@ import (
 type Config struct {
 	Routes    *routing.Routes
 	Keyer     *middleware.Keyer
-	Classify  func(status int) sluice.Outcome
+	Classify  func(status int) sluice.Outcome // nil: middleware.ClassifyHTTPStatus
 	Render    routing.Renderer
 	Resources bool // put the route in the context as the resource
 
@@ -48,7 +48,7 @@ type Guard struct {
 
 // New returns the default Config of the adapter of package pkg.
 func New(pkg string) Config {
-	return Config{pkg: pkg, Classify: middleware.ClassifyHTTPStatus}
+	return Config{pkg: pkg}
 }
 
 // Errorf records an option's error, which Build returns.
@@ -307,6 +307,16 @@ func writeProblem(w http.ResponseWriter, method string, status int, body []byte)
 
 // SetRenderer renders header fields and problem bodies as r says.
 func (c *Config) SetRenderer(r middleware.Renderer) { c.Render = routing.Renderer(r) }
+
+// Outcome returns what the status a call of c ended with says: by the
+// user's classifier, under Classified, or by middleware.ClassifyHTTPStatus,
+// which cannot panic, called as it is.
+func (c *Config) Outcome(call *sluice.Call, status int) sluice.Outcome {
+	if c.Classify != nil {
+		return Classified(call, c.Classify, status)
+	}
+	return middleware.ClassifyHTTPStatus(status)
+}
 
 // Classified returns classify(v), the outcome a classifier of the user's
 // gives; should it panic, call ends as a Failure first, so that its slot
