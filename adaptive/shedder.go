@@ -233,11 +233,12 @@ func (s *Shedder) takeFree() bool {
 func (s *Shedder) tryTake() bool {
 	for {
 		cur, lim := s.inflight.Load(), s.limit.Load()
-		if cur+s.carried() >= lim {
+		others := s.carried() + s.ahead()
+		if cur+others >= lim {
 			return false
 		}
 		if s.inflight.CompareAndSwap(cur, cur+1) {
-			s.noteInflight(cur + 1)
+			s.noteInflight(cur + 1 + others)
 			return true
 		}
 	}
@@ -325,13 +326,14 @@ func (s *Shedder) dispatch(now time.Duration) {
 	defer q.mu.Unlock()
 	for q.len() > 0 {
 		cur := s.inflight.Load()
-		if cur+s.carried() >= s.limit.Load() {
+		others := s.carried() + s.ahead()
+		if cur+others >= s.limit.Load() {
 			return
 		}
 		if !s.inflight.CompareAndSwap(cur, cur+1) {
 			continue
 		}
-		s.noteInflight(cur + 1)
+		s.noteInflight(cur + 1 + others)
 		w := q.next()
 		s.waiting.Add(-1)
 		w.granted, w.grant = true, now
@@ -346,8 +348,10 @@ func (s *Shedder) release(now time.Duration) {
 	if s.waiting.Load() > 0 {
 		s.dispatch(now)
 	}
-	if n := s.succ.Load(); n != nil && n.q != nil && n.waiting.Load() > 0 {
-		n.dispatch(now)
+	for n := s.succ.Load(); n != nil; n = n.succ.Load() {
+		if n.q != nil && n.waiting.Load() > 0 {
+			n.dispatch(now)
+		}
 	}
 }
 
@@ -364,8 +368,19 @@ func (s *Shedder) carried() int64 {
 	n := p.inflight.Load() + p.carried()
 	if n <= 0 {
 		s.pred.CompareAndSwap(p, nil)
-		p.succ.CompareAndSwap(s, nil)
 		return 0
+	}
+	return n
+}
+
+// ahead returns the calls in flight of the Shedders that took this one's
+// place: a call that still reaches this one (a request that read the old
+// rules) must not run beside a full successor. Without one it costs an
+// atomic load.
+func (s *Shedder) ahead() int64 {
+	var n int64
+	for m := s.succ.Load(); m != nil; m = m.succ.Load() {
+		n += m.inflight.Load()
 	}
 	return n
 }
@@ -436,7 +451,7 @@ func (s *Shedder) endWindow(now time.Duration) {
 	if d := now - time.Duration(start); !s.probing.Load() && d > 0 {
 		s.served.Store(count * int64(time.Second) / int64(d))
 	}
-	maxIn := s.winMaxIn.Swap(s.inflight.Load())
+	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + s.ahead())
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()
 	next := s.est.update(avg, maxIn, now)

@@ -112,7 +112,7 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	d.log.LogAttrs(r.Context(), slog.LevelWarn, "sluice dashboard: action refused",
 		slog.String("action", act), slog.String("target", target), slog.String("remote", r.RemoteAddr),
 		slog.String("error", why))
-	d.events.add(event{Time: time.Now(), Kind: "refused", Text: act + " " + target + ": " + why})
+	d.events.add(event{Time: time.Now(), Kind: "refused", Text: clip(act + " " + target + ": " + why)})
 	reply(w, status, false, err.Error())
 }
 

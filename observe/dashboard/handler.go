@@ -25,6 +25,13 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
+	// Every request registers its server's shutdown (the page before its
+	// stream, as a rule): a stream whose request was read before Shutdown
+	// began, and that reaches here after its hooks ran, ends at once only
+	// if something registered the server before. The first request a
+	// server sends here at all, when it is such a stream, holds Shutdown
+	// to its deadline: net/http tells no handler that Shutdown began.
+	d.shutdownOf(r)
 	path := r.URL.Path
 	switch {
 	case strings.HasSuffix(path, "/api/action"):

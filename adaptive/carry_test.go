@@ -1,0 +1,96 @@
+package adaptive_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/policytest"
+	"github.com/sluice-go/sluice/internal/shedhook"
+)
+
+// Three reloads in a row, A -> B -> C, while A's call is still in flight:
+// C counts A's call against its limit (through B), so a request queued at
+// C must be woken when A's call ends, not wait out its queue and be shed.
+func TestACarryChainOfThreeWakesTheLastQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		a, err := adaptive.NewBulkhead(1)
+		require.NoError(t, err)
+		va := policytest.AnswerOf(a.Admit(context.Background(), 0))
+		require.NoError(t, va.Cause)
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
+		require.NoError(t, err)
+		shedhook.Carry(a, b)
+		c, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
+		require.NoError(t, err)
+		shedhook.Carry(b, c)
+
+		w := send(context.Background(), c, now) // queued: A's call holds C's slot
+		time.Sleep(ms)
+		a.Done(va.Ticket, sluice.Success, now(), ms)
+		synctest.Wait()
+		select {
+		case got := <-w.got:
+			require.True(t, got.allowed)
+			require.Less(t, got.at, 10*ms, "granted only when its wait ran out")
+		default:
+			t.Error("the slot A's call freed was not handed to C's queue")
+			got := <-w.got // its wait runs out
+			t.Logf("C's queued request: allowed %v at %v", got.allowed, got.at)
+		}
+	})
+}
+
+// A call that reaches the old Shedder after the carry (a request that read
+// the old rules, a Guard kept from Loader.Guard) must not run beside a
+// full successor: the old and new calls together stay within the limit.
+func TestAnOldShedderAdmitsNothingBesideAFullSuccessor(t *testing.T) {
+	a, err := adaptive.NewBulkhead(2)
+	require.NoError(t, err)
+	b, err := adaptive.NewBulkhead(2, adaptive.WithQueue(10, 100*ms))
+	require.NoError(t, err)
+	shedhook.Carry(a, b)
+	for range 2 {
+		require.NoError(t, policytest.AnswerOf(b.Admit(context.Background(), 0)).Cause)
+	}
+	v := policytest.AnswerOf(a.Admit(context.Background(), 0))
+	require.Error(t, v.Cause, "a third call ran beside two under a limit of 2 (old %d + new %d in flight)",
+		a.Stats().Inflight, b.Stats().Inflight)
+}
+
+// A learned-limit Shedder made anew while its predecessor's calls run:
+// those calls hold its slots, so they are in use when a window ends. With
+// 19 carried and one of its own, latency doubling should cut the limit
+// from the 20 in use (to about 10), not from its own 1 to the floor.
+func TestALearnedWindowCountsTheCarriedCallsInUse(t *testing.T) {
+	a, err := adaptive.NewShedder(adaptive.WithQueue(0, 0))
+	require.NoError(t, err)
+	for range 19 {
+		require.NoError(t, policytest.AnswerOf(a.Admit(context.Background(), 0)).Cause)
+	}
+	b, err := adaptive.NewShedder(adaptive.WithQueue(0, 0))
+	require.NoError(t, err)
+	require.EqualValues(t, 20, b.Stats().Limit)
+	shedhook.Carry(a, b)
+	call := func(at, lat time.Duration) {
+		v := policytest.AnswerOf(b.Admit(context.Background(), at))
+		require.NoError(t, v.Cause, "at %v", at)
+		b.Done(v.Ticket, sluice.Success, at+lat, lat)
+	}
+	for i := range 10 { // window 1: 10 ms, the baseline
+		call(time.Duration(i)*ms, 10*ms)
+	}
+	for i := range 11 { // window 2: 20 ms, latency doubled
+		call(100*ms+time.Duration(i)*ms, 20*ms)
+	}
+	call(220*ms, 20*ms) // ends window 2
+	require.GreaterOrEqual(t, b.Stats().Limit, int64(10),
+		"the limit was cut from the Shedder's own calls in flight, not the 20 in use")
+}
