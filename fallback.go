@@ -79,6 +79,9 @@ func WithFallback(fbs ...Fallback) Option {
 			if isnil.Of(f) {
 				return errors.New("sluice: WithFallback: fallback " + itoa(int64(len(g.fallbacks)+i)) + " is nil")
 			}
+			if isnil.Unmade(f) {
+				return fmt.Errorf("sluice: WithFallback: fallback %d is a zero %T: make it with its constructor", len(g.fallbacks)+i, f)
+			}
 		}
 		g.fallbacks = append(g.fallbacks, fbs...)
 		return nil

@@ -54,7 +54,8 @@ func (h Hysteresis) validate() error {
 // Auto sets a [Switch] from a signal, with [Hysteresis]. It reads the signal
 // when told: at each Check, or every interval while Run runs. Readings and
 // hold times are measured on the switch's clock. A pinned switch is left
-// alone. One Auto drives one switch; two driving the same switch would fight.
+// alone. One Auto drives one switch: Run refuses to run while another Auto
+// runs on its switch, which would fight it.
 // An Auto is safe for concurrent use.
 type Auto struct {
 	sw     *Switch
@@ -140,6 +141,13 @@ func (a *Auto) Run(ctx context.Context, every time.Duration) error {
 	if every <= 0 {
 		return fmt.Errorf("degrade: Auto.Run: interval %v is not positive", every)
 	}
+	if ctx == nil {
+		return errors.New("degrade: Auto.Run: nil context")
+	}
+	if !a.sw.runner.CompareAndSwap(nil, a) {
+		return fmt.Errorf("degrade: Auto.Run: another Auto runs on switch %q; give one Auto a signal that combines both (the larger reading, say)", a.sw.name)
+	}
+	defer a.sw.runner.Store(nil)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

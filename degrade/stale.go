@@ -2,6 +2,7 @@ package degrade
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -90,8 +91,12 @@ type Result[T any] struct {
 	Age time.Duration
 }
 
-// Put remembers v as the answer for key, now.
+// Put remembers v as the answer for key, now. A zero Stale (not made by
+// NewStale) remembers nothing.
 func (s *Stale[T]) Put(key string, v T) {
+	if s.clock == nil {
+		return
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,6 +119,9 @@ func (s *Stale[T]) Put(key string, v T) {
 // Get returns the answer remembered for key and its age, or false when there
 // is none at most the maximum age old.
 func (s *Stale[T]) Get(key string) (v T, age time.Duration, ok bool) {
+	if s.clock == nil {
+		return v, 0, false // a zero Stale
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,6 +212,9 @@ func (s *Stale[T]) Execute(ctx context.Context, g *sluice.Guard, key string, fn 
 	if ctx == nil || fn == nil {
 		v, err := sluice.Execute(ctx, g, fn) // which refuses them, touching no policy
 		return Result[T]{Value: v}, err
+	}
+	if s.clock == nil {
+		return Result[T]{}, errors.New("degrade: Stale.Execute on a zero Stale: make it with NewStale")
 	}
 	call := &staleCall[T]{Context: ctx, s: s, key: key}
 	v, err := sluice.Execute(call, g, func(ctx context.Context) (T, error) {

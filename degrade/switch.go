@@ -31,8 +31,12 @@ type Switch struct {
 	// hands counts the hand's moves (Set, Pin, Unpin): an Auto's streak
 	// begun before one is broken by it.
 	hands atomic.Uint64
+	// runner is the Auto whose Run drives the switch, nil for none: a
+	// second one would fight it.
+	runner atomic.Pointer[Auto]
 
 	mu       sync.Mutex
+	lastAt   time.Duration // the instant of the last flip: none is told before it
 	pinned   bool
 	subs     []subscriber // copied on write: a snapshot is read outside mu
 	nextID   uint64
@@ -154,8 +158,8 @@ func (s *Switch) setAuto(on bool, hands uint64, at time.Duration) bool {
 // set is a move by hand: Set, or Pin when pin; at the switch's present
 // instant.
 func (s *Switch) set(on, pin bool) bool {
-	at := s.clock.Now()
 	s.mu.Lock()
+	at := s.clock.Now() // under mu: flips are told in order, their instants too
 	if pin {
 		s.pinned = true
 	}
@@ -172,6 +176,10 @@ func (s *Switch) flip(on bool, at time.Duration) bool {
 		return false
 	}
 	s.on.Store(on)
+	// An Auto's reading may be older than a flip made since: no change is
+	// told with an instant before the one told before it.
+	at = max(at, s.lastAt)
+	s.lastAt = at
 	if len(s.subs) == 0 {
 		s.mu.Unlock()
 		return true

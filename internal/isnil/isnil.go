@@ -17,3 +17,25 @@ func Of(v any) bool {
 	}
 	return false
 }
+
+// modulePrefix is the import path of this module's packages, and what
+// Unmade recognises their types by.
+const modulePrefix = "github.com/sluice-go/sluice/"
+
+// Unmade reports whether v points to the zero value of a struct type of
+// this module: a degrade.Fallbacks, Stale or a middleware.StaleCache made
+// as a composite literal instead of by its constructor, which every one of
+// them needs (a zero Fallbacks never answers, a zero Stale fails at first
+// use).
+func Unmade(v any) bool {
+	r := reflect.ValueOf(v)
+	if r.Kind() != reflect.Pointer || r.IsNil() {
+		return false
+	}
+	e := r.Elem()
+	if e.Kind() != reflect.Struct {
+		return false
+	}
+	pkg := e.Type().PkgPath()
+	return len(pkg) > len(modulePrefix) && pkg[:len(modulePrefix)] == modulePrefix && e.IsZero()
+}
