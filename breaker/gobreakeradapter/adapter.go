@@ -3,6 +3,7 @@ package gobreakeradapter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,8 +51,9 @@ type Policy struct {
 // The Guard's Classifier decides what failed and what says nothing
 // (sluice.WithClassifier: Failure, Ignored): gobreaker never sees the
 // call's error, so st.IsSuccessful and st.IsExcluded, which would judge
-// only the Policy's own, are an error, and so is a BucketPeriod without
-// the Interval it divides (gobreaker would drop it and count for good).
+// only the Policy's own, are an error, and so is a BucketPeriod that does
+// not divide the Interval (none: gobreaker would count for good; one that
+// does not divide it, it would stretch to whole buckets).
 func New(st gobreaker.Settings) (*Policy, error) {
 	switch {
 	case st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0:
@@ -60,6 +62,10 @@ func New(st gobreaker.Settings) (*Policy, error) {
 		return nil, errors.New("gobreakeradapter: New: IsSuccessful and IsExcluded never see the call's error: classify calls with the Guard's sluice.WithClassifier (Failure, Ignored) instead")
 	case st.BucketPeriod > 0 && st.Interval == 0:
 		return nil, errors.New("gobreakeradapter: New: BucketPeriod without Interval: gobreaker would count for good; give the Interval the buckets divide")
+	case st.BucketPeriod > 0 && st.Interval%st.BucketPeriod != 0:
+		// gobreaker rounds the Interval up to whole buckets: a BucketPeriod
+		// of a minute makes an Interval of a second remember a minute.
+		return nil, fmt.Errorf("gobreakeradapter: New: BucketPeriod %v does not divide Interval %v: gobreaker would stretch the window to whole buckets", st.BucketPeriod, st.Interval)
 	}
 	p := newPolicy(st.Name)
 	p.timeout = st.Timeout

@@ -235,12 +235,16 @@ func TestPanickingListenerAtAProbeFreesItsSlot(t *testing.T) {
 // Settings the adapter could not honour are an error: IsSuccessful and
 // IsExcluded would see only the adapter's own errors, never the call's (a
 // team's "only server errors fail" would count every failure a success),
-// and gobreaker drops a BucketPeriod without an Interval.
+// gobreaker drops a BucketPeriod without an Interval, and stretches an
+// Interval a BucketPeriod does not divide to whole buckets (a BucketPeriod
+// of a minute makes an Interval of a second remember a minute).
 func TestNewRefusesSettingsItCannotHonour(t *testing.T) {
 	for name, st := range map[string]gobreaker.Settings{
-		"IsSuccessful":              {IsSuccessful: func(error) bool { return true }},
-		"IsExcluded":                {IsExcluded: func(error) bool { return false }},
-		"BucketPeriod, no Interval": {BucketPeriod: time.Second},
+		"IsSuccessful":               {IsSuccessful: func(error) bool { return true }},
+		"IsExcluded":                 {IsExcluded: func(error) bool { return false }},
+		"BucketPeriod, no Interval":  {BucketPeriod: time.Second},
+		"BucketPeriod over Interval": {Interval: time.Second, BucketPeriod: time.Minute},
+		"BucketPeriod not dividing":  {Interval: 10 * time.Second, BucketPeriod: 3 * time.Second},
 	} {
 		_, err := gobreakeradapter.New(st)
 		assert.Error(t, err, name)
