@@ -14,6 +14,10 @@ func init() {
 	guardhook.RetryDelay = func(g any, ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
+	guardhook.Waits = func(g any) bool {
+		gd := g.(*Guard)
+		return gd != nil && gd.waits != nil
+	}
 	guardhook.RetryAttempts = func(g any) int {
 		if gd := g.(*Guard); gd != nil && gd.retry != nil {
 			return gd.retry.attempts

@@ -24,6 +24,10 @@ import (
 // spending nothing: 0 and true if it does.
 var RetryDelay func(g any, ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool)
 
+// Waits reports whether a policy of g (a *sluice.Guard, possibly nil) may
+// wait in its Admit.
+var Waits func(g any) bool
+
 // RetryAttempts returns the most attempts a call of g (a *sluice.Guard,
 // possibly nil) makes: its Retry's Attempts, 1 when it declares none.
 var RetryAttempts func(g any) int

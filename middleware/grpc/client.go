@@ -343,7 +343,7 @@ func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 	// gRPC calls OnFinish once, when the stream is over, however it ends:
 	// its final status, its context's end, its ClientConn's Close, a failure
 	// to open it. The other ends below stay for streamers that do not.
-	opts = append(opts[:len(opts):len(opts)], grpc.OnFinish(s.end))
+	opts = append(opts[:len(opts):len(opts)], grpc.OnFinish(s.endAside))
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	opened = true
 	if err != nil {
@@ -351,7 +351,7 @@ func (c *config) openStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 		return nil, err
 	}
 	s.ClientStream = cs
-	stop := context.AfterFunc(ctx, func() { s.end(status.FromContextError(ctx.Err()).Err()) })
+	stop := context.AfterFunc(ctx, func() { s.endAside(status.FromContextError(ctx.Err()).Err()) })
 	s.stop.Store(&stop)
 	if s.ended.Load() {
 		stop() // it ended while being opened: forget the context
@@ -369,6 +369,15 @@ type clientStream struct {
 	ended         atomic.Bool
 	stop          atomic.Pointer[func() bool] // unregisters the context's end
 	serverStreams bool
+}
+
+// endAside is end on a goroutine no caller owns (gRPC's OnFinish, the
+// context's AfterFunc): a classifier's panic there would end the process,
+// so it is recovered, the call ended as a Failure (core.Classified ended it
+// before the panic went on).
+func (s *clientStream) endAside(err error) {
+	defer func() { _ = recover() }()
+	s.end(err)
 }
 
 // end records the outcome of the stream, once, whichever of its ends comes

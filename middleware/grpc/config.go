@@ -142,6 +142,16 @@ func build(s side, opts []Option) (*config, error) {
 	if err := c.checkFallbacks(s); err != nil {
 		return nil, err
 	}
+	if s == tapSide {
+		// gRPC runs the handle on the connection's reading goroutine: a
+		// policy waiting there stops every stream of the connection,
+		// those whose end would free its slot among them.
+		for _, g := range c.routes.Guards() {
+			if guardhook.Waits(g) {
+				return nil, errors.New("sluicegrpc: ServerInHandle: a Guard has a policy that may wait (a Shaper, a queue): gRPC runs the handle on the connection's reading goroutine; give it Guards whose policies never wait")
+			}
+		}
+	}
 	if s != clientSide {
 		for _, g := range append(append(c.routes.Guards(), c.targets.Guards()...), o.msgGuard) {
 			if _, ok := guardhook.RetryDelay(g, nil, 0, time.Time{}, 0); ok {

@@ -135,25 +135,27 @@ func (c *config) unguarded(ctx context.Context, req any, method string, handler 
 
 // runUnary runs the handler of a call that call admitted, with hctx (ctx,
 // the interceptor's, with the call's deadline and held quota), and ends the
-// call with its outcome. A handler that panics has held's quota set, as any
-// other failed call has.
+// call with its outcome. A handler that panics, or a classifier, has held's
+// quota set, as any other failed call has.
 func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any, handler grpc.UnaryHandler, held *heldQuota) (resp any, err error) {
-	returned := false
+	ended := false
 	defer func() {
-		if !returned { // the handler panicked
+		if !ended { // the handler or the classifier panicked
 			call.Report(sluice.Failure, nil)
 			held.release(false)
 		}
 	}()
 	resp, err = handler(hctx, req)
-	returned = true
 	// ctx: without the Guard's deadline. The common case, a success under
 	// the default classifier, is settled inline.
 	if err == nil && c.classify == nil && ctx.Err() == nil {
 		call.Report(sluice.Success, nil)
+		ended = true
 		return resp, nil
 	}
-	return resp, c.endServed(ctx, call, err)
+	err = c.endServed(ctx, call, err)
+	ended = true
+	return resp, err
 }
 
 // endServed ends call, a call this server served whose context, as gRPC
@@ -275,7 +277,14 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 		a.record(sluice.Released)
 		return resp, err
 	}
+	ended := false
+	defer func() {
+		if !ended { // the classifier panicked: the held quota goes out
+			held.release(false)
+		}
+	}()
 	err = c.endTapped(ctx, cctx, a, err)
+	ended = true
 	if err != nil {
 		// A rejection the handler returned is answered once its outcome
 		// (Ignored) is recorded: a fallback's answer is no success.

@@ -21,7 +21,8 @@ import (
 // the call's header metadata and peer.
 //
 // gRPC runs the handle on the connection's reading goroutine, under a lock:
-// give it Guards whose policies never wait (no shaper, no concurrency queue).
+// a Guard with a policy that may wait (a shaper, a concurrency queue) is
+// refused, since one waiting call would stall the whole connection.
 //
 // An admitted call's admission rides in its context until it ends. The
 // interceptors of this package end it with the call's outcome, so install
