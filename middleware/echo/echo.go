@@ -282,7 +282,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		if keep = cfg.GuardOf(rt.Guard); keep != nil {
 			w.answer, w.cfg, w.c, w.rt, w.asked, w.reqCtx, w.key, w.addr = true, cfg, c, rt, asked, reqCtx, key, addr
 			if asked.Method == http.MethodGet && keep.Stale != nil {
-				w.capturing, w.max = true, keep.MaxBody
+				w.Capturing, w.MaxCapture = true, keep.MaxBody
 			}
 		}
 	}
@@ -310,16 +310,16 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		// Echo's error handler answer with the request's own.
 		c.SetRequest(req)
 	}
-	if w.status != 0 {
+	if w.Status != 0 {
 		// The status the client got, which Echo's Response does not know
 		// when it was written past it, to c.Response().Writer (a body
 		// written through it after commits the default 200).
-		res.Status = w.status
+		res.Status = w.Status
 		if !res.Committed {
-			res.Committed, res.Size = true, w.size
+			res.Committed, res.Size = true, w.Size
 		}
 	}
-	if w.held {
+	if w.Held {
 		return cfg.answerHeld(c, w, call, err)
 	}
 	// What is written from here on is the middleware's answer: no 5xx of
@@ -360,7 +360,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	}
 	o := cfg.outcome(reqCtx, c, call, err, cerr)
 	empty := false // nothing written by the Guard's deadline
-	if o == sluice.Success && err == nil && req != nil && !res.Committed && !w.hijacked &&
+	if o == sluice.Success && err == nil && req != nil && !res.Committed && !w.Hijacked &&
 		call.Context().Err() == context.DeadlineExceeded && reqCtx.Err() == nil {
 		// Nothing written by the Guard's deadline: the call timed out, and
 		// its empty answer is no response to keep.
@@ -395,8 +395,8 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	// 200 went out: the body cut short). The copy is kept under the
 	// request as it came, which lookups see, not as an inner middleware
 	// rewrote it (http.StripPrefix).
-	if w.capturing && err == nil && !w.hijacked && o == sluice.Success && (res.Status == http.StatusOK || !res.Committed) {
-		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), res.Header(), w.body)
+	if w.Capturing && err == nil && !w.Hijacked && o == sluice.Success && (res.Status == http.StatusOK || !res.Committed) {
+		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), res.Header(), w.Capture)
 	}
 	return err
 }
@@ -404,7 +404,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 // restore puts back the writer that w was put over in res, and returns w
 // to the pool.
 func restore(res *echo.Response, w *writer) {
-	res.Writer = w.ResponseWriter
+	res.Writer = w.W
 	putWriter(w)
 }
 
@@ -414,7 +414,7 @@ func restore(res *echo.Response, w *writer) {
 // the body. The header fields that described the handler's dropped body go
 // with it, whoever answers. err is what the handler returned.
 func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err error) error {
-	code := w.status
+	code := w.Status
 	w.answer = false
 	res := c.Response()
 	routing.DropBodyFields(res.Header())
@@ -422,8 +422,8 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 		// Held for a client that has since gone: it hears no fallback,
 		// and the answer counts for nothing.
 		call.Report(sluice.Ignored, nil)
-		w.held = false
-		w.ResponseWriter.WriteHeader(code)
+		w.Held = false
+		w.W.WriteHeader(code)
 		res.Size = 0
 		return err
 	}
@@ -434,9 +434,9 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 	fb, fr := cfg.Fallback(w.asked, w.rt.Guard, routeOf(c, w.rt), w.key, w.addr, w.at, ferr, call.Decision())
 	// Held until here: should the classifier or a fallback's lookup panic,
 	// failOnPanic sends the status.
-	w.held = false
+	w.Held = false
 	if fb == nil {
-		w.ResponseWriter.WriteHeader(code)
+		w.W.WriteHeader(code)
 		res.Size = 0
 		return err
 	}
@@ -446,9 +446,9 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 	// what the client got.
 	c.Set(rejectedKey, true)
 	c.SetRequest(fr)
-	w.status, w.size = 0, 0
+	w.Status, w.Size = 0, 0
 	fb.ServeHTTP(w, fr)
-	res.Status, res.Size = w.status, w.size
+	res.Status, res.Size = w.Status, w.Size
 	if res.Status == 0 {
 		res.Status = http.StatusOK
 	}
@@ -500,10 +500,10 @@ func failOnPanic(call *sluice.Call, w *writer, returned *bool) {
 
 // sendHeld sends the status w holds back, if any, without its body.
 func sendHeld(w *writer) {
-	if w.held {
-		w.held = false
+	if w.Held {
+		w.Held = false
 		routing.DropBodyFields(w.Header())
-		w.ResponseWriter.WriteHeader(w.status)
+		w.W.WriteHeader(w.Status)
 	}
 }
 

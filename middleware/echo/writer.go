@@ -1,10 +1,7 @@
 package sluiceecho
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -21,19 +18,10 @@ import (
 // c.Response() or past it (c.Response().Writer), which Echo's Response
 // would not see; holds back a 5xx that a fallback of the Guard answers, as
 // the net/http adapter does; and keeps the body of a GET response for the
-// Guard's stale caches, up to max bytes. Writers are pooled: a request
+// Guard's stale caches (core.Writer). Writers are pooled: a request
 // allocates none.
 type writer struct {
-	http.ResponseWriter
-	status   int   // the first final status written, or held
-	size     int64 // bytes the writer beneath took
-	held     bool  // status is held back for a fallback; the body is dropped
-	hijacked bool
-	// capturing: the body is kept in body, up to max bytes; it stops on a
-	// failed write or past max.
-	capturing bool
-	body      []byte
-	max       int
+	core.Writer
 
 	// Set when the route's Guard has fallbacks, for the 5xx they answer.
 	answer bool
@@ -52,21 +40,18 @@ var writerPool = sync.Pool{New: func() any { return new(writer) }}
 
 func getWriter(w http.ResponseWriter) *writer {
 	wr := writerPool.Get().(*writer)
-	wr.ResponseWriter = w
+	wr.W = w
 	return wr
 }
 
 // putWriter returns w to the pool, zero but for its capture buffer.
 func putWriter(w *writer) {
-	body := w.body[:0]
-	if cap(body) > 64<<10 {
-		body = nil
-	}
 	if w.cfg != nil || w.cctx != nil { // set for the fallbacks, or a timeout
-		*w = writer{body: body}
+		keep := w.Writer
+		keep.Reset()
+		*w = writer{Writer: keep}
 	} else {
-		w.ResponseWriter, w.body = nil, body
-		w.status, w.size, w.held, w.hijacked = 0, 0, false, false
+		w.Writer.Reset()
 	}
 	writerPool.Put(w)
 }
@@ -76,18 +61,15 @@ func putWriter(w *writer) {
 // rejection (an inner sluice middleware's), which is not the handler's
 // failure.
 func (w *writer) WriteHeader(code int) {
-	if w.held {
+	if w.Held {
 		return
 	}
-	if w.status == 0 && code >= 500 && w.answer && w.holds(code) {
-		w.status, w.held = code, true
-		w.capturing, w.body = false, w.body[:0]
+	if w.Status == 0 && code >= 500 && w.answer && w.holds(code) {
+		w.Status, w.Held = code, true
+		w.Capturing, w.Capture = false, w.Capture[:0]
 		return
 	}
-	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
+	w.Pass(code)
 }
 
 // holds reports whether the handler's answer code is a failure that a
@@ -109,90 +91,3 @@ func (w *writer) failure(code int) error {
 	}
 	return core.FailedStatus(code)
 }
-
-// Write records an implicit 200, passes the bytes on and keeps what the
-// writer beneath took; a write that failed ends the capture: what the
-// client got is no whole response.
-func (w *writer) Write(b []byte) (int, error) {
-	if w.held {
-		return len(b), nil
-	}
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.size += int64(n)
-	if w.capturing {
-		if err != nil || len(w.body)+n > w.max {
-			w.capturing, w.body = false, w.body[:0]
-		} else {
-			w.body = append(w.body, b[:n]...)
-		}
-	}
-	return n, err
-}
-
-// WriteString writes s as Write does, without copying it to a byte slice
-// when the writer beneath takes strings and no body is being kept.
-func (w *writer) WriteString(s string) (int, error) {
-	sw, ok := w.ResponseWriter.(io.StringWriter)
-	if !ok || w.held || w.capturing {
-		return w.Write([]byte(s))
-	}
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := sw.WriteString(s)
-	w.size += int64(n)
-	return n, err
-}
-
-// ReadFrom copies from src with the writer beneath's io.ReaderFrom when it
-// has one (sendfile on a TCP connection) and no body is being kept.
-func (w *writer) ReadFrom(src io.Reader) (int64, error) {
-	if w.held {
-		return io.Copy(io.Discard, src)
-	}
-	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok && !w.capturing {
-		if w.status == 0 {
-			w.status = http.StatusOK
-		}
-		n, err := rf.ReadFrom(src)
-		w.size += n
-		return n, err
-	}
-	return io.Copy(writerOnly{w}, src)
-}
-
-// writerOnly hides ReadFrom, so io.Copy does not call it back.
-type writerOnly struct{ io.Writer }
-
-// FlushError flushes and reports the writer beneath's error, as
-// http.ResponseController asks; a status held back is not sent. A flush
-// that worked sent the header with an implicit 200.
-func (w *writer) FlushError() error {
-	if w.held {
-		return nil
-	}
-	err := http.NewResponseController(w.ResponseWriter).Flush()
-	if err == nil && w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return err
-}
-
-// Flush flushes as http.Flusher does.
-func (w *writer) Flush() { _ = w.FlushError() }
-
-// Hijack hands the connection to the handler (a WebSocket upgrade, say),
-// noting that the response is none to keep.
-func (w *writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil {
-		w.hijacked = true
-	}
-	return conn, rw, err
-}
-
-// Unwrap returns the writer beneath, for http.ResponseController.
-func (w *writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -276,7 +276,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.HasFallbacks() {
 		if keep := h.GuardOf(rt.Guard); keep != nil {
 			if r.Method == http.MethodGet && keep.Stale != nil {
-				rw.cache, rw.capturing, rw.maxCapture = keep, true, keep.MaxBody
+				rw.cache, rw.Capturing, rw.MaxCapture = keep, true, keep.MaxBody
 			}
 			rw.answer, rw.rt, rw.addr = true, rt, r.RemoteAddr
 		}
@@ -330,50 +330,50 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 	switch {
 	case rw.rejected:
 		o = sluice.Ignored
-	case rw.hijacked && rw.status == 0:
+	case rw.Hijacked && rw.Status == 0:
 		o = sluice.Success
 	case r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away: whatever the handler wrote (a proxy's 502)
 		// says nothing of the dependency, and no fallback answers it.
 		o, gone = sluice.Ignored, true
-	case rw.status == 0 && rw.timedOut():
+	case rw.Status == 0 && rw.timedOut():
 		// Nothing written by the Guard's deadline: the call timed out,
 		// whether or not a fallback answers it, and the empty answer is
 		// no response to keep.
 		o = sluice.Failure
 	default:
-		o = h.Outcome(call, rw.status)
+		o = h.Outcome(call, rw.Status)
 	}
-	if rw.answer && !rw.rejected && !rw.hijacked && !gone && (rw.held || rw.status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
+	if rw.answer && !rw.rejected && !rw.Hijacked && !gone && (rw.Held || rw.Status == 0 && rw.timedOut() && rw.declared(http.StatusGatewayTimeout)) {
 		h.answerFailure(rw, call)
 		putWriter(rw)
 		return
 	}
-	if gone && rw.held {
+	if gone && rw.Held {
 		// Held for a fallback, for a client that has since gone: the
 		// status goes out as it came, without its body.
-		routing.DropBodyFields(rw.w.Header())
-		rw.w.WriteHeader(rw.status)
+		routing.DropBodyFields(rw.W.Header())
+		rw.W.WriteHeader(rw.Status)
 	}
 	var err error
-	if o == sluice.Failure && !rw.hijacked && rw.timedOut() {
+	if o == sluice.Failure && !rw.Hijacked && rw.timedOut() {
 		// Nothing written by the Guard's deadline, or a failure written
 		// past it: the call timed out, for the observers and Stats as
 		// for Do.
-		code := rw.status
+		code := rw.Status
 		if code == 0 {
 			code = http.StatusGatewayTimeout
 		}
 		err = core.FailedStatus(code)
 	}
 	call.Report(o, err)
-	if rw.status == 0 && !rw.hijacked && !rw.rejected && !gone && rw.timedOut() {
-		core.WriteTimedOut(rw.w)
+	if rw.Status == 0 && !rw.Hijacked && !rw.rejected && !gone && rw.timedOut() {
+		core.WriteTimedOut(rw.W)
 	}
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
-	if rw.cache != nil && rw.capturing && !rw.hijacked && o == sluice.Success && (rw.status == http.StatusOK || rw.status == 0) {
-		rw.cache.Keep(r, rw.pattern, rw.key, rw.addr, call.Start(), rw.Header(), rw.capture)
+	if rw.cache != nil && rw.Capturing && !rw.Hijacked && o == sluice.Success && (rw.Status == http.StatusOK || rw.Status == 0) {
+		rw.cache.Keep(r, rw.pattern, rw.key, rw.addr, call.Start(), rw.Header(), rw.Capture)
 	}
 	putWriter(rw)
 }
@@ -384,29 +384,29 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 // described the handler's dropped body go with it. Should the fallback
 // decline, the held status goes out, without the body.
 func (h *handler) answerFailure(rw *responseWriter, call *sluice.Call) {
-	code := rw.status
+	code := rw.Status
 	o := h.Outcome(call, code)
 	if code == 0 {
 		code, o = http.StatusGatewayTimeout, sluice.Failure
 	}
 	err := call.Report(o, core.FailedStatus(code))
-	rw.held = false
+	rw.Held = false
 	// At the instant the fallback was found to answer: one that would no
 	// longer (a stale copy grown too old since) must not leave the held
 	// status without the body it dropped.
 	fb, fr := h.Fallback(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.addr, rw.at, err, call.Decision())
 	// The fields that described the handler's body go with it, whoever
 	// answers.
-	routing.DropBodyFields(rw.w.Header())
+	routing.DropBodyFields(rw.W.Header())
 	if fb == nil {
-		rw.w.WriteHeader(code)
+		rw.W.WriteHeader(code)
 		return
 	}
 	// A middleware outside this one counts the fallback's answer as
 	// nothing, as it does this one's rejections: this one has counted the
 	// failure, and the answer is no response of the handler's to keep.
-	markRejected(rw.w)
-	fb.ServeHTTP(rw.w, fr)
+	markRejected(rw.W)
+	fb.ServeHTTP(rw.W, fr)
 }
 
 // Reject answers r, in a handler behind Middleware, as the middleware
@@ -427,16 +427,16 @@ func Reject(w http.ResponseWriter, r *http.Request, err error) bool {
 		return false
 	}
 	rw := writerIn(w)
-	if rw == nil || rw.req == nil || rw.status != 0 || rw.hijacked {
+	if rw == nil || rw.req == nil || rw.Status != 0 || rw.Hijacked {
 		return false
 	}
 	// The answer is for the request the middleware admitted, on its route
 	// (the handler's r may have been rewritten on its way, by
 	// http.StripPrefix say); for a sluice middleware around this one it is
 	// a rejection, as this one's own are.
-	markRejected(rw.w)
+	markRejected(rw.W)
 	// The fields the handler set for its own body go with it.
-	routing.DropBodyFields(rw.w.Header())
+	routing.DropBodyFields(rw.W.Header())
 	h, ar := rw.h, rw.req
 	pattern, rt := h.route(ar)
 	// The key the middleware keyed the request by, which its stale copies

@@ -1,10 +1,7 @@
 package sluicehttp
 
 import (
-	"bufio"
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -14,16 +11,15 @@ import (
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
-// responseWriter records the status a handler answers with, and whether an
-// inner sluice middleware rejected the request (its own rejections never
-// count as failures). It keeps http.Flusher, http.Hijacker and io.ReaderFrom,
-// and Unwrap lets http.ResponseController reach the writer beneath. Writers
-// are pooled: the hot path allocates none.
+// responseWriter records the status a handler answers with (core.Writer,
+// which keeps http.Flusher, http.Hijacker, io.ReaderFrom and Unwrap for
+// http.ResponseController), holds back a 5xx that a fallback of the
+// Guard answers, and notes whether an inner sluice middleware rejected the
+// request (its own rejections never count as failures). Writers are
+// pooled: the hot path allocates none.
 type responseWriter struct {
-	w        http.ResponseWriter
-	status   int
+	core.Writer
 	rejected bool
-	hijacked bool
 	returned bool // the handler returned: not a panic, not runtime.Goexit
 	// view shows the request to the key functions while they run.
 	view request
@@ -41,17 +37,11 @@ type responseWriter struct {
 
 // fallbackState is what a writer keeps for the fallbacks of the route's Guard.
 // answer is set when they may answer the handler's failure: a 5xx status,
-// or nothing written by the Guard's deadline. held is set once a 5xx is
-// held back for one; the handler's body is then dropped.
+// or nothing written by the Guard's deadline.
 type fallbackState struct {
-	answer, held bool
-	// capture, when capturing, collects the body of a response that may be
-	// kept as a stale copy; it is dropped when the body outgrows maxCapture.
-	capture    []byte
-	maxCapture int
-	capturing  bool
-	rt         *routing.Route
-	cache      *core.Guard // the route's Guard's stale cache, fed a good GET response
+	answer bool
+	rt     *routing.Route
+	cache  *core.Guard // the route's Guard's stale cache, fed a good GET response
 	// addr is the connection's address as the request came, which a
 	// middleware inside may rewrite on the request: a stale copy of a
 	// client without a key is kept and found under it.
@@ -65,7 +55,7 @@ var writerPool = sync.Pool{New: func() any { return new(responseWriter) }}
 
 func getWriter(w http.ResponseWriter) *responseWriter {
 	rw := writerPool.Get().(*responseWriter)
-	rw.w = w
+	rw.W = w
 	return rw
 }
 
@@ -82,13 +72,10 @@ func putWriter(rw *responseWriter) {
 // instructions a request. view is cleared where it is set.
 func (rw *responseWriter) reset() {
 	if rw.answer {
-		capture := rw.capture[:0]
-		if cap(capture) > 64<<10 {
-			capture = nil
-		}
-		rw.fallbackState = fallbackState{capture: capture}
+		rw.fallbackState = fallbackState{}
 	}
-	rw.w, rw.req = nil, nil
+	rw.Writer.Reset()
+	rw.req = nil
 	if rw.pattern != "" {
 		rw.pattern = ""
 	}
@@ -98,28 +85,22 @@ func (rw *responseWriter) reset() {
 	if rw.cctx != nil {
 		rw.cctx = nil
 	}
-	rw.status, rw.rejected, rw.hijacked, rw.returned = 0, false, false, false
+	rw.rejected, rw.returned = false, false
 }
-
-// Header returns the header map of the writer beneath.
-func (rw *responseWriter) Header() http.Header { return rw.w.Header() }
 
 // WriteHeader records the first final status and passes it on; a 5xx
 // that a fallback of the Guard answers is held back, unless it answers a
 // rejection (an inner middleware's, or Reject's), which is not the
 // handler's failure.
 func (rw *responseWriter) WriteHeader(code int) {
-	if rw.held {
+	if rw.Held {
 		return
 	}
-	if rw.status == 0 && code >= 500 && rw.answer && !rw.rejected && rw.declared(code) {
-		rw.status, rw.held = code, true
+	if rw.Status == 0 && code >= 500 && rw.answer && !rw.rejected && rw.declared(code) {
+		rw.Status, rw.Held = code, true
 		return
 	}
-	if rw.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		rw.status = code
-	}
-	rw.w.WriteHeader(code)
+	rw.Pass(code)
 }
 
 // timedOut reports whether the Guard's deadline for the call has passed,
@@ -143,106 +124,6 @@ func (rw *responseWriter) declared(code int) bool {
 	rw.at = guardhook.Now(rw.rt.Guard)
 	return rw.h.Declares(rw.req, rw.rt.Guard, rw.pattern, rw.key, rw.addr, rw.at, rw.failure(code))
 }
-
-// Write records an implicit 200 and passes the bytes on.
-func (rw *responseWriter) Write(b []byte) (int, error) {
-	if rw.held {
-		return len(b), nil
-	}
-	if rw.status == 0 {
-		rw.status = http.StatusOK
-	}
-	n, err := rw.w.Write(b)
-	if rw.capturing {
-		rw.keep(b[:n], err)
-	}
-	return n, err
-}
-
-// WriteString writes s without copying it to a byte slice when the writer
-// beneath takes strings, as io.WriteString would on that writer.
-func (rw *responseWriter) WriteString(s string) (int, error) {
-	if rw.held {
-		return len(s), nil
-	}
-	if rw.status == 0 {
-		rw.status = http.StatusOK
-	}
-	var n int
-	var err error
-	if sw, ok := rw.w.(io.StringWriter); ok {
-		n, err = sw.WriteString(s)
-	} else {
-		n, err = rw.w.Write([]byte(s))
-	}
-	if rw.capturing {
-		rw.keep([]byte(s[:n]), err)
-	}
-	return n, err
-}
-
-// keep adds b, the bytes the writer beneath took, to the capture; a write
-// that failed (the client gone, a body past its Content-Length) ends it:
-// what the client got is no whole response to keep.
-func (rw *responseWriter) keep(b []byte, err error) {
-	if err != nil || len(rw.capture)+len(b) > rw.maxCapture {
-		rw.capturing = false
-		rw.capture = rw.capture[:0]
-		return
-	}
-	rw.capture = append(rw.capture, b...)
-}
-
-// Flush sends buffered data to the client, as http.Flusher does.
-func (rw *responseWriter) Flush() { _ = rw.FlushError() }
-
-// FlushError flushes and reports the writer beneath's error; it is what
-// http.ResponseController calls. A flush that worked sent the header with
-// an implicit 200; one that failed (a writer beneath that cannot flush, such
-// as http.TimeoutHandler's) leaves the status to what the handler writes
-// next.
-func (rw *responseWriter) FlushError() error {
-	if rw.held {
-		return nil
-	}
-	err := http.NewResponseController(rw.w).Flush()
-	if err == nil && rw.status == 0 {
-		rw.status = http.StatusOK
-	}
-	return err
-}
-
-// Hijack hands the connection over, as http.Hijacker does. After it, the
-// request counts as a success: what happens on the connection is no longer
-// HTTP.
-func (rw *responseWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, brw, err := http.NewResponseController(rw.w).Hijack()
-	if err == nil {
-		rw.hijacked = true
-	}
-	return c, brw, err
-}
-
-// ReadFrom copies from src with the writer beneath's io.ReaderFrom when it
-// has one (sendfile on a TCP connection).
-func (rw *responseWriter) ReadFrom(src io.Reader) (int64, error) {
-	if rw.held {
-		return io.Copy(io.Discard, src)
-	}
-	if rw.status == 0 {
-		rw.status = http.StatusOK
-	}
-	if rf, ok := rw.w.(io.ReaderFrom); ok && !rw.capturing {
-		return rf.ReadFrom(src)
-	}
-	return io.Copy(writerOnly{rw}, src)
-}
-
-// writerOnly hides ReadFrom, so io.Copy does not call it back.
-type writerOnly struct{ io.Writer }
-
-// Unwrap returns the writer beneath, for http.ResponseController.
-func (rw *responseWriter) Unwrap() http.ResponseWriter { return rw.w }
 
 // markRejected tells the nearest sluice writer around w, if any, that the
 // request was rejected by a sluice middleware, so it does not count the
