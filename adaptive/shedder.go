@@ -353,25 +353,30 @@ func (s *Shedder) release(now time.Duration) {
 			n.dispatch(now)
 		}
 	}
+	for p := s.pred.Load(); p != nil; p = p.pred.Load() {
+		if p.q != nil && p.waiting.Load() > 0 {
+			p.dispatch(now) // it counts this one's calls (see ahead)
+		}
+	}
 }
 
 // carried returns the calls in flight of the Shedders this one took the
 // place of, which hold its slots as its own calls do: a rules reload that
 // makes a bulkhead anew must not let the backend see its old calls and a
-// full new limit at once. A predecessor drained is let go. Without one it
-// costs an atomic load.
+// full new limit at once. A predecessor drained is kept, since a request
+// that read the old rules may still reach it; the chain is cut past
+// maxCarried (see Carry). Without one it costs an atomic load.
 func (s *Shedder) carried() int64 {
-	p := s.pred.Load()
-	if p == nil {
-		return 0
-	}
-	n := p.inflight.Load() + p.carried()
-	if n <= 0 {
-		s.pred.CompareAndSwap(p, nil)
-		return 0
+	var n int64
+	for p := s.pred.Load(); p != nil; p = p.pred.Load() {
+		n += p.inflight.Load()
 	}
 	return n
 }
+
+// maxCarried is how many predecessors a Shedder counts: those made
+// anew more reloads ago are taken to serve no request any more.
+const maxCarried = 4
 
 // ahead returns the calls in flight of the Shedders that took this one's
 // place: a call that still reaches this one (a request that read the old
@@ -391,6 +396,13 @@ func init() {
 		if f != t {
 			t.pred.Store(f)
 			f.succ.Store(t)
+			m := t
+			for range maxCarried {
+				if m = m.pred.Load(); m == nil {
+					return
+				}
+			}
+			m.pred.Store(nil) // the chain is cut past maxCarried
 		}
 	}
 }
