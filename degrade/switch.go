@@ -36,7 +36,8 @@ type Switch struct {
 	runner atomic.Pointer[Auto]
 
 	mu       sync.Mutex
-	lastAt   time.Duration // the instant of the last flip: none is told before it
+	lastAt   time.Duration // the instant of the last flip told: none is told before it
+	told     bool          // a flip was told: lastAt holds
 	pinned   bool
 	subs     []subscriber // copied on write: a snapshot is read outside mu
 	nextID   uint64
@@ -178,8 +179,10 @@ func (s *Switch) flip(on bool, at time.Duration) bool {
 	s.on.Store(on)
 	// An Auto's reading may be older than a flip made since: no change is
 	// told with an instant before the one told before it.
-	at = max(at, s.lastAt)
-	s.lastAt = at
+	if s.told {
+		at = max(at, s.lastAt)
+	}
+	s.lastAt, s.told = at, true
 	if len(s.subs) == 0 {
 		s.mu.Unlock()
 		return true

@@ -55,6 +55,7 @@ type Policy struct {
 // not divide the Interval (none: gobreaker would count for good; one that
 // does not divide it, it would stretch to whole buckets).
 func New(st gobreaker.Settings) (*Policy, error) {
+	const maxBuckets = 1 << 16
 	switch {
 	case st.Timeout < 0 || st.Interval < 0 || st.BucketPeriod < 0:
 		return nil, errors.New("gobreakeradapter: New: negative Timeout, Interval or BucketPeriod")
@@ -66,6 +67,10 @@ func New(st gobreaker.Settings) (*Policy, error) {
 		// gobreaker rounds the Interval up to whole buckets: a BucketPeriod
 		// of a minute makes an Interval of a second remember a minute.
 		return nil, fmt.Errorf("gobreakeradapter: New: BucketPeriod %v does not divide Interval %v: gobreaker would stretch the window to whole buckets", st.BucketPeriod, st.Interval)
+	case st.BucketPeriod > 0 && st.Interval/st.BucketPeriod > maxBuckets:
+		// gobreaker makes every bucket up front: a unit left off (10 ns
+		// buckets in a minute) would ask for gigabytes.
+		return nil, fmt.Errorf("gobreakeradapter: New: Interval %v in buckets of %v is %d buckets; at most %d", st.Interval, st.BucketPeriod, st.Interval/st.BucketPeriod, maxBuckets)
 	}
 	p := newPolicy(st.Name)
 	p.timeout = st.Timeout

@@ -112,6 +112,9 @@ func (c *config) serveUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if c.quotaMD {
 		hctx, held = holdQuota(hctx, rt, call.Decision(), nil)
 	}
+	// A fallback that panics, as a handler or a classifier, lets the held
+	// fields go (release does nothing once they are settled).
+	defer held.release(false)
 	resp, err := c.runUnary(ctx, hctx, &call, req, handler, held)
 	if err != nil {
 		return c.handlerError(ctx, req, info.FullMethod, rt, resp, err, held)
@@ -277,14 +280,10 @@ func (c *config) unaryTapped(ctx context.Context, req any, info *grpc.UnaryServe
 		a.record(sluice.Released)
 		return resp, err
 	}
-	ended := false
-	defer func() {
-		if !ended { // the classifier panicked: the held quota goes out
-			held.release(false)
-		}
-	}()
+	// A classifier or a fallback that panics lets the held fields go
+	// (release does nothing once they are settled).
+	defer held.release(false)
 	err = c.endTapped(ctx, cctx, a, err)
-	ended = true
 	if err != nil {
 		// A rejection the handler returned is answered once its outcome
 		// (Ignored) is recorded: a fallback's answer is no success.

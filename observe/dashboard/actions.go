@@ -127,15 +127,15 @@ func (d *Dashboard) done(w http.ResponseWriter, r *http.Request, act, target, te
 
 // clip cuts s to at most 200 bytes, on a rune's start, marking the cut.
 func clip(s string) string {
-	const most = 200
+	const most, mark = 200, "…"
 	if len(s) <= most {
 		return s
 	}
-	cut := most
+	cut := most - len(mark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + "…"
+	return s[:cut] + mark
 }
 
 func reply(w http.ResponseWriter, status int, ok bool, text string) {

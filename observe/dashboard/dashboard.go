@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
@@ -47,7 +48,7 @@ type Dashboard struct {
 	tuneMu                      sync.Mutex // serialises the rate and burst actions
 
 	shutMu    sync.Mutex
-	shutdowns map[*http.Server]chan struct{} // closed when the server shuts down; see stream
+	shutdowns map[weak.Pointer[http.Server]]chan struct{} // closed when the server shuts down; see stream
 }
 
 // Option configures a Dashboard.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"weak"
 )
 
 //go:embed assets
@@ -122,16 +123,22 @@ func (d *Dashboard) shutdownOf(r *http.Request) <-chan struct{} {
 	if srv == nil {
 		return nil
 	}
+	key := weak.Make(srv) // a server gone is not kept for its entry
 	d.shutMu.Lock()
 	defer d.shutMu.Unlock()
-	if ch, ok := d.shutdowns[srv]; ok {
+	if ch, ok := d.shutdowns[key]; ok {
 		return ch
 	}
 	if d.shutdowns == nil {
-		d.shutdowns = make(map[*http.Server]chan struct{})
+		d.shutdowns = make(map[weak.Pointer[http.Server]]chan struct{})
+	}
+	for k := range d.shutdowns {
+		if k.Value() == nil {
+			delete(d.shutdowns, k) // its server collected
+		}
 	}
 	ch := make(chan struct{})
-	d.shutdowns[srv] = ch
+	d.shutdowns[key] = ch
 	// The channel stays, closed, once the server shuts down: a stream
 	// reaching here later (its request read before Shutdown began) ends at
 	// once rather than register a hook that would never run.
