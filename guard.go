@@ -431,8 +431,25 @@ func (c *Call) finish(err error) error {
 	if !c.live {
 		return err
 	}
-	o, err := c.classified(err)
-	return c.Report(o, err)
+	if err == nil {
+		return c.Report(Success, nil)
+	}
+	return c.finishErr(err)
+}
+
+// finishErr is finish for an error, which the Guard's Classifier judges:
+// should it panic, the call ends as a Failure first, so that no policy
+// keeps its admission (a bulkhead's slot) for good, and the panic goes on.
+func (c *Call) finishErr(err error) error {
+	judged := false
+	defer func() {
+		if !judged {
+			c.Report(Failure, err)
+		}
+	}()
+	o, rerr := c.classified(err)
+	judged = true
+	return c.Report(o, rerr)
 }
 
 // classified returns the outcome of c's end with err, by its Guard's
@@ -564,18 +581,20 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 // returned.
 func (g *Guard) rejected(ctx context.Context, c *Call, i int, now time.Duration, q Quota, cause error, want bool) error {
 	c.live = false
-	if c.n > 0 { // the policies before i admitted: c.n is i
-		c.end(g, Released, now)
-	}
-	if c.more != nil || c.waited {
-		c.more, c.waited = nil, false
-	}
 	if want {
 		c.d = q.decision(g.names[i], cause)
 	}
 	err := g.rejection(i, now, q, cause)
 	if g.obs != nil {
-		g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d, c.skip)
+		// Counted and told whatever the policies do with their release:
+		// a Done that panics must not lose the rejection (as in Report).
+		defer g.obs.rejected(ctx, g, i, cause, err, now, c.wait, &c.d, c.skip)
+	}
+	if c.n > 0 { // the policies before i admitted: c.n is i
+		c.end(g, Released, now)
+	}
+	if c.more != nil || c.waited {
+		c.more, c.waited = nil, false
 	}
 	return err
 }
