@@ -187,6 +187,19 @@ func (g *Guard) Policies() []Policy {
 	return append([]Policy(nil), g.policies...)
 }
 
+// detach lets the Guard's observers go, once: Close's first half, which a
+// rules reload that makes a Guard anew does alone (its policies, some of
+// them kept by the successor, stay open).
+func (g *Guard) detach() {
+	g.unsubsMu.Lock()
+	unsubs := g.unsubs
+	g.unsubs = nil
+	g.unsubsMu.Unlock()
+	for _, u := range unsubs {
+		u()
+	}
+}
+
 // now reads the Guard's clock; small enough to inline.
 func (g *Guard) now() time.Duration {
 	if g.clock == nil {
@@ -208,12 +221,8 @@ func (g *Guard) Close() error {
 		return nil // a policy is closed once: io.Closer says nothing of twice
 	}
 	g.closed = true
-	unsubs := g.unsubs
-	g.unsubs = nil
 	g.unsubsMu.Unlock()
-	for _, u := range unsubs {
-		u()
-	}
+	g.detach()
 	var errs []error
 	for _, p := range g.policies {
 		if c, ok := p.(io.Closer); ok {

@@ -14,6 +14,7 @@ func init() {
 	guardhook.RetryDelay = func(g any, ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool) {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
+	guardhook.Detach = func(g any) { g.(*Guard).detach() }
 	guardhook.Waits = func(g any) bool {
 		gd := g.(*Guard)
 		return gd != nil && gd.waits != nil

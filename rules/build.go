@@ -49,6 +49,10 @@ type state struct {
 	opts     map[string][]sluice.Option // the options each Guard was made with
 	routes   *middleware.Routes
 	keyer    *middleware.Keyer
+	// rebuilt holds, during a load, the Guards of the old state made anew
+	// in it, by name: once the load stands, their policies that no Guard
+	// of the new state has, nor the rules made, are closed.
+	rebuilt map[string]*sluice.Guard
 }
 
 // builder makes policies with the program's Redis client.
@@ -267,6 +271,20 @@ func carry(was, made sluice.Policy) {
 	if ok1 && ok2 {
 		shedhook.Carry(w, m)
 	}
+}
+
+// ruled reports whether p is a policy the rules of st made, which a load
+// closes itself when it replaces it.
+func ruled(st *state, p sluice.Policy) bool {
+	if st == nil {
+		return false
+	}
+	for _, b := range st.policies {
+		if b.p == p {
+			return true
+		}
+	}
+	return false
 }
 
 // servable returns why a server middleware would refuse g (nil: none, or

@@ -110,11 +110,12 @@ func WithLogger(lg *slog.Logger) Option {
 // returns for the guard's name in the file: an observer (sluice.WithObserver)
 // to count its decisions, shadow rejections among them, say. A Guard is
 // named after its guard (sluice.WithName) unless the options name it
-// otherwise. When a reload rebuilds a guard, its old Guard is closed
-// (sluice.Guard.Close, which lets its observers go) just before its
-// successor is made. When the options refuse a Guard (an observer's
-// Attach fails), the load fails and undoes what it changed: the Guards it
-// closed are made again from their options, with the shadow modes they
+// otherwise. When a reload rebuilds a guard, its old Guard lets its
+// observers go, as sluice.Guard.Close does, just before its successor is
+// made; the policies the options gave it are closed once the load stands,
+// unless the successor has them too. When the options refuse a Guard (an
+// observer's Attach fails), the load fails and undoes what it changed: the
+// Guards it let go are made again from their options, with the shadow modes they
 // had and the counts of their calls that ended (those under way end in the
 // closed Guard, whose observers hear them), and no policy kept has taken new numbers yet (they are
 // set once every Guard is made). Default: no options.
@@ -405,6 +406,17 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 	for _, c := range pending {
 		closePolicy(c.made.p)
 	}
+	// The policies a program's options gave a Guard made anew (a Keyed
+	// with a janitor, say) that its successor does not keep.
+	for name, og := range next.rebuilt {
+		keptByNew := next.guards[name].Policies()
+		for _, p := range og.Policies() {
+			if !slices.Contains(keptByNew, p) && !ruled(old, p) {
+				closePolicy(p)
+			}
+		}
+	}
+	next.rebuilt = nil
 	if old != nil {
 		for name, g := range old.guards {
 			if next.guards[name] == nil {
@@ -517,11 +529,16 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		if old != nil && old.guards[gs.name] != nil {
 			// Its observers let go of it, for its successor of the same
-			// name; it serves on until the new rules are in force.
-			if err := old.guards[gs.name].Close(); err != nil {
-				l.log.Error("sluice rules: closing a guard rebuilt", "guard", gs.name, "error", err)
-			}
+			// name; it serves on until the new rules are in force. Its
+			// policies are not closed: the successor may keep some (a
+			// policy given by WithGuardOptions with a janitor among them),
+			// and those it does not are closed once the load stands.
+			guardhook.Detach(old.guards[gs.name])
 			closed = append(closed, gs.name)
+			if next.rebuilt == nil {
+				next.rebuilt = map[string]*sluice.Guard{}
+			}
+			next.rebuilt[gs.name] = old.guards[gs.name]
 			line := "guard " + gs.name + ": rebuilt"
 			if was := old.spec.byName[gs.name]; was != nil && was.timeout != gs.timeout {
 				line += fmt.Sprintf(" (timeout %v → %v)", was.timeout, gs.timeout)

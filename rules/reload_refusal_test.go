@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // "Each load checks the whole file first and reports every error with its
@@ -138,5 +139,39 @@ func TestAMiddlewareRefusalNamesTheGuardAndItsLine(t *testing.T) {
 		assert.Contains(t, err.Error(), `guard cart`, "the error names the file's guard")
 		assert.Regexp(t, regexp.MustCompile(`rules\.yaml:\d+:\d+:`), err.Error(), "the error has its line")
 		assert.True(t, strings.Contains(l.Status().Err.Error(), "retries"))
+	})
+}
+
+// A guard rebuilt by a reload lets its old Guard's observers go, but a
+// policy the program's options give every Guard (a Keyed whose janitor
+// forgets idle keys) serves on in the successor: its janitor still runs.
+// One the options made afresh for the old Guard is closed once the load
+// stands.
+func TestARebuiltGuardLeavesTheOptionsPoliciesOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return ratelimit.NewGCRA(ratelimit.PerSecond(10), 10) },
+			ratelimit.WithName("shared"), ratelimit.WithIdleTTL(time.Second), ratelimit.WithJanitor(time.Second))
+		require.NoError(t, err)
+		defer shared.Close()
+		var fresh []*ratelimit.Keyed
+		l, path := newLoader(t, oneGuard("{name: p, kind: fixed-window, limit: 100, window: 1m}"), WithGuardOptions(func(string) []sluice.Option {
+			own, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return ratelimit.NewGCRA(ratelimit.PerSecond(10), 10) },
+				ratelimit.WithName("own"), ratelimit.WithJanitor(time.Second), ratelimit.WithIdleTTL(time.Second))
+			require.NoError(t, err)
+			fresh = append(fresh, own)
+			return []sluice.Option{sluice.With(shared, own)}
+		}))
+		writeRules(t, path, "guards:\n  api:\n    key: {header: X-Key}\n    timeout: 1s\n    policies:\n      - {name: p, kind: fixed-window, limit: 100, window: 1m}\ndefault: api\n")
+		require.NoError(t, l.Reload()) // the timeout rebuilds the guard
+		require.Len(t, fresh, 2)
+		g, _ := l.Guard("api")
+		require.NoError(t, g.Do(sluice.WithKey(context.Background(), "k"), func(context.Context) error { return nil }))
+		require.Equal(t, 1, shared.Len())
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		assert.Zero(t, shared.Len(), "the shared Keyed's janitor stopped with the old Guard")
+		require.NoError(t, fresh[1].Close())
+		// The old Guard's own Keyed was closed by the load: its janitor's
+		// goroutine has ended (synctest would report it left running).
 	})
 }

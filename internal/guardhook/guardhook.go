@@ -24,6 +24,10 @@ import (
 // spending nothing: 0 and true if it does.
 var RetryDelay func(g any, ctx context.Context, attempts int, began time.Time, atLeast time.Duration) (time.Duration, bool)
 
+// Detach lets the observers of g (a *sluice.Guard) go, as its Close does,
+// but closes none of its policies.
+var Detach func(g any)
+
 // Waits reports whether a policy of g (a *sluice.Guard, possibly nil) may
 // wait in its Admit.
 var Waits func(g any) bool
