@@ -23,7 +23,11 @@ type redisBreaker struct {
 }
 
 func newRedisBreaker(failures int, openFor time.Duration) (*redisBreaker, error) {
-	b, err := breaker.New("redis", breaker.WithConsecutiveFailures(failures), breaker.WithOpenDuration(openFor))
+	// failures in a row, as every failure among the last failures calls:
+	// the consecutive-failure strategy would also trip on calls merely
+	// slower than 25 ms, which a Redis within its timeout is not failing.
+	b, err := breaker.New("redis", breaker.WithCountWindow(failures), breaker.WithErrorRatio(1, failures),
+		breaker.WithOpenDuration(openFor))
 	if err != nil {
 		return nil, fmt.Errorf("redislimit: breaker around Redis: %w", err)
 	}
