@@ -374,8 +374,9 @@ func (s *Shedder) carried() int64 {
 	return n
 }
 
-// maxCarried is how many predecessors a Shedder counts: those made
-// anew more reloads ago are taken to serve no request any more.
+// maxCarried is how many predecessors a Shedder counts at least: those
+// made anew more reloads ago, once drained, are taken to serve no request
+// any more.
 const maxCarried = 4
 
 // ahead returns the calls in flight of the Shedders that took this one's
@@ -402,7 +403,11 @@ func init() {
 					return
 				}
 			}
-			m.pred.Store(nil) // the chain is cut past maxCarried
+			// The chain is cut past maxCarried, where no call still
+			// runs: one in flight five reloads ago holds its slot.
+			if p := m.pred.Load(); p != nil && p.inflight.Load() == 0 && p.carried() == 0 {
+				m.pred.Store(nil)
+			}
 		}
 	}
 }

@@ -407,12 +407,17 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		closePolicy(c.made.p)
 	}
 	// The policies a program's options gave a Guard made anew (a Keyed
-	// with a janitor, say) that its successor does not keep.
-	for name, og := range next.rebuilt {
-		keptByNew := next.guards[name].Policies()
-		for _, p := range og.Policies() {
-			if !slices.Contains(keptByNew, p) && !ruled(old, p) {
-				closePolicy(p)
+	// with a janitor, say) that no Guard of the new rules has.
+	if len(next.rebuilt) > 0 {
+		var inUse []sluice.Policy
+		for _, g := range next.guards {
+			inUse = append(inUse, g.Policies()...)
+		}
+		for _, og := range next.rebuilt {
+			for _, p := range og.Policies() {
+				if !slices.Contains(inUse, p) && !ruled(old, p) {
+					closePolicy(p)
+				}
 			}
 		}
 	}
@@ -491,10 +496,25 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		if applied {
 			setBack()
 		}
-		for _, g := range made {
-			_ = g.Close()
+		// The Guards made let their observers go. Their policies are the
+		// rules' (build closes the new ones) or the options': those the
+		// rules kept in force hold stay open, the others are closed.
+		st := l.remake(old, closed)
+		var inUse []sluice.Policy
+		if st != nil { // nil for a first load
+			for _, g := range st.guards {
+				inUse = append(inUse, g.Policies()...)
+			}
 		}
-		return l.remake(old, closed), err
+		for _, g := range made {
+			guardhook.Detach(g)
+			for _, p := range g.Policies() {
+				if !slices.Contains(inUse, p) && !ruled(next, p) && !ruled(old, p) {
+					closePolicy(p)
+				}
+			}
+		}
+		return st, err
 	}
 	for _, gs := range s.guards {
 		ps := make([]sluice.Policy, len(gs.policies))

@@ -138,11 +138,11 @@ func (w *Writer) ReadFrom(src io.Reader) (int64, error) {
 	if w.Held {
 		return io.Copy(io.Discard, src)
 	}
-	if w.Status == 0 {
-		w.Status = http.StatusOK
-	}
 	if rf, ok := w.W.(io.ReaderFrom); ok && !w.Capturing {
 		n, err := rf.ReadFrom(src)
+		if n > 0 && w.Status == 0 {
+			w.Status = http.StatusOK // an empty copy sends nothing
+		}
 		w.Size += n
 		return n, err
 	}
