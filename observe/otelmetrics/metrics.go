@@ -68,11 +68,16 @@ type Option func(*Metrics) error
 // cannot grow the series without bound. A key of the metrics' own
 // attributes (sluice.*, error.type), or one Prometheus reserves or reads
 // alike once its dots are underscores (le, quantile, sluice_guard), is an
-// error: the series of two Guards would be one, and a scrape fails.
+// error: the series of two Guards would be one, and a scrape fails; so is
+// one Prometheus reads as no name at all ("_", "é", not UTF-8).
 func WithResourceAttribute(key string) Option {
 	return func(m *Metrics) error {
 		if key == "" {
 			return errors.New("otelmetrics: WithResourceAttribute: empty key")
+		}
+		if !utf8.ValidString(key) || !hasAlnum(key) {
+			// Prometheus reads it as no name ("_", "é"): every scrape fails.
+			return fmt.Errorf("otelmetrics: WithResourceAttribute: %q is no name Prometheus can carry: take http.route or rpc.method", key)
 		}
 		if clashes(key) {
 			return fmt.Errorf("otelmetrics: WithResourceAttribute: %q is, or reads as, an attribute of the metrics' own or one Prometheus reserves: take http.route or rpc.method", key)
@@ -80,6 +85,17 @@ func WithResourceAttribute(key string) Option {
 		m.resourceAttr = key
 		return nil
 	}
+}
+
+// hasAlnum reports whether key has an ASCII letter or digit, which its
+// Prometheus form keeps.
+func hasAlnum(key string) bool {
+	for _, r := range key {
+		if r < 0x80 && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return true
+		}
+	}
+	return false
 }
 
 // clashes reports whether key is, as Prometheus reads it (every character
@@ -377,7 +393,9 @@ func (w *watch) observe(ctx context.Context, e sluice.CallEvent) {
 		}
 	}
 	d := &w.durations
-	if res, ok := sluice.ResourceFrom(ctx); ok {
+	if res, ok := sluice.ResourceFrom(ctx); ok && res != "" {
+		// An empty resource is none: Prometheus reads an empty label as
+		// no label, and the two series would be one, twice.
 		d = w.resource(res)
 	}
 	d[e.Outcome][et].record(e.Latency)
