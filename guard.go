@@ -30,14 +30,17 @@ import (
 // A Guard is safe for concurrent use. A nil *Guard lets every call through
 // unguarded, so an adapter's route table can map unguarded routes to nil.
 type Guard struct {
-	policies   []Policy
-	names      []string // each policy's Name, read once
-	waits      []bool   // per policy: its Admit may block; nil when none may
-	clock      Clock    // nil: SystemClock, read without an interface call
-	classify   Classifier
-	unsubsMu   sync.Mutex
-	unsubs     []func()
-	closed     bool       // Close has run; under unsubsMu
+	policies []Policy
+	names    []string // each policy's Name, read once
+	waits    []bool   // per policy: its Admit may block; nil when none may
+	clock    Clock    // nil: SystemClock, read without an interface call
+	classify Classifier
+	unsubsMu sync.Mutex
+	unsubs   []func()
+	closed   bool // Close has run; under unsubsMu
+	// retired: the Guard serves no new call (Close ran, or a rules reload
+	// put its successor in force): its observers may settle its counts.
+	retired    atomic.Bool
 	fallbacks  []Fallback // outermost layer; see fallback.go
 	onFallback []func(context.Context, FallbackEvent)
 	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
@@ -222,6 +225,7 @@ func (g *Guard) Close() error {
 	}
 	g.closed = true
 	g.unsubsMu.Unlock()
+	g.retired.Store(true)
 	g.detach()
 	var errs []error
 	for _, p := range g.policies {

@@ -15,6 +15,8 @@ func init() {
 		return g.(*Guard).retryDelay(ctx, attempts, began, atLeast)
 	}
 	guardhook.Detach = func(g any) { g.(*Guard).detach() }
+	guardhook.Retire = func(g any) { g.(*Guard).retired.Store(true) }
+	guardhook.Retired = func(g any) bool { return g.(*Guard).retired.Load() }
 	guardhook.Waits = func(g any) bool {
 		gd := g.(*Guard)
 		return gd != nil && gd.waits != nil

@@ -297,6 +297,7 @@ func (l *Loader) load(data []byte, sum [sha256.Size]byte) (bool, error) {
 	if err != nil {
 		if next != nil && next != old {
 			l.cur.Store(next) // the rules in force, their Guards made again
+			retireReplaced(old, next)
 		}
 		return false, err
 	}
@@ -305,6 +306,7 @@ func (l *Loader) load(data []byte, sum [sha256.Size]byte) (bool, error) {
 		next.version.N = old.version.N + 1
 	}
 	l.cur.Store(next)
+	retireReplaced(old, next)
 	st := &Status{Version: next.version, At: time.Now(), Changes: changes, Failures: l.failures}
 	l.status.Store(st)
 	l.log.Info("sluice rules: loaded", "file", l.path, "version", next.version.N,
@@ -508,6 +510,7 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 		for _, g := range made {
 			guardhook.Detach(g)
+			guardhook.Retire(g) // it never served
 			for _, p := range g.Policies() {
 				if !slices.Contains(inUse, p) && !ruled(next, p) && !ruled(old, p) {
 					closePolicy(p)
@@ -660,6 +663,19 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		}
 	}
 	return nil, nil
+}
+
+// retireReplaced marks the Guards of old that next, now in force, has
+// replaced as serving no new call: their observers may settle their counts.
+func retireReplaced(old, next *state) {
+	if old == nil {
+		return
+	}
+	for name, g := range old.guards {
+		if next.guards[name] != g {
+			guardhook.Retire(g)
+		}
+	}
 }
 
 // routesOf returns the route table of s, whose guards are these.

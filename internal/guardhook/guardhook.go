@@ -28,6 +28,15 @@ var RetryDelay func(g any, ctx context.Context, attempts int, began time.Time, a
 // but closes none of its policies.
 var Detach func(g any)
 
+// Retire marks g (a *sluice.Guard) as serving no new call: a rules reload
+// put its successor in force. Its Close does too. Retired reports it: until
+// then an observer that let g's observers go (Detach) still counts what g
+// serves.
+var (
+	Retire  func(g any)
+	Retired func(g any) bool
+)
+
 // Waits reports whether a policy of g (a *sluice.Guard, possibly nil) may
 // wait in its Admit.
 var Waits func(g any) bool

@@ -174,7 +174,7 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 	}
 	w := newWatch(m, g)
 	if r := m.retired[name]; r != nil {
-		w.prev, w.start = r, r.start
+		w.prev, w.start, w.names = r, r.start, r.names
 		// The resources its predecessors reported count against
 		// MaxResources: a reload must not make room for more.
 		next := map[string]*durations{}
@@ -220,7 +220,9 @@ func (w *watch) settled() bool {
 	if g == nil {
 		return true
 	}
-	if !settled(g) {
+	if !guardhook.Retired(g) || !settled(g) {
+		// A Guard let go of but not retired (a rules reload between its
+		// successor's making and its being put in force) still serves.
 		return false
 	}
 	if !w.hears {
@@ -335,6 +337,17 @@ type watch struct {
 
 	resMu     sync.Mutex // serializes additions to resources
 	resources atomic.Pointer[map[string]*durations]
+	// names are the resources reported under the Guard's name, by it and
+	// by the Guards it took the place of, which may still serve: shared
+	// along the chain, so that MaxResources bounds them all.
+	names *resourceNames
+}
+
+// resourceNames is a set of resource names shared by the watches of one
+// Guard name; its mu is taken inside a watch's resMu.
+type resourceNames struct {
+	mu sync.Mutex
+	n  map[string]struct{}
 }
 
 // durations are the histograms of a Guard's calls, or of one resource's,
@@ -355,6 +368,7 @@ var errorTypeNames = [errorTypes]string{errTimeout: "timeout", errOther: "_OTHER
 func newWatch(m *Metrics, g *sluice.Guard) *watch {
 	w := &watch{m: m, g: g, start: time.Now(), guard: attribute.String("sluice.guard", g.Name()), byResource: m.resourceAttr != ""}
 	w.resources.Store(&map[string]*durations{})
+	w.names = &resourceNames{n: map[string]struct{}{}}
 	ps := g.Policies()
 	w.policies = make([]policyWatch, len(ps))
 	for i, p := range ps {
@@ -423,11 +437,17 @@ func (w *watch) resource(res string) *durations {
 			return d
 		}
 	}
-	if len(old) >= MaxResources {
-		key = "_OTHER"
-		if d, ok := old[key]; ok {
-			return d
+	w.names.mu.Lock()
+	if _, known := w.names.n[key]; !known {
+		if len(w.names.n) >= MaxResources {
+			key = "_OTHER"
+		} else {
+			w.names.n[key] = struct{}{}
 		}
+	}
+	w.names.mu.Unlock()
+	if d, ok := old[key]; ok {
+		return d
 	}
 	next := maps.Clone(old)
 	d := new(durations)
