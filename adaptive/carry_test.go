@@ -94,3 +94,74 @@ func TestALearnedWindowCountsTheCarriedCallsInUse(t *testing.T) {
 	require.GreaterOrEqual(t, b.Stats().Limit, int64(10),
 		"the limit was cut from the Shedder's own calls in flight, not the 20 in use")
 }
+
+// The old Shedder counts its successor's calls (ahead): a request queued
+// at the old one because the successor is full is woken when the
+// successor's call ends, not left to wait out its queue and be shed.
+func TestOldShedderQueueWokenBySuccessorRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		a, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
+		require.NoError(t, err)
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 100*ms))
+		require.NoError(t, err)
+		shedhook.Carry(a, b)
+		vb := policytest.AnswerOf(b.Admit(context.Background(), 0))
+		require.NoError(t, vb.Cause)
+
+		w := send(context.Background(), a, now) // queued at A: B's call holds the slot
+		time.Sleep(ms)
+		b.Done(vb.Ticket, sluice.Success, now(), ms)
+		synctest.Wait()
+		select {
+		case got := <-w.got:
+			require.True(t, got.allowed)
+			require.Less(t, got.at, 10*ms)
+		default:
+			got := <-w.got // its wait runs out
+			t.Errorf("the slot B's call freed was not handed to A's queue: allowed %v at %v", got.allowed, got.at)
+		}
+	})
+}
+
+// Old and new calls together stay within the limit, also after the
+// predecessor drained: a call that then reaches the old Shedder (a request
+// that read the old rules) is counted by the successor, which admits no
+// full limit beside it.
+func TestSuccessorCountsACallTheOldShedderTookAfterDraining(t *testing.T) {
+	a, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	b, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	shedhook.Carry(a, b)
+	vb := policytest.AnswerOf(b.Admit(context.Background(), 0)) // A is drained: B lets go of it
+	require.NoError(t, vb.Cause)
+	b.Done(vb.Ticket, sluice.Success, ms, ms)
+
+	va := policytest.AnswerOf(a.Admit(context.Background(), 2*ms)) // a request that read the old rules
+	require.NoError(t, va.Cause)
+	v := policytest.AnswerOf(b.Admit(context.Background(), 3*ms))
+	require.Error(t, v.Cause, "two calls ran under a limit of 1 (old %d + new %d in flight)",
+		a.Stats().Inflight, b.Stats().Inflight)
+}
+
+// A call still in flight in a bulkhead made five reloads ago holds a slot
+// of the one in force: the chain is cut past maxCarried only where no call
+// runs, so the newest bulkhead admits no full limit beside the old call.
+func TestACallInFlightFiveReloadsAgoStillHoldsItsSlot(t *testing.T) {
+	var chain []*adaptive.Shedder
+	for range 6 {
+		s, err := adaptive.NewBulkhead(1)
+		require.NoError(t, err)
+		chain = append(chain, s)
+	}
+	v0 := policytest.AnswerOf(chain[0].Admit(context.Background(), 0)) // a long call: a stream, say
+	require.NoError(t, v0.Cause)
+	for i := 1; i < len(chain); i++ {
+		shedhook.Carry(chain[i-1], chain[i]) // five quick reloads
+	}
+	v := policytest.AnswerOf(chain[5].Admit(context.Background(), ms))
+	require.Error(t, v.Cause, "two calls ran under a limit of 1: the oldest bulkhead's call was let go while in flight (%d)",
+		chain[0].Stats().Inflight)
+}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -43,20 +44,7 @@ func TestAFailedLoadLeavesTheSharedOptionsPoliciesOpen(t *testing.T) {
 
 		// items gains a timeout (it is made anew), and a route moves onto
 		// cart, which the middleware refuses: the load fails.
-		rules := `
-guards:
-  items:
-    timeout: 1s
-    policies:
-      - {name: items-rate, kind: token-bucket, rate: 1/min, burst: 3}
-  cart:
-    policies:
-      - {name: cart-window, kind: fixed-window, limit: 5, window: 1m}
-routes:
-  - {route: "GET /items", guard: items}
-  - {route: "GET /cart", guard: cart}
-`
-		writeRules(t, path, rules)
+		writeRules(t, path, itemsRebuiltRules+"  - {route: \"GET /cart\", guard: cart}\n")
 		require.Error(t, l.Reload())
 		require.Equal(t, uint64(1), l.Version().N, "the rules in force stay")
 		require.Zero(t, shared.closes.Load(),
@@ -81,21 +69,14 @@ func TestARebuiltGuardLeavesAPolicyAnotherGuardServesWithOpen(t *testing.T) {
 			return []sluice.Option{sluice.With(shared)}
 		}))
 		itemsLeft.Store(true)
-		writeRules(t, path, `
-guards:
-  items:
-    timeout: 1s
-    policies:
-      - {name: items-rate, kind: token-bucket, rate: 1/min, burst: 3}
-  cart:
-    policies:
-      - {name: cart-window, kind: fixed-window, limit: 5, window: 1m}
-routes:
-  - {route: "GET /items", guard: items}
-`)
+		writeRules(t, path, itemsRebuiltRules)
 		require.NoError(t, l.Reload())
 		cart, _ := l.Guard("cart")
 		require.Contains(t, cart.Policies(), sluice.Policy(shared), "cart, kept, serves with the shared policy")
 		require.Zero(t, shared.closes.Load(), "the load closed a policy the kept guard cart serves with")
 	})
 }
+
+// itemsRebuiltRules are retryingGuardRules with a timeout for items, which
+// makes its Guard anew.
+var itemsRebuiltRules = strings.Replace(retryingGuardRules, "  items:\n", "  items:\n    timeout: 1s\n", 1)
