@@ -403,11 +403,14 @@ func init() {
 					return
 				}
 			}
-			// The chain is cut past maxCarried, where no call still
-			// runs: one in flight five reloads ago holds its slot.
-			if p := m.pred.Load(); p != nil && p.inflight.Load() == 0 && p.carried() == 0 {
-				m.pred.Store(nil)
+			// Past maxCarried the idle Shedders are skipped: one with a
+			// call in flight five reloads ago keeps its slot held, and
+			// the chain stays short while that call runs.
+			p := m.pred.Load()
+			for p != nil && p.inflight.Load() == 0 {
+				p = p.pred.Load()
 			}
+			m.pred.Store(p)
 		}
 	}
 }

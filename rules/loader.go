@@ -501,6 +501,12 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		// The Guards made let their observers go. Their policies are the
 		// rules' (build closes the new ones) or the options': those the
 		// rules kept in force hold stay open, the others are closed.
+		// The Guards made let their observers go first: the Guards made
+		// again take their names.
+		for _, g := range made {
+			guardhook.Detach(g)
+			guardhook.Retire(g) // it never served
+		}
 		st := l.remake(old, closed)
 		var inUse []sluice.Policy
 		if st != nil { // nil for a first load
@@ -509,8 +515,6 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 			}
 		}
 		for _, g := range made {
-			guardhook.Detach(g)
-			guardhook.Retire(g) // it never served
 			for _, p := range g.Policies() {
 				if !slices.Contains(inUse, p) && !ruled(next, p) && !ruled(old, p) {
 					closePolicy(p)

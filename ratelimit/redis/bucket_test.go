@@ -197,6 +197,12 @@ func TestSlidingWindowRejectsBadParameters(t *testing.T) {
 		"bad option":      func() error { _, err := NewSlidingWindow(c, 1, time.Second, 1, WithName("")); return err }(),
 		// No metric label could carry it: a scrape would fail.
 		"name not UTF-8": func() error { _, err := NewSlidingWindow(c, 1, time.Second, 1, WithName("w\xff")); return err }(),
+		// The breaker keeps the last failures outcomes: a run past a
+		// thousand is no breaker, and would cost a ring as long.
+		"breaker past 1024": func() error {
+			_, err := NewSlidingWindow(c, 1, time.Second, 1, WithBreaker(1025, time.Second))
+			return err
+		}(),
 	} {
 		assert.Error(t, err, name)
 	}

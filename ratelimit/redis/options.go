@@ -222,18 +222,23 @@ func WithTimeout(d time.Duration) Option {
 // open the breaker around Redis.
 const defaultBreakerFailures = 5
 
+// maxBreakerFailures bounds WithBreaker's failures: the breaker keeps the
+// last failures outcomes (a run of failures past a thousand is no breaker).
+const maxBreakerFailures = 1024
+
 // defaultBreakerOpen is how long the breaker around Redis stays open before
 // one half-open probe tries Redis again.
 const defaultBreakerOpen = time.Second
 
 // WithBreaker sets the breaker around Redis: it opens after failures
-// consecutive failed calls (default 5); while open, decisions go to the
-// failure policy without touching Redis; after openFor (default 1 s) one
-// request probes Redis, and its success closes the breaker.
+// consecutive failed calls (default 5; at most 1024); while open,
+// decisions go to the failure policy without touching Redis; after openFor
+// (default 1 s) one request probes Redis, and its success closes the
+// breaker.
 func WithBreaker(failures int, openFor time.Duration) Option {
 	return func(c *config) error {
-		if failures < 1 || openFor <= 0 {
-			return fmt.Errorf("redislimit: WithBreaker(%d, %v): want failures >= 1 and a positive open time", failures, openFor)
+		if failures < 1 || failures > maxBreakerFailures || openFor <= 0 {
+			return fmt.Errorf("redislimit: WithBreaker(%d, %v): want failures in [1, %d] and a positive open time", failures, openFor, maxBreakerFailures)
 		}
 		c.failures = failures
 		c.openFor = openFor
