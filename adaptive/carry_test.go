@@ -165,3 +165,44 @@ func TestACallInFlightFiveReloadsAgoStillHoldsItsSlot(t *testing.T) {
 	require.Error(t, v.Cause, "two calls ran under a limit of 1: the oldest bulkhead's call was let go while in flight (%d)",
 		chain[0].Stats().Inflight)
 }
+
+// S0 serves a long call (a stream); S1 took its place, and a request that
+// read the old rules waits in S1's queue, because S5, in force, is full
+// (S1 counts S0's call and S5's). Past maxCarried, S1, with no call of its
+// own in flight but a waiter, is not skipped from the carry chain: when
+// S5's call ends, the slot it frees wakes S1's waiter.
+func TestAWaitingPredecessorsQueueIsWoken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		mk := func() *adaptive.Shedder {
+			s, err := adaptive.NewBulkhead(2, adaptive.WithQueue(10, 100*ms))
+			require.NoError(t, err)
+			return s
+		}
+		s := []*adaptive.Shedder{mk()}
+		v0 := policytest.AnswerOf(s[0].Admit(context.Background(), 0)) // the stream, held
+		require.NoError(t, v0.Cause)
+		for i := 1; i <= 5; i++ {
+			s = append(s, mk())
+			shedhook.Carry(s[i-1], s[i])
+		}
+		v5 := policytest.AnswerOf(s[5].Admit(context.Background(), 0))
+		require.NoError(t, v5.Cause)
+		w := send(context.Background(), s[1], now) // queued: S0's call and S5's hold S1's two slots
+		s = append(s, mk())
+		shedhook.Carry(s[5], s[6]) // S1, idle, is past maxCarried
+		time.Sleep(ms)
+		s[5].Done(v5.Ticket, sluice.Success, now(), ms)
+		synctest.Wait()
+		select {
+		case got := <-w.got:
+			require.True(t, got.allowed)
+			require.Less(t, got.at, 10*ms, "granted only when its wait ran out")
+		default:
+			got := <-w.got // its wait runs out
+			t.Errorf("the slot S5's call freed was not handed to S1's queue: allowed %v at %v", got.allowed, got.at)
+		}
+		s[0].Done(v0.Ticket, sluice.Success, now(), ms)
+	})
+}

@@ -405,9 +405,13 @@ func init() {
 			}
 			// Past maxCarried the idle Shedders are skipped: one with a
 			// call in flight five reloads ago keeps its slot held, and
-			// the chain stays short while that call runs.
+			// the chain stays short while that call runs. One with a
+			// request waiting in its queue is kept, so that the ends of
+			// the calls it counts wake it. (One skipped that a request
+			// still reaches later, and must queue at, waits for its own
+			// calls' and its successors' ends, not its predecessors'.)
 			p := m.pred.Load()
-			for p != nil && p.inflight.Load() == 0 {
+			for p != nil && p.inflight.Load() == 0 && p.waiting.Load() == 0 {
 				p = p.pred.Load()
 			}
 			m.pred.Store(p)
