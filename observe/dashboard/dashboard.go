@@ -19,6 +19,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/statsmath"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -43,6 +45,10 @@ type Dashboard struct {
 	rulesMu   sync.Mutex    // orders the reads of the rules' status
 	rulesSeen rulesView     // the rules status last shown
 	redis     []*redisSeen  // one a Redis limiter; see redis.go
+	// retired are the watches let go of whose Guard may still count calls
+	// (not retired, or with calls in flight), by name: the next Guard of
+	// that name (a rules reload's) shows them on (see guardWatch.stats).
+	retired map[string]*guardWatch
 
 	actionsDone, actionsRefused atomic.Uint64
 	tuneMu                      sync.Mutex // serialises the rate and burst actions
@@ -215,6 +221,66 @@ type guardWatch struct {
 	// calls counts the calls of a Guard without policies, whose Stats
 	// have no counts.
 	calls atomic.Uint64
+
+	// prev is the watch of the Guard this one's took the place of while
+	// that one may still count calls; prevFinal what it counted beside
+	// what this Guard carries from it, once it can count no more.
+	prevMu    sync.Mutex
+	prev      *guardWatch
+	prevFinal *sluice.Stats
+}
+
+// stats returns the Stats of w's Guard, with the calls of the Guards it
+// took the place of that it did not carry: a rules load that fails makes
+// the Guard in force again from the ended calls of the one before, whose
+// calls under way end in it, and a reload puts a Guard in force while the
+// one before still serves.
+func (w *guardWatch) stats() sluice.Stats {
+	st := w.g.Stats()
+	w.prevMu.Lock()
+	defer w.prevMu.Unlock()
+	if w.prev != nil {
+		ps := w.prev.stats()
+		if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
+			statsmath.LeaveOut(&ps, c)
+		}
+		if guardhook.Retired(w.prev.g) && guardhook.InFlight(w.prev.g) == 0 {
+			w.prev, w.prevFinal = nil, &ps // it counts no more
+		}
+		statsmath.Add(&st, &ps)
+	} else if w.prevFinal != nil {
+		statsmath.Add(&st, w.prevFinal)
+	}
+	return st
+}
+
+// counted reports whether g's Stats count any call.
+func counted(g *sluice.Guard) bool {
+	for _, p := range g.Stats().Policies {
+		if p.Admitted > 0 || p.ShadowRejected > 0 {
+			return true
+		}
+		for _, n := range p.Rejected {
+			if n > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sameShape reports whether w and v watch Guards of the same policies, by
+// name and place: the counts of one add to the other's.
+func sameShape(w, v *guardWatch) bool {
+	if len(w.policies) != len(v.policies) {
+		return false
+	}
+	for i := range w.policies {
+		if w.policies[i].Name() != v.policies[i].Name() {
+			return false
+		}
+	}
+	return true
 }
 
 // Attach implements sluice.Observer: New of a Guard given d calls it. It
@@ -267,6 +333,10 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		return nil, nil, fmt.Errorf("dashboard: a Guard named %q is shown already", name)
 	}
 	d.guards = slices.Insert(d.guards, i, w)
+	if r := d.retired[name]; r != nil && sameShape(r, w) {
+		delete(d.retired, name)
+		w.prev = r
+	}
 	d.mu.Unlock()
 
 	var once sync.Once
@@ -275,6 +345,14 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 			w.unsubscribe()
 			d.mu.Lock()
 			d.guards = slices.DeleteFunc(d.guards, func(x *guardWatch) bool { return x == w })
+			// One that never counted a call (made by a rules load that
+			// then failed) leaves the one before it in place.
+			if (!guardhook.Retired(g) || guardhook.InFlight(g) > 0) && counted(g) {
+				if d.retired == nil {
+					d.retired = map[string]*guardWatch{}
+				}
+				d.retired[name] = w
+			}
 			d.redis = slices.DeleteFunc(d.redis, func(r *redisSeen) bool { return !d.holdsLocked(r.limiter) })
 			d.mu.Unlock()
 		})

@@ -137,7 +137,7 @@ func (d *Dashboard) snapshot(now time.Time) state {
 }
 
 func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
-	st := w.g.Stats()
+	st := w.stats()
 	v := guardView{Name: w.name, Rejected: map[string]uint64{}, Shadowed: st.Shadowed,
 		Retries: st.Retries, BudgetRefusals: st.BudgetRefusals,
 		Policies: make([]policyView, len(w.policies))}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/statsmath"
 )
 
 // instrument is one of sluice's metrics.
@@ -233,7 +234,7 @@ func (w *watch) collect(b *builder) {
 	if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
 		// A Guard made again in the place of the one w succeeds (a rules
 		// load undone) took that one's counts, which w carries already.
-		leaveOut(&s, c)
+		statsmath.LeaveOut(&s, c)
 	}
 	for i := range w.policies {
 		pw := &w.policies[i]
@@ -310,36 +311,4 @@ func (pw *policyWatch) collectTransitions(b *builder, w *watch) {
 			}
 		}
 	}
-}
-
-// leaveOut takes c's counts out of s, none below 0.
-func leaveOut(s, c *sluice.Stats) {
-	sub := func(a *uint64, b uint64) { *a -= min(*a, b) }
-	for i := range min(len(s.Policies), len(c.Policies)) {
-		p, q := &s.Policies[i], &c.Policies[i]
-		sub(&p.Admitted, q.Admitted)
-		sub(&p.ShadowRejected, q.ShadowRejected)
-		for j := range p.Rejected {
-			sub(&p.Rejected[j], q.Rejected[j])
-		}
-		for j := range p.Outcomes {
-			sub(&p.Outcomes[j], q.Outcomes[j])
-		}
-	}
-	for j := range s.Fallbacks {
-		sub(&s.Fallbacks[j], c.Fallbacks[j])
-	}
-	sub(&s.Attempts, c.Attempts)
-	sub(&s.Retries, c.Retries)
-	sub(&s.BudgetRefusals, c.BudgetRefusals)
-	hist := func(h, k *sluice.Histogram) {
-		for j := range h.Counts {
-			sub(&h.Counts[j], k.Counts[j])
-		}
-		h.Sum -= min(h.Sum, k.Sum)
-	}
-	for j := range s.Durations {
-		hist(&s.Durations[j], &c.Durations[j])
-	}
-	hist(&s.Timeouts, &c.Timeouts)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/guardhook"
+	"github.com/sluice-go/sluice/internal/statsmath"
 )
 
 // ScopeName is the instrumentation scope of the metrics that Metrics
@@ -230,7 +231,7 @@ func (w *watch) settled() bool {
 	}
 	s := g.Stats()
 	if c, ok := guardhook.Carried(g).(*sluice.Stats); ok {
-		leaveOut(&s, c) // counted before w was told of any
+		statsmath.LeaveOut(&s, c) // counted before w was told of any
 	}
 	var calls uint64
 	for _, h := range append(s.Durations[:], s.Timeouts) {
