@@ -240,11 +240,14 @@ func (w *guardWatch) stats() sluice.Stats {
 	w.prevMu.Lock()
 	defer w.prevMu.Unlock()
 	if w.prev != nil {
+		// Settled is read first: a call that ends after the read below
+		// is then read again at the next view, not frozen out.
+		settled := guardhook.Retired(w.prev.g) && guardhook.InFlight(w.prev.g) == 0
 		ps := w.prev.stats()
 		if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
 			statsmath.LeaveOut(&ps, c)
 		}
-		if guardhook.Retired(w.prev.g) && guardhook.InFlight(w.prev.g) == 0 {
+		if settled {
 			w.prev, w.prevFinal = nil, &ps // it counts no more
 		}
 		statsmath.Add(&st, &ps)
@@ -254,9 +257,11 @@ func (w *guardWatch) stats() sluice.Stats {
 	return st
 }
 
-// counted reports whether g's Stats count any call.
-func counted(g *sluice.Guard) bool {
-	for _, p := range g.Stats().Policies {
+// counted reports whether w's Stats, with those of the Guards before it,
+// count any call.
+func (w *guardWatch) counted() bool {
+	st := w.stats()
+	for _, p := range st.Policies {
 		if p.Admitted > 0 || p.ShadowRejected > 0 {
 			return true
 		}
@@ -345,9 +350,13 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 			w.unsubscribe()
 			d.mu.Lock()
 			d.guards = slices.DeleteFunc(d.guards, func(x *guardWatch) bool { return x == w })
-			// One that never counted a call (made by a rules load that
-			// then failed) leaves the one before it in place.
-			if (!guardhook.Retired(g) || guardhook.InFlight(g) > 0) && counted(g) {
+			// Kept while its Guard still serves (a rules reload lets its
+			// observers go before putting its successor in force; a Guard
+			// its user closed is retired first, and kept by none). One
+			// that never counted a call, itself or through the ones
+			// before it (made by a rules load that then failed), leaves
+			// the one before it in place.
+			if !guardhook.Retired(g) && w.counted() {
 				if d.retired == nil {
 					d.retired = map[string]*guardWatch{}
 				}
