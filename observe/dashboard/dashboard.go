@@ -45,9 +45,10 @@ type Dashboard struct {
 	rulesMu   sync.Mutex    // orders the reads of the rules' status
 	rulesSeen rulesView     // the rules status last shown
 	redis     []*redisSeen  // one a Redis limiter; see redis.go
-	// retired are the watches let go of whose Guard may still count calls
-	// (not retired, or with calls in flight), by name: the next Guard of
-	// that name (a rules reload's) shows them on (see guardWatch.stats).
+	// retired are the watches let go of whose Guard may still serve (a
+	// rules reload's, not yet retired), by name: the next Guard of that
+	// name with the same policies shows their calls on (see
+	// guardWatch.stats); one of other policies starts its totals afresh.
 	retired map[string]*guardWatch
 
 	actionsDone, actionsRefused atomic.Uint64
@@ -230,11 +231,11 @@ type guardWatch struct {
 	prevFinal *sluice.Stats
 }
 
-// stats returns the Stats of w's Guard, with the calls of the Guards it
-// took the place of that it did not carry: a rules load that fails makes
-// the Guard in force again from the ended calls of the one before, whose
-// calls under way end in it, and a reload puts a Guard in force while the
-// one before still serves.
+// stats returns the Stats of w's Guard, with the calls of the Guards of
+// the same policies it took the place of that it did not carry: a rules
+// load that fails makes the Guard in force again from the ended calls of
+// the one before, whose calls under way end in it, and a reload puts a
+// Guard in force while the one before still serves.
 func (w *guardWatch) stats() sluice.Stats {
 	st := w.g.Stats()
 	w.prevMu.Lock()
