@@ -53,7 +53,6 @@ type rig struct {
 	made     int
 	statuses map[int]int
 	hold     chan struct{}
-	holding  atomic.Bool
 	started  chan struct{}
 }
 
@@ -238,20 +237,6 @@ func (r *rig) dashTotal(policy string) (gAdm, gRej, pAdm, pRej, inflight uint64)
 	}
 	return
 }
-
-const (
-	v1 = "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 200}\ndefault: api\n"
-	// numbers changed in place
-	v2 = "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 150}\ndefault: api\n"
-	// a timeout: the Guard is rebuilt
-	v3 = "guards:\n  api:\n    timeout: 5s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 150}\ndefault: api\n"
-	// a bulkhead joins: rebuilt again
-	v4 = "guards:\n  api:\n    timeout: 5s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 150}\n      - {name: pool, kind: bulkhead, limit: 50}\ndefault: api\n"
-	// the bulkhead gains a queue: made anew
-	v5 = "guards:\n  api:\n    timeout: 5s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 150}\n      - {name: pool, kind: bulkhead, limit: 50, queue: 10, max_wait: 1s}\ndefault: api\n"
-	// a change the observers (or the middleware) are made to refuse
-	v6 = "guards:\n  api:\n    timeout: 4s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1/h, burst: 150}\n      - {name: pool, kind: bulkhead, limit: 50, queue: 10, max_wait: 1s}\ndefault: api\n"
-)
 
 // heldAcross starts a request that is held in the handler, runs fn, then
 // lets it end.
