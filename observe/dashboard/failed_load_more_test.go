@@ -16,7 +16,8 @@ import (
 	"github.com/sluice-go/sluice/rules"
 )
 
-func reviewAdmitted(t *testing.T, d *Dashboard) uint64 {
+// pageAdmitted is what d's page shows guard api admitted.
+func pageAdmitted(t *testing.T, d *Dashboard) uint64 {
 	t.Helper()
 	for _, gv := range getState(t, d).Guards {
 		if gv.Name == "api" {
@@ -31,22 +32,13 @@ func reviewAdmitted(t *testing.T, d *Dashboard) uint64 {
 // timeout changed): the Guard the failed load made takes the old watch as
 // the one before it, and passes it on to the Guard made again.
 func TestAFailedSameShapeLoadLosesNoCallOnThePage(t *testing.T) {
-	d, err := New()
-	require.NoError(t, err)
-	var refuse atomic.Bool
-	path := filepath.Join(t.TempDir(), "rules.yaml")
 	v1 := "guards:\n  api:\n    timeout: 2s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault: api\n"
-	require.NoError(t, os.WriteFile(path, []byte(v1), 0o644))
-	l, err := rules.New(path, rules.WithGuardOptions(func(string) []sluice.Option {
-		return []sluice.Option{sluice.WithObserver(d), sluice.WithObserver(refuseNextAttach{&refuse})}
-	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
+	d, l, path, refuse := loaderWithPage(t, v1)
 	g, _ := l.Guard("api")
 	require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
 	var held sluice.Call
 	require.NoError(t, g.Begin(context.Background(), &held))
-	require.EqualValues(t, 2, reviewAdmitted(t, d))
+	require.EqualValues(t, 2, pageAdmitted(t, d))
 
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "2s", "3s", 1)), 0o644))
 	refuse.Store(true)
@@ -54,7 +46,7 @@ func TestAFailedSameShapeLoadLosesNoCallOnThePage(t *testing.T) {
 	g2, _ := l.Guard("api")
 	require.NotSame(t, g, g2)
 	_ = held.End(nil)
-	require.EqualValues(t, 2, reviewAdmitted(t, d), "the call under way across the failed load is lost from the page")
+	require.EqualValues(t, 2, pageAdmitted(t, d), "the call under way across the failed load is lost from the page")
 }
 
 // A successful rebuild of the same policies shows the predecessor's calls
@@ -75,44 +67,35 @@ func TestTotalsCarriedAcrossReloadsDoNotVanish(t *testing.T) {
 	for range 3 {
 		require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
 	}
-	require.EqualValues(t, 3, reviewAdmitted(t, d))
+	require.EqualValues(t, 3, pageAdmitted(t, d))
 
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "2s", "3s", 1)), 0o644))
 	require.NoError(t, l.Reload())
-	after1 := reviewAdmitted(t, d)
+	after1 := pageAdmitted(t, d)
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "2s", "4s", 1)), 0o644))
 	require.NoError(t, l.Reload())
-	after2 := reviewAdmitted(t, d)
+	after2 := pageAdmitted(t, d)
 	require.Equal(t, after1, after2, "a second same-shape reload changed the page's total (%d → %d)", after1, after2)
 }
 
 // Same, with a failed load in place of the second reload: a failed load
 // loses no call from the page's totals.
 func TestAFailedLoadAfterAReloadKeepsTheTotals(t *testing.T) {
-	d, err := New()
-	require.NoError(t, err)
-	var refuse atomic.Bool
-	path := filepath.Join(t.TempDir(), "rules.yaml")
 	v1 := "guards:\n  api:\n    timeout: 2s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault: api\n"
-	require.NoError(t, os.WriteFile(path, []byte(v1), 0o644))
-	l, err := rules.New(path, rules.WithGuardOptions(func(string) []sluice.Option {
-		return []sluice.Option{sluice.WithObserver(d), sluice.WithObserver(refuseNextAttach{&refuse})}
-	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
+	d, l, path, refuse := loaderWithPage(t, v1)
 	g, _ := l.Guard("api")
 	for range 3 {
 		require.NoError(t, g.Do(context.Background(), func(context.Context) error { return nil }))
 	}
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "2s", "3s", 1)), 0o644))
 	require.NoError(t, l.Reload())
-	before := reviewAdmitted(t, d)
+	before := pageAdmitted(t, d)
 
 	v3 := strings.Replace(v1, "default:", "      - {name: other, kind: token-bucket, rate: 1000/s, burst: 1000}\ndefault:", 1)
 	require.NoError(t, os.WriteFile(path, []byte(v3), 0o644))
 	refuse.Store(true)
 	require.Error(t, l.Reload())
-	require.Equal(t, before, reviewAdmitted(t, d), "the failed load changed the page's total")
+	require.Equal(t, before, pageAdmitted(t, d), "the failed load changed the page's total")
 }
 
 // A call that ends as the predecessor settles (between the page's read of
@@ -191,7 +174,7 @@ func TestAGuardClosedByItsUserIsNotShownOnByTheNext(t *testing.T) {
 		d.mu.Unlock()
 		g2 := mk()
 		t.Cleanup(func() { _ = g2.Close() })
-		return reviewAdmitted(t, d), kept
+		return pageAdmitted(t, d), kept
 	}
 	idle, _ := shown(false)
 	busy, kept := shown(true)
