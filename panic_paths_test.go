@@ -40,7 +40,7 @@ func (p *scriptedPolicy) Done(_ sluice.Ticket, o sluice.Outcome, _, _ time.Durat
 	p.done = append(p.done, o)
 	p.mu.Unlock()
 	if p.doneBoom != nil && p.doneBoom(o) {
-		panic("zz: done")
+		panic("done: a Done that panics")
 	}
 }
 func (p *scriptedPolicy) outcomes() []sluice.Outcome {

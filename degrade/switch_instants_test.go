@@ -19,7 +19,7 @@ func (c *fixedClock) Now() time.Duration { return c.at }
 // (its origin is arbitrary), not at 0.
 func TestSwitchTellsNegativeInstantsAsRead(t *testing.T) {
 	clk := &fixedClock{at: -10 * time.Second}
-	sw, err := degrade.NewSwitch("review", degrade.WithClock(clk))
+	sw, err := degrade.NewSwitch("recs", degrade.WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

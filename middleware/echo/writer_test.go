@@ -80,7 +80,7 @@ type stringNopWriter struct{ nopWriter }
 
 func (w *stringNopWriter) WriteString(s string) (int, error) { return len(s), nil }
 
-var reviewBody = strings.Repeat("x", 64)
+var stringBody = strings.Repeat("x", 64)
 
 // The middleware's writer under c.Response() keeps the io.StringWriter of
 // the writer beneath: a handler writing io.WriteString(c.Response().Writer,
@@ -88,7 +88,7 @@ var reviewBody = strings.Repeat("x", 64)
 func TestWriteStringPastEchoAddsNoAllocation(t *testing.T) {
 	g := newGuard(t)
 	h := func(c echo.Context) error {
-		_, err := io.WriteString(c.Response().Writer, reviewBody)
+		_, err := io.WriteString(c.Response().Writer, stringBody)
 		return err
 	}
 	passThrough := func(next echo.HandlerFunc) echo.HandlerFunc {
