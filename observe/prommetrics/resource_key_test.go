@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/observe/otelmetrics"
 	"github.com/sluice-go/sluice/observe/prommetrics"
@@ -43,25 +40,11 @@ func TestAResourceAttributeKeyPrometheusCannotCarryIsRefused(t *testing.T) {
 // whose resource is "" counts as one with no resource, not in a second
 // series that a scrape would show twice.
 func TestAnEmptyResourceIsNone(t *testing.T) {
-	metrics, handler, err := prommetrics.New(prommetrics.WithMetricsOptions(otelmetrics.WithResourceAttribute("http.route")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(metrics))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g, handler := resourceGuard(t, "http.route")
 	_ = g.Do(sluice.WithResource(t.Context(), ""), func(context.Context) error { return nil })
 	_ = g.Do(t.Context(), func(context.Context) error { return nil })
 
-	rec := httptest.NewRecorder()
-	handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fams := scrape(t, handler)
 	for name, fam := range fams {
 		seen := map[string]bool{}
 		for _, m := range fam.GetMetric() {
@@ -79,4 +62,31 @@ func TestAnEmptyResourceIsNone(t *testing.T) {
 			seen[id] = true
 		}
 	}
+}
+
+// A call's resource is a label (WithResourceAttribute: sluice.call.duration
+// by rpc.method or http.route), and it comes from the traffic (a gRPC
+// method off the wire, a Transport's host): one that is not UTF-8 must not
+// fail every scrape, for every Guard.
+func TestAnInvalidUTF8ResourceKeepsTheScrape(t *testing.T) {
+	g, handler := resourceGuard(t, "rpc.method")
+	_ = g.Do(sluice.WithResource(t.Context(), "/pkg.Svc/Get"), func(context.Context) error { return nil })
+	_ = g.Do(sluice.WithResource(t.Context(), "/pkg.Svc/\xffGet"), func(context.Context) error { return nil })
+	scrape(t, handler) // answers 200, and parses
+}
+
+// resourceGuard returns a Guard named api observed by Prometheus metrics
+// that report each call's resource under key, and the scrape handler.
+func resourceGuard(t *testing.T, key string) (*sluice.Guard, http.Handler) {
+	t.Helper()
+	metrics, handler, err := prommetrics.New(prommetrics.WithMetricsOptions(otelmetrics.WithResourceAttribute(key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sluice.New(sluice.WithName("api"), sluice.WithObserver(metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Close() })
+	return g, handler
 }
