@@ -228,16 +228,38 @@ type guardWatch struct {
 	// what this Guard carries from it, once it can count no more.
 	prevMu    sync.Mutex
 	prev      *guardWatch
-	prevFinal *sluice.Stats
+	prevFinal *shown
 }
 
-// stats returns the Stats of w's Guard, with the calls of the Guards of
-// the same policies it took the place of that it did not carry: a rules
-// load that fails makes the Guard in force again from the ended calls of
-// the one before, whose calls under way end in it, and a reload puts a
-// Guard in force while the one before still serves.
-func (w *guardWatch) stats() sluice.Stats {
-	st := w.g.Stats()
+// shown is what the page shows of a Guard: its Stats with the counts of
+// the Guards it took the place of (their policies matched by name when a
+// reload changed the chain), and its totals over all of them, which keep
+// the calls of a policy a reload removed.
+type shown struct {
+	sluice.Stats
+	// admitted counts the calls every policy admitted; rejected the
+	// rejections by cause, whichever policy made them.
+	admitted uint64
+	rejected [len(causes)]uint64
+}
+
+// stats returns the Stats of w's Guard, with the calls of the Guards it
+// took the place of that it did not carry: a rules load that fails makes
+// the Guard in force again from the ended calls of the one before, whose
+// calls under way end in it, and a reload puts a Guard in force while the
+// one before still serves.
+func (w *guardWatch) stats() shown {
+	st := shown{Stats: w.g.Stats()}
+	if n := len(st.Policies); n > 0 {
+		st.admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
+	} else {
+		st.admitted = w.calls.Load() // every call, once it ended
+	}
+	for _, p := range st.Policies {
+		for c, n := range p.Rejected {
+			st.rejected[c] += n
+		}
+	}
 	w.prevMu.Lock()
 	defer w.prevMu.Unlock()
 	if w.prev != nil {
@@ -246,47 +268,54 @@ func (w *guardWatch) stats() sluice.Stats {
 		settled := guardhook.Retired(w.prev.g) && guardhook.InFlight(w.prev.g) == 0
 		ps := w.prev.stats()
 		if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
-			statsmath.LeaveOut(&ps, c)
+			// Carried from a Guard of the same chain, with its counts.
+			statsmath.LeaveOut(&ps.Stats, c)
+			if n := len(c.Policies); n > 0 {
+				ps.admitted -= min(ps.admitted, c.Policies[n-1].Admitted)
+			}
+			for _, p := range c.Policies {
+				for c, n := range p.Rejected {
+					ps.rejected[c] -= min(ps.rejected[c], n)
+				}
+			}
 		}
 		if settled {
 			w.prev, w.prevFinal = nil, &ps // it counts no more
 		}
-		statsmath.Add(&st, &ps)
+		st.add(&ps)
 	} else if w.prevFinal != nil {
-		statsmath.Add(&st, w.prevFinal)
+		st.add(w.prevFinal)
 	}
 	return st
+}
+
+// add adds the counts of o, shown for a Guard w's took the place of.
+func (s *shown) add(o *shown) {
+	statsmath.Add(&s.Stats, &o.Stats)
+	s.admitted += o.admitted
+	for c, n := range o.rejected {
+		s.rejected[c] += n
+	}
 }
 
 // counted reports whether w's Stats, with those of the Guards before it,
 // count any call.
 func (w *guardWatch) counted() bool {
 	st := w.stats()
+	if st.admitted > 0 {
+		return true
+	}
 	for _, p := range st.Policies {
 		if p.Admitted > 0 || p.ShadowRejected > 0 {
 			return true
 		}
-		for _, n := range p.Rejected {
-			if n > 0 {
-				return true
-			}
+	}
+	for _, n := range st.rejected {
+		if n > 0 {
+			return true
 		}
 	}
 	return false
-}
-
-// sameShape reports whether w and v watch Guards of the same policies, by
-// name and place: the counts of one add to the other's.
-func sameShape(w, v *guardWatch) bool {
-	if len(w.policies) != len(v.policies) {
-		return false
-	}
-	for i := range w.policies {
-		if w.policies[i].Name() != v.policies[i].Name() {
-			return false
-		}
-	}
-	return true
 }
 
 // Attach implements sluice.Observer: New of a Guard given d calls it. It
@@ -339,9 +368,12 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 		return nil, nil, fmt.Errorf("dashboard: a Guard named %q is shown already", name)
 	}
 	d.guards = slices.Insert(d.guards, i, w)
-	if r := d.retired[name]; r != nil && sameShape(r, w) {
+	if r := d.retired[name]; r != nil {
 		delete(d.retired, name)
 		w.prev = r
+		// Its fallbacks shown already are not shown again.
+		w.fallbacks = make([]uint64, len(sluice.Stats{}.Fallbacks))
+		copy(w.fallbacks, r.fallbacks)
 	}
 	d.mu.Unlock()
 

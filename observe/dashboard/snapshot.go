@@ -144,10 +144,11 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 	if d.authorize != nil {
 		v.Actions = []string{"shadow", "enforce"}
 	}
-	if n := len(st.Policies); n > 0 {
-		v.Admitted = st.Policies[n-1].Admitted // the innermost admits only what all did
-	} else {
-		v.Admitted = w.calls.Load() // every call, once it ended
+	v.Admitted = st.admitted
+	for c, n := range st.rejected {
+		if n > 0 {
+			v.Rejected[causes[c]] = n
+		}
 	}
 	d.fallbackEvents(w, st.Fallbacks[:], now)
 	for _, n := range st.Fallbacks {
@@ -165,7 +166,6 @@ func (d *Dashboard) guardView(w *guardWatch, now time.Time) guardView {
 		for c, n := range ps.Rejected {
 			if n > 0 {
 				pv.Rejected[causes[c]] = n
-				v.Rejected[causes[c]] += n
 			}
 		}
 		seen := w.state[i].Load()
