@@ -56,10 +56,12 @@ func (d *Dashboard) validToken(tok string, now time.Time) bool {
 var errRefused = errors.New("refused")
 var errMethod = errors.New("method not allowed")
 
-// action takes an admin action: a POST with the form fields token, guard
-// and policy (the policy's index in the Guard's chain; none for the Guard
-// as a whole) or switch, action, and value for "rate" (events per second)
-// and "burst".
+// action takes an admin action: a POST with the form fields token, guard,
+// policy and name (the policy's index in the Guard's chain and its name, as
+// the page showed them: a reload that changed the chain since makes the
+// action an error, not one on another policy; neither for the Guard as a
+// whole) or switch, action, and value for "rate" (events per second) and
+// "burst".
 func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	var err error
 	var f url.Values
@@ -91,7 +93,7 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("%w: not authorized", errRefused)
 	default:
 		var text string
-		text, err = d.take(f.Get("guard"), f.Get("policy"), f.Get("switch"), act, f.Get("value"))
+		text, err = d.take(f.Get("guard"), f.Get("policy"), f.Get("name"), f.Get("switch"), act, f.Get("value"))
 		if err == nil {
 			d.done(w, r, act, target, text)
 			return
@@ -147,9 +149,9 @@ func reply(w http.ResponseWriter, status int, ok bool, text string) {
 	}{ok, text})
 }
 
-// take takes action act on the policy at index policy of the Guard named
-// guard, or on the switch named sw, and says what it did.
-func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
+// take takes action act on the policy at index policy, named pname, of the
+// Guard named guard, or on the switch named sw, and says what it did.
+func (d *Dashboard) take(guard, policy, pname, sw, act, value string) (string, error) {
 	if sw != "" {
 		for _, s := range d.switches {
 			if s.Name() != sw {
@@ -191,6 +193,11 @@ func (d *Dashboard) take(guard, policy, sw, act, value string) (string, error) {
 		return "", fmt.Errorf("guard %q has no policy %q", guard, policy)
 	}
 	p := w.policies[i]
+	if p.Name() != pname {
+		// The page was drawn for another chain (a reload came between):
+		// the policy it showed at i is elsewhere, or gone.
+		return "", fmt.Errorf("guard %q's policy %d is %q, not %q: its rules changed; look again", guard, i, p.Name(), pname)
+	}
 	name := guard + "/" + p.Name()
 	switch act {
 	case "open", "close", "reset":

@@ -31,7 +31,15 @@ import (
 // policy ("" for the Guard as a whole), with value v, from the page.
 func actOn(t *testing.T, d *Dashboard, guard, policy, a, v string) (int, string) {
 	t.Helper()
-	rec := post(d, url.Values{"token": {pageToken(t, d)}, "guard": {guard}, "policy": {policy}, "action": {a}, "value": {v}},
+	name := "" // the policy's name, as the page shows it
+	if i, err := strconv.Atoi(policy); err == nil {
+		for _, g := range getState(t, d).Guards {
+			if g.Name == guard && i >= 0 && i < len(g.Policies) {
+				name = g.Policies[i].Name
+			}
+		}
+	}
+	rec := post(d, url.Values{"token": {pageToken(t, d)}, "guard": {guard}, "policy": {policy}, "name": {name}, "action": {a}, "value": {v}},
 		"Sec-Fetch-Site", "same-origin")
 	var r struct{ Text string }
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &r))

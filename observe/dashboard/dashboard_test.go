@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -635,6 +636,13 @@ func TestActions(t *testing.T) {
 		v := url.Values{"token": {tok}}
 		for i := 0; i+1 < len(kv); i += 2 {
 			v.Set(kv[i], kv[i+1])
+		}
+		if i, err := strconv.Atoi(v.Get("policy")); err == nil { // the name the page shows with it
+			for _, g := range getState(t, f.d).Guards {
+				if g.Name == v.Get("guard") && i < len(g.Policies) {
+					v.Set("name", g.Policies[i].Name)
+				}
+			}
 		}
 		return v
 	}

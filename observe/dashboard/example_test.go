@@ -54,7 +54,7 @@ func ExampleWithAuthorizer() {
 	if err != nil {
 		panic(err)
 	}
-	form := url.Values{"guard": {"payments"}, "policy": {"0"}, "action": {"open"}}
+	form := url.Values{"guard": {"payments"}, "policy": {"0"}, "name": {"breaker/payments"}, "action": {"open"}}
 	req := httptest.NewRequest(http.MethodPost, "http://localhost/debug/sluice/api/action", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	rec := httptest.NewRecorder()

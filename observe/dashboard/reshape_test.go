@@ -5,10 +5,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/rules"
 	"github.com/stretchr/testify/require"
 )
 
@@ -93,4 +98,34 @@ func TestAReloadDoesNotRepeatAFallbackEvent(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(v1, "2s", "3s", 1)), 0o644))
 	require.NoError(t, l.Reload())
 	require.Equal(t, 1, fallbackEvents(), "the page told again of a fallback it had told of before the reload")
+}
+
+// An action the page drew before a reload reordered the Guard's chain
+// names the policy by its place and its name: the policy now at that place
+// is another, and the action is refused rather than taken on it.
+func TestAnActionOnAPolicyAReloadMovedIsRefused(t *testing.T) {
+	v1 := "guards:\n  api:\n    policies:\n" +
+		"      - {name: payments, kind: breaker, open_for: 1m}\n" +
+		"      - {name: search, kind: breaker, open_for: 1m}\ndefault: api\n"
+	d, err := New(WithAuthorizer(func(*http.Request) bool { return true }), WithHosts("dash.test"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(v1), 0o644))
+	l, err := rules.New(path, rules.WithGuardOptions(func(string) []sluice.Option { return []sluice.Option{sluice.WithObserver(d)} }))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	form := url.Values{"token": {pageToken(t, d)}, "guard": {"api"}, "policy": {"0"}, "name": {"breaker/payments"}, "action": {"open"}}
+
+	v2 := strings.Replace(strings.Replace(v1, "payments", "tmp", 1), "search", "payments", 1)
+	v2 = strings.Replace(v2, "tmp", "search", 1)
+	require.NoError(t, os.WriteFile(path, []byte(v2), 0o644))
+	require.NoError(t, l.Reload())
+
+	rec := post(d, form, "Sec-Fetch-Site", "same-origin")
+	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `policy 0 is \"breaker/search\", not \"breaker/payments\"`)
+	g, _ := l.Guard("api")
+	for _, p := range g.Policies() {
+		require.Equal(t, breaker.StateClosed, p.(*breaker.Breaker).State(), "%s forced open", p.Name())
+	}
 }

@@ -101,13 +101,13 @@
         const input = el('input', { class: 'num', type: 'number', min: '1', step: '1', placeholder: a + (a === 'rate' ? '/s' : ''),
           'data-input': a, 'data-guard': g.name, 'data-policy': String(i) });
         const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) }, 'set ' + a);
-        b.addEventListener('click', () => act({ guard: g.name, policy: String(i), action: a, value: input.value }));
+        b.addEventListener('click', () => act({ guard: g.name, policy: String(i), name: p.name, action: a, value: input.value }));
         td.append(input, b);
         continue;
       }
       const label = { open: 'force open', close: 'force close', shadow: 'shadow mode', enforce: 'enforce' }[a] || a;
       const b = el('button', { type: 'button', 'data-action': a, 'data-guard': g.name, 'data-policy': String(i) }, label);
-      b.addEventListener('click', () => act({ guard: g.name, policy: String(i), action: a }));
+      b.addEventListener('click', () => act({ guard: g.name, policy: String(i), name: p.name, action: a }));
       td.append(b);
     }
     return td;
