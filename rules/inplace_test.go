@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/ratelimit"
 )
 
 // oneGuard is a rules file of one guard, the default, with policy p.
@@ -186,4 +188,31 @@ default: api
 		assert.Equal(t, []int{429}, statuses(h, "/x", 1, "X-API-Key", "alice"), "alice, the key used last, is kept")
 		assert.Equal(t, []int{200, 200, 429}, statuses(h, "/x", 3, "X-API-Key", "bob"), "bob was evicted: afresh")
 	})
+}
+
+// A load that fails after it set a bucket's new numbers in place sets back
+// the numbers in force before it, not the old file's: a rate set by hand
+// since (from the dashboard) stays.
+func TestAFailedLoadKeepsARateSetByHand(t *testing.T) {
+	v1 := "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 100/s, burst: 100}\n" +
+		"  batch:\n    policies:\n      - {name: other, kind: token-bucket, rate: 100/s, burst: 100}\n" +
+		"routes:\n  - {route: \"GET /a\", guard: api}\n"
+	l, path := newLoader(t, v1, WithGuardOptions(func(guard string) []sluice.Option {
+		if guard == "batch" { // a Guard that calls out, which no route may take
+			return []sluice.Option{sluice.WithRetry(sluice.Retry{Attempts: 2, Backoff: time.Millisecond})}
+		}
+		return nil
+	}))
+	_, err := l.HTTP()
+	require.NoError(t, err)
+	g, _ := l.Guard("api")
+	tb := g.Policies()[0].(*ratelimit.TokenBucket)
+	require.NoError(t, tb.SetLimit(ratelimit.PerSecond(5), 100)) // by hand
+
+	// The burst changes in place; the route to batch fails the load after.
+	v2 := strings.Replace(v1, "burst: 100}\n  batch", "burst: 50}\n  batch", 1) + "  - {route: \"GET /b\", guard: batch}\n"
+	writeRules(t, path, v2)
+	require.Error(t, l.Reload())
+	assert.Equal(t, ratelimit.PerSecond(5), tb.Rate(), "the failed load set the rate set by hand back to the old file's")
+	assert.EqualValues(t, 100, tb.Burst())
 }

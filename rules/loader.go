@@ -380,23 +380,37 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		next.policies[ps.name] = c.prev.kept(ps)
 		out = append(out, fmt.Sprintf("policy %s: %s (in place)", ps.name, diff(c.prev.spec, ps)))
 	}
-	setBack := func(cs []change) {
-		for _, c := range cs {
-			if err := update(c.prev.kept(c.made.spec), c.prev.spec); err != nil {
+	// What a load that fails sets back: the numbers in force before it,
+	// which are the old file's but for a rate and burst set by hand since
+	// (the dashboard's).
+	inForce := make([]func() error, len(pending))
+	setBack := func(n int) {
+		for i, c := range pending[:n] {
+			var err error
+			if inForce[i] != nil {
+				err = inForce[i]()
+			} else {
+				err = update(c.prev.kept(c.made.spec), c.prev.spec)
+			}
+			if err != nil {
 				l.log.Error("sluice rules: setting a policy's numbers back", "policy", c.prev.spec.name, "error", err)
 			}
 		}
 	}
 	apply := func() error {
 		for i, c := range pending {
+			if t, ok := c.prev.p.(retunable); ok {
+				r, b := t.Rate(), t.Burst()
+				inForce[i] = func() error { return t.SetLimit(r, b) }
+			}
 			if err := update(c.prev, c.made.spec); err != nil {
-				setBack(pending[:i])
+				setBack(i)
 				return where(l.path, c.made.spec.at, "policy "+c.made.spec.name, err)
 			}
 		}
 		return nil
 	}
-	keep, err := l.assemble(old, next, keys, fbs, &out, apply, func() { setBack(pending) })
+	keep, err := l.assemble(old, next, keys, fbs, &out, apply, func() { setBack(len(pending)) })
 	if err != nil {
 		// A Guard's options refused it (an observer, say), or a number
 		// refused in place: the new policies go.
@@ -466,6 +480,14 @@ func (l *Loader) guardParts(s *spec, errs *[]error) (map[string]middleware.KeyFu
 		fbs[gs.name] = fallbacks{fb, desc}
 	}
 	return keys, fbs
+}
+
+// retunable is a limiter whose rate and burst may be set while it serves,
+// by a file's reload or by hand.
+type retunable interface {
+	Rate() ratelimit.Rate
+	Burst() int64
+	SetLimit(r ratelimit.Rate, burst int64) error
 }
 
 // fallbacks are a guard's fallbacks and their description.
