@@ -510,10 +510,20 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		gs, was *guardSpec
 		ps      []sluice.Policy
 	}
+	type modes struct {
+		g     *sluice.Guard
+		all   bool
+		names []string
+	}
 	var (
 		made   []*sluice.Guard // the Guards made for next
 		keep   []kept          // Guards of old kept: their shadow modes are set last
 		closed []string        // Guards of old closed for a successor
+		// set are the shadow modes the load gave each Guard it made in
+		// the place of one of old, by name: one changed by hand since
+		// (the dashboard shows the new Guard while the load runs) is
+		// changed so on the Guard made again should the load fail.
+		set = map[string]modes{}
 	)
 	applied := false // the numbers set in place
 	undo := func(err error) (*state, error) {
@@ -530,6 +540,13 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 			guardhook.Retire(g) // it never served
 		}
 		st := l.remake(old, closed)
+		if st != nil {
+			for name, m := range set {
+				if g := st.guards[name]; g != old.guards[name] {
+					byHand(m.g, m.all, m.names, g)
+				}
+			}
+		}
 		var inUse []sluice.Policy
 		if st != nil { // nil for a first load
 			for _, g := range st.guards {
@@ -601,6 +618,8 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		made = append(made, g)
 		if old != nil && old.guards[gs.name] != nil {
 			handShadows(old.guards[gs.name], old.spec.byName[gs.name], g, gs, ps, out)
+			all, names := guardhook.Shadows(g)
+			set[gs.name] = modes{g, all, names}
 		}
 		next.guards[gs.name], next.opts[gs.name] = g, opts
 	}
@@ -769,6 +788,26 @@ func handShadows(prev *sluice.Guard, was *guardSpec, g *sluice.Guard, gs *guardS
 			if hand != wp.shadow && p.shadow == wp.shadow && g.SetShadow(name, hand) == nil {
 				*out = append(*out, "policy "+p.name+": "+modeName(hand)+" (set by hand, kept)")
 			}
+		}
+	}
+}
+
+// byHand gives to, made again in the place of g when a load failed, the
+// shadow modes changed on g by hand since the load set them (all and
+// names): the Guard in force does what the operator was told it does.
+func byHand(g *sluice.Guard, all bool, names []string, to *sluice.Guard) {
+	nowAll, nowNames := guardhook.Shadows(g)
+	if nowAll != all {
+		_ = to.SetShadow("", nowAll)
+	}
+	for _, n := range nowNames {
+		if !slices.Contains(names, n) {
+			_ = to.SetShadow(n, true)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(nowNames, n) {
+			_ = to.SetShadow(n, false)
 		}
 	}
 }

@@ -203,3 +203,47 @@ func TestARefusedLoadKeepsTheGuardsCounters(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Admitted, "a refused load reset the counters of the rules in force")
 	assert.Equal(t, uint64(1), st.Rejected[sluice.CauseRateLimited])
 }
+
+// meddler is an observer that, when armed and attached to the Guard named
+// zz, puts the last Guard named api it was attached to in shadow mode by
+// hand (as the dashboard does, which shows a Guard from its making) and
+// refuses zz.
+type meddler struct {
+	armed atomic.Bool
+	api   *sluice.Guard
+}
+
+func (o *meddler) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEvent), func(), error) {
+	switch g.Name() {
+	case "api":
+		if o.armed.Load() { // the load's, not the one made again
+			o.api = g
+		}
+	case "zz":
+		if o.armed.CompareAndSwap(true, false) {
+			if err := o.api.SetShadow("", true); err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, errors.New("meddler: refused zz")
+		}
+	}
+	return func(context.Context, sluice.CallEvent) {}, func() {}, nil
+}
+
+// A shadow mode set by hand on a Guard a load made, while the load ran,
+// holds on the Guard made again when the load then fails: the operator was
+// told it was set.
+func TestAShadowModeSetByHandDuringAFailedLoadHolds(t *testing.T) {
+	v1 := "guards:\n  api:\n    timeout: 1s\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 100/s, burst: 100}\n" +
+		"  zz:\n    timeout: 1s\n    policies:\n      - {name: other, kind: token-bucket, rate: 100/s, burst: 100}\ndefault: api\n"
+	obs := &meddler{}
+	l, path := newLoader(t, v1, WithGuardOptions(func(string) []sluice.Option {
+		return []sluice.Option{sluice.WithObserver(obs)}
+	}))
+	writeRules(t, path, strings.ReplaceAll(v1, "timeout: 1s", "timeout: 2s"))
+	obs.armed.Store(true)
+	require.ErrorContains(t, l.Reload(), "meddler: refused zz")
+	g, _ := l.Guard("api")
+	require.NotSame(t, obs.api, g)
+	require.True(t, g.Stats().Shadowed, "the shadow mode set by hand on the Guard the failed load made was lost")
+}
