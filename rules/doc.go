@@ -48,7 +48,9 @@
 // Echo route path. A route listed twice, a guard that does not exist, and a
 // fallback for a route no route lists are errors; so is a field the schema
 // does not name. A missing key of kind shared puts the requests without a
-// key in one bucket keyed "unknown".
+// key in one bucket keyed "unknown". YAML anchors and aliases are read as
+// what they name, up to 100,000 nodes in all; a refusal lists at most 100
+// errors.
 //
 // # Policies
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,4 +197,61 @@ func TestJSONRawUnicodeLineBreaksKeepTheirLine(t *testing.T) {
 	s, err := parse("rules.json", []byte(file))
 	require.NoError(t, err)
 	assert.Equal(t, "x\u0085y", s.fallbacks[0].body, "the body the file gives")
+}
+
+// YAML anchors share a value, a list or a mapping: an alias of each is
+// read as what it names, and an error in it is told where it is used.
+func TestAliasesOfValuesAndListsAreRead(t *testing.T) {
+	l, err := loadFile(t, "rules.yaml", "guards:\n  api:\n    key: {ip: {trusted_proxies: &nets [10.0.0.0/8]}}\n    policies:\n"+
+		"      - {name: a, kind: token-bucket, rate: &std 100/s, burst: 10}\n"+
+		"      - {name: b, kind: token-bucket, rate: *std, burst: 10}\n"+
+		"  web:\n    key: {ip: {trusted_proxies: *nets}}\n    policies:\n      - {name: c, kind: gcra, rate: *std, burst: 3}\ndefault: api\n")
+	require.NoError(t, err)
+	g, _ := l.Guard("web")
+	require.Equal(t, "c", g.Policies()[0].Name())
+
+	_, err = loadFile(t, "rules.yaml", "guards:\n  api:\n    policies:\n"+
+		"      - {name: a, kind: token-bucket, rate: 100/s, burst: &n -1}\n"+
+		"      - {name: b, kind: token-bucket, rate: 100/s, burst: *n}\ndefault: api\n")
+	require.ErrorContains(t, err, "rules.yaml:5:59: burst: -1 is less than 1")
+}
+
+// Aliases of aliases ("billion laughs") stand for more than any file of
+// rules holds: the file is refused once they stand for 100,000 nodes,
+// without reading them all, and its error lists at most 100 faults.
+func TestNestedAliasesAreRefusedWithinBounds(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("guards:\n  api:\n    policies:\n      - {name: a, kind: token-bucket, rate: 1/s, burst: 1}\ndefault: api\n")
+	b.WriteString("x0: &l0 [{route: \"GET /x\", guard: api}]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "x%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("routes: *l9\n") // 10⁹ routes
+	_, err := loadFile(t, "rules.yaml", b.String())
+	require.Error(t, err)
+	assert.Less(t, len(err.Error()), 20_000, "the refusal of a %d-byte file is %d bytes", b.Len(), len(err.Error()))
+
+	require.Contains(t, err.Error(), "aliases stand for more than 100000 nodes")
+
+	// One alias of a guard of 15 policies in each of 15 guards: a
+	// policy's name repeats 224 times, each an error.
+	b.Reset()
+	b.WriteString("guards:\n  g0: &g\n    policies:\n      - &p {name: a, kind: token-bucket, rate: 100/s, burst: 10}\n")
+	for range 14 {
+		b.WriteString("      - *p\n")
+	}
+	for i := 1; i < 15; i++ {
+		fmt.Fprintf(&b, "  g%d: *g\n", i)
+	}
+	_, err = loadFile(t, "rules.yaml", b.String())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more errors")
+	assert.Less(t, strings.Count(err.Error(), "\n"), 110)
 }

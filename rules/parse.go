@@ -220,6 +220,10 @@ func parse(name string, data []byte) (*spec, error) {
 	if len(p.errs) == 0 {
 		p.check(s)
 	}
+	if len(p.errs) > maxErrors {
+		more := len(p.errs) - maxErrors
+		p.errs = append(p.errs[:maxErrors], fmt.Errorf("%s: and %d more errors", name, more))
+	}
 	if len(p.errs) > 0 {
 		return nil, errors.Join(p.errs...)
 	}
@@ -229,6 +233,65 @@ func parse(name string, data []byte) (*spec, error) {
 type parser struct {
 	file string
 	errs []error
+	// expanded counts the nodes the aliases followed stand for, their own
+	// aliases' included; sizes holds each anchored node's count.
+	expanded int
+	sizes    map[*yaml.Node]int
+}
+
+// maxExpanded bounds the nodes aliases may stand for in one file: anchors
+// share a policy's numbers or a guard's key among many, and a file of
+// nested aliases ("billion laughs") must not make the parser read more
+// than a file of this many nodes would.
+const maxExpanded = 100_000
+
+// maxErrors is how many errors a file's refusal lists.
+const maxErrors = 100
+
+// deref returns the node n stands for: n itself, or the node an alias
+// names. Past maxExpanded nodes stood for, an alias of a mapping or a list
+// stands for an empty one, and the file is refused.
+func (p *parser) deref(n *yaml.Node) *yaml.Node {
+	if n.Kind != yaml.AliasNode || n.Alias == nil {
+		return n
+	}
+	a := n.Alias
+	if p.expanded > maxExpanded {
+		return a // said once, when it went past
+	}
+	p.expanded += p.size(a, 0)
+	if p.expanded > maxExpanded {
+		p.errf(n, "aliases stand for more than %d nodes: the file is refused", maxExpanded)
+		return &yaml.Node{Kind: a.Kind, Tag: a.Tag, Line: a.Line, Column: a.Column}
+	}
+	return a
+}
+
+// size returns the nodes n stands for, its aliases' included, at most
+// past maxExpanded.
+func (p *parser) size(n *yaml.Node, depth int) int {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if c, ok := p.sizes[n]; ok {
+		return c
+	}
+	if depth > 100 { // aliases of aliases this deep are refused anyway
+		return maxExpanded + 1
+	}
+	c := 1
+	for _, k := range n.Content {
+		c += p.size(k, depth+1)
+		if c > maxExpanded {
+			c = maxExpanded + 1
+			break
+		}
+	}
+	if p.sizes == nil {
+		p.sizes = map[*yaml.Node]int{}
+	}
+	p.sizes[n] = c
+	return c
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) {
@@ -238,9 +301,7 @@ func (p *parser) errf(n *yaml.Node, format string, args ...any) {
 // fields calls fn with each key of the mapping n and its value; a key
 // given twice is an error.
 func (p *parser) fields(n *yaml.Node, what string, fn func(k string, v *yaml.Node)) {
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
+	n = p.deref(n)
 	if n.Kind != yaml.MappingNode {
 		p.errf(n, "%s must be a mapping", what)
 		return
@@ -262,6 +323,7 @@ func (p *parser) fields(n *yaml.Node, what string, fn func(k string, v *yaml.Nod
 }
 
 func (p *parser) list(n *yaml.Node, what string, fn func(*yaml.Node)) {
+	n = p.deref(n)
 	if n.Kind != yaml.SequenceNode {
 		p.errf(n, "%s must be a list", what)
 		return
@@ -272,6 +334,11 @@ func (p *parser) list(n *yaml.Node, what string, fn func(*yaml.Node)) {
 }
 
 func (p *parser) scalar(n *yaml.Node, what string) bool {
+	if a := p.deref(n); a != n && a.Kind == yaml.ScalarNode {
+		line, col := n.Line, n.Column
+		*n = *a // read as the value it names, where it is named
+		n.Line, n.Column = line, col
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		p.errf(n, "%s must be a single value", what)
 		return false
@@ -466,7 +533,7 @@ func (p *parser) key(n *yaml.Node) *keySpec {
 			}
 		case "ip":
 			k.ip, from = true, from+1
-			if v.Kind == yaml.ScalarNode && (v.Tag == "!!null" || v.Value == "true") {
+			if v = p.deref(v); v.Kind == yaml.ScalarNode && (v.Tag == "!!null" || v.Value == "true") {
 				return
 			}
 			p.fields(v, "ip", func(f string, v *yaml.Node) {
