@@ -40,12 +40,13 @@ func WithGuard(g *sluice.Guard) Option {
 }
 
 // WithRouteFunc names a request's route with fn, for routers other than
-// http.ServeMux; a table entry naming the request's method ("POST /cart")
-// is picked over the one of fn's route alone ("/cart"). By default the route is the http.ServeMux pattern: the
+// http.ServeMux. By default the route is the http.ServeMux pattern: the
 // pattern the mux would pick when the middleware wraps the mux itself (even
 // when that mux is mounted under an outer one, which has set the request's
 // Pattern to its own), else the request's Pattern, set by the mux the
-// middleware's handler is registered on.
+// middleware's handler is registered on. For a route that names no method
+// (fn's "/cart", a mux pattern registered without one), a table entry
+// naming the request's method ("POST /cart") is picked over "/cart".
 func WithRouteFunc(fn func(*http.Request) string) Option {
 	return func(c *config) {
 		if !c.Once("WithRouteFunc") {
@@ -213,12 +214,12 @@ func (h *handler) pattern(r *http.Request) string {
 func (h *handler) route(r *http.Request) (string, *routing.Route) {
 	if h.needPattern {
 		pattern := h.pattern(r)
-		if h.routeFunc == nil {
+		if h.routeFunc == nil && strings.Contains(pattern, " ") {
 			return pattern, h.Routes.Match(pattern)
 		}
-		// Another router's routes carry no method (chi's "/cart"): a
-		// "POST /cart" entry is picked over the "/cart" one, as in Echo,
-		// and names the request's route.
+		// A route that carries no method (chi's "/cart", a ServeMux
+		// pattern registered without one): a "POST /cart" entry is picked
+		// over the "/cart" one, as in Echo, and names the request's route.
 		rt := h.Routes.MatchMethod(r.Method, pattern)
 		if rt != nil && strings.Contains(rt.Pattern, " ") {
 			pattern = rt.Pattern

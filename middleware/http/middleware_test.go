@@ -446,3 +446,26 @@ func TestNothingWrittenByTheDeadlineIsA504(t *testing.T) {
 		assert.Equal(t, http.StatusGatewayTimeout, rec.Code, "a timed-out call answered %d with body %q", rec.Code, rec.Body.String())
 	})
 }
+
+// A ServeMux route registered without a method ("/cart") carries none, as
+// Echo's and chi's routes do: a "POST /cart" table entry guards a POST to
+// it, as it does behind WithRouteFunc and in Echo.
+func TestAMethodEntryGuardsAMuxPatternWithoutAMethod(t *testing.T) {
+	reject := newGuard(t, sluice.SystemClock, testpolicy.Reject(sluice.ErrRateLimited, time.Second))
+	rs, err := middleware.NewRoutes(middleware.RouteTo("POST /cart", reject))
+	require.NoError(t, err)
+
+	mux := http.NewServeMux()
+	mux.Handle("/cart", statusHandler(http.StatusOK))
+
+	// The same table, the same request, through a route function that
+	// names the route as the mux does: guarded.
+	viaFunc := mw(t, WithRoutes(rs), WithRouteFunc(func(*http.Request) string { return "/cart" }))(mux)
+	require.Equal(t, http.StatusTooManyRequests, serve(viaFunc, http.MethodPost, "/cart").Code)
+
+	// Through the ServeMux's own pattern.
+	viaMux := mw(t, WithRoutes(rs))(mux)
+	assert.Equal(t, http.StatusTooManyRequests, serve(viaMux, http.MethodPost, "/cart").Code,
+		`"POST /cart" guards a POST to the mux's "/cart" route`)
+	assert.Equal(t, http.StatusOK, serve(viaMux, http.MethodGet, "/cart").Code)
+}
