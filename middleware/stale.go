@@ -20,8 +20,9 @@ import (
 // What it keeps follows a shared cache's rules, so that one client never
 // gets another's private answer: nothing marked private, no-store or
 // no-cache, nothing that sets a cookie or has a Vary field, nothing answered
-// to a request with credentials (Authorization, Cookie) unless the response
-// says public. A response whose origin forbids serving it stale
+// to a request that said no-store, nothing answered to a request with
+// credentials (Authorization, Cookie), as it came, unless the response says
+// public. A response whose origin forbids serving it stale
 // (must-revalidate, proxy-revalidate, s-maxage) is served only while fresh.
 // A copy's fields do not replace those the response has already (an outer
 // middleware's). Ages are measured on the clock of the route's Guard.

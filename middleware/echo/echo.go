@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
+	"github.com/sluice-go/sluice/middleware/internal/stale"
 )
 
 // Option configures Middleware. An option given a nil argument, or given
@@ -282,7 +283,11 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		if keep = cfg.GuardOf(rt.Guard); keep != nil {
 			w.answer, w.cfg, w.c, w.rt, w.asked, w.reqCtx, w.key, w.addr = true, cfg, c, rt, asked, reqCtx, key, addr
 			if asked.Method == http.MethodGet && keep.Stale != nil {
-				w.Capturing, w.MaxCapture = true, keep.MaxBody
+				// Judged as the request came: a middleware inside may drop
+				// the credentials it checked.
+				if ok, cred := stale.Asked(asked); ok {
+					w.Capturing, w.MaxCapture, w.credentialed = true, keep.MaxBody, cred
+				}
 			}
 		}
 	}
@@ -396,7 +401,7 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	// request as it came, which lookups see, not as an inner middleware
 	// rewrote it (http.StripPrefix).
 	if w.Capturing && err == nil && !w.Hijacked && o == sluice.Success && (res.Status == http.StatusOK || !res.Committed) {
-		keep.Keep(asked, routeOf(c, rt), key, addr, call.Start(), res.Header(), w.Capture)
+		keep.Keep(asked, routeOf(c, rt), key, addr, w.credentialed, call.Start(), res.Header(), w.Capture)
 	}
 	return err
 }

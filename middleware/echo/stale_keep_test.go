@@ -184,3 +184,37 @@ func TestEchoInnerMiddlewareCancelIsNoClientGone(t *testing.T) {
 		})
 	}
 }
+
+// A request's credentials are judged as it came: an authentication step
+// that removes the Authorization field once checked does not make alice's
+// answer a shared copy, served to an anonymous client.
+func TestEchoCredentialsAreJudgedAsTheRequestCame(t *testing.T) {
+	sw := &onOff{}
+	cache, err := middleware.NewStaleCache(8, time.Minute, 1024, middleware.StaleShared())
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(sw), sluice.WithClock(sluice.NewManualClock(time.Hour)), sluice.WithFallback(cache))
+	require.NoError(t, err)
+	defer g.Close()
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/me", func(c echo.Context) error {
+		user := strings.TrimPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		c.Request().Header.Del("Authorization")
+		if user == "" {
+			user = "anonymous"
+		}
+		return c.String(http.StatusOK, "account of "+user)
+	})
+	r := httptest.NewRequest(http.MethodGet, "/me", nil)
+	r.Header.Set("Authorization", "Bearer alice")
+	rec := httptest.NewRecorder()
+	e.ServeHTTP(rec, r)
+	require.Equal(t, "account of alice", rec.Body.String())
+
+	sw.on = true
+	r = httptest.NewRequest(http.MethodGet, "/me", nil)
+	r.RemoteAddr = "198.51.100.9:2000"
+	rec = httptest.NewRecorder()
+	e.ServeHTTP(rec, r)
+	assert.NotEqual(t, "account of alice", rec.Body.String(), "an anonymous client is served alice's account")
+}

@@ -34,6 +34,9 @@ type writer struct {
 	key    string
 	addr   string
 	at     time.Duration // when a fallback was found to answer the 5xx held
+	// credentialed: the request, as it came, carried credentials (its
+	// answer is kept only when it says public).
+	credentialed bool
 }
 
 var writerPool = sync.Pool{New: func() any { return new(writer) }}

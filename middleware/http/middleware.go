@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/middleware/internal/core"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
+	"github.com/sluice-go/sluice/middleware/internal/stale"
 )
 
 // Option configures Middleware. An option given a nil argument, or given
@@ -277,7 +278,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.HasFallbacks() {
 		if keep := h.GuardOf(rt.Guard); keep != nil {
 			if r.Method == http.MethodGet && keep.Stale != nil {
-				rw.cache, rw.Capturing, rw.MaxCapture = keep, true, keep.MaxBody
+				// Judged as the request came: a middleware inside may drop
+				// the credentials it checked.
+				if ok, cred := stale.Asked(r); ok {
+					rw.cache, rw.Capturing, rw.MaxCapture, rw.credentialed = keep, true, keep.MaxBody, cred
+				}
 			}
 			rw.answer, rw.rt, rw.addr = true, rt, r.RemoteAddr
 		}
@@ -374,7 +379,7 @@ func (h *handler) finish(rw *responseWriter, call *sluice.Call) {
 	// A hijacked connection has no HTTP response to keep, whatever its
 	// status says.
 	if rw.cache != nil && rw.Capturing && !rw.Hijacked && o == sluice.Success && (rw.Status == http.StatusOK || rw.Status == 0) {
-		rw.cache.Keep(r, rw.pattern, rw.key, rw.addr, call.Start(), rw.Header(), rw.Capture)
+		rw.cache.Keep(r, rw.pattern, rw.key, rw.addr, rw.credentialed, call.Start(), rw.Header(), rw.Capture)
 	}
 	putWriter(rw)
 }

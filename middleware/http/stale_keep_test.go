@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,3 +159,41 @@ func TestRejectForAClientGoneIsAnsweredByNoFallback(t *testing.T) {
 }
 
 type cancelKey struct{}
+
+// stripAuth is an authentication middleware of the common kind that,
+// once it has checked the bearer token, removes it from the request so
+// that the application (and its logs) never see it: in place, on the
+// request's shared Header map.
+func stripAuth(w http.ResponseWriter, r *http.Request) {
+	user := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	r.Header.Del("Authorization")
+	if user == "" {
+		user = "anonymous"
+	}
+	_, _ = io.WriteString(w, "account of "+user)
+}
+
+// A request's credentials are judged as it came: a handler (or an inner
+// middleware) that consumed the Authorization field does not turn alice's
+// personal answer into a copy served to every other client in an outage.
+func TestCredentialsAreJudgedAsTheRequestCame(t *testing.T) {
+	sw := openSwitch()
+	cache := newStale(t, 8, middleware.StaleShared())
+	g := guardWith(t, sluice.NewManualClock(time.Hour), sw, cache)
+	h := mw(t, WithGuard(g))(http.HandlerFunc(stripAuth))
+
+	r := httptest.NewRequest(http.MethodGet, "/me", nil)
+	r.RemoteAddr = "192.0.2.1:1000"
+	r.Header.Set("Authorization", "Bearer alice")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	require.Equal(t, "account of alice", rec.Body.String())
+
+	assert.Equal(t, 0, cache.Len(), "a response to a request with Authorization, not public, is not kept")
+	sw.on = true
+	r = httptest.NewRequest(http.MethodGet, "/me", nil)
+	r.RemoteAddr = "198.51.100.9:2000"
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	assert.NotEqual(t, "account of alice", rec.Body.String(), "bob, anonymous, is served alice's account")
+}

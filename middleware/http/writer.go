@@ -46,6 +46,9 @@ type fallbackState struct {
 	// middleware inside may rewrite on the request: a stale copy of a
 	// client without a key is kept and found under it.
 	addr string
+	// credentialed: the request, as it came, carried credentials (its
+	// answer is kept only when it says public).
+	credentialed bool
 	// at is the instant, on the Guard's clock, at which a fallback was
 	// found to answer the handler's failure: the one it then answers at.
 	at time.Duration

@@ -254,9 +254,10 @@ func (s FailedStatus) Error() string {
 }
 
 // Keep feeds the stale caches of info with the good GET response to r
-// (route, key, addr as for Fallback; now on the clock of its Guard).
-func (info *Guard) Keep(r *http.Request, route, key, addr string, now time.Duration, header http.Header, body []byte) {
-	q := &stale.Request{Route: route, Key: key, Addr: addr, R: r, Now: now}
+// (route, key, addr as for Fallback; now on the clock of its Guard);
+// credentialed is what stale.Asked told of r as it came.
+func (info *Guard) Keep(r *http.Request, route, key, addr string, credentialed bool, now time.Duration, header http.Header, body []byte) {
+	q := &stale.Request{Route: route, Key: key, Addr: addr, R: r, Now: now, Credentialed: credentialed}
 	for _, s := range info.Stale {
 		s.Store(q, header, body)
 	}

@@ -111,11 +111,14 @@ func (c *Cache) Len() int {
 // key and the request (its host and URI); Now is the instant, on the
 // clock of the route's Guard, at which the cache answers or keeps. Addr is
 // the connection's address as the request came (a middleware inside may
-// rewrite R's since); "" for R's.
+// rewrite R's since); "" for R's. Credentialed tells that the request, as
+// it came, carried credentials (see Asked): R's header may have lost them
+// since.
 type Request struct {
 	Route, Key, Addr string
 	R                *http.Request
 	Now              time.Duration
+	Credentialed     bool
 }
 
 type requestKey struct{}
@@ -172,15 +175,43 @@ var dropped = []string{
 	"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset",
 }
 
-// Cacheable reports whether the response to r, with header h (its names
-// canonical), may be served to other requests of the same route, key and
-// URI (route and URI alone when shared). Like a shared cache, it keeps
-// nothing marked no-store, no-cache or private, nothing that sets a cookie,
-// nothing that varies with request fields (which the key does not hold),
-// nothing with trailers (fields that come after the body, unseen here),
-// and nothing answered to a request carrying credentials unless the
-// response says public.
-func Cacheable(r *http.Request, h http.Header) bool {
+// Asked tells, of a request as it came (before a handler or a middleware
+// inside changed its header: an authentication step that drops the
+// Authorization field it checked), whether its answer may be kept at all
+// (its Cache-Control says no no-store: a cache must keep no part of the
+// answer) and whether it carries credentials (Authorization, Cookie), which
+// keep the answer only when it says public.
+func Asked(r *http.Request) (keep, credentialed bool) {
+	for k, v := range r.Header {
+		if len(v) == 0 {
+			continue
+		}
+		// In any case: a field set by a middleware under a name of its
+		// own spelling is the same field.
+		switch {
+		case strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Cookie"):
+			credentialed = true
+		case strings.EqualFold(k, "Cache-Control"):
+			for _, d := range v {
+				if strings.Contains(strings.ToLower(d), "no-store") {
+					return false, credentialed
+				}
+			}
+		}
+	}
+	return true, credentialed
+}
+
+// Cacheable reports whether the response with header h (its names
+// canonical) to a request that carried credentials or not (see Asked) may
+// be served to other requests of the same route, key and URI (route and
+// URI alone when shared). Like a shared cache, it keeps nothing marked
+// no-store, no-cache or private, nothing that sets a cookie, nothing that
+// varies with request fields (which the key does not hold), nothing with
+// trailers (fields that come after the body, unseen here), and nothing
+// answered to a request carrying credentials unless the response says
+// public.
+func Cacheable(credentialed bool, h http.Header) bool {
 	if len(h.Values("Trailer")) > 0 {
 		return false
 	}
@@ -195,16 +226,7 @@ func Cacheable(r *http.Request, h http.Header) bool {
 	if len(h.Values("Set-Cookie")) > 0 || len(h.Values("Vary")) > 0 {
 		return false
 	}
-	if !public {
-		for k, v := range r.Header {
-			// In any case: a field set by a middleware under a name of its
-			// own spelling is the same field.
-			if len(v) > 0 && (strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Cookie")) {
-				return false
-			}
-		}
-	}
-	return true
+	return public || !credentialed
 }
 
 // canonical returns a copy of h with its names canonical, the values of
@@ -245,7 +267,10 @@ func (c *Cache) Store(q *Request, header http.Header, body []byte) {
 	// assignment keeps it) are the same fields: judged, and dropped, as
 	// such.
 	h, ok := canonical(header)
-	if !ok || !Cacheable(q.R, h) || headerSize(h) > maxHeader {
+	// The request as it came (q.Credentialed, told by an adapter that read
+	// it then) and as it is.
+	keep, cred := Asked(q.R)
+	if !ok || !keep || !Cacheable(cred || q.Credentialed, h) || headerSize(h) > maxHeader {
 		return
 	}
 	for _, cl := range h.Values("Content-Length") {

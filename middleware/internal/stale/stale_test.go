@@ -264,3 +264,20 @@ func TestALongURIsCopyAnswersItAlone(t *testing.T) {
 	_, ok = c.Declared(WithRequest(context.Background(), &Request{R: other}), sluice.ErrCircuitOpen)
 	assert.False(t, ok, "another long URI's copy")
 }
+
+// A request's no-store directive (RFC 9111, 5.2.1.5) forbids a cache to
+// keep any part of its answer: an uncredentialed one (a one-time link) is
+// not kept, nor served to the next client.
+func TestRequestNoStoreIsNotKept(t *testing.T) {
+	c, err := New(8, time.Hour, 1024, Shared())
+	require.NoError(t, err)
+	r := httptest.NewRequest(http.MethodGet, "/download?token=abc", nil)
+	r.Header.Set("Cache-Control", "no-store")
+	c.Store(&Request{R: r}, http.Header{}, []byte("one-time secret"))
+	assert.Equal(t, 0, c.Len(), "a response to a request with Cache-Control: no-store is kept")
+
+	other := httptest.NewRequest(http.MethodGet, "/download?token=abc", nil)
+	other.RemoteAddr = "198.51.100.9:2000"
+	_, _, ok := c.load(WithRequest(context.Background(), &Request{R: other}), sluice.ErrCircuitOpen)
+	assert.False(t, ok, "another client is served the copy the first asked not to be stored")
+}
