@@ -57,3 +57,23 @@ func TestRoutesClose(t *testing.T) {
 	assert.Equal(t, 1, nb)
 	assert.NoError(t, (*Routes)(nil).Close())
 }
+
+// Wildcards no router accepts, which would name a route no request has,
+// are refused: "..." or {$} before the last segment, a name given twice.
+// A name that is no Go identifier stays, as chi's routes may have one.
+func TestNewRoutesRefusesWildcardsNoRouteHas(t *testing.T) {
+	g := testpolicy.MustGuard(t)
+	for bad, why := range map[string]string{
+		"GET /files/{path...}/raw": "must be the last segment",
+		"GET /u/{id}/{id}":         `"id" is named twice`,
+		"GET /u/{$}/x":             "{$} ends a path",
+		"GET /u/{$...}":            "{$} ends a path",
+	} {
+		_, err := NewRoutes(RouteTo(bad, g))
+		assert.ErrorContains(t, err, why, bad)
+	}
+	for _, good := range []string{"GET /files/{path...}", "GET /u/{$}", "/u/{user-id}", "GET /a/{x}/b/{y}"} {
+		_, err := NewRoutes(RouteTo(good, g))
+		assert.NoError(t, err, good)
+	}
+}

@@ -358,17 +358,28 @@ func checkPattern(pattern string) error {
 	if i := strings.IndexByte(path, ' '); i >= 0 {
 		path = path[i+1:]
 	}
-	for seg := range strings.SplitSeq(path, "/") {
+	segs := strings.Split(path, "/")
+	var names []string
+	for i, seg := range segs {
 		if !strings.ContainsAny(seg, "{}") {
 			continue
 		}
 		if len(seg) < 2 || seg[0] != '{' || seg[len(seg)-1] != '}' || strings.ContainsAny(seg[1:len(seg)-1], "{}") {
 			return fmt.Errorf("bad wildcard segment %q: a wildcard is a whole segment, {name} or {name...}", seg)
 		}
-		name := strings.TrimSuffix(seg[1:len(seg)-1], "...")
-		if name == "" {
+		last := i == len(segs)-1
+		name, rest := strings.CutSuffix(seg[1:len(seg)-1], "...")
+		switch {
+		case name == "":
 			return fmt.Errorf("wildcard segment %q has no name", seg)
+		case rest && !last:
+			return fmt.Errorf("wildcard %q matches the rest of the path: it must be the last segment", seg)
+		case name == "$" && (rest || !last):
+			return fmt.Errorf("{$} ends a path: it must be the last segment")
+		case slices.Contains(names, name):
+			return fmt.Errorf("wildcard %q is named twice", name)
 		}
+		names = append(names, name)
 	}
 	return nil
 }
