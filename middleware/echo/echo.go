@@ -193,12 +193,17 @@ const rejectedKey = "sluice.rejected"
 // with the good GET responses of the Guard's routes), served with
 // c.Response() and c.Request(), else the deny handler, else with 429 or
 // 503, Retry-After and a problem body. An error the handler returns
-// without having answered (not an *echo.HTTPError), past the Guard's
-// deadline a timeout, is answered by the fallback of the Guard declared for
-// it, if any (degrade.OnTimeout, degrade.OnError), and counts as the 500
-// it would have been; so is a 5xx the handler writes (through c.Response()
-// or its Writer), held back with the body written after it, as in the
-// net/http adapter. A handler that returns a sluice
+// without having answered (not an *echo.HTTPError) that a fallback of the
+// Guard is declared for (degrade.OnError) is rendered by Echo's error
+// handler first: a 4xx it makes of the error (a domain error mapped to a
+// 404) goes out and counts as that 4xx; a 5xx is answered by the fallback,
+// and counts as that 5xx. Past the Guard's deadline such an error is a
+// timeout, answered by its fallback (degrade.OnTimeout) as the 500 it would
+// have been. So is a 5xx the handler writes (through c.Response() or its
+// Writer), held back with the body written after it, as in the net/http
+// adapter. An error a fallback answered returns nil to the middleware
+// outside: the answer is the fallback's; the Guard's observers hear the
+// error. A handler that returns a sluice
 // rejection its own call met (wrapped or not; a Guard's timeout wrapping
 // one is a timeout) gets it answered the same way, and the request counts
 // as Ignored. So does the handler of a request the middleware lets through
@@ -315,17 +320,25 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 		// Echo's error handler answer with the request's own.
 		c.SetRequest(req)
 	}
-	if w.Status != 0 {
-		// The status the client got, which Echo's Response does not know
-		// when it was written past it, to c.Response().Writer (a body
-		// written through it after commits the default 200).
-		res.Status = w.Status
-		if !res.Committed {
-			res.Committed, res.Size = true, w.Size
-		}
-	}
+	w.tell(res)
 	if w.Held {
 		return cfg.answerHeld(c, w, call, err)
+	}
+	if err != nil && keep != nil && cerr == err && !res.Committed && reqCtx.Err() == nil && !isHTTPError(err) {
+		if _, rejected := sluice.RejectionOf(err); !rejected &&
+			cfg.Declares(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), err) {
+			// A failure a fallback of the Guard answers: the application's
+			// error handler renders it first, as it would without the
+			// fallback. A 4xx it makes of it (a domain error mapped to a
+			// 404) goes out, and counts as that 4xx; a 5xx is held, and
+			// answered by the fallback for the error itself.
+			w.failed = err
+			c.Error(err)
+			w.tell(res)
+			if w.Held {
+				return cfg.answerHeld(c, w, call, err)
+			}
+		}
 	}
 	// What is written from here on is the middleware's answer: no 5xx of
 	// it is held back.
@@ -432,7 +445,11 @@ func (cfg *config) answerHeld(c echo.Context, w *writer, call *sluice.Call, err 
 		res.Size = 0
 		return err
 	}
-	ferr := call.Report(cfg.Outcome(call, code), core.FailedStatus(code))
+	failed := error(core.FailedStatus(code))
+	if w.failed != nil {
+		failed = w.failed // the handler's error, rendered by Echo's error handler
+	}
+	ferr := call.Report(cfg.Outcome(call, code), failed)
 	// At the instant the fallback was found to answer: one that would no
 	// longer (a stale copy grown too old since) must not leave the held
 	// status without the body it dropped.

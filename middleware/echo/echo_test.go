@@ -1147,3 +1147,86 @@ func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
 	}()
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/").Code, "the bulkhead's only slot leaked")
 }
+
+// A domain error that the application's own HTTPErrorHandler maps to a 404
+// is a 404 whether or not the route's Guard has an OnError fallback: the
+// status the client sees decides.
+func TestEchoErrorHandlers404IsNoFailureUnderAFallback(t *testing.T) {
+	errNoSuchUser := errors.New("no such user")
+	c := testpolicy.NewCounter()
+	fb, err := degrade.New(degrade.OnError(answering("fallback")))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(c), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
+	require.NoError(t, err)
+	defer g.Close()
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, ec echo.Context) {
+		if ec.Response().Committed {
+			return
+		}
+		if errors.Is(err, errNoSuchUser) {
+			_ = ec.NoContent(http.StatusNotFound)
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, ec)
+	}
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/", func(echo.Context) error { return errNoSuchUser })
+	rec := do(e, http.MethodGet, "/")
+	assert.Equal(t, http.StatusNotFound, rec.Code, "body %q", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Ignored: 1}, c.Outcomes())
+}
+
+// Same with the stale cache: a resource now gone (404 by the app's error
+// handler) must not be answered with its stale copy.
+func TestEchoErrorHandlers404IsNotAnsweredStale(t *testing.T) {
+	errNoSuchUser := errors.New("no such user")
+	c := testpolicy.NewCounter()
+	cache, err := middleware.NewStaleCache(8, time.Hour, 1024)
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(c), sluice.WithClock(sluice.NewManualClock(time.Hour)), sluice.WithFallback(cache))
+	require.NoError(t, err)
+	defer g.Close()
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, ec echo.Context) {
+		if ec.Response().Committed {
+			return
+		}
+		if errors.Is(err, errNoSuchUser) {
+			_ = ec.NoContent(http.StatusNotFound)
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, ec)
+	}
+	deleted := false
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/users/:id", func(ec echo.Context) error {
+		if deleted {
+			return errNoSuchUser
+		}
+		return ec.String(http.StatusOK, "alice")
+	})
+	require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/users/1").Code)
+	deleted = true
+	rec := do(e, http.MethodGet, "/users/1")
+	assert.Equal(t, http.StatusNotFound, rec.Code, "body %q", rec.Body.String())
+}
+
+// An error Echo's error handler renders as a 5xx is answered by the
+// Guard's fallback for that error, and counts as a failure.
+func TestEchoErrorHandlers5xxIsAnsweredByTheFallback(t *testing.T) {
+	errDB := errors.New("db down")
+	c := testpolicy.NewCounter()
+	fb, err := degrade.New(degrade.OnError(answering("fallback")))
+	require.NoError(t, err)
+	g, err := sluice.New(sluice.With(c), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
+	require.NoError(t, err)
+	defer g.Close()
+	e := echo.New()
+	e.Use(mw(t, WithGuard(g)))
+	e.GET("/", func(echo.Context) error { return errDB })
+	rec := do(e, http.MethodGet, "/")
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "fallback", rec.Body.String())
+	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
+}

@@ -34,6 +34,10 @@ type writer struct {
 	key    string
 	addr   string
 	at     time.Duration // when a fallback was found to answer the 5xx held
+	// failed is the handler's error that Echo's error handler renders,
+	// once the Guard's fallbacks were found to answer it: a 5xx rendered
+	// of it is held, and answered for it.
+	failed error
 	// credentialed: the request, as it came, carried credentials (its
 	// answer is kept only when it says public).
 	credentialed bool
@@ -85,10 +89,25 @@ func (w *writer) holds(code int) bool {
 	return w.cfg.Declares(w.asked, w.rt.Guard, routeOf(w.c, w.rt), w.key, w.addr, w.at, w.failure(code))
 }
 
+// tell tells res the status the client got, which Echo's Response does not
+// know when it was written past it, to c.Response().Writer (a body written
+// through it after commits the default 200).
+func (w *writer) tell(res *echo.Response) {
+	if w.Status != 0 {
+		res.Status = w.Status
+		if !res.Committed {
+			res.Committed, res.Size = true, w.Size
+		}
+	}
+}
+
 // failure returns the error that the answer code is to the Guard's
 // fallbacks: a timeout once the Guard's deadline has passed, its client
 // still there.
 func (w *writer) failure(code int) error {
+	if w.failed != nil && code >= 500 {
+		return w.failed
+	}
 	if w.cctx != nil && w.cctx.Err() == context.DeadlineExceeded && w.reqCtx.Err() == nil {
 		return core.TimedOut(code)
 	}
