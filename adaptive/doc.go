@@ -32,6 +32,14 @@
 // that rises below that comes from elsewhere (a noisy neighbour), and
 // lowering the limit further would only cost throughput.
 //
+// The latencies a window averages are those of the requests that
+// succeeded, and those of the requests that failed or counted for nothing
+// (their client gone) that were no quicker than the baseline: a slow one
+// held its slot that long, at least, and shows the queue even when its
+// client gave up; a quick failure (a connection refused) says nothing of
+// the service's latency unqueued, and a spell of them would otherwise set
+// the baseline under it and shed a healthy load once they stop.
+//
 // Latency is the Shedder's only signal, so at first it cannot tell a
 // service slowed by its own load from one waiting on a dependency that
 // turned slow: it sheds in both cases, until a probe finds that fewer

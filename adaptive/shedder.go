@@ -73,6 +73,8 @@ type Shedder struct {
 	winSum   atomic.Int64
 	winMaxIn atomic.Int64
 	lastAvg  atomic.Int64
+	// base is the baseline after the last window, for Done to read.
+	base atomic.Int64
 	// served is how many requests a second the last window that was not a
 	// probe measured (those that ended in Success or Failure); 0 before the
 	// first.
@@ -432,12 +434,22 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	// A probe measures only the requests admitted since it began, not those
 	// draining from the higher limit before it.
 	fresh := !s.probing.Load() || uint64(t)>>ticketBits == s.epoch.Load()&(1<<(64-ticketBits)-1)
-	if fresh && (o == sluice.Success || o == sluice.Failure) && latency >= 0 {
+	if fresh && o != sluice.Released && latency >= 0 {
 		// The latency the limit learns from runs from the instant the
 		// request took its slot: it includes its wait for a processor
 		// after that, which the Guard's latency, from the end of Admit,
 		// does not.
-		s.sample(now, max(latency, sinceGrant(t, now)))
+		latency = max(latency, sinceGrant(t, now))
+		// A success's latency is the service's. A failure's or an
+		// ignored call's (its client gone, an inner rejection) counts only
+		// when no quicker than the baseline: a slow one held its slot that
+		// long (at least: a client that gave up cut it short), and shows a
+		// queue; a quick one (a connection refused) says nothing of the
+		// service's unqueued latency, and a run of them would set the
+		// baseline under it, to shed a healthy load once they stop.
+		if o == sluice.Success || s.base.Load() > 0 && int64(latency) >= s.base.Load() {
+			s.sample(now, latency)
+		}
 	}
 	s.release(now)
 }
@@ -479,6 +491,7 @@ func (s *Shedder) endWindow(now time.Duration) {
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()
 	next := s.est.update(avg, maxIn, now)
+	s.base.Store(int64(s.est.baseline()))
 	if p := s.est.probing(); p || s.probing.Load() {
 		// A new epoch: the tickets of later admissions tell them apart.
 		s.epoch.Add(1)
