@@ -72,6 +72,7 @@ type phase struct {
 	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
 	taken     atomic.Int64  // half-open probes admitted and not released
 	settled   atomic.Int64  // half-open probes that ended with an outcome
+	since     time.Duration // StateHalfOpen: when it began
 	// The stall check, closed: the ticks in which a call was admitted
 	// since a success last ended, and the instant the first call of the
 	// stallCalls-th of them was admitted.
@@ -295,6 +296,10 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Ticket, sluice.
 			for {
 				n := p.taken.Load()
 				if n >= b.cfg.Load().probes {
+					if now-p.since > b.probeWait() && p.settled.Load() < n && !p.forced {
+						b.probesHung(p, now)
+						break
+					}
 					return b.reject(b.cfg.Load().openBase)
 				}
 				if p.taken.CompareAndSwap(n, n+1) {
@@ -603,6 +608,29 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 	b.dispatch()
 }
 
+// probeWait is how long half-open probes may run: the open duration, or
+// stallFactor usual latencies of a success when longer. A probe that has
+// not ended by then (a call that hangs, as the calls that opened the
+// breaker may have) counts as failed, so that one hung call does not hold
+// the breaker half-open, rejecting everything, for as long as it hangs.
+func (b *Breaker) probeWait() time.Duration {
+	return max(b.cfg.Load().openBase, time.Duration(stallFactor*b.usual.Load()))
+}
+
+// probesHung counts the probes of p, half-open, that have not ended by now
+// as failed, which opens it again. Their ends, when they come, are of a
+// phase gone and count for nothing.
+func (b *Breaker) probesHung(p *phase, now time.Duration) {
+	draw := b.jitterDraw()
+	b.mu.Lock()
+	if b.cur.Load() == p {
+		b.halfs.fail += max(p.taken.Load()-p.settled.Load(), 0)
+		b.settleProbes(p, b.cfg.Load(), now, draw)
+	}
+	b.mu.Unlock()
+	b.dispatch()
+}
+
 // settleProbes closes p, half-open, at now when the probes counted meet
 // c's need of successes, and opens it when its failures leave too few
 // probes to meet it, for its open duration shortened by the jitter's share
@@ -657,6 +685,7 @@ func jitterDraw(c *config) float64 {
 func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, forced bool) {
 	b.gen++
 	np := newPhase(b.gen, to, forced)
+	np.since = now
 	switch to {
 	case StateClosed:
 		b.newWindow(np)

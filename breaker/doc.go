@@ -49,7 +49,11 @@
 // turned from 20 ms to 40 ms for 5 s (slower, with its connections 75%
 // busy). The short open
 // duration brings callers back within 2 s of the dependency's healing, while
-// a sick one gets one probe a second.
+// a sick one gets one probe a second. A probe that hangs, as the calls that
+// opened the breaker may, counts as failed once the open duration (or twice
+// the usual latency of a success, when longer) has passed since the probes
+// began: the breaker opens again and probes again, rather than rejecting
+// every call for as long as one call hangs.
 //
 // # What counts
 //

@@ -29,6 +29,7 @@ type machine struct {
 	trips             int
 	probes, need      int64
 	taken, succ, fail int64
+	since             time.Duration // when the phase began
 	phase             int
 	base, most        time.Duration
 	jitter, draw      float64
@@ -54,7 +55,7 @@ func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced 
 	if x.state != to {
 		x.changes = append(x.changes, x.state.String()+">"+to.String())
 	}
-	x.state, x.forced = to, forced
+	x.state, x.forced, x.since = to, forced, now
 	x.taken, x.succ, x.fail = 0, 0, 0
 	x.sinceOK, x.armed, x.hasTick = 0, false, false
 	switch to {
@@ -99,6 +100,13 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 	}
 	if x.state == breaker.StateHalfOpen {
 		if x.taken >= x.probes {
+			if now-x.since > max(x.base, 2*x.usual) && x.succ+x.fail < x.taken && !x.forced {
+				// Probes that have not ended by then count as failed.
+				x.fail = x.taken - x.succ
+				x.trips++
+				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
+				return x.admit(now)
+			}
 			return false, false, x.base
 		}
 		x.taken++
