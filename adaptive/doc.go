@@ -34,9 +34,9 @@
 //
 // The latencies a window averages are those of the requests that
 // succeeded, and those of the requests that failed or counted for nothing
-// (their client gone) that were no quicker than the baseline: a slow one
-// held its slot that long, at least, and shows the queue even when its
-// client gave up; a quick failure (a connection refused) says nothing of
+// (their client gone) that were no quicker than the baseline, counted as
+// at most 4 baselines: a slow one held its slot that long, at least, and
+// shows the queue even when its client gave up; a quick failure (a connection refused) says nothing of
 // the service's latency unqueued, and a spell of them would otherwise set
 // the baseline under it and shed a healthy load once they stop.
 //

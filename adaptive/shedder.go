@@ -447,12 +447,23 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 		// queue; a quick one (a connection refused) says nothing of the
 		// service's unqueued latency, and a run of them would set the
 		// baseline under it, to shed a healthy load once they stop.
-		if o == sluice.Success || s.base.Load() > 0 && int64(latency) >= s.base.Load() {
+		if o == sluice.Success {
 			s.sample(now, latency)
+		} else if base := time.Duration(s.base.Load()); base > 0 && latency >= base {
+			// At most censorCap baselines: a client that gave up after a
+			// second among requests of a few milliseconds would otherwise
+			// set the window's average alone, where a window of such ends
+			// cuts the limit as deep at that cap.
+			s.sample(now, min(latency, censorCap*base))
 		}
 	}
 	s.release(now)
 }
+
+// censorCap bounds, in baselines, the latency a failed or ignored request
+// feeds a window: past gradTolerance/0.5 baselines the limit is cut by half
+// in a window of them already.
+const censorCap = 4
 
 func (s *Shedder) sample(now, latency time.Duration) {
 	start := s.winStart.Load()

@@ -242,3 +242,36 @@ func TestBulkheadRetryAfterIsAboutOneLatency(t *testing.T) {
 	v = policytest.AnswerOf(b.Admit(ctx, now+time.Hour))
 	assert.Equal(t, time.Second, v.RetryAfter, "at most 1 s")
 }
+
+// What a failed or ignored request feeds a window: nothing when it is
+// quicker than the baseline (a connection refused), at most 4 baselines
+// when slower (a client that gave up after a second among requests of
+// 8 ms does not set the window's average alone).
+func TestShedderCountsFailuresAndIgnoredWithinBounds(t *testing.T) {
+	ctx := context.Background()
+	s := newShedder(t)
+	now := time.Second
+	end := func(o sluice.Outcome, lat time.Duration) {
+		t.Helper()
+		v := policytest.AnswerOf(s.Admit(ctx, now))
+		require.NoError(t, v.Cause)
+		s.Done(v.Ticket, o, now+lat, lat)
+		now += 10 * ms
+	}
+	for range 24 { // windows of 8 ms successes: the baseline
+		end(sluice.Success, 8*ms)
+	}
+	require.Equal(t, 8*ms, s.Stats().Baseline)
+	for range 30 { // quick failures: no sample
+		end(sluice.Failure, ms)
+	}
+	for range 12 {
+		end(sluice.Success, 8*ms)
+	}
+	assert.Equal(t, 8*ms, s.Stats().AvgRT, "quick failures went into the window")
+	assert.Equal(t, 8*ms, s.Stats().Baseline, "quick failures lowered the baseline")
+	for range 30 { // clients that gave up after a second
+		end(sluice.Ignored, time.Second)
+	}
+	assert.Equal(t, 32*ms, s.Stats().AvgRT, "an ignored request's second counts as 4 baselines")
+}
