@@ -128,7 +128,8 @@ const (
 	Failure
 	// Ignored: the call ended in a way that says nothing about the dependency's
 	// health: the caller cancelled, a client error (4xx), another sluice
-	// policy's rejection. Breakers and load shedders do not count it.
+	// policy's rejection. Breakers do not count it; a load shedder learns
+	// only how long it held its slot, when that was long (see adaptive).
 	Ignored
 	// Released: the call never ran, because a policy further in the chain
 	// rejected it. A policy gives back what its Admit took (a token, a

@@ -36,9 +36,10 @@
 // succeeded, and those of the requests that failed or counted for nothing
 // (their client gone) that were no quicker than the baseline, counted as
 // at most 4 baselines: a slow one held its slot that long, at least, and
-// shows the queue even when its client gave up; a quick failure (a connection refused) says nothing of
-// the service's latency unqueued, and a spell of them would otherwise set
-// the baseline under it and shed a healthy load once they stop.
+// shows the queue even when its client gave up; a quick failure (a
+// connection refused) says nothing of the service's latency unqueued, and a
+// spell of them would otherwise set the baseline under it and shed a
+// healthy load once they stop.
 //
 // Latency is the Shedder's only signal, so at first it cannot tell a
 // service slowed by its own load from one waiting on a dependency that

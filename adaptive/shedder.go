@@ -41,8 +41,9 @@ var (
 // calls, at most 1 s. Requests
 // marked sluice.PriorityCritical are served first from the queue and wait
 // longest. Decisions carry Limit -1: slots in flight are no quota over
-// time. Requests ending Success or Failure feed the limit with their
-// latency; Ignored and Released ones only free their slot.
+// time. Requests ending Success feed the limit with their latency, and
+// those ending Failure or Ignored no quicker than the baseline (see the
+// package doc); Released ones only free their slot.
 //
 // It implements sluice.StateSource ("normal" and "shedding").
 type Shedder struct {
@@ -76,10 +77,12 @@ type Shedder struct {
 	// base is the baseline after the last window, for Done to read.
 	base atomic.Int64
 	// served is how many requests a second the last window that was not a
-	// probe measured (those that ended in Success or Failure); 0 before the
-	// first.
-	served atomic.Int64
-	mu     sync.Mutex // ends windows
+	// probe measured (those that ended in Success or Failure, sampled or
+	// not); 0 before the first. unsampled counts the window's ends of
+	// those that fed it no sample (quick failures).
+	served    atomic.Int64
+	unsampled atomic.Int64
+	mu        sync.Mutex // ends windows
 	// epoch counts the probes' starts and ends; an admission's ticket is the
 	// epoch it was admitted in.
 	epoch   atomic.Uint64
@@ -421,8 +424,10 @@ func init() {
 	}
 }
 
-// Done frees the request's slot. A Success or Failure also feeds its latency
-// to the limit; when the sampling window is over, the limit is updated.
+// Done frees the request's slot and feeds its latency to the limit (a
+// Success's; a Failure's or an Ignored one's no quicker than the baseline,
+// as at most 4 baselines); when the sampling window is over, the limit is
+// updated.
 func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
 	if s.est == nil {
 		if o == sluice.Success || o == sluice.Failure {
@@ -455,6 +460,8 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 			// set the window's average alone, where a window of such ends
 			// cuts the limit as deep at that cap.
 			s.sample(now, min(latency, censorCap*base))
+		} else if o == sluice.Failure {
+			s.unsampled.Add(1) // served all the same: the queue judges by it
 		}
 	}
 	s.release(now)
@@ -495,8 +502,9 @@ func (s *Shedder) endWindow(now time.Duration) {
 	s.winStart.Store(int64(now))
 	count := s.winCount.Swap(0)
 	avg := time.Duration(s.winSum.Swap(0) / count)
+	ended := count + s.unsampled.Swap(0)
 	if d := now - time.Duration(start); !s.probing.Load() && d > 0 {
-		s.served.Store(count * int64(time.Second) / int64(d))
+		s.served.Store(ended * int64(time.Second) / int64(d))
 	}
 	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + s.ahead())
 	s.lastAvg.Store(int64(avg))
