@@ -72,7 +72,8 @@ type phase struct {
 	consec    atomic.Uint64 // the run of failures: count (low 32 bits), first epoch (high 32)
 	taken     atomic.Int64  // half-open probes admitted and not released
 	settled   atomic.Int64  // half-open probes that ended with an outcome
-	since     time.Duration // StateHalfOpen: when it began
+	// lastProbe is when the last half-open probe was admitted.
+	lastProbe atomic.Int64
 	// The stall check, closed: the ticks in which a call was admitted
 	// since a success last ended, and the instant the first call of the
 	// stallCalls-th of them was admitted.
@@ -296,12 +297,15 @@ func (b *Breaker) admitSlow(p *phase, now time.Duration) (sluice.Ticket, sluice.
 			for {
 				n := p.taken.Load()
 				if n >= b.cfg.Load().probes {
-					if now-p.since > b.probeWait() && p.settled.Load() < n && !p.forced {
+					if b.hung(p, now) {
 						b.probesHung(p, now)
 						break
 					}
 					return b.reject(b.cfg.Load().openBase)
 				}
+				// Noted first: a call that finds the probes taken must not
+				// time this one from an earlier probe's admission.
+				p.lastProbe.Store(int64(now))
 				if p.taken.CompareAndSwap(n, n+1) {
 					return p.ticket(true), sluice.Quota{Limit: -1}, nil
 				}
@@ -609,12 +613,32 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 }
 
 // probeWait is how long half-open probes may run: the open duration, or
-// stallFactor usual latencies of a success when longer. A probe that has
-// not ended by then (a call that hangs, as the calls that opened the
-// breaker may have) counts as failed, so that one hung call does not hold
-// the breaker half-open, rejecting everything, for as long as it hangs.
+// stallFactor usual latencies of a success when longer; without a usual
+// latency (one learnt by the consecutive-failure strategy), the slow-call
+// threshold, else unknownProbeWait. A probe that has not ended by then (a
+// call that hangs, as the calls that opened the breaker may have) counts as
+// failed, so that one hung call does not hold the breaker half-open,
+// rejecting everything, for as long as it hangs.
 func (b *Breaker) probeWait() time.Duration {
-	return max(b.cfg.Load().openBase, time.Duration(stallFactor*b.usual.Load()))
+	c := b.cfg.Load()
+	switch u := b.usual.Load(); {
+	case u > 0:
+		return max(c.openBase, time.Duration(stallFactor*u))
+	case c.slowThreshold > 0:
+		return max(c.openBase, c.slowThreshold)
+	}
+	return max(c.openBase, unknownProbeWait)
+}
+
+// unknownProbeWait is how long a probe may run when the breaker knows no
+// latency of the dependency's.
+const unknownProbeWait = 10 * time.Second
+
+// hung reports whether the probes of p, half-open and all taken, include
+// one that has not ended, the last of them admitted more than probeWait
+// before now.
+func (b *Breaker) hung(p *phase, now time.Duration) bool {
+	return !p.forced && p.settled.Load() < p.taken.Load() && int64(now)-p.lastProbe.Load() > int64(b.probeWait())
 }
 
 // probesHung counts the probes of p, half-open, that have not ended by now
@@ -685,7 +709,6 @@ func jitterDraw(c *config) float64 {
 func (b *Breaker) setPhase(old *phase, to State, now, openFor time.Duration, forced bool) {
 	b.gen++
 	np := newPhase(b.gen, to, forced)
-	np.since = now
 	switch to {
 	case StateClosed:
 		b.newWindow(np)

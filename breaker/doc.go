@@ -50,10 +50,12 @@
 // busy). The short open
 // duration brings callers back within 2 s of the dependency's healing, while
 // a sick one gets one probe a second. A probe that hangs, as the calls that
-// opened the breaker may, counts as failed once the open duration (or twice
-// the usual latency of a success, when longer) has passed since the probes
-// began: the breaker opens again and probes again, rather than rejecting
-// every call for as long as one call hangs.
+// opened the breaker may, counts as failed once its wait has passed since
+// the last probe was admitted: the open duration, or twice the usual
+// latency of a success when longer (learnt by the consecutive-failure
+// strategy; without it, the slow-call threshold, else 10 s). The breaker
+// then opens again and probes again, rather than rejecting every call for
+// as long as one call hangs.
 //
 // # What counts
 //

@@ -225,8 +225,9 @@ func (g *Group) droppable(m *member, p *phase, now time.Duration) bool {
 		return now-p.openUntil >= g.memberCfg.openMax && last < p.openUntil
 	case StateHalfOpen:
 		// No probe in flight: each admitted one was given back, or ended
-		// with an outcome that left it half-open (more successes needed).
-		return p.taken.Load() == p.settled.Load() && now-last >= g.memberCfg.openMax
+		// with an outcome that left it half-open (more successes needed),
+		// or hangs past its wait (it counts as failed at the next call).
+		return (p.taken.Load() == p.settled.Load() || m.b.hung(p, now)) && now-last >= g.memberCfg.openMax
 	}
 	return false
 }

@@ -406,9 +406,9 @@ func WithJitter(fraction float64) Option {
 // probes; it reopens as soon as that ratio can no longer be reached. The
 // default is one probe and a ratio of 1: the first failed probe reopens.
 // A probe keeps its slot until its end is reported (a Guard always reports
-// it), or counts as failed when it has not ended once the open duration
-// (or twice the usual latency of a success, when longer) has passed since
-// the probes began. Applies to New and NewGroup.
+// it), or counts as failed when it has not ended once its wait (see the
+// package doc) has passed since the last probe was admitted. Applies to New
+// and NewGroup.
 func WithHalfOpenProbes(n int, successRatio float64) Option {
 	return func(c *config) error {
 		c.use("WithHalfOpenProbes", forBreaker|forGroup)

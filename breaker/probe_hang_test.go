@@ -63,3 +63,127 @@ func TestAHungProbeDoesNotHoldTheBreakerHalfOpen(t *testing.T) {
 		_ = c.End(context.DeadlineExceeded)
 	}
 }
+
+// An error-ratio breaker (no stall check, so no usual latency learnt) with a
+// 100 ms open duration in front of a dependency that answers in 300 ms: a
+// probe 150 ms in is not hung, and its success closes the breaker.
+func TestASlowProbeOfAnErrorRatioBreakerIsNotHung(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(0)
+	b, err := breaker.New("dep", breaker.WithClock(clk),
+		breaker.WithErrorRatio(0.5, 10), breaker.WithCountWindow(20),
+		breaker.WithOpenDuration(100*time.Millisecond))
+	require.NoError(t, err)
+	now := time.Second
+	for range 10 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+300*time.Millisecond, 300*time.Millisecond)
+		now += 10 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	now += time.Second
+	probe, _, err := b.Admit(ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+	_, _, err = b.Admit(ctx, now+150*time.Millisecond)
+	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	require.Equal(t, breaker.StateHalfOpen, b.State(), "a probe 150 ms in, of a 300 ms dependency, is not hung")
+	b.Done(probe, sluice.Success, now+300*time.Millisecond, 300*time.Millisecond)
+	require.Equal(t, breaker.StateClosed, b.State(), "the probe's success closes the breaker")
+}
+
+// A probe's age runs from its own admission, not from the instant the
+// breaker turned half-open. The first probe is Released at once (a limiter
+// behind the breaker refused it); the next call, 1.5 s later, takes the
+// slot. 10 ms into that probe another call is rejected without counting
+// the fresh probe as hung, and the probe's success closes the breaker.
+func TestAProbeAdmittedLateIsNotHungAtOnce(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(0)
+	b, err := breaker.New("dep", breaker.WithClock(clk)) // 5 in a row, open 1 s, one probe
+	require.NoError(t, err)
+	now := time.Second
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 2 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	now += 2 * time.Second
+	first, _, err := b.Admit(ctx, now)
+	require.NoError(t, err)
+	b.Done(first, sluice.Released, now+time.Millisecond, time.Millisecond)
+	require.Equal(t, breaker.StateHalfOpen, b.State())
+
+	now += 1500 * time.Millisecond
+	probe, _, err := b.Admit(ctx, now)
+	require.NoError(t, err, "the slot given back takes a new probe")
+	_, _, err = b.Admit(ctx, now+10*time.Millisecond)
+	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	require.Equal(t, breaker.StateHalfOpen, b.State(), "a probe 10 ms old is not hung")
+	b.Done(probe, sluice.Success, now+20*time.Millisecond, 20*time.Millisecond)
+	require.Equal(t, breaker.StateClosed, b.State())
+}
+
+// The same with several probes: 3 probes, all needed. Calls are sparse:
+// probes come 0.6 s apart; the third is 100 ms old when the next call
+// comes, 1.3 s after the breaker turned half-open. It is not hung.
+func TestSparseProbesAreNotHung(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(0)
+	b, err := breaker.New("dep", breaker.WithClock(clk), breaker.WithHalfOpenProbes(3, 1))
+	require.NoError(t, err)
+	now := time.Second
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 2 * time.Millisecond
+	}
+	now += 2 * time.Second
+	for i := range 2 {
+		tk, _, err := b.Admit(ctx, now+time.Duration(i)*600*time.Millisecond)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Success, now+time.Duration(i)*600*time.Millisecond+20*time.Millisecond, 20*time.Millisecond)
+	}
+	third, _, err := b.Admit(ctx, now+1200*time.Millisecond)
+	require.NoError(t, err)
+	_, _, err = b.Admit(ctx, now+1300*time.Millisecond)
+	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+	require.Equal(t, breaker.StateHalfOpen, b.State(), "the third probe is 100 ms old: not hung")
+	b.Done(third, sluice.Success, now+1320*time.Millisecond, 20*time.Millisecond)
+	require.Equal(t, breaker.StateClosed, b.State())
+}
+
+// In a Group, a member whose probe hangs past its wait is idle as one
+// without probes in flight is: an hour later, with no call of its key
+// since, a new key at the full Group gets a breaker of its own, not the
+// shared overflow one.
+func TestAGroupDropsAMemberWhoseProbeHung(t *testing.T) {
+	clk := sluice.NewManualClock(0)
+	g, err := breaker.NewGroup("deps", breaker.WithClock(clk), breaker.WithMaxBreakers(1))
+	require.NoError(t, err)
+	a := sluice.WithResource(context.Background(), "a")
+	now := time.Second
+	for range 5 {
+		tk, _, err := g.Admit(a, now)
+		require.NoError(t, err)
+		g.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 2 * time.Millisecond
+	}
+	ba, ok := g.Get("a")
+	require.True(t, ok)
+	require.Equal(t, breaker.StateOpen, ba.State())
+	now += 2 * time.Second
+	_, _, err = g.Admit(a, now) // the probe, which hangs
+	require.NoError(t, err)
+	require.Equal(t, breaker.StateHalfOpen, ba.State())
+
+	now += time.Hour
+	_, _, err = g.Admit(sluice.WithResource(context.Background(), "b"), now)
+	require.NoError(t, err)
+	_, ok = g.Get("b")
+	require.True(t, ok, "an hour after its probe hung, with no call of its key, member a is idle and must make room")
+}

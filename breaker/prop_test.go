@@ -29,7 +29,7 @@ type machine struct {
 	trips             int
 	probes, need      int64
 	taken, succ, fail int64
-	since             time.Duration // when the phase began
+	lastProbe         time.Duration // when the last probe was admitted
 	phase             int
 	base, most        time.Duration
 	jitter, draw      float64
@@ -55,7 +55,7 @@ func (x *machine) setPhase(to breaker.State, now, openFor time.Duration, forced 
 	if x.state != to {
 		x.changes = append(x.changes, x.state.String()+">"+to.String())
 	}
-	x.state, x.forced, x.since = to, forced, now
+	x.state, x.forced = to, forced
 	x.taken, x.succ, x.fail = 0, 0, 0
 	x.sinceOK, x.armed, x.hasTick = 0, false, false
 	switch to {
@@ -100,7 +100,14 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 	}
 	if x.state == breaker.StateHalfOpen {
 		if x.taken >= x.probes {
-			if now-x.since > max(x.base, 2*x.usual) && x.succ+x.fail < x.taken && !x.forced {
+			wait := max(x.base, 10*time.Second)
+			switch {
+			case x.usual > 0:
+				wait = max(x.base, 2*x.usual)
+			case x.proto.slow > 0:
+				wait = max(x.base, x.proto.slow)
+			}
+			if now-x.lastProbe > wait && x.succ+x.fail < x.taken && !x.forced {
 				// Probes that have not ended by then count as failed.
 				x.fail = x.taken - x.succ
 				x.trips++
@@ -110,6 +117,7 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 			return false, false, x.base
 		}
 		x.taken++
+		x.lastProbe = now
 		return true, true, 0
 	}
 	x.ticked = false
