@@ -198,8 +198,8 @@ const rejectedKey = "sluice.rejected"
 // handler first: a 4xx it makes of the error (a domain error mapped to a
 // 404) goes out and counts as that 4xx; a 5xx is answered by the fallback,
 // and counts as that 5xx. Past the Guard's deadline such an error is a
-// timeout, answered by its fallback (degrade.OnTimeout) as the 500 it would
-// have been. So is a 5xx the handler writes (through c.Response() or its
+// timeout to the fallbacks (degrade.OnTimeout). So is a 5xx the handler
+// writes (through c.Response() or its
 // Writer), held back with the body written after it, as in the net/http
 // adapter. An error a fallback answered returns nil to the middleware
 // outside: the answer is the fallback's; the Guard's observers hear the
@@ -324,15 +324,16 @@ func (cfg *config) serve(c echo.Context, next echo.HandlerFunc, rt *routing.Rout
 	if w.Held {
 		return cfg.answerHeld(c, w, call, err)
 	}
-	if err != nil && keep != nil && cerr == err && !res.Committed && reqCtx.Err() == nil && !isHTTPError(err) {
-		if _, rejected := sluice.RejectionOf(err); !rejected &&
-			cfg.Declares(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), err) {
-			// A failure a fallback of the Guard answers: the application's
-			// error handler renders it first, as it would without the
-			// fallback. A 4xx it makes of it (a domain error mapped to a
-			// 404) goes out, and counts as that 4xx; a 5xx is held, and
-			// answered by the fallback for the error itself.
-			w.failed = err
+	if err != nil && keep != nil && !res.Committed && reqCtx.Err() == nil && !isHTTPError(err) {
+		if _, rejected := sluice.RejectionOf(cerr); !rejected &&
+			cfg.Declares(asked, rt.Guard, routeOf(c, rt), key, addr, guardhook.Now(rt.Guard), cerr) {
+			// A failure a fallback of the Guard answers (past the Guard's
+			// deadline, a timeout): the application's error handler
+			// renders it first, as it would without the fallback. A 4xx it
+			// makes of it (a domain error mapped to a 404) goes out, and
+			// counts as that 4xx; a 5xx is held, and answered by the
+			// fallback for the error itself.
+			w.failed = cerr
 			c.Error(err)
 			w.tell(res)
 			if w.Held {

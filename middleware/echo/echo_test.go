@@ -1230,3 +1230,45 @@ func TestEchoErrorHandlers5xxIsAnsweredByTheFallback(t *testing.T) {
 	assert.Equal(t, "fallback", rec.Body.String())
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, c.Outcomes())
 }
+
+// Past the Guard's deadline too, a domain error the application maps to a
+// 404 is that 404, Ignored, and not the stale copy of the resource now
+// deleted (net/http sends a 404 written past the deadline as it is).
+func TestEchoErrorHandlers404PastTheDeadlineIsNotAnsweredStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errNoSuchUser := errors.New("no such user")
+		c := testpolicy.NewCounter()
+		cache, err := middleware.NewStaleCache(8, time.Hour, 1024)
+		require.NoError(t, err)
+		g, err := sluice.New(sluice.With(c), sluice.WithFallback(cache), sluice.WithTimeout(time.Second))
+		require.NoError(t, err)
+		defer g.Close()
+		e := echo.New()
+		e.HTTPErrorHandler = func(err error, ec echo.Context) {
+			if ec.Response().Committed {
+				return
+			}
+			if errors.Is(err, errNoSuchUser) {
+				_ = ec.NoContent(http.StatusNotFound)
+				return
+			}
+			e.DefaultHTTPErrorHandler(err, ec)
+		}
+		deleted := false
+		e.Use(mw(t, WithGuard(g)))
+		e.GET("/users/:id", func(ec echo.Context) error {
+			if deleted {
+				// A slow lookup that finds the user gone.
+				<-ec.Request().Context().Done()
+				return errNoSuchUser
+			}
+			return ec.String(http.StatusOK, "alice")
+		})
+		require.Equal(t, http.StatusOK, do(e, http.MethodGet, "/users/1").Code)
+		require.Equal(t, 1, cache.Len())
+		deleted = true
+		rec := do(e, http.MethodGet, "/users/1")
+		assert.Equal(t, http.StatusNotFound, rec.Code, "a deleted user's stale copy is served: body %q", rec.Body.String())
+		assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1, sluice.Ignored: 1}, c.Outcomes())
+	})
+}
