@@ -59,7 +59,8 @@ func TestRoutesClose(t *testing.T) {
 }
 
 // Wildcards no router accepts, which would name a route no request has,
-// are refused: "..." or {$} before the last segment, a name given twice.
+// are refused: "..." or {$} before the last segment, a name given twice, a
+// wildcard host.
 // A name that is no Go identifier stays, as chi's routes may have one.
 func TestNewRoutesRefusesWildcardsNoRouteHas(t *testing.T) {
 	g := testpolicy.MustGuard(t)
@@ -68,6 +69,8 @@ func TestNewRoutesRefusesWildcardsNoRouteHas(t *testing.T) {
 		"GET /u/{id}/{id}":         `"id" is named twice`,
 		"GET /u/{$}/x":             "{$} ends a path",
 		"GET /u/{$...}":            "{$} ends a path",
+		"GET {tenant}/orders":      "in the host",
+		"{tenant}/orders/{id}":     "in the host",
 	} {
 		_, err := NewRoutes(RouteTo(bad, g))
 		assert.ErrorContains(t, err, why, bad)

@@ -370,6 +370,8 @@ func checkPattern(pattern string) error {
 		last := i == len(segs)-1
 		name, rest := strings.CutSuffix(seg[1:len(seg)-1], "...")
 		switch {
+		case i == 0 && path != "":
+			return fmt.Errorf("wildcard %q in the host: a route's host is literal", seg)
 		case name == "":
 			return fmt.Errorf("wildcard segment %q has no name", seg)
 		case rest && !last:

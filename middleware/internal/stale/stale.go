@@ -183,11 +183,12 @@ var dropped = []string{
 // keep the answer only when it says public.
 func Asked(r *http.Request) (keep, credentialed bool) {
 	for k, v := range r.Header {
-		if len(v) == 0 {
-			continue
+		// By length first: most fields are none of the three. In any case:
+		// a field set by a middleware under a name of its own spelling is
+		// the same field.
+		if len(v) == 0 || len(k) != len("Authorization") && len(k) != len("Cookie") {
+			continue // "Cache-Control" is as long as "Authorization"
 		}
-		// In any case: a field set by a middleware under a name of its
-		// own spelling is the same field.
 		switch {
 		case strings.EqualFold(k, "Authorization") || strings.EqualFold(k, "Cookie"):
 			credentialed = true
