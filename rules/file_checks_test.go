@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -254,4 +256,43 @@ func TestNestedAliasesAreRefusedWithinBounds(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more errors")
 	assert.Less(t, strings.Count(err.Error(), "\n"), 110)
+}
+
+// Once aliases have stood for more than maxExpanded nodes, every alias of
+// a mapping or a list after it stands for an empty one: a small file does
+// not make the parser read (and keep an error for) millions of nodes.
+func TestAliasesPastTheBoundAreNotFollowed(t *testing.T) {
+	var b strings.Builder
+	// A nested bomb, read first, takes the count past the bound.
+	b.WriteString("x0: &l0 [a]\n")
+	for i := 1; i <= 6; i++ {
+		fmt.Fprintf(&b, "x%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	b.WriteString("routes: *l6\n")
+	// Then one guard of 300 policies, aliased by 300 guards.
+	const n = 300
+	b.WriteString("guards:\n  g0: &g\n    policies:\n      - &p {name: a, kind: token-bucket, rate: 100/s, burst: -1}\n")
+	for range n - 1 {
+		b.WriteString("      - *p\n")
+	}
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, "  g%d: *g\n", i)
+	}
+	_, err := parse("rules.yaml", []byte(b.String()))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "aliases stand for more than 100000 nodes")
+	m := regexp.MustCompile(`and (\d+) more errors`).FindStringSubmatch(err.Error())
+	more := 0
+	if m != nil {
+		more, _ = strconv.Atoi(m[1])
+	}
+	t.Logf("file of %d bytes; %d errors past the first %d", b.Len(), more, maxErrors)
+	require.Less(t, more, 10*n, "aliases past the bound were followed in full: %d errors kept for a %d-byte file", more, b.Len())
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/degrade"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -215,4 +217,59 @@ func TestAFailedLoadKeepsARateSetByHand(t *testing.T) {
 	require.Error(t, l.Reload())
 	assert.Equal(t, ratelimit.PerSecond(5), tb.Rate(), "the failed load set the rate set by hand back to the old file's")
 	assert.EqualValues(t, 100, tb.Burst())
+}
+
+// hookName is a policy whose Name runs fn: it stands in for an operator's
+// click that arrives while a load runs, once the load set new numbers in
+// place and before it fails.
+type hookName struct {
+	*ratelimit.TokenBucket
+	fn func()
+}
+
+func (h hookName) Name() string {
+	if h.fn != nil {
+		h.fn()
+	}
+	return h.TokenBucket.Name()
+}
+
+// A rate set by hand (the dashboard's rate action) while a load runs, once
+// the load set the bucket's new numbers in place, holds when the load then
+// fails, as shadow modes set by hand then do: the operator was told it was
+// set.
+func TestARateSetByHandDuringAFailedLoadHolds(t *testing.T) {
+	v1 := "guards:\n  api:\n    policies:\n      - {name: bucket, kind: token-bucket, rate: 100/s, burst: 100}\n" +
+		"  batch:\n    policies:\n      - {name: other, kind: token-bucket, rate: 100/s, burst: 100}\n" +
+		"routes:\n  - {route: \"GET /a\", guard: api}\n"
+	var tb *ratelimit.TokenBucket
+	var fired atomic.Bool
+	hookTB, err := ratelimit.NewTokenBucket(ratelimit.PerSecond(1000), 1000, ratelimit.WithName("hook"))
+	require.NoError(t, err)
+	hook := hookName{TokenBucket: hookTB, fn: func() {
+		// Once the load has set burst 50 in place: the operator sets the
+		// rate to 5/s by hand.
+		if tb != nil && tb.Burst() == 50 && fired.CompareAndSwap(false, true) {
+			require.NoError(t, tb.SetLimit(ratelimit.PerSecond(5), tb.Burst()))
+		}
+	}}
+	strs, err := degrade.New(degrade.OnRejected(degrade.Value("busy")))
+	require.NoError(t, err)
+	l, path := newLoader(t, v1, WithGuardOptions(func(guard string) []sluice.Option {
+		if guard == "batch" { // fallbacks no middleware can serve: no route may take it
+			return []sluice.Option{sluice.With(hook), sluice.WithFallback(strs)}
+		}
+		return nil
+	}))
+	_, err = l.HTTP()
+	require.NoError(t, err)
+	g, _ := l.Guard("api")
+	tb = g.Policies()[0].(*ratelimit.TokenBucket)
+
+	// The burst changes in place; the route to batch fails the load after.
+	v2 := strings.Replace(v1, "burst: 100}\n  batch", "burst: 50}\n  batch", 1) + "  - {route: \"GET /b\", guard: batch}\n"
+	writeRules(t, path, v2)
+	require.ErrorContains(t, l.Reload(), "answers no http.Handler")
+	require.True(t, fired.Load(), "the hook never ran after the numbers were set")
+	require.Equal(t, ratelimit.PerSecond(5), tb.Rate(), "the failed load undid the rate the operator set while it ran")
 }

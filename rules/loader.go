@@ -401,7 +401,19 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 		for i, c := range pending {
 			if t, ok := c.prev.p.(retunable); ok {
 				r, b := t.Rate(), t.Burst()
-				inForce[i] = func() error { return t.SetLimit(r, b) }
+				to := c.made.spec
+				inForce[i] = func() error {
+					// A number set by hand since this load set its own
+					// (the dashboard shows the limiter meanwhile) stays.
+					nr, nb := t.Rate(), t.Burst()
+					if nr == to.rate {
+						nr = r
+					}
+					if nb == to.burst {
+						nb = b
+					}
+					return t.SetLimit(nr, nb)
+				}
 			}
 			if err := update(c.prev, c.made.spec); err != nil {
 				setBack(i)

@@ -221,7 +221,7 @@ func parse(name string, data []byte) (*spec, error) {
 		p.check(s)
 	}
 	if len(p.errs) > maxErrors {
-		more := len(p.errs) - maxErrors
+		more := len(p.errs) - maxErrors + p.more
 		p.errs = append(p.errs[:maxErrors], fmt.Errorf("%s: and %d more errors", name, more))
 	}
 	if len(p.errs) > 0 {
@@ -237,6 +237,7 @@ type parser struct {
 	// aliases' included; sizes holds each anchored node's count.
 	expanded int
 	sizes    map[*yaml.Node]int
+	more     int // errors past maxErrors+1, not kept
 }
 
 // maxExpanded bounds the nodes aliases may stand for in one file: anchors
@@ -256,8 +257,8 @@ func (p *parser) deref(n *yaml.Node) *yaml.Node {
 		return n
 	}
 	a := n.Alias
-	if p.expanded > maxExpanded {
-		return a // said once, when it went past
+	if p.expanded > maxExpanded { // said once, when it went past
+		return &yaml.Node{Kind: a.Kind, Tag: a.Tag, Value: a.Value, Line: a.Line, Column: a.Column}
 	}
 	p.expanded += p.size(a, 0)
 	if p.expanded > maxExpanded {
@@ -295,6 +296,10 @@ func (p *parser) size(n *yaml.Node, depth int) int {
 }
 
 func (p *parser) errf(n *yaml.Node, format string, args ...any) {
+	if len(p.errs) > maxErrors {
+		p.more++ // counted, not kept: parse says how many
+		return
+	}
 	p.errs = append(p.errs, fmt.Errorf("%s:%d:%d: %s", p.file, n.Line, n.Column, fmt.Sprintf(format, args...)))
 }
 

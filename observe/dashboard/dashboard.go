@@ -47,8 +47,8 @@ type Dashboard struct {
 	redis     []*redisSeen  // one a Redis limiter; see redis.go
 	// retired are the watches let go of whose Guard may still serve (a
 	// rules reload's, not yet retired), by name: the next Guard of that
-	// name with the same policies shows their calls on (see
-	// guardWatch.stats); one of other policies starts its totals afresh.
+	// name shows their calls on (see guardWatch.stats), its policies
+	// matched by name when its chain is another.
 	retired map[string]*guardWatch
 
 	actionsDone, actionsRefused atomic.Uint64
