@@ -707,7 +707,12 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 		}
 		before := now
 		pctx := ctx
-		if w && g.shadow.Load()>>i&1 != 0 {
+		// Read once: a waiting policy's mode decides both whether it may
+		// make the call wait and whether its rejection holds, and a
+		// SetShadow while it decides must not enforce the answer it gave
+		// shadowed (one that would have queued).
+		shadowed := g.shadow.Load()>>i&1 != 0
+		if w && shadowed {
 			// Shadowed, it decides whether it would admit at once, and
 			// makes no call wait (see shadow.go).
 			pctx = nowait.Context(ctx)
@@ -720,7 +725,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			now = g.now()
 			waited += now - before
 		}
-		if cause != nil && g.shadow.Load()>>i&1 == 0 {
+		if cause != nil && !shadowed {
 			c.wait = waited
 			return g.rejected(ctx, c, i, now, q, cause, true)
 		}

@@ -184,3 +184,35 @@ func TestAShadowedPolicyThatWaitsMakesNoCallWait(t *testing.T) {
 		assert.Equal(t, uint64(1), g.Stats().Policies[0].ShadowRejected)
 	})
 }
+
+// A bulkhead with a queue, shadowed, is asked without waiting and
+// "rejects" the call it would have queued; SetShadow(off) lands while its
+// Admit runs (here from its own state listener, the instant an operator
+// could). The call decides with the mode it found: it runs, shadowed, and
+// is not refused by an answer given in shadow mode.
+func TestAShadowModeTurnedOffDuringAWaitingAdmitDoesNotReject(t *testing.T) {
+	bh, err := adaptive.NewBulkhead(1, adaptive.WithQueue(4, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sluice.New(sluice.With(bh), sluice.WithShadow("adaptive/bulkhead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hold sluice.Call
+	if err := g.Begin(context.Background(), &hold); err != nil {
+		t.Fatal(err)
+	}
+	defer hold.End(nil)
+	unsub := bh.Subscribe(func(c sluice.StateChange) {
+		if c.To == adaptive.StateShedding {
+			_ = g.SetShadow("adaptive/bulkhead", false)
+		}
+	})
+	defer unsub()
+	ran := false
+	err = g.Do(context.Background(), func(context.Context) error { ran = true; return nil })
+	if errors.Is(err, sluice.ErrRejected) || !ran {
+		t.Fatalf("a call that began with the bulkhead in shadow mode was rejected by it: %v", err)
+	}
+}
