@@ -2,6 +2,8 @@ package adaptive_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -205,4 +207,54 @@ func TestAWaitingPredecessorsQueueIsWoken(t *testing.T) {
 		}
 		s[0].Done(v0.Ticket, sluice.Success, now(), ms)
 	})
+}
+
+// After a rules reload made a bulkhead of 1 anew (shedhook.Carry, as rules
+// does), requests that still reach the old one and those reaching the new
+// one together never run more than 1 at once, however they race for the
+// last slot.
+func TestCarriedBulkheadsTogetherKeepTheLimitUnderRaces(t *testing.T) {
+	old, err := adaptive.NewBulkhead(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu, err := adaptive.NewBulkhead(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shedhook.Carry(old, nu)
+	var running, maxRunning atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := 0; w < 8; w++ {
+		s := old
+		if w%2 == 1 {
+			s = nu
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 20000 && maxRunning.Load() <= 1; i++ {
+				tk, _, err := s.Admit(context.Background(), time.Duration(i))
+				if err != nil {
+					continue
+				}
+				n := running.Add(1)
+				for {
+					m := maxRunning.Load()
+					if n <= m || maxRunning.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				running.Add(-1)
+				s.Done(tk, sluice.Success, time.Duration(i), 0)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if m := maxRunning.Load(); m > 1 {
+		t.Fatalf("old and new bulkhead of 1 (carried) ran %d calls at once", m)
+	}
 }

@@ -77,9 +77,9 @@ type Shedder struct {
 	// base is the baseline after the last window, for Done to read.
 	base atomic.Int64
 	// served is how many requests a second the last window that was not a
-	// probe measured (those that ended in Success or Failure, sampled or
+	// probe measured (those that ended, Released ones apart, sampled or
 	// not); 0 before the first. unsampled counts the window's ends of
-	// those that fed it no sample (quick failures).
+	// those that fed it no sample (quick failures, quick ignored ones).
 	served    atomic.Int64
 	unsampled atomic.Int64
 	mu        sync.Mutex // ends windows
@@ -158,7 +158,7 @@ func (s *Shedder) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, 
 	if s.shedding.Load() {
 		s.recover(now)
 	}
-	if s.takeFree() {
+	if s.takeFree(now) {
 		s.yield()
 		return s.ticket(now), sluice.Quota{Limit: -1}, nil
 	}
@@ -229,13 +229,14 @@ func (s *Shedder) Needs() sluice.Needs {
 	return n
 }
 
-// takeFree takes a slot if one is free and no request waits for one.
-func (s *Shedder) takeFree() bool {
-	return s.waiting.Load() == 0 && s.tryTake()
+// takeFree takes a slot at now if one is free and no request waits for
+// one.
+func (s *Shedder) takeFree(now time.Duration) bool {
+	return s.waiting.Load() == 0 && s.tryTake(now)
 }
 
-// tryTake takes a slot if one is free.
-func (s *Shedder) tryTake() bool {
+// tryTake takes a slot at now if one is free.
+func (s *Shedder) tryTake(now time.Duration) bool {
 	for {
 		cur, lim := s.inflight.Load(), s.limit.Load()
 		others := s.carried() + s.ahead()
@@ -243,10 +244,27 @@ func (s *Shedder) tryTake() bool {
 			return false
 		}
 		if s.inflight.CompareAndSwap(cur, cur+1) {
+			if !s.holds(lim) {
+				s.release(now) // waking those it turned away meanwhile
+				return false
+			}
 			s.noteInflight(cur + 1 + others)
 			return true
 		}
 	}
+}
+
+// holds reports whether a slot just taken holds beside the calls of the
+// Shedders of its chain (see carried), read again once it is taken: two
+// calls taking the last slot at once, one on each side of a reload, each
+// read the other's count before the other took it. One of them, at least,
+// sees the other's now, and gives its slot back. Without a chain it is
+// true at once.
+func (s *Shedder) holds(lim int64) bool {
+	if s.pred.Load() == nil && s.succ.Load() == nil {
+		return true
+	}
+	return s.inflight.Load()+s.carried()+s.ahead() <= lim
 }
 
 func (s *Shedder) noteInflight(n int64) {
@@ -263,14 +281,14 @@ func (s *Shedder) noteInflight(n int64) {
 // instant its wait ran out; now when it did not wait or wait out).
 func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Duration, bool) {
 	if s.q == nil {
-		return now, s.tryTake()
+		return now, s.tryTake(now)
 	}
 	q := s.q
 	q.mu.Lock()
 	// Count as waiting before looking at the slots, so that a Done freeing
 	// one either is seen here or sees this waiter.
 	s.waiting.Add(1)
-	if q.len() == 0 && s.tryTake() {
+	if q.len() == 0 && s.tryTake(now) {
 		s.waiting.Add(-1)
 		q.mu.Unlock()
 		s.yield()
@@ -326,17 +344,31 @@ func (s *Shedder) reject(now time.Duration) (sluice.Ticket, sluice.Quota, error)
 
 // dispatch hands free slots to waiters, at the instant now.
 func (s *Shedder) dispatch(now time.Duration) {
+	if s.grant(now) {
+		s.wakeChain(now)
+	}
+}
+
+// grant hands the free slots to the waiters, under the queue's lock. It
+// reports whether it took a slot that did not hold (see holds) and gave it
+// back: the Shedders of the chain may have turned waiters away meanwhile,
+// and are woken once the lock is let go.
+func (s *Shedder) grant(now time.Duration) bool {
 	q := s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.len() > 0 {
-		cur := s.inflight.Load()
+		cur, lim := s.inflight.Load(), s.limit.Load()
 		others := s.carried() + s.ahead()
-		if cur+others >= s.limit.Load() {
-			return
+		if cur+others >= lim {
+			return false
 		}
 		if !s.inflight.CompareAndSwap(cur, cur+1) {
 			continue
+		}
+		if !s.holds(lim) {
+			s.inflight.Add(-1)
+			return true
 		}
 		s.noteInflight(cur + 1 + others)
 		w := q.next()
@@ -344,6 +376,7 @@ func (s *Shedder) dispatch(now time.Duration) {
 		w.granted, w.grant = true, now
 		w.ch <- struct{}{}
 	}
+	return false
 }
 
 // release frees a slot at the instant now: of this Shedder, and of the
@@ -353,6 +386,13 @@ func (s *Shedder) release(now time.Duration) {
 	if s.waiting.Load() > 0 {
 		s.dispatch(now)
 	}
+	s.wakeChain(now)
+}
+
+// wakeChain hands a slot freed at now to the waiters of the Shedders that
+// took this one's place and of those it took the place of, which count its
+// calls.
+func (s *Shedder) wakeChain(now time.Duration) {
 	for n := s.succ.Load(); n != nil; n = n.succ.Load() {
 		if n.q != nil && n.waiting.Load() > 0 {
 			n.dispatch(now)
@@ -460,7 +500,7 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 			// set the window's average alone, where a window of such ends
 			// cuts the limit as deep at that cap.
 			s.sample(now, min(latency, censorCap*base))
-		} else if o == sluice.Failure {
+		} else {
 			s.unsampled.Add(1) // served all the same: the queue judges by it
 		}
 	}
