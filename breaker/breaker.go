@@ -623,7 +623,7 @@ func (b *Breaker) probeWait() time.Duration {
 	c := b.cfg.Load()
 	switch u := b.usual.Load(); {
 	case u > 0:
-		return max(c.openBase, time.Duration(stallFactor*u))
+		return max(c.openBase, time.Duration(stallFactor*u), c.slowThreshold)
 	case c.slowThreshold > 0:
 		return max(c.openBase, c.slowThreshold)
 	}
@@ -645,6 +645,16 @@ func (b *Breaker) hung(p *phase, now time.Duration) bool {
 // as failed, which opens it again. Their ends, when they come, are of a
 // phase gone and count for nothing.
 func (b *Breaker) probesHung(p *phase, now time.Duration) {
+	// The usual latency is taken to be at least the wait just run out, so
+	// that the next probes wait twice as long: a dependency that came back
+	// slower for good is not taken for hung at every probe.
+	wait := int64(b.probeWait())
+	for {
+		u := b.usual.Load()
+		if u >= wait || b.usual.CompareAndSwap(u, wait) {
+			break
+		}
+	}
 	draw := b.jitterDraw()
 	b.mu.Lock()
 	if b.cur.Load() == p {

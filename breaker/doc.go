@@ -52,10 +52,12 @@
 // a sick one gets one probe a second. A probe that hangs, as the calls that
 // opened the breaker may, counts as failed once its wait has passed since
 // the last probe was admitted: the open duration, or twice the usual
-// latency of a success when longer (learnt by the consecutive-failure
-// strategy; without it, the slow-call threshold, else 10 s). The breaker
-// then opens again and probes again, rather than rejecting every call for
-// as long as one call hangs.
+// latency of a success or the slow-call threshold when longer (the usual
+// latency is learnt by the consecutive-failure strategy; without it, 10 s).
+// The breaker then opens again and probes again, rather than rejecting
+// every call for as long as one call hangs, and takes the wait run out for
+// the usual latency: its next probe waits twice as long, so that a
+// dependency that came back slower for good closes it again.
 //
 // # What counts
 //

@@ -187,3 +187,79 @@ func TestAGroupDropsAMemberWhoseProbeHung(t *testing.T) {
 	_, ok = g.Get("b")
 	require.True(t, ok, "an hour after its probe hung, with no call of its key, member a is idle and must make room")
 }
+
+// A breaker with both the consecutive-failure and the slow-call strategies:
+// calls up to 2 s are not slow, by the user's own word. Its dependency used
+// to answer in 100 ms (the usual latency learnt), and comes back from an
+// outage answering in 1.5 s: its first probe, within the slow-call
+// threshold, is not hung at 1 s, and closes the breaker.
+func TestAProbeWithinTheSlowCallThresholdIsNotHung(t *testing.T) {
+	ctx := context.Background()
+	clk := sluice.NewManualClock(0)
+	b, err := breaker.New("dep", breaker.WithClock(clk),
+		breaker.WithConsecutiveFailures(5),
+		breaker.WithSlowCallRatio(2*time.Second, 0.9, 100),
+		breaker.WithOpenDuration(time.Second))
+	require.NoError(t, err)
+	now := time.Second
+	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	require.Equal(t, 1, probeRounds(t, b, now), "a probe of 1.5 s, within the 2 s slow-call threshold, was counted hung")
+}
+
+// probeRounds plays rounds of a probe that succeeds after 1.5 s, 3 s
+// apart from now, with another caller 1.2 s into each, until the breaker
+// closes; it returns how many it took.
+func probeRounds(t *testing.T, b *breaker.Breaker, now time.Duration) int {
+	t.Helper()
+	ctx := context.Background()
+	for round := 1; round <= 10; round++ {
+		now += 3 * time.Second
+		probe, _, err := b.Admit(ctx, now)
+		require.NoError(t, err, "round %d", round)
+		require.Equal(t, breaker.StateHalfOpen, b.State())
+		_, _, _ = b.Admit(ctx, now+1200*time.Millisecond)
+		b.Done(probe, sluice.Success, now+1500*time.Millisecond, 1500*time.Millisecond)
+		if b.State() == breaker.StateClosed {
+			return round
+		}
+	}
+	t.Fatalf("10 probes of 1.5 s succeeded, and the breaker is %v: each was counted hung", b.State())
+	return 0
+}
+
+// A dependency that used to answer in 100 ms comes back from an outage
+// slower for good, answering in 1.5 s, and the breaker has no slow-call
+// threshold: its first probe is taken for hung at 1 s, but the next waits
+// twice as long, succeeds, and closes the breaker.
+func TestADependencyBackSlowerIsNotTakenForHungForever(t *testing.T) {
+	ctx := context.Background()
+	b, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
+	require.NoError(t, err)
+	now := time.Second
+	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	require.Equal(t, 2, probeRounds(t, b, now))
+}

@@ -103,12 +103,14 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 			wait := max(x.base, 10*time.Second)
 			switch {
 			case x.usual > 0:
-				wait = max(x.base, 2*x.usual)
+				wait = max(x.base, 2*x.usual, x.proto.slow)
 			case x.proto.slow > 0:
 				wait = max(x.base, x.proto.slow)
 			}
 			if now-x.lastProbe > wait && x.succ+x.fail < x.taken && !x.forced {
-				// Probes that have not ended by then count as failed.
+				// Probes that have not ended by then count as failed, and
+				// the usual latency is at least that wait.
+				x.usual = max(x.usual, wait)
 				x.fail = x.taken - x.succ
 				x.trips++
 				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
