@@ -3,10 +3,12 @@ package sluicegrpc
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/degrade"
+	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -85,4 +87,27 @@ func TestFallbackAnsweringNilLeavesTheHandlersStatus(t *testing.T) {
 			assert.Equal(t, status.Convert(want).Message(), status.Convert(got).Message())
 		})
 	}
+}
+
+// A slow lookup that finds the resource gone returns NotFound just past
+// the Guard's deadline: it is that NotFound, as net/http sends a 404
+// written past the deadline and Echo renders one, not the timeout
+// fallback's answer (a deleted resource's stale copy), nor a Failure that
+// trips the breakers.
+func TestANotFoundPastTheDeadlineIsNotAnsweredByTheFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testpolicy.NewCounter()
+		fb, err := degrade.New(degrade.OnTimeout(func(context.Context, error) (any, error) { return "stale copy", nil }))
+		require.NoError(t, err)
+		g := mustGuard(t, sluice.With(c), sluice.WithFallback(fb), sluice.WithTimeout(time.Second))
+		info := &grpc.UnaryServerInfo{FullMethod: methodCheck}
+		handler := func(ctx context.Context, _ any) (any, error) {
+			<-ctx.Done() // a slow lookup
+			return nil, status.Error(codes.NotFound, "no such user")
+		}
+		resp, err := unary(t, WithGuard(g))(context.Background(), nil, info, handler)
+		assert.Nil(t, resp, "a deleted user's stale copy is served")
+		assert.Equal(t, codes.NotFound, status.Code(err))
+		assert.Zero(t, c.Outcomes()[sluice.Failure], "a NotFound counted a failure: %v", c.Outcomes())
+	})
 }

@@ -54,8 +54,9 @@ var errMissingKey = status.Error(codes.InvalidArgument, "sluice: the call carrie
 // request whose client left: a proxy's Unavailable for its cancelled
 // upstream call says nothing of the upstream. The Guard's call timeout
 // (sluice.WithTimeout) bounds the handler: its context ends at the deadline,
-// and an error it then returns ends the call with DeadlineExceeded,
-// classified as such (a Failure by default). A call that a ServerInHandle
+// and an error it then returns that classifies as a failure ends the call
+// with DeadlineExceeded, classified as such (a Failure by default); another
+// (a NotFound) goes out as it is, classified as itself. A call that a ServerInHandle
 // admitted is bounded by the tap's Guard's timeout (and by the route's
 // Guard's, when it is another).
 //
@@ -163,14 +164,17 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 
 // endServed ends call, a call this server served whose context, as gRPC
 // gave it to the interceptor, is ctx, with err, the handler's error: past
-// the call's deadline (the Guard's sluice.WithTimeout), err is classified
-// as DeadlineExceeded and returned as the Guard's *timeouterr.Error,
-// for the fallbacks to see; handlerError answers it with DeadlineExceeded.
+// the call's deadline (the Guard's sluice.WithTimeout), an err that
+// classifies as a failure is classified as DeadlineExceeded and returned
+// as the Guard's *timeouterr.Error, for the fallbacks to see;
+// handlerError answers it with DeadlineExceeded. Another (a NotFound) goes
+// out as it is.
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
-	if timedOut(call, ctx, err) {
+	o := c.serverOutcome(ctx, call, err)
+	if o == sluice.Failure && timedOut(call, ctx, err) {
 		return ownTimeout(call.Report(c.serverOutcome(ctx, call, errTimeoutStatus), err))
 	}
-	call.Report(c.serverOutcome(ctx, call, err), nil)
+	call.Report(o, nil)
 	return err
 }
 
@@ -305,11 +309,12 @@ func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error
 		// ends at the same instant: wait for it, so that the admission
 		// tells the timeout as the Guard has it.
 		<-a.call.Context().Done()
-		if timedOut(&a.call, a.parent, err) {
-			return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), err))
-		}
 	}
-	a.call.Report(c.serverOutcome(ctx, &a.call, err), nil)
+	o := c.serverOutcome(ctx, &a.call, err)
+	if o == sluice.Failure && err != nil && cctx != ctx && context.Cause(cctx) == sluice.ErrTimeout && timedOut(&a.call, a.parent, err) {
+		return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), err))
+	}
+	a.call.Report(o, nil)
 	return err
 }
 
