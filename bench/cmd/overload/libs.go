@@ -90,7 +90,7 @@ func overloaded(rw http.ResponseWriter) {
 var shedLibs = []shedLib{
 	{"unguarded", "unguarded", func(w work) (http.Handler, error) { return plain(w), nil }},
 	sluiceShedderLib,
-	{"sentinel", "Sentinel-Go system rule, BBR strategy", sentinelShed},
+	{"sentinel", "Sentinel-Go system rule, BBR strategy (always on)", sentinelShed},
 	{"hystrix", "hystrix-go defaults (10 concurrent)", hystrixShed},
 	{"go-zero", "go-zero adaptive shedder", goZeroShed},
 	{"kratos", "kratos aegis BBR", kratosShed},
@@ -130,7 +130,11 @@ func initSentinel() error {
 var sentinelDir string
 
 // sentinelShed is Sentinel's adaptive system protection: a CPU-usage system
-// rule with the BBR strategy, checked on every inbound entry.
+// rule with the BBR strategy, checked on every inbound entry. Sentinel-Go
+// (v1.0.4) takes a CPU trigger as a share (it refuses one past 1) and
+// compares it with the process's CPU in percent (100 a busy core): a
+// trigger of 0.8 is passed at once, and BBR is on from the first request,
+// whatever the CPU. No trigger it takes means 80 % of the CPU.
 func sentinelShed(w work) (http.Handler, error) {
 	if err := initSentinel(); err != nil {
 		return nil, err

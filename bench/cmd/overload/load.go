@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -57,16 +58,20 @@ type shot struct {
 
 // poisson returns arrivals at rate per second over total, from seed.
 func poisson(rate float64, total time.Duration, seed uint64, path int) []shot {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return nil // run refuses such rates; none is a schedule
+	}
 	rnd := rand.New(rand.NewPCG(seed, uint64(rate*1000)))
 	var out []shot
 	t := 0.0
 	for {
 		t += rnd.ExpFloat64() / rate
-		at := time.Duration(t * float64(time.Second))
-		if at >= total {
+		// Compared before the conversion, which a rate too low for the
+		// run would overflow.
+		if t*float64(time.Second) >= float64(total) {
 			return out
 		}
-		out = append(out, shot{at: at, path: path})
+		out = append(out, shot{at: time.Duration(t * float64(time.Second)), path: path})
 	}
 }
 
@@ -113,6 +118,9 @@ func fire(client *http.Client, base string, paths []string, shots []shot, hooks 
 			}
 		}
 		r.lat = min(time.Since(start)-due, clientTimeout)
+		if r.status == 0 {
+			r.lat = clientTimeout // never answered: counted as given up on
+		}
 		res[i] = r
 	}
 	// Requests go to workers that wait for the next one when done, so that

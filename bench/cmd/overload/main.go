@@ -102,8 +102,8 @@ func parseLevels(s string) ([]float64, error) {
 	var out []float64
 	for _, f := range split(s) {
 		x, err := strconv.ParseFloat(f, 64)
-		if err != nil || x <= 0 {
-			return nil, fmt.Errorf("-levels: %q is not a positive number", f)
+		if err != nil || !(x >= 0.01 && x <= 100) {
+			return nil, fmt.Errorf("-levels: %q is not a multiple of capacity from 0.01 to 100", f)
 		}
 		out = append(out, x)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -95,6 +96,19 @@ func run(cfg config) (*report, error) {
 	for _, s := range cfg.scenarios {
 		if s != "cpu" && s != "pool" && s != "dep" {
 			return nil, fmt.Errorf("no scenario %q", s)
+		}
+	}
+	switch {
+	case cfg.runs < 1:
+		return nil, fmt.Errorf("-runs %d: at least 1", cfg.runs)
+	case cfg.dur <= 0:
+		return nil, fmt.Errorf("-duration %v: it must be positive", cfg.dur)
+	case cfg.warm < 0:
+		return nil, fmt.Errorf("-warmup %v: it must not be negative", cfg.warm)
+	}
+	for sc, c := range cfg.capacity {
+		if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+			return nil, fmt.Errorf("-%s-capacity %v: a rate of requests/s, or 0 to measure it", sc, c)
 		}
 	}
 	for _, l := range cfg.libs {
@@ -202,7 +216,11 @@ func (rep *report) measureCapacity(scenario string) (float64, error) {
 	if scenario == "pool" {
 		workers = 2 * poolConns
 	}
-	return closedLoop(client, c.base+"/work", workers, rep.cfg.capWarm, rep.cfg.capDur), nil
+	capacity := closedLoop(client, c.base+"/work", workers, rep.cfg.capWarm, rep.cfg.capDur)
+	if capacity*rep.cfg.capDur.Seconds() < 10 {
+		return 0, fmt.Errorf("%s: the unguarded server answered %.1f requests/s: no capacity to play levels of", scenario, capacity)
+	}
+	return capacity, nil
 }
 
 // playLevel plays one level of a surge scenario against a fresh server.
@@ -252,7 +270,8 @@ func surgeStats(res []result, warm, dur time.Duration, capacity float64) levelSt
 	st.p99 = -1
 	if len(lats) > 0 {
 		slices.Sort(lats)
-		st.p99 = float64(lats[(len(lats)*99)/100]) / float64(time.Millisecond)
+		// Nearest rank: the ⌈0.99·n⌉-th of n.
+		st.p99 = float64(lats[(len(lats)*99+99)/100-1]) / float64(time.Millisecond)
 	}
 	return st
 }
