@@ -29,7 +29,10 @@ import (
 // matches sluice.ErrRejected and its cause with errors.Is). An admitted
 // call's outcome is the error it returned, classified by WithClassifier
 // (default [Classify]: Unavailable, DeadlineExceeded, Internal, Unknown and
-// DataLoss are failures). WithTimeout bounds each guarded call. A call whose
+// DataLoss are failures). WithTimeout bounds each guarded call; past the
+// Guard's deadline, an error that classifies as a failure ends the call as
+// its timeout (DeadlineExceeded), and another (a NotFound answered as the
+// deadline came) goes back as itself. A call whose
 // context has already ended (a handler's inherited deadline that passed)
 // goes on unguarded, for gRPC to fail unsent with its context's status
 // (Canceled, DeadlineExceeded): it asks the Guard nothing and counts as no
@@ -259,10 +262,14 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 	}
 	err = invoker(ictx, method, req, reply, cc, opts...)
 	returned = true
-	if timedOut(call, ctx, err) {
+	// Past the Guard's deadline, an error that classifies as a failure is
+	// the timeout; another (a NotFound the server answered as the deadline
+	// came) goes back as itself, as on a server.
+	o := c.outcome(call, err)
+	if o == sluice.Failure && timedOut(call, ctx, err) {
 		return timeoutStatus(call.Report(c.outcome(call, errTimeoutStatus), err))
 	}
-	call.Report(c.outcome(call, err), nil)
+	call.Report(o, nil)
 	return err
 }
 

@@ -487,3 +487,24 @@ func TestClientCallsAreTheirMethodsResource(t *testing.T) {
 	_, ok := group.Get("/frontend.Shop/Order")
 	assert.False(t, ok, "the inbound method has no breaker of the client's")
 }
+
+// A dependency that answers NotFound just past the client Guard's deadline
+// (sluice.WithTimeout): the caller gets that NotFound, counted as Ignored,
+// as the server interceptor sends a NotFound returned past its deadline
+// and the net/http Transport returns a 404 answered past it; not a
+// DeadlineExceeded failure that trips the client's breakers.
+func TestAClientNotFoundPastTheDeadlineGoesBackAsItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := testpolicy.NewCounter()
+		g := mustGuard(t, sluice.With(c), sluice.WithTimeout(100*time.Millisecond))
+		client, err := UnaryClientInterceptor(WithGuard(g))
+		require.NoError(t, err)
+		invoke := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			<-ctx.Done() // a slow lookup whose answer lands as the deadline passes
+			return status.Error(codes.NotFound, "no such user")
+		}
+		err = client(context.Background(), methodCheck, nil, nil, nil, invoke)
+		assert.Equal(t, codes.NotFound, status.Code(err), "the dependency's NotFound was replaced: %v", err)
+		assert.Zero(t, c.Outcomes()[sluice.Failure], "a NotFound counted as a failure: %v", c.Outcomes())
+	})
+}
