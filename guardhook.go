@@ -17,6 +17,12 @@ func init() {
 	guardhook.Detach = func(g any) { g.(*Guard).detach() }
 	guardhook.Retire = func(g any) { g.(*Guard).retired.Store(true) }
 	guardhook.Retired = func(g any) bool { return g.(*Guard).retired.Load() }
+	guardhook.Closed = func(g any) bool {
+		gd := g.(*Guard)
+		gd.unsubsMu.Lock()
+		defer gd.unsubsMu.Unlock()
+		return gd.closed
+	}
 	guardhook.Waits = func(g any) bool {
 		gd := g.(*Guard)
 		return gd != nil && gd.waits != nil

@@ -249,7 +249,9 @@ func (l *Loader) Version() Version { return l.cur.Load().version }
 // with sluice.Guard.Do or sluice.Execute; false when no guard has that
 // name. A reload that changes the guard makes a new Guard, which a later
 // call of Guard returns; the adapters of the Loader (HTTP, Echo) follow it
-// themselves.
+// themselves. Ask for the Guard at each call: the observers (metrics, the
+// dashboard) count the calls of one a reload replaced for a minute after
+// its last call ended, not for good.
 func (l *Loader) Guard(name string) (*sluice.Guard, bool) {
 	g, ok := l.cur.Load().guards[name]
 	return g, ok

@@ -37,6 +37,34 @@ var (
 	Retired func(g any) bool
 )
 
+// Closed reports whether g (a *sluice.Guard) was closed.
+var Closed func(g any) bool
+
+// Grace is how long a Guard a reload replaced (retired, not closed) is
+// read on once no call of it is in flight: a request that found it in
+// force before the reload may begin its call after, and an observer that
+// stopped reading it would lose that call.
+var Grace = time.Minute
+
+// Settled reports whether g counts no more calls, for an observer that
+// reads it on after its successor took its place: retired with nothing in
+// flight, and closed, or so since idle for Grace. idle holds the instant it
+// was first found so (zero until then, and again when a call comes);
+// Settled keeps it.
+func Settled(g any, idle *time.Time, now time.Time) bool {
+	if !Retired(g) || InFlight(g) != 0 {
+		*idle = time.Time{}
+		return false
+	}
+	if Closed(g) {
+		return true
+	}
+	if idle.IsZero() {
+		*idle = now
+	}
+	return now.Sub(*idle) >= Grace
+}
+
 // Waits reports whether a policy of g (a *sluice.Guard, possibly nil) may
 // wait in its Admit.
 var Waits func(g any) bool

@@ -229,6 +229,7 @@ type guardWatch struct {
 	prevMu    sync.Mutex
 	prev      *guardWatch
 	prevFinal *shown
+	prevIdle  time.Time // see guardhook.Settled
 }
 
 // shown is what the page shows of a Guard: its Stats with the counts of
@@ -265,7 +266,7 @@ func (w *guardWatch) stats() shown {
 	if w.prev != nil {
 		// Settled is read first: a call that ends after the read below
 		// is then read again at the next view, not frozen out.
-		settled := guardhook.Retired(w.prev.g) && guardhook.InFlight(w.prev.g) == 0
+		settled := guardhook.Settled(w.prev.g, &w.prevIdle, time.Now())
 		ps := w.prev.stats()
 		if c, ok := guardhook.Carried(w.g).(*sluice.Stats); ok {
 			// Carried from a Guard of the same chain, with its counts.

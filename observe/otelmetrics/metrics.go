@@ -221,9 +221,11 @@ func (w *watch) settled() bool {
 	if g == nil {
 		return true
 	}
-	if !guardhook.Retired(g) || !settled(g) {
+	if !guardhook.Settled(g, &w.idle, time.Now()) {
 		// A Guard let go of but not retired (a rules reload between its
-		// successor's making and its being put in force) still serves.
+		// successor's making and its being put in force) still serves;
+		// one retired by a reload is read on for a while once idle (a
+		// request that found it in force may begin its call after).
 		return false
 	}
 	if !w.hears {
@@ -252,9 +254,6 @@ func (w *watch) settled() bool {
 	// be. Let go at the third collection that finds it so.
 	return w.short.Add(1) >= 3
 }
-
-// settled reports whether every call g admitted has ended.
-func settled(g *sluice.Guard) bool { return guardhook.InFlight(g) == 0 }
 
 // waits reports whether a policy of g may make calls wait.
 func waits(g *sluice.Guard) bool {
@@ -335,6 +334,7 @@ type watch struct {
 	heard      atomic.Uint64 // the calls observe was told of
 	hears      bool          // the Guard tells observe of its calls
 	short      atomic.Int32  // collections that found it short of heard calls, none in flight
+	idle       time.Time     // when it was first found retired and idle (see settled), under produceMu
 
 	resMu     sync.Mutex // serializes additions to resources
 	resources atomic.Pointer[map[string]*durations]
