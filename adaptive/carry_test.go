@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,5 +257,58 @@ func TestCarriedBulkheadsTogetherKeepTheLimitUnderRaces(t *testing.T) {
 	wg.Wait()
 	if m := maxRunning.Load(); m > 1 {
 		t.Fatalf("old and new bulkhead of 1 (carried) ran %d calls at once", m)
+	}
+}
+
+// A bulkhead made anew with a queue by a reload (shedhook.Carry, as rules
+// does) beside its old one: a slot taken under the queue's lock that does
+// not hold (the old one's call took its slot meanwhile) is given back, and
+// the waiters woken, without locking the queue again: every worker goes on.
+func TestAQueuedCarriedBulkheadRaceDoesNotDeadlock(t *testing.T) {
+	old, err := adaptive.NewBulkhead(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nu, err := adaptive.NewBulkhead(1, adaptive.WithQueue(64, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shedhook.Carry(old, nu)
+	var stop atomic.Bool
+	var progress [8]atomic.Int64
+	for w := 0; w < 8; w++ {
+		s := old
+		if w == 0 {
+			s = nu
+		}
+		go func() {
+			for i := 0; !stop.Load(); i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				tk, _, err := s.Admit(ctx, time.Duration(i))
+				cancel()
+				if err == nil {
+					s.Done(tk, sluice.Success, time.Duration(i), 0)
+				}
+				progress[w].Add(1)
+			}
+		}()
+	}
+	defer stop.Store(true)
+	var last [8]int64
+	var still [8]int
+	for range 32 { // at most 8 s
+		time.Sleep(250 * time.Millisecond)
+		for w := range progress {
+			p := progress[w].Load()
+			if still[w]++; p != last[w] {
+				still[w] = 0
+			}
+			if still[w] == 4 {
+				buf := make([]byte, 1<<16)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Fatalf("worker %d made no progress in 1 s: Admit/Done hung on the queue's lock\n%s", w, buf)
+			}
+			last[w] = p
+		}
 	}
 }

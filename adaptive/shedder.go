@@ -232,26 +232,45 @@ func (s *Shedder) Needs() sluice.Needs {
 // takeFree takes a slot at now if one is free and no request waits for
 // one.
 func (s *Shedder) takeFree(now time.Duration) bool {
-	return s.waiting.Load() == 0 && s.tryTake(now)
+	if s.waiting.Load() != 0 {
+		return false
+	}
+	took, gaveBack := s.tryTake()
+	if gaveBack {
+		s.woken(now)
+	}
+	return took
 }
 
-// tryTake takes a slot at now if one is free.
-func (s *Shedder) tryTake(now time.Duration) bool {
+// tryTake takes a slot if one is free. gaveBack reports a slot taken that
+// did not hold (see holds) and was given back: the waiters it may have
+// turned away meanwhile are to be woken (woken) once no queue's lock is
+// held.
+func (s *Shedder) tryTake() (took, gaveBack bool) {
 	for {
 		cur, lim := s.inflight.Load(), s.limit.Load()
 		others := s.carried() + s.ahead()
 		if cur+others >= lim {
-			return false
+			return false, false
 		}
 		if s.inflight.CompareAndSwap(cur, cur+1) {
 			if !s.holds(lim) {
-				s.release(now) // waking those it turned away meanwhile
-				return false
+				s.inflight.Add(-1)
+				return false, true
 			}
 			s.noteInflight(cur + 1 + others)
-			return true
+			return true, false
 		}
 	}
+}
+
+// woken hands a slot given back at now to the waiters of this Shedder and
+// of its chain, as a release does.
+func (s *Shedder) woken(now time.Duration) {
+	if s.q != nil && s.waiting.Load() > 0 {
+		s.dispatch(now)
+	}
+	s.wakeChain(now)
 }
 
 // holds reports whether a slot just taken holds beside the calls of the
@@ -281,14 +300,22 @@ func (s *Shedder) noteInflight(n int64) {
 // instant its wait ran out; now when it did not wait or wait out).
 func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Duration, bool) {
 	if s.q == nil {
-		return now, s.tryTake(now)
+		took, gaveBack := s.tryTake()
+		if gaveBack {
+			s.woken(now)
+		}
+		return now, took
 	}
 	q := s.q
 	q.mu.Lock()
 	// Count as waiting before looking at the slots, so that a Done freeing
 	// one either is seen here or sees this waiter.
 	s.waiting.Add(1)
-	if q.len() == 0 && s.tryTake(now) {
+	took, gaveBack := false, false
+	if q.len() == 0 {
+		took, gaveBack = s.tryTake()
+	}
+	if took {
 		s.waiting.Add(-1)
 		q.mu.Unlock()
 		s.yield()
@@ -302,9 +329,15 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	if w == nil {
 		s.waiting.Add(-1)
 		q.mu.Unlock()
+		if gaveBack {
+			s.woken(now)
+		}
 		return now, false
 	}
 	q.mu.Unlock()
+	if gaveBack {
+		s.woken(now) // its own waiters too: this one among them
+	}
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
 }
 
