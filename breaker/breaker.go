@@ -39,6 +39,9 @@ type Breaker struct {
 	// instant it last took a sample.
 	usual    atomic.Int64
 	sampleAt atomic.Int64
+	// hungWait is the wait the last hung probe ran out (see probeWait); 0
+	// once a probe closed the breaker.
+	hungWait atomic.Int64
 
 	mu    sync.Mutex    // guards transitions and the fields below
 	gen   uint64        // last generation handed out
@@ -621,13 +624,22 @@ func (b *Breaker) doneProbe(p *phase, o sluice.Outcome, now, latency time.Durati
 // rejecting everything, for as long as it hangs.
 func (b *Breaker) probeWait() time.Duration {
 	c := b.cfg.Load()
+	var w time.Duration
 	switch u := b.usual.Load(); {
 	case u > 0:
-		return max(c.openBase, time.Duration(stallFactor*u), c.slowThreshold)
+		w = max(c.openBase, time.Duration(stallFactor*u), c.slowThreshold)
 	case c.slowThreshold > 0:
-		return max(c.openBase, c.slowThreshold)
+		w = max(c.openBase, c.slowThreshold)
+	default:
+		w = max(c.openBase, unknownProbeWait)
 	}
-	return max(c.openBase, unknownProbeWait)
+	if h := time.Duration(b.hungWait.Load()); h > 0 {
+		// After a probe counted hung, twice its wait, up to a bound: a
+		// dependency that came back slower for good is not taken for hung
+		// at every probe, and one that hangs still gets a probe that often.
+		w = max(w, min(2*h, max(unknownProbeWait, c.openMax, c.slowThreshold)))
+	}
+	return w
 }
 
 // unknownProbeWait is how long a probe may run when the breaker knows no
@@ -645,16 +657,7 @@ func (b *Breaker) hung(p *phase, now time.Duration) bool {
 // as failed, which opens it again. Their ends, when they come, are of a
 // phase gone and count for nothing.
 func (b *Breaker) probesHung(p *phase, now time.Duration) {
-	// The usual latency is taken to be at least the wait just run out, so
-	// that the next probes wait twice as long: a dependency that came back
-	// slower for good is not taken for hung at every probe.
-	wait := int64(b.probeWait())
-	for {
-		u := b.usual.Load()
-		if u >= wait || b.usual.CompareAndSwap(u, wait) {
-			break
-		}
-	}
+	b.hungWait.Store(int64(b.probeWait())) // the next probes wait longer
 	draw := b.jitterDraw()
 	b.mu.Lock()
 	if b.cur.Load() == p {
@@ -673,6 +676,7 @@ func (b *Breaker) settleProbes(p *phase, c *config, now time.Duration, draw floa
 	switch {
 	case b.halfs.succ >= c.need:
 		b.trips = 0
+		b.hungWait.Store(0)
 		b.setPhase(p, StateClosed, now, 0, false)
 	case b.halfs.fail > c.probes-c.need:
 		b.trips++

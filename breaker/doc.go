@@ -55,9 +55,10 @@
 // latency of a success or the slow-call threshold when longer (the usual
 // latency is learnt by the consecutive-failure strategy; without it, 10 s).
 // The breaker then opens again and probes again, rather than rejecting
-// every call for as long as one call hangs, and takes the wait run out for
-// the usual latency: its next probe waits twice as long, so that a
-// dependency that came back slower for good closes it again.
+// every call for as long as one call hangs; its next probe waits twice as
+// long (up to 10 s, the longest open duration or the slow-call threshold,
+// whichever is longest), so that a dependency that came back slower for
+// good closes it again.
 //
 // # What counts
 //

@@ -263,3 +263,40 @@ func TestADependencyBackSlowerIsNotTakenForHungForever(t *testing.T) {
 	require.Equal(t, breaker.StateOpen, b.State())
 	require.Equal(t, 2, probeRounds(t, b, now))
 }
+
+// Each hung probe makes the next wait twice as long, up to a bound (10 s,
+// the longest open duration or the slow-call threshold): a dependency that
+// keeps hanging still gets a probe that often, not one every few minutes.
+func TestRepeatedlyHungProbesDoNotGrowTheWaitWithoutBound(t *testing.T) {
+	ctx := context.Background()
+	b, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
+	require.NoError(t, err)
+	now := time.Second
+	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	// From here every call hangs: admitted probes never end. A caller
+	// every 100 ms for ten minutes.
+	lastProbe, maxGap, probes := now, time.Duration(0), 0
+	for end := now + 10*time.Minute; now < end; now += 100 * time.Millisecond {
+		if _, _, err := b.Admit(ctx, now); err == nil {
+			probes++
+			maxGap = max(maxGap, now-lastProbe)
+			lastProbe = now
+		}
+	}
+	maxGap = max(maxGap, now-lastProbe)
+	if maxGap > 30*time.Second {
+		t.Fatalf("a dependency hung for 10 min got %d probes, up to %v apart: the probe wait doubles at every hung probe without bound", probes, maxGap)
+	}
+}

@@ -30,6 +30,7 @@ type machine struct {
 	probes, need      int64
 	taken, succ, fail int64
 	lastProbe         time.Duration // when the last probe was admitted
+	hungWait          time.Duration // the wait the last hung probe ran out; 0 once closed
 	phase             int
 	base, most        time.Duration
 	jitter, draw      float64
@@ -107,10 +108,13 @@ func (x *machine) admit(now time.Duration) (ok, probe bool, retry time.Duration)
 			case x.proto.slow > 0:
 				wait = max(x.base, x.proto.slow)
 			}
+			if x.hungWait > 0 {
+				wait = max(wait, min(2*x.hungWait, max(10*time.Second, x.most, x.proto.slow)))
+			}
 			if now-x.lastProbe > wait && x.succ+x.fail < x.taken && !x.forced {
 				// Probes that have not ended by then count as failed, and
-				// the usual latency is at least that wait.
-				x.usual = max(x.usual, wait)
+				// the next wait longer.
+				x.hungWait = wait
 				x.fail = x.taken - x.succ
 				x.trips++
 				x.setPhase(breaker.StateOpen, now, x.openFor(), false)
@@ -196,7 +200,7 @@ func (x *machine) done(phase int, probe, ticked bool, o sluice.Outcome, now, lat
 		}
 		switch {
 		case x.succ >= x.need:
-			x.trips = 0
+			x.trips, x.hungWait = 0, 0
 			x.setPhase(breaker.StateClosed, now, 0, false)
 		case x.fail > x.probes-x.need:
 			x.trips++
