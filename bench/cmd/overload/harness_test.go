@@ -124,3 +124,13 @@ func TestRunRefusesNonsenseDurationsAndRuns(t *testing.T) {
 		}
 	})
 }
+
+// -levels "" (or ","), no level at all, is an error, as zero runs are: it
+// would play nothing and print tables with no column.
+func TestLevelsRefuseAnEmptyList(t *testing.T) {
+	for _, s := range []string{"", ",", " , "} {
+		if lv, err := parseLevels(s); err == nil {
+			t.Errorf("parseLevels(%q) = %v, nil; want an error (no level to play)", s, lv)
+		}
+	}
+}

@@ -107,6 +107,9 @@ func parseLevels(s string) ([]float64, error) {
 		}
 		out = append(out, x)
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-levels: no level to play in %q", s)
+	}
 	return out, nil
 }
 
