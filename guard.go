@@ -462,7 +462,13 @@ func (c *Call) finishErr(err error) error {
 	}()
 	o, rerr := c.classified(err)
 	judged = true
-	return c.Report(o, rerr)
+	return c.report(o, rerr, false) // classified mapped the timeout, if any
+}
+
+// deadlineLike reports whether err, past a Guard's deadline, may be its
+// effect: a rejection (an inner Guard's wait cut short) or a context's end.
+func deadlineLike(err error) bool {
+	return errors.Is(err, ErrRejected) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // classified returns the outcome of c's end with err, by its Guard's
@@ -472,10 +478,18 @@ func (c *Call) classified(err error) (Outcome, error) {
 	if err == nil {
 		return Success, nil
 	}
-	if c.cancel != nil {
-		err = c.g.timedOut(c.ctx, err)
+	o := c.g.classify(classifiable(c.Context(), err))
+	if c.cancel != nil && (o == Failure || deadlineLike(err)) {
+		// Past the Guard's deadline, a failure is the timeout, and so is a
+		// rejection (an inner Guard's wait the deadline cut) or a context's
+		// end (a driver answers a deadline with Canceled); another error
+		// the Classifier counts for nothing (a not-found) stands as it is,
+		// as the adapters send a 4xx or a NotFound answered past it.
+		if te := c.g.timedOut(c.ctx, err); te != err {
+			return c.g.classify(classifiable(c.Context(), te)), te
+		}
 	}
-	return c.g.classify(classifiable(c.Context(), err)), err
+	return o, err
 }
 
 // Report ends an admitted call with outcome o, for adapters that classify
@@ -484,7 +498,10 @@ func (c *Call) classified(err error) (Outcome, error) {
 // timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
 // Report counts; a later one returns err as it is. An Outcome that is none
 // of the four (a Classifier's mistake) counts as a Failure.
-func (c *Call) Report(o Outcome, err error) error {
+func (c *Call) Report(o Outcome, err error) error { return c.report(o, err, true) }
+
+// report is Report, mapping err to the timeout when mapTimeout is set.
+func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 	if err == errBegin || !c.live {
 		return err
 	}
@@ -494,7 +511,9 @@ func (c *Call) Report(o Outcome, err error) error {
 	g := c.g
 	c.live = false
 	if c.cancel != nil {
-		err = g.timedOut(c.ctx, err)
+		if mapTimeout {
+			err = g.timedOut(c.ctx, err)
+		}
 		c.cancel()
 		c.cancel = nil
 	}

@@ -10,10 +10,12 @@ import (
 
 // WithTimeout gives every call that the Guard runs with [Guard.Do],
 // [Execute] or [Guard.Begin] a deadline d after it was admitted: the call's context is
-// cancelled when d passes, and if the call then returns an error, the
-// caller gets an error that matches both ErrTimeout and
-// context.DeadlineExceeded, unwraps to the call's error, and reports
-// Timeout() true. The Guard's policies count it as the Guard's
+// cancelled when d passes, and if the call then returns an error that the
+// Guard's Classifier counts as a Failure, the caller gets an error that
+// matches both ErrTimeout and context.DeadlineExceeded, unwraps to the
+// call's error, and reports Timeout() true; another (a not-found the
+// Classifier ignores) stands as it is, as the adapters send a 4xx answered
+// past the deadline. The Guard's policies count it as the Guard's
 // Classifier says (DefaultClassifier: a Failure, so breakers count it), and
 // its fallbacks can catch it by cause ([CauseTimeout]).
 //

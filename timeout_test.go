@@ -348,3 +348,32 @@ func TestClassifyHookKeepsAnOuterGuardsDeadline(t *testing.T) {
 	require.Len(t, p.doneCalls(), 1)
 	assert.Equal(t, p.doneCalls()[0].outcome, hook, "the hook classifies the outer Guard's deadline as the inner Guard's timeout")
 }
+
+// An error past the Guard's deadline that its Classifier counts for
+// nothing (a not-found) stands as it is, as the adapters send a 404 or a
+// NotFound answered past the deadline; a failure past it is the timeout.
+func TestAnErrorPastTheDeadlineIsTheTimeoutOnlyWhenAFailure(t *testing.T) {
+	errNotFound := errors.New("not found")
+	classify := func(err error) sluice.Outcome {
+		if errors.Is(err, errNotFound) {
+			return sluice.Ignored
+		}
+		return sluice.DefaultClassifier(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		p := &fbPolicy{name: "p"}
+		g := fbGuard(t, sluice.With(p), sluice.WithTimeout(100*time.Millisecond), sluice.WithClassifier(classify))
+		_, err := sluice.Execute(context.Background(), g, func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			return "", errNotFound
+		})
+		require.ErrorIs(t, err, errNotFound)
+		assert.NotErrorIs(t, err, sluice.ErrTimeout)
+		_, err = sluice.Execute(context.Background(), g, func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			return "", errors.New("db: connection reset")
+		})
+		assert.ErrorIs(t, err, sluice.ErrTimeout)
+		assert.Equal(t, []sluice.Outcome{sluice.Ignored, sluice.Failure}, p.seen())
+	})
+}

@@ -171,7 +171,7 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 // out as it is.
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
 	o := c.serverOutcome(ctx, call, err)
-	if o == sluice.Failure && timedOut(call, ctx, err) {
+	if timeoutOf(o, err) && timedOut(call, ctx, err) {
 		return ownTimeout(call.Report(c.serverOutcome(ctx, call, errTimeoutStatus), err))
 	}
 	call.Report(o, nil)
@@ -201,6 +201,16 @@ func ownTimeout(err error) error {
 		return callTimeout{te}
 	}
 	return err
+}
+
+// timeoutOf reports whether an error err of outcome o, past the Guard's
+// deadline, is its timeout: a failure, a rejection (an inner Guard's wait
+// that the deadline cut) or a context's end, as a Guard's Do has it;
+// another (a NotFound) is not.
+func timeoutOf(o sluice.Outcome, err error) bool {
+	return o == sluice.Failure || errors.Is(err, sluice.ErrRejected) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded
 }
 
 // errTimeoutStatus is the status a call past its Guard's deadline is
@@ -311,7 +321,7 @@ func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error
 		<-a.call.Context().Done()
 	}
 	o := c.serverOutcome(ctx, &a.call, err)
-	if o == sluice.Failure && err != nil && cctx != ctx && context.Cause(cctx) == sluice.ErrTimeout && timedOut(&a.call, a.parent, err) {
+	if timeoutOf(o, err) && err != nil && cctx != ctx && context.Cause(cctx) == sluice.ErrTimeout && timedOut(&a.call, a.parent, err) {
 		return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), err))
 	}
 	a.call.Report(o, nil)

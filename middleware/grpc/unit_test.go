@@ -586,3 +586,23 @@ func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
 	err = ci(context.Background(), "/svc/M", nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
 	assert.NoError(t, err, "the client's bulkhead slot leaked")
 }
+
+// Past the Guard's deadline, what is its timeout, as a Guard's Do has it:
+// a failure, a rejection (an inner Guard's wait the deadline cut), a
+// context's end; not a NotFound.
+func TestWhatPastTheDeadlineIsTheTimeout(t *testing.T) {
+	inner := sluice.Rejection(sluice.Decision{Policy: "adaptive/q", Limit: -1, Cause: sluice.ErrConcurrencyLimited})
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.Unavailable, "down"), true},
+		{inner, true},
+		{context.Canceled, true},
+		{status.Error(codes.Canceled, "gone"), true},
+		{status.Error(codes.NotFound, "no such user"), false},
+		{status.Error(codes.InvalidArgument, "bad"), false},
+	} {
+		assert.Equal(t, tc.want, timeoutOf(Classify(tc.err), tc.err), "%v", tc.err)
+	}
+}
