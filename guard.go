@@ -494,8 +494,10 @@ func (c *Call) classified(err error) (Outcome, error) {
 
 // Report ends an admitted call with outcome o, for adapters that classify
 // a call themselves (by an HTTP status, a gRPC code) and answer it
-// themselves: no fallback runs. It returns err, turned into a
-// timeout error (matching [ErrTimeout]) when the Guard's deadline passed. Only the first End or
+// themselves: no fallback runs. It returns err, turned into a timeout error
+// (matching [ErrTimeout]) when the Guard's deadline passed and o is a
+// Failure or err a rejection or a context's end (see [WithTimeout]). Only
+// the first End or
 // Report counts; a later one returns err as it is. An Outcome that is none
 // of the four (a Classifier's mistake) counts as a Failure.
 func (c *Call) Report(o Outcome, err error) error { return c.report(o, err, true) }
@@ -511,7 +513,7 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 	g := c.g
 	c.live = false
 	if c.cancel != nil {
-		if mapTimeout {
+		if mapTimeout && (o == Failure || deadlineLike(err)) {
 			err = g.timedOut(c.ctx, err)
 		}
 		c.cancel()

@@ -266,7 +266,7 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 	// the timeout; another (a NotFound the server answered as the deadline
 	// came) goes back as itself, as on a server.
 	o := c.outcome(call, err)
-	if o == sluice.Failure && timedOut(call, ctx, err) {
+	if timeoutOf(o, err) && timedOut(call, ctx, err) {
 		return timeoutStatus(call.Report(c.outcome(call, errTimeoutStatus), err))
 	}
 	call.Report(o, nil)

@@ -1530,3 +1530,43 @@ func TestTransportClassifierPanicInBodyReadEndsTheCall(t *testing.T) {
 	}()
 	assert.Equal(t, map[sluice.Outcome]int{sluice.Failure: 1}, limit.Outcomes(), "a call whose classifier panicked in a body read")
 }
+
+// errLateNotFound is an error a test's Classifier ignores.
+var errLateNotFound = errors.New("not found")
+
+// lateNotFound is a RoundTripper that answers errLateNotFound once its
+// request's context has ended.
+type lateNotFound struct{}
+
+func (lateNotFound) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return nil, errLateNotFound
+}
+
+// As Guard.Do has it: past the Guard's deadline, an error the Guard's
+// Classifier ignores stands; the Transport agrees.
+func TestTransportIgnoredErrorPastTheDeadlineStands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		classify := func(err error) sluice.Outcome {
+			if errors.Is(err, errLateNotFound) {
+				return sluice.Ignored
+			}
+			return sluice.DefaultClassifier(err)
+		}
+		c := testpolicy.NewCounter()
+		rt, err := Transport(lateNotFound{}, func(string) (*sluice.Guard, error) {
+			return sluice.New(sluice.With(c), sluice.WithTimeout(100*time.Millisecond), sluice.WithClassifier(classify))
+		})
+		require.NoError(t, err)
+		defer rt.Close()
+		_, err = get(t, rt, "http://a.test/", nil)
+		require.ErrorIs(t, err, errLateNotFound)
+		assert.NotErrorIs(t, err, sluice.ErrTimeout, "an ignored error past the deadline became the timeout")
+
+		// Guard.Do with the same Guard for comparison.
+		g, gerr := sluice.New(sluice.WithTimeout(100*time.Millisecond), sluice.WithClassifier(classify))
+		require.NoError(t, gerr)
+		derr := g.Do(context.Background(), func(ctx context.Context) error { <-ctx.Done(); return errLateNotFound })
+		assert.NotErrorIs(t, derr, sluice.ErrTimeout)
+	})
+}
