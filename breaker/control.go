@@ -39,6 +39,7 @@ func (b *Breaker) ForceClose() {
 func (b *Breaker) Reset() {
 	b.transition(func(p *phase, now time.Duration) {
 		b.trips = 0
+		b.hungWait.Store(0)
 		b.setPhase(p, StateClosed, now, 0, false)
 	})
 }

@@ -300,3 +300,61 @@ func TestRepeatedlyHungProbesDoNotGrowTheWaitWithoutBound(t *testing.T) {
 		t.Fatalf("a dependency hung for 10 min got %d probes, up to %v apart: the probe wait doubles at every hung probe without bound", probes, maxGap)
 	}
 }
+
+// tripAfterUsual learns a usual latency of 100 ms and trips b (5 in a row).
+func tripAfterUsual(t *testing.T, b *breaker.Breaker, now time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	for range 20 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	for range 5 {
+		tk, _, err := b.Admit(ctx, now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 50 * time.Millisecond
+	}
+	require.Equal(t, breaker.StateOpen, b.State())
+	return now
+}
+
+// hangEveryProbe has a caller every 100 ms for d, every admitted probe hanging;
+// it returns the gaps between probes and the instant it stopped.
+func hangEveryProbe(b *breaker.Breaker, now, d time.Duration) ([]time.Duration, time.Duration) {
+	var gaps []time.Duration
+	last := time.Duration(-1)
+	for end := now + d; now < end; now += 100 * time.Millisecond {
+		if _, _, err := b.Admit(context.Background(), now); err == nil {
+			if last >= 0 {
+				gaps = append(gaps, now-last)
+			}
+			last = now
+		}
+	}
+	return gaps, now
+}
+
+// Reset brings the breaker back to how New made it ("the backoff at its
+// base"): the longer wait that hung probes built up is forgotten, as when
+// a probe closes the breaker. After a Reset and a new
+// trip, a hung probe is given up as soon as on a fresh breaker.
+func TestResetForgetsTheHungProbeWait(t *testing.T) {
+	fresh, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
+	require.NoError(t, err)
+	now := tripAfterUsual(t, fresh, time.Second)
+	want, _ := hangEveryProbe(fresh, now, 5*time.Second)
+	require.NotEmpty(t, want)
+
+	b, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
+	require.NoError(t, err)
+	now = tripAfterUsual(t, b, time.Second)
+	_, now = hangEveryProbe(b, now, 2*time.Minute) // hung probes: the wait grows to its bound
+	b.Reset()
+	now = tripAfterUsual(t, b, now)
+	got, _ := hangEveryProbe(b, now, 15*time.Second)
+	require.NotEmpty(t, got, "no second probe within 15 s of a trip after Reset")
+	require.Equal(t, want[0], got[0], "after Reset, the first hung probe is given up after %v, on a fresh breaker after %v", got[0], want[0])
+}

@@ -335,7 +335,7 @@ func TestPropertyBreakerMatchesStateMachine(t *testing.T) {
 			case op < 37:
 				trace = append(trace, "reset")
 				b.Reset()
-				x.trips = 0
+				x.trips, x.hungWait = 0, 0
 				x.setPhase(breaker.StateClosed, now, 0, false)
 			default:
 				d := time.Duration(r.IntN(100)-10) * ms
