@@ -134,3 +134,19 @@ func TestLevelsRefuseAnEmptyList(t *testing.T) {
 		}
 	}
 }
+
+// A schedule no memory holds (a capacity of a million at level 100 for
+// 10 s: 1e9 arrivals) is refused before anything is built.
+func TestRunRefusesAScheduleNoMemoryHolds(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.scenarios = []string{"pool"}
+	cfg.libs = []string{"unguarded"}
+	cfg.levels = []float64{100}
+	cfg.capacity["pool"] = 1e6
+	cfg.warm, cfg.dur, cfg.runs = 0, 10*time.Second, 1
+	cfg.exe = os.Args[0]
+	_, err := run(cfg)
+	if err == nil || !strings.Contains(err.Error(), "arrivals") {
+		t.Fatalf("a schedule of 1e9 arrivals: %v", err)
+	}
+}

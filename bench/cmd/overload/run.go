@@ -106,6 +106,9 @@ func run(cfg config) (*report, error) {
 		return nil, fmt.Errorf("-warmup %v: it must not be negative", cfg.warm)
 	}
 	for sc, c := range cfg.capacity {
+		if n := shotsOf(c*slices.Max(append([]float64{0}, cfg.levels...)), cfg.warm+cfg.dur); n > maxShots {
+			return nil, fmt.Errorf("-%s-capacity %v at level %v for %v: %.0f arrivals, past the %d a play may have", sc, c, slices.Max(cfg.levels), cfg.warm+cfg.dur, n, maxShots)
+		}
 		if !(c >= 0 && c <= 1e6) {
 			return nil, fmt.Errorf("-%s-capacity %v: a rate of requests/s up to a million, or 0 to measure it", sc, c)
 		}
@@ -222,6 +225,13 @@ func (rep *report) measureCapacity(scenario string) (float64, error) {
 	return capacity, nil
 }
 
+// maxShots bounds the arrivals of one play: a schedule is held whole, 16
+// bytes an arrival.
+const maxShots = 20_000_000
+
+// shotsOf is about how many arrivals a play at rate for d has.
+func shotsOf(rate float64, d time.Duration) float64 { return rate * d.Seconds() }
+
 // playLevel plays one level of a surge scenario against a fresh server.
 func (rep *report) playLevel(scenario, lib string, li int, level float64) (levelStats, error) {
 	c, err := rep.start(scenario, lib)
@@ -233,6 +243,9 @@ func (rep *report) playLevel(scenario, lib string, li int, level float64) (level
 	defer client.CloseIdleConnections()
 	capacity := rep.capacity[scenario]
 	rate := level * capacity
+	if n := shotsOf(rate, rep.cfg.warm+rep.cfg.dur); n > maxShots {
+		return levelStats{}, fmt.Errorf("%s at %v× of %.0f requests/s: %.0f arrivals, past the %d a play may have", scenario, level, capacity, n, maxShots)
+	}
 	predial(client, c.base, min(int(rate/10)+8, 256))
 	shots := poisson(rate, rep.cfg.warm+rep.cfg.dur, rep.cfg.seed+uint64(li), 0)
 	meter, stolen := startCPU(), startSteal()
