@@ -657,10 +657,11 @@ func (b *Breaker) hung(p *phase, now time.Duration) bool {
 // as failed, which opens it again. Their ends, when they come, are of a
 // phase gone and count for nothing.
 func (b *Breaker) probesHung(p *phase, now time.Duration) {
-	b.hungWait.Store(int64(b.probeWait())) // the next probes wait longer
 	draw := b.jitterDraw()
 	b.mu.Lock()
 	if b.cur.Load() == p {
+		// Under mu, for p still in force: a Reset meanwhile forgets it.
+		b.hungWait.Store(int64(b.probeWait())) // the next probes wait longer
 		b.halfs.fail += max(p.taken.Load()-p.settled.Load(), 0)
 		b.settleProbes(p, b.cfg.Load(), now, draw)
 	}

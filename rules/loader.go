@@ -250,8 +250,8 @@ func (l *Loader) Version() Version { return l.cur.Load().version }
 // name. A reload that changes the guard makes a new Guard, which a later
 // call of Guard returns; the adapters of the Loader (HTTP, Echo) follow it
 // themselves. Ask for the Guard at each call: the observers (metrics, the
-// dashboard) count the calls of one a reload replaced for a minute after
-// its last call ended, not for good.
+// dashboard) count the calls of one a reload replaced or removed for a
+// minute after its last call ended, not for good.
 func (l *Loader) Guard(name string) (*sluice.Guard, bool) {
 	g, ok := l.cur.Load().guards[name]
 	return g, ok
@@ -453,9 +453,23 @@ func (l *Loader) build(old *state, s *spec) (*state, []string, error) {
 	}
 	next.rebuilt = nil
 	if old != nil {
+		var inUse []sluice.Policy
+		for _, g := range next.guards {
+			inUse = append(inUse, g.Policies()...)
+		}
 		for name, g := range old.guards {
 			if next.guards[name] == nil {
-				_ = g.Close()
+				// Let go of, not closed: a request that found it in force
+				// may still begin a call on it, which its observers count
+				// on for a while (it is retired once the new rules are in
+				// force). The policies only it held close, as Close would
+				// close them; the rules' own close below.
+				guardhook.Detach(g)
+				for _, p := range g.Policies() {
+					if !slices.Contains(inUse, p) && !ruled(old, p) && !ruled(next, p) {
+						closePolicy(p)
+					}
+				}
 				out = append(out, "guard "+name+": removed")
 			}
 		}
