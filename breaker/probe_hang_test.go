@@ -194,27 +194,13 @@ func TestAGroupDropsAMemberWhoseProbeHung(t *testing.T) {
 // outage answering in 1.5 s: its first probe, within the slow-call
 // threshold, is not hung at 1 s, and closes the breaker.
 func TestAProbeWithinTheSlowCallThresholdIsNotHung(t *testing.T) {
-	ctx := context.Background()
 	clk := sluice.NewManualClock(0)
 	b, err := breaker.New("dep", breaker.WithClock(clk),
 		breaker.WithConsecutiveFailures(5),
 		breaker.WithSlowCallRatio(2*time.Second, 0.9, 100),
 		breaker.WithOpenDuration(time.Second))
 	require.NoError(t, err)
-	now := time.Second
-	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	for range 5 {
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	require.Equal(t, breaker.StateOpen, b.State())
+	now := tripAfterUsual(t, b, time.Second) // a usual latency of 100 ms
 	require.Equal(t, 1, probeRounds(t, b, now), "a probe of 1.5 s, within the 2 s slow-call threshold, was counted hung")
 }
 
@@ -244,23 +230,9 @@ func probeRounds(t *testing.T, b *breaker.Breaker, now time.Duration) int {
 // threshold: its first probe is taken for hung at 1 s, but the next waits
 // twice as long, succeeds, and closes the breaker.
 func TestADependencyBackSlowerIsNotTakenForHungForever(t *testing.T) {
-	ctx := context.Background()
 	b, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
 	require.NoError(t, err)
-	now := time.Second
-	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	for range 5 {
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	require.Equal(t, breaker.StateOpen, b.State())
+	now := tripAfterUsual(t, b, time.Second) // a usual latency of 100 ms
 	require.Equal(t, 2, probeRounds(t, b, now))
 }
 
@@ -271,20 +243,7 @@ func TestRepeatedlyHungProbesDoNotGrowTheWaitWithoutBound(t *testing.T) {
 	ctx := context.Background()
 	b, err := breaker.New("dep", breaker.WithClock(sluice.NewManualClock(0)), breaker.WithOpenDuration(time.Second))
 	require.NoError(t, err)
-	now := time.Second
-	for range 20 { // successes of 100 ms, 50 ms apart: the usual latency
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Success, now+100*time.Millisecond, 100*time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	for range 5 {
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
-		now += 50 * time.Millisecond
-	}
-	require.Equal(t, breaker.StateOpen, b.State())
+	now := tripAfterUsual(t, b, time.Second) // a usual latency of 100 ms
 	// From here every call hangs: admitted probes never end. A caller
 	// every 100 ms for ten minutes.
 	lastProbe, maxGap, probes := now, time.Duration(0), 0

@@ -535,16 +535,7 @@ func TestClassificationAfterCustomErrorHandler(t *testing.T) {
 	errNoSuchUser := errors.New("no such user")
 	c := testpolicy.NewCounter()
 	e := echo.New()
-	e.HTTPErrorHandler = func(err error, ec echo.Context) {
-		if ec.Response().Committed {
-			return
-		}
-		if errors.Is(err, errNoSuchUser) {
-			_ = ec.NoContent(http.StatusNotFound)
-			return
-		}
-		e.DefaultHTTPErrorHandler(err, ec)
-	}
+	mapNotFound(e, errNoSuchUser)
 	e.Use(mw(t, WithGuard(newGuard(t, c))))
 	e.GET("/", func(echo.Context) error { return errNoSuchUser })
 	assert.Equal(t, http.StatusNotFound, do(e, http.MethodGet, "/").Code)
@@ -1160,16 +1151,7 @@ func TestEchoErrorHandlers404IsNoFailureUnderAFallback(t *testing.T) {
 	require.NoError(t, err)
 	defer g.Close()
 	e := echo.New()
-	e.HTTPErrorHandler = func(err error, ec echo.Context) {
-		if ec.Response().Committed {
-			return
-		}
-		if errors.Is(err, errNoSuchUser) {
-			_ = ec.NoContent(http.StatusNotFound)
-			return
-		}
-		e.DefaultHTTPErrorHandler(err, ec)
-	}
+	mapNotFound(e, errNoSuchUser)
 	e.Use(mw(t, WithGuard(g)))
 	e.GET("/", func(echo.Context) error { return errNoSuchUser })
 	rec := do(e, http.MethodGet, "/")
@@ -1188,16 +1170,7 @@ func TestEchoErrorHandlers404IsNotAnsweredStale(t *testing.T) {
 	require.NoError(t, err)
 	defer g.Close()
 	e := echo.New()
-	e.HTTPErrorHandler = func(err error, ec echo.Context) {
-		if ec.Response().Committed {
-			return
-		}
-		if errors.Is(err, errNoSuchUser) {
-			_ = ec.NoContent(http.StatusNotFound)
-			return
-		}
-		e.DefaultHTTPErrorHandler(err, ec)
-	}
+	mapNotFound(e, errNoSuchUser)
 	deleted := false
 	e.Use(mw(t, WithGuard(g)))
 	e.GET("/users/:id", func(ec echo.Context) error {
@@ -1244,16 +1217,7 @@ func TestEchoErrorHandlers404PastTheDeadlineIsNotAnsweredStale(t *testing.T) {
 		require.NoError(t, err)
 		defer g.Close()
 		e := echo.New()
-		e.HTTPErrorHandler = func(err error, ec echo.Context) {
-			if ec.Response().Committed {
-				return
-			}
-			if errors.Is(err, errNoSuchUser) {
-				_ = ec.NoContent(http.StatusNotFound)
-				return
-			}
-			e.DefaultHTTPErrorHandler(err, ec)
-		}
+		mapNotFound(e, errNoSuchUser)
 		deleted := false
 		e.Use(mw(t, WithGuard(g)))
 		e.GET("/users/:id", func(ec echo.Context) error {
@@ -1271,4 +1235,19 @@ func TestEchoErrorHandlers404PastTheDeadlineIsNotAnsweredStale(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, rec.Code, "a deleted user's stale copy is served: body %q", rec.Body.String())
 		assert.Equal(t, map[sluice.Outcome]int{sluice.Success: 1, sluice.Ignored: 1}, c.Outcomes())
 	})
+}
+
+// mapNotFound gives e the error handler of an application that answers
+// errNotFound, a domain error, with 404, and the others as Echo does.
+func mapNotFound(e *echo.Echo, errNotFound error) {
+	e.HTTPErrorHandler = func(err error, ec echo.Context) {
+		if ec.Response().Committed {
+			return
+		}
+		if errors.Is(err, errNotFound) {
+			_ = ec.NoContent(http.StatusNotFound)
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, ec)
+	}
 }
