@@ -80,7 +80,7 @@ type waiter struct {
 	now   time.Duration
 	ep    *deadlineEpoch
 	bt    sluice.Ticket // of the breaker around Redis
-	state atomic.Int32  // waitQueued, waitLeading, waitDecided or waitAbandoned
+	state atomic.Int32  // waitQueued, waitLeading, waitSent, waitDecided or waitAbandoned
 	wake  chan struct{} // told once: the decision is in c, or the waiter leads batch
 	batch []*waiter     // the requests this waiter sends, itself first
 	args  []any
@@ -89,12 +89,16 @@ type waiter struct {
 }
 
 // A queued waiter's state moves once, from waitQueued: to waitLeading or
-// waitDecided by the request that sends the call before, or to
-// waitAbandoned by the waiter itself when its timeout passes first. The
-// sender frees an abandoned waiter and its call.
+// waitSent (in the batch of the call the leader sends) by the request that
+// sends the call before, or to waitAbandoned by the waiter itself when its
+// timeout passes first. A sent one moves on to waitDecided when its batch's
+// call is answered or lost: it waits for that, as the call, bounded by the
+// leader's deadline (no later than its own), is one call, and its loss one
+// failure. The sender frees an abandoned waiter and its call.
 const (
 	waitQueued int32 = iota
 	waitLeading
+	waitSent
 	waitDecided
 	waitAbandoned
 )
@@ -168,7 +172,7 @@ func (l *Limiter) admitCoalesced(ctx context.Context, c *call, cost int64, now t
 				l.br.failure(bt, at)
 				return l.failed(ctx, c2, now, at, errQueueTimeout)
 			}
-			<-w.wake // decided or leading: the wake is sent
+			<-w.wake // leading, or sent and to be decided: the wake comes
 		}
 		if w.state.Load() == waitLeading {
 			sent = true
@@ -265,7 +269,7 @@ func parseBatch(s string, batch []*waiter) error {
 // Requests that gave up waiting are freed and left out.
 func (l *Limiter) release(sh *laneShard, key string, batch []*waiter) {
 	for _, w := range batch[1:] {
-		if w.state.CompareAndSwap(waitQueued, waitDecided) {
+		if w.state.CompareAndSwap(waitSent, waitDecided) {
 			w.wake <- struct{}{}
 		} else {
 			l.free(w)
@@ -290,7 +294,7 @@ func (l *Limiter) release(sh *laneShard, key string, batch []*waiter) {
 		// sent to be charged for nothing.
 		next.batch = append(next.batch[:0], next)
 		for i++; i < len(ln.q) && len(next.batch) < maxBatch; i++ {
-			if w := ln.q[i]; w.state.Load() == waitQueued {
+			if w := ln.q[i]; w.state.CompareAndSwap(waitQueued, waitSent) {
 				next.batch = append(next.batch, w)
 			} else {
 				l.free(w)
