@@ -511,18 +511,12 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 		o = Failure // the counters and the policies know four
 	}
 	g := c.g
-	// Past the deadline, the timeout: an end reported a failure, a
-	// rejection or a context's end, or an error the Classifier counts a
-	// failure (an adapter reports the outcome of the timeout's status,
-	// which a Classifier may ignore). Read before the call ends: a
-	// Classifier that panics leaves it live, for its adapter to end.
-	timedOut := false
-	if mapTimeout && c.cancel != nil && err != nil && g.timedOut(c.ctx, err) != err {
-		timedOut = o == Failure || deadlineLike(err) || g.classify(classifiable(c.Context(), err)) == Failure
-	}
 	c.live = false
 	if c.cancel != nil {
-		if timedOut {
+		// Past the deadline, the timeout: an end reported a failure, or a
+		// rejection or a context's end (an adapter that took an error for
+		// the timeout says so with one that matches DeadlineExceeded).
+		if mapTimeout && (o == Failure || deadlineLike(err)) {
 			err = g.timedOut(c.ctx, err)
 		}
 		c.cancel()

@@ -267,7 +267,7 @@ func (c *config) invoke(ctx context.Context, call *sluice.Call, method string, r
 	// came) goes back as itself, as on a server.
 	o := c.outcome(call, err)
 	if timeoutOf(o, err) && timedOut(call, ctx, err) {
-		return timeoutStatus(call.Report(c.outcome(call, errTimeoutStatus), err))
+		return timeoutStatus(call.Report(c.outcome(call, errTimeoutStatus), pastDeadline{err}))
 	}
 	call.Report(o, nil)
 	return err

@@ -172,7 +172,7 @@ func (c *config) runUnary(ctx, hctx context.Context, call *sluice.Call, req any,
 func (c *config) endServed(ctx context.Context, call *sluice.Call, err error) error {
 	o := c.serverOutcome(ctx, call, err)
 	if timeoutOf(o, err) && timedOut(call, ctx, err) {
-		return ownTimeout(call.Report(c.serverOutcome(ctx, call, errTimeoutStatus), err))
+		return ownTimeout(call.Report(c.serverOutcome(ctx, call, errTimeoutStatus), pastDeadline{err}))
 	}
 	call.Report(o, nil)
 	return err
@@ -202,6 +202,19 @@ func ownTimeout(err error) error {
 	}
 	return err
 }
+
+// pastDeadline is an error past the Guard's deadline that an interceptor
+// takes for the timeout (see timeoutOf): it matches
+// context.DeadlineExceeded, so that Call.Report maps it to the Guard's
+// timeout whatever outcome it is reported with (that of the timeout's
+// status, which a Classifier may ignore).
+type pastDeadline struct{ error }
+
+// Is reports that the error is a deadline's.
+func (pastDeadline) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Unwrap returns the handler's or the server's error.
+func (e pastDeadline) Unwrap() error { return e.error }
 
 // timeoutOf reports whether an error err of outcome o, past the Guard's
 // deadline, is its timeout: a failure, a rejection (an inner Guard's wait
@@ -322,7 +335,7 @@ func (c *config) endTapped(ctx, cctx context.Context, a *tapAdmission, err error
 	}
 	o := c.serverOutcome(ctx, &a.call, err)
 	if timeoutOf(o, err) && err != nil && cctx != ctx && context.Cause(cctx) == sluice.ErrTimeout && timedOut(&a.call, a.parent, err) {
-		return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), err))
+		return ownTimeout(a.call.Report(c.serverOutcome(ctx, &a.call, errTimeoutStatus), pastDeadline{err}))
 	}
 	a.call.Report(o, nil)
 	return err
