@@ -49,7 +49,8 @@ type Dashboard struct {
 	// rules reload's, not yet retired), by name: the next Guard of that
 	// name shows their calls on (see guardWatch.stats), its policies
 	// matched by name when its chain is another.
-	retired map[string]*guardWatch
+	retired      map[string]*guardWatch
+	retiredOrder []string // the names of retired, oldest first
 
 	actionsDone, actionsRefused atomic.Uint64
 	tuneMu                      sync.Mutex // serialises the rate and burst actions
@@ -244,6 +245,10 @@ type shown struct {
 	rejected [len(causes)]uint64
 }
 
+// maxRetired bounds the watches a Dashboard keeps for Guards let go of,
+// by name, for a successor of their name to carry their counts on.
+var maxRetired = 1024
+
 // stats returns the Stats of w's Guard, with the calls of the Guards it
 // took the place of that it did not carry: a rules load that fails makes
 // the Guard in force again from the ended calls of the one before, whose
@@ -371,6 +376,7 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 	d.guards = slices.Insert(d.guards, i, w)
 	if r := d.retired[name]; r != nil {
 		delete(d.retired, name)
+		d.retiredOrder = slices.DeleteFunc(d.retiredOrder, func(n string) bool { return n == name })
 		w.prev = r
 		// Its fallbacks shown already are not shown again.
 		w.fallbacks = make([]uint64, len(sluice.Stats{}.Fallbacks))
@@ -394,7 +400,16 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 				if d.retired == nil {
 					d.retired = map[string]*guardWatch{}
 				}
+				if d.retired[name] == nil {
+					d.retiredOrder = append(d.retiredOrder, name)
+				}
 				d.retired[name] = w
+				if len(d.retiredOrder) > maxRetired {
+					// Names that come and go (a guard per tenant, removed
+					// by reloads) must not keep their Guards for good.
+					delete(d.retired, d.retiredOrder[0])
+					d.retiredOrder = slices.Delete(d.retiredOrder, 0, 1)
+				}
 			}
 			d.redis = slices.DeleteFunc(d.redis, func(r *redisSeen) bool { return !d.holdsLocked(r.limiter) })
 			d.mu.Unlock()
