@@ -497,9 +497,9 @@ func (c *Call) classified(err error) (Outcome, error) {
 // themselves: no fallback runs. It returns err, turned into a timeout error
 // (matching [ErrTimeout]) when the Guard's deadline passed and o is a
 // Failure or err a rejection or a context's end (see [WithTimeout]). Only
-// the first End or
-// Report counts; a later one returns err as it is. An Outcome that is none
-// of the four (a Classifier's mistake) counts as a Failure.
+// the first End or Report counts; a later one returns err as it is. An
+// Outcome that is none of the four (a Classifier's mistake) counts as a
+// Failure.
 func (c *Call) Report(o Outcome, err error) error { return c.report(o, err, true) }
 
 // report is Report, mapping err to the timeout when mapTimeout is set.
