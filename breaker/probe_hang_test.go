@@ -104,12 +104,7 @@ func TestAProbeAdmittedLateIsNotHungAtOnce(t *testing.T) {
 	b, err := breaker.New("dep", breaker.WithClock(clk)) // 5 in a row, open 1 s, one probe
 	require.NoError(t, err)
 	now := time.Second
-	for range 5 {
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
-		now += 2 * time.Millisecond
-	}
+	now = failFive(t, b, now)
 	require.Equal(t, breaker.StateOpen, b.State())
 	now += 2 * time.Second
 	first, _, err := b.Admit(ctx, now)
@@ -136,12 +131,7 @@ func TestSparseProbesAreNotHung(t *testing.T) {
 	b, err := breaker.New("dep", breaker.WithClock(clk), breaker.WithHalfOpenProbes(3, 1))
 	require.NoError(t, err)
 	now := time.Second
-	for range 5 {
-		tk, _, err := b.Admit(ctx, now)
-		require.NoError(t, err)
-		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
-		now += 2 * time.Millisecond
-	}
+	now = failFive(t, b, now)
 	now += 2 * time.Second
 	for i := range 2 {
 		tk, _, err := b.Admit(ctx, now+time.Duration(i)*600*time.Millisecond)
@@ -316,4 +306,20 @@ func TestResetForgetsTheHungProbeWait(t *testing.T) {
 	got, _ := hangEveryProbe(b, now, 15*time.Second)
 	require.NotEmpty(t, got, "no second probe within 15 s of a trip after Reset")
 	require.Equal(t, want[0], got[0], "after Reset, the first hung probe is given up after %v, on a fresh breaker after %v", got[0], want[0])
+}
+
+// failFive ends five calls of b in a row as failures from now, 2 ms apart,
+// which trips a breaker at its defaults; it returns the instant after.
+func failFive(t *testing.T, b interface {
+	Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error)
+	Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration)
+}, now time.Duration) time.Duration {
+	t.Helper()
+	for range 5 {
+		tk, _, err := b.Admit(context.Background(), now)
+		require.NoError(t, err)
+		b.Done(tk, sluice.Failure, now+time.Millisecond, time.Millisecond)
+		now += 2 * time.Millisecond
+	}
+	return now
 }
