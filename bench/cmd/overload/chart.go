@@ -33,7 +33,6 @@ const (
 	marginL        = 50
 	marginT        = 40
 	marginB        = 40
-	legendW        = 330
 	yMax           = 120.0
 )
 
@@ -46,6 +45,14 @@ func (rep *report) chart(path string) error {
 	}
 	if len(scenarios) == 0 {
 		return nil
+	}
+	// The legend is as wide as its longest label, in basicfont's 7-pixel
+	// glyphs, after its 26-pixel swatch.
+	legendW := 0
+	for _, lib := range shedLibs {
+		if rep.hasLib(lib.name) {
+			legendW = max(legendW, 10+26+7*len([]rune(legendLabel(lib.label)))+10)
+		}
 	}
 	w := len(scenarios)*(panelW+marginL) + legendW
 	h := marginT + panelH + marginB
@@ -100,7 +107,7 @@ func (rep *report) chart(path string) error {
 		}
 		c := palette[ci%len(palette)]
 		line(img, lx, ly, lx+20, ly, c, 3)
-		text(img, lx+26, ly+4, strings.ReplaceAll(lib.label, "`", ""), color.Black)
+		text(img, lx+26, ly+4, legendLabel(lib.label), color.Black)
 		ly += 18
 	}
 	f, err := os.Create(path)
@@ -113,6 +120,10 @@ func (rep *report) chart(path string) error {
 	}
 	return f.Close()
 }
+
+// legendLabel is a library's label as the legend shows it, without the
+// Markdown code marks of the table.
+func legendLabel(label string) string { return strings.ReplaceAll(label, "`", "") }
 
 func (rep *report) hasLib(name string) bool {
 	for _, libs := range rep.shed {
