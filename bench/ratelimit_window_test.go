@@ -122,7 +122,7 @@ func keyedLimiter(b *testing.B, fixed bool) *ratelimit.Keyed {
 			return ratelimit.NewFixedWindow(1<<36, time.Hour)
 		}
 		return ratelimit.NewGCRA(huge, windowHuge)
-	}, ratelimit.WithIdleTTL(3*time.Minute))
+	}, ratelimit.WithIdleTTL(time.Hour))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -30,8 +30,10 @@ var ErrNoKey = fmt.Errorf("%w: the request carries no key", sluice.ErrRateLimite
 const defaultMaxKeys = 100_000
 
 // WithMaxKeys caps the number of keys a Keyed holds at once; when a new key
-// comes to a full Keyed, the least recently used key of its shard is evicted
-// (its limiter is forgotten, so that key starts afresh if it comes back).
+// comes to a full Keyed, the least recently used key of its shard with no
+// call in flight is evicted (its limiter is forgotten, so that key starts
+// afresh if it comes back); when all have one, the new key is held over
+// the cap until some are idle.
 // The default is 100,000. NewKeyed only.
 func WithMaxKeys(n int) Option {
 	return func(o *options) error {
@@ -44,10 +46,11 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithIdleTTL makes a Keyed forget a key that has seen no request for ttl:
-// the next request with that key gets a fresh limiter. Choose ttl no shorter
-// than the time the key's limiter takes to become whole again (its window,
-// or its burst's refill), or forgetting it hands out quota early. Expired
+// WithIdleTTL makes a Keyed forget a key that has seen no request for ttl
+// and has no call in flight: the next request with that key gets a fresh
+// limiter. NewKeyed refuses a ttl shorter than the time the key's limiter
+// takes to become whole again (its window, or its burst's refill), for
+// forgetting a key sooner hands out quota early. Expired
 // keys are dropped lazily, when met on the request path, when a new key
 // needs room, and by the janitor if one runs (WithJanitor). The default,
 // 0, never forgets an idle key; WithMaxKeys still bounds memory. NewKeyed
@@ -100,7 +103,11 @@ func RequireKey() Option {
 // shard holds its share, at least 128 keys, and evicts its own least
 // recently used key, so eviction may start a little before the cap when
 // keys hash unevenly), and keys idle for WithIdleTTL are
-// forgotten. Nothing on the request path walks the keys: an expired key is
+// forgotten. A key with a call in flight is in use: it is neither evicted
+// nor forgotten (its next request would start afresh beside the running
+// call), and a shard whose keys all have one holds a new key over its
+// share until some are idle, so that the keys over the cap are never more
+// than the calls in flight. Nothing on the request path walks the keys: an expired key is
 // dropped when met, and a new key drops at most two expired ones from the end
 // of its shard's list on its way in; the janitor, if one runs (WithJanitor),
 // walks them all. No goroutine runs unless WithJanitor asks for one.
@@ -146,7 +153,9 @@ func (k *Keyed) rateWindow() time.Duration { return time.Duration(k.window.Load(
 // key "": when it fails there, SetLimit returns its error and changes
 // nothing. It is then applied to every limiter held, and to every limiter
 // newLimiter makes from then on before it decides, until the next
-// SetLimit. update runs under a shard's lock: it must not call k.
+// SetLimit. update runs under a shard's lock: it must not call k. A
+// change that would leave the limiters' window longer than the idle TTL
+// (see WithIdleTTL) is refused, changing nothing.
 func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 	defer policywindow.Changed() // once the new window is in place
 	if update == nil {
@@ -167,8 +176,12 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 	if probe.Needs() != k.needs {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
+	window := policywindow.Of(probe)
+	if err := ttlCovers(k.ttl, window); err != nil {
+		return fmt.Errorf("ratelimit: Keyed.SetLimit: %w", err)
+	}
 	k.update.Store(&update)
-	k.window.Store(int64(policywindow.Of(probe)))
+	k.window.Store(int64(window))
 	// A key made meanwhile is inserted under its shard's lock after it
 	// read the update: either the walk below finds it, or it read this one.
 	var errs []error
@@ -195,6 +208,11 @@ type keyedEntry struct {
 	tick       uint64      // the shard's tick when e last moved to the front
 	used       uint64      // the shard's count of uses when e was last used
 	prev, next *keyedEntry // LRU list; prev is more recent
+	// inflight counts the calls admitted through e whose Done has not come:
+	// a key with one is in use, and is neither idle nor evicted (its next
+	// request would start afresh beside the calls still running, two
+	// calls of a key under a per-key bulkhead of 1).
+	inflight atomic.Int32
 }
 
 // keyedCall carries an admitted call's entry and inner ticket to its Done.
@@ -265,6 +283,9 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	}
 	needs := probe.Needs()
 	window := policywindow.Of(probe)
+	if err := ttlCovers(o.idleTTL, window); err != nil {
+		return nil, fmt.Errorf("ratelimit: NewKeyed: %w", err)
+	}
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
 	// uneven hashing hardly evicts before maxKeys keys are held.
 	n := 1 << min(6, bits.Len(uint(max(o.maxKeys/128, 1)))-1)
@@ -288,8 +309,9 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 }
 
 // SetMaxKeys changes the most keys k holds at once, as WithMaxKeys set
-// it: keys past a lower cap are evicted now, least recently used first,
-// and the keys held keep their limiters. The shards stay those made for
+// it: keys past a lower cap are evicted now, least recently used first
+// (but for those with a call in flight, which go once idle, when a new key
+// needs room), and the keys held keep their limiters. The shards stay those made for
 // the first cap (one for each 128 keys of it, up to 64), each holding its
 // share of the new one: n must leave each at least one key.
 func (k *Keyed) SetMaxKeys(n int) error {
@@ -496,8 +518,18 @@ func (k *Keyed) failed(err error) sluice.Decision {
 		Cause: fmt.Errorf("%w: ratelimit: keyed: making the key's limiter: %w", sluice.ErrRateLimited, err)}
 }
 
+// ttlCovers returns an error when an idle TTL of ttl forgets a key before
+// its limiter, of window window, is whole again; nil for no TTL or no
+// window.
+func ttlCovers(ttl, window time.Duration) error {
+	if ttl > 0 && ttl < window {
+		return fmt.Errorf("an idle TTL of %v forgets a key before its limiter is whole again (%v): a key back after that would start afresh with quota it has not earned", ttl, window)
+	}
+	return nil
+}
+
 func (k *Keyed) expired(e *keyedEntry, now time.Duration) bool {
-	return k.ttl > 0 && now-e.last >= k.ttl
+	return k.ttl > 0 && now-e.last >= k.ttl && e.inflight.Load() == 0
 }
 
 // lookup returns key's entry, held under hk (see held), making it if
@@ -542,9 +574,7 @@ func (k *Keyed) lookup(s *keyedShard, key, hk string, now time.Duration, call bo
 	for i := 0; i < 2 && s.tail != nil && k.expired(s.tail, now); i++ {
 		s.remove(s.tail)
 	}
-	for len(s.m) >= s.cap {
-		s.remove(s.tail)
-	}
+	s.makeRoom()
 	s.m[hk] = fresh
 	s.uses++
 	fresh.used = s.uses
@@ -553,8 +583,26 @@ func (k *Keyed) lookup(s *keyedShard, key, hk string, now time.Duration, call bo
 	return fresh, c, slot, nil
 }
 
+// makeRoom evicts keys of s until a new one fits under its cap, least
+// recently used first, under s.mu. A key with a call in flight is in use
+// whatever the list says: it moves to the front instead. When every key
+// of s has one, the new key is held over the cap; the keys over it are
+// then no more than the calls in flight, and go once idle.
+func (s *keyedShard) makeRoom() {
+	for seen := len(s.m); len(s.m) >= s.cap && seen > 0; seen-- {
+		e := s.tail
+		if e.inflight.Load() == 0 {
+			s.remove(e)
+			continue
+		}
+		s.unlink(e)
+		s.pushFront(e)
+	}
+}
+
 // setCap sets the most keys s holds to c, at least 1, evicting its least
-// recently used keys past it. s.mu is held, or s is not yet shared.
+// recently used keys past it, but for those with a call in flight (see
+// makeRoom). s.mu is held, or s is not yet shared.
 func (s *keyedShard) setCap(c int) {
 	s.cap = c
 	s.promoteAfter = uint64(max(1, s.cap/4))
@@ -571,8 +619,14 @@ func (s *keyedShard) setCap(c int) {
 		es = append(es, e)
 	}
 	slices.SortFunc(es, func(a, b *keyedEntry) int { return cmp.Compare(a.used, b.used) })
-	for _, e := range es[:n] {
-		s.remove(e)
+	for _, e := range es {
+		if n == 0 {
+			break
+		}
+		if e.inflight.Load() == 0 {
+			s.remove(e)
+			n--
+		}
 	}
 }
 
@@ -606,12 +660,14 @@ func (s *keyedShard) reserve(e *keyedEntry, call bool) (*keyedCall, int32) {
 	}
 	c := s.call(i)
 	*c = keyedCall{e: e, gen: s.gen, next: -1}
+	e.inflight.Add(1)
 	return c, i
 }
 
 // freeCall pushes record i on the free stack; it takes no lock.
 func (s *keyedShard) freeCall(i int32) {
 	c := s.call(i)
+	c.e.inflight.Add(-1)
 	c.e, c.inner = nil, 0
 	for {
 		h := s.free.Load()

@@ -144,7 +144,8 @@ func TestKeyedDoneReachesTheAdmittingLimiterAfterEviction(t *testing.T) {
 	d, ta := admit(k, keyCtx("a"), 0)
 	require.True(t, d.Allowed)
 	assert.Equal(t, "ratelimit/keyed", d.Policy)
-	_, tb := admit(k, keyCtx("b"), 0) // evicts "a"
+	require.True(t, k.Forget("a"))
+	_, tb := admit(k, keyCtx("b"), 0)
 	require.Equal(t, 1, k.Len())
 	first := spies["a"]
 	k.Done(ta, sluice.Success, ms, ms)
@@ -169,16 +170,17 @@ func TestKeyedReleasedRefundsTheKey(t *testing.T) {
 
 func TestKeyedIdleKeysExpire(t *testing.T) {
 	var made atomic.Int64
-	k := mustKeyed(t, fixedPer(1, time.Hour, &made), WithIdleTTL(time.Minute), WithMaxKeys(1000))
+	k := mustKeyed(t, fixedPer(1, time.Minute, &made), WithIdleTTL(time.Minute), WithMaxKeys(1000))
 	made.Store(0)
 	require.True(t, allowKeyAt(k, 0, "a"))
 	require.False(t, allowKeyAt(k, 59*time.Second, "a"), "still held, last used at 59s")
-	require.False(t, allowKeyAt(k, 118*time.Second, "a"), "idle 59s only: still held")
+	require.True(t, allowKeyAt(k, 118*time.Second, "a"), "idle 59s only: still held, in its next window")
+	assert.Equal(t, int64(1), made.Load())
 	require.True(t, allowKeyAt(k, 178*time.Second, "a"), "idle a minute: a fresh limiter")
 	assert.Equal(t, int64(2), made.Load())
 
 	// A new key drops at most two expired keys of its shard on its way in.
-	k = mustKeyed(t, fixedPer(1, time.Hour, nil), WithIdleTTL(time.Minute), WithMaxKeys(1000))
+	k = mustKeyed(t, fixedPer(1, time.Minute, nil), WithIdleTTL(time.Minute), WithMaxKeys(1000))
 	keys := sameShard(k, 4)
 	for _, key := range keys[:3] {
 		allowKeyAt(k, time.Hour, key)
