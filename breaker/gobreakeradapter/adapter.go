@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ type Policy struct {
 	timeout time.Duration // the open duration
 
 	openedAt atomic.Pointer[time.Time] // when the breaker last opened; nil if unknown
+	held     atomic.Int64              // the Guard's instant OpenFor holds the Policy open until
 
 	mu      sync.Mutex
 	pending map[sluice.Ticket]func(error)
@@ -115,7 +117,10 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 
 // Admit asks the gobreaker breaker. It is the sluice.Policy method; gobreaker
 // reads its own wall clock, so now is not used.
-func (p *Policy) Admit(_ context.Context, _ time.Duration) (sluice.Ticket, sluice.Quota, error) {
+func (p *Policy) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	if held := time.Duration(p.held.Load()); now < held {
+		return 0, sluice.Quota{Limit: -1, RetryAfter: held - now}, sluice.ErrCircuitOpen
+	}
 	t, err := p.allow()
 	if err != nil {
 		return 0, sluice.Quota{Limit: -1, RetryAfter: p.retryAfter(err)}, sluice.ErrCircuitOpen
@@ -148,6 +153,29 @@ func (p *Policy) allow() (sluice.Ticket, error) {
 	p.mu.Unlock()
 	return t, nil
 }
+
+// OpenFor rejects every call from the instant now, on the Guard's clock,
+// for at least d, as a dependency's Retry-After asks (sluicehttp.Transport
+// and the gRPC client interceptors call it); d ≤ 0 asks nothing. The
+// Policy holds the calls off in front of gobreaker, which is not told:
+// its state and counts stay as they were.
+func (p *Policy) OpenFor(_ context.Context, now, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	until := int64(now) + int64(d)
+	if until < int64(now) { // past the clock's range
+		until = math.MaxInt64
+	}
+	for {
+		cur := p.held.Load()
+		if cur >= until || p.held.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+var _ sluice.Opener = (*Policy)(nil)
 
 func (p *Policy) retryAfter(err error) time.Duration {
 	if errors.Is(err, gobreaker.ErrOpenState) {
