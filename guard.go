@@ -590,7 +590,8 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 		// The ticket is kept before anything else can panic.
 		c.tickets[i] = t
 		c.n = int32(i + 1)
-		if want && q.Limit >= 0 && (!tight || q.Remaining < c.d.Remaining) {
+		// A shadowed policy's quota is not the call's (see beginSlow).
+		if want && q.Limit >= 0 && (!tight || q.Remaining < c.d.Remaining) && g.shadow.Load()>>i&1 == 0 {
 			// Field by field: a Decision built aside and copied is read back
 			// in wide loads from narrower stores just made, which the CPU
 			// cannot forward. Its RetryAfter and Cause are still zero.
@@ -606,7 +607,7 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.obs != nil {
 		g.obs.admitted(c)
 	}
-	if g.timeout > 0 {
+	if g.timeout > 0 && g.shadow.Load() != shadowWhole {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
 	c.ran = true
@@ -764,7 +765,9 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 			c.tickets[i] = t
 		}
 		c.n = int32(i + 1)
-		if q.Limit >= 0 && (best.Limit < 0 || q.Remaining < best.Remaining) {
+		// A shadowed policy's quota is not the call's: clients told it
+		// would hold off for a limit only watched.
+		if q.Limit >= 0 && !shadowed && (best.Limit < 0 || q.Remaining < best.Remaining) {
 			best, bi = q, i
 		}
 	}
@@ -777,7 +780,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	if bi >= 0 {
 		c.d = best.decision(g.names[bi], nil)
 	}
-	if g.timeout > 0 {
+	if g.timeout > 0 && g.shadow.Load() != shadowWhole {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
 	c.ran = true

@@ -18,13 +18,24 @@ import (
 // would, but lets the call go on at once; a Shedder's queue cannot be
 // played so, and a call it would have queued counts as its rejection (an
 // approximation: more than enforcement would reject). A policy of another
-// package that waits keeps waiting: it cannot see the mark.
+// package that waits keeps waiting: it cannot see the mark. A shadowed
+// policy's quota is not sent to clients (the RateLimit fields, the
+// Decision), or they would hold off for a limit only watched; its own state
+// moves as when enforcing (a Shedder reports shedding, a breaker opens),
+// and what watches that state (a degrade.Auto fed by degrade.StateSignal,
+// the metrics) acts on it. The Guard's timeout is not applied while the
+// whole Guard is shadowed: the durations the metrics record show the calls
+// it would have cut.
 
 // The two modes are apart: one taken out by name still lets every call
 // through while the whole Guard is in shadow mode, and one shadowed by name
 // stays so when the Guard goes back to enforcing. Only the first 64
 // policies of a chain can be shadowed (the whole Guard, "", not for a chain
 // longer than 64).
+
+// shadowWhole is the modes of a Guard in shadow mode as a whole: every
+// policy shadowed, and no deadline set (see WithTimeout).
+const shadowWhole = ^uint64(0)
 
 // maxShadowed is the number of leading policies of a chain that can be
 // shadowed: one bit each in a word.
@@ -44,7 +55,8 @@ func WithShadow(policy string) Option {
 
 // SetShadow puts the policy named policy (every policy of that name) in
 // shadow mode when on is true, and takes it out when on is false; policy ""
-// does the same for the whole Guard. A shadowed policy decides each call as
+// does the same for the whole Guard (whose timeout then sets no deadline).
+// A shadowed policy decides each call as
 // when enforcing, but a call it rejects goes through, counted in
 // [PolicyStats].ShadowRejected and reported to the observers
 // ([CallEvent].Shadow); one that would make a call wait (a ratelimit
@@ -97,7 +109,7 @@ func (g *Guard) setShadowLocked(policy string, on bool) error {
 func (g *Guard) publishShadow() {
 	eff := g.shadowSet
 	if g.shadowAll {
-		eff = ^uint64(0)
+		eff = shadowWhole
 	}
 	g.shadow.Store(eff)
 }

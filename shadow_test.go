@@ -216,3 +216,47 @@ func TestAShadowModeTurnedOffDuringAWaitingAdmitDoesNotReject(t *testing.T) {
 		t.Fatalf("a call that began with the bulkhead in shadow mode was rejected by it: %v", err)
 	}
 }
+
+// A shadowed limiter's quota is not the call's: its Decision (what the
+// adapters send as the RateLimit fields) is the enforcing limiter's, in a
+// short chain and in one long enough for the slow path.
+func TestAShadowedPolicysQuotaIsNotTheCalls(t *testing.T) {
+	for _, extra := range []int{0, 6} {
+		watched, err := ratelimit.NewFixedWindow(3, time.Minute, ratelimit.WithName("watched"))
+		require.NoError(t, err)
+		enforced, err := ratelimit.NewFixedWindow(100, time.Minute, ratelimit.WithName("enforced"))
+		require.NoError(t, err)
+		ps := []sluice.Policy{watched, enforced}
+		for i := range extra {
+			ps = append(ps, newRecorder("r"+strconv.Itoa(i), -1))
+		}
+		g := mustGuard(t, sluice.With(ps...), sluice.WithShadow("watched"))
+		for i := range 4 {
+			var call sluice.Call
+			require.NoError(t, g.Begin(t.Context(), &call))
+			d := call.Decision()
+			require.NoError(t, call.End(nil))
+			assert.Equal(t, "enforced", d.Policy, "chain of %d, call %d", len(ps), i)
+			assert.Equal(t, int64(100), d.Limit, "chain of %d, call %d", len(ps), i)
+			assert.Equal(t, int64(99-i), d.Remaining, "chain of %d, call %d", len(ps), i)
+		}
+	}
+}
+
+// A Guard in shadow mode as a whole cuts no call short with its timeout.
+func TestAShadowedGuardSetsNoDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGuard(t, sluice.WithTimeout(50*time.Millisecond), sluice.WithShadow(""))
+		slow := func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+				return nil
+			}
+		}
+		require.NoError(t, g.Do(t.Context(), slow))
+		require.NoError(t, g.SetShadow("", false))
+		require.ErrorIs(t, g.Do(t.Context(), slow), sluice.ErrTimeout, "enforcing again: the deadline is back")
+	})
+}

@@ -27,6 +27,8 @@ import (
 // (context.DeadlineExceeded, not ErrTimeout). Time spent waiting in the
 // policies' Admit is bounded by the caller's context, not by d. The deadline
 // is on the wall clock of the time package, which testing/synctest fakes.
+// While the whole Guard is in shadow mode (see [Guard.SetShadow]) it sets
+// no deadline: it cuts no call short.
 //
 // The default is no timeout. d must be positive.
 func WithTimeout(d time.Duration) Option {
