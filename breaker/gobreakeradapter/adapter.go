@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/breakerview"
 	"github.com/sluice-go/sluice/internal/listen"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sony/gobreaker/v2"
@@ -176,6 +178,58 @@ func (p *Policy) OpenFor(_ context.Context, now, d time.Duration) {
 }
 
 var _ sluice.Opener = (*Policy)(nil)
+
+func init() {
+	breakerview.Register(func(p any) (breakerview.Breaker, bool) {
+		gp, ok := p.(*Policy)
+		return view{gp}, ok
+	})
+}
+
+// view is what the dashboard and the metrics read of a Policy, as they
+// read a breaker.Breaker (see internal/breakerview).
+type view struct{ p *Policy }
+
+// State is gobreaker's state, or open while OpenFor holds the Policy
+// (read on the system clock, every Guard's unless given another).
+func (v view) State() breaker.State {
+	if v.p.heldFor() > 0 {
+		return breaker.StateOpen
+	}
+	switch v.p.cb.State() {
+	case gobreaker.StateOpen:
+		return breaker.StateOpen
+	case gobreaker.StateHalfOpen:
+		return breaker.StateHalfOpen
+	}
+	return breaker.StateClosed
+}
+
+// Counts are gobreaker's, without the Ignored and Released calls: those of
+// the window while closed, the probes' while half-open; and while open, the
+// time left until a probe.
+func (v view) Counts() breaker.Counts {
+	c := v.p.cb.Counts()
+	counted := int64(c.Requests) - int64(min(c.TotalExclusions, c.Requests))
+	var out breaker.Counts
+	switch v.p.cb.State() {
+	case gobreaker.StateClosed:
+		out = breaker.Counts{Requests: counted, Successes: int64(c.TotalSuccesses), Failures: int64(c.TotalFailures),
+			ConsecutiveFailures: int64(c.ConsecutiveFailures)}
+	case gobreaker.StateHalfOpen:
+		out = breaker.Counts{ProbesAdmitted: counted, ProbeSuccesses: int64(c.TotalSuccesses), ProbeFailures: int64(c.TotalFailures)}
+	case gobreaker.StateOpen:
+		out.NextProbe = v.p.retryAfter(gobreaker.ErrOpenState)
+	}
+	out.NextProbe = max(out.NextProbe, v.p.heldFor())
+	return out
+}
+
+// heldFor returns how long OpenFor still holds the Policy open, on the
+// system clock.
+func (p *Policy) heldFor() time.Duration {
+	return max(time.Duration(p.held.Load())-monoclock.Now(), 0)
+}
 
 func (p *Policy) retryAfter(err error) time.Duration {
 	if errors.Is(err, gobreaker.ErrOpenState) {

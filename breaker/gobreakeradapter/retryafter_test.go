@@ -15,6 +15,8 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
 	"github.com/sluice-go/sluice/breaker/gobreakeradapter"
+	"github.com/sluice-go/sluice/internal/breakerview"
+	"github.com/sluice-go/sluice/internal/monoclock"
 	sluicehttp "github.com/sluice-go/sluice/middleware/http"
 )
 
@@ -75,4 +77,17 @@ func TestOpenForHoldsUntilTheLaterInstant(t *testing.T) {
 	p.OpenFor(ctx, 6*time.Second, time.Duration(math.MaxInt64)) // past the clock's range
 	_, _, err = p.Admit(ctx, time.Duration(1<<62))
 	require.ErrorIs(t, err, sluice.ErrCircuitOpen)
+}
+
+// While OpenFor holds it, the dashboard and the metrics read the Policy
+// open, with the time left as its next probe.
+func TestAHeldPolicyReadsOpen(t *testing.T) {
+	p, err := gobreakeradapter.New(gobreaker.Settings{Name: "dep"})
+	require.NoError(t, err)
+	b, ok := breakerview.Of(p).(breakerview.Breaker)
+	require.True(t, ok)
+	require.Equal(t, breaker.StateClosed, b.State())
+	p.OpenFor(context.Background(), monoclock.Now(), time.Minute)
+	require.Equal(t, breaker.StateOpen, b.State())
+	require.InDelta(t, time.Minute, b.Counts().NextProbe, float64(time.Second))
 }

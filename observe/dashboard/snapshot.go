@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/breakerview"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/policywindow"
 	"github.com/sluice-go/sluice/ratelimit"
@@ -218,7 +219,7 @@ func (d *Dashboard) describe(pv *policyView, p sluice.Policy) {
 	add := func(name string, format string, args ...any) {
 		pv.Details = append(pv.Details, detail{name, fmt.Sprintf(format, args...)})
 	}
-	switch p := p.(type) {
+	switch p := breakerview.Of(p).(type) {
 	case breakerState:
 		pv.State = p.State().String()
 		c := p.Counts()

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/breaker"
+	"github.com/sluice-go/sluice/internal/breakerview"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/statsmath"
 )
@@ -193,7 +194,7 @@ func (pw *policyWatch) init(w *watch) {
 		pw.rejected[c] = attribute.NewSet(w.guard, pw.attr,
 			attribute.String("sluice.result", "rejected"), attribute.String("sluice.cause", name))
 	}
-	if _, ok := pw.p.(breakerState); ok {
+	if _, ok := breakerview.Of(pw.p).(breakerState); ok {
 		for i, s := range breakerStates {
 			pw.states[i] = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.circuit_breaker.state", s.name))
 		}
@@ -251,7 +252,7 @@ func (w *watch) collect(b *builder) {
 			}
 		}
 		pw.collectTransitions(b, w)
-		switch p := pw.p.(type) {
+		switch p := breakerview.Of(pw.p).(type) {
 		case breakerState:
 			cur := p.State()
 			for j, st := range breakerStates {
