@@ -40,20 +40,21 @@ type Guard struct {
 	closed   bool // Close has run; under unsubsMu
 	// retired: the Guard serves no new call (Close ran, or a rules reload
 	// put its successor in force): its observers may settle its counts.
-	retired    atomic.Bool
-	fallbacks  []Fallback // outermost layer; see fallback.go
-	onFallback []func(context.Context, FallbackEvent)
-	timeout    time.Duration                   // call deadline; 0: none; see timeout.go
-	untimed    bool                            // no policy NeedsEnd, no observer: End reads no clock
-	rejs       []atomic.Pointer[rejectedError] // per policy: its last rejection
-	name       string                          // WithName
-	obs        *observation                    // nil: unobserved; see observe.go
-	shadow     atomic.Uint64                   // bit i: policy i is in shadow mode; see shadow.go
-	shadowMu   sync.Mutex                      // serialises SetShadow
-	shadowAll  bool                            // SetShadow(""): the whole Guard
-	shadowSet  uint64                          // the policies shadowed by name
-	shadowInit []string                        // WithShadow
-	retry      *retrier                        // nil: no retries; see retry.go
+	retired     atomic.Bool
+	fallbacks   []Fallback // outermost layer; see fallback.go
+	onFallback  []func(context.Context, FallbackEvent)
+	timeout     time.Duration                   // call deadline; 0: none; see timeout.go
+	untimed     bool                            // no policy NeedsEnd, no observer: End reads no clock
+	rejs        []atomic.Pointer[rejectedError] // per policy: its last rejection
+	name        string                          // WithName
+	obs         *observation                    // nil: unobserved; see observe.go
+	shadow      atomic.Uint64                   // bit i: policy i is in shadow mode; see shadow.go
+	shadowMu    sync.Mutex                      // serialises SetShadow
+	shadowAll   bool                            // SetShadow(""): the whole Guard
+	wholeShadow atomic.Bool                     // shadowAll as the calls read it: no deadline
+	shadowSet   uint64                          // the policies shadowed by name
+	shadowInit  []string                        // WithShadow
+	retry       *retrier                        // nil: no retries; see retry.go
 	// carried is what the Guard's Stats held when it took another's counts
 	// (guardhook.Carry): observers that carry counts across successors
 	// themselves leave it out. Nil when it took none.
@@ -607,7 +608,7 @@ func (g *Guard) begin(ctx context.Context, c *Call, want bool) error {
 	if g.obs != nil {
 		g.obs.admitted(c)
 	}
-	if g.timeout > 0 && g.shadow.Load() != shadowWhole {
+	if g.timeout > 0 && !g.wholeShadow.Load() {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
 	c.ran = true
@@ -780,7 +781,7 @@ func (g *Guard) beginSlow(ctx context.Context, c *Call) error {
 	if bi >= 0 {
 		c.d = best.decision(g.names[bi], nil)
 	}
-	if g.timeout > 0 && g.shadow.Load() != shadowWhole {
+	if g.timeout > 0 && !g.wholeShadow.Load() {
 		c.ctx, c.cancel = g.callContext(ctx)
 	}
 	c.ran = true

@@ -33,10 +33,6 @@ import (
 // policies of a chain can be shadowed (the whole Guard, "", not for a chain
 // longer than 64).
 
-// shadowWhole is the modes of a Guard in shadow mode as a whole: every
-// policy shadowed, and no deadline set (see WithTimeout).
-const shadowWhole = ^uint64(0)
-
 // maxShadowed is the number of leading policies of a chain that can be
 // shadowed: one bit each in a word.
 const maxShadowed = 64
@@ -109,9 +105,10 @@ func (g *Guard) setShadowLocked(policy string, on bool) error {
 func (g *Guard) publishShadow() {
 	eff := g.shadowSet
 	if g.shadowAll {
-		eff = shadowWhole
+		eff = ^uint64(0)
 	}
 	g.shadow.Store(eff)
+	g.wholeShadow.Store(g.shadowAll) // no deadline (see WithTimeout)
 }
 
 // shadowed lets a call on past policy i, which rejected it with cause

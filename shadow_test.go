@@ -260,3 +260,37 @@ func TestAShadowedGuardSetsNoDeadline(t *testing.T) {
 		require.ErrorIs(t, g.Do(t.Context(), slow), sluice.ErrTimeout, "enforcing again: the deadline is back")
 	})
 }
+
+// namedNop admits every call, under the name x.
+type namedNop struct{ _ byte }
+
+func (*namedNop) Name() string { return "x" }
+func (*namedNop) Admit(context.Context, time.Duration) (sluice.Ticket, sluice.Quota, error) {
+	return 1, sluice.Quota{Limit: -1}, nil
+}
+func (*namedNop) Done(sluice.Ticket, sluice.Outcome, time.Duration, time.Duration) {}
+func (*namedNop) Needs() sluice.Needs                                              { return 0 }
+
+// Only a Guard in shadow mode as a whole (SetShadow("")) sets no deadline:
+// one whose 64 policies are all shadowed by name keeps it.
+func TestSixtyFourPoliciesShadowedByNameKeepTheTimeout(t *testing.T) {
+	ps := make([]sluice.Policy, 64)
+	for i := range ps {
+		ps[i] = &namedNop{}
+	}
+	g, err := sluice.New(sluice.With(ps...), sluice.WithTimeout(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetShadow("x", true); err != nil {
+		t.Fatal(err)
+	}
+	var c sluice.Call
+	if err := g.Begin(context.Background(), &c); err != nil {
+		t.Fatal(err)
+	}
+	defer c.End(nil)
+	if _, ok := c.Context().Deadline(); !ok {
+		t.Fatal("a Guard with its 64 policies shadowed by name (not SetShadow(\"\")) set no deadline")
+	}
+}

@@ -121,7 +121,11 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 // reads its own wall clock, so now is not used.
 func (p *Policy) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if held := time.Duration(p.held.Load()); now < held {
-		return 0, sluice.Quota{Limit: -1, RetryAfter: held - now}, sluice.ErrCircuitOpen
+		retry := held - now
+		if p.cb.State() == gobreaker.StateOpen { // and open for longer, maybe
+			retry = max(retry, p.retryAfter(gobreaker.ErrOpenState))
+		}
+		return 0, sluice.Quota{Limit: -1, RetryAfter: retry}, sluice.ErrCircuitOpen
 	}
 	t, err := p.allow()
 	if err != nil {
@@ -209,10 +213,11 @@ func (v view) State() breaker.State {
 // the window while closed, the probes' while half-open; and while open, the
 // time left until a probe.
 func (v view) Counts() breaker.Counts {
+	st := v.p.cb.State() // first: reading the state clears a window gone by
 	c := v.p.cb.Counts()
 	counted := int64(c.Requests) - int64(min(c.TotalExclusions, c.Requests))
 	var out breaker.Counts
-	switch v.p.cb.State() {
+	switch st {
 	case gobreaker.StateClosed:
 		out = breaker.Counts{Requests: counted, Successes: int64(c.TotalSuccesses), Failures: int64(c.TotalFailures),
 			ConsecutiveFailures: int64(c.ConsecutiveFailures)}
