@@ -49,7 +49,8 @@ func WithMaxKeys(n int) Option {
 // WithIdleTTL makes a Keyed forget a key that has seen no request for ttl
 // and has no call in flight: the next request with that key gets a fresh
 // limiter. NewKeyed refuses a ttl shorter than the time the key's limiter
-// takes to become whole again (its window, or its burst's refill), for
+// takes to become whole again (its window, its burst's refill, or a
+// Shaper's longest wait and one turn of a unit request), for
 // forgetting a key sooner hands out quota early. Expired
 // keys are dropped lazily, when met on the request path, when a new key
 // needs room, and by the janitor if one runs (WithJanitor). The default,
@@ -177,7 +178,7 @@ func (k *Keyed) SetLimit(update func(sluice.Policy) error) error {
 		return errors.New("ratelimit: Keyed.SetLimit: the change alters what the limiters need of a Guard (whether they wait)")
 	}
 	window := policywindow.Of(probe)
-	if err := ttlCovers(k.ttl, window); err != nil {
+	if err := ttlCovers(k.ttl, wholeAfter(probe)); err != nil {
 		return fmt.Errorf("ratelimit: Keyed.SetLimit: %w", err)
 	}
 	k.update.Store(&update)
@@ -283,7 +284,7 @@ func NewKeyed(newLimiter func(key string) (sluice.Policy, error), opts ...Option
 	}
 	needs := probe.Needs()
 	window := policywindow.Of(probe)
-	if err := ttlCovers(o.idleTTL, window); err != nil {
+	if err := ttlCovers(o.idleTTL, wholeAfter(probe)); err != nil {
 		return nil, fmt.Errorf("ratelimit: NewKeyed: %w", err)
 	}
 	// A power of two, at most 64, leaving each shard at least 128 keys so that
@@ -519,13 +520,22 @@ func (k *Keyed) failed(err error) sluice.Decision {
 }
 
 // ttlCovers returns an error when an idle TTL of ttl forgets a key before
-// its limiter, of window window, is whole again; nil for no TTL or no
-// window.
-func ttlCovers(ttl, window time.Duration) error {
-	if ttl > 0 && ttl < window {
-		return fmt.Errorf("an idle TTL of %v forgets a key before its limiter is whole again (%v): a key back after that would start afresh with quota it has not earned", ttl, window)
+// its limiter, whole again after whole, is; nil for no TTL.
+func ttlCovers(ttl, whole time.Duration) error {
+	if ttl > 0 && ttl < whole {
+		return fmt.Errorf("an idle TTL of %v forgets a key before its limiter is whole again (%v): a key back after that would start afresh with quota it has not earned", ttl, whole)
 	}
 	return nil
+}
+
+// wholeAfter returns how long p, left idle, takes to be whole again: its
+// window, or, for a Shaper, which has none to show clients, its longest
+// queue and one turn.
+func wholeAfter(p sluice.Policy) time.Duration {
+	if s, ok := p.(interface{ wholeAfter() time.Duration }); ok {
+		return s.wholeAfter()
+	}
+	return policywindow.Of(p)
 }
 
 func (k *Keyed) expired(e *keyedEntry, now time.Duration) bool {

@@ -98,3 +98,18 @@ func TestKeyedRefusesATTLShorterThanTheWindow(t *testing.T) {
 		t.Errorf("after a refused SetLimit, %d of 3 admitted at 1s, want 3 (9 tokens left + 1 refilled)", admitted)
 	}
 }
+
+// A Shaper shows no window, yet is whole only once its queue has emptied
+// and a turn gone by: a TTL shorter than that is refused too, or a key back
+// 2s after its request would be admitted 8s before its turn.
+func TestKeyedRefusesATTLShorterThanAShapersTurn(t *testing.T) {
+	shaper := func(string) (sluice.Policy, error) {
+		return ratelimit.NewShaper(ratelimit.Every(10*time.Second), 0)
+	}
+	if _, err := ratelimit.NewKeyed(shaper, ratelimit.WithIdleTTL(time.Millisecond)); err == nil {
+		t.Fatal("NewKeyed took an idle TTL of 1ms for Shapers spacing requests 10s apart")
+	}
+	if _, err := ratelimit.NewKeyed(shaper, ratelimit.WithIdleTTL(10*time.Second)); err != nil {
+		t.Fatalf("an idle TTL of one turn: %v", err)
+	}
+}

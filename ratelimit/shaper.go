@@ -158,6 +158,14 @@ func (s *Shaper) config() *shaperConfig {
 	}
 }
 
+// wholeAfter returns how long the Shaper, left idle, takes to have its
+// queue empty: its longest wait, and one turn of a unit request (see
+// Keyed's idle TTL).
+func (s *Shaper) wholeAfter() time.Duration {
+	c := s.cfg.Load()
+	return time.Duration(c.maxWait + c.iv)
+}
+
 // Name returns the name given with WithName; default "ratelimit/shaper".
 func (s *Shaper) Name() string { return s.name }
 
