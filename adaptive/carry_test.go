@@ -312,3 +312,40 @@ func TestAQueuedCarriedBulkheadRaceDoesNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// A request that still reaches an old bulkhead (it read the rules before a
+// reload lowered the limit) runs under the new limit: beside a full
+// successor, the old bulkhead of 10 admits none.
+func TestACarriedBulkheadRunsUnderItsSuccessorsLimit(t *testing.T) {
+	a, err := adaptive.NewBulkhead(10)
+	require.NoError(t, err)
+	b, err := adaptive.NewBulkhead(2, adaptive.WithQueue(10, 100*time.Millisecond))
+	require.NoError(t, err)
+	shedhook.Carry(a, b)
+	for range 2 {
+		require.NoError(t, policytest.AnswerOf(b.Admit(context.Background(), 0)).Cause)
+	}
+	admitted := 0
+	for range 8 {
+		if policytest.AnswerOf(a.Admit(context.Background(), 0)).Cause == nil {
+			admitted++
+		}
+	}
+	require.Zero(t, admitted, "admitted by the old bulkhead of 10 beside a full successor of 2")
+	require.Equal(t, int64(2), b.Stats().Inflight)
+}
+
+// The calls of the Shedder a reload replaced hold the new one's slots, and
+// its Stats count them: a bulkhead that rejects for a full limit does not
+// show an empty one.
+func TestStatsCountTheCarriedCalls(t *testing.T) {
+	a, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	require.NoError(t, policytest.AnswerOf(a.Admit(context.Background(), 0)).Cause)
+	b, err := adaptive.NewBulkhead(1)
+	require.NoError(t, err)
+	shedhook.Carry(a, b)
+	require.Error(t, policytest.AnswerOf(b.Admit(context.Background(), 0)).Cause, "the carried call holds the only slot")
+	require.Equal(t, int64(1), b.Stats().Inflight)
+	require.Equal(t, int64(1), a.Stats().Inflight)
+}

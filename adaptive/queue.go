@@ -48,11 +48,16 @@ type queue struct {
 	winStart        time.Duration
 	in, out         int
 	lastIn, lastOut int
-	pool            sync.Pool // of *waiter; per queue, so that its channels stay in one synctest bubble
+	// shorter is closed when reconfigure shortens the wait, so that the
+	// requests waiting wait no longer than the new one; made by an
+	// enqueue, as the pool's channels are, nil until one needs it.
+	shorter chan struct{}
+	pool    sync.Pool // of *waiter; per queue, so that its channels stay in one synctest bubble
 }
 
 type waiter struct {
 	ch      chan struct{}
+	shorter chan struct{} // the queue's when it entered
 	granted bool
 	evicted bool          // turned out of a full queue for a critical request
 	at      time.Duration // the instant it entered the queue
@@ -142,6 +147,7 @@ func (q *queue) enqueue(now time.Duration, critical bool, served int64) (*waiter
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
 	w.granted, w.evicted, w.at = false, false, now
+	w.shorter = q.shorterChan()
 	wait := q.maxWait
 	if critical {
 		q.crit = append(q.crit, w)
@@ -164,7 +170,20 @@ func (q *queue) reconfigure(size int, maxWait time.Duration) {
 	if maxWait != q.maxWait {
 		q.lifo, q.standing, q.late = false, false, -1
 	}
+	if maxWait > 0 && (q.maxWait == 0 || maxWait < q.maxWait) && q.shorter != nil {
+		close(q.shorter) // the requests waiting wait no longer than maxWait
+		q.shorter = nil
+	}
 	q.size, q.maxWait = size, maxWait
+}
+
+// shorterChan returns the channel reconfigure closes when it shortens the
+// wait, under q.mu.
+func (q *queue) shorterChan() chan struct{} {
+	if q.shorter == nil {
+		q.shorter = make(chan struct{})
+	}
+	return q.shorter
 }
 
 // lateFor returns how long every arrival has found the oldest waiter
@@ -237,14 +256,39 @@ func (q *queue) remove(w *waiter) {
 // calls that ended meanwhile had started).
 func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func(time.Duration)) (time.Duration, bool) {
 	began := time.Now()
+	var t *time.Timer
 	var timeout <-chan time.Time
 	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
+		t = time.NewTimer(wait)
+		defer func() { t.Stop() }()
 		timeout = t.C
 	}
 	timedOut := false
+	shorter := w.shorter
+wait:
 	select {
+	case <-shorter:
+		// Reconfigured with a shorter wait: this request waits no longer
+		// than it, from when it came.
+		q.mu.Lock()
+		if mw := q.maxWait; mw > 0 && (wait == 0 || mw < wait) {
+			wait = mw
+		}
+		shorter = q.shorterChan()
+		q.mu.Unlock()
+		left := wait - time.Since(began)
+		if left <= 0 {
+			timedOut = true
+			break
+		}
+		if t == nil {
+			t = time.NewTimer(left)
+			defer func() { t.Stop() }()
+			timeout = t.C
+		} else {
+			t.Reset(left)
+		}
+		goto wait
 	case <-w.ch:
 		if w.evicted { // the queue took it out
 			end := w.grant

@@ -267,3 +267,30 @@ func TestCriticalRequestTurnsANormalOneOutOfAFullQueue(t *testing.T) {
 		<-other.got
 	})
 }
+
+// A wait bound set by Reconfigure holds for the requests already queued
+// too, counted from when each came: one queued without a bound, before the
+// change, is turned away 100 ms after it came, as one queued after it.
+func TestAShorterWaitHoldsForTheRequestsQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		b, err := adaptive.NewBulkhead(1, adaptive.WithQueue(10, 0))
+		require.NoError(t, err)
+		ctx := context.Background()
+		v := policytest.AnswerOf(b.Admit(ctx, 0))
+		require.NoError(t, v.Cause) // a long call holds the slot
+		early := send(ctx, b, now)
+		time.Sleep(50 * ms)
+		require.NoError(t, b.Reconfigure(1, adaptive.WithQueue(10, 100*ms)))
+		late := send(ctx, b, now)
+		time.Sleep(time.Second)
+		a := <-early.got
+		assert.False(t, a.allowed)
+		assert.Equal(t, 100*ms, a.at, "turned away 100 ms after it came")
+		a = <-late.got
+		assert.False(t, a.allowed)
+		assert.Equal(t, 150*ms, a.at)
+		b.Done(v.Ticket, sluice.Success, now(), now())
+	})
+}

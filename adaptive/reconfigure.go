@@ -15,7 +15,8 @@ import (
 //
 // Requests in flight and in the queue keep their places: a lower limit
 // admits nothing more until enough of them have ended; a higher one hands
-// free slots to the queue at once.
+// free slots to the queue at once. A shorter wait holds for the requests
+// queued too, each counted from when it came.
 func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 	o, err := buildOptions(s.name, opts)
 	if err != nil {

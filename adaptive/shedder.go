@@ -248,8 +248,9 @@ func (s *Shedder) takeFree(now time.Duration) bool {
 // held.
 func (s *Shedder) tryTake() (took, gaveBack bool) {
 	for {
-		cur, lim := s.inflight.Load(), s.limit.Load()
-		others := s.carried() + s.ahead()
+		cur := s.inflight.Load()
+		ahead, lim := s.ahead(s.limit.Load())
+		others := s.carried() + ahead
 		if cur+others >= lim {
 			return false, false
 		}
@@ -283,7 +284,8 @@ func (s *Shedder) holds(lim int64) bool {
 	if s.pred.Load() == nil && s.succ.Load() == nil {
 		return true
 	}
-	return s.inflight.Load()+s.carried()+s.ahead() <= lim
+	ahead, lim := s.ahead(lim)
+	return s.inflight.Load()+s.carried()+ahead <= lim
 }
 
 func (s *Shedder) noteInflight(n int64) {
@@ -391,8 +393,9 @@ func (s *Shedder) grant(now time.Duration) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.len() > 0 {
-		cur, lim := s.inflight.Load(), s.limit.Load()
-		others := s.carried() + s.ahead()
+		cur := s.inflight.Load()
+		ahead, lim := s.ahead(s.limit.Load())
+		others := s.carried() + ahead
 		if cur+others >= lim {
 			return false
 		}
@@ -458,15 +461,18 @@ func (s *Shedder) carried() int64 {
 const maxCarried = 4
 
 // ahead returns the calls in flight of the Shedders that took this one's
-// place: a call that still reaches this one (a request that read the old
-// rules) must not run beside a full successor. Without one it costs an
-// atomic load.
-func (s *Shedder) ahead() int64 {
+// place, and lim lowered to the least of their limits: a call that still
+// reaches this one (a request that read the old rules) must not run
+// beside a full successor, nor past the limit of the rules that replaced
+// its own (a bulkhead of 10 made anew with 2 runs at most 2). Without one
+// it costs an atomic load.
+func (s *Shedder) ahead(lim int64) (int64, int64) {
 	var n int64
 	for m := s.succ.Load(); m != nil; m = m.succ.Load() {
 		n += m.inflight.Load()
+		lim = min(lim, m.limit.Load())
 	}
-	return n
+	return n, lim
 }
 
 func init() {
@@ -579,7 +585,8 @@ func (s *Shedder) endWindow(now time.Duration) {
 	if d := now - time.Duration(start); !s.probing.Load() && d > 0 {
 		s.served.Store(ended * int64(time.Second) / int64(d))
 	}
-	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + s.ahead())
+	ahead, _ := s.ahead(0)
+	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + ahead)
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()
 	next := s.est.update(avg, maxIn, now)
@@ -712,7 +719,9 @@ func (s *Shedder) state() string {
 type Stats struct {
 	// Limit is the number of requests allowed in flight at once.
 	Limit int64
-	// Inflight is the number of requests holding a slot.
+	// Inflight is the number of requests holding a slot: its own, and
+	// those of the Shedders a rules reload made in its place or that it
+	// took the place of, which count against its limit as its own do.
 	Inflight int64
 	// Waiting is the number of requests in the queue.
 	Waiting int64
@@ -732,9 +741,10 @@ type Stats struct {
 
 // Stats returns a snapshot of the Shedder.
 func (s *Shedder) Stats() Stats {
+	ahead, _ := s.ahead(0)
 	st := Stats{
 		Limit:    s.limit.Load(),
-		Inflight: s.inflight.Load(),
+		Inflight: s.inflight.Load() + s.carried() + ahead,
 		Waiting:  s.waiting.Load(),
 		AvgRT:    time.Duration(s.lastAvg.Load()),
 		State:    s.state(),
