@@ -349,3 +349,29 @@ func TestStatsCountTheCarriedCalls(t *testing.T) {
 	require.Equal(t, int64(1), b.Stats().Inflight)
 	require.Equal(t, int64(1), a.Stats().Inflight)
 }
+
+// An old bulkhead of 10 admits within its successor's limit of 2, and its
+// Stats say so: 2 of 2 in flight, not 2 of 10, while it rejects.
+func TestACarriedBulkheadsStatsShowTheLimitItAdmitsWithin(t *testing.T) {
+	a, err := adaptive.NewBulkhead(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := adaptive.NewBulkhead(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shedhook.Carry(a, b)
+	ctx := context.Background()
+	for range 2 {
+		if v := policytest.AnswerOf(b.Admit(ctx, 0)); v.Cause != nil {
+			t.Fatal(v.Cause)
+		}
+	}
+	if v := policytest.AnswerOf(a.Admit(ctx, 0)); v.Cause == nil {
+		t.Fatal("the old bulkhead admitted beside a full successor")
+	}
+	if st := a.Stats(); st.Inflight < st.Limit {
+		t.Fatalf("the old bulkhead rejects for a full limit but its Stats show %d of %d in flight", st.Inflight, st.Limit)
+	}
+}

@@ -257,10 +257,14 @@ func (q *queue) remove(w *waiter) {
 func (q *queue) await(ctx context.Context, w *waiter, now, wait time.Duration, waiting *atomic.Int64, release func(time.Duration)) (time.Duration, bool) {
 	began := time.Now()
 	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	var timeout <-chan time.Time
 	if wait > 0 {
 		t = time.NewTimer(wait)
-		defer func() { t.Stop() }()
 		timeout = t.C
 	}
 	timedOut := false
@@ -276,6 +280,9 @@ wait:
 		}
 		shorter = q.shorterChan()
 		q.mu.Unlock()
+		if wait == 0 { // the bound was lifted again before this one woke
+			goto wait
+		}
 		left := wait - time.Since(began)
 		if left <= 0 {
 			timedOut = true
@@ -283,7 +290,6 @@ wait:
 		}
 		if t == nil {
 			t = time.NewTimer(left)
-			defer func() { t.Stop() }()
 			timeout = t.C
 		} else {
 			t.Reset(left)

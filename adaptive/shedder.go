@@ -717,7 +717,8 @@ func (s *Shedder) state() string {
 
 // Stats is a snapshot of a Shedder.
 type Stats struct {
-	// Limit is the number of requests allowed in flight at once.
+	// Limit is the number of requests allowed in flight at once: for a
+	// Shedder a reload replaced, no more than its successors'.
 	Limit int64
 	// Inflight is the number of requests holding a slot: its own, and
 	// those of the Shedders a rules reload made in its place or that it
@@ -741,9 +742,9 @@ type Stats struct {
 
 // Stats returns a snapshot of the Shedder.
 func (s *Shedder) Stats() Stats {
-	ahead, _ := s.ahead(0)
+	ahead, lim := s.ahead(s.limit.Load())
 	st := Stats{
-		Limit:    s.limit.Load(),
+		Limit:    lim,
 		Inflight: s.inflight.Load() + s.carried() + ahead,
 		Waiting:  s.waiting.Load(),
 		AvgRT:    time.Duration(s.lastAvg.Load()),

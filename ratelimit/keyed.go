@@ -50,7 +50,8 @@ func WithMaxKeys(n int) Option {
 // and has no call in flight: the next request with that key gets a fresh
 // limiter. NewKeyed refuses a ttl shorter than the time the key's limiter
 // takes to become whole again (its window, its burst's refill, or a
-// Shaper's longest wait and one turn of a unit request), for
+// Shaper's longest wait and one turn of a unit request; a key whose Shaper
+// still has turns taken, by a costlier request, is kept until they pass), for
 // forgetting a key sooner hands out quota early. Expired
 // keys are dropped lazily, when met on the request path, when a new key
 // needs room, and by the janitor if one runs (WithJanitor). The default,
@@ -539,7 +540,17 @@ func wholeAfter(p sluice.Policy) time.Duration {
 }
 
 func (k *Keyed) expired(e *keyedEntry, now time.Duration) bool {
-	return k.ttl > 0 && now-e.last >= k.ttl && e.inflight.Load() == 0
+	return k.ttl > 0 && now-e.last >= k.ttl && e.inflight.Load() == 0 && wholeAt(e.lim, now)
+}
+
+// wholeAt reports whether p, a key's limiter, is whole at now, as far as
+// its window does not tell: a Shaper's queue, which a costly request makes
+// longer than any TTL checked at construction, must have emptied.
+func wholeAt(p sluice.Policy, now time.Duration) bool {
+	if s, ok := p.(interface{ wholeAt(time.Duration) bool }); ok {
+		return s.wholeAt(now)
+	}
+	return true
 }
 
 // lookup returns key's entry, held under hk (see held), making it if

@@ -113,3 +113,29 @@ func TestKeyedRefusesATTLShorterThanAShapersTurn(t *testing.T) {
 		t.Fatalf("an idle TTL of one turn: %v", err)
 	}
 }
+
+// A Shaper takes n turns for a request of cost n: a key whose last request
+// cost 5 turns of 10s is whole only 50s later, and an idle TTL of 10s (a
+// longest wait and one unit turn) keeps it until then, or its next request
+// would be admitted 40s before its turn.
+func TestKeyedKeepsAShaperOwedTurns(t *testing.T) {
+	k, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) {
+		return ratelimit.NewShaper(ratelimit.Every(10*time.Second), 0)
+	}, ratelimit.WithIdleTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := sluice.WithKey(context.Background(), "k")
+	tk, _, err := k.Admit(sluice.WithCost(ctx, 5), 0)
+	if err != nil {
+		t.Fatalf("cost 5 at 0: %v", err)
+	}
+	k.Done(tk, sluice.Success, 0, 0)
+	// The same key's Shaper, kept, rejects a unit request at 10s: its next
+	// turn is at 50s and it never waits.
+	tk, _, err = k.Admit(ctx, 10*time.Second)
+	if err == nil {
+		k.Done(tk, sluice.Success, 10*time.Second, 0)
+		t.Fatal("a unit request of the key admitted at 10s, 40s before its turn (50s): the idle TTL forgot a Shaper still owed 4 turns")
+	}
+}

@@ -166,6 +166,13 @@ func (s *Shaper) wholeAfter() time.Duration {
 	return time.Duration(c.maxWait + c.iv)
 }
 
+// wholeAt reports whether the Shaper's queue is empty at now: its next
+// turn is free by then (see Keyed's idle TTL).
+func (s *Shaper) wholeAt(now time.Duration) bool {
+	next := s.config().next.v.Load()
+	return next == emptyTAT || next <= int64(now)
+}
+
 // Name returns the name given with WithName; default "ratelimit/shaper".
 func (s *Shaper) Name() string { return s.name }
 

@@ -122,7 +122,9 @@ func (p *Policy) Breaker() *gobreaker.TwoStepCircuitBreaker[any] { return p.cb }
 func (p *Policy) Admit(_ context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	if held := time.Duration(p.held.Load()); now < held {
 		retry := held - now
-		if p.cb.State() == gobreaker.StateOpen { // and open for longer, maybe
+		st := p.cb.State() // which may move it on, past its Timeout
+		p.events.dispatch()
+		if st == gobreaker.StateOpen { // and open for longer, maybe
 			retry = max(retry, p.retryAfter(gobreaker.ErrOpenState))
 		}
 		return 0, sluice.Quota{Limit: -1, RetryAfter: retry}, sluice.ErrCircuitOpen
@@ -197,10 +199,12 @@ type view struct{ p *Policy }
 // State is gobreaker's state, or open while OpenFor holds the Policy
 // (read on the system clock, every Guard's unless given another).
 func (v view) State() breaker.State {
+	st := v.p.cb.State() // which may move it on, past its Timeout
+	v.p.events.dispatch()
 	if v.p.heldFor() > 0 {
 		return breaker.StateOpen
 	}
-	switch v.p.cb.State() {
+	switch st {
 	case gobreaker.StateOpen:
 		return breaker.StateOpen
 	case gobreaker.StateHalfOpen:
@@ -214,6 +218,7 @@ func (v view) State() breaker.State {
 // time left until a probe.
 func (v view) Counts() breaker.Counts {
 	st := v.p.cb.State() // first: reading the state clears a window gone by
+	v.p.events.dispatch()
 	c := v.p.cb.Counts()
 	counted := int64(c.Requests) - int64(min(c.TotalExclusions, c.Requests))
 	var out breaker.Counts

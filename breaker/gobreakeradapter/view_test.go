@@ -71,3 +71,37 @@ func TestAHeldPolicyTellsTheLaterOfTwoOpenings(t *testing.T) {
 		}
 	})
 }
+
+// A held Admit reads gobreaker's state, which moves an open breaker whose
+// Timeout has passed to half-open: the listeners hear that change when the
+// Admit returns, not once the hold ends.
+func TestAHeldAdmitDeliversTheChangeItCaused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var changed []string // gobreaker's own changes, as they happen
+		p, err := gobreakeradapter.New(gobreaker.Settings{Name: "dep", Timeout: time.Second,
+			OnStateChange: func(_ string, from, to gobreaker.State) { changed = append(changed, from.String()+">"+to.String()) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var heard []string
+		p.Subscribe(func(c sluice.StateChange) { heard = append(heard, c.From+">"+c.To) })
+		for range 6 {
+			tk, _, err := p.Admit(context.Background(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(tk, sluice.Failure, 0, 0)
+		}
+		if len(heard) != 1 {
+			t.Fatalf("heard %v after tripping; want one change to open", heard)
+		}
+		p.OpenFor(context.Background(), 0, time.Hour)
+		time.Sleep(2 * time.Second) // gobreaker's Timeout passes
+		if _, _, err := p.Admit(context.Background(), 2*time.Second); err == nil {
+			t.Fatal("admitted while held")
+		}
+		if len(changed) != 2 || len(heard) != 2 {
+			t.Fatalf("gobreaker made %v; the listeners heard %v", changed, heard)
+		}
+	})
+}
