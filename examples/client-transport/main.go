@@ -118,9 +118,17 @@ func newClient(dependencyAddr string, logf func(format string, args ...any)) (*h
 
 // describe makes one call and says how it went, as the calling code sees it.
 func describe(ctx context.Context, c *http.Client) string {
+	s, _ := fetch(ctx, c)
+	return s
+}
+
+// fetch is describe with the status a frontend answers it with: the
+// dependency's own, 503 for a call the Guard did not send, 504 for one it
+// timed out, 502 for another error.
+func fetch(ctx context.Context, c *http.Client) (string, int) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return err.Error()
+		return err.Error(), http.StatusInternalServerError
 	}
 	resp, err := c.Do(req)
 	d, rejected := sluice.RejectionOf(err)
@@ -132,22 +140,22 @@ func describe(ctx context.Context, c *http.Client) string {
 		if ra := d.RetryAfter; ra > 0 {
 			s += fmt.Sprintf(", retry after %v", ra.Round(10*time.Millisecond))
 		}
-		return s
+		return s, http.StatusServiceUnavailable
 	case errors.As(err, &nerr) && nerr.Timeout():
-		return fmt.Sprintf("timed out after %v", timeout)
+		return fmt.Sprintf("timed out after %v", timeout), http.StatusGatewayTimeout
 	case err != nil:
-		return "error: " + err.Error()
+		return "error: " + err.Error(), http.StatusBadGateway
 	}
 	defer resp.Body.Close() // closing the body ends the call for the Guard
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "error: " + err.Error()
+		return "error: " + err.Error(), http.StatusBadGateway
 	}
 	s := fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
 		s += "  Retry-After: " + ra
 	}
-	return s
+	return s, resp.StatusCode
 }
 
 // serveUntil serves a frontend on addr whose GET /stock calls the dependency
@@ -164,7 +172,9 @@ func serveUntil(ctx context.Context, addr string, out io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stock", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, describe(r.Context(), client))
+		s, status := fetch(r.Context(), client)
+		w.WriteHeader(status)
+		fmt.Fprintln(w, s)
 	})
 	mux.HandleFunc("POST /dependency/{mode}", func(w http.ResponseWriter, r *http.Request) {
 		mode := r.PathValue("mode")
