@@ -56,7 +56,8 @@ func buildRing(client redis.UniversalClient, limit int64, window time.Duration, 
 		return ratelimit.NewSlidingWindow(max(limit/cfg.instances, 1), window, buckets, ratelimit.WithName(cfg.name+":local"))
 	}
 	bucket := int64(window/time.Microsecond) / int64(buckets)
-	return build(client, cfg, "b"+strconv.Itoa(buckets), bucket, limit, share)
+	alg := "b" + strconv.Itoa(buckets)
+	return build(client, cfg, alg, bucket, limit, windowOf(alg, bucket), share)
 }
 
 // The state of a ring of buckets is one string per key: the index of the

@@ -78,6 +78,13 @@ func (l *Limiter) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	if c.viaRedis {
 		if o == sluice.Released {
+			if l.neg != nil {
+				// The quota given back may be what a remembered
+				// rejection was turned away for: Redis decides again.
+				for _, k := range c.keys {
+					l.neg.forget(k)
+				}
+			}
 			l.refund(c, now)
 		}
 	} else {
@@ -116,11 +123,35 @@ func (l *Limiter) track(c *call) sluice.Ticket {
 
 func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	cost := sluice.CostFrom(ctx)
+	if !l.beyond(cost) {
+		return l.ask(ctx, now, cost)
+	}
+	// Never satisfiable, yet asked all the same, for the quota it leaves
+	// (which the scripts reject the request against), as the local twin
+	// answers it: not a Remaining of 0.
+	d, t := l.ask(ctx, now, cost)
+	if t != 0 {
+		if !l.beyond(cost) { // a limit made larger meanwhile
+			return d, t
+		}
+		l.Done(t, sluice.Released, now, 0) // admitted failing open
+	}
+	d.Allowed, d.Cause, d.RetryAfter = false, ratelimit.ErrNeverSatisfiable, 0
+	return d, 0
+}
+
+// beyond reports whether cost exceeds the quota of one of l's limits.
+func (l *Limiter) beyond(cost int64) bool {
 	for _, m := range l.limits {
-		if q := m.nums.Load().quota; cost > q {
-			return sluice.Decision{Policy: l.name, Limit: q, Cause: ratelimit.ErrNeverSatisfiable}, 0
+		if cost > m.nums.Load().quota {
+			return true
 		}
 	}
+	return false
+}
+
+// ask decides a request of cost at now with Redis, as admit describes.
+func (l *Limiter) ask(ctx context.Context, now time.Duration, cost int64) (sluice.Decision, sluice.Ticket) {
 	c := l.getCall()
 	same := true
 	for i, m := range l.limits {

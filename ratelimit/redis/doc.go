@@ -2,7 +2,9 @@
 // shares one limit instead of each granting its own: the algorithms of package
 // ratelimit (GCRA, the default; token bucket; fixed window; sliding window,
 // a ring of buckets), each a sluice.Policy with the same Decision (Limit,
-// Remaining, Reset, RetryAfter) as its local twin, and a sliding window
+// Remaining, Reset, RetryAfter) as its local twin (but for a release of a
+// request admitted before a SetLimit that changed the rate: Redis gives
+// back what the admission took, a local GCRA nothing), and a sliding window
 // weighted from two fixed windows (NewSlidingWindowWeighted), which keeps
 // less per key than a ring and estimates.
 //

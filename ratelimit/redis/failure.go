@@ -141,6 +141,14 @@ func (c *negCache) get(key string, now time.Duration, n *limitNums) (sluice.Deci
 	return d, true
 }
 
+// forget forgets key's remembered rejection: the quota it was turned away
+// for has been given back.
+func (c *negCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}
+
 // clear forgets every remembered rejection.
 func (c *negCache) clear() {
 	c.mu.Lock()

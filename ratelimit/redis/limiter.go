@@ -127,7 +127,9 @@ func NewFixedWindow(client redis.UniversalClient, limit int64, window time.Durat
 // Reset is the time until both counts have slid out; RetryAfter the time
 // until the weighted sum leaves room for the cost. It keeps three numbers
 // per key, whatever the window; NewSlidingWindow counts exactly what
-// ratelimit.SlidingWindow counts, in a ring of buckets.
+// ratelimit.SlidingWindow counts, in a ring of buckets. Its script
+// multiplies counts by times: limit × window in microseconds must stay
+// under 2^50 (about 18 million a minute, 13,000 a day).
 func NewSlidingWindowWeighted(client redis.UniversalClient, limit int64, window time.Duration, opts ...Option) (*Limiter, error) {
 	return newWindowed(client, "sliding-window-weighted", 's', limit, window, opts, func(l int64, w time.Duration, name string) (sluice.Policy, error) {
 		return ratelimit.NewSlidingWindow(l, w, bucketsFor(w), ratelimit.WithName(name))
@@ -186,7 +188,11 @@ func buildRated(client redis.UniversalClient, algorithm string, alg byte, r rate
 		}
 		return local(ratelimit.Rate{Count: r.Count, Period: r.Period * time.Duration(n)}, max(burst/n, 1), cfg.name+":local")
 	}
-	return build(client, cfg, string(alg), iv, burst, share)
+	// The window as the local twin reports it, from the interval in
+	// nanoseconds: the script's, in microseconds, would make a burst of 3
+	// at 3 a second a window of 1.000002 s, which the RateLimit-Policy
+	// field tells as q=5;w=2.
+	return build(client, cfg, string(alg), iv, burst, time.Duration(burst*ivNS), share)
 }
 
 func newWindowed(client redis.UniversalClient, algorithm string, alg byte, lim int64, window time.Duration, opts []Option,
@@ -209,8 +215,13 @@ func buildWindowed(client redis.UniversalClient, algorithm string, alg byte, lim
 		return nil, fmt.Errorf("redislimit: %s: window %v must be a positive whole number of microseconds", algorithm, window)
 	}
 	w := int64(window / time.Microsecond)
-	if lim > maxExact/w/4 {
+	// The weighted window's script multiplies the limit by the window; the
+	// fixed window's only counts.
+	if alg == 's' && lim > maxExact/w/4 {
 		return nil, fmt.Errorf("redislimit: %s: limit %d × window %v exceeds 2^50", algorithm, lim, window)
+	}
+	if lim > maxExact {
+		return nil, fmt.Errorf("redislimit: %s: limit %d exceeds 2^52", algorithm, lim)
 	}
 	cfg := defaultConfig(algorithm)
 	if err := cfg.apply(opts); err != nil {
@@ -219,7 +230,7 @@ func buildWindowed(client redis.UniversalClient, algorithm string, alg byte, lim
 	share := func() (sluice.Policy, error) {
 		return local(max(lim/cfg.instances, 1), window, cfg.name+":local")
 	}
-	return build(client, cfg, string(alg), w, lim, share)
+	return build(client, cfg, string(alg), w, lim, windowOf(string(alg), w), share)
 }
 
 // keyName writes a limiter's name in its keys with no ':' of its own, so
@@ -227,14 +238,11 @@ func buildWindowed(client redis.UniversalClient, algorithm string, alg byte, lim
 // prefix "a:b" with name "c" and prefix "a" with name "b:c" keep apart.
 var keyName = strings.NewReplacer("%", "%25", ":", "%3A")
 
-// windowOf returns the window of a limit of algorithm alg with the script's
-// period (µs) and quota: a bucket's time to refill its burst (as the local
-// twins report it), a window's length (for a ring of buckets, "b" and their
-// number, the bucket's length times that number).
-func windowOf(alg string, period, quota int64) time.Duration {
+// windowOf returns the window of a windowed limit of algorithm alg with
+// the script's period (µs): its length (for a ring of buckets,
+// "b" and their number, the bucket's length times that number).
+func windowOf(alg string, period int64) time.Duration {
 	switch alg[0] {
-	case 'g', 't':
-		return time.Duration(period*quota) * time.Microsecond
 	case 'b':
 		n, _ := strconv.ParseInt(alg[1:], 10, 64)
 		return time.Duration(period*n) * time.Microsecond
@@ -258,7 +266,7 @@ func keyPrefix(cfg config, alg string, period int64) string {
 // build makes a limiter of one limit of algorithm alg: a letter ('g', 't',
 // 'f', 's'), or 'b' and the number of buckets; period and quota are the
 // script's parameters.
-func build(client redis.UniversalClient, cfg config, alg string, period, quota int64, share func() (sluice.Policy, error)) (*Limiter, error) {
+func build(client redis.UniversalClient, cfg config, alg string, period, quota int64, window time.Duration, share func() (sluice.Policy, error)) (*Limiter, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
@@ -275,7 +283,7 @@ func build(client redis.UniversalClient, cfg config, alg string, period, quota i
 		closedName:  cfg.name + ":closed",
 	}
 	l.nums.Store(&limitNums{periodArg: strconv.FormatInt(period, 10), quotaArg: strconv.FormatInt(quota, 10),
-		quota: quota, window: windowOf(alg, period, quota)})
+		quota: quota, window: window})
 	if alg[0] == 'b' {
 		l.single, l.batch = bucketScripts(alg[1:])
 	}

@@ -289,8 +289,10 @@ func WithoutCoalescing() Option {
 // rejection's RetryAfter and reject the key locally, without a round trip to
 // Redis, until it has passed. Only rejections of a request of cost 1 are
 // kept: their RetryAfter holds for every cost, where a costly request's
-// would turn away cheaper ones that fit. The default is no cache. Requests
-// rejected locally are not seen by Redis, so they never extend the wait.
+// would turn away cheaper ones that fit. A request this limiter admitted
+// and that is given back (Released) forgets the key's rejection. The
+// default is no cache. Requests rejected locally are not seen by Redis, so
+// they never extend the wait.
 func WithNegativeCache(maxKeys int) Option {
 	return func(c *config) error {
 		if maxKeys < 1 {
