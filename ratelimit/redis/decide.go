@@ -24,6 +24,11 @@ type call struct {
 	ds       []sluice.Decision
 	marks    []int64 // per limit: the admission's mark in Redis, for a refund (see decideSrc)
 	viaRedis bool
+	// pick is the limit a never-satisfiable request exceeds, whose numbers
+	// its rejection reports; -1 for another request.
+	pick int
+	// negGen is the negative cache's generation when Redis was asked.
+	negGen uint64
 }
 
 type localTicket struct {
@@ -78,14 +83,16 @@ func (l *Limiter) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	}
 	if c.viaRedis {
 		if o == sluice.Released {
+			l.refund(c, now)
 			if l.neg != nil {
 				// The quota given back may be what a remembered
 				// rejection was turned away for: Redis decides again.
+				// After the refund, and counted, so that a rejection
+				// Redis gave before it is not remembered after.
 				for _, k := range c.keys {
 					l.neg.forget(k)
 				}
 			}
-			l.refund(c, now)
 		}
 	} else {
 		for i := range c.local {
@@ -123,36 +130,46 @@ func (l *Limiter) track(c *call) sluice.Ticket {
 
 func (l *Limiter) admit(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	cost := sluice.CostFrom(ctx)
-	if !l.beyond(cost) {
-		return l.ask(ctx, now, cost)
+	i := l.beyond(cost)
+	if i < 0 {
+		return l.ask(ctx, now, cost, -1)
 	}
-	// Never satisfiable, yet asked all the same, for the quota it leaves
-	// (which the scripts reject the request against), as the local twin
-	// answers it: not a Remaining of 0.
-	d, t := l.ask(ctx, now, cost)
+	// Never satisfiable, yet asked all the same, for the quota it leaves of
+	// the limit it exceeds (which the scripts reject the request against),
+	// as the local twin answers it: not a Remaining of 0.
+	d, t := l.ask(ctx, now, cost, i)
 	if t != 0 {
-		if !l.beyond(cost) { // a limit made larger meanwhile
+		if l.beyond(cost) < 0 { // a limit made larger meanwhile
 			return d, t
 		}
 		l.Done(t, sluice.Released, now, 0) // admitted failing open
+	}
+	if d.Policy != l.name {
+		// No answer from Redis (a failure policy's): the quota is all
+		// there is to tell.
+		d = sluice.Decision{Policy: l.name, Limit: l.limits[i].nums.Load().quota}
 	}
 	d.Allowed, d.Cause, d.RetryAfter = false, ratelimit.ErrNeverSatisfiable, 0
 	return d, 0
 }
 
-// beyond reports whether cost exceeds the quota of one of l's limits.
-func (l *Limiter) beyond(cost int64) bool {
-	for _, m := range l.limits {
+// beyond returns the index of the first of l's limits whose quota cost
+// exceeds; -1 when none.
+func (l *Limiter) beyond(cost int64) int {
+	for i, m := range l.limits {
 		if cost > m.nums.Load().quota {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
-// ask decides a request of cost at now with Redis, as admit describes.
-func (l *Limiter) ask(ctx context.Context, now time.Duration, cost int64) (sluice.Decision, sluice.Ticket) {
+// ask decides a request of cost at now with Redis, as admit describes; for
+// a never-satisfiable request, pick is the limit it exceeds (else -1),
+// whose numbers its rejection reports.
+func (l *Limiter) ask(ctx context.Context, now time.Duration, cost int64, pick int) (sluice.Decision, sluice.Ticket) {
 	c := l.getCall()
+	c.pick = pick
 	same := true
 	for i, m := range l.limits {
 		c.keys[i], c.tags[i] = m.key(ctx)
@@ -161,6 +178,9 @@ func (l *Limiter) ask(ctx context.Context, now time.Duration, cost int64) (sluic
 		}
 	}
 	if l.neg != nil {
+		c.negGen = l.neg.generation()
+	}
+	if l.neg != nil && pick < 0 {
 		// The longest wait of the limits that remembered a rejection, as
 		// Redis would answer it.
 		var best sluice.Decision
@@ -256,6 +276,10 @@ func (l *Limiter) failed(ctx context.Context, c *call, now, failedAt time.Durati
 // the request's.
 func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decision, sluice.Ticket) {
 	d := l.compose(c.ds)
+	if c.pick >= 0 && !d.Allowed {
+		d = c.ds[c.pick] // the limit the cost exceeds
+		d.Policy = l.name
+	}
 	if !d.Allowed {
 		// Only a rejection of cost 1 is remembered: its RetryAfter holds for
 		// every cost, while a costly request's would turn away cheap ones
@@ -266,7 +290,7 @@ func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decisi
 				if di := c.ds[i]; !di.Allowed && di.RetryAfter > 0 {
 					di.Policy, di.Cause = l.name, sluice.ErrRateLimited
 					j := 1 + 5*i // the numbers the script was given
-					l.neg.put(c.keys[i], now, di, c.args[j+1], c.args[j+2])
+					l.neg.put(c.keys[i], now, di, c.args[j+1], c.args[j+2], c.negGen)
 				}
 			}
 		}

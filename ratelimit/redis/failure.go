@@ -109,6 +109,9 @@ type negCache struct {
 	mu  sync.Mutex
 	m   map[string]negEntry
 	max int
+	// gen counts the forgets: a rejection read from Redis before one, and
+	// put after it, may be of the quota given back, and is not kept.
+	gen uint64
 }
 
 type negEntry struct {
@@ -146,7 +149,15 @@ func (c *negCache) get(key string, now time.Duration, n *limitNums) (sluice.Deci
 func (c *negCache) forget(key string) {
 	c.mu.Lock()
 	delete(c.m, key)
+	c.gen++
 	c.mu.Unlock()
+}
+
+// generation returns the count of forgets so far, for put.
+func (c *negCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
 }
 
 // clear forgets every remembered rejection.
@@ -156,9 +167,15 @@ func (c *negCache) clear() {
 	c.mu.Unlock()
 }
 
-func (c *negCache) put(key string, now time.Duration, d sluice.Decision, period, quota any) {
+// put remembers key's rejection d at now, under the limit's numbers period
+// and quota, unless a key was forgotten since generation gen, when Redis
+// was asked.
+func (c *negCache) put(key string, now time.Duration, d sluice.Decision, period, quota any, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
 	if len(c.m) >= c.max {
 		for k, e := range c.m {
 			if now >= e.until {

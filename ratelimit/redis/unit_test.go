@@ -104,7 +104,7 @@ func TestNegativeCacheBounds(t *testing.T) {
 	c := &negCache{m: make(map[string]negEntry), max: 2}
 	n := &limitNums{periodArg: "1000", quotaArg: "10"}
 	rej := func(retry time.Duration) sluice.Decision { return sluice.Decision{RetryAfter: retry, Reset: retry} }
-	put := func(key string, now time.Duration, d sluice.Decision) { c.put(key, now, d, n.periodArg, n.quotaArg) }
+	put := func(key string, now time.Duration, d sluice.Decision) { c.put(key, now, d, n.periodArg, n.quotaArg, 0) }
 	put("a", 0, rej(time.Second))
 	put("b", 0, rej(2*time.Second))
 	put("c", 0, rej(time.Second)) // full, nothing expired: not cached
