@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-go/sluice/internal/breakerview"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/statsmath"
+	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
 
 // instrument is one of sluice's metrics.
@@ -199,7 +200,10 @@ func (pw *policyWatch) init(w *watch) {
 			pw.states[i] = attribute.NewSet(w.guard, pw.attr, attribute.String("sluice.circuit_breaker.state", s.name))
 		}
 	}
-	if src, ok := pw.p.(sluice.StateSource); ok {
+	// A Redis limiter's states are those of its breaker around Redis,
+	// which the sluice.redis instruments report: no circuit breaker of the
+	// Guard's, whose transitions these count.
+	if src, ok := pw.p.(sluice.StateSource); ok && !isRedisLimiter(pw.p) {
 		// Transitions by the policy's name, never by the name a change
 		// carries: a breaker group names the member that changed.
 		trans := new([len(breakerStates)][len(breakerStates)]atomic.Uint64)
@@ -312,4 +316,10 @@ func (pw *policyWatch) collectTransitions(b *builder, w *watch) {
 			}
 		}
 	}
+}
+
+// isRedisLimiter reports whether p is a redislimit.Limiter.
+func isRedisLimiter(p sluice.Policy) bool {
+	_, ok := p.(*redislimit.Limiter)
+	return ok
 }
