@@ -149,6 +149,9 @@ var causes = []string{"rate-limited", "circuit-open", "overloaded", "concurrency
 // returned joined.
 func parse(name string, data []byte) (*spec, error) {
 	p := &parser{file: name}
+	// A UTF-8 byte order mark (some editors on Windows write one) is no
+	// part of the rules: YAML skips it, and JSON may (RFC 8259, 8.1).
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	if !utf8.Valid(data) {
 		// At the line and column of the first byte that is no UTF-8 (a
 		// file saved in Latin-1), as every error is.
@@ -241,7 +244,8 @@ type parser struct {
 }
 
 // maxExpanded bounds the nodes aliases may stand for in one file: anchors
-// share a policy's numbers or a guard's key among many, and a file of
+// share a value (a rate, a guard's key, a list of routes) among many, and
+// a file of
 // nested aliases ("billion laughs") must not make the parser read more
 // than a file of this many nodes would.
 const maxExpanded = 100_000
@@ -318,6 +322,10 @@ func (p *parser) fields(n *yaml.Node, what string, fn func(k string, v *yaml.Nod
 			p.errf(k, "a key of %s is not a string", what)
 			continue
 		}
+		if k.Tag == "!!merge" {
+			p.errf(k, "a merge key (<<) in %s: merge keys are not supported; repeat the fields (an alias may share one value)", what)
+			continue
+		}
 		if line, dup := seen[k.Value]; dup {
 			p.errf(k, "%q given twice in %s (first on line %d)", k.Value, what, line)
 			continue
@@ -378,7 +386,7 @@ func (p *parser) count(n *yaml.Node, what string, min int64) int64 {
 		return 0
 	}
 	v, err := strconv.ParseInt(n.Value, 10, 64)
-	if err != nil {
+	if err != nil || n.Tag != "!!int" { // "5", quoted, is a string, as "true" is
 		p.errf(n, "%s: %q is not a whole number", what, n.Value)
 		return 0
 	}
@@ -403,12 +411,15 @@ func (p *parser) ratio(n *yaml.Node, what string) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(n.Value, 64)
-	if err != nil || !(v > 0 && v <= 1) {
+	if err != nil || !number(n) || !(v > 0 && v <= 1) {
 		p.errf(n, "%s: %q is not a ratio in (0, 1]", what, n.Value)
 		return 0
 	}
 	return v
 }
+
+// number reports whether n is written as a number, not a quoted string.
+func number(n *yaml.Node) bool { return n.Tag == "!!int" || n.Tag == "!!float" }
 
 // float parses a number of at least min.
 func (p *parser) float(n *yaml.Node, what string, min float64) float64 {
@@ -416,7 +427,7 @@ func (p *parser) float(n *yaml.Node, what string, min float64) float64 {
 		return 0
 	}
 	v, err := strconv.ParseFloat(n.Value, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < min {
+	if err != nil || !number(n) || math.IsNaN(v) || math.IsInf(v, 0) || v < min {
 		p.errf(n, "%s: %q is not a number of at least %v", what, n.Value, min)
 		return 0
 	}
@@ -658,6 +669,10 @@ func (p *parser) policy(n *yaml.Node) *policySpec {
 		return nil
 	}
 	kind, ok := kinds[pol.kind]
+	if !ok && pol.kind == "" {
+		p.errf(n, "policy %q has no kind (want %s)", pol.name, strings.Join(kindNames(), ", "))
+		return nil
+	}
 	if !ok {
 		p.errf(n, "policy %q: unknown kind %q (want %s)", pol.name, pol.kind, strings.Join(kindNames(), ", "))
 		return nil
@@ -803,6 +818,16 @@ func (p *parser) fallback(s *spec, n *yaml.Node) {
 	}
 	if f.body != "" && (f.status == http.StatusNoContent || f.status == http.StatusNotModified) {
 		p.errf(n, "fallback: a %d answer has no body: net/http would drop it", f.status)
+	}
+	// The body's framing is net/http's to set: a Content-Length other than
+	// the body's cuts the answer short or leaves the client waiting.
+	if cl, ok := f.headers["Content-Length"]; ok && cl[0] != strconv.Itoa(len(f.body)) {
+		p.errf(n, "fallback: headers: Content-Length %s is not the body's length (%d): leave it out, net/http sets it", cl[0], len(f.body))
+	}
+	for _, h := range []string{"Transfer-Encoding", "Connection", "Keep-Alive", "Upgrade", "Trailer"} {
+		if _, ok := f.headers[h]; ok {
+			p.errf(n, "fallback: headers: %s is the connection's, net/http's to set", h)
+		}
 	}
 	s.fallbacks = append(s.fallbacks, f)
 }
