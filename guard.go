@@ -41,7 +41,8 @@ type Guard struct {
 	// retired: the Guard serves no new call (Close ran, or a rules reload
 	// put its successor in force): its observers may settle its counts.
 	retired     atomic.Bool
-	fallbacks   []Fallback // outermost layer; see fallback.go
+	refused     atomic.Bool // New failed to attach its observers: it never serves
+	fallbacks   []Fallback  // outermost layer; see fallback.go
 	onFallback  []func(context.Context, FallbackEvent)
 	timeout     time.Duration                   // call deadline; 0: none; see timeout.go
 	untimed     bool                            // no policy NeedsEnd, no observer: End reads no clock

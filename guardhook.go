@@ -17,6 +17,7 @@ func init() {
 	guardhook.Detach = func(g any) { g.(*Guard).detach() }
 	guardhook.Retire = func(g any) { g.(*Guard).retired.Store(true) }
 	guardhook.Retired = func(g any) bool { return g.(*Guard).retired.Load() }
+	guardhook.Refused = func(g any) bool { return g.(*Guard).refused.Load() }
 	guardhook.Closed = func(g any) bool {
 		gd := g.(*Guard)
 		gd.unsubsMu.Lock()

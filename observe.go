@@ -455,6 +455,7 @@ func (g *Guard) attach() error {
 	for _, o := range g.obs.observers {
 		observe, detach, err := o.Attach(g)
 		if err != nil {
+			g.refused.Store(true) // before the observers let go of it
 			for _, d := range g.unsubs {
 				d()
 			}

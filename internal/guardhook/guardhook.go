@@ -37,6 +37,11 @@ var (
 	Retired func(g any) bool
 )
 
+// Refused reports whether g (a *sluice.Guard) is one New failed to make (an
+// observer refused it): it never served, and its observers, let go of,
+// have nothing of it to report or carry.
+var Refused func(g any) bool
+
 // Closed reports whether g (a *sluice.Guard) was closed.
 var Closed func(g any) bool
 

@@ -198,7 +198,7 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 			w.unsubscribe()
 			m.mu.Lock()
 			delete(m.guards, name)
-			if refused(g) {
+			if guardhook.Refused(g) {
 				// New failed: the Guard never served, and has nothing to
 				// report or carry. Its predecessor's counts wait on.
 				if w.prev != nil {
@@ -220,36 +220,6 @@ func (m *Metrics) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEven
 		})
 	}
 	return observe, detach, nil
-}
-
-// refused reports whether g, being let go of, is one that New refused: let
-// go of before it served a call, neither closed nor retired by a reload.
-func refused(g *sluice.Guard) bool {
-	if guardhook.Retired(g) || guardhook.InFlight(g) != 0 {
-		return false
-	}
-	s := g.Stats()
-	if s.Attempts != 0 {
-		return false
-	}
-	for _, h := range append(s.Durations[:], s.Timeouts) {
-		for _, n := range h.Counts {
-			if n != 0 {
-				return false
-			}
-		}
-	}
-	for _, ps := range s.Policies {
-		if ps.Admitted != 0 || ps.ShadowRejected != 0 {
-			return false
-		}
-		for _, n := range ps.Rejected {
-			if n != 0 {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // settled reports whether every call of w's Guard has ended and been heard:
