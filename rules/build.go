@@ -85,6 +85,9 @@ func (b *builder) newPolicy(ps *policySpec) (*built, error) {
 	if ps.perKey {
 		opts := []ratelimit.Option{ratelimit.WithName(ps.name)}
 		opts = append(opts, ratelimit.WithMaxKeys(maxKeys(ps)))
+		if ps.idleTTL > 0 {
+			opts = append(opts, ratelimit.WithIdleTTL(ps.idleTTL))
+		}
 		p, err := ratelimit.NewKeyed(func(string) (sluice.Policy, error) { return newLocal(ps) }, opts...)
 		if err != nil {
 			return nil, err
@@ -240,6 +243,8 @@ func (b *builder) newRedis(ps *policySpec) (sluice.Policy, error) {
 		opts = append(opts, redislimit.WithFailOpen())
 	case "closed":
 		opts = append(opts, redislimit.WithFailClosed())
+	case "local":
+		opts = append(opts, redislimit.WithLocalFallback(ps.instances))
 	}
 	switch ps.kind {
 	case "token-bucket":

@@ -63,14 +63,15 @@
 // (100/s, 5/min, 1000/h, 3/250ms); durations are Go durations (250ms, 2s).
 //
 //	kind            required              optional
-//	token-bucket    rate burst            per_key max_keys store fail
-//	gcra            rate burst            per_key max_keys store fail
-//	leaky-bucket    rate capacity         per_key max_keys
-//	fixed-window    limit window          per_key max_keys store fail
-//	sliding-window  limit window          buckets (10) per_key max_keys store fail
-//	sliding-log     limit window          per_key max_keys
-//	warm-up         rate burst warm_up cold_factor   per_key max_keys
-//	shaper          rate max_wait         per_key max_keys
+//	token-bucket    rate burst            per_key max_keys idle_ttl store fail instances
+//	gcra            rate burst            per_key max_keys idle_ttl store fail instances
+//	leaky-bucket    rate capacity         per_key max_keys idle_ttl
+//	fixed-window    limit window          per_key max_keys idle_ttl store fail instances
+//	sliding-window  limit window          buckets (10) per_key max_keys idle_ttl
+//	                                      store fail instances
+//	sliding-log     limit window          per_key max_keys idle_ttl
+//	warm-up         rate burst warm_up cold_factor   per_key max_keys idle_ttl
+//	shaper          rate max_wait         per_key max_keys idle_ttl
 //	breaker                               consecutive_failures (5) error_ratio
 //	                                      error_count slow_call slow_ratio
 //	                                      min_requests window buckets (10)
@@ -83,12 +84,16 @@
 //	shed                                  on (false) retry_after (1s)
 //
 // per_key gives each key of the guard its own limiter (ratelimit.Keyed, at
-// most max_keys of them); the guard must declare a key. store: redis keeps
-// the limiter's state in Redis, under the policy's name, so that every
-// instance that loads the same file shares the limit; the program gives
-// the client with [WithRedis], and fail (open or closed) says what the
-// limiter does while Redis is unreachable (package redislimit's default
-// otherwise). A breaker trips on the rules given, together; min_requests
+// most max_keys of them, forgetting a key idle for idle_ttl, which must
+// cover the time its limiter takes to be whole again); the guard must
+// declare a key. store: redis keeps the limiter's state in Redis, under the
+// policy's name (after redislimit's key prefix, "sluice": two services
+// sharing a Redis give their policies names of their own), so that every
+// instance that loads the same file shares the limit; the program gives the
+// client with [WithRedis], and fail says what the limiter does while Redis
+// is unreachable: open, closed, or local, deciding with this instance's
+// share of the limit, the limit divided by instances (package redislimit's
+// default otherwise). A breaker trips on the rules given, together; min_requests
 // goes with error_ratio, error_count and slow_call, slow_ratio with
 // slow_call; window is a rolling window of that length, window_calls the
 // last n calls. A throttle is the adaptive client-side throttle of

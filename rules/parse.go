@@ -48,11 +48,15 @@ type policySpec struct {
 	name  string `rules:"name"`
 	kind  string `rules:"kind"`
 	store string `rules:"store"` // "" (local) or "redis"
-	fail  string `rules:"fail"`  // Redis failure policy: "", "open", "closed"
+	fail  string `rules:"fail"`  // Redis failure policy: "", "open", "closed", "local"
+	// instances is how many instances share a Redis limit, whose local
+	// share (fail: local) is the limit divided by them.
+	instances int `rules:"instances"`
 
-	perKey  bool `rules:"per_key"`
-	maxKeys int  `rules:"max_keys"`
-	shadow  bool `rules:"shadow"`
+	perKey  bool          `rules:"per_key"`
+	maxKeys int           `rules:"max_keys"`
+	idleTTL time.Duration `rules:"idle_ttl"`
+	shadow  bool          `rules:"shadow"`
 
 	rate       ratelimit.Rate `rules:"rate"`
 	burst      int64          `rules:"burst"`
@@ -90,7 +94,8 @@ func (p policySpec) numbersOnly() policySpec {
 // sameShape reports whether p and q are the same kind of policy, so that q's
 // numbers can be set on p's policy in place.
 func (p *policySpec) sameShape(q *policySpec) bool {
-	return p.kind == q.kind && p.store == q.store && p.fail == q.fail && p.perKey == q.perKey
+	return p.kind == q.kind && p.store == q.store && p.fail == q.fail && p.instances == q.instances &&
+		p.perKey == q.perKey && p.idleTTL == q.idleTTL
 }
 
 type keySpec struct {
@@ -125,14 +130,14 @@ func at(n *yaml.Node) pos { return pos{n.Line, n.Column} }
 // kinds lists each policy kind with the fields it requires and those it
 // also accepts (name, kind and shadow are accepted by all).
 var kinds = map[string]struct{ need, may string }{
-	"token-bucket":   {"rate burst", "per_key max_keys store fail"},
-	"gcra":           {"rate burst", "per_key max_keys store fail"},
-	"leaky-bucket":   {"rate capacity", "per_key max_keys"},
-	"fixed-window":   {"limit window", "per_key max_keys store fail"},
-	"sliding-window": {"limit window", "buckets per_key max_keys store fail"},
-	"sliding-log":    {"limit window", "per_key max_keys"},
-	"warm-up":        {"rate burst warm_up cold_factor", "per_key max_keys"},
-	"shaper":         {"rate max_wait", "per_key max_keys"},
+	"token-bucket":   {"rate burst", "per_key max_keys idle_ttl store fail instances"},
+	"gcra":           {"rate burst", "per_key max_keys idle_ttl store fail instances"},
+	"leaky-bucket":   {"rate capacity", "per_key max_keys idle_ttl"},
+	"fixed-window":   {"limit window", "per_key max_keys idle_ttl store fail instances"},
+	"sliding-window": {"limit window", "buckets per_key max_keys idle_ttl store fail instances"},
+	"sliding-log":    {"limit window", "per_key max_keys idle_ttl"},
+	"warm-up":        {"rate burst warm_up cold_factor", "per_key max_keys idle_ttl"},
+	"shaper":         {"rate max_wait", "per_key max_keys idle_ttl"},
 	"breaker": {"", "consecutive_failures error_ratio error_count min_requests slow_call slow_ratio " +
 		"window window_calls buckets open_for half_open_probes"},
 	"throttle": {"", "multiplier min_requests window buckets"},
@@ -607,13 +612,17 @@ func (p *parser) policy(n *yaml.Node) *policySpec {
 				pol.store = ""
 			}
 		case "fail":
-			if pol.fail = p.str(v, k); pol.fail != "open" && pol.fail != "closed" {
-				p.errf(v, "fail: %q is not open or closed", pol.fail)
+			if pol.fail = p.str(v, k); pol.fail != "open" && pol.fail != "closed" && pol.fail != "local" {
+				p.errf(v, "fail: %q is not open, closed or local", pol.fail)
 			}
+		case "instances":
+			pol.instances = p.integer(v, k, 1)
 		case "per_key":
 			pol.perKey = p.boolean(v, k)
 		case "max_keys":
 			pol.maxKeys = p.integer(v, k, 1)
+		case "idle_ttl":
+			pol.idleTTL = p.duration(v, k)
 		case "rate":
 			pol.rate = p.rate(v, k)
 		case "burst":
@@ -698,8 +707,14 @@ func (p *parser) policyRules(n *yaml.Node, pol *policySpec, given map[string]*ya
 	if pol.maxKeys > 0 && !pol.perKey {
 		p.errf(given["max_keys"], "policy %q: max_keys needs per_key: true", pol.name)
 	}
+	if pol.idleTTL > 0 && !pol.perKey {
+		p.errf(given["idle_ttl"], "policy %q: idle_ttl needs per_key: true", pol.name)
+	}
 	if given["fail"] != nil && pol.store != "redis" {
 		p.errf(given["fail"], "policy %q: fail needs store: redis", pol.name)
+	}
+	if (pol.fail == "local") != (given["instances"] != nil) {
+		p.errf(n, "policy %q: fail: local and instances go together (the local share is the limit divided by the instances)", pol.name)
 	}
 	if pol.store == "redis" && pol.perKey {
 		p.errf(given["per_key"], "policy %q: a Redis limit keys itself by the request's key; leave per_key out", pol.name)
