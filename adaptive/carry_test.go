@@ -375,3 +375,48 @@ func TestACarriedBulkheadsStatsShowTheLimitItAdmitsWithin(t *testing.T) {
 		t.Fatalf("the old bulkhead rejects for a full limit but its Stats show %d of %d in flight", st.Inflight, st.Limit)
 	}
 }
+
+// A reload made a bulkhead of 5 with a queue anew as a bulkhead of 1
+// (carried); a request that read the old rules waits in the old queue, the
+// successor's one call holding the only slot. A later reload raises the
+// successor's limit to 3 in place, which hands the free slots to the old
+// queue's waiter at once, not once its wait ran out.
+func TestARaisedSuccessorWakesAPredecessorsWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		old, err := adaptive.NewBulkhead(5, adaptive.WithQueue(10, 100*ms))
+		require.NoError(t, err)
+		nu, err := adaptive.NewBulkhead(1)
+		require.NoError(t, err)
+		shedhook.Carry(old, nu)
+		v := policytest.AnswerOf(nu.Admit(context.Background(), 0))
+		require.NoError(t, v.Cause)
+
+		ctx := context.Background()
+		w := arrival{got: make(chan answer, 1)}
+		var tk sluice.Ticket
+		go func() { // queued: nu's call fills min(5, 1)
+			v := policytest.AnswerOf(old.Admit(ctx, now()))
+			tk = v.Ticket
+			w.got <- answer{v.Cause == nil, now()}
+		}()
+		synctest.Wait()
+		select {
+		case got := <-w.got:
+			t.Fatalf("not queued: allowed %v", got.allowed)
+		default:
+		}
+		require.NoError(t, nu.Reconfigure(3))
+		synctest.Wait()
+		select {
+		case got := <-w.got:
+			require.True(t, got.allowed)
+			old.Done(tk, sluice.Success, now(), 0)
+		default:
+			got := <-w.got
+			t.Errorf("the old queue's waiter was not woken by the successor's raise: allowed %v at %v (1 of 3 slots in flight)", got.allowed, got.at)
+		}
+		nu.Done(v.Ticket, sluice.Success, now(), 0)
+	})
+}

@@ -37,9 +37,11 @@ func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 	}
 	if s.est == nil {
 		s.limit.Store(int64(n))
-		if s.q != nil && s.waiting.Load() > 0 {
-			s.dispatch(0) // a bulkhead learns nothing from the grant's instant
-		}
+		// Slots freed for its queue, and for those of the Shedders it
+		// took the place of, which admit within its limit (see ahead).
+		// No instant is known here: a waiter granted a slot is taken to
+		// have it from when it came (see grant).
+		s.woken(0)
 	}
 	return nil
 }

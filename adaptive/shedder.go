@@ -409,7 +409,9 @@ func (s *Shedder) grant(now time.Duration) bool {
 		s.noteInflight(cur + 1 + others)
 		w := q.next()
 		s.waiting.Add(-1)
-		w.granted, w.grant = true, now
+		// Its slot from now, or, granted with no instant known (a
+		// Reconfigure's), from when it came.
+		w.granted, w.grant = true, max(now, w.at)
 		w.ch <- struct{}{}
 	}
 	return false
@@ -597,8 +599,8 @@ func (s *Shedder) endWindow(now time.Duration) {
 		s.probing.Store(p)
 	}
 	s.limit.Store(next)
-	if next > old && s.waiting.Load() > 0 {
-		s.dispatch(now)
+	if next > old { // for its queue, and those of the Shedders it replaced (see ahead)
+		s.woken(now)
 	}
 }
 
