@@ -153,8 +153,14 @@ func detectCPUSource(root string) (cpuSource, error) {
 			dirs = dirs[1:]
 		}
 		if exists(filepath.Join(root, dirs[0], "cpu.stat")) {
-			if set := readCPUSet(filepath.Join(root, dirs[0], "cpuset.cpus.effective")); set > 0 {
-				ncpus = min(ncpus, set)
+			// The cpuset of its own cgroup, or, where the controller is not
+			// enabled for it (systemd's AllowedCPUs= on a slice enables it
+			// for the slice only), of the nearest ancestor that has one.
+			for _, d := range dirs {
+				if set := readCPUSet(filepath.Join(root, d, "cpuset.cpus.effective")); set > 0 {
+					ncpus = min(ncpus, set)
+					break
+				}
 			}
 			return &cgroupV2{root: root, dirs: dirs, ncpus: ncpus}, nil
 		}

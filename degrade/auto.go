@@ -175,6 +175,9 @@ func StateSignal(src sluice.StateSource, states ...string) (signal func() float6
 	}
 	set := make(map[string]bool, len(states))
 	for _, s := range states {
+		if s == "" {
+			return nil, nil, errors.New("degrade: StateSignal: an empty state name, which no source reports")
+		}
 		set[s] = true
 	}
 	// The policies last reported in one of states; n is their number.

@@ -130,10 +130,13 @@ func (s *Switch) Pin(on bool) bool { return s.set(on, true) }
 // Unpin hands the switch back to its Auto, if it has one. Its hold starts
 // over at its next check, as after any move by hand: the switch follows the
 // signal once the signal has called for the flip for the hold time since.
+// Unpinning a switch not pinned does nothing.
 func (s *Switch) Unpin() {
 	s.mu.Lock()
-	s.pinned = false
-	s.hands.Add(1)
+	if s.pinned {
+		s.pinned = false
+		s.hands.Add(1)
+	}
 	s.mu.Unlock()
 }
 
@@ -157,14 +160,18 @@ func (s *Switch) setAuto(on bool, hands uint64, at time.Duration) bool {
 }
 
 // set is a move by hand: Set, or Pin when pin; at the switch's present
-// instant.
+// instant. One that changes nothing (the switch is so already, and pinned
+// if pin) is no move: an Auto's hold goes on, or a loop that asserts the
+// state would keep the Auto from ever flipping it.
 func (s *Switch) set(on, pin bool) bool {
 	s.mu.Lock()
 	at := s.clock.Now() // under mu: flips are told in order, their instants too
+	if s.on.Load() != on || (pin && !s.pinned) {
+		s.hands.Add(1)
+	}
 	if pin {
 		s.pinned = true
 	}
-	s.hands.Add(1)
 	return s.flip(on, at)
 }
 

@@ -417,7 +417,10 @@ func TestAutoHoldStartsOverAfterAHandMoveBetweenReadings(t *testing.T) {
 	}
 }
 
-// many times, a bounded number.
+// An Auto's flip decided before a hand's move does not undo it: the
+// operator's Pin(true), racing the Auto's flip to off, holds, whichever
+// comes first. (A Set that changes nothing is no move, and does not stop
+// it.) Played many times, a bounded number.
 func TestAutoFlipLeavesAConcurrentHandMove(t *testing.T) {
 	n := 20000
 	if testing.Short() {
@@ -436,11 +439,11 @@ func TestAutoFlipLeavesAConcurrentHandMove(t *testing.T) {
 		start := make(chan struct{})
 		wg.Add(2)
 		go func() { defer wg.Done(); <-start; a.Observe(2*time.Hour, 0.1) }()
-		go func() { defer wg.Done(); <-start; s.Set(true) }()
+		go func() { defer wg.Done(); <-start; s.Pin(true) }()
 		close(start)
 		wg.Wait()
 		if !s.On() {
-			t.Fatalf("iteration %d: the operator's Set(true) was lost to the Auto's flip decided before it", i)
+			t.Fatalf("iteration %d: the operator's Pin(true) was lost to the Auto's flip decided before it", i)
 		}
 	}
 }
