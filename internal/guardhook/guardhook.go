@@ -57,6 +57,9 @@ var Grace = time.Minute
 // was first found so (zero until then, and again when a call comes);
 // Settled keeps it.
 func Settled(g any, idle *time.Time, now time.Time) bool {
+	if Refused(g) {
+		return true // it never served
+	}
 	if !Retired(g) || InFlight(g) != 0 {
 		*idle = time.Time{}
 		return false

@@ -395,15 +395,26 @@ func (d *Dashboard) Attach(g *sluice.Guard) (func(context.Context, sluice.CallEv
 			// its user closed is retired first, and kept by none). One
 			// that never counted a call, itself or through the ones
 			// before it (made by a rules load that then failed), leaves
-			// the one before it in place.
-			if !guardhook.Retired(g) && w.counted() {
+			// the one before it in place, as does one New refused while
+			// the one before it may count calls (one it took the place
+			// of once that was settled stays, and, settled itself, is
+			// let go of by the next).
+			keep := w
+			if guardhook.Refused(g) {
+				w.prevMu.Lock()
+				if w.prev != nil {
+					keep = w.prev
+				}
+				w.prevMu.Unlock()
+			}
+			if keep != w || (!guardhook.Retired(g) && w.counted()) {
 				if d.retired == nil {
 					d.retired = map[string]*guardWatch{}
 				}
 				if d.retired[name] == nil {
 					d.retiredOrder = append(d.retiredOrder, name)
 				}
-				d.retired[name] = w
+				d.retired[name] = keep
 				if len(d.retiredOrder) > maxRetired {
 					// Names that come and go (a guard per tenant, removed
 					// by reloads) must not keep their Guards for good.

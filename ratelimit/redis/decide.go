@@ -27,8 +27,9 @@ type call struct {
 	// pick is the limit a never-satisfiable request exceeds, whose numbers
 	// its rejection reports; -1 for another request.
 	pick int
-	// negGen is the negative cache's generation when Redis was asked.
-	negGen uint64
+	// negGen is, per limit, the negative cache's generation of its key
+	// when Redis was asked.
+	negGen []uint64
 }
 
 type localTicket struct {
@@ -178,7 +179,9 @@ func (l *Limiter) ask(ctx context.Context, now time.Duration, cost int64, pick i
 		}
 	}
 	if l.neg != nil {
-		c.negGen = l.neg.generation()
+		for i, k := range c.keys {
+			c.negGen[i] = l.neg.generation(k)
+		}
 	}
 	if l.neg != nil && pick < 0 {
 		// The longest wait of the limits that remembered a rejection, as
@@ -290,7 +293,7 @@ func (l *Limiter) decided(c *call, cost int64, now time.Duration) (sluice.Decisi
 				if di := c.ds[i]; !di.Allowed && di.RetryAfter > 0 {
 					di.Policy, di.Cause = l.name, sluice.ErrRateLimited
 					j := 1 + 5*i // the numbers the script was given
-					l.neg.put(c.keys[i], now, di, c.args[j+1], c.args[j+2], c.negGen)
+					l.neg.put(c.keys[i], now, di, c.args[j+1], c.args[j+2], c.negGen[i])
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,10 +110,19 @@ type negCache struct {
 	mu  sync.Mutex
 	m   map[string]negEntry
 	max int
-	// gen counts the forgets: a rejection read from Redis before one, and
-	// put after it, may be of the quota given back, and is not kept.
-	gen uint64
+	// gen counts the forgets, by a stripe of the keys: a rejection of a key
+	// read from Redis before one of its stripe, and put after it, may be of
+	// the quota given back, and is not kept. (One count for all keys would
+	// keep none while releases come steadily, as behind an open breaker.)
+	gen  [negStripes]uint64
+	seed maphash.Seed
 }
+
+// negStripes is how many stripes of keys the negative cache counts its
+// forgets by.
+const negStripes = 64
+
+func (c *negCache) stripe(key string) int { return int(maphash.String(c.seed, key) % negStripes) }
 
 type negEntry struct {
 	at, until time.Duration
@@ -149,15 +159,15 @@ func (c *negCache) get(key string, now time.Duration, n *limitNums) (sluice.Deci
 func (c *negCache) forget(key string) {
 	c.mu.Lock()
 	delete(c.m, key)
-	c.gen++
+	c.gen[c.stripe(key)]++
 	c.mu.Unlock()
 }
 
-// generation returns the count of forgets so far, for put.
-func (c *negCache) generation() uint64 {
+// generation returns the count of forgets of key's stripe so far, for put.
+func (c *negCache) generation(key string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.gen
+	return c.gen[c.stripe(key)]
 }
 
 // clear forgets every remembered rejection.
@@ -168,12 +178,12 @@ func (c *negCache) clear() {
 }
 
 // put remembers key's rejection d at now, under the limit's numbers period
-// and quota, unless a key was forgotten since generation gen, when Redis
-// was asked.
+// and quota, unless a key of its stripe was forgotten since generation gen,
+// when Redis was asked.
 func (c *negCache) put(key string, now time.Duration, d sluice.Decision, period, quota any, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen {
+	if c.gen[c.stripe(key)] != gen {
 		return
 	}
 	if len(c.m) >= c.max {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"runtime"
 	"strconv"
 	"strings"
@@ -325,7 +326,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	})
 	runtime.AddCleanup(lim, func(unsubscribe func()) { unsubscribe() }, unsubscribe)
 	if cfg.negCache > 0 {
-		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache}
+		lim.neg = &negCache{m: make(map[string]negEntry), max: cfg.negCache, seed: maphash.MakeSeed()}
 	}
 	n := len(limits)
 	if n == 1 && !cfg.noCoalescing {
@@ -337,7 +338,7 @@ func newLimiter(client redis.UniversalClient, cfg config, limits []*limit, br *r
 	}
 	lim.calls.New = func() any {
 		c := &call{keys: make([]string, n), args: make([]any, 1+5*n), tags: make([]uint64, n),
-			local: make([]localTicket, n), ds: make([]sluice.Decision, n), marks: make([]int64, n)}
+			local: make([]localTicket, n), ds: make([]sluice.Decision, n), marks: make([]int64, n), negGen: make([]uint64, n)}
 		return c
 	}
 	return lim

@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"hash/maphash"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -101,7 +102,7 @@ func TestBreakerStates(t *testing.T) {
 // TestNegativeCacheBounds pins that the cache holds at most its capacity,
 // making room by dropping expired entries.
 func TestNegativeCacheBounds(t *testing.T) {
-	c := &negCache{m: make(map[string]negEntry), max: 2}
+	c := &negCache{m: make(map[string]negEntry), max: 2, seed: maphash.MakeSeed()}
 	n := &limitNums{periodArg: "1000", quotaArg: "10"}
 	rej := func(retry time.Duration) sluice.Decision { return sluice.Decision{RetryAfter: retry, Reset: retry} }
 	put := func(key string, now time.Duration, d sluice.Decision) { c.put(key, now, d, n.periodArg, n.quotaArg, 0) }
