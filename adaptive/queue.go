@@ -303,6 +303,9 @@ wait:
 			return end, false
 		}
 		granted := w.grant
+		if granted == unknownInstant {
+			granted = now + time.Since(began) // as a wait run out is measured
+		}
 		q.pool.Put(w)
 		// The Done that freed the slot woke this goroutine to run next on
 		// its processor, ahead of every other runnable goroutine: the ones
@@ -339,6 +342,9 @@ wait:
 		q.mu.Unlock()
 		<-w.ch
 		granted := w.grant
+		if granted == unknownInstant {
+			granted = end
+		}
 		q.pool.Put(w)
 		release(granted)
 		return end, false

@@ -39,9 +39,7 @@ func (s *Shedder) Reconfigure(n int, opts ...Option) error {
 		s.limit.Store(int64(n))
 		// Slots freed for its queue, and for those of the Shedders it
 		// took the place of, which admit within its limit (see ahead).
-		// No instant is known here: a waiter granted a slot is taken to
-		// have it from when it came (see grant).
-		s.woken(0)
+		s.woken(unknownInstant) // no instant known here
 	}
 	return nil
 }

@@ -343,6 +343,12 @@ func (s *Shedder) admitSlow(ctx context.Context, now time.Duration) (time.Durati
 	return q.await(ctx, w, now, wait, &s.waiting, s.release)
 }
 
+// unknownInstant stands for the instant of a slot freed when none is known:
+// a Reconfigure's, or a release by a Done that carries its call's start
+// (latency -1), not the present. A waiter granted it measures the instant
+// itself, as it measures a wait run out.
+const unknownInstant = time.Duration(math.MinInt64)
+
 // bulkNote is how often a bulkhead notes the instant a call that ended had
 // started, and bulkRetryMax its longest RetryAfter.
 const (
@@ -409,9 +415,10 @@ func (s *Shedder) grant(now time.Duration) bool {
 		s.noteInflight(cur + 1 + others)
 		w := q.next()
 		s.waiting.Add(-1)
-		// Its slot from now, or, granted with no instant known (a
-		// Reconfigure's), from when it came.
-		w.granted, w.grant = true, max(now, w.at)
+		// Its slot from now; granted with no instant known (a
+		// Reconfigure's, a release's of an untimed call), the waiter
+		// measures it (see await).
+		w.granted, w.grant = true, now
 		w.ch <- struct{}{}
 	}
 	return false
@@ -513,6 +520,9 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	if s.est == nil {
 		if o == sluice.Success || o == sluice.Failure {
 			s.noteStart(now - max(latency, 0))
+		}
+		if latency < 0 {
+			now = unknownInstant // the call's start, not the present (see noteStart)
 		}
 		s.release(now)
 		return

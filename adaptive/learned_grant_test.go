@@ -1,0 +1,119 @@
+package adaptive
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/shedhook"
+)
+
+// A reload made a learned Shedder (with its queue) anew as a bulkhead of 1
+// (a policy's kind changed): a request that read the old rules waits in the
+// learned Shedder's queue. 50 ms later a reload raises the bulkhead to 3 in
+// place, which wakes the waiter. The waiter's call then runs 1 ms: the
+// learned limit learns 1 ms of latency, not the 50 ms it waited in the
+// queue (which a grant instant taken from its arrival would feed it).
+func TestARaisedBulkheadsWaiterLearnsItsCallNotItsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		old, err := NewShedder(WithQueue(10, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nu, err := NewBulkhead(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shedhook.Carry(old, nu)
+		ntk, _, err := nu.Admit(context.Background(), now())
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		type res struct {
+			tk  sluice.Ticket
+			err error
+			at  time.Duration
+		}
+		got := make(chan res, 1)
+		go func() {
+			tk, _, err := old.Admit(context.Background(), now())
+			got <- res{tk, err, now()}
+		}()
+		synctest.Wait()
+		if old.Stats().Waiting != 1 {
+			t.Fatalf("the request did not queue at the old Shedder: %+v", old.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := nu.Reconfigure(3); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("not admitted: %v", r.err)
+		}
+		if r.at != 50*time.Millisecond {
+			t.Fatalf("admitted at %v, want 50ms (woken by the raise)", r.at)
+		}
+		time.Sleep(time.Millisecond) // the call runs 1 ms
+		old.Done(r.tk, sluice.Success, now(), time.Millisecond)
+		if sum := time.Duration(old.winSum.Load()); sum > 5*time.Millisecond {
+			t.Errorf("the learned Shedder sampled a latency of %v for a call of 1 ms: its 50 ms in the queue counted as service time (grant instant = arrival)", sum)
+		}
+		nu.Done(ntk, sluice.Success, now(), 0)
+	})
+}
+
+// The sibling path: a successor bulkhead's call ends under an untimed
+// Guard, which tells Done the call's start instant as now (latency -1). Its
+// release wakes the learned predecessor's waiter, which learns its call's
+// 1 ms, not the 40 ms it waited (the start or its arrival taken for its
+// grant would feed it those).
+func TestAnUntimedEndsWaiterLearnsItsCallNotItsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		old, err := NewShedder(WithQueue(10, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nu, err := NewBulkhead(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shedhook.Carry(old, nu)
+		start := now()
+		ntk, _, err := nu.Admit(context.Background(), start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+
+		type res struct {
+			tk  sluice.Ticket
+			err error
+			at  time.Duration
+		}
+		got := make(chan res, 1)
+		go func() {
+			tk, _, err := old.Admit(context.Background(), now())
+			got <- res{tk, err, now()}
+		}()
+		synctest.Wait()
+		time.Sleep(40 * time.Millisecond)
+		nu.Done(ntk, sluice.Success, start, -1) // untimed Guard: now is the call's start
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("not admitted: %v", r.err)
+		}
+		time.Sleep(time.Millisecond)
+		old.Done(r.tk, sluice.Success, now(), time.Millisecond)
+		if sum := time.Duration(old.winSum.Load()); sum > 5*time.Millisecond {
+			t.Errorf("the learned Shedder sampled a latency of %v for a call of 1 ms (granted at 50ms, queued at 10ms)", sum)
+		}
+	})
+}
