@@ -148,7 +148,7 @@ func build(s side, opts []Option) (*config, error) {
 		// those whose end would free its slot among them.
 		for _, g := range c.routes.Guards() {
 			if guardhook.Waits(g) {
-				return nil, errors.New("sluicegrpc: ServerInHandle: a Guard has a policy that may wait (a Shaper, a queue): gRPC runs the handle on the connection's reading goroutine; give it Guards whose policies never wait")
+				return nil, waitingTap(g)
 			}
 		}
 	}
@@ -272,4 +272,20 @@ func (c *config) messageRoute(method string) *routing.Route {
 		}
 	}
 	return c.msgRoute
+}
+
+// waitingTap returns ServerInHandle's refusal of g, a Guard with a policy
+// that may wait: it names the Guard and the policy, and how to make one
+// that does not.
+func waitingTap(g *sluice.Guard) error {
+	name := "a policy"
+	for _, p := range g.Policies() {
+		if p.Needs()&sluice.Waits != 0 {
+			name = fmt.Sprintf("policy %q", p.Name())
+			break
+		}
+	}
+	return fmt.Errorf("sluicegrpc: ServerInHandle: Guard %q: %s may wait (a queue, a Shaper's turn), and gRPC runs the handle on the connection's reading goroutine, "+
+		"where a wait stops every stream of the connection: give it policies that never wait (an adaptive Shedder or bulkhead made with adaptive.WithQueue(0, 0), "+
+		"a ratelimit Shaper with a maximum wait of 0), or guard the calls with the server interceptors instead", g.Name(), name)
 }
