@@ -117,3 +117,60 @@ func TestAnUntimedEndsWaiterLearnsItsCallNotItsWait(t *testing.T) {
 		}
 	})
 }
+
+// A Guard reads its clock at a call's end, then tells its policies inner to
+// outer: a Shedder outermost hears the end after the inner policies' Done
+// have run (a Redis limiter's refund, say), with the instant read before.
+// A request that arrived meanwhile and queued is granted the freed slot: it
+// is not taken to hold it from before it arrived, or the learned limit
+// would learn the gap as latency of its call.
+func TestAGrantIsNeverBeforeTheWaiterCame(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		epoch := time.Now()
+		now := func() time.Duration { return time.Since(epoch) }
+		s, err := NewShedder(WithQueue(10, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.limit.Store(1)
+		ta, _, err := s.Admit(context.Background(), now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		endA := now() // the Guard reads the end of A's call at 10ms
+		time.Sleep(10 * time.Millisecond)
+
+		type res struct {
+			tk      sluice.Ticket
+			err     error
+			arrived time.Duration
+		}
+		got := make(chan res, 1)
+		go func() {
+			arrived := now() // 20ms
+			tk, _, err := s.Admit(context.Background(), arrived)
+			got <- res{tk, err, arrived}
+		}()
+		synctest.Wait()
+		if s.Stats().Waiting != 1 {
+			t.Fatalf("B did not queue: %+v", s.Stats())
+		}
+		// The inner policies' Done done, the Shedder hears A's end.
+		s.Done(ta, sluice.Success, endA, endA)
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("B not admitted: %v", r.err)
+		}
+		grant := time.Duration(uint64(r.tk) & (1<<ticketBits - 1))
+		if grant < r.arrived {
+			t.Errorf("B's ticket says it held its slot from %v, before it arrived at %v", grant, r.arrived)
+		}
+		before := time.Duration(s.winSum.Load())
+		time.Sleep(time.Millisecond) // B's call runs 1 ms
+		s.Done(r.tk, sluice.Success, now(), time.Millisecond)
+		if d := time.Duration(s.winSum.Load()) - before; d > 2*time.Millisecond {
+			t.Errorf("the learned limit sampled %v for B's call of 1 ms", d)
+		}
+	})
+}

@@ -415,10 +415,14 @@ func (s *Shedder) grant(now time.Duration) bool {
 		s.noteInflight(cur + 1 + others)
 		w := q.next()
 		s.waiting.Add(-1)
-		// Its slot from now; granted with no instant known (a
-		// Reconfigure's, a release's of an untimed call), the waiter
-		// measures it (see await).
+		// Its slot from now, never before it came (a Guard tells its outer
+		// policies a call's end after the inner ones, at the instant read
+		// before them); granted with no instant known (a Reconfigure's, a
+		// release's of an untimed call), the waiter measures it (see await).
 		w.granted, w.grant = true, now
+		if now != unknownInstant {
+			w.grant = max(now, w.at)
+		}
 		w.ch <- struct{}{}
 	}
 	return false
