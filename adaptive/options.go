@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Option configures a Shedder.
+// Option configures a Shedder; each may be given once.
 type Option func(*options) error
 
 type options struct {
@@ -24,6 +24,9 @@ func WithName(name string) Option {
 	return func(o *options) error {
 		if name == "" {
 			return errors.New("adaptive: WithName: empty name")
+		}
+		if o.nameSet {
+			return errors.New("adaptive: WithName given twice")
 		}
 		o.name, o.nameSet = name, true
 		return nil
@@ -44,6 +47,9 @@ func WithQueue(size int, maxWait time.Duration) Option {
 	return func(o *options) error {
 		if size < 0 || maxWait < 0 || (size == 0 && maxWait != 0) {
 			return fmt.Errorf("adaptive: WithQueue: size %d and wait %v: want a size of at least 1 and a wait of at least 0, or both 0 for no queue", size, maxWait)
+		}
+		if o.queueSet {
+			return errors.New("adaptive: WithQueue given twice")
 		}
 		o.queue, o.maxWait, o.queueSet = size, maxWait, true
 		return nil

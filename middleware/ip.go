@@ -42,8 +42,8 @@ type IPExtractor struct {
 type IPOption func(*IPExtractor) error
 
 // TrustedProxies lists the prefixes ("10.0.0.0/8", "fd00::/8", "192.0.2.7")
-// of the proxies whose headers are believed. Default: none, so the headers are
-// never read.
+// of the proxies whose headers are believed; given more than once, the
+// lists add up. Default: none, so the headers are never read.
 func TrustedProxies(cidrs ...string) IPOption {
 	return func(e *IPExtractor) error {
 		for _, c := range cidrs {
@@ -89,6 +89,9 @@ func ProxyHeaders(names ...string) IPOption {
 		if len(names) == 0 {
 			return errors.New("middleware: ProxyHeaders: no header")
 		}
+		if e.named {
+			return errors.New("middleware: ProxyHeaders given twice: list every field in one")
+		}
 		e.headers, e.named = e.headers[:0], true
 		for _, n := range names {
 			switch {
@@ -113,6 +116,9 @@ func IPv6Prefix(bits int) IPOption {
 		if bits < 1 || bits > 128 {
 			return fmt.Errorf("middleware: IPv6Prefix: %d is not in [1, 128]", bits)
 		}
+		if e.v6bits != 0 {
+			return errors.New("middleware: IPv6Prefix given twice")
+		}
 		e.v6bits = bits
 		return nil
 	}
@@ -125,18 +131,18 @@ func IPv4Prefix(bits int) IPOption {
 		if bits < 1 || bits > 32 {
 			return fmt.Errorf("middleware: IPv4Prefix: %d is not in [1, 32]", bits)
 		}
+		if e.v4bits != 0 {
+			return errors.New("middleware: IPv4Prefix given twice")
+		}
 		e.v4bits = bits
 		return nil
 	}
 }
 
-// NewIPExtractor builds an IPExtractor.
+// NewIPExtractor builds an IPExtractor; an option given twice is an error
+// (but TrustedProxies, whose lists add up).
 func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
-	e := &IPExtractor{
-		headers: []string{headerXForwardedFor},
-		v4bits:  32,
-		v6bits:  128,
-	}
+	e := &IPExtractor{headers: []string{headerXForwardedFor}} // the prefixes 0 until given
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("middleware: NewIPExtractor: option %d is nil", i)
@@ -144,6 +150,12 @@ func NewIPExtractor(opts ...IPOption) (*IPExtractor, error) {
 		if err := o(e); err != nil {
 			return nil, err
 		}
+	}
+	if e.v4bits == 0 {
+		e.v4bits = 32
+	}
+	if e.v6bits == 0 {
+		e.v6bits = 128
 	}
 	if e.named && len(e.trusted) == 0 {
 		// Every client behind the proxy would share the proxy's key.
