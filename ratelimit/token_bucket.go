@@ -58,11 +58,12 @@ type bucketConfig struct {
 //
 // Most callers want Allow (drop what exceeds the rate) or Wait (delay it);
 // in a Guard, Admit decides. For parity with golang.org/x/time/rate, and
-// only on this limiter, every method that reads the clock has an …At form
-// taking the monotonic instant instead (AllowAt, AllowNAt, TokensAt), so
-// that a caller porting code written for rate.Limiter keeps its shape (its
-// reservations are reached through Wait and WaitN alone); the other limiters take instants through
-// Admit alone. A clock that jumps backwards never admits extra: the bucket
+// only on this limiter, the methods that read the clock to decide have an
+// …At form taking the monotonic instant instead (AllowAt, AllowNAt,
+// TokensAt), so that a caller porting code written for rate.Limiter keeps
+// its shape (its reservations are reached through Wait and WaitN alone;
+// SetLimit reads the bucket's clock); the other limiters take instants
+// through Admit alone. A clock that jumps backwards never admits extra: the bucket
 // waits until the clock has caught up.
 //
 // Create one with NewTokenBucket; the zero value is not usable. A TokenBucket
@@ -368,8 +369,9 @@ func (tb *TokenBucket) reserve(now, n, maxDelay int64) (reservation, int64) {
 		base := max(tat, now)
 		if base-now > maxTolerance-n*c.iv {
 			// Reservations pile up debt without bound; kept within 2^62ns
-			// of now, the TAT never overflows.
-			return reservation{}, math.MaxInt64
+			// of now, the TAT never overflows. The tokens come when the
+			// debt less the burst has passed (no sum here passes 2^62).
+			return reservation{}, max(base-now-c.tau+n*c.iv, 0)
 		}
 		next := base + n*c.iv
 		act := max(next-c.tau, now)
@@ -406,8 +408,10 @@ func (tb *TokenBucket) Wait(ctx context.Context) error { return tb.WaitN(ctx, 1)
 // WaitN waits until n tokens (below 1 counts as 1) are there and takes them.
 // It returns at once a sluice rejection matching ErrNeverSatisfiable
 // when n exceeds the burst, and one matching ErrWouldExceedDeadline when the
-// tokens would come after ctx's deadline (or, without one, more than 2^62ns
-// after now); in both cases it takes nothing. When ctx ends during the
+// tokens would come after ctx's deadline (or, without one, when taking them
+// would leave the bucket whole again only more than 2^62ns after now, its
+// bound on debt); in both cases it takes nothing, and the rejection's
+// RetryAfter is when the tokens would come. When ctx ends during the
 // wait, it cancels its reservation, and returns ctx.Err(): the tokens come
 // back only when nothing was taken after them (the waiter was the last),
 // and never when SetLimit ran during the wait. Tokens due exactly at the
