@@ -19,13 +19,13 @@ import (
 //     and goroutines pile up;
 //   - guarded, the healthy route's p99 stays within 1.5× its calm figure, the
 //     sick route answers from its fallback in ≤ 20 ms p99, goroutines stay
-//     bounded, and the sick route is back within 3 s of the heal.
+//     bounded, and the sick route is back within 5 s of the heal.
 func TestAvalanche(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the scenario takes about 40 s")
+		t.Skip("the scenario takes about 45 s")
 	}
 	cfg := DefaultConfig()
-	cfg.Calm, cfg.Sick, cfg.Recovered = 4*time.Second, 8*time.Second, 4*time.Second
+	cfg.Calm, cfg.Sick, cfg.Recovered = 4*time.Second, 8*time.Second, 6*time.Second
 	g, u, err := playBoth(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,10 +65,11 @@ func TestAvalanche(t *testing.T) {
 		t.Errorf("guarded: goroutines peaked at %d when sick against %d when calm: not bounded", g.peakG[sick], g.peakG[calm])
 	}
 	// About 1.5 s on a quiet machine, when the breaker's next probe
-	// succeeds; on a busy one a probe can stall past its timeout, and the
-	// breaker back off once more.
-	if g.recovery < 0 || g.recovery > 3*time.Second {
-		t.Errorf("guarded: the sick route was back %s after the heal, want within 3s", fmtRecovery(g.recovery))
+	// succeeds; on a busy one (the package tests of a make test running
+	// beside it) a probe can stall past its timeout, and the breaker back
+	// off once more: 3.06 and 3.5 s were seen.
+	if g.recovery < 0 || g.recovery > 5*time.Second {
+		t.Errorf("guarded: the sick route was back %s after the heal, want within 5s", fmtRecovery(g.recovery))
 	}
 }
 
