@@ -33,16 +33,13 @@
 // lowering the limit further would only cost throughput.
 //
 // The latencies a window averages are those of the requests that
-// succeeded, those of the requests that counted for nothing (their client
-// gone) that were no quicker than the baseline, and those of the requests
-// that failed that took 4 baselines or more, each counted as at most 4
-// baselines: a slow one held its slot that long, at least, and shows the
-// queue even when its client gave up, and a failure that slow is a
-// timeout's. A quicker failure is a dependency's answer (a connection
-// refused; a 500 after 50 ms where calls take 20), which says nothing of
-// this service's load: counted, a spell of quick ones would set the
-// baseline under the service's and shed a healthy load once they stop, and
-// a dependency failing slowly would shed the calls that succeed beside it.
+// succeeded, and those of the requests that failed or counted for nothing
+// (their client gone) that were no quicker than the baseline, counted as
+// at most 4 baselines: a slow one held its slot that long, at least, and
+// shows the queue even when its client gave up; a quick failure (a
+// connection refused) says nothing of the service's latency unqueued, and a
+// spell of them would otherwise set the baseline under it and shed a
+// healthy load once they stop.
 //
 // Latency is the Shedder's only signal, so at first it cannot tell a
 // service slowed by its own load from one waiting on a dependency that

@@ -540,20 +540,16 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 		// after that, which the Guard's latency, from the end of Admit,
 		// does not.
 		latency = max(latency, sinceGrant(t, now))
-		// A success's latency is the service's. An ignored call's (its
-		// client gone, an inner rejection) counts only when no quicker
-		// than the baseline: a slow one held its slot that long (at least:
-		// a client that gave up cut it short), and shows a queue; a quick
-		// one says nothing of the service's unqueued latency, and a run of
-		// them would set the baseline under it, to shed a healthy load
-		// once they stop. A failure's counts only from censorCap
-		// baselines, a timeout's: one quicker is a dependency's answer (a
-		// connection refused, a 500 after 50 ms where calls take 20), which
-		// says nothing of this service's load, and counted, a dependency
-		// failing slowly would shed the calls that succeed beside it.
+		// A success's latency is the service's. A failure's or an
+		// ignored call's (its client gone, an inner rejection) counts only
+		// when no quicker than the baseline: a slow one held its slot that
+		// long (at least: a client that gave up cut it short), and shows a
+		// queue; a quick one (a connection refused) says nothing of the
+		// service's unqueued latency, and a run of them would set the
+		// baseline under it, to shed a healthy load once they stop.
 		if o == sluice.Success {
 			s.sample(now, latency)
-		} else if base := time.Duration(s.base.Load()); base > 0 && latency >= base && (o != sluice.Failure || latency >= censorCap*base) {
+		} else if base := time.Duration(s.base.Load()); base > 0 && latency >= base {
 			// At most censorCap baselines: a client that gave up after a
 			// second among requests of a few milliseconds would otherwise
 			// set the window's average alone, where a window of such ends
