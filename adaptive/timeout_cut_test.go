@@ -1,0 +1,76 @@
+package adaptive_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/adaptive"
+)
+
+// A CPU-bound service (2 cores, 4 ms of CPU a request) behind a Shedder in a
+// Guard WithTimeout(12ms): 3 baselines, a timeout well above the healthy
+// latency. At 1000 requests a second (twice its capacity) the queue is the
+// service's own, in the scheduler: every call in flight slows down, passes
+// its 12 ms and fails as a timeout (a Failure at the timeout's latency, as
+// the Guard reports it). Those timeouts feed the limit and cut it, so that
+// the few in flight finish in time, rather than nearly every request
+// timing out.
+func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
+	s := newShedder(t, adaptive.WithQueue(0, 0))
+	const (
+		cores   = 2.0
+		service = 4.0 // ms of CPU
+		timeout = 12  // ms: the Guard's WithTimeout, 3 baselines
+	)
+	type req struct {
+		t     sluice.Ticket
+		start int
+		done  float64
+	}
+	var inflight []*req
+	ctx := context.Background()
+	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	var ok, timedOut, shed [2]int
+	for ms := 0; ms < 6000; ms++ {
+		phase := 0
+		every := 5 // 200/s: healthy
+		if ms >= 3000 {
+			phase, every = 1, 1 // 1000/s: twice the capacity
+		}
+		if ms%every == 0 {
+			tk, _, err := s.Admit(ctx, at(ms))
+			if err != nil {
+				shed[phase]++
+			} else {
+				inflight = append(inflight, &req{t: tk, start: ms})
+			}
+		}
+		share := min(1, cores/float64(len(inflight)))
+		kept := inflight[:0]
+		for _, r := range inflight {
+			r.done += share
+			switch {
+			case r.done >= service:
+				s.Done(r.t, sluice.Success, at(ms+1), at(ms+1-r.start))
+				ok[phase]++
+			case ms+1-r.start >= timeout:
+				s.Done(r.t, sluice.Failure, at(ms+1), at(timeout))
+				timedOut[phase]++
+			default:
+				kept = append(kept, r)
+			}
+		}
+		inflight = kept
+	}
+	st := s.Stats()
+	t.Logf("healthy: %d ok, %d timed out, %d shed; overload: %d ok, %d timed out, %d shed; limit %d, baseline %v",
+		ok[0], timedOut[0], shed[0], ok[1], timedOut[1], shed[1], st.Limit, st.Baseline)
+	if st.Limit > 6 {
+		t.Errorf("limit %d after 3 s in which the calls timed out: the Shedder did not see the overload", st.Limit)
+	}
+	if ok[1] < 1000 { // capacity 500/s × 3 s = 1500
+		t.Errorf("%d of the overload's requests succeeded in 3 s, where the service can carry 1500", ok[1])
+	}
+}
