@@ -3,7 +3,6 @@ package middleware
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"net/netip"
 	"reflect"
@@ -202,13 +201,11 @@ type Keyer struct {
 
 // NewKeyer builds a Keyer that tries fns in order. With more than one, the
 // keys of each but the first start with its place in fns ("1:", "2:", …),
-// and so do those of the first that would start so otherwise, or be taken
-// for the shared key of the requests without one ("0:"), so that keys of
-// different kinds never share a budget: a client sending an API key spelt
-// as another client's address, or as "unknown", does not draw on that
-// address's, or on the budget of every client without a key. A nil
-// function, a KeyBy… given a nil or empty argument, or a SharedKey spelt
-// as a prefixed key ("1:x") is an error.
+// and so do those of the first that would start so otherwise ("0:"), so
+// that keys of different kinds never share a budget: a client sending an
+// API key spelt as another client's address does not draw on that
+// address's. A nil function, or a KeyBy… given a nil or empty argument, is
+// an error.
 func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 	if len(fns) == 0 {
 		return nil, errors.New("middleware: NewKeyer: no key function")
@@ -221,20 +218,19 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 		if invalid(f) {
 			return nil, errors.New("middleware: NewKeyer: key function " + strconv.Itoa(i) + " is a KeyBy… given a nil or empty argument")
 		}
-		k.prefixes = append(k.prefixes, strconv.Itoa(i)+":")
+		if len(fns) > 1 {
+			k.prefixes = append(k.prefixes, strconv.Itoa(i)+":")
+		}
 	}
 	if !missing.reject && missing.key == "" {
 		missing.key = "unknown"
-	}
-	if !missing.reject && k.prefixed(missing.key) {
-		return nil, fmt.Errorf("middleware: NewKeyer: SharedKey(%q) is spelt as a key of a function's (they start with its place in fns)", missing.key)
 	}
 	k.missing = missing
 	return k, nil
 }
 
 // prefixed reports whether key starts with one of k's prefixes: a key of
-// its first function that could be taken for a prefixed one.
+// its first function that could be taken for another's.
 func (k *Keyer) prefixed(key string) bool {
 	for _, p := range k.prefixes {
 		if strings.HasPrefix(key, p) {
@@ -252,7 +248,7 @@ func (k *Keyer) key(r Request) (string, error) {
 	}
 	for i, f := range k.fns {
 		if key, ok := f(r); ok {
-			if i > 0 || k.prefixed(key) || (!k.missing.reject && key == k.missing.key) {
+			if k.prefixes != nil && (i > 0 || k.prefixed(key)) {
 				key = k.prefixes[i] + key
 			}
 			return key, nil
