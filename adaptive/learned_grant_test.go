@@ -10,6 +10,46 @@ import (
 	"github.com/sluice-go/sluice/internal/shedhook"
 )
 
+// grantRes is what a request sent to a Shedder got: its ticket, its
+// error, and the instant it was answered.
+type grantRes struct {
+	tk  sluice.Ticket
+	err error
+	at  time.Duration
+}
+
+// carriedPair returns a learned Shedder with a queue, carried into a
+// bulkhead of 1 whose one slot a call took at instant at, with that call's
+// ticket.
+func carriedPair(t *testing.T, at time.Duration) (old, nu *Shedder, ntk sluice.Ticket) {
+	t.Helper()
+	old, err := NewShedder(WithQueue(10, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nu, err = NewBulkhead(1); err != nil {
+		t.Fatal(err)
+	}
+	shedhook.Carry(old, nu)
+	if ntk, _, err = nu.Admit(context.Background(), at); err != nil {
+		t.Fatal(err)
+	}
+	return old, nu, ntk
+}
+
+// queued sends a request to s from a goroutine, inside a synctest bubble,
+// and returns once it waits (or was answered): its answer comes on the
+// channel.
+func queued(s *Shedder, now func() time.Duration) <-chan grantRes {
+	got := make(chan grantRes, 1)
+	go func() {
+		tk, _, err := s.Admit(context.Background(), now())
+		got <- grantRes{tk, err, now()}
+	}()
+	synctest.Wait()
+	return got
+}
+
 // A reload made a learned Shedder (with its queue) anew as a bulkhead of 1
 // (a policy's kind changed): a request that read the old rules waits in the
 // learned Shedder's queue. 50 ms later a reload raises the bulkhead to 3 in
@@ -20,31 +60,8 @@ func TestARaisedBulkheadsWaiterLearnsItsCallNotItsWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		epoch := time.Now()
 		now := func() time.Duration { return time.Since(epoch) }
-		old, err := NewShedder(WithQueue(10, 100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nu, err := NewBulkhead(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shedhook.Carry(old, nu)
-		ntk, _, err := nu.Admit(context.Background(), now())
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		type res struct {
-			tk  sluice.Ticket
-			err error
-			at  time.Duration
-		}
-		got := make(chan res, 1)
-		go func() {
-			tk, _, err := old.Admit(context.Background(), now())
-			got <- res{tk, err, now()}
-		}()
-		synctest.Wait()
+		old, nu, ntk := carriedPair(t, now())
+		got := queued(old, now)
 		if old.Stats().Waiting != 1 {
 			t.Fatalf("the request did not queue at the old Shedder: %+v", old.Stats())
 		}
@@ -77,33 +94,10 @@ func TestAnUntimedEndsWaiterLearnsItsCallNotItsWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		epoch := time.Now()
 		now := func() time.Duration { return time.Since(epoch) }
-		old, err := NewShedder(WithQueue(10, 100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nu, err := NewBulkhead(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shedhook.Carry(old, nu)
 		start := now()
-		ntk, _, err := nu.Admit(context.Background(), start)
-		if err != nil {
-			t.Fatal(err)
-		}
+		old, nu, ntk := carriedPair(t, start)
 		time.Sleep(10 * time.Millisecond)
-
-		type res struct {
-			tk  sluice.Ticket
-			err error
-			at  time.Duration
-		}
-		got := make(chan res, 1)
-		go func() {
-			tk, _, err := old.Admit(context.Background(), now())
-			got <- res{tk, err, now()}
-		}()
-		synctest.Wait()
+		got := queued(old, now)
 		time.Sleep(40 * time.Millisecond)
 		nu.Done(ntk, sluice.Success, start, -1) // untimed Guard: now is the call's start
 		r := <-got
@@ -141,18 +135,8 @@ func TestAGrantIsNeverBeforeTheWaiterCame(t *testing.T) {
 		endA := now() // the Guard reads the end of A's call at 10ms
 		time.Sleep(10 * time.Millisecond)
 
-		type res struct {
-			tk      sluice.Ticket
-			err     error
-			arrived time.Duration
-		}
-		got := make(chan res, 1)
-		go func() {
-			arrived := now() // 20ms
-			tk, _, err := s.Admit(context.Background(), arrived)
-			got <- res{tk, err, arrived}
-		}()
-		synctest.Wait()
+		arrived := now() // 20ms
+		got := queued(s, now)
 		if s.Stats().Waiting != 1 {
 			t.Fatalf("B did not queue: %+v", s.Stats())
 		}
@@ -163,8 +147,8 @@ func TestAGrantIsNeverBeforeTheWaiterCame(t *testing.T) {
 			t.Fatalf("B not admitted: %v", r.err)
 		}
 		grant := time.Duration(uint64(r.tk) & (1<<ticketBits - 1))
-		if grant < r.arrived {
-			t.Errorf("B's ticket says it held its slot from %v, before it arrived at %v", grant, r.arrived)
+		if grant < arrived {
+			t.Errorf("B's ticket says it held its slot from %v, before it arrived at %v", grant, arrived)
 		}
 		before := time.Duration(s.winSum.Load())
 		time.Sleep(time.Millisecond) // B's call runs 1 ms
