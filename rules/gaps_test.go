@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/ratelimit"
 )
 
@@ -39,11 +39,7 @@ func TestIdleTTLReachesAPerKeyPolicy(t *testing.T) {
 // fail: local, with instances, makes a Redis limit decide with this
 // instance's share while Redis is unreachable; each needs the other.
 func TestFailLocalDecidesWithTheInstancesShare(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens: Redis is unreachable
-	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: 100 * time.Millisecond})
 	defer client.Close()
 	const head = "guards:\n  api:\n    key: {header: X-Tenant}\n    policies:\n"
 	path := filepath.Join(t.TempDir(), "rules.yaml")

@@ -3,7 +3,6 @@ package otelmetrics_test
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 	"time"
 
@@ -12,19 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/ratelimit"
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
-
-// closedPort returns a loopback address nothing listens on: every dial is
-// refused at once.
-func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
 
 // A Redis limiter's breaker around Redis is no circuit breaker of the
 // Guard: its opening is reported by sluice.redis.*, not counted as a
@@ -32,7 +22,7 @@ func closedPort(t *testing.T) string {
 // limiter whose Redis hiccuped.
 func TestARedisLimitersBreakerIsNoCircuitBreakerOfTheGuard(t *testing.T) {
 	m, reader := newReader(t)
-	client := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	l, err := redislimit.NewGCRA(client, ratelimit.PerSecond(10), 10, redislimit.WithName("redis/api"),
 		redislimit.WithTimeout(time.Second), redislimit.WithBreaker(1, time.Hour), redislimit.WithFailOpen())

@@ -360,22 +360,12 @@ func TestARingWithoutContextTimeoutIsRefused(t *testing.T) {
 	}
 }
 
-// deadAddr returns a loopback address nothing listens on: every call to it
-// is refused at once.
-func deadAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
-
 // While Redis is unreachable, WithLocalFallback(n) decides with a local
 // limiter holding 1/n of the burst. A request whose cost fits the limit
 // but not the local share is rate limited until Redis answers again, with
 // a RetryAfter: not "never satisfiable", which it is not.
 func TestLocalShareDoesNotCallAFittingCostNeverSatisfiable(t *testing.T) {
-	c := newClient(t, deadAddr(t))
+	c := newClient(t, redistest.DeadAddr(t))
 	l, err := NewGCRA(c, ratelimit.Rate{Count: 10, Period: time.Hour}, 10, WithLocalFallback(4),
 		WithName(uniqueName("share-never")), WithBreaker(100, time.Minute))
 	require.NoError(t, err)

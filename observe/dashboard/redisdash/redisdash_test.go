@@ -3,7 +3,6 @@ package redisdash_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,21 +15,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/observe/dashboard"
 	"github.com/sluice-go/sluice/observe/dashboard/redisdash"
 	redislimit "github.com/sluice-go/sluice/ratelimit/redis"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// closedPort returns a loopback address where nothing listens.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
 
 func TestObserverShowsTheFailurePolicyAndRedissLastError(t *testing.T) {
 	_, err := redisdash.Observer(nil)
@@ -40,7 +31,7 @@ func TestObserverShowsTheFailurePolicyAndRedissLastError(t *testing.T) {
 	require.NoError(t, err)
 	obs, err := redisdash.Observer(d)
 	require.NoError(t, err)
-	client := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer client.Close()
 	lim, err := redislimit.NewFixedWindow(client, 10, time.Minute, redislimit.WithName("shared"),
 		redislimit.WithFailClosed(), redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
@@ -69,7 +60,7 @@ func TestSameNamedLimitersShowTheirOwnFailures(t *testing.T) {
 	require.NoError(t, err)
 	obs, err := redisdash.Observer(d)
 	require.NoError(t, err)
-	down := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	down := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer down.Close()
 	sick, err := redislimit.NewFixedWindow(down, 10, time.Minute, redislimit.WithName("shared"),
 		redislimit.WithFailClosed(), redislimit.WithTimeout(time.Second), redislimit.WithObserver(obs))
@@ -129,7 +120,7 @@ func TestAllOfMembersNamedWithColonsShowsItsFailurePolicy(t *testing.T) {
 	require.NoError(t, err)
 	obs, err := redisdash.Observer(d)
 	require.NoError(t, err)
-	client := redis.NewClient(&redis.Options{Addr: closedPort(t), MaxRetries: -1, ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redistest.DeadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer client.Close()
 	users, err := redislimit.NewFixedWindow(client, 10, time.Minute, redislimit.WithName("api:users"), redislimit.WithFailClosed())
 	require.NoError(t, err)
