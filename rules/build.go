@@ -549,11 +549,21 @@ func keyFunc(k *keySpec) (middleware.KeyFunc, error) {
 	}
 	return func(r middleware.Request) (string, bool) {
 		if key, ok := fn(r); ok {
+			// A client's key spelt as the shared one is not the bucket of
+			// every request without a key: it, and every key that starts
+			// with the mark, take the mark before them, so that no two
+			// keys meet.
+			if key == sharedKey || strings.HasPrefix(key, clientMark) {
+				key = clientMark + key
+			}
 			return key, true
 		}
 		return sharedKey, true
 	}, nil
 }
+
+// clientMark is put before a client's key spelt as sharedKey (see keyFunc).
+const clientMark = "~"
 
 // sharedKey is the key of the requests without one, on a guard whose key
 // says missing: shared (the default).

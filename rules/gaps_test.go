@@ -57,3 +57,15 @@ func TestFailLocalDecidesWithTheInstancesShare(t *testing.T) {
 		assert.ErrorContains(t, err, "fail: local and instances go together", body)
 	}
 }
+
+// A client sending the key "unknown" does not draw on the bucket every
+// request without a key shares, on a guard whose missing key is shared.
+func TestAClientKeyedAsTheSharedKeyHasItsOwnBucket(t *testing.T) {
+	l, err := loadFile(t, "rules.yaml", "guards:\n  api:\n    key: {header: X-Api-Key}\n    policies:\n"+
+		"      - {name: u, kind: fixed-window, limit: 1, window: 1h, per_key: true}\ndefault: api\n")
+	require.NoError(t, err)
+	h := serve(t, l)
+	assert.Equal(t, []int{200, 429}, statuses(h, "/x", 2), "the requests without a key share one bucket")
+	assert.Equal(t, []int{200, 429}, statuses(h, "/x", 2, "X-Api-Key", "unknown"), "a client keyed unknown")
+	assert.Equal(t, []int{200}, statuses(h, "/x", 1, "X-Api-Key", "~unknown"), "and one keyed ~unknown")
+}
