@@ -186,6 +186,10 @@ type MissingKey struct {
 // ErrMissingKey.
 func RejectMissingKey() MissingKey { return MissingKey{reject: true} }
 
+// defaultSharedKey is the key of the requests without one, unless SharedKey
+// names another.
+const defaultSharedKey = "unknown"
+
 // SharedKey makes a Keyer put requests without a key in one bucket, keyed
 // key, that they share.
 func SharedKey(key string) MissingKey { return MissingKey{key: key} }
@@ -223,7 +227,7 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 		}
 	}
 	if !missing.reject && missing.key == "" {
-		missing.key = "unknown"
+		missing.key = defaultSharedKey
 	}
 	k.missing = missing
 	return k, nil

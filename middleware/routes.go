@@ -64,10 +64,17 @@ func init() {
 		return kr.keyContext(ctx, q)
 	}
 	routing.MissingKey = func(k any) string {
-		if kr, _ := k.(*Keyer); kr != nil && !kr.missing.reject {
-			return kr.missing.key
+		kr, _ := k.(*Keyer)
+		if kr == nil {
+			return ""
 		}
-		return ""
+		if kr.missing.reject {
+			// No request goes without a key, but a key function may
+			// give the shared key itself (rules' guards that share it,
+			// beside others that reject): it is no client's either.
+			return defaultSharedKey
+		}
+		return kr.missing.key
 	}
 }
 

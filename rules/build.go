@@ -544,19 +544,20 @@ func keyFunc(k *keySpec) (middleware.KeyFunc, error) {
 		}
 		fn = middleware.KeyByIP(e)
 	}
-	if k.reject {
-		return fn, nil
-	}
 	return func(r middleware.Request) (string, bool) {
 		if key, ok := fn(r); ok {
 			// A client's key spelt as the shared one is not the bucket of
 			// every request without a key: it, and every key that starts
 			// with the mark, take the mark before them, so that no two
-			// keys meet.
+			// keys meet; whatever the guard's missing key, so that a
+			// reload changing it keys each client as before.
 			if key == sharedKey || strings.HasPrefix(key, clientMark) {
 				key = clientMark + key
 			}
 			return key, true
+		}
+		if k.reject {
+			return "", false
 		}
 		return sharedKey, true
 	}, nil

@@ -50,7 +50,7 @@
 // does not name. A missing key of kind shared puts the requests without a
 // key in one bucket keyed "unknown" (a client sending that key, or one
 // starting with "~", is keyed with a "~" before it, in a bucket of its
-// own). YAML anchors and aliases are read as what they name, up to 100,000
+// own, whatever its guard's missing key). YAML anchors and aliases are read as what they name, up to 100,000
 // nodes in all; merge keys (<<) are refused.
 // Numbers and booleans are written bare: a quoted "5", as a quoted "true",
 // is a string, and refused. A UTF-8 byte order mark is skipped. A
