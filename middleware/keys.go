@@ -186,10 +186,6 @@ type MissingKey struct {
 // ErrMissingKey.
 func RejectMissingKey() MissingKey { return MissingKey{reject: true} }
 
-// defaultSharedKey is the key of the requests without one, unless SharedKey
-// names another.
-const defaultSharedKey = "unknown"
-
 // SharedKey makes a Keyer put requests without a key in one bucket, keyed
 // key, that they share.
 func SharedKey(key string) MissingKey { return MissingKey{key: key} }
@@ -201,6 +197,9 @@ type Keyer struct {
 	fns      []KeyFunc
 	prefixes []string // of each function's keys, with several
 	missing  MissingKey
+	// noClient is, for a Keyer that rejects the requests without a key,
+	// a key its functions give some of them all the same (see keyhook).
+	noClient string
 }
 
 // NewKeyer builds a Keyer that tries fns in order. With more than one, the
@@ -227,7 +226,7 @@ func NewKeyer(missing MissingKey, fns ...KeyFunc) (*Keyer, error) {
 		}
 	}
 	if !missing.reject && missing.key == "" {
-		missing.key = defaultSharedKey
+		missing.key = "unknown"
 	}
 	k.missing = missing
 	return k, nil

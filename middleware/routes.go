@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/sluice-go/sluice"
+	"github.com/sluice-go/sluice/internal/keyhook"
 	"github.com/sluice-go/sluice/middleware/internal/routing"
 )
 
@@ -69,13 +70,11 @@ func init() {
 			return ""
 		}
 		if kr.missing.reject {
-			// No request goes without a key, but a key function may
-			// give the shared key itself (rules' guards that share it,
-			// beside others that reject): it is no client's either.
-			return defaultSharedKey
+			return kr.noClient // set by keyhook.NoClient, or ""
 		}
 		return kr.missing.key
 	}
+	keyhook.NoClient = func(k any, key string) { k.(*Keyer).noClient = key }
 }
 
 // Close closes every distinct Guard of the table (sluice.Guard.Close), for

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/internal/guardhook"
 	"github.com/sluice-go/sluice/internal/isnil"
+	"github.com/sluice-go/sluice/internal/keyhook"
 	"github.com/sluice-go/sluice/middleware"
 	"github.com/sluice-go/sluice/ratelimit"
 )
@@ -687,6 +688,10 @@ func (l *Loader) assemble(old, next *state, keys map[string]middleware.KeyFunc, 
 		if err != nil {
 			return undo(fmt.Errorf("%s: keys: %w", l.path, err))
 		}
+		// Its shared guards' key functions give their keyless requests
+		// the shared key themselves: it is no client's (a stale copy of
+		// such a request is kept by its connection).
+		keyhook.NoClient(k, sharedKey)
 		next.keyer = k
 	}
 	// The Guards are made: the policies kept take their new numbers, which

@@ -14,6 +14,8 @@ var (
 	// requests.
 	KeyContext func(k any, ctx context.Context, r any) (context.Context, error)
 	// MissingKey returns the key k, a *middleware.Keyer, gives every
-	// request without one ("unknown" by default); "" when it rejects them.
+	// request without one ("unknown" by default): no client's; when it
+	// rejects them, the key its functions give some all the same
+	// (keyhook.NoClient), else "".
 	MissingKey func(k any) string
 )
