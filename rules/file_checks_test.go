@@ -224,17 +224,7 @@ func TestAliasesOfValuesAndListsAreRead(t *testing.T) {
 func TestNestedAliasesAreRefusedWithinBounds(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("guards:\n  api:\n    policies:\n      - {name: a, kind: token-bucket, rate: 1/s, burst: 1}\ndefault: api\n")
-	b.WriteString("x0: &l0 [{route: \"GET /x\", guard: api}]\n")
-	for i := 1; i <= 9; i++ {
-		fmt.Fprintf(&b, "x%d: &l%d [", i, i)
-		for j := range 10 {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "*l%d", i-1)
-		}
-		b.WriteString("]\n")
-	}
+	aliasBomb(&b, `{route: "GET /x", guard: api}`, 9)
 	b.WriteString("routes: *l9\n") // 10⁹ routes
 	_, err := loadFile(t, "rules.yaml", b.String())
 	require.Error(t, err)
@@ -264,17 +254,7 @@ func TestNestedAliasesAreRefusedWithinBounds(t *testing.T) {
 func TestAliasesPastTheBoundAreNotFollowed(t *testing.T) {
 	var b strings.Builder
 	// A nested bomb, read first, takes the count past the bound.
-	b.WriteString("x0: &l0 [a]\n")
-	for i := 1; i <= 6; i++ {
-		fmt.Fprintf(&b, "x%d: &l%d [", i, i)
-		for j := range 10 {
-			if j > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "*l%d", i-1)
-		}
-		b.WriteString("]\n")
-	}
+	aliasBomb(&b, "a", 6)
 	b.WriteString("routes: *l6\n")
 	// Then one guard of 300 policies, aliased by 300 guards.
 	const n = 300
@@ -295,4 +275,21 @@ func TestAliasesPastTheBoundAreNotFollowed(t *testing.T) {
 	}
 	t.Logf("file of %d bytes; %d errors past the first %d", b.Len(), more, maxErrors)
 	require.Less(t, more, 10*n, "aliases past the bound were followed in full: %d errors kept for a %d-byte file", more, b.Len())
+}
+
+// aliasBomb writes a list anchored l0 holding leaf, then levels lists each
+// of ten aliases of the one before, anchored l1 to l<levels>: the last
+// stands for 10^levels copies of leaf.
+func aliasBomb(b *strings.Builder, leaf string, levels int) {
+	fmt.Fprintf(b, "x0: &l0 [%s]\n", leaf)
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(b, "x%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(b, "*l%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
 }

@@ -1139,17 +1139,25 @@ func TestAClassifierThatPanicsEndsTheCall(t *testing.T) {
 	assert.Equal(t, http.StatusOK, do(e, http.MethodGet, "/").Code, "the bulkhead's only slot leaked")
 }
 
-// A domain error that the application's own HTTPErrorHandler maps to a 404
-// is a 404 whether or not the route's Guard has an OnError fallback: the
-// status the client sees decides.
-func TestEchoErrorHandlers404IsNoFailureUnderAFallback(t *testing.T) {
-	errNoSuchUser := errors.New("no such user")
+// counterWithOnError returns a Guard of a counting policy whose OnError
+// fallback answers "fallback", closed when t ends, and the policy.
+func counterWithOnError(t *testing.T) (*testpolicy.Counter, *sluice.Guard) {
+	t.Helper()
 	c := testpolicy.NewCounter()
 	fb, err := degrade.New(degrade.OnError(answering("fallback")))
 	require.NoError(t, err)
 	g, err := sluice.New(sluice.With(c), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
 	require.NoError(t, err)
-	defer g.Close()
+	t.Cleanup(func() { _ = g.Close() })
+	return c, g
+}
+
+// A domain error that the application's own HTTPErrorHandler maps to a 404
+// is a 404 whether or not the route's Guard has an OnError fallback: the
+// status the client sees decides.
+func TestEchoErrorHandlers404IsNoFailureUnderAFallback(t *testing.T) {
+	errNoSuchUser := errors.New("no such user")
+	c, g := counterWithOnError(t)
 	e := echo.New()
 	mapNotFound(e, errNoSuchUser)
 	e.Use(mw(t, WithGuard(g)))
@@ -1189,12 +1197,7 @@ func TestEchoErrorHandlers404IsNotAnsweredStale(t *testing.T) {
 // Guard's fallback for that error, and counts as a failure.
 func TestEchoErrorHandlers5xxIsAnsweredByTheFallback(t *testing.T) {
 	errDB := errors.New("db down")
-	c := testpolicy.NewCounter()
-	fb, err := degrade.New(degrade.OnError(answering("fallback")))
-	require.NoError(t, err)
-	g, err := sluice.New(sluice.With(c), sluice.WithClock(sluice.NewManualClock(0)), sluice.WithFallback(fb))
-	require.NoError(t, err)
-	defer g.Close()
+	c, g := counterWithOnError(t)
 	e := echo.New()
 	e.Use(mw(t, WithGuard(g)))
 	e.GET("/", func(echo.Context) error { return errDB })
