@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/nowait"
+	"github.com/sluice-go/sluice/internal/shedhook"
 )
 
 // Guard runs calls through a chain of policies, listed outer to inner.
@@ -346,6 +347,7 @@ type Call struct {
 	waited  bool   // the chain has a policy that may wait: ats are kept
 	shard   uint8  // an observed call's shard of the Guard's counters
 	used    bool   // begun by Begin: a later Begin clears it first
+	cut     bool   // its end came at a deadline: its latency is a bound (see end)
 	// shadowCause is the cause of the first shadow rejection, when skip is set.
 	shadowCause Cause
 }
@@ -543,6 +545,9 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 		if len(g.obs.calls) != 0 {
 			defer g.obs.tell(c, o, err, now)
 		}
+	}
+	if o == Failure && err != nil && shedhook.CutShort != nil && errors.Is(err, context.DeadlineExceeded) {
+		c.cut = true
 	}
 	c.end(g, o, now)
 	return err
@@ -811,7 +816,7 @@ func (c *Call) end(g *Guard, o Outcome, now time.Duration) {
 		if !g.untimed || o == Released {
 			lat = c.latency(0, o, now)
 		}
-		g.policies[0].Done(c.ticket(0), o, now, lat)
+		c.done(g, 0, o, now, lat)
 		return
 	}
 	c.endAll(g, o, now)
@@ -835,8 +840,18 @@ func (c *Call) endAll(g *Guard, o Outcome, now time.Duration) {
 		if !untimed {
 			lat = c.latency(i, o, now)
 		}
-		g.policies[i].Done(c.ticket(i), o, now, lat)
+		c.done(g, i, o, now, lat)
 	}
+}
+
+// done tells policy i of g that c ended. A call a deadline ended (cut) ran
+// at least lat, maybe much longer had it been let: a Shedder learns its
+// latency as a bound, not as the service's.
+func (c *Call) done(g *Guard, i int, o Outcome, now, lat time.Duration) {
+	if c.cut && shedhook.CutShort(g.policies[i], uint64(c.ticket(i)), uint8(o), now, lat) {
+		return
+	}
+	g.policies[i].Done(c.ticket(i), o, now, lat)
 }
 
 // latency is what policy i is told of the call's latency at now: for

@@ -25,7 +25,12 @@
 // no queue, and moves the limit by the gradient 1.075 × baseline /
 // average: up while latency stays within 7.5% of the baseline and the
 // limit binds (by at most half in a window), down in proportion from what
-// was in use once a queue forms (by at most half). It starts at 20, and never goes
+// was in use once a queue forms (by at most half). A rise within twice the
+// standard error of the window's average moves it neither way: when a
+// tenth of a service's calls take ten times the others (a dependency's
+// slow answers), a window's average scatters by a third either way, and a
+// limit moved by that noise would shed a load with no queue at all. It
+// starts at 20, and never goes
 // below GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests
 // running to keep its processors busy, and one more for the moments one of
 // them is off its processor (its yield, a write to the network). A latency
@@ -39,24 +44,34 @@
 // shows the queue even when its client gave up; a quick failure (a
 // connection refused) says nothing of the service's latency unqueued, and a
 // spell of them would otherwise set the baseline under it and shed a
-// healthy load once they stop.
+// healthy load once they stop. The latency of a call that a deadline
+// ended (the Guard's timeout, or its caller's), like that of one whose
+// client went away, is a bound, not a measure: it ran that long at least.
 //
-// Latency is the Shedder's only signal, so at first it cannot tell a
+// Latency is the Shedder's only signal, so it cannot tell at once a
 // service slowed by its own load from one waiting on a dependency that
-// turned slow: it sheds in both cases, until a probe finds that fewer
-// requests in flight are no quicker. Breakers and timeouts answer the
-// second case; a Shedder shared by routes of which one calls a sick
-// dependency sheds the others too, so give it the requests whose cost it
-// should judge.
+// turned slow. A rise while the limit does not bind is put to a probe (see
+// below), at most once a second, rather than cut at once: fewer requests
+// in flight that are no quicker mean a new baseline, and nothing is shed.
+// A rise in windows whose latencies are mostly bounds (timeouts), or one
+// within a second of the last probe, cuts the limit. Once the limit binds,
+// a dependency turned slow sheds until the next probe finds it out.
+// Breakers and timeouts answer that case; a Shedder shared by routes of
+// which one calls a sick dependency sheds the others too, so give it the
+// requests whose cost it should judge.
 //
 // The baseline cannot be learnt from the windows in which the limit binds:
 // their latency already holds the queue the limit let in. Nor from the
 // windows in which it does not bind: on a CPU-bound server the queue is in
 // the scheduler, and a limit too high to bind still lets it form. So the
 // Shedder measures it, in the manner of Envoy's adaptive concurrency
-// filter: in a probe, a window of 10 requests run at three quarters of the
-// limit, counting only the requests admitted in it (not those draining from
-// the higher limit); a limit run at tolerance is near the knee, and a
+// filter: in a probe, the limit is three quarters of what it was, and the
+// first 10 requests admitted under it (not those draining from the higher
+// limit) are measured, each to its end; those still running a second after
+// the probe began count at their age. The first to end are the quick
+// ones, and a probe that judged by them would measure a baseline under
+// the service's when some of its calls are slow. A limit run at tolerance
+// is near the knee, and a
 // shallow probe leaves few slots idle under a surge. A probe that cut the
 // latency nearly in proportion to the concurrency was still past the knee,
 // and the next one probes at half of that again, down to GOMAXPROCS; once

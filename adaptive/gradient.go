@@ -65,6 +65,10 @@ const (
 	// highest; the lowest is one over the processors (see newGradient).
 	gradInitial = 20
 	gradMax     = 1000
+	// gradNoise is how many standard errors of a window's average its
+	// rise must pass for the limit to move down: a window of 20 latencies
+	// of a service with no queue passes 2 in about one in forty.
+	gradNoise = 2
 )
 
 // gradient learns a concurrency limit from the latency of the requests it
@@ -95,6 +99,16 @@ type gradient struct {
 	savedAvg  time.Duration // the average latency at that limit
 	probeAvg  time.Duration // the average of the step before this probe's
 	probeConc float64       // and the concurrency it ran at
+	probeSE   time.Duration // the standard error of probeAvg
+	savedSE   time.Duration // and of savedAvg
+	steps     int           // the halvings of the probe running
+	// cv is the usual standard error of a window's average, relative to
+	// the average (see spread).
+	cv float64
+	// asked: the probe running was asked for by a rise in latency while
+	// the limit did not bind, at askedAt, the last such.
+	asked   bool
+	askedAt time.Duration
 }
 
 // newGradient returns a gradient for a server of procs processors: its
@@ -120,18 +134,30 @@ func (g *gradient) probing() bool { return g.probe > 0 }
 // update returns the limit for the next window, given the window that just
 // ended at now: its average latency avg and the most requests in flight at
 // once, maxInflight.
-func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duration) int64 {
+func (g *gradient) update(avg, se time.Duration, maxInflight int64, now time.Duration, bound bool) int64 {
 	avg = max(avg, 1)
 	if g.probe > 0 {
-		return g.probed(avg, now)
+		if g.asked && bound {
+			return g.unasked(avg)
+		}
+		return g.probed(avg, se, now)
 	}
+	// The window's average, less and plus its noise: the latencies of a
+	// service whose dependency answers a tenth of its calls ten times
+	// slower scatter a window's average by a third either way, and a
+	// limit moved by each would be cut by that noise alone. A window's own
+	// spread is no less than the service's usual one relative to its
+	// average: one in eight of such windows holds no slow call.
+	se = g.spread(avg, se, true)
+	noise := time.Duration(gradNoise * float64(se))
+	low, high := max(avg-noise, 1), avg+noise
 	switch {
 	case g.base == 0:
 		g.base = avg
-	case avg < g.base:
+	case high < g.base:
 		// A quicker window lowers the baseline, by a part of the way only:
 		// one lucky window should not set it.
-		g.base -= (g.base - avg) / 4
+		g.base -= (g.base - high) / 4
 	}
 	binding := float64(maxInflight) >= math.Floor(g.limit)
 	if binding {
@@ -143,12 +169,23 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 	// The limit moves by the gradient tolerance/ratio: up while latency
 	// stays near the baseline and the limit binds, down in proportion
 	// once a queue forms, from what was in use; by at most half, or double,
-	// in one window, or by half.
+	// in one window, or by half. A rise within the window's noise moves it
+	// neither way.
 	grad := min(max(gradTolerance/ratio, 0.5), 1.5)
+	if grad < 1 {
+		grad = min(max(gradTolerance/(float64(low)/float64(g.base)), 0.5), 1)
+	}
+	// A rise in latency while the limit does not bind may be a queue
+	// forming behind it, or a dependency turned slower, which no limit
+	// cuts: a probe tells them apart (see probed), unless most of the
+	// window's latencies are bounds (deadlines, clients gone), which
+	// would pass for a baseline.
+	suspect := grad < 1 && !binding && !bound && g.windows == gradFirstProbe &&
+		(g.askedAt == 0 || now-g.askedAt >= gradProbeSoon)
 	switch {
-	case grad < 1:
+	case grad < 1 && !suspect:
 		g.limit = min(g.limit, float64(maxInflight)) * grad
-	case binding:
+	case binding && ratio <= gradTolerance:
 		g.limit = max(g.limit*grad, g.limit+1)
 	}
 	g.limit = min(max(g.limit, g.floor), gradMax)
@@ -165,6 +202,13 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 	if g.measured && g.limit < g.after/2 && now-g.probedAt >= gradProbeSoon {
 		g.nextProbe = min(g.nextProbe, now) // the baseline may have risen
 	}
+	if suspect {
+		g.asked, g.askedAt = true, max(now, 1)
+		g.saved, g.savedAvg, g.probeAvg, g.probeConc = g.limit, avg, avg, float64(maxInflight)
+		g.savedSE, g.probeSE, g.steps = se, se, 0
+		g.probe = int64(max(g.low, min(g.limit, float64(maxInflight))/probeDepth))
+		return g.probe
+	}
 	if g.windows == gradFirstProbe && now >= g.nextProbe {
 		if g.binds < probeBinds {
 			// No lasting queue behind this limit: no need to probe yet.
@@ -172,6 +216,7 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 			return g.current()
 		}
 		g.saved, g.savedAvg, g.probeAvg, g.probeConc = g.limit, avg, avg, float64(maxInflight)
+		g.savedSE, g.probeSE, g.steps = se, se, 0
 		g.probe = int64(max(g.low, g.limit/probeDepth))
 		return g.probe
 	}
@@ -182,8 +227,16 @@ func (g *gradient) update(avg time.Duration, maxInflight int64, now time.Duratio
 // while lowering it still cut the latency in proportion, and otherwise
 // takes avg as the baseline and resumes from the saved limit, judged by its
 // latency against the new baseline.
-func (g *gradient) probed(avg, now time.Duration) int64 {
+func (g *gradient) probed(avg, se, now time.Duration) int64 {
+	se = g.spread(avg, se, false)
+	asked := g.asked
+	g.asked = false
 	k := g.probeConc / float64(g.probe)
+	// The latency before the probe's step and the step's own, each taken
+	// the way that argues against a fall: a step that cut it only within
+	// their noise did not cut it.
+	before := float64(max(g.probeAvg-time.Duration(gradNoise*float64(g.probeSE)), 1))
+	after := float64(avg + time.Duration(gradNoise*float64(se)))
 	// Once a probe has measured the baseline, a later one that cut the
 	// latency less than in proportion (within the tolerance) descends only
 	// while its latency is still above the baseline by the tolerance: at or
@@ -192,15 +245,18 @@ func (g *gradient) probed(avg, now time.Duration) int64 {
 	// there idled half the pool for a window every few probes. A cut in
 	// proportion still descends, so a baseline measured too high is found
 	// out at the next probe.
-	proportional := float64(avg) <= gradTolerance/k*float64(g.probeAvg)
-	if float64(g.probe) > g.low && float64(avg) <= gradDescend/k*float64(g.probeAvg) &&
+	proportional := after <= gradTolerance/k*before
+	if float64(g.probe) > g.low && after <= gradDescend/k*before &&
 		(!g.measured || proportional || float64(avg) > gradTolerance*float64(g.base)) {
-		g.probeAvg, g.probeConc = avg, float64(g.probe)
+		g.probeAvg, g.probeSE, g.probeConc = avg, se, float64(g.probe)
 		g.probe = int64(max(g.low, float64(g.probe/2)))
+		g.steps++
 		return g.probe
 	}
 	g.probe = 0
-	rose := g.measured && float64(avg) > gradTolerance*float64(g.base)
+	// The baseline rose when the probe's latency passed the last one by
+	// more than its noise.
+	rose := g.measured && float64(avg)-gradNoise*float64(se) > gradTolerance*float64(g.base)
 	if g.measured && !rose && float64(g.base) <= gradTolerance*float64(avg) {
 		g.every = min(2*g.every, gradProbeMax) // the baseline held
 	} else {
@@ -210,8 +266,17 @@ func (g *gradient) probed(avg, now time.Duration) int64 {
 	if !g.measured {
 		g.nextProbe = now + gradProbeSoon // to check the first
 	}
+	saved := max(g.savedAvg-time.Duration(gradNoise*float64(g.savedSE)), 1)
 	g.base, g.measured = avg, true
-	if ratio := float64(g.savedAvg) / float64(g.base); ratio > gradTolerance {
+	if asked && g.steps == 0 {
+		// Asked for by a rise the limit did not bind, and fewer in flight
+		// were no quicker: the rise is the service's latency, and the
+		// baseline is no lower than the window that showed it, within its
+		// noise. (Ten requests, the probe's, hold none of a tenth of slow
+		// calls a third of the time.)
+		g.base = max(avg, saved)
+	}
+	if ratio := float64(saved) / float64(g.base); ratio > gradTolerance {
 		g.limit = g.saved * gradTolerance / ratio
 	} else {
 		g.limit = g.saved
@@ -225,6 +290,37 @@ func (g *gradient) probed(avg, now time.Duration) int64 {
 	g.limit = min(max(g.limit, g.floor), gradMax)
 	g.after = g.limit
 	return g.current()
+}
+
+// unasked ends a probe that a rise in latency asked for, whose window's
+// latencies were mostly bounds (deadlines that ended the calls): they
+// measure no baseline, and the limit is cut as the rise alone would have
+// cut it, from the concurrency before the probe.
+func (g *gradient) unasked(avg time.Duration) int64 {
+	g.asked, g.probe = false, 0
+	grad := min(max(gradTolerance/(float64(avg)/float64(g.base)), 0.5), 1)
+	g.limit = min(max(min(g.saved, g.probeConc)*grad, g.floor), gradMax)
+	return g.current()
+}
+
+// spread returns the standard error of a window's average avg, se as
+// measured, and no less than the usual one relative to the average: a
+// window of the quick calls alone of a service with a few slow ones
+// measures almost none. learn takes se into the usual one.
+func (g *gradient) spread(avg, se time.Duration, learn bool) time.Duration {
+	usual := time.Duration(g.cv * float64(avg))
+	if learn && avg > 0 {
+		g.cv += (float64(se)/float64(avg) - g.cv) / 8
+	}
+	return max(se, usual)
+}
+
+// cancel ends a probe that measured nothing at now: the limit it saved
+// holds, and the next probe is due a while later.
+func (g *gradient) cancel(now time.Duration) {
+	g.probe, g.asked = 0, false
+	g.limit = g.saved
+	g.nextProbe = max(g.nextProbe, now+gradProbeSoon)
 }
 
 func (g *gradient) current() int64 { return int64(g.limit) }

@@ -73,6 +73,10 @@ type Shedder struct {
 	winCount atomic.Int64
 	winSum   atomic.Int64
 	winMaxIn atomic.Int64
+	// winBound counts the window's samples that are bounds, not
+	// measures: a call a deadline ended, a client that went away.
+	winBound atomic.Int64
+	winSq    atomic.Int64 // the sum of the squares of the latencies, in µs² (see sample)
 	lastAvg  atomic.Int64
 	// base is the baseline after the last window, for Done to read.
 	base atomic.Int64
@@ -87,6 +91,7 @@ type Shedder struct {
 	// epoch it was admitted in.
 	epoch   atomic.Uint64
 	probing atomic.Bool
+	cohort  cohort // a probe's sample
 
 	q *queue // nil without a queue
 
@@ -195,12 +200,29 @@ func (s *Shedder) yield() {
 }
 
 // A Ticket holds the instant its request took its slot, in its low
-// ticketBits bits (in ns, modulo 2^ticketBits: 78 hours), and the epoch it
-// was admitted in above them.
-const ticketBits = 48
+// ticketBits bits (in ns, modulo 2^ticketBits: 78 hours), the epoch it
+// was admitted in above them (modulo 2^epochBits), and in its top bits,
+// for a request of a probe's cohort, its place in it plus one.
+const (
+	ticketBits = 48
+	epochBits  = 12
+	slotShift  = ticketBits + epochBits
+)
 
 func (s *Shedder) ticket(granted time.Duration) sluice.Ticket {
-	return sluice.Ticket(s.epoch.Load()<<ticketBits | uint64(granted)&(1<<ticketBits-1))
+	e := s.epoch.Load()
+	t := (e&(1<<epochBits-1))<<ticketBits | uint64(granted)&(1<<ticketBits-1)
+	if s.probing.Load() {
+		if i, ok := s.cohort.claim(e, granted); ok {
+			t |= uint64(i+1) << slotShift
+		}
+	}
+	return sluice.Ticket(t)
+}
+
+// ofEpoch reports whether t was admitted in the current epoch.
+func (s *Shedder) ofEpoch(t sluice.Ticket) bool {
+	return uint64(t)>>ticketBits&(1<<epochBits-1) == s.epoch.Load()&(1<<epochBits-1)
 }
 
 // sinceGrant returns the time from the instant t's request took its slot to
@@ -489,6 +511,13 @@ func (s *Shedder) ahead(lim int64) (int64, int64) {
 }
 
 func init() {
+	shedhook.CutShort = func(p any, t uint64, o uint8, now, latency time.Duration) bool {
+		s, ok := p.(*Shedder)
+		if ok {
+			s.done(sluice.Ticket(t), sluice.Outcome(o), now, latency, true)
+		}
+		return ok
+	}
 	shedhook.Carry = func(from, to any) {
 		f, t := from.(*Shedder), to.(*Shedder)
 		if f != t {
@@ -521,6 +550,12 @@ func init() {
 // as at most 4 baselines); when the sampling window is over, the limit is
 // updated.
 func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	s.done(t, o, now, latency, false)
+}
+
+// done is Done; cut tells a call that a deadline ended, whose latency is a
+// bound, as an ignored call's is (its client gone).
+func (s *Shedder) done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration, cut bool) {
 	if s.est == nil {
 		if o == sluice.Success || o == sluice.Failure {
 			s.noteStart(now - max(latency, 0))
@@ -531,10 +566,29 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 		s.release(now)
 		return
 	}
-	// A probe measures only the requests admitted since it began, not those
-	// draining from the higher limit before it.
-	fresh := !s.probing.Load() || uint64(t)>>ticketBits == s.epoch.Load()&(1<<(64-ticketBits)-1)
-	if fresh && o != sluice.Released && latency >= 0 {
+	if s.probing.Load() {
+		// A probe measures its cohort only: the first requests admitted
+		// since it began, each to its end (see cohort).
+		if i := int(uint64(t) >> slotShift); i > 0 && s.ofEpoch(t) {
+			lat := time.Duration(-1) // ended, measuring nothing
+			bound := false
+			if o != sluice.Released && latency >= 0 {
+				latency = max(latency, sinceGrant(t, now))
+				if o == sluice.Success {
+					lat = latency
+				} else if base := time.Duration(s.base.Load()); base > 0 && latency >= base {
+					lat, bound = min(latency, censorCap*base), cut || o == sluice.Ignored
+				}
+			}
+			s.cohort.end(i-1, lat, bound)
+		}
+		if s.cohort.over(now) {
+			s.endWindow(now)
+		}
+		s.release(now)
+		return
+	}
+	if o != sluice.Released && latency >= 0 {
 		// The latency the limit learns from runs from the instant the
 		// request took its slot: it includes its wait for a processor
 		// after that, which the Guard's latency, from the end of Admit,
@@ -555,6 +609,9 @@ func (s *Shedder) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 			// set the window's average alone, where a window of such ends
 			// cuts the limit as deep at that cap.
 			s.sample(now, min(latency, censorCap*base))
+			if cut || o == sluice.Ignored {
+				s.winBound.Add(1)
+			}
 		} else {
 			s.unsampled.Add(1) // served all the same: the queue judges by it
 		}
@@ -578,11 +635,15 @@ func (s *Shedder) sample(now, latency time.Duration) {
 	}
 	// A sample that ends after the window is over first closes it, then
 	// opens the next one.
-	if s.winCount.Load() >= gradMinSamples && (now-time.Duration(start) >= gradWindow || s.probing.Load()) {
+	if s.winCount.Load() >= gradMinSamples && now-time.Duration(start) >= gradWindow {
 		s.endWindow(now)
 	}
 	s.winCount.Add(1)
 	s.winSum.Add(int64(max(latency, 0)))
+	// Squared in µs, up to 10 s (10^14 a sample): a window of 90,000 of
+	// them would overflow.
+	us := int64(min(max(latency, 0), 10*time.Second) / time.Microsecond)
+	s.winSq.Add(us * us)
 }
 
 func (s *Shedder) endWindow(now time.Duration) {
@@ -590,32 +651,192 @@ func (s *Shedder) endWindow(now time.Duration) {
 		return // another Done is ending it
 	}
 	defer s.mu.Unlock()
-	start := s.winStart.Load()
-	if s.winCount.Load() < gradMinSamples || now-time.Duration(start) < gradWindow && !s.probing.Load() {
-		return
-	}
-	s.winStart.Store(int64(now))
-	count := s.winCount.Swap(0)
-	avg := time.Duration(s.winSum.Swap(0) / count)
-	ended := count + s.unsampled.Swap(0)
-	if d := now - time.Duration(start); !s.probing.Load() && d > 0 {
-		s.served.Store(ended * int64(time.Second) / int64(d))
+	var avg, se time.Duration
+	var bound bool
+	if s.probing.Load() {
+		var ok, measured bool
+		if avg, se, bound, measured, ok = s.cohort.measure(now); !ok {
+			return
+		}
+		if !measured {
+			// Its cohort measured nothing (quick failures, calls given
+			// back): the probe ends as though it had not run.
+			s.est.cancel(now)
+			s.epoch.Add(1)
+			s.probing.Store(false)
+			s.winStart.Store(int64(now))
+			return
+		}
+		s.winStart.Store(int64(now))
+	} else {
+		start := s.winStart.Load()
+		if s.winCount.Load() < gradMinSamples || now-time.Duration(start) < gradWindow {
+			return
+		}
+		s.winStart.Store(int64(now))
+		count := s.winCount.Swap(0)
+		avg = time.Duration(s.winSum.Swap(0) / count)
+		se = stdErr(avg, s.winSq.Swap(0), count)
+		bound = 2*s.winBound.Swap(0) >= count // half its samples or more are bounds
+		ended := count + s.unsampled.Swap(0)
+		if d := now - time.Duration(start); d > 0 {
+			s.served.Store(ended * int64(time.Second) / int64(d))
+		}
 	}
 	ahead, _ := s.ahead(0)
 	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + ahead)
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()
-	next := s.est.update(avg, maxIn, now)
+	next := s.est.update(avg, se, maxIn, now, bound)
 	s.base.Store(int64(s.est.baseline()))
 	if p := s.est.probing(); p || s.probing.Load() {
-		// A new epoch: the tickets of later admissions tell them apart.
-		s.epoch.Add(1)
+		// A new epoch: the tickets of later admissions tell them apart,
+		// and a probe's cohort is drawn from them.
+		e := s.epoch.Add(1)
+		if p {
+			s.cohort.reset(e, now)
+		} else {
+			// The window after a probe starts empty.
+			s.winCount.Store(0)
+			s.winSum.Store(0)
+			s.winBound.Store(0)
+			s.winSq.Store(0)
+			s.unsampled.Store(0)
+		}
 		s.probing.Store(p)
 	}
 	s.limit.Store(next)
 	if next > old { // for its queue, and those of the Shedders it replaced (see ahead)
 		s.woken(now)
 	}
+}
+
+// stdErr returns the standard error of the average avg of count latencies
+// whose squares, in µs², sum to sq.
+func stdErr(avg time.Duration, sq, count int64) time.Duration {
+	if count < 2 {
+		return 0
+	}
+	m := float64(avg) / float64(time.Microsecond)
+	v := (float64(sq)/float64(count) - m*m) * float64(count) / float64(count-1)
+	if v <= 0 {
+		return 0
+	}
+	return time.Duration(math.Sqrt(v/float64(count)) * float64(time.Microsecond))
+}
+
+// probeCohort is how many requests a probe measures: the first admitted
+// once it began. probeCap bounds how long it waits for their ends: those
+// still running then count at their age, as bounds.
+const (
+	probeCohort = gradMinSamples
+	probeCap    = time.Second
+)
+
+// cohort is a probe's sample: the first probeCohort requests admitted in
+// its epoch, each measured to its end. The first requests to end in a probe
+// are the quick ones, and a window of them, when some of a service's
+// calls take ten times the others (a dependency's slow answers), measures
+// a baseline under the service's and cuts the limit for good; a cohort
+// measured to its end holds its slow calls too.
+type cohort struct {
+	claims atomic.Uint64             // the epoch (low 32 bits) << 32 | the places taken
+	start  atomic.Int64              // the probe's start
+	ended  atomic.Int64              // the places whose requests ended
+	at     [probeCohort]atomic.Int64 // a place's grant instant + 1; 0 until set
+	lat    [probeCohort]atomic.Int64 // its latency + 1 once ended; -1 ended measuring nothing; 0 running
+	bound  [probeCohort]atomic.Bool  // its latency is a bound (see done)
+}
+
+// reset empties c for the probe of epoch e, beginning at now.
+func (c *cohort) reset(e uint64, now time.Duration) {
+	for i := range probeCohort {
+		c.at[i].Store(0)
+		c.lat[i].Store(0)
+		c.bound[i].Store(false)
+	}
+	c.ended.Store(0)
+	c.start.Store(int64(now))
+	c.claims.Store(uint64(uint32(e)) << 32)
+}
+
+// claim takes a place in the cohort of epoch e for a request granted its
+// slot at granted, if one is left.
+func (c *cohort) claim(e uint64, granted time.Duration) (int, bool) {
+	for {
+		v := c.claims.Load()
+		n := uint32(v)
+		if uint32(v>>32) != uint32(e) || n >= probeCohort {
+			return 0, false
+		}
+		if c.claims.CompareAndSwap(v, v+1) {
+			c.at[n].Store(int64(max(granted, 0)) + 1)
+			return int(n), true
+		}
+	}
+}
+
+// end records the end of place i's request: its latency lat, a bound or
+// not; a negative lat measures nothing.
+func (c *cohort) end(i int, lat time.Duration, bound bool) {
+	if i >= probeCohort {
+		return
+	}
+	v := int64(-1)
+	if lat >= 0 {
+		v = int64(lat) + 1
+	}
+	c.bound[i].Store(bound)
+	if c.lat[i].CompareAndSwap(0, v) {
+		c.ended.Add(1)
+	}
+}
+
+// over reports whether the probe can be judged at now: its cohort taken
+// and ended, or probeCap gone by with a place taken.
+func (c *cohort) over(now time.Duration) bool {
+	n := uint32(c.claims.Load())
+	return n >= probeCohort && c.ended.Load() >= probeCohort ||
+		n > 0 && now-time.Duration(c.start.Load()) >= probeCap
+}
+
+// measure returns, when the probe is over, the average latency of its
+// cohort, those still running counted at their age, its standard error,
+// and whether half of them or more were bounds; measured is false when
+// none measured anything.
+func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measured, ok bool) {
+	if !c.over(now) {
+		return 0, 0, false, false, false
+	}
+	var lats [probeCohort]int64
+	count, bounds := 0, 0
+	for i := range min(int(uint32(c.claims.Load())), probeCohort) {
+		switch v := c.lat[i].Load(); {
+		case v > 0:
+			lats[count] = v - 1
+			count++
+			if c.bound[i].Load() {
+				bounds++
+			}
+		case v == 0: // still running: at least its age
+			if at := c.at[i].Load(); at > 0 {
+				lats[count] = max(int64(now)-(at-1), 0)
+				count++
+				bounds++
+			}
+		}
+	}
+	if count == 0 {
+		return 0, 0, false, false, true
+	}
+	var sum, sq float64
+	for _, l := range lats[:count] {
+		us := float64(l) / float64(time.Microsecond)
+		sum += float64(l)
+		sq += us * us
+	}
+	avg = time.Duration(sum / float64(count))
+	return avg, stdErr(avg, int64(sq), int64(count)), 2*bounds >= count, true, true
 }
 
 // noteShed records a rejection at now, and reports the change to

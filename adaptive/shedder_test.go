@@ -37,7 +37,11 @@ func logPhases(t *testing.T, name string, capacity float64, phases []phase, rs [
 // the bottleneck stays busy. The surge's targets on a real server are the
 // overload benchmark's (bench/cmd/overload); here the simulated pool's
 // fixed 20 ms hold lines its requests up in lockstep, which costs a few
-// more milliseconds at the tail.
+// more milliseconds at the tail. The surge's first second is its onset,
+// in which the limit comes down from where the calm left it: its admitted
+// requests are held within the service's 250 ms objective; the seconds
+// after, within the targets (the overload benchmark, too, measures a
+// level after a warm-up).
 func TestShedderBindsWhenLatencyRisesFromQueueing(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -50,14 +54,16 @@ func TestShedderBindsWhenLatencyRisesFromQueueing(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for _, level := range []float64{2, 4} {
-				phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity * level, 4 * time.Second}}
+				phases := []phase{{c.capacity / 2, 2 * time.Second}, {c.capacity * level, time.Second}, {c.capacity * level, 3 * time.Second}}
 				rs, st := simulate(t, newShedder(t), c.m, 1, phases...)
 				logPhases(t, c.name, c.capacity, phases, rs)
-				surge := rs[1]
+				onset, surge := rs[1], rs[2]
+				assert.Positive(t, onset.rejected, "%vx: onset", level)
+				assert.LessOrEqual(t, onset.p99, 250*ms, "%vx: onset's admitted p99", level)
 				assert.Positive(t, surge.rejected, "%vx", level)
 				assert.LessOrEqual(t, surge.p99, c.p99, "%vx: admitted p99", level)
-				assert.GreaterOrEqual(t, float64(surge.good)/4, 0.95*c.capacity, "%vx: goodput", level)
-				assert.Less(t, st[1].Limit, int64(4*c.capacity*float64(c.p99)/float64(time.Second)), "%vx: the limit binds", level)
+				assert.GreaterOrEqual(t, float64(surge.good)/3, 0.95*c.capacity, "%vx: goodput", level)
+				assert.Less(t, st[2].Limit, int64(4*c.capacity*float64(c.p99)/float64(time.Second)), "%vx: the limit binds", level)
 			}
 		})
 	}

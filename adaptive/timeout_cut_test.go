@@ -7,6 +7,8 @@ import (
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
+	"github.com/sluice-go/sluice/internal/shedhook"
+	"github.com/stretchr/testify/require"
 )
 
 // A CPU-bound service (2 cores, 4 ms of CPU a request) behind a Shedder in a
@@ -56,7 +58,8 @@ func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
 				s.Done(r.t, sluice.Success, at(ms+1), at(ms+1-r.start))
 				ok[phase]++
 			case ms+1-r.start >= timeout:
-				s.Done(r.t, sluice.Failure, at(ms+1), at(timeout))
+				// As the Guard ends a call its deadline cut short.
+				require.True(t, shedhook.CutShort(s, uint64(r.t), uint8(sluice.Failure), at(ms+1), at(timeout)))
 				timedOut[phase]++
 			default:
 				kept = append(kept, r)
