@@ -26,31 +26,49 @@ func answer(d *sluice.Decision, t sluice.Ticket) (sluice.Ticket, sluice.Quota, e
 // should delay requests instead of rejecting them uses a Shaper.
 func (tb *TokenBucket) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
 	n := sluice.CostFrom(ctx)
-	if c := tb.cfg.Load(); max(n, 1) <= c.burst {
-		base, next, res := tatTake(&c.tat.v, int64(now), max(n, 1)*c.iv, c.tau)
-		switch res {
-		case tatAllowed:
-			return sluice.Ticket(n), sluice.Quota{Limit: c.burst,
-				Remaining: max(floorDiv(int64(now)+c.tau-next, c.iv), 0),
-				Reset:     max(time.Duration(next-int64(now)), 0)}, nil
-		case tatRejected:
-			var d sluice.Decision
-			tatDecision(&d, tb.name, c.burst, c.iv, c.tau, int64(now), base, next, res)
-			return answer(&d, 0)
-		}
-		// tatMoved: a reconfiguration froze the word; decide retries.
+	if ok, t, q, err := tatAdmit(tb.cfg.Load(), tb.name, now, n); ok {
+		return t, q, err
 	}
 	var d sluice.Decision
 	tb.decide(&d, now, n)
 	return answer(&d, sluice.Ticket(n))
 }
 
+// tatAdmit is Admit for a bucket of configuration c kept as one theoretical
+// arrival time (a token bucket, a GCRA), for a request of cost n within its
+// burst: its answer straight from the compare-and-swap. ok is false when the
+// cost is over the burst or a reconfiguration froze the word: decide then
+// answers.
+func tatAdmit(c *bucketConfig, name string, now time.Duration, n int64) (bool, sluice.Ticket, sluice.Quota, error) {
+	if max(n, 1) > c.burst {
+		return false, 0, sluice.Quota{}, nil
+	}
+	base, next, res := tatTake(&c.tat.v, int64(now), max(n, 1)*c.iv, c.tau)
+	switch res {
+	case tatAllowed:
+		return true, sluice.Ticket(n), sluice.Quota{Limit: c.burst,
+			Remaining: max(floorDiv(int64(now)+c.tau-next, c.iv), 0),
+			Reset:     max(time.Duration(next-int64(now)), 0)}, nil
+	case tatRejected:
+		var d sluice.Decision
+		tatDecision(&d, name, c.burst, c.iv, c.tau, int64(now), base, next, res)
+		t, q, err := answer(&d, 0)
+		return true, t, q, err
+	}
+	return false, 0, sluice.Quota{}, nil // tatMoved
+}
+
 // Admit decides on one request at instant now, whose cost is
 // sluice.CostFrom(ctx), and takes its quota when it admits. A cost above the
 // burst is rejected with ErrNeverSatisfiable. It never blocks.
 func (g *GCRA) Admit(ctx context.Context, now time.Duration) (sluice.Ticket, sluice.Quota, error) {
-	d, t := g.admitD(ctx, now)
-	return answer(&d, t)
+	n := sluice.CostFrom(ctx)
+	if ok, t, q, err := tatAdmit(g.cfg.Load(), g.name, now, n); ok {
+		return t, q, err
+	}
+	var d sluice.Decision
+	g.decide(&d, now, n)
+	return answer(&d, sluice.Ticket(n))
 }
 
 // Admit decides on a request of cost sluice.CostFrom(ctx) at instant now,

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -251,14 +250,6 @@ func (g *GCRA) decide(d *sluice.Decision, now time.Duration, n int64) {
 		}
 		runtime.Gosched()
 	}
-}
-
-// admitD decides as Admit does, with its answer as a Decision.
-func (g *GCRA) admitD(ctx context.Context, now time.Duration) (sluice.Decision, sluice.Ticket) {
-	n := sluice.CostFrom(ctx)
-	var d sluice.Decision
-	g.decide(&d, now, n)
-	return d, sluice.Ticket(n)
 }
 
 // Done gives back, on sluice.Released, the quota that Admit took, less what
