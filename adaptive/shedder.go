@@ -665,6 +665,8 @@ func (s *Shedder) endWindow(now time.Duration) {
 			s.epoch.Add(1)
 			s.probing.Store(false)
 			s.winStart.Store(int64(now))
+			s.limit.Store(s.est.current())
+			s.woken(now)
 			return
 		}
 		s.winStart.Store(int64(now))

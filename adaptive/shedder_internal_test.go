@@ -35,3 +35,35 @@ func TestShedderCountsQuickEndsServed(t *testing.T) {
 		require.InDelta(t, 200, s.served.Load(), 20, "200 requests a second freed their slots, half of them ending %v", quick)
 	}
 }
+
+// A probe whose cohort measures nothing (its requests all failed quicker
+// than the baseline: connections refused) ends as though it had not run:
+// the limit it lowered is the one before it again at once, not a window
+// later.
+func TestShedderProbeThatMeasuredNothingRestoresTheLimit(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewShedder()
+	require.NoError(t, err)
+	now := time.Second
+	end := func(o sluice.Outcome, lat time.Duration) {
+		t.Helper()
+		tk, _, err := s.Admit(ctx, now)
+		require.NoError(t, err)
+		s.Done(tk, o, now+lat, lat)
+		now += 10 * time.Millisecond
+	}
+	for range 40 { // windows of 5 ms: the baseline
+		end(sluice.Success, 5*time.Millisecond)
+	}
+	before := s.Stats().Limit
+	for !s.Stats().Probing { // a rise the limit does not bind asks for a probe
+		end(sluice.Success, 20*time.Millisecond)
+		require.Less(t, now, 3*time.Second, "no probe was asked for")
+	}
+	require.Less(t, s.Stats().Limit, before)
+	for s.Stats().Probing {
+		end(sluice.Failure, time.Millisecond)
+		require.Less(t, now, 5*time.Second, "the probe did not end")
+	}
+	require.Equal(t, before, s.Stats().Limit)
+}
