@@ -516,6 +516,12 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 	}
 	g := c.g
 	c.live = false
+	if o == Failure && shedhook.CutShort != nil {
+		// A failure at a deadline, the Guard's or the caller's, whichever
+		// adapter reports it and whatever error it passes (a gRPC status,
+		// none): the call ran that long at least (see end).
+		c.cut = errors.Is(err, context.DeadlineExceeded) || c.Context().Err() == context.DeadlineExceeded
+	}
 	if c.cancel != nil {
 		// Past the deadline, the timeout: an end reported a failure, or a
 		// rejection or a context's end (an adapter that took an error for
@@ -545,9 +551,6 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 		if len(g.obs.calls) != 0 {
 			defer g.obs.tell(c, o, err, now)
 		}
-	}
-	if o == Failure && err != nil && shedhook.CutShort != nil && errors.Is(err, context.DeadlineExceeded) {
-		c.cut = true
 	}
 	c.end(g, o, now)
 	return err

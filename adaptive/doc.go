@@ -22,20 +22,21 @@
 //
 // Every 100 ms (or 10 requests, when fewer end in that time) the Shedder
 // compares the window's average latency with the baseline, the latency with
-// no queue, and moves the limit by the gradient 1.075 × baseline /
-// average: up while latency stays within 7.5% of the baseline and the
-// limit binds (by at most half in a window), down in proportion from what
-// was in use once a queue forms (by at most half). A rise within twice the
-// standard error of the window's average moves it neither way: when a
-// tenth of a service's calls take ten times the others (a dependency's
-// slow answers), a window's average scatters by a third either way, and a
-// limit moved by that noise would shed a load with no queue at all. It
-// starts at 20, and never goes
-// below GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests
-// running to keep its processors busy, and one more for the moments one of
-// them is off its processor (its yield, a write to the network). A latency
-// that rises below that comes from elsewhere (a noisy neighbour), and
-// lowering the limit further would only cost throughput.
+// no queue, and moves the limit by the gradient 1.075 × baseline / average:
+// up while latency stays within 7.5% of the baseline and the limit binds
+// (by at most half in a window), down in proportion from what was in use
+// once a queue forms (by at most half). A rise within twice the standard
+// error of the window's average (taken no smaller than the service's usual
+// one, relative to the average, since a window can miss the slow calls that
+// make it) moves it neither way: when a tenth of a service's calls take ten
+// times the others (a dependency's slow answers), a window's average
+// scatters by a third either way, and a limit moved by that noise would
+// shed a load with no queue at all. It starts at 20, and never goes below
+// GOMAXPROCS + 1: a CPU-bound server needs GOMAXPROCS requests running to
+// keep its processors busy, and one more for the moments one of them is off
+// its processor (its yield, a write to the network). A latency that rises
+// below that comes from elsewhere (a noisy neighbour), and lowering the
+// limit further would only cost throughput.
 //
 // The latencies a window averages are those of the requests that
 // succeeded, and those of the requests that failed or counted for nothing

@@ -569,7 +569,7 @@ func (s *Shedder) done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 	if s.probing.Load() {
 		// A probe measures its cohort only: the first requests admitted
 		// since it began, each to its end (see cohort).
-		if i := int(uint64(t) >> slotShift); i > 0 && s.ofEpoch(t) {
+		if i := int(uint64(t) >> slotShift); i > 0 && s.ofEpoch(t) && s.cohort.holds(i-1, t) {
 			lat := time.Duration(-1) // ended, measuring nothing
 			bound := false
 			if o != sluice.Released && latency >= 0 {
@@ -778,6 +778,16 @@ func (c *cohort) claim(e uint64, granted time.Duration) (int, bool) {
 	}
 }
 
+// holds reports whether place i holds the request of ticket t, granted
+// its slot at the instant t keeps: a ticket of a probe 2^epochBits epochs
+// before (a stream that ran half an hour) has this one's epoch and place,
+// and another instant.
+func (c *cohort) holds(i int, t sluice.Ticket) bool {
+	const mask = 1<<ticketBits - 1
+	at := c.at[i].Load()
+	return at > 0 && uint64(at-1)&mask == uint64(t)&mask
+}
+
 // end records the end of place i's request: its latency lat, a bound or
 // not; a negative lat measures nothing.
 func (c *cohort) end(i int, lat time.Duration, bound bool) {
@@ -804,8 +814,9 @@ func (c *cohort) over(now time.Duration) bool {
 
 // measure returns, when the probe is over, the average latency of its
 // cohort, those still running counted at their age, its standard error,
-// and whether half of them or more were bounds; measured is false when
-// none measured anything.
+// and whether half of them or more ended at a deadline or with their
+// client gone (a request still running is slow, not cut short); measured
+// is false when none measured anything.
 func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measured, ok bool) {
 	if !c.over(now) {
 		return 0, 0, false, false, false
@@ -824,7 +835,6 @@ func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measu
 			if at := c.at[i].Load(); at > 0 {
 				lats[count] = max(int64(now)-(at-1), 0)
 				count++
-				bounds++
 			}
 		}
 	}
