@@ -851,7 +851,7 @@ func (c *Call) endAll(g *Guard, o Outcome, now time.Duration) {
 // at least lat, maybe much longer had it been let: a Shedder learns its
 // latency as a bound, not as the service's.
 func (c *Call) done(g *Guard, i int, o Outcome, now, lat time.Duration) {
-	if c.cut && shedhook.CutShort(g.policies[i], uint64(c.ticket(i)), uint8(o), now, lat) {
+	if c.cut && shedhook.Cut(g.policies[i], uint64(c.ticket(i)), uint8(o), now, lat) {
 		return
 	}
 	g.policies[i].Done(c.ticket(i), o, now, lat)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-go/sluice/internal/isnil"
 	"github.com/sluice-go/sluice/internal/monoclock"
 	"github.com/sluice-go/sluice/internal/policywindow"
+	"github.com/sluice-go/sluice/internal/shedhook"
 )
 
 // ErrNoKey is the cause of a Keyed rejection of a request that carries no
@@ -425,6 +426,22 @@ func keyedTicket(c *keyedCall, si int, slot int32) sluice.Ticket {
 
 // Done passes the outcome on to the limiter that admitted the call.
 func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration) {
+	k.done(t, o, now, latency, false)
+}
+
+func init() {
+	shedhook.CutShortWithin = func(p any, t uint64, o uint8, now, latency time.Duration) bool {
+		k, ok := p.(*Keyed)
+		if ok {
+			k.done(sluice.Ticket(t), sluice.Outcome(o), now, latency, true)
+		}
+		return ok
+	}
+}
+
+// done is Done; cut tells a call that a deadline ended, which the limiter
+// that admitted it hears as such when it is a Shedder (see shedhook).
+func (k *Keyed) done(t sluice.Ticket, o sluice.Outcome, now, latency time.Duration, cut bool) {
 	si := int(uint64(t)>>32) & (1<<keyedShardBits - 1)
 	slot := int32(uint32(t))
 	gen := uint32(uint64(t) >> (32 + keyedShardBits))
@@ -442,6 +459,9 @@ func (k *Keyed) Done(t sluice.Ticket, o sluice.Outcome, now, latency time.Durati
 	}
 	e, inner := c.e, c.inner
 	s.freeCall(slot)
+	if cut && shedhook.Cut(e.lim, uint64(inner), uint8(o), now, latency) {
+		return
+	}
 	e.lim.Done(inner, o, now, latency)
 }
 

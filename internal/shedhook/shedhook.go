@@ -17,3 +17,16 @@ var Carry func(from, to any)
 // t and o are the call's sluice.Ticket and sluice.Outcome. Set by package
 // adaptive.
 var CutShort func(p any, t uint64, o uint8, now, latency time.Duration) bool
+
+// CutShortWithin is CutShort for a policy p that passes its calls on to
+// others (a *ratelimit.Keyed): it reports whether p took the end, which it
+// passes on through Cut. Set by package ratelimit.
+var CutShortWithin func(p any, t uint64, o uint8, now, latency time.Duration) bool
+
+// Cut ends a call of p cut short by a deadline through CutShort or
+// CutShortWithin, and reports whether either took it; when neither does,
+// the caller ends it with p's Done.
+func Cut(p any, t uint64, o uint8, now, latency time.Duration) bool {
+	return CutShort != nil && CutShort(p, t, o, now, latency) ||
+		CutShortWithin != nil && CutShortWithin(p, t, o, now, latency)
+}
