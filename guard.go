@@ -517,10 +517,13 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 	g := c.g
 	c.live = false
 	if o == Failure && shedhook.CutShort != nil {
-		// A failure at a deadline, the Guard's or the caller's, whichever
-		// adapter reports it and whatever error it passes (a gRPC status,
-		// none): the call ran that long at least (see end).
-		c.cut = errors.Is(err, context.DeadlineExceeded) || c.Context().Err() == context.DeadlineExceeded
+		// A failure at a deadline, the Guard's or the caller's: the call
+		// ran that long at least (see end). An adapter that reports no
+		// error (a gRPC status it answers itself) is told by the call's
+		// context; an error of the call's own, not deadline-like, is its
+		// own failure, whenever the deadline fell.
+		c.cut = errors.Is(err, context.DeadlineExceeded) ||
+			err == nil && c.Context().Err() == context.DeadlineExceeded
 	}
 	if c.cancel != nil {
 		// Past the deadline, the timeout: an end reported a failure, or a

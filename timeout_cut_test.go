@@ -3,14 +3,13 @@ package sluice_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/breaker"
-	"github.com/sluice-go/sluice/internal/shedhook"
+	"github.com/sluice-go/sluice/internal/policytest"
 )
 
 // A call that a deadline ended ran at least its latency, maybe much
@@ -18,21 +17,7 @@ import (
 // shedhook.CutShort), and only for such a call. Its own deadline, or its
 // caller's, cut it; a failure of its own, or a success, did not.
 func TestGuardTellsACallCutShortByADeadline(t *testing.T) {
-	var mu sync.Mutex
-	var cut []sluice.Outcome
-	old := shedhook.CutShort
-	t.Cleanup(func() { shedhook.CutShort = old })
-	shedhook.CutShort = func(p any, tk uint64, o uint8, now, latency time.Duration) bool {
-		mu.Lock()
-		cut = append(cut, sluice.Outcome(o))
-		mu.Unlock()
-		return false // the policy's Done hears it, as for any end
-	}
-	cuts := func() []sluice.Outcome {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]sluice.Outcome(nil), cut...)
-	}
+	cuts := policytest.RecordCuts(t)
 	synctest.Test(t, func(t *testing.T) {
 		br, err := breaker.New("dep")
 		if err != nil {
@@ -66,6 +51,37 @@ func TestGuardTellsACallCutShortByADeadline(t *testing.T) {
 		}
 		if st := br.Counts(); st.Failures != 3 {
 			t.Fatalf("the breaker heard %d failures, want 3: a cut call's end reaches every policy", st.Failures)
+		}
+	})
+}
+
+// A call begun with a context already past its deadline was not cut short
+// by it: it ran its whole course (50 ms of its own work) and failed for a
+// reason of its own. Its latency is a measure, and a Shedder must not hear
+// it as a bound.
+func TestGuardTellsNoCutOfACallBegunPastItsDeadline(t *testing.T) {
+	cuts := policytest.RecordCuts(t)
+	synctest.Test(t, func(t *testing.T) {
+		br, err := breaker.New("dep")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := sluice.New(sluice.With(br)) // no Guard timeout
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+		defer cancel()
+		own := errors.New("constraint violated")
+		err = g.Do(ctx, func(context.Context) error {
+			time.Sleep(50 * time.Millisecond) // its own work, to its end
+			return own
+		})
+		if !errors.Is(err, own) {
+			t.Fatalf("Do = %v", err)
+		}
+		if got := cuts(); len(got) != 0 {
+			t.Errorf("a call begun past its caller's deadline, failing of its own after 50 ms, was told cut short by a deadline: %v", got)
 		}
 	})
 }

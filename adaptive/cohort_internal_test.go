@@ -115,45 +115,53 @@ func TestCohortTakesNoTicketOfAnEarlierProbe(t *testing.T) {
 
 // A dependency turned slower while the limit does not bind, at a low
 // rate: 10 requests a second, 100 ms calls turned 600 ms (1 in flight,
-// then 6, under a limit of 20). The rise asks for a probe, whose cohort
-// has not ended a second on: its calls still running are slow, not cut
-// short by a deadline, and count at their age. (Counted as bounds, they
-// made the probe cut the limit to its floor of 3, where 6 are needed, and
-// a third of the requests of the next 10 s were shed.)
+// then 6, under a limit of 20); 5 a second, 100 ms turned 1.5 s (7.5 in
+// flight), slower than a probe waits for its cohort. The rise asks for a
+// probe, whose cohort has not ended a second on: its calls still running
+// are slow, not cut short by a deadline, and their ages tell no fall of
+// the latency. (Counted as bounds, they made the probe cut the limit to
+// its floor of 3 and a third of the next 10 s was shed; counted as
+// measures of a fall, the probe descended, found a baseline of 100 ms,
+// and shed 44 of 125.)
 func TestShedderProbesASlowDependencyAtALowRate(t *testing.T) {
-	s, err := NewShedder(WithQueue(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	now := time.Second
-	var ends []probeEnd
-	admitted, rejected := 0, 0
-	for ms := 0; ms < 15000; ms++ {
-		sort.Slice(ends, func(i, j int) bool { return ends[i].at < ends[j].at })
-		for len(ends) > 0 && ends[0].at <= now {
-			s.Done(ends[0].t, sluice.Success, now, ends[0].lat)
-			ends = ends[1:]
+	for _, c := range []struct {
+		every, slow, run time.Duration
+	}{
+		{100 * time.Millisecond, 600 * time.Millisecond, 15 * time.Second},
+		{200 * time.Millisecond, 1500 * time.Millisecond, 25 * time.Second},
+	} {
+		s, err := NewShedder(WithQueue(0, 0))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ms%100 == 0 { // 10 a second
-			lat := 100 * time.Millisecond
-			if ms >= 5000 {
-				lat = 600 * time.Millisecond
+		ctx := context.Background()
+		now := time.Second
+		var ends []probeEnd
+		admitted, rejected := 0, 0
+		for at := time.Duration(0); at < c.run; at += time.Millisecond {
+			sort.Slice(ends, func(i, j int) bool { return ends[i].at < ends[j].at })
+			for len(ends) > 0 && ends[0].at <= now {
+				s.Done(ends[0].t, sluice.Success, now, ends[0].lat)
+				ends = ends[1:]
 			}
-			tk, _, err := s.Admit(ctx, now)
-			switch {
-			case err != nil:
-				rejected++
-			default:
-				admitted++
-				ends = append(ends, probeEnd{at: now + lat, t: tk, lat: lat})
+			if at%c.every == 0 {
+				lat := 100 * time.Millisecond
+				if at >= 5*time.Second {
+					lat = c.slow
+				}
+				if tk, _, err := s.Admit(ctx, now); err != nil {
+					rejected++
+				} else {
+					admitted++
+					ends = append(ends, probeEnd{at: now + lat, t: tk, lat: lat})
+				}
 			}
+			now += time.Millisecond
 		}
-		now += time.Millisecond
-	}
-	st := s.Stats()
-	t.Logf("admitted %d, rejected %d; limit %d, baseline %v", admitted, rejected, st.Limit, st.Baseline)
-	if rejected > 10 {
-		t.Errorf("%d of %d requests shed in the 10 s after a dependency turned slower, with 6 in flight under a limit of 20", rejected, admitted+rejected)
+		st := s.Stats()
+		t.Logf("calls of %v: admitted %d, rejected %d; limit %d, baseline %v", c.slow, admitted, rejected, st.Limit, st.Baseline)
+		if rejected > 10 {
+			t.Errorf("calls of %v: %d of %d requests shed after a dependency turned slower, with no queue under a limit of 20", c.slow, rejected, admitted+rejected)
+		}
 	}
 }

@@ -134,13 +134,13 @@ func (g *gradient) probing() bool { return g.probe > 0 }
 // update returns the limit for the next window, given the window that just
 // ended at now: its average latency avg and the most requests in flight at
 // once, maxInflight.
-func (g *gradient) update(avg, se time.Duration, maxInflight int64, now time.Duration, bound bool) int64 {
+func (g *gradient) update(avg, se time.Duration, maxInflight int64, now time.Duration, bound, running bool) int64 {
 	avg = max(avg, 1)
 	if g.probe > 0 {
 		if g.asked && bound {
 			return g.unasked(avg)
 		}
-		return g.probed(avg, se, now)
+		return g.probed(avg, se, now, running)
 	}
 	// The window's average, less and plus its noise: the latencies of a
 	// service whose dependency answers a tenth of its calls ten times
@@ -227,7 +227,7 @@ func (g *gradient) update(avg, se time.Duration, maxInflight int64, now time.Dur
 // while lowering it still cut the latency in proportion, and otherwise
 // takes avg as the baseline and resumes from the saved limit, judged by its
 // latency against the new baseline.
-func (g *gradient) probed(avg, se, now time.Duration) int64 {
+func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 	se = g.spread(avg, se, false)
 	asked := g.asked
 	g.asked = false
@@ -246,7 +246,9 @@ func (g *gradient) probed(avg, se, now time.Duration) int64 {
 	// proportion still descends, so a baseline measured too high is found
 	// out at the next probe.
 	proportional := after <= gradTolerance/k*before
-	if float64(g.probe) > g.low && after <= gradDescend/k*before &&
+	// A probe whose cohort still ran at its cap knows only that its
+	// latency is no less than the ages it counted: no fall, so no descent.
+	if !running && float64(g.probe) > g.low && after <= gradDescend/k*before &&
 		(!g.measured || proportional || float64(avg) > gradTolerance*float64(g.base)) {
 		g.probeAvg, g.probeSE, g.probeConc = avg, se, float64(g.probe)
 		g.probe = int64(max(g.low, float64(g.probe/2)))
@@ -268,12 +270,13 @@ func (g *gradient) probed(avg, se, now time.Duration) int64 {
 	}
 	saved := max(g.savedAvg-time.Duration(gradNoise*float64(g.savedSE)), 1)
 	g.base, g.measured = avg, true
-	if asked && g.steps == 0 {
+	if asked && g.steps == 0 || running {
 		// Asked for by a rise the limit did not bind, and fewer in flight
-		// were no quicker: the rise is the service's latency, and the
-		// baseline is no lower than the window that showed it, within its
-		// noise. (Ten requests, the probe's, hold none of a tenth of slow
-		// calls a third of the time.)
+		// were no quicker (or its cohort still ran: no quicker as far as
+		// it knows): the rise is the service's latency, and the baseline
+		// is no lower than the window that showed it, within its noise.
+		// (Ten requests, the probe's, hold none of a tenth of slow calls
+		// a third of the time.)
 		g.base = max(avg, saved)
 	}
 	if ratio := float64(saved) / float64(g.base); ratio > gradTolerance {

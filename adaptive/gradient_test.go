@@ -16,7 +16,7 @@ func drive(g *gradient, windows int, service func(conc int64) time.Duration) (li
 	now := time.Duration(0)
 	for range windows {
 		now += 100 * time.Millisecond
-		limit = g.update(service(limit), 0, limit, now, false)
+		limit = g.update(service(limit), 0, limit, now, false, false)
 		limits = append(limits, limit)
 		probes = append(probes, g.probing())
 	}
@@ -70,9 +70,9 @@ func TestGradientLaterProbeUnderTheKneeDoesNotDescend(t *testing.T) {
 	g := newGradient(2)
 	g.limit, g.base, g.measured = 18, 21360*time.Microsecond, true
 	g.windows, g.binds, g.nextProbe = gradFirstProbe, probeBinds, time.Second
-	require.Equal(t, int64(14), g.update(22190*time.Microsecond, 0, 18, time.Second, false), "the probe")
+	require.Equal(t, int64(14), g.update(22190*time.Microsecond, 0, 18, time.Second, false, false), "the probe")
 	require.True(t, g.probing())
-	limit := g.update(20470*time.Microsecond, 0, 14, time.Second+100*time.Millisecond, false)
+	limit := g.update(20470*time.Microsecond, 0, 14, time.Second+100*time.Millisecond, false, false)
 	assert.False(t, g.probing(), "the probe ended at 14; limit %d", limit)
 	assert.Equal(t, 20470*time.Microsecond, g.baseline())
 	assert.Equal(t, int64(18), limit, "back near the knee, judged by the new baseline")
@@ -115,7 +115,7 @@ func TestGradientSecondProbeChecksTheFirst(t *testing.T) {
 		if slow {
 			lat *= 2
 		}
-		limit = g.update(lat, 0, limit, now, false)
+		limit = g.update(lat, 0, limit, now, false, false)
 		if g.measured {
 			slow = false // the slowdown passed with the first probe
 		}
@@ -134,7 +134,7 @@ func TestGradientLaterProbeFindsAnInflatedBaseline(t *testing.T) {
 	limit, now := g.current(), time.Duration(0)
 	for range 20 { // 2 s
 		now += 100 * time.Millisecond
-		limit = g.update(pool16x20(limit), 0, limit, now, false)
+		limit = g.update(pool16x20(limit), 0, limit, now, false, false)
 	}
 	assert.LessOrEqual(t, limit, int64(20), "2 s after a probe from a limit of 34")
 	assert.Equal(t, 20*time.Millisecond, g.baseline())
@@ -167,7 +167,7 @@ func TestGradientIdlesWhileTheLimitDoesNotBind(t *testing.T) {
 	now := time.Duration(0)
 	for range 100 {
 		now += 100 * time.Millisecond
-		require.Equal(t, int64(gradInitial), g.update(5*time.Millisecond, 0, 8, now, false))
+		require.Equal(t, int64(gradInitial), g.update(5*time.Millisecond, 0, 8, now, false, false))
 		require.False(t, g.probing())
 	}
 }

@@ -652,10 +652,10 @@ func (s *Shedder) endWindow(now time.Duration) {
 	}
 	defer s.mu.Unlock()
 	var avg, se time.Duration
-	var bound bool
+	var bound, running bool
 	if s.probing.Load() {
 		var ok, measured bool
-		if avg, se, bound, measured, ok = s.cohort.measure(now); !ok {
+		if avg, se, bound, running, measured, ok = s.cohort.measure(now); !ok {
 			return
 		}
 		if !measured {
@@ -689,7 +689,7 @@ func (s *Shedder) endWindow(now time.Duration) {
 	maxIn := s.winMaxIn.Swap(s.inflight.Load() + s.carried() + ahead)
 	s.lastAvg.Store(int64(avg))
 	old := s.limit.Load()
-	next := s.est.update(avg, se, maxIn, now, bound)
+	next := s.est.update(avg, se, maxIn, now, bound, running)
 	s.base.Store(int64(s.est.baseline()))
 	if p := s.est.probing(); p || s.probing.Load() {
 		// A new epoch: the tickets of later admissions tell them apart,
@@ -729,7 +729,8 @@ func stdErr(avg time.Duration, sq, count int64) time.Duration {
 
 // probeCohort is how many requests a probe measures: the first admitted
 // once it began. probeCap bounds how long it waits for their ends: those
-// still running then count at their age, as bounds.
+// still running then count at their age, no measure of a fall (see
+// gradient.probed).
 const (
 	probeCohort = gradMinSamples
 	probeCap    = time.Second
@@ -814,12 +815,12 @@ func (c *cohort) over(now time.Duration) bool {
 
 // measure returns, when the probe is over, the average latency of its
 // cohort, those still running counted at their age, its standard error,
-// and whether half of them or more ended at a deadline or with their
-// client gone (a request still running is slow, not cut short); measured
-// is false when none measured anything.
-func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measured, ok bool) {
+// whether half of them or more ended at a deadline or with their client
+// gone (a request still running is slow, not cut short), and whether any
+// was still running; measured is false when none measured anything.
+func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, running, measured, ok bool) {
 	if !c.over(now) {
-		return 0, 0, false, false, false
+		return 0, 0, false, false, false, false
 	}
 	var lats [probeCohort]int64
 	count, bounds := 0, 0
@@ -835,11 +836,12 @@ func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measu
 			if at := c.at[i].Load(); at > 0 {
 				lats[count] = max(int64(now)-(at-1), 0)
 				count++
+				running = true
 			}
 		}
 	}
 	if count == 0 {
-		return 0, 0, false, false, true
+		return 0, 0, false, false, false, true
 	}
 	var sum, sq float64
 	for _, l := range lats[:count] {
@@ -848,7 +850,7 @@ func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, measu
 		sq += us * us
 	}
 	avg = time.Duration(sum / float64(count))
-	return avg, stdErr(avg, int64(sq), int64(count)), 2*bounds >= count, true, true
+	return avg, stdErr(avg, int64(sq), int64(count)), 2*bounds >= count, running, true, true
 }
 
 // noteShed records a rejection at now, and reports the change to

@@ -2,38 +2,17 @@ package sluicegrpc
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sluice-go/sluice"
-	"github.com/sluice-go/sluice/internal/shedhook"
+	"github.com/sluice-go/sluice/internal/policytest"
 	"github.com/sluice-go/sluice/middleware/internal/testpolicy"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// recordCuts replaces shedhook.CutShort for the test with one that records
-// the outcomes the Guard tells as cut short by a deadline.
-func recordCuts(t *testing.T) func() []sluice.Outcome {
-	var mu sync.Mutex
-	var cut []sluice.Outcome
-	old := shedhook.CutShort
-	t.Cleanup(func() { shedhook.CutShort = old })
-	shedhook.CutShort = func(p any, tk uint64, o uint8, now, latency time.Duration) bool {
-		mu.Lock()
-		cut = append(cut, sluice.Outcome(o))
-		mu.Unlock()
-		return false
-	}
-	return func() []sluice.Outcome {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]sluice.Outcome(nil), cut...)
-	}
-}
 
 // A call that a deadline ended, the Guard's or the caller's, is a bound
 // for a Shedder. A gRPC server's caller sets its deadline (grpc-timeout):
@@ -41,7 +20,7 @@ func recordCuts(t *testing.T) func() []sluice.Outcome {
 // interceptor reports without an error; the Guard tells it by the call's
 // context, on the server and on the client.
 func TestCallersDeadlineIsACutShort(t *testing.T) {
-	cuts := recordCuts(t)
+	cuts := policytest.RecordCuts(t)
 	synctest.Test(t, func(t *testing.T) {
 		c := testpolicy.NewCounter()
 		g := mustGuard(t, sluice.With(c)) // no Guard timeout: the caller's deadline only
