@@ -516,15 +516,6 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 	}
 	g := c.g
 	c.live = false
-	if o == Failure && shedhook.CutShort != nil {
-		// A failure at a deadline, the Guard's or the caller's: the call
-		// ran that long at least (see end). An adapter that reports no
-		// error (a gRPC status it answers itself) is told by the call's
-		// context; an error of the call's own, not deadline-like, is its
-		// own failure, whenever the deadline fell.
-		c.cut = errors.Is(err, context.DeadlineExceeded) ||
-			err == nil && c.Context().Err() == context.DeadlineExceeded
-	}
 	if c.cancel != nil {
 		// Past the deadline, the timeout: an end reported a failure, or a
 		// rejection or a context's end (an adapter that took an error for
@@ -534,6 +525,17 @@ func (c *Call) report(o Outcome, err error, mapTimeout bool) error {
 		}
 		c.cancel()
 		c.cancel = nil
+	}
+	if o == Failure && shedhook.CutShort != nil {
+		// A failure at a deadline, the Guard's (err is the timeout by now,
+		// whatever the adapter passed: an HTTP 504) or the caller's: the
+		// call ran that long at least (see end). An adapter that reports
+		// no error (a gRPC status it answers itself) is told by the call's
+		// context, which the cancel above leaves as it was had its
+		// deadline passed; an error of the call's own, not deadline-like,
+		// is its own failure, whenever the caller's deadline fell.
+		c.cut = errors.Is(err, context.DeadlineExceeded) ||
+			err == nil && c.Context().Err() == context.DeadlineExceeded
 	}
 	now := c.start
 	if !g.untimed || o == Released {

@@ -55,7 +55,8 @@
 // below), at most once a second, rather than cut at once: fewer requests
 // in flight that are no quicker mean a new baseline, and nothing is shed.
 // A rise in windows whose latencies are mostly bounds (timeouts), or one
-// within a second of the last probe, cuts the limit. Once the limit binds,
+// within a second of the last probe, cuts the limit; so does a probe whose
+// requests ended mostly at a deadline, which measured no baseline. Once the limit binds,
 // a dependency turned slow sheds until the next probe finds it out.
 // Breakers and timeouts answer that case; a Shedder shared by routes of
 // which one calls a sick dependency sheds the others too, so give it the

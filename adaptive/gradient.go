@@ -137,8 +137,8 @@ func (g *gradient) probing() bool { return g.probe > 0 }
 func (g *gradient) update(avg, se time.Duration, maxInflight int64, now time.Duration, bound, running bool) int64 {
 	avg = max(avg, 1)
 	if g.probe > 0 {
-		if g.asked && bound {
-			return g.unasked(avg)
+		if bound {
+			return g.unasked(avg, now)
 		}
 		return g.probed(avg, se, now, running)
 	}
@@ -295,14 +295,18 @@ func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 	return g.current()
 }
 
-// unasked ends a probe that a rise in latency asked for, whose window's
-// latencies were mostly bounds (deadlines that ended the calls): they
-// measure no baseline, and the limit is cut as the rise alone would have
-// cut it, from the concurrency before the probe.
-func (g *gradient) unasked(avg time.Duration) int64 {
+// unasked ends at now a probe whose cohort's latencies were mostly bounds
+// (deadlines that ended the calls, clients gone): they measure no
+// baseline, and the limit is cut as the rise alone would have cut it, from
+// the concurrency before the probe. The next probe comes no sooner than
+// gradProbeSoon. (Taken for a baseline, a Guard's timeout would have
+// passed for the service's latency, and a dependency that timed out every
+// call, for a service with no queue.)
+func (g *gradient) unasked(avg, now time.Duration) int64 {
 	g.asked, g.probe = false, 0
 	grad := min(max(gradTolerance/(float64(avg)/float64(g.base)), 0.5), 1)
 	g.limit = min(max(min(g.saved, g.probeConc)*grad, g.floor), gradMax)
+	g.nextProbe = max(g.nextProbe, now+gradProbeSoon)
 	return g.current()
 }
 

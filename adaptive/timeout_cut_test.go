@@ -77,3 +77,67 @@ func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
 		t.Errorf("%d of the overload's requests succeeded in 3 s, where the service can carry 1500", ok[1])
 	}
 }
+
+// A dependency that hangs past a Guard's 100 ms timeout at 200 requests a
+// second, for 12 s: every admitted call is cut at 100 ms (a bound, told
+// through shedhook.CutShort). The first windows cut the limit, and so do
+// the probes scheduled after: their cohorts measure nothing but bounds,
+// which are no baseline. (Taken for one, 84 ms, then the timeout itself,
+// they read as an unqueued service: the limit climbed past 20 and
+// shedding stopped while every call timed out.) Healed, the service is
+// shed nothing 2 s on.
+func TestShedderTakesNoTimeoutForItsBaseline(t *testing.T) {
+	s := newShedder(t, adaptive.WithQueue(0, 0)) // the queue would wait on the wall clock
+	ctx := context.Background()
+	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	type req struct {
+		t     sluice.Ticket
+		start int
+	}
+	var inflight []req
+	shed := map[int]int{}
+	admitted := map[int]int{}
+	var sick16 adaptive.Stats
+	for ms := 0; ms < 20000; ms++ {
+		sick := ms >= 3000 && ms < 16000 // healed for the last 4 s
+		if ms%5 == 0 {
+			tk, _, err := s.Admit(ctx, at(ms))
+			if err != nil {
+				shed[ms/1000]++
+			} else {
+				admitted[ms/1000]++
+				inflight = append(inflight, req{tk, ms})
+			}
+		}
+		kept := inflight[:0]
+		for _, r := range inflight {
+			age := ms + 1 - r.start
+			switch {
+			case !sick && age >= 20:
+				s.Done(r.t, sluice.Success, at(ms+1), at(age))
+			case sick && age >= 100:
+				shedhook.CutShort(s, uint64(r.t), uint8(sluice.Failure), at(ms+1), at(age))
+			default:
+				kept = append(kept, r)
+			}
+		}
+		inflight = kept
+		if ms == 15999 {
+			sick16 = s.Stats()
+		}
+		if ms%1000 == 999 {
+			st := s.Stats()
+			t.Logf("t=%2ds admitted %3d shed %3d | Limit %d Baseline %v Probing %v", ms/1000+1, admitted[ms/1000], shed[ms/1000], st.Limit, st.Baseline, st.Probing)
+		}
+	}
+	st := s.Stats()
+	if sick16.Baseline > 50*time.Millisecond {
+		t.Errorf("Baseline %v after 13 s of calls a 100 ms deadline cut: the timeouts were taken for the baseline (limit %d)", sick16.Baseline, sick16.Limit)
+	}
+	if shed[15] == 0 {
+		t.Errorf("nothing shed in the 13th second of a dependency that times out every call")
+	}
+	if shed[18]+shed[19] > 0 {
+		t.Errorf("%d shed in the last 2 s, 2 s after the dependency healed (limit %d)", shed[18]+shed[19], st.Limit)
+	}
+}
