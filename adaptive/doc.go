@@ -54,9 +54,10 @@
 // turned slow. A rise while the limit does not bind is put to a probe (see
 // below), at most once a second, rather than cut at once: fewer requests
 // in flight that are no quicker mean a new baseline, and nothing is shed.
-// A rise in windows whose latencies are mostly bounds (timeouts), or one
-// within a second of the last probe, cuts the limit; so does a probe whose
-// requests ended mostly at a deadline, which measured no baseline. Once the limit binds,
+// A rise in windows half or more of whose latencies are bounds (timeouts),
+// or one within a second of the last probe, cuts the limit; so does a probe
+// half or more of whose requests ended at a deadline, which measured no
+// baseline. Once the limit binds,
 // a dependency turned slow sheds until the next probe finds it out.
 // Breakers and timeouts answer that case; a Shedder shared by routes of
 // which one calls a sick dependency sheds the others too, so give it the

@@ -269,8 +269,10 @@ func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 		g.nextProbe = now + gradProbeSoon // to check the first
 	}
 	saved := max(g.savedAvg-time.Duration(gradNoise*float64(g.savedSE)), 1)
+	last := g.base
 	g.base, g.measured = avg, true
-	if asked && g.steps == 0 || running {
+	switch {
+	case asked && (g.steps == 0 || running):
 		// Asked for by a rise the limit did not bind, and fewer in flight
 		// were no quicker (or its cohort still ran: no quicker as far as
 		// it knows): the rise is the service's latency, and the baseline
@@ -278,6 +280,11 @@ func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 		// (Ten requests, the probe's, hold none of a tenth of slow calls
 		// a third of the time.)
 		g.base = max(avg, saved)
+	case running:
+		// Scheduled while the limit bound, so the window before it held
+		// the queue: its cohort's ages tell no fall, and the baseline
+		// stays where it was unless they pass it.
+		g.base = max(avg, last)
 	}
 	if ratio := float64(saved) / float64(g.base); ratio > gradTolerance {
 		g.limit = g.saved * gradTolerance / ratio
@@ -295,7 +302,7 @@ func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 	return g.current()
 }
 
-// unasked ends at now a probe whose cohort's latencies were mostly bounds
+// unasked ends at now a probe whose cohort's latencies were half or more bounds
 // (deadlines that ended the calls, clients gone): they measure no
 // baseline, and the limit is cut as the rise alone would have cut it, from
 // the concurrency before the probe. The next probe comes no sooner than
@@ -307,6 +314,7 @@ func (g *gradient) unasked(avg, now time.Duration) int64 {
 	grad := min(max(gradTolerance/(float64(avg)/float64(g.base)), 0.5), 1)
 	g.limit = min(max(min(g.saved, g.probeConc)*grad, g.floor), gradMax)
 	g.nextProbe = max(g.nextProbe, now+gradProbeSoon)
+	g.probedAt = now // nor does a limit under half the last probe's ask for one sooner
 	return g.current()
 }
 
