@@ -71,11 +71,13 @@
 // filter: in a probe, the limit is three quarters of what it was, and the
 // first 10 requests admitted under it (not those draining from the higher
 // limit) are measured, each to its end; those still running a second after
-// the probe began count at their age. The first to end are the quick
-// ones, and a probe that judged by them would measure a baseline under
-// the service's when some of its calls are slow. A limit run at tolerance
-// is near the knee, and a
-// shallow probe leaves few slots idle under a surge. A probe that cut the
+// the probe began (or 4 baselines, when longer) count at their age, which
+// tells no fall of the latency, and those a deadline ended are left out
+// unless they are half the cohort or more (then the probe cuts). The first
+// to end are the quick ones, and a probe that judged by them would measure
+// a baseline under the service's when some of its calls are slow. A limit
+// run at tolerance is near the knee, and a shallow probe leaves few slots
+// idle under a surge. A probe that cut the
 // latency nearly in proportion to the concurrency was still past the knee,
 // and the next one probes at half of that again, down to GOMAXPROCS; once
 // a baseline has been measured, a cut short of proportional descends only

@@ -283,8 +283,18 @@ func (g *gradient) probed(avg, se, now time.Duration, running bool) int64 {
 	case running:
 		// Scheduled while the limit bound, so the window before it held
 		// the queue: its cohort's ages tell no fall, and the baseline
-		// stays where it was unless they pass it.
+		// stays where it was unless they pass it. Nor do they tell a
+		// queue to cut: the limit resumes where it was, or where the
+		// last measuring probe left it once they passed the baseline (a
+		// dependency turned slower than the probe waits), and that probe's
+		// resume point stays.
 		g.base = max(avg, last)
+		g.limit = g.saved
+		if float64(avg) > gradTolerance*float64(last) {
+			g.limit = max(g.limit, g.after)
+		}
+		g.limit = min(max(g.limit, g.floor), gradMax)
+		return g.current()
 	}
 	if ratio := float64(saved) / float64(g.base); ratio > gradTolerance {
 		g.limit = g.saved * gradTolerance / ratio
@@ -336,6 +346,7 @@ func (g *gradient) cancel(now time.Duration) {
 	g.probe, g.asked = 0, false
 	g.limit = g.saved
 	g.nextProbe = max(g.nextProbe, now+gradProbeSoon)
+	g.probedAt = now // as for unasked
 }
 
 func (g *gradient) current() int64 { return int64(g.limit) }

@@ -141,3 +141,64 @@ func TestProbeThatCutsKeepsTheNextASecondOff(t *testing.T) {
 		}
 	}
 }
+
+// A pool of 16 whose calls take 400 ms (±30 %) at twice its capacity,
+// until at 10 s its dependency turns slower for good: 1.5 s a call, past
+// 1 s, and the pool now carries 10.7 requests a second. A probe waits for
+// its cohort up to 4 baselines, not 1 s, and one that still ran cuts
+// nothing and keeps the limit the last measuring probe left: the new
+// baseline is found and most of the new capacity served. (Judged by ages
+// under 1 s, the baseline could rise no higher, a probe cut against it
+// and recorded the cut as its resume point, and the limit sat at its
+// floor of 3 for good: 2-4 requests a second served.)
+func TestShedderResumesAfterADependencySlowerThanTheProbeWaits(t *testing.T) {
+	for seed := range uint64(6) {
+		s := newShedder(t, adaptive.WithQueue(0, 0))
+		jr := rand.New(rand.NewPCG(seed, 3))
+		secs := poolRun(t, s, 50, seed, func(int) float64 { return 80 }, func(ms int) float64 {
+			h := 400.0
+			if ms >= 10000 {
+				h = 1500
+			}
+			return h * (1 + 0.3*(2*jr.Float64()-1))
+		}, 16, 0)
+		ok := 0
+		for _, c := range secs[30:] {
+			ok += c.ok
+		}
+		perSec := float64(ok) / 20
+		t.Logf("seed %d: %.1f served a second over 30-50 s, of 10.7; limit %d, baseline %v", seed, perSec, secs[49].st.Limit, secs[49].st.Baseline)
+		if perSec < 10.7/2 {
+			t.Errorf("seed %d: %.1f requests a second served of the 10.7 the slower pool carries (limit %d, baseline %v): the limit did not resume", seed, perSec, secs[49].st.Limit, secs[49].st.Baseline)
+		}
+	}
+}
+
+// A pool of 16 whose calls take 20 ms, at twice its capacity, behind a
+// Guard WithTimeout(100ms); its dependency hangs (every call cut at the
+// timeout) and then heals. The probe that spans the heal has a cohort of
+// a few timeouts and more successes: fewer than half bounds, so it
+// measures, from its successes alone; the baseline stays 20 ms. (With its
+// timeouts in, at 4 baselines, it measured 33-36 ms, and the limit climbed
+// to twice the pool, whose queue doubled every call's latency, for the
+// next 10 s.)
+func TestProbeAcrossAHealTakesNoTimeoutsForBaseline(t *testing.T) {
+	for _, c := range []struct{ hang, heal, secs int }{{5000, 10000, 16}, {60000, 70000, 80}} {
+		for seed := range uint64(4) {
+			s := newShedder(t, adaptive.WithQueue(0, 0))
+			secs := poolRun(t, s, c.secs, seed, func(int) float64 { return 1600 }, func(ms int) float64 {
+				if ms >= c.hang && ms < c.heal {
+					return 1e9 // hangs, cut at the timeout
+				}
+				return 20
+			}, 16, 100)
+			for i, x := range secs[c.heal/1000+2:] {
+				if x.st.Baseline > 26*time.Millisecond || x.st.Limit > 24 {
+					t.Errorf("hang %d-%d ms, seed %d: %d s after the heal, baseline %v, limit %d over a pool of 16 whose calls take 20 ms: a probe took timeouts for its baseline",
+						c.hang, c.heal, seed, i+3, x.st.Baseline, x.st.Limit)
+					break
+				}
+			}
+		}
+	}
+}

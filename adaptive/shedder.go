@@ -582,7 +582,7 @@ func (s *Shedder) done(t sluice.Ticket, o sluice.Outcome, now, latency time.Dura
 			}
 			s.cohort.end(i-1, lat, bound)
 		}
-		if s.cohort.over(now) {
+		if s.cohort.over(now, s.probeWait()) {
 			s.endWindow(now)
 		}
 		s.release(now)
@@ -655,7 +655,7 @@ func (s *Shedder) endWindow(now time.Duration) {
 	var bound, running bool
 	if s.probing.Load() {
 		var ok, measured bool
-		if avg, se, bound, running, measured, ok = s.cohort.measure(now); !ok {
+		if avg, se, bound, running, measured, ok = s.cohort.measure(now, s.probeWait()); !ok {
 			return
 		}
 		if !measured {
@@ -728,9 +728,9 @@ func stdErr(avg time.Duration, sq, count int64) time.Duration {
 }
 
 // probeCohort is how many requests a probe measures: the first admitted
-// once it began. probeCap bounds how long it waits for their ends: those
-// still running then count at their age, no measure of a fall (see
-// gradient.probed).
+// once it began. probeCap bounds how long it waits for their ends, or
+// censorCap baselines when longer (see probeWait): those still running
+// then count at their age, no measure of a fall (see gradient.probed).
 const (
 	probeCohort = gradMinSamples
 	probeCap    = time.Second
@@ -805,33 +805,45 @@ func (c *cohort) end(i int, lat time.Duration, bound bool) {
 	}
 }
 
-// over reports whether the probe can be judged at now: its cohort taken
-// and ended, or probeCap gone by with a place taken.
-func (c *cohort) over(now time.Duration) bool {
-	n := uint32(c.claims.Load())
-	return n >= probeCohort && c.ended.Load() >= probeCohort ||
-		n > 0 && now-time.Duration(c.start.Load()) >= probeCap
+// probeWait is how long a probe waits for its cohort's ends: probeCap, or
+// censorCap baselines when longer, so that a service of slow calls is
+// measured by their ends, not their ages.
+func (s *Shedder) probeWait() time.Duration {
+	return max(probeCap, censorCap*time.Duration(s.base.Load()))
 }
 
-// measure returns, when the probe is over, the average latency of its
-// cohort, those still running counted at their age, its standard error,
-// whether half of them or more ended at a deadline or with their client
-// gone (a request still running is slow, not cut short), and whether any
-// was still running; measured is false when none measured anything.
-func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, running, measured, ok bool) {
-	if !c.over(now) {
+// over reports whether the probe can be judged at now: its cohort taken
+// and ended, or wait gone by with a place taken.
+func (c *cohort) over(now, wait time.Duration) bool {
+	n := uint32(c.claims.Load())
+	return n >= probeCohort && c.ended.Load() >= probeCohort ||
+		n > 0 && now-time.Duration(c.start.Load()) >= wait
+}
+
+// measure returns, when the probe is over (see over), the average latency
+// of its cohort, those still running counted at their age, its standard
+// error, whether half of them or more ended at a deadline or with their
+// client gone (a request still running is slow, not cut short), and
+// whether any was still running; measured is false when none measured
+// anything. Fewer than half bounds are left out of the average: a probe
+// across a dependency's heal would otherwise take some of its timeouts
+// into the baseline.
+func (c *cohort) measure(now, wait time.Duration) (avg, se time.Duration, bound, running, measured, ok bool) {
+	if !c.over(now, wait) {
 		return 0, 0, false, false, false, false
 	}
 	var lats [probeCohort]int64
-	count, bounds := 0, 0
+	var bounds [probeCohort]bool
+	count, nb := 0, 0
 	for i := range min(int(uint32(c.claims.Load())), probeCohort) {
 		switch v := c.lat[i].Load(); {
 		case v > 0:
 			lats[count] = v - 1
-			count++
-			if c.bound[i].Load() {
-				bounds++
+			bounds[count] = c.bound[i].Load()
+			if bounds[count] {
+				nb++
 			}
+			count++
 		case v == 0: // still running: at least its age
 			if at := c.at[i].Load(); at > 0 {
 				lats[count] = max(int64(now)-(at-1), 0)
@@ -843,14 +855,20 @@ func (c *cohort) measure(now time.Duration) (avg, se time.Duration, bound, runni
 	if count == 0 {
 		return 0, 0, false, false, false, true
 	}
+	bound = 2*nb >= count
 	var sum, sq float64
-	for _, l := range lats[:count] {
+	n := 0
+	for i, l := range lats[:count] {
+		if bounds[i] && !bound {
+			continue
+		}
 		us := float64(l) / float64(time.Microsecond)
 		sum += float64(l)
 		sq += us * us
+		n++
 	}
-	avg = time.Duration(sum / float64(count))
-	return avg, stdErr(avg, int64(sq), int64(count)), 2*bounds >= count, running, true, true
+	avg = time.Duration(sum / float64(n))
+	return avg, stdErr(avg, int64(sq), int64(n)), bound, running, true, true
 }
 
 // noteShed records a rejection at now, and reports the change to
