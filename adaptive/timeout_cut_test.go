@@ -8,23 +8,22 @@ import (
 	"github.com/sluice-go/sluice"
 	"github.com/sluice-go/sluice/adaptive"
 	"github.com/sluice-go/sluice/internal/shedhook"
-	"github.com/stretchr/testify/require"
 )
 
-// A CPU-bound service (2 cores, 4 ms of CPU a request) behind a Shedder in a
-// Guard WithTimeout(12ms): 3 baselines, a timeout well above the healthy
-// latency. At 1000 requests a second (twice its capacity) the queue is the
-// service's own, in the scheduler: every call in flight slows down, passes
-// its 12 ms and fails as a timeout (a Failure at the timeout's latency, as
-// the Guard reports it). Those timeouts feed the limit and cut it, so that
-// the few in flight finish in time, rather than nearly every request
-// timing out.
-func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
-	s := newShedder(t, adaptive.WithQueue(0, 0))
+// timeoutCounts are what runTimeouts's requests got in one phase.
+type timeoutCounts struct{ ok, timedOut, shed int }
+
+// runTimeouts plays a CPU-bound service (2 cores, 4 ms of CPU a request)
+// behind policy p in a Guard WithTimeout(12ms), 3 baselines: 200 requests
+// a second for 3 s (healthy), then 1000 (twice its capacity) for 3 s. A
+// call its deadline ends is ended as the Guard ends it (shedhook.Cut, or
+// p's Done when Cut declines it). It returns the counts of each phase.
+func runTimeouts(t *testing.T, p sluice.Policy) [2]timeoutCounts {
+	t.Helper()
 	const (
 		cores   = 2.0
 		service = 4.0 // ms of CPU
-		timeout = 12  // ms: the Guard's WithTimeout, 3 baselines
+		timeout = 12  // ms
 	)
 	type req struct {
 		t     sluice.Ticket
@@ -32,19 +31,18 @@ func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
 		done  float64
 	}
 	var inflight []*req
-	ctx := context.Background()
+	ctx := sluice.WithKey(context.Background(), "k")
 	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
-	var ok, timedOut, shed [2]int
+	var c [2]timeoutCounts
 	for ms := 0; ms < 6000; ms++ {
-		phase := 0
-		every := 5 // 200/s: healthy
+		phase, every := 0, 5
 		if ms >= 3000 {
-			phase, every = 1, 1 // 1000/s: twice the capacity
+			phase, every = 1, 1
 		}
 		if ms%every == 0 {
-			tk, _, err := s.Admit(ctx, at(ms))
+			tk, _, err := p.Admit(ctx, at(ms))
 			if err != nil {
-				shed[phase]++
+				c[phase].shed++
 			} else {
 				inflight = append(inflight, &req{t: tk, start: ms})
 			}
@@ -55,26 +53,38 @@ func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
 			r.done += share
 			switch {
 			case r.done >= service:
-				s.Done(r.t, sluice.Success, at(ms+1), at(ms+1-r.start))
-				ok[phase]++
+				p.Done(r.t, sluice.Success, at(ms+1), at(ms+1-r.start))
+				c[phase].ok++
 			case ms+1-r.start >= timeout:
-				// As the Guard ends a call its deadline cut short.
-				require.True(t, shedhook.CutShort(s, uint64(r.t), uint8(sluice.Failure), at(ms+1), at(timeout)))
-				timedOut[phase]++
+				if !shedhook.Cut(p, uint64(r.t), uint8(sluice.Failure), at(ms+1), at(timeout)) {
+					p.Done(r.t, sluice.Failure, at(ms+1), at(timeout))
+				}
+				c[phase].timedOut++
 			default:
 				kept = append(kept, r)
 			}
 		}
 		inflight = kept
 	}
+	return c
+}
+
+// The service of runTimeouts behind a Shedder: at twice its capacity the
+// queue is the service's own, in the scheduler: every call in flight
+// slows down, passes its 12 ms and fails as a timeout (a Failure at the
+// timeout's latency, as the Guard reports it). Those timeouts feed the
+// limit and cut it, so that the few in flight finish in time, rather than
+// nearly every request timing out.
+func TestTimeoutsOfAFewBaselinesCutTheLimit(t *testing.T) {
+	s := newShedder(t, adaptive.WithQueue(0, 0))
+	c := runTimeouts(t, s)
 	st := s.Stats()
-	t.Logf("healthy: %d ok, %d timed out, %d shed; overload: %d ok, %d timed out, %d shed; limit %d, baseline %v",
-		ok[0], timedOut[0], shed[0], ok[1], timedOut[1], shed[1], st.Limit, st.Baseline)
+	t.Logf("healthy: %+v; overload: %+v; limit %d, baseline %v", c[0], c[1], st.Limit, st.Baseline)
 	if st.Limit > 6 {
 		t.Errorf("limit %d after 3 s in which the calls timed out: the Shedder did not see the overload", st.Limit)
 	}
-	if ok[1] < 1000 { // capacity 500/s × 3 s = 1500
-		t.Errorf("%d of the overload's requests succeeded in 3 s, where the service can carry 1500", ok[1])
+	if c[1].ok < 1000 { // capacity 500/s × 3 s = 1500
+		t.Errorf("%d of the overload's requests succeeded in 3 s, where the service can carry 1500", c[1].ok)
 	}
 }
 
